@@ -1,0 +1,1 @@
+"""Subcommand groups of rlhf-studio, one module each (see labeler/cli.py)."""

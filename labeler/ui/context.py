@@ -1,0 +1,42 @@
+"""What every tab receives: where the database is and the server settings. Holds no mutable state."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import gradio as gr
+
+from labeler.services.errors import PermissionDenied
+from storage import open_db
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    db_path: str = "data/studio.db"
+    host: str = "127.0.0.1"
+    port: int = 7860
+    model: str = "default"
+    project: str = "default"
+    max_file_size: str = "50mb"
+    runs_dir: str = "runs"
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class UIContext:
+    settings: ServeSettings
+
+    @property
+    def db_path(self) -> str:
+        return self.settings.db_path
+
+    def db(self):
+        """A fresh connection for this request: never one shared across Gradio's worker threads."""
+        return open_db(self.db_path)
+
+    @staticmethod
+    def username(request: gr.Request | None) -> str:
+        """The logged-in user's name; every handler checks it itself (hidden endpoints can still be called)."""
+        name = getattr(request, "username", None) if request is not None else None
+        if not name:
+            raise PermissionDenied("not logged in")
+        return name

