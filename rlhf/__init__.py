@@ -3,3 +3,24 @@
 Imports neither storage nor gradio: metrics leave through callbacks (see tracking.py).
 """
 from rlhf.loading import DEFAULT_ENCODER, DEFAULT_POLICY, default_encoder_path, default_model_path
+
+# ---- trainers, imported on first use: transformers.Trainer takes ~6 s to import on this machine and
+# `import rlhf.loading` (the CLI, the UI) must stay instant. Add a trainer by adding its names here.
+_LAZY_EXPORTS = {
+    "RewardConfig": "rlhf.reward",
+    "RewardTrainer": "rlhf.reward",
+    "RewardScorer": "rlhf.reward",
+    "DPOConfig": "rlhf.dpo",
+    "DPOTrainer": "rlhf.dpo",
+    "SFTConfig": "rlhf.sft",
+    "SFTTrainer": "rlhf.sft",
+    "merge_and_save": "rlhf.peft_utils",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY_EXPORTS:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY_EXPORTS[name]), name)
+    raise AttributeError(f"module 'rlhf' has no attribute {name!r}")

@@ -1,13 +1,20 @@
-"""build_app(settings): the Gradio app, assembled from one module per tab. No module-level state."""
+"""build_app(settings): the Gradio app, assembled from one module per tab. No module-level state.
+
+`launch(app, settings)` starts it the one way the CLI and the tests both use: Gradio's login page backed by
+accounts.authenticate, an upload size cap, the shortcut script and the stylesheet.
+"""
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
+from typing import Any
 
 import gradio as gr
 
 from labeler.ui.context import ServeSettings, UIContext
+from labeler.ui.session import make_auth
 
-# (module, title). A tab module exposes build(ctx) and is called inside its gr.Tab.
+# A tab module exposes TITLE and build(ctx) and is called inside its gr.Tab.
 TAB_MODULES = [
     "labeler.ui.tabs.rate",
     "labeler.ui.tabs.rank",
@@ -17,12 +24,25 @@ TAB_MODULES = [
     "labeler.ui.tabs.train",
     "labeler.ui.tabs.admin",
 ]
+# Tabs an annotator does not see. Hiding is a courtesy only: every admin handler checks the role itself.
+ADMIN_TABS = {"data", "train", "admin"}
+STATIC = Path(__file__).parent / "static"
+SHORTCUTS_JS = (STATIC / "shortcuts.js").read_text(encoding="utf-8")
+CSS = (STATIC / "studio.css").read_text(encoding="utf-8")
+AUTH_MESSAGE = (
+    "Log in with your RLHF Studio account. On the first start the terminal running "
+    "`rlhf-studio serve` printed a one-time password for the user <b>admin</b>."
+)
 
 
 def build_app(settings: ServeSettings) -> gr.Blocks:
-    ctx = UIContext(settings)
     with gr.Blocks(title="RLHF Studio") as app:
-        gr.Markdown("# RLHF Studio")
+        ctx = UIContext(settings, app=app)
+        with gr.Row(equal_height=True):
+            gr.Markdown("# RLHF Studio", elem_id="studio-title")
+            whoami = gr.Markdown(elem_id="studio-whoami")
+            gr.Button("Log out", link="/logout", size="sm", scale=0, min_width=100, elem_id="studio-logout")
+        tabs: dict[str, gr.Tab] = {}
         with gr.Tabs():
             for module_name in TAB_MODULES:
                 try:
@@ -31,6 +51,46 @@ def build_app(settings: ServeSettings) -> gr.Blocks:
                     if error.name == module_name:  # tab not written yet
                         continue
                     raise
-                with gr.Tab(module.TITLE, id=module_name.rsplit(".", 1)[-1]):
+                tab_id = module_name.rsplit(".", 1)[-1]
+                # Admin tabs start hidden and are revealed on load for admins: Gradio 6.31 can show a
+                # hidden tab from an event but not hide a shown one.
+                with gr.Tab(module.TITLE, id=tab_id, visible=tab_id not in ADMIN_TABS) as tab:
                     module.build(ctx)
+                tabs[tab_id] = tab
+
+        hidden = [tabs[name] for name in sorted(ADMIN_TABS & tabs.keys())]
+
+        def whoami_load(request: gr.Request):
+            from labeler.services import accounts
+
+            with ctx.connection() as db:
+                user = accounts.get_user(db, getattr(request, "username", None) or "")
+            if user is None:
+                return ("", *[gr.update(visible=False) for _ in hidden])
+            is_admin = user.role == "admin"
+            text = f"Logged in as **{user.username}** ({user.role}) · project **{settings.project}**"
+            return (text, *[gr.update(visible=is_admin) for _ in hidden])
+
+        app.load(whoami_load, None, [whoami, *hidden], api_name="whoami")
+        # Keyboard shortcuts run in the browser only; they click the same buttons a mouse would.
+        app.load(None, None, None, js=SHORTCUTS_JS, api_name="install_shortcuts")
     return app
+
+
+def launch_options(settings: ServeSettings) -> dict[str, Any]:
+    """Everything launch() needs besides the app, so the CLI and the tests start the app identically."""
+    return {
+        "auth": make_auth(settings.db_path),
+        "auth_message": AUTH_MESSAGE,
+        "server_name": settings.host,
+        "server_port": settings.port,
+        "max_file_size": settings.max_file_size,
+        "css": CSS,
+        "show_error": True,
+        "footer_links": ["api", "gradio"],
+    }
+
+
+def launch(app: gr.Blocks, settings: ServeSettings, **overrides: Any):
+    """app.launch with launch_options(settings); overrides (prevent_thread_lock, quiet, ...) win."""
+    return app.launch(**{**launch_options(settings), **overrides})

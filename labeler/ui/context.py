@@ -1,9 +1,12 @@
 """What every tab receives: where the database is and the server settings. Holds no mutable state."""
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
+from typing import Iterator
 
 import gradio as gr
+import sqlite_utils
 
 from labeler.services.errors import PermissionDenied
 from storage import open_db
@@ -24,14 +27,29 @@ class ServeSettings:
 @dataclass(frozen=True)
 class UIContext:
     settings: ServeSettings
+    # The Blocks being built, so a tab can register page-load events (ctx.app.load). Not state: never reassigned.
+    app: gr.Blocks | None = None
 
     @property
     def db_path(self) -> str:
         return self.settings.db_path
 
-    def db(self):
+    @property
+    def project(self) -> str:
+        return self.settings.project
+
+    def db(self) -> sqlite_utils.Database:
         """A fresh connection for this request: never one shared across Gradio's worker threads."""
         return open_db(self.db_path)
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[sqlite_utils.Database]:
+        """`with ctx.connection() as db:` a connection for one request, closed afterwards."""
+        db = open_db(self.db_path)
+        try:
+            yield db
+        finally:
+            db.conn.close()
 
     @staticmethod
     def username(request: gr.Request | None) -> str:

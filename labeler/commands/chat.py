@@ -1,0 +1,125 @@
+"""`rlhf-studio chat` (talk to a model in the terminal, streamed) and `rlhf-studio models list/add`."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import TextIO
+
+from labeler.commands.generate import add_settings_flags, settings_from_args
+from labeler.services.chat import CHAT_SETTINGS
+
+HELP_LINE = "Type a message; /reset starts over, /exit (or Ctrl-D) quits."
+
+
+def register(subparsers, common: argparse.ArgumentParser) -> None:
+    chat = subparsers.add_parser(
+        "chat", parents=[common], help="chat with a model in the terminal (answers stream in)",
+        description=f"Chat with a registered model (or a local folder) in the terminal. {HELP_LINE}",
+    )
+    chat.add_argument("--model", default="default", help="registry name, 'default', or a local model folder (default: default)")
+    chat.add_argument("--system", default="", help="system prompt (default: none, the model's template decides)")
+    add_settings_flags(chat, CHAT_SETTINGS)
+    chat.set_defaults(func=run_chat)
+
+    group = subparsers.add_parser("models", help="list and register models", description="The model registry.")
+    actions = group.add_subparsers(dest="action", required=True, metavar="ACTION")
+    listing = actions.add_parser("list", parents=[common], help="list registered models",
+                                 description="List the registered models, oldest first.")
+    listing.add_argument("--kind", default=None, choices=["base", "policy", "reward", "adapter"], help="only this kind")
+    listing.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
+    listing.set_defaults(func=run_models_list)
+    add = actions.add_parser(
+        "add", parents=[common], help="register a model folder or hub id under a name",
+        description="Register a local safetensors folder (or a hub id already in the local cache) under a name.",
+    )
+    add.add_argument("name", help="the name to use in --model, the Chat and Arena tabs")
+    add.add_argument("path", help="a local model folder, or a hub id (owner/name)")
+    add.add_argument("--kind", default="base", choices=["base", "policy", "reward", "adapter"], help="what it is (default: base)")
+    add.set_defaults(func=run_models_add)
+
+
+def run_chat(args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
+    from labeler.services.chat import ModelCache, stream_reply
+    from labeler.services.models import resolve
+    from storage import open_db
+
+    stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
+    settings = settings_from_args(args, CHAT_SETTINGS)
+    db = open_db(args.db)
+    try:
+        path = resolve(db, args.model)
+    finally:
+        db.conn.close()
+    cache = ModelCache(max_models=1)
+    cache.get(path)  # load before the first prompt, so the wait is not mistaken for a slow answer
+    print(f"chatting with {args.model}. {HELP_LINE}", file=stdout)
+    history: list[dict] = []
+    turn = 0
+    while True:
+        stdout.write("you> ")
+        stdout.flush()
+        line = stdin.readline()
+        if not line:  # EOF
+            stdout.write("\n")
+            return 0
+        text = line.strip()
+        if text in ("/exit", "/quit"):
+            return 0
+        if text == "/reset":
+            history = []
+            print("(conversation cleared)", file=stdout)
+            continue
+        if not text:
+            continue
+        history.append({"role": "user", "content": text})
+        stdout.write(f"{args.model}> ")
+        pieces = []
+        # A different seed per turn: the same question asked twice need not get the same answer.
+        turn_settings = settings if not settings.do_sample else _with_seed(settings, settings.seed + turn)
+        for piece in stream_reply(cache, path, history, args.system or None, turn_settings):
+            pieces.append(piece)
+            stdout.write(piece)
+            stdout.flush()
+        stdout.write("\n")
+        history.append({"role": "assistant", "content": "".join(pieces)})
+        turn += 1
+
+
+def _with_seed(settings, seed: int):
+    import dataclasses
+
+    return dataclasses.replace(settings, seed=seed)
+
+
+def run_models_list(args: argparse.Namespace) -> int:
+    from labeler.services.models import list_models
+    from storage import open_db
+
+    db = open_db(args.db)
+    try:
+        rows = list_models(db, kind=args.kind)
+    finally:
+        db.conn.close()
+    if args.json:
+        for row in rows:
+            print(json.dumps(row, sort_keys=True))
+        return 0
+    width = max([len(r["name"]) for r in rows] + [4])
+    print(f"{'name':<{width}}  {'kind':<7}  {'run':>4}  path")
+    for row in rows:
+        print(f"{row['name']:<{width}}  {row['kind']:<7}  {row['run_id'] or '':>4}  {row['path']}")
+    return 0
+
+
+def run_models_add(args: argparse.Namespace) -> int:
+    from labeler.services.models import register_model
+    from storage import open_db
+
+    db = open_db(args.db)
+    try:
+        row = register_model(db, args.name, args.path, args.kind)
+    finally:
+        db.conn.close()
+    print(f"registered {row['name']} ({row['kind']}): {row['path']}")
+    return 0

@@ -1,0 +1,236 @@
+"""Data in and out: `prompts`, `labels import`, `export`, `backup`, `projects`.
+
+Each handler opens the database, calls one service and prints a line; bad input raises InputError, which
+the hub (labeler/cli.py) prints as one stderr line with exit status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+from labeler.services.errors import InputError
+
+
+def register(subparsers, common: argparse.ArgumentParser) -> None:
+    _register_prompts(subparsers, common)
+    _register_labels(subparsers, common)
+    _register_export(subparsers, common)
+    backup = subparsers.add_parser(
+        "backup", parents=[common], help="copy the live database to a file (safe while the app runs)",
+        description="A consistent copy of the database through SQLite's backup API, even while the app writes.",
+    )
+    backup.add_argument("--out", required=True, help="file to write, e.g. backups/studio-2025-01-31.db")
+    backup.set_defaults(func=run_backup)
+    _register_projects(subparsers, common)
+
+
+def _open(args):
+    from storage import open_db
+
+    return open_db(args.db)
+
+
+# --- prompts ---------------------------------------------------------------------------------------------
+
+
+def _register_prompts(subparsers, common) -> None:
+    group = subparsers.add_parser("prompts", help="import and list prompts", description="Import and list the prompts of a project.")
+    actions = group.add_subparsers(dest="action", required=True, metavar="ACTION")
+    imp = actions.add_parser(
+        "import", parents=[common], help="import prompts from a file or a saved datasets folder",
+        description=(
+            "Import prompts from CSV (a 'prompt' column), JSONL ({\"prompt\": ...} or {\"messages\": [...]}), JSON, "
+            ".txt (one per line), Parquet or a saved datasets folder (every split). Duplicates are skipped; "
+            "a bad row stops the import with its file, line and field, and nothing is written."
+        ),
+    )
+    imp.add_argument("file", help="the file (or datasets folder) to import")
+    imp.add_argument("--source", default=None, help="label stored with each prompt (default: the file name)")
+    imp.set_defaults(func=run_prompts_import)
+    shipped = actions.add_parser(
+        "import-shipped", parents=[common], help="import the shipped movie-review openings",
+        description="Import the movie-review openings shipped with RLHF Studio (the IMDB positive-review task).",
+    )
+    shipped.set_defaults(func=run_prompts_import_shipped)
+    listing = actions.add_parser("list", parents=[common], help="list prompts with their answer counts",
+                                 description="List the project's prompts, oldest first.")
+    listing.add_argument("--limit", type=int, default=20, help="how many to show (default: 20)")
+    listing.add_argument("--offset", type=int, default=0, help="how many to skip first (default: 0)")
+    listing.set_defaults(func=run_prompts_list)
+
+
+def _print_import(result, what: str, project: str) -> None:
+    skipped = f", {result.skipped} skipped (chosen == rejected)" if result.skipped else ""
+    print(f"{result.added} {what} added to project '{project}', {result.duplicates} duplicates skipped{skipped}")
+
+
+def run_prompts_import(args) -> int:
+    from labeler.services.prompts import import_prompts
+
+    _print_import(import_prompts(_open(args), args.file, project=args.project, source=args.source), "prompts", args.project)
+    return 0
+
+
+def run_prompts_import_shipped(args) -> int:
+    from labeler.services.prompts import import_shipped_prompts
+
+    _print_import(import_shipped_prompts(_open(args), project=args.project), "prompts", args.project)
+    return 0
+
+
+def run_prompts_list(args) -> int:
+    from labeler.services.prompts import count_prompts, list_prompts
+
+    db = _open(args)
+    rows = list_prompts(db, project=args.project, limit=args.limit, offset=args.offset)
+    for row in rows:
+        text = row["text"].replace("\n", " ")
+        turns = f" [{len(row['messages'])} messages]" if row["messages"] else ""
+        print(f"{row['id']:>6}  {row['responses']:>3} answers  {text[:90]}{turns}")
+    print(f"{len(rows)} of {count_prompts(db, args.project)} prompts in project '{args.project}'")
+    return 0
+
+
+# --- labels ----------------------------------------------------------------------------------------------
+
+
+def _register_labels(subparsers, common) -> None:
+    group = subparsers.add_parser("labels", help="import preference labels", description="Import labels made elsewhere.")
+    actions = group.add_subparsers(dest="action", required=True, metavar="ACTION")
+    imp = actions.add_parser(
+        "import", parents=[common], help="import a TRL preference dataset (prompt, chosen, rejected)",
+        description=(
+            "Import a TRL preference dataset (JSONL, JSON, Parquet or a saved datasets folder; standard or "
+            "conversational): each pair becomes a ranking item with one ranking (source 'import')."
+        ),
+    )
+    imp.add_argument("file", help="the preference file or datasets folder")
+    imp.set_defaults(func=run_labels_import)
+
+
+def run_labels_import(args) -> int:
+    from labeler.services.labels_import import import_preferences
+
+    _print_import(import_preferences(_open(args), args.file, project=args.project), "preference pairs", args.project)
+    return 0
+
+
+# --- export ----------------------------------------------------------------------------------------------
+
+
+def _register_export(subparsers, common) -> None:
+    from labeler.forms import field_specs
+    from labeler.services.export import FORMATS, KINDS, ExportOptions
+
+    parser = subparsers.add_parser(
+        "export", parents=[common], help="write labels as a TRL dataset (preferences, ratings, unpaired)",
+        description=(
+            "Write labels as a dataset TRL and rlhf/ trainers read unchanged: preferences (prompt, chosen, "
+            "rejected), ratings (prompt, completion, score, n, std) or unpaired (prompt, completion, label)."
+        ),
+    )
+    parser.add_argument("--kind", choices=KINDS, default="preferences", help="which rows (default: preferences)")
+    parser.add_argument("--format", dest="fmt", choices=FORMATS, default="jsonl",
+                        help="jsonl, parquet, hf (a datasets folder with train/test splits) or csv (default: jsonl)")
+    parser.add_argument("--out", required=True, help="file to write (a folder for --format hf)")
+    # The filter flags come from ExportOptions' fields (labeler/forms.py), like the Data tab's form:
+    # adding an option to the dataclass adds the flag. Values are parsed by forms.build_config.
+    for spec in field_specs(ExportOptions):
+        flag = "--" + spec.name.replace("_", "-")
+        if spec.kind == "bool":
+            parser.add_argument(flag, dest=f"opt_{spec.name}", action="store_true", help=spec.help)
+        else:
+            metavar = "NAMES" if spec.name == "annotators" else spec.name.upper()
+            default = f" (default {spec.default})" if spec.default is not None else ""
+            help_text = "comma-separated usernames; only their labels" if spec.name == "annotators" else spec.help + default
+            parser.add_argument(flag, dest=f"opt_{spec.name}", default=None, metavar=metavar, help=help_text)
+    parser.set_defaults(func=run_export)
+
+
+def run_export(args) -> int:
+    from labeler.forms import build_config
+    from labeler.services.export import ExportOptions, export
+
+    values = {key[4:]: value for key, value in vars(args).items() if key.startswith("opt_") and value not in (None, False)}
+    annotators = values.pop("annotators", None)  # comma-separated text, split by ExportOptions itself
+    options = build_config(ExportOptions, values)
+    if annotators is not None:
+        options = dataclasses.replace(options, annotators=annotators)
+    result = export(_open(args), args.project, args.kind, args.fmt, args.out, options)
+    print(f"wrote {result.rows} {args.kind} rows to {result.path}")
+    return 0
+
+
+def run_backup(args) -> int:
+    from storage import backup
+
+    print(f"backed up {args.db} to {backup(_open(args), args.out)}")
+    return 0
+
+
+# --- projects --------------------------------------------------------------------------------------------
+
+
+def _register_projects(subparsers, common) -> None:
+    group = subparsers.add_parser("projects", help="create, list and configure projects",
+                                  description="A project is a set of prompts with its own rating scale, overlap and guidelines.")
+    actions = group.add_subparsers(dest="action", required=True, metavar="ACTION")
+    create = actions.add_parser("create", parents=[common], help="create a project", description="Create a project.")
+    create.add_argument("name", help="the new project's name")
+    update = actions.add_parser("set", parents=[common], help="change a project's settings",
+                                description="Change a project's Likert range, overlap or guidelines; unset options keep their value.")
+    update.add_argument("name", help="the project to change")
+    for parser, defaults in ((create, True), (update, False)):
+        parser.add_argument("--likert-min", type=int, default=1 if defaults else None, help="lowest score" + (" (default 1)" if defaults else ""))
+        parser.add_argument("--likert-max", type=int, default=7 if defaults else None, help="highest score" + (" (default 7)" if defaults else ""))
+        parser.add_argument("--overlap", type=int, default=1 if defaults else None,
+                            help="annotators per item, for agreement statistics" + (" (default 1)" if defaults else ""))
+        parser.add_argument("--guidelines", default=None, help="markdown file with the annotation guidelines")
+    create.set_defaults(func=run_projects_create)
+    update.set_defaults(func=run_projects_set)
+    listing = actions.add_parser("list", parents=[common], help="list projects", description="List every project and its settings.")
+    listing.set_defaults(func=run_projects_list)
+
+
+def _guidelines(path: str | None) -> str | None:
+    if path is None:
+        return None
+    from labeler.services.readers import decode_text
+
+    if not Path(path).is_file():
+        raise InputError("guidelines file not found", file=path)
+    return decode_text(Path(path))
+
+
+def _describe(project) -> str:
+    guidelines = f", guidelines {len(project.guidelines)} chars" if project.guidelines else ""
+    return f"{project.name}: Likert {project.likert_min}..{project.likert_max}, overlap {project.overlap}{guidelines}"
+
+
+def run_projects_create(args) -> int:
+    from labeler.services.projects import create_project
+
+    project = create_project(_open(args), args.name, likert_min=args.likert_min, likert_max=args.likert_max,
+                             overlap=args.overlap, guidelines=_guidelines(args.guidelines) or "")
+    print(f"created project {_describe(project)}")
+    return 0
+
+
+def run_projects_set(args) -> int:
+    from labeler.services.projects import update_project
+
+    project = update_project(_open(args), args.name, likert_min=args.likert_min, likert_max=args.likert_max,
+                             overlap=args.overlap, guidelines=_guidelines(args.guidelines))
+    print(f"updated project {_describe(project)}")
+    return 0
+
+
+def run_projects_list(args) -> int:
+    from labeler.services.projects import list_projects
+    from labeler.services.prompts import count_prompts
+
+    db = _open(args)
+    for project in list_projects(db):
+        print(f"{_describe(project)}, {count_prompts(db, project.name)} prompts")
+    return 0

@@ -1,0 +1,115 @@
+"""`rlhf-studio serve`: the web app, ready to label on the very first start.
+
+First start on an empty database: the shipped movie-review prompts go into the project, the `admin`
+account is created and its one-time password printed here (like Jupyter's token), and a first set of
+answers is generated in the background so the Rate and Rank tabs have work within a minute.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+
+FIRST_PROMPTS = 16  # prompts answered in the background on the first start (x2 answers: ratings and rankings)
+
+
+def register(subparsers, common: argparse.ArgumentParser) -> None:
+    parser = subparsers.add_parser(
+        "serve",
+        parents=[common],
+        help="start the labelling web app (login, Rate, Rank, Data, Train, Chat, Admin)",
+        description=(
+            "Start the web app. On the first start it imports the shipped prompts, creates the admin account "
+            "(the one-time password is printed here) and generates a first set of answers in the background."
+        ),
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="interface to listen on (0.0.0.0: every interface)")
+    parser.add_argument("--port", type=int, default=7860, help="port to listen on (default: 7860)")
+    parser.add_argument(
+        "--model", default="default",
+        help="model that writes answers: a registry name, 'default' (bundled SmolLM2-135M) or a safetensors folder",
+    )
+    parser.add_argument("--max-file-size", default="50mb", help="largest upload accepted, e.g. 50mb (default: 50mb)")
+    parser.add_argument("--runs-dir", default="runs", help="where training runs write checkpoints and logs")
+    parser.add_argument(
+        "--first-prompts", type=int, default=FIRST_PROMPTS,
+        help=f"prompts answered in the background when the project has no answers (0: none; default {FIRST_PROMPTS})",
+    )
+    parser.set_defaults(func=run)
+
+
+def prepare(db_path: str, project: str, model: str) -> tuple[str | None, bool]:
+    """Make the database ready to serve. Returns (one-time admin password or None, project has no answers)."""
+    from labeler.services import accounts, models, projects, prompts
+    from labeler.services.errors import InputError
+    from storage import open_db
+
+    db = open_db(db_path)
+    try:
+        try:
+            projects.get_project(db, project)
+        except InputError:
+            projects.create_project(db, project)
+        if prompts.count_prompts(db, project) == 0:
+            result = prompts.import_shipped_prompts(db, project)
+            print(f"Imported {result.added} shipped movie-review prompts into project '{project}'.", flush=True)
+        if model == "default":
+            print("Preparing the default model (converted to safetensors once, then cached)...", flush=True)
+        models.resolve(db, model)  # an unknown name fails here, before the server starts
+        if model == "default":
+            from rlhf.loading import default_model_path
+
+            default_model_path()
+        password = accounts.ensure_admin(db)
+        no_answers = not db.execute(
+            "SELECT 1 FROM responses r JOIN prompts p ON p.id = r.prompt_id JOIN projects j ON j.id = p.project_id"
+            " WHERE j.name = ? LIMIT 1",
+            [project],
+        ).fetchone()
+    finally:
+        db.conn.close()
+    return password, no_answers
+
+
+def generate_first_answers(db_path: str, project: str, model: str, limit: int) -> None:
+    """Runs in a background thread with its own connection; failures are printed, never fatal to the server."""
+    from labeler.services import generation
+    from storage import open_db
+
+    db = open_db(db_path)
+    try:
+        ids = generation.generate_responses(db, project, model=model, n_per_prompt=2, limit=limit)
+        print(f"Generated {len(ids)} first answers with '{model}': the Rate and Rank tabs have work.", flush=True)
+    except Exception as error:  # noqa: BLE001 - a background helper must not take the server down
+        print(f"Could not generate the first answers ({error}); use Data > Generate responses.", file=sys.stderr)
+    finally:
+        db.conn.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    from labeler.ui.app import build_app, launch
+    from labeler.ui.context import ServeSettings
+
+    password, no_answers = prepare(args.db, args.project, args.model)
+    settings = ServeSettings(
+        db_path=args.db, host=args.host, port=args.port, model=args.model, project=args.project,
+        max_file_size=args.max_file_size, runs_dir=args.runs_dir,
+    )
+    url = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{args.port}/"
+    print(f"\n    RLHF Studio: {url}", flush=True)
+    if password is not None:
+        print(
+            "    First start: log in as user 'admin' with this one-time password\n"
+            f"        {password}\n"
+            "    (it is not stored anywhere in clear text: change it in Admin > Users)\n",
+            flush=True,
+        )
+    if no_answers and args.first_prompts > 0:
+        print(f"Generating first answers for {args.first_prompts} prompts in the background...", flush=True)
+        threading.Thread(
+            target=generate_first_answers, args=(args.db, args.project, args.model, args.first_prompts),
+            name="first-answers", daemon=True,
+        ).start()
+    app = build_app(settings)
+    launch(app, settings, quiet=True)
+    return 0

@@ -1,0 +1,200 @@
+"""One mapping from a config dataclass's fields to CLI `--set key=value` flags and to Gradio form widgets.
+
+The Train tab's form and `rlhf-studio train --set` both come from `field_specs(cls)` and read back through
+`build_config`, which parses every value the same way and lets the dataclass's own `__post_init__` validate
+it. Adding a hyperparameter is adding one field to the dataclass. Gradio is imported only inside `widget()`,
+so the CLI and the services never import it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from labeler.services.errors import InputError
+
+SCALARS = (bool, int, float, str)
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """What a form or a flag needs to know about one config field."""
+
+    name: str
+    kind: str  # "bool" | "int" | "float" | "str" | "choice" | "json"
+    default: Any
+    help: str
+    choices: tuple = ()
+    optional: bool = False  # None is an accepted value
+
+
+def _kind_of(annotation) -> tuple[str, tuple, bool]:
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is Literal:
+        return "choice", tuple(args), False
+    if origin in (typing.Union, types.UnionType):
+        optional = type(None) in args
+        rest = [a for a in args if a is not type(None)]
+        # `SchedulerType | str` (TrainingArguments): an enum widened to str is a choice of the enum's values.
+        enums = [a for a in rest if isinstance(a, type) and issubclass(a, enum.Enum)]
+        if enums:
+            return "choice", tuple(member.value for member in enums[0]), optional
+        scalars = [a for a in rest if a in SCALARS]
+        if len(rest) == 1:
+            kind, choices, _ = _kind_of(rest[0])
+            return kind, choices, optional
+        if scalars and all(a in SCALARS for a in rest):
+            return "str" if str in scalars else scalars[0].__name__, (), optional
+        return "json", (), optional
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return "choice", tuple(member.value for member in annotation), False
+    if annotation in SCALARS:
+        return annotation.__name__, (), False
+    return "json", (), False
+
+
+def _default(f: dataclasses.Field):
+    if f.default is not dataclasses.MISSING:
+        value = f.default
+    elif f.default_factory is not dataclasses.MISSING:
+        value = f.default_factory()
+    else:
+        return None
+    return value.value if isinstance(value, enum.Enum) else value
+
+
+def field_specs(cls, only: list[str] | tuple[str, ...] | None = None) -> list[FieldSpec]:
+    """Specs of the dataclass's init fields (in declaration order, or in the order of `only`)."""
+    hints = typing.get_type_hints(cls)
+    by_name = {}
+    for f in dataclasses.fields(cls):
+        if not f.init or f.name.startswith("_"):
+            continue
+        kind, choices, optional = _kind_of(hints.get(f.name, str))
+        by_name[f.name] = FieldSpec(f.name, kind, _default(f), f.metadata.get("help", ""), choices, optional)
+    if only is None:
+        return list(by_name.values())
+    missing = [name for name in only if name not in by_name]
+    if missing:
+        raise KeyError(f"{cls.__name__} has no field(s) {missing}")
+    return [by_name[name] for name in only]
+
+
+def parse_value(spec: FieldSpec, value: Any, source: str | None = None) -> Any:
+    """Text from a flag (or a value from a widget or a JSON file) as the field's type."""
+    where = {"file": source, "field": spec.name}
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "null") and spec.optional):
+        if spec.optional or spec.kind == "json":
+            return None
+        raise InputError(f"a value is required ({spec.help or spec.kind})", **where)
+    try:
+        if spec.kind == "bool":
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(f"expected true or false, got {value!r}")
+        if spec.kind == "int":
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError(f"expected a whole number, got {value!r}")
+            if isinstance(value, bool):
+                raise ValueError(f"expected a whole number, got {value!r}")
+            return int(value) if not isinstance(value, str) else int(value.strip())
+        if spec.kind == "float":
+            if isinstance(value, bool):
+                raise ValueError(f"expected a number, got {value!r}")
+            return float(value)
+        if spec.kind == "choice":
+            for choice in spec.choices:
+                if str(choice) == str(value):
+                    return choice
+            raise ValueError(f"expected one of {', '.join(map(str, spec.choices))}; got {value!r}")
+        if spec.kind == "json":
+            return json.loads(value) if isinstance(value, str) else value
+        return str(value)
+    except (ValueError, json.JSONDecodeError) as error:
+        raise InputError(str(error), **where) from None
+
+
+def parse_sets(pairs: list[str] | None) -> dict[str, str]:
+    """`["lr=1e-5", "bf16=true"]` -> {"lr": "1e-5", "bf16": "true"}; the values are parsed later, per field."""
+    out: dict[str, str] = {}
+    for position, pair in enumerate(pairs or [], start=1):
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise InputError(f"--set expects key=value, got {pair!r}", field=f"--set #{position}")
+        out[key.strip()] = value
+    return out
+
+
+def build_config(cls, values: dict[str, Any], source: str | None = None, ignore_unknown: bool = False):
+    """An instance of `cls` from raw values (flag text, widget values or JSON), through one validation path.
+
+    Unknown keys raise InputError naming them (a typo in --set must not be silently ignored) unless
+    `ignore_unknown`. The dataclass's own __post_init__ errors become InputError too.
+    """
+    specs = {spec.name: spec for spec in field_specs(cls)}
+    unknown = sorted(set(values) - set(specs))
+    if unknown and not ignore_unknown:
+        raise InputError(f"unknown setting(s) for {cls.__name__}: {', '.join(unknown)}", file=source, field=unknown[0])
+    kwargs = {name: parse_value(specs[name], value, source) for name, value in values.items() if name in specs}
+    try:
+        return cls(**kwargs)
+    except (ValueError, TypeError) as error:
+        message = str(error)
+        field = next((name for name in kwargs if message.startswith(f"{name}=") or f"`{name}`" in message), None)
+        raise InputError(message, file=source, field=field) from None
+
+
+def to_dict(config, only: list[str] | None = None) -> dict[str, Any]:
+    """The init fields' values as JSON-ready data (enums as their values)."""
+    out = {}
+    for spec in field_specs(type(config), only):
+        value = getattr(config, spec.name)
+        out[spec.name] = value.value if isinstance(value, enum.Enum) else value
+    return json.loads(json.dumps(out, default=str))
+
+
+def changed(config, only: list[str] | None = None) -> dict[str, Any]:
+    """Only the fields that differ from their defaults: what a run's config_json needs to rebuild the config."""
+    specs = {spec.name: spec for spec in field_specs(type(config), only)}
+    values = to_dict(config, only)
+    return {name: value for name, value in values.items() if value != specs[name].default}
+
+
+def widget(spec: FieldSpec, value: Any = None):
+    """The Gradio component for one field: a checkbox, a number, a dropdown, or a textbox. Never a number in
+    a text box: numbers get gr.Number with precision 0 for ints."""
+    import gradio as gr
+
+    value = spec.default if value is None else value
+    label, info = spec.name, (spec.help[:200] or None)
+    if spec.kind == "bool":
+        return gr.Checkbox(value=bool(value), label=label, info=info)
+    if spec.kind == "int":
+        return gr.Number(value=value, label=label, info=info, precision=0)
+    if spec.kind == "float":
+        return gr.Number(value=value, label=label, info=info)
+    if spec.kind == "choice":
+        return gr.Dropdown(choices=[str(c) for c in spec.choices], value=str(value), label=label, info=info)
+    text = json.dumps(value) if spec.kind == "json" else ("" if value is None else str(value))
+    return gr.Textbox(value=text, label=label, info=info)
+
+
+def from_widgets(specs: list[FieldSpec], values: list[Any]) -> dict[str, Any]:
+    """Widget values back to the raw dict that `build_config` parses (blank optional text means None)."""
+    out = {}
+    for spec, value in zip(specs, values):
+        if spec.optional and (value is None or value == ""):
+            out[spec.name] = None
+        else:
+            out[spec.name] = value
+    return out

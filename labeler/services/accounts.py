@@ -1,0 +1,184 @@
+"""Accounts: annotators and admins, with salted scrypt password hashes.
+
+Passwords are hashed with scrypt (memory-hard; RFC 7914) and a random 16-byte salt per user. The stored
+hash carries its parameters ("scrypt$n$r$p$hex") so they can be raised later without breaking old
+accounts. Comparison is constant-time, and an unknown username costs the same hash as a known one so
+that response times do not reveal which usernames exist.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+from dataclasses import dataclass
+
+import sqlite_utils
+
+from labeler.services.errors import InputError, PermissionDenied
+from storage import write_transaction
+
+ROLES = ("admin", "annotator")
+MIN_PASSWORD_LENGTH = 8  # NIST SP 800-63B's minimum for user-chosen secrets
+USERNAME_PATTERN = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
+
+# scrypt cost: n=2**14, r=8 -> 16 MiB and ~50 ms per hash (OWASP's minimum recommendation for scrypt).
+SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**14, 8, 1
+_DUMMY_SALT = "00" * 16
+
+
+@dataclass(frozen=True)
+class User:
+    id: int
+    username: str
+    role: str
+    active: bool
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role == "admin"
+
+
+def hash_password(password: str, salt_hex: str, n: int = SCRYPT_N, r: int = SCRYPT_R, p: int = SCRYPT_P) -> str:
+    digest = hashlib.scrypt(password.encode("utf-8"), salt=bytes.fromhex(salt_hex), n=n, r=r, p=p, maxmem=64 * 2**20, dklen=32)
+    return f"scrypt${n}${r}${p}${digest.hex()}"
+
+
+def _verify(password: str, salt_hex: str, stored: str) -> bool:
+    try:
+        scheme, n, r, p, _ = stored.split("$")
+        assert scheme == "scrypt"
+        candidate = hash_password(password, salt_hex, int(n), int(r), int(p))
+    except (ValueError, AssertionError):
+        return False
+    return secrets.compare_digest(candidate.encode(), stored.encode())
+
+
+def _from_row(row) -> User:
+    return User(id=row["id"], username=row["username"], role=row["role"], active=bool(row["active"]))
+
+
+def _check_username(username: str) -> str:
+    if not isinstance(username, str) or not USERNAME_PATTERN.match(username):
+        raise InputError(
+            f"invalid username {username!r}: use 1-64 letters, digits or _ . @ -", field="username"
+        )
+    return username
+
+
+def _check_password(password: str) -> str:
+    if not isinstance(password, str) or len(password) < MIN_PASSWORD_LENGTH:
+        raise InputError(f"password must be at least {MIN_PASSWORD_LENGTH} characters", field="password")
+    return password
+
+
+def _check_role(role: str) -> str:
+    if role not in ROLES:
+        raise InputError(f"unknown role {role!r} (choose {' or '.join(ROLES)})", field="role")
+    return role
+
+
+def _insert_user(db: sqlite_utils.Database, username: str, password: str, role: str) -> None:
+    """Insert inside the caller's transaction."""
+    if db.execute("SELECT 1 FROM users WHERE username = ?", [username]).fetchone():
+        raise InputError(f"user '{username}' already exists", field="username")
+    salt = secrets.token_hex(16)
+    db.execute(
+        "INSERT INTO users (username, password_hash, salt, role) VALUES (?, ?, ?, ?)",
+        [username, hash_password(password, salt), salt, role],
+    )
+
+
+def create_user(db: sqlite_utils.Database, username: str, password: str, role: str = "annotator") -> User:
+    _check_username(username)
+    _check_password(password)
+    _check_role(role)
+    with write_transaction(db):
+        _insert_user(db, username, password, role)
+    return get_user(db, username)
+
+
+def get_user(db: sqlite_utils.Database, username: str) -> User | None:
+    row = db.execute("SELECT id, username, role, active FROM users WHERE username = ?", [username]).fetchone()
+    return _from_row(row) if row else None
+
+
+def list_users(db: sqlite_utils.Database) -> list[User]:
+    return [_from_row(row) for row in db.execute("SELECT id, username, role, active FROM users ORDER BY id").fetchall()]
+
+
+def authenticate(db: sqlite_utils.Database, username: str, password: str) -> User | None:
+    """The user if the password matches and the account is active, else None."""
+    row = db.execute(
+        "SELECT id, username, role, active, password_hash, salt FROM users WHERE username = ?", [username]
+    ).fetchone()
+    if row is None:
+        # Same work as a real check, so timing does not tell whether the username exists.
+        _verify(password or "", _DUMMY_SALT, hash_password("dummy-password", _DUMMY_SALT))
+        return None
+    if not _verify(password or "", row["salt"], row["password_hash"]) or not row["active"]:
+        return None
+    return _from_row(row)
+
+
+def set_password(db: sqlite_utils.Database, username: str, password: str) -> None:
+    _check_password(password)
+    salt = secrets.token_hex(16)
+    with write_transaction(db):
+        cursor = db.execute(
+            "UPDATE users SET password_hash = ?, salt = ? WHERE username = ?",
+            [hash_password(password, salt), salt, username],
+        )
+        if cursor.rowcount == 0:
+            raise InputError(f"unknown user '{username}'", field="username")
+
+
+def set_role(db: sqlite_utils.Database, username: str, role: str) -> User:
+    _check_role(role)
+    with write_transaction(db):
+        if db.execute("UPDATE users SET role = ? WHERE username = ?", [role, username]).rowcount == 0:
+            raise InputError(f"unknown user '{username}'", field="username")
+        _check_an_admin_remains(db)
+    return get_user(db, username)
+
+
+def set_active(db: sqlite_utils.Database, username: str, active: bool) -> User:
+    """Deactivate (or reactivate) an account; its labels stay, it can no longer log in or label."""
+    with write_transaction(db):
+        if db.execute("UPDATE users SET active = ? WHERE username = ?", [int(bool(active)), username]).rowcount == 0:
+            raise InputError(f"unknown user '{username}'", field="username")
+        _check_an_admin_remains(db)
+    return get_user(db, username)
+
+
+def _check_an_admin_remains(db: sqlite_utils.Database) -> None:
+    # Raising inside write_transaction rolls the change back: nobody can lock every admin out.
+    if not db.execute("SELECT 1 FROM users WHERE role = 'admin' AND active = 1").fetchone():
+        raise InputError("this would leave no active admin", field="role")
+
+
+def ensure_admin(db: sqlite_utils.Database) -> str | None:
+    """On an empty users table, create `admin` with a random one-time password and return it (else None).
+
+    The check and the insert share one BEGIN IMMEDIATE transaction, so two servers starting at once
+    create one admin, and only one of them prints a password.
+    """
+    password = secrets.token_urlsafe(12)  # 96 bits
+    with write_transaction(db):
+        if db.execute("SELECT 1 FROM users LIMIT 1").fetchone():
+            return None
+        _insert_user(db, "admin", password, "admin")
+    return password
+
+
+def require_user(db: sqlite_utils.Database, username: str | None) -> User:
+    user = get_user(db, username) if username else None
+    if user is None or not user.active:
+        raise PermissionDenied("not logged in" if not username else f"user '{username}' is unknown or deactivated")
+    return user
+
+
+def require_admin(db: sqlite_utils.Database, username: str | None) -> User:
+    user = require_user(db, username)
+    if user.role != "admin":
+        raise PermissionDenied(f"user '{username}' is not an admin")
+    return user

@@ -1,0 +1,138 @@
+"""Arena: two models answer one prompt, a user votes blind, the vote becomes a preference label.
+
+start_battle puts the two models in a random order (A and B) and stores both answers as responses;
+nothing the voter sees names a model. vote stores the winner on the battle row and, in the same
+transaction, a ranking item with the voter's ranking (winner first; a tie or both_bad is one tied group,
+which exports no preference pair), so arena votes train reward models and DPO like any other ranking.
+The model names are revealed only in vote's result.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+from dataclasses import dataclass
+
+import sqlite_utils
+
+from labeler.services import label_kinds, labeling
+from labeler.services.accounts import require_user
+from labeler.services.chat import ModelCache, reply
+from labeler.services.errors import InputError, PermissionDenied
+from labeler.services.models import resolve
+from labeler.services.projects import get_project
+from labeler.services.prompts import PromptRecord, insert_prompt
+from rlhf.configs import GenerationSettings
+from storage import write_transaction
+
+WINNERS = ("a", "b", "tie", "both_bad")
+ARENA_SETTINGS = GenerationSettings(max_new_tokens=128, temperature=0.7, top_p=0.9, batch_size=1)
+
+
+@dataclass(frozen=True)
+class Battle:
+    """What the voter may see before voting: no model names."""
+
+    id: int
+    prompt: str
+    answer_a: str
+    answer_b: str
+
+
+@dataclass(frozen=True)
+class VoteResult:
+    battle_id: int
+    winner: str
+    model_a: str
+    model_b: str
+    ranking_id: int
+
+
+def random_prompt(db: sqlite_utils.Database, project: str, rng: random.Random) -> str:
+    """A prompt of the project, picked with the caller's generator. InputError if there are none."""
+    project_id = get_project(db, project).id
+    ids = [row[0] for row in db.execute("SELECT id FROM prompts WHERE project_id = ? ORDER BY id", [project_id])]
+    if not ids:
+        raise InputError(f"project '{project}' has no prompts yet; import some or type one", field="prompt")
+    return db.execute("SELECT text FROM prompts WHERE id = ?", [rng.choice(ids)]).fetchone()[0]
+
+
+def start_battle(
+    db: sqlite_utils.Database,
+    cache: ModelCache,
+    project: str,
+    username: str,
+    prompt: str,
+    model_a: str,
+    model_b: str,
+    settings: GenerationSettings = ARENA_SETTINGS,
+    rng: random.Random | None = None,
+) -> Battle:
+    """Generate both answers and store the battle. The models' order is shuffled with `rng`."""
+    proj = get_project(db, project)
+    user = require_user(db, username)
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise InputError("is empty", field="prompt")
+    if model_a == model_b:
+        raise InputError("pick two different models", field="model_b")
+    paths = {name: resolve(db, name) for name in (model_a, model_b)}
+    rng = rng or random.Random()
+    first, second = (model_a, model_b) if rng.random() < 0.5 else (model_b, model_a)
+    history = [{"role": "user", "content": prompt}]
+    # One seed for both answers: the models differ, the luck does not.
+    settings = dataclasses.replace(settings, seed=rng.randrange(2**31))
+    answers = {name: reply(cache, paths[name], history, None, settings) for name in (first, second)}
+    settings_json = json.dumps(dataclasses.asdict(settings), sort_keys=True)
+    with write_transaction(db):
+        prompt_id, _ = insert_prompt(db, proj.id, PromptRecord(prompt, None), "arena")
+        response_ids = [
+            db.execute(
+                "INSERT INTO responses (prompt_id, text, model, settings_json, source) VALUES (?, ?, ?, ?, 'arena')",
+                [prompt_id, answers[name], name, settings_json],
+            ).lastrowid
+            for name in (first, second)
+        ]
+        battle_id = db.execute(
+            "INSERT INTO battles (project_id, prompt_id, model_a, model_b, response_a, response_b, user_id)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [proj.id, prompt_id, first, second, *response_ids, user.id],
+        ).lastrowid
+    return Battle(battle_id, prompt, answers[first], answers[second])
+
+
+def vote(db: sqlite_utils.Database, battle_id: int, username: str, winner: str) -> VoteResult:
+    """Record the vote of the user who started the battle, once; returns the revealed model names.
+
+    Voting again with the same winner returns the stored result (a double click); a different winner
+    is refused.
+    """
+    if winner not in WINNERS:
+        raise InputError(f"must be one of {', '.join(WINNERS)}, got {winner!r}", field="winner")
+    with write_transaction(db):
+        user = require_user(db, username)
+        battle = db.execute("SELECT * FROM battles WHERE id = ?", [battle_id]).fetchone()
+        if battle is None:
+            raise InputError(f"no battle {battle_id!r}", field="battle_id")
+        if battle["user_id"] != user.id:
+            raise PermissionDenied(f"battle {battle_id} belongs to another user")
+        if battle["winner"] is not None:
+            if battle["winner"] != winner:
+                raise InputError(f"battle {battle_id} already has a vote ({battle['winner']})", field="winner")
+            return VoteResult(battle_id, winner, battle["model_a"], battle["model_b"], battle["ranking_id"])
+        ids = [battle["response_a"], battle["response_b"]]
+        order = label_kinds.vote_to_order(winner, *ids)
+        item_id = db.execute(
+            "INSERT INTO items (project_id, kind, prompt_id, response_ids_json) VALUES (?, 'ranking', ?, ?)",
+            [battle["project_id"], battle["prompt_id"], labeling.response_ids_json(ids)],
+        ).lastrowid
+        # Done by the voter: the item counts as labelled by them, like a ranking from the queue.
+        db.execute("INSERT INTO assignments (item_id, user_id, status) VALUES (?, ?, 'done')", [item_id, user.id])
+        ranking_id = db.execute(
+            "INSERT INTO rankings (item_id, prompt_id, user_id, order_json, source) VALUES (?, ?, ?, ?, 'arena')",
+            [item_id, battle["prompt_id"], user.id, json.dumps(order)],
+        ).lastrowid
+        db.execute(
+            "UPDATE battles SET winner = ?, ranking_id = ?, voted_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') WHERE id = ?",
+            [winner, ranking_id, battle_id],
+        )
+    return VoteResult(battle_id, winner, battle["model_a"], battle["model_b"], ranking_id)

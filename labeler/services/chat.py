@@ -1,0 +1,270 @@
+"""Chat with a model: a small cache of loaded models, streamed and plain replies, best-of-N, rating.
+
+A conversation is a list of {"role": "user" | "assistant", "content": str} messages ending with the
+user's turn; the system prompt is passed apart. A rated answer is stored like any other label (prompt,
+response, rating item, rating), so chatting produces training data.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+import sqlite_utils
+
+from labeler.services import label_kinds, labeling
+from labeler.services.accounts import require_user
+from labeler.services.errors import InputError
+from labeler.services.projects import get_project
+from labeler.services.prompts import PromptRecord, insert_prompt
+from rlhf.configs import GenerationSettings
+from storage import write_transaction
+
+Messages = list[dict]
+CHAT_SETTINGS = GenerationSettings(max_new_tokens=256, temperature=0.7, top_p=0.9, batch_size=1)
+STREAM_TIMEOUT_S = 300.0  # a generation thread silent this long has died
+
+
+class ModelCache:
+    """The last `max_models` loaded models, least recently used evicted first. Thread-safe.
+
+    Owned by its caller (a UI tab's build(), a CLI command); never a module global, so two apps in one
+    process do not share memory they did not ask to share. Keys are (path, kind).
+    """
+
+    def __init__(self, max_models: int = 2):
+        if max_models < 1:
+            raise ValueError(f"max_models={max_models!r}: must be at least 1")
+        self.max_models = max_models
+        self._models: OrderedDict[tuple[str, str], Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, name_or_path: str, kind: str = "causal") -> Any:
+        """(model, tokenizer) for kind 'causal'; a RewardScorer for kind 'reward'."""
+        key = (str(name_or_path), kind)
+        # One lock for loading too: two requests for the same new model load it once.
+        with self._lock:
+            if key in self._models:
+                self._models.move_to_end(key)
+                return self._models[key]
+            loaded = _load(*key)
+            self._models[key] = loaded
+            while len(self._models) > self.max_models:
+                self._models.popitem(last=False)
+            return loaded
+
+    def __contains__(self, key: tuple[str, str]) -> bool:
+        return key in self._models
+
+    def __len__(self) -> int:
+        return len(self._models)
+
+
+def _load(name_or_path: str, kind: str) -> Any:
+    import torch
+
+    if kind == "reward":
+        from rlhf.reward import RewardScorer
+
+        return RewardScorer(name_or_path)
+    if kind != "causal":
+        raise ValueError(f"kind={kind!r}: 'causal' or 'reward'")
+    from rlhf.loading import load_causal_lm, load_tokenizer
+
+    model = load_causal_lm(name_or_path).eval()
+    if torch.cuda.is_available():
+        model = model.to("cuda")
+    return model, load_tokenizer(name_or_path, padding_side="left")
+
+
+def check_history(history: Sequence[dict]) -> Messages:
+    """Plain {"role", "content"} messages ending with a non-empty user turn."""
+    messages = []
+    for number, message in enumerate(history, start=1):
+        role, content = message.get("role"), message.get("content")
+        if role not in ("user", "assistant", "system") or not isinstance(content, str):
+            raise InputError(f"message {number}: needs a role (user/assistant/system) and text content", field="history")
+        messages.append({"role": role, "content": content})
+    if not messages or messages[-1]["role"] != "user" or not messages[-1]["content"].strip():
+        raise InputError("the conversation must end with a non-empty user message", field="history")
+    return messages
+
+
+def _prompt_ids(model, tokenizer, history: Messages, system_prompt: str | None, max_new_tokens: int):
+    """The prompt's token ids, dropping the oldest turns when it would not fit the model's context."""
+    from rlhf.generation import build_prompt_ids
+
+    limit = getattr(model.config, "max_position_embeddings", None) or 2048
+    budget = max(limit - max_new_tokens, 1)
+    history = list(history)
+    ids = build_prompt_ids(tokenizer, history, system_prompt=system_prompt or None)
+    while len(ids) > budget and len(history) > 1:
+        history = history[1:]
+        ids = build_prompt_ids(tokenizer, history, system_prompt=system_prompt or None)
+    return ids[-budget:]
+
+
+def stream_reply(
+    cache: ModelCache,
+    model_name_or_path: str,
+    history: Sequence[dict],
+    system_prompt: str | None = None,
+    settings: GenerationSettings = CHAT_SETTINGS,
+) -> Iterator[str]:
+    """Yield the answer piece by piece as it is generated (transformers' TextIteratorStreamer + a thread).
+
+    The pieces joined are the text `reply` returns for the same settings (greedy decoding, or the same seed).
+    """
+    import torch
+    from transformers import TextIteratorStreamer
+
+    from rlhf.generation import autocast_context, eos_token_ids, generation_kwargs
+
+    messages = check_history(history)
+    model, tokenizer = cache.get(model_name_or_path)
+    ids = _prompt_ids(model, tokenizer, messages, system_prompt, settings.max_new_tokens)
+    device = next(model.parameters()).device
+    eos_ids = eos_token_ids(model, tokenizer)
+    streamer = TextIteratorStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True, timeout=STREAM_TIMEOUT_S)
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            # Seeded like generate_batch; fork_rng keeps the caller's RNG as it was.
+            with torch.no_grad(), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+                torch.manual_seed(settings.seed)
+                with autocast_context(model, settings.autocast):
+                    model.generate(
+                        input_ids=ids[None].to(device),
+                        attention_mask=torch.ones_like(ids)[None].to(device),
+                        streamer=streamer,
+                        **generation_kwargs(settings, eos_ids, tokenizer.pad_token_id),
+                    )
+        except BaseException as error:  # re-raised in the caller's thread below
+            failure.append(error)
+            streamer.end()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    for piece in streamer:
+        if piece:
+            yield piece
+    thread.join()
+    if failure:
+        raise failure[0]
+
+
+def reply(
+    cache: ModelCache,
+    model_name_or_path: str,
+    history: Sequence[dict],
+    system_prompt: str | None = None,
+    settings: GenerationSettings = CHAT_SETTINGS,
+) -> str:
+    """The whole answer at once."""
+    from rlhf.generation import decode_responses, generate_batch
+
+    messages = check_history(history)
+    model, tokenizer = cache.get(model_name_or_path)
+    ids = _prompt_ids(model, tokenizer, messages, system_prompt, settings.max_new_tokens)
+    return decode_responses(tokenizer, generate_batch(model, tokenizer, [ids], settings))[0]
+
+
+def reward_prompt(history: Messages) -> str | Messages:
+    """The prompt as stored and as a reward model is trained on it: a single user turn is plain text
+    (see prompts.PromptRecord), a longer conversation stays a message list."""
+    turns = [m for m in history if m["role"] != "system"]
+    return turns[0]["content"] if len(turns) == 1 else turns
+
+
+def best_of_n(
+    cache: ModelCache,
+    model: str,
+    reward_model: str,
+    history: Sequence[dict],
+    n: int,
+    settings: GenerationSettings = CHAT_SETTINGS,
+    system_prompt: str | None = None,
+) -> tuple[str, list[tuple[str, float]]]:
+    """Sample n answers, score each with the reward model, return (best, [(answer, score), ...]).
+
+    Sampling is forced on (n greedy answers would be identical). The answers come back in sampling
+    order; ties go to the earliest.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 64:
+        raise InputError(f"must be between 1 and 64, got {n!r}", field="n")
+    from rlhf.generation import decode_responses, generate_batch
+
+    messages = check_history(history)
+    lm, tokenizer = cache.get(model)
+    ids = _prompt_ids(lm, tokenizer, messages, system_prompt, settings.max_new_tokens)
+    sampling = dataclasses.replace(settings, do_sample=True, batch_size=n)
+    answers = decode_responses(tokenizer, generate_batch(lm, tokenizer, [ids] * n, sampling))
+    scorer = cache.get(reward_model, kind="reward")
+    prompt = reward_prompt(messages)
+    if isinstance(prompt, str):
+        scores = scorer.score([prompt] * n, answers)
+    else:
+        scores = scorer.score([prompt] * n, [[{"role": "assistant", "content": a}] for a in answers])
+    scored = list(zip(answers, [float(s) for s in scores]))
+    best = max(range(n), key=lambda i: (scored[i][1], -i))
+    return scored[best][0], scored
+
+
+@dataclass(frozen=True)
+class RatedAnswer:
+    prompt_id: int
+    response_id: int
+    item_id: int
+    rating_id: int
+
+
+def _prompt_record(prompt: str | Sequence[dict]) -> PromptRecord:
+    if isinstance(prompt, str):
+        if not prompt.strip():
+            raise InputError("is empty", field="prompt")
+        return PromptRecord(prompt, None)
+    turns = [m for m in check_history(prompt) if m["role"] != "system"]
+    # Stored the way prompts.py stores conversations, so the same chat is the same prompt.
+    return PromptRecord(turns[-1]["content"], None if len(turns) == 1 else turns)
+
+
+def rate_answer(
+    db: sqlite_utils.Database,
+    project: str,
+    username: str,
+    prompt: str | Sequence[dict],
+    answer: str,
+    model: str,
+    score: float,
+    settings: GenerationSettings | None = None,
+    source: str = "chat",
+) -> RatedAnswer:
+    """Store a chat answer and the user's Likert score for it, as prompt, response, rating item and rating.
+
+    Everything is checked before the first write. The item goes through labeling (create_items and
+    submit_rating with claim=True), so queues, overlap and exports treat it like any other label.
+    """
+    proj = get_project(db, project)
+    require_user(db, username)
+    score = label_kinds.validate_score(score, proj.likert_min, proj.likert_max)
+    record = _prompt_record(prompt)
+    if not isinstance(answer, str) or not answer.strip():
+        raise InputError("is empty: nothing to rate", field="answer")
+    settings_json = json.dumps(dataclasses.asdict(settings), sort_keys=True) if settings else "{}"
+    with write_transaction(db):
+        prompt_id, _ = insert_prompt(db, proj.id, record, source)
+        response_id = db.execute(
+            "INSERT INTO responses (prompt_id, text, model, settings_json, source) VALUES (?, ?, ?, ?, ?)",
+            [prompt_id, answer, model, settings_json, source],
+        ).lastrowid
+    labeling.create_items(db, project, [response_id], kinds=("rating",))
+    item_id = db.execute(
+        "SELECT id FROM items WHERE project_id = ? AND kind = 'rating' AND response_ids_json = ?",
+        [proj.id, labeling.response_ids_json([response_id])],
+    ).fetchone()[0]
+    result = labeling.submit_rating(db, project, username, item_id, score, claim=True)
+    return RatedAnswer(prompt_id, response_id, item_id, result.label_id)

@@ -1,0 +1,206 @@
+"""Atomic, resumable checkpoints.
+
+A checkpoint is a folder `checkpoint-<step>` holding whatever the trainer writes plus `manifest.json`, written
+last, that lists every file with its size. Our own checkpoints are written under a temporary name and renamed
+into place, so a crash (even SIGKILL) leaves either the previous checkpoint or the new one, never half of one.
+Folders written by transformers.Trainer (which writes in place) get their manifest from `ManifestCallback`
+once Trainer has finished writing them; a folder without a complete manifest is ignored on resume.
+
+Optimizer and RNG state are plain tensors/lists saved with torch.save and read with
+torch.load(weights_only=True), which cannot execute code from a tampered file.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+PREFIX = "checkpoint-"
+MANIFEST = "manifest.json"
+TMP_PREFIX = ".tmp-"
+# Test hook: seconds to sleep after the files are written and before the manifest ("3", or "3@4" for the
+# checkpoint of step 4 only), so a test can SIGKILL a worker in the middle of writing a checkpoint.
+SLEEP_ENV = "RLHF_STUDIO_CHECKPOINT_SLEEP"
+
+
+def _test_delay(step: int) -> None:
+    value = os.environ.get(SLEEP_ENV, "")
+    if not value:
+        return
+    seconds, _, only_step = value.partition("@")
+    if not only_step or int(only_step) == int(step):
+        time.sleep(float(seconds))
+
+
+def checkpoint_step(folder: Path) -> int | None:
+    name = Path(folder).name
+    if not name.startswith(PREFIX):
+        return None
+    try:
+        return int(name[len(PREFIX):])
+    except ValueError:
+        return None
+
+
+def write_manifest(folder: str | Path, step: int, meta: dict[str, Any] | None = None) -> Path:
+    """List every file in `folder` (size) in manifest.json, written through a temp file + rename + fsync."""
+    folder = Path(folder)
+    files = {}
+    for path in sorted(folder.rglob("*")):
+        if path.is_file() and path.name != MANIFEST and not path.name.startswith(TMP_PREFIX):
+            files[str(path.relative_to(folder))] = path.stat().st_size
+    manifest = {"step": int(step), "files": files, "meta": meta or {}, "written_at": time.time()}
+    tmp = folder / f"{TMP_PREFIX}{MANIFEST}"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(manifest, handle, indent=1)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, folder / MANIFEST)
+    return folder / MANIFEST
+
+
+def read_manifest(folder: str | Path) -> dict[str, Any] | None:
+    """The manifest when the folder is complete (manifest present, every listed file there with its size)."""
+    folder = Path(folder)
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    for name, size in manifest.get("files", {}).items():
+        path = folder / name
+        if not path.is_file() or path.stat().st_size != size:
+            return None
+    return manifest
+
+
+def save_checkpoint(root: str | Path, step: int, write: Callable[[Path], None], meta: dict | None = None,
+                    keep: int | None = 2) -> Path:
+    """Write a checkpoint atomically: `write(tmp_folder)` fills a temporary folder, then the manifest is written
+    last and the folder renamed to `checkpoint-<step>`. Keeps the newest `keep` complete checkpoints."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f"{TMP_PREFIX}{PREFIX}{step}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    write(tmp)
+    _test_delay(step)
+    write_manifest(tmp, step, meta)
+    target = root / f"{PREFIX}{step}"
+    if target.exists():  # the same step saved again after a resume: replace it
+        shutil.rmtree(target)
+    os.replace(tmp, target)
+    _fsync_dir(root)
+    if keep:
+        for old in complete_checkpoints(root)[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+    return target
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def complete_checkpoints(root: str | Path) -> list[Path]:
+    """Complete checkpoint folders under `root`, oldest first."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if p.is_dir() and checkpoint_step(p) is not None and read_manifest(p)]
+    return sorted(found, key=checkpoint_step)
+
+
+def latest_checkpoint(root: str | Path) -> Path | None:
+    """The newest checkpoint whose manifest is complete, or None."""
+    found = complete_checkpoints(root)
+    return found[-1] if found else None
+
+
+def remove_incomplete(root: str | Path) -> list[Path]:
+    """Delete temporary folders and checkpoints without a complete manifest (left by a crash)."""
+    root = Path(root)
+    removed = []
+    if not root.is_dir():
+        return removed
+    for path in root.iterdir():
+        if path.is_dir() and (path.name.startswith(TMP_PREFIX) or (checkpoint_step(path) is not None and not read_manifest(path))):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+# ---- state files -----------------------------------------------------------------------------------
+
+def rng_state() -> dict[str, Any]:
+    """Python, NumPy and torch RNG states as tensors/lists/ints only (loadable with weights_only=True)."""
+    import numpy as np
+    import torch
+
+    version, internal, gauss = random.getstate()
+    np_state = np.random.get_state()
+    state = {
+        "python": [version, list(internal), gauss],
+        "numpy": [np_state[0], torch.from_numpy(np_state[1].astype("int64")), int(np_state[2]), int(np_state[3]),
+                  float(np_state[4])],
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    import numpy as np
+    import torch
+
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype("uint32"), pos, has_gauss, cached))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_state(folder: str | Path, state: dict[str, Any], name: str = "training_state.pt") -> Path:
+    import torch
+
+    path = Path(folder) / name
+    torch.save(state, path)
+    return path
+
+
+def load_state(folder: str | Path, name: str = "training_state.pt") -> dict[str, Any]:
+    import torch
+
+    return torch.load(Path(folder) / name, weights_only=True, map_location="cpu")
+
+
+def manifest_callback(keep_meta: Callable[[], dict] | None = None):
+    """A transformers TrainerCallback writing the manifest into each checkpoint Trainer has just saved.
+
+    Trainer calls on_save after _save_checkpoint returned (weights, optimizer, scheduler, RNG, trainer state all
+    written), so the manifest is the last file of the folder, as in our own checkpoints.
+    """
+    from transformers import TrainerCallback
+
+    class ManifestCallback(TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            if state.is_world_process_zero:
+                folder = Path(args.output_dir) / f"{PREFIX}{state.global_step}"
+                if folder.is_dir():
+                    _test_delay(state.global_step)
+                    write_manifest(folder, state.global_step, keep_meta() if keep_meta else None)
+            return control
+
+    return ManifestCallback()

@@ -1,0 +1,456 @@
+"""Export labels as TRL datasets: label kinds turned into training rows, then a writer.
+
+Row kinds (TRL's column conventions, so the trainers in rlhf/ and TRL itself read them unchanged):
+- preferences: `prompt`, `chosen`, `rejected` (+ `margin` when rating pairs are included). From rankings: every
+  ordered pair across groups of an annotator's order (best to worst), ties dropped. With several rankings of
+  an item, each response pair becomes ONE row in the majority direction; a pair without a strict majority
+  (1 vs 1, or all tied) carries no preference and is dropped. agreement(pair) = majority votes / rankings
+  that contain the pair (tied ones included), so a pair tied by one of three annotators has agreement 2/3.
+- ratings: `prompt`, `completion`, `score` (mean over annotators), `n`, `std` (population std, 0 for n = 1).
+  agreement(response) = 1 - std(raw scores) / (likert_max - likert_min): 1 when all agree, 0 at maximal spread.
+- unpaired (KTO): `prompt`, `completion`, `label` = score >= threshold (default: the scale midpoint, or 0 with
+  z-scoring).
+Rating pairs: two responses to one prompt with different mean scores, the higher chosen, margin = difference.
+
+Standard form uses text; conversational form uses message lists: prompt = the stored conversation (or one
+user turn), chosen/rejected/completion = [{"role": "assistant", "content": ...}]. Standard form of a
+multi-turn prompt keeps only its last user message, so export such projects with conversational=True.
+Gold items' labels are real labels and are exported; labels of other projects' items never are.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import random
+import shutil
+import tempfile
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta, timezone
+from itertools import combinations
+from pathlib import Path
+from typing import Literal
+
+import sqlite_utils
+
+from labeler.services.errors import InputError
+from labeler.services.label_kinds import all_pairs, pair_relation
+from labeler.services.projects import Project, get_project
+
+KINDS = ("preferences", "ratings", "unpaired")
+FORMATS = ("jsonl", "parquet", "hf", "csv")
+FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")  # OWASP "CSV injection": cells a spreadsheet would execute
+
+
+def _help(default, text: str):
+    return field(default=default, metadata={"help": text})
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    annotators: tuple[str, ...] | None = _help(None, "only these usernames' labels (None: everyone, imported labels included)")
+    since: str | None = _help(None, "only labels created at or after this ISO date or datetime (UTC)")
+    until: str | None = _help(None, "only labels created up to this ISO datetime, or to the end of this ISO date (UTC)")
+    min_annotators: int = _help(1, "judgements needed: rankings containing the pair, or ratings of the response")
+    min_agreement: float | None = _help(None, "0..1; pairs: share of annotators agreeing, ratings: 1 - std / scale range")
+    include_rating_pairs: bool = _help(False, "preferences: also pairs of ratings with different means, with a margin column")
+    conversational: bool = _help(False, "message lists ({role, content}) instead of plain text")
+    zscore: bool = _help(False, "z-score each annotator's ratings (over the project) before averaging")
+    threshold: float | None = _help(None, "unpaired: label = score >= threshold (default: scale midpoint, 0 with zscore)")
+    test_size: float = _help(0.1, "hf format: share of rows in the test split, split by prompt (0: no test split)")
+    seed: int = _help(0, "hf format: seed of the train/test split")
+
+    def __post_init__(self):
+        if self.annotators is not None:
+            names = self.annotators.split(",") if isinstance(self.annotators, str) else self.annotators
+            object.__setattr__(self, "annotators", tuple(str(a).strip() for a in names if str(a).strip()))
+        # Dates may come as str, date or datetime; stored as canonical ISO text (UTC), parsed again at query time.
+        for name in ("since", "until"):
+            parsed = _parse_time(getattr(self, name), name)
+            object.__setattr__(self, name, None if parsed is None else parsed.isoformat())
+        if isinstance(self.min_annotators, bool) or not isinstance(self.min_annotators, int) or self.min_annotators < 1:
+            raise InputError(f"must be an integer >= 1, got {self.min_annotators!r}", field="min_annotators")
+        if self.min_agreement is not None and not 0.0 <= self.min_agreement <= 1.0:
+            raise InputError(f"must be between 0 and 1, got {self.min_agreement!r}", field="min_agreement")
+        if not 0.0 <= self.test_size < 1.0:
+            raise InputError(f"must be in [0, 1), got {self.test_size!r}", field="test_size")
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    path: Path
+    rows: int
+
+
+def _parse_time(value, field: str) -> date | datetime | None:
+    """A bare date stays a date (it means the whole day); anything else becomes an aware UTC datetime."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, datetime):
+        parsed = value
+    elif isinstance(value, date):
+        return value
+    else:
+        text = str(value).strip()
+        try:
+            if len(text) == 10:
+                return date.fromisoformat(text)
+            parsed = datetime.fromisoformat(text)
+        except ValueError:
+            raise InputError(f"not an ISO date or datetime: {value!r} (e.g. 2025-01-31 or 2025-01-31T12:00)", field=field) from None
+    # Naive times are UTC, like every timestamp in the database.
+    return parsed.replace(tzinfo=timezone.utc) if parsed.tzinfo is None else parsed.astimezone(timezone.utc)
+
+
+def _stamp(moment: datetime) -> str:
+    # The database's format: strftime('%Y-%m-%dT%H:%M:%fZ'), millisecond precision; compares as text.
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def _time_filter(column: str, options: ExportOptions) -> tuple[str, list]:
+    clauses, params = [], []
+    since, until = _parse_time(options.since, "since"), _parse_time(options.until, "until")
+    if since is not None:
+        if not isinstance(since, datetime):
+            since = datetime.combine(since, datetime.min.time(), timezone.utc)
+        clauses.append(f"{column} >= ?")
+        params.append(_stamp(since))
+    if until is not None:
+        if isinstance(until, datetime):
+            clauses.append(f"{column} <= ?")
+            params.append(_stamp(until))
+        else:  # a date: everything before the next midnight
+            clauses.append(f"{column} < ?")
+            params.append(_stamp(datetime.combine(until + timedelta(days=1), datetime.min.time(), timezone.utc)))
+    return "".join(f" AND {c}" for c in clauses), params
+
+
+def _annotator_filter(options: ExportOptions) -> tuple[str, list]:
+    if options.annotators is None:
+        return "", []
+    return f" AND u.username IN ({', '.join('?' * len(options.annotators))})", list(options.annotators)
+
+
+# --- shaping prompts and answers ------------------------------------------------------------------------
+
+
+def _prompt_value(text: str, messages_json: str | None, options: ExportOptions):
+    if not options.conversational:
+        return text
+    return json.loads(messages_json) if messages_json else [{"role": "user", "content": text}]
+
+
+def _answer_value(text: str, options: ExportOptions):
+    return [{"role": "assistant", "content": text}] if options.conversational else text
+
+
+# --- ratings -----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _RatedResponse:
+    prompt_id: int
+    response_id: int
+    prompt: object
+    completion: object
+    raw: list[float]
+    used: list[float]  # raw, or z-scored per annotator
+
+    @property
+    def score(self) -> float:
+        return sum(self.used) / len(self.used)
+
+    @property
+    def std(self) -> float:
+        return _pstd(self.used)
+
+
+def _pstd(values: list[float]) -> float:
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+
+
+def _annotator_moments(db: sqlite_utils.Database, project: Project) -> dict[int, tuple[float, float]]:
+    """Each annotator's (mean, population std) over all their ratings in the project, for z-scoring."""
+    scores = defaultdict(list)
+    for user_id, score in db.execute(
+        "SELECT ra.user_id, ra.score FROM ratings ra JOIN items i ON i.id = ra.item_id WHERE i.project_id = ?",
+        [project.id],
+    ).fetchall():
+        scores[user_id].append(score)
+    return {user_id: (sum(v) / len(v), _pstd(v)) for user_id, v in scores.items()}
+
+
+def _rated_responses(db: sqlite_utils.Database, project: Project, options: ExportOptions) -> list[_RatedResponse]:
+    who, who_params = _annotator_filter(options)
+    when, when_params = _time_filter("ra.created_at", options)
+    rows = db.execute(
+        "SELECT ra.user_id, ra.score, r.id AS response_id, r.text AS completion, p.id AS prompt_id, p.text AS prompt,"
+        " p.messages_json FROM ratings ra"
+        " JOIN items i ON i.id = ra.item_id JOIN responses r ON r.id = ra.response_id"
+        " JOIN prompts p ON p.id = r.prompt_id JOIN users u ON u.id = ra.user_id"
+        f" WHERE i.project_id = ? AND p.project_id = ?{who}{when} ORDER BY p.id, r.id, ra.id",
+        [project.id, project.id, *who_params, *when_params],
+    ).fetchall()
+    moments = _annotator_moments(db, project) if options.zscore else {}
+    by_response: dict[int, _RatedResponse] = {}
+    for row in rows:
+        rated = by_response.get(row["response_id"])
+        if rated is None:
+            rated = by_response[row["response_id"]] = _RatedResponse(
+                row["prompt_id"], row["response_id"], _prompt_value(row["prompt"], row["messages_json"], options),
+                _answer_value(row["completion"], options), [], [],
+            )
+        rated.raw.append(row["score"])
+        if options.zscore:
+            mean, std = moments[row["user_id"]]
+            # An annotator who always gives the same score says nothing about relative quality: z = 0.
+            rated.used.append((row["score"] - mean) / std if std > 0 else 0.0)
+        else:
+            rated.used.append(row["score"])
+    scale = project.likert_max - project.likert_min
+    return [
+        rated
+        for rated in by_response.values()
+        if len(rated.raw) >= options.min_annotators
+        and (options.min_agreement is None or 1 - _pstd(rated.raw) / scale >= options.min_agreement)
+    ]
+
+
+def rating_rows(db: sqlite_utils.Database, project: str = "default", options: ExportOptions = ExportOptions()) -> list[dict]:
+    """One row per rated response: prompt, completion, score (mean), n, std. Ordered by prompt, response."""
+    return [row for _, row in _rating_records(db, get_project(db, project), options)]
+
+
+def _rating_records(db, project: Project, options: ExportOptions) -> list[tuple[int, dict]]:
+    return [
+        (r.prompt_id, {"prompt": r.prompt, "completion": r.completion, "score": r.score, "n": len(r.raw), "std": r.std})
+        for r in _rated_responses(db, project, options)
+    ]
+
+
+def unpaired_rows(db: sqlite_utils.Database, project: str = "default", options: ExportOptions = ExportOptions()) -> list[dict]:
+    """One row per rated response: prompt, completion, label (bool: mean score >= threshold), for KTO."""
+    return [row for _, row in _unpaired_records(db, get_project(db, project), options)]
+
+
+def _unpaired_records(db, project: Project, options: ExportOptions) -> list[tuple[int, dict]]:
+    threshold = options.threshold
+    if threshold is None:
+        threshold = 0.0 if options.zscore else project.midpoint
+    return [
+        (r.prompt_id, {"prompt": r.prompt, "completion": r.completion, "label": r.score >= threshold})
+        for r in _rated_responses(db, project, options)
+    ]
+
+
+# --- preferences -------------------------------------------------------------------------------------------
+
+
+def _ranking_records(db, project: Project, options: ExportOptions) -> list[tuple[int, dict]]:
+    who, who_params = _annotator_filter(options)
+    when, when_params = _time_filter("rk.created_at", options)
+    rankings = db.execute(
+        "SELECT rk.item_id, rk.prompt_id, rk.order_json FROM rankings rk JOIN items i ON i.id = rk.item_id"
+        " JOIN prompts p ON p.id = rk.prompt_id LEFT JOIN users u ON u.id = rk.user_id"
+        f" WHERE i.project_id = ? AND p.project_id = ?{who}{when} ORDER BY rk.item_id, rk.id",
+        [project.id, project.id, *who_params, *when_params],
+    ).fetchall()
+    # votes[(item, low id, high id)] = {winner id: count}; seen[...] = rankings containing the pair (ties too).
+    votes: dict[tuple[int, int, int], dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    seen: dict[tuple[int, int, int], int] = defaultdict(int)
+    prompt_of: dict[int, int] = {}
+    for ranking in rankings:
+        prompt_of[ranking["item_id"]] = ranking["prompt_id"]
+        order = json.loads(ranking["order_json"])
+        for low, high in all_pairs(i for group in order for i in group):
+            key = (ranking["item_id"], low, high)
+            seen[key] += 1
+            relation = pair_relation(order, low, high)  # label_kinds: 1 low above high, -1 below, 0 tied
+            if relation:
+                votes[key][low if relation > 0 else high] += 1
+    texts = _texts(db, {i for _, a, b in seen for i in (a, b)})
+    prompts = _prompts(db, set(prompt_of.values()))
+    records = []
+    for key in sorted(seen):
+        item_id, low, high = key
+        low_votes, high_votes = votes[key][low], votes[key][high]
+        if low_votes == high_votes:  # no strict majority (includes pairs everyone tied)
+            continue
+        chosen, rejected = (low, high) if low_votes > high_votes else (high, low)
+        agreement = max(low_votes, high_votes) / seen[key]
+        if seen[key] < options.min_annotators or (options.min_agreement is not None and agreement < options.min_agreement):
+            continue
+        if chosen not in texts or rejected not in texts:  # a response deleted since it was ranked
+            continue
+        prompt_id = prompt_of[item_id]
+        text, messages_json = prompts[prompt_id]
+        records.append((prompt_id, {
+            "prompt": _prompt_value(text, messages_json, options),
+            "chosen": _answer_value(texts[chosen], options),
+            "rejected": _answer_value(texts[rejected], options),
+        }))
+    return records
+
+
+def _rating_pair_records(db, project: Project, options: ExportOptions) -> list[tuple[int, dict]]:
+    by_prompt = defaultdict(list)
+    for rated in _rated_responses(db, project, options):
+        by_prompt[rated.prompt_id].append(rated)
+    records = []
+    for prompt_id, rated in by_prompt.items():
+        for a, b in combinations(rated, 2):  # already ordered by response id
+            if a.score == b.score:
+                continue
+            better, worse = (a, b) if a.score > b.score else (b, a)
+            records.append((prompt_id, {
+                "prompt": a.prompt, "chosen": better.completion, "rejected": worse.completion,
+                "margin": better.score - worse.score,
+            }))
+    return records
+
+
+def _preference_records(db, project: Project, options: ExportOptions) -> list[tuple[int, dict]]:
+    records = _ranking_records(db, project, options)
+    if options.include_rating_pairs:
+        # One schema for the whole file: ranking pairs carry margin 0 (plain Bradley-Terry).
+        records = [(p, {**row, "margin": 0.0}) for p, row in records] + _rating_pair_records(db, project, options)
+    return records
+
+
+def preference_rows(db: sqlite_utils.Database, project: str = "default", options: ExportOptions = ExportOptions()) -> list[dict]:
+    """TRL preference rows: prompt, chosen, rejected[, margin]. Ranking pairs (by item, then response ids) first."""
+    return [row for _, row in _preference_records(db, get_project(db, project), options)]
+
+
+def _texts(db, ids: set[int]) -> dict[int, str]:
+    if not ids:
+        return {}
+    marks = ", ".join("?" * len(ids))
+    return {row[0]: row[1] for row in db.execute(f"SELECT id, text FROM responses WHERE id IN ({marks})", list(ids))}
+
+
+def _prompts(db, ids: set[int]) -> dict[int, tuple[str, str | None]]:
+    if not ids:
+        return {}
+    marks = ", ".join("?" * len(ids))
+    return {row[0]: (row[1], row[2]) for row in db.execute(f"SELECT id, text, messages_json FROM prompts WHERE id IN ({marks})", list(ids))}
+
+
+# --- writers -----------------------------------------------------------------------------------------------
+
+_RECORDS = {"preferences": _preference_records, "ratings": _rating_records, "unpaired": _unpaired_records}
+
+
+def export(
+    db: sqlite_utils.Database,
+    project: str,
+    kind: Literal["preferences", "ratings", "unpaired"],
+    fmt: Literal["jsonl", "parquet", "hf", "csv"],
+    out: str | Path,
+    options: ExportOptions = ExportOptions(),
+) -> ExportResult:
+    """Write `kind` rows as `fmt` to `out` (a file, or a folder for hf). Replaces `out` only once complete."""
+    if kind not in KINDS:
+        raise InputError(f"unknown kind {kind!r} (choose {', '.join(KINDS)})", field="kind")
+    if fmt not in FORMATS:
+        raise InputError(f"unknown format {fmt!r} (choose {', '.join(FORMATS)})", field="format")
+    records = _RECORDS[kind](db, get_project(db, project), options)
+    if not records:
+        raise InputError(f"nothing to export: no {kind} rows match (label some items, or relax the filters)", field="kind")
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    rows = [row for _, row in records]
+    if fmt == "hf":
+        _write_hf(records, out, options)
+    else:
+        writer = {"jsonl": _write_jsonl, "parquet": _write_parquet, "csv": _write_csv}[fmt]
+        _atomic_file(out, lambda tmp: writer(rows, tmp))
+    return ExportResult(path=out, rows=len(rows))
+
+
+def _atomic_file(out: Path, write) -> None:
+    # Write beside the target and rename: a failed export never leaves half a file where the old one was.
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _write_jsonl(rows: list[dict], path: Path) -> None:
+    with path.open("w", encoding="utf-8") as file:
+        for row in rows:
+            file.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
+def _write_parquet(rows: list[dict], path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pylist(rows), path)
+
+
+def neutralise_cell(value):
+    """A string a spreadsheet would run as a formula gets a leading apostrophe; other values pass through."""
+    if isinstance(value, str) and value.startswith(FORMULA_PREFIXES):
+        return "'" + value
+    return value
+
+
+def _write_csv(rows: list[dict], path: Path) -> None:
+    with path.open("w", encoding="utf-8", newline="") as file:
+        writer = csv.DictWriter(file, fieldnames=list(rows[0]))
+        writer.writeheader()
+        for row in rows:
+            # Message lists become JSON text; every string cell is neutralised.
+            writer.writerow({
+                key: neutralise_cell(json.dumps(value, ensure_ascii=False) if isinstance(value, list) else value)
+                for key, value in row.items()
+            })
+
+
+def split_by_prompt(records: list[tuple[int, dict]], test_size: float, seed: int) -> tuple[list[dict], list[dict]]:
+    """(train, test) rows; whole prompts go to test (no prompt in both), about test_size of the rows, seeded."""
+    prompt_ids = sorted({prompt_id for prompt_id, _ in records})
+    if test_size <= 0 or len(prompt_ids) < 2:
+        return [row for _, row in records], []
+    random.Random(seed).shuffle(prompt_ids)
+    rows_per_prompt = defaultdict(int)
+    for prompt_id, _ in records:
+        rows_per_prompt[prompt_id] += 1
+    target = max(1, round(test_size * len(records)))
+    test_prompts, test_rows = set(), 0
+    for prompt_id in prompt_ids[:-1]:  # the last shuffled prompt always stays in train
+        if test_rows >= target:
+            break
+        test_prompts.add(prompt_id)
+        test_rows += rows_per_prompt[prompt_id]
+    train = [row for prompt_id, row in records if prompt_id not in test_prompts]
+    test = [row for prompt_id, row in records if prompt_id in test_prompts]
+    return train, test
+
+
+def _write_hf(records: list[tuple[int, dict]], out: Path, options: ExportOptions) -> None:
+    import datasets
+
+    if out.exists() and not (out.is_dir() and (not any(out.iterdir()) or (out / "dataset_dict.json").exists())):
+        raise InputError("exists and is not a saved dataset: refusing to overwrite it", file=str(out))
+    train, test = split_by_prompt(records, options.test_size, options.seed)
+    splits = {"train": datasets.Dataset.from_list(train)}
+    if test:
+        splits["test"] = datasets.Dataset.from_list(test)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        datasets.DatasetDict(splits).save_to_disk(str(tmp))
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

@@ -1,0 +1,117 @@
+"""Generate responses to a project's prompts, store them, and queue them for labelling.
+
+The model is loaded once per call. Work is split into batches of `settings.batch_size` responses; each
+batch is stored in its own transaction as soon as it is generated, so an interrupted run keeps what it
+finished, and a re-run (prompt_ids=None) only tops prompts up to `n_per_prompt` responses of this model.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Callable, Sequence
+
+import sqlite_utils
+
+from labeler.services import labeling
+from labeler.services.errors import InputError
+from labeler.services.models import resolve
+from labeler.services.projects import get_project
+from rlhf.configs import GenerationSettings
+from storage import write_transaction
+
+Progress = Callable[[int, int], None]
+
+
+def prompt_messages(row) -> str | list[dict]:
+    """What to generate from: the stored conversation when there is one, else the prompt text."""
+    return json.loads(row["messages_json"]) if row["messages_json"] else row["text"]
+
+
+def _work_list(
+    db: sqlite_utils.Database, project_id: int, model: str, n_per_prompt: int, prompt_ids: Sequence[int] | None, limit: int | None
+) -> list[dict]:
+    """One entry per response to generate: the prompt row, repeated as many times as it needs."""
+    if prompt_ids is not None:
+        ids = [int(i) for i in prompt_ids]
+        rows = db.execute(
+            f"SELECT id, text, messages_json FROM prompts WHERE project_id = ? AND id IN ({','.join('?' * len(ids))})",
+            [project_id, *ids],
+        ).fetchall() if ids else []
+        found = {row["id"]: row for row in rows}
+        missing = [i for i in ids if i not in found]
+        if missing:
+            raise InputError(f"prompts {missing} are not in this project", field="prompt_ids")
+        chosen = [(found[i], n_per_prompt) for i in dict.fromkeys(ids)]
+    else:
+        # Prompts short of n responses from this model, topped up: re-running resumes, never duplicates work.
+        rows = db.execute(
+            "SELECT p.id, p.text, p.messages_json,"
+            " (SELECT COUNT(*) FROM responses r WHERE r.prompt_id = p.id AND r.model = ?) AS have"
+            " FROM prompts p WHERE p.project_id = ? ORDER BY p.id",
+            [model, project_id],
+        ).fetchall()
+        chosen = [(row, n_per_prompt - row["have"]) for row in rows if row["have"] < n_per_prompt]
+    if limit is not None:
+        chosen = chosen[:limit]
+    return [row for row, count in chosen for _ in range(count)]
+
+
+def generate_responses(
+    db: sqlite_utils.Database,
+    project: str = "default",
+    model: str = "default",
+    n_per_prompt: int = 2,
+    settings: GenerationSettings = GenerationSettings(),
+    prompt_ids: Sequence[int] | None = None,
+    limit: int | None = None,
+    progress: Progress | None = None,
+) -> list[int]:
+    """Generate `n_per_prompt` responses per prompt with `model` (a registry name, 'default' or a folder).
+
+    `limit` caps the number of prompts. Returns the new response ids, after creating their rating and
+    ranking items. `progress(done, total)` counts responses.
+    """
+    if isinstance(n_per_prompt, bool) or not isinstance(n_per_prompt, int) or n_per_prompt < 1:
+        raise InputError(f"must be a positive integer, got {n_per_prompt!r}", field="n_per_prompt")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise InputError(f"must be a positive integer, got {limit!r}", field="limit")
+    project_id = get_project(db, project).id
+    path = resolve(db, model)  # before any loading: an unknown name fails fast
+    work = _work_list(db, project_id, model, n_per_prompt, prompt_ids, limit)
+    if not work:
+        return []
+
+    from rlhf.generation import build_prompt_ids, decode_responses, generate_batch
+    from rlhf.loading import load_causal_lm, load_tokenizer
+
+    tokenizer = load_tokenizer(path, padding_side="left")
+    lm = load_causal_lm(path)
+    if _cuda_available():
+        lm = lm.to("cuda")
+    # Seeds differ per batch and per run (offset by the responses already stored), so topping a prompt up
+    # later never repeats an earlier sample; the seed actually used is stored with each response.
+    seed_offset = db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+    response_ids: list[int] = []
+    for start in range(0, len(work), settings.batch_size):
+        batch = work[start : start + settings.batch_size]
+        used = dataclasses.replace(settings, seed=settings.seed + seed_offset + start)
+        ids = [build_prompt_ids(tokenizer, prompt_messages(row)) for row in batch]
+        texts = decode_responses(tokenizer, generate_batch(lm, tokenizer, ids, used))
+        settings_json = json.dumps(dataclasses.asdict(used), sort_keys=True)
+        with write_transaction(db):
+            for row, text in zip(batch, texts):
+                cursor = db.execute(
+                    "INSERT INTO responses (prompt_id, text, model, settings_json, source) VALUES (?, ?, ?, ?, 'generated')",
+                    [row["id"], text, model, settings_json],
+                )
+                response_ids.append(cursor.lastrowid)
+        if progress is not None:
+            progress(len(response_ids), len(work))
+    labeling.create_items(db, project, response_ids)
+    return response_ids
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()

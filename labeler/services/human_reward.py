@@ -1,0 +1,120 @@
+"""The app side of HumanReward: PPO rollouts go into the rating queue, ratings come back as rewards.
+
+Each rollout becomes a prompt (deduplicated), a response tagged with the run, and a rating item with high
+priority, so annotators get it before anything else (and the Rate tab shows "a training run waits for N
+ratings"). `request_and_wait` blocks until every rollout has a rating or the timeout passes; the mean of a
+rollout's ratings maps to a reward centred on the middle of the project's Likert scale:
+
+    reward = (mean_score - (min + max) / 2) / ((max - min) / 2)      in [-1, 1]
+    e.g. scale 1..7: 7 -> +1, 5 -> +1/3, 4 -> 0, 1 -> -1
+
+Timeout policies: "skip" returns None for unrated rollouts (dropped from the step), "wait" keeps waiting (one
+more timeout at a time, until rated or the run is asked to stop), "rm" returns None so a MixReward or the
+runner fills them in with the reward model. Rollouts no longer waited for drop to priority 0: they stay
+labellable, they just stop jumping the queue.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from labeler.services.labeling import response_ids_json
+from labeler.services.projects import get_project
+from labeler.services.prompts import PromptRecord, insert_prompt
+from storage import open_db, write_transaction
+
+PPO_PRIORITY = 100
+
+
+def rating_to_reward(score: float, likert_min: float, likert_max: float) -> float:
+    mid = (likert_min + likert_max) / 2
+    return (score - mid) / ((likert_max - likert_min) / 2)
+
+
+@dataclass
+class HumanRewardQueue:
+    db_path: str
+    project: str
+    run_id: int
+    policy: str = "skip"  # skip | wait | rm
+    model_name: str = ""
+    poll_seconds: float = 0.5
+    min_ratings: int = 1
+    should_stop: Callable[[], bool] = lambda: False
+
+    def __post_init__(self):
+        if self.policy not in ("skip", "wait", "rm"):
+            raise ValueError(f"timeout_policy={self.policy!r}: one of skip, wait, rm")
+        self.db = open_db(self.db_path)  # this object lives in the worker's main thread
+
+    def request(self, queries: list[str], responses: list[str]) -> list[int]:
+        """Queue the rollouts for rating (one transaction); returns their item ids in rollout order."""
+        project = get_project(self.db, self.project)
+        item_ids = []
+        with write_transaction(self.db):
+            for query, response in zip(queries, responses):
+                prompt_id, _ = insert_prompt(self.db, project.id, PromptRecord(query, None), f"ppo-run{self.run_id}")
+                cursor = self.db.conn.execute(
+                    "INSERT INTO responses (prompt_id, text, model, run_id, source) VALUES (?, ?, ?, ?, 'ppo')",
+                    [prompt_id, response, self.model_name or f"ppo-run{self.run_id}", self.run_id],
+                )
+                cursor = self.db.conn.execute(
+                    "INSERT INTO items (project_id, kind, prompt_id, response_ids_json, priority, run_id)"
+                    " VALUES (?, 'rating', ?, ?, ?, ?)",
+                    [project.id, prompt_id, response_ids_json([cursor.lastrowid]), PPO_PRIORITY, self.run_id],
+                )
+                item_ids.append(cursor.lastrowid)
+        return item_ids
+
+    def collect(self, item_ids: list[int]) -> list[float | None]:
+        """Current rewards of the items: the mapped mean rating, or None while fewer than min_ratings."""
+        project = get_project(self.db, self.project)
+        marks = ", ".join("?" * len(item_ids))
+        rows = self.db.execute(
+            f"SELECT item_id, AVG(score) AS mean, COUNT(*) AS n FROM ratings WHERE item_id IN ({marks}) GROUP BY item_id",
+            list(item_ids),
+        ).fetchall()
+        by_item = {row["item_id"]: (row["mean"], row["n"]) for row in rows}
+        out: list[float | None] = []
+        for item_id in item_ids:
+            mean, n = by_item.get(item_id, (None, 0))
+            out.append(None if n < self.min_ratings else rating_to_reward(mean, project.likert_min, project.likert_max))
+        return out
+
+    def wait(self, item_ids: list[int], timeout: float) -> list[float | None]:
+        deadline = time.monotonic() + timeout
+        while True:
+            rewards = self.collect(item_ids)
+            if all(r is not None for r in rewards) or self.should_stop():
+                break
+            if time.monotonic() >= deadline:
+                if self.policy != "wait":
+                    break
+                deadline = time.monotonic() + timeout  # "wait again": another full timeout
+            time.sleep(self.poll_seconds)
+        self.release(item_ids)
+        return rewards
+
+    def release(self, item_ids: list[int]) -> None:
+        """The run no longer waits for these items: back to normal priority."""
+        marks = ", ".join("?" * len(item_ids))
+        with write_transaction(self.db):
+            self.db.conn.execute(f"UPDATE items SET priority = 0 WHERE id IN ({marks})", list(item_ids))
+
+    def request_and_wait(self, queries: list[str], responses: list[str], timeout: float) -> list[float | None]:
+        """HumanReward's callable."""
+        return self.wait(self.request(queries, responses), timeout)
+
+
+def waiting_items(db, run_id: int) -> list[dict]:
+    """The run's rollouts still waiting for a rating (for a Train tab table)."""
+    rows = db.execute(
+        "SELECT i.id AS item_id, p.text AS prompt, i.response_ids_json FROM items i JOIN prompts p ON p.id = i.prompt_id"
+        " WHERE i.run_id = ? AND i.priority > 0 AND NOT EXISTS (SELECT 1 FROM ratings r WHERE r.item_id = i.id)"
+        " ORDER BY i.id",
+        [run_id],
+    ).fetchall()
+    return [{"item_id": r["item_id"], "prompt": r["prompt"], "response_ids": json.loads(r["response_ids_json"])}
+            for r in rows]

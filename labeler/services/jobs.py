@@ -1,0 +1,420 @@
+"""Training runs: create, queue, launch, poll, cancel, early-stop, resume. SQLite is the source of truth.
+
+A run is a row in `runs` (status queued -> running -> succeeded | failed | cancelled). Launching starts
+`accelerate launch -m labeler.worker --db DB --run-id N` as a fresh process in its own session (never a fork of
+the server, so no Gradio threads or open connections are inherited); the worker records its progress and
+heartbeat itself. By default one run executes at a time: the next queued run starts when one ends (the worker
+starts it on its way out, and every `poll` does too). `max_concurrent` (argument, or RLHF_STUDIO_MAX_RUNS)
+raises the limit.
+
+A run whose process is gone while its row says running (server restart, OOM kill, machine reboot) is marked
+failed by `poll`, which the app calls at start and from its Train tab timer.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from labeler.services import train_configs
+from labeler.services.errors import InputError, PermissionDenied
+from storage import write_transaction
+
+STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
+FINAL = ("succeeded", "failed", "cancelled")
+HEARTBEAT_SECONDS = 5.0
+# A running row whose worker has not written a heartbeat for this long is considered dead even if a process
+# with its pid exists (the pid may have been reused after a reboot).
+STALE_SECONDS = 60.0
+MAX_RUNS_ENV = "RLHF_STUDIO_MAX_RUNS"
+LAUNCHER_ENV = "RLHF_STUDIO_LAUNCHER"  # "accelerate" (default) or "python" (no accelerate wrapper)
+
+
+@dataclass(frozen=True)
+class Run:
+    id: int
+    project: str
+    stage: str
+    name: str
+    status: str
+    config: dict = field(repr=False)
+    command: str
+    pid: int | None
+    log_path: str
+    output_dir: str
+    error: str
+    step: int
+    total_steps: int
+    stop_requested: bool
+    created_by: str | None
+    created_at: str
+    started_at: str | None
+    ended_at: str | None
+    heartbeat_at: str | None
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINAL
+
+    @property
+    def fraction(self) -> float:
+        return min(1.0, self.step / self.total_steps) if self.total_steps else 0.0
+
+    def elapsed_seconds(self, now: datetime | None = None) -> float | None:
+        if not self.started_at:
+            return None
+        end = _parse_time(self.ended_at) if self.ended_at else (now or datetime.now(timezone.utc))
+        return max(0.0, (end - _parse_time(self.started_at)).total_seconds())
+
+    def eta_seconds(self, now: datetime | None = None) -> float | None:
+        """Remaining time at the average pace so far (None before the first step)."""
+        elapsed = self.elapsed_seconds(now)
+        if self.status != "running" or not elapsed or not self.step or not self.total_steps:
+            return None
+        return elapsed / self.step * max(0, self.total_steps - self.step)
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _parse_time(text: str) -> datetime:
+    return datetime.strptime(text.replace("Z", ""), "%Y-%m-%dT%H:%M:%S.%f").replace(tzinfo=timezone.utc)
+
+
+def db_file(db) -> str:
+    """The absolute file path of an open database (the worker opens its own connection to it)."""
+    for row in db.execute("PRAGMA database_list").fetchall():
+        if row[1] == "main" and row[2]:
+            return str(Path(row[2]).resolve())
+    raise InputError("training runs need a database file, not an in-memory database", field="db")
+
+
+_SELECT = (
+    "SELECT r.*, p.name AS project, u.username AS created_by_name FROM runs r JOIN projects p ON p.id = r.project_id"
+    " LEFT JOIN users u ON u.id = r.created_by"
+)
+
+
+def _row_to_run(row) -> Run:
+    row = dict(row)
+    return Run(
+        id=row["id"], project=row["project"], stage=row["stage"], name=row["name"], status=row["status"],
+        config=json.loads(row["config_json"] or "{}"), command=row["command"], pid=row["pid"],
+        log_path=row["log_path"], output_dir=row["output_dir"], error=row["error"], step=row["step"],
+        total_steps=row["total_steps"], stop_requested=bool(row["stop_requested"]),
+        created_by=row["created_by_name"], created_at=row["created_at"], started_at=row["started_at"],
+        ended_at=row["ended_at"], heartbeat_at=row["heartbeat_at"],
+    )
+
+
+def get_run(db, run_id: int) -> Run:
+    row = db.execute(f"{_SELECT} WHERE r.id = ?", [int(run_id)]).fetchone()
+    if row is None:
+        raise InputError(f"no run with id {run_id}", field="run_id")
+    return _row_to_run(row)
+
+
+def list_runs(db, project: str | None = None, status: str | None = None, limit: int = 50) -> list[Run]:
+    where, params = [], []
+    if project is not None:
+        where.append("p.name = ?")
+        params.append(project)
+    if status is not None:
+        where.append("r.status = ?")
+        params.append(status)
+    clause = f" WHERE {' AND '.join(where)}" if where else ""
+    rows = db.execute(f"{_SELECT}{clause} ORDER BY r.id DESC LIMIT ?", [*params, int(limit)]).fetchall()
+    return [_row_to_run(row) for row in rows]
+
+
+def _project_id(db, project: str) -> int:
+    row = db.execute("SELECT id FROM projects WHERE name = ?", [project]).fetchone()
+    if row is None:
+        raise InputError(f"unknown project {project!r}", field="project")
+    return row[0]
+
+
+def _user_id(db, username: str | None) -> int | None:
+    if username is None:
+        return None
+    row = db.execute("SELECT id FROM users WHERE username = ?", [username]).fetchone()
+    if row is None:
+        raise PermissionDenied(f"unknown user {username!r}")
+    return row[0]
+
+
+def require_admin(db, username: str | None) -> None:
+    """Starting and stopping training is for admins (a run uses the machine for everyone)."""
+    row = db.execute("SELECT role, active FROM users WHERE username = ?", [username]).fetchone()
+    if row is None or not row["active"] or row["role"] != "admin":
+        raise PermissionDenied(f"{username or 'anonymous'} may not manage training runs (admin only)")
+
+
+def create_run(db, stage: str, settings: dict[str, Any] | None = None, project: str = "default",
+               username: str | None = None, name: str = "", runs_dir: str | Path = "runs",
+               start: bool = True, max_concurrent: int | None = None, source: str | None = None) -> Run:
+    """Queue a run after validating its settings (InputError before anything is written); start it when a
+    slot is free (unless `start=False`)."""
+    config = train_configs.resolve_run_config(stage, settings or {}, source)
+    project_id = _project_id(db, project)
+    user_id = _user_id(db, username)
+    with write_transaction(db):
+        cursor = db.conn.execute(
+            "INSERT INTO runs (project_id, stage, name, status, config_json, created_by) VALUES (?, ?, ?, 'queued', ?, ?)",
+            [project_id, stage, name, json.dumps(config, sort_keys=True), user_id],
+        )
+        run_id = cursor.lastrowid
+        output_dir = Path(runs_dir).resolve() / f"run-{run_id}"
+        db.conn.execute(
+            "UPDATE runs SET output_dir = ?, log_path = ?, name = ? WHERE id = ?",
+            [str(output_dir), str(output_dir / "worker.log"), name or f"{stage}-run{run_id}", run_id],
+        )
+    if start:
+        start_queued(db, max_concurrent)
+    return get_run(db, run_id)
+
+
+def worker_command(db_path: str, run_id: int) -> list[str]:
+    """The exact command a run executes (stored on its row)."""
+    worker = ["-m", "labeler.worker", "--db", db_path, "--run-id", str(run_id)]
+    if os.environ.get(LAUNCHER_ENV, "accelerate") == "python":
+        return [sys.executable, *worker]
+    # Explicit flags: accelerate otherwise warns about every default it had to guess without a config file.
+    return [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1", "--num_machines", "1",
+            "--mixed_precision", "no", "--dynamo_backend", "no", *worker]
+
+
+def _max_concurrent(value: int | None) -> int:
+    return max(1, int(value if value is not None else os.environ.get(MAX_RUNS_ENV, "1")))
+
+
+def start_queued(db, max_concurrent: int | None = None) -> list[int]:
+    """Launch the oldest queued runs while fewer than `max_concurrent` are running. Returns launched ids.
+
+    The run is claimed (status running, heartbeat now) inside one BEGIN IMMEDIATE transaction, so two
+    processes polling at the same moment never launch the same run twice.
+    """
+    limit = _max_concurrent(max_concurrent)
+    launched = []
+    while True:
+        with write_transaction(db):
+            running = db.execute("SELECT COUNT(*) FROM runs WHERE status = 'running'").fetchone()[0]
+            if running >= limit:
+                break
+            row = db.execute("SELECT id FROM runs WHERE status = 'queued' ORDER BY id LIMIT 1").fetchone()
+            if row is None:
+                break
+            run_id = row[0]
+            now = utc_now()
+            command = worker_command(db_file(db), run_id)
+            db.conn.execute(
+                "UPDATE runs SET status = 'running', pid = NULL, started_at = COALESCE(started_at, ?),"
+                " heartbeat_at = ?, ended_at = NULL, error = '', command = ? WHERE id = ?",
+                [now, now, shlex.join(command), run_id],
+            )
+        try:
+            pid = _spawn(get_run(db, run_id), command)
+        except OSError as error:
+            _finish(db, run_id, "failed", f"could not start the worker: {error}")
+            continue
+        with write_transaction(db):
+            db.conn.execute("UPDATE runs SET pid = ? WHERE id = ? AND status = 'running'", [pid, run_id])
+        launched.append(run_id)
+    return launched
+
+
+def _spawn(run: Run, command: list[str]) -> int:
+    Path(run.output_dir).mkdir(parents=True, exist_ok=True)
+    log = open(run.log_path, "ab")
+    env = dict(os.environ)
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    env["PYTHONUNBUFFERED"] = "1"
+    # The project root on the path, so `-m labeler.worker` works from any working directory.
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
+    # start_new_session: the worker and accelerate's child form their own process group, which cancel signals
+    # as a whole, and a Ctrl-C in the server's terminal does not reach them.
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                               env=env, start_new_session=True, close_fds=True)
+    log.close()
+    # Reap the child when it exits so it never lingers as a zombie that looks alive to poll().
+    threading.Thread(target=process.wait, daemon=True, name=f"reap-run-{run.id}").start()
+    return process.pid
+
+
+def pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie answers kill(0) but is dead
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return state != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _finish(db, run_id: int, status: str, error: str = "", only_if: str = "running") -> bool:
+    with write_transaction(db):
+        cursor = db.conn.execute(
+            f"UPDATE runs SET status = ?, error = ?, ended_at = ? WHERE id = ? AND status = ?",
+            [status, error, utc_now(), run_id, only_if],
+        )
+    return cursor.rowcount == 1
+
+
+def poll(db, max_concurrent: int | None = None, now: datetime | None = None) -> list[int]:
+    """Mark dead running runs failed (process gone, or no heartbeat for STALE_SECONDS), then start queued
+    runs. Returns the ids marked failed."""
+    now = now or datetime.now(timezone.utc)
+    dead = []
+    for run in list_runs(db, status="running", limit=1000):
+        heartbeat = _parse_time(run.heartbeat_at) if run.heartbeat_at else None
+        silent = heartbeat is None or (now - heartbeat).total_seconds() > STALE_SECONDS
+        if run.pid is None:
+            gone = silent  # claimed but never launched (the launcher died in between)
+        else:
+            gone = not pid_alive(run.pid) or silent
+        if gone:
+            reason = "no heartbeat" if run.pid and pid_alive(run.pid) else "the worker process is gone"
+            if _finish(db, run.id, "failed", f"{reason} (pid {run.pid}); see {run.log_path}"):
+                dead.append(run.id)
+    start_queued(db, max_concurrent)
+    return dead
+
+
+def request_stop(db, run_id: int) -> Run:
+    """Early stop: the worker ends after the current step, saves and registers the model (status succeeded)."""
+    run = get_run(db, run_id)
+    if run.status not in ("queued", "running"):
+        raise InputError(f"run {run_id} is {run.status}; only a queued or running run can be stopped", field="run_id")
+    with write_transaction(db):
+        db.conn.execute("UPDATE runs SET stop_requested = 1 WHERE id = ?", [run_id])
+        # A queued run that is asked to stop never starts.
+        db.conn.execute("UPDATE runs SET status = 'cancelled', ended_at = ? WHERE id = ? AND status = 'queued'",
+                        [utc_now(), run_id])
+    return get_run(db, run_id)
+
+
+def cancel_run(db, run_id: int, grace_seconds: float = 10.0, max_concurrent: int | None = None) -> Run:
+    """Cancel: SIGTERM to the worker's process group, SIGKILL after `grace_seconds`. The output is not
+    registered; the last checkpoint stays so the run can be resumed."""
+    run = get_run(db, run_id)
+    if run.finished:
+        raise InputError(f"run {run_id} already {run.status}", field="run_id")
+    # Mark first: the worker, seeing SIGTERM, then leaves the status alone.
+    _finish(db, run_id, "cancelled", "cancelled by user", only_if=run.status)
+    if run.status == "running" and run.pid:
+        _terminate_group(run.pid, grace_seconds)
+    start_queued(db, max_concurrent)
+    return get_run(db, run_id)
+
+
+def _terminate_group(pid: int, grace_seconds: float) -> None:
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace_seconds
+    while time.monotonic() < deadline:
+        if not pid_alive(pid):
+            return
+        time.sleep(0.1)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def resume_run(db, run_id: int, max_concurrent: int | None = None) -> Run:
+    """Queue a failed or cancelled run again; its worker continues from the newest complete checkpoint."""
+    run = get_run(db, run_id)
+    if run.status not in ("failed", "cancelled"):
+        raise InputError(f"run {run_id} is {run.status}; only a failed or cancelled run can be resumed", field="run_id")
+    with write_transaction(db):
+        db.conn.execute(
+            "UPDATE runs SET status = 'queued', stop_requested = 0, error = '', ended_at = NULL, pid = NULL WHERE id = ?",
+            [run_id],
+        )
+    start_queued(db, max_concurrent)
+    return get_run(db, run_id)
+
+
+def wait(db, run_id: int, timeout: float | None = None, interval: float = 0.5) -> Run:
+    """Block until the run ends (polling, so a dead worker is noticed); returns its final row."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        run = get_run(db, run_id)
+        if run.finished:
+            return run
+        if deadline is not None and time.monotonic() > deadline:
+            raise TimeoutError(f"run {run_id} still {run.status} after {timeout} s")
+        time.sleep(interval)
+        poll(db)
+
+
+# ---- what the Train tab and `runs show` read -----------------------------------------------------
+
+def metrics_frame(db, run_id: int, names: list[str] | None = None):
+    """A pandas DataFrame (step, name, value) of the run's metrics, ordered by step, for gr.LinePlot."""
+    import pandas as pd
+
+    query = "SELECT step, name, value FROM metrics WHERE run_id = ?"
+    params: list[Any] = [int(run_id)]
+    if names:
+        query += f" AND name IN ({', '.join('?' * len(names))})"
+        params += list(names)
+    rows = db.execute(query + " ORDER BY name, step", params).fetchall()
+    return pd.DataFrame([tuple(row) for row in rows], columns=["step", "name", "value"])
+
+
+def metric_names(db, run_id: int) -> list[str]:
+    return [row[0] for row in db.execute("SELECT DISTINCT name FROM metrics WHERE run_id = ? ORDER BY name", [run_id])]
+
+
+def samples(db, run_id: int, limit: int = 20) -> list[dict]:
+    rows = db.execute(
+        "SELECT step, query, response, reward FROM run_samples WHERE run_id = ? ORDER BY step DESC, id LIMIT ?",
+        [int(run_id), int(limit)],
+    ).fetchall()
+    return [dict(row) for row in rows]
+
+
+def log_tail(run: Run, lines: int = 40) -> str:
+    try:
+        with open(run.log_path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - 64_000))
+            text = handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    # Progress bars rewrite their line with \r: keep the last state of each line.
+    cleaned = [line.rsplit("\r", 1)[-1] for line in text.splitlines()]
+    return "\n".join(cleaned[-lines:])
+
+
+def waiting_ratings(db, run_id: int) -> int:
+    """Rollouts of this run still waiting for a human rating (the Train tab's banner)."""
+    row = db.execute(
+        "SELECT COUNT(*) FROM items i WHERE i.run_id = ? AND i.kind = 'rating'"
+        " AND NOT EXISTS (SELECT 1 FROM ratings r WHERE r.item_id = i.id)"
+        " AND i.priority > 0",
+        [int(run_id)],
+    ).fetchone()
+    return int(row[0])

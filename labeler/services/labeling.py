@@ -1,0 +1,517 @@
+"""Annotation queues: items to label, who holds which, submit, skip, undo, gold answers.
+
+An item is one unit of work (a response to rate, or 2-4 responses of a prompt to rank). An assignment
+says that a user holds an item: pending (shown), done (labelled) or skipped. The queue rules:
+
+1. A user's own pending assignment comes back first, the newest one first (so a refresh shows the
+   same item, and an undone item comes back at once).
+2. Otherwise the user gets the highest-priority, oldest item they never held (in any status) that fewer
+   than `overlap` users hold: done, or pending for less than PENDING_TTL. A pending assignment older than
+   that is stale (the annotator walked away) and its slot goes to someone else.
+3. Gold items (a known answer, for quality control) are not capped by the overlap: every annotator meets
+   each gold item once, in the same order as any other item, or gold accuracy could only be measured for
+   the first k annotators. Nothing in a QueueItem tells a gold item apart.
+
+Picking the item and inserting the pending assignment happen in one BEGIN IMMEDIATE transaction, so
+two users asking at the same moment are served one after the other and never both get an item with
+overlap 1. A submit is idempotent: the same request_id, or the same value for an item already labelled,
+returns the stored label with created=False.
+"""
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import sqlite_utils
+
+from labeler.services import label_kinds
+from labeler.services.accounts import require_user
+from labeler.services.errors import InputError, PermissionDenied
+from labeler.services.projects import Project, get_project
+from storage import write_transaction
+
+Kind = Literal["rating", "ranking"]
+KINDS = ("rating", "ranking")
+
+# A pending assignment older than this no longer reserves its item (the annotator left the page).
+PENDING_TTL_MINUTES = 30
+MIN_RANKING_SIZE, MAX_RANKING_SIZE = 2, 4
+
+_NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
+_CUTOFF = f"strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-{PENDING_TTL_MINUTES} minutes')"
+# An assignment that takes one of an item's `overlap` slots. Timestamps are ISO-8601 text, so they
+# compare as strings.
+_HOLDS_SLOT = f"(a.status = 'done' OR (a.status = 'pending' AND a.assigned_at > {_CUTOFF}))"
+
+
+@dataclass(frozen=True)
+class QueueItem:
+    item_id: int
+    kind: str
+    prompt: str
+    prompt_id: int
+    responses: list[dict]  # [{"id", "text", "model"}]; shuffled per (item, user) for a ranking
+    guidelines: str
+    likert_min: int
+    likert_max: int
+    run_id: int | None  # set when a training run (PPO with human rewards) waits on this label
+    done: int
+    remaining: int
+
+
+@dataclass(frozen=True)
+class LabelResult:
+    label_id: int
+    created: bool  # False when an identical label was already stored (double click, retry)
+
+
+def response_ids_json(response_ids: Sequence[int]) -> str:
+    """The canonical items.response_ids_json: sorted ids, so the unique index catches duplicates."""
+    return json.dumps(sorted(int(r) for r in response_ids))
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in KINDS:
+        raise InputError(f"must be 'rating' or 'ranking', got {kind!r}", field="kind")
+
+
+# ---------------------------------------------------------------------------------------------
+# Creating items
+
+
+def _group_sizes(n: int, ranking_size: int) -> list[int]:
+    """Split n responses into ranking groups of 2..ranking_size, as even as possible.
+
+    5 responses with size 4 -> [3, 2] (not [4, 1]: a group of one cannot be ranked). With size 2 an odd
+    response is left out and waits for the prompt's next response.
+    """
+    if n < 2:
+        return []
+    if ranking_size == 2:
+        return [2] * (n // 2)
+    groups = math.ceil(n / ranking_size)
+    base, extra = divmod(n, groups)
+    return [base + 1] * extra + [base] * (groups - extra)
+
+
+def _ids_in_items(db: sqlite_utils.Database, project_id: int, kind: str) -> set[int]:
+    # json_each rather than string matching, so items written by any code path are recognised.
+    rows = db.execute(
+        "SELECT j.value FROM items i, json_each(i.response_ids_json) j WHERE i.project_id = ? AND i.kind = ?",
+        [project_id, kind],
+    ).fetchall()
+    return {row[0] for row in rows}
+
+
+def create_items(
+    db: sqlite_utils.Database,
+    project: str = "default",
+    response_ids: Sequence[int] | None = None,
+    ranking_size: int = 4,
+    *,
+    kinds: Sequence[str] = KINDS,
+    priority: int = 0,
+    run_id: int | None = None,
+) -> int:
+    """Create the missing items; returns how many were created.
+
+    Rating items: one per response (of `response_ids`, or of the whole project) that has none.
+    Ranking items: for each prompt concerned, its responses not yet in a ranking item, in groups of
+    2..ranking_size; a response is in at most one ranking item. `priority` and `run_id` mark items a
+    training run waits on (PPO with human rewards passes kinds=("rating",), a high priority and its run).
+    """
+    for kind in kinds:
+        _check_kind(kind)
+    if isinstance(ranking_size, bool) or not isinstance(ranking_size, int) or not (
+        MIN_RANKING_SIZE <= ranking_size <= MAX_RANKING_SIZE
+    ):
+        raise InputError(
+            f"must be between {MIN_RANKING_SIZE} and {MAX_RANKING_SIZE}, got {ranking_size!r}", field="ranking_size"
+        )
+    created = 0
+    with write_transaction(db):
+        proj = get_project(db, project)
+        rows = db.execute(
+            "SELECT r.id, r.prompt_id FROM responses r JOIN prompts p ON p.id = r.prompt_id"
+            " WHERE p.project_id = ? ORDER BY r.prompt_id, r.id",
+            [proj.id],
+        ).fetchall()
+        prompt_of = {row[0]: row[1] for row in rows}
+        wanted = None
+        if response_ids is not None:
+            wanted = {int(r) for r in response_ids}
+            unknown = sorted(wanted - set(prompt_of))
+            if unknown:
+                raise InputError(f"responses {unknown} are not in project '{proj.name}'", field="response_ids")
+
+        def insert(kind: str, prompt_id: int, ids: list[int]) -> int:
+            cursor = db.execute(
+                "INSERT OR IGNORE INTO items (project_id, kind, prompt_id, response_ids_json, priority, run_id)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                [proj.id, kind, prompt_id, response_ids_json(ids), priority, run_id],
+            )
+            return cursor.rowcount
+
+        if "rating" in kinds:
+            rated = _ids_in_items(db, proj.id, "rating")
+            for response_id, prompt_id in prompt_of.items():
+                if response_id not in rated and (wanted is None or response_id in wanted):
+                    created += insert("rating", prompt_id, [response_id])
+
+        if "ranking" in kinds:
+            ranked = _ids_in_items(db, proj.id, "ranking")
+            # Older unranked responses of a prompt join the new ones: generating one answer at a time
+            # must still end up in rankings.
+            unranked: dict[int, list[int]] = {}
+            for response_id, prompt_id in prompt_of.items():
+                if response_id not in ranked:
+                    unranked.setdefault(prompt_id, []).append(response_id)
+            prompts = sorted({prompt_of[r] for r in wanted} if wanted is not None else set(unranked))
+            for prompt_id in prompts:
+                free = unranked.get(prompt_id, [])
+                start = 0
+                for size in _group_sizes(len(free), ranking_size):
+                    created += insert("ranking", prompt_id, free[start : start + size])
+                    start += size
+    return created
+
+
+# ---------------------------------------------------------------------------------------------
+# The queue
+
+
+def _own_pending(db: sqlite_utils.Database, proj: Project, user_id: int, kind: str) -> int | None:
+    """The user's pending item to show again, newest first; stale ones taken over are released."""
+    rows = db.execute(
+        f"""SELECT mine.id, mine.item_id, mine.assigned_at > {_CUTOFF} AS fresh, i.gold_json IS NOT NULL AS gold,
+               (SELECT COUNT(*) FROM assignments a WHERE a.item_id = mine.item_id AND a.user_id != mine.user_id
+                  AND {_HOLDS_SLOT}) AS others
+            FROM assignments mine JOIN items i ON i.id = mine.item_id
+            WHERE mine.user_id = ? AND mine.status = 'pending' AND i.project_id = ? AND i.kind = ?
+            ORDER BY mine.id DESC""",
+        [user_id, proj.id, kind],
+    ).fetchall()
+    for row in rows:
+        if row["fresh"] or row["gold"] or row["others"] < proj.overlap:
+            # Showing it again renews the reservation: the annotator is looking at it now.
+            db.execute(f"UPDATE assignments SET assigned_at = {_NOW} WHERE id = ?", [row["id"]])
+            return row["item_id"]
+        # Stale and its slot went to others meanwhile: the item is no longer this user's.
+        db.execute("DELETE FROM assignments WHERE id = ?", [row["id"]])
+    return None
+
+
+def _available_sql(select: str) -> str:
+    """Items of a project and kind that a user never held and that still have a free slot."""
+    return f"""SELECT {select} FROM items i
+        WHERE i.project_id = :project AND i.kind = :kind
+          AND NOT EXISTS (SELECT 1 FROM assignments m WHERE m.item_id = i.id AND m.user_id = :user)
+          AND (i.gold_json IS NOT NULL
+               OR (SELECT COUNT(*) FROM assignments a WHERE a.item_id = i.id AND {_HOLDS_SLOT}) < :overlap)"""
+
+
+def _claim_new(db: sqlite_utils.Database, proj: Project, user_id: int, kind: str) -> int | None:
+    row = db.execute(
+        _available_sql("i.id") + " ORDER BY i.priority DESC, i.id LIMIT 1",
+        {"project": proj.id, "kind": kind, "user": user_id, "overlap": proj.overlap},
+    ).fetchone()
+    if row is None:
+        return None
+    db.execute("INSERT INTO assignments (item_id, user_id, status) VALUES (?, ?, 'pending')", [row[0], user_id])
+    return row[0]
+
+
+def _progress(db: sqlite_utils.Database, proj: Project, user_id: int, kind: str) -> tuple[int, int]:
+    done = db.execute(
+        "SELECT COUNT(*) FROM assignments a JOIN items i ON i.id = a.item_id"
+        " WHERE a.user_id = ? AND a.status = 'done' AND i.project_id = ? AND i.kind = ?",
+        [user_id, proj.id, kind],
+    ).fetchone()[0]
+    params = {"project": proj.id, "kind": kind, "user": user_id, "overlap": proj.overlap}
+    available = db.execute(_available_sql("COUNT(*)"), params).fetchone()[0]
+    pending = db.execute(
+        "SELECT COUNT(*) FROM assignments a JOIN items i ON i.id = a.item_id"
+        " WHERE a.user_id = :user AND a.status = 'pending' AND i.project_id = :project AND i.kind = :kind",
+        params,
+    ).fetchone()[0]
+    return done, available + pending
+
+
+def _queue_item(db: sqlite_utils.Database, proj: Project, user_id: int, item_id: int) -> QueueItem:
+    item = db.execute(
+        "SELECT i.id, i.kind, i.prompt_id, i.response_ids_json, i.run_id, p.text"
+        " FROM items i JOIN prompts p ON p.id = i.prompt_id WHERE i.id = ?",
+        [item_id],
+    ).fetchone()
+    ids = json.loads(item["response_ids_json"])
+    by_id = {
+        row["id"]: {"id": row["id"], "text": row["text"], "model": row["model"]}
+        for row in db.execute(
+            f"SELECT id, text, model FROM responses WHERE id IN ({', '.join('?' * len(ids))})", ids
+        ).fetchall()
+    }
+    responses = [by_id[r] for r in ids if r in by_id]  # a deleted response drops out, the rest stay
+    if item["kind"] == "ranking":
+        # Position bias is real (annotators favour the first answer); a per-(item, user) seed shuffles
+        # each annotator differently yet shows the same order after a refresh. str seeds are stable.
+        random.Random(f"{item_id}:{user_id}").shuffle(responses)
+    done, remaining = _progress(db, proj, user_id, item["kind"])
+    return QueueItem(
+        item_id=item["id"],
+        kind=item["kind"],
+        prompt=item["text"],
+        prompt_id=item["prompt_id"],
+        responses=responses,
+        guidelines=proj.guidelines,
+        likert_min=proj.likert_min,
+        likert_max=proj.likert_max,
+        run_id=item["run_id"],
+        done=done,
+        remaining=remaining,
+    )
+
+
+def next_item(db: sqlite_utils.Database, project: str, username: str, kind: Kind = "rating") -> QueueItem | None:
+    """The item to show this user now (None when their queue is empty); reserves it for them."""
+    _check_kind(kind)
+    with write_transaction(db):
+        proj = get_project(db, project)
+        user = require_user(db, username)
+        item_id = _own_pending(db, proj, user.id, kind)
+        if item_id is None:
+            item_id = _claim_new(db, proj, user.id, kind)
+        if item_id is None:
+            return None
+        return _queue_item(db, proj, user.id, item_id)
+
+
+def progress(db: sqlite_utils.Database, project: str, username: str, kind: Kind = "rating") -> tuple[int, int]:
+    """(done, remaining) for this user: labelled items, and items still waiting for them (incl. the shown one)."""
+    _check_kind(kind)
+    proj = get_project(db, project)
+    user = require_user(db, username)
+    return _progress(db, proj, user.id, kind)
+
+
+# ---------------------------------------------------------------------------------------------
+# Submitting, skipping, undoing
+
+
+def _item_row(db: sqlite_utils.Database, proj: Project, item_id: object, kind: str):
+    row = None
+    if isinstance(item_id, int) and not isinstance(item_id, bool):
+        row = db.execute(
+            "SELECT id, kind, prompt_id, response_ids_json, gold_json FROM items WHERE id = ? AND project_id = ?",
+            [item_id, proj.id],
+        ).fetchone()
+    if row is None:
+        raise InputError(f"no item {item_id!r} in project '{proj.name}'", field="item_id")
+    if row["kind"] != kind:
+        raise InputError(f"item {item_id} is a {row['kind']} item, not a {kind} item", field="item_id")
+    return row
+
+
+def _check_extras(comment: object, seconds: object) -> float | None:
+    if not isinstance(comment, str):
+        raise InputError("must be text", field="comment")
+    if seconds is None:
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds < 0:
+        raise InputError(f"must be a non-negative number of seconds, got {seconds!r}", field="seconds")
+    return float(seconds)
+
+
+def _take_assignment(db: sqlite_utils.Database, proj: Project, user, item, claim: bool) -> None:
+    """Mark the user's assignment done, or refuse: the item must be theirs (or free to claim)."""
+    row = db.execute(
+        f"SELECT id, status, assigned_at > {_CUTOFF} AS fresh FROM assignments WHERE item_id = ? AND user_id = ?",
+        [item["id"], user.id],
+    ).fetchone()
+    others = db.execute(
+        f"SELECT COUNT(*) FROM assignments a WHERE a.item_id = ? AND a.user_id != ? AND {_HOLDS_SLOT}",
+        [item["id"], user.id],
+    ).fetchone()[0]
+    full = item["gold_json"] is None and others >= proj.overlap
+    if row is None:
+        if not claim:
+            raise PermissionDenied(f"item {item['id']} is not assigned to '{user.username}'")
+        if full:
+            raise InputError(f"item {item['id']} already has {proj.overlap} annotator(s)", field="item_id")
+        db.execute("INSERT INTO assignments (item_id, user_id, status) VALUES (?, ?, 'done')", [item["id"], user.id])
+        return
+    if row["status"] == "skipped":
+        raise InputError(f"item {item['id']} was skipped; it is no longer in your queue", field="item_id")
+    if row["status"] == "pending" and not row["fresh"] and full:
+        raise InputError(
+            f"item {item['id']} was idle for over {PENDING_TTL_MINUTES} minutes and went to another annotator",
+            field="item_id",
+        )
+    db.execute("UPDATE assignments SET status = 'done' WHERE id = ?", [row["id"]])
+
+
+def _replay(db: sqlite_utils.Database, table: str, request_id: str, user, item_id: int) -> LabelResult | None:
+    """The stored label for a request_id seen before (a retry), or None for a new request."""
+    row = db.execute(f"SELECT id, item_id, user_id FROM {table} WHERE request_id = ?", [request_id]).fetchone()
+    if row is None:
+        return None
+    if row["user_id"] != user.id or row["item_id"] != item_id:
+        raise InputError("this request_id was already used for another label", field="request_id")
+    return LabelResult(row["id"], created=False)
+
+
+def submit_rating(
+    db: sqlite_utils.Database,
+    project: str,
+    username: str,
+    item_id: int,
+    score: float,
+    comment: str = "",
+    seconds: float | None = None,
+    request_id: str | None = None,
+    *,
+    claim: bool = False,
+) -> LabelResult:
+    """Store a Likert score for a rating item the user holds.
+
+    claim=True lets a user rate an item they were not served (a chat answer rated in place, a PPO
+    rollout opened from the Train tab), as long as the item has a free slot.
+    """
+    seconds = _check_extras(comment, seconds)
+    with write_transaction(db):
+        proj = get_project(db, project)
+        user = require_user(db, username)
+        if request_id is not None and (replay := _replay(db, "ratings", request_id, user, item_id)):
+            return replay
+        item = _item_row(db, proj, item_id, "rating")
+        score = label_kinds.validate_score(score, proj.likert_min, proj.likert_max)
+        prior = db.execute(
+            "SELECT id, score FROM ratings WHERE item_id = ? AND user_id = ?", [item_id, user.id]
+        ).fetchone()
+        if prior is not None:
+            if prior["score"] == score:
+                return LabelResult(prior["id"], created=False)
+            raise InputError(f"you already rated item {item_id} ({prior['score']:g}); undo to change it", field="score")
+        _take_assignment(db, proj, user, item, claim)
+        (response_id,) = json.loads(item["response_ids_json"])
+        cursor = db.execute(
+            "INSERT INTO ratings (item_id, response_id, user_id, score, comment, seconds, request_id)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [item_id, response_id, user.id, score, comment, seconds, request_id],
+        )
+        return LabelResult(cursor.lastrowid, created=True)
+
+
+def submit_ranking(
+    db: sqlite_utils.Database,
+    project: str,
+    username: str,
+    item_id: int,
+    order: list[list[int]],
+    comment: str = "",
+    seconds: float | None = None,
+    request_id: str | None = None,
+    *,
+    claim: bool = False,
+) -> LabelResult:
+    """Store a ranking (best to worst, ties share a group) of a ranking item the user holds."""
+    seconds = _check_extras(comment, seconds)
+    with write_transaction(db):
+        proj = get_project(db, project)
+        user = require_user(db, username)
+        if request_id is not None and (replay := _replay(db, "rankings", request_id, user, item_id)):
+            return replay
+        item = _item_row(db, proj, item_id, "ranking")
+        order = label_kinds.validate_order(order, json.loads(item["response_ids_json"]))
+        order_json = json.dumps(order)
+        prior = db.execute(
+            "SELECT id, order_json FROM rankings WHERE item_id = ? AND user_id = ?", [item_id, user.id]
+        ).fetchone()
+        if prior is not None:
+            if json.loads(prior["order_json"]) == order:
+                return LabelResult(prior["id"], created=False)
+            raise InputError(f"you already ranked item {item_id}; undo to change it", field="order")
+        _take_assignment(db, proj, user, item, claim)
+        cursor = db.execute(
+            "INSERT INTO rankings (item_id, prompt_id, user_id, order_json, comment, seconds, source, request_id)"
+            " VALUES (?, ?, ?, ?, ?, ?, 'annotator', ?)",
+            [item_id, item["prompt_id"], user.id, order_json, comment, seconds, request_id],
+        )
+        return LabelResult(cursor.lastrowid, created=True)
+
+
+def skip_item(db: sqlite_utils.Database, project: str, username: str, item_id: int) -> None:
+    """Pass on an item the user holds: it leaves their queue for good and its slot frees for others."""
+    with write_transaction(db):
+        proj = get_project(db, project)
+        user = require_user(db, username)
+        row = db.execute(
+            "SELECT a.id, a.status FROM assignments a JOIN items i ON i.id = a.item_id"
+            " WHERE a.item_id = ? AND a.user_id = ? AND i.project_id = ?",
+            [item_id, user.id, proj.id],
+        ).fetchone()
+        if row is None:
+            raise PermissionDenied(f"item {item_id} is not assigned to '{username}'")
+        if row["status"] == "done":
+            raise InputError(f"item {item_id} is already labelled; undo it first", field="item_id")
+        db.execute("UPDATE assignments SET status = 'skipped' WHERE id = ?", [row["id"]])
+
+
+def undo_last(db: sqlite_utils.Database, project: str, username: str, kind: Kind = "rating") -> int | None:
+    """Delete the user's latest label of this kind and put its item back at the head of their queue.
+
+    Returns the item id, or None when there is nothing to undo. Ids grow with each insert, so the
+    highest id is the latest label.
+    """
+    _check_kind(kind)
+    table, only_annotator = ("ratings", "") if kind == "rating" else ("rankings", "AND l.source = 'annotator'")
+    with write_transaction(db):
+        proj = get_project(db, project)
+        user = require_user(db, username)
+        row = db.execute(
+            f"SELECT l.id, l.item_id FROM {table} l JOIN items i ON i.id = l.item_id"
+            f" WHERE l.user_id = ? AND i.project_id = ? AND i.kind = ? {only_annotator} ORDER BY l.id DESC LIMIT 1",
+            [user.id, proj.id, kind],
+        ).fetchone()
+        if row is None:
+            return None
+        db.execute(f"DELETE FROM {table} WHERE id = ?", [row["id"]])
+        # Re-inserted rather than updated: the new, highest id makes it the user's newest pending
+        # assignment, which next_item returns first (timestamps can tie within a millisecond).
+        db.execute("DELETE FROM assignments WHERE item_id = ? AND user_id = ?", [row["item_id"], user.id])
+        db.execute(
+            "INSERT INTO assignments (item_id, user_id, status) VALUES (?, ?, 'pending')", [row["item_id"], user.id]
+        )
+        return row["item_id"]
+
+
+def set_gold(db: sqlite_utils.Database, item_id: int, gold: dict | None) -> None:
+    """Give an item a known answer ({"score": s} or {"order": [[id], ...]}), or None to clear it."""
+    with write_transaction(db):
+        item = db.execute(
+            "SELECT i.kind, i.response_ids_json, p.likert_min, p.likert_max FROM items i"
+            " JOIN projects p ON p.id = i.project_id WHERE i.id = ?",
+            [item_id],
+        ).fetchone()
+        if item is None:
+            raise InputError(f"no item {item_id!r}", field="item_id")
+        gold_json = None
+        if gold is not None:
+            canonical = label_kinds.validate_gold(
+                item["kind"], gold, json.loads(item["response_ids_json"]), item["likert_min"], item["likert_max"]
+            )
+            gold_json = json.dumps(canonical)
+        db.execute("UPDATE items SET gold_json = ? WHERE id = ?", [gold_json, item_id])
+
+
+def waiting_for_run(db: sqlite_utils.Database, run_id: int) -> int:
+    """How many of a run's items still have no label (the UI's "a training run waits for N ratings")."""
+    return db.execute(
+        """SELECT COUNT(*) FROM items i WHERE i.run_id = ?
+             AND NOT EXISTS (SELECT 1 FROM ratings r WHERE r.item_id = i.id)
+             AND NOT EXISTS (SELECT 1 FROM rankings k WHERE k.item_id = i.id)""",
+        [run_id],
+    ).fetchone()[0]

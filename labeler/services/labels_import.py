@@ -1,0 +1,118 @@
+"""Import a TRL preference dataset as labels: prompts, responses, one ranking item and ranking per pair.
+
+Accepted rows (TRL's preference formats), from JSONL/JSON/CSV/Parquet or a saved datasets folder:
+- standard: {"prompt": str, "chosen": str, "rejected": str}
+- conversational: {"prompt": [messages], "chosen": [assistant message], "rejected": [assistant message]}
+- conversational, implicit prompt: {"chosen": [messages], "rejected": [messages]}; the shared leading
+  messages are the prompt (Anthropic HH in TRL form).
+A pair becomes a ranking [[chosen], [rejected]] with user_id NULL and source 'import', so export reads it
+like any other ranking. Importing the same pair again adds nothing (counted as duplicate); a pair whose
+chosen and rejected texts are identical carries no preference and is skipped (counted). Like prompt
+imports, every row is validated before anything is written, and everything is written in one transaction.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import sqlite_utils
+
+from labeler.services.errors import InputError
+from labeler.services.labeling import response_ids_json
+from labeler.services.projects import get_project
+from labeler.services.prompts import ImportResult, PromptRecord, insert_prompt, parse_prompt
+from labeler.services.readers import Where, check_messages, require_text, read_records
+from storage import write_transaction
+
+SOURCE = "import"
+# Imported pairs also become ranking items; below generated items in annotators' queues (priority 0),
+# so a large imported dataset never buries fresh work.
+IMPORT_PRIORITY = -1
+
+
+@dataclass(frozen=True)
+class PreferencePair:
+    prompt: PromptRecord
+    chosen: str
+    rejected: str
+
+
+def _answer(where: Where, value, field: str) -> str:
+    """The assistant text of a conversational answer: exactly one assistant message."""
+    messages = check_messages(where, value, field)
+    if len(messages) != 1 or messages[0]["role"] != "assistant":
+        raise where.error("must be exactly one assistant message after the prompt", field)
+    return messages[0]["content"]
+
+
+def parse_pair(where: Where, record: dict) -> PreferencePair:
+    for field in ("chosen", "rejected"):
+        if record.get(field) is None:
+            raise where.error(f"missing '{field}' (columns present: {', '.join(map(str, record)) or 'none'})", field)
+    chosen, rejected = record["chosen"], record["rejected"]
+    if record.get("prompt") is None:
+        if not (isinstance(chosen, list) and isinstance(rejected, list)):
+            raise where.error("missing 'prompt' (only conversational rows may leave the prompt implicit)", "prompt")
+        chosen = check_messages(where, chosen, "chosen")
+        rejected = check_messages(where, rejected, "rejected")
+        shared = 0
+        while shared < min(len(chosen), len(rejected)) - 1 and chosen[shared] == rejected[shared]:
+            shared += 1
+        if shared == 0:
+            raise where.error("chosen and rejected share no leading prompt messages", "prompt")
+        record = {"prompt": chosen[:shared], "chosen": chosen[shared:], "rejected": rejected[shared:]}
+        chosen, rejected = record["chosen"], record["rejected"]
+    prompt = parse_prompt(where, {"prompt": record["prompt"]})
+    if isinstance(record["prompt"], list):
+        return PreferencePair(prompt, _answer(where, chosen, "chosen"), _answer(where, rejected, "rejected"))
+    return PreferencePair(prompt, require_text(where, record, "chosen"), require_text(where, record, "rejected"))
+
+
+def _response_id(db: sqlite_utils.Database, prompt_id: int, text: str) -> int:
+    """An identical answer to the same prompt is the same response (whatever produced it)."""
+    row = db.execute("SELECT id FROM responses WHERE prompt_id = ? AND text = ? ORDER BY id LIMIT 1", [prompt_id, text]).fetchone()
+    if row:
+        return row[0]
+    return db.execute(
+        "INSERT INTO responses (prompt_id, text, model, source) VALUES (?, ?, ?, ?)", [prompt_id, text, SOURCE, SOURCE]
+    ).lastrowid
+
+
+def _store_pair(db: sqlite_utils.Database, project_id: int, pair: PreferencePair, source: str) -> bool:
+    """Inside the caller's transaction; False when this exact imported preference is already stored."""
+    prompt_id, _ = insert_prompt(db, project_id, pair.prompt, source)
+    chosen, rejected = _response_id(db, prompt_id, pair.chosen), _response_id(db, prompt_id, pair.rejected)
+    ids_json = response_ids_json([chosen, rejected])
+    db.execute(
+        "INSERT INTO items (project_id, kind, prompt_id, response_ids_json, priority) VALUES (?, 'ranking', ?, ?, ?)"
+        " ON CONFLICT (project_id, kind, response_ids_json) DO NOTHING",
+        [project_id, prompt_id, ids_json, IMPORT_PRIORITY],
+    )
+    item_id = db.execute(
+        "SELECT id FROM items WHERE project_id = ? AND kind = 'ranking' AND response_ids_json = ?", [project_id, ids_json]
+    ).fetchone()[0]
+    order_json = json.dumps([[chosen], [rejected]])
+    if db.execute(
+        "SELECT 1 FROM rankings WHERE item_id = ? AND source = ? AND order_json = ?", [item_id, SOURCE, order_json]
+    ).fetchone():
+        return False
+    db.execute(
+        "INSERT INTO rankings (item_id, prompt_id, user_id, order_json, source) VALUES (?, ?, NULL, ?, ?)",
+        [item_id, prompt_id, order_json, SOURCE],
+    )
+    return True
+
+
+def import_preferences(db: sqlite_utils.Database, path: str | Path, project: str = "default") -> ImportResult:
+    """added = pairs stored, duplicates = pairs already stored (or repeated in the file), skipped = chosen == rejected."""
+    project_id = get_project(db, project).id
+    pairs = [parse_pair(where, record) for where, record in read_records(path, txt_field="prompt")]
+    if not pairs:
+        raise InputError("no preference pairs found", file=str(path))
+    useful = [pair for pair in pairs if pair.chosen != pair.rejected]
+    added = 0
+    with write_transaction(db):
+        for pair in useful:
+            added += _store_pair(db, project_id, pair, source=f"import:{Path(path).name}")
+    return ImportResult(added=added, duplicates=len(useful) - added, skipped=len(pairs) - len(useful))

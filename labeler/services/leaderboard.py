@@ -1,0 +1,159 @@
+"""Arena leaderboard: Bradley-Terry strengths, Elo, bootstrap confidence intervals.
+
+The fits are pure functions of vote lists; `leaderboard(db, project)` reads the votes and calls them.
+Bradley-Terry (P(i beats j) = p_i / (p_i + p_j)) is fitted with Hunter's MM algorithm (Hunter 2004,
+"MM algorithms for generalized Bradley-Terry models", eq. 3). Unlike Elo it does not depend on the order
+of the votes, which is why Chatbot Arena moved to it; Elo is kept as the familiar running number.
+Scores are shown on the Elo scale: 400 * log10(p) + 1000, so a 400-point gap means 10:1 odds.
+"""
+from __future__ import annotations
+
+import math
+import random
+from collections import defaultdict
+from typing import Iterable, Sequence
+
+import sqlite_utils
+
+from labeler.services.projects import get_project
+
+Vote = tuple[str, str, str]  # (model_a, model_b, winner: 'a' | 'b' | 'tie' | 'both_bad')
+SCALE, BASE_SCORE = 400.0, 1000.0
+
+
+def bradley_terry(
+    wins: Sequence[tuple[str, str]],
+    ties: Sequence[tuple[str, str]] = (),
+    prior: float = 0.5,
+    iters: int = 1000,
+    tol: float = 1e-10,
+) -> dict[str, float]:
+    """Strengths p (geometric mean 1) from (winner, loser) pairs and tied pairs.
+
+    A tie counts as half a win for each side. `prior` adds that many virtual ties between every model and
+    a virtual opponent of strength 1, so a model that won (or lost) every game still gets a finite strength
+    and a model seen once does not jump to an extreme; 0 gives the plain maximum-likelihood fit.
+    """
+    players = sorted({m for pair in [*wins, *ties] for m in pair})
+    if not players:
+        return {}
+    score = defaultdict(float)  # W_i: wins, ties as halves
+    games = defaultdict(float)  # n_ij: games between i and j, both orders
+    for winner, loser in wins:
+        score[winner] += 1.0
+        games[winner, loser] += 1.0
+        games[loser, winner] += 1.0
+    for a, b in ties:
+        score[a] += 0.5
+        score[b] += 0.5
+        games[a, b] += 1.0
+        games[b, a] += 1.0
+    opponents = defaultdict(list)
+    for (i, j), n in games.items():
+        opponents[i].append((j, n))
+    p = {m: 1.0 for m in players}
+    for _ in range(iters):
+        new = {}
+        for i in players:
+            # MM update: p_i <- W_i / sum_j n_ij / (p_i + p_j); the prior is `prior` games against p = 1
+            # of which half were won.
+            denominator = sum(n / (p[i] + p[j]) for j, n in opponents[i]) + prior / (p[i] + 1.0)
+            new[i] = (score[i] + prior / 2) / denominator if denominator > 0 else p[i]
+        # Only ratios matter: pin the geometric mean to 1 so the scale is identifiable.
+        log_mean = sum(math.log(v) for v in new.values()) / len(new)
+        new = {m: v / math.exp(log_mean) for m, v in new.items()}
+        change = max(abs(math.log(new[m]) - math.log(p[m])) for m in players)
+        p = new
+        if change < tol:
+            break
+    return p
+
+
+def to_elo_scale(strength: float) -> float:
+    return SCALE * math.log10(strength) + BASE_SCORE
+
+
+def split_votes(votes: Iterable[Vote]) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """Votes as (winner, loser) pairs and tied pairs; both_bad is a tie (neither answer preferred)."""
+    wins, ties = [], []
+    for model_a, model_b, winner in votes:
+        if winner == "a":
+            wins.append((model_a, model_b))
+        elif winner == "b":
+            wins.append((model_b, model_a))
+        elif winner in ("tie", "both_bad"):
+            ties.append((model_a, model_b))
+        else:
+            raise ValueError(f"winner must be a, b, tie or both_bad, got {winner!r}")
+    return wins, ties
+
+
+def elo(matches: Iterable[tuple[str, str, float]], k: float = 32.0, initial: float = 1000.0) -> dict[str, float]:
+    """Sequential Elo over (a, b, score of a: 1 win, 0.5 tie, 0 loss), in the given order."""
+    rating: dict[str, float] = defaultdict(lambda: initial)
+    for a, b, score_a in matches:
+        expected_a = 1.0 / (1.0 + 10 ** ((rating[b] - rating[a]) / 400.0))
+        delta = k * (score_a - expected_a)
+        rating[a] += delta
+        rating[b] -= delta
+    return dict(rating)
+
+
+def votes_to_matches(votes: Iterable[Vote]) -> list[tuple[str, str, float]]:
+    return [(a, b, {"a": 1.0, "b": 0.0}.get(winner, 0.5)) for a, b, winner in votes]
+
+
+def bootstrap_ci(
+    votes: Sequence[Vote], n: int = 200, seed: int = 0, alpha: float = 0.05, prior: float = 0.5
+) -> dict[str, tuple[float, float]]:
+    """Percentile interval of each model's Bradley-Terry score (Elo scale) over `n` resamples of the votes."""
+    rng = random.Random(seed)
+    samples: dict[str, list[float]] = defaultdict(list)
+    for _ in range(n):
+        resampled = [votes[rng.randrange(len(votes))] for _ in votes]
+        for model, strength in bradley_terry(*split_votes(resampled), prior=prior, iters=200).items():
+            samples[model].append(to_elo_scale(strength))
+    intervals = {}
+    for model, values in samples.items():
+        values.sort()
+        # A model missing from some resamples still gets an interval from the resamples it was in.
+        low = values[int(math.floor(alpha / 2 * (len(values) - 1)))]
+        high = values[int(math.ceil((1 - alpha / 2) * (len(values) - 1)))]
+        intervals[model] = (low, high)
+    return intervals
+
+
+def arena_votes(db: sqlite_utils.Database, project: str = "default") -> list[Vote]:
+    """Every voted battle of the project, oldest first."""
+    project_id = get_project(db, project).id
+    rows = db.execute(
+        "SELECT model_a, model_b, winner FROM battles WHERE project_id = ? AND winner IS NOT NULL ORDER BY voted_at, id",
+        [project_id],
+    ).fetchall()
+    return [(row[0], row[1], row[2]) for row in rows]
+
+
+def leaderboard(db: sqlite_utils.Database, project: str = "default", n_bootstrap: int = 200, seed: int = 0) -> list[dict]:
+    """Models by Bradley-Terry score, best first: model, bt_score, ci_low, ci_high, elo, votes."""
+    votes = arena_votes(db, project)
+    if not votes:
+        return []
+    strengths = bradley_terry(*split_votes(votes))
+    intervals = bootstrap_ci(votes, n=n_bootstrap, seed=seed)
+    ratings = elo(votes_to_matches(votes))
+    counts: dict[str, int] = defaultdict(int)
+    for a, b, _ in votes:
+        counts[a] += 1
+        counts[b] += 1
+    rows = [
+        {
+            "model": model,
+            "bt_score": round(to_elo_scale(strength), 1),
+            "ci_low": round(intervals[model][0], 1),
+            "ci_high": round(intervals[model][1], 1),
+            "elo": round(ratings[model], 1),
+            "votes": counts[model],
+        }
+        for model, strength in strengths.items()
+    ]
+    return sorted(rows, key=lambda row: (-row["bt_score"], row["model"]))

@@ -1,0 +1,146 @@
+"""The model registry (table `models`): every model a user can generate, chat or battle with, by name.
+
+A row is a name for a path: a local safetensors folder (a trained policy, reward model or PEFT adapter),
+a hub id, or 'default' (the embedded SmolLM2-135M-Instruct, found by rlhf.loading). Training runs
+register what they save (`register_model`, with run id, config, metrics and the data snapshot they
+were trained on) so a model can always be traced back to its labels. The 'default' base model is
+registered on first use, so a fresh database already lists one model.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+from labeler.services.errors import InputError
+from rlhf.loading import DEFAULT_POLICY, resolve_model_path
+from storage import write_transaction
+
+KINDS = ("base", "policy", "reward", "adapter")
+# owner/name, as the hub spells repository ids.
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+NAME = re.compile(r"^[\w.:@+-][\w .:@+/-]{0,99}$")
+
+
+def _check_name(name: str) -> str:
+    name = (name or "").strip()
+    if not NAME.match(name):
+        raise InputError(f"bad model name {name!r}: 1-100 letters, digits, spaces or . _ - : @ + /", field="name")
+    return name
+
+
+def _row_to_dict(row: dict) -> dict:
+    model = dict(row)
+    model["config"] = json.loads(model.pop("config_json") or "{}")
+    model["metrics"] = json.loads(model.pop("metrics_json") or "{}")
+    return model
+
+
+def _check_path(path: str, field: str = "path") -> str:
+    """A path the loaders accept: 'default', an existing local folder (made absolute), or a hub id."""
+    path = str(path).strip()
+    if path == DEFAULT_POLICY:
+        return path
+    local = Path(path).expanduser()
+    if local.is_dir():
+        has_weights = any(local.glob("*.safetensors")) or (local / "adapter_config.json").exists()
+        if not has_weights:
+            raise InputError(f"{path}: no *.safetensors weights in this folder (only safetensors are loaded)", field=field)
+        return str(local.resolve())
+    if local.exists():
+        raise InputError(f"{path}: is a file; give the model's folder", field=field)
+    if HUB_ID.match(path) and not path.startswith((".", "/", "~")):
+        return path
+    raise InputError(f"{path}: no such folder, and not a hub id (owner/name)", field=field)
+
+
+def _ensure_default(db: sqlite_utils.Database) -> None:
+    if db.execute("SELECT 1 FROM models WHERE name = ?", [DEFAULT_POLICY]).fetchone():
+        return
+    with write_transaction(db):
+        db.execute(
+            "INSERT OR IGNORE INTO models (name, path, kind, config_json) VALUES (?, ?, 'base', ?)",
+            [DEFAULT_POLICY, DEFAULT_POLICY, json.dumps({"description": "SmolLM2-135M-Instruct (embedded)"})],
+        )
+
+
+def register_model(
+    db: sqlite_utils.Database,
+    name: str,
+    path: str,
+    kind: str,
+    base_model: str | None = None,
+    run_id: int | None = None,
+    config: dict[str, Any] | None = None,
+    metrics: dict[str, Any] | None = None,
+    data_snapshot: str = "",
+) -> dict:
+    """Add a model under a new, unique name. InputError for a taken name, unknown kind or bad path."""
+    name = _check_name(name)
+    if kind not in KINDS:
+        raise InputError(f"unknown kind {kind!r}; one of {', '.join(KINDS)}", field="kind")
+    path = _check_path(path)
+    if name == DEFAULT_POLICY:
+        raise InputError(f"'{DEFAULT_POLICY}' is reserved for the embedded model", field="name")
+    _ensure_default(db)  # so the embedded model is always listed first
+    with write_transaction(db):
+        if db.execute("SELECT 1 FROM models WHERE name = ?", [name]).fetchone():
+            raise InputError(f"a model named {name!r} is already registered", field="name")
+        db.execute(
+            "INSERT INTO models (name, path, kind, base_model, run_id, config_json, metrics_json, data_snapshot)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                name,
+                path,
+                kind,
+                base_model,
+                run_id,
+                json.dumps(config or {}, sort_keys=True),
+                json.dumps(metrics or {}, sort_keys=True),
+                data_snapshot,
+            ],
+        )
+    return get_model(db, name)
+
+
+def add_base_model(db: sqlite_utils.Database, name: str, path_or_hub_id: str) -> dict:
+    """Register a base (untuned) causal LM: a local folder or a hub id (loaded only if already cached)."""
+    return register_model(db, name, path_or_hub_id, kind="base")
+
+
+def list_models(db: sqlite_utils.Database, kind: str | None = None) -> list[dict]:
+    """All registered models, oldest first ('default' always among them); `kind` filters."""
+    _ensure_default(db)
+    if kind is not None and kind not in KINDS:
+        raise InputError(f"unknown kind {kind!r}; one of {', '.join(KINDS)}", field="kind")
+    sql = "SELECT * FROM models" + (" WHERE kind = ?" if kind else "") + " ORDER BY id"
+    return [_row_to_dict(dict(row)) for row in db.execute(sql, [kind] if kind else []).fetchall()]
+
+
+def chat_model_names(db: sqlite_utils.Database) -> list[str]:
+    """Names of the models that can answer (everything but reward models)."""
+    return [m["name"] for m in list_models(db) if m["kind"] != "reward"]
+
+
+def get_model(db: sqlite_utils.Database, name: str) -> dict:
+    """The registry row of `name` as a dict (config and metrics parsed). InputError if unknown."""
+    if name == DEFAULT_POLICY:
+        _ensure_default(db)
+    row = db.execute("SELECT * FROM models WHERE name = ?", [name]).fetchone()
+    if row is None:
+        raise InputError(f"no model named {name!r}; see `rlhf-studio models list`", field="model")
+    return _row_to_dict(dict(row))
+
+
+def resolve(db: sqlite_utils.Database, name: str) -> str:
+    """What the loaders open for `name`: a registry name, 'default', a local folder or a hub id."""
+    name = str(name).strip()
+    if name == DEFAULT_POLICY:
+        _ensure_default(db)
+    row = db.execute("SELECT path FROM models WHERE name = ?", [name]).fetchone()
+    if row is not None:
+        return resolve_model_path(row["path"])
+    return resolve_model_path(_check_path(name, field="model"))

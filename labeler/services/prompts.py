@@ -1,0 +1,153 @@
+"""Prompts: import from files (CSV, JSONL, JSON, .txt, Parquet, saved datasets), dedupe, list.
+
+A prompt is plain text, or a conversation (`messages_json`: the messages before the answer, ending with
+the user's turn; `text` is then that last user message, which is what the labelling screen shows).
+A conversation that is a single user turn is stored as plain text, so "Hi" from a .txt file and
+[{"role": "user", "content": "Hi"}] from a chat file are the same prompt.
+
+Duplicates are prompts with the same hash in the project (exact text, or exact conversation); they are
+skipped and counted, within the file as well. An import is all-or-nothing: every record is validated
+before the first INSERT, and the INSERTs share one transaction.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+import sqlite_utils
+
+from labeler.services.errors import InputError
+from labeler.services.projects import get_project
+from labeler.services.readers import Where, check_messages, check_text, read_records
+from storage import write_transaction
+
+SHIPPED_PROMPTS = Path(__file__).resolve().parent.parent / "data" / "movie_prompts.txt"
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    added: int
+    duplicates: int
+    skipped: int = 0  # records dropped for a stated reason (labels import: pairs with chosen == rejected)
+
+
+@dataclass(frozen=True)
+class PromptRecord:
+    text: str
+    messages: list[dict] | None  # None for a plain-text prompt
+
+    @property
+    def text_hash(self) -> str:
+        if self.messages is None:
+            return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
+        canonical = json.dumps(self.messages, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(("messages\n" + canonical).encode("utf-8")).hexdigest()
+
+    @property
+    def messages_json(self) -> str | None:
+        return None if self.messages is None else json.dumps(self.messages, ensure_ascii=False)
+
+
+def prompt_from_messages(where: Where, messages: list[dict], field: str) -> PromptRecord:
+    """The conversation up to and including the last user turn; what follows it is the answer."""
+    last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=None)
+    if last_user is None:
+        raise where.error("has no user message", field)
+    conversation = messages[: last_user + 1]
+    text = conversation[-1]["content"]
+    if len(conversation) == 1:
+        return PromptRecord(text, None)
+    return PromptRecord(text, conversation)
+
+
+def parse_prompt(where: Where, record: dict) -> PromptRecord:
+    """A prompt record: {"prompt": "..."}, {"prompt": [messages]} (TRL conversational) or {"messages": [...]}."""
+    if record.get("prompt") is None and record.get("messages") is not None:
+        return prompt_from_messages(where, check_messages(where, record["messages"], "messages"), "messages")
+    if record.get("prompt") is None:
+        present = ", ".join(map(str, record)) or "none"
+        raise where.error(f"missing 'prompt' (or 'messages'); columns present: {present}", "prompt")
+    value = record["prompt"]
+    if isinstance(value, list):
+        return prompt_from_messages(where, check_messages(where, value, "prompt"), "prompt")
+    if not isinstance(value, str):
+        raise where.error(f"must be a string or a list of messages, got {type(value).__name__}", "prompt")
+    return PromptRecord(check_text(where, value, "prompt"), None)
+
+
+def insert_prompt(db: sqlite_utils.Database, project_id: int, prompt: PromptRecord, source: str) -> tuple[int, bool]:
+    """(prompt id, created?) inside the caller's transaction; an existing identical prompt is reused."""
+    cursor = db.execute(
+        "INSERT INTO prompts (project_id, text, messages_json, text_hash, source) VALUES (?, ?, ?, ?, ?)"
+        " ON CONFLICT (project_id, text_hash) DO NOTHING",
+        [project_id, prompt.text, prompt.messages_json, prompt.text_hash, source],
+    )
+    if cursor.rowcount:
+        return cursor.lastrowid, True
+    row = db.execute("SELECT id FROM prompts WHERE project_id = ? AND text_hash = ?", [project_id, prompt.text_hash]).fetchone()
+    return row[0], False
+
+
+def _store(db: sqlite_utils.Database, project: str, prompts: list[PromptRecord], source: str) -> ImportResult:
+    project_id = get_project(db, project).id
+    added = 0
+    with write_transaction(db):
+        for prompt in prompts:
+            added += insert_prompt(db, project_id, prompt, source)[1]
+    return ImportResult(added=added, duplicates=len(prompts) - added)
+
+
+def import_prompts(db: sqlite_utils.Database, path: str | Path, project: str = "default", source: str | None = None) -> ImportResult:
+    """Import every prompt of a file or saved datasets folder (see module docstring). Writes nothing on error."""
+    get_project(db, project)  # an unknown project fails before the file is read
+    prompts = [parse_prompt(where, record) for where, record in read_records(path, txt_field="prompt")]
+    if not prompts:
+        raise InputError("no prompts found", file=str(path))
+    return _store(db, project, prompts, source if source is not None else Path(path).name)
+
+
+def add_prompts(db: sqlite_utils.Database, texts: Iterable[str], project: str = "default", source: str = "") -> ImportResult:
+    """Plain-text prompts from code or a text box; the same checks and dedupe as a file import."""
+    prompts = []
+    for number, text in enumerate(texts, start=1):
+        where = Where("prompts", number, unit="row")
+        if not isinstance(text, str):
+            raise where.error(f"must be a string, got {type(text).__name__}", "prompt")
+        prompts.append(PromptRecord(check_text(where, text, "prompt"), None))
+    return _store(db, project, prompts, source)
+
+
+def import_shipped_prompts(db: sqlite_utils.Database, project: str = "default") -> ImportResult:
+    """The movie-review openings shipped in labeler/data/ (the IMDB "write a positive review" task)."""
+    return import_prompts(db, SHIPPED_PROMPTS, project=project, source="shipped:movie_prompts")
+
+
+def count_prompts(db: sqlite_utils.Database, project: str = "default") -> int:
+    project_id = get_project(db, project).id
+    return db.execute("SELECT COUNT(*) FROM prompts WHERE project_id = ?", [project_id]).fetchone()[0]
+
+
+def list_prompts(db: sqlite_utils.Database, project: str = "default", limit: int = 100, offset: int = 0) -> list[dict]:
+    """Prompts oldest first, with their conversation (or None) and how many responses each has."""
+    project_id = get_project(db, project).id
+    rows = db.execute(
+        "SELECT p.id, p.text, p.messages_json, p.source, p.split, p.created_at,"
+        " (SELECT COUNT(*) FROM responses r WHERE r.prompt_id = p.id) AS responses"
+        " FROM prompts p WHERE p.project_id = ? ORDER BY p.id LIMIT ? OFFSET ?",
+        [project_id, limit, offset],
+    ).fetchall()
+    return [
+        {
+            "id": row["id"],
+            "text": row["text"],
+            "messages": json.loads(row["messages_json"]) if row["messages_json"] else None,
+            "source": row["source"],
+            "split": row["split"],
+            "created_at": row["created_at"],
+            "responses": row["responses"],
+        }
+        for row in rows
+    ]

@@ -1,0 +1,292 @@
+"""The built-in stages: SFT, reward model, DPO (transformers.Trainer-based) and PPO (our PPOTrainer loop).
+
+Each reads its data straight from the database through export's row functions and filters, trains with the
+rlhf library, reports through the MetricsSink, checkpoints every `checkpoint_every` steps and resumes from the
+newest complete checkpoint, stops early when asked, and returns what to register.
+"""
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+from labeler import forms
+from labeler.services import checkpoints
+from labeler.services.errors import InputError
+from labeler.services.stages import RunResult, StageContext, data_snapshot
+
+JOB_STATE_FILE = "job_state.json"
+
+
+# ---- shared pieces -----------------------------------------------------------------------------------
+
+def resolve_model(db, name: str) -> str:
+    """A registry name, a short name ('default', 'default-encoder'), a folder or a hub id -> loadable path."""
+    from labeler.services import models
+    from rlhf.loading import SHORT_NAMES, resolve_model_path
+
+    if name in SHORT_NAMES:
+        return resolve_model_path(name)
+    return models.resolve(db, name)
+
+
+def export_options(ctx: StageContext, **overrides):
+    from labeler.services.export import ExportOptions
+
+    job = ctx.job
+    annotators = tuple(a.strip() for a in job.annotators.split(",") if a.strip()) or None
+    return ExportOptions(annotators=annotators, min_annotators=job.min_annotators, min_agreement=job.min_agreement,
+                         include_rating_pairs=job.include_rating_pairs, seed=job.seed, **overrides)
+
+
+def peft_config(ctx: StageContext, task_type: str):
+    if not ctx.job.lora:
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(r=ctx.job.lora_r, lora_alpha=ctx.job.lora_alpha, lora_dropout=0.0, task_type=task_type,
+                      target_modules="all-linear")
+
+
+def split_rows(rows: list[dict], test_size: float, seed: int):
+    """datasets (train, eval or None): a seeded split; too few rows for a meaningful eval -> no eval split."""
+    from datasets import Dataset
+
+    rows = list(rows)
+    random.Random(seed).shuffle(rows)
+    n_test = int(len(rows) * test_size)
+    if n_test < 2 or len(rows) - n_test < 2:
+        return Dataset.from_list(rows), None
+    return Dataset.from_list(rows[n_test:]), Dataset.from_list(rows[:n_test])
+
+
+def _require_rows(rows: list, what: str, hint: str) -> None:
+    if len(rows) < 2:
+        raise InputError(f"only {len(rows)} {what} in the database with these filters; {hint}", field="data")
+
+
+def _trainer_args(ctx: StageContext, config_cls):
+    job = ctx.job
+    every = job.checkpoint_every
+    values: dict[str, Any] = {
+        "output_dir": str(ctx.checkpoint_root),
+        "report_to": "none",
+        "max_steps": job.steps,
+        "logging_steps": 1,  # every step in the live plot
+        "save_strategy": "steps" if every else "no",
+        "save_steps": every or 500,
+        "save_total_limit": 2,
+        "bf16": job.bf16,
+        "seed": job.seed,
+        "data_seed": job.seed,
+        "disable_tqdm": False,
+    }
+    values.update(ctx.trainer_settings)  # explicit trainer settings win
+    return forms.build_config(config_cls, values)
+
+
+def _train_with_trainer(ctx: StageContext, trainer) -> dict[str, float]:
+    """trainer.train() with our callbacks; resumes from the newest complete checkpoint; evaluates at the end."""
+    resume = ctx.resume_checkpoint()
+    if resume is not None:
+        step = checkpoints.checkpoint_step(resume)
+        ctx.sink.truncate_after(step)
+        print(f"resuming from {resume}", flush=True)
+    trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    metrics = {}
+    if trainer.eval_dataset is not None:
+        metrics = {k: v for k, v in trainer.evaluate().items() if isinstance(v, (int, float))}
+        ctx.sink.log(trainer.state.global_step, metrics)
+    ctx.sink.progress(trainer.state.global_step)
+    return metrics
+
+
+def _callbacks(ctx: StageContext) -> list:
+    return [ctx.sink.trainer_callback(ctx.job.steps), checkpoints.manifest_callback()]
+
+
+# ---- SFT, reward model, DPO ----------------------------------------------------------------------------
+
+def run_sft(ctx: StageContext) -> RunResult:
+    from labeler.services.export import unpaired_rows
+    from rlhf.loading import load_tokenizer
+    from rlhf.sft import SFTConfig, SFTTrainer
+
+    db = ctx.open_db()
+    # Well-rated answers (mean score >= threshold, default the scale's midpoint) are the demonstrations.
+    rows = [r for r in unpaired_rows(db, ctx.project, export_options(ctx, threshold=ctx.job.sft_min_score)) if r["label"]]
+    rows = [{"prompt": r["prompt"], "completion": r["completion"]} for r in rows]
+    _require_rows(rows, "well-rated answers", "rate more answers (SFT trains on answers rated at or above sft_min_score)")
+    base = ctx.job.base_model("sft")
+    path = resolve_model(db, base)
+    train, test = split_rows(rows, ctx.job.test_size, ctx.job.seed)
+    trainer = SFTTrainer(path, args=_trainer_args(ctx, SFTConfig), train_dataset=train, eval_dataset=test,
+                         processing_class=load_tokenizer(path, padding_side="right"),
+                         peft_config=peft_config(ctx, "CAUSAL_LM"), callbacks=_callbacks(ctx))
+    metrics = _train_with_trainer(ctx, trainer)
+    trainer.save_model(str(ctx.final_dir))
+    return RunResult(str(ctx.final_dir), "adapter" if ctx.job.lora else "policy", base, metrics,
+                     data_snapshot("sft", rows))
+
+
+def run_rm(ctx: StageContext) -> RunResult:
+    from labeler.services.export import preference_rows
+    from rlhf.loading import load_tokenizer
+    from rlhf.reward import RewardConfig, RewardTrainer
+
+    db = ctx.open_db()
+    rows = preference_rows(db, ctx.project, export_options(ctx))
+    _require_rows(rows, "preference pairs", "rank answers (or rate two answers per prompt with include_rating_pairs)")
+    base = ctx.job.base_model("rm")
+    path = resolve_model(db, base)
+    train, test = split_rows(rows, ctx.job.test_size, ctx.job.seed)
+    trainer = RewardTrainer(path, args=_trainer_args(ctx, RewardConfig), train_dataset=train, eval_dataset=test,
+                            processing_class=load_tokenizer(path, padding_side="right"),
+                            peft_config=peft_config(ctx, "SEQ_CLS"), callbacks=_callbacks(ctx))
+    metrics = _train_with_trainer(ctx, trainer)
+    trainer.save_model(str(ctx.final_dir))
+    return RunResult(str(ctx.final_dir), "reward", base, metrics, data_snapshot("preferences", rows))
+
+
+def run_dpo(ctx: StageContext) -> RunResult:
+    from labeler.services.export import preference_rows
+    from rlhf.dpo import DPOConfig, DPOTrainer
+    from rlhf.loading import load_tokenizer
+
+    db = ctx.open_db()
+    rows = preference_rows(db, ctx.project, export_options(ctx))
+    _require_rows(rows, "preference pairs", "rank answers (or rate two answers per prompt with include_rating_pairs)")
+    base = ctx.job.base_model("dpo")
+    path = resolve_model(db, base)
+    train, test = split_rows(rows, ctx.job.test_size, ctx.job.seed)
+    trainer = DPOTrainer(path, args=_trainer_args(ctx, DPOConfig), train_dataset=train, eval_dataset=test,
+                         processing_class=load_tokenizer(path, padding_side="right"),
+                         peft_config=peft_config(ctx, "CAUSAL_LM"), callbacks=_callbacks(ctx))
+    metrics = _train_with_trainer(ctx, trainer)
+    trainer.save_model(str(ctx.final_dir))
+    return RunResult(str(ctx.final_dir), "adapter" if ctx.job.lora else "policy", base, metrics,
+                     data_snapshot("preferences", rows))
+
+
+# ---- PPO ------------------------------------------------------------------------------------------------
+
+def newest_reward_model(db) -> str:
+    row = db.execute("SELECT name FROM models WHERE kind = 'reward' ORDER BY id DESC LIMIT 1").fetchone()
+    if row is None:
+        raise InputError("no reward model registered: train one (stage rm) or set reward_model", field="reward_model")
+    return row[0]
+
+
+def reward_source(ctx: StageContext, db):
+    """The PPO reward callable chosen by the job: rm, human, mix or function."""
+    from labeler.services.human_reward import HumanRewardQueue
+    from rlhf.rewards import FunctionReward, HumanReward, MixReward, RewardModelReward
+
+    job = ctx.job
+    if job.reward == "function":
+        return FunctionReward.from_spec(job.reward_function)
+
+    def rm():
+        path = resolve_model(db, job.reward_model or newest_reward_model(db))
+        return RewardModelReward.from_pretrained(path, job.subtract_query_score)
+
+    if job.reward == "rm":
+        return rm()
+    queue = HumanRewardQueue(ctx.db_path, ctx.project, ctx.run_id, policy=job.timeout_policy,
+                             model_name=f"ppo-run{ctx.run_id}", should_stop=ctx.should_stop)
+    human = HumanReward(queue.request_and_wait, timeout=job.human_timeout)
+    if job.reward == "mix":
+        return MixReward(human, rm(), job.w_human, job.w_rm)
+    if job.timeout_policy == "rm":  # human only, but the reward model fills in what nobody rated in time
+        return MixReward(human, rm(), 1.0, 0.0)
+    return human
+
+
+def ppo_prompts(db, project: str, seed: int) -> list[str]:
+    from labeler.services.projects import get_project
+
+    rows = db.execute("SELECT text FROM prompts WHERE project_id = ? AND source NOT LIKE 'ppo-run%' ORDER BY id",
+                      [get_project(db, project).id]).fetchall()
+    prompts = [row[0] for row in rows]
+    random.Random(seed).shuffle(prompts)
+    return prompts
+
+
+def run_ppo(ctx: StageContext) -> RunResult:
+    import torch
+
+    from rlhf.configs import PPOConfig
+    from rlhf.generation import build_prompt_ids
+    from rlhf.loading import load_tokenizer
+    from rlhf.ppo import PPOTrainer
+    from rlhf.value_head import AutoModelForCausalLMWithValueHead
+
+    job = ctx.job
+    db = ctx.open_db()
+    prompts = ppo_prompts(db, ctx.project, job.seed)
+    if not prompts:
+        raise InputError("the project has no prompts: import some first", field="data")
+    base = job.base_model("ppo")
+    path = resolve_model(db, base)
+    tokenizer = load_tokenizer(path, padding_side="left")
+    config = forms.build_config(PPOConfig, {"seed": job.seed, "bf16": job.bf16, **ctx.trainer_settings})
+    model = AutoModelForCausalLMWithValueHead.from_pretrained(path, peft_config=peft_config(ctx, "CAUSAL_LM"),
+                                                              seed=job.seed)
+    trainer = PPOTrainer(config, model, None, tokenizer, callback=_samples_limited(ctx))
+    reward = reward_source(ctx, db)
+
+    position = 0
+    resume = ctx.resume_checkpoint()
+    if resume is not None:
+        trainer.load_checkpoint(resume)
+        position = json.loads((resume / JOB_STATE_FILE).read_text())["position"]
+        ctx.sink.truncate_after(trainer.current_step)
+        print(f"resumed from {resume} at step {trainer.current_step}", flush=True)
+    ctx.sink.progress(trainer.current_step, job.steps)
+    generation = {"max_new_tokens": job.max_new_tokens, "do_sample": True, "top_k": 0, "top_p": 1.0}
+    buffer: list[tuple[torch.Tensor, torch.Tensor, str, str, float]] = []
+    while trainer.current_step < job.steps:
+        # Rollouts whose reward is None (nobody rated them in time, policy "skip") are dropped; rated ones wait
+        # in the buffer until a full batch is there.
+        while len(buffer) < config.batch_size:
+            texts = [prompts[(position + i) % len(prompts)] for i in range(config.batch_size)]
+            position += config.batch_size
+            queries = [build_prompt_ids(tokenizer, text) for text in texts]
+            responses = trainer.generate(queries, return_prompt=False, batch_size=config.batch_size, **generation)
+            answers = tokenizer.batch_decode(responses, skip_special_tokens=True)
+            scores = reward(texts, answers)
+            buffer += [(q, r, t, a, s) for q, r, t, a, s in zip(queries, responses, texts, answers, scores)
+                       if s is not None and len(r) > 0]
+            if ctx.should_stop():
+                break
+        if len(buffer) < config.batch_size:
+            break
+        batch, buffer = buffer[: config.batch_size], buffer[config.batch_size:]
+        score_tensors = [torch.tensor(float(b[4])) for b in batch]
+        stats = trainer.step([b[0] for b in batch], [b[1] for b in batch], score_tensors)
+        stats.update(getattr(reward, "last_stats", {}))
+        trainer.log_stats(stats, {"query": [b[2] for b in batch], "response": [b[3] for b in batch]}, score_tensors)
+        ctx.sink.progress(trainer.current_step, job.steps)
+        if job.checkpoint_every and trainer.current_step % job.checkpoint_every == 0:
+            def write(folder: Path, position=position):
+                trainer.save_checkpoint(folder)
+                (folder / JOB_STATE_FILE).write_text(json.dumps({"position": position}))
+            ctx.save_checkpoint(trainer.current_step, write)
+        if ctx.should_stop():
+            print(f"early stop after step {trainer.current_step}", flush=True)
+            break
+    trainer.unwrapped_model.save_pretrained(ctx.final_dir)
+    tokenizer.save_pretrained(ctx.final_dir)
+    return RunResult(str(ctx.final_dir), "adapter" if job.lora else "policy", base, {},
+                     data_snapshot("prompts", prompts))
+
+
+def _samples_limited(ctx: StageContext):
+    """PPOTrainer's callback: metrics every step, only the first `samples_per_step` generations kept."""
+    def callback(step: int, stats: dict, samples: list[dict]) -> None:
+        ctx.sink.ppo_callback(step, stats, samples[: ctx.job.samples_per_step])
+    return callback
+
+
+RUNNERS = {"sft": run_sft, "rm": run_rm, "dpo": run_dpo, "ppo": run_ppo}

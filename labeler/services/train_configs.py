@@ -1,0 +1,172 @@
+"""What a training run is configured with: the job's own settings (JobConfig) plus the stage trainer's config.
+
+A run's `config_json` is `{"job": {...changed JobConfig fields...}, "trainer": {...changed trainer fields...}}`.
+`--set key=value` (CLI), a `--config FILE.json` and the Train tab's form all go through `resolve_run_config`,
+which looks each key up in JobConfig first, then in the stage's trainer config (labeler/forms.py does the
+parsing), so the same typo fails the same way everywhere.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from labeler import forms
+from labeler.services.errors import InputError
+
+STAGES = ("sft", "rm", "dpo", "ppo")
+# The trainer config class of each stage, imported lazily (torch/transformers are slow to import).
+STAGE_CONFIG_CLASSES = {
+    "sft": "rlhf.sft:SFTConfig",
+    "rm": "rlhf.reward:RewardConfig",
+    "dpo": "rlhf.dpo:DPOConfig",
+    "ppo": "rlhf.configs:PPOConfig",
+}
+# The trainer fields the Train tab shows; every other field is still settable with --set or a JSON file.
+FORM_FIELDS = {
+    "sft": ["learning_rate", "per_device_train_batch_size", "max_steps", "num_train_epochs", "max_length", "seed"],
+    "rm": ["learning_rate", "per_device_train_batch_size", "max_steps", "num_train_epochs", "max_length", "seed"],
+    "dpo": ["learning_rate", "per_device_train_batch_size", "max_steps", "num_train_epochs", "beta", "loss_type",
+            "max_length", "seed"],
+    "ppo": ["learning_rate", "batch_size", "mini_batch_size", "ppo_epochs", "init_kl_coef", "adap_kl_ctrl",
+            "target", "seed"],
+}
+
+
+def _check(condition: bool, name: str, value, why: str) -> None:
+    if not condition:
+        raise ValueError(f"{name}={value!r}: {why}")
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """Settings of the job around the trainer: which model and data, how rewards are made, when to checkpoint."""
+
+    model: str = field(default="", metadata={"help": "Base model: a registry name, 'default', a folder or a hub id "
+                                                     "(blank: 'default-encoder' for rm, 'default' otherwise)."})
+    output_name: str = field(default="", metadata={"help": "Registry name of the trained model (blank: <stage>-run<id>)."})
+    steps: int = field(default=20, metadata={"help": "Optimizer steps (sft/rm/dpo: max_steps; ppo: PPO batches)."})
+    checkpoint_every: int = field(default=10, metadata={"help": "Save a resumable checkpoint every N steps (0: only at the end)."})
+    bf16: bool = field(default=False, metadata={"help": "bf16 autocast (on CPUs with AVX-512 bf16 about 2-4x faster)."})
+    lora: bool = field(default=False, metadata={"help": "Train a LoRA adapter instead of all weights."})
+    lora_r: int = field(default=8, metadata={"help": "LoRA rank."})
+    lora_alpha: int = field(default=16, metadata={"help": "LoRA scaling alpha."})
+    # Data: straight from the database through export's row functions and its filters.
+    annotators: str = field(default="", metadata={"help": "Comma-separated annotators whose labels are used (blank: all)."})
+    min_annotators: int = field(default=1, metadata={"help": "Use only items labelled by at least this many people."})
+    min_agreement: float | None = field(default=None, metadata={"help": "Minimum annotator agreement of an item (blank: off)."})
+    include_rating_pairs: bool = field(default=True, metadata={"help": "Also pair two rated answers to one prompt (rm/dpo)."})
+    sft_min_score: float | None = field(default=None, metadata={"help": "SFT: keep rated answers with a mean score at least this (blank: the scale's midpoint)."})
+    test_size: float = field(default=0.1, metadata={"help": "Held-out fraction for evaluation."})
+    # PPO
+    reward: Literal["rm", "human", "mix", "function"] = field(default="rm", metadata={"help": "PPO reward source."})
+    reward_model: str = field(default="", metadata={"help": "Reward model (registry name or folder) for rm/mix; blank: the newest registered one."})
+    reward_function: str = field(default="vader", metadata={"help": "For reward=function: 'vader' or module:function taking (queries, responses)."})
+    subtract_query_score: bool = field(default=False, metadata={"help": "Reward model: subtract the query's own score."})
+    w_human: float = field(default=1.0, metadata={"help": "mix: weight of the human reward."})
+    w_rm: float = field(default=1.0, metadata={"help": "mix: weight of the reward model."})
+    human_timeout: float = field(default=300.0, metadata={"help": "Seconds to wait for human ratings of a batch."})
+    timeout_policy: Literal["skip", "wait", "rm"] = field(default="skip", metadata={
+        "help": "Rollouts without a rating at the timeout: skip them, wait again, or score them with the reward model."})
+    max_new_tokens: int = field(default=24, metadata={"help": "PPO: tokens generated per rollout."})
+    samples_per_step: int = field(default=4, metadata={"help": "PPO: generations stored per step for the samples table."})
+    seed: int = field(default=0, metadata={"help": "Random seed of the job (data split, prompt order)."})
+    runner: str = field(default="", metadata={"help": "Advanced: module:function running the stage instead of the built-in one."})
+
+    def __post_init__(self):
+        _check(self.steps >= 1, "steps", self.steps, "must be at least 1")
+        _check(self.checkpoint_every >= 0, "checkpoint_every", self.checkpoint_every, "must be 0 or positive")
+        _check(self.lora_r >= 1, "lora_r", self.lora_r, "must be at least 1")
+        _check(self.min_annotators >= 1, "min_annotators", self.min_annotators, "must be at least 1")
+        _check(0 <= self.test_size < 1, "test_size", self.test_size, "must be in [0, 1)")
+        _check(self.human_timeout > 0, "human_timeout", self.human_timeout, "must be positive")
+        _check(self.w_human >= 0 and self.w_rm >= 0, "w_human/w_rm", (self.w_human, self.w_rm), "must be >= 0")
+        _check(self.max_new_tokens >= 1, "max_new_tokens", self.max_new_tokens, "must be at least 1")
+        _check(self.runner == "" or ":" in self.runner, "runner", self.runner, "must be module:function")
+
+    def base_model(self, stage: str) -> str:
+        return self.model or ("default-encoder" if stage == "rm" else "default")
+
+
+def stage_config_class(stage: str):
+    if stage not in STAGES:
+        raise InputError(f"unknown stage {stage!r}; choose one of {', '.join(STAGES)}", field="stage")
+    module_name, _, cls_name = STAGE_CONFIG_CLASSES[stage].partition(":")
+    try:
+        return getattr(importlib.import_module(module_name), cls_name)
+    except (ImportError, AttributeError):
+        return None  # the trainer is not installed/written: only JobConfig settings are accepted
+
+
+def form_fields(stage: str) -> list[str]:
+    cls = stage_config_class(stage)
+    if cls is None:
+        return []
+    names = {spec.name for spec in forms.field_specs(cls)}
+    return [name for name in FORM_FIELDS[stage] if name in names]
+
+
+def split_settings(stage: str, values: dict[str, Any], source: str | None = None) -> tuple[dict, dict]:
+    """Raw key -> value settings into (job, trainer) parts; unknown keys raise InputError naming them."""
+    job_names = {spec.name for spec in forms.field_specs(JobConfig)}
+    cls = stage_config_class(stage)
+    trainer_names = {spec.name for spec in forms.field_specs(cls)} if cls else set()
+    job, trainer, unknown = {}, {}, []
+    for key, value in values.items():
+        if key in job_names:
+            job[key] = value
+        elif key in trainer_names:
+            trainer[key] = value
+        else:
+            unknown.append(key)
+    if unknown:
+        raise InputError(f"unknown setting(s) for stage {stage}: {', '.join(sorted(unknown))}", file=source,
+                         field=sorted(unknown)[0])
+    return job, trainer
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """A JSON object of settings: flat {"key": value}, or {"job": {...}, "trainer": {...}} as stored on a run."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise InputError(f"not valid JSON: {error.msg}", file=str(path), line=error.lineno) from None
+    if not isinstance(data, dict):
+        raise InputError("expected a JSON object of settings", file=str(path))
+    if set(data) <= {"job", "trainer"} and all(isinstance(v, dict) for v in data.values()):
+        return {**data.get("job", {}), **data.get("trainer", {})}
+    return data
+
+
+def resolve_run_config(stage: str, values: dict[str, Any], source: str | None = None) -> dict[str, dict]:
+    """Validate settings for a stage; returns the run's config_json content {"job": ..., "trainer": ...}.
+
+    Trainer settings are validated by building the trainer config once here (not only in the worker), so a
+    bad value is refused before a run is queued.
+    """
+    job_values, trainer_values = split_settings(stage, values, source)
+    job = forms.build_config(JobConfig, job_values, source)
+    cls = stage_config_class(stage)
+    trainer_config = forms.build_config(cls, _trainer_defaults(stage, cls, trainer_values), source) if cls else None
+    trainer = {k: v for k, v in forms.to_dict(trainer_config).items() if k in trainer_values} if cls else {}
+    return {"job": forms.changed(job), "trainer": trainer}
+
+
+def _trainer_defaults(stage: str, cls, values: dict[str, Any]) -> dict[str, Any]:
+    # TrainingArguments needs an output_dir and defaults to reporting to installed integrations: the app
+    # stores metrics itself, so report_to none unless set.
+    names = {spec.name for spec in forms.field_specs(cls)}
+    out = dict(values)
+    if "output_dir" in names:
+        out.setdefault("output_dir", "unused")
+    if "report_to" in names:
+        out.setdefault("report_to", "none")
+    return out
+
+
+def load_job_config(config_json: str | dict) -> JobConfig:
+    data = json.loads(config_json) if isinstance(config_json, str) else config_json
+    return forms.build_config(JobConfig, data.get("job", {}))

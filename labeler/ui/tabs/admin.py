@@ -1,0 +1,261 @@
+"""Admin tab: accounts, the project's labelling settings, annotator quality, gold items, backup.
+
+Every handler starts with require_admin: the tab is hidden from annotators, but its endpoints are not,
+so the role check is the only thing that counts.
+"""
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import gradio as gr
+
+from labeler.services.errors import InputError
+from labeler.ui.context import UIContext
+from labeler.ui.session import quiet_on_load, require_admin, ui_errors
+
+TITLE = "Admin"
+USER_HEADERS = ["username", "role", "active"]
+STATS_COLUMNS = ["username", "ratings", "rankings", "skipped", "gold_items", "gold_accuracy", "mean_seconds"]
+
+
+def parse_gold(text: str) -> dict | None:
+    """The gold answer typed by an admin: '5' for a rating, '3 > 1 = 2' (best first, = ties) or JSON.
+
+    '3 > 1 = 2' means response 3 is best, 1 and 2 tie below it: {"order": [[3], [1, 2]]}. Blank clears.
+    """
+    text = (text or "").strip()
+    if not text:
+        return None
+    if text.startswith("{"):
+        try:
+            gold = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise InputError(f"not valid JSON: {error.msg}", field="gold") from None
+        if not isinstance(gold, dict):
+            raise InputError("expected a JSON object like {\"score\": 5}", field="gold")
+        return gold
+    if ">" not in text and "=" not in text:
+        try:
+            return {"score": float(text) if "." in text else int(text)}
+        except ValueError:
+            raise InputError(f"{text!r} is neither a score nor an order like '3 > 1 = 2'", field="gold") from None
+    order = []
+    for group in text.split(">"):
+        try:
+            ids = [int(part) for part in group.split("=")]
+        except ValueError:
+            raise InputError(f"{group.strip()!r}: response ids must be whole numbers", field="gold") from None
+        order.append(ids)
+    return {"order": order}
+
+
+def users_table(db) -> list[list]:
+    from labeler.services import accounts
+
+    return [[u.username, u.role, "yes" if u.active else "no"] for u in accounts.list_users(db)]
+
+
+def stats_table(db, project: str) -> list[list]:
+    from labeler.services import quality
+
+    rows = []
+    for stat in quality.annotator_stats(db, project):
+        row = []
+        for column in STATS_COLUMNS:
+            value = stat.get(column)
+            row.append(round(value, 3) if isinstance(value, float) else value)
+        rows.append(row)
+    return rows
+
+
+def agreement_markdown(db, project: str) -> str:
+    from labeler.services import quality
+
+    result = quality.agreement(db, project)
+
+    def fmt(value) -> str:
+        return "n/a" if value is None else f"{value:.3f}"
+
+    return (
+        f"**Ratings**: Krippendorff's alpha (interval) = **{fmt(result.get('ratings_alpha'))}** over "
+        f"{result.get('ratings_items', 0)} items rated by 2+ people.  \n"
+        f"**Rankings**: pairwise agreement = **{fmt(result.get('rankings_pairwise'))}** over "
+        f"{result.get('rankings_comparisons', 0)} comparisons on {result.get('rankings_items', 0)} items."
+    )
+
+
+def item_preview(db, item_id: int) -> str:
+    row = db.execute(
+        "SELECT i.kind, i.response_ids_json, i.gold_json, p.text FROM items i JOIN prompts p ON p.id = i.prompt_id"
+        " WHERE i.id = ?",
+        [item_id],
+    ).fetchone()
+    if row is None:
+        raise InputError(f"no item {item_id}", field="item_id")
+    lines = [f"**{row['kind']} item {item_id}**, prompt: {row['text'][:300]}"]
+    for response_id in json.loads(row["response_ids_json"]):
+        text = db.execute("SELECT text FROM responses WHERE id = ?", [response_id]).fetchone()[0]
+        lines.append(f"- response **{response_id}**: {text[:200]}")
+    lines.append(f"\nGold now: `{row['gold_json'] or 'none'}`")
+    return "\n".join(lines)
+
+
+def build(ctx: UIContext) -> None:
+    with gr.Accordion("Users", open=True):
+        users = gr.Dataframe(headers=USER_HEADERS, interactive=False, label="Accounts")
+        with gr.Row():
+            new_name = gr.Textbox(label="Username", elem_id="admin-new-username")
+            new_password = gr.Textbox(label="Password (8+ characters)", type="password")
+            new_role = gr.Radio(["annotator", "admin"], value="annotator", label="Role")
+            add_user = gr.Button("Add user", variant="primary", elem_id="admin-add-user")
+        with gr.Row():
+            who = gr.Dropdown(choices=[], label="User")
+            reset_password = gr.Textbox(label="New password", type="password")
+            set_password = gr.Button("Set password")
+            toggle_active = gr.Button("Activate / deactivate")
+            toggle_role = gr.Button("Make admin / annotator")
+
+    with gr.Accordion("Project settings", open=True):
+        with gr.Row():
+            likert_min = gr.Number(precision=0, label="Lowest score")
+            likert_max = gr.Number(precision=0, label="Highest score")
+            overlap = gr.Number(precision=0, minimum=1, label="Annotators per item (overlap)")
+        guidelines = gr.Textbox(label="Guidelines (Markdown, shown beside every item)", lines=8)
+        save_project = gr.Button("Save settings", variant="primary", elem_id="admin-save-project")
+
+    with gr.Accordion("Quality", open=True):
+        stats = gr.Dataframe(headers=STATS_COLUMNS, interactive=False, label="Per annotator")
+        agreement = gr.Markdown()
+        with gr.Row():
+            gold_item = gr.Number(precision=0, label="Item id")
+            gold_value = gr.Textbox(label="Gold answer", info="rating: a score, e.g. 6; ranking: '3 > 1 = 2'; blank clears")
+            show_item = gr.Button("Show item")
+            mark_gold = gr.Button("Mark gold", elem_id="admin-mark-gold")
+        gold_preview = gr.Markdown()
+
+    with gr.Accordion("Backup", open=False):
+        backup_button = gr.Button("Download a consistent copy of the database", elem_id="admin-backup")
+        backup_file = gr.File(label="Backup", interactive=False)
+
+    refresh = gr.Button("Refresh", size="sm", elem_id="admin-refresh")
+    refresh_outputs = [users, who, likert_min, likert_max, overlap, guidelines, stats, agreement]
+
+    def snapshot(db) -> tuple:
+        from labeler.services.projects import get_project
+
+        project = get_project(db, ctx.project)
+        names = [row[0] for row in users_table(db)]
+        return (
+            users_table(db), gr.update(choices=names), project.likert_min, project.likert_max, project.overlap,
+            project.guidelines, stats_table(db, ctx.project), agreement_markdown(db, ctx.project),
+        )
+
+    @ui_errors
+    def admin_refresh(request: gr.Request):
+        with ctx.connection() as db:
+            require_admin(db, request)
+            return snapshot(db)
+
+    @ui_errors
+    def admin_add_user(username, password, role, request: gr.Request):
+        from labeler.services import accounts
+
+        with ctx.connection() as db:
+            require_admin(db, request)
+            accounts.create_user(db, (username or "").strip(), password or "", role)
+            gr.Info(f"Added {role} '{username}'.")
+            return snapshot(db)
+
+    @ui_errors
+    def admin_set_password(username, password, request: gr.Request):
+        from labeler.services import accounts
+
+        with ctx.connection() as db:
+            require_admin(db, request)
+            if not username:
+                raise InputError("choose a user", field="username")
+            accounts.set_password(db, username, password or "")
+            gr.Info(f"Password of '{username}' changed.")
+            return snapshot(db)
+
+    @ui_errors
+    def admin_toggle_active(username, request: gr.Request):
+        from labeler.services import accounts
+
+        with ctx.connection() as db:
+            require_admin(db, request)
+            user = accounts.get_user(db, username or "")
+            if user is None:
+                raise InputError(f"no user {username!r}", field="username")
+            accounts.set_active(db, user.username, not user.active)
+            return snapshot(db)
+
+    @ui_errors
+    def admin_toggle_role(username, request: gr.Request):
+        from labeler.services import accounts
+
+        with ctx.connection() as db:
+            require_admin(db, request)
+            user = accounts.get_user(db, username or "")
+            if user is None:
+                raise InputError(f"no user {username!r}", field="username")
+            accounts.set_role(db, user.username, "annotator" if user.role == "admin" else "admin")
+            return snapshot(db)
+
+    @ui_errors
+    def admin_save_project(low, high, k, text, request: gr.Request):
+        from labeler.services import projects
+
+        with ctx.connection() as db:
+            require_admin(db, request)
+            projects.update_project(
+                db, ctx.project, likert_min=int(low), likert_max=int(high), overlap=int(k), guidelines=text or ""
+            )
+            gr.Info("Project settings saved.")
+            return snapshot(db)
+
+    @ui_errors
+    def admin_show_item(item_id, request: gr.Request):
+        with ctx.connection() as db:
+            require_admin(db, request)
+            if item_id is None:
+                raise InputError("enter an item id", field="item_id")
+            return item_preview(db, int(item_id))
+
+    @ui_errors
+    def admin_mark_gold(item_id, value, request: gr.Request):
+        from labeler.services import labeling
+
+        with ctx.connection() as db:
+            require_admin(db, request)
+            if item_id is None:
+                raise InputError("enter an item id", field="item_id")
+            labeling.set_gold(db, int(item_id), parse_gold(value))
+            return item_preview(db, int(item_id))
+
+    @ui_errors
+    def admin_backup(request: gr.Request):
+        from storage import backup
+
+        with ctx.connection() as db:
+            require_admin(db, request)
+            stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+            out = Path(tempfile.mkdtemp(prefix="rlhf-studio-backup-")) / f"studio-{stamp}.db"
+            return str(backup(db, out))
+
+    refresh.click(admin_refresh, None, refresh_outputs, api_name="admin_refresh")
+    add_user.click(admin_add_user, [new_name, new_password, new_role], refresh_outputs, api_name="admin_add_user")
+    set_password.click(admin_set_password, [who, reset_password], refresh_outputs, api_name="admin_set_password")
+    toggle_active.click(admin_toggle_active, [who], refresh_outputs, api_name="admin_toggle_active")
+    toggle_role.click(admin_toggle_role, [who], refresh_outputs, api_name="admin_toggle_role")
+    save_project.click(
+        admin_save_project, [likert_min, likert_max, overlap, guidelines], refresh_outputs, api_name="admin_save_project"
+    )
+    show_item.click(admin_show_item, [gold_item], [gold_preview], api_name="admin_show_item")
+    mark_gold.click(admin_mark_gold, [gold_item, gold_value], [gold_preview], api_name="admin_mark_gold")
+    backup_button.click(admin_backup, None, [backup_file], api_name="admin_backup")
+    if ctx.app is not None:
+        ctx.app.load(quiet_on_load(admin_refresh, len(refresh_outputs)), None, refresh_outputs, api_name="admin_load")

@@ -1,0 +1,241 @@
+"""Data tab (admins): prompts in, answers generated, labels out as TRL datasets, preference files in.
+
+Every handler checks the admin role itself; service InputErrors become a red message naming file,
+line and field. Uploads are capped by launch(max_file_size=...).
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import gradio as gr
+
+from labeler import forms
+from labeler.ui.context import UIContext
+from labeler.ui.session import quiet_on_load, require_admin, ui_errors
+from rlhf.configs import GenerationSettings
+
+TITLE = "Data"
+PROMPT_FILE_TYPES = [".csv", ".jsonl", ".json", ".txt", ".parquet"]
+EXPORT_KINDS = ["preferences", "ratings", "unpaired"]
+EXPORT_FORMATS = ["jsonl", "parquet", "csv", "hf"]
+# Export filters shown as plain widgets; annotators gets a multi-select of the project's users instead.
+EXPORT_FIELDS = [
+    "since", "until", "min_annotators", "min_agreement", "include_rating_pairs", "conversational",
+    "zscore", "threshold", "test_size", "seed",
+]
+
+
+def data_summary(db, project: str) -> str:
+    """Counts an admin needs to decide what to do next (import, generate, or label)."""
+    from labeler.services.projects import get_project
+
+    project_id = get_project(db, project).id
+
+    def count(sql: str) -> int:
+        return db.execute(sql, [project_id]).fetchone()[0]
+
+    prompts = count("SELECT COUNT(*) FROM prompts WHERE project_id = ?")
+    responses = count("SELECT COUNT(*) FROM responses r JOIN prompts p ON p.id = r.prompt_id WHERE p.project_id = ?")
+    ratings = count("SELECT COUNT(*) FROM ratings r JOIN items i ON i.id = r.item_id WHERE i.project_id = ?")
+    rankings = count("SELECT COUNT(*) FROM rankings r JOIN prompts p ON p.id = r.prompt_id WHERE p.project_id = ?")
+    hint = ""
+    if prompts == 0:
+        hint = "\n\n➡ No prompts yet: upload a file or import the shipped movie-review prompts."
+    elif responses == 0:
+        hint = "\n\n➡ No answers yet: generate responses below so annotators have work."
+    return (
+        f"Project **{project}**: **{prompts}** prompts · **{responses}** answers · "
+        f"**{ratings}** ratings · **{rankings}** rankings{hint}"
+    )
+
+
+def _prompt_table(db, project: str) -> list[list]:
+    from labeler.services import prompts
+
+    return [[row["id"], row["text"][:200], row.get("source", "")] for row in prompts.list_prompts(db, project, 20)]
+
+
+def _model_choices(db) -> list[str]:
+    from labeler.services import models
+
+    return models.chat_model_names(db)
+
+
+def _zip_folder(folder: Path) -> Path:
+    # A saved `datasets` folder is several files: ship it as one zip the browser can download.
+    return Path(shutil.make_archive(str(folder), "zip", root_dir=folder))
+
+
+def build(ctx: UIContext) -> None:
+    summary = gr.Markdown(elem_id="data-summary")
+
+    with gr.Accordion("1. Prompts", open=True):
+        with gr.Row():
+            prompt_file = gr.File(
+                label="Prompt file (CSV with a 'prompt' column, JSONL, .txt one per line, Parquet)",
+                file_types=PROMPT_FILE_TYPES, elem_id="data-prompt-file",
+            )
+            with gr.Column():
+                import_button = gr.Button("Import prompt file", variant="primary", elem_id="data-import-prompts")
+                shipped_button = gr.Button("Import the shipped movie-review prompts", elem_id="data-import-shipped")
+        prompt_table = gr.Dataframe(
+            headers=["id", "prompt", "source"], label="First prompts", interactive=False, wrap=True
+        )
+
+    gen_specs = forms.field_specs(GenerationSettings)
+    with gr.Accordion("2. Generate answers", open=True):
+        with gr.Row():
+            model = gr.Dropdown(
+                choices=[ctx.settings.model], value=ctx.settings.model, allow_custom_value=True,
+                label="Model", info="A registered model, 'default', or a local safetensors folder",
+            )
+            n_per_prompt = gr.Number(value=2, precision=0, minimum=1, maximum=8, label="Answers per prompt")
+            limit = gr.Number(value=0, precision=0, minimum=0, label="Prompts (0 = all that need answers)")
+        with gr.Accordion("Sampling settings", open=False):
+            with gr.Row():
+                gen_widgets = [forms.widget(spec) for spec in gen_specs]
+        generate_button = gr.Button("Generate responses", variant="primary", elem_id="data-generate")
+        generate_status = gr.Markdown()
+
+    export_specs = forms.field_specs(_export_options_class(), EXPORT_FIELDS) if _export_options_class() else []
+    with gr.Accordion("3. Export labels as a dataset", open=False):
+        with gr.Row():
+            kind = gr.Radio(EXPORT_KINDS, value="preferences", label="Kind",
+                            info="preferences: prompt/chosen/rejected (RM, DPO); ratings: scores; unpaired: KTO-style")
+            fmt = gr.Radio(EXPORT_FORMATS, value="jsonl", label="Format", info="hf = a saved `datasets` folder (zipped)")
+            annotators = gr.Dropdown(choices=[], multiselect=True, label="Only these annotators (empty = all)")
+        with gr.Row():
+            export_widgets = [forms.widget(spec) for spec in export_specs]
+        export_button = gr.Button("Export", variant="primary", elem_id="data-export")
+        export_file = gr.File(label="Download", interactive=False, elem_id="data-export-file")
+        export_status = gr.Markdown()
+
+    with gr.Accordion("4. Import labels (TRL preference file)", open=False):
+        labels_file = gr.File(label="prompt/chosen/rejected JSONL, CSV or Parquet",
+                              file_types=[".jsonl", ".json", ".csv", ".parquet"])
+        labels_button = gr.Button("Import labels", elem_id="data-import-labels")
+        labels_status = gr.Markdown()
+
+    @ui_errors
+    def data_refresh(request: gr.Request):
+        with ctx.connection() as db:
+            require_admin(db, request)
+            users = [u.username for u in _list_users(db)]
+            names = _model_choices(db)
+            if ctx.settings.model not in names:
+                names = [ctx.settings.model, *names]
+            return (
+                data_summary(db, ctx.project),
+                _prompt_table(db, ctx.project),
+                gr.update(choices=names),
+                gr.update(choices=users),
+            )
+
+    refresh_outputs = [summary, prompt_table, model, annotators]
+
+    @ui_errors
+    def import_prompt_file(path, request: gr.Request):
+        from labeler.services import prompts
+
+        if not path:
+            raise gr.Error("Choose a prompt file first.")
+        with ctx.connection() as db:
+            require_admin(db, request)
+            result = prompts.import_prompts(db, path, ctx.project, source=Path(path).name)
+            gr.Info(f"Imported {result.added} prompts ({result.duplicates} duplicates skipped).")
+            return data_summary(db, ctx.project), _prompt_table(db, ctx.project)
+
+    @ui_errors
+    def import_shipped(request: gr.Request):
+        from labeler.services import prompts
+
+        with ctx.connection() as db:
+            require_admin(db, request)
+            result = prompts.import_shipped_prompts(db, ctx.project)
+            gr.Info(f"Imported {result.added} prompts ({result.duplicates} already there).")
+            return data_summary(db, ctx.project), _prompt_table(db, ctx.project)
+
+    @ui_errors
+    def generate(values: dict, request: gr.Request, progress=gr.Progress()):
+        # Inputs given as a set arrive as {component: value}: the form's length can grow with the dataclass.
+        from labeler.services import generation
+
+        model_name, n, limit_value = values[model], values[n_per_prompt], values[limit]
+        with ctx.connection() as db:
+            require_admin(db, request)
+            raw = forms.from_widgets(gen_specs, [values[w] for w in gen_widgets])
+            settings = forms.build_config(GenerationSettings, raw)
+            progress(0, desc="Loading the model")
+
+            def report(done: int, total: int) -> None:
+                progress((done, total), desc="Generating answers", unit="answers")
+
+            ids = generation.generate_responses(
+                db, ctx.project, model=(model_name or ctx.settings.model).strip(), n_per_prompt=int(n or 1),
+                settings=settings, limit=int(limit_value) if limit_value else None, progress=report,
+            )
+            message = f"Generated **{len(ids)}** answers; they are in the Rate and Rank queues now."
+            if not ids:
+                message = "Nothing to generate: every prompt already has that many answers from this model."
+            return message, data_summary(db, ctx.project)
+
+    @ui_errors
+    def export_labels(inputs: dict, request: gr.Request):
+        from labeler.services import export
+
+        kind_value, fmt_value = inputs[kind], inputs[fmt]
+        with ctx.connection() as db:
+            require_admin(db, request)
+            values = forms.from_widgets(export_specs, [inputs[w] for w in export_widgets])
+            values["annotators"] = list(inputs[annotators] or []) or None
+            options = forms.build_config(export.ExportOptions, values)
+            out_dir = Path(tempfile.mkdtemp(prefix="rlhf-studio-export-"))
+            suffix = "" if fmt_value == "hf" else f".{fmt_value}"
+            result = export.export(db, ctx.project, kind_value, fmt_value, out_dir / f"{kind_value}{suffix}", options)
+            path = Path(result.path)
+            if path.is_dir():
+                path = _zip_folder(path)
+            return str(path), f"Exported **{result.rows}** {kind_value} rows as {fmt_value}."
+
+    @ui_errors
+    def import_labels(path, request: gr.Request):
+        from labeler.services import labels_import
+
+        if not path:
+            raise gr.Error("Choose a preference file first.")
+        with ctx.connection() as db:
+            require_admin(db, request)
+            result = labels_import.import_preferences(db, path, ctx.project)
+            return f"Imported **{result.added}** preference pairs ({result.duplicates} duplicates skipped).", \
+                data_summary(db, ctx.project)
+
+    import_button.click(import_prompt_file, [prompt_file], [summary, prompt_table], api_name="data_import_prompts")
+    shipped_button.click(import_shipped, None, [summary, prompt_table], api_name="data_import_shipped")
+    generate_button.click(
+        generate, {model, n_per_prompt, limit, *gen_widgets}, [generate_status, summary],
+        api_name="data_generate", trigger_mode="once", concurrency_limit=1,
+    )
+    export_button.click(
+        export_labels, {kind, fmt, annotators, *export_widgets}, [export_file, export_status], api_name="data_export"
+    )
+    labels_button.click(import_labels, [labels_file], [labels_status, summary], api_name="data_import_labels")
+    refresh = gr.Button("Refresh", size="sm", elem_id="data-refresh")
+    refresh.click(data_refresh, None, refresh_outputs, api_name="data_refresh")
+    if ctx.app is not None:
+        ctx.app.load(quiet_on_load(data_refresh, len(refresh_outputs)), None, refresh_outputs, api_name="data_load")
+
+
+def _list_users(db):
+    from labeler.services import accounts
+
+    return accounts.list_users(db)
+
+
+def _export_options_class():
+    try:
+        from labeler.services import export
+    except ModuleNotFoundError:  # export.py not written yet: the form shows no filters
+        return None
+    return export.ExportOptions

@@ -1,0 +1,181 @@
+"""Rank tab: 2 to 4 answers to one prompt side by side, ordered best to worst, ties allowed.
+
+Each answer gets a rank number (1 = best); equal numbers are a tie. The ranks become one ranking,
+`order` best to worst with tied response ids grouped: ranks {a: 2, b: 1, c: 2} -> [[b], [a, c]].
+Keyboard: type the answer numbers best to worst ("3 1 2"), "=" before a number ties it with the
+previous one, Enter submits (labeler/ui/static/shortcuts.js).
+"""
+from __future__ import annotations
+
+import time
+import uuid
+
+import gradio as gr
+
+from labeler.ui.context import UIContext
+from labeler.ui.session import require_user, ui_errors
+from labeler.ui.tabs.rate import DEFAULT_GUIDELINES, banner_update, counter_markdown
+
+TITLE = "Rank"
+KIND = "ranking"
+MAX_RESPONSES = 4
+SHORTCUTS = (
+    "Keys: type the answer numbers **best to worst** (e.g. `3 1 2`), **=** before a number ties it with the "
+    "previous one (`1 = 2 3`), **Enter** submits, **Esc** starts over, **s** skips, **u** undoes the last ranking."
+)
+
+
+def order_from_ranks(response_ids: list[int], ranks: list) -> list[list[int]]:
+    """Best-to-worst groups from one rank number per response; equal numbers share a group.
+
+    ranks may be gaps or dense (1, 1, 3 and 1, 1, 2 give the same order). A missing rank is an error,
+    because an unranked answer would silently fall out of the training pairs.
+    """
+    from labeler.services.errors import InputError
+
+    if len(ranks) < len(response_ids):
+        raise InputError("every answer needs a rank", field="rank")
+    groups: dict[int, list[int]] = {}
+    for position, (response_id, rank) in enumerate(zip(response_ids, ranks), start=1):
+        if rank is None or rank == "":
+            raise InputError(f"answer {position} has no rank: give every answer a number (1 = best)", field="rank")
+        try:
+            value = int(rank)
+        except (TypeError, ValueError):
+            raise InputError(f"answer {position}: rank {rank!r} is not a whole number", field="rank") from None
+        if not 1 <= value <= len(response_ids):
+            raise InputError(f"answer {position}: rank {value} is outside 1..{len(response_ids)}", field="rank")
+        groups.setdefault(value, []).append(int(response_id))
+    return [sorted(groups[rank]) for rank in sorted(groups)]
+
+
+def _slot_updates(responses: list[dict]) -> list:
+    updates = []
+    n = len(responses)
+    for index in range(MAX_RESPONSES):
+        if index < n:
+            response = responses[index]
+            updates += [
+                gr.update(visible=True),
+                f"#### Answer {index + 1}\n\n{response['text'] or '*(empty answer)*'}",
+                gr.update(choices=[str(rank) for rank in range(1, n + 1)], value=None, interactive=True),
+            ]
+        else:
+            updates += [gr.update(visible=False), "", gr.update(choices=[], value=None)]
+    return updates
+
+
+def item_outputs(item, waiting: int | None = None) -> tuple:
+    state = {
+        "item_id": item.item_id,
+        "response_ids": [int(r["id"]) for r in item.responses],  # in the shuffled order shown
+        "request_id": uuid.uuid4().hex,
+        "shown_at": time.time(),
+    }
+    return (
+        banner_update(item.run_id, waiting),
+        counter_markdown(item.done, item.remaining),
+        f"### Prompt\n{item.prompt}",
+        *_slot_updates(item.responses),
+        gr.update(value=""),
+        item.guidelines or DEFAULT_GUIDELINES,
+        state,
+    )
+
+
+def _empty_outputs(done: int, remaining: int) -> tuple:
+    return (
+        banner_update(None),
+        counter_markdown(done, remaining),
+        "### All done\nNothing left to rank in this project right now.",
+        *_slot_updates([]),
+        gr.update(value=""),
+        gr.update(),
+        None,
+    )
+
+
+def show_next(ctx: UIContext, db, username: str) -> tuple:
+    from labeler.services import labeling
+
+    item = labeling.next_item(db, ctx.project, username, KIND)
+    if item is None:
+        done, remaining = labeling.progress(db, ctx.project, username, KIND)
+        return _empty_outputs(done, remaining)
+    waiting = labeling.waiting_for_run(db, item.run_id) if item.run_id is not None else None
+    return item_outputs(item, waiting)
+
+
+def build(ctx: UIContext) -> None:
+    from labeler.services import labeling
+
+    state = gr.State(None)
+    banner = gr.Markdown(visible=False, elem_id="rank-banner", elem_classes=["studio-banner"])
+    slot_widgets: list = []
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=4):
+            counter = gr.Markdown(elem_id="rank-counter")
+            prompt = gr.Markdown(elem_id="rank-prompt", elem_classes=["studio-prompt"])
+            with gr.Row(equal_height=False):
+                for index in range(1, MAX_RESPONSES + 1):
+                    with gr.Column(visible=False, min_width=220, elem_classes=["studio-response"]) as column:
+                        text = gr.Markdown(elem_id=f"rank-text-{index}")
+                        rank = gr.Radio(choices=[], label="Rank (1 = best)", elem_id=f"rank-slot-{index}")
+                    slot_widgets += [column, text, rank]
+            comment = gr.Textbox(label="Comment (optional)", lines=1, max_lines=4, elem_id="rank-comment")
+            with gr.Row():
+                submit = gr.Button("Submit ranking", variant="primary", elem_id="rank-submit")
+                skip = gr.Button("Skip", elem_id="rank-skip")
+                undo = gr.Button("Undo last", elem_id="rank-undo")
+                refresh = gr.Button("Refresh", elem_id="rank-refresh")
+            gr.Markdown(SHORTCUTS, elem_classes=["studio-hint"])
+        with gr.Column(scale=1, min_width=240):
+            with gr.Accordion("Guidelines", open=True):
+                guidelines = gr.Markdown(DEFAULT_GUIDELINES, elem_id="rank-guidelines")
+
+    rank_radios = slot_widgets[2::3]
+    outputs = [banner, counter, prompt, *slot_widgets, comment, guidelines, state]
+
+    @ui_errors
+    def rank_next(request: gr.Request):
+        with ctx.connection() as db:
+            user = require_user(db, request)
+            return show_next(ctx, db, user.username)
+
+    @ui_errors
+    def rank_submit(rank1, rank2, rank3, rank4, comment_value, current, request: gr.Request):
+        with ctx.connection() as db:
+            user = require_user(db, request)
+            if not current:
+                raise gr.Error("There is nothing to rank: click Refresh.")
+            response_ids = current["response_ids"]
+            order = order_from_ranks(response_ids, [rank1, rank2, rank3, rank4][: len(response_ids)])
+            seconds = max(0.0, time.time() - float(current.get("shown_at") or time.time()))
+            labeling.submit_ranking(
+                db, ctx.project, user.username, int(current["item_id"]), order,
+                comment=(comment_value or "").strip(), seconds=round(seconds, 2), request_id=current.get("request_id"),
+            )
+            return show_next(ctx, db, user.username)
+
+    @ui_errors
+    def rank_skip(current, request: gr.Request):
+        with ctx.connection() as db:
+            user = require_user(db, request)
+            if current:
+                labeling.skip_item(db, ctx.project, user.username, int(current["item_id"]))
+            return show_next(ctx, db, user.username)
+
+    @ui_errors
+    def rank_undo(request: gr.Request):
+        with ctx.connection() as db:
+            user = require_user(db, request)
+            if labeling.undo_last(db, ctx.project, user.username, KIND) is None:
+                gr.Info("Nothing to undo.")
+            return show_next(ctx, db, user.username)
+
+    submit.click(rank_submit, [*rank_radios, comment, state], outputs, api_name="rank_submit", trigger_mode="once")
+    skip.click(rank_skip, [state], outputs, api_name="rank_skip", trigger_mode="once")
+    undo.click(rank_undo, None, outputs, api_name="rank_undo", trigger_mode="once")
+    refresh.click(rank_next, None, outputs, api_name="rank_next")
+    if ctx.app is not None:
+        ctx.app.load(rank_next, None, outputs, api_name="rank_load")

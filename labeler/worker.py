@@ -1,0 +1,95 @@
+"""The training process: `python -m labeler.worker --db DB --run-id N` (started by jobs.start_queued through
+`accelerate launch`, a fresh process, never a fork of the server).
+
+It owns the run's row while it lives: heartbeat every few seconds from a thread, progress and metrics through
+the MetricsSink, the final status at the end (succeeded / failed with the error / cancelled on SIGTERM), the
+trained model registered with its lineage, and then it starts the next queued run.
+"""
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+import traceback
+from pathlib import Path
+
+from labeler.services import jobs, train_configs
+from labeler.services.metrics_sink import MetricsSink
+from storage import open_db
+
+
+class Cancelled(BaseException):
+    """Raised in the main thread by SIGTERM (BaseException: a trainer's `except Exception` must not eat it)."""
+
+
+def _on_sigterm(signum, frame):
+    raise Cancelled()
+
+
+def _heartbeat(db_path: str, run_id: int, stop: threading.Event) -> None:
+    sink = MetricsSink(db_path, run_id)  # its own connection: one per thread
+    while not stop.wait(jobs.HEARTBEAT_SECONDS):
+        try:
+            sink.heartbeat()
+        except Exception as error:  # a locked database for 30 s: try again next beat
+            print(f"heartbeat failed: {error}", file=sys.stderr, flush=True)
+
+
+def run_worker(db_path: str, run_id: int) -> str:
+    """Execute one run; returns its final status."""
+    from labeler.services import stages
+
+    db = open_db(db_path)
+    run = jobs.get_run(db, run_id)
+    if run.status != "running":
+        print(f"run {run_id} is {run.status}, not running: nothing to do", flush=True)
+        return run.status
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    stop = threading.Event()
+    beat = threading.Thread(target=_heartbeat, args=(db_path, run_id, stop), daemon=True)
+    beat.start()
+    status = "failed"
+    try:
+        print(f"run {run_id}: stage {run.stage}, config {run.config}", flush=True)
+        ctx = stages.StageContext(
+            run_id=run_id, db_path=db_path, stage=run.stage, project=run.project,
+            job=train_configs.load_job_config(run.config), trainer_settings=dict(run.config.get("trainer", {})),
+            output_dir=Path(run.output_dir), sink=MetricsSink(db_path, run_id),
+        )
+        result = stages.run_stage(ctx)
+        stages.register_result(db, ctx, result)
+        # Only a running row turns into succeeded: a cancel that raced the last step keeps its status.
+        if jobs._finish(db, run_id, "succeeded"):
+            status = "succeeded"
+        print(f"run {run_id}: {jobs.get_run(db, run_id).status}; model at {result.path}", flush=True)
+    except Cancelled:
+        jobs._finish(db, run_id, "cancelled", "cancelled (SIGTERM)")
+        status = "cancelled"
+        print(f"run {run_id}: cancelled", flush=True)
+    except BaseException as error:  # noqa: BLE001 - every failure must reach the run's row
+        traceback.print_exc()
+        message = f"{type(error).__name__}: {error}".strip()
+        jobs._finish(db, run_id, "failed", message[-2000:])
+        status = "failed"
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        stop.set()
+    try:
+        jobs.start_queued(db)
+    except Exception:
+        traceback.print_exc()
+    return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m labeler.worker", description="Run one queued training run.")
+    parser.add_argument("--db", required=True, help="SQLite database file")
+    parser.add_argument("--run-id", type=int, required=True, help="id of the run (status running)")
+    args = parser.parse_args(argv)
+    status = run_worker(str(Path(args.db).resolve()), args.run_id)
+    return 0 if status in ("succeeded", "cancelled") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""Frozen, typed config dataclasses (stdlib imports only). Every field has help text.
+
+The CLI's `--set key=value` flags and the UI's forms are built from these fields
+(labeler/forms.py), so adding a hyperparameter is adding one field here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+
+def _check(condition: bool, name: str, value, why: str) -> None:
+    if not condition:
+        raise ValueError(f"{name}={value!r}: {why}")
+
+
+# ---- generation (owned by the generation module) -------------------------------------------------
+@dataclass(frozen=True)
+class GenerationSettings:
+    """Sampling settings. The defaults keep PPO's KL honest (TRL's notes): pure sampling, no top-k/top-p,
+    no forced minimum length."""
+
+    max_new_tokens: int = field(default=48, metadata={"help": "Tokens to generate per response."})
+    do_sample: bool = field(default=True, metadata={"help": "Sample (True) or greedy decode (False)."})
+    temperature: float = field(default=1.0, metadata={"help": "Softmax temperature when sampling."})
+    top_k: int = field(default=0, metadata={"help": "Keep only the k most likely tokens (0: off; PPO needs 0)."})
+    top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling mass (1.0: off; PPO needs 1.0)."})
+    # Counted in new tokens, not prompt + response: with left padding a total length would depend on the batch.
+    min_length: int = field(
+        default=-1, metadata={"help": "Minimum new tokens before EOS may end a response (-1: off; PPO needs -1)."}
+    )
+    batch_size: int = field(default=16, metadata={"help": "Prompts generated together (left padding)."})
+    seed: int = field(default=0, metadata={"help": "Random seed for sampling."})
+    autocast: bool = field(
+        default=False, metadata={"help": "Run the forward passes under bfloat16 autocast (faster on recent CPUs)."}
+    )
+
+    def __post_init__(self):
+        _check(self.max_new_tokens >= 1, "max_new_tokens", self.max_new_tokens, "must be at least 1")
+        _check(self.temperature > 0, "temperature", self.temperature, "must be positive")
+        _check(self.top_k >= 0, "top_k", self.top_k, "must be 0 (off) or positive")
+        _check(0 < self.top_p <= 1, "top_p", self.top_p, "must be in (0, 1]")
+        _check(self.batch_size >= 1, "batch_size", self.batch_size, "must be at least 1")
+
+    @property
+    def kl_safe(self) -> bool:
+        """True when sampling from the full distribution, so the sampled tokens' KL estimate is unbiased.
+        rlhf.generation.kl_unsafe_reasons says why not."""
+        return (
+            self.do_sample
+            and self.top_k == 0
+            and self.top_p == 1.0
+            and self.min_length <= 0
+            and self.temperature == 1.0
+            and not self.autocast
+        )
+
+
+# ---- PPO (owned by the PPO module) ---------------------------------------------------------------
+@dataclass(frozen=True)
+class PPOConfig:
+    """PPO hyperparameters, named as in classic TRL. Defaults follow TRL's sentiment example."""
+
+    learning_rate: float = field(default=1.41e-5, metadata={"help": "Adam learning rate."})
+    batch_size: int = field(default=16, metadata={"help": "Queries (rollouts) per PPO step."})
+    mini_batch_size: int = field(default=4, metadata={"help": "Rollouts per forward/backward pass in the PPO epochs."})
+    gradient_accumulation_steps: int = field(
+        default=1, metadata={"help": "Mini-batches whose gradients are summed before one optimizer step."}
+    )
+    ppo_epochs: int = field(default=4, metadata={"help": "Passes over each batch of rollouts, in shuffled mini-batches."})
+    seed: int = field(default=0, metadata={"help": "Seed for sampling, shuffling and the value-head init."})
+    # -- reward = score - beta * KL(policy || reference) --
+    init_kl_coef: float = field(default=0.2, metadata={"help": "Initial KL coefficient beta."})
+    adap_kl_ctrl: bool = field(default=True, metadata={"help": "Adapt beta towards `target` (Ziegler et al. 2019)."})
+    target: float = field(default=6.0, metadata={"help": "Target KL (nats per response) for the adaptive controller."})
+    horizon: int = field(default=10000, metadata={"help": "Horizon (in rollouts) of the adaptive KL controller."})
+    kl_penalty: Literal["kl", "abs", "mse", "full"] = field(
+        default="kl",
+        metadata={"help": "KL estimate per token: kl (logp - logq), abs, mse (0.5 (logp - logq)^2), full (exact, slower)."},
+    )
+    # -- advantages and losses --
+    gamma: float = field(default=1.0, metadata={"help": "Discount factor for GAE."})
+    lam: float = field(default=0.95, metadata={"help": "Lambda for GAE (bias/variance trade-off)."})
+    cliprange: float = field(default=0.2, metadata={"help": "Clip range of the policy ratio (1 +- cliprange)."})
+    cliprange_value: float = field(default=0.2, metadata={"help": "Clip range of the value prediction around the old value."})
+    vf_coef: float = field(default=0.1, metadata={"help": "Weight of the value loss in the total loss."})
+    whiten_rewards: bool = field(default=False, metadata={"help": "Whiten per-token rewards (keeping their mean) before GAE."})
+    max_grad_norm: float | None = field(default=None, metadata={"help": "Clip the gradient norm to this value (None: off)."})
+    # -- safety valves --
+    early_stopping: bool = field(default=False, metadata={"help": "Stop the PPO epochs once approx KL passes 1.5 * target_kl."})
+    target_kl: float = field(default=1.0, metadata={"help": "Approx-KL bound (between old and new policy) for early stopping."})
+    ratio_threshold: float = field(
+        default=10.0, metadata={"help": "Skip a mini-batch whose mean policy ratio exceeds this (numerical blow-up guard)."}
+    )
+    # -- scores --
+    use_score_scaling: bool = field(default=False, metadata={"help": "Divide scores by their running std."})
+    use_score_norm: bool = field(default=False, metadata={"help": "Also subtract the running mean (needs use_score_scaling)."})
+    score_clip: float | None = field(default=None, metadata={"help": "Clip scores to +-score_clip after scaling (None: off)."})
+    # -- speed and logging --
+    bf16: bool = field(default=False, metadata={"help": "bf16 autocast for generation and forward passes (fast on CPUs with AVX-512 bf16)."})
+    log_dir: str | None = field(default=None, metadata={"help": "Folder for TensorBoard events and metrics.csv/jsonl (None: no files)."})
+    tensorboard: bool = field(default=True, metadata={"help": "Write TensorBoard event files into log_dir."})
+
+    def __post_init__(self):
+        for name in ("learning_rate", "target", "target_kl", "ratio_threshold", "cliprange", "cliprange_value"):
+            _check(getattr(self, name) > 0, name, getattr(self, name), "must be positive")
+        for name in ("batch_size", "mini_batch_size", "gradient_accumulation_steps", "ppo_epochs", "horizon"):
+            _check(getattr(self, name) >= 1, name, getattr(self, name), "must be at least 1")
+        _check(self.init_kl_coef >= 0, "init_kl_coef", self.init_kl_coef, "must be >= 0")
+        _check(self.vf_coef >= 0, "vf_coef", self.vf_coef, "must be >= 0")
+        _check(0 <= self.gamma <= 1, "gamma", self.gamma, "must be in [0, 1]")
+        _check(0 <= self.lam <= 1, "lam", self.lam, "must be in [0, 1]")
+        _check(self.kl_penalty in ("kl", "abs", "mse", "full"), "kl_penalty", self.kl_penalty, "must be kl, abs, mse or full")
+        _check(self.max_grad_norm is None or self.max_grad_norm > 0, "max_grad_norm", self.max_grad_norm, "must be positive or None")
+        _check(self.score_clip is None or self.score_clip > 0, "score_clip", self.score_clip, "must be positive or None")
+        _check(not self.use_score_norm or self.use_score_scaling, "use_score_norm", self.use_score_norm,
+               "only applies together with use_score_scaling=True")
+        _check(self.batch_size % self.backward_batch_size == 0, "batch_size", self.batch_size,
+               f"must be a multiple of mini_batch_size * gradient_accumulation_steps = {self.backward_batch_size}")
+
+    @property
+    def backward_batch_size(self) -> int:
+        """Rollouts per optimizer step."""
+        return self.mini_batch_size * self.gradient_accumulation_steps
+
+    @property
+    def optimizer_steps_per_batch(self) -> int:
+        """Optimizer steps per PPO step (without early stopping)."""
+        return self.ppo_epochs * self.batch_size // self.backward_batch_size

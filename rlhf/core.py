@@ -1,0 +1,170 @@
+"""Pure tensor helpers shared by the trainers: masked statistics, log-probs, entropy, padding rules.
+
+Conventions (STYLE.md 9): masks are 1 for real tokens and 0 for padding (or tokens after EOS);
+every statistic here ignores masked positions exactly, so a padded batch gives the same numbers
+as its items taken one at a time.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+import torch.nn.functional as F
+
+
+def masked_sum(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    return (values * mask).sum() if dim is None else (values * mask).sum(dim=dim)
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Mean over positions where mask is 1 (all of them, or along `dim`)."""
+    mask = mask.to(values.dtype)
+    if dim is None:
+        return (values * mask).sum() / mask.sum().clamp(min=1)
+    return (values * mask).sum(dim=dim) / mask.sum(dim=dim).clamp(min=1)
+
+
+def masked_var(values: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> torch.Tensor:
+    """Variance over masked positions; `unbiased` applies Bessel's correction n / (n - 1)."""
+    mask = mask.to(values.dtype)
+    mean = masked_mean(values, mask)
+    variance = masked_mean((values - mean) ** 2, mask)
+    if unbiased:
+        n = mask.sum()
+        if n < 2:
+            raise ValueError(f"masked_var: need at least 2 unmasked values for an unbiased variance, got {int(n)}")
+        variance = variance * n / (n - 1)
+    return variance
+
+
+def masked_whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True) -> torch.Tensor:
+    """(x - mean) / std over masked positions; shift_mean=False keeps the mean (as TRL does for rewards).
+
+    Masked positions come back as 0 so they can never leak into a later sum.
+    """
+    mean, var = masked_mean(values, mask), masked_var(values, mask)
+    whitened = (values - mean) * torch.rsqrt(var + 1e-8)
+    if not shift_mean:
+        whitened = whitened + mean
+    return whitened * mask.to(values.dtype)
+
+
+def clip_by_value(x: torch.Tensor, low: torch.Tensor | float, high: torch.Tensor | float) -> torch.Tensor:
+    return torch.max(torch.min(x, torch.as_tensor(high, dtype=x.dtype)), torch.as_tensor(low, dtype=x.dtype))
+
+
+def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """log p(label) per position: logits (B, T, V), labels (B, T) -> (B, T).
+
+    log_softmax is taken in fp32 even under bf16 autocast: the PPO ratio exp(new - old) amplifies
+    rounding error, and bf16 has only 8 bits of mantissa.
+    """
+    logp = F.log_softmax(logits.float(), dim=-1)  # (B, T, V)
+    return torch.gather(logp, 2, labels.unsqueeze(-1)).squeeze(-1)
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of the softmax per position: (B, T, V) -> (B, T). H = logsumexp(z) - sum p z."""
+    logits = logits.float()
+    p = F.softmax(logits, dim=-1)
+    return torch.logsumexp(logits, dim=-1) - (p * logits).sum(dim=-1)
+
+
+def response_mask_after_eos(responses: torch.Tensor, eos_token_id: int | None, pad_token_id: int | None) -> torch.Tensor:
+    """Mask (B, R) of response tokens that count: everything up to and including the first EOS.
+
+    Tokens after the first EOS (what batched generation fills in) are 0. When pad == eos the first
+    EOS still counts, as it is the token the policy chose to stop with.
+    """
+    mask = torch.ones_like(responses, dtype=torch.long)
+    if eos_token_id is not None:
+        is_eos = (responses == eos_token_id).long()
+        # Positions strictly after the first EOS have a cumulative EOS count > 0 before them.
+        eos_before = torch.cumsum(is_eos, dim=1) - is_eos
+        mask = mask * (eos_before == 0).long()
+    elif pad_token_id is not None:
+        mask = (responses != pad_token_id).long()
+    return mask
+
+
+def trim_response(response: torch.Tensor, eos_token_id: int | None, pad_token_id: int | None) -> torch.Tensor:
+    """A 1-D response cut after its first EOS (kept), or at its first pad when there is no EOS id."""
+    mask = response_mask_after_eos(response.unsqueeze(0), eos_token_id, pad_token_id)[0]
+    return response[: int(mask.sum())]
+
+
+def pad_sequences(sequences: Sequence[torch.Tensor], pad_value: int, side: str = "right") -> torch.Tensor:
+    """Stack 1-D tensors of different lengths into (B, T) with `pad_value` on `side`."""
+    if side not in ("left", "right"):
+        raise ValueError(f"side={side!r}: must be 'left' or 'right'")
+    length = max((len(s) for s in sequences), default=0)
+    out = torch.full((len(sequences), length), pad_value, dtype=sequences[0].dtype if sequences else torch.long)
+    for i, s in enumerate(sequences):
+        if len(s) == 0:
+            continue
+        if side == "right":
+            out[i, : len(s)] = s
+        else:
+            out[i, length - len(s) :] = s
+    return out
+
+
+def flatten_dict(nested: Mapping, sep: str = "/", prefix: str = "") -> dict:
+    """{"ppo": {"loss": {"value": x}}} -> {"ppo/loss/value": x}."""
+    flat = {}
+    for key, value in nested.items():
+        name = f"{prefix}{sep}{key}" if prefix else str(key)
+        if isinstance(value, Mapping):
+            flat.update(flatten_dict(value, sep, name))
+        else:
+            flat[name] = value
+    return flat
+
+
+def stack_stats(stats_list: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """A list of per-mini-batch stat dicts -> one dict of stacked tensors (keys of the first dict)."""
+    if not stats_list:
+        return {}
+    return {k: torch.stack([torch.as_tensor(s[k]).detach().float() for s in stats_list]) for k in stats_list[0]}
+
+
+def stats_to_floats(stats: Mapping) -> dict[str, float]:
+    """Tensors/numbers -> plain floats (means of non-scalar tensors) for logging and JSON."""
+    out = {}
+    for key, value in stats.items():
+        if isinstance(value, torch.Tensor):
+            value = value.detach().float()
+            out[key] = float(value.mean()) if value.numel() else float("nan")
+        elif isinstance(value, (int, float)):
+            out[key] = float(value)
+    return out
+
+
+class RunningMoments:
+    """Running mean/std of scores over all batches seen (Chan et al. parallel variance update),
+    used by use_score_scaling / use_score_norm. Plain floats so it round-trips through state_dict."""
+
+    def __init__(self) -> None:
+        self.mean, self.var, self.count = 0.0, 1.0, 1e-24
+
+    @property
+    def std(self) -> float:
+        return self.var**0.5
+
+    def update(self, xs: torch.Tensor) -> tuple[float, float]:
+        """Fold a batch in; returns the batch's (mean, unbiased std)."""
+        xs = xs.detach().double().flatten()
+        batch_mean, batch_var, n = float(xs.mean()), float(xs.var(unbiased=False)), xs.numel()
+        delta = batch_mean - self.mean
+        total = self.count + n
+        m2 = self.var * self.count + batch_var * n + delta**2 * self.count * n / total
+        self.mean += delta * n / total
+        self.var = m2 / total
+        self.count = total
+        return batch_mean, (batch_var * n / max(n - 1, 1)) ** 0.5
+
+    def state_dict(self) -> dict[str, float]:
+        return {"mean": self.mean, "var": self.var, "count": self.count}
+
+    def load_state_dict(self, state: Mapping[str, float]) -> None:
+        self.mean, self.var, self.count = float(state["mean"]), float(state["var"]), float(state["count"])

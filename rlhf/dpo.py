@@ -1,0 +1,243 @@
+"""Direct Preference Optimization (Rafailov et al. 2023) on transformers.Trainer.
+
+    trainer = DPOTrainer("default", args=DPOConfig(output_dir="dpo", bf16=True), train_dataset=prefs)
+    trainer.train(); trainer.save_model()
+
+The reference is, in order: `ref_model` if given; the policy with its adapter disabled when training a
+LoRA adapter (no second copy in memory); otherwise a frozen copy of the policy taken before training.
+With precompute_ref_log_probs (default) the reference runs once over the data before training and its
+log-probs ride along in the dataset, so each step is a single policy forward pass.
+"""
+from __future__ import annotations
+
+import copy
+import os
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+from torch.utils.data import DataLoader
+from transformers import Trainer, TrainingArguments
+
+from rlhf.core import logprobs_from_logits, masked_sum
+from rlhf.data import PreferenceCollator, tokenize_preference_causal
+from rlhf.loading import DEFAULT_POLICY, load_causal_lm, load_tokenizer, resolve_model_path
+from rlhf.losses import dpo_loss
+from rlhf.peft_utils import apply_peft, is_peft_model
+
+LOSS_TYPES = ("sigmoid", "ipo", "hinge")
+
+
+@dataclass
+class DPOConfig(TrainingArguments):
+    """TrainingArguments plus DPO's own fields; defaults suit a small CPU run."""
+
+    model_name_or_path: str = field(
+        default=DEFAULT_POLICY, metadata={"help": "Policy when the trainer is given a name: 'default', a folder, an adapter folder."}
+    )
+    beta: float = field(default=0.1, metadata={"help": "KL strength: higher keeps the policy closer to the reference."})
+    loss_type: Literal["sigmoid", "ipo", "hinge"] = field(
+        default="sigmoid", metadata={"help": "sigmoid: DPO (Eq. 7); ipo: squared loss (Azar et al.); hinge: SLiC."}
+    )
+    label_smoothing: float = field(
+        default=0.0, metadata={"help": "Assumed rate of flipped labels (conservative DPO, sigmoid loss only); 0: off."}
+    )
+    max_length: int | None = field(default=512, metadata={"help": "Tokens per prompt + completion; completions are cut at the end."})
+    max_prompt_length: int | None = field(default=256, metadata={"help": "Prompt tokens kept (the last ones)."})
+    precompute_ref_log_probs: bool = field(
+        default=True, metadata={"help": "Run the reference once before training and cache its log-probs (faster steps)."}
+    )
+    # TrainingArguments fields whose defaults we change for small CPU runs:
+    output_dir: str | None = field(default="dpo-model", metadata={"help": "Where checkpoints and the final model go."})
+    learning_rate: float = field(default=5e-6, metadata={"help": "AdamW learning rate (LoRA adapters take ~10x more)."})
+    per_device_train_batch_size: int = field(default=4, metadata={"help": "Preference pairs per step (2x sequences)."})
+    num_train_epochs: float = field(default=1.0, metadata={"help": "Passes over the training pairs."})
+    logging_steps: float = field(default=5, metadata={"help": "Log metrics every this many steps."})
+    remove_unused_columns: bool = field(
+        default=False, metadata={"help": "Keep False: the collator needs the tokenised columns the model does not take."}
+    )
+
+    def __post_init__(self):
+        if self.loss_type not in LOSS_TYPES:
+            raise ValueError(f"loss_type={self.loss_type!r}: must be one of {', '.join(LOSS_TYPES)}")
+        if self.beta <= 0:
+            raise ValueError(f"beta={self.beta!r}: must be positive")
+        if not 0 <= self.label_smoothing < 0.5:
+            raise ValueError(f"label_smoothing={self.label_smoothing!r}: must be in [0, 0.5)")
+        if self.label_smoothing and self.loss_type != "sigmoid":
+            raise ValueError(f"label_smoothing={self.label_smoothing!r}: only the sigmoid loss uses it")
+        if not torch.cuda.is_available():
+            # bf16 on CPU is torch.autocast("cpu"), which TrainingArguments allows only with use_cpu.
+            self.use_cpu = self.use_cpu or self.bf16
+            self.dataloader_pin_memory = False
+        super().__post_init__()
+
+
+def completion_logps(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Summed log-probs of each sequence's completion tokens: (2B,) for the `[chosen; rejected]` batch.
+
+    Prompt and padding tokens are masked out by completion_mask, so padding changes nothing.
+    """
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits  # (2B, T, V)
+    # Token t is predicted by the logits at t - 1.
+    logps = logprobs_from_logits(logits[:, :-1], batch["input_ids"][:, 1:])  # (2B, T-1)
+    return masked_sum(logps, batch["completion_mask"][:, 1:].to(logps.dtype), dim=-1)  # (2B,)
+
+
+class DPOTrainer(Trainer):
+    """Trains a causal LM on preference pairs with the DPO / IPO / hinge loss.
+
+    Logged with TRL's names: rewards/chosen, rewards/rejected, rewards/accuracies, rewards/margins,
+    logps/chosen, logps/rejected (eval_ prefixed during evaluation).
+    """
+
+    # dpo_loss is a mean over the batch's pairs, so the Trainer must divide it for gradient accumulation.
+    loss_is_scaled_for_ga = False
+
+    def __init__(
+        self,
+        model: torch.nn.Module | str | None = None,
+        ref_model: torch.nn.Module | str | None = None,
+        args: DPOConfig | None = None,
+        train_dataset=None,
+        eval_dataset=None,
+        processing_class=None,
+        peft_config=None,
+        callbacks=None,
+        optimizers=(None, None),
+    ):
+        args = args if args is not None else DPOConfig()
+        if model is None or isinstance(model, (str, os.PathLike)):
+            name = resolve_model_path(model if model is not None else args.model_name_or_path)
+            model = load_causal_lm(name)
+            if processing_class is None:
+                processing_class = load_tokenizer(name, padding_side="right")
+        if isinstance(ref_model, (str, os.PathLike)):
+            ref_model = load_causal_lm(ref_model)
+        if processing_class is None:
+            raise ValueError("DPOTrainer needs processing_class (the tokenizer) when given a model object")
+        if processing_class.pad_token is None:
+            processing_class.pad_token = processing_class.eos_token
+        model = apply_peft(model, peft_config, args.gradient_checkpointing)
+        if ref_model is None and not is_peft_model(model):
+            # Copy before any training (and before resume loads a checkpoint): the reference is the start.
+            ref_model = copy.deepcopy(model)
+        if ref_model is not None:
+            ref_model.eval().requires_grad_(False)
+
+        tokenize = lambda ds: None if ds is None else ds.map(  # noqa: E731
+            tokenize_preference_causal,
+            fn_kwargs={"tokenizer": processing_class, "max_length": args.max_length, "max_prompt_length": args.max_prompt_length},
+            remove_columns=ds.column_names,
+        )
+        if isinstance(eval_dataset, dict):
+            eval_dataset = {k: tokenize(v) for k, v in eval_dataset.items()}
+        else:
+            eval_dataset = tokenize(eval_dataset)
+        super().__init__(
+            model=model,
+            args=args,
+            data_collator=PreferenceCollator(processing_class.pad_token_id),
+            train_dataset=tokenize(train_dataset),
+            eval_dataset=eval_dataset,
+            processing_class=processing_class,
+            callbacks=callbacks,
+            optimizers=optimizers,
+        )
+        self.ref_model = ref_model.to(self.args.device) if ref_model is not None else None
+        self._metrics: dict[str, dict[str, list[float]]] = {"train": defaultdict(list), "eval": defaultdict(list)}
+
+    # ---- reference log-probs, cached in the dataset ----------------------------------------------------
+    def reference_logps(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(ref_chosen_logps, ref_rejected_logps), each (B,), from the reference model."""
+        with torch.no_grad(), self.accelerator.autocast():
+            if self.ref_model is not None:
+                logps = completion_logps(self.ref_model, batch)
+            else:
+                policy = self.accelerator.unwrap_model(self.model)
+                was_training = policy.training
+                policy.eval()  # no dropout in the reference
+                with policy.disable_adapter():
+                    logps = completion_logps(policy, batch)
+                policy.train(was_training)
+        return logps.float().chunk(2)
+
+    def add_reference_logps(self, dataset):
+        """The dataset with ref_chosen_logps and ref_rejected_logps columns (one pass of the reference)."""
+        if dataset is None or "ref_chosen_logps" in dataset.column_names:
+            return dataset
+        loader = DataLoader(dataset, batch_size=self.args.per_device_eval_batch_size, collate_fn=self.data_collator)
+        chosen, rejected = [], []
+        for batch in loader:
+            batch = {k: v.to(self.args.device) for k, v in batch.items()}
+            ref_chosen, ref_rejected = self.reference_logps(batch)
+            chosen.extend(ref_chosen.tolist())
+            rejected.extend(ref_rejected.tolist())
+        return dataset.add_column("ref_chosen_logps", chosen).add_column("ref_rejected_logps", rejected)
+
+    def get_train_dataloader(self):
+        if self.args.precompute_ref_log_probs:
+            self.train_dataset = self.add_reference_logps(self.train_dataset)
+        return super().get_train_dataloader()
+
+    def get_eval_dataloader(self, eval_dataset=None):
+        if self.args.precompute_ref_log_probs:
+            if eval_dataset is None or isinstance(eval_dataset, str):
+                if isinstance(self.eval_dataset, dict):
+                    self.eval_dataset = {k: self.add_reference_logps(v) for k, v in self.eval_dataset.items()}
+                else:
+                    self.eval_dataset = self.add_reference_logps(self.eval_dataset)
+            else:
+                eval_dataset = self.add_reference_logps(eval_dataset)
+        return super().get_eval_dataloader(eval_dataset)
+
+    # ---- loss ------------------------------------------------------------------------------------------
+    def compute_loss(self, model, inputs: dict[str, torch.Tensor], return_outputs: bool = False, num_items_in_batch=None):
+        # 1. policy log-probs of [chosen; rejected] in one forward pass
+        policy_chosen, policy_rejected = completion_logps(model, inputs).float().chunk(2)  # (B,), (B,)
+        # 2. reference log-probs: cached in the batch, or one reference forward pass now
+        if "ref_chosen_logps" in inputs:
+            ref_chosen, ref_rejected = inputs["ref_chosen_logps"], inputs["ref_rejected_logps"]
+        else:
+            ref_chosen, ref_rejected = self.reference_logps(inputs)
+        # 3. the preference loss and the implicit rewards beta * log(pi / ref)
+        losses, chosen_rewards, rejected_rewards = dpo_loss(
+            policy_chosen, policy_rejected, ref_chosen, ref_rejected,
+            beta=self.args.beta, loss_type=self.args.loss_type, label_smoothing=self.args.label_smoothing,
+        )
+        loss = losses.mean()
+        # 4. metrics, averaged over the steps between two logs
+        metrics = self._metrics["train" if model.training else "eval"]
+        metrics["rewards/chosen"].append(chosen_rewards.mean().item())
+        metrics["rewards/rejected"].append(rejected_rewards.mean().item())
+        metrics["rewards/accuracies"].append((chosen_rewards > rejected_rewards).float().mean().item())
+        metrics["rewards/margins"].append((chosen_rewards - rejected_rewards).mean().item())
+        metrics["logps/chosen"].append(policy_chosen.detach().mean().item())
+        metrics["logps/rejected"].append(policy_rejected.detach().mean().item())
+        return (loss, {"chosen_rewards": chosen_rewards, "rejected_rewards": rejected_rewards}) if return_outputs else loss
+
+    def prediction_step(self, model, inputs, prediction_loss_only: bool, ignore_keys=None):
+        inputs = self._prepare_inputs(inputs)
+        with torch.no_grad(), self.compute_loss_context_manager():
+            loss = self.compute_loss(model, inputs)
+        return loss.detach(), None, None
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        # Evaluation runs with the model in eval mode, so the mode tells train logs from eval logs.
+        mode = "train" if self.model.training else "eval"
+        prefix = "eval_" if mode == "eval" else ""
+        metrics = {f"{prefix}{k}": sum(v) / len(v) for k, v in self._metrics[mode].items() if v}
+        self._metrics[mode].clear()
+        if mode == "eval":
+            self._last_eval_metrics = metrics
+        super().log({**logs, **metrics}, start_time)
+
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
+        # Trainer.evaluate returns only what compute_metrics gives; add the reward metrics that log() saw.
+        self._last_eval_metrics = {}
+        output = super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
+        return {**output, **self._last_eval_metrics}
+
+
+__all__ = ["DPOConfig", "DPOTrainer", "completion_logps"]

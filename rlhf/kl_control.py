@@ -1,0 +1,38 @@
+"""KL coefficient controllers: the beta in reward = score - beta * KL.
+
+AdaptiveKLController is Ziegler et al. 2019 ("Fine-Tuning Language Models from Human Preferences"),
+section 2.2: beta_{t+1} = beta_t (1 + K_beta e_t), e_t = clip(KL_t / KL_target - 1, -0.2, 0.2),
+with K_beta = n_steps / horizon.
+"""
+from __future__ import annotations
+
+
+class FixedKLController:
+    """A constant beta."""
+
+    def __init__(self, kl_coef: float) -> None:
+        self.value = float(kl_coef)
+
+    def update(self, current_kl: float, n_steps: int) -> None:
+        pass
+
+    def state_dict(self) -> dict[str, float]:
+        return {"value": self.value}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.value = float(state["value"])
+
+
+class AdaptiveKLController(FixedKLController):
+    """Moves beta so that the observed KL approaches `target` over about `horizon` samples."""
+
+    def __init__(self, init_kl_coef: float, target: float, horizon: int) -> None:
+        if target <= 0 or horizon <= 0:
+            raise ValueError(f"AdaptiveKLController: target={target!r} and horizon={horizon!r} must be positive")
+        super().__init__(init_kl_coef)
+        self.target, self.horizon = float(target), int(horizon)
+
+    def update(self, current_kl: float, n_steps: int) -> None:
+        # The clip bounds a single update to +-20% of n_steps / horizon, so one noisy batch can't swing beta.
+        proportional_error = min(max(current_kl / self.target - 1.0, -0.2), 0.2)
+        self.value *= 1.0 + proportional_error * n_steps / self.horizon

@@ -1,0 +1,59 @@
+"""LoRA helpers shared by the trainers: wrap a model, and merge an adapter into a plain model folder."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+
+
+def apply_peft(model: torch.nn.Module, peft_config, gradient_checkpointing: bool = False) -> torch.nn.Module:
+    """Wrap `model` with a fresh adapter from `peft_config` (None: unchanged)."""
+    if peft_config is None:
+        return model
+    from peft import PeftModel, get_peft_model
+
+    if isinstance(model, PeftModel):
+        raise ValueError("peft_config was given but the model already carries an adapter; pass one or the other")
+    if gradient_checkpointing:
+        # With frozen embeddings no input requires grad, and checkpointed blocks would then get no gradient.
+        model.enable_input_require_grads()
+    return get_peft_model(model, peft_config)
+
+
+def is_peft_model(model: torch.nn.Module) -> bool:
+    try:
+        from peft import PeftModel
+    except ImportError:  # pragma: no cover - peft is a requirement
+        return False
+    return isinstance(model, PeftModel)
+
+
+def merge_and_save(model_or_adapter, out_dir: str | os.PathLike, tokenizer=None) -> Path:
+    """Merge a LoRA adapter into its base weights and save a plain safetensors folder that
+    AutoModelForCausalLM (or AutoModelForSequenceClassification) loads with no peft installed.
+
+    `model_or_adapter` is a PeftModel or the folder of a saved causal-LM adapter.
+    """
+    out = Path(out_dir)
+    if isinstance(model_or_adapter, (str, os.PathLike)):
+        from rlhf.loading import load_causal_lm, load_tokenizer
+
+        folder = Path(model_or_adapter)
+        if not (folder / "adapter_config.json").exists():
+            raise FileNotFoundError(f"{folder}: no adapter_config.json, so this is not a saved adapter")
+        model = load_causal_lm(folder)
+        if tokenizer is None:
+            has_tokenizer = (folder / "tokenizer_config.json").exists()
+            base = json.loads((folder / "adapter_config.json").read_text())["base_model_name_or_path"]
+            tokenizer = load_tokenizer(folder if has_tokenizer else base, padding_side="right")
+    else:
+        model = model_or_adapter
+    if not is_peft_model(model):
+        raise ValueError("merge_and_save needs a model with a LoRA adapter")
+    merged = model.merge_and_unload()
+    merged.save_pretrained(out, safe_serialization=True)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(out)
+    return out

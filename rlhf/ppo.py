@@ -1,0 +1,537 @@
+"""PPO for language models, with the classic TRL API (generate / step / log_stats).
+
+One PPO step on a batch of (query, response, score) rollouts:
+  1. forward pass for logprobs and values (policy and reference, no gradients)
+  2. rewards = score - beta * KL, per token (score on the last real response token)
+  3. advantages by GAE, whitened over real tokens
+  4. epochs over shuffled mini-batches: clipped policy loss + vf_coef * clipped value loss
+  5. adapt beta (adaptive KL controller) and report stats with TRL's keys
+References: Ziegler et al. 2019 (lm-human-preferences), Schulman et al. 2017 (PPO), TRL's PPOTrainer.
+
+Tensor layout: queries are left padded to Q and responses right padded to R, concatenated to (B, Q+R),
+so response token j of every row sits in column Q + j and is predicted by the logits at Q + j - 1.
+Position ids come from the attention mask, so padding changes no logit. Padding and everything after a
+response's first EOS are masked out of every loss, log-prob, KL and statistic.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch.utils.data import DataLoader
+
+from rlhf.configs import PPOConfig
+from rlhf.core import (
+    RunningMoments,
+    entropy_from_logits,
+    logprobs_from_logits,
+    masked_mean,
+    masked_var,
+    masked_whiten,
+    pad_sequences,
+    response_mask_after_eos,
+    stack_stats,
+    stats_to_floats,
+    trim_response,
+)
+from rlhf.kl_control import AdaptiveKLController, FixedKLController
+from rlhf.losses import gae_advantages, kl_penalty, per_token_rewards, ppo_policy_loss, ppo_value_loss
+from rlhf.tracking import MetricsCallback, Tracker
+from rlhf.value_head import VALUE_HEAD_FILE, AutoModelForCausalLMWithValueHead, create_reference_model
+
+TRAINER_STATE_FILE = "trainer_state.pt"
+
+# Sampling settings under which the sampled tokens are not draws from the policy being trained, so the
+# per-token KL estimate log p - log q is biased and can go negative (TRL docs, "why KL goes negative").
+# name -> (the value that is safe, test for "unsafe")
+_KL_UNSAFE = {
+    "do_sample": (True, lambda v: v is not True),
+    "top_k": (0, lambda v: v not in (None, 0)),
+    "top_p": (1.0, lambda v: v is not None and v < 1.0),
+    "temperature": (1.0, lambda v: v is not None and v != 1.0),
+    "min_length": (-1, lambda v: v is not None and v > 0),
+    "min_new_tokens": (None, lambda v: v is not None and v > 0),
+    "num_beams": (1, lambda v: v is not None and v > 1),
+    "repetition_penalty": (1.0, lambda v: v is not None and v != 1.0),
+    "typical_p": (1.0, lambda v: v is not None and v < 1.0),
+    "min_p": (None, lambda v: v is not None and v > 0),
+    "no_repeat_ngram_size": (0, lambda v: v is not None and v > 0),
+    "bad_words_ids": (None, lambda v: bool(v)),
+    "suppress_tokens": (None, lambda v: bool(v)),
+}
+
+
+def kl_unsafe_settings(generation_kwargs: dict) -> list[str]:
+    """'name=value' for each generation setting that biases PPO's KL estimate."""
+    return [f"{k}={generation_kwargs[k]!r}" for k, (_, bad) in _KL_UNSAFE.items() if k in generation_kwargs and bad(generation_kwargs[k])]
+
+
+def default_collator(rows: list[dict]) -> dict[str, list]:
+    """TRL's PPO collator: a list of dicts -> a dict of lists (tensors of different lengths stay a list)."""
+    return {key: [row[key] for row in rows] for key in rows[0]}
+
+
+@dataclass
+class Rollouts:
+    """A batch laid out for the forward passes; per-token tensors are (B, R)."""
+
+    input_ids: torch.Tensor  # (B, Q+R)
+    attention_mask: torch.Tensor  # (B, Q+R)
+    position_ids: torch.Tensor  # (B, Q+R)
+    mask: torch.Tensor  # (B, R) float: 1 for response tokens that count
+    response_length: int  # R
+
+    def select(self, idx: torch.Tensor) -> "Rollouts":
+        return Rollouts(self.input_ids[idx], self.attention_mask[idx], self.position_ids[idx], self.mask[idx],
+                        self.response_length)
+
+
+class PPOTrainer:
+    def __init__(
+        self,
+        config: PPOConfig,
+        model: AutoModelForCausalLMWithValueHead,
+        ref_model: AutoModelForCausalLMWithValueHead | None = None,
+        tokenizer=None,
+        dataset=None,
+        optimizer: torch.optim.Optimizer | None = None,
+        data_collator: Callable | None = None,
+        lr_scheduler=None,
+        callback: MetricsCallback | None = None,
+        accelerator=None,
+    ) -> None:
+        from accelerate import Accelerator
+
+        if tokenizer is None:
+            raise ValueError("PPOTrainer: tokenizer is required (for padding and EOS ids)")
+        self.config, self.tokenizer = config, tokenizer
+        self.accelerator = accelerator or Accelerator(mixed_precision="bf16" if config.bf16 else "no")
+        # Shuffling draws from this generator; sampling in generate() uses torch's global RNG (transformers
+        # offers no generator argument), seeded here once. Both are in state_dict() for resuming.
+        self.generator = torch.Generator().manual_seed(config.seed)
+        torch.manual_seed(config.seed)
+        random.seed(config.seed)
+
+        self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.eos_token_id = tokenizer.eos_token_id
+        if self.pad_token_id is None:
+            raise ValueError("PPOTrainer: the tokenizer has neither a pad nor an EOS token")
+
+        # The reference policy: given, or the adapter-disabled model under peft, or a frozen copy.
+        self.is_peft = model.is_peft_model
+        if ref_model is None and not self.is_peft:
+            ref_model = create_reference_model(model)
+        self.ref_model = ref_model
+        if self.ref_model is not None:
+            self.ref_model.requires_grad_(False)
+            self.ref_model.eval().to(self.accelerator.device)
+
+        self.optimizer = optimizer or torch.optim.Adam(
+            [p for p in model.parameters() if p.requires_grad], lr=config.learning_rate
+        )
+        self.lr_scheduler = lr_scheduler
+        self.dataset = dataset
+        self.data_collator = data_collator or default_collator
+        self.data_generator = torch.Generator().manual_seed(config.seed)
+        dataloader = None
+        if dataset is not None:
+            dataloader = DataLoader(dataset, batch_size=config.batch_size, shuffle=True, drop_last=True,
+                                    collate_fn=self.data_collator, generator=self.data_generator)
+        if dataloader is not None:
+            self.model, self.optimizer, self.dataloader = self.accelerator.prepare(model, self.optimizer, dataloader)
+        else:
+            self.model, self.optimizer = self.accelerator.prepare(model, self.optimizer)
+            self.dataloader = None
+
+        if config.adap_kl_ctrl:
+            self.kl_ctl = AdaptiveKLController(config.init_kl_coef, config.target, config.horizon)
+        else:
+            self.kl_ctl = FixedKLController(config.init_kl_coef)
+        self.running = RunningMoments()
+        self.current_step = 0
+        self.tracker = Tracker.create(config.log_dir, config.tensorboard, callback)
+
+    @property
+    def unwrapped_model(self) -> AutoModelForCausalLMWithValueHead:
+        return self.accelerator.unwrap_model(self.model)
+
+    # ---- generation ---------------------------------------------------------------------------------
+    def generate(
+        self,
+        query_tensor: torch.Tensor | Sequence[torch.Tensor],
+        length_sampler: Callable[[], int] | None = None,
+        batch_size: int = 16,
+        return_prompt: bool = True,
+        generate_ref_response: bool = False,
+        remove_padding: bool = True,
+        allow_kl_unsafe: bool = False,
+        **generation_kwargs,
+    ):
+        """Sample responses, batched with left padding. A 1-D query gives a (1, L) tensor, a list a list.
+
+        Sampling defaults to the untempered full distribution (do_sample, top_k=0, top_p=1, temperature=1);
+        settings that bias the KL estimate raise unless allow_kl_unsafe=True.
+        """
+        kwargs = self._generation_kwargs(generation_kwargs, allow_kl_unsafe)
+        single = isinstance(query_tensor, torch.Tensor) and query_tensor.dim() == 1
+        queries = [query_tensor] if single else list(query_tensor)
+        responses = self._generate_batched(self.unwrapped_model, queries, length_sampler, batch_size,
+                                           return_prompt, remove_padding, kwargs)
+        ref_responses = None
+        if generate_ref_response:
+            ref, context = self._reference()
+            with context:
+                ref_responses = self._generate_batched(ref, queries, length_sampler, batch_size,
+                                                       return_prompt, remove_padding, kwargs)
+        if single:
+            responses = responses[0].unsqueeze(0)
+            ref_responses = ref_responses[0].unsqueeze(0) if ref_responses is not None else None
+        return (responses, ref_responses) if generate_ref_response else responses
+
+    def _generation_kwargs(self, generation_kwargs: dict, allow_kl_unsafe: bool) -> dict:
+        kwargs = {k: safe for k, (safe, _) in _KL_UNSAFE.items() if safe is not None and k in
+                  ("do_sample", "top_k", "top_p", "temperature")}
+        kwargs.update(generation_kwargs)
+        kwargs.setdefault("pad_token_id", self.pad_token_id)
+        if self.eos_token_id is not None:
+            kwargs.setdefault("eos_token_id", self.eos_token_id)
+        unsafe = kl_unsafe_settings(kwargs)
+        if unsafe and not allow_kl_unsafe:
+            raise ValueError(
+                f"generate(): {', '.join(unsafe)} would sample tokens from a distribution other than the policy's, "
+                "so PPO's KL estimate is biased and can go negative (TRL docs: 'why KL goes negative'). Use "
+                "do_sample=True, top_k=0, top_p=1.0, temperature=1.0, no min length, or pass allow_kl_unsafe=True."
+            )
+        return kwargs
+
+    @torch.no_grad()
+    def _generate_batched(self, model, queries, length_sampler, batch_size, return_prompt, remove_padding, kwargs):
+        device = self.accelerator.device
+        was_training = model.training
+        model.eval()
+        outputs = []
+        for start in range(0, len(queries), batch_size):
+            chunk = [q.to(device) for q in queries[start : start + batch_size]]
+            if length_sampler is not None:
+                kwargs = {**kwargs, "max_new_tokens": length_sampler()}
+            input_ids = pad_sequences(chunk, self.pad_token_id, side="left").to(device)  # (b, Q)
+            lengths = torch.tensor([len(q) for q in chunk], device=device)
+            positions = torch.arange(input_ids.shape[1], device=device)
+            attention_mask = (positions >= input_ids.shape[1] - lengths[:, None]).long()  # (b, Q)
+            with self.accelerator.autocast():
+                generated = model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+            for query, row in zip(chunk, generated[:, input_ids.shape[1] :]):
+                response = trim_response(row, self.eos_token_id, self.pad_token_id) if remove_padding else row
+                outputs.append(torch.cat([query, response]) if return_prompt else response)
+        model.train(was_training)
+        return outputs
+
+    def _reference(self):
+        """(model, context) computing the reference policy: the ref model, or ours with the adapter off."""
+        if self.ref_model is not None:
+            return self.ref_model, contextlib.nullcontext()
+        return self.model, self.unwrapped_model.disable_adapter()
+
+    # ---- the PPO step -------------------------------------------------------------------------------
+    def step(
+        self,
+        queries: list[torch.Tensor],
+        responses: list[torch.Tensor],
+        scores: list[torch.Tensor],
+        response_masks: list[torch.Tensor] | None = None,
+    ) -> dict[str, float]:
+        """One PPO step on batch_size rollouts; returns TRL's stats as floats."""
+        t0 = time.time()
+        raw_scores = self._check_inputs(queries, responses, scores, response_masks)
+        scores_t = self._process_scores(raw_scores)
+        rollouts = self._layout(queries, responses, response_masks)
+        mask = rollouts.mask
+
+        # 1. forward pass for logprobs and values
+        t = time.time()
+        old_logprobs, values, ref_logprobs, kl, entropy = self._rollout_forward(rollouts)
+        forward_time = time.time() - t
+
+        # 2. rewards = score - beta * KL
+        rewards, non_score = per_token_rewards(scores_t, kl, mask, self.kl_ctl.value)
+        if self.config.whiten_rewards:
+            rewards = masked_whiten(rewards, mask, shift_mean=False)
+
+        # 3. advantages
+        advantages, returns = gae_advantages(values, rewards, mask, self.config.gamma, self.config.lam)
+        advantages = masked_whiten(advantages, mask)
+
+        # 4. epochs over mini-batches
+        t = time.time()
+        train_stats = self._train_epochs(rollouts, old_logprobs, values, advantages, returns)
+        optimize_time = time.time() - t
+
+        # 5. adapt beta, report
+        stats = self._record_stats(raw_scores, scores_t, mask, old_logprobs, kl, non_score, entropy, values,
+                                   returns, advantages, train_stats)
+        self.kl_ctl.update(stats["objective/kl"], self.config.batch_size)
+        if self.lr_scheduler is not None:
+            self.lr_scheduler.step()
+        self.current_step += 1
+        stats.update({"time/ppo/forward_pass": forward_time, "time/ppo/optimize_step": optimize_time,
+                      "time/ppo/total": time.time() - t0})
+        return stats
+
+    def _check_inputs(self, queries, responses, scores, response_masks) -> torch.Tensor:
+        n = self.config.batch_size
+        for name, value in (("queries", queries), ("responses", responses), ("scores", scores)):
+            if not isinstance(value, (list, tuple)):
+                raise ValueError(f"step(): {name} must be a list of tensors, got {type(value).__name__}")
+            if len(value) != n:
+                raise ValueError(f"step(): {name} has {len(value)} items, config.batch_size is {n}")
+        if response_masks is not None and len(response_masks) != n:
+            raise ValueError(f"step(): response_masks has {len(response_masks)} items, config.batch_size is {n}")
+        for i, (q, r) in enumerate(zip(queries, responses)):
+            if q.dim() != 1 or len(q) == 0:
+                raise ValueError(f"step(): queries[{i}] must be a non-empty 1-D tensor of token ids, shape {tuple(q.shape)}")
+            if r.dim() != 1 or len(r) == 0:
+                raise ValueError(f"step(): responses[{i}] must be a non-empty 1-D tensor of token ids, shape {tuple(r.shape)}")
+        out = []
+        for i, s in enumerate(scores):
+            s = torch.as_tensor(s, dtype=torch.float32)
+            if s.numel() != 1:
+                raise ValueError(f"step(): scores[{i}] must be a scalar, shape {tuple(s.shape)}")
+            if not torch.isfinite(s).all():
+                raise ValueError(f"step(): scores[{i}] is {float(s)}; scores must be finite")
+            out.append(s.reshape(()))
+        return torch.stack(out).to(self.accelerator.device)
+
+    def _process_scores(self, scores: torch.Tensor) -> torch.Tensor:
+        """Running scaling/normalisation and clipping (TRL's use_score_scaling/use_score_norm/score_clip)."""
+        if len(scores) > 1 and bool((scores == scores[0]).all()):
+            warnings.warn(
+                f"All {len(scores)} scores in this batch are equal ({float(scores[0]):g}): after whitening, "
+                "the advantages come only from the KL penalty, so the policy learns nothing from the reward.",
+                stacklevel=3,
+            )
+        if self.config.use_score_scaling:
+            self.running.update(scores)
+            factor = self.running.std + torch.finfo(scores.dtype).eps
+            scores = (scores - self.running.mean) / factor if self.config.use_score_norm else scores / factor
+        if self.config.score_clip is not None:
+            scores = scores.clamp(-self.config.score_clip, self.config.score_clip)
+        return scores
+
+    def _layout(self, queries, responses, response_masks) -> Rollouts:
+        device = self.accelerator.device
+        q = pad_sequences([x.long() for x in queries], self.pad_token_id, side="left")  # (B, Q)
+        r = pad_sequences([x.long() for x in responses], self.pad_token_id, side="right")  # (B, R)
+        q_len = torch.tensor([len(x) for x in queries])
+        r_len = torch.tensor([len(x) for x in responses])
+        q_mask = (torch.arange(q.shape[1]) >= q.shape[1] - q_len[:, None]).long()
+        r_in_length = (torch.arange(r.shape[1]) < r_len[:, None]).long()
+        # Cut after the first EOS within each response's own length (pad may equal EOS: the length decides).
+        r_mask = r_in_length * response_mask_after_eos(r, self.eos_token_id, None)
+        attention_mask = torch.cat([q_mask, r_mask], dim=1)  # (B, Q+R)
+        loss_mask = r_mask
+        if response_masks is not None:
+            loss_mask = loss_mask * pad_sequences([m.long() for m in response_masks], 0, side="right")
+        position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
+        return Rollouts(torch.cat([q, r], dim=1).to(device), attention_mask.to(device), position_ids.to(device),
+                        loss_mask.float().to(device), r.shape[1])
+
+    def _forward(self, model, rollouts: Rollouts) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(logprobs (b, R), values (b, R), logits (b, R, V)) of the response tokens.
+
+        Only the last R + 1 positions go through the LM head (logits_to_keep): queries need none.
+        """
+        R = rollouts.response_length
+        with self.accelerator.autocast():
+            logits, _, values = model(input_ids=rollouts.input_ids, attention_mask=rollouts.attention_mask,
+                                      position_ids=rollouts.position_ids, logits_to_keep=R + 1)
+        logits, values = logits[:, :-1], values[:, :-1]  # position Q-1+j predicts response token j
+        return logprobs_from_logits(logits, rollouts.input_ids[:, -R:]), values.float(), logits
+
+    @torch.no_grad()
+    def _rollout_forward(self, rollouts: Rollouts):
+        """Old logprobs, values, reference logprobs, per-token KL and entropy for the whole batch, in chunks."""
+        self.model.eval()
+        outs = []
+        for start in range(0, len(rollouts.input_ids), self.config.mini_batch_size):
+            chunk = rollouts.select(torch.arange(start, min(start + self.config.mini_batch_size, len(rollouts.input_ids))))
+            logprobs, values, logits = self._forward(self.model, chunk)
+            ref_model, ref_context = self._reference()
+            with ref_context:
+                ref_logprobs, _, ref_logits = self._forward(ref_model, chunk)
+            kl = kl_penalty(logprobs, ref_logprobs, self.config.kl_penalty, logits, ref_logits)
+            outs.append((logprobs, values, ref_logprobs, kl, entropy_from_logits(logits)))
+        self.model.train()
+        return tuple(torch.cat(parts) * rollouts.mask for parts in zip(*outs))
+
+    def _train_epochs(self, rollouts, old_logprobs, old_values, advantages, returns) -> list[dict]:
+        cfg = self.config
+        stats, early_stopped, skipped = [], False, 0
+        self.model.train()
+        for _ in range(cfg.ppo_epochs):
+            order = torch.randperm(cfg.batch_size, generator=self.generator).to(self.accelerator.device)
+            for start in range(0, cfg.batch_size, cfg.backward_batch_size):
+                for mb_start in range(start, start + cfg.backward_batch_size, cfg.mini_batch_size):
+                    idx = order[mb_start : mb_start + cfg.mini_batch_size]
+                    mb_stats = self._train_minibatch(rollouts.select(idx), old_logprobs[idx], old_values[idx],
+                                                     advantages[idx], returns[idx])
+                    stats.append(mb_stats)
+                    skipped += int(mb_stats["skipped"])
+                    if cfg.early_stopping and mb_stats["policy/approxkl"] > 1.5 * cfg.target_kl:
+                        early_stopped = True
+                        break
+                if early_stopped:
+                    self.optimizer.zero_grad()  # the policy already moved too far: drop this partial gradient
+                    break
+                if cfg.max_grad_norm is not None:
+                    self.accelerator.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+                self.optimizer.step()
+                self.optimizer.zero_grad()
+            if early_stopped:
+                break
+        for s in stats:
+            s["early_stopped"] = torch.tensor(float(early_stopped))
+        return stats
+
+    def _train_minibatch(self, mb: Rollouts, old_logprobs, old_values, advantages, returns) -> dict:
+        cfg = self.config
+        logprobs, vpreds, logits = self._forward(self.model, mb)
+        pg_loss, pg_stats = ppo_policy_loss(logprobs, old_logprobs, advantages, mb.mask, cfg.cliprange)
+        vf_loss, vf_stats = ppo_value_loss(vpreds, old_values, returns, mb.mask, cfg.cliprange_value)
+        loss = pg_loss + cfg.vf_coef * vf_loss
+        # A huge ratio means the new policy is far from the one that sampled: the update would be garbage.
+        skipped = bool(pg_stats["ratio"] > cfg.ratio_threshold)
+        if not skipped:
+            self.accelerator.backward(loss / cfg.gradient_accumulation_steps)
+        with torch.no_grad():
+            return {
+                "loss/policy": pg_loss.detach(), "loss/value": vf_loss.detach(), "loss/total": loss.detach(),
+                "policy/entropy": masked_mean(entropy_from_logits(logits), mb.mask),
+                "policy/approxkl": pg_stats["approxkl"], "policy/clipfrac": pg_stats["clipfrac"],
+                "policy/ratio": pg_stats["ratio"],
+                "val/vpred": masked_mean(vpreds, mb.mask), "val/error": vf_stats["error"],
+                "val/clipfrac": vf_stats["clipfrac"], "skipped": torch.tensor(float(skipped)),
+            }
+
+    def _record_stats(self, raw_scores, scores, mask, old_logprobs, kl, non_score, entropy, values, returns,
+                      advantages, train_stats) -> dict[str, float]:
+        # Sequence-level sums averaged over the batch, as TRL reports objective/kl and objective/entropy.
+        mean_kl = (kl * mask).sum(1).mean()
+        stats = {
+            "objective/kl": mean_kl,
+            "objective/kl_coef": self.kl_ctl.value,
+            "objective/entropy": (-old_logprobs * mask).sum(1).mean(),
+            "ppo/mean_non_score_reward": non_score.sum(1).mean(),
+            "ppo/mean_scores": raw_scores.mean(),
+            "ppo/std_scores": raw_scores.std() if len(raw_scores) > 1 else torch.tensor(0.0),
+            "ppo/mean_processed_scores": scores.mean(),
+            "ppo/returns/mean": masked_mean(returns, mask),
+            "ppo/returns/var": masked_var(returns, mask) if mask.sum() > 1 else torch.tensor(0.0),
+            "ppo/val/mean": masked_mean(values, mask),
+            "ppo/token_entropy": masked_mean(entropy, mask),
+            "ppo/learning_rate": self.optimizer.param_groups[0]["lr"],
+            "tokens/responses_len_mean": mask.sum(1).mean(),
+        }
+        for key, value in stack_stats(train_stats).items():
+            stats[f"ppo/{key}"] = value.mean()
+        out = stats_to_floats(stats)
+        out["ppo/skipped"] = float(sum(float(s["skipped"]) for s in train_stats))
+        return out
+
+    # ---- logging ------------------------------------------------------------------------------------
+    def log_stats(self, stats: dict, batch: dict, rewards, columns_to_log: Sequence[str] = ("query", "response")) -> None:
+        """Add env/reward_mean and env/reward_std, then write every sink (TensorBoard, CSV/JSONL, callback)."""
+        rewards_t = torch.stack([torch.as_tensor(r, dtype=torch.float32).reshape(()) for r in rewards])
+        logs = dict(stats)
+        logs["env/reward_mean"] = float(rewards_t.mean())
+        logs["env/reward_std"] = float(rewards_t.std()) if len(rewards_t) > 1 else 0.0
+        samples = []
+        columns = [c for c in columns_to_log if c in batch]
+        for i in range(len(rewards_t)):
+            row = {c: batch[c][i] for c in columns}
+            row["reward"] = float(rewards_t[i])
+            samples.append(row)
+        # current_step was already advanced by step(): the stats belong to step number current_step.
+        self.tracker.log(self.current_step, {k: v for k, v in logs.items() if isinstance(v, (int, float))}, samples)
+
+    # ---- checkpoint / resume ------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Everything but the weights: optimizer, scheduler, beta, running score stats, step, RNG states."""
+        rng = {"torch": torch.get_rng_state(), "shuffle": self.generator.get_state(),
+               "data": self.data_generator.get_state(), "python": random.getstate()}
+        if torch.cuda.is_available():
+            rng["cuda"] = torch.cuda.get_rng_state_all()
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "lr_scheduler": self.lr_scheduler.state_dict() if self.lr_scheduler is not None else None,
+            "kl_ctl": self.kl_ctl.state_dict(),
+            "running": self.running.state_dict(),
+            "step": self.current_step,
+            "rng": rng,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.lr_scheduler is not None and state.get("lr_scheduler") is not None:
+            self.lr_scheduler.load_state_dict(state["lr_scheduler"])
+        self.kl_ctl.load_state_dict(state["kl_ctl"])
+        self.running.load_state_dict(state["running"])
+        self.current_step = int(state["step"])
+        rng = state["rng"]
+        torch.set_rng_state(rng["torch"])
+        self.generator.set_state(rng["shuffle"])
+        self.data_generator.set_state(rng["data"])
+        random.setstate(_as_tuples(rng["python"]))
+        if "cuda" in rng and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(rng["cuda"])
+
+    def save_checkpoint(self, directory: str | os.PathLike) -> Path:
+        """Weights as safetensors (save_pretrained: backbone or adapter, plus value head) and the trainer
+        state as trainer_state.pt, loadable with torch.load(weights_only=True)."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.unwrapped_model.save_pretrained(directory)
+        if self.tokenizer is not None:
+            self.tokenizer.save_pretrained(directory)
+        torch.save(self.state_dict(), directory / TRAINER_STATE_FILE)
+        return directory
+
+    def load_checkpoint(self, directory: str | os.PathLike) -> None:
+        """Restore weights and trainer state written by save_checkpoint into this trainer."""
+        directory = Path(directory)
+        load_weights(self.unwrapped_model, directory)
+        self.load_state_dict(torch.load(directory / TRAINER_STATE_FILE, weights_only=True))
+
+
+def load_weights(model: AutoModelForCausalLMWithValueHead, directory: Path) -> None:
+    """Load save_pretrained's safetensors (full or sharded backbone, or a peft adapter) into `model`."""
+    from safetensors.torch import load_file
+
+    if model.is_peft_model:
+        from peft import set_peft_model_state_dict
+
+        set_peft_model_state_dict(model.pretrained_model, load_file(str(directory / "adapter_model.safetensors")))
+    else:
+        files = sorted(directory.glob("model*.safetensors"))
+        if not files:
+            raise FileNotFoundError(f"{directory}: no model*.safetensors to resume from")
+        state = {}
+        for f in files:
+            state.update(load_file(str(f)))
+        result = model.pretrained_model.load_state_dict(state, strict=False)
+        # Tied weights (lm_head = embeddings) are saved once, so they may be "missing"; nothing may be extra.
+        if result.unexpected_keys:
+            raise ValueError(f"{directory}: unexpected weights {result.unexpected_keys[:5]}")
+    model.v_head.summary.load_state_dict(load_file(str(directory / VALUE_HEAD_FILE)))
+
+
+def _as_tuples(value):
+    """random.setstate needs tuples; torch.load may hand lists back."""
+    return tuple(_as_tuples(v) for v in value) if isinstance(value, (list, tuple)) else value
+

@@ -1,0 +1,135 @@
+"""Supervised fine-tuning on transformers.Trainer.
+
+    trainer = SFTTrainer("default", args=SFTConfig(output_dir="sft"), train_dataset=rows)
+    trainer.train(); trainer.save_model()
+
+Rows are prompt/completion (standard or conversational), `messages`, or `text`. By default the loss is
+taken on completion tokens only (the prompt is context, not something to imitate); `messages` rows count
+their last assistant turn as the completion. With packing, examples are concatenated into max_length
+blocks so no compute goes to padding.
+"""
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import torch
+from transformers import Trainer, TrainingArguments
+
+from rlhf.data import SFTCollator, pack_examples, tokenize_sft
+from rlhf.loading import DEFAULT_POLICY, load_causal_lm, load_tokenizer, resolve_model_path
+from rlhf.peft_utils import apply_peft
+
+
+@dataclass
+class SFTConfig(TrainingArguments):
+    """TrainingArguments plus SFT's own fields; defaults suit a small CPU run."""
+
+    model_name_or_path: str = field(
+        default=DEFAULT_POLICY, metadata={"help": "Model when the trainer is given a name: 'default', a folder, an adapter folder."}
+    )
+    max_length: int | None = field(default=512, metadata={"help": "Tokens per example (or per packed block); longer ones are cut."})
+    completion_only_loss: bool = field(
+        default=True, metadata={"help": "Take the loss on completion tokens only (prompt tokens get label -100)."}
+    )
+    packing: bool = field(default=False, metadata={"help": "Concatenate examples into max_length blocks (no padding)."})
+    # TrainingArguments fields whose defaults we change for small CPU runs:
+    output_dir: str | None = field(default="sft-model", metadata={"help": "Where checkpoints and the final model go."})
+    learning_rate: float = field(default=2e-5, metadata={"help": "AdamW learning rate (LoRA adapters take ~10x more)."})
+    per_device_train_batch_size: int = field(default=8, metadata={"help": "Examples (or packed blocks) per step."})
+    num_train_epochs: float = field(default=1.0, metadata={"help": "Passes over the training data."})
+    logging_steps: float = field(default=5, metadata={"help": "Log metrics every this many steps."})
+    remove_unused_columns: bool = field(
+        default=False, metadata={"help": "Keep False: the collator needs the tokenised columns the model does not take."}
+    )
+
+    def __post_init__(self):
+        if self.packing and self.max_length is None:
+            raise ValueError("packing=True: needs max_length (the block size)")
+        if self.max_length is not None and self.max_length < 2:
+            raise ValueError(f"max_length={self.max_length!r}: must be at least 2")
+        if not torch.cuda.is_available():
+            # bf16 on CPU is torch.autocast("cpu"), which TrainingArguments allows only with use_cpu.
+            self.use_cpu = self.use_cpu or self.bf16
+            self.dataloader_pin_memory = False
+        super().__post_init__()
+
+
+class SFTTrainer(Trainer):
+    """Causal-LM fine-tuning on completions. Logs loss and mean_token_accuracy (eval_ prefixed in eval)."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module | str | None = None,
+        args: SFTConfig | None = None,
+        train_dataset=None,
+        eval_dataset=None,
+        processing_class=None,
+        peft_config=None,
+        callbacks=None,
+        compute_metrics=None,
+        optimizers=(None, None),
+    ):
+        args = args if args is not None else SFTConfig()
+        if model is None or isinstance(model, (str, os.PathLike)):
+            name = resolve_model_path(model if model is not None else args.model_name_or_path)
+            model = load_causal_lm(name)
+            if processing_class is None:
+                processing_class = load_tokenizer(name, padding_side="right")
+        if processing_class is None:
+            raise ValueError("SFTTrainer needs processing_class (the tokenizer) when given a model object")
+        if processing_class.pad_token is None:
+            processing_class.pad_token = processing_class.eos_token
+        model = apply_peft(model, peft_config, args.gradient_checkpointing)
+
+        def prepare(dataset):
+            if dataset is None:
+                return None
+            dataset = dataset.map(
+                tokenize_sft, fn_kwargs={"tokenizer": processing_class, "max_length": args.max_length},
+                remove_columns=dataset.column_names,
+            )
+            if args.packing:
+                dataset = dataset.map(pack_examples, batched=True, fn_kwargs={"max_length": args.max_length})
+            return dataset
+
+        if isinstance(eval_dataset, dict):
+            eval_dataset = {k: prepare(v) for k, v in eval_dataset.items()}
+        else:
+            eval_dataset = prepare(eval_dataset)
+        super().__init__(
+            model=model,
+            args=args,
+            data_collator=SFTCollator(processing_class.pad_token_id, args.completion_only_loss),
+            train_dataset=prepare(train_dataset),
+            eval_dataset=eval_dataset,
+            processing_class=processing_class,
+            compute_metrics=compute_metrics,
+            callbacks=callbacks,
+            optimizers=optimizers,
+        )
+        self._metrics: dict[str, dict[str, list[float]]] = {"train": defaultdict(list), "eval": defaultdict(list)}
+
+    def compute_loss(self, model, inputs: dict[str, torch.Tensor], return_outputs: bool = False, num_items_in_batch=None):
+        # The model's own shifted cross-entropy over labels != -100 (normalised by num_items_in_batch
+        # across gradient accumulation); we add token accuracy on the same positions.
+        loss, outputs = super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
+        with torch.no_grad():
+            predictions = outputs.logits[:, :-1].argmax(-1)  # (B, T-1)
+            labels = inputs["labels"][:, 1:]
+            counted = labels != -100
+            correct = ((predictions == labels) & counted).sum()
+            accuracy = (correct / counted.sum().clamp(min=1)).item()
+        self._metrics["train" if model.training else "eval"]["mean_token_accuracy"].append(accuracy)
+        return (loss, outputs) if return_outputs else loss
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        mode = "train" if self.model.training else "eval"
+        prefix = "eval_" if mode == "eval" else ""
+        metrics = {f"{prefix}{k}": sum(v) / len(v) for k, v in self._metrics[mode].items() if v}
+        self._metrics[mode].clear()
+        super().log({**logs, **metrics}, start_time)
+
+
+__all__ = ["SFTConfig", "SFTTrainer"]

@@ -1,0 +1,159 @@
+"""A causal LM with a scalar value head, for PPO (TRL's AutoModelForCausalLMWithValueHead).
+
+The head is dropout + linear on the last hidden state, kept in fp32. It is saved beside the backbone
+as `value_head.safetensors`, so `AutoModelForCausalLM.from_pretrained(folder)` loads the folder as a
+plain model and ignores the head, while `AutoModelForCausalLMWithValueHead.from_pretrained(folder)`
+brings the head back too. With a peft_config the backbone is a PeftModel: save_pretrained writes the
+adapter, and `merge_and_unload()` gives a plain transformers model.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import os
+from pathlib import Path
+from typing import Literal
+
+import torch
+from torch import nn
+
+from rlhf.loading import resolve_model_path
+
+VALUE_HEAD_FILE = "value_head.safetensors"
+
+
+class ValueHead(nn.Module):
+    """dropout -> linear(hidden, 1), in fp32 whatever the backbone's dtype."""
+
+    def __init__(self, hidden_size: int, dropout: float = 0.0, init: Literal["normal", "zero"] = "normal",
+                 init_std: float | None = None, generator: torch.Generator | None = None) -> None:
+        super().__init__()
+        self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+        self.summary = nn.Linear(hidden_size, 1, dtype=torch.float32)
+        with torch.no_grad():
+            self.summary.bias.zero_()
+            if init == "zero":
+                self.summary.weight.zero_()
+            elif init == "normal":
+                # std 1/sqrt(hidden): initial values have about the scale of one hidden unit (~1 after the
+                # final norm), small next to typical scores, and no bias towards either sign.
+                std = init_std if init_std is not None else hidden_size**-0.5
+                self.summary.weight.normal_(0.0, std, generator=generator)
+            else:
+                raise ValueError(f"ValueHead: init={init!r} is not 'normal' or 'zero'")
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        # Autocast off: the value regression target can be large, and bf16 rounds it to 3 digits.
+        with torch.autocast(device_type=hidden_states.device.type, enabled=False):
+            return self.summary(self.dropout(hidden_states.float())).squeeze(-1)  # (B, T)
+
+
+class AutoModelForCausalLMWithValueHead(nn.Module):
+    """Wraps any causal LM (or a PeftModel of one); forward returns (logits, loss, values) as in TRL."""
+
+    def __init__(self, pretrained_model: nn.Module, v_head_dropout: float = 0.0,
+                 v_head_init: Literal["normal", "zero"] = "normal", v_head_init_std: float | None = None,
+                 seed: int = 0) -> None:
+        super().__init__()
+        self.pretrained_model = pretrained_model
+        hidden_size = self._hf_model.config.get_text_config().hidden_size
+        generator = torch.Generator().manual_seed(seed)
+        self.v_head = ValueHead(hidden_size, v_head_dropout, v_head_init, v_head_init_std, generator)
+        self.v_head.to(next(pretrained_model.parameters()).device)
+
+    # ---- loading and saving -------------------------------------------------------------------------
+    @classmethod
+    def from_pretrained(cls, name_or_path: str | os.PathLike, peft_config=None, dtype=None,
+                        trust_remote_code: bool = False, v_head_dropout: float = 0.0,
+                        v_head_init: Literal["normal", "zero"] = "normal", v_head_init_std: float | None = None,
+                        seed: int = 0, **kwargs) -> "AutoModelForCausalLMWithValueHead":
+        """A folder, short name ('default') or hub id; an adapter folder is loaded trainable on its base.
+
+        A `value_head.safetensors` in the folder is loaded; otherwise the head is freshly initialised.
+        """
+        from transformers import AutoModelForCausalLM
+
+        path = resolve_model_path(name_or_path)
+        load = dict(dtype=dtype, use_safetensors=True, trust_remote_code=trust_remote_code, **kwargs)
+        adapter_config = Path(path) / "adapter_config.json"
+        if adapter_config.exists():
+            from peft import PeftModel
+
+            base = json.loads(adapter_config.read_text())["base_model_name_or_path"]
+            backbone = AutoModelForCausalLM.from_pretrained(resolve_model_path(base), **load)
+            backbone = PeftModel.from_pretrained(backbone, path, is_trainable=True)
+        else:
+            backbone = AutoModelForCausalLM.from_pretrained(path, **load)
+            if peft_config is not None:
+                from peft import get_peft_model
+
+                backbone = get_peft_model(backbone, peft_config)
+        model = cls(backbone, v_head_dropout, v_head_init, v_head_init_std, seed)
+        head_file = Path(path) / VALUE_HEAD_FILE
+        if head_file.exists():
+            from safetensors.torch import load_file
+
+            model.v_head.summary.load_state_dict(load_file(str(head_file)))
+        return model
+
+    def save_pretrained(self, save_directory: str | os.PathLike, **kwargs) -> None:
+        """Backbone (or adapter) as transformers/peft write it, plus value_head.safetensors."""
+        from safetensors.torch import save_file
+
+        os.makedirs(save_directory, exist_ok=True)
+        # Both transformers 5 and peft write safetensors by default.
+        self.pretrained_model.save_pretrained(save_directory, **kwargs)
+        state = {k: v.detach().cpu().contiguous() for k, v in self.v_head.summary.state_dict().items()}
+        save_file(state, os.path.join(save_directory, VALUE_HEAD_FILE))
+
+    def merge_and_unload(self) -> nn.Module:
+        """Merge a LoRA adapter into the backbone; returns the plain transformers model (also kept here)."""
+        if self.is_peft_model:
+            self.pretrained_model = self.pretrained_model.merge_and_unload()
+        return self.pretrained_model
+
+    # ---- the model ----------------------------------------------------------------------------------
+    @property
+    def is_peft_model(self) -> bool:
+        return hasattr(self.pretrained_model, "peft_config") and hasattr(self.pretrained_model, "disable_adapter")
+
+    @property
+    def _hf_model(self) -> nn.Module:
+        return self.pretrained_model.get_base_model() if self.is_peft_model else self.pretrained_model
+
+    @property
+    def config(self):
+        return self._hf_model.config
+
+    @property
+    def generation_config(self):
+        return self._hf_model.generation_config
+
+    def disable_adapter(self):
+        """Context in which a peft backbone runs without its adapter: the reference policy."""
+        return self.pretrained_model.disable_adapter() if self.is_peft_model else contextlib.nullcontext()
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                logits_to_keep: int = 0, **kwargs) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """(logits (B, K, V), loss, values (B, K)) for the last K = logits_to_keep positions (0: all)."""
+        out = self.pretrained_model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True,
+                                    logits_to_keep=logits_to_keep, **kwargs)
+        hidden = out.hidden_states[-1]  # (B, T, H), after the final norm
+        if logits_to_keep:
+            hidden = hidden[:, -logits_to_keep:]
+        return out.logits, getattr(out, "loss", None), self.v_head(hidden)
+
+    def generate(self, *args, **kwargs):
+        return self.pretrained_model.generate(*args, **kwargs)
+
+    def gradient_checkpointing_enable(self, **kwargs) -> None:
+        self._hf_model.gradient_checkpointing_enable(**kwargs)
+
+
+def create_reference_model(model: AutoModelForCausalLMWithValueHead) -> AutoModelForCausalLMWithValueHead:
+    """A frozen copy in eval mode: the reference policy for the KL penalty."""
+    ref = copy.deepcopy(model)
+    for p in ref.parameters():
+        p.requires_grad_(False)
+    return ref.eval()

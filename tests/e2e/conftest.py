@@ -1,0 +1,101 @@
+"""`running_app`: the real Gradio app on a free port, logged-in accounts and labelling work seeded.
+
+One server per test session (starting Gradio costs seconds); tests that label take items from the
+shared queues and read their own rows back by user, so they do not depend on each other's order.
+"""
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+
+import pytest
+
+ADMIN = ("admin", "admin-password-1")
+ANNOTATOR = ("alice", "alice-password-1")
+SECOND_ANNOTATOR = ("bob", "bob-password-1")
+BROWSER_ANNOTATOR = ("dana", "dana-password-1")  # only the browser test labels as dana
+TINY_MODEL = "tiny"
+SEED_PROMPTS = [
+    "I watched this film last night and",
+    "The opening scene of this thriller",
+    "Honestly, the soundtrack alone",
+    "My kids dragged me to this cartoon and",
+    "Three hours long, but",
+    "The lead actress in this drama",
+    "As a fan of the original novel,",
+    "This low-budget horror movie",
+]
+RESPONSES_PER_PROMPT = 3  # -> 24 rating items and 8 ranking items of 3
+
+
+@dataclass(frozen=True)
+class RunningApp:
+    url: str
+    db_path: str
+    admin: tuple[str, str]
+    annotator: tuple[str, str]
+    second_annotator: tuple[str, str]
+    browser_annotator: tuple[str, str]
+    model_name: str
+    model_dir: str
+    project: str = "default"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def seed(db_path: str, model_dir: str) -> None:
+    """Users, prompts, 3 answers per prompt (fixed texts: tests need no generation), rating and ranking items."""
+    from labeler.services import accounts, labeling, models, prompts
+    from storage import open_db, write_transaction
+
+    db = open_db(db_path)
+    try:
+        accounts.create_user(db, *ADMIN, role="admin")
+        accounts.create_user(db, *ANNOTATOR)
+        accounts.create_user(db, *SECOND_ANNOTATOR)
+        accounts.create_user(db, *BROWSER_ANNOTATOR)
+        models.register_model(db, TINY_MODEL, model_dir, "base")
+        prompts.add_prompts(db, SEED_PROMPTS, source="e2e")
+        with write_transaction(db):
+            for prompt_id, text in db.execute("SELECT id, text FROM prompts ORDER BY id").fetchall():
+                for k in range(RESPONSES_PER_PROMPT):
+                    db.execute(
+                        "INSERT INTO responses (prompt_id, text, model, source) VALUES (?, ?, ?, 'e2e')",
+                        [prompt_id, f"{text} ... answer **{k + 1}** of {RESPONSES_PER_PROMPT}.", TINY_MODEL],
+                    )
+        labeling.create_items(db, "default", ranking_size=RESPONSES_PER_PROMPT)
+    finally:
+        db.conn.close()
+
+
+@pytest.fixture(scope="session")
+def running_app(tmp_path_factory, tiny_model_dir):
+    from labeler.ui.app import build_app, launch
+    from labeler.ui.context import ServeSettings
+
+    root = tmp_path_factory.mktemp("e2e-app")
+    db_path = str(root / "studio.db")
+    seed(db_path, str(tiny_model_dir))
+    port = free_port()
+    settings = ServeSettings(
+        db_path=db_path, port=port, model=str(tiny_model_dir), runs_dir=str(root / "runs"), max_file_size="2mb"
+    )
+    app = build_app(settings)
+    launch(app, settings, prevent_thread_lock=True, quiet=True)
+    try:
+        yield RunningApp(
+            url=f"http://127.0.0.1:{port}/",
+            db_path=db_path,
+            admin=ADMIN,
+            annotator=ANNOTATOR,
+            second_annotator=SECOND_ANNOTATOR,
+            browser_annotator=BROWSER_ANNOTATOR,
+            model_name=TINY_MODEL,
+            model_dir=str(tiny_model_dir),
+        )
+    finally:
+        app.close()

@@ -1,0 +1,121 @@
+"""A real browser (headless Chromium): log in, rate with a digit key, rank from the keyboard, check SQLite."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+SCREENSHOT = "/tmp/rlhf-studio-rate-tab.png"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    playwright_api = pytest.importorskip("playwright.sync_api")
+    if CHROMIUM is None:
+        pytest.skip("no chromium on PATH")
+    with playwright_api.sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-background-networking", "--disable-gpu"]
+        )
+        yield browser
+        browser.close()
+
+
+def login(browser, url: str, username: str, password: str):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(url)
+    page.wait_for_selector("input[type=password]", timeout=30_000)
+    page.fill("input[type=text]", username)
+    page.fill("input[type=password]", password)
+    page.click("button:has-text('Login')")
+    page.wait_for_selector("#rate-submit", timeout=30_000)
+    return page
+
+
+def counter_starts(page, element_id: str, text: str, timeout: int = 20_000) -> None:
+    page.wait_for_function(
+        "([id, text]) => { const el = document.getElementById(id); return !!el && el.innerText.startsWith(text); }",
+        arg=[element_id, text], timeout=timeout,
+    )
+
+
+def plain(markdown: str) -> str:
+    # The seeded answers bold one word ("answer **2** of 3"); the page shows it rendered.
+    return markdown.replace("**", "").strip()
+
+
+def db_rows(db_path: str, sql: str, params=()):
+    from storage import open_db
+
+    db = open_db(db_path)
+    try:
+        return [dict(row) for row in db.execute(sql, params).fetchall()]
+    finally:
+        db.conn.close()
+
+
+def test_label_with_the_keyboard(running_app, browser):
+    username, password = running_app.browser_annotator
+    page = login(browser, running_app.url, username, password)
+    counter_starts(page, "rate-counter", "0 done")
+    shown_answer = page.inner_text("#rate-response").strip()
+    page.wait_for_timeout(300)
+    page.screenshot(path=SCREENSHOT)
+
+    # Annotators do not see the admin tabs.
+    tab_names = [tab.inner_text() for tab in page.query_selector_all("button[role=tab]") if tab.is_visible()]
+    assert "Rate" in tab_names and "Rank" in tab_names and "Admin" not in tab_names and "Data" not in tab_names
+
+    # A digit typed in the comment box is text, not a score.
+    page.click("#rate-comment textarea, #rate-comment input")
+    page.keyboard.type("7 stars")
+    page.wait_for_timeout(400)
+    assert db_rows(running_app.db_path, "SELECT * FROM ratings r JOIN users u ON u.id = r.user_id"
+                   " WHERE u.username = ?", [username]) == []
+
+    # The digit 5 outside the comment box scores the shown answer and submits.
+    page.click("#rate-counter")
+    page.keyboard.press("5")
+    counter_starts(page, "rate-counter", "1 done")
+    ratings = db_rows(
+        running_app.db_path,
+        "SELECT r.score, r.comment, r.seconds, s.text FROM ratings r JOIN users u ON u.id = r.user_id"
+        " JOIN responses s ON s.id = r.response_id WHERE u.username = ?",
+        [username],
+    )
+    assert [(r["score"], r["comment"], plain(r["text"])) for r in ratings] == [(5.0, "7 stars", shown_answer)]
+    assert ratings[0]["seconds"] > 0
+
+    # Rank: "2 = 3 1" puts answers 2 and 3 first (tied) and answer 1 last; Enter submits.
+    page.click("button[role=tab]:has-text('Rank')")
+    page.wait_for_selector("#rank-submit", state="visible")
+    counter_starts(page, "rank-counter", "0 done")
+    # "Answer k" heading, then the rendered answer.
+    answers = [page.inner_text(f"#rank-text-{k}").split("\n", 1)[1].strip() for k in (1, 2, 3)]
+    for key in ["2", "=", "3", "1"]:
+        page.keyboard.press(key)
+    page.wait_for_timeout(300)
+    page.keyboard.press("Enter")
+    counter_starts(page, "rank-counter", "1 done")
+    stored = db_rows(
+        running_app.db_path,
+        "SELECT r.order_json FROM rankings r JOIN users u ON u.id = r.user_id WHERE u.username = ?",
+        [username],
+    )
+    assert len(stored) == 1
+    texts = {r["id"]: plain(r["text"]) for r in db_rows(running_app.db_path, "SELECT id, text FROM responses")}
+    order = [sorted(texts[i] for i in group) for group in json.loads(stored[0]["order_json"])]
+    assert order == [sorted([answers[1], answers[2]]), [answers[0]]]
+    page.close()
+
+
+def test_admin_sees_the_admin_tabs(running_app, browser):
+    page = login(browser, running_app.url, *running_app.admin)
+    page.wait_for_selector("button[role=tab]:has-text('Admin')", state="visible", timeout=20_000)
+    page.click("button[role=tab]:has-text('Admin')")
+    # The users table is filled on load from SQLite.
+    page.wait_for_selector(f"text={running_app.browser_annotator[0]}", timeout=20_000)
+    page.close()

@@ -1,0 +1,121 @@
+"""The app driven through gradio_client: the same api_names the Rate and Rank buttons call."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+gradio_client = pytest.importorskip("gradio_client")
+from gradio_client import Client  # noqa: E402
+
+
+def rows(db_path: str, sql: str, params=()):
+    from storage import open_db
+
+    db = open_db(db_path)
+    try:
+        return [dict(row) for row in db.execute(sql, params).fetchall()]
+    finally:
+        db.conn.close()
+
+
+def client(app, credentials) -> Client:
+    return Client(app.url, auth=credentials, verbose=False)
+
+
+def test_rate_and_rank_through_the_button_endpoints(running_app):
+    user = running_app.second_annotator
+    c = client(running_app, user)
+
+    # Rate: fetch, then submit the shown item with score 6 and a comment.
+    shown = c.predict(api_name="/rate_next")
+    counter, prompt_md, response_md = shown[1], shown[2], shown[3]
+    assert "0** done" in counter and "remaining" in counter
+    assert prompt_md.startswith("### Prompt")
+    after = c.predict(6, "too short", api_name="/rate_submit")
+    assert "1** done" in after[1]
+
+    ratings = rows(
+        running_app.db_path,
+        "SELECT r.score, r.comment, r.seconds, r.request_id, s.text FROM ratings r"
+        " JOIN users u ON u.id = r.user_id JOIN responses s ON s.id = r.response_id WHERE u.username = ?",
+        [user[0]],
+    )
+    assert len(ratings) == 1
+    assert ratings[0]["score"] == 6.0 and ratings[0]["comment"] == "too short"
+    assert ratings[0]["text"] == response_md  # the answer that was shown is the one that got the score
+    assert ratings[0]["seconds"] is not None and ratings[0]["seconds"] >= 0
+    assert ratings[0]["request_id"]
+
+    # Rank: 3 answers shown; rank them 2, 1, 2 (answers 1 and 3 tie below answer 2).
+    shown = c.predict(api_name="/rank_next")
+    item_prompt = shown[2].removeprefix("### Prompt\n")
+    slot_texts = [shown[3 + 2 * k].split("\n\n", 1)[1] for k in range(3)]  # "#### Answer k\n\n<text>"
+    c.predict("2", "1", "2", None, "", api_name="/rank_submit")
+
+    stored = rows(
+        running_app.db_path,
+        "SELECT r.order_json, r.item_id, p.text AS prompt FROM rankings r JOIN users u ON u.id = r.user_id"
+        " JOIN prompts p ON p.id = r.prompt_id WHERE u.username = ?",
+        [user[0]],
+    )
+    assert len(stored) == 1 and stored[0]["prompt"] == item_prompt
+    order = json.loads(stored[0]["order_json"])
+    texts = {r["id"]: r["text"] for r in rows(running_app.db_path, "SELECT id, text FROM responses")}
+    # Best group: the answer shown second; then the tie of the first and third.
+    assert [sorted(texts[i] for i in group) for group in order] == [[slot_texts[1]], sorted([slot_texts[0], slot_texts[2]])]
+
+
+def test_undo_puts_the_last_rating_back(running_app):
+    c = client(running_app, running_app.annotator)
+    first = c.predict(api_name="/rate_next")
+    c.predict(3, "", api_name="/rate_submit")
+    user = running_app.annotator[0]
+    count_sql = "SELECT COUNT(*) AS n FROM ratings r JOIN users u ON u.id = r.user_id WHERE u.username = ?"
+    before = rows(running_app.db_path, count_sql, [user])[0]["n"]
+    back = c.predict(api_name="/rate_undo")
+    assert back[3] == first[3]  # the undone item is shown again
+    assert rows(running_app.db_path, count_sql, [user])[0]["n"] == before - 1
+
+
+def test_rate_without_a_score_is_refused_and_stores_nothing(running_app):
+    from gradio_client.exceptions import AppError
+
+    c = client(running_app, running_app.annotator)
+    c.predict(api_name="/rate_next")
+    count_sql = "SELECT COUNT(*) AS n FROM ratings"
+    before = rows(running_app.db_path, count_sql)[0]["n"]
+    with pytest.raises(AppError, match="Pick a score"):
+        c.predict(None, "", api_name="/rate_submit")
+    assert rows(running_app.db_path, count_sql)[0]["n"] == before
+
+
+def test_calls_without_login_are_refused(running_app):
+    from gradio_client.exceptions import AuthenticationError
+
+    with pytest.raises(AuthenticationError):
+        Client(running_app.url, verbose=False)
+    with pytest.raises(Exception):
+        Client(running_app.url, auth=(running_app.annotator[0], "wrong-password"), verbose=False)
+
+
+def test_admin_endpoints_refuse_an_annotator(running_app):
+    from gradio_client.exceptions import AppError
+
+    c = client(running_app, running_app.annotator)
+    with pytest.raises(AppError, match="not an admin"):
+        c.predict(api_name="/admin_refresh")
+    with pytest.raises(AppError, match="not an admin"):
+        c.predict("mallory", "mallory-password", "admin", api_name="/admin_add_user")
+    with pytest.raises(AppError, match="not an admin"):
+        c.predict(api_name="/admin_backup")
+    assert rows(running_app.db_path, "SELECT * FROM users WHERE username = 'mallory'") == []
+
+
+def test_admin_adds_a_user_who_can_then_log_in(running_app):
+    admin = client(running_app, running_app.admin)
+    result = admin.predict("carol", "carol-password-1", "annotator", api_name="/admin_add_user")
+    assert ["carol", "annotator", "yes"] in result[0]["data"]
+    assert client(running_app, ("carol", "carol-password-1")).predict(api_name="/whoami").startswith(
+        "Logged in as **carol**"
+    )

@@ -1,0 +1,92 @@
+"""`rlhf-studio serve` in a subprocess: first start prints the admin password, answers HTTP, fills the queue."""
+from __future__ import annotations
+
+import os
+import queue
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _read_lines(stream, lines: queue.Queue) -> None:
+    for line in iter(stream.readline, ""):
+        lines.put(line)
+
+
+def _wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def test_serve_first_start(tmp_path, tiny_model_dir):
+    from labeler.services import accounts
+    from storage import open_db
+
+    db_path = tmp_path / "studio.db"
+    port = _free_port()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "labeler", "serve", "--db", str(db_path), "--port", str(port),
+         "--model", str(tiny_model_dir), "--first-prompts", "3"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+    )
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=_read_lines, args=(process.stdout, lines), daemon=True).start()
+    output: list[str] = []
+
+    def password_printed():
+        while not lines.empty():
+            output.append(lines.get())
+        match = re.search(r"one-time password\s*\n\s+(\S+)", "".join(output))
+        return match.group(1) if match else None
+
+    def http_ok():
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2) as response:
+                return response.status == 200
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            return False
+
+    try:
+        password = _wait_for(password_printed, 120, "the admin password")
+        assert _wait_for(http_ok, 120, "HTTP 200")
+        db = open_db(db_path)
+        try:
+            # The printed password is the admin's, and it is not stored in clear text.
+            assert accounts.authenticate(db, "admin", password) is not None
+            assert db.execute("SELECT COUNT(*) FROM users WHERE password_hash LIKE ?", [f"%{password}%"]).fetchone()[0] == 0
+            assert db.execute("SELECT COUNT(*) FROM prompts").fetchone()[0] >= 100  # the shipped prompts
+            # 3 prompts x 2 answers generated in the background, queued for rating.
+            _wait_for(lambda: db.execute("SELECT COUNT(*) FROM items WHERE kind = 'rating'").fetchone()[0] >= 6,
+                      180, "first answers")
+            assert db.execute("SELECT COUNT(*) FROM responses").fetchone()[0] == 6
+        finally:
+            db.conn.close()
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+    assert process.returncode is not None
+
+    # A second start creates no admin and prints no password; the answers are there already.
+    from labeler.commands.serve import prepare
+
+    assert prepare(str(db_path), "default", str(tiny_model_dir)) == (None, False)

@@ -1,0 +1,204 @@
+"""DPOTrainer on a tiny random Llama: masking, caching the reference, learning, LoRA, saving, resume."""
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from datasets import Dataset
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+
+from rlhf.data import PreferenceCollator, tokenize_preference_causal
+from rlhf.dpo import DPOConfig, DPOTrainer, completion_logps
+from rlhf.peft_utils import merge_and_save
+
+SUBJECTS = ["The film", "This movie", "The plot", "The actor", "The script", "The ending", "The score", "The cast"]
+VERBS = ["was", "felt", "seemed", "looked"]
+
+
+def toy_pairs(n: int, seed: int) -> Dataset:
+    """Separable preferences: the chosen answer always ends in ' great', the rejected one in ' awful'."""
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        prompt = f"{rng.choice(SUBJECTS)} {rng.choice(VERBS)}"
+        body = rng.choice(["truly", "quite", "simply", "rather"])
+        rows.append({"prompt": prompt, "chosen": f" {body} great", "rejected": f" {body} awful"})
+    return Dataset.from_list(rows)
+
+
+def config(tmp_path, **overrides) -> DPOConfig:
+    defaults = dict(
+        output_dir=str(tmp_path / "out"), learning_rate=5e-3, per_device_train_batch_size=8, per_device_eval_batch_size=8,
+        num_train_epochs=2, logging_steps=1, save_strategy="no", disable_tqdm=True, seed=0, beta=0.1,
+    )
+    return DPOConfig(**{**defaults, **overrides})
+
+
+def params(model) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.named_parameters()}
+
+
+def test_tokenize_and_collate_mask_prompt_and_padding(tiny_model_dir):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    row = tokenize_preference_causal({"prompt": "The film was", "chosen": " great", "rejected": " truly awful"}, tokenizer, 64, 32)
+    eos = tokenizer.eos_token_id
+    assert row["chosen_input_ids"][-1] == eos and row["rejected_input_ids"][-1] == eos
+    assert tokenizer.decode(row["chosen_input_ids"][:-1]) == " great"
+    batch = PreferenceCollator(tokenizer.pad_token_id)([row, row])
+    n_prompt, n_chosen, n_rejected = len(row["prompt_input_ids"]), len(row["chosen_input_ids"]), len(row["rejected_input_ids"])
+    assert batch["input_ids"].shape == (4, n_prompt + n_rejected)  # [chosen, chosen; rejected, rejected]
+    # chosen rows: prompt masked, completion counted, padding masked
+    assert batch["completion_mask"][0].tolist() == [0] * n_prompt + [1] * n_chosen + [0] * (n_rejected - n_chosen)
+    assert batch["attention_mask"][0].sum().item() == n_prompt + n_chosen
+    assert batch["completion_mask"][2].tolist() == [0] * n_prompt + [1] * n_rejected
+
+
+def test_conversational_rows_use_the_chat_template(tiny_model_dir):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    row = {
+        "prompt": [{"role": "user", "content": "Rate the film."}],
+        "chosen": [{"role": "assistant", "content": "Great."}],
+        "rejected": [{"role": "assistant", "content": "Awful."}],
+    }
+    out = tokenize_preference_causal(row, tokenizer, 128, 64)
+    assert tokenizer.decode(out["prompt_input_ids"]).endswith("<|im_start|>user\nRate the film.<|im_end|>\n<|im_start|>assistant\n")
+    # the template closes the turn itself, so no extra EOS is appended
+    assert tokenizer.decode(out["chosen_input_ids"]) == "Great.<|im_end|>\n"
+
+
+def test_completion_logps_sum_completion_tokens_only_and_ignore_padding(tiny_model_dir):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    rows = [
+        tokenize_preference_causal({"prompt": "Hi", "chosen": " a", "rejected": " b c d e f"}, tokenizer, 64, 32),
+        tokenize_preference_causal({"prompt": "A much longer prompt here", "chosen": " yes", "rejected": " no"}, tokenizer, 64, 32),
+    ]
+    collate = PreferenceCollator(tokenizer.pad_token_id)
+    with torch.no_grad():
+        batched = completion_logps(model, collate(rows))  # (4,): [c0, c1, r0, r1], padded
+        alone = torch.cat([completion_logps(model, collate([r])) for r in rows])  # [c0, r0, c1, r1], no padding
+        # by hand for the first chosen: sum over completion positions of log softmax(logits[t-1])[token t]
+        ids = torch.tensor([rows[0]["prompt_input_ids"] + rows[0]["chosen_input_ids"]])
+        logp = torch.log_softmax(model(ids).logits[0].float(), -1)
+        n_prompt = len(rows[0]["prompt_input_ids"])
+        by_hand = sum(logp[t - 1, ids[0, t]] for t in range(n_prompt, ids.shape[1]))
+    assert torch.allclose(batched, alone[[0, 2, 1, 3]], atol=1e-5)
+    assert batched[0].item() == pytest.approx(by_hand.item(), abs=1e-4)
+
+
+@pytest.mark.parametrize("loss_type", ["sigmoid", "ipo", "hinge"])
+def test_dpo_learns_separable_pairs_and_reference_stays_fixed(tiny_model_dir, tmp_path, loss_type):
+    trainer = DPOTrainer(
+        str(tiny_model_dir), args=config(tmp_path, loss_type=loss_type, num_train_epochs=1, learning_rate=1e-2),
+        train_dataset=toy_pairs(32, seed=0), eval_dataset=toy_pairs(16, seed=1),
+    )
+    before, ref_before = params(trainer.model), params(trainer.ref_model)
+    start = trainer.evaluate()
+    trainer.train()
+    end = trainer.evaluate()
+    # at the start policy == reference: every implicit reward is 0, so no pair is "won" and no margin
+    assert start["eval_rewards/accuracies"] == 0.0 and start["eval_rewards/margins"] == pytest.approx(0.0, abs=1e-6)
+    assert end["eval_rewards/accuracies"] >= 0.9
+    assert end["eval_rewards/margins"] > 0.05
+    assert end["eval_loss"] < start["eval_loss"]
+    assert any(not torch.equal(before[k], v) for k, v in params(trainer.model).items())
+    assert all(torch.equal(ref_before[k], v) for k, v in params(trainer.ref_model).items())
+
+
+def test_precomputed_reference_matches_live_reference(tiny_model_dir, tmp_path):
+    data = toy_pairs(16, seed=0)
+    cached = DPOTrainer(str(tiny_model_dir), args=config(tmp_path, num_train_epochs=1), train_dataset=data)
+    live = DPOTrainer(str(tiny_model_dir), args=config(tmp_path, num_train_epochs=1, precompute_ref_log_probs=False), train_dataset=data)
+    columns = cached.add_reference_logps(cached.train_dataset)
+    batch = {k: v for k, v in cached.data_collator([columns[i] for i in range(4)]).items()}
+    ref_chosen, ref_rejected = live.reference_logps(batch)
+    assert torch.allclose(batch["ref_chosen_logps"], ref_chosen, atol=1e-5)
+    assert torch.allclose(batch["ref_rejected_logps"], ref_rejected, atol=1e-5)
+    cached.train()
+    live.train()
+    # same data order (seed 0) and same reference numbers: the same trained weights
+    for (name, a), (_, b) in zip(cached.model.named_parameters(), live.model.named_parameters()):
+        assert torch.allclose(a, b, atol=1e-5), name
+
+
+def test_lora_uses_adapter_disabled_reference_and_merges(tiny_model_dir, tmp_path):
+    from peft import LoraConfig
+
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    trainer = DPOTrainer(
+        str(tiny_model_dir), args=config(tmp_path, learning_rate=2e-2), train_dataset=toy_pairs(32, seed=0),
+        eval_dataset=toy_pairs(16, seed=1), peft_config=lora,
+    )
+    assert trainer.ref_model is None  # no second copy: the reference is the model without its adapter
+    before = params(trainer.model)
+    trainer.train()
+    after = params(trainer.model)
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    assert changed and all("lora_" in k for k in changed)  # base weights (the reference) untouched
+    assert trainer.evaluate()["eval_rewards/margins"] > 0
+
+    trainer.save_model(str(tmp_path / "adapter"))
+    assert (tmp_path / "adapter" / "adapter_model.safetensors").exists()
+    ids = torch.tensor([[1, 2, 3, 4]])
+    trainer.model.eval()
+    with torch.no_grad():
+        expected = trainer.model(ids).logits
+    merge_and_save(tmp_path / "adapter", tmp_path / "merged")
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged").eval()
+    assert not (tmp_path / "merged" / "adapter_config.json").exists()
+    with torch.no_grad():
+        assert torch.allclose(merged(ids).logits, expected, atol=1e-4)
+
+
+def test_full_model_save_load_round_trip(tiny_model_dir, tmp_path):
+    trainer = DPOTrainer(str(tiny_model_dir), args=config(tmp_path, max_steps=2), train_dataset=toy_pairs(16, seed=0))
+    trainer.train()
+    trainer.save_model(str(tmp_path / "saved"))
+    assert (tmp_path / "saved" / "model.safetensors").exists()
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "saved").eval()
+    ids = torch.tensor([[5, 6, 7]])
+    with torch.no_grad():
+        assert torch.allclose(loaded(ids).logits, trainer.model.eval()(ids).logits, atol=1e-5)
+    assert AutoTokenizer.from_pretrained(tmp_path / "saved").eos_token == "<|im_end|>"
+
+
+class Recorder(TrainerCallback):
+    def __init__(self):
+        self.logs = []
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        self.logs.append(dict(logs or {}))
+
+
+def test_callbacks_see_metrics_and_resume_matches_uninterrupted_run(tiny_model_dir, tmp_path):
+    data = toy_pairs(32, seed=0)
+    recorder = Recorder()
+    args = dict(max_steps=4, per_device_train_batch_size=4, save_strategy="steps", save_steps=2)
+    full = DPOTrainer(str(tiny_model_dir), args=config(tmp_path / "a", **args), train_dataset=data, callbacks=[recorder])
+    full.train()
+    step_logs = [log for log in recorder.logs if "loss" in log]
+    assert len(step_logs) == 4 and all("rewards/accuracies" in log and "logps/chosen" in log for log in step_logs)
+
+    # A run stopped after checkpoint-2 and resumed from it ends where the uninterrupted run did.
+    resumed = DPOTrainer(str(tiny_model_dir), args=config(tmp_path / "b", **args), train_dataset=data)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "a" / "out" / "checkpoint-2"))
+    assert resumed.state.global_step == 4
+    for (name, a), (_, b) in zip(full.model.named_parameters(), resumed.model.named_parameters()):
+        assert torch.allclose(a, b, atol=1e-5), name
+
+
+def test_bf16_autocast_on_cpu(tiny_model_dir, tmp_path):
+    trainer = DPOTrainer(str(tiny_model_dir), args=config(tmp_path, max_steps=1, bf16=True), train_dataset=toy_pairs(8, seed=0))
+    dtypes = []
+    trainer.model.lm_head.register_forward_hook(lambda module, inputs, output: dtypes.append(output.dtype))
+    trainer.train()
+    assert dtypes and set(dtypes) == {torch.bfloat16}
+    assert next(trainer.model.parameters()).dtype == torch.float32  # weights stay fp32: autocast, not a cast
+
+
+def test_config_rejects_bad_values():
+    with pytest.raises(ValueError, match="loss_type='kto'"):
+        DPOConfig(output_dir="x", loss_type="kto")
+    with pytest.raises(ValueError, match="beta=0"):
+        DPOConfig(output_dir="x", beta=0)

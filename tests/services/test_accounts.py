@@ -1,0 +1,89 @@
+import pytest
+
+from labeler.services import accounts
+from labeler.services.accounts import User
+from labeler.services.errors import InputError, PermissionDenied
+
+
+def test_create_and_authenticate(db):
+    user = accounts.create_user(db, "alice", "correct horse", role="annotator")
+    assert user == User(id=1, username="alice", role="annotator", active=True)
+    assert accounts.authenticate(db, "alice", "correct horse") == user
+    assert accounts.authenticate(db, "alice", "wrong password") is None
+    assert accounts.authenticate(db, "nobody", "correct horse") is None
+    assert accounts.get_user(db, "nobody") is None
+
+
+def test_hash_is_salted_and_not_the_password(db):
+    accounts.create_user(db, "a", "same password")
+    accounts.create_user(db, "b", "same password")
+    rows = list(db.execute("SELECT password_hash, salt FROM users ORDER BY id"))
+    assert rows[0][0] != rows[1][0] and rows[0][1] != rows[1][1]
+    assert all(row[0].startswith("scrypt$") and "same password" not in row[0] for row in rows)
+
+
+def test_set_password(db):
+    accounts.create_user(db, "alice", "old password")
+    accounts.set_password(db, "alice", "new password")
+    assert accounts.authenticate(db, "alice", "old password") is None
+    assert accounts.authenticate(db, "alice", "new password").username == "alice"
+    with pytest.raises(InputError, match="unknown user"):
+        accounts.set_password(db, "bob", "whatever123")
+
+
+@pytest.mark.parametrize(
+    "username, password, role, field",
+    [("", "long enough", "annotator", "username"), ("has space", "long enough", "annotator", "username"),
+     ("carol", "short", "annotator", "password"), ("carol", "long enough", "root", "role")],
+)
+def test_invalid_accounts_are_refused(db, username, password, role, field):
+    with pytest.raises(InputError) as error:
+        accounts.create_user(db, username, password, role=role)
+    assert error.value.field == field
+    assert accounts.list_users(db) == []
+
+
+def test_duplicate_username(db):
+    accounts.create_user(db, "alice", "password1")
+    with pytest.raises(InputError, match="already exists"):
+        accounts.create_user(db, "alice", "password2")
+
+
+def test_ensure_admin_only_on_empty_table(db):
+    password = accounts.ensure_admin(db)
+    assert isinstance(password, str) and len(password) >= 16
+    assert accounts.authenticate(db, "admin", password).role == "admin"
+    assert accounts.ensure_admin(db) is None  # second start: nothing created, nothing printed
+    assert [u.username for u in accounts.list_users(db)] == ["admin"]
+
+
+def test_ensure_admin_does_nothing_when_users_exist(db):
+    accounts.create_user(db, "alice", "password1")
+    assert accounts.ensure_admin(db) is None
+    assert accounts.get_user(db, "admin") is None
+
+
+def test_require_user_and_admin(db):
+    accounts.create_user(db, "root", "password1", role="admin")
+    accounts.create_user(db, "alice", "password1")
+    assert accounts.require_admin(db, "root").username == "root"
+    assert accounts.require_user(db, "alice").role == "annotator"
+    with pytest.raises(PermissionDenied):
+        accounts.require_admin(db, "alice")
+    for name in (None, "", "ghost"):
+        with pytest.raises(PermissionDenied):
+            accounts.require_user(db, name)
+
+
+def test_deactivated_user_cannot_log_in_and_last_admin_is_kept(db):
+    accounts.create_user(db, "root", "password1", role="admin")
+    accounts.create_user(db, "alice", "password1")
+    assert accounts.set_active(db, "alice", False).active is False
+    assert accounts.authenticate(db, "alice", "password1") is None
+    with pytest.raises(PermissionDenied):
+        accounts.require_user(db, "alice")
+    with pytest.raises(InputError, match="no active admin"):
+        accounts.set_active(db, "root", False)
+    with pytest.raises(InputError, match="no active admin"):
+        accounts.set_role(db, "root", "annotator")
+    assert accounts.require_admin(db, "root").active  # both refusals rolled back

@@ -1,0 +1,111 @@
+"""Chat: the model cache, streaming vs plain replies, best-of-N, rating an answer."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from labeler.services import accounts, chat
+from labeler.services.errors import InputError, PermissionDenied
+from rlhf.configs import GenerationSettings
+
+GREEDY = GenerationSettings(max_new_tokens=12, do_sample=False, batch_size=1)
+HISTORY = [
+    {"role": "user", "content": "Hello there"},
+    {"role": "assistant", "content": "Hi!"},
+    {"role": "user", "content": "Tell me about movies"},
+]
+
+
+@pytest.fixture(scope="module")
+def cache():
+    return chat.ModelCache(max_models=2)
+
+
+def test_streaming_equals_plain_reply(cache, tiny_model_dir):
+    path = str(tiny_model_dir)
+    pieces = list(chat.stream_reply(cache, path, HISTORY, "Be brief.", GREEDY))
+    assert len(pieces) > 1  # really streamed, not one final chunk
+    assert "".join(pieces) == chat.reply(cache, path, HISTORY, "Be brief.", GREEDY)
+    # Sampling with one seed is the same too: both paths seed a forked RNG the same way.
+    sampled = GenerationSettings(max_new_tokens=12, seed=3, batch_size=1)
+    assert "".join(chat.stream_reply(cache, path, HISTORY, None, sampled)) == chat.reply(cache, path, HISTORY, None, sampled)
+
+
+def test_stream_reports_a_failing_generation(tiny_model_dir, monkeypatch):
+    cache = chat.ModelCache(max_models=1)
+    model, _ = cache.get(str(tiny_model_dir))
+
+    def broken(**kwargs):
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(model, "generate", broken)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        list(chat.stream_reply(cache, str(tiny_model_dir), HISTORY, None, GREEDY))
+
+
+def test_cache_is_lru(tiny_model_dir, tiny_encoder_dir):
+    cache = chat.ModelCache(max_models=1)
+    first = cache.get(str(tiny_model_dir))
+    assert cache.get(str(tiny_model_dir)) is first and len(cache) == 1
+    cache.get(str(tiny_encoder_dir), kind="reward")
+    assert (str(tiny_model_dir), "causal") not in cache and len(cache) == 1
+    with pytest.raises(ValueError):
+        chat.ModelCache(max_models=0)
+
+
+@pytest.mark.parametrize(
+    "history",
+    [[], [{"role": "assistant", "content": "hi"}], [{"role": "user", "content": "  "}], [{"role": "robot", "content": "x"}]],
+)
+def test_bad_history_is_an_input_error(cache, tiny_model_dir, history):
+    with pytest.raises(InputError) as error:
+        chat.reply(cache, str(tiny_model_dir), history, None, GREEDY)
+    assert error.value.field == "history"
+
+
+def test_best_of_n_picks_the_highest_reward(cache, tiny_model_dir, tiny_encoder_dir):
+    from rlhf.reward import RewardScorer
+
+    settings = GenerationSettings(max_new_tokens=8, seed=1)
+    best, scored = chat.best_of_n(cache, str(tiny_model_dir), str(tiny_encoder_dir), HISTORY, 4, settings)
+    assert len(scored) == 4 and len({text for text, _ in scored}) > 1
+    assert best == max(scored, key=lambda pair: pair[1])[0]
+    # The scores are the reward model's own, on the conversation + answer.
+    prompt = [m for m in HISTORY]
+    direct = RewardScorer(str(tiny_encoder_dir)).score([prompt] * 4, [[{"role": "assistant", "content": t}] for t, _ in scored])
+    assert [s for _, s in scored] == pytest.approx(direct, abs=1e-5)
+    with pytest.raises(InputError):
+        chat.best_of_n(cache, str(tiny_model_dir), str(tiny_encoder_dir), HISTORY, 0, settings)
+
+
+def test_rate_answer_stores_a_label(db):
+    accounts.create_user(db, "alice", "alice-password-1")
+    settings = dataclasses.replace(GREEDY, seed=9)
+    rated = chat.rate_answer(db, "default", "alice", HISTORY, "Movies are great.", "tiny", 6, settings=settings)
+    prompt = db.execute("SELECT text, messages_json, source FROM prompts WHERE id = ?", [rated.prompt_id]).fetchone()
+    assert (prompt["text"], prompt["source"]) == ("Tell me about movies", "chat")
+    assert json.loads(prompt["messages_json"]) == HISTORY
+    response = db.execute("SELECT prompt_id, text, model, settings_json, source FROM responses").fetchall()
+    assert [tuple(r)[:3] + (tuple(r)[4],) for r in response] == [(rated.prompt_id, "Movies are great.", "tiny", "chat")]
+    assert json.loads(response[0]["settings_json"])["seed"] == 9
+    ratings = [tuple(r) for r in db.execute("SELECT id, item_id, response_id, score FROM ratings")]
+    assert ratings == [(rated.rating_id, rated.item_id, rated.response_id, 6.0)]
+    assert [tuple(r) for r in db.execute("SELECT item_id, status FROM assignments")] == [(rated.item_id, "done")]
+    # The same conversation again is the same prompt; a one-turn chat is a plain-text prompt.
+    again = chat.rate_answer(db, "default", "alice", HISTORY, "Another answer.", "tiny", 2)
+    assert again.prompt_id == rated.prompt_id
+    single = chat.rate_answer(db, "default", "alice", "Hi", "Hello.", "tiny", 4)
+    assert db.execute("SELECT messages_json FROM prompts WHERE id = ?", [single.prompt_id]).fetchone()[0] is None
+
+
+@pytest.mark.parametrize(
+    "user, answer, score, error",
+    [("alice", "ok", 8, InputError), ("alice", "ok", 0, InputError), ("alice", " ", 4, InputError), ("mallory", "ok", 4, PermissionDenied)],
+)
+def test_rate_answer_rejects_bad_input_and_writes_nothing(db, user, answer, score, error):
+    accounts.create_user(db, "alice", "alice-password-1")
+    with pytest.raises(error):
+        chat.rate_answer(db, "default", user, "Hi", answer, "tiny", score)
+    assert db["prompts"].count == 0 and db["responses"].count == 0 and db["ratings"].count == 0

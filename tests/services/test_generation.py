@@ -1,0 +1,80 @@
+"""generate_responses: stored rows, settings, items, resume, bad input."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from labeler.services import models, prompts
+from labeler.services.errors import InputError
+from labeler.services.generation import generate_responses
+from rlhf.configs import GenerationSettings
+
+SETTINGS = GenerationSettings(max_new_tokens=4, batch_size=3, seed=5)
+
+
+@pytest.fixture
+def tiny_db(db, tiny_model_dir):
+    models.register_model(db, "tiny", str(tiny_model_dir), "policy")
+    prompts.add_prompts(db, ["First prompt", "Second prompt", "Third prompt"])
+    return db
+
+
+def test_generate_stores_responses_settings_and_items(tiny_db):
+    db = tiny_db
+    seen = []
+    ids = generate_responses(db, "default", "tiny", n_per_prompt=2, settings=SETTINGS, limit=2, progress=lambda d, t: seen.append((d, t)))
+    # 2 prompts x 2 responses, in batches of 3: progress after 3 and after 4.
+    assert seen == [(3, 4), (4, 4)]
+    rows = [dict(r) for r in db.execute("SELECT id, prompt_id, model, settings_json, source FROM responses ORDER BY id")]
+    assert [r["id"] for r in rows] == ids
+    assert [(r["prompt_id"], r["model"], r["source"]) for r in rows] == [(1, "tiny", "generated")] * 2 + [(2, "tiny", "generated")] * 2
+    stored = [json.loads(r["settings_json"]) for r in rows]
+    # The first batch used seed 5 (+0 responses before, +0 offset); the second seed 5 + 3.
+    assert [s["seed"] for s in stored] == [5, 5, 5, 8]
+    assert stored[0] == {**{k: getattr(SETTINGS, k) for k in stored[0]}, "seed": 5}
+    # One rating item per response, one ranking item per prompt (its 2 responses).
+    kinds = db.execute("SELECT kind, COUNT(*) FROM items GROUP BY kind ORDER BY kind").fetchall()
+    assert [tuple(k) for k in kinds] == [("ranking", 2), ("rating", 4)]
+
+
+def test_rerun_tops_up_only_missing_responses(tiny_db):
+    db = tiny_db
+    first = generate_responses(db, model="tiny", n_per_prompt=1, settings=SETTINGS)
+    assert len(first) == 3
+    second = generate_responses(db, model="tiny", n_per_prompt=2, settings=SETTINGS)
+    assert len(second) == 3  # one more per prompt, not two
+    assert generate_responses(db, model="tiny", n_per_prompt=2, settings=SETTINGS) == []
+    # Topping up used fresh seeds: no response was generated with a seed used before for its prompt.
+    used = db.execute("SELECT prompt_id, json_extract(settings_json, '$.seed') FROM responses").fetchall()
+    assert len(set(map(tuple, used))) == len(used)
+
+
+def test_explicit_prompt_ids_and_greedy_matches_library(tiny_db, tiny_model_dir):
+    from rlhf.generation import build_prompt_ids, decode_responses, generate_batch
+    from rlhf.loading import load_causal_lm, load_tokenizer
+
+    greedy = GenerationSettings(max_new_tokens=5, do_sample=False)
+    generate_responses(tiny_db, model="tiny", n_per_prompt=1, settings=greedy, prompt_ids=[3, 1])
+    texts = {r["prompt_id"]: r["text"] for r in tiny_db.execute("SELECT prompt_id, text FROM responses")}
+    tokenizer = load_tokenizer(tiny_model_dir)
+    lm = load_causal_lm(tiny_model_dir)
+    expected = decode_responses(tokenizer, generate_batch(lm, tokenizer, [build_prompt_ids(tokenizer, "Third prompt")], greedy))
+    assert set(texts) == {1, 3} and texts[3] == expected[0]
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"prompt_ids": [1, 99]}, "prompt_ids"),
+        ({"n_per_prompt": 0}, "n_per_prompt"),
+        ({"limit": 0}, "limit"),
+        ({"model": "no-such-model"}, "model"),
+        ({"project": "nope"}, "project"),
+    ],
+)
+def test_bad_input_writes_nothing(tiny_db, kwargs, field):
+    with pytest.raises(InputError) as error:
+        generate_responses(tiny_db, **{"model": "tiny", "settings": SETTINGS, **kwargs})
+    assert error.value.field == field
+    assert tiny_db["responses"].count == 0 and tiny_db["items"].count == 0

@@ -1,0 +1,131 @@
+"""Human rewards: PPO rollouts go into the rating queue; an annotator thread rates them through the labeling
+service; the rewards come back mapped to [-1, 1] around the Likert midpoint."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from labeler.services import accounts, jobs, labeling
+from labeler.services.human_reward import PPO_PRIORITY, HumanRewardQueue, rating_to_reward, waiting_items
+from rlhf.rewards import HumanReward, MixReward
+from storage import open_db
+
+
+def test_rating_to_reward_centres_on_the_midpoint():
+    # scale 1..7: mid 4, half range 3
+    assert rating_to_reward(7, 1, 7) == 1.0
+    assert rating_to_reward(4, 1, 7) == 0.0
+    assert rating_to_reward(5, 1, 7) == pytest.approx(1 / 3)
+    assert rating_to_reward(1, 1, 7) == -1.0
+    # scale 1..5: mid 3, half range 2 -> 4.5 gives 0.75
+    assert rating_to_reward(4.5, 1, 5) == pytest.approx(0.75)
+
+
+@pytest.fixture
+def setup(db, db_path, tmp_path):
+    accounts.create_user(db, "ann", "a-long-password")
+    # An older ordinary item, so the test also checks that rollouts jump the queue.
+    db.execute("INSERT INTO prompts (project_id, text, text_hash) VALUES (1, 'old prompt', 'h-old')")
+    db.execute("INSERT INTO responses (prompt_id, text) VALUES (1, 'old answer')")
+    labeling.create_items(db, "default")
+    run = jobs.create_run(db, "ppo", {"reward": "human"}, runs_dir=tmp_path, start=False)
+    return run.id
+
+
+def _annotator(db_path, scores_by_response, stop, seen):
+    """Plays the annotator: takes the next rating item, rates rollouts by their response text."""
+    db = open_db(db_path)
+    while not stop.is_set():
+        item = labeling.next_item(db, "default", "ann", "rating")
+        if item is None or item.run_id is None:
+            time.sleep(0.05)
+            if item is not None:
+                labeling.skip_item(db, "default", "ann", item.item_id)
+            continue
+        text = item.responses[0]["text"]
+        seen.append(text)
+        labeling.submit_rating(db, "default", "ann", item.item_id, scores_by_response[text])
+
+
+def test_annotator_thread_ratings_become_exactly_the_rewards(db_path, db, setup):
+    run_id = setup
+    scores = {"great!": 7, "meh": 4, "bad": 2, "fine": 5}
+    queue = HumanRewardQueue(db_path, "default", run_id, poll_seconds=0.05)
+    reward = HumanReward(queue.request_and_wait, timeout=30)
+    stop, seen = threading.Event(), []
+    thread = threading.Thread(target=_annotator, args=(db_path, scores, stop, seen))
+    thread.start()
+    try:
+        rewards = reward(["q1", "q2", "q3", "q4"], list(scores))
+    finally:
+        stop.set()
+        thread.join()
+    # 7 -> 1, 4 -> 0, 2 -> -2/3, 5 -> 1/3 on the 1..7 scale
+    assert rewards == pytest.approx([1.0, 0.0, -2 / 3, 1 / 3])
+    assert sorted(seen[:4]) == sorted(scores)  # the rollouts came before the older ordinary item
+    items = db.execute("SELECT run_id, priority FROM items WHERE run_id = ?", [run_id]).fetchall()
+    assert len(items) == 4 and all(row["priority"] == 0 for row in items)  # released after the wait
+    responses = db.execute("SELECT text, source, run_id FROM responses WHERE run_id = ? ORDER BY id", [run_id]).fetchall()
+    assert [tuple(r) for r in responses] == [(t, "ppo", run_id) for t in scores]
+
+
+def test_timeout_skip_returns_none_for_unrated(db_path, db, setup):
+    run_id = setup
+    queue = HumanRewardQueue(db_path, "default", run_id, policy="skip", poll_seconds=0.05)
+    item_ids = queue.request(["q1", "q2"], ["rated", "ignored"])
+    assert jobs.waiting_ratings(db, run_id) == 2
+    assert [w["item_id"] for w in waiting_items(db, run_id)] == item_ids
+    item = labeling.next_item(db, "default", "ann", "rating")
+    assert item.item_id == item_ids[0] and item.run_id == run_id  # high priority first
+    labeling.submit_rating(db, "default", "ann", item.item_id, 1)
+    started = time.monotonic()
+    assert queue.wait(item_ids, timeout=0.5) == [-1.0, None]
+    assert 0.5 <= time.monotonic() - started < 5
+    assert jobs.waiting_ratings(db, run_id) == 0  # no longer waited for: back to normal priority
+    assert db.execute("SELECT priority FROM items WHERE id = ?", [item_ids[1]]).fetchone()[0] == 0
+
+
+def test_timeout_wait_policy_waits_again_until_rated(db_path, db, setup):
+    run_id = setup
+    queue = HumanRewardQueue(db_path, "default", run_id, policy="wait", poll_seconds=0.05)
+    item_ids = queue.request(["q"], ["late"])
+
+    def rate_late():
+        time.sleep(0.8)  # longer than the 0.3 s timeout: only "wait again" sees it
+        other = open_db(db_path)
+        item = labeling.next_item(other, "default", "ann", "rating")
+        labeling.submit_rating(other, "default", "ann", item.item_id, 6)
+
+    thread = threading.Thread(target=rate_late)
+    thread.start()
+    rewards = queue.wait(item_ids, timeout=0.3)
+    thread.join()
+    assert rewards == pytest.approx([2 / 3])  # (6 - 4) / 3
+
+
+def test_mix_falls_back_to_the_reward_model_at_the_timeout(db_path, db, setup):
+    run_id = setup
+    queue = HumanRewardQueue(db_path, "default", run_id, policy="rm", poll_seconds=0.05)
+    rm = lambda q, r: [0.5 if "nice" in x else -0.5 for x in r]  # noqa: E731
+
+    def rate_first():
+        other = open_db(db_path)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            item = labeling.next_item(other, "default", "ann", "rating")
+            if item is not None and item.run_id == run_id:
+                labeling.submit_rating(other, "default", "ann", item.item_id, 7)
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=rate_first)
+    thread.start()
+    mix = MixReward(HumanReward(queue.request_and_wait, timeout=1.0), rm, w_human=1.0, w_rm=0.5)
+    rewards = mix(["q1", "q2"], ["nice one", "dull"])
+    thread.join()
+    # first: rated 7 -> 1.0; 1.0 * 1.0 + 0.5 * 0.5 = 1.25. second: unrated -> (1 + 0.5) * -0.5 = -0.75
+    assert rewards == pytest.approx([1.25, -0.75])
+    assert mix.last_stats["reward/from_human"] == 1 and mix.last_stats["reward/from_rm"] == 1
+    assert PPO_PRIORITY > 0

@@ -1,0 +1,98 @@
+import math
+
+import pytest
+
+from labeler.services import label_kinds as lk
+from labeler.services.errors import InputError
+
+
+@pytest.mark.parametrize("score, expected", [(1, 1), (7, 7), (4.0, 4)])
+def test_validate_score_accepts_whole_numbers_on_the_scale(score, expected):
+    assert lk.validate_score(score, 1, 7) == expected
+    assert type(lk.validate_score(score, 1, 7)) is int
+
+
+@pytest.mark.parametrize("score", [0, 8, 4.5, math.nan, math.inf, "5", None, True])
+def test_validate_score_rejects(score):
+    with pytest.raises(InputError) as error:
+        lk.validate_score(score, 1, 7)
+    assert error.value.field == "score"
+
+
+def test_validate_score_respects_other_scales():
+    assert lk.validate_score(-2, -2, 2) == -2
+    with pytest.raises(InputError, match="between -2 and 2"):
+        lk.validate_score(3, -2, 2)
+
+
+def test_validate_order_canonicalises_groups():
+    # Ties are groups; ids inside a group are sorted so equal rankings have equal JSON.
+    assert lk.validate_order([[13], [15, 14], [12]], [12, 13, 14, 15]) == [[13], [14, 15], [12]]
+    assert lk.validate_order(((2, 1),), [1, 2]) == [[1, 2]]  # all tied is a valid judgement
+
+
+@pytest.mark.parametrize(
+    "order, message",
+    [
+        ([], "non-empty"),
+        ([[1], []], "group 2 is empty"),
+        ([[1], [1, 2]], r"\[1\] appear more than once"),
+        ([[1], [9]], r"\[9\] are not part"),
+        ([[1], [2]], r"\[3\] are missing"),
+        ([[1], ["2"], [3]], "not a response id"),
+        ([[1], [True], [3]], "not a response id"),
+        ([1, 2, 3], "group 1"),
+        ("1,2,3", "non-empty list"),
+    ],
+)
+def test_validate_order_rejects(order, message):
+    with pytest.raises(InputError, match=message) as error:
+        lk.validate_order(order, [1, 2, 3])
+    assert error.value.field == "order"
+
+
+def test_ranking_pairs_drop_ties():
+    # [[1], [2, 3], [4]]: 1 beats 2, 3, 4; 2 and 3 (tied) each beat 4; no (2, 3) pair.
+    assert lk.ranking_pairs([[1], [2, 3], [4]]) == [(1, 2), (1, 3), (1, 4), (2, 4), (3, 4)]
+    # 4 responses without ties: 4*3/2 = 6 pairs (InstructGPT's K choose 2).
+    assert len(lk.ranking_pairs([[4], [3], [2], [1]])) == 6
+    assert lk.ranking_pairs([[1, 2]]) == []
+
+
+def test_pair_relation():
+    order = [[5], [6, 7], [8]]
+    assert lk.pair_relation(order, 5, 8) == 1
+    assert lk.pair_relation(order, 8, 5) == -1
+    assert lk.pair_relation(order, 6, 7) == 0
+    with pytest.raises(KeyError):
+        lk.pair_relation(order, 5, 9)
+
+
+def test_vote_to_order():
+    assert lk.vote_to_order("a", 3, 9) == [[3], [9]]
+    assert lk.vote_to_order("b", 3, 9) == [[9], [3]]
+    assert lk.vote_to_order("tie", 9, 3) == [[3, 9]]
+    assert lk.ranking_pairs(lk.vote_to_order("both_bad", 3, 9)) == []
+    with pytest.raises(InputError):
+        lk.vote_to_order("c", 3, 9)
+
+
+def test_gold_validation_and_matching():
+    assert lk.validate_gold("rating", {"score": 6.0}, [1], 1, 7) == {"score": 6}
+    assert lk.validate_gold("ranking", {"order": [[2], [1]]}, [1, 2], 1, 7) == {"order": [[2], [1]]}
+    with pytest.raises(InputError) as error:
+        lk.validate_gold("rating", {"order": [[1]]}, [1], 1, 7)
+    assert error.value.field == "gold"
+    with pytest.raises(InputError) as error:
+        lk.validate_gold("rating", {"score": 9}, [1], 1, 7)
+    assert error.value.field == "gold.score"
+    # Ratings within one point match: gold 5 accepts 4, 5, 6.
+    assert [lk.rating_matches_gold(s, 5) for s in (3, 4, 5, 6, 7)] == [False, True, True, True, False]
+    # Rankings match on the best group only.
+    assert lk.ranking_matches_gold([[1], [3], [2]], [[1], [2], [3]])
+    assert not lk.ranking_matches_gold([[1, 2], [3]], [[1], [2], [3]])
+    assert not lk.ranking_matches_gold([[2], [1], [3]], [[1], [2], [3]])
+
+
+def test_all_pairs():
+    assert lk.all_pairs([3, 1, 2]) == [(1, 2), (1, 3), (2, 3)]

@@ -1,0 +1,81 @@
+"""The model registry: round trip, the default model, validation that writes nothing."""
+from __future__ import annotations
+
+import pytest
+
+from labeler.services import models
+from labeler.services.errors import InputError
+
+
+def test_default_is_registered_on_first_use(db):
+    assert db["models"].count == 0
+    listed = models.list_models(db)
+    assert [(m["name"], m["path"], m["kind"]) for m in listed] == [("default", "default", "base")]
+    models.list_models(db)
+    assert db["models"].count == 1
+
+
+def test_register_round_trip(db, tiny_model_dir):
+    row = models.register_model(
+        db,
+        "tiny-dpo",
+        str(tiny_model_dir),
+        kind="policy",
+        base_model="default",
+        config={"beta": 0.1},
+        metrics={"loss": 0.5},
+        data_snapshot="sha256:abc",
+    )
+    assert {k: row[k] for k in ["name", "path", "kind", "base_model", "run_id", "config", "metrics", "data_snapshot"]} == {
+        "name": "tiny-dpo",
+        "path": str(tiny_model_dir.resolve()),
+        "kind": "policy",
+        "base_model": "default",
+        "run_id": None,
+        "config": {"beta": 0.1},
+        "metrics": {"loss": 0.5},
+        "data_snapshot": "sha256:abc",
+    }
+    assert models.get_model(db, "tiny-dpo") == row
+    assert models.resolve(db, "tiny-dpo") == str(tiny_model_dir.resolve())
+    assert [m["name"] for m in models.list_models(db)] == ["default", "tiny-dpo"]
+    assert [m["name"] for m in models.list_models(db, kind="policy")] == ["tiny-dpo"]
+    assert models.chat_model_names(db) == ["default", "tiny-dpo"]
+
+
+def test_add_base_model_accepts_hub_ids_and_resolves_paths(db, tiny_model_dir):
+    assert models.add_base_model(db, "smol", "HuggingFaceTB/SmolLM2-135M-Instruct")["path"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert models.resolve(db, "smol") == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    # Unregistered: a local folder or a hub id passes through; 'default' goes to the cached conversion.
+    assert models.resolve(db, str(tiny_model_dir)) == str(tiny_model_dir.resolve())
+    assert models.resolve(db, "default").endswith("smollm2-135m-instruct")
+
+
+@pytest.mark.parametrize(
+    "name, path, kind, field",
+    [
+        ("x", "{tiny}", "critic", "kind"),
+        ("", "{tiny}", "policy", "name"),
+        ("default", "{tiny}", "base", "name"),
+        ("x", "/no/such/folder", "policy", "path"),
+        ("x", "{empty}", "policy", "path"),
+    ],
+)
+def test_bad_registrations_raise_and_write_nothing(db, tiny_model_dir, tmp_path, name, path, kind, field):
+    path = path.format(tiny=tiny_model_dir, empty=tmp_path)
+    with pytest.raises(InputError) as error:
+        models.register_model(db, name, path, kind)
+    assert error.value.field == field
+    assert db["models"].count == 0
+
+
+def test_duplicate_name_and_unknown_model(db, tiny_model_dir):
+    models.register_model(db, "rm", str(tiny_model_dir), "reward")
+    with pytest.raises(InputError, match="already registered"):
+        models.register_model(db, "rm", str(tiny_model_dir), "reward")
+    with pytest.raises(InputError, match="no model named"):
+        models.get_model(db, "nope")
+    with pytest.raises(InputError) as error:
+        models.resolve(db, "nope")
+    assert error.value.field == "model"
+    assert "rm" not in models.chat_model_names(db)

@@ -1,0 +1,48 @@
+import pytest
+
+from labeler.services.errors import InputError
+from labeler.services.projects import Project, create_project, get_project, list_projects, update_project
+
+
+def test_default_project_exists_with_schema_defaults(db):
+    assert get_project(db) == Project(id=1, name="default", likert_min=1, likert_max=7, overlap=1, guidelines="")
+
+
+def test_create_list_update(db):
+    created = create_project(db, "imdb", likert_min=1, likert_max=5, overlap=2, guidelines="# Be kind")
+    assert created == Project(id=2, name="imdb", likert_min=1, likert_max=5, overlap=2, guidelines="# Be kind")
+    assert [p.name for p in list_projects(db)] == ["default", "imdb"]
+    updated = update_project(db, "imdb", overlap=3, guidelines="new")
+    assert (updated.likert_min, updated.likert_max, updated.overlap, updated.guidelines) == (1, 5, 3, "new")
+    assert get_project(db, "imdb") == updated
+    assert updated.midpoint == 3.0  # (1 + 5) / 2
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"likert_min": 5, "likert_max": 5}, "likert_max"),
+        ({"overlap": 0}, "overlap"),
+        ({"likert_min": 1.5}, "likert_min"),
+    ],
+)
+def test_invalid_settings_name_the_field_and_write_nothing(db, kwargs, field):
+    with pytest.raises(InputError) as error:
+        create_project(db, "bad", **kwargs)
+    assert error.value.field == field and f"field '{field}'" in str(error.value)
+    assert [p.name for p in list_projects(db)] == ["default"]
+
+
+def test_update_rejects_bad_values_and_unknown_fields(db):
+    with pytest.raises(InputError, match="likert_max"):
+        update_project(db, "default", likert_max=0)  # 0 <= likert_min 1
+    with pytest.raises(InputError, match="cannot change title"):
+        update_project(db, "default", title="other")
+    assert get_project(db).likert_max == 7
+
+
+def test_duplicate_and_unknown_names(db):
+    with pytest.raises(InputError, match="already exists"):
+        create_project(db, "default")
+    with pytest.raises(InputError, match="unknown project 'nope'"):
+        get_project(db, "nope")

@@ -1,0 +1,70 @@
+"""Reward sources (rlhf/rewards.py): function, reward model, human, mix."""
+from __future__ import annotations
+
+import pytest
+
+from rlhf.rewards import FunctionReward, HumanReward, MixReward, RewardModelReward, vader_compound
+
+
+def test_vader_function_reward_scores_query_plus_response():
+    reward = FunctionReward.from_spec("vader")
+    scores = reward(["This film was", "This film was"], [" wonderful and moving.", " awful, a dreadful bore."])
+    assert scores[0] > 0.5 and scores[1] < -0.5
+    assert scores == vader_compound(["This film was"] * 2, [" wonderful and moving.", " awful, a dreadful bore."])
+    assert reward.last_stats["reward/function_count"] == 2.0
+
+
+def test_function_reward_from_module_path_and_bad_output():
+    reward = FunctionReward.from_spec("os.path:commonprefix")  # not a reward: returns a string, not scores
+    with pytest.raises((ValueError, TypeError)):
+        reward(["a"], ["b"])
+    with pytest.raises(ValueError, match="module:function"):
+        FunctionReward.from_spec("sentiment")
+    length = FunctionReward(lambda q, r: [len(x) for x in r])
+    assert length(["q", "q"], ["ab", "abcd"]) == [2.0, 4.0]
+
+
+def test_reward_model_reward_subtracts_the_query_score():
+    # A fake scorer: score = number of "good" in prompt + response.
+    def scorer(prompts, responses):
+        return [float((p + " " + r).count("good")) for p, r in zip(prompts, responses)]
+
+    plain = RewardModelReward(scorer)
+    baseline = RewardModelReward(scorer, subtract_query_score=True)
+    queries, responses = ["a good start", "plain"], ["good good", "good"]
+    # plain: [1 + 2, 0 + 1] = [3, 1]; minus the query's own score [1, 0] -> [2, 1]
+    assert plain(queries, responses) == [3.0, 1.0]
+    assert baseline(queries, responses) == [2.0, 1.0]
+    assert baseline.last_stats["reward/rm_mean"] == pytest.approx(1.5)
+
+
+def test_reward_model_reward_with_a_real_sequence_classifier(tiny_encoder_dir):
+    reward = RewardModelReward.from_pretrained(str(tiny_encoder_dir), subtract_query_score=True)
+    scores = reward(["A film", "A film"], ["that I loved.", "that I hated."])
+    assert len(scores) == 2 and all(isinstance(s, float) for s in scores)
+    assert scores[0] != scores[1]
+
+
+def test_human_reward_passes_timeout_and_reports_missing():
+    calls = []
+
+    def request_and_wait(queries, responses, timeout):
+        calls.append((queries, responses, timeout))
+        return [0.5, None, -1.0]
+
+    reward = HumanReward(request_and_wait, timeout=7.0)
+    assert reward(["q1", "q2", "q3"], ["r1", "r2", "r3"]) == [0.5, None, -1.0]
+    assert calls == [(["q1", "q2", "q3"], ["r1", "r2", "r3"], 7.0)]
+    assert reward.last_stats["reward/human_missing"] == 1.0
+    assert reward.last_stats["reward/human_mean"] == pytest.approx(-0.25)  # (0.5 - 1.0) / 2
+
+
+def test_mix_reward_weights_and_rm_fallback():
+    human = HumanReward(lambda q, r, t: [1.0, None, -0.5], timeout=1)
+    rm = lambda q, r: [0.2, 0.4, 0.6]  # noqa: E731
+    mix = MixReward(human, rm, w_human=2.0, w_rm=0.5)
+    # rated: 2*1.0 + 0.5*0.2 = 2.1;  unrated: (2 + 0.5) * 0.4 = 1.0;  rated: 2*(-0.5) + 0.5*0.6 = -0.7
+    assert mix(["a", "b", "c"], ["x", "y", "z"]) == pytest.approx([2.1, 1.0, -0.7])
+    assert mix.last_stats["reward/from_human"] == 2.0 and mix.last_stats["reward/from_rm"] == 1.0
+    with pytest.raises(ValueError):
+        MixReward(human, rm, w_human=-1)
