@@ -88,7 +88,9 @@ def field_specs(cls, only: list[str] | tuple[str, ...] | None = None) -> list[Fi
 def parse_value(spec: FieldSpec, value: Any, source: str | None = None) -> Any:
     """Text from a flag (or a value from a widget or a JSON file) as the field's type."""
     where = {"file": source, "field": spec.name}
-    if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "null") and spec.optional):
+    # "none" is a value of some text fields (report_to="none"), so only "null" means None for those.
+    nulls = ("null",) if spec.kind in ("str", "json") else ("none", "null")
+    if value is None or (isinstance(value, str) and value.strip().lower() in nulls and spec.optional):
         if spec.optional or spec.kind == "json":
             return None
         raise InputError(f"a value is required ({spec.help or spec.kind})", **where)
@@ -118,7 +120,12 @@ def parse_value(spec: FieldSpec, value: Any, source: str | None = None) -> Any:
                     return choice
             raise ValueError(f"expected one of {', '.join(map(str, spec.choices))}; got {value!r}")
         if spec.kind == "json":
-            return json.loads(value) if isinstance(value, str) else value
+            if not isinstance(value, str):
+                return value
+            try:
+                return json.loads(value)
+            except json.JSONDecodeError:
+                return value  # a plain word for a `str | list[str]` field
         return str(value)
     except (ValueError, json.JSONDecodeError) as error:
         raise InputError(str(error), **where) from None

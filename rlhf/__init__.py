@@ -15,6 +15,16 @@ _LAZY_EXPORTS = {
     "SFTConfig": "rlhf.sft",
     "SFTTrainer": "rlhf.sft",
     "merge_and_save": "rlhf.peft_utils",
+    # PPO (classic TRL API)
+    "PPOConfig": "rlhf.configs",
+    "PPOTrainer": "rlhf.ppo",
+    "AutoModelForCausalLMWithValueHead": "rlhf.value_head",
+    "create_reference_model": "rlhf.value_head",
+    "AdaptiveKLController": "rlhf.kl_control",
+    "FixedKLController": "rlhf.kl_control",
+    "LengthSampler": "rlhf.samplers",
+    "BestOfNSampler": "rlhf.samplers",
+    "TextEnvironment": "rlhf.environment",
 }
 
 

@@ -70,6 +70,72 @@ def split_preference(example: dict[str, Any]) -> tuple[Any, Any, Any]:
     return prompt, chosen, rejected
 
 
+# ---- checking rows ------------------------------------------------------------------------------------
+class DataError(ValueError):
+    """A bad row or column. `row` is 0-based; the services turn this into InputError(line=row + 1, field=field)."""
+
+    def __init__(self, message: str, row: int | None = None, field: str | None = None):
+        self.message, self.row, self.field = message, row, field
+        where = ", ".join(p for p in (f"row {row}" if row is not None else "", f"field '{field}'" if field else "") if p)
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+def _check_text(value: Any, row: int, field: str) -> str:
+    """'text' or 'messages' for a valid cell; raises DataError otherwise."""
+    if isinstance(value, str):
+        if not value.strip() and field != "prompt":
+            raise DataError("is empty", row, field)
+        return "text"
+    if isinstance(value, list) and value:
+        for message in value:
+            if not (isinstance(message, dict) and isinstance(message.get("role"), str) and isinstance(message.get("content"), str)):
+                raise DataError('messages must be {"role": str, "content": str} objects', row, field)
+        return "messages"
+    raise DataError(f"must be a string or a non-empty list of messages, got {type(value).__name__}", row, field)
+
+
+def check_preference_rows(dataset) -> None:
+    """Raise DataError for the first bad row of a prompt/chosen/rejected[/margin] dataset."""
+    columns = set(dataset.column_names)
+    for name in ("chosen", "rejected"):
+        if name not in columns:
+            raise DataError(f"preference data needs columns prompt, chosen, rejected; got {sorted(columns)}", field=name)
+    for i, row in enumerate(dataset):
+        kinds = {_check_text(row[k], i, k) for k in ("chosen", "rejected")}
+        if row.get("prompt") is not None:
+            kinds.add(_check_text(row["prompt"], i, "prompt"))
+        elif kinds != {"messages"}:
+            raise DataError("is missing (text pairs need a prompt)", i, "prompt")
+        if len(kinds) > 1:
+            raise DataError("prompt, chosen and rejected must all be text or all be message lists", i, "chosen")
+        if "margin" in row:
+            try:
+                margin = float(row["margin"])
+            except (TypeError, ValueError):
+                raise DataError(f"must be a number, got {row['margin']!r}", i, "margin") from None
+            if margin != margin or margin in (float("inf"), float("-inf")):
+                raise DataError(f"must be finite, got {margin}", i, "margin")
+
+
+def check_sft_rows(dataset) -> None:
+    """Raise DataError for the first bad row of a prompt/completion, messages or text dataset."""
+    columns = set(dataset.column_names)
+    if {"prompt", "completion"} <= columns:
+        fields = ("prompt", "completion")
+    elif "messages" in columns:
+        fields = ("messages",)
+    elif "text" in columns:
+        fields = ("text",)
+    else:
+        raise DataError(f"SFT data needs columns prompt+completion, messages or text; got {sorted(columns)}")
+    for i, row in enumerate(dataset):
+        kinds = {_check_text(row[k], i, k) for k in fields}
+        if len(kinds) > 1:
+            raise DataError("prompt and completion must both be text or both be message lists", i, "completion")
+        if fields == ("text",) and kinds != {"text"}:
+            raise DataError("must be a string", i, "text")
+
+
 # ---- tokenising ---------------------------------------------------------------------------------------
 def _tokenize_pair(tokenizer, prompt_text: str, completion_text: str, conversational: bool) -> tuple[list, list]:
     """Prompt ids (with the tokenizer's own special tokens unless a template already wrote them) and

@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader
 from transformers import Trainer, TrainingArguments
 
 from rlhf.core import logprobs_from_logits, masked_sum
-from rlhf.data import PreferenceCollator, tokenize_preference_causal
+from rlhf.data import PreferenceCollator, check_preference_rows, tokenize_preference_causal
 from rlhf.loading import DEFAULT_POLICY, load_causal_lm, load_tokenizer, resolve_model_path
 from rlhf.losses import dpo_loss
 from rlhf.peft_utils import apply_peft, is_peft_model
@@ -126,11 +126,16 @@ class DPOTrainer(Trainer):
         if ref_model is not None:
             ref_model.eval().requires_grad_(False)
 
-        tokenize = lambda ds: None if ds is None else ds.map(  # noqa: E731
-            tokenize_preference_causal,
-            fn_kwargs={"tokenizer": processing_class, "max_length": args.max_length, "max_prompt_length": args.max_prompt_length},
-            remove_columns=ds.column_names,
-        )
+        def tokenize(dataset):
+            if dataset is None:
+                return None
+            check_preference_rows(dataset)
+            return dataset.map(
+                tokenize_preference_causal,
+                fn_kwargs={"tokenizer": processing_class, "max_length": args.max_length, "max_prompt_length": args.max_prompt_length},
+                remove_columns=dataset.column_names,
+            )
+
         if isinstance(eval_dataset, dict):
             eval_dataset = {k: tokenize(v) for k, v in eval_dataset.items()}
         else:

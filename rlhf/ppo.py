@@ -112,7 +112,9 @@ class PPOTrainer:
         if tokenizer is None:
             raise ValueError("PPOTrainer: tokenizer is required (for padding and EOS ids)")
         self.config, self.tokenizer = config, tokenizer
-        self.accelerator = accelerator or Accelerator(mixed_precision="bf16" if config.bf16 else "no")
+        # bf16 is our own autocast (_autocast), not Accelerator(mixed_precision=...): accelerate's state is a
+        # process-wide singleton, so a second trainer with another precision in the same process would fail.
+        self.accelerator = accelerator or Accelerator()
         # Shuffling draws from this generator; sampling in generate() uses torch's global RNG (transformers
         # offers no generator argument), seeded here once. Both are in state_dict() for resuming.
         self.generator = torch.Generator().manual_seed(config.seed)
@@ -157,6 +159,12 @@ class PPOTrainer:
         self.running = RunningMoments()
         self.current_step = 0
         self.tracker = Tracker.create(config.log_dir, config.tensorboard, callback)
+
+    def _autocast(self):
+        device_type = self.accelerator.device.type
+        if self.config.bf16:
+            return torch.autocast(device_type=device_type, dtype=torch.bfloat16)
+        return self.accelerator.autocast()  # whatever `accelerate launch --mixed_precision` asked for
 
     @property
     def unwrapped_model(self) -> AutoModelForCausalLMWithValueHead:
@@ -225,7 +233,7 @@ class PPOTrainer:
             lengths = torch.tensor([len(q) for q in chunk], device=device)
             positions = torch.arange(input_ids.shape[1], device=device)
             attention_mask = (positions >= input_ids.shape[1] - lengths[:, None]).long()  # (b, Q)
-            with self.accelerator.autocast():
+            with self._autocast():
                 generated = model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
             for query, row in zip(chunk, generated[:, input_ids.shape[1] :]):
                 response = trim_response(row, self.eos_token_id, self.pad_token_id) if remove_padding else row
@@ -348,7 +356,7 @@ class PPOTrainer:
         Only the last R + 1 positions go through the LM head (logits_to_keep): queries need none.
         """
         R = rollouts.response_length
-        with self.accelerator.autocast():
+        with self._autocast():
             logits, _, values = model(input_ids=rollouts.input_ids, attention_mask=rollouts.attention_mask,
                                       position_ids=rollouts.position_ids, logits_to_keep=R + 1)
         logits, values = logits[:, :-1], values[:, :-1]  # position Q-1+j predicts response token j
@@ -372,7 +380,7 @@ class PPOTrainer:
 
     def _train_epochs(self, rollouts, old_logprobs, old_values, advantages, returns) -> list[dict]:
         cfg = self.config
-        stats, early_stopped, skipped = [], False, 0
+        stats, early_stopped, optimizer_steps = [], False, 0
         self.model.train()
         for _ in range(cfg.ppo_epochs):
             order = torch.randperm(cfg.batch_size, generator=self.generator).to(self.accelerator.device)
@@ -382,7 +390,6 @@ class PPOTrainer:
                     mb_stats = self._train_minibatch(rollouts.select(idx), old_logprobs[idx], old_values[idx],
                                                      advantages[idx], returns[idx])
                     stats.append(mb_stats)
-                    skipped += int(mb_stats["skipped"])
                     if cfg.early_stopping and mb_stats["policy/approxkl"] > 1.5 * cfg.target_kl:
                         early_stopped = True
                         break
@@ -393,10 +400,12 @@ class PPOTrainer:
                     self.accelerator.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
                 self.optimizer.step()
                 self.optimizer.zero_grad()
+                optimizer_steps += 1
             if early_stopped:
                 break
         for s in stats:
             s["early_stopped"] = torch.tensor(float(early_stopped))
+            s["optimizer_steps"] = torch.tensor(float(optimizer_steps))
         return stats
 
     def _train_minibatch(self, mb: Rollouts, old_logprobs, old_values, advantages, returns) -> dict:

@@ -22,6 +22,7 @@ from transformers import AutoModelForSequenceClassification, EvalPrediction, Tra
 
 from rlhf.data import (
     RewardCollator,
+    check_preference_rows,
     pad_token_lists,
     render_prompt_completion,
     tokenize_for_reward,
@@ -149,9 +150,7 @@ class RewardTrainer(Trainer):
     def _tokenize(dataset, tokenizer, max_length):
         if dataset is None:
             return None
-        missing = {"chosen", "rejected"} - set(dataset.column_names)
-        if missing:
-            raise ValueError(f"preference data needs columns prompt, chosen, rejected; missing {sorted(missing)}")
+        check_preference_rows(dataset)
         drop = [c for c in dataset.column_names if c != "margin"]
         return dataset.map(tokenize_preference_reward, fn_kwargs={"tokenizer": tokenizer, "max_length": max_length}, remove_columns=drop)
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import Trainer, TrainingArguments
 
-from rlhf.data import SFTCollator, pack_examples, tokenize_sft
+from rlhf.data import SFTCollator, check_sft_rows, pack_examples, tokenize_sft
 from rlhf.loading import DEFAULT_POLICY, load_causal_lm, load_tokenizer, resolve_model_path
 from rlhf.peft_utils import apply_peft
 
@@ -86,6 +86,7 @@ class SFTTrainer(Trainer):
         def prepare(dataset):
             if dataset is None:
                 return None
+            check_sft_rows(dataset)
             dataset = dataset.map(
                 tokenize_sft, fn_kwargs={"tokenizer": processing_class, "max_length": args.max_length},
                 remove_columns=dataset.column_names,
@@ -125,11 +126,20 @@ class SFTTrainer(Trainer):
         return (loss, outputs) if return_outputs else loss
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        # Evaluation runs with the model in eval mode, so the mode tells train logs from eval logs.
         mode = "train" if self.model.training else "eval"
         prefix = "eval_" if mode == "eval" else ""
         metrics = {f"{prefix}{k}": sum(v) / len(v) for k, v in self._metrics[mode].items() if v}
         self._metrics[mode].clear()
+        if mode == "eval":
+            self._last_eval_metrics = metrics
         super().log({**logs, **metrics}, start_time)
+
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
+        # Trainer.evaluate returns only what compute_metrics gives; add the token accuracy that log() saw.
+        self._last_eval_metrics = {}
+        output = super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
+        return {**output, **self._last_eval_metrics}
 
 
 __all__ = ["SFTConfig", "SFTTrainer"]

@@ -175,4 +175,6 @@ INITIAL_SCHEMA = [
 
 MIGRATIONS: list[tuple[str, list[str]]] = [
     ("initial schema", INITIAL_SCHEMA),
+    # Exports and agreement join rankings to items; without this a 20k-pair export scans quadratically.
+    ("index rankings by item", ["CREATE INDEX rankings_item ON rankings (item_id)"]),
 ]

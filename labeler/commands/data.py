@@ -35,7 +35,9 @@ def _open(args):
 
 
 def _register_prompts(subparsers, common) -> None:
-    group = subparsers.add_parser("prompts", help="import and list prompts", description="Import and list the prompts of a project.")
+    group = subparsers.add_parser(
+        "prompts", help="import and list prompts", description="Import and list the prompts of a project."
+    )
     actions = group.add_subparsers(dest="action", required=True, metavar="ACTION")
     imp = actions.add_parser(
         "import", parents=[common], help="import prompts from a file or a saved datasets folder",
@@ -173,23 +175,29 @@ def run_backup(args) -> int:
 
 
 def _register_projects(subparsers, common) -> None:
-    group = subparsers.add_parser("projects", help="create, list and configure projects",
-                                  description="A project is a set of prompts with its own rating scale, overlap and guidelines.")
+    group = subparsers.add_parser(
+        "projects", help="create, list and configure projects",
+        description="A project is a set of prompts with its own rating scale, overlap and guidelines.",
+    )
     actions = group.add_subparsers(dest="action", required=True, metavar="ACTION")
     create = actions.add_parser("create", parents=[common], help="create a project", description="Create a project.")
     create.add_argument("name", help="the new project's name")
-    update = actions.add_parser("set", parents=[common], help="change a project's settings",
-                                description="Change a project's Likert range, overlap or guidelines; unset options keep their value.")
+    update = actions.add_parser(
+        "set", parents=[common], help="change a project's settings",
+        description="Change a project's Likert range, overlap or guidelines; unset options keep their value.",
+    )
     update.add_argument("name", help="the project to change")
-    for parser, defaults in ((create, True), (update, False)):
-        parser.add_argument("--likert-min", type=int, default=1 if defaults else None, help="lowest score" + (" (default 1)" if defaults else ""))
-        parser.add_argument("--likert-max", type=int, default=7 if defaults else None, help="highest score" + (" (default 7)" if defaults else ""))
-        parser.add_argument("--overlap", type=int, default=1 if defaults else None,
-                            help="annotators per item, for agreement statistics" + (" (default 1)" if defaults else ""))
+    for flag, text, default in (("--likert-min", "lowest score", 1), ("--likert-max", "highest score", 7),
+                                ("--overlap", "annotators per item, for agreement statistics", 1)):
+        create.add_argument(flag, type=int, default=default, help=f"{text} (default {default})")
+        update.add_argument(flag, type=int, default=None, help=f"{text} (default: unchanged)")
+    for parser in (create, update):
         parser.add_argument("--guidelines", default=None, help="markdown file with the annotation guidelines")
     create.set_defaults(func=run_projects_create)
     update.set_defaults(func=run_projects_set)
-    listing = actions.add_parser("list", parents=[common], help="list projects", description="List every project and its settings.")
+    listing = actions.add_parser(
+        "list", parents=[common], help="list projects", description="List every project and its settings."
+    )
     listing.set_defaults(func=run_projects_list)
 
 

@@ -39,7 +39,8 @@ class User:
 
 
 def hash_password(password: str, salt_hex: str, n: int = SCRYPT_N, r: int = SCRYPT_R, p: int = SCRYPT_P) -> str:
-    digest = hashlib.scrypt(password.encode("utf-8"), salt=bytes.fromhex(salt_hex), n=n, r=r, p=p, maxmem=64 * 2**20, dklen=32)
+    salt = bytes.fromhex(salt_hex)
+    digest = hashlib.scrypt(password.encode("utf-8"), salt=salt, n=n, r=r, p=p, maxmem=64 * 2**20, dklen=32)
     return f"scrypt${n}${r}${p}${digest.hex()}"
 
 

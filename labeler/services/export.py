@@ -99,7 +99,8 @@ def _parse_time(value, field: str) -> date | datetime | None:
                 return date.fromisoformat(text)
             parsed = datetime.fromisoformat(text)
         except ValueError:
-            raise InputError(f"not an ISO date or datetime: {value!r} (e.g. 2025-01-31 or 2025-01-31T12:00)", field=field) from None
+            example = "e.g. 2025-01-31 or 2025-01-31T12:00"
+            raise InputError(f"not an ISO date or datetime: {value!r} ({example})", field=field) from None
     # Naive times are UTC, like every timestamp in the database.
     return parsed.replace(tzinfo=timezone.utc) if parsed.tzinfo is None else parsed.astimezone(timezone.utc)
 
@@ -219,7 +220,9 @@ def _rated_responses(db: sqlite_utils.Database, project: Project, options: Expor
     ]
 
 
-def rating_rows(db: sqlite_utils.Database, project: str = "default", options: ExportOptions = ExportOptions()) -> list[dict]:
+def rating_rows(
+    db: sqlite_utils.Database, project: str = "default", options: ExportOptions = ExportOptions()
+) -> list[dict]:
     """One row per rated response: prompt, completion, score (mean), n, std. Ordered by prompt, response."""
     return [row for _, row in _rating_records(db, get_project(db, project), options)]
 
@@ -231,7 +234,9 @@ def _rating_records(db, project: Project, options: ExportOptions) -> list[tuple[
     ]
 
 
-def unpaired_rows(db: sqlite_utils.Database, project: str = "default", options: ExportOptions = ExportOptions()) -> list[dict]:
+def unpaired_rows(
+    db: sqlite_utils.Database, project: str = "default", options: ExportOptions = ExportOptions()
+) -> list[dict]:
     """One row per rated response: prompt, completion, label (bool: mean score >= threshold), for KTO."""
     return [row for _, row in _unpaired_records(db, get_project(db, project), options)]
 
@@ -253,7 +258,9 @@ def _ranking_records(db, project: Project, options: ExportOptions) -> list[tuple
     who, who_params = _annotator_filter(options)
     when, when_params = _time_filter("rk.created_at", options)
     rankings = db.execute(
-        "SELECT rk.item_id, rk.prompt_id, rk.order_json FROM rankings rk JOIN items i ON i.id = rk.item_id"
+        # CROSS JOIN fixes the loop order: one scan of rankings, items by primary key. rankings has no index on
+        # item_id, and the planner otherwise loops over items and searches rankings for each (quadratic).
+        "SELECT rk.item_id, rk.prompt_id, rk.order_json FROM rankings rk CROSS JOIN items i ON i.id = rk.item_id"
         " JOIN prompts p ON p.id = rk.prompt_id LEFT JOIN users u ON u.id = rk.user_id"
         f" WHERE i.project_id = ? AND p.project_id = ?{who}{when} ORDER BY rk.item_id, rk.id",
         [project.id, project.id, *who_params, *when_params],
@@ -320,28 +327,43 @@ def _preference_records(db, project: Project, options: ExportOptions) -> list[tu
     return records
 
 
-def preference_rows(db: sqlite_utils.Database, project: str = "default", options: ExportOptions = ExportOptions()) -> list[dict]:
+def preference_rows(
+    db: sqlite_utils.Database, project: str = "default", options: ExportOptions = ExportOptions()
+) -> list[dict]:
     """TRL preference rows: prompt, chosen, rejected[, margin]. Ranking pairs (by item, then response ids) first."""
     return [row for _, row in _preference_records(db, get_project(db, project), options)]
 
 
+def _by_ids(db, sql: str, ids: set[int]) -> list:
+    """Rows of `sql` (with one IN (...) placeholder list) for all ids, in chunks under SQLite's variable limit."""
+    ordered, rows = sorted(ids), []
+    for start in range(0, len(ordered), 900):
+        chunk = ordered[start : start + 900]
+        rows += db.execute(sql.format(marks=", ".join("?" * len(chunk))), chunk).fetchall()
+    return rows
+
+
 def _texts(db, ids: set[int]) -> dict[int, str]:
-    if not ids:
-        return {}
-    marks = ", ".join("?" * len(ids))
-    return {row[0]: row[1] for row in db.execute(f"SELECT id, text FROM responses WHERE id IN ({marks})", list(ids))}
+    return {row[0]: row[1] for row in _by_ids(db, "SELECT id, text FROM responses WHERE id IN ({marks})", ids)}
 
 
 def _prompts(db, ids: set[int]) -> dict[int, tuple[str, str | None]]:
-    if not ids:
-        return {}
-    marks = ", ".join("?" * len(ids))
-    return {row[0]: (row[1], row[2]) for row in db.execute(f"SELECT id, text, messages_json FROM prompts WHERE id IN ({marks})", list(ids))}
+    rows = _by_ids(db, "SELECT id, text, messages_json FROM prompts WHERE id IN ({marks})", ids)
+    return {row[0]: (row[1], row[2]) for row in rows}
 
 
 # --- writers -----------------------------------------------------------------------------------------------
 
 _RECORDS = {"preferences": _preference_records, "ratings": _rating_records, "unpaired": _unpaired_records}
+
+
+def rows_with_prompt_ids(
+    db: sqlite_utils.Database, project: str, kind: Literal["preferences", "ratings", "unpaired"], options: ExportOptions
+) -> list[tuple[int, dict]]:
+    """(prompt id, row) for each row of `kind`: for splits by prompt (`split_by_prompt`) and data snapshots."""
+    if kind not in KINDS:
+        raise InputError(f"unknown kind {kind!r} (choose {', '.join(KINDS)})", field="kind")
+    return _RECORDS[kind](db, get_project(db, project), options)
 
 
 def export(
@@ -357,7 +379,7 @@ def export(
         raise InputError(f"unknown kind {kind!r} (choose {', '.join(KINDS)})", field="kind")
     if fmt not in FORMATS:
         raise InputError(f"unknown format {fmt!r} (choose {', '.join(FORMATS)})", field="format")
-    records = _RECORDS[kind](db, get_project(db, project), options)
+    records = rows_with_prompt_ids(db, project, kind, options)
     if not records:
         raise InputError(f"nothing to export: no {kind} rows match (label some items, or relax the filters)", field="kind")
     out = Path(out)

@@ -210,6 +210,8 @@ def _available_sql(select: str) -> str:
     return f"""SELECT {select} FROM items i
         WHERE i.project_id = :project AND i.kind = :kind
           AND NOT EXISTS (SELECT 1 FROM assignments m WHERE m.item_id = i.id AND m.user_id = :user)
+          -- An arena vote already is this pair's label: it is not annotation work for others.
+          AND NOT EXISTS (SELECT 1 FROM rankings r WHERE r.item_id = i.id AND r.source = 'arena')
           AND (i.gold_json IS NOT NULL
                OR (SELECT COUNT(*) FROM assignments a WHERE a.item_id = i.id AND {_HOLDS_SLOT}) < :overlap)"""
 

@@ -71,7 +71,9 @@ def parse_pair(where: Where, record: dict) -> PreferencePair:
 
 def _response_id(db: sqlite_utils.Database, prompt_id: int, text: str) -> int:
     """An identical answer to the same prompt is the same response (whatever produced it)."""
-    row = db.execute("SELECT id FROM responses WHERE prompt_id = ? AND text = ? ORDER BY id LIMIT 1", [prompt_id, text]).fetchone()
+    row = db.execute(
+        "SELECT id FROM responses WHERE prompt_id = ? AND text = ? ORDER BY id LIMIT 1", [prompt_id, text]
+    ).fetchone()
     if row:
         return row[0]
     return db.execute(
@@ -79,8 +81,12 @@ def _response_id(db: sqlite_utils.Database, prompt_id: int, text: str) -> int:
     ).lastrowid
 
 
-def _store_pair(db: sqlite_utils.Database, project_id: int, pair: PreferencePair, source: str) -> bool:
-    """Inside the caller's transaction; False when this exact imported preference is already stored."""
+def _store_pair(db: sqlite_utils.Database, project_id: int, pair: PreferencePair, source: str, known: set) -> bool:
+    """Inside the caller's transaction; False when this exact imported preference is already stored.
+
+    `known` holds (item id, order_json) of the imported rankings so far, read once: rankings has no index on
+    item_id, and a query per pair would make a large import quadratic.
+    """
     prompt_id, _ = insert_prompt(db, project_id, pair.prompt, source)
     chosen, rejected = _response_id(db, prompt_id, pair.chosen), _response_id(db, prompt_id, pair.rejected)
     ids_json = response_ids_json([chosen, rejected])
@@ -93,10 +99,9 @@ def _store_pair(db: sqlite_utils.Database, project_id: int, pair: PreferencePair
         "SELECT id FROM items WHERE project_id = ? AND kind = 'ranking' AND response_ids_json = ?", [project_id, ids_json]
     ).fetchone()[0]
     order_json = json.dumps([[chosen], [rejected]])
-    if db.execute(
-        "SELECT 1 FROM rankings WHERE item_id = ? AND source = ? AND order_json = ?", [item_id, SOURCE, order_json]
-    ).fetchone():
+    if (item_id, order_json) in known:
         return False
+    known.add((item_id, order_json))
     db.execute(
         "INSERT INTO rankings (item_id, prompt_id, user_id, order_json, source) VALUES (?, ?, NULL, ?, ?)",
         [item_id, prompt_id, order_json, SOURCE],
@@ -113,6 +118,7 @@ def import_preferences(db: sqlite_utils.Database, path: str | Path, project: str
     useful = [pair for pair in pairs if pair.chosen != pair.rejected]
     added = 0
     with write_transaction(db):
+        known = {tuple(row) for row in db.execute("SELECT item_id, order_json FROM rankings WHERE source = ?", [SOURCE])}
         for pair in useful:
-            added += _store_pair(db, project_id, pair, source=f"import:{Path(path).name}")
+            added += _store_pair(db, project_id, pair, f"import:{Path(path).name}", known)
     return ImportResult(added=added, duplicates=len(useful) - added, skipped=len(pairs) - len(useful))

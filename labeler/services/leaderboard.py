@@ -24,7 +24,7 @@ SCALE, BASE_SCORE = 400.0, 1000.0
 def bradley_terry(
     wins: Sequence[tuple[str, str]],
     ties: Sequence[tuple[str, str]] = (),
-    prior: float = 0.5,
+    prior: float = 2.0,
     iters: int = 1000,
     tol: float = 1e-10,
 ) -> dict[str, float]:
@@ -32,7 +32,8 @@ def bradley_terry(
 
     A tie counts as half a win for each side. `prior` adds that many virtual ties between every model and
     a virtual opponent of strength 1, so a model that won (or lost) every game still gets a finite strength
-    and a model seen once does not jump to an extreme; 0 gives the plain maximum-likelihood fit.
+    and a model seen once does not jump to an extreme (with 2, one win is a 183-point lead, ten wins 479);
+    0 gives the plain maximum-likelihood fit.
     """
     players = sorted({m for pair in [*wins, *ties] for m in pair})
     if not players:
@@ -59,14 +60,20 @@ def bradley_terry(
             # of which half were won.
             denominator = sum(n / (p[i] + p[j]) for j, n in opponents[i]) + prior / (p[i] + 1.0)
             new[i] = (score[i] + prior / 2) / denominator if denominator > 0 else p[i]
-        # Only ratios matter: pin the geometric mean to 1 so the scale is identifiable.
-        log_mean = sum(math.log(v) for v in new.values()) / len(new)
-        new = {m: v / math.exp(log_mean) for m, v in new.items()}
+        if prior == 0:
+            # Without the virtual opponent only ratios are identified: pin the scale while iterating.
+            new = _unit_geometric_mean(new)
         change = max(abs(math.log(new[m]) - math.log(p[m])) for m in players)
         p = new
         if change < tol:
             break
-    return p
+    # Only ratios are reported: the geometric mean is set to 1 at the end.
+    return _unit_geometric_mean(p)
+
+
+def _unit_geometric_mean(strengths: dict[str, float]) -> dict[str, float]:
+    log_mean = sum(math.log(v) for v in strengths.values()) / len(strengths)
+    return {m: v / math.exp(log_mean) for m, v in strengths.items()}
 
 
 def to_elo_scale(strength: float) -> float:
@@ -104,7 +111,7 @@ def votes_to_matches(votes: Iterable[Vote]) -> list[tuple[str, str, float]]:
 
 
 def bootstrap_ci(
-    votes: Sequence[Vote], n: int = 200, seed: int = 0, alpha: float = 0.05, prior: float = 0.5
+    votes: Sequence[Vote], n: int = 200, seed: int = 0, alpha: float = 0.05, prior: float = 2.0
 ) -> dict[str, tuple[float, float]]:
     """Percentile interval of each model's Bradley-Terry score (Elo scale) over `n` resamples of the votes."""
     rng = random.Random(seed)

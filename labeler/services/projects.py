@@ -104,6 +104,14 @@ def update_project(db: sqlite_utils.Database, name: str, **fields) -> Project:
         current = get_project(db, name)
         merged = {key: fields.get(key, getattr(current, key)) for key in EDITABLE_FIELDS}
         _validate(name, **merged)
+        # Narrowing the scale under existing ratings would leave scores the new scale cannot hold.
+        low, high = db.execute(
+            "SELECT MIN(r.score), MAX(r.score) FROM ratings r JOIN items i ON i.id = r.item_id WHERE i.project_id = ?",
+            [current.id],
+        ).fetchone()
+        if low is not None and (low < merged["likert_min"] or high > merged["likert_max"]):
+            field = "likert_min" if low < merged["likert_min"] else "likert_max"
+            raise InputError(f"existing ratings range from {low:g} to {high:g}: the scale must still include them", field=field)
         if fields:
             assignments = ", ".join(f"{key} = ?" for key in fields)
             db.execute(f"UPDATE projects SET {assignments} WHERE id = ?", [*fields.values(), current.id])

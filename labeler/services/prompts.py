@@ -87,7 +87,9 @@ def insert_prompt(db: sqlite_utils.Database, project_id: int, prompt: PromptReco
     )
     if cursor.rowcount:
         return cursor.lastrowid, True
-    row = db.execute("SELECT id FROM prompts WHERE project_id = ? AND text_hash = ?", [project_id, prompt.text_hash]).fetchone()
+    row = db.execute(
+        "SELECT id FROM prompts WHERE project_id = ? AND text_hash = ?", [project_id, prompt.text_hash]
+    ).fetchone()
     return row[0], False
 
 
@@ -100,7 +102,9 @@ def _store(db: sqlite_utils.Database, project: str, prompts: list[PromptRecord],
     return ImportResult(added=added, duplicates=len(prompts) - added)
 
 
-def import_prompts(db: sqlite_utils.Database, path: str | Path, project: str = "default", source: str | None = None) -> ImportResult:
+def import_prompts(
+    db: sqlite_utils.Database, path: str | Path, project: str = "default", source: str | None = None
+) -> ImportResult:
     """Import every prompt of a file or saved datasets folder (see module docstring). Writes nothing on error."""
     get_project(db, project)  # an unknown project fails before the file is read
     prompts = [parse_prompt(where, record) for where, record in read_records(path, txt_field="prompt")]

@@ -39,7 +39,8 @@ def krippendorff_alpha_interval(units: Sequence[Sequence[float]]) -> float | Non
 
     def squared_differences(values: list[float]) -> float:
         m = len(values)
-        return 2 * m * sum(v * v for v in values) - 2 * sum(values) ** 2
+        # Exact for integer scores; the clamp stops float rounding of equal values from going negative.
+        return max(0.0, 2 * m * sum(v * v for v in values) - 2 * sum(values) ** 2)
 
     observed = sum(squared_differences(unit) / (len(unit) - 1) for unit in pairable) / n
     expected = squared_differences([v for unit in pairable for v in unit]) / (n * (n - 1))

@@ -1,9 +1,11 @@
 """File readers: CSV, JSONL, JSON arrays, .txt, Parquet and saved `datasets` folders.
 
 Each reader yields `(Where, record)`: where the record came from (line for text files, row for Parquet and
-datasets) and a dict. Text files are checked for invalid UTF-8 and NUL bytes up front, with the line of the
-first bad byte, because a half-decoded prompt silently corrupts a dataset. Readers only parse; what a record
-must contain is checked by the importer (prompts.py, labels_import.py), which raises `where.error(...)`.
+datasets) and a dict. Every string of every record is checked for NUL characters and for bytes that are not
+UTF-8 (text files are decoded with surrogateescape, so a bad byte survives parsing and is reported with its
+line AND field), because a half-decoded prompt silently corrupts a dataset and SQLite cannot store it.
+Readers only parse; what a record must contain is checked by the importer (prompts.py, labels_import.py),
+which raises `where.error(...)`.
 """
 from __future__ import annotations
 
@@ -43,24 +45,26 @@ def read_records(path: str | Path, txt_field: str = "prompt") -> Iterator[tuple[
     if not path.exists():
         raise InputError("file not found", file=str(path))
     if path.is_dir():
-        return _read_datasets_folder(path)
+        return _checked(_read_datasets_folder(path))
     suffix = path.suffix.lower()
     if suffix == ".parquet":
-        return _read_parquet(path)
+        return _checked(_read_parquet(path))
     if suffix not in TEXT_SUFFIXES:
         raise InputError(f"unsupported file type '{suffix or path.name}' (use {SUPPORTED})", file=str(path))
-    text = decode_text(path)
+    text = path.read_bytes().decode("utf-8", errors="surrogateescape").removeprefix("\ufeff")  # BOM: Excel's UTF-8
     if suffix in (".csv", ".tsv"):
-        return _read_csv(path, text, delimiter="\t" if suffix == ".tsv" else ",")
-    if suffix in (".jsonl", ".ndjson"):
-        return _read_jsonl(path, text)
-    if suffix == ".json":
-        return _read_json(path, text)
-    return _read_txt(path, text, txt_field)
+        records = _read_csv(path, text, delimiter="\t" if suffix == ".tsv" else ",")
+    elif suffix in (".jsonl", ".ndjson"):
+        records = _read_jsonl(path, text)
+    elif suffix == ".json":
+        records = _read_json(path, text)
+    else:
+        records = _read_txt(path, text, txt_field)
+    return _checked(records)
 
 
 def decode_text(path: Path) -> str:
-    """The file as text: strict UTF-8 (a leading BOM is dropped), no NUL bytes; errors name the line."""
+    """A whole text file (guidelines): strict UTF-8 (a leading BOM is dropped), no NUL bytes; errors name the line."""
     data = path.read_bytes()
     nul = data.find(b"\x00")
     if nul >= 0:
@@ -69,17 +73,55 @@ def decode_text(path: Path) -> str:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
         line = data.count(b"\n", 0, error.start) + 1
-        raise InputError(f"invalid UTF-8 (byte 0x{data[error.start]:02x}); save the file as UTF-8", file=str(path), line=line) from None
+        message = f"invalid UTF-8 (byte 0x{data[error.start]:02x}); save the file as UTF-8"
+        raise InputError(message, file=str(path), line=line) from None
+
+
+def _bad_string(value, path: str) -> tuple[str, str] | None:
+    """(field path, problem) of the first string in a record value that cannot be stored as text."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            return path, "contains a NUL byte (binary or UTF-16 file?)"
+        for char in value:
+            if "\ud800" <= char <= "\udfff":
+                code = ord(char)
+                what = f"byte 0x{code - 0xDC00:02x}" if code >= 0xDC80 else f"lone surrogate U+{code:04X}"
+                return path, f"invalid UTF-8 ({what}); save the file as UTF-8"
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            found = _bad_string(key, path) or _bad_string(item, f"{path}.{key}" if path else str(key))
+            if found:
+                return found
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            found = _bad_string(item, f"{path}[{index}]")
+            if found:
+                return found
+    return None
+
+
+def _checked(records: Iterator[tuple[Where, dict]]) -> Iterator[tuple[Where, dict]]:
+    for where, record in records:
+        found = _bad_string(record, "")
+        if found:
+            raise where.error(found[1], found[0] or None)
+        yield where, record
+
+
+def _lines(text: str) -> list[str]:
+    # Not str.splitlines(): it also splits on U+2028, U+0085 and form feeds, which may sit inside a JSON string
+    # or a prompt. Only \n (and \r\n) end a line, as in the editors that show the line numbers we report.
+    return [line.removesuffix("\r") for line in text.split("\n")]
 
 
 def _read_txt(path: Path, text: str, field: str) -> Iterator[tuple[Where, dict]]:
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(_lines(text), start=1):
         if line.strip():  # blank lines separate nothing and are skipped
             yield Where(str(path), number), {field: line}
 
 
 def _read_jsonl(path: Path, text: str) -> Iterator[tuple[Where, dict]]:
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(_lines(text), start=1):
         if not line.strip():
             continue
         where = Where(str(path), number)

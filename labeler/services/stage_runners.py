@@ -206,7 +206,8 @@ def reward_source(ctx: StageContext, db):
 def ppo_prompts(db, project: str, seed: int) -> list[str]:
     from labeler.services.projects import get_project
 
-    rows = db.execute("SELECT text FROM prompts WHERE project_id = ? AND source NOT LIKE 'ppo-run%' ORDER BY id",
+    # Held-out prompts (split 'test') are never trained on.
+    rows = db.execute("SELECT text FROM prompts WHERE project_id = ? AND split = 'train' ORDER BY id",
                       [get_project(db, project).id]).fetchall()
     prompts = [row[0] for row in rows]
     random.Random(seed).shuffle(prompts)

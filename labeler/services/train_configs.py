@@ -25,13 +25,13 @@ STAGE_CONFIG_CLASSES = {
     "ppo": "rlhf.configs:PPOConfig",
 }
 # The trainer fields the Train tab shows; every other field is still settable with --set or a JSON file.
+# (steps, seed and bf16 are job settings, passed on to the trainer: max_steps, seed, bf16.)
 FORM_FIELDS = {
-    "sft": ["learning_rate", "per_device_train_batch_size", "max_steps", "num_train_epochs", "max_length", "seed"],
-    "rm": ["learning_rate", "per_device_train_batch_size", "max_steps", "num_train_epochs", "max_length", "seed"],
-    "dpo": ["learning_rate", "per_device_train_batch_size", "max_steps", "num_train_epochs", "beta", "loss_type",
-            "max_length", "seed"],
+    "sft": ["learning_rate", "per_device_train_batch_size", "max_length", "completion_only_loss", "packing"],
+    "rm": ["learning_rate", "per_device_train_batch_size", "max_length", "center_rewards_coefficient"],
+    "dpo": ["learning_rate", "per_device_train_batch_size", "beta", "loss_type", "max_length"],
     "ppo": ["learning_rate", "batch_size", "mini_batch_size", "ppo_epochs", "init_kl_coef", "adap_kl_ctrl",
-            "target", "seed"],
+            "target"],
 }
 
 

@@ -89,6 +89,15 @@ def test_label_with_the_keyboard(running_app, browser):
     assert [(r["score"], r["comment"], plain(r["text"])) for r in ratings] == [(5.0, "7 stars", shown_answer)]
     assert ratings[0]["seconds"] > 0
 
+    # u undoes it: the same answer is back and its rating is gone; 5 rates it again.
+    page.keyboard.press("u")
+    counter_starts(page, "rate-counter", "0 done")
+    assert page.inner_text("#rate-response").strip() == shown_answer
+    page.keyboard.press("5")
+    counter_starts(page, "rate-counter", "1 done")
+    assert len(db_rows(running_app.db_path, "SELECT r.id FROM ratings r JOIN users u ON u.id = r.user_id"
+                       " WHERE u.username = ?", [username])) == 1
+
     # Rank: "2 = 3 1" puts answers 2 and 3 first (tied) and answer 1 last; Enter submits.
     page.click("button[role=tab]:has-text('Rank')")
     page.wait_for_selector("#rank-submit", state="visible")

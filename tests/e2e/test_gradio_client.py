@@ -119,3 +119,21 @@ def test_admin_adds_a_user_who_can_then_log_in(running_app):
     assert client(running_app, ("carol", "carol-password-1")).predict(api_name="/whoami").startswith(
         "Logged in as **carol**"
     )
+
+
+def test_uploads_over_the_size_cap_are_refused(running_app, tmp_path):
+    from gradio_client import handle_file
+
+    admin = client(running_app, running_app.admin)
+    before = rows(running_app.db_path, "SELECT COUNT(*) AS n FROM prompts")[0]["n"]
+    big = tmp_path / "big.txt"  # the fixture caps uploads at 2 MB
+    big.write_text("".join(f"A long prompt number {i} " + "x" * 200 + "\n" for i in range(12_000)), encoding="utf-8")
+    assert big.stat().st_size > 2 * 1024 * 1024
+    with pytest.raises(Exception, match="(?i)size|large|413"):
+        admin.predict(handle_file(str(big)), api_name="/data_import_prompts")
+    assert rows(running_app.db_path, "SELECT COUNT(*) AS n FROM prompts")[0]["n"] == before
+
+    small = tmp_path / "small.txt"
+    small.write_text("An uploaded prompt\n", encoding="utf-8")
+    summary, _ = admin.predict(handle_file(str(small)), api_name="/data_import_prompts")
+    assert f"**{before + 1}** prompts" in summary

@@ -8,7 +8,7 @@ import torch
 from datasets import Dataset
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, TrainerCallback
 
-from rlhf.data import RewardCollator, tokenize_preference_reward
+from rlhf.data import DataError, RewardCollator, tokenize_preference_reward
 from rlhf.losses import pairwise_reward_loss
 from rlhf.reward import RewardConfig, RewardScorer, RewardTrainer
 
@@ -51,15 +51,24 @@ def test_encoder_without_eos_reads_prompt_and_response_as_a_text_pair(tiny_encod
     assert batch["input_ids"].shape[0] == 4 and set(batch) == {"input_ids", "attention_mask", "token_type_ids"}
 
 
-def test_reward_model_learns_separable_pairs_on_encoder(tiny_encoder_dir, tmp_path):
-    trainer = RewardTrainer(
-        str(tiny_encoder_dir), args=config(tmp_path), train_dataset=toy_pairs(64, seed=0), eval_dataset=toy_pairs(32, seed=1)
-    )
+@pytest.mark.parametrize("preferred", ["good", "bad"])
+def test_reward_model_learns_separable_pairs_on_encoder(tiny_encoder_dir, tmp_path, preferred):
+    # Both directions: a random init already ranks one of them right by a hair (margin ~1e-6),
+    # so only learning can get both above 90%.
+    def data(n, seed):
+        rows = toy_pairs(n, seed)
+        return rows if preferred == "good" else rows.rename_columns({"chosen": "rejected", "rejected": "chosen"})
+
+    trainer = RewardTrainer(str(tiny_encoder_dir), args=config(tmp_path), train_dataset=data(64, 0), eval_dataset=data(32, 1))
     before = params(trainer.model)
+    start = trainer.evaluate()
     trainer.train()
     metrics = trainer.evaluate()
     assert metrics["eval_accuracy"] > 0.9
-    assert metrics["eval_margin"] > 0
+    assert metrics["eval_margin"] > 0.05 > abs(start["eval_margin"])
+    assert metrics["eval_loss"] < start["eval_loss"]
+    if preferred == "bad":
+        return
     assert any(not torch.equal(before[k], v) for k, v in params(trainer.model).items())
 
     # Saved with plain transformers; the scorer gives the trained model's scores for any (prompt, response).
@@ -137,7 +146,8 @@ def test_conversational_rows_and_callbacks(tiny_encoder_dir, tmp_path):
     )
 
     class Recorder(TrainerCallback):
-        logs: list = []
+        def __init__(self):
+            self.logs = []
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             self.logs.append(dict(logs or {}))
@@ -147,6 +157,21 @@ def test_conversational_rows_and_callbacks(tiny_encoder_dir, tmp_path):
     assert trainer.processing_class.decode(trainer.train_dataset[0]["input_ids_chosen"]) == "[CLS] user : rate it. [SEP] it is good. [SEP]"
     trainer.train()
     assert any("accuracy" in log and "rewards/chosen" in log for log in recorder.logs)
+
+
+@pytest.mark.parametrize(
+    "rows, row, field",
+    [
+        ([{"prompt": "p", "chosen": "a", "rejected": "b"}, {"prompt": "p", "chosen": "", "rejected": "b"}], 1, "chosen"),
+        ([{"prompt": "p", "chosen": "a", "rejected": "b", "margin": "big"}], 0, "margin"),
+        ([{"prompt": "p", "chosen": "a", "rejected": [{"role": "assistant", "content": "b"}]}], 0, "chosen"),
+        ([{"prompt": None, "chosen": "a", "rejected": "b"}], 0, "prompt"),
+    ],
+)
+def test_bad_rows_name_row_and_field(tiny_encoder_dir, tmp_path, rows, row, field):
+    with pytest.raises(DataError) as error:
+        RewardTrainer(str(tiny_encoder_dir), args=config(tmp_path), train_dataset=Dataset.from_list(rows))
+    assert (error.value.row, error.value.field) == (row, field)
 
 
 def test_scorer_rejects_mismatched_lengths(tiny_encoder_dir):

@@ -87,3 +87,27 @@ def test_deactivated_user_cannot_log_in_and_last_admin_is_kept(db):
     with pytest.raises(InputError, match="no active admin"):
         accounts.set_role(db, "root", "annotator")
     assert accounts.require_admin(db, "root").active  # both refusals rolled back
+
+
+def test_ensure_admin_race_creates_one_admin(db_path):
+    import threading
+
+    from storage import open_db
+
+    open_db(db_path).conn.close()  # migrate once up front
+    barrier, results = threading.Barrier(4), []
+
+    def start_server():
+        connection = open_db(db_path)  # a connection per thread, as in the app
+        barrier.wait()
+        results.append(accounts.ensure_admin(connection))
+        connection.conn.close()
+
+    threads = [threading.Thread(target=start_server) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    passwords = [r for r in results if r is not None]
+    assert len(results) == 4 and len(passwords) == 1
+    assert [u.username for u in accounts.list_users(open_db(db_path))] == ["admin"]

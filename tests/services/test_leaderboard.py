@@ -20,6 +20,16 @@ def test_bradley_terry_two_players_by_hand():
     assert to_elo_scale(p["A"]) - to_elo_scale(p["B"]) == pytest.approx(190.848, abs=1e-3)
 
 
+def test_prior_is_a_map_estimate_by_hand():
+    # One win of A over B with prior 2 (two virtual games, one won, against a strength-1 opponent each).
+    # By symmetry p_B = 1/p_A = 1/x, and A's score equation is: wins + prior/2 = expected wins, i.e.
+    # 1 + 1 = x / (x + 1/x) + 2 * x / (x + 1). At x = 1.6956: 0.7419 + 1.2581 = 2.0000.
+    p = bradley_terry([("A", "B")], prior=2.0)
+    x = p["A"]
+    assert x == pytest.approx(1.6956, abs=1e-4) and p["B"] == pytest.approx(1 / x)
+    assert x / (x + 1 / x) + 2 * x / (x + 1) == pytest.approx(2.0, abs=1e-8)
+
+
 def test_prior_keeps_an_unbeaten_model_finite():
     p = bradley_terry([("A", "B")] * 5)
     assert math.isfinite(p["A"]) and p["A"] > p["B"]

@@ -46,3 +46,15 @@ def test_duplicate_and_unknown_names(db):
         create_project(db, "default")
     with pytest.raises(InputError, match="unknown project 'nope'"):
         get_project(db, "nope")
+
+
+def test_scale_cannot_shrink_below_existing_ratings(db):
+    with db.conn:
+        db.execute("INSERT INTO users (username, password_hash, salt, role) VALUES ('a', 'x', 'x', 'annotator')")
+        db.execute("INSERT INTO prompts (project_id, text, text_hash) VALUES (1, 'p', 'h')")
+        db.execute("INSERT INTO responses (prompt_id, text) VALUES (1, 'r')")
+        db.execute("INSERT INTO items (project_id, kind, prompt_id, response_ids_json) VALUES (1, 'rating', 1, '[1]')")
+        db.execute("INSERT INTO ratings (item_id, response_id, user_id, score) VALUES (1, 1, 1, 6)")
+    with pytest.raises(InputError, match="field 'likert_max': existing ratings range from 6 to 6"):
+        update_project(db, "default", likert_max=5)
+    assert update_project(db, "default", likert_min=0, likert_max=10).likert_max == 10  # widening is fine

@@ -107,15 +107,21 @@ def test_malformed_files_name_file_line_field_and_write_nothing(db, tmp_path, na
 
 
 @pytest.mark.parametrize(
-    "data, line, what",
-    [(b"prompt\nok\nbad \xff byte\n", "line 3", "invalid UTF-8"), (b"prompt\nok\nnul\x00\n", "line 3", "NUL byte")],
+    "name, data, where, what",
+    [
+        ("p.csv", b"id,prompt\n1,ok\n2,bad \xff byte\n", "line 3, field 'prompt'", "invalid UTF-8 (byte 0xff)"),
+        ("p.csv", b"prompt\nok\nnul\x00\n", "line 3, field 'prompt'", "NUL byte"),
+        ("p.txt", b"ok\nbad \xc3(\n", "line 2, field 'prompt'", "invalid UTF-8 (byte 0xc3)"),
+        ("p.jsonl", b'{"prompt": "ok"}\n{"messages": [{"role": "user", "content": "x\xfe"}]}\n',
+         "line 2, field 'messages[0].content'", "invalid UTF-8 (byte 0xfe)"),
+    ],
 )
-def test_invalid_utf8_and_nul_bytes(db, tmp_path, data, line, what):
-    path = tmp_path / "p.csv"
+def test_invalid_utf8_and_nul_bytes_name_line_and_field(db, tmp_path, name, data, where, what):
+    path = tmp_path / name
     path.write_bytes(data)
     with pytest.raises(InputError) as error:
         import_prompts(db, path)
-    assert str(path) in str(error.value) and line in str(error.value) and what in str(error.value)
+    assert f"{path}, {where}: " in str(error.value) and what in str(error.value)
     assert db["prompts"].count == 0
 
 
@@ -136,6 +142,12 @@ def test_unsupported_missing_and_empty_files(db, tmp_path):
         import_prompts(db, tmp_path / "p.xlsx")
     with pytest.raises(InputError, match="file not found"):
         import_prompts(db, tmp_path / "missing.csv")
+    (tmp_path / "folder").mkdir()
+    with pytest.raises(InputError, match="not a saved datasets folder"):
+        import_prompts(db, tmp_path / "folder")
+    (tmp_path / "fake.parquet").write_text("prompt\nhello\n")
+    with pytest.raises(InputError, match="not a readable Parquet file"):
+        import_prompts(db, tmp_path / "fake.parquet")
     (tmp_path / "empty.txt").write_text("\n\n", encoding="utf-8")
     with pytest.raises(InputError, match="no prompts found"):
         import_prompts(db, tmp_path / "empty.txt")
@@ -168,3 +180,11 @@ def test_shipped_movie_prompts(db):
     texts = [r["text"] for r in list_prompts(db, limit=1000)]
     assert "I watched this film last night and" in texts
     assert all(t == t.strip() and len(t) < 120 for t in texts)
+
+
+def test_unicode_line_separators_inside_a_line_do_not_split_it(db, tmp_path):
+    path = tmp_path / "p.jsonl"
+    text = "first\u2028still first\x85and\x0cstill"
+    path.write_text(json.dumps({"prompt": text}, ensure_ascii=False) + "\r\n" + json.dumps({"prompt": "second"}) + "\n", encoding="utf-8")
+    assert import_prompts(db, path) == ImportResult(2, 0)
+    assert [t for t, _, _ in stored(db)] == [text, "second"]

@@ -63,7 +63,7 @@ def settings_widgets():
 SETTING_NAMES = ["max_new_tokens", "do_sample", "temperature", "top_p", "top_k", "seed"]
 
 
-def settings_from(values) -> "GenerationSettings":  # noqa: F821
+def settings_from(values: tuple) -> "GenerationSettings":  # noqa: F821
     from labeler import forms
     from labeler.services.chat import CHAT_SETTINGS
     from rlhf.configs import GenerationSettings
@@ -127,7 +127,10 @@ def build(ctx: UIContext) -> None:
             gr.update(choices=scale, value=None, label=f"Score ({project.likert_min} = very bad … {project.likert_max} = excellent)"),
         )
 
-    def chat_send(text, history, model_name, system_prompt, *values, request: gr.Request):
+    # Gradio fills `request` by its annotation, which it cannot see after *args: settings are spelled out.
+    def chat_send(text, history, model_name, system_prompt, tokens, sample, temperature, top_p, top_k, seed,
+                  request: gr.Request):
+        values = (tokens, sample, temperature, top_p, top_k, seed)
         # A generator: ui_errors cannot wrap it, errors raised while streaming are converted here.
         try:
             from labeler.services import models
@@ -149,9 +152,11 @@ def build(ctx: UIContext) -> None:
             raise errors_as_toasts(error) from error
 
     @ui_errors
-    def chat_best_of_n(text, history, model_name, reward_name, n_value, system_prompt, *values, request: gr.Request):
+    def chat_best_of_n(text, history, model_name, reward_name, n_value, system_prompt, tokens, sample, temperature,
+                       top_p, top_k, seed, request: gr.Request):
         from labeler.services import models
 
+        values = (tokens, sample, temperature, top_p, top_k, seed)
         settings = settings_from(values)
         with ctx.connection() as db:
             require_user(db, request)
@@ -169,7 +174,7 @@ def build(ctx: UIContext) -> None:
         table = [[round(score, 4), answer] for answer, score in sorted(scored, key=lambda pair: -pair[1])]
         return history + [{"role": "assistant", "content": winner}], "", table
 
-    def rate_last(history, model_name, score_value, *values, request: gr.Request):
+    def rate_last(history, model_name, score_value, values: tuple, request: gr.Request):
         history = plain_history(history)
         if len(history) < 2 or history[-1]["role"] != "assistant":
             raise InputError("there is no answer to rate yet", field="history")
@@ -184,18 +189,20 @@ def build(ctx: UIContext) -> None:
         return f"Stored: score **{score_value:g}** for this answer (rating #{rated.rating_id})."
 
     @ui_errors
-    def chat_rate(history, model_name, score_value, *values, request: gr.Request):
-        return rate_last(history, model_name, score_value, *values, request=request)
+    def chat_rate(history, model_name, score_value, tokens, sample, temperature, top_p, top_k, seed, request: gr.Request):
+        values = (tokens, sample, temperature, top_p, top_k, seed)
+        return rate_last(history, model_name, score_value, values, request)
 
     def thumbs(up: bool):
         @ui_errors
-        def handler(history, model_name, *values, request: gr.Request):
+        def handler(history, model_name, tokens, sample, temperature, top_p, top_k, seed, request: gr.Request):
             from labeler.services import projects
 
             with ctx.connection() as db:
                 project = projects.get_project(db, ctx.project)
             value = project.likert_max if up else project.likert_min
-            return rate_last(history, model_name, value, *values, request=request)
+            values = (tokens, sample, temperature, top_p, top_k, seed)
+            return rate_last(history, model_name, value, values, request)
 
         return handler
 
@@ -206,7 +213,13 @@ def build(ctx: UIContext) -> None:
     send_inputs = [message, chatbot, model, system, *setting_inputs]
     send.click(chat_send, send_inputs, [chatbot, message], api_name="chat_send", concurrency_limit=2)
     message.submit(chat_send, send_inputs, [chatbot, message], api_name="chat_submit", concurrency_limit=2)
-    clear.click(lambda: ([], "", None, ""), None, [chatbot, message, scores, rate_status], api_name="chat_clear")
+    @ui_errors
+    def chat_clear(request: gr.Request):
+        with ctx.connection() as db:
+            require_user(db, request)
+        return [], "", None, ""
+
+    clear.click(chat_clear, None, [chatbot, message, scores, rate_status], api_name="chat_clear")
     best.click(chat_best_of_n, [message, chatbot, model, reward_model, n, system, *setting_inputs],
                [chatbot, message, scores], api_name="chat_best_of_n", concurrency_limit=1)
     rate.click(chat_rate, [chatbot, model, score, *setting_inputs], rate_status, api_name="chat_rate", trigger_mode="once")

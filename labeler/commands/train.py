@@ -1,0 +1,196 @@
+"""`rlhf-studio train sft|rm|dpo|ppo`, `rlhf-studio runs list|show|cancel|stop|resume`, `rlhf-studio demo`.
+
+Settings come from `--config FILE.json` and `--set key=value` (later wins), looked up in the job's settings
+and then the stage trainer's config (labeler/services/train_configs.py); `--list-settings` prints them all
+with their help. A run is queued in the database and executed by its own worker process; `--wait` follows it.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from labeler import forms
+from labeler.services import jobs, train_configs
+from storage import open_db
+
+
+def _print_settings(stage: str) -> None:
+    print(f"Job settings (any stage):")
+    for spec in forms.field_specs(train_configs.JobConfig):
+        print(f"  {spec.name}={spec.default!r}  [{spec.kind}{': ' + '|'.join(map(str, spec.choices)) if spec.choices else ''}]  {spec.help}")
+    cls = train_configs.stage_config_class(stage)
+    if cls is not None:
+        print(f"\n{cls.__name__} settings ({stage}; a job setting of the same name takes precedence):")
+        for spec in forms.field_specs(cls):
+            print(f"  {spec.name}={spec.default!r}  {spec.help.splitlines()[0][:160] if spec.help else ''}")
+
+
+def _describe(run: jobs.Run) -> str:
+    eta = run.eta_seconds()
+    parts = [f"run {run.id}", run.stage, run.status, f"step {run.step}/{run.total_steps or '?'}"]
+    if eta is not None:
+        parts.append(f"ETA {eta:.0f}s")
+    if run.error:
+        parts.append(f"error: {run.error.splitlines()[-1][:200]}")
+    return "  ".join(parts)
+
+
+def _follow(db, run_id: int, interval: float = 1.0) -> int:
+    """Print progress until the run ends; exit code 0 when it succeeded."""
+    last = None
+    try:
+        while True:
+            jobs.poll(db)
+            run = jobs.get_run(db, run_id)
+            frame = jobs.metrics_frame(db, run_id)
+            latest = ""
+            if len(frame):
+                step = frame["step"].max()
+                values = frame[frame["step"] == step].set_index("name")["value"]
+                shown = [n for n in ("loss", "ppo/loss/total", "env/reward_mean", "objective/kl", "accuracy") if n in values]
+                latest = "  ".join(f"{n}={values[n]:.4g}" for n in shown)
+            line = f"{_describe(run)}  {latest}".rstrip()
+            if line != last:
+                print(line, flush=True)
+                last = line
+            if run.finished:
+                if run.status != "succeeded":
+                    print(jobs.log_tail(run, 20), file=sys.stderr)
+                return 0 if run.status == "succeeded" else 1
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        print(f"\nstopped following; run {run_id} keeps running (rlhf-studio runs cancel {run_id} to stop it)",
+              file=sys.stderr)
+        return 130
+
+
+def cmd_train(args) -> int:
+    if args.list_settings:
+        _print_settings(args.stage)
+        return 0
+    values = train_configs.read_config_file(args.config) if args.config else {}
+    values.update(forms.parse_sets(args.set))
+    db = open_db(args.db)
+    run = jobs.create_run(db, args.stage, values, project=args.project, name=args.name or "",
+                          runs_dir=args.runs_dir, source=args.config)
+    print(f"{_describe(run)}\n  log: {run.log_path}\n  output: {run.output_dir}")
+    return _follow(db, run.id) if args.wait else 0
+
+
+def cmd_runs_list(args) -> int:
+    db = open_db(args.db)
+    jobs.poll(db)
+    runs = jobs.list_runs(db, project=args.project, status=args.status, limit=args.limit)
+    if not runs:
+        print("no runs")
+    for run in runs:
+        print(f"{run.id:>4}  {run.stage:<4} {run.status:<10} step {run.step:>5}/{run.total_steps:<5} "
+              f"{run.created_at[:19]}  {run.name}")
+    return 0
+
+
+def cmd_runs_show(args) -> int:
+    db = open_db(args.db)
+    jobs.poll(db)
+    run = jobs.get_run(db, args.run_id)
+    print(_describe(run))
+    for key in ("name", "command", "log_path", "output_dir", "created_at", "started_at", "ended_at", "heartbeat_at"):
+        print(f"  {key}: {getattr(run, key)}")
+    print(f"  config: {run.config}")
+    frame = jobs.metrics_frame(db, run.id)
+    if len(frame):
+        last = frame.sort_values("step").groupby("name").tail(1)
+        print("  latest metrics:")
+        for _, row in last.iterrows():
+            print(f"    {row['name']} = {row['value']:.6g} (step {row['step']})")
+    tail = jobs.log_tail(run, args.log_lines)
+    if tail:
+        print("  log tail:\n" + "\n".join("    " + line for line in tail.splitlines()))
+    return 0
+
+
+def cmd_runs_cancel(args) -> int:
+    run = jobs.cancel_run(open_db(args.db), args.run_id)
+    print(_describe(run))
+    return 0
+
+
+def cmd_runs_stop(args) -> int:
+    run = jobs.request_stop(open_db(args.db), args.run_id)
+    print(f"{_describe(run)}  (stops after the current step and keeps the model)")
+    return 0
+
+
+def cmd_runs_resume(args) -> int:
+    db = open_db(args.db)
+    run = jobs.resume_run(db, args.run_id)
+    print(_describe(run))
+    return _follow(db, run.id) if args.wait else 0
+
+
+def cmd_demo(args) -> int:
+    from labeler.services import demo
+
+    report = demo.run_demo(args.db, demo.DemoSettings(
+        prompts=args.prompts, heldout=args.heldout, ppo_steps=args.ppo_steps, rm_steps=args.rm_steps,
+        noise=args.noise, max_new_tokens=args.max_new_tokens, bf16=not args.no_bf16, seed=args.seed,
+        out_dir=args.out), project=args.project, log=print)
+    print(report.table())
+    return 0
+
+
+def register(subparsers, common: argparse.ArgumentParser) -> None:
+    train = subparsers.add_parser(
+        "train", parents=[common], help="queue a training run (sft, rm, dpo, ppo) on the database's labels",
+        description="Queue a training run. Data comes from the database's labels; the run executes in its own "
+                    "worker process (one at a time by default) and registers its model when it succeeds.",
+    )
+    train.add_argument("stage", choices=train_configs.STAGES, help="sft, rm (reward model), dpo or ppo")
+    train.add_argument("--config", metavar="FILE.json", help="settings as a JSON object (flat, or {job, trainer})")
+    train.add_argument("--set", action="append", metavar="KEY=VALUE", default=[],
+                       help="one setting (repeatable), e.g. --set steps=50 --set learning_rate=1e-5")
+    train.add_argument("--name", help="a name for the run (default: <stage>-run<id>)")
+    train.add_argument("--runs-dir", default="runs", help="folder for run outputs and logs (default: runs)")
+    train.add_argument("--wait", action="store_true", help="follow the run's progress until it ends")
+    train.add_argument("--list-settings", action="store_true", help="print every setting of the stage with its help")
+    train.set_defaults(func=cmd_train)
+
+    runs = subparsers.add_parser("runs", help="list, inspect, cancel, stop or resume training runs",
+                                 description="Training runs recorded in the database.")
+    sub = runs.add_subparsers(dest="runs_command", required=True, metavar="ACTION")
+    p = sub.add_parser("list", parents=[common], help="recent runs, newest first (marks dead runs failed)")
+    p.add_argument("--status", choices=jobs.STATUSES, help="only runs with this status")
+    p.add_argument("--limit", type=int, default=30, help="how many (default: 30)")
+    p.set_defaults(func=cmd_runs_list)
+    p = sub.add_parser("show", parents=[common], help="one run: command, paths, config, latest metrics, log tail")
+    p.add_argument("run_id", type=int, help="run id")
+    p.add_argument("--log-lines", type=int, default=20, help="log lines to show (default: 20)")
+    p.set_defaults(func=cmd_runs_show)
+    p = sub.add_parser("cancel", parents=[common], help="stop a run now (SIGTERM, then SIGKILL); it can be resumed")
+    p.add_argument("run_id", type=int, help="run id")
+    p.set_defaults(func=cmd_runs_cancel)
+    p = sub.add_parser("stop", parents=[common], help="early stop: end after the current step and keep the model")
+    p.add_argument("run_id", type=int, help="run id")
+    p.set_defaults(func=cmd_runs_stop)
+    p = sub.add_parser("resume", parents=[common], help="continue a failed or cancelled run from its last checkpoint")
+    p.add_argument("run_id", type=int, help="run id")
+    p.add_argument("--wait", action="store_true", help="follow the run's progress until it ends")
+    p.set_defaults(func=cmd_runs_resume)
+
+    demo = subparsers.add_parser(
+        "demo", parents=[common], help="the whole loop on the embedded models: generate, simulated labels, RM, PPO",
+        description="Generate two answers per shipped prompt, label pairs with a simulated annotator (VADER "
+                    "sentiment), train the MiniLM reward model, run PPO on the default policy with it, and print "
+                    "responses and rewards before and after on held-out prompts. CPU, about 10-20 minutes.",
+    )
+    demo.add_argument("--prompts", type=int, default=64, help="training prompts to label (default: 64)")
+    demo.add_argument("--heldout", type=int, default=16, help="held-out prompts for before/after (default: 16)")
+    demo.add_argument("--rm-steps", type=int, default=60, help="reward-model training steps (default: 60)")
+    demo.add_argument("--ppo-steps", type=int, default=12, help="PPO steps (default: 12)")
+    demo.add_argument("--max-new-tokens", type=int, default=24, help="tokens per response (default: 24)")
+    demo.add_argument("--noise", type=float, default=0.0, help="annotator noise: std of Gaussian noise on VADER (default: 0)")
+    demo.add_argument("--no-bf16", action="store_true", help="fp32 instead of bf16 autocast")
+    demo.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    demo.add_argument("--out", default="runs/demo", help="folder for the demo's models (default: runs/demo)")
+    demo.set_defaults(func=cmd_demo)

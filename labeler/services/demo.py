@@ -1,0 +1,244 @@
+"""`rlhf-studio demo`: the whole loop on the embedded models, on CPU, in one command.
+
+1. import the shipped movie-review openings; hold some out (split 'test') for the before/after comparison
+2. generate two answers per training prompt with the default policy (labeler.services.generation)
+3. a simulated annotator ranks each pair by VADER compound sentiment (+ optional Gaussian noise), through the
+   same labeling service people use
+4. train the MiniLM reward model on those preferences (a real queued run, worker process and all)
+5. PPO on the default policy with that reward model (another run)
+6. on the held-out prompts: responses and rewards before and after, with mean and median per column
+
+The task is the seeds' (TRL's sentiment example): make the model write positive movie reviews.
+"""
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from labeler.services import jobs
+from storage import open_db, write_transaction
+
+ANNOTATOR = "simulated-annotator"
+
+
+@dataclass(frozen=True)
+class DemoSettings:
+    prompts: int = field(default=64, metadata={"help": "Training prompts to generate for and label."})
+    heldout: int = field(default=16, metadata={"help": "Held-out prompts for the before/after table."})
+    rm_steps: int = field(default=60, metadata={"help": "Reward-model training steps."})
+    ppo_steps: int = field(default=12, metadata={"help": "PPO steps."})
+    ppo_batch_size: int = field(default=16, metadata={"help": "Rollouts per PPO step."})
+    ppo_mini_batch_size: int = field(default=4, metadata={"help": "PPO mini-batch size."})
+    ppo_epochs: int = field(default=2, metadata={"help": "PPO epochs per batch."})
+    learning_rate: float = field(default=3e-5, metadata={"help": "PPO learning rate."})
+    init_kl_coef: float = field(default=0.05, metadata={"help": "PPO initial KL coefficient."})
+    max_new_tokens: int = field(default=24, metadata={"help": "Tokens per response."})
+    noise: float = field(default=0.0, metadata={"help": "Std of Gaussian noise added to the annotator's VADER score."})
+    bf16: bool = field(default=True, metadata={"help": "bf16 autocast for generation and training."})
+    seed: int = field(default=0, metadata={"help": "Random seed."})
+    policy: str = field(default="default", metadata={"help": "Policy model (default: the embedded SmolLM2-135M)."})
+    encoder: str = field(default="default-encoder", metadata={"help": "Reward-model backbone (default: MiniLM)."})
+    out_dir: str = field(default="runs/demo", metadata={"help": "Folder for the demo's runs."})
+
+
+@dataclass
+class DemoReport:
+    rows: list[dict]  # query, before, after, reward_before, reward_after
+    timings: dict[str, float]
+    rm_run: int
+    ppo_run: int
+    rm_metrics: dict
+
+    def column(self, name: str) -> list[float]:
+        return [row[name] for row in self.rows]
+
+    def summary(self) -> dict[str, float]:
+        out = {}
+        for name in ("reward_before", "reward_after", "vader_before", "vader_after"):
+            values = self.column(name)
+            out[f"{name}_mean"] = statistics.fmean(values)
+            out[f"{name}_median"] = statistics.median(values)
+        return out
+
+    def table(self) -> str:
+        def cut(text: str, n: int) -> str:
+            text = " ".join(text.split())
+            return text if len(text) <= n else text[: n - 1] + "…"
+
+        lines = [f"{'query':<40} | {'response before':<40} | {'response after':<40} | {'r before':>8} | {'r after':>8}",
+                 "-" * 148]
+        for row in self.rows:
+            lines.append(f"{cut(row['query'], 40):<40} | {cut(row['before'], 40):<40} | {cut(row['after'], 40):<40} | "
+                         f"{row['reward_before']:>8.3f} | {row['reward_after']:>8.3f}")
+        s = self.summary()
+        lines.append("-" * 148)
+        lines.append(f"{'mean':<40} | {'':<40} | {'':<40} | {s['reward_before_mean']:>8.3f} | {s['reward_after_mean']:>8.3f}")
+        lines.append(f"{'median':<40} | {'':<40} | {'':<40} | {s['reward_before_median']:>8.3f} | {s['reward_after_median']:>8.3f}")
+        lines.append(f"VADER (the simulated annotator's own score) mean before {s['vader_before_mean']:.3f}, "
+                     f"after {s['vader_after_mean']:.3f}")
+        lines.append("timings: " + ", ".join(f"{k} {v:.0f}s" for k, v in self.timings.items()))
+        return "\n".join(lines)
+
+
+def _split_prompts(db, project: str, settings: DemoSettings) -> tuple[list[int], list[int]]:
+    """Shuffle the project's prompts with the seed; the first `heldout` become split 'test' (PPO never sees
+    them), the next `prompts` are the training prompts."""
+    from labeler.services.projects import get_project
+
+    project_id = get_project(db, project).id
+    ids = [row[0] for row in db.execute("SELECT id FROM prompts WHERE project_id = ? ORDER BY id", [project_id])]
+    random.Random(settings.seed).shuffle(ids)
+    heldout, train = ids[: settings.heldout], ids[settings.heldout: settings.heldout + settings.prompts]
+    with write_transaction(db):
+        db.conn.executemany("UPDATE prompts SET split = 'test' WHERE id = ?", [(i,) for i in heldout])
+    return heldout, train
+
+
+def simulate_annotator(db, project: str, noise: float, seed: int, prompt_ids: list[int] | None = None) -> int:
+    """Rank every open ranking item by VADER compound of prompt + response (+ noise); ties stay tied. Goes
+    through labeling.next_item / submit_ranking, exactly like a person in the Rank tab. Returns the count."""
+    from labeler.services import accounts, labeling
+    from rlhf.rewards import vader_compound
+
+    if accounts.get_user(db, ANNOTATOR) is None:
+        accounts.create_user(db, ANNOTATOR, f"sim-{random.Random(seed).getrandbits(64):x}")
+    rng = random.Random(seed)
+    wanted = set(prompt_ids) if prompt_ids is not None else None
+    done = 0
+    while (item := labeling.next_item(db, project, ANNOTATOR, "ranking")) is not None:
+        if wanted is not None and item.prompt_id not in wanted:
+            labeling.skip_item(db, project, ANNOTATOR, item.item_id)
+            continue
+        texts = [r["text"] for r in item.responses]
+        scores = [s + rng.gauss(0, noise) if noise else s
+                  for s in vader_compound([item.prompt] * len(texts), texts)]
+        groups: dict[float, list[int]] = {}
+        for response, score in zip(item.responses, scores):
+            groups.setdefault(round(score, 6), []).append(response["id"])
+        order = [groups[score] for score in sorted(groups, reverse=True)]
+        labeling.submit_ranking(db, project, ANNOTATOR, item.item_id, order)
+        done += 1
+    return done
+
+
+def _generate(path: str, prompts: list[str], settings: DemoSettings):
+    from rlhf.configs import GenerationSettings
+    from rlhf.generation import build_prompt_ids, decode_responses, generate_batch
+    from rlhf.loading import load_causal_lm, load_tokenizer
+
+    tokenizer = load_tokenizer(path, padding_side="left")
+    model = load_causal_lm(path).eval()
+    gen = GenerationSettings(max_new_tokens=settings.max_new_tokens, batch_size=16, seed=settings.seed,
+                             autocast=settings.bf16)
+    ids = [build_prompt_ids(tokenizer, p) for p in prompts]
+    return decode_responses(tokenizer, generate_batch(model, tokenizer, ids, gen))
+
+
+def _wait(db, run_id: int, log: Callable[[str], None]) -> jobs.Run:
+    last = None
+    while True:
+        jobs.poll(db)
+        run = jobs.get_run(db, run_id)
+        line = f"  run {run.id} ({run.stage}) {run.status} step {run.step}/{run.total_steps or '?'}"
+        if line != last:
+            log(line)
+            last = line
+        if run.finished:
+            if run.status != "succeeded":
+                raise RuntimeError(f"demo: run {run.id} {run.status}: {run.error}\n{jobs.log_tail(run, 30)}")
+            return run
+        time.sleep(1.0)
+
+
+def run_demo(db_path: str, settings: DemoSettings = DemoSettings(), project: str = "default",
+             log: Callable[[str], None] = print) -> DemoReport:
+    from labeler.services import generation, models, prompts
+    from labeler.services.stage_runners import resolve_model
+    from rlhf.configs import GenerationSettings
+    from rlhf.reward import RewardScorer
+    from rlhf.rewards import vader_compound
+
+    db = open_db(db_path)
+    timings: dict[str, float] = {}
+    t = time.monotonic()
+    prompts.import_shipped_prompts(db, project)
+    heldout, train = _split_prompts(db, project, settings)
+    log(f"1. prompts: {len(train)} for training, {len(heldout)} held out")
+
+    gen = GenerationSettings(max_new_tokens=settings.max_new_tokens, batch_size=16, seed=settings.seed,
+                             autocast=settings.bf16)
+    generation.generate_responses(db, project, settings.policy, n_per_prompt=2, settings=gen, prompt_ids=train)
+    timings["generate"] = time.monotonic() - t
+    log(f"2. generated 2 answers per training prompt ({timings['generate']:.0f}s)")
+
+    t = time.monotonic()
+    ranked = simulate_annotator(db, project, settings.noise, settings.seed, train)
+    timings["label"] = time.monotonic() - t
+    log(f"3. the simulated annotator ranked {ranked} pairs by VADER sentiment (noise {settings.noise})")
+
+    t = time.monotonic()
+    runs_dir = Path(settings.out_dir)
+    rm = jobs.create_run(db, "rm", {"model": settings.encoder, "steps": settings.rm_steps, "checkpoint_every": 0,
+                                    "per_device_train_batch_size": 8, "learning_rate": 1e-4, "bf16": settings.bf16,
+                                    "test_size": 0.2, "seed": settings.seed}, project=project, name="demo reward model",
+                         runs_dir=runs_dir)
+    log(f"4. training the reward model (run {rm.id}, log {rm.log_path})")
+    rm = _wait(db, rm.id, log)
+    rm_model = db.execute("SELECT name FROM models WHERE run_id = ?", [rm.id]).fetchone()[0]
+    rm_metrics = models.get_model(db, rm_model)["metrics"]
+    timings["reward model"] = time.monotonic() - t
+    log(f"   reward model {rm_model}: eval accuracy {rm_metrics.get('eval_accuracy', float('nan')):.2f}")
+
+    t = time.monotonic()
+    ppo = jobs.create_run(db, "ppo", {
+        "model": settings.policy, "reward": "rm", "reward_model": rm_model, "steps": settings.ppo_steps,
+        "checkpoint_every": max(1, settings.ppo_steps // 2), "bf16": settings.bf16,
+        "max_new_tokens": settings.max_new_tokens, "seed": settings.seed, "batch_size": settings.ppo_batch_size,
+        "mini_batch_size": settings.ppo_mini_batch_size, "ppo_epochs": settings.ppo_epochs,
+        "learning_rate": settings.learning_rate, "init_kl_coef": settings.init_kl_coef,
+    }, project=project, name="demo PPO", runs_dir=runs_dir)
+    log(f"5. PPO on the policy with the reward model (run {ppo.id}, log {ppo.log_path})")
+    ppo = _wait(db, ppo.id, log)
+    timings["ppo"] = time.monotonic() - t
+
+    t = time.monotonic()
+    queries = [row[0] for row in db.execute(
+        f"SELECT text FROM prompts WHERE id IN ({', '.join('?' * len(heldout))}) ORDER BY id", heldout)]
+    before = _generate(resolve_model(db, settings.policy), queries, settings)
+    after_model = db.execute("SELECT name FROM models WHERE run_id = ?", [ppo.id]).fetchone()[0]
+    after = _generate(resolve_model(db, after_model), queries, settings)
+    scorer = RewardScorer(resolve_model(db, rm_model))
+    r_before, r_after = scorer.score(queries, before), scorer.score(queries, after)
+    v_before, v_after = vader_compound(queries, before), vader_compound(queries, after)
+    timings["evaluate"] = time.monotonic() - t
+    rows = [dict(query=q, before=b, after=a, reward_before=rb, reward_after=ra, vader_before=vb, vader_after=va)
+            for q, b, a, rb, ra, vb, va in zip(queries, before, after, r_before, r_after, v_before, v_after)]
+    log(f"6. held-out comparison ({len(rows)} prompts)")
+    return DemoReport(rows, timings, rm.id, ppo.id, rm_metrics)
+
+
+def launch_demo_process(db_path: str, out_dir: str = "runs/demo", extra_args: list[str] | None = None) -> int:
+    """Start `rlhf-studio demo` as its own process (the Train tab's button); returns its pid. Its log is
+    <out_dir>/demo.log; the reward-model and PPO runs it queues show up in the runs table as usual."""
+    import os
+    import subprocess
+    import sys
+
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    log = open(Path(out_dir) / "demo.log", "ab")
+    command = [sys.executable, "-m", "labeler", "demo", "--db", db_path, "--out", out_dir, *(extra_args or [])]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                               start_new_session=True)
+    log.close()
+    import threading
+
+    threading.Thread(target=process.wait, daemon=True).start()
+    return process.pid
+
+
+__all__ = ["DemoReport", "DemoSettings", "launch_demo_process", "run_demo", "simulate_annotator"]

@@ -1,0 +1,147 @@
+"""Arena tab: one prompt, two anonymous answers (A and B), a vote, then the names; and the leaderboard.
+
+The gr.State holds the battle id only. Which model is A is decided by the arena service with a fresh
+random generator per battle; the names reach the browser only in the vote's answer.
+"""
+from __future__ import annotations
+
+import random
+
+import gradio as gr
+
+from labeler.ui.context import UIContext
+from labeler.ui.session import require_user, ui_errors
+
+TITLE = "Arena"
+RANDOM = "(random)"
+LEADERBOARD_HEADERS = ["model", "bt_score", "ci_low", "ci_high", "elo", "votes"]
+HOW = (
+    "Type a prompt (or draw one from the project), press **Battle**: two models answer, shown as **A** and **B** "
+    "in random order. Vote, and the names are revealed. Each vote is stored as a ranking, so it trains reward "
+    "models and DPO like any other label; the leaderboard fits a Bradley-Terry model to all votes."
+)
+
+
+def default_pair(ctx: UIContext, names: list[str]) -> tuple[str, str]:
+    """The newest registered model against the server's model (or the next newest)."""
+    newest = [n for n in reversed(names) if n != ctx.settings.model]
+    first = newest[0] if newest else RANDOM
+    second = ctx.settings.model if ctx.settings.model != first else (newest[1] if len(newest) > 1 else RANDOM)
+    return first, second
+
+
+def leaderboard_table(db, project: str) -> list[list]:
+    from labeler.services.leaderboard import leaderboard
+
+    return [[row[h] for h in LEADERBOARD_HEADERS] for row in leaderboard(db, project)]
+
+
+def build(ctx: UIContext) -> None:
+    from labeler.services import arena
+    from labeler.services.chat import ModelCache
+    from labeler.services.errors import InputError
+    from labeler.ui.tabs.chat import model_choices
+
+    cache = ModelCache(max_models=2)
+    battle_state = gr.State(None)
+
+    gr.Markdown(HOW)
+    with gr.Row():
+        model_1 = gr.Dropdown(choices=[], label="Model 1", allow_custom_value=True, elem_id="arena-model-1")
+        model_2 = gr.Dropdown(choices=[], label="Model 2", allow_custom_value=True, elem_id="arena-model-2")
+        max_new_tokens = gr.Slider(8, 512, value=arena.ARENA_SETTINGS.max_new_tokens, step=8, label="max_new_tokens",
+                                   elem_id="arena-max-new-tokens")
+    with gr.Row():
+        prompt = gr.Textbox(label="Prompt", lines=2, scale=5, elem_id="arena-prompt")
+        with gr.Column(scale=1, min_width=140):
+            draw = gr.Button("🎲 Random prompt", elem_id="arena-random-prompt")
+            start = gr.Button("Battle", variant="primary", elem_id="arena-start")
+    with gr.Row(equal_height=False):
+        with gr.Column():
+            gr.Markdown("### Answer A")
+            answer_a = gr.Markdown(container=True, elem_id="arena-answer-a", elem_classes=["studio-response"])
+        with gr.Column():
+            gr.Markdown("### Answer B")
+            answer_b = gr.Markdown(container=True, elem_id="arena-answer-b", elem_classes=["studio-response"])
+    with gr.Row():
+        vote_buttons = [
+            gr.Button("👈 A is better", interactive=False, elem_id="arena-vote-a"),
+            gr.Button("👉 B is better", interactive=False, elem_id="arena-vote-b"),
+            gr.Button("🤝 Tie", interactive=False, elem_id="arena-vote-tie"),
+            gr.Button("👎 Both bad", interactive=False, elem_id="arena-vote-both-bad"),
+        ]
+    reveal = gr.Markdown(elem_id="arena-reveal")
+    with gr.Accordion("Leaderboard", open=True):
+        board = gr.Dataframe(headers=LEADERBOARD_HEADERS, interactive=False, elem_id="arena-leaderboard")
+        refresh_board = gr.Button("Refresh leaderboard", size="sm", elem_id="arena-refresh")
+
+    @ui_errors
+    def arena_load(request: gr.Request):
+        with ctx.connection() as db:
+            require_user(db, request)
+            names, _ = model_choices(ctx, db)
+            first, second = default_pair(ctx, names)
+            table = leaderboard_table(db, ctx.project)
+        choices = [RANDOM, *names]
+        return gr.update(choices=choices, value=first), gr.update(choices=choices, value=second), table
+
+    @ui_errors
+    def arena_random_prompt(request: gr.Request):
+        with ctx.connection() as db:
+            require_user(db, request)
+            return arena.random_prompt(db, ctx.project, random.Random())
+
+    @ui_errors
+    def arena_start(prompt_text, first, second, tokens, request: gr.Request):
+        import dataclasses
+
+        with ctx.connection() as db:
+            user = require_user(db, request)
+            names, _ = model_choices(ctx, db)
+            rng = random.Random()  # fresh entropy per battle: the A/B order must not be guessable
+            chosen = []
+            for picked in (first, second):
+                if not picked or picked == RANDOM:
+                    pool = [n for n in names if n not in chosen and n not in (first, second)]
+                    if not pool:
+                        raise InputError("register at least two models to battle", field="model")
+                    picked = rng.choice(pool)
+                chosen.append(picked)
+            settings = dataclasses.replace(arena.ARENA_SETTINGS, max_new_tokens=int(tokens))
+            battle = arena.start_battle(db, cache, ctx.project, user.username, prompt_text, *chosen, settings, rng)
+        buttons = [gr.update(interactive=True) for _ in vote_buttons]
+        return (battle.answer_a or "*(empty answer)*", battle.answer_b or "*(empty answer)*", "", {"battle_id": battle.id}, *buttons)
+
+    def arena_vote(winner: str):
+        @ui_errors
+        def handler(current, request: gr.Request):
+            if not current:
+                raise InputError("start a battle first", field="battle_id")
+            with ctx.connection() as db:
+                user = require_user(db, request)
+                result = arena.vote(db, int(current["battle_id"]), user.username, winner)
+                table = leaderboard_table(db, ctx.project)
+            verdict = {"a": "you preferred **A**", "b": "you preferred **B**", "tie": "a **tie**", "both_bad": "**both bad**"}[winner]
+            text = f"**A** was `{result.model_a}`, **B** was `{result.model_b}`: {verdict}. Thanks, your vote is stored."
+            buttons = [gr.update(interactive=False) for _ in vote_buttons]
+            return (text, None, table, *buttons)
+
+        return handler
+
+    @ui_errors
+    def arena_leaderboard(request: gr.Request):
+        with ctx.connection() as db:
+            require_user(db, request)
+            return leaderboard_table(db, ctx.project)
+
+    if ctx.app is not None:
+        ctx.app.load(arena_load, None, [model_1, model_2, board], api_name="arena_load")
+    draw.click(arena_random_prompt, None, prompt, api_name="arena_random_prompt")
+    start.click(
+        arena_start, [prompt, model_1, model_2, max_new_tokens], [answer_a, answer_b, reveal, battle_state, *vote_buttons],
+        api_name="arena_start", concurrency_limit=1,
+    )
+    for winner, button in zip(["a", "b", "tie", "both_bad"], vote_buttons):
+        button.click(arena_vote(winner), [battle_state], [reveal, battle_state, board, *vote_buttons],
+                     api_name=f"arena_vote_{winner}", trigger_mode="once")
+    refresh_board.click(arena_leaderboard, None, board, api_name="arena_leaderboard")

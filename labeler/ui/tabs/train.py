@@ -1,0 +1,340 @@
+"""Train tab: launch SFT / reward-model / DPO / PPO runs on the database's labels and watch them live.
+
+The form is built from the config dataclasses (labeler/forms.py: the same fields as `rlhf-studio train --set`).
+A launch queues a run (labeler.services.jobs), which a worker process executes; a gr.Timer re-reads the run's
+row, metrics and samples from SQLite every few seconds, so a refresh, a second admin, or a server restart all
+see the same thing. Every handler checks the logged-in user and the admin role itself.
+"""
+from __future__ import annotations
+
+import gradio as gr
+import pandas as pd
+
+from labeler import forms
+from labeler.services import jobs, train_configs
+from labeler.services.errors import InputError, PermissionDenied
+from labeler.ui.context import UIContext
+from labeler.ui.session import require_admin, ui_errors
+
+TITLE = "Train"
+REFRESH_SECONDS = 2.0
+# Shown beside the stage picker; each stage's own trainer fields come from its config class.
+JOB_FIELDS = ["steps", "checkpoint_every", "lora", "bf16"]
+DATA_FIELDS = ["annotators", "min_annotators", "min_agreement", "include_rating_pairs", "test_size"]
+PPO_FIELDS = ["reward_function", "subtract_query_score", "w_human", "w_rm", "human_timeout", "timeout_policy",
+              "max_new_tokens"]
+DEFAULT_METRICS = {"sft": ["loss"], "rm": ["loss", "accuracy"], "dpo": ["loss", "rewards/margins"],
+                   "ppo": ["env/reward_mean", "objective/kl"]}
+HISTORY_COLUMNS = ["id", "stage", "status", "step", "total", "created", "by", "name"]
+SAMPLE_COLUMNS = ["step", "query", "response", "reward"]
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    seconds = int(seconds)
+    return f"{seconds // 3600}h {seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m {seconds % 60:02d}s"
+
+
+def progress_html(run: jobs.Run | None) -> str:
+    if run is None:
+        return ""
+    total = run.total_steps or 0
+    eta = run.eta_seconds()
+    text = f"step {run.step} / {total or '?'}"
+    if run.status == "running":
+        text += f" · elapsed {_duration(run.elapsed_seconds())} · ETA {_duration(eta)}"
+    elif run.finished and run.started_at:
+        text += f" · took {_duration(run.elapsed_seconds())}"
+    return (f"<div id='train-progress'><progress max='{max(total, 1)}' value='{min(run.step, max(total, 1))}' "
+            f"style='width:100%'></progress><div>{text}</div></div>")
+
+
+def status_markdown(run: jobs.Run | None) -> str:
+    if run is None:
+        return "No run selected. Launch one above, or pick one from the history."
+    line = f"### Run #{run.id} · {run.stage} · **{run.status}**"
+    if run.stop_requested and run.status == "running":
+        line += " (stopping after this step)"
+    details = [f"`{run.command}`" if run.command else "", f"output: `{run.output_dir}`"]
+    if run.error:
+        details.append(f"**error:** {run.error.splitlines()[-1]}")
+    return "\n\n".join([line, *filter(None, details)])
+
+
+def history_frame(db, project: str) -> pd.DataFrame:
+    rows = [[r.id, r.stage, r.status, r.step, r.total_steps, r.created_at[:19].replace("T", " "), r.created_by or "",
+             r.name] for r in jobs.list_runs(db, project=project, limit=50)]
+    return pd.DataFrame(rows, columns=HISTORY_COLUMNS)
+
+
+def run_choices(db, project: str) -> list[tuple[str, int]]:
+    return [(f"#{r.id} {r.stage} {r.status}", r.id) for r in jobs.list_runs(db, project=project, limit=50)]
+
+
+def waiting_banner(db, project: str) -> dict:
+    """'PPO run #N is waiting for K human ratings' while a human-reward run waits on the Rate tab."""
+    parts = []
+    for run in jobs.list_runs(db, project=project, status="running"):
+        waiting = jobs.waiting_ratings(db, run.id)
+        if waiting:
+            parts.append(f"⏳ PPO run **#{run.id}** is waiting for **{waiting}** human ratings: open the **Rate** tab.")
+    return gr.update(value="\n\n".join(parts), visible=bool(parts))
+
+
+def collect_settings(stage: str, specs_by_stage: dict, values: list, advanced: str) -> dict:
+    """Form values -> raw settings (only what differs from a default), plus the advanced key=value lines."""
+    settings = {}
+    for spec, value in zip(specs_by_stage["job"], values[: len(specs_by_stage["job"])]):
+        settings[spec.name] = value
+    offset = len(specs_by_stage["job"])
+    for name in train_configs.STAGES:
+        specs = specs_by_stage[name]
+        chunk = values[offset: offset + len(specs)]
+        offset += len(specs)
+        if name == stage:
+            settings.update(forms.from_widgets(specs, chunk))
+    defaults = {spec.name: spec.default for key in ("job", stage) for spec in specs_by_stage[key]}
+    settings = {k: v for k, v in settings.items() if not _same(v, defaults.get(k))}
+    lines = [line.strip() for line in (advanced or "").splitlines() if line.strip() and not line.strip().startswith("#")]
+    settings.update(forms.parse_sets(lines))
+    return settings
+
+
+def _same(value, default) -> bool:
+    if value in ("", None) and default in ("", None):
+        return True
+    try:
+        return value == default or (isinstance(default, (int, float)) and float(value) == float(default))
+    except (TypeError, ValueError):
+        return False
+
+
+def build(ctx: UIContext) -> None:
+    project = ctx.project
+    job_specs = forms.field_specs(train_configs.JobConfig, JOB_FIELDS + DATA_FIELDS + PPO_FIELDS)
+    specs_by_stage = {"job": job_specs}
+    for stage in train_configs.STAGES:
+        cls = train_configs.stage_config_class(stage)
+        specs_by_stage[stage] = forms.field_specs(cls, train_configs.form_fields(stage)) if cls else []
+    with ctx.connection() as db:
+        jobs.poll(db)  # on app start: runs whose worker died while the server was down are marked failed
+
+    banner = gr.Markdown(visible=False, elem_id="train-waiting-banner")
+    with gr.Row():
+        stage = gr.Radio(list(train_configs.STAGES), value="rm", label="Stage",
+                         info="sft: imitate well-rated answers · rm: reward model · dpo: preferences · ppo: RL",
+                         scale=2, elem_id="train-stage")
+        model = gr.Dropdown([], value="default-encoder", label="Base model", allow_custom_value=True,
+                            info="registry name, 'default', 'default-encoder' or a folder", scale=2,
+                            elem_id="train-model")
+    job_widgets = {}
+    with gr.Row():
+        for spec in job_specs[: len(JOB_FIELDS)]:
+            job_widgets[spec.name] = forms.widget(spec)
+    with gr.Group(visible=False) as ppo_group:
+        gr.Markdown("**PPO rewards**")
+        with gr.Row():
+            reward = gr.Radio(["rm", "human", "mix", "function"], value="rm", label="Reward source",
+                              info="rm: reward model · human: the Rate tab · mix: both · function: e.g. VADER",
+                              elem_id="train-reward")
+            reward_model = gr.Dropdown([], value=None, label="Reward model", allow_custom_value=True,
+                                       info="blank: the newest registered reward model")
+        with gr.Row():
+            for spec in job_specs[len(JOB_FIELDS) + len(DATA_FIELDS):]:
+                job_widgets[spec.name] = forms.widget(spec)
+    with gr.Accordion("Data filters", open=False):
+        with gr.Row():
+            for spec in job_specs[len(JOB_FIELDS): len(JOB_FIELDS) + len(DATA_FIELDS)]:
+                job_widgets[spec.name] = forms.widget(spec)
+    stage_groups, stage_widgets = {}, {}
+    with gr.Accordion("Trainer settings", open=False):
+        for name in train_configs.STAGES:
+            with gr.Group(visible=name == "rm") as group:
+                with gr.Row():
+                    stage_widgets[name] = [forms.widget(spec) for spec in specs_by_stage[name]]
+            stage_groups[name] = group
+        advanced = gr.Textbox(label="More settings (one key=value per line, as `rlhf-studio train --set`)", lines=2,
+                              placeholder="warmup_steps=5\nweight_decay=0.01", elem_id="train-advanced")
+    with gr.Row():
+        launch = gr.Button("Launch run", variant="primary", elem_id="train-launch")
+        demo_button = gr.Button("Run the demo (RM + PPO on the embedded models)", elem_id="train-demo")
+    notice = gr.Markdown(elem_id="train-notice")
+
+    gr.Markdown("## Runs")
+    with gr.Row():
+        run = gr.Dropdown([], value=None, label="Run", scale=3, elem_id="train-run")
+        stop = gr.Button("Early stop (keep model)", scale=1)
+        cancel = gr.Button("Cancel", variant="stop", scale=1)
+        resume = gr.Button("Resume", scale=1)
+    status = gr.Markdown(elem_id="train-status")
+    progress = gr.HTML()
+    metric_names = gr.CheckboxGroup([], value=[], label="Metrics", elem_id="train-metrics")
+    plot = gr.LinePlot(pd.DataFrame({"step": [], "value": [], "name": []}), x="step", y="value", color="name",
+                       label="Metrics by step", elem_id="train-plot", height=320)
+    samples = gr.Dataframe(pd.DataFrame(columns=SAMPLE_COLUMNS), label="PPO samples (latest steps)", wrap=True,
+                           interactive=False)
+    log = gr.Code(label="Log (tail)", language=None, lines=12, interactive=False)
+    history = gr.Dataframe(pd.DataFrame(columns=HISTORY_COLUMNS), label="Run history", interactive=False)
+
+    with gr.Accordion("Inspect a reward model", open=False):
+        inspect_model = gr.Dropdown([], value=None, label="Reward model", allow_custom_value=True)
+        inspect_prompt = gr.Textbox(label="Prompt", value="I watched this film last night and")
+        inspect_responses = gr.Textbox(label="Responses (one per line)", lines=3,
+                                       value="it was a wonderful, moving experience.\nit was a boring waste of time.")
+        with gr.Row():
+            score_button = gr.Button("Score side by side")
+            agree_button = gr.Button("Agreement with human labels + score distribution")
+        scores_table = gr.Dataframe(pd.DataFrame(columns=["response", "score"]), interactive=False, wrap=True)
+        agreement_md = gr.Markdown()
+        distribution = gr.BarPlot(pd.DataFrame({"score": [], "count": []}), x="score", y="count",
+                                  label="Score distribution over the project's answers", height=240)
+
+    # ---- handlers ---------------------------------------------------------------------------------
+    trainer_inputs = [w for name in train_configs.STAGES for w in stage_widgets[name]]
+    job_inputs = [job_widgets[spec.name] for spec in job_specs]
+
+    @ui_errors
+    def load_choices(request: gr.Request):
+        with ctx.connection() as db:
+            require_admin(db, request)
+            from labeler.services import models
+
+            names = [m["name"] for m in models.list_models(db)]
+            rewards = [m["name"] for m in models.list_models(db, kind="reward")]
+            runs = run_choices(db, project)
+        return (gr.update(choices=[*names, "default-encoder"]), gr.update(choices=rewards),
+                gr.update(choices=rewards, value=rewards[-1] if rewards else None),
+                gr.update(choices=runs, value=runs[0][1] if runs else None))
+
+    def quiet_load(request: gr.Request):
+        try:
+            return load_choices(request)
+        except gr.Error:
+            return tuple(gr.update() for _ in range(4))
+
+    def on_stage(name: str):
+        return (gr.update(value="default-encoder" if name == "rm" else "default"), gr.update(visible=name == "ppo"),
+                *[gr.update(visible=name == s) for s in train_configs.STAGES])
+
+    @ui_errors
+    def do_launch(stage_name, model_name, reward_name, reward_model_name, advanced_text, *values,
+                  request: gr.Request):
+        with ctx.connection() as db:
+            user = require_admin(db, request)
+            settings = collect_settings(stage_name, specs_by_stage, list(values), advanced_text)
+            settings["model"] = model_name or ""
+            if stage_name == "ppo":
+                settings["reward"] = reward_name
+                settings["reward_model"] = reward_model_name or ""
+            created = jobs.create_run(db, stage_name, settings, project=project, username=user.username,
+                                      runs_dir=ctx.settings.runs_dir)
+            choices = run_choices(db, project)
+        where = "started" if created.status == "running" else "queued (another run is in progress)"
+        return f"Run **#{created.id}** {where}.", gr.update(choices=choices, value=created.id)
+
+    def refresh(run_id, selected, request: gr.Request):
+        """The timer's tick: everything shown about the selected run, read back from SQLite."""
+        try:
+            with ctx.connection() as db:
+                require_admin(db, request)
+                jobs.poll(db)
+                return _refresh(db, run_id, selected)
+        except (PermissionDenied, InputError):
+            return tuple(gr.update() for _ in range(9))
+
+    def _refresh(db, run_id, selected):
+        current = jobs.get_run(db, run_id) if run_id else None
+        names = jobs.metric_names(db, run_id) if current else []
+        chosen = [n for n in (selected or []) if n in names] or [n for n in DEFAULT_METRICS.get(
+            current.stage if current else "", []) if n in names] or names[:2]
+        frame = jobs.metrics_frame(db, run_id, chosen) if current else pd.DataFrame(columns=["step", "value", "name"])
+        rows = jobs.samples(db, run_id, 12) if current else []
+        return (
+            waiting_banner(db, project),
+            status_markdown(current),
+            progress_html(current),
+            gr.update(choices=names, value=chosen),
+            frame,
+            pd.DataFrame(rows, columns=SAMPLE_COLUMNS),
+            jobs.log_tail(current, 40) if current else "",
+            history_frame(db, project),
+            gr.update(choices=run_choices(db, project), value=run_id),
+        )
+
+    def _action(action, verb):
+        @ui_errors
+        def handler(run_id, request: gr.Request):
+            with ctx.connection() as db:
+                require_admin(db, request)
+                if not run_id:
+                    raise InputError("pick a run first", field="run")
+                result = action(db, int(run_id))
+            return f"Run **#{result.id}** {verb}: {result.status}."
+        return handler
+
+    @ui_errors
+    def do_demo(request: gr.Request):
+        from pathlib import Path
+
+        from labeler.services import demo
+
+        with ctx.connection() as db:
+            require_admin(db, request)
+        out = str(Path(ctx.settings.runs_dir) / "demo")
+        pid = demo.launch_demo_process(ctx.db_path, out)
+        return (f"Demo started (pid {pid}): it generates answers, labels them with a simulated annotator, then "
+                f"queues a reward-model run and a PPO run that appear below. Log: `{out}/demo.log`.")
+
+    @ui_errors
+    def do_score(name, prompt, responses_text, request: gr.Request):
+        from labeler.services import reward_inspect
+
+        with ctx.connection() as db:
+            require_admin(db, request)
+            if not name:
+                raise InputError("pick a reward model", field="reward model")
+            scorer = reward_inspect.load_scorer(db, name)
+        rows = reward_inspect.score_side_by_side(scorer, prompt, (responses_text or "").splitlines())
+        return pd.DataFrame(rows, columns=["response", "score"])
+
+    @ui_errors
+    def do_agreement(name, request: gr.Request):
+        from labeler.services import reward_inspect
+
+        with ctx.connection() as db:
+            require_admin(db, request)
+            if not name:
+                raise InputError("pick a reward model", field="reward model")
+            scorer = reward_inspect.load_scorer(db, name)
+            result = reward_inspect.agreement(db, scorer, project)
+            scores = reward_inspect.score_distribution(db, scorer, project)
+        where = "held-out prompts (split test)" if result["heldout"] else "all prompts (no held-out split: optimistic)"
+        text = (f"**{result['pairs']}** human-ranked pairs on {where}: the reward model agrees on "
+                f"**{result['accuracy']:.0%}**, mean margin {result['mean_margin']:.3f}."
+                if result["pairs"] else "No ranked pairs to compare with yet.")
+        values = pd.Series([row["score"] for row in scores], dtype=float)
+        if len(values):
+            bins = pd.cut(values, bins=min(20, max(1, len(values) // 5)))
+            counts = bins.value_counts(sort=False)
+            frame = pd.DataFrame({"score": [f"{iv.mid:.2f}" for iv in counts.index], "count": counts.values})
+        else:
+            frame = pd.DataFrame({"score": [], "count": []})
+        return text, frame
+
+    timer = gr.Timer(REFRESH_SECONDS)
+    refresh_outputs = [banner, status, progress, metric_names, plot, samples, log, history, run]
+    if ctx.app is not None:
+        ctx.app.load(quiet_load, None, [model, reward_model, inspect_model, run], api_name="train_choices")
+    stage.change(on_stage, stage, [model, ppo_group, *stage_groups.values()], api_name=False)
+    launch.click(do_launch, [stage, model, reward, reward_model, advanced, *job_inputs, *trainer_inputs],
+                 [notice, run], api_name="train_launch")
+    timer.tick(refresh, [run, metric_names], refresh_outputs, api_name="train_refresh", show_progress="hidden")
+    run.input(refresh, [run, metric_names], refresh_outputs, api_name="train_select", show_progress="hidden")
+    stop.click(_action(jobs.request_stop, "asked to stop after the current step"), run, notice, api_name="train_stop")
+    cancel.click(_action(jobs.cancel_run, "cancelled"), run, notice, api_name="train_cancel")
+    resume.click(_action(jobs.resume_run, "resumed"), run, notice, api_name="train_resume")
+    demo_button.click(do_demo, None, notice, api_name="train_demo")
+    score_button.click(do_score, [inspect_model, inspect_prompt, inspect_responses], scores_table,
+                       api_name="reward_score")
+    agree_button.click(do_agreement, inspect_model, [agreement_md, distribution], api_name="reward_agreement")

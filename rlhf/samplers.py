@@ -1,0 +1,78 @@
+"""Samplers from TRL: LengthSampler (random generation lengths) and BestOfNSampler (rejection sampling).
+
+Randomness is passed in: each sampler owns a seeded torch.Generator, and BestOfNSampler's sampling runs
+in a forked RNG seeded from it, so neither touches the caller's global RNG state.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+import torch
+
+from rlhf.configs import GenerationSettings
+
+
+class LengthSampler:
+    """A callable returning a random int in [min_value, max_value) (max excluded, as TRL's)."""
+
+    def __init__(self, min_value: int, max_value: int, generator: torch.Generator | None = None) -> None:
+        if not 0 <= min_value < max_value:
+            raise ValueError(f"LengthSampler: need 0 <= min_value < max_value, got {min_value}, {max_value}")
+        self.min_value, self.max_value = min_value, max_value
+        self.generator = generator if generator is not None else torch.Generator().manual_seed(0)
+
+    def __call__(self) -> int:
+        return int(torch.randint(self.min_value, self.max_value, (1,), generator=self.generator))
+
+
+class BestOfNSampler:
+    """Sample `sample_size` responses per query and keep the `n_candidates` best by `queries_to_scores`.
+
+    queries_to_scores: list of texts (query + response, decoded) -> list of floats, e.g. a reward model's
+    scorer or any function. Sampling settings are a GenerationSettings (any top_k/top_p/temperature: no
+    KL is estimated here); `length_sampler` draws max_new_tokens per call when given.
+    """
+
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        queries_to_scores: Callable[[list[str]], Sequence[float]],
+        length_sampler: Callable[[], int] | None = None,
+        sample_size: int = 4,
+        seed: int = 0,
+        n_candidates: int = 1,
+        generation_settings: GenerationSettings | None = None,
+    ) -> None:
+        if sample_size < 1 or not 1 <= n_candidates <= sample_size:
+            raise ValueError(f"BestOfNSampler: need 1 <= n_candidates ({n_candidates}) <= sample_size ({sample_size})")
+        self.model, self.tokenizer, self.queries_to_scores = model, tokenizer, queries_to_scores
+        self.length_sampler, self.sample_size, self.n_candidates = length_sampler, sample_size, n_candidates
+        self.settings = generation_settings or GenerationSettings()
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def generate(
+        self, queries: torch.Tensor | Sequence[torch.Tensor], skip_special_tokens: bool = True
+    ) -> list[list[str]]:
+        """For each query, its n_candidates best texts (query + response), best first."""
+        from rlhf.generation import generate_batch
+
+        queries = [queries] if isinstance(queries, torch.Tensor) and queries.dim() == 1 else list(queries)
+        # A fresh seed per call from our generator: repeated calls differ, the sequence is reproducible.
+        settings = replace(self.settings, seed=int(torch.randint(0, 2**31 - 1, (1,), generator=self.generator)))
+        if self.length_sampler is not None:
+            settings = replace(settings, max_new_tokens=self.length_sampler())
+        repeated = [q for q in queries for _ in range(self.sample_size)]  # query i's samples at i*n ... i*n+n-1
+        responses = generate_batch(self.model, self.tokenizer, repeated, settings)
+        texts = [self.tokenizer.decode(torch.cat([q.cpu(), r.cpu()]), skip_special_tokens=skip_special_tokens)
+                 for q, r in zip(repeated, responses)]
+        scores = torch.as_tensor([float(s) for s in self.queries_to_scores(texts)])
+        if len(scores) != len(texts):
+            raise ValueError(f"BestOfNSampler: queries_to_scores returned {len(scores)} scores for {len(texts)} texts")
+        best = []
+        for i in range(len(queries)):
+            group = scores[i * self.sample_size : (i + 1) * self.sample_size]
+            top = torch.topk(group, self.n_candidates).indices  # ties: the earlier sample
+            best.append([texts[i * self.sample_size + int(j)] for j in top])
+        return best

@@ -1,0 +1,108 @@
+"""A real browser (headless Chromium): chat one turn and rate it, cast one arena vote, check SQLite."""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+USER = ("frank", "frank-password-1")  # only this test uses frank, so its rows are its own
+SCREENSHOT = "/tmp/rlhf-studio-chat-arena.png"
+
+
+@pytest.fixture(scope="module")
+def page(running_app, tmp_path_factory):
+    playwright_api = pytest.importorskip("playwright.sync_api")
+    if CHROMIUM is None:
+        pytest.skip("no chromium on PATH")
+    from labeler.services import accounts
+    from storage import open_db
+
+    db = open_db(running_app.db_path)
+    try:
+        if accounts.get_user(db, USER[0]) is None:
+            accounts.create_user(db, *USER)
+    finally:
+        db.conn.close()
+    with playwright_api.sync_playwright() as p:
+        # A fresh profile: no cookies or cache from another run.
+        context = p.chromium.launch_persistent_context(
+            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=CHROMIUM, headless=True,
+            args=["--no-sandbox", "--disable-background-networking", "--disable-gpu"],
+            viewport={"width": 1400, "height": 1000},
+        )
+        page = context.new_page()
+        page.goto(running_app.url)
+        page.wait_for_selector("input[type=password]", timeout=30_000)
+        page.fill("input[type=text]", USER[0])
+        page.fill("input[type=password]", USER[1])
+        page.click("button:has-text('Login')")
+        page.wait_for_selector("#rate-submit", timeout=30_000)
+        yield page
+        context.close()
+
+
+def db_rows(db_path: str, sql: str, params=()):
+    from storage import open_db
+
+    db = open_db(db_path)
+    try:
+        return [dict(row) for row in db.execute(sql, params).fetchall()]
+    finally:
+        db.conn.close()
+
+
+def text_contains(page, selector: str, text: str, timeout: int = 60_000) -> None:
+    page.wait_for_function(
+        "([sel, text]) => { const el = document.querySelector(sel); return !!el && el.innerText.includes(text); }",
+        arg=[selector, text], timeout=timeout,
+    )
+
+
+def test_chat_one_turn_then_rate_it(running_app, page):
+    page.click("button[role=tab]:has-text('Chat')")
+    page.wait_for_selector("#chat-input textarea", state="visible")
+    # The tab's default settings sample (a random tiny model's greedy answer may be only special tokens).
+    page.fill("#chat-input textarea", "Hello from the browser")
+    page.click("#chat-send")
+    text_contains(page, "#chat-chatbot", "Hello from the browser")
+    page.wait_for_function(
+        "() => document.querySelectorAll('#chat-chatbot [data-testid=bot], #chat-chatbot .bot').length > 0",
+        timeout=60_000,
+    )
+    page.wait_for_timeout(500)  # let the stream finish
+    page.click("#chat-thumbs-up")
+    text_contains(page, "#chat-rate-status", "Stored")
+    stored = db_rows(
+        running_app.db_path,
+        "SELECT p.text AS prompt, s.text AS answer, s.source, r.score FROM ratings r JOIN users u ON u.id = r.user_id"
+        " JOIN responses s ON s.id = r.response_id JOIN prompts p ON p.id = s.prompt_id WHERE u.username = ?",
+        [USER[0]],
+    )
+    assert len(stored) == 1
+    assert (stored[0]["prompt"], stored[0]["source"], stored[0]["score"]) == ("Hello from the browser", "chat", 7.0)
+    assert stored[0]["answer"].strip()[:10] in page.inner_text("#chat-chatbot")
+
+
+def test_arena_vote(running_app, page):
+    page.click("button[role=tab]:has-text('Arena')")
+    page.wait_for_selector("#arena-prompt textarea", state="visible")
+    page.fill("#arena-prompt textarea", "Which film should I watch?")
+    page.click("#arena-start")
+    page.wait_for_selector("#arena-vote-b:not([disabled])", timeout=60_000)
+    assert page.inner_text("#arena-reveal").strip() == ""  # no names before the vote
+    page.click("#arena-vote-b")
+    text_contains(page, "#arena-reveal", "A was")
+    page.screenshot(path=SCREENSHOT)
+    battles = db_rows(
+        running_app.db_path,
+        "SELECT b.model_a, b.model_b, b.winner, rk.order_json, b.response_a, b.response_b FROM battles b"
+        " JOIN users u ON u.id = b.user_id JOIN rankings rk ON rk.id = b.ranking_id WHERE u.username = ?",
+        [USER[0]],
+    )
+    assert len(battles) == 1 and battles[0]["winner"] == "b"
+    assert battles[0]["order_json"] == f"[[{battles[0]['response_b']}], [{battles[0]['response_a']}]]"
+    reveal = page.inner_text("#arena-reveal")
+    assert battles[0]["model_a"] in reveal and battles[0]["model_b"] in reveal
+    text_contains(page, "#arena-leaderboard", battles[0]["model_b"])

@@ -1,0 +1,74 @@
+"""The Chat and Arena tabs driven through gradio_client: the same api_names their buttons call."""
+from __future__ import annotations
+
+import pytest
+
+gradio_client = pytest.importorskip("gradio_client")
+from gradio_client import Client  # noqa: E402
+
+USER = ("erin", "erin-password-1")  # only these tests chat and battle as erin
+
+
+def rows(db_path: str, sql: str, params=()):
+    from storage import open_db
+
+    db = open_db(db_path)
+    try:
+        return [dict(row) for row in db.execute(sql, params).fetchall()]
+    finally:
+        db.conn.close()
+
+
+@pytest.fixture(scope="module")
+def erin(running_app):
+    from labeler.services import accounts
+    from storage import open_db
+
+    db = open_db(running_app.db_path)
+    try:
+        if accounts.get_user(db, USER[0]) is None:
+            accounts.create_user(db, *USER)
+    finally:
+        db.conn.close()
+    return Client(running_app.url, auth=USER, verbose=False)
+
+
+def test_chat_turn_and_thumbs_up(running_app, erin):
+    models, rewards, _ = erin.predict(api_name="/chat_models")
+    # Settings: max_new_tokens, do_sample, temperature, top_p, top_k, seed.
+    # Sampled (a random tiny model's greedy answer can be all special tokens, i.e. empty text).
+    settings = [5, True, 1.0, 1.0, 0, 1]
+    history, box = erin.predict("Hello", [], running_app.model_name, "", *settings, api_name="/chat_send")
+    assert box == "" and [m["role"] for m in history] == ["user", "assistant"]
+    assert history[1]["content"][0]["text"].strip()
+    status = erin.predict(history, running_app.model_name, *settings, api_name="/chat_thumbs_up")
+    assert "Stored" in status
+    stored = rows(
+        running_app.db_path,
+        "SELECT p.text AS prompt, s.model, r.score FROM ratings r JOIN users u ON u.id = r.user_id"
+        " JOIN responses s ON s.id = r.response_id JOIN prompts p ON p.id = s.prompt_id WHERE u.username = ?",
+        [USER[0]],
+    )
+    assert stored == [{"prompt": "Hello", "model": running_app.model_name, "score": 7.0}]  # project scale 1..7
+
+
+def test_arena_battle_and_vote(running_app, erin):
+    answer_a, answer_b, reveal_before = erin.predict(
+        "Say something", running_app.model_name, running_app.model_dir, 8, api_name="/arena_start"
+    )
+    reveal, board = erin.predict(api_name="/arena_vote_a")
+    battle = rows(
+        running_app.db_path,
+        "SELECT b.model_a, b.model_b, b.winner, rk.order_json, b.response_a, b.response_b, ra.text AS text_a,"
+        " rb.text AS text_b FROM battles b JOIN users u ON u.id = b.user_id JOIN rankings rk ON rk.id = b.ranking_id"
+        " JOIN responses ra ON ra.id = b.response_a JOIN responses rb ON rb.id = b.response_b WHERE u.username = ?",
+        [USER[0]],
+    )
+    assert len(battle) == 1 and battle[0]["winner"] == "a"
+    assert battle[0]["order_json"] == f"[[{battle[0]['response_a']}], [{battle[0]['response_b']}]]"
+    assert f"`{battle[0]['model_a']}`" in reveal and f"`{battle[0]['model_b']}`" in reveal
+    assert {r[0] for r in board["data"]} == {running_app.model_name, running_app.model_dir}
+    # Before the vote the page got the two answers and an empty reveal line: no names.
+    assert reveal_before == ""
+    shown = [battle[0]["text_a"].strip() or "*(empty answer)*", battle[0]["text_b"].strip() or "*(empty answer)*"]
+    assert [answer_a.strip(), answer_b.strip()] == shown

@@ -1,0 +1,47 @@
+"""The demo loop at toy size: tiny policy and encoder, a few prompts, one PPO step, real worker processes."""
+from __future__ import annotations
+
+import statistics
+
+from labeler.services import demo, jobs, labeling
+from labeler.services.demo import ANNOTATOR, DemoSettings, run_demo, simulate_annotator
+
+
+def test_simulated_annotator_ranks_by_sentiment(db):
+    from labeler.services import accounts  # noqa: F401  (users are created by the annotator itself)
+
+    prompt_id = db.execute("INSERT INTO prompts (project_id, text, text_hash) VALUES (1, 'The film', 'h')").lastrowid
+    ids = [db.execute("INSERT INTO responses (prompt_id, text) VALUES (?, ?)", [prompt_id, t]).lastrowid
+           for t in ("was a horrible, boring waste", "was wonderful and beautiful", "was wonderful and beautiful!")]
+    labeling.create_items(db, "default", ranking_size=3)
+    assert simulate_annotator(db, "default", noise=0.0, seed=0) == 1
+    order = db.execute("SELECT order_json FROM rankings").fetchone()[0]
+    import json
+
+    order = json.loads(order)
+    # VADER: the two positive answers first (the "!" one scores higher), the negative one last.
+    assert order == [[ids[2]], [ids[1]], [ids[0]]]
+    assert db.execute("SELECT username FROM users").fetchone()[0] == ANNOTATOR
+
+
+def test_tiny_demo_runs_the_whole_loop(db, db_path, tmp_path, tiny_model_dir, tiny_encoder_dir, monkeypatch):
+    monkeypatch.setenv(jobs.LAUNCHER_ENV, "python")
+    settings = DemoSettings(prompts=4, heldout=2, rm_steps=2, ppo_steps=1, ppo_batch_size=2, ppo_mini_batch_size=2,
+                            ppo_epochs=1, max_new_tokens=4, bf16=False, noise=0.1, policy=str(tiny_model_dir),
+                            encoder=str(tiny_encoder_dir), out_dir=str(tmp_path / "demo"))
+    lines = []
+    report = run_demo(db_path, settings, log=lines.append)
+    assert len(report.rows) == 2
+    assert set(report.rows[0]) >= {"query", "before", "after", "reward_before", "reward_after"}
+    assert [jobs.get_run(db, i).status for i in (report.rm_run, report.ppo_run)] == ["succeeded", "succeeded"]
+    # Held-out prompts are split 'test' and were not generated for.
+    held = db.execute("SELECT id FROM prompts WHERE split = 'test'").fetchall()
+    assert len(held) == 2
+    assert db.execute(f"SELECT COUNT(*) FROM responses WHERE prompt_id IN ({held[0][0]}, {held[1][0]})").fetchone()[0] == 0
+    # 4 training prompts x 2 answers, one ranking each (the noise breaks the random model's VADER ties).
+    assert db.execute("SELECT COUNT(*) FROM rankings").fetchone()[0] == 4
+    summary = report.summary()
+    assert summary["reward_before_mean"] == statistics.fmean(report.column("reward_before"))
+    table = report.table()
+    assert "mean" in table and "median" in table and report.rows[0]["query"][:20] in table
+    assert any("reward model" in line for line in lines)

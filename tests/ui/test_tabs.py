@@ -1,0 +1,216 @@
+"""The tabs' handlers called in-process (no server): the same functions the buttons and api_names reach.
+
+`call(app, api_name, ..., user=)` finds the event by its api_name and calls its handler with a
+gr.Request carrying the user name, which is all Gradio's login adds.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import gradio as gr
+import pytest
+
+from labeler.services.errors import InputError
+from labeler.ui.tabs.admin import parse_gold
+from labeler.ui.tabs.rank import order_from_ranks
+
+ADMIN, ANNOTATOR = "root", "ann"
+
+
+# ---------------------------------------------------------------------------------------------
+# Pure helpers
+
+
+def test_order_from_ranks_groups_ties_best_first():
+    # ids 10, 11, 12 with ranks 2, 1, 2: 11 is best, 10 and 12 tie below it.
+    assert order_from_ranks([10, 11, 12], ["2", "1", "2"]) == [[11], [10, 12]]
+    # Gaps and dense numbering mean the same order: 1, 1, 3 == 1, 1, 2.
+    assert order_from_ranks([5, 6, 7], [1, 1, 3]) == order_from_ranks([5, 6, 7], [1, 1, 2]) == [[5, 6], [7]]
+    # A full order of four.
+    assert order_from_ranks([1, 2, 3, 4], ["4", "3", "2", "1"]) == [[4], [3], [2], [1]]
+
+
+@pytest.mark.parametrize("ranks, message", [(["1", None], "answer 2 has no rank"), (["1", "3"], "outside 1..2"),
+                                            (["1", "x"], "not a whole number"), (["1"], "every answer needs a rank")])
+def test_order_from_ranks_rejects_incomplete_or_bad_ranks(ranks, message):
+    with pytest.raises(InputError, match=message):
+        order_from_ranks([1, 2], ranks)
+
+
+def test_parse_gold():
+    assert parse_gold("6") == {"score": 6}
+    assert parse_gold(" 3 > 1 = 2 ") == {"order": [[3], [1, 2]]}
+    assert parse_gold('{"order": [[2], [1]]}') == {"order": [[2], [1]]}
+    assert parse_gold("") is None
+    for bad in ["good", "3 > x", "{not json", "[1, 2]"]:
+        with pytest.raises(InputError):
+            parse_gold(bad)
+
+
+# ---------------------------------------------------------------------------------------------
+# The app, in-process
+
+
+@pytest.fixture
+def app_db(db_path):
+    """A database with an admin, an annotator, 2 prompts x 3 fixed answers and their items."""
+    from labeler.services import accounts, labeling, prompts
+    from storage import open_db, write_transaction
+
+    db = open_db(db_path)
+    accounts.create_user(db, ADMIN, "root-password-1", role="admin")
+    accounts.create_user(db, ANNOTATOR, "ann-password-1")
+    prompts.add_prompts(db, ["Prompt one", "Prompt two"], source="test")
+    with write_transaction(db):
+        for prompt_id in (1, 2):
+            for k in range(3):
+                db.execute("INSERT INTO responses (prompt_id, text, model) VALUES (?, ?, 'fixed')",
+                           [prompt_id, f"answer {prompt_id}.{k}"])
+    labeling.create_items(db, "default", ranking_size=3)
+    db.conn.close()
+    return db_path
+
+
+@pytest.fixture
+def app(app_db, tiny_model_dir, tmp_path):
+    from labeler.ui.app import build_app
+    from labeler.ui.context import ServeSettings
+
+    return build_app(ServeSettings(db_path=app_db, model=str(tiny_model_dir), runs_dir=str(tmp_path / "runs")))
+
+
+def endpoint(app, api_name: str):
+    matches = [fn for fn in app.fns.values() if fn.api_name == api_name]
+    assert len(matches) == 1, f"{api_name}: {len(matches)} events"
+    return matches[0]
+
+
+def call(app, api_name: str, *args, user: str | None):
+    return endpoint(app, api_name).fn(*args, request=gr.Request(username=user))
+
+
+def query(db_path: str, sql: str, params=()) -> list[tuple]:
+    with sqlite3.connect(db_path) as conn:
+        return conn.execute(sql, params).fetchall()
+
+
+def test_every_event_has_an_explicit_api_name(app):
+    names = [fn.api_name for fn in app.fns.values()]
+    assert all(names), names
+    for expected in ["rate_next", "rate_submit", "rate_skip", "rate_undo", "rank_next", "rank_submit",
+                     "rank_skip", "rank_undo", "data_import_prompts", "data_generate", "data_export",
+                     "data_import_labels", "admin_add_user", "admin_save_project", "admin_mark_gold", "admin_backup"]:
+        assert expected in names
+
+
+def test_admin_tabs_start_hidden(app):
+    # Revealed on load for admins only (Gradio 6.31 cannot hide a shown tab from an event).
+    tabs = {block.id: block for block in app.blocks.values() if isinstance(block, gr.Tab)}
+    assert tabs["rate"].visible and tabs["rank"].visible
+    assert not tabs["admin"].visible and not tabs["data"].visible
+
+
+def test_rate_submit_stores_one_label_per_request_id(app, app_db):
+    shown = call(app, "rate_next", user=ANNOTATOR)
+    state = shown[7]
+    assert shown[3] == "answer 1.0" and state["response_id"] == 1
+    call(app, "rate_submit", 4, " fine ", state, user=ANNOTATOR)
+    # A double click sends the same state (same request_id) again: still one label, no error.
+    call(app, "rate_submit", 4, " fine ", state, user=ANNOTATOR)
+    assert query(app_db, "SELECT response_id, score, comment FROM ratings") == [(1, 4.0, "fine")]
+
+
+def test_rank_submit_turns_rank_numbers_into_one_ranking(app, app_db):
+    shown = call(app, "rank_next", user=ANNOTATOR)
+    state = shown[-1]
+    ids = state["response_ids"]  # in the order shown
+    assert sorted(ids) == [1, 2, 3]
+    call(app, "rank_submit", "3", "1", "1", None, "", state, user=ANNOTATOR)
+    # Shown second and third tie for best, shown first is worst.
+    assert [json.loads(row[0]) for row in query(app_db, "SELECT order_json FROM rankings")] == [
+        [sorted(ids[1:]), [ids[0]]]
+    ]
+
+
+def test_handlers_refuse_anonymous_and_annotators_on_admin_actions(app, app_db):
+    with pytest.raises(gr.Error, match="not logged in"):
+        call(app, "rate_next", user=None)
+    for api_name, args in [("admin_add_user", ("eve", "eve-password-1", "admin")), ("admin_backup", ()),
+                           ("data_import_shipped", ()), ("admin_mark_gold", (1, "5"))]:
+        with pytest.raises(gr.Error, match="not an admin"):
+            call(app, api_name, *args, user=ANNOTATOR)
+    assert query(app_db, "SELECT COUNT(*) FROM users WHERE username = 'eve'") == [(0,)]
+    assert query(app_db, "SELECT COUNT(*) FROM prompts") == [(2,)]
+    assert query(app_db, "SELECT gold_json FROM items WHERE id = 1") == [(None,)]
+
+
+def test_prompt_upload_bad_file_names_the_line_and_writes_nothing(app, app_db, tmp_path):
+    bad = tmp_path / "prompts.jsonl"
+    bad.write_text('{"prompt": "fine"}\n{"prompt": 3}\n', encoding="utf-8")
+    with pytest.raises(gr.Error, match="line 2"):
+        call(app, "data_import_prompts", str(bad), user=ADMIN)
+    assert query(app_db, "SELECT COUNT(*) FROM prompts") == [(2,)]
+
+    good = tmp_path / "more.txt"
+    good.write_text("A third prompt\nPrompt one\n", encoding="utf-8")
+    summary, table = call(app, "data_import_prompts", str(good), user=ADMIN)
+    assert "**3** prompts" in summary
+    assert query(app_db, "SELECT text, source FROM prompts WHERE id = 3") == [("A third prompt", "more.txt")]
+
+
+def test_generate_with_the_tiny_model_fills_the_queues(app, app_db, tiny_model_dir):
+    fn = endpoint(app, "data_generate")
+    by_label = {getattr(block, "label", None): block for block in fn.inputs}
+    values = {block: block.value for block in fn.inputs}
+    values[by_label["Answers per prompt"]] = 2
+    values[by_label["max_new_tokens"]] = 4
+    values[by_label["Model"]] = "tiny-dir"
+    # An unknown model name is refused before anything is loaded.
+    with pytest.raises(gr.Error, match="tiny-dir"):
+        fn.fn(values, request=gr.Request(username=ADMIN))
+    values[by_label["Model"]] = str(tiny_model_dir)
+    message, summary = fn.fn(values, request=gr.Request(username=ADMIN))
+    assert "Generated **4** answers" in message  # 2 prompts x 2 answers
+    assert query(app_db, "SELECT COUNT(*) FROM responses WHERE model != 'fixed'") == [(4,)]
+    new_items = query(app_db, "SELECT COUNT(*) FROM items WHERE kind = 'rating'")[0][0]
+    assert new_items == 6 + 4
+
+
+def test_export_preferences_downloads_the_ranking_pairs(app, app_db):
+    state = call(app, "rank_next", user=ANNOTATOR)[-1]
+    ids = state["response_ids"]
+    call(app, "rank_submit", "1", "2", "3", None, "", state, user=ANNOTATOR)
+    fn = endpoint(app, "data_export")
+    values = {block: block.value for block in fn.inputs}
+    by_label = {getattr(block, "label", None): block for block in fn.inputs}
+    values[by_label["Kind"]], values[by_label["Format"]] = "preferences", "jsonl"
+    path, message = fn.fn(values, request=gr.Request(username=ADMIN))
+    rows = [json.loads(line) for line in Path(path).read_text().splitlines()]
+    text = dict(query(app_db, "SELECT id, text FROM responses"))
+    # A strict order of 3 gives 3 pairs: 1st > 2nd, 1st > 3rd, 2nd > 3rd.
+    expected = {(text[ids[0]], text[ids[1]]), (text[ids[0]], text[ids[2]]), (text[ids[1]], text[ids[2]])}
+    assert {(row["chosen"], row["rejected"]) for row in rows} == expected
+    assert {row["prompt"] for row in rows} == {"Prompt one"}
+    assert "**3** preferences rows" in message
+
+
+def test_admin_settings_gold_and_backup(app, app_db):
+    snapshot = call(app, "admin_save_project", 1, 5, 2, "Be **strict**.", user=ADMIN)
+    assert snapshot[2:6] == (1, 5, 2, "Be **strict**.")
+    assert query(app_db, "SELECT likert_min, likert_max, overlap, guidelines FROM projects") == [(1, 5, 2, "Be **strict**.")]
+    # The Rate tab now offers 1..5 and shows the new guidelines.
+    shown = call(app, "rate_next", user=ANNOTATOR)
+    assert [value for _, value in shown[4]["choices"]] == [1, 2, 3, 4, 5]
+    assert shown[6] == "Be **strict**."
+    # An inverted scale is refused and nothing changes.
+    with pytest.raises(gr.Error):
+        call(app, "admin_save_project", 5, 1, 1, "", user=ADMIN)
+    assert query(app_db, "SELECT likert_min, likert_max FROM projects") == [(1, 5)]
+
+    call(app, "admin_mark_gold", 1, "4", user=ADMIN)
+    assert query(app_db, "SELECT gold_json FROM items WHERE id = 1") == [(json.dumps({"score": 4}),)]
+
+    backup_path = call(app, "admin_backup", user=ADMIN)
+    assert query(backup_path, "SELECT username FROM users ORDER BY id") == [(ADMIN,), (ANNOTATOR,)]
