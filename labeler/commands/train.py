@@ -130,6 +130,10 @@ def cmd_runs_resume(args) -> int:
 
 
 def cmd_demo(args) -> int:
+    import os
+
+    # Before torch is imported: OpenMP threads that sleep rather than spin (see jobs._spawn).
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from labeler.services import demo
 
     report = demo.run_demo(args.db, demo.DemoSettings(

@@ -231,7 +231,8 @@ def launch_demo_process(db_path: str, out_dir: str = "runs/demo", extra_args: li
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     log = open(Path(out_dir) / "demo.log", "ab")
     command = [sys.executable, "-m", "labeler", "demo", "--db", db_path, "--out", out_dir, *(extra_args or [])]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
+           "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                start_new_session=True)
     log.close()

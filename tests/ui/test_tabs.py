@@ -214,3 +214,53 @@ def test_admin_settings_gold_and_backup(app, app_db):
 
     backup_path = call(app, "admin_backup", user=ADMIN)
     assert query(backup_path, "SELECT username FROM users ORDER BY id") == [(ADMIN,), (ANNOTATOR,)]
+
+
+def test_export_filters_and_labels_import(app, app_db, tmp_path):
+    state = call(app, "rank_next", user=ANNOTATOR)[-1]
+    call(app, "rank_submit", "1", "2", "3", None, "", state, user=ANNOTATOR)
+    fn = endpoint(app, "data_export")
+    by_label = {getattr(block, "label", None): block for block in fn.inputs}
+    values = {block: block.value for block in fn.inputs}
+    # Only the admin's labels: the admin labelled nothing, so there is nothing to export.
+    values[by_label["Only these annotators (empty = all)"]] = [ADMIN]
+    with pytest.raises(gr.Error, match="nothing to export"):
+        fn.fn(values, request=gr.Request(username=ADMIN))
+    values[by_label["Only these annotators (empty = all)"]] = [ANNOTATOR]
+    values[by_label["Format"]] = "hf"
+    path, message = fn.fn(values, request=gr.Request(username=ADMIN))
+    assert path.endswith(".zip") and "**3** preferences rows" in message  # a saved datasets folder, zipped
+
+    pairs = tmp_path / "prefs.jsonl"
+    pairs.write_text(
+        '{"prompt": "Imported prompt", "chosen": "kind answer", "rejected": "rude answer"}\n'
+        '{"prompt": "Imported prompt", "chosen": "same", "rejected": "same"}\n',
+        encoding="utf-8",
+    )
+    message, summary = call(app, "data_import_labels", str(pairs), user=ADMIN)
+    assert "Imported **1** preference pairs" in message and "1 with chosen = rejected dropped" in message
+    assert query(app_db, "SELECT COUNT(*) FROM rankings WHERE source != 'annotator'") == [(1,)]
+    assert "**3** prompts" in summary and "**2** rankings" in summary
+
+
+def test_refresh_resumes_and_a_waiting_run_shows_a_banner(app, app_db):
+    from labeler.services import labeling
+    from storage import open_db, write_transaction
+
+    first = call(app, "rate_next", user=ANNOTATOR)
+    assert first[0]["visible"] is False
+    # A page refresh (a new session) gets the same pending item back from SQLite.
+    assert call(app, "rate_next", user=ANNOTATOR)[3] == first[3]
+
+    db = open_db(app_db)
+    with write_transaction(db):
+        run_id = db.execute("INSERT INTO runs (project_id, stage) VALUES (1, 'ppo')").lastrowid
+        response_id = db.execute(
+            "INSERT INTO responses (prompt_id, text, model, run_id) VALUES (1, 'a rollout', 'policy', ?)", [run_id]
+        ).lastrowid
+    labeling.create_items(db, "default", [response_id], kinds=("rating",), priority=10, run_id=run_id)
+    db.conn.close()
+    # Skip the pending item: the run's rollout comes next (higher priority), with the banner.
+    shown = call(app, "rate_skip", first[7], user=ANNOTATOR)
+    assert shown[3] == "a rollout"
+    assert shown[0]["visible"] is True and f"#{run_id}" in shown[0]["value"] and "**1** more labels" in shown[0]["value"]

@@ -208,8 +208,10 @@ def build(ctx: UIContext) -> None:
         with ctx.connection() as db:
             require_admin(db, request)
             result = labels_import.import_preferences(db, path, ctx.project)
-            return f"Imported **{result.added}** preference pairs ({result.duplicates} duplicates skipped).", \
-                data_summary(db, ctx.project)
+            message = f"Imported **{result.added}** preference pairs ({result.duplicates} duplicates skipped"
+            skipped = getattr(result, "skipped", 0)
+            message += f", {skipped} with chosen = rejected dropped)." if skipped else ")."
+            return message, data_summary(db, ctx.project)
 
     import_button.click(import_prompt_file, [prompt_file], [summary, prompt_table], api_name="data_import_prompts")
     shipped_button.click(import_shipped, None, [summary, prompt_table], api_name="data_import_shipped")

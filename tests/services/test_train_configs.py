@@ -1,0 +1,82 @@
+"""One mapping from config fields to --set flags and widgets (labeler/forms.py) and the run config split."""
+from __future__ import annotations
+
+import pytest
+
+from labeler import forms
+from labeler.services import train_configs
+from labeler.services.errors import InputError
+from labeler.services.train_configs import JobConfig
+
+
+def test_specs_follow_the_dataclass():
+    specs = {s.name: s for s in forms.field_specs(JobConfig)}
+    assert specs["steps"].kind == "int" and specs["steps"].default == 20 and specs["steps"].help
+    assert specs["reward"].kind == "choice" and specs["reward"].choices == ("rm", "human", "mix", "function")
+    assert specs["min_agreement"].kind == "float" and specs["min_agreement"].optional
+    assert specs["bf16"].kind == "bool"
+    assert all(s.help for s in specs.values())  # every field has help text
+
+
+def test_parse_sets_and_values():
+    # The key is stripped; the value is kept as typed (split at the first "=") and parsed per field later.
+    assert forms.parse_sets(["a=1", "b = x=y"]) == {"a": "1", "b": " x=y"}
+    with pytest.raises(InputError, match="key=value"):
+        forms.parse_sets(["novalue"])
+    config = forms.build_config(JobConfig, {"steps": "7", "bf16": "yes", "reward": "mix", "min_agreement": "none",
+                                            "w_rm": "0.25"})
+    assert (config.steps, config.bf16, config.reward, config.min_agreement, config.w_rm) == (7, True, "mix", None, 0.25)
+    assert forms.changed(config) == {"steps": 7, "bf16": True, "reward": "mix", "w_rm": 0.25}
+
+
+@pytest.mark.parametrize("values, field", [
+    ({"steps": "1.5"}, "steps"),
+    ({"bf16": "maybe"}, "bf16"),
+    ({"reward": "crowd"}, "reward"),
+    ({"steps": "0"}, "steps"),  # __post_init__'s error, named
+    ({"runner": "nocolon"}, "runner"),
+])
+def test_bad_values_name_the_field(values, field):
+    with pytest.raises(InputError) as error:
+        forms.build_config(JobConfig, values, source="--set")
+    assert error.value.field == field
+
+
+def test_run_config_splits_job_and_trainer_settings():
+    config = train_configs.resolve_run_config("ppo", {"steps": "5", "learning_rate": "1e-4", "batch_size": "8",
+                                                      "mini_batch_size": "4"})
+    assert config == {"job": {"steps": 5}, "trainer": {"learning_rate": 1e-4, "batch_size": 8, "mini_batch_size": 4}}
+    with pytest.raises(InputError) as error:
+        train_configs.resolve_run_config("ppo", {"batch_size": "6", "mini_batch_size": "4"})
+    assert error.value.field == "batch_size"  # PPOConfig's own check, refused before queueing
+    with pytest.raises(InputError, match="learning_rat"):
+        train_configs.resolve_run_config("rm", {"learning_rat": "1"})
+    rm = train_configs.resolve_run_config("rm", {"max_length": "128", "learning_rate": "1e-4"})
+    assert rm["trainer"] == {"max_length": 128, "learning_rate": 1e-4}
+
+
+def test_config_file_flat_or_stored(tmp_path):
+    flat = tmp_path / "a.json"
+    flat.write_text('{"steps": 3, "learning_rate": 0.001}')
+    stored = tmp_path / "b.json"
+    stored.write_text('{"job": {"steps": 3}, "trainer": {"learning_rate": 0.001}}')
+    assert train_configs.read_config_file(flat) == train_configs.read_config_file(stored) == {"steps": 3, "learning_rate": 0.001}
+    bad = tmp_path / "c.json"
+    bad.write_text("[1, 2]")
+    with pytest.raises(InputError, match="JSON object"):
+        train_configs.read_config_file(bad)
+
+
+def test_widgets_match_kinds():
+    import gradio as gr
+
+    specs = {s.name: s for s in forms.field_specs(JobConfig)}
+    assert isinstance(forms.widget(specs["bf16"]), gr.Checkbox)
+    steps = forms.widget(specs["steps"])
+    assert isinstance(steps, gr.Number) and steps.precision == 0
+    assert isinstance(forms.widget(specs["reward"]), gr.Dropdown)
+    assert isinstance(forms.widget(specs["annotators"]), gr.Textbox)
+    # Widget values read back through the same parsing: a Number gives 5.0 for an int field.
+    values = forms.from_widgets([specs["steps"], specs["min_agreement"]], [5.0, ""])
+    config = forms.build_config(JobConfig, values)
+    assert config.steps == 5 and config.min_agreement is None
