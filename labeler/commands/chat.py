@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from typing import TextIO
 
-from labeler.commands.generate import add_settings_flags, settings_from_args
+from labeler.commands.generate import add_settings_flags, passive_omp_threads, settings_from_args
 from labeler.services.chat import CHAT_SETTINGS
 
 HELP_LINE = "Type a message; /reset starts over, /exit (or Ctrl-D) quits."
@@ -40,6 +41,7 @@ def register(subparsers, common: argparse.ArgumentParser) -> None:
 
 
 def run_chat(args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
+    passive_omp_threads()
     from labeler.services.chat import ModelCache, stream_reply
     from labeler.services.models import resolve
     from storage import open_db
@@ -76,7 +78,7 @@ def run_chat(args: argparse.Namespace, stdin: TextIO | None = None, stdout: Text
         stdout.write(f"{args.model}> ")
         pieces = []
         # A different seed per turn: the same question asked twice need not get the same answer.
-        turn_settings = settings if not settings.do_sample else _with_seed(settings, settings.seed + turn)
+        turn_settings = dataclasses.replace(settings, seed=settings.seed + turn) if settings.do_sample else settings
         for piece in stream_reply(cache, path, history, args.system or None, turn_settings):
             pieces.append(piece)
             stdout.write(piece)
@@ -84,12 +86,6 @@ def run_chat(args: argparse.Namespace, stdin: TextIO | None = None, stdout: Text
         stdout.write("\n")
         history.append({"role": "assistant", "content": "".join(pieces)})
         turn += 1
-
-
-def _with_seed(settings, seed: int):
-    import dataclasses
-
-    return dataclasses.replace(settings, seed=seed)
 
 
 def run_models_list(args: argparse.Namespace) -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 
 from labeler import forms
 from labeler.services.errors import InputError
@@ -64,7 +65,14 @@ def register(subparsers, common: argparse.ArgumentParser) -> None:
     parser.set_defaults(func=run_generate)
 
 
+def passive_omp_threads() -> None:
+    """Waiting OpenMP threads sleep instead of spinning (read when torch loads, so call this first): on a CPU
+    shared with a server or other jobs, spinning threads made generation several times slower."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
 def run_generate(args: argparse.Namespace) -> int:
+    passive_omp_threads()
     from tqdm import tqdm
 
     from labeler.services.generation import generate_responses

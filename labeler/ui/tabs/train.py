@@ -218,8 +218,11 @@ def build(ctx: UIContext) -> None:
                 *[gr.update(visible=name == s) for s in train_configs.STAGES])
 
     @ui_errors
-    def do_launch(stage_name, model_name, reward_name, reward_model_name, advanced_text, *values,
-                  request: gr.Request):
+    def do_launch(data: dict, request: gr.Request):
+        # Inputs given as a set arrive as one {component: value} dict (the form has a variable number of fields).
+        stage_name, model_name, advanced_text = data[stage], data[model], data[advanced]
+        reward_name, reward_model_name = data[reward], data[reward_model]
+        values = [data[w] for w in job_inputs + trainer_inputs]
         with ctx.connection() as db:
             user = require_admin(db, request)
             settings = collect_settings(stage_name, specs_by_stage, list(values), advanced_text)
@@ -327,7 +330,7 @@ def build(ctx: UIContext) -> None:
     if ctx.app is not None:
         ctx.app.load(quiet_load, None, [model, reward_model, inspect_model, run], api_name="train_choices")
     stage.change(on_stage, stage, [model, ppo_group, *stage_groups.values()], api_name=False)
-    launch.click(do_launch, [stage, model, reward, reward_model, advanced, *job_inputs, *trainer_inputs],
+    launch.click(do_launch, {stage, model, reward, reward_model, advanced, *job_inputs, *trainer_inputs},
                  [notice, run], api_name="train_launch")
     timer.tick(refresh, [run, metric_names], refresh_outputs, api_name="train_refresh", show_progress="hidden")
     run.input(refresh, [run, metric_names], refresh_outputs, api_name="train_select", show_progress="hidden")
