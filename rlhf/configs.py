@@ -98,13 +98,17 @@ class PPOConfig:
     score_clip: float | None = field(default=None, metadata={"help": "Clip scores to +-score_clip after scaling (None: off)."})
     # -- speed and logging --
     bf16: bool = field(default=False, metadata={"help": "bf16 autocast for generation and forward passes (fast on CPUs with AVX-512 bf16)."})
+    forward_batch_size: int = field(
+        default=16, metadata={"help": "Rollouts per no-grad forward pass (policy and reference logprobs); larger is faster."}
+    )
     log_dir: str | None = field(default=None, metadata={"help": "Folder for TensorBoard events and metrics.csv/jsonl (None: no files)."})
     tensorboard: bool = field(default=True, metadata={"help": "Write TensorBoard event files into log_dir."})
 
     def __post_init__(self):
         for name in ("learning_rate", "target", "target_kl", "ratio_threshold", "cliprange", "cliprange_value"):
             _check(getattr(self, name) > 0, name, getattr(self, name), "must be positive")
-        for name in ("batch_size", "mini_batch_size", "gradient_accumulation_steps", "ppo_epochs", "horizon"):
+        for name in ("batch_size", "mini_batch_size", "gradient_accumulation_steps", "ppo_epochs", "horizon",
+                     "forward_batch_size"):
             _check(getattr(self, name) >= 1, name, getattr(self, name), "must be at least 1")
         _check(self.init_kl_coef >= 0, "init_kl_coef", self.init_kl_coef, "must be >= 0")
         _check(self.vf_coef >= 0, "vf_coef", self.vf_coef, "must be >= 0")

@@ -70,15 +70,20 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     return torch.logsumexp(logits, dim=-1) - (p * logits).sum(dim=-1)
 
 
-def response_mask_after_eos(responses: torch.Tensor, eos_token_id: int | None, pad_token_id: int | None) -> torch.Tensor:
+def response_mask_after_eos(
+    responses: torch.Tensor, eos_token_id: int | Sequence[int] | None, pad_token_id: int | None
+) -> torch.Tensor:
     """Mask (B, R) of response tokens that count: everything up to and including the first EOS.
 
     Tokens after the first EOS (what batched generation fills in) are 0. When pad == eos the first
-    EOS still counts, as it is the token the policy chose to stop with.
+    EOS still counts, as it is the token the policy chose to stop with. Several EOS ids may be given
+    (chat models often stop on any of a few).
     """
     mask = torch.ones_like(responses, dtype=torch.long)
-    if eos_token_id is not None:
-        is_eos = (responses == eos_token_id).long()
+    if isinstance(eos_token_id, int):
+        eos_token_id = [eos_token_id]
+    if eos_token_id:
+        is_eos = torch.isin(responses, torch.tensor(list(eos_token_id), device=responses.device)).long()
         # Positions strictly after the first EOS have a cumulative EOS count > 0 before them.
         eos_before = torch.cumsum(is_eos, dim=1) - is_eos
         mask = mask * (eos_before == 0).long()
@@ -87,7 +92,9 @@ def response_mask_after_eos(responses: torch.Tensor, eos_token_id: int | None, p
     return mask
 
 
-def trim_response(response: torch.Tensor, eos_token_id: int | None, pad_token_id: int | None) -> torch.Tensor:
+def trim_response(
+    response: torch.Tensor, eos_token_id: int | Sequence[int] | None, pad_token_id: int | None
+) -> torch.Tensor:
     """A 1-D response cut after its first EOS (kept), or at its first pad when there is no EOS id."""
     mask = response_mask_after_eos(response.unsqueeze(0), eos_token_id, pad_token_id)[0]
     return response[: int(mask.sum())]

@@ -11,6 +11,7 @@ log-probs ride along in the dataset, so each step is a single policy forward pas
 from __future__ import annotations
 
 import copy
+import inspect
 import os
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -74,15 +75,29 @@ class DPOConfig(TrainingArguments):
         super().__post_init__()
 
 
+def _accepts_logits_to_keep(model: torch.nn.Module) -> bool:
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a PeftModel's forward takes **kwargs
+    return "logits_to_keep" in inspect.signature(type(base).forward).parameters
+
+
 def completion_logps(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     """Summed log-probs of each sequence's completion tokens: (2B,) for the `[chosen; rejected]` batch.
 
     Prompt and padding tokens are masked out by completion_mask, so padding changes nothing.
     """
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits  # (2B, T, V)
-    # Token t is predicted by the logits at t - 1.
-    logps = logprobs_from_logits(logits[:, :-1], batch["input_ids"][:, 1:])  # (2B, T-1)
-    return masked_sum(logps, batch["completion_mask"][:, 1:].to(logps.dtype), dim=-1)  # (2B,)
+    input_ids, completion_mask = batch["input_ids"], batch["completion_mask"]
+    length = input_ids.shape[1]
+    # Token t is predicted by the logits at t - 1, so logits are needed from one position before the
+    # batch's first completion token on. Skipping the prompt's logits saves part of the vocabulary
+    # projection and log-softmax (49k wide for the default model), a large share of each step.
+    start = max(int(completion_mask.argmax(dim=-1).min()), 1)
+    keep = length - start + 1
+    if _accepts_logits_to_keep(model):
+        logits = model(input_ids=input_ids, attention_mask=batch["attention_mask"], logits_to_keep=keep).logits  # (2B, keep, V)
+    else:
+        logits = model(input_ids=input_ids, attention_mask=batch["attention_mask"]).logits[:, -keep:]  # (2B, keep, V)
+    logps = logprobs_from_logits(logits[:, :-1], input_ids[:, start:])  # (2B, T - start)
+    return masked_sum(logps, completion_mask[:, start:].to(logps.dtype), dim=-1)  # (2B,)
 
 
 class DPOTrainer(Trainer):

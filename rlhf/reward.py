@@ -10,6 +10,7 @@ and are pooled on their last non-pad token (config.pad_token_id must be set, whi
 """
 from __future__ import annotations
 
+import json
 import os
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -78,8 +79,6 @@ def load_reward_model(name_or_path: str | os.PathLike, dtype=None) -> torch.nn.M
     path = Path(resolve_model_path(name_or_path))
     adapter_config = path / "adapter_config.json"
     if adapter_config.exists():
-        import json
-
         from peft import PeftModel
 
         base_name = json.loads(adapter_config.read_text())["base_model_name_or_path"]
@@ -200,8 +199,6 @@ class RewardScorer:
         self.model = load_reward_model(path).to(self.device).eval()
         tokenizer_dir = path
         if not (Path(path) / "tokenizer_config.json").exists() and (Path(path) / "adapter_config.json").exists():
-            import json
-
             tokenizer_dir = resolve_model_path(json.loads((Path(path) / "adapter_config.json").read_text())["base_model_name_or_path"])
         self.tokenizer = load_tokenizer(tokenizer_dir, padding_side="right")
         if self.model.config.pad_token_id is None:

@@ -137,7 +137,7 @@ def cmd_demo(args) -> int:
     from labeler.services import demo
 
     report = demo.run_demo(args.db, demo.DemoSettings(
-        prompts=args.prompts, heldout=args.heldout, ppo_steps=args.ppo_steps, rm_steps=args.rm_steps,
+        prompts=args.prompts, heldout=args.heldout, answers=args.answers, ppo_steps=args.ppo_steps, rm_steps=args.rm_steps,
         noise=args.noise, max_new_tokens=args.max_new_tokens, bf16=not args.no_bf16, seed=args.seed,
         out_dir=args.out), project=args.project, log=print)
     print(report.table())
@@ -188,11 +188,12 @@ def register(subparsers, common: argparse.ArgumentParser) -> None:
                     "sentiment), train the MiniLM reward model, run PPO on the default policy with it, and print "
                     "responses and rewards before and after on held-out prompts. CPU, about 10-20 minutes.",
     )
-    demo.add_argument("--prompts", type=int, default=64, help="training prompts to label (default: 64)")
+    demo.add_argument("--prompts", type=int, default=0, help="training prompts to label (default 0: all not held out)")
     demo.add_argument("--heldout", type=int, default=16, help="held-out prompts for before/after (default: 16)")
     demo.add_argument("--rm-steps", type=int, default=60, help="reward-model training steps (default: 60)")
-    demo.add_argument("--ppo-steps", type=int, default=12, help="PPO steps (default: 12)")
-    demo.add_argument("--max-new-tokens", type=int, default=24, help="tokens per response (default: 24)")
+    demo.add_argument("--answers", type=int, default=2, help="answers per training prompt, ranked together (default: 2)")
+    demo.add_argument("--ppo-steps", type=int, default=8, help="PPO steps (default: 8)")
+    demo.add_argument("--max-new-tokens", type=int, default=20, help="tokens per response (default: 20)")
     demo.add_argument("--noise", type=float, default=0.0, help="annotator noise: std of Gaussian noise on VADER (default: 0)")
     demo.add_argument("--no-bf16", action="store_true", help="fp32 instead of bf16 autocast")
     demo.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")

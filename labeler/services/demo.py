@@ -1,8 +1,8 @@
 """`rlhf-studio demo`: the whole loop on the embedded models, on CPU, in one command.
 
 1. import the shipped movie-review openings; hold some out (split 'test') for the before/after comparison
-2. generate two answers per training prompt with the default policy (labeler.services.generation)
-3. a simulated annotator ranks each pair by VADER compound sentiment (+ optional Gaussian noise), through the
+2. generate two answers (--answers) per training prompt with the default policy (labeler.services.generation)
+3. a simulated annotator ranks each pair (set) by VADER compound sentiment (+ optional Gaussian noise), through the
    same labeling service people use
 4. train the MiniLM reward model on those preferences (a real queued run, worker process and all)
 5. PPO on the default policy with that reward model (another run)
@@ -27,16 +27,18 @@ ANNOTATOR = "simulated-annotator"
 
 @dataclass(frozen=True)
 class DemoSettings:
-    prompts: int = field(default=64, metadata={"help": "Training prompts to generate for and label."})
+    prompts: int = field(default=0, metadata={"help": "Training prompts to generate for and label (0: all not held out)."})
+    answers: int = field(default=2, metadata={"help": "Answers per training prompt, ranked together (n answers give n(n-1)/2 pairs)."})
     heldout: int = field(default=16, metadata={"help": "Held-out prompts for the before/after table."})
     rm_steps: int = field(default=60, metadata={"help": "Reward-model training steps."})
-    ppo_steps: int = field(default=12, metadata={"help": "PPO steps."})
+    ppo_steps: int = field(default=8, metadata={"help": "PPO steps."})
     ppo_batch_size: int = field(default=16, metadata={"help": "Rollouts per PPO step."})
     ppo_mini_batch_size: int = field(default=4, metadata={"help": "PPO mini-batch size."})
     ppo_epochs: int = field(default=2, metadata={"help": "PPO epochs per batch."})
-    learning_rate: float = field(default=3e-5, metadata={"help": "PPO learning rate."})
+    learning_rate: float = field(default=5e-5, metadata={"help": "PPO learning rate."})
+    rm_learning_rate: float = field(default=5e-5, metadata={"help": "Reward-model learning rate."})
     init_kl_coef: float = field(default=0.05, metadata={"help": "PPO initial KL coefficient."})
-    max_new_tokens: int = field(default=24, metadata={"help": "Tokens per response."})
+    max_new_tokens: int = field(default=20, metadata={"help": "Tokens per response."})
     noise: float = field(default=0.0, metadata={"help": "Std of Gaussian noise added to the annotator's VADER score."})
     bf16: bool = field(default=True, metadata={"help": "bf16 autocast for generation and training."})
     seed: int = field(default=0, metadata={"help": "Random seed."})
@@ -92,7 +94,8 @@ def _split_prompts(db, project: str, settings: DemoSettings) -> tuple[list[int],
     project_id = get_project(db, project).id
     ids = [row[0] for row in db.execute("SELECT id FROM prompts WHERE project_id = ? ORDER BY id", [project_id])]
     random.Random(settings.seed).shuffle(ids)
-    heldout, train = ids[: settings.heldout], ids[settings.heldout: settings.heldout + settings.prompts]
+    heldout = ids[: settings.heldout]
+    train = ids[settings.heldout:][: settings.prompts or None]
     with write_transaction(db):
         db.conn.executemany("UPDATE prompts SET split = 'test' WHERE id = ?", [(i,) for i in heldout])
     return heldout, train
@@ -171,19 +174,20 @@ def run_demo(db_path: str, settings: DemoSettings = DemoSettings(), project: str
 
     gen = GenerationSettings(max_new_tokens=settings.max_new_tokens, batch_size=16, seed=settings.seed,
                              autocast=settings.bf16)
-    generation.generate_responses(db, project, settings.policy, n_per_prompt=2, settings=gen, prompt_ids=train)
+    generation.generate_responses(db, project, settings.policy, n_per_prompt=settings.answers, settings=gen,
+                                  prompt_ids=train)
     timings["generate"] = time.monotonic() - t
-    log(f"2. generated 2 answers per training prompt ({timings['generate']:.0f}s)")
+    log(f"2. generated {settings.answers} answers per training prompt ({timings['generate']:.0f}s)")
 
     t = time.monotonic()
     ranked = simulate_annotator(db, project, settings.noise, settings.seed, train)
     timings["label"] = time.monotonic() - t
-    log(f"3. the simulated annotator ranked {ranked} pairs by VADER sentiment (noise {settings.noise})")
+    log(f"3. the simulated annotator ranked {ranked} sets of answers by VADER sentiment (noise {settings.noise})")
 
     t = time.monotonic()
     runs_dir = Path(settings.out_dir)
     rm = jobs.create_run(db, "rm", {"model": settings.encoder, "steps": settings.rm_steps, "checkpoint_every": 0,
-                                    "per_device_train_batch_size": 8, "learning_rate": 1e-4, "bf16": settings.bf16,
+                                    "per_device_train_batch_size": 16, "learning_rate": settings.rm_learning_rate, "bf16": settings.bf16,
                                     "test_size": 0.2, "seed": settings.seed}, project=project, name="demo reward model",
                          runs_dir=runs_dir)
     log(f"4. training the reward model (run {rm.id}, log {rm.log_path})")

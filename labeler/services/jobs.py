@@ -328,6 +328,34 @@ def cancel_run(db, run_id: int, grace_seconds: float = 10.0, max_concurrent: int
     return get_run(db, run_id)
 
 
+def _group_alive(pgid: int) -> bool:
+    """Any process of the group left? (accelerate's launcher may exit before the worker it started.)"""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return pid_alive(pgid) or _members_alive(pgid)
+
+
+def _members_alive(pgid: int) -> bool:
+    # killpg(0) also answers for zombies; look for a live (non-zombie) member in /proc where there is one.
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return True
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
 def _terminate_group(pid: int, grace_seconds: float) -> None:
     try:
         os.killpg(pid, signal.SIGTERM)
@@ -335,7 +363,7 @@ def _terminate_group(pid: int, grace_seconds: float) -> None:
         return
     deadline = time.monotonic() + grace_seconds
     while time.monotonic() < deadline:
-        if not pid_alive(pid):
+        if not _group_alive(pid):
             return
         time.sleep(0.1)
     try:

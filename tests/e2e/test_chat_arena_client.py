@@ -72,3 +72,39 @@ def test_arena_battle_and_vote(running_app, erin):
     assert reveal_before == ""
     shown = [battle[0]["text_a"].strip() or "*(empty answer)*", battle[0]["text_b"].strip() or "*(empty answer)*"]
     assert [answer_a.strip(), answer_b.strip()] == shown
+
+
+def test_best_of_n_with_a_registered_reward_model(running_app, erin, tiny_encoder_dir):
+    from labeler.services import models
+    from storage import open_db
+
+    db = open_db(running_app.db_path)
+    try:
+        if "client-rm" not in [m["name"] for m in models.list_models(db, kind="reward")]:
+            models.register_model(db, "client-rm", str(tiny_encoder_dir), "reward")
+    finally:
+        db.conn.close()
+    _, rewards, _ = erin.predict(api_name="/chat_models")
+    # The newest reward model is offered and preselected.
+    assert rewards["value"] == "client-rm" and ["client-rm", "client-rm"] in rewards["choices"]
+    settings = [6, True, 1.0, 1.0, 0, 2]
+    history, box, table = erin.predict(
+        "Pick a film", [], running_app.model_name, "client-rm", 3, "", *settings, api_name="/chat_best_of_n"
+    )
+    scores = [row[0] for row in table["data"]]
+    assert len(scores) == 3 and scores == sorted(scores, reverse=True)
+    # The answer shown is the best-scored one.
+    assert history[-1]["content"][0]["text"].strip() == table["data"][0][1].strip()
+
+
+def test_random_prompt_comes_from_the_project(running_app, erin):
+    from labeler.services.prompts import list_prompts
+    from storage import open_db
+
+    drawn = erin.predict(api_name="/arena_random_prompt")
+    db = open_db(running_app.db_path)
+    try:
+        texts = {p["text"] for p in list_prompts(db, limit=10_000)}
+    finally:
+        db.conn.close()
+    assert drawn in texts

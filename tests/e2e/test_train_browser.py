@@ -68,10 +68,9 @@ def test_launch_a_tiny_run_and_watch_the_plot(running_app, browser, monkeypatch)
         "() => (document.getElementById('train-progress') || {}).innerText?.includes('step 3 / 3')", timeout=180_000)
     page.wait_for_function("() => (document.getElementById('train-status') || {}).innerText?.includes('succeeded')",
                            timeout=60_000)
+    # Vega draws one line mark per plotted metric (env/reward_mean and objective/kl are selected by default).
     page.wait_for_function(
-        "() => { const p = document.getElementById('train-plot'); return !!p && !!p.querySelector('canvas, svg'); }",
-        timeout=30_000)
-    page.wait_for_timeout(2500)  # one more tick so the final points are drawn
+        "() => document.querySelectorAll('#train-plot g.mark-line path').length >= 2", timeout=30_000)
     page.screenshot(path=SCREENSHOT, full_page=True)
 
     metrics = _rows(running_app.db_path, "SELECT DISTINCT step FROM metrics WHERE run_id = ? AND name = 'env/reward_mean'",

@@ -80,6 +80,8 @@ def test_response_mask_keeps_first_eos_and_drops_the_rest():
     # no EOS id: padding decides
     assert response_mask_after_eos(torch.tensor([[4, 4, 0]]), None, 0).tolist() == [[1, 1, 0]]
     assert trim_response(torch.tensor([5, 2, 7, 2]), 2, 2).tolist() == [5, 2]
+    # several EOS ids (e.g. <|eot_id|> and <|end_of_text|>): the first of any ends the response
+    assert response_mask_after_eos(torch.tensor([[5, 7, 2, 9]]), [2, 7], None).tolist() == [[1, 1, 0, 0]]
 
 
 def test_pad_sequences_both_sides():

@@ -177,3 +177,11 @@ def test_bad_rows_name_row_and_field(tiny_encoder_dir, tmp_path, rows, row, fiel
 def test_scorer_rejects_mismatched_lengths(tiny_encoder_dir):
     with pytest.raises(ValueError, match="2 prompts but 1 responses"):
         RewardScorer(tiny_encoder_dir).score(["a", "b"], ["c"])
+
+
+def test_default_encoder_trains_a_step(tmp_path):
+    # The bundled MiniLM (22M parameters) is a sentence-transformers folder: it must load as a one-output
+    # classifier with a fresh head, and train.
+    trainer = RewardTrainer("default-encoder", args=config(tmp_path, max_steps=1, per_device_train_batch_size=2), train_dataset=toy_pairs(2, seed=0))
+    assert trainer.model.config.num_labels == 1 and trainer.processing_class.eos_token is None
+    assert trainer.train().training_loss > 0

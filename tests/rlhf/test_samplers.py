@@ -7,11 +7,9 @@ from rlhf.samplers import BestOfNSampler, LengthSampler
 
 
 def test_length_sampler_range_and_seed():
-    draws = [LengthSampler(4, 8, torch.Generator().manual_seed(1))() for _ in range(1)]
     sampler = LengthSampler(4, 8, torch.Generator().manual_seed(1))
     values = [sampler() for _ in range(200)]
     assert set(values) == {4, 5, 6, 7}  # max excluded, as TRL
-    assert values[0] == draws[0]
     again = LengthSampler(4, 8, torch.Generator().manual_seed(1))
     assert [again() for _ in range(200)] == values
     with pytest.raises(ValueError, match="min_value < max_value"):

@@ -115,3 +115,20 @@ def test_lora_adapter_saves_and_merges(tiny_model_dir, tmp_path):
     merged = AutoModelForCausalLM.from_pretrained(merged_dir).eval()
     with torch.no_grad():
         assert torch.allclose(merged(ids).logits, expected, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "bad, row, field",
+    [
+        ([{"prompt": "p", "completion": "c"}, {"prompt": "p", "completion": "  "}], 1, "completion"),
+        ([{"messages": [{"role": "user"}]}], 0, "messages"),
+        ([{"prompt": "p", "completion": [{"role": "assistant", "content": "c"}]}], 0, "completion"),
+        ([{"question": "p"}], None, None),
+    ],
+)
+def test_bad_rows_name_row_and_field(tiny_model_dir, tmp_path, bad, row, field):
+    from rlhf.data import DataError
+
+    with pytest.raises(DataError) as error:
+        SFTTrainer(str(tiny_model_dir), args=config(tmp_path), train_dataset=Dataset.from_list(bad))
+    assert (error.value.row, error.value.field) == (row, field)

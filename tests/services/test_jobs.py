@@ -100,11 +100,13 @@ def test_queue_runs_one_at_a_time(db, tmp_path, monkeypatch):
 def test_cancel_then_resume_continues_the_loss_curve(db, tmp_path, monkeypatch):
     reference = _reference_losses(db, tmp_path / "ref", steps=12, every=2)
     monkeypatch.setenv("TOY_STEP_SECONDS", "0.3")
+    monkeypatch.setenv(jobs.LAUNCHER_ENV, "accelerate")  # launcher + worker: cancel must end both
     run = jobs.create_run(db, "sft", {**TOY, "steps": 12, "checkpoint_every": 2}, runs_dir=tmp_path / "runs")
-    _wait_until(lambda: jobs.get_run(db, run.id).step >= 5, 60, "step 5")
-    cancelled = jobs.cancel_run(db, run.id, grace_seconds=5)
+    _wait_until(lambda: jobs.get_run(db, run.id).step >= 5, 90, "step 5")
+    cancelled = jobs.cancel_run(db, run.id, grace_seconds=10)
     assert cancelled.status == "cancelled" and cancelled.ended_at
-    assert not jobs.pid_alive(cancelled.pid)
+    assert not jobs._group_alive(cancelled.pid)  # no process of the run's group is left
+    assert "cancelled (SIGTERM)" in jobs.log_tail(cancelled)  # the worker ended cleanly, not by SIGKILL
     stopped_at = jobs.get_run(db, run.id).step
     assert 5 <= stopped_at < 12
     assert jobs.get_run(db, run.id).status == "cancelled"  # the worker did not overwrite it

@@ -135,12 +135,12 @@ def build(ctx: UIContext) -> None:
         try:
             from labeler.services import models
 
-            text = (text or "").strip()
-            if not text:
-                raise InputError("type a message first", field="message")
-            settings = settings_from(values)
             with ctx.connection() as db:
                 require_user(db, request)
+                text = (text or "").strip()
+                if not text:
+                    raise InputError("type a message first", field="message")
+                settings = settings_from(values)
                 path = models.resolve(db, model_name or ctx.settings.model)
             history = plain_history(history) + [{"role": "user", "content": text}]
             answer = ""
@@ -175,13 +175,14 @@ def build(ctx: UIContext) -> None:
         return history + [{"role": "assistant", "content": winner}], "", table
 
     def rate_last(history, model_name, score_value, values: tuple, request: gr.Request):
-        history = plain_history(history)
-        if len(history) < 2 or history[-1]["role"] != "assistant":
-            raise InputError("there is no answer to rate yet", field="history")
-        if score_value is None or score_value == "":
-            raise InputError("pick a score first", field="score")
         with ctx.connection() as db:
             user = require_user(db, request)
+            history = plain_history(history)
+            if len(history) < 2 or history[-1]["role"] != "assistant":
+                raise InputError("there is no answer to rate yet", field="history")
+            if score_value is None or score_value == "":
+                raise InputError("pick a score first", field="score")
+            # The sliders' settings now: those of the answer unless they were moved since.
             rated = chat.rate_answer(
                 db, ctx.project, user.username, history[:-1], history[-1]["content"],
                 model_name or ctx.settings.model, float(score_value), settings=settings_from(values),

@@ -170,7 +170,7 @@ def build(ctx: UIContext) -> None:
     status = gr.Markdown(elem_id="train-status")
     progress = gr.HTML()
     metric_names = gr.CheckboxGroup([], value=[], label="Metrics", elem_id="train-metrics")
-    plot = gr.LinePlot(pd.DataFrame({"step": [], "value": [], "name": []}), x="step", y="value", color="name",
+    plot = gr.LinePlot(pd.DataFrame({"step": [], "value": [], "metric": []}), x="step", y="value", color="metric",
                        label="Metrics by step", elem_id="train-plot", height=320)
     samples = gr.Dataframe(pd.DataFrame(columns=SAMPLE_COLUMNS), label="PPO samples (latest steps)", wrap=True,
                            interactive=False)
@@ -251,7 +251,9 @@ def build(ctx: UIContext) -> None:
         names = jobs.metric_names(db, run_id) if current else []
         chosen = [n for n in (selected or []) if n in names] or [n for n in DEFAULT_METRICS.get(
             current.stage if current else "", []) if n in names] or names[:2]
-        frame = jobs.metrics_frame(db, run_id, chosen) if current else pd.DataFrame(columns=["step", "value", "name"])
+        frame = jobs.metrics_frame(db, run_id, chosen) if current else pd.DataFrame(columns=["step", "name", "value"])
+        # Vega-Lite treats a field called "name" specially (the legend broke): plot it as "metric".
+        frame = frame.rename(columns={"name": "metric"})
         rows = jobs.samples(db, run_id, 12) if current else []
         return (
             waiting_banner(db, project),
