@@ -42,7 +42,9 @@ def masked_whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = T
 
     Masked positions come back as 0 so they can never leak into a later sum.
     """
-    mean, var = masked_mean(values, mask), masked_var(values, mask)
+    # A single unmasked value has no spread: it whitens to 0 (rather than NaN) and carries no signal.
+    mean = masked_mean(values, mask)
+    var = masked_var(values, mask) if mask.sum() >= 2 else torch.zeros((), dtype=values.dtype)
     whitened = (values - mean) * torch.rsqrt(var + 1e-8)
     if not shift_mean:
         whitened = whitened + mean

@@ -25,7 +25,7 @@ from rlhf.core import logprobs_from_logits, masked_sum
 from rlhf.data import PreferenceCollator, check_preference_rows, tokenize_preference_causal
 from rlhf.loading import DEFAULT_POLICY, load_causal_lm, load_tokenizer, resolve_model_path
 from rlhf.losses import dpo_loss
-from rlhf.peft_utils import apply_peft, is_peft_model
+from rlhf.peft_utils import apply_peft, is_peft_model, merge_adapter
 
 LOSS_TYPES = ("sigmoid", "ipo", "hinge")
 
@@ -125,11 +125,11 @@ class DPOTrainer(Trainer):
         args = args if args is not None else DPOConfig()
         if model is None or isinstance(model, (str, os.PathLike)):
             name = resolve_model_path(model if model is not None else args.model_name_or_path)
-            model = load_causal_lm(name)
+            model = merge_adapter(load_causal_lm(name))
             if processing_class is None:
                 processing_class = load_tokenizer(name, padding_side="right")
         if isinstance(ref_model, (str, os.PathLike)):
-            ref_model = load_causal_lm(ref_model)
+            ref_model = merge_adapter(load_causal_lm(ref_model))
         if processing_class is None:
             raise ValueError("DPOTrainer needs processing_class (the tokenizer) when given a model object")
         if processing_class.pad_token is None:

@@ -30,6 +30,18 @@ def is_peft_model(model: torch.nn.Module) -> bool:
     return isinstance(model, PeftModel)
 
 
+def merge_adapter(model: torch.nn.Module) -> torch.nn.Module:
+    """A loaded adapter folded into its base weights (other models unchanged).
+
+    Training that starts from an adapter run (DPO after LoRA SFT) starts from the merged model: it can
+    then be trained fully or take a fresh adapter, and DPO's reference is that merged model.
+    """
+    if not is_peft_model(model):
+        return model
+    # peft froze the base weights when loading the adapter; the merged model is what we now train.
+    return model.merge_and_unload().requires_grad_(True)
+
+
 def merge_and_save(model_or_adapter, out_dir: str | os.PathLike, tokenizer=None) -> Path:
     """Merge a LoRA adapter into its base weights and save a plain safetensors folder that
     AutoModelForCausalLM (or AutoModelForSequenceClassification) loads with no peft installed.

@@ -258,16 +258,16 @@ class PPOTrainer:
         response_masks: list[torch.Tensor] | None = None,
     ) -> dict[str, float]:
         """One PPO step on batch_size rollouts; returns TRL's stats as floats."""
-        t0 = time.time()
+        t0 = time.perf_counter()
         raw_scores = self._check_inputs(queries, responses, scores, response_masks)
         scores_t = self._process_scores(raw_scores)
         rollouts = self._layout(queries, responses, response_masks)
         mask = rollouts.mask
 
         # 1. forward pass for logprobs and values
-        t = time.time()
+        t = time.perf_counter()
         old_logprobs, values, ref_logprobs, kl, entropy = self._rollout_forward(rollouts)
-        forward_time = time.time() - t
+        forward_time = time.perf_counter() - t
 
         # 2. rewards = score - beta * KL
         rewards, non_score = per_token_rewards(scores_t, kl, mask, self.kl_ctl.value)
@@ -279,9 +279,9 @@ class PPOTrainer:
         advantages = masked_whiten(advantages, mask)
 
         # 4. epochs over mini-batches
-        t = time.time()
+        t = time.perf_counter()
         train_stats = self._train_epochs(rollouts, old_logprobs, values, advantages, returns)
-        optimize_time = time.time() - t
+        optimize_time = time.perf_counter() - t
 
         # 5. adapt beta, report
         stats = self._record_stats(raw_scores, scores_t, mask, old_logprobs, kl, non_score, entropy, values,
@@ -291,7 +291,7 @@ class PPOTrainer:
             self.lr_scheduler.step()
         self.current_step += 1
         stats.update({"time/ppo/forward_pass": forward_time, "time/ppo/optimize_step": optimize_time,
-                      "time/ppo/total": time.time() - t0})
+                      "time/ppo/total": time.perf_counter() - t0})
         return stats
 
     def _check_inputs(self, queries, responses, scores, response_masks) -> torch.Tensor:

@@ -31,7 +31,7 @@ from rlhf.data import (
 )
 from rlhf.loading import DEFAULT_ENCODER, load_tokenizer, resolve_model_path
 from rlhf.losses import pairwise_reward_loss
-from rlhf.peft_utils import apply_peft
+from rlhf.peft_utils import apply_peft, merge_adapter
 
 
 @dataclass
@@ -114,7 +114,7 @@ class RewardTrainer(Trainer):
         args = args if args is not None else RewardConfig()
         if model is None or isinstance(model, (str, os.PathLike)):
             name = resolve_model_path(model if model is not None else args.model_name_or_path)
-            model = load_reward_model(name)
+            model = merge_adapter(load_reward_model(name))
             if processing_class is None:
                 processing_class = load_tokenizer(name, padding_side="right")
         if processing_class is None:

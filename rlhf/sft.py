@@ -19,7 +19,7 @@ from transformers import Trainer, TrainingArguments
 
 from rlhf.data import SFTCollator, check_sft_rows, pack_examples, tokenize_sft
 from rlhf.loading import DEFAULT_POLICY, load_causal_lm, load_tokenizer, resolve_model_path
-from rlhf.peft_utils import apply_peft
+from rlhf.peft_utils import apply_peft, merge_adapter
 
 
 @dataclass
@@ -74,7 +74,7 @@ class SFTTrainer(Trainer):
         args = args if args is not None else SFTConfig()
         if model is None or isinstance(model, (str, os.PathLike)):
             name = resolve_model_path(model if model is not None else args.model_name_or_path)
-            model = load_causal_lm(name)
+            model = merge_adapter(load_causal_lm(name))
             if processing_class is None:
                 processing_class = load_tokenizer(name, padding_side="right")
         if processing_class is None:

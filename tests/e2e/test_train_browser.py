@@ -64,8 +64,12 @@ def test_launch_a_tiny_run_and_watch_the_plot(running_app, browser, monkeypatch)
     run = _rows(running_app.db_path, "SELECT * FROM runs ORDER BY id DESC LIMIT 1")[0]
     assert run["stage"] == "ppo" and run["created_by"] is not None
     # The timer refreshes the progress bar and the plot from SQLite until the run has finished.
-    page.wait_for_function(
-        "() => (document.getElementById('train-progress') || {}).innerText?.includes('step 3 / 3')", timeout=180_000)
+    try:
+        page.wait_for_function(
+            "() => (document.getElementById('train-progress') || {}).innerText?.includes('step 3 / 3')", timeout=120_000)
+    except Exception:
+        page.screenshot(path="/tmp/train-fail.png", full_page=True)
+        raise
     page.wait_for_function("() => (document.getElementById('train-status') || {}).innerText?.includes('succeeded')",
                            timeout=60_000)
     # Vega draws one line mark per plotted metric (env/reward_mean and objective/kl are selected by default).

@@ -44,6 +44,8 @@ def test_masked_whiten_hand_values_and_zero_on_mask():
     assert out[2].item() == 0.0
     # shift_mean=False keeps the mean: -0.87287 + 7/3 = 1.46046
     assert masked_whiten(VALUES, MASK, shift_mean=False)[0].item() == pytest.approx(1.46046, abs=1e-4)
+    # one unmasked value has no spread: 0, not NaN (a batch of one one-token response)
+    assert masked_whiten(VALUES, torch.tensor([0, 1, 0, 0])).tolist() == [0.0, 0.0, 0.0, 0.0]
 
 
 def test_masked_whiten_equals_whitening_the_unmasked_values_alone():

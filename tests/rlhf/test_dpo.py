@@ -202,3 +202,26 @@ def test_config_rejects_bad_values():
         DPOConfig(output_dir="x", loss_type="kto")
     with pytest.raises(ValueError, match="beta=0"):
         DPOConfig(output_dir="x", beta=0)
+
+
+def test_training_from_an_adapter_folder_starts_from_the_merged_model(tiny_model_dir, tmp_path):
+    # e.g. DPO after a LoRA SFT run: the job runner passes the SFT adapter folder as the model.
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(0)
+    sft = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(tiny_model_dir), LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    ).eval()
+    sft.save_pretrained(tmp_path / "sft-adapter")
+    AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(tmp_path / "sft-adapter")
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with torch.no_grad():
+        sft_logits = sft(ids).logits
+
+    trainer = DPOTrainer(str(tmp_path / "sft-adapter"), args=config(tmp_path, max_steps=2), train_dataset=toy_pairs(16, seed=0))
+    with torch.no_grad():
+        # the reference is the SFT model (adapter merged), not the bare base
+        assert torch.allclose(trainer.ref_model(ids).logits, sft_logits, atol=1e-4)
+    before = params(trainer.model)
+    trainer.train()
+    assert any(not torch.equal(before[k], v) for k, v in params(trainer.model).items())

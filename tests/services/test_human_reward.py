@@ -110,21 +110,17 @@ def test_mix_falls_back_to_the_reward_model_at_the_timeout(db_path, db, setup):
     queue = HumanRewardQueue(db_path, "default", run_id, policy="rm", poll_seconds=0.05)
     rm = lambda q, r: [0.5 if "nice" in x else -0.5 for x in r]  # noqa: E731
 
-    def rate_first():
-        other = open_db(db_path)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            item = labeling.next_item(other, "default", "ann", "rating")
-            if item is not None and item.run_id == run_id:
-                labeling.submit_rating(other, "default", "ann", item.item_id, 7)
-                return
-            time.sleep(0.05)
+    def request_and_wait(queries, responses, timeout):
+        # The annotator rates the first rollout as soon as it is queued (no thread: no timing race); nobody
+        # rates the second, so the wait ends at the timeout.
+        item_ids = queue.request(queries, responses)
+        item = labeling.next_item(db, "default", "ann", "rating")
+        assert item.item_id == item_ids[0]
+        labeling.submit_rating(db, "default", "ann", item.item_id, 7)
+        return queue.wait(item_ids, timeout)
 
-    thread = threading.Thread(target=rate_first)
-    thread.start()
-    mix = MixReward(HumanReward(queue.request_and_wait, timeout=1.0), rm, w_human=1.0, w_rm=0.5)
+    mix = MixReward(HumanReward(request_and_wait, timeout=0.3), rm, w_human=1.0, w_rm=0.5)
     rewards = mix(["q1", "q2"], ["nice one", "dull"])
-    thread.join()
     # first: rated 7 -> 1.0; 1.0 * 1.0 + 0.5 * 0.5 = 1.25. second: unrated -> (1 + 0.5) * -0.5 = -0.75
     assert rewards == pytest.approx([1.25, -0.75])
     assert mix.last_stats["reward/from_human"] == 1 and mix.last_stats["reward/from_rm"] == 1

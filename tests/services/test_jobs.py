@@ -106,7 +106,7 @@ def test_cancel_then_resume_continues_the_loss_curve(db, tmp_path, monkeypatch):
     cancelled = jobs.cancel_run(db, run.id, grace_seconds=10)
     assert cancelled.status == "cancelled" and cancelled.ended_at
     assert not jobs._group_alive(cancelled.pid)  # no process of the run's group is left
-    assert "cancelled (SIGTERM)" in jobs.log_tail(cancelled)  # the worker ended cleanly, not by SIGKILL
+    assert f"run {run.id}: cancelled" in jobs.log_tail(cancelled)  # the worker's SIGTERM handler ran: a clean end
     stopped_at = jobs.get_run(db, run.id).step
     assert 5 <= stopped_at < 12
     assert jobs.get_run(db, run.id).status == "cancelled"  # the worker did not overwrite it

@@ -247,6 +247,9 @@ def build(ctx: UIContext) -> None:
             return tuple(gr.update() for _ in range(9))
 
     def _refresh(db, run_id, selected):
+        if not run_id:  # nothing picked yet: follow the newest run
+            newest = jobs.list_runs(db, project=project, limit=1)
+            run_id = newest[0].id if newest else None
         current = jobs.get_run(db, run_id) if run_id else None
         names = jobs.metric_names(db, run_id) if current else []
         chosen = [n for n in (selected or []) if n in names] or [n for n in DEFAULT_METRICS.get(
@@ -264,7 +267,8 @@ def build(ctx: UIContext) -> None:
             pd.DataFrame(rows, columns=SAMPLE_COLUMNS),
             jobs.log_tail(current, 40) if current else "",
             history_frame(db, project),
-            gr.update(choices=run_choices(db, project), value=run_id),
+            # Choices only: a tick that started before a launch finished must not reset the picked run.
+            gr.update(choices=run_choices(db, project)),
         )
 
     def _action(action, verb):
