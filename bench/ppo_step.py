@@ -90,6 +90,7 @@ def main() -> None:
         if child.returncode != 0 or not lines:
             sys.exit(f"{mode} run failed:\n{child.stderr[-3000:]}")
         results[mode] = json.loads(lines[-1][len("RESULT "):])
+        print(f"{mode}: {json.dumps({k: round(v, 3) for k, v in results[mode].items()})}", flush=True)
     print(f"PPO iteration on the default model: batch {args.batch_size}, <= {args.max_new_tokens} new tokens, "
           f"{args.ppo_epochs} epochs of mini-batch {args.mini_batch_size} (mean of {args.iterations} after a warm-up)")
     print(f"{'':12}{'generate s':>12}{'score s':>10}{'step s':>10}{'total s':>10}{'peak RSS MB':>13}")

@@ -3,13 +3,11 @@ from __future__ import annotations
 
 import statistics
 
-from labeler.services import demo, jobs, labeling
+from labeler.services import jobs, labeling
 from labeler.services.demo import ANNOTATOR, DemoSettings, run_demo, simulate_annotator
 
 
 def test_simulated_annotator_ranks_by_sentiment(db):
-    from labeler.services import accounts  # noqa: F401  (users are created by the annotator itself)
-
     prompt_id = db.execute("INSERT INTO prompts (project_id, text, text_hash) VALUES (1, 'The film', 'h')").lastrowid
     ids = [db.execute("INSERT INTO responses (prompt_id, text) VALUES (?, ?)", [prompt_id, t]).lastrowid
            for t in ("was a horrible, boring waste", "was wonderful and beautiful", "was wonderful and beautiful!")]

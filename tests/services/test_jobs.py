@@ -17,7 +17,6 @@ import pytest
 
 from labeler.services import checkpoints, jobs
 from labeler.services.errors import InputError
-from storage import open_db
 
 HERE = Path(__file__).resolve().parent
 TOY = {"runner": "toy_runner:run", "model": "toy-linear"}
