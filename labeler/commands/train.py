@@ -137,9 +137,10 @@ def cmd_demo(args) -> int:
     from labeler.services import demo
 
     report = demo.run_demo(args.db, demo.DemoSettings(
-        prompts=args.prompts, heldout=args.heldout, answers=args.answers, ppo_steps=args.ppo_steps, rm_steps=args.rm_steps,
-        noise=args.noise, max_new_tokens=args.max_new_tokens, bf16=not args.no_bf16, seed=args.seed,
-        out_dir=args.out), project=args.project, log=print)
+        prompts=args.prompts, heldout=args.heldout, answers=args.answers, rm_steps=args.rm_steps,
+        ppo_steps=args.ppo_steps, ppo_epochs=args.ppo_epochs, learning_rate=args.learning_rate, noise=args.noise,
+        max_new_tokens=args.max_new_tokens, bf16=not args.no_bf16, seed=args.seed, out_dir=args.out),
+        project=args.project, log=print)
     print(report.table())
     return 0
 
@@ -193,6 +194,8 @@ def register(subparsers, common: argparse.ArgumentParser) -> None:
     demo.add_argument("--rm-steps", type=int, default=60, help="reward-model training steps (default: 60)")
     demo.add_argument("--answers", type=int, default=2, help="answers per training prompt, ranked together (default: 2)")
     demo.add_argument("--ppo-steps", type=int, default=8, help="PPO steps (default: 8)")
+    demo.add_argument("--ppo-epochs", type=int, default=2, help="PPO epochs per batch (default: 2)")
+    demo.add_argument("--learning-rate", type=float, default=5e-5, help="PPO learning rate (default: 5e-5)")
     demo.add_argument("--max-new-tokens", type=int, default=20, help="tokens per response (default: 20)")
     demo.add_argument("--noise", type=float, default=0.0, help="annotator noise: std of Gaussian noise on VADER (default: 0)")
     demo.add_argument("--no-bf16", action="store_true", help="fp32 instead of bf16 autocast")
