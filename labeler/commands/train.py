@@ -185,17 +185,17 @@ def register(subparsers, common: argparse.ArgumentParser) -> None:
 
     demo = subparsers.add_parser(
         "demo", parents=[common], help="the whole loop on the embedded models: generate, simulated labels, RM, PPO",
-        description="Generate two answers per shipped prompt, label pairs with a simulated annotator (VADER "
+        description="Generate answers to the shipped prompts, rank them with a simulated annotator (VADER "
                     "sentiment), train the MiniLM reward model, run PPO on the default policy with it, and print "
                     "responses and rewards before and after on held-out prompts. CPU, about 10-20 minutes.",
     )
     demo.add_argument("--prompts", type=int, default=0, help="training prompts to label (default 0: all not held out)")
     demo.add_argument("--heldout", type=int, default=16, help="held-out prompts for before/after (default: 16)")
     demo.add_argument("--rm-steps", type=int, default=60, help="reward-model training steps (default: 60)")
-    demo.add_argument("--answers", type=int, default=2, help="answers per training prompt, ranked together (default: 2)")
-    demo.add_argument("--ppo-steps", type=int, default=8, help="PPO steps (default: 8)")
-    demo.add_argument("--ppo-epochs", type=int, default=2, help="PPO epochs per batch (default: 2)")
-    demo.add_argument("--learning-rate", type=float, default=5e-5, help="PPO learning rate (default: 5e-5)")
+    demo.add_argument("--answers", type=int, default=4, help="answers per training prompt, ranked together (default: 4)")
+    demo.add_argument("--ppo-steps", type=int, default=10, help="PPO steps (default: 10)")
+    demo.add_argument("--ppo-epochs", type=int, default=4, help="PPO epochs per batch (default: 4)")
+    demo.add_argument("--learning-rate", type=float, default=1.41e-5, help="PPO learning rate (default: 1.41e-5)")
     demo.add_argument("--max-new-tokens", type=int, default=20, help="tokens per response (default: 20)")
     demo.add_argument("--noise", type=float, default=0.0, help="annotator noise: std of Gaussian noise on VADER (default: 0)")
     demo.add_argument("--no-bf16", action="store_true", help="fp32 instead of bf16 autocast")
