@@ -93,4 +93,13 @@ def launch_options(settings: ServeSettings) -> dict[str, Any]:
 
 def launch(app: gr.Blocks, settings: ServeSettings, **overrides: Any):
     """app.launch with launch_options(settings); overrides (prevent_thread_lock, quiet, ...) win."""
-    return app.launch(**{**launch_options(settings), **overrides})
+    options = {**launch_options(settings), **overrides}
+    for attempt in range(3):
+        try:
+            return app.launch(**options)
+        except ValueError as error:
+            # Gradio probes its own URL with a 3 s timeout and gives up when a busy machine answers late
+            # ("localhost is not accessible"); the server itself is fine, so try again.
+            if "localhost is not accessible" not in str(error) or attempt == 2:
+                raise
+            app.close()
