@@ -98,16 +98,20 @@ def generate_responses(
         ids = [build_prompt_ids(tokenizer, prompt_messages(row)) for row in batch]
         texts = decode_responses(tokenizer, generate_batch(lm, tokenizer, ids, used))
         settings_json = json.dumps(dataclasses.asdict(used), sort_keys=True)
+        batch_ids = []
         with write_transaction(db):
             for row, text in zip(batch, texts):
                 cursor = db.execute(
                     "INSERT INTO responses (prompt_id, text, model, settings_json, source) VALUES (?, ?, ?, ?, 'generated')",
                     [row["id"], text, model, settings_json],
                 )
-                response_ids.append(cursor.lastrowid)
+                batch_ids.append(cursor.lastrowid)
+        # Queue each batch at once, so annotators can start while a long generation is still running
+        # (a prompt's answers split across batches still end up ranked together: create_items joins them).
+        labeling.create_items(db, project, batch_ids)
+        response_ids.extend(batch_ids)
         if progress is not None:
             progress(len(response_ids), len(work))
-    labeling.create_items(db, project, response_ids)
     return response_ids
 
 

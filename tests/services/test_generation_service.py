@@ -78,3 +78,18 @@ def test_bad_input_writes_nothing(tiny_db, kwargs, field):
         generate_responses(tiny_db, **{"model": "tiny", "settings": SETTINGS, **kwargs})
     assert error.value.field == field
     assert tiny_db["responses"].count == 0 and tiny_db["items"].count == 0
+
+
+def test_each_batch_is_queued_before_the_next_is_generated(tiny_db):
+    db = tiny_db
+    rating_items_seen = []
+
+    def progress(done, total):
+        rating_items_seen.append(db.execute("SELECT COUNT(*) FROM items WHERE kind = 'rating'").fetchone()[0])
+
+    generate_responses(db, "default", "tiny", n_per_prompt=2, settings=SETTINGS, limit=2, progress=progress)
+    # Batches of 3 then 1: the first batch's answers are rateable while the second is still to come.
+    assert rating_items_seen == [3, 4]
+    # Prompt 2's answers were split across the two batches and still form one ranking item.
+    rankings = [json.loads(r[0]) for r in db.execute("SELECT response_ids_json FROM items WHERE kind = 'ranking' ORDER BY prompt_id")]
+    assert rankings == [[1, 2], [3, 4]]
