@@ -99,3 +99,32 @@ def running_app(tmp_path_factory, tiny_model_dir):
         )
     finally:
         app.close()
+
+
+@pytest.fixture(scope="session")
+def chromium_path() -> str:
+    """Debian's chromium (scripts/setup.sh installs it). Missing: skipped locally, a failure in CI."""
+    import os
+    import shutil
+
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if path is None:
+        message = "no chromium on PATH (apt-get install -y chromium; scripts/setup.sh does it)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
+
+
+@pytest.fixture(scope="module")
+def browser(chromium_path):
+    """Headless Chromium through Playwright's Python API (its own browser download does not work offline)."""
+    from playwright.sync_api import sync_playwright
+
+    executable = chromium_path
+    with sync_playwright() as p:
+        launched = p.chromium.launch(
+            executable_path=executable, args=["--no-sandbox", "--disable-background-networking", "--disable-gpu"]
+        )
+        yield launched
+        launched.close()

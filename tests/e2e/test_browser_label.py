@@ -2,26 +2,11 @@
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 SCREENSHOT = "/tmp/rlhf-studio-rate-tab.png"
-
-
-@pytest.fixture(scope="module")
-def browser():
-    playwright_api = pytest.importorskip("playwright.sync_api")
-    if CHROMIUM is None:
-        pytest.skip("no chromium on PATH")
-    with playwright_api.sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-background-networking", "--disable-gpu"]
-        )
-        yield browser
-        browser.close()
 
 
 def login(browser, url: str, username: str, password: str):

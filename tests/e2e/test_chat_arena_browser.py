@@ -1,21 +1,17 @@
 """A real browser (headless Chromium): chat one turn and rate it, cast one arena vote, check SQLite."""
 from __future__ import annotations
 
-import shutil
-
 import pytest
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 USER = ("frank", "frank-password-1")  # only this test uses frank, so its rows are its own
 SCREENSHOT = "/tmp/rlhf-studio-chat-arena.png"
 
 
 @pytest.fixture(scope="module")
-def page(running_app, tmp_path_factory):
-    playwright_api = pytest.importorskip("playwright.sync_api")
-    if CHROMIUM is None:
-        pytest.skip("no chromium on PATH")
+def page(running_app, tmp_path_factory, chromium_path):
+    from playwright.sync_api import sync_playwright
+
     from labeler.services import accounts
     from storage import open_db
 
@@ -25,10 +21,10 @@ def page(running_app, tmp_path_factory):
             accounts.create_user(db, *USER)
     finally:
         db.conn.close()
-    with playwright_api.sync_playwright() as p:
+    with sync_playwright() as p:
         # A fresh profile: no cookies or cache from another run.
         context = p.chromium.launch_persistent_context(
-            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=CHROMIUM, headless=True,
+            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=chromium_path, headless=True,
             args=["--no-sandbox", "--disable-background-networking", "--disable-gpu"],
             viewport={"width": 1400, "height": 1000},
         )
