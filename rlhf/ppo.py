@@ -256,17 +256,30 @@ class PPOTrainer:
         responses: list[torch.Tensor],
         scores: list[torch.Tensor],
         response_masks: list[torch.Tensor] | None = None,
+        old_logprobs: list[torch.Tensor] | None = None,
     ) -> dict[str, float]:
-        """One PPO step on batch_size rollouts; returns TRL's stats as floats."""
+        """One PPO step on batch_size rollouts; returns TRL's stats as floats.
+
+        `old_logprobs` (from behaviour_logprobs, one 1-D tensor per response) are the response tokens'
+        log-probs under the policy that sampled them, when that is an older policy than the current one (a
+        batch generated while the previous one was being rated): they become the PPO ratio's denominator, so
+        the ratio corrects for the staleness. Values, reference log-probs and the KL penalty are still
+        computed now. Without them, the current policy is taken as the behaviour policy (TRL's step).
+        """
         t0 = time.perf_counter()
         raw_scores = self._check_inputs(queries, responses, scores, response_masks)
+        if old_logprobs is not None:
+            self._check_old_logprobs(old_logprobs, responses)  # before _process_scores updates running stats
         scores_t = self._process_scores(raw_scores)
         rollouts = self._layout(queries, responses, response_masks)
         mask = rollouts.mask
 
         # 1. forward pass for logprobs and values
         t = time.perf_counter()
-        old_logprobs, values, ref_logprobs, kl, entropy = self._rollout_forward(rollouts)
+        current_logprobs, values, ref_logprobs, kl, entropy = self._rollout_forward(rollouts)
+        behaviour = current_logprobs
+        if old_logprobs is not None:
+            behaviour = self._behaviour_layout(old_logprobs, rollouts)
         forward_time = time.perf_counter() - t
 
         # 2. rewards = score - beta * KL
@@ -280,12 +293,15 @@ class PPOTrainer:
 
         # 4. epochs over mini-batches
         t = time.perf_counter()
-        train_stats = self._train_epochs(rollouts, old_logprobs, values, advantages, returns)
+        train_stats = self._train_epochs(rollouts, behaviour, values, advantages, returns)
         optimize_time = time.perf_counter() - t
 
         # 5. adapt beta, report
-        stats = self._record_stats(raw_scores, scores_t, mask, old_logprobs, kl, non_score, entropy, values,
+        stats = self._record_stats(raw_scores, scores_t, mask, current_logprobs, kl, non_score, entropy, values,
                                    returns, advantages, train_stats)
+        if old_logprobs is not None:
+            # How far the policy moved since it sampled this batch: sequence-level log p_now - log p_behaviour.
+            stats["ppo/policy/staleness_kl"] = float(((current_logprobs - behaviour) * mask).sum(1).mean())
         self.kl_ctl.update(stats["objective/kl"], self.config.batch_size)
         if self.lr_scheduler is not None:
             self.lr_scheduler.step()
@@ -293,6 +309,30 @@ class PPOTrainer:
         stats.update({"time/ppo/forward_pass": forward_time, "time/ppo/optimize_step": optimize_time,
                       "time/ppo/total": time.perf_counter() - t0})
         return stats
+
+    def behaviour_logprobs(self, queries: list[torch.Tensor], responses: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Each response's token log-probs under the current policy, one 1-D tensor per response (zeros after
+        its first EOS): call it right after generate() for a batch that step() will see only after other
+        updates, and pass the result as step(old_logprobs=...)."""
+        for i, (q, r) in enumerate(zip(queries, responses)):
+            if q.dim() != 1 or len(q) == 0 or r.dim() != 1 or len(r) == 0:
+                raise ValueError(f"behaviour_logprobs(): queries[{i}] and responses[{i}] must be non-empty 1-D tensors")
+        rollouts = self._layout(queries, responses, None)
+        logprobs = self._rollout_forward(rollouts, with_reference=False)[0]
+        return [logprobs[i, : len(r)].cpu() for i, r in enumerate(responses)]
+
+    @staticmethod
+    def _check_old_logprobs(old_logprobs, responses) -> None:
+        if len(old_logprobs) != len(responses):
+            raise ValueError(f"step(): old_logprobs has {len(old_logprobs)} items for {len(responses)} responses")
+        for i, (lp, r) in enumerate(zip(old_logprobs, responses)):
+            if lp.dim() != 1 or len(lp) != len(r):
+                raise ValueError(f"step(): old_logprobs[{i}] has shape {tuple(lp.shape)}, responses[{i}] {tuple(r.shape)}")
+
+    def _behaviour_layout(self, old_logprobs, rollouts: Rollouts) -> torch.Tensor:
+        """step()'s old_logprobs list -> (B, R) like the forward pass's, masked the same way."""
+        padded = pad_sequences([lp.float() for lp in old_logprobs], 0, side="right")  # (B, R)
+        return padded.to(self.accelerator.device) * rollouts.mask
 
     def _check_inputs(self, queries, responses, scores, response_masks) -> torch.Tensor:
         n = self.config.batch_size
@@ -365,14 +405,18 @@ class PPOTrainer:
         return logprobs_from_logits(logits, rollouts.input_ids[:, -R:]), values.float(), logits
 
     @torch.no_grad()
-    def _rollout_forward(self, rollouts: Rollouts):
-        """Old logprobs, values, reference logprobs, per-token KL and entropy for the whole batch, in chunks."""
+    def _rollout_forward(self, rollouts: Rollouts, with_reference: bool = True):
+        """Old logprobs, values, reference logprobs, per-token KL and entropy for the whole batch, in chunks
+        (only logprobs and values without the reference)."""
         self.model.eval()
         outs = []
         size, n = self.config.forward_batch_size, len(rollouts.input_ids)
         for start in range(0, n, size):
             chunk = rollouts.select(torch.arange(start, min(start + size, n)))
             logprobs, values, logits = self._forward(self.model, chunk)
+            if not with_reference:
+                outs.append((logprobs, values))
+                continue
             ref_model, ref_context = self._reference()
             with ref_context:
                 ref_logprobs, _, ref_logits = self._forward(ref_model, chunk)

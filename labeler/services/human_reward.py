@@ -12,12 +12,17 @@ Timeout policies: "skip" returns None for unrated rollouts (dropped from the ste
 more timeout at a time, until rated or the run is asked to stop), "rm" returns None so a MixReward or the
 runner fills them in with the reward model. Rollouts no longer waited for drop to priority 0: they stay
 labellable, they just stop jumping the queue.
+
+Overlap (the job's `human_overlap`): the runner queues a batch with `request_ahead` as soon as it is generated,
+so people rate it while the trainer waits for, and steps on, the batch before; `request_and_wait` on the same
+rollouts then waits for those items instead of queuing them twice.
 """
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 from typing import Callable
 
 from labeler.services.labeling import response_ids_json
@@ -43,6 +48,8 @@ class HumanRewardQueue:
     poll_seconds: float = 0.5
     min_ratings: int = 1
     should_stop: Callable[[], bool] = lambda: False
+    # Batches queued by request_ahead and not yet waited for, oldest first: (queries, responses, item ids).
+    ahead: deque = field(default_factory=deque, init=False, repr=False)
 
     def __post_init__(self):
         if self.policy not in ("skip", "wait", "rm"):
@@ -103,9 +110,25 @@ class HumanRewardQueue:
         with write_transaction(self.db):
             self.db.conn.execute(f"UPDATE items SET priority = 0 WHERE id IN ({marks})", list(item_ids))
 
+    def request_ahead(self, queries: list[str], responses: list[str]) -> list[int]:
+        """Queue rollouts now and wait for them later: the next request_and_wait with the same rollouts (in
+        queue order) waits for these items."""
+        item_ids = self.request(queries, responses)
+        self.ahead.append((list(queries), list(responses), item_ids))
+        return item_ids
+
+    def release_ahead(self) -> None:
+        """The run ends: batches queued ahead and never waited for stop jumping the queue."""
+        while self.ahead:
+            self.release(self.ahead.popleft()[2])
+
     def request_and_wait(self, queries: list[str], responses: list[str], timeout: float) -> list[float | None]:
-        """HumanReward's callable."""
-        return self.wait(self.request(queries, responses), timeout)
+        """HumanReward's callable; rollouts already queued by request_ahead are not queued again."""
+        if self.ahead and self.ahead[0][:2] == (list(queries), list(responses)):
+            item_ids = self.ahead.popleft()[2]
+        else:
+            item_ids = self.request(queries, responses)
+        return self.wait(item_ids, timeout)
 
 
 def waiting_items(db, run_id: int) -> list[dict]:

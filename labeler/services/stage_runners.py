@@ -178,9 +178,19 @@ def newest_reward_model(db) -> str:
     return row[0]
 
 
-def reward_source(ctx: StageContext, db):
-    """The PPO reward callable chosen by the job: rm, human, mix or function."""
+def human_queue(ctx: StageContext):
+    """The run's rating queue when the job's rewards come from people (human, mix), else None."""
     from labeler.services.human_reward import HumanRewardQueue
+
+    if ctx.job.reward not in ("human", "mix"):
+        return None
+    return HumanRewardQueue(ctx.db_path, ctx.project, ctx.run_id, policy=ctx.job.timeout_policy,
+                            model_name=f"ppo-run{ctx.run_id}", should_stop=ctx.should_stop)
+
+
+def reward_source(ctx: StageContext, db, queue=None):
+    """The PPO reward callable chosen by the job: rm, human, mix or function (human/mix wait on `queue`, or
+    on a new human_queue)."""
     from rlhf.rewards import FunctionReward, HumanReward, MixReward, RewardModelReward
 
     job = ctx.job
@@ -193,8 +203,7 @@ def reward_source(ctx: StageContext, db):
 
     if job.reward == "rm":
         return rm()
-    queue = HumanRewardQueue(ctx.db_path, ctx.project, ctx.run_id, policy=job.timeout_policy,
-                             model_name=f"ppo-run{ctx.run_id}", should_stop=ctx.should_stop)
+    queue = queue or human_queue(ctx)
     human = HumanReward(queue.request_and_wait, timeout=job.human_timeout)
     if job.reward == "mix":
         return MixReward(human, rm(), job.w_human, job.w_rm)
@@ -235,7 +244,12 @@ def run_ppo(ctx: StageContext) -> RunResult:
     model = AutoModelForCausalLMWithValueHead.from_pretrained(path, peft_config=peft_config(ctx, "CAUSAL_LM"),
                                                               seed=job.seed)
     trainer = PPOTrainer(config, model, None, tokenizer, callback=_samples_limited(ctx))
-    reward = reward_source(ctx, db)
+    queue = human_queue(ctx)
+    reward = reward_source(ctx, db, queue)
+    # Overlap: batch k+1 is generated and queued for rating before waiting for batch k's ratings, so people
+    # rate while the trainer steps and the trainer steps while people rate. Batch k+1 is then one update
+    # stale; the PPO ratio is taken against the log-probs of the policy that sampled it.
+    overlap = job.human_overlap and queue is not None
 
     position = 0
     resume = ctx.resume_checkpoint()
@@ -246,37 +260,61 @@ def run_ppo(ctx: StageContext) -> RunResult:
         print(f"resumed from {resume} at step {trainer.current_step}", flush=True)
     ctx.sink.progress(trainer.current_step, job.steps)
     generation = {"max_new_tokens": job.max_new_tokens, "do_sample": True, "top_k": 0, "top_p": 1.0}
-    buffer: list[tuple[torch.Tensor, torch.Tensor, str, str, float]] = []
-    while trainer.current_step < job.steps:
-        # Rollouts whose reward is None (nobody rated them in time, policy "skip") are dropped; rated ones wait
-        # in the buffer until a full batch is there.
-        while len(buffer) < config.batch_size:
-            texts = [prompts[(position + i) % len(prompts)] for i in range(config.batch_size)]
-            position += config.batch_size
-            queries = [build_prompt_ids(tokenizer, text) for text in texts]
-            responses = trainer.generate(queries, return_prompt=False, batch_size=config.batch_size, **generation)
-            answers = tokenizer.batch_decode(responses, skip_special_tokens=True)
-            scores = reward(texts, answers)
-            buffer += [(q, r, t, a, s) for q, r, t, a, s in zip(queries, responses, texts, answers, scores)
-                       if s is not None and len(r) > 0]
-            if ctx.should_stop():
+
+    def rollout_batch() -> list[tuple]:
+        """The next batch_size prompts' rollouts as (query, response, text, answer, behaviour log-probs)."""
+        nonlocal position
+        texts = [prompts[(position + i) % len(prompts)] for i in range(config.batch_size)]
+        position += config.batch_size
+        queries = [build_prompt_ids(tokenizer, text) for text in texts]
+        responses = trainer.generate(queries, return_prompt=False, batch_size=config.batch_size, **generation)
+        answers = tokenizer.batch_decode(responses, skip_special_tokens=True)
+        logprobs: list = [None] * len(responses)
+        if overlap:
+            kept = [i for i, r in enumerate(responses) if len(r) > 0]  # empty ones are dropped before step
+            if kept:
+                computed = trainer.behaviour_logprobs([queries[i] for i in kept], [responses[i] for i in kept])
+                for i, lp in zip(kept, computed):
+                    logprobs[i] = lp
+            queue.request_ahead(texts, answers)
+        return list(zip(queries, responses, texts, answers, logprobs))
+
+    ahead: list[tuple] = []  # overlap: the next batch, generated and already in the rating queue
+    buffer: list[tuple] = []  # (query, response, text, answer, behaviour log-probs, score)
+    try:
+        while trainer.current_step < job.steps:
+            # Rollouts whose reward is None (nobody rated them in time, policy "skip") are dropped; rated ones
+            # wait in the buffer until a full batch is there.
+            while len(buffer) < config.batch_size:
+                rollouts, ahead = ahead or rollout_batch(), []
+                if overlap and trainer.current_step + 1 < job.steps and not ctx.should_stop():
+                    ahead = rollout_batch()  # at most one batch ahead
+                scores = reward([r[2] for r in rollouts], [r[3] for r in rollouts])
+                buffer += [(*r, s) for r, s in zip(rollouts, scores) if s is not None and len(r[1]) > 0]
+                if ctx.should_stop():
+                    break
+            if len(buffer) < config.batch_size:
                 break
-        if len(buffer) < config.batch_size:
-            break
-        batch, buffer = buffer[: config.batch_size], buffer[config.batch_size:]
-        score_tensors = [torch.tensor(float(b[4])) for b in batch]
-        stats = trainer.step([b[0] for b in batch], [b[1] for b in batch], score_tensors)
-        stats.update(getattr(reward, "last_stats", {}))
-        trainer.log_stats(stats, {"query": [b[2] for b in batch], "response": [b[3] for b in batch]}, score_tensors)
-        ctx.sink.progress(trainer.current_step, job.steps)
-        if job.checkpoint_every and trainer.current_step % job.checkpoint_every == 0:
-            def write(folder: Path, position=position):
-                trainer.save_checkpoint(folder)
-                (folder / JOB_STATE_FILE).write_text(json.dumps({"position": position}))
-            ctx.save_checkpoint(trainer.current_step, write)
-        if ctx.should_stop():
-            print(f"early stop after step {trainer.current_step}", flush=True)
-            break
+            batch, buffer = buffer[: config.batch_size], buffer[config.batch_size:]
+            score_tensors = [torch.tensor(float(b[5])) for b in batch]
+            stats = trainer.step([b[0] for b in batch], [b[1] for b in batch], score_tensors,
+                                 old_logprobs=[b[4] for b in batch] if overlap else None)
+            stats.update(getattr(reward, "last_stats", {}))
+            trainer.log_stats(stats, {"query": [b[2] for b in batch], "response": [b[3] for b in batch]},
+                              score_tensors)
+            ctx.sink.progress(trainer.current_step, job.steps)
+            if job.checkpoint_every and trainer.current_step % job.checkpoint_every == 0:
+                # The batch generated ahead is not trained on yet: a resumed run generates it again.
+                def write(folder: Path, position=position - len(ahead)):
+                    trainer.save_checkpoint(folder)
+                    (folder / JOB_STATE_FILE).write_text(json.dumps({"position": position}))
+                ctx.save_checkpoint(trainer.current_step, write)
+            if ctx.should_stop():
+                print(f"early stop after step {trainer.current_step}", flush=True)
+                break
+    finally:
+        if queue is not None:
+            queue.release_ahead()
     trainer.unwrapped_model.save_pretrained(ctx.final_dir)
     tokenizer.save_pretrained(ctx.final_dir)
     return RunResult(str(ctx.final_dir), "adapter" if job.lora else "policy", base, {},

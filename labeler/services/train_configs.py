@@ -70,6 +70,9 @@ class JobConfig:
     human_timeout: float = field(default=300.0, metadata={"help": "Seconds to wait for human ratings of a batch."})
     timeout_policy: Literal["skip", "wait", "rm"] = field(default="skip", metadata={
         "help": "Rollouts without a rating at the timeout: skip them, wait again, or score them with the reward model."})
+    human_overlap: bool = field(default=False, metadata={
+        "help": "human/mix: generate the next batch while the current one is rated (one batch of staleness, "
+                "corrected by the PPO ratio against the generating policy)."})
     max_new_tokens: int = field(default=24, metadata={"help": "PPO: tokens generated per rollout."})
     samples_per_step: int = field(default=4, metadata={"help": "PPO: generations stored per step for the samples table."})
     seed: int = field(default=0, metadata={"help": "Random seed of the job (data split, prompt order)."})

@@ -252,3 +252,61 @@ def test_dataloader_bf16_and_log_stats(tiny_model_dir, tmp_path):
 
     model.save_pretrained(tmp_path / "out")
     AutoModelForCausalLM.from_pretrained(tmp_path / "out")  # plain transformers loads the trained policy
+
+
+def _single_minibatch_trainer(ppo_epochs: int = 1) -> PPOTrainer:
+    # batch == mini-batch and one epoch: the stats are those of the first mini-batch, before any update.
+    config = PPOConfig(batch_size=4, mini_batch_size=4, ppo_epochs=ppo_epochs, learning_rate=1e-2)
+    return PPOTrainer(config, small_vocab_model(), None, SMALL_TOKENIZER)
+
+
+def test_step_with_behaviour_logprobs_of_the_same_policy_equals_plain_step():
+    queries, responses, scores = rollouts(4)
+    responses[2] = torch.tensor([5, EOS, 9, 9])  # tokens after EOS must be masked in the given log-probs too
+    config = PPOConfig(batch_size=4, mini_batch_size=2, ppo_epochs=2, learning_rate=1e-2)
+    plain = PPOTrainer(config, small_vocab_model(), None, SMALL_TOKENIZER)
+    given = PPOTrainer(config, small_vocab_model(), None, SMALL_TOKENIZER)
+    behaviour = given.behaviour_logprobs(queries, responses)
+    assert [len(lp) for lp in behaviour] == [len(r) for r in responses]
+    assert behaviour[2][2:].abs().sum() == 0 and (behaviour[2][:2] < 0).all()  # after EOS: masked
+    stats_plain = plain.step(queries, responses, scores)
+    stats_given = given.step(queries, responses, scores, old_logprobs=behaviour)
+    assert stats_given["ppo/policy/staleness_kl"] == pytest.approx(0.0, abs=1e-5)
+    for key in stats_plain:
+        if not key.startswith("time/"):
+            assert stats_given[key] == pytest.approx(stats_plain[key], rel=1e-4, abs=1e-6), key
+    assert all(torch.allclose(p, given.model.state_dict()[n], atol=1e-6)
+               for n, p in plain.model.state_dict().items())
+
+
+def test_step_ratio_uses_the_behaviour_policy_logprobs():
+    queries, responses, scores = rollouts(4, seed=3)
+    # Before any update, a single mini-batch has ratio exactly 1 against the current policy...
+    baseline = _single_minibatch_trainer().step(queries, responses, scores)
+    assert baseline["ppo/policy/approxkl"] == pytest.approx(0.0, abs=1e-7)
+    assert baseline["ppo/policy/ratio"] == pytest.approx(1.0, abs=1e-6)
+    # ...but not against a perturbed policy that sampled the batch (a stale batch).
+    behaviour_trainer = _single_minibatch_trainer()
+    with torch.no_grad():
+        for p in behaviour_trainer.model.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
+    stale = behaviour_trainer.behaviour_logprobs(queries, responses)
+    trainer = _single_minibatch_trainer()
+    current = trainer.behaviour_logprobs(queries, responses)
+    stats = trainer.step(queries, responses, scores, old_logprobs=stale)
+    # approxkl of the first (only) mini-batch = 0.5 * mean over real tokens of (log p_now - log p_behaviour)^2
+    expected = 0.5 * torch.cat([(c - s).square() for c, s in zip(current, stale)]).mean()
+    assert float(expected) > 1e-3
+    assert stats["ppo/policy/approxkl"] == pytest.approx(float(expected), rel=1e-4)
+    assert stats["ppo/policy/ratio"] != pytest.approx(1.0, abs=1e-3)
+    # staleness_kl: the mean over rollouts of the sequence sum of log p_now - log p_behaviour
+    expected_staleness = sum(float((c - s).sum()) for c, s in zip(current, stale)) / 4
+    assert stats["ppo/policy/staleness_kl"] == pytest.approx(expected_staleness, rel=1e-4)
+
+
+def test_step_rejects_old_logprobs_of_the_wrong_shape():
+    queries, responses, scores = rollouts(4)
+    trainer = _single_minibatch_trainer()
+    wrong = [torch.zeros(len(r) + 1) for r in responses]
+    with pytest.raises(ValueError, match="old_logprobs\\[0\\]"):
+        trainer.step(queries, responses, scores, old_logprobs=wrong)

@@ -107,9 +107,9 @@ def test_ppo_step_receives_exactly_the_human_ratings(db, db_path, tmp_path, tiny
     received = []
     original_step = ppo.PPOTrainer.step
 
-    def recording_step(self, queries, responses, scores, response_masks=None):
+    def recording_step(self, queries, responses, scores, response_masks=None, **kwargs):
         received.extend(float(s) for s in scores)
-        return original_step(self, queries, responses, scores, response_masks)
+        return original_step(self, queries, responses, scores, response_masks, **kwargs)
 
     monkeypatch.setattr(ppo.PPOTrainer, "step", recording_step)
     stop = threading.Event()

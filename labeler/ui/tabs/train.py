@@ -22,7 +22,7 @@ REFRESH_SECONDS = 2.0
 JOB_FIELDS = ["steps", "checkpoint_every", "lora", "bf16"]
 DATA_FIELDS = ["annotators", "min_annotators", "min_agreement", "include_rating_pairs", "test_size"]
 PPO_FIELDS = ["reward_function", "subtract_query_score", "w_human", "w_rm", "human_timeout", "timeout_policy",
-              "max_new_tokens"]
+              "human_overlap", "max_new_tokens"]
 DEFAULT_METRICS = {"sft": ["loss"], "rm": ["loss", "accuracy"], "dpo": ["loss", "rewards/margins"],
                    "ppo": ["env/reward_mean", "objective/kl"]}
 HISTORY_COLUMNS = ["id", "stage", "status", "step", "total", "created", "by", "name"]
