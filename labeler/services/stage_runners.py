@@ -108,9 +108,28 @@ def _callbacks(ctx: StageContext) -> list:
 
 # ---- SFT, reward model, DPO ----------------------------------------------------------------------------
 
+def _train_stage(ctx: StageContext, db, stage: str, rows: list[dict], trainer_cls, config_cls, task_type: str,
+                 kind: str, snapshot: str) -> RunResult:
+    """The part SFT, RM and DPO share: split the rows, train with the stage's Trainer, save, describe."""
+    from rlhf.loading import load_tokenizer
+
+    base = ctx.job.base_model(stage)
+    path = resolve_model(db, base)
+    train, test = split_rows(rows, ctx.job.test_size, ctx.job.seed)
+    trainer = trainer_cls(path, args=_trainer_args(ctx, config_cls), train_dataset=train, eval_dataset=test,
+                          processing_class=load_tokenizer(path, padding_side="right"),
+                          peft_config=peft_config(ctx, task_type), callbacks=_callbacks(ctx))
+    metrics = _train_with_trainer(ctx, trainer)
+    trainer.save_model(str(ctx.final_dir))
+    return RunResult(str(ctx.final_dir), kind, base, metrics, data_snapshot(snapshot, rows))
+
+
+def _policy_kind(ctx: StageContext) -> str:
+    return "adapter" if ctx.job.lora else "policy"
+
+
 def run_sft(ctx: StageContext) -> RunResult:
     from labeler.services.export import unpaired_rows
-    from rlhf.loading import load_tokenizer
     from rlhf.sft import SFTConfig, SFTTrainer
 
     db = ctx.open_db()
@@ -118,55 +137,31 @@ def run_sft(ctx: StageContext) -> RunResult:
     rows = [r for r in unpaired_rows(db, ctx.project, export_options(ctx, threshold=ctx.job.sft_min_score)) if r["label"]]
     rows = [{"prompt": r["prompt"], "completion": r["completion"]} for r in rows]
     _require_rows(rows, "well-rated answers", "rate more answers (SFT trains on answers rated at or above sft_min_score)")
-    base = ctx.job.base_model("sft")
-    path = resolve_model(db, base)
-    train, test = split_rows(rows, ctx.job.test_size, ctx.job.seed)
-    trainer = SFTTrainer(path, args=_trainer_args(ctx, SFTConfig), train_dataset=train, eval_dataset=test,
-                         processing_class=load_tokenizer(path, padding_side="right"),
-                         peft_config=peft_config(ctx, "CAUSAL_LM"), callbacks=_callbacks(ctx))
-    metrics = _train_with_trainer(ctx, trainer)
-    trainer.save_model(str(ctx.final_dir))
-    return RunResult(str(ctx.final_dir), "adapter" if ctx.job.lora else "policy", base, metrics,
-                     data_snapshot("sft", rows))
+    return _train_stage(ctx, db, "sft", rows, SFTTrainer, SFTConfig, "CAUSAL_LM", _policy_kind(ctx), "sft")
+
+
+def _preference_pairs(ctx: StageContext, db) -> list[dict]:
+    from labeler.services.export import preference_rows
+
+    rows = preference_rows(db, ctx.project, export_options(ctx))
+    _require_rows(rows, "preference pairs", "rank answers (or rate two answers per prompt with include_rating_pairs)")
+    return rows
 
 
 def run_rm(ctx: StageContext) -> RunResult:
-    from labeler.services.export import preference_rows
-    from rlhf.loading import load_tokenizer
     from rlhf.reward import RewardConfig, RewardTrainer
 
     db = ctx.open_db()
-    rows = preference_rows(db, ctx.project, export_options(ctx))
-    _require_rows(rows, "preference pairs", "rank answers (or rate two answers per prompt with include_rating_pairs)")
-    base = ctx.job.base_model("rm")
-    path = resolve_model(db, base)
-    train, test = split_rows(rows, ctx.job.test_size, ctx.job.seed)
-    trainer = RewardTrainer(path, args=_trainer_args(ctx, RewardConfig), train_dataset=train, eval_dataset=test,
-                            processing_class=load_tokenizer(path, padding_side="right"),
-                            peft_config=peft_config(ctx, "SEQ_CLS"), callbacks=_callbacks(ctx))
-    metrics = _train_with_trainer(ctx, trainer)
-    trainer.save_model(str(ctx.final_dir))
-    return RunResult(str(ctx.final_dir), "reward", base, metrics, data_snapshot("preferences", rows))
+    rows = _preference_pairs(ctx, db)
+    return _train_stage(ctx, db, "rm", rows, RewardTrainer, RewardConfig, "SEQ_CLS", "reward", "preferences")
 
 
 def run_dpo(ctx: StageContext) -> RunResult:
-    from labeler.services.export import preference_rows
     from rlhf.dpo import DPOConfig, DPOTrainer
-    from rlhf.loading import load_tokenizer
 
     db = ctx.open_db()
-    rows = preference_rows(db, ctx.project, export_options(ctx))
-    _require_rows(rows, "preference pairs", "rank answers (or rate two answers per prompt with include_rating_pairs)")
-    base = ctx.job.base_model("dpo")
-    path = resolve_model(db, base)
-    train, test = split_rows(rows, ctx.job.test_size, ctx.job.seed)
-    trainer = DPOTrainer(path, args=_trainer_args(ctx, DPOConfig), train_dataset=train, eval_dataset=test,
-                         processing_class=load_tokenizer(path, padding_side="right"),
-                         peft_config=peft_config(ctx, "CAUSAL_LM"), callbacks=_callbacks(ctx))
-    metrics = _train_with_trainer(ctx, trainer)
-    trainer.save_model(str(ctx.final_dir))
-    return RunResult(str(ctx.final_dir), "adapter" if ctx.job.lora else "policy", base, metrics,
-                     data_snapshot("preferences", rows))
+    rows = _preference_pairs(ctx, db)
+    return _train_stage(ctx, db, "dpo", rows, DPOTrainer, DPOConfig, "CAUSAL_LM", _policy_kind(ctx), "preferences")
 
 
 # ---- PPO ------------------------------------------------------------------------------------------------
