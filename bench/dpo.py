@@ -1,25 +1,31 @@
-"""DPO training throughput on the default model: our DPOTrainer against a plain fp32 loop, same run.
+"""DPO training throughput on the default model: our DPOTrainer against a plain fp32 loop, in the same run.
 
-    python bench/dpo.py                    # 32 pairs, batch 4, max length 128
-    python bench/dpo.py --pairs 64 --threads 2
+    python bench/dpo.py                    # 32 pairs, batch 4, max length 128, 3 rounds
+    python bench/dpo.py --ablations        # also our trainer with one lever off at a time
 
 Ours: the reference runs once over the data before training (precompute_ref_log_probs, batched at
---ref-batch-size with no grad) and every step runs under bf16 autocast, so a step is one policy
-forward + backward. Baseline: what a hand-written loop does, in fp32 with the reference model run on
-every step. Both sum log-probs with the same `completion_logps` and take the same `dpo_loss`, both see
-the same pairs in the same batches, and both times include everything from the first batch to the last
-optimizer step (ours includes the reference pass). Model loading is timed separately and left out.
+--ref-batch-size with no grad), every step runs under bf16 autocast, and freed memory stays in the process
+(rlhf/cpu_memory.py) and attention is eager rather than SDPA's CPU flash kernel (rlhf/attention.py), so a
+step is one policy forward + backward. Baseline: what a hand-written loop does,
+in fp32 with the reference model run on every step, glibc's default allocator and SDPA attention. Both sum log-probs with the
+same `completion_logps` and take the same `dpo_loss`, both see the same pairs in the same batches, and both
+times include everything from the first batch to the last optimizer step (ours includes the reference
+pass). Building the trainer or loading the models is left out. Variants run in their own processes and take
+turns, one epoch each (bench/interleave.py); the first epoch of each is a warm-up.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import random
+import sys
 import tempfile
 import time
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 from datasets import Dataset  # noqa: E402
@@ -29,6 +35,7 @@ from rlhf.data import PreferenceCollator, tokenize_preference_causal  # noqa: E4
 from rlhf.dpo import DPOConfig, DPOTrainer, completion_logps  # noqa: E402
 from rlhf.loading import load_causal_lm, load_tokenizer, resolve_model_path  # noqa: E402
 from rlhf.losses import dpo_loss  # noqa: E402
+from interleave import main_child, median, paired_ratio, run_variants  # noqa: E402
 
 WORDS = (
     "the film story plot actor actress scene camera music score ending script director drama comedy "
@@ -46,74 +53,105 @@ def synthetic_pairs(n: int, seed: int) -> Dataset:
     )
 
 
-def run_ours(model_path: str, data: Dataset, args: argparse.Namespace, out_dir: str) -> tuple[float, float, float]:
-    start = time.perf_counter()
+# Each lever of our trainer; a variant of ours is a setting of all of them. "naive" is the plain loop.
+OPTIMISED = {"bf16": True, "precompute_ref_log_probs": True, "keep_freed_memory": True, "attn_implementation": "auto"}
+VARIANTS = {"optimised": OPTIMISED, "naive": None,
+            **{f"no-{lever.replace('_', '-')}": {**OPTIMISED, lever: False} for lever in OPTIMISED if lever != "attn_implementation"},
+            "no-eager-attention": {**OPTIMISED, "attn_implementation": "model"}}
+
+
+def setup_ours(levers: dict, model_path: str, data: Dataset, args: argparse.Namespace):
+    out_dir = tempfile.mkdtemp(prefix="bench-dpo-")
     config = DPOConfig(
         output_dir=out_dir, per_device_train_batch_size=args.batch_size, per_device_eval_batch_size=args.ref_batch_size,
         max_length=args.max_length, max_prompt_length=args.max_length // 2, num_train_epochs=1, learning_rate=1e-6,
-        bf16=True, precompute_ref_log_probs=True, save_strategy="no", logging_steps=1000, disable_tqdm=True, seed=0,
+        save_strategy="no", logging_steps=1000, disable_tqdm=True, seed=0, **levers,
     )
-    trainer = DPOTrainer(model_path, args=config, train_dataset=data)
-    load_s = time.perf_counter() - start
-    start, cpu_start = time.perf_counter(), time.process_time()
-    trainer.train()  # the reference pass happens inside, in get_train_dataloader
-    return time.perf_counter() - start, time.process_time() - cpu_start, load_s
+    holder = {}
+
+    def epoch(i: int) -> dict:
+        holder.clear()  # free the last epoch's trainer before building the next
+        trainer = holder["trainer"] = DPOTrainer(model_path, args=config, train_dataset=data)
+        start, cpu_start = time.perf_counter(), time.process_time()
+        trainer.train()  # the reference pass happens inside, in get_train_dataloader
+        return {"seconds": time.perf_counter() - start, "cpu": time.process_time() - cpu_start}
+
+    return epoch
 
 
-def run_baseline(model_path: str, data: Dataset, args: argparse.Namespace) -> tuple[float, float, float]:
-    start = time.perf_counter()
+def setup_naive(model_path: str, data: Dataset, args: argparse.Namespace):
     tokenizer = load_tokenizer(model_path, padding_side="right")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # where the Trainer would put it
-    policy, reference = load_causal_lm(model_path).to(device).train(), load_causal_lm(model_path).to(device).eval()
+    reference = load_causal_lm(model_path).to(device).eval()
     rows = data.map(
         tokenize_preference_causal,
         fn_kwargs={"tokenizer": tokenizer, "max_length": args.max_length, "max_prompt_length": args.max_length // 2},
         remove_columns=data.column_names,
     )
     loader = DataLoader(rows, batch_size=args.batch_size, collate_fn=PreferenceCollator(tokenizer.pad_token_id))
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-6)
-    load_s = time.perf_counter() - start
-    start, cpu_start = time.perf_counter(), time.process_time()
-    for batch in loader:
-        batch = {k: v.to(device) for k, v in batch.items()}
-        with torch.no_grad():
-            ref_chosen, ref_rejected = completion_logps(reference, batch).chunk(2)
-        chosen, rejected = completion_logps(policy, batch).chunk(2)
-        loss = dpo_loss(chosen, rejected, ref_chosen, ref_rejected, beta=0.1)[0].mean()
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter() - start, time.process_time() - cpu_start, load_s
+
+    def epoch(i: int) -> dict:
+        policy = load_causal_lm(model_path).to(device).train()
+        optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-6)
+        start, cpu_start = time.perf_counter(), time.process_time()
+        for batch in loader:
+            batch = {k: v.to(device) for k, v in batch.items()}
+            with torch.no_grad():
+                ref_chosen, ref_rejected = completion_logps(reference, batch).chunk(2)
+            chosen, rejected = completion_logps(policy, batch).chunk(2)
+            loss = dpo_loss(chosen, rejected, ref_chosen, ref_rejected, beta=0.1)[0].mean()
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        return {"seconds": time.perf_counter() - start, "cpu": time.process_time() - cpu_start}
+
+    return epoch
+
+
+def setup(variant: str, args: argparse.Namespace):
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    model_path = resolve_model_path(args.model)
+    data = synthetic_pairs(args.pairs, seed=0)
+    if variant == "naive":
+        return setup_naive(model_path, data, args)
+    return setup_ours(VARIANTS[variant], model_path, data, args)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="default", help="Policy: 'default' (SmolLM2-135M) or a folder.")
-    parser.add_argument("--pairs", type=int, default=32, help="Preference pairs trained on (one epoch).")
+    parser.add_argument("--pairs", type=int, default=32, help="Preference pairs trained on (one epoch per round).")
     parser.add_argument("--batch-size", type=int, default=4, help="Pairs per optimizer step.")
     parser.add_argument("--ref-batch-size", type=int, default=16, help="Pairs per no-grad reference batch (ours).")
     parser.add_argument("--max-length", type=int, default=128, help="Tokens per prompt + completion.")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice).")
-    args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    model_path = resolve_model_path(args.model)
-    data = synthetic_pairs(args.pairs, seed=0)
-    torch.manual_seed(0)
+    parser.add_argument("--rounds", type=int, default=3, help="timed epochs per variant after one warm-up")
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's choice).")
+    parser.add_argument("--ablations", action="store_true", help="also run our trainer with each lever off")
+    parser.add_argument("--child", choices=sorted(VARIANTS), help=argparse.SUPPRESS)
+    args, _ = parser.parse_known_args()
+    if args.child:
+        main_child(lambda: setup(args.child, args))
+        return
 
-    baseline_s, baseline_cpu, baseline_load = run_baseline(model_path, data, args)
-    with tempfile.TemporaryDirectory() as out_dir:
-        ours_s, ours_cpu, ours_load = run_ours(model_path, data, args, out_dir)
-    print(f"device: {'cuda' if torch.cuda.is_available() else 'cpu'}, threads: {torch.get_num_threads()}, "
-          f"pairs: {args.pairs}, batch: {args.batch_size}, max_length: {args.max_length}")
+    variants = ["optimised", "naive"] + ([v for v in VARIANTS if v.startswith("no-")] if args.ablations else [])
+    child_args = [a for a in sys.argv[1:] if a != "--ablations"]
+    print(f"DPO on the default model: {args.pairs} pairs per epoch, batch {args.batch_size}, max length "
+          f"{args.max_length}; {args.rounds} rounds after a warm-up")
+    results, peaks = run_variants(__file__, variants, child_args, args.rounds)
+    naive = results["naive"]
     # CPU seconds as well as wall seconds: on a shared machine the wall clock also measures the neighbours.
-    print(f"baseline (fp32, reference every step): {baseline_s:7.1f} s wall {baseline_cpu:7.1f} s cpu  "
-          f"{args.pairs / baseline_s:6.2f} pairs/s  (load {baseline_load:.1f} s)")
-    print(f"DPOTrainer (cached reference, bf16):   {ours_s:7.1f} s wall {ours_cpu:7.1f} s cpu  "
-          f"{args.pairs / ours_s:6.2f} pairs/s  (load {ours_load:.1f} s)")
-    print(f"speed-up: {baseline_s / ours_s:.2f}x pairs/s (wall), {baseline_cpu / ours_cpu:.2f}x cpu time")
+    print(f"\n{'median of rounds':28}{'pairs/s':>9}{'cpu s':>8}{'peak RSS MB':>13}{'x naive (paired)':>18}")
+    for name in variants:
+        r = results[name]
+        print(f"{name:28}{args.pairs / median(r, 'seconds'):9.2f}{median(r, 'cpu'):8.1f}{peaks[name]:13.0f}"
+              f"{paired_ratio(naive, r, 'seconds'):18.2f}")
+    opt = results["optimised"]
+    print(f"\nspeed-up of our DPOTrainer over the fp32 loop, median of per-round ratios: "
+          f"x{paired_ratio(naive, opt, 'seconds'):.2f} pairs/s (target >= 2), x{paired_ratio(naive, opt, 'cpu'):.2f} cpu time")
 
 
 if __name__ == "__main__":

@@ -98,6 +98,12 @@ class PPOConfig:
     score_clip: float | None = field(default=None, metadata={"help": "Clip scores to +-score_clip after scaling (None: off)."})
     # -- speed and logging --
     bf16: bool = field(default=False, metadata={"help": "bf16 autocast for generation and forward passes (fast on CPUs with AVX-512 bf16)."})
+    keep_freed_memory: bool = field(
+        default=True, metadata={"help": "On CPU, keep freed memory in the process (no page faults per mini-batch; see rlhf/cpu_memory.py)."}
+    )
+    attn_implementation: str = field(
+        default="auto", metadata={"help": "Attention kernel of policy and reference: auto (eager on CPU, see rlhf/attention.py), eager, sdpa, model (keep)."}
+    )
     forward_batch_size: int = field(
         default=16, metadata={"help": "Rollouts per no-grad forward pass (policy and reference logprobs); larger is faster."}
     )
@@ -114,6 +120,8 @@ class PPOConfig:
         _check(self.vf_coef >= 0, "vf_coef", self.vf_coef, "must be >= 0")
         _check(0 <= self.gamma <= 1, "gamma", self.gamma, "must be in [0, 1]")
         _check(0 <= self.lam <= 1, "lam", self.lam, "must be in [0, 1]")
+        _check(self.attn_implementation in ("auto", "eager", "sdpa", "model"), "attn_implementation",
+               self.attn_implementation, "must be auto, eager, sdpa or model")
         _check(self.kl_penalty in ("kl", "abs", "mse", "full"), "kl_penalty", self.kl_penalty, "must be kl, abs, mse or full")
         _check(self.max_grad_norm is None or self.max_grad_norm > 0, "max_grad_norm", self.max_grad_norm, "must be positive or None")
         _check(self.score_clip is None or self.score_clip > 0, "score_clip", self.score_clip, "must be positive or None")

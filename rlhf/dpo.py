@@ -22,6 +22,8 @@ from torch.utils.data import DataLoader
 from transformers import Trainer, TrainingArguments
 
 from rlhf.core import logprobs_from_logits, masked_sum
+from rlhf.attention import use_attention
+from rlhf.cpu_memory import keep_freed_memory
 from rlhf.data import PreferenceCollator, check_preference_rows, tokenize_preference_causal
 from rlhf.loading import DEFAULT_POLICY, load_causal_lm, load_tokenizer, resolve_model_path
 from rlhf.losses import dpo_loss
@@ -48,6 +50,12 @@ class DPOConfig(TrainingArguments):
     max_prompt_length: int | None = field(default=256, metadata={"help": "Prompt tokens kept (the last ones)."})
     precompute_ref_log_probs: bool = field(
         default=True, metadata={"help": "Run the reference once before training and cache its log-probs (faster steps)."}
+    )
+    keep_freed_memory: bool = field(
+        default=True, metadata={"help": "On CPU, keep freed memory in the process (no page faults per step; see rlhf/cpu_memory.py)."}
+    )
+    attn_implementation: str = field(
+        default="auto", metadata={"help": "Attention kernel while training: auto (eager on CPU, see rlhf/attention.py), eager, sdpa, model (keep)."}
     )
     # TrainingArguments fields whose defaults we change for small CPU runs:
     output_dir: str | None = field(default="dpo-model", metadata={"help": "Where checkpoints and the final model go."})
@@ -123,6 +131,8 @@ class DPOTrainer(Trainer):
         optimizers=(None, None),
     ):
         args = args if args is not None else DPOConfig()
+        if args.keep_freed_memory and not torch.cuda.is_available():
+            keep_freed_memory()
         if model is None or isinstance(model, (str, os.PathLike)):
             name = resolve_model_path(model if model is not None else args.model_name_or_path)
             model = merge_adapter(load_causal_lm(name))
@@ -130,11 +140,14 @@ class DPOTrainer(Trainer):
                 processing_class = load_tokenizer(name, padding_side="right")
         if isinstance(ref_model, (str, os.PathLike)):
             ref_model = merge_adapter(load_causal_lm(ref_model))
+        if ref_model is not None:
+            use_attention(ref_model, args.attn_implementation, args.device)
         if processing_class is None:
             raise ValueError("DPOTrainer needs processing_class (the tokenizer) when given a model object")
         if processing_class.pad_token is None:
             processing_class.pad_token = processing_class.eos_token
         model = apply_peft(model, peft_config, args.gradient_checkpointing)
+        use_attention(model, args.attn_implementation, args.device)
         if ref_model is None and not is_peft_model(model):
             # Copy before any training (and before resume loads a checkpoint): the reference is the start.
             ref_model = copy.deepcopy(model)

@@ -41,6 +41,8 @@ from rlhf.core import (
     stats_to_floats,
     trim_response,
 )
+from rlhf.attention import use_attention
+from rlhf.cpu_memory import keep_freed_memory
 from rlhf.kl_control import AdaptiveKLController, FixedKLController
 from rlhf.losses import gae_advantages, kl_penalty, per_token_rewards, ppo_policy_loss, ppo_value_loss
 from rlhf.tracking import MetricsCallback, Tracker
@@ -115,6 +117,8 @@ class PPOTrainer:
         # bf16 is our own autocast (_autocast), not Accelerator(mixed_precision=...): accelerate's state is a
         # process-wide singleton, so a second trainer with another precision in the same process would fail.
         self.accelerator = accelerator or Accelerator()
+        if config.keep_freed_memory and self.accelerator.device.type == "cpu":
+            keep_freed_memory()
         # Shuffling draws from this generator; sampling in generate() uses torch's global RNG (transformers
         # offers no generator argument), seeded here once. Both are in state_dict() for resuming.
         self.generator = torch.Generator().manual_seed(config.seed)
@@ -132,10 +136,12 @@ class PPOTrainer:
 
         # The reference policy: given, or the adapter-disabled model under peft, or a frozen copy.
         self.is_peft = model.is_peft_model
+        use_attention(model.pretrained_model, config.attn_implementation, self.accelerator.device)
         if ref_model is None and not self.is_peft:
             ref_model = create_reference_model(model)
         self.ref_model = ref_model
         if self.ref_model is not None:
+            use_attention(self.ref_model.pretrained_model, config.attn_implementation, self.accelerator.device)
             self.ref_model.requires_grad_(False)
             self.ref_model.eval().to(self.accelerator.device)
 

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from transformers import AutoModelForSequenceClassification, EvalPrediction, Trainer, TrainingArguments
 
+from rlhf.cpu_memory import keep_freed_memory
 from rlhf.data import (
     RewardCollator,
     check_preference_rows,
@@ -44,6 +45,9 @@ class RewardConfig(TrainingArguments):
     max_length: int | None = field(default=512, metadata={"help": "Tokens per (prompt, response); longer inputs are truncated."})
     center_rewards_coefficient: float = field(
         default=0.0, metadata={"help": "Weight of mean((r_chosen + r_rejected)^2), keeping rewards centred on 0 (0: off)."}
+    )
+    keep_freed_memory: bool = field(
+        default=True, metadata={"help": "On CPU, keep freed memory in the process (no page faults per step; see rlhf/cpu_memory.py)."}
     )
     # TrainingArguments fields whose defaults we change for small CPU runs:
     output_dir: str | None = field(default="reward-model", metadata={"help": "Where checkpoints and the final model go."})
@@ -112,6 +116,8 @@ class RewardTrainer(Trainer):
         optimizers=(None, None),
     ):
         args = args if args is not None else RewardConfig()
+        if args.keep_freed_memory and not torch.cuda.is_available():
+            keep_freed_memory()
         if model is None or isinstance(model, (str, os.PathLike)):
             name = resolve_model_path(model if model is not None else args.model_name_or_path)
             model = merge_adapter(load_reward_model(name))

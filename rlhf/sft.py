@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 import torch
 from transformers import Trainer, TrainingArguments
 
+from rlhf.attention import use_attention
+from rlhf.cpu_memory import keep_freed_memory
 from rlhf.data import SFTCollator, check_sft_rows, pack_examples, tokenize_sft
 from rlhf.loading import DEFAULT_POLICY, load_causal_lm, load_tokenizer, resolve_model_path
 from rlhf.peft_utils import apply_peft, merge_adapter
@@ -34,6 +36,12 @@ class SFTConfig(TrainingArguments):
         default=True, metadata={"help": "Take the loss on completion tokens only (prompt tokens get label -100)."}
     )
     packing: bool = field(default=False, metadata={"help": "Concatenate examples into max_length blocks (no padding)."})
+    keep_freed_memory: bool = field(
+        default=True, metadata={"help": "On CPU, keep freed memory in the process (no page faults per step; see rlhf/cpu_memory.py)."}
+    )
+    attn_implementation: str = field(
+        default="auto", metadata={"help": "Attention kernel while training: auto (eager on CPU, see rlhf/attention.py), eager, sdpa, model (keep)."}
+    )
     # TrainingArguments fields whose defaults we change for small CPU runs:
     output_dir: str | None = field(default="sft-model", metadata={"help": "Where checkpoints and the final model go."})
     learning_rate: float = field(default=2e-5, metadata={"help": "AdamW learning rate (LoRA adapters take ~10x more)."})
@@ -72,6 +80,8 @@ class SFTTrainer(Trainer):
         optimizers=(None, None),
     ):
         args = args if args is not None else SFTConfig()
+        if args.keep_freed_memory and not torch.cuda.is_available():
+            keep_freed_memory()
         if model is None or isinstance(model, (str, os.PathLike)):
             name = resolve_model_path(model if model is not None else args.model_name_or_path)
             model = merge_adapter(load_causal_lm(name))
@@ -82,6 +92,7 @@ class SFTTrainer(Trainer):
         if processing_class.pad_token is None:
             processing_class.pad_token = processing_class.eos_token
         model = apply_peft(model, peft_config, args.gradient_checkpointing)
+        use_attention(model, args.attn_implementation, args.device)
 
         def prepare(dataset):
             if dataset is None:

@@ -1,0 +1,76 @@
+"""Run benchmark variants in their own processes, one iteration at a time, taking turns.
+
+Why: on a shared machine the speed of memory and cores drifts by 2x within minutes. Timing variant A for a
+minute and then variant B compares two different machines. Here every variant lives in its own process (so
+peak RSS is its own), all are loaded first, and then they take turns, one iteration each, in ABBA order, so
+drift hits all of them alike. The figure to read is the median of the per-round ratios.
+
+A benchmark script provides `setup(variant, args) -> iteration(i) -> dict of floats` and calls `main_child`
+when started with `--child VARIANT`; the parent calls `run_variants`.
+"""
+from __future__ import annotations
+
+import json
+import resource
+import statistics
+import subprocess
+import sys
+from collections.abc import Callable
+
+READY, RESULT, PEAK = "READY", "RESULT ", "PEAK "
+
+
+def main_child(setup: Callable[[], Callable[[int], dict]]) -> None:
+    """Child side: build the variant, then run one iteration per 'run I' line on stdin."""
+    iteration = setup()
+    print(READY, flush=True)
+    for line in sys.stdin:
+        command = line.split()
+        if command[0] == "run":
+            print(RESULT + json.dumps(iteration(int(command[1]))), flush=True)
+        elif command[0] == "quit":
+            break
+    print(PEAK + json.dumps(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024), flush=True)  # KiB -> MiB
+
+
+def _read_until(child: subprocess.Popen, prefix: str, name: str) -> str:
+    for line in child.stdout:
+        if line.startswith(prefix):
+            return line[len(prefix):].strip()
+    raise SystemExit(f"variant {name} exited without '{prefix.strip()}' (return code {child.wait()}); its stderr is above")
+
+
+def run_variants(script: str, variants: list[str], child_args: list[str], rounds: int) -> tuple[dict, dict]:
+    """({variant: [result per round]}, {variant: peak RSS MiB}); iteration 0 warms up and is dropped."""
+    children = {}
+    for name in variants:
+        children[name] = subprocess.Popen([sys.executable, script, "--child", name, *child_args], text=True,
+                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        _read_until(children[name], READY, name)  # load one at a time: loading is not what we time
+    results = {name: [] for name in variants}
+    for round_number in range(rounds + 1):
+        order = variants if round_number % 2 == 0 else list(reversed(variants))
+        for name in order:
+            children[name].stdin.write(f"run {round_number}\n")
+            children[name].stdin.flush()
+            result = json.loads(_read_until(children[name], RESULT, name))
+            if round_number > 0:
+                results[name].append(result)
+                figures = ", ".join(f"{k} {v:.2f}" for k, v in result.items())
+                print(f"  round {round_number} {name}: {figures}", flush=True)
+    peaks = {}
+    for name, child in children.items():
+        child.stdin.write("quit\n")
+        child.stdin.flush()
+        peaks[name] = float(_read_until(child, PEAK, name))
+        child.wait()
+    return results, peaks
+
+
+def median(results: list[dict], key: str) -> float:
+    return statistics.median(r[key] for r in results)
+
+
+def paired_ratio(baseline: list[dict], candidate: list[dict], key: str) -> float:
+    """Median over rounds of baseline/candidate: how many times faster the candidate is, round by round."""
+    return statistics.median(b[key] / c[key] for b, c in zip(baseline, candidate))
