@@ -1,7 +1,8 @@
 """DPO training throughput on the default model: our DPOTrainer against a plain fp32 loop, in the same run.
 
     python bench/dpo.py                    # 32 pairs, batch 4, max length 128, 3 rounds
-    python bench/dpo.py --ablations        # also our trainer with one lever off at a time
+    python bench/dpo.py --variants no-bf16,no-eager-attention   # also our trainer with these levers off
+    python bench/dpo.py --ablations        # every lever off in turn (~4.5 GB per variant: 6 need ~27 GB)
 
 Ours: the reference runs once over the data before training (precompute_ref_log_probs, batched at
 --ref-batch-size with no grad), every step runs under bf16 autocast, and freed memory stays in the process
@@ -16,6 +17,7 @@ turns, one epoch each (bench/interleave.py); the first epoch of each is a warm-u
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import random
 import sys
@@ -70,7 +72,8 @@ def setup_ours(levers: dict, model_path: str, data: Dataset, args: argparse.Name
     holder = {}
 
     def epoch(i: int) -> dict:
-        holder.clear()  # free the last epoch's trainer before building the next
+        holder.clear()  # free the last epoch's trainer before building the next: a Trainer sits in
+        gc.collect()    # reference cycles, and its memory would otherwise stay taken while the next one loads
         trainer = holder["trainer"] = DPOTrainer(model_path, args=config, train_dataset=data)
         start, cpu_start = time.perf_counter(), time.process_time()
         trainer.train()  # the reference pass happens inside, in get_train_dataloader
@@ -91,6 +94,7 @@ def setup_naive(model_path: str, data: Dataset, args: argparse.Namespace):
     loader = DataLoader(rows, batch_size=args.batch_size, collate_fn=PreferenceCollator(tokenizer.pad_token_id))
 
     def epoch(i: int) -> dict:
+        gc.collect()  # as for ours: the last epoch's policy and optimizer are gone before the next load
         policy = load_causal_lm(model_path).to(device).train()
         optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-6)
         start, cpu_start = time.perf_counter(), time.process_time()
@@ -130,14 +134,20 @@ def main() -> None:
     parser.add_argument("--max-length", type=int, default=128, help="Tokens per prompt + completion.")
     parser.add_argument("--rounds", type=int, default=3, help="timed epochs per variant after one warm-up")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's choice).")
-    parser.add_argument("--ablations", action="store_true", help="also run our trainer with each lever off")
+    parser.add_argument("--ablations", action="store_true", help="also run our trainer with each lever off (one process, ~4.5 GB, per variant)")
+    parser.add_argument("--variants", default="", help="comma-separated variants to run besides optimised and naive "
+                        f"({', '.join(v for v in VARIANTS if v.startswith('no-'))}); each holds its own model in memory")
     parser.add_argument("--child", choices=sorted(VARIANTS), help=argparse.SUPPRESS)
     args, _ = parser.parse_known_args()
     if args.child:
         main_child(lambda: setup(args.child, args))
         return
 
-    variants = ["optimised", "naive"] + ([v for v in VARIANTS if v.startswith("no-")] if args.ablations else [])
+    extra = [v for v in VARIANTS if v.startswith("no-")] if args.ablations else [v for v in args.variants.split(",") if v]
+    unknown = [v for v in extra if v not in VARIANTS]
+    if unknown:
+        parser.error(f"unknown variants {unknown}; choose from {sorted(VARIANTS)}")
+    variants = ["optimised", "naive"] + [v for v in extra if v not in ("optimised", "naive")]
     child_args = [a for a in sys.argv[1:] if a != "--ablations"]
     print(f"DPO on the default model: {args.pairs} pairs per epoch, batch {args.batch_size}, max length "
           f"{args.max_length}; {args.rounds} rounds after a warm-up")

@@ -1,7 +1,8 @@
 """One PPO iteration on the default model: the optimised path against a naive baseline, in the same run.
 
     python bench/ppo_step.py                       # batch 16, 16 new tokens, 4 epochs of mini-batch 4, 3 rounds
-    python bench/ppo_step.py --ablations           # also the optimised path with one lever off at a time
+    python bench/ppo_step.py --ablations           # also the optimised path with each lever off in turn (~3.5 GB each)
+    python bench/ppo_step.py --variants no-bf16    # only this one besides optimised and naive
     python bench/ppo_step.py --batch-size 8 --rounds 5
 
 An iteration is generation + scoring (VADER compound of query + response) + trainer.step(). Every response
@@ -89,14 +90,20 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3, help="timed iterations per variant after one warm-up")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    parser.add_argument("--ablations", action="store_true", help="also run the optimised path with each lever off")
+    parser.add_argument("--ablations", action="store_true", help="also run the optimised path with each lever off (one process, ~4 GB, per variant)")
+    parser.add_argument("--variants", default="", help="comma-separated variants to run besides optimised and naive "
+                        f"({', '.join(v for v in VARIANTS if v.startswith('no-'))}); each holds its own model in memory")
     parser.add_argument("--child", choices=sorted(VARIANTS), help=argparse.SUPPRESS)
     args, _ = parser.parse_known_args()
     if args.child:
         main_child(lambda: setup(args.child, args))
         return
 
-    variants = ["optimised", "naive"] + ([v for v in VARIANTS if v.startswith("no-")] if args.ablations else [])
+    extra = [v for v in VARIANTS if v.startswith("no-")] if args.ablations else [v for v in args.variants.split(",") if v]
+    unknown = [v for v in extra if v not in VARIANTS]
+    if unknown:
+        parser.error(f"unknown variants {unknown}; choose from {sorted(VARIANTS)}")
+    variants = ["optimised", "naive"] + [v for v in extra if v not in ("optimised", "naive")]
     child_args = [a for a in sys.argv[1:] if a != "--ablations"]
     print(f"PPO iteration on the default model: batch {args.batch_size}, {args.max_new_tokens} new tokens, "
           f"{args.ppo_epochs} epochs of mini-batch {args.mini_batch_size}; {args.rounds} rounds after a warm-up")

@@ -91,8 +91,13 @@ class Rollouts:
     response_length: int  # R
 
     def select(self, idx: torch.Tensor) -> "Rollouts":
-        return Rollouts(self.input_ids[idx], self.attention_mask[idx], self.position_ids[idx], self.mask[idx],
-                        self.response_length)
+        """These rows, without the leading columns that are padding in all of them: the queries are left
+        padded to the longest of the whole batch, and a column no selected row attends to changes no output
+        (position ids come from the mask), so a mini-batch of shorter queries runs on fewer tokens."""
+        attention_mask = self.attention_mask[idx]
+        first = int(attention_mask.any(dim=0).int().argmax())  # responses are never empty: a column is real
+        return Rollouts(self.input_ids[idx, first:], attention_mask[:, first:], self.position_ids[idx, first:],
+                        self.mask[idx], self.response_length)
 
 
 class PPOTrainer:

@@ -6,7 +6,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from rlhf.configs import PPOConfig
-from rlhf.ppo import TRAINER_STATE_FILE, PPOTrainer
+from rlhf.ppo import TRAINER_STATE_FILE, PPOTrainer, Rollouts
 from rlhf.value_head import AutoModelForCausalLMWithValueHead
 
 TRL_KEYS = [
@@ -310,3 +310,20 @@ def test_step_rejects_old_logprobs_of_the_wrong_shape():
     wrong = [torch.zeros(len(r) + 1) for r in responses]
     with pytest.raises(ValueError, match="old_logprobs\\[0\\]"):
         trainer.step(queries, responses, scores, old_logprobs=wrong)
+
+
+def test_minibatch_drops_shared_left_padding_and_keeps_every_logprob():
+    model = small_vocab_model()
+    trainer = PPOTrainer(PPOConfig(batch_size=4, mini_batch_size=2), model, None, SMALL_TOKENIZER)
+    queries = [torch.tensor([3, 4]), torch.tensor([5, 6, 7]), torch.tensor([1, 2, 3, 4, 5, 6, 7, 8]), torch.tensor([9])]
+    responses = [torch.tensor([2, 3, 4]), torch.tensor([5, 6]), torch.tensor([7]), torch.tensor([8, 9, 10])]
+    batch = trainer._layout(queries, responses, None)  # queries left padded to 8
+    mb = batch.select(torch.tensor([0, 1]))  # the longest of these two queries has 3 tokens
+    assert mb.input_ids.shape[1] == 3 + batch.response_length
+    assert torch.equal(mb.input_ids[:, -batch.response_length:], batch.input_ids[:2, -batch.response_length:])
+    with torch.no_grad():
+        trimmed = trainer._forward(trainer.model, mb)[0] * mb.mask
+        untrimmed_rows = Rollouts(batch.input_ids[:2], batch.attention_mask[:2], batch.position_ids[:2], batch.mask[:2],
+                                  batch.response_length)
+        full = trainer._forward(trainer.model, untrimmed_rows)[0] * mb.mask
+    torch.testing.assert_close(trimmed, full, atol=1e-6, rtol=1e-5)
