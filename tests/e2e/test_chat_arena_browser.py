@@ -50,10 +50,18 @@ def db_rows(db_path: str, sql: str, params=()):
 
 
 def text_contains(page, selector: str, text: str, timeout: int = 60_000) -> None:
-    page.wait_for_function(
-        "([sel, text]) => { const el = document.querySelector(sel); return !!el && el.innerText.includes(text); }",
-        arg=[selector, text], timeout=timeout,
-    )
+    try:
+        page.wait_for_function(
+            "([sel, text]) => { const el = document.querySelector(sel); return !!el && el.innerText.includes(text); }",
+            arg=[selector, text], timeout=timeout,
+        )
+    except Exception as error:  # say what the page showed instead: a timeout alone does not tell why
+        raise AssertionError(f"{selector} never showed {text!r}; it shows {_shown(page, selector)!r}") from error
+
+
+def _shown(page, selector: str) -> str:
+    return page.evaluate("(sel) => { const el = document.querySelector(sel); return el ? el.innerText : '(no element)'; }",
+                         selector)[:500]
 
 
 def test_chat_one_turn_then_rate_it(running_app, page):
@@ -63,10 +71,13 @@ def test_chat_one_turn_then_rate_it(running_app, page):
     page.fill("#chat-input textarea", "Hello from the browser")
     page.click("#chat-send")
     text_contains(page, "#chat-chatbot", "Hello from the browser")
-    page.wait_for_function(
-        "() => document.querySelectorAll('#chat-chatbot [data-testid=bot], #chat-chatbot .bot').length > 0",
-        timeout=60_000,
-    )
+    try:
+        page.wait_for_function(
+            "() => document.querySelectorAll('#chat-chatbot [data-testid=bot], #chat-chatbot .bot').length > 0",
+            timeout=60_000,
+        )
+    except Exception as error:
+        raise AssertionError(f"no answer in the chat; it shows {_shown(page, '#chat-chatbot')!r}") from error
     page.wait_for_timeout(500)  # let the stream finish
     page.click("#chat-thumbs-up")
     text_contains(page, "#chat-rate-status", "Stored")
