@@ -8,9 +8,9 @@
 An iteration is generation + scoring (VADER compound of query + response) + trainer.step(). Every response
 is 16 tokens long (min_new_tokens), so all variants do the same work.
 Optimised: the whole batch generated at once (left padding), bf16 autocast for generation and every forward
-pass, freed memory kept in the process (rlhf/cpu_memory.py), eager attention instead of SDPA's CPU flash
-kernel (rlhf/attention.py), only the response positions through the LM head.
-Naive baseline: one query at a time through generate, everything in fp32, glibc's default allocator, SDPA: what
+pass, freed memory kept in the process (rlhf/cpu_memory.py), only the response positions through the LM head,
+mini-batches without the left padding they share.
+Naive baseline: one query at a time through generate, everything in fp32, glibc's default allocator: what
 the classic TRL notebook loop does.
 Variants run in their own processes and take turns (bench/interleave.py), so drift in the machine's speed
 hits them alike; each process's peak RSS is its own. The first iteration of each is a warm-up.
@@ -31,7 +31,7 @@ from interleave import main_child, median, paired_ratio, run_variants  # noqa: E
 PROMPTS = Path(__file__).resolve().parents[1] / "labeler" / "data" / "movie_prompts.txt"
 
 # Each lever of the optimised path; a variant is a setting of all of them.
-OPTIMISED = {"batched_generation": True, "bf16": True, "keep_freed_memory": True, "eager_attention": True}
+OPTIMISED = {"batched_generation": True, "bf16": True, "keep_freed_memory": True}
 VARIANTS = {
     "optimised": OPTIMISED,
     "naive": {lever: False for lever in OPTIMISED},
@@ -55,8 +55,7 @@ def setup(variant: str, args: argparse.Namespace):
     tokenizer = load_tokenizer(path)
     model = AutoModelForCausalLMWithValueHead.from_pretrained(path)
     config = PPOConfig(batch_size=args.batch_size, mini_batch_size=args.mini_batch_size, ppo_epochs=args.ppo_epochs,
-                       learning_rate=1.41e-5, bf16=levers["bf16"], keep_freed_memory=levers["keep_freed_memory"],
-                       attn_implementation="auto" if levers["eager_attention"] else "model", seed=0)
+                       learning_rate=1.41e-5, bf16=levers["bf16"], keep_freed_memory=levers["keep_freed_memory"], seed=0)
     trainer = PPOTrainer(config, model, None, tokenizer)
     vader = SentimentIntensityAnalyzer()
     lines = PROMPTS.read_text().splitlines()
