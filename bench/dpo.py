@@ -37,7 +37,7 @@ from rlhf.data import PreferenceCollator, tokenize_preference_causal  # noqa: E4
 from rlhf.dpo import DPOConfig, DPOTrainer, completion_logps  # noqa: E402
 from rlhf.loading import load_causal_lm, load_tokenizer, resolve_model_path  # noqa: E402
 from rlhf.losses import dpo_loss  # noqa: E402
-from interleave import main_child, median, paired_ratio, run_variants  # noqa: E402
+from interleave import add_variant_arguments, chosen_variants, main_child, median, paired_ratio, run_variants  # noqa: E402
 
 WORDS = (
     "the film story plot actor actress scene camera music score ending script director drama comedy "
@@ -132,22 +132,14 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=4, help="Pairs per optimizer step.")
     parser.add_argument("--ref-batch-size", type=int, default=16, help="Pairs per no-grad reference batch (ours).")
     parser.add_argument("--max-length", type=int, default=128, help="Tokens per prompt + completion.")
-    parser.add_argument("--rounds", type=int, default=3, help="timed epochs per variant after one warm-up")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's choice).")
-    parser.add_argument("--ablations", action="store_true", help="also run our trainer with each lever off (one process, ~4.5 GB, per variant)")
-    parser.add_argument("--variants", default="", help="comma-separated variants to run besides optimised and naive "
-                        f"({', '.join(v for v in VARIANTS if v.startswith('no-'))}); each holds its own model in memory")
-    parser.add_argument("--child", choices=sorted(VARIANTS), help=argparse.SUPPRESS)
+    add_variant_arguments(parser, VARIANTS, gigabytes_each=4.5)
     args, _ = parser.parse_known_args()
     if args.child:
         main_child(lambda: setup(args.child, args))
         return
 
-    extra = [v for v in VARIANTS if v.startswith("no-")] if args.ablations else [v for v in args.variants.split(",") if v]
-    unknown = [v for v in extra if v not in VARIANTS]
-    if unknown:
-        parser.error(f"unknown variants {unknown}; choose from {sorted(VARIANTS)}")
-    variants = ["optimised", "naive"] + [v for v in extra if v not in ("optimised", "naive")]
+    variants = chosen_variants(parser, args, VARIANTS)
     child_args = [a for a in sys.argv[1:] if a != "--ablations"]
     print(f"DPO on the default model: {args.pairs} pairs per epoch, batch {args.batch_size}, max length "
           f"{args.max_length}; {args.rounds} rounds after a warm-up")

@@ -10,6 +10,7 @@ when started with `--child VARIANT`; the parent calls `run_variants`.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import resource
 import statistics
@@ -31,6 +32,26 @@ def main_child(setup: Callable[[], Callable[[int], dict]]) -> None:
         elif command[0] == "quit":
             break
     print(PEAK + json.dumps(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024), flush=True)  # KiB -> MiB
+
+
+def add_variant_arguments(parser: argparse.ArgumentParser, variants: dict, gigabytes_each: float) -> None:
+    """--rounds, --ablations, --variants and the hidden --child, the same for every benchmark."""
+    ablations = [v for v in variants if v.startswith("no-")]
+    parser.add_argument("--rounds", type=int, default=3, help="timed iterations per variant after one warm-up")
+    parser.add_argument("--ablations", action="store_true",
+                        help=f"also run the optimised path with each lever off (one process, ~{gigabytes_each:g} GB, per variant)")
+    parser.add_argument("--variants", default="", help="comma-separated variants to run besides optimised and naive "
+                        f"({', '.join(ablations)}); each holds its own model in memory")
+    parser.add_argument("--child", choices=sorted(variants), help=argparse.SUPPRESS)
+
+
+def chosen_variants(parser: argparse.ArgumentParser, args: argparse.Namespace, variants: dict) -> list[str]:
+    """optimised and naive first, then what --ablations or --variants asked for."""
+    extra = [v for v in variants if v.startswith("no-")] if args.ablations else [v for v in args.variants.split(",") if v]
+    unknown = [v for v in extra if v not in variants]
+    if unknown:
+        parser.error(f"unknown variants {unknown}; choose from {sorted(variants)}")
+    return ["optimised", "naive"] + [v for v in extra if v not in ("optimised", "naive")]
 
 
 def _read_until(child: subprocess.Popen, prefix: str, name: str) -> str:

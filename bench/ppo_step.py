@@ -26,7 +26,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from interleave import main_child, median, paired_ratio, run_variants  # noqa: E402
+from interleave import add_variant_arguments, chosen_variants, main_child, median, paired_ratio, run_variants  # noqa: E402
 
 PROMPTS = Path(__file__).resolve().parents[1] / "labeler" / "data" / "movie_prompts.txt"
 
@@ -87,22 +87,14 @@ def main() -> None:
     parser.add_argument("--mini-batch-size", type=int, default=4)
     parser.add_argument("--ppo-epochs", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=16)
-    parser.add_argument("--rounds", type=int, default=3, help="timed iterations per variant after one warm-up")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    parser.add_argument("--ablations", action="store_true", help="also run the optimised path with each lever off (one process, ~4 GB, per variant)")
-    parser.add_argument("--variants", default="", help="comma-separated variants to run besides optimised and naive "
-                        f"({', '.join(v for v in VARIANTS if v.startswith('no-'))}); each holds its own model in memory")
-    parser.add_argument("--child", choices=sorted(VARIANTS), help=argparse.SUPPRESS)
+    add_variant_arguments(parser, VARIANTS, gigabytes_each=3.5)
     args, _ = parser.parse_known_args()
     if args.child:
         main_child(lambda: setup(args.child, args))
         return
 
-    extra = [v for v in VARIANTS if v.startswith("no-")] if args.ablations else [v for v in args.variants.split(",") if v]
-    unknown = [v for v in extra if v not in VARIANTS]
-    if unknown:
-        parser.error(f"unknown variants {unknown}; choose from {sorted(VARIANTS)}")
-    variants = ["optimised", "naive"] + [v for v in extra if v not in ("optimised", "naive")]
+    variants = chosen_variants(parser, args, VARIANTS)
     child_args = [a for a in sys.argv[1:] if a != "--ablations"]
     print(f"PPO iteration on the default model: batch {args.batch_size}, {args.max_new_tokens} new tokens, "
           f"{args.ppo_epochs} epochs of mini-batch {args.mini_batch_size}; {args.rounds} rounds after a warm-up")
