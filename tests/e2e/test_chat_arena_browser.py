@@ -1,6 +1,8 @@
 """A real browser (headless Chromium): chat one turn and rate it, cast one arena vote, check SQLite."""
 from __future__ import annotations
 
+import time
+
 import pytest
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
@@ -64,6 +66,24 @@ def _shown(page, selector: str) -> str:
                          selector)[:500]
 
 
+def wait_for_finished_answer(page, timeout_s: float = 60.0) -> str:
+    """The bot's answer once it is non-empty and has not changed for a second. The answer's bubble appears
+    empty as soon as streaming starts (and the first chat also loads the model), so rating right after the
+    bubble appears can rate an empty answer, which the app rightly refuses."""
+    script = ("() => { const bots = document.querySelectorAll('#chat-chatbot [data-testid=bot], #chat-chatbot .bot');"
+              " return bots.length ? bots[bots.length - 1].innerText.trim() : ''; }")
+    last, unchanged_since = None, time.monotonic()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        text = page.evaluate(script)
+        if text != last:
+            last, unchanged_since = text, time.monotonic()
+        elif text and time.monotonic() - unchanged_since >= 1.0:
+            return text
+        page.wait_for_timeout(200)
+    raise AssertionError(f"no finished answer in the chat after {timeout_s:.0f} s; it shows {_shown(page, '#chat-chatbot')!r}")
+
+
 def test_chat_one_turn_then_rate_it(running_app, page):
     page.click("button[role=tab]:has-text('Chat')")
     page.wait_for_selector("#chat-input textarea", state="visible")
@@ -71,14 +91,7 @@ def test_chat_one_turn_then_rate_it(running_app, page):
     page.fill("#chat-input textarea", "Hello from the browser")
     page.click("#chat-send")
     text_contains(page, "#chat-chatbot", "Hello from the browser")
-    try:
-        page.wait_for_function(
-            "() => document.querySelectorAll('#chat-chatbot [data-testid=bot], #chat-chatbot .bot').length > 0",
-            timeout=60_000,
-        )
-    except Exception as error:
-        raise AssertionError(f"no answer in the chat; it shows {_shown(page, '#chat-chatbot')!r}") from error
-    page.wait_for_timeout(500)  # let the stream finish
+    wait_for_finished_answer(page)
     page.click("#chat-thumbs-up")
     text_contains(page, "#chat-rate-status", "Stored")
     stored = db_rows(
