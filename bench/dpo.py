@@ -37,7 +37,7 @@ from rlhf.data import PreferenceCollator, tokenize_preference_causal  # noqa: E4
 from rlhf.dpo import DPOConfig, DPOTrainer, completion_logps  # noqa: E402
 from rlhf.loading import load_causal_lm, load_tokenizer, resolve_model_path  # noqa: E402
 from rlhf.losses import dpo_loss  # noqa: E402
-from interleave import add_variant_arguments, chosen_variants, main_child, median, paired_ratio, run_variants  # noqa: E402
+from interleave import median, paired_ratio, run_from_command_line  # noqa: E402
 
 WORDS = (
     "the film story plot actor actress scene camera music score ending script director drama comedy "
@@ -133,17 +133,12 @@ def main() -> None:
     parser.add_argument("--ref-batch-size", type=int, default=16, help="Pairs per no-grad reference batch (ours).")
     parser.add_argument("--max-length", type=int, default=128, help="Tokens per prompt + completion.")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's choice).")
-    add_variant_arguments(parser, VARIANTS, gigabytes_each=4.5)
-    args, _ = parser.parse_known_args()
-    if args.child:
-        main_child(lambda: setup(args.child, args))
+    headline = lambda args: (f"DPO on the default model: {args.pairs} pairs per epoch, batch {args.batch_size}, "  # noqa: E731
+                             f"max length {args.max_length}; {args.rounds} rounds after a warm-up")
+    run = run_from_command_line(parser, VARIANTS, setup, __file__, 4.5, headline)
+    if run is None:  # this process was a child serving one variant
         return
-
-    variants = chosen_variants(parser, args, VARIANTS)
-    child_args = [a for a in sys.argv[1:] if a != "--ablations"]
-    print(f"DPO on the default model: {args.pairs} pairs per epoch, batch {args.batch_size}, max length "
-          f"{args.max_length}; {args.rounds} rounds after a warm-up")
-    results, peaks = run_variants(__file__, variants, child_args, args.rounds)
+    args, variants, results, peaks = run
     naive = results["naive"]
     # CPU seconds as well as wall seconds: on a shared machine the wall clock also measures the neighbours.
     print(f"\n{'median of rounds':28}{'pairs/s':>9}{'cpu s':>8}{'peak RSS MB':>13}{'x naive (paired)':>18}")

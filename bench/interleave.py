@@ -34,8 +34,14 @@ def main_child(setup: Callable[[], Callable[[int], dict]]) -> None:
     print(PEAK + json.dumps(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024), flush=True)  # KiB -> MiB
 
 
-def add_variant_arguments(parser: argparse.ArgumentParser, variants: dict, gigabytes_each: float) -> None:
-    """--rounds, --ablations, --variants and the hidden --child, the same for every benchmark."""
+def run_from_command_line(parser: argparse.ArgumentParser, variants: dict, setup, script: str,
+                          gigabytes_each: float, headline) -> tuple | None:
+    """A benchmark's main(): in a child, serve its variant (returns None); in the parent, run the chosen
+    variants and return (args, variant names, {variant: results}, {variant: peak RSS MiB}).
+
+    Adds --rounds, --ablations, --variants and the hidden --child to the script's own parser;
+    setup(variant, args) builds one iteration; headline(args) is printed before the rounds start.
+    """
     ablations = [v for v in variants if v.startswith("no-")]
     parser.add_argument("--rounds", type=int, default=3, help="timed iterations per variant after one warm-up")
     parser.add_argument("--ablations", action="store_true",
@@ -43,15 +49,19 @@ def add_variant_arguments(parser: argparse.ArgumentParser, variants: dict, gigab
     parser.add_argument("--variants", default="", help="comma-separated variants to run besides optimised and naive "
                         f"({', '.join(ablations)}); each holds its own model in memory")
     parser.add_argument("--child", choices=sorted(variants), help=argparse.SUPPRESS)
-
-
-def chosen_variants(parser: argparse.ArgumentParser, args: argparse.Namespace, variants: dict) -> list[str]:
-    """optimised and naive first, then what --ablations or --variants asked for."""
-    extra = [v for v in variants if v.startswith("no-")] if args.ablations else [v for v in args.variants.split(",") if v]
+    args, _ = parser.parse_known_args()
+    if args.child:
+        main_child(lambda: setup(args.child, args))
+        return None
+    extra = ablations if args.ablations else [v for v in args.variants.split(",") if v]
     unknown = [v for v in extra if v not in variants]
     if unknown:
         parser.error(f"unknown variants {unknown}; choose from {sorted(variants)}")
-    return ["optimised", "naive"] + [v for v in extra if v not in ("optimised", "naive")]
+    chosen = ["optimised", "naive"] + [v for v in extra if v not in ("optimised", "naive")]
+    print(headline(args), flush=True)
+    child_args = [a for a in sys.argv[1:] if a != "--ablations"]  # a child runs only its own variant
+    results, peaks = run_variants(script, chosen, child_args, args.rounds)
+    return args, chosen, results, peaks
 
 
 def _read_until(child: subprocess.Popen, prefix: str, name: str) -> str:

@@ -26,7 +26,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from interleave import add_variant_arguments, chosen_variants, main_child, median, paired_ratio, run_variants  # noqa: E402
+from interleave import median, paired_ratio, run_from_command_line  # noqa: E402
 
 PROMPTS = Path(__file__).resolve().parents[1] / "labeler" / "data" / "movie_prompts.txt"
 
@@ -88,17 +88,12 @@ def main() -> None:
     parser.add_argument("--ppo-epochs", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=16)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    add_variant_arguments(parser, VARIANTS, gigabytes_each=3.5)
-    args, _ = parser.parse_known_args()
-    if args.child:
-        main_child(lambda: setup(args.child, args))
+    headline = lambda args: (f"PPO iteration on the default model: batch {args.batch_size}, {args.max_new_tokens} new "  # noqa: E731
+                             f"tokens, {args.ppo_epochs} epochs of mini-batch {args.mini_batch_size}; {args.rounds} rounds after a warm-up")
+    run = run_from_command_line(parser, VARIANTS, setup, __file__, 3.5, headline)
+    if run is None:  # this process was a child serving one variant
         return
-
-    variants = chosen_variants(parser, args, VARIANTS)
-    child_args = [a for a in sys.argv[1:] if a != "--ablations"]
-    print(f"PPO iteration on the default model: batch {args.batch_size}, {args.max_new_tokens} new tokens, "
-          f"{args.ppo_epochs} epochs of mini-batch {args.mini_batch_size}; {args.rounds} rounds after a warm-up")
-    results, peaks = run_variants(__file__, variants, child_args, args.rounds)
+    args, variants, results, peaks = run
     naive = results["naive"]
     print(f"\n{'median of rounds':20}{'generate s':>12}{'step s':>10}{'total s':>10}{'total CPU s':>13}"
           f"{'peak RSS MB':>13}{'x naive (paired)':>18}")
