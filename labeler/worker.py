@@ -51,7 +51,12 @@ def run_worker(db_path: str, run_id: int) -> str:
     beat.start()
     status = "failed"
     try:
-        print(f"run {run_id}: stage {run.stage}, config {run.config}", flush=True)
+        import torch
+
+        # The thread count is in the log because it decides the speed: accelerate launch gives each process
+        # OMP_NUM_THREADS=1 unless told otherwise (jobs.worker_command tells it).
+        print(f"run {run_id}: stage {run.stage}, torch threads {torch.get_num_threads()}, config {run.config}",
+              flush=True)
         ctx = stages.StageContext(
             run_id=run_id, db_path=db_path, stage=run.stage, project=run.project,
             job=train_configs.load_job_config(run.config), trainer_settings=dict(run.config.get("trainer", {})),

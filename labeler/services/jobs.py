@@ -184,13 +184,30 @@ def create_run(db, stage: str, settings: dict[str, Any] | None = None, project: 
     return get_run(db, run_id)
 
 
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask, which containers and taskset narrow)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def threads_per_process(num_processes: int = 1) -> int:
+    """With N processes on C cores each gets C // N threads (at least one)."""
+    return max(1, usable_cores() // max(1, num_processes))
+
+
 def worker_command(db_path: str, run_id: int) -> list[str]:
     """The exact command a run executes (stored on its row)."""
     worker = ["-m", "labeler.worker", "--db", db_path, "--run-id", str(run_id)]
     if os.environ.get(LAUNCHER_ENV, "accelerate") == "python":
         return [sys.executable, *worker]
     # Explicit flags: accelerate otherwise warns about every default it had to guess without a config file.
-    return [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1", "--num_machines", "1",
+    # --num_cpu_threads_per_process matters most: without it accelerate sets OMP_NUM_THREADS=1 in the worker,
+    # and torch trained on one core of two (an app PPO step took ~30 s against 8-9 s for the library).
+    num_processes = 1
+    return [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(num_processes),
+            "--num_machines", "1", "--num_cpu_threads_per_process", str(threads_per_process(num_processes)),
             "--mixed_precision", "no", "--dynamo_backend", "no", *worker]
 
 

@@ -70,6 +70,9 @@ def test_run_through_accelerate_launch_is_recorded_plotted_and_registered(db, tm
     assert [step for step, _ in _losses(db, run.id)] == [1, 2, 3, 4, 5, 6]
     assert set(jobs.metric_names(db, run.id)) == {"loss", "lr"}
     assert "run {}: succeeded".format(run.id) in jobs.log_tail(done)
+    # The worker uses every core this process may use (accelerate alone would give it OMP_NUM_THREADS=1).
+    assert "--num_cpu_threads_per_process {}".format(jobs.usable_cores()) in run.command
+    assert "torch threads {},".format(jobs.usable_cores()) in Path(done.log_path).read_text()
     # Two complete checkpoints kept (steps 3 and 6), each with a manifest.
     assert [p.name for p in checkpoints.complete_checkpoints(Path(done.output_dir) / "checkpoints")] == [
         "checkpoint-3", "checkpoint-6"]
