@@ -1,0 +1,144 @@
+"""Evaluate a policy on prompts it never trained on: reward, share above a threshold, KL to a base, length,
+diversity. The same numbers for `rlhf-studio eval`, the automatic evaluation of finished runs, the demo and
+bench/learning.py.
+
+    result = evaluate_policy(model, tokenizer, prompts, answer_vader, ref_model=base, samples=4)
+    result.metrics()   # {"eval/reward_mean": ..., "eval/positive_share": ..., "eval/kl": ..., ...}
+
+KL is measured on the policy's own samples, summed over each answer's tokens (log p_policy - log p_base, the
+Monte-Carlo estimate of KL(policy || base) per answer, as PPO's objective/kl), in float32 whatever the
+generation ran in.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from rlhf.configs import GenerationSettings
+from rlhf.core import logprobs_from_logits, pad_sequences
+from rlhf.generation import build_prompt_ids, decode_responses, eos_token_ids, generate_batch
+
+RewardFunction = Callable[[Sequence[str], Sequence[str]], Sequence[float]]
+
+
+def distinct_n(texts: Sequence[str], n: int = 2) -> float:
+    """Distinct n-grams over all texts: unique word n-grams / all word n-grams (lowercased, whitespace words).
+    1.0 when every n-gram is new, near 0 when the texts repeat one phrase; 0.0 with no n-gram at all."""
+    grams = []
+    for text in texts:
+        words = text.lower().split()
+        grams.extend(tuple(words[i : i + n]) for i in range(len(words) - n + 1))
+    return len(set(grams)) / len(grams) if grams else 0.0
+
+
+def answer_vader(queries: Sequence[str], responses: Sequence[str]) -> list[float]:
+    """VADER compound sentiment of the answer alone, in [-1, 1]: the prompt's own words do not count."""
+    from vaderSentiment.vaderSentiment import SentimentIntensityAnalyzer
+
+    analyzer = SentimentIntensityAnalyzer()
+    return [analyzer.polarity_scores(response)["compound"] for response in responses]
+
+
+@torch.no_grad()
+def response_logprob_sums(model, queries: Sequence[torch.Tensor], responses: Sequence[torch.Tensor], pad_id: int,
+                          batch_size: int = 32) -> torch.Tensor:
+    """Sum of each response's token log-probs given its query, float32, shape (N,). Empty responses give 0.
+
+    Queries are left padded and responses right padded, so response token j of every row sits in the same
+    column; position ids come from the mask, so padding changes no logit.
+    """
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    sums = []
+    for start in range(0, len(queries), batch_size):
+        q_list = [q.long() for q in queries[start : start + batch_size]]
+        r_list = [r.long() for r in responses[start : start + batch_size]]
+        q = pad_sequences(q_list, pad_id, side="left")  # (b, Q)
+        r = pad_sequences([x if len(x) else torch.tensor([pad_id]) for x in r_list], pad_id, side="right")  # (b, R)
+        q_mask = (torch.arange(q.shape[1]) >= q.shape[1] - torch.tensor([len(x) for x in q_list])[:, None]).long()
+        r_mask = (torch.arange(r.shape[1]) < torch.tensor([len(x) for x in r_list])[:, None]).long()
+        attention_mask = torch.cat([q_mask, r_mask], dim=1)  # (b, Q+R)
+        position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
+        input_ids = torch.cat([q, r], dim=1)
+        R = r.shape[1]
+        logits = model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
+                       position_ids=position_ids.to(device), logits_to_keep=R + 1).logits[:, :-1].float()  # (b, R, V)
+        logprobs = logprobs_from_logits(logits, r.to(device))  # (b, R)
+        sums.append((logprobs * r_mask.to(device)).sum(dim=1).cpu())
+    model.train(was_training)
+    return torch.cat(sums) if sums else torch.zeros(0)
+
+
+@dataclass
+class EvalResult:
+    prompts: int
+    samples: int
+    mean_reward: float
+    positive_share: float  # share of answers whose reward is above `threshold`
+    threshold: float
+    mean_kl: float | None  # nats per answer; None without a base model
+    mean_length: float  # tokens per answer
+    distinct_2: float
+    rows: list[dict] = field(repr=False, default_factory=list)  # prompt, answer, reward, kl, length
+
+    def metrics(self) -> dict[str, float]:
+        out = {"eval/reward_mean": self.mean_reward, "eval/positive_share": self.positive_share,
+               "eval/length_mean": self.mean_length, "eval/distinct_2": self.distinct_2}
+        if self.mean_kl is not None:
+            out["eval/kl"] = self.mean_kl
+        return out
+
+
+def evaluate_policy(
+    model,
+    tokenizer,
+    prompts: Sequence[str],
+    reward_fn: RewardFunction,
+    ref_model=None,
+    samples: int = 4,
+    max_new_tokens: int = 16,
+    threshold: float = 0.5,
+    seed: int = 0,
+    batch_size: int = 32,
+    bf16: bool = False,
+    build_query: Callable[[str], torch.Tensor] | None = None,
+) -> EvalResult:
+    """Sample `samples` answers per prompt from the full distribution (temperature 1, no top-k/top-p, the
+    way the policy is trained), score them with `reward_fn(prompts, answers)`, and measure KL to `ref_model`.
+
+    `build_query(prompt) -> token ids` formats a prompt as training did (default: the chat template)."""
+    if not prompts:
+        raise ValueError("evaluate_policy: no prompts to evaluate on")
+    if samples < 1:
+        raise ValueError(f"evaluate_policy: samples={samples}: must be at least 1")
+    build_query = build_query or (lambda text: build_prompt_ids(tokenizer, text))
+    texts = [p for p in prompts for _ in range(samples)]
+    query_ids = [build_query(p) for p in texts]
+    settings = GenerationSettings(max_new_tokens=max_new_tokens, batch_size=batch_size, seed=seed, autocast=bf16)
+    responses = generate_batch(model, tokenizer, query_ids, settings)
+    answers = decode_responses(tokenizer, responses)
+    rewards = [float(r) for r in reward_fn(texts, answers)]
+    if len(rewards) != len(answers):
+        raise ValueError(f"evaluate_policy: the reward function gave {len(rewards)} scores for {len(answers)} answers")
+    kls: list[float] | None = None
+    if ref_model is not None:
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_token_ids(model, tokenizer)[0]
+        policy = response_logprob_sums(model, query_ids, responses, pad_id, batch_size)
+        base = response_logprob_sums(ref_model, query_ids, responses, pad_id, batch_size)
+        kls = (policy - base).tolist()
+    rows = [{"prompt": p, "answer": a, "reward": r, "kl": None if kls is None else kls[i], "length": len(t)}
+            for i, (p, a, r, t) in enumerate(zip(texts, answers, rewards, responses))]
+    n = len(rows)
+    return EvalResult(
+        prompts=len(prompts), samples=samples,
+        mean_reward=sum(rewards) / n,
+        positive_share=sum(r > threshold for r in rewards) / n,
+        threshold=threshold,
+        mean_kl=None if kls is None else sum(kls) / n,
+        mean_length=sum(len(t) for t in responses) / n,
+        distinct_2=distinct_n(answers, 2),
+        rows=rows,
+    )
