@@ -178,3 +178,126 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
     # Exports and agreement join rankings to items; without this a 20k-pair export scans quadratically.
     ("index rankings by item", ["CREATE INDEX rankings_item ON rankings (item_id)"]),
 ]
+
+
+# The labelling queue, kept incrementally so that the next item and the Rate/Rank counters cost the same at
+# 100k items as at 100 (issue 15). items.is_open: the item can still take a label from someone (gold, or fewer
+# done labels than the project's overlap, and not an arena vote); queue_counts: open items per project and kind;
+# user_progress: per user, project and kind, their done labels and the open items they already labelled or
+# skipped (so "remaining" = open items - those - items others' fresh reservations fill). Triggers keep all three
+# in step with assignments, gold, overlap and arena votes, whatever code path writes them.
+_ITEM_IS_OPEN = """CASE
+    WHEN EXISTS (SELECT 1 FROM rankings r WHERE r.item_id = items.id AND r.source = 'arena') THEN 0
+    WHEN items.gold_json IS NOT NULL THEN 1
+    WHEN (SELECT COUNT(*) FROM assignments a WHERE a.item_id = items.id AND a.status = 'done')
+         < (SELECT p.overlap FROM projects p WHERE p.id = items.project_id) THEN 1
+    ELSE 0 END"""
+
+
+def _refresh_item(item_id: str) -> str:
+    return f"UPDATE items SET is_open = {_ITEM_IS_OPEN} WHERE id = {item_id};"
+
+
+# The user_progress row of an assignment's user, for its item's project and kind.
+_PROGRESS_ROW = (
+    "user_id = {a}.user_id AND (project_id, kind) = (SELECT project_id, kind FROM items WHERE id = {a}.item_id)"
+)
+_ITEM_OPEN_NOW = "COALESCE((SELECT is_open FROM items WHERE id = {a}.item_id), 0)"
+
+QUEUE_COUNTERS = [
+    "ALTER TABLE items ADD COLUMN is_open INTEGER NOT NULL DEFAULT 1",
+    f"UPDATE items SET is_open = {_ITEM_IS_OPEN}",
+    """CREATE TABLE queue_counts (
+        project_id INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        open_items INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (project_id, kind)
+    )""",
+    """CREATE TABLE user_progress (
+        user_id INTEGER NOT NULL,
+        project_id INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        done INTEGER NOT NULL DEFAULT 0,
+        held_open INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (user_id, project_id, kind)
+    )""",
+    "INSERT INTO queue_counts (project_id, kind, open_items) SELECT project_id, kind, SUM(is_open) FROM items"
+    " GROUP BY project_id, kind",
+    "INSERT INTO user_progress (user_id, project_id, kind, done, held_open)"
+    " SELECT a.user_id, i.project_id, i.kind, SUM(a.status = 'done'), SUM(a.status != 'pending' AND i.is_open)"
+    " FROM assignments a JOIN items i ON i.id = a.item_id GROUP BY a.user_id, i.project_id, i.kind",
+    # The next item: walk the open items in queue order; full and arena items are not in this index at all.
+    "CREATE INDEX items_open_queue ON items (project_id, kind, priority DESC, id) WHERE is_open = 1",
+    # Fresh reservations (for "remaining"): few rows, whatever the number of items.
+    "CREATE INDEX assignments_pending ON assignments (assigned_at) WHERE status = 'pending'",
+    # Triggers last, so the backfill above does not count twice.
+    """CREATE TRIGGER items_counted AFTER INSERT ON items BEGIN
+        INSERT OR IGNORE INTO queue_counts (project_id, kind) VALUES (NEW.project_id, NEW.kind);
+        UPDATE queue_counts SET open_items = open_items + NEW.is_open
+            WHERE project_id = NEW.project_id AND kind = NEW.kind;
+    END""",
+    # BEFORE: cascaded assignment deletes run after the item row is gone and can no longer find its project.
+    """CREATE TRIGGER items_uncounted BEFORE DELETE ON items BEGIN
+        UPDATE queue_counts SET open_items = open_items - OLD.is_open
+            WHERE project_id = OLD.project_id AND kind = OLD.kind;
+        UPDATE user_progress SET
+            done = done - (SELECT COUNT(*) FROM assignments a
+                           WHERE a.item_id = OLD.id AND a.user_id = user_progress.user_id AND a.status = 'done'),
+            held_open = held_open - OLD.is_open * (SELECT COUNT(*) FROM assignments a
+                           WHERE a.item_id = OLD.id AND a.user_id = user_progress.user_id AND a.status != 'pending')
+            WHERE project_id = OLD.project_id AND kind = OLD.kind
+              AND user_id IN (SELECT user_id FROM assignments WHERE item_id = OLD.id);
+    END""",
+    """CREATE TRIGGER items_open_changed AFTER UPDATE OF is_open ON items WHEN OLD.is_open != NEW.is_open BEGIN
+        UPDATE queue_counts SET open_items = open_items + NEW.is_open - OLD.is_open
+            WHERE project_id = NEW.project_id AND kind = NEW.kind;
+        UPDATE user_progress SET held_open = held_open + NEW.is_open - OLD.is_open
+            WHERE project_id = NEW.project_id AND kind = NEW.kind
+              AND user_id IN (SELECT user_id FROM assignments WHERE item_id = NEW.id AND status != 'pending');
+    END""",
+    f"""CREATE TRIGGER items_gold_changed AFTER UPDATE OF gold_json ON items BEGIN
+        {_refresh_item("NEW.id")}
+    END""",
+    f"""CREATE TRIGGER projects_overlap_changed AFTER UPDATE OF overlap ON projects BEGIN
+        UPDATE items SET is_open = {_ITEM_IS_OPEN} WHERE project_id = NEW.id;
+    END""",
+    f"""CREATE TRIGGER rankings_arena_added AFTER INSERT ON rankings WHEN NEW.source = 'arena' BEGIN
+        {_refresh_item("NEW.item_id")}
+    END""",
+    f"""CREATE TRIGGER rankings_arena_removed AFTER DELETE ON rankings WHEN OLD.source = 'arena' BEGIN
+        {_refresh_item("OLD.item_id")}
+    END""",
+    # Each assignment trigger first counts the user's own change against the item's open state before it,
+    # then refreshes the item: if that closes (or reopens) it, items_open_changed moves every holder,
+    # this user included, so a label that fills the item nets to zero for them.
+    f"""CREATE TRIGGER assignments_added AFTER INSERT ON assignments BEGIN
+        INSERT OR IGNORE INTO user_progress (user_id, project_id, kind)
+            SELECT NEW.user_id, project_id, kind FROM items WHERE id = NEW.item_id;
+        UPDATE user_progress SET done = done + (NEW.status = 'done'),
+                                 held_open = held_open + (NEW.status != 'pending') * {_ITEM_OPEN_NOW.format(a="NEW")}
+            WHERE {_PROGRESS_ROW.format(a="NEW")};
+        {_refresh_item("NEW.item_id")}
+    END""",
+    f"""CREATE TRIGGER assignments_status_changed AFTER UPDATE OF status ON assignments
+        WHEN OLD.status != NEW.status BEGIN
+        UPDATE user_progress SET
+            done = done + (NEW.status = 'done') - (OLD.status = 'done'),
+            held_open = held_open + ((NEW.status != 'pending') - (OLD.status != 'pending')) * {_ITEM_OPEN_NOW.format(a="NEW")}
+            WHERE {_PROGRESS_ROW.format(a="NEW")};
+        {_refresh_item("NEW.item_id")}
+    END""",
+    f"""CREATE TRIGGER assignments_removed AFTER DELETE ON assignments BEGIN
+        UPDATE user_progress SET done = done - (OLD.status = 'done'),
+                                 held_open = held_open - (OLD.status != 'pending') * {_ITEM_OPEN_NOW.format(a="OLD")}
+            WHERE {_PROGRESS_ROW.format(a="OLD")};
+        {_refresh_item("OLD.item_id")}
+    END""",
+]
+
+MIGRATIONS.append(("queue counters and open-item index", QUEUE_COUNTERS))
+
+# A login session remembers the epoch it was issued under; a password change or a deactivation bumps it, which
+# ends every session of that user, in this server and in any other (the CLI's `users passwd` too).
+MIGRATIONS.append(
+    ("users session epoch", ["ALTER TABLE users ADD COLUMN session_epoch INTEGER NOT NULL DEFAULT 0"])
+)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -61,6 +62,9 @@ class QueueItem:
     run_id: int | None  # set when a training run (PPO with human rewards) waits on this label
     done: int
     remaining: int
+    # The idempotency key of a submit for this showing: the client sends it back with the label, so a retried
+    # or doubled request stores one label (LabelResult.created=False the second time).
+    request_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -205,20 +209,20 @@ def _own_pending(db: sqlite_utils.Database, proj: Project, user_id: int, kind: s
     return None
 
 
-def _available_sql(select: str) -> str:
-    """Items of a project and kind that a user never held and that still have a free slot."""
-    return f"""SELECT {select} FROM items i
-        WHERE i.project_id = :project AND i.kind = :kind
-          AND NOT EXISTS (SELECT 1 FROM assignments m WHERE m.item_id = i.id AND m.user_id = :user)
-          -- An arena vote already is this pair's label: it is not annotation work for others.
-          AND NOT EXISTS (SELECT 1 FROM rankings r WHERE r.item_id = i.id AND r.source = 'arena')
-          AND (i.gold_json IS NOT NULL
-               OR (SELECT COUNT(*) FROM assignments a WHERE a.item_id = i.id AND {_HOLDS_SLOT}) < :overlap)"""
-
-
 def _claim_new(db: sqlite_utils.Database, proj: Project, user_id: int, kind: str) -> int | None:
+    """Reserve the highest-priority, oldest open item this user never held that still has a free slot.
+
+    The walk runs on the partial index of open items (items_open_queue), so full items cost nothing; it
+    passes over only the items this user skipped or labelled that are still open, and those that others'
+    fresh reservations fill.
+    """
     row = db.execute(
-        _available_sql("i.id") + " ORDER BY i.priority DESC, i.id LIMIT 1",
+        f"""SELECT i.id FROM items i INDEXED BY items_open_queue
+            WHERE i.project_id = :project AND i.kind = :kind AND i.is_open = 1
+              AND NOT EXISTS (SELECT 1 FROM assignments m WHERE m.item_id = i.id AND m.user_id = :user)
+              AND (i.gold_json IS NOT NULL
+                   OR (SELECT COUNT(*) FROM assignments a WHERE a.item_id = i.id AND {_HOLDS_SLOT}) < :overlap)
+            ORDER BY i.priority DESC, i.id LIMIT 1""",
         {"project": proj.id, "kind": kind, "user": user_id, "overlap": proj.overlap},
     ).fetchone()
     if row is None:
@@ -228,19 +232,30 @@ def _claim_new(db: sqlite_utils.Database, proj: Project, user_id: int, kind: str
 
 
 def _progress(db: sqlite_utils.Database, proj: Project, user_id: int, kind: str) -> tuple[int, int]:
-    done = db.execute(
-        "SELECT COUNT(*) FROM assignments a JOIN items i ON i.id = a.item_id"
-        " WHERE a.user_id = ? AND a.status = 'done' AND i.project_id = ? AND i.kind = ?",
+    """(done, remaining) from the counters the triggers keep (storage/migrations.py, QUEUE_COUNTERS).
+
+    remaining = open items - open items this user labelled or skipped - open items they never held that
+    others' fresh reservations fill. The last term reads only pending assignments (about one per active
+    annotator), so nothing here grows with the number of items.
+    """
+    open_items = db.execute(
+        "SELECT open_items FROM queue_counts WHERE project_id = ? AND kind = ?", [proj.id, kind]
+    ).fetchone()
+    mine = db.execute(
+        "SELECT done, held_open FROM user_progress WHERE user_id = ? AND project_id = ? AND kind = ?",
         [user_id, proj.id, kind],
+    ).fetchone()
+    blocked = db.execute(
+        f"""SELECT COUNT(*) FROM items i
+            WHERE i.id IN (SELECT p.item_id FROM assignments p INDEXED BY assignments_pending
+                           WHERE p.status = 'pending' AND p.assigned_at > {_CUTOFF})
+              AND i.project_id = :project AND i.kind = :kind AND i.is_open = 1 AND i.gold_json IS NULL
+              AND NOT EXISTS (SELECT 1 FROM assignments m WHERE m.item_id = i.id AND m.user_id = :user)
+              AND (SELECT COUNT(*) FROM assignments a WHERE a.item_id = i.id AND {_HOLDS_SLOT}) >= :overlap""",
+        {"project": proj.id, "kind": kind, "user": user_id, "overlap": proj.overlap},
     ).fetchone()[0]
-    params = {"project": proj.id, "kind": kind, "user": user_id, "overlap": proj.overlap}
-    available = db.execute(_available_sql("COUNT(*)"), params).fetchone()[0]
-    pending = db.execute(
-        "SELECT COUNT(*) FROM assignments a JOIN items i ON i.id = a.item_id"
-        " WHERE a.user_id = :user AND a.status = 'pending' AND i.project_id = :project AND i.kind = :kind",
-        params,
-    ).fetchone()[0]
-    return done, available + pending
+    done, held_open = (mine["done"], mine["held_open"]) if mine else (0, 0)
+    return done, (open_items[0] if open_items else 0) - held_open - blocked
 
 
 def _queue_item(db: sqlite_utils.Database, proj: Project, user_id: int, item_id: int) -> QueueItem:
@@ -274,21 +289,24 @@ def _queue_item(db: sqlite_utils.Database, proj: Project, user_id: int, item_id:
         run_id=item["run_id"],
         done=done,
         remaining=remaining,
+        request_id=uuid.uuid4().hex,
     )
+
+
+def _next(db: sqlite_utils.Database, proj: Project, user, kind: str) -> QueueItem | None:
+    item_id = _own_pending(db, proj, user.id, kind)
+    if item_id is None:
+        item_id = _claim_new(db, proj, user.id, kind)
+    if item_id is None:
+        return None
+    return _queue_item(db, proj, user.id, item_id)
 
 
 def next_item(db: sqlite_utils.Database, project: str, username: str, kind: Kind = "rating") -> QueueItem | None:
     """The item to show this user now (None when their queue is empty); reserves it for them."""
     _check_kind(kind)
     with write_transaction(db):
-        proj = get_project(db, project)
-        user = require_user(db, username)
-        item_id = _own_pending(db, proj, user.id, kind)
-        if item_id is None:
-            item_id = _claim_new(db, proj, user.id, kind)
-        if item_id is None:
-            return None
-        return _queue_item(db, proj, user.id, item_id)
+        return _next(db, get_project(db, project), require_user(db, username), kind)
 
 
 def progress(db: sqlite_utils.Database, project: str, username: str, kind: Kind = "rating") -> tuple[int, int]:
@@ -327,10 +345,15 @@ def _check_extras(comment: object, seconds: object) -> float | None:
     return float(seconds)
 
 
-def _take_assignment(db: sqlite_utils.Database, proj: Project, user, item, claim: bool) -> None:
-    """Mark the user's assignment done, or refuse: the item must be theirs (or free to claim)."""
+def _take_assignment(db: sqlite_utils.Database, proj: Project, user, item, claim: bool) -> float | None:
+    """Mark the user's assignment done, or refuse: the item must be theirs (or free to claim).
+
+    Returns the seconds since the item was last shown to them (None for a claimed item, never shown).
+    """
     row = db.execute(
-        f"SELECT id, status, assigned_at > {_CUTOFF} AS fresh FROM assignments WHERE item_id = ? AND user_id = ?",
+        f"SELECT id, status, assigned_at > {_CUTOFF} AS fresh,"
+        " (julianday('now') - julianday(assigned_at)) * 86400.0 AS shown_for"
+        " FROM assignments WHERE item_id = ? AND user_id = ?",
         [item["id"], user.id],
     ).fetchone()
     others = db.execute(
@@ -344,7 +367,7 @@ def _take_assignment(db: sqlite_utils.Database, proj: Project, user, item, claim
         if full:
             raise InputError(f"item {item['id']} already has {proj.overlap} annotator(s)", field="item_id")
         db.execute("INSERT INTO assignments (item_id, user_id, status) VALUES (?, ?, 'done')", [item["id"], user.id])
-        return
+        return None
     if row["status"] == "skipped":
         raise InputError(f"item {item['id']} was skipped; it is no longer in your queue", field="item_id")
     if row["status"] == "pending" and not row["fresh"] and full:
@@ -353,6 +376,7 @@ def _take_assignment(db: sqlite_utils.Database, proj: Project, user, item, claim
             field="item_id",
         )
     db.execute("UPDATE assignments SET status = 'done' WHERE id = ?", [row["id"]])
+    return max(0.0, round(row["shown_for"], 2))
 
 
 def _replay(db: sqlite_utils.Database, table: str, request_id: str, user, item_id: int) -> LabelResult | None:
@@ -363,6 +387,31 @@ def _replay(db: sqlite_utils.Database, table: str, request_id: str, user, item_i
     if row["user_id"] != user.id or row["item_id"] != item_id:
         raise InputError("this request_id was already used for another label", field="request_id")
     return LabelResult(row["id"], created=False)
+
+
+# `seconds` placeholder for the _and_next submits: time it as the span since the item was last shown.
+SHOWN = "shown"
+
+
+def _rate(db, proj: Project, user, item_id: int, score: float, comment: str, seconds: float | str | None,
+          request_id: str | None, claim: bool) -> LabelResult:
+    if request_id is not None and (replay := _replay(db, "ratings", request_id, user, item_id)):
+        return replay
+    item = _item_row(db, proj, item_id, "rating")
+    score = label_kinds.validate_score(score, proj.likert_min, proj.likert_max)
+    prior = db.execute("SELECT id, score FROM ratings WHERE item_id = ? AND user_id = ?", [item_id, user.id]).fetchone()
+    if prior is not None:
+        if prior["score"] == score:
+            return LabelResult(prior["id"], created=False)
+        raise InputError(f"you already rated item {item_id} ({prior['score']:g}); undo to change it", field="score")
+    shown_for = _take_assignment(db, proj, user, item, claim)
+    (response_id,) = json.loads(item["response_ids_json"])
+    cursor = db.execute(
+        "INSERT INTO ratings (item_id, response_id, user_id, score, comment, seconds, request_id)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [item_id, response_id, user.id, score, comment, shown_for if seconds == SHOWN else seconds, request_id],
+    )
+    return LabelResult(cursor.lastrowid, created=True)
 
 
 def submit_rating(
@@ -379,32 +428,61 @@ def submit_rating(
 ) -> LabelResult:
     """Store a Likert score for a rating item the user holds.
 
-    claim=True lets a user rate an item they were not served (a chat answer rated in place, a PPO
-    rollout opened from the Train tab), as long as the item has a free slot.
+    claim=True lets a user rate an
+    item they were not served (a chat answer rated in place, a PPO rollout opened from the Train tab), as
+    long as the item has a free slot.
     """
     seconds = _check_extras(comment, seconds)
     with write_transaction(db):
         proj = get_project(db, project)
         user = require_user(db, username)
-        if request_id is not None and (replay := _replay(db, "ratings", request_id, user, item_id)):
-            return replay
-        item = _item_row(db, proj, item_id, "rating")
-        score = label_kinds.validate_score(score, proj.likert_min, proj.likert_max)
-        prior = db.execute(
-            "SELECT id, score FROM ratings WHERE item_id = ? AND user_id = ?", [item_id, user.id]
-        ).fetchone()
-        if prior is not None:
-            if prior["score"] == score:
-                return LabelResult(prior["id"], created=False)
-            raise InputError(f"you already rated item {item_id} ({prior['score']:g}); undo to change it", field="score")
-        _take_assignment(db, proj, user, item, claim)
-        (response_id,) = json.loads(item["response_ids_json"])
-        cursor = db.execute(
-            "INSERT INTO ratings (item_id, response_id, user_id, score, comment, seconds, request_id)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [item_id, response_id, user.id, score, comment, seconds, request_id],
-        )
-        return LabelResult(cursor.lastrowid, created=True)
+        return _rate(db, proj, user, item_id, score, comment, seconds, request_id, claim)
+
+
+def submit_rating_and_next(
+    db: sqlite_utils.Database,
+    project: str,
+    username: str,
+    item_id: int,
+    score: float,
+    comment: str = "",
+    request_id: str | None = None,
+) -> tuple[LabelResult, QueueItem | None]:
+    """submit_rating, then next_item, in one transaction: one round trip per label for the Rate tab.
+
+    `seconds` is the time since the item was last shown (its assignment). A retry of the same request
+    (same request_id) stores nothing and returns the same next item, by then the user's pending one.
+    """
+    _check_extras(comment, None)
+    with write_transaction(db):
+        proj = get_project(db, project)
+        user = require_user(db, username)
+        result = _rate(db, proj, user, item_id, score, comment, SHOWN, request_id, False)
+        return result, _next(db, proj, user, "rating")
+
+
+def _rank(db, proj: Project, user, item_id: int, order: list[list[int]], comment: str, seconds: float | str | None,
+          request_id: str | None, claim: bool) -> LabelResult:
+    if request_id is not None and (replay := _replay(db, "rankings", request_id, user, item_id)):
+        return replay
+    item = _item_row(db, proj, item_id, "ranking")
+    order = label_kinds.validate_order(order, json.loads(item["response_ids_json"]))
+    order_json = json.dumps(order)
+    prior = db.execute(
+        "SELECT id, order_json FROM rankings WHERE item_id = ? AND user_id = ?", [item_id, user.id]
+    ).fetchone()
+    if prior is not None:
+        if json.loads(prior["order_json"]) == order:
+            return LabelResult(prior["id"], created=False)
+        raise InputError(f"you already ranked item {item_id}; undo to change it", field="order")
+    shown_for = _take_assignment(db, proj, user, item, claim)
+    cursor = db.execute(
+        "INSERT INTO rankings (item_id, prompt_id, user_id, order_json, comment, seconds, source, request_id)"
+        " VALUES (?, ?, ?, ?, ?, ?, 'annotator', ?)",
+        [item_id, item["prompt_id"], user.id, order_json, comment, shown_for if seconds == SHOWN else seconds,
+         request_id],
+    )
+    return LabelResult(cursor.lastrowid, created=True)
 
 
 def submit_ranking(
@@ -424,25 +502,25 @@ def submit_ranking(
     with write_transaction(db):
         proj = get_project(db, project)
         user = require_user(db, username)
-        if request_id is not None and (replay := _replay(db, "rankings", request_id, user, item_id)):
-            return replay
-        item = _item_row(db, proj, item_id, "ranking")
-        order = label_kinds.validate_order(order, json.loads(item["response_ids_json"]))
-        order_json = json.dumps(order)
-        prior = db.execute(
-            "SELECT id, order_json FROM rankings WHERE item_id = ? AND user_id = ?", [item_id, user.id]
-        ).fetchone()
-        if prior is not None:
-            if json.loads(prior["order_json"]) == order:
-                return LabelResult(prior["id"], created=False)
-            raise InputError(f"you already ranked item {item_id}; undo to change it", field="order")
-        _take_assignment(db, proj, user, item, claim)
-        cursor = db.execute(
-            "INSERT INTO rankings (item_id, prompt_id, user_id, order_json, comment, seconds, source, request_id)"
-            " VALUES (?, ?, ?, ?, ?, ?, 'annotator', ?)",
-            [item_id, item["prompt_id"], user.id, order_json, comment, seconds, request_id],
-        )
-        return LabelResult(cursor.lastrowid, created=True)
+        return _rank(db, proj, user, item_id, order, comment, seconds, request_id, claim)
+
+
+def submit_ranking_and_next(
+    db: sqlite_utils.Database,
+    project: str,
+    username: str,
+    item_id: int,
+    order: list[list[int]],
+    comment: str = "",
+    request_id: str | None = None,
+) -> tuple[LabelResult, QueueItem | None]:
+    """submit_ranking, then next_item, in one transaction (see submit_rating_and_next)."""
+    _check_extras(comment, None)
+    with write_transaction(db):
+        proj = get_project(db, project)
+        user = require_user(db, username)
+        result = _rank(db, proj, user, item_id, order, comment, SHOWN, request_id, False)
+        return result, _next(db, proj, user, "ranking")
 
 
 def skip_item(db: sqlite_utils.Database, project: str, username: str, item_id: int) -> None:
