@@ -19,6 +19,7 @@ COMMAND_MODULES = [
     "labeler.commands.generate",
     "labeler.commands.train",
     "labeler.commands.chat",
+    "labeler.commands.eval",
 ]
 
 

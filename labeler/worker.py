@@ -36,6 +36,21 @@ def _heartbeat(db_path: str, run_id: int, stop: threading.Event) -> None:
             print(f"heartbeat failed: {error}", file=sys.stderr, flush=True)
 
 
+def _evaluate(db, ctx, registered: dict) -> None:
+    """The automatic held-out evaluation of a finished policy run (labeler/services/evaluation.py), before the
+    run turns succeeded so the Train tab's before/after table is there when it does. A failure is logged and
+    does not fail the run: the model is trained and registered, and `rlhf-studio eval` can evaluate it later."""
+    from labeler.services import evaluation
+
+    try:
+        evaluation.evaluate_finished_run(db, ctx.run_id, ctx.stage, ctx.project, ctx.job, registered, sink=ctx.sink,
+                                         log=lambda line: print(f"run {ctx.run_id}: {line}", flush=True))
+    except Exception:  # noqa: BLE001 - see the docstring; Cancelled (a BaseException) still ends the run
+        traceback.print_exc()
+        print(f"run {ctx.run_id}: evaluation failed (the model is registered; try `rlhf-studio eval --model "
+              f"{registered['name']}`)", flush=True)
+
+
 def run_worker(db_path: str, run_id: int) -> str:
     """Execute one run; returns its final status."""
     from labeler.services import stages
@@ -63,7 +78,8 @@ def run_worker(db_path: str, run_id: int) -> str:
             output_dir=Path(run.output_dir), sink=MetricsSink(db_path, run_id),
         )
         result = stages.run_stage(ctx)
-        stages.register_result(db, ctx, result)
+        registered = stages.register_result(db, ctx, result)
+        _evaluate(db, ctx, registered)
         # Only a running row turns into succeeded: a cancel that raced the last step keeps its status.
         if jobs._finish(db, run_id, "succeeded"):
             status = "succeeded"

@@ -301,3 +301,24 @@ MIGRATIONS.append(("queue counters and open-item index", QUEUE_COUNTERS))
 MIGRATIONS.append(
     ("users session epoch", ["ALTER TABLE users ADD COLUMN session_epoch INTEGER NOT NULL DEFAULT 0"])
 )
+
+# `rlhf-studio eval` and the automatic evaluation of finished policy runs. run_id: the run that trained
+# `model` (NULL for a base or imported model); kl_base: the model KL is measured against (NULL: none).
+# settings_json holds everything that makes two evaluations comparable (prompts and their hash, reward,
+# samples, max_new_tokens, threshold, seed), so a run's "before" is the base's evaluation with equal
+# settings. samples_json: every (prompt, answer, reward, kl, length) row.
+MIGRATIONS.append(("evaluations", [
+    """CREATE TABLE evaluations (
+        id INTEGER PRIMARY KEY,
+        project_id INTEGER REFERENCES projects(id) ON DELETE CASCADE,
+        model TEXT NOT NULL,
+        kl_base TEXT,
+        run_id INTEGER REFERENCES runs(id) ON DELETE SET NULL,
+        settings_json TEXT NOT NULL DEFAULT '{}',
+        metrics_json TEXT NOT NULL DEFAULT '{}',
+        samples_json TEXT NOT NULL DEFAULT '[]',
+        created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+    )""",
+    "CREATE INDEX evaluations_model ON evaluations (model, id)",
+    "CREATE INDEX evaluations_run ON evaluations (run_id)",
+]))

@@ -93,12 +93,18 @@ def insert_prompt(db: sqlite_utils.Database, project_id: int, prompt: PromptReco
     return row[0], False
 
 
-def _store(db: sqlite_utils.Database, project: str, prompts: list[PromptRecord], source: str) -> ImportResult:
+def _store(db: sqlite_utils.Database, project: str, prompts: list[PromptRecord], source: str,
+           test: set[int] | frozenset[int] = frozenset()) -> ImportResult:
+    """Insert in one transaction; the prompts at the indices in `test` go to split 'test', the rest 'train'.
+    An existing identical prompt is left as it is (split included)."""
     project_id = get_project(db, project).id
     added = 0
     with write_transaction(db):
-        for prompt in prompts:
-            added += insert_prompt(db, project_id, prompt, source)[1]
+        for index, prompt in enumerate(prompts):
+            prompt_id, created = insert_prompt(db, project_id, prompt, source)
+            if created and index in test:
+                db.execute("UPDATE prompts SET split = 'test' WHERE id = ?", [prompt_id])
+            added += created
     return ImportResult(added=added, duplicates=len(prompts) - added)
 
 
@@ -124,9 +130,21 @@ def add_prompts(db: sqlite_utils.Database, texts: Iterable[str], project: str = 
     return _store(db, project, prompts, source)
 
 
+def shipped_heldout(line_index: int) -> bool:
+    """Whether the shipped prompt on 0-based line `line_index` is held out: every fifth line (4, 9, ...),
+    27 of 135. Fixed, not drawn at random, so every install, run and benchmark is measured on the same
+    prompts and none of them is ever trained on."""
+    return line_index % 5 == 4
+
+
 def import_shipped_prompts(db: sqlite_utils.Database, project: str = "default") -> ImportResult:
-    """The movie-review openings shipped in labeler/data/ (the IMDB "write a positive review" task)."""
-    return import_prompts(db, SHIPPED_PROMPTS, project=project, source="shipped:movie_prompts")
+    """The movie-review openings shipped in labeler/data/ (the IMDB "write a positive review" task), with a
+    fixed held-out set in split 'test' (`shipped_heldout`) for evaluation."""
+    get_project(db, project)
+    records = list(read_records(SHIPPED_PROMPTS, txt_field="prompt"))
+    prompts = [parse_prompt(where, record) for where, record in records]
+    test = {i for i, (where, _) in enumerate(records) if shipped_heldout(where.number - 1)}
+    return _store(db, project, prompts, "shipped:movie_prompts", test)
 
 
 def count_prompts(db: sqlite_utils.Database, project: str = "default") -> int:

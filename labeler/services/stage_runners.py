@@ -50,15 +50,20 @@ def peft_config(ctx: StageContext, task_type: str):
 
 
 def split_rows(rows: list[dict], test_size: float, seed: int):
-    """datasets (train, eval or None): a seeded split; too few rows for a meaningful eval -> no eval split."""
+    """datasets (train, eval or None), split by prompt as export's hf format is: every row of a prompt lands on
+    the same side, so eval_accuracy measures unseen prompts (a row-level shuffle put pairs of one prompt on both
+    sides and inflated it). Too few rows on either side for a meaningful eval -> no eval split."""
     from datasets import Dataset
 
-    rows = list(rows)
-    random.Random(seed).shuffle(rows)
-    n_test = int(len(rows) * test_size)
-    if n_test < 2 or len(rows) - n_test < 2:
-        return Dataset.from_list(rows), None
-    return Dataset.from_list(rows[n_test:]), Dataset.from_list(rows[:n_test])
+    from labeler.services.export import split_by_prompt
+
+    # The rows carry the prompt itself (text, or a message list), not its id; prompts are unique per project
+    # (text hash), so the prompt's canonical JSON identifies it as well as the id would.
+    records = [(json.dumps(row["prompt"], sort_keys=True, ensure_ascii=False), row) for row in rows]
+    train, test = split_by_prompt(records, test_size, seed)
+    if len(test) < 2 or len(train) < 2:
+        return Dataset.from_list(list(rows)), None
+    return Dataset.from_list(train), Dataset.from_list(test)
 
 
 def _require_rows(rows: list, what: str, hint: str) -> None:

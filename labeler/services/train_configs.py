@@ -76,6 +76,9 @@ class JobConfig:
     max_new_tokens: int = field(default=24, metadata={"help": "PPO: tokens generated per rollout."})
     samples_per_step: int = field(default=4, metadata={"help": "PPO: generations stored per step for the samples table."})
     seed: int = field(default=0, metadata={"help": "Random seed of the job (data split, prompt order)."})
+    eval_samples: int = field(default=4, metadata={
+        "help": "sft/dpo/ppo: answers per held-out prompt (split 'test') in the automatic evaluation of the "
+                "finished model against its base (0: no evaluation)."})
     runner: str = field(default="", metadata={"help": "Advanced: module:function running the stage instead of the built-in one."})
 
     def __post_init__(self):

@@ -1,0 +1,433 @@
+"""Evaluating policies on prompts they never trained on: `rlhf-studio eval`, the automatic evaluation of every
+finished policy run, the Train tab's before/after table and the demo's.
+
+The numbers come from rlhf.evaluation.evaluate_policy (mean reward, share above a threshold, KL to the base in
+nats per answer, answer length in tokens, distinct-2); this module picks the prompts, the reward and the KL
+reference from the database, loads the models and stores every result in the `evaluations` table.
+
+    settings = EvalSettings(prompts="heldout", reward="vader", samples=4)
+    results = evaluate_models(db, ["default", "ppo-run3"], settings)
+    print(format_report(results))
+
+The KL reference of a model is its registered base (the `base_model` of its models row), 'default' for a
+registered policy without one; a base model is its own reference (KL 0). Two evaluations are comparable when
+their `settings` (prompts and their hash, reward, samples, tokens, threshold, seed, bf16) are equal: a run's
+"before" is the base's evaluation with the run's "after" settings (`run_comparison`).
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import sqlite_utils
+
+from labeler.services.errors import InputError
+from labeler.services.projects import get_project
+from storage import write_transaction
+
+HELDOUT = "heldout"
+# Policy stages whose finished model is evaluated automatically (a reward model writes no answers).
+POLICY_STAGES = ("sft", "dpo", "ppo")
+POLICY_KINDS = ("base", "policy", "adapter")
+METRIC_LABELS = {"eval/reward_mean": "mean reward", "eval/positive_share": "positive share", "eval/kl": "KL to base",
+                 "eval/length_mean": "answer length", "eval/distinct_2": "distinct-2"}
+RewardFunction = Callable[[Sequence[Any], Sequence[str]], Sequence[float]]
+
+
+def _check(condition: bool, name: str, value, why: str) -> None:
+    if not condition:
+        raise InputError(f"{name}={value!r}: {why}", field=name)
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    prompts: str = field(default=HELDOUT, metadata={
+        "help": "'heldout' (the project's prompts in split 'test') or a prompt file (CSV, JSONL, .txt, ...)."})
+    reward: str = field(default="vader", metadata={
+        "help": "'vader' (VADER compound of the answer alone), 'rm:NAME' (a registered reward model) or "
+                "module:function taking (prompts, answers)."})
+    samples: int = field(default=4, metadata={"help": "Answers sampled per prompt."})
+    max_new_tokens: int = field(default=16, metadata={"help": "Tokens per answer."})
+    threshold: float = field(default=0.5, metadata={"help": "An answer counts as positive when its reward is above this."})
+    seed: int = field(default=0, metadata={"help": "Sampling seed (the same seed gives the same answers)."})
+    bf16: bool = field(default=False, metadata={"help": "Generate under bf16 autocast (KL is computed in float32)."})
+    batch_size: int = field(default=32, metadata={"help": "Answers generated and scored together."})
+
+    def __post_init__(self):
+        _check(self.samples >= 1, "samples", self.samples, "must be at least 1")
+        _check(self.max_new_tokens >= 1, "max_new_tokens", self.max_new_tokens, "must be at least 1")
+        _check(self.batch_size >= 1, "batch_size", self.batch_size, "must be at least 1")
+        _check(math.isfinite(self.threshold), "threshold", self.threshold, "must be a finite number")
+
+
+@dataclass
+class Evaluation:
+    id: int
+    model: str
+    kl_base: str | None
+    run_id: int | None
+    settings: dict
+    metrics: dict[str, float]
+    samples: list[dict]  # prompt, answer, reward, kl, length: every sampled answer
+    created_at: str
+
+
+# ---- inputs: prompts, reward, models ----------------------------------------------------------------------
+
+def heldout_prompts(db: sqlite_utils.Database, project: str = "default") -> list[str | list[dict]]:
+    """The project's held-out prompts (split 'test'), oldest first: text, or the conversation for chat prompts."""
+    project_id = get_project(db, project).id
+    rows = db.execute("SELECT text, messages_json FROM prompts WHERE project_id = ? AND split = 'test' ORDER BY id",
+                      [project_id]).fetchall()
+    return [json.loads(row[1]) if row[1] else row[0] for row in rows]
+
+
+def load_prompts(db: sqlite_utils.Database, spec: str, project: str = "default") -> list[str | list[dict]]:
+    """'heldout' -> the project's split 'test'; anything else is a prompt file read as `prompts import` reads it."""
+    if spec == HELDOUT:
+        prompts = heldout_prompts(db, project)
+        if not prompts:
+            raise InputError(f"project '{project}' has no held-out prompts (split 'test'): import the shipped set "
+                             "(`rlhf-studio prompts import-shipped`) or pass --prompts FILE", field="prompts")
+        return prompts
+    from labeler.services.prompts import parse_prompt
+    from labeler.services.readers import read_records
+
+    records = [parse_prompt(where, record) for where, record in read_records(spec, txt_field="prompt")]
+    if not records:
+        raise InputError("no prompts found", file=str(spec))
+    return [r.messages if r.messages is not None else r.text for r in records]
+
+
+def _prompts_hash(prompts: Sequence[str | list[dict]]) -> str:
+    canonical = json.dumps(list(prompts), ensure_ascii=False, sort_keys=True)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
+
+
+def reward_function(db: sqlite_utils.Database, spec: str) -> RewardFunction:
+    """'vader' (the answer alone, so the prompt's own words do not count), 'rm:NAME' or 'module:function'."""
+    spec = (spec or "").strip()
+    if spec == "vader":
+        from rlhf.evaluation import answer_vader
+
+        return answer_vader
+    if spec.startswith("rm:"):
+        from labeler.services import models
+        from labeler.services.stage_runners import resolve_model
+        from rlhf.reward import RewardScorer
+
+        name = spec[3:].strip()
+        if not name:
+            raise InputError("rm: needs a reward model name, e.g. rm:rm-run3", field="reward")
+        registered = _registered(db, name)
+        if registered is not None and registered["kind"] != "reward":
+            raise InputError(f"{name!r} is a {registered['kind']} model, not a reward model", field="reward")
+        try:
+            path = resolve_model(db, name)
+        except InputError as error:
+            raise InputError(f"reward model {name!r}: {error.message}", field="reward") from None
+        if registered is None and not Path(path).is_dir():
+            names = ", ".join(m["name"] for m in models.list_models(db, kind="reward")) or "none registered"
+            raise InputError(f"no reward model named {name!r} (reward models: {names})", field="reward")
+        return RewardScorer(path).score
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise InputError(f"unknown reward {spec!r}: use vader, rm:NAME or module:function", field="reward")
+    try:
+        function = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as error:
+        raise InputError(f"reward {spec!r}: {error}", field="reward") from None
+    if not callable(function):
+        raise InputError(f"reward {spec!r} is not a function", field="reward")
+    return function
+
+
+def _registered(db: sqlite_utils.Database, name: str) -> dict | None:
+    from labeler.services import models
+
+    try:
+        return models.get_model(db, name)
+    except InputError:
+        return None
+
+
+def kl_base(db: sqlite_utils.Database, name: str) -> str:
+    """The model KL is measured against: the registered base of a trained model ('default' when a registered
+    policy has none); a base model, or an unregistered folder, is its own reference."""
+    registered = _registered(db, name)
+    if registered is None or registered["kind"] == "base":
+        return name
+    return registered["base_model"] or "default"
+
+
+def _load_policy(db: sqlite_utils.Database, name: str):
+    """(model, tokenizer) in eval mode; a LoRA adapter is merged into its base (plain transformers model, faster
+    sampling). An unknown name or a folder without weights is an InputError naming the model."""
+    from labeler.services.stage_runners import resolve_model
+    from rlhf.loading import SHORT_NAMES, load_causal_lm, load_tokenizer
+
+    registered = _registered(db, name)
+    if registered is not None and registered["kind"] == "reward":
+        raise InputError(f"{name!r} is a reward model; evaluate a policy (models list shows the kinds)", field="model")
+    if registered is None and name not in SHORT_NAMES and not Path(name).expanduser().is_dir():
+        raise InputError(f"no model named {name!r}: a registry name (`rlhf-studio models list`), 'default' or a "
+                         "model folder", field="model")
+    path = resolve_model(db, name)
+    try:
+        model = load_causal_lm(path).eval()
+        tokenizer_dir = path
+        adapter = Path(path) / "adapter_config.json"
+        if adapter.exists() and not (Path(path) / "tokenizer_config.json").exists():
+            tokenizer_dir = json.loads(adapter.read_text())["base_model_name_or_path"]
+        tokenizer = load_tokenizer(tokenizer_dir, padding_side="left")
+    except (OSError, ValueError) as error:
+        raise InputError(f"model {name!r} ({path}) does not load: {str(error).splitlines()[0]}", field="model") from None
+    if hasattr(model, "merge_and_unload"):
+        model = model.merge_and_unload()
+    import torch
+
+    if torch.cuda.is_available():
+        model = model.to("cuda")
+    return model, tokenizer
+
+
+# ---- evaluate and store -----------------------------------------------------------------------------------
+
+def _settings_record(settings: EvalSettings, prompts: Sequence[str | list[dict]]) -> dict:
+    record = asdict(settings)
+    record.pop("batch_size")  # changes speed, not the answers' distribution
+    record["prompts_n"] = len(prompts)
+    record["prompts_hash"] = _prompts_hash(prompts)
+    return record
+
+
+def _store(db: sqlite_utils.Database, project: str, model: str, base: str | None, run_id: int | None,
+           settings: dict, metrics: dict, rows: list[dict]) -> Evaluation:
+    project_id = get_project(db, project).id
+    with write_transaction(db):
+        cursor = db.execute(
+            "INSERT INTO evaluations (project_id, model, kl_base, run_id, settings_json, metrics_json, samples_json)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [project_id, model, base, run_id, json.dumps(settings, sort_keys=True), json.dumps(metrics, sort_keys=True),
+             json.dumps(rows, ensure_ascii=False)],
+        )
+    return get_evaluation(db, cursor.lastrowid)
+
+
+def _row_to_evaluation(row) -> Evaluation:
+    return Evaluation(id=row["id"], model=row["model"], kl_base=row["kl_base"], run_id=row["run_id"],
+                      settings=json.loads(row["settings_json"]), metrics=json.loads(row["metrics_json"]),
+                      samples=json.loads(row["samples_json"]), created_at=row["created_at"])
+
+
+def get_evaluation(db: sqlite_utils.Database, evaluation_id: int) -> Evaluation:
+    row = db.execute("SELECT * FROM evaluations WHERE id = ?", [int(evaluation_id)]).fetchone()
+    if row is None:
+        raise InputError(f"no evaluation with id {evaluation_id}", field="evaluation")
+    return _row_to_evaluation(row)
+
+
+def list_evaluations(db: sqlite_utils.Database, model: str | None = None, run_id: int | None = None,
+                     limit: int = 50) -> list[Evaluation]:
+    """Stored evaluations, newest first; `model` and `run_id` filter."""
+    where, params = [], []
+    if model is not None:
+        where.append("model = ?")
+        params.append(model)
+    if run_id is not None:
+        where.append("run_id = ?")
+        params.append(int(run_id))
+    sql = "SELECT * FROM evaluations" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id DESC LIMIT ?"
+    return [_row_to_evaluation(row) for row in db.execute(sql, [*params, int(limit)]).fetchall()]
+
+
+def _find(db: sqlite_utils.Database, model: str, settings: dict) -> Evaluation | None:
+    row = db.execute("SELECT * FROM evaluations WHERE model = ? AND settings_json = ? ORDER BY id DESC LIMIT 1",
+                     [model, json.dumps(settings, sort_keys=True)]).fetchone()
+    return _row_to_evaluation(row) if row else None
+
+
+def evaluate_models(
+    db: sqlite_utils.Database,
+    names: Sequence[str],
+    settings: EvalSettings = EvalSettings(),
+    project: str = "default",
+    run_ids: dict[str, int] | None = None,
+    reuse: Sequence[str] = (),
+    log: Callable[[str], None] = lambda line: None,
+) -> list[Evaluation]:
+    """Evaluate each model on the same prompts with the same reward and seed, against its own KL reference,
+    and store each result. Inputs are all checked (prompts, reward, every model name) before any model is
+    loaded. A model named in `reuse` with a stored evaluation of equal settings is not evaluated again (a base
+    model's weights never change)."""
+    from rlhf.evaluation import evaluate_policy
+
+    if not names:
+        raise InputError("name at least one model to evaluate", field="model")
+    prompts = load_prompts(db, settings.prompts, project)
+    reward = reward_function(db, settings.reward)
+    record = _settings_record(settings, prompts)
+    for name in names:
+        registered = _registered(db, name)
+        if registered is not None and registered["kind"] not in POLICY_KINDS:
+            raise InputError(f"{name!r} is a {registered['kind']} model; evaluate a policy", field="model")
+    run_ids = dict(run_ids or {})
+    loaded: dict[str, tuple] = {}
+
+    def load(name: str):
+        if name not in loaded:
+            log(f"loading {name}")
+            loaded[name] = _load_policy(db, name)
+        return loaded[name]
+
+    results = []
+    for name in names:
+        stored = _find(db, name, record) if name in reuse else None
+        if stored is not None:
+            log(f"{name}: reusing evaluation #{stored.id}")
+            results.append(stored)
+            continue
+        model, tokenizer = load(name)
+        base = kl_base(db, name)
+        ref = None
+        if base != name:
+            ref = load(base)[0]
+            if ref.get_input_embeddings().weight.shape[0] != model.get_input_embeddings().weight.shape[0]:
+                raise InputError(f"{name!r} and its base {base!r} have different vocabularies: no KL between them",
+                                 field="model")
+        log(f"evaluating {name} on {len(prompts)} prompts x {settings.samples} samples"
+            + (f" (KL to {base})" if ref is not None else ""))
+        result = evaluate_policy(model, tokenizer, prompts, reward, ref_model=ref, samples=settings.samples,
+                                 max_new_tokens=settings.max_new_tokens, threshold=settings.threshold,
+                                 seed=settings.seed, batch_size=settings.batch_size, bf16=settings.bf16)
+        metrics = result.metrics()
+        rows = result.rows
+        if ref is None:
+            # A model is its own reference: KL(p || p) = 0 exactly, no second forward pass needed.
+            metrics["eval/kl"] = 0.0
+            rows = [{**row, "kl": 0.0} for row in rows]
+        metrics["eval/prompts"] = float(result.prompts)
+        metrics["eval/samples"] = float(result.samples)
+        run_id = run_ids.get(name, registered_run(db, name))
+        results.append(_store(db, project, name, base, run_id, record, metrics, rows))
+    return results
+
+
+def registered_run(db: sqlite_utils.Database, name: str) -> int | None:
+    registered = _registered(db, name)
+    return registered["run_id"] if registered else None
+
+
+# ---- runs -----------------------------------------------------------------------------------------------
+
+def auto_settings(job) -> EvalSettings:
+    """What a finished run is evaluated with: its own reward when it is a function, else VADER of the answer
+    alone (the task's measure: reward-model and human scores are not comparable across runs); the answer
+    length it was trained with; its seed and precision."""
+    reward = job.reward_function if job.reward == "function" else "vader"
+    return EvalSettings(prompts=HELDOUT, reward=reward, samples=job.eval_samples,
+                        max_new_tokens=job.max_new_tokens, seed=job.seed, bf16=job.bf16)
+
+
+def evaluate_finished_run(db: sqlite_utils.Database, run_id: int, stage: str, project: str, job, model: dict,
+                          sink=None, log: Callable[[str], None] = print) -> Evaluation | None:
+    """The automatic evaluation after a policy run registered `model` (its models row): the model and its base
+    on the project's held-out prompts, both stored; the model's metrics go to the run as eval/... at its last
+    step. None when skipped (not a policy stage, eval_samples=0, or no held-out prompts)."""
+    if stage not in POLICY_STAGES or model["kind"] not in POLICY_KINDS:
+        return None
+    if job.eval_samples <= 0:
+        log("evaluation: off (eval_samples=0)")
+        return None
+    if not heldout_prompts(db, project):
+        log(f"evaluation: skipped, project '{project}' has no held-out prompts (split 'test')")
+        return None
+    settings = auto_settings(job)
+    base = kl_base(db, model["name"])
+    names = [base, model["name"]] if base != model["name"] else [model["name"]]
+    results = evaluate_models(db, names, settings, project, run_ids={model["name"]: run_id}, reuse=[base], log=log)
+    after = results[-1]
+    if sink is not None:
+        step = db.execute("SELECT step FROM runs WHERE id = ?", [run_id]).fetchone()[0]
+        sink.log(step, after.metrics)
+    log("evaluation: " + format_metrics(after.metrics))
+    return after
+
+
+def run_comparison(db: sqlite_utils.Database, run_id: int) -> tuple[Evaluation | None, Evaluation | None]:
+    """(before, after) of a run: its model's newest evaluation, and its base's evaluation with equal settings."""
+    after = next(iter(list_evaluations(db, run_id=run_id, limit=1)), None)
+    if after is None or after.kl_base is None or after.kl_base == after.model:
+        return None, after
+    return _find(db, after.kl_base, after.settings), after
+
+
+def comparison_rows(evaluations: Sequence[Evaluation | None], labels: Sequence[str] | None = None) -> list[dict]:
+    """One row per evaluation for a table: model, mean reward, positive share, KL, length, distinct-2."""
+    rows = []
+    for i, ev in enumerate(evaluations):
+        if ev is None:
+            continue
+        row = {"": labels[i] if labels else "", "model": ev.model}
+        row.update({label: ev.metrics.get(key) for key, label in METRIC_LABELS.items()})
+        rows.append(row)
+    return rows
+
+
+# ---- text output ------------------------------------------------------------------------------------------
+
+def format_metrics(metrics: dict[str, float]) -> str:
+    parts = []
+    for key, label in METRIC_LABELS.items():
+        if key in metrics:
+            value = metrics[key]
+            parts.append(f"{label} {value:.0%}" if key == "eval/positive_share" else f"{label} {value:.3f}")
+    return ", ".join(parts)
+
+
+def _cut(text: str, width: int) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _prompt_text(prompt) -> str:
+    return prompt[-1]["content"] if isinstance(prompt, list) else str(prompt)
+
+
+def format_report(results: Sequence[Evaluation], examples: int = 3, width: int = 40) -> str:
+    """The metrics table (one row per model) and the first `examples` prompts' first answers side by side."""
+    if not results:
+        return "no evaluations"
+    settings = results[0].settings
+    lines = [f"{settings['prompts_n']} prompts ({settings['prompts']}) x {settings['samples']} samples, "
+             f"{settings['max_new_tokens']} new tokens, reward {settings['reward']}, positive: reward > "
+             f"{settings['threshold']:g}, seed {settings['seed']}", ""]
+    name_width = max(10, *(len(r.model) for r in results))
+    header = f"{'model':<{name_width}} | {'reward':>7} | {'positive':>8} | {'KL':>7} | {'length':>6} | {'distinct-2':>10} | KL base"
+    lines += [header, "-" * len(header)]
+    for r in results:
+        m = r.metrics
+        kl = f"{m['eval/kl']:7.3f}" if m.get("eval/kl") is not None else f"{'-':>7}"
+        base = "(itself)" if r.kl_base == r.model else (r.kl_base or "-")
+        lines.append(f"{r.model:<{name_width}} | {m['eval/reward_mean']:7.3f} | {m['eval/positive_share']:8.0%} | {kl} | "
+                     f"{m['eval/length_mean']:6.1f} | {m['eval/distinct_2']:10.3f} | {base}")
+    samples_per_prompt = settings["samples"]
+    shown = min(examples, settings["prompts_n"])
+    if shown:
+        lines.append("")
+        columns = ["prompt", *[r.model for r in results]]
+        lines.append(" | ".join(f"{_cut(c, width):<{width}}" for c in columns))
+        lines.append("-" * ((width + 3) * len(columns) - 3))
+        for p in range(shown):
+            index = p * samples_per_prompt  # the first sample of prompt p (rows are grouped by prompt)
+            prompt = _prompt_text(results[0].samples[index]["prompt"])
+            cells = [prompt] + [f"{r.samples[index]['answer']} [{r.samples[index]['reward']:.2f}]" for r in results]
+            lines.append(" | ".join(f"{_cut(c, width):<{width}}" for c in cells))
+    stored = ", ".join(f"#{r.id}" for r in results)
+    lines.append(f"\nstored as evaluation {stored}")
+    return "\n".join(lines)

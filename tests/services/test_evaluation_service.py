@@ -1,0 +1,237 @@
+"""Held-out prompts, the split by prompt of the trainers' eval set, and the evaluation service on tiny models:
+what is stored, what KL is measured against, bad input, and the automatic evaluation of a finished run."""
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from labeler.services import evaluation, models, prompts
+from labeler.services.errors import InputError
+from labeler.services.evaluation import EvalSettings
+from labeler.services.stage_runners import split_rows
+from labeler.services.train_configs import JobConfig
+
+WORDS = "eval_rewards:words"
+
+
+# ---- held-out prompts and the split by prompt ---------------------------------------------------------------
+
+def test_shipped_prompts_hold_out_every_fifth_line(db):
+    lines = prompts.SHIPPED_PROMPTS.read_text(encoding="utf-8").splitlines()
+    prompts.import_shipped_prompts(db)
+    split = {row[0]: row[1] for row in db.execute("SELECT text, split FROM prompts")}
+    expected_test = [line for i, line in enumerate(lines) if i % 5 == 4]
+    assert len(lines) == 135 and len(expected_test) == 27
+    assert sorted(t for t, s in split.items() if s == "test") == sorted(expected_test)
+    assert sum(s == "train" for s in split.values()) == 108
+    assert evaluation.heldout_prompts(db) == expected_test  # oldest first = file order
+
+
+def test_split_rows_keeps_each_prompt_on_one_side():
+    # 12 prompts with 3 preference pairs each (a ranking of 3 answers gives 3 pairs).
+    rows = [{"prompt": f"prompt {p}", "chosen": f"good {p}.{k}", "rejected": f"bad {p}.{k}"}
+            for p in range(12) for k in range(3)]
+    train, test = split_rows(rows, test_size=0.25, seed=3)
+    train_prompts = {json.dumps(r["prompt"]) for r in train}
+    test_prompts = {json.dumps(r["prompt"]) for r in test}
+    assert train_prompts and test_prompts and not train_prompts & test_prompts
+    assert len(train) + len(test) == len(rows)
+    assert len(test) >= round(0.25 * len(rows))  # whole prompts until the target is reached
+    # Seeded: the same split again.
+    assert list(split_rows(rows, 0.25, 3)[1]["chosen"]) == list(test["chosen"])
+
+
+def test_split_rows_groups_conversational_prompts_by_their_messages():
+    rows = [{"prompt": [{"role": "user", "content": f"chat {p}"}], "chosen": f"a{k}", "rejected": "b"}
+            for p in range(6) for k in range(2)]
+    train, test = split_rows(rows, test_size=0.3, seed=0)
+    assert not {json.dumps(r["prompt"]) for r in train} & {json.dumps(r["prompt"]) for r in test}
+    assert len(test) % 2 == 0 and len(test) >= 4
+
+
+def test_split_rows_without_enough_rows_has_no_eval():
+    rows = [{"prompt": "only one", "chosen": "a", "rejected": "b"}] * 4
+    train, test = split_rows(rows, test_size=0.5, seed=0)
+    assert test is None and len(train) == 4
+
+
+# ---- the service on tiny models -------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tuned_model_dir(tmp_path_factory, tiny_model_dir):
+    """The tiny model with perturbed weights: a 'trained' policy whose KL to the tiny base is not zero."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = tmp_path_factory.mktemp("tuned")
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.5 * torch.randn(parameter.shape, generator=generator))
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(out)
+    return out
+
+
+def _heldout(db, texts=("The film was", "I watched it and", "Honestly, the plot")):
+    prompts.add_prompts(db, ["A training prompt"])
+    prompts.add_prompts(db, list(texts))
+    db.execute(f"UPDATE prompts SET split = 'test' WHERE text IN ({', '.join('?' * len(texts))})", list(texts))
+    return list(texts)
+
+
+def test_evaluate_models_stores_metrics_answers_and_kl_to_the_base(db, tiny_model_dir, tuned_model_dir):
+    texts = _heldout(db)
+    models.register_model(db, "tiny-base", str(tiny_model_dir), "base")
+    models.register_model(db, "tuned", str(tuned_model_dir), "policy", base_model="tiny-base")
+    settings = EvalSettings(reward=WORDS, samples=2, max_new_tokens=5)
+    base, tuned = evaluation.evaluate_models(db, ["tiny-base", "tuned"], settings)
+
+    assert (base.model, base.kl_base, tuned.model, tuned.kl_base) == ("tiny-base", "tiny-base", "tuned", "tiny-base")
+    for ev in (base, tuned):
+        assert [row["prompt"] for row in ev.samples] == [t for t in texts for _ in range(2)]
+        rewards = [len(row["answer"].split()) / 4 for row in ev.samples]
+        assert [row["reward"] for row in ev.samples] == pytest.approx(rewards)
+        assert ev.metrics["eval/reward_mean"] == pytest.approx(sum(rewards) / 6)
+        assert ev.metrics["eval/positive_share"] == pytest.approx(sum(r > 0.5 for r in rewards) / 6)
+        assert ev.metrics["eval/length_mean"] == pytest.approx(sum(row["length"] for row in ev.samples) / 6)
+        assert 1 <= ev.metrics["eval/length_mean"] <= 5
+        assert (ev.metrics["eval/prompts"], ev.metrics["eval/samples"]) == (3, 2)
+    # A base model is its own reference; the tuned one is measured against its registered base.
+    assert base.metrics["eval/kl"] == 0.0 and {row["kl"] for row in base.samples} == {0.0}
+    assert tuned.metrics["eval/kl"] == pytest.approx(sum(row["kl"] for row in tuned.samples) / 6)
+    assert tuned.metrics["eval/kl"] != 0.0
+    # Both stored with equal settings, so they are comparable; the settings name the prompts by hash.
+    stored = evaluation.list_evaluations(db)
+    assert [e.id for e in stored] == [tuned.id, base.id]
+    assert stored[0].settings == stored[1].settings
+    assert stored[0].settings["prompts_n"] == 3 and stored[0].settings["reward"] == WORDS
+    assert stored[0].samples == tuned.samples
+
+
+def test_reuse_returns_the_stored_evaluation_of_equal_settings(db, tiny_model_dir):
+    _heldout(db)
+    settings = EvalSettings(reward=WORDS, samples=1, max_new_tokens=3)
+    first = evaluation.evaluate_models(db, [str(tiny_model_dir)], settings)[0]
+    again = evaluation.evaluate_models(db, [str(tiny_model_dir)], settings, reuse=[str(tiny_model_dir)])[0]
+    assert again.id == first.id
+    other = evaluation.evaluate_models(db, [str(tiny_model_dir)], EvalSettings(reward=WORDS, samples=1, max_new_tokens=3,
+                                                                                seed=1), reuse=[str(tiny_model_dir)])[0]
+    assert other.id != first.id
+    assert db.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0] == 2
+
+
+def test_prompts_from_a_file(db, tmp_path, tiny_model_dir):
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"prompt": "One"}\n{"messages": [{"role": "user", "content": "Two"}]}\n', encoding="utf-8")
+    ev = evaluation.evaluate_models(db, [str(tiny_model_dir)], EvalSettings(prompts=str(path), reward=WORDS, samples=1,
+                                                                            max_new_tokens=2))[0]
+    assert [row["prompt"] for row in ev.samples] == ["One", "Two"]
+    assert ev.settings["prompts"] == str(path)
+
+
+@pytest.mark.parametrize("kwargs, field, words", [
+    ({"names": ["no-such-model"]}, "model", "no model named 'no-such-model'"),
+    ({"settings": EvalSettings(reward="sentiment")}, "reward", "use vader, rm:NAME or module:function"),
+    ({"settings": EvalSettings(reward="rm:nothing")}, "reward", "nothing"),
+    ({"settings": EvalSettings(reward="eval_rewards:missing")}, "reward", "missing"),
+    ({"settings": EvalSettings(reward="eval_rewards:NOT_A_FUNCTION")}, "reward", "not a function"),
+    ({"settings": EvalSettings(prompts="/no/such/file.jsonl")}, None, "file not found"),
+])
+def test_bad_input_is_an_input_error(db, kwargs, field, words):
+    _heldout(db)
+    call = {"names": ["default"], "settings": EvalSettings(), **kwargs}
+    with pytest.raises(InputError) as error:
+        evaluation.evaluate_models(db, call["names"], call["settings"])
+    assert error.value.field == field and words in str(error.value)
+
+
+def test_no_heldout_prompts_and_bad_settings(db):
+    prompts.add_prompts(db, ["only training"])
+    with pytest.raises(InputError, match="no held-out prompts") as error:
+        evaluation.evaluate_models(db, ["default"], EvalSettings())
+    assert error.value.field == "prompts"
+    with pytest.raises(InputError) as error:
+        EvalSettings(samples=0)
+    assert error.value.field == "samples"
+
+
+def test_a_reward_model_is_not_evaluated_as_a_policy(db, tiny_encoder_dir):
+    _heldout(db)
+    models.register_model(db, "rm-x", str(tiny_encoder_dir), "reward")
+    with pytest.raises(InputError, match="reward model") as error:
+        evaluation.evaluate_models(db, ["rm-x"], EvalSettings())
+    assert error.value.field == "model"
+
+
+# ---- the automatic evaluation of a finished run ---------------------------------------------------------
+
+class _Sink:
+    def __init__(self):
+        self.logged = []
+
+    def log(self, step, stats):
+        self.logged.append((step, stats))
+
+
+def _finished_run(db, stage="ppo"):
+    return db.execute("INSERT INTO runs (project_id, stage, status, step, total_steps) VALUES (1, ?, 'running', 7, 7)",
+                      [stage]).lastrowid
+
+
+def test_finished_run_is_evaluated_against_its_base_and_logged(db, tiny_model_dir, tuned_model_dir):
+    _heldout(db)
+    run_id = _finished_run(db)
+    model = models.register_model(db, "ppo-run1", str(tuned_model_dir), "policy", base_model=str(tiny_model_dir),
+                                  run_id=run_id)
+    job = JobConfig(reward="function", reward_function=WORDS, eval_samples=2, max_new_tokens=4)
+    sink, lines = _Sink(), []
+    after = evaluation.evaluate_finished_run(db, run_id, "ppo", "default", job, model, sink=sink, log=lines.append)
+    assert (after.model, after.run_id, after.kl_base) == ("ppo-run1", run_id, str(tiny_model_dir))
+    assert after.settings["reward"] == WORDS and after.settings["samples"] == 2 and after.settings["max_new_tokens"] == 4
+    assert sink.logged == [(7, after.metrics)] and "eval/positive_share" in after.metrics
+    before, again = evaluation.run_comparison(db, run_id)
+    assert again.id == after.id and before.model == str(tiny_model_dir) and before.settings == after.settings
+    rows = evaluation.comparison_rows([before, after], ["before", "after"])
+    assert [r[""] for r in rows] == ["before", "after"] and rows[0]["KL to base"] == 0.0
+    assert any(line.startswith("evaluation: mean reward") for line in lines)
+
+    # A second run on the same base reuses the base's evaluation (its weights never change).
+    run2 = _finished_run(db, "dpo")
+    model2 = models.register_model(db, "dpo-run2", str(tuned_model_dir), "policy", base_model=str(tiny_model_dir),
+                                   run_id=run2)
+    evaluation.evaluate_finished_run(db, run2, "dpo", "default", job, model2, log=lines.append)
+    assert evaluation.run_comparison(db, run2)[0].id == before.id
+    assert db.execute("SELECT COUNT(*) FROM evaluations WHERE model = ?", [str(tiny_model_dir)]).fetchone()[0] == 1
+
+
+def test_auto_evaluation_reward_and_skips(db, tiny_model_dir):
+    # Not a function reward: VADER of the answer alone, the task's measure.
+    assert evaluation.auto_settings(JobConfig(reward="rm")).reward == "vader"
+    assert evaluation.auto_settings(JobConfig(reward="function", reward_function="vader")).reward == "vader"
+    model = {"name": "m", "kind": "policy"}
+    lines = []
+    job = JobConfig()
+    assert evaluation.evaluate_finished_run(db, 1, "rm", "default", job, {"name": "r", "kind": "reward"}) is None
+    assert evaluation.evaluate_finished_run(db, 1, "ppo", "default", job, model, log=lines.append) is None
+    assert lines == ["evaluation: skipped, project 'default' has no held-out prompts (split 'test')"]
+    _heldout(db)
+    off = JobConfig(eval_samples=0)
+    assert evaluation.evaluate_finished_run(db, 1, "sft", "default", off, model, log=lines.append) is None
+    assert lines[-1] == "evaluation: off (eval_samples=0)"
+    assert db.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0] == 0
+
+
+def test_report_shows_every_model_and_answers_side_by_side(db, tiny_model_dir, tuned_model_dir):
+    _heldout(db)
+    models.register_model(db, "tuned", str(tuned_model_dir), "policy", base_model=str(tiny_model_dir))
+    results = evaluation.evaluate_models(db, [str(tiny_model_dir), "tuned"], EvalSettings(reward=WORDS, samples=2,
+                                                                                          max_new_tokens=3))
+    text = evaluation.format_report(results, examples=2)
+    assert "3 prompts (heldout) x 2 samples" in text
+    assert "tuned" in text and "(itself)" in text and "The film was" in text and "I watched it and" in text
+    assert "Honestly" not in text  # only 2 examples
+    assert f"stored as evaluation #{results[0].id}, #{results[1].id}" in text
