@@ -7,11 +7,16 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import sqlite3
 import sys
 
 from labeler.services.errors import InputError, PermissionDenied
+from storage import StorageError, creation
 
 DEFAULT_DB = "data/studio.db"
+# Commands that may create the database when --db names no file yet; every other one needs --create-db,
+# so a mistyped --db fails with one line instead of quietly filling a new, empty database.
+CREATING_COMMANDS = {"serve", "demo"}
 COMMAND_MODULES = [
     "labeler.commands.serve",
     "labeler.commands.data",
@@ -27,6 +32,10 @@ def common_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--db", default=DEFAULT_DB, help=f"SQLite database file (default: {DEFAULT_DB})")
     common.add_argument("--project", default="default", help="project name (default: the default project)")
+    common.add_argument(
+        "--create-db", action="store_true",
+        help="create the --db file if it does not exist (serve and demo always may)",
+    )
     return common
 
 
@@ -50,11 +59,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    may_create = args.command in CREATING_COMMANDS or getattr(args, "create_db", False)
     try:
-        result = args.func(args)
-    except (InputError, PermissionDenied, FileNotFoundError) as error:
+        with creation(may_create):
+            result = args.func(args)
+    except (InputError, PermissionDenied, FileNotFoundError, StorageError) as error:
         # Bad input gets one line on stderr, never a traceback.
         print(f"rlhf-studio {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    except sqlite3.DatabaseError as error:
+        # A database that opened but fails later (read-only, corrupt): still one line, naming the file.
+        print(f"rlhf-studio {args.command}: error: {getattr(args, 'db', '')}: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

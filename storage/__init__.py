@@ -1,4 +1,22 @@
 """SQLite storage: the single source of truth. Imports neither torch nor gradio."""
-from storage.db import backup, connect, migrate, open_db, schema_version, write_transaction
+from storage.db import (
+    StorageError,
+    backup,
+    connect,
+    creation,
+    migrate,
+    open_db,
+    schema_version,
+    write_transaction,
+)
 
-__all__ = ["backup", "connect", "migrate", "open_db", "schema_version", "write_transaction"]
+__all__ = [
+    "StorageError",
+    "backup",
+    "connect",
+    "creation",
+    "migrate",
+    "open_db",
+    "schema_version",
+    "write_transaction",
+]

@@ -3,10 +3,15 @@
 A connection is cheap; open one per request or thread (`open_db`) and never share one
 across Gradio's worker threads. Every write goes through `write_transaction`, which starts
 with BEGIN IMMEDIATE so that a read-then-write never fails half-way with "database is locked".
+
+Migrations run when a process starts (`rlhf-studio serve`, a CLI command); the web app's
+per-request connections open with `migrate=False`, so opening one never waits for the write
+lock another process holds (an import, a backup): under WAL, readers never wait for a writer.
 """
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import sqlite3
 from pathlib import Path
 from typing import Iterator
@@ -17,26 +22,91 @@ from storage.migrations import MIGRATIONS
 
 BUSY_TIMEOUT_MS = 30_000
 
+# Whether open_db may create a missing database file. The CLI turns it off for every command but
+# `serve` (unless --create-db), so a mistyped --db fails instead of starting a new, empty database.
+# A context variable, not a module global: set for one call tree, reset by the `creation` context manager.
+_CREATION_ALLOWED: contextvars.ContextVar[bool] = contextvars.ContextVar("rlhf_studio_db_creation", default=True)
 
-def connect(path: str | Path) -> sqlite3.Connection:
-    """A raw sqlite3 connection configured the project's way (no migrations)."""
+
+class StorageError(Exception):
+    """The database file cannot be used: missing, not an SQLite database, or not readable/writable."""
+
+
+@contextlib.contextmanager
+def creation(allowed: bool) -> Iterator[None]:
+    """`with creation(False):` open_db refuses to create a database file that does not exist yet."""
+    token = _CREATION_ALLOWED.set(allowed)
+    try:
+        yield
+    finally:
+        _CREATION_ALLOWED.reset(token)
+
+
+def connect(path: str | Path, *, create: bool | None = None, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> sqlite3.Connection:
+    """A raw sqlite3 connection configured the project's way (no migrations).
+
+    create=None follows `creation(...)` (default: allowed). StorageError, naming the file, when it is
+    missing and may not be created, is not a database, or its folder is not writable.
+    """
     path = str(path)
+    if create is None:
+        create = _CREATION_ALLOWED.get()
     if path != ":memory:":
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-    # isolation_level=None: we issue BEGIN ourselves, so Python never opens a deferred one behind our back.
-    conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
-    conn.row_factory = sqlite3.Row
-    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("PRAGMA foreign_keys = ON")
-    conn.execute("PRAGMA synchronous = NORMAL")
+        if not Path(path).exists():
+            if not create:
+                raise StorageError(
+                    f"{path}: no such database (a typo in --db?); `rlhf-studio serve --db {path}` creates one,"
+                    " or add --create-db"
+                )
+            try:
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+            except OSError as error:
+                raise StorageError(f"{path}: cannot create the database's folder ({error.strerror})") from None
+        elif Path(path).is_dir():
+            raise StorageError(f"{path}: is a folder, not a database file")
+    try:
+        # isolation_level=None: we issue BEGIN ourselves, so Python never opens a deferred one behind our back.
+        conn = sqlite3.connect(path, timeout=busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False)
+        conn.row_factory = sqlite3.Row
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute("PRAGMA synchronous = NORMAL")
+    except sqlite3.DatabaseError as error:
+        raise StorageError(_explain(path, error)) from None
     return conn
 
 
-def open_db(path: str | Path) -> sqlite_utils.Database:
-    """Open (and create or migrate) the studio database at `path`."""
-    db = sqlite_utils.Database(connect(path))
-    migrate(db)
+def _explain(path: str, error: sqlite3.DatabaseError) -> str:
+    message = str(error)
+    if "not a database" in message:
+        return f"{path}: not an SQLite database ({message})"
+    if "unable to open" in message or "readonly" in message or "read-only" in message:
+        return f"{path}: cannot open the database for writing ({message}); is the file or its folder read-only?"
+    return f"{path}: {message}"
+
+
+def open_db(
+    path: str | Path,
+    *,
+    migrate: bool = True,
+    create: bool | None = None,
+    busy_timeout_ms: int = BUSY_TIMEOUT_MS,
+) -> sqlite_utils.Database:
+    """Open the studio database at `path`, creating it (see `connect`) and applying pending migrations.
+
+    migrate=False is for per-request connections of a server that migrated at start-up: a database
+    already at the current version is opened without taking the write lock either way, but a
+    request should not be the one that migrates.
+    """
+    conn = connect(path, create=create, busy_timeout_ms=busy_timeout_ms)
+    db = sqlite_utils.Database(conn)
+    if migrate:
+        try:
+            _apply_migrations(db)  # the module function; `migrate` here is the flag
+        except sqlite3.DatabaseError as error:
+            conn.close()
+            raise StorageError(_explain(str(path), error)) from None
     return db
 
 
@@ -62,7 +132,12 @@ def schema_version(db: sqlite_utils.Database) -> int:
 
 
 def migrate(db: sqlite_utils.Database) -> int:
-    """Apply every forward migration newer than the stored version, each in its own transaction."""
+    """Apply every forward migration newer than the stored version, each in its own transaction.
+
+    An up-to-date database is only read (no BEGIN IMMEDIATE): opening it never waits behind a writer.
+    """
+    if schema_version(db) >= len(MIGRATIONS):
+        return schema_version(db)
     with write_transaction(db):
         db.execute(
             "CREATE TABLE IF NOT EXISTS schema_version ("
@@ -80,6 +155,9 @@ def migrate(db: sqlite_utils.Database) -> int:
                 db.execute(statement)
             db.execute("INSERT INTO schema_version (version, name) VALUES (?, ?)", [version, name])
     return schema_version(db)
+
+
+_apply_migrations = migrate
 
 
 def backup(db: sqlite_utils.Database, out: str | Path) -> Path:

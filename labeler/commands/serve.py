@@ -11,6 +11,19 @@ import sys
 import threading
 
 FIRST_PROMPTS = 16  # prompts answered in the background on the first start (x2 answers: ratings and rankings)
+SESSION_DAYS = 7
+
+
+def go_offline() -> None:
+    """No hub downloads from this process: a hub id in the registry loads from the local cache or fails at once,
+    instead of a web request waiting on the network (it once held the model cache's lock for 47 s).
+    huggingface_hub reads HF_HUB_OFFLINE when imported, so the constant is set too if it already is."""
+    import os
+
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    if "huggingface_hub.constants" in sys.modules:
+        sys.modules["huggingface_hub.constants"].HF_HUB_OFFLINE = True
 
 
 def register(subparsers, common: argparse.ArgumentParser) -> None:
@@ -35,6 +48,19 @@ def register(subparsers, common: argparse.ArgumentParser) -> None:
         "--first-prompts", type=int, default=FIRST_PROMPTS,
         help=f"prompts answered in the background when the project has no answers (0: none; default {FIRST_PROMPTS})",
     )
+    parser.add_argument(
+        "--allowed-origin", action="append", default=[], metavar="ORIGIN",
+        help="another origin whose browser requests are accepted, e.g. https://studio.example.org when a proxy "
+             "rewrites the Host header (repeatable; default: only this server's own pages)",
+    )
+    parser.add_argument(
+        "--session-days", type=float, default=SESSION_DAYS,
+        help=f"a login lasts this many days at most (default: {SESSION_DAYS})",
+    )
+    parser.add_argument(
+        "--allow-hub-downloads", action="store_true",
+        help="let registered hub ids download from the Hugging Face hub (default: offline, cached models only)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -44,7 +70,8 @@ def prepare(db_path: str, project: str, model: str) -> tuple[str | None, bool]:
     from labeler.services.errors import InputError
     from storage import open_db
 
-    db = open_db(db_path)
+    # The one place the web app creates and migrates the database; its requests then open it as is.
+    db = open_db(db_path, create=True)
     try:
         try:
             projects.get_project(db, project)
@@ -87,13 +114,20 @@ def generate_first_answers(db_path: str, project: str, model: str, limit: int) -
 
 
 def run(args: argparse.Namespace) -> int:
+    from labeler.services.errors import InputError
+
+    if args.session_days <= 0:
+        raise InputError(f"must be more than 0, got {args.session_days!r}", field="--session-days")
+    if not args.allow_hub_downloads:
+        go_offline()
     from labeler.ui.app import build_app, launch
     from labeler.ui.context import ServeSettings
 
     password, no_answers = prepare(args.db, args.project, args.model)
     settings = ServeSettings(
         db_path=args.db, host=args.host, port=args.port, model=args.model, project=args.project,
-        max_file_size=args.max_file_size, runs_dir=args.runs_dir,
+        max_file_size=args.max_file_size, runs_dir=args.runs_dir, allowed_origins=tuple(args.allowed_origin),
+        session_max_age_s=args.session_days * 86400.0,
     )
     url = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{args.port}/"
     print(f"\n    RLHF Studio: {url}", flush=True)

@@ -32,6 +32,8 @@ class User:
     username: str
     role: str
     active: bool
+    # Bumped by a password change or a deactivation: a login session issued under an older epoch has ended.
+    session_epoch: int = 0
 
     @property
     def is_admin(self) -> bool:
@@ -54,8 +56,14 @@ def _verify(password: str, salt_hex: str, stored: str) -> bool:
     return secrets.compare_digest(candidate.encode(), stored.encode())
 
 
+_USER_COLUMNS = "id, username, role, active, session_epoch"
+
+
 def _from_row(row) -> User:
-    return User(id=row["id"], username=row["username"], role=row["role"], active=bool(row["active"]))
+    return User(
+        id=row["id"], username=row["username"], role=row["role"], active=bool(row["active"]),
+        session_epoch=row["session_epoch"],
+    )
 
 
 def _check_username(username: str) -> str:
@@ -99,18 +107,18 @@ def create_user(db: sqlite_utils.Database, username: str, password: str, role: s
 
 
 def get_user(db: sqlite_utils.Database, username: str) -> User | None:
-    row = db.execute("SELECT id, username, role, active FROM users WHERE username = ?", [username]).fetchone()
+    row = db.execute(f"SELECT {_USER_COLUMNS} FROM users WHERE username = ?", [username]).fetchone()
     return _from_row(row) if row else None
 
 
 def list_users(db: sqlite_utils.Database) -> list[User]:
-    return [_from_row(row) for row in db.execute("SELECT id, username, role, active FROM users ORDER BY id").fetchall()]
+    return [_from_row(row) for row in db.execute(f"SELECT {_USER_COLUMNS} FROM users ORDER BY id").fetchall()]
 
 
 def authenticate(db: sqlite_utils.Database, username: str, password: str) -> User | None:
     """The user if the password matches and the account is active, else None."""
     row = db.execute(
-        "SELECT id, username, role, active, password_hash, salt FROM users WHERE username = ?", [username]
+        f"SELECT {_USER_COLUMNS}, password_hash, salt FROM users WHERE username = ?", [username]
     ).fetchone()
     if row is None:
         # Same work as a real check, so timing does not tell whether the username exists.
@@ -122,11 +130,12 @@ def authenticate(db: sqlite_utils.Database, username: str, password: str) -> Use
 
 
 def set_password(db: sqlite_utils.Database, username: str, password: str) -> None:
+    """Change the password; every login session of the user ends (the session epoch moves on)."""
     _check_password(password)
     salt = secrets.token_hex(16)
     with write_transaction(db):
         cursor = db.execute(
-            "UPDATE users SET password_hash = ?, salt = ? WHERE username = ?",
+            "UPDATE users SET password_hash = ?, salt = ?, session_epoch = session_epoch + 1 WHERE username = ?",
             [hash_password(password, salt), salt, username],
         )
         if cursor.rowcount == 0:
@@ -143,12 +152,27 @@ def set_role(db: sqlite_utils.Database, username: str, role: str) -> User:
 
 
 def set_active(db: sqlite_utils.Database, username: str, active: bool) -> User:
-    """Deactivate (or reactivate) an account; its labels stay, it can no longer log in or label."""
+    """Deactivate (or reactivate) an account; its labels stay, it can no longer log in or label.
+
+    Deactivation also ends the user's login sessions, so reactivating does not revive an old one.
+    """
     with write_transaction(db):
-        if db.execute("UPDATE users SET active = ? WHERE username = ?", [int(bool(active)), username]).rowcount == 0:
+        cursor = db.execute(
+            "UPDATE users SET active = ?, session_epoch = session_epoch + (? = 0) WHERE username = ?",
+            [int(bool(active)), int(bool(active)), username],
+        )
+        if cursor.rowcount == 0:
             raise InputError(f"unknown user '{username}'", field="username")
         _check_an_admin_remains(db)
     return get_user(db, username)
+
+
+def session_epoch(db: sqlite_utils.Database, username: str) -> int | None:
+    """The epoch a session of `username` must carry to be valid; None for an unknown or deactivated user."""
+    row = db.execute("SELECT active, session_epoch FROM users WHERE username = ?", [username]).fetchone()
+    if row is None or not row["active"]:
+        return None
+    return int(row["session_epoch"])
 
 
 def _check_an_admin_remains(db: sqlite_utils.Database) -> None:

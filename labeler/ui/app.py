@@ -12,7 +12,7 @@ from typing import Any
 import gradio as gr
 
 from labeler.ui.context import ServeSettings, UIContext
-from labeler.ui.session import make_auth
+from labeler.ui.session import RequestGuard, SessionStore, make_auth
 
 # A tab module exposes TITLE and build(ctx) and is called inside its gr.Tab.
 TAB_MODULES = [
@@ -31,7 +31,8 @@ SHORTCUTS_JS = (STATIC / "shortcuts.js").read_text(encoding="utf-8")
 CSS = (STATIC / "studio.css").read_text(encoding="utf-8")
 AUTH_MESSAGE = (
     "Log in with your RLHF Studio account. On the first start the terminal running "
-    "`rlhf-studio serve` printed a one-time password for the user <b>admin</b>."
+    "`rlhf-studio serve` printed a one-time password for the user <b>admin</b>. "
+    "After 5 wrong passwords the account waits a little before the next try."
 )
 
 
@@ -79,27 +80,48 @@ def build_app(settings: ServeSettings) -> gr.Blocks:
 
 def launch_options(settings: ServeSettings) -> dict[str, Any]:
     """Everything launch() needs besides the app, so the CLI and the tests start the app identically."""
+    from starlette.middleware import Middleware
+
+    from labeler.services.login_guard import LoginThrottle
+
     return {
-        "auth": make_auth(settings.db_path),
+        "auth": make_auth(settings.db_path, LoginThrottle(settings.login_throttle)),
         "auth_message": AUTH_MESSAGE,
         "server_name": settings.host,
         "server_port": settings.port,
         "max_file_size": settings.max_file_size,
         "css": CSS,
-        "show_error": True,
+        # False: an unexpected exception reaches the browser as a bare "Error", not its message, which can
+        # hold server paths. Our own errors (gr.Error from InputError / PermissionDenied) are shown either way.
+        "show_error": False,
         "footer_links": ["api", "gradio"],
+        # Gradio passes app_kwargs to its FastAPI app; `middleware` there wraps every route.
+        "app_kwargs": {"middleware": [Middleware(RequestGuard, allowed_origins=settings.allowed_origins)]},
     }
 
 
 def launch(app: gr.Blocks, settings: ServeSettings, **overrides: Any):
-    """app.launch with launch_options(settings); overrides (prevent_thread_lock, quiet, ...) win."""
+    """app.launch with launch_options(settings); overrides (prevent_thread_lock, quiet, ...) win.
+
+    Starts the server without blocking, swaps Gradio's session dict for a SessionStore (expiry, password
+    changes), then blocks unless the caller passed prevent_thread_lock=True.
+    """
     options = {**launch_options(settings), **overrides}
+    block = not options.get("prevent_thread_lock", False)
+    options["prevent_thread_lock"] = True
     for attempt in range(3):
         try:
-            return app.launch(**options)
+            result = app.launch(**options)
+            break
         except ValueError as error:
             # Gradio probes its own URL with a 3 s timeout and gives up when a busy machine answers late
             # ("localhost is not accessible"); the server itself is fine, so try again.
             if "localhost is not accessible" not in str(error) or attempt == 2:
                 raise
             app.close()
+    server = app.server_app
+    # Gradio's create_app resets `tokens` to a plain dict; a login in the moment since then is carried over.
+    server.tokens = SessionStore(settings.db_path, settings.session_max_age_s, initial=list(server.tokens.items()))
+    if block:
+        app.block_thread()
+    return result

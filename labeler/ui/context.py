@@ -9,7 +9,10 @@ import gradio as gr
 import sqlite_utils
 
 from labeler.services.errors import PermissionDenied
+from labeler.services.login_guard import ThrottlePolicy
 from storage import open_db
+
+SESSION_DAYS = 7
 
 
 @dataclass(frozen=True)
@@ -21,6 +24,10 @@ class ServeSettings:
     project: str = "default"
     max_file_size: str = "50mb"
     runs_dir: str = "runs"
+    # Origins besides the server itself whose browser requests are accepted (e.g. "https://studio.example.org").
+    allowed_origins: tuple[str, ...] = ()
+    session_max_age_s: float = SESSION_DAYS * 86400.0
+    login_throttle: ThrottlePolicy = field(default_factory=ThrottlePolicy)
     extra: dict = field(default_factory=dict)
 
 
@@ -39,13 +46,17 @@ class UIContext:
         return self.settings.project
 
     def db(self) -> sqlite_utils.Database:
-        """A fresh connection for this request: never one shared across Gradio's worker threads."""
-        return open_db(self.db_path)
+        """A fresh connection for this request: never one shared across Gradio's worker threads.
+
+        Opened without migrating or creating: `serve` migrated at start-up, and a request must not wait for
+        the write lock (held by an import or a backup in another process) just to open the database.
+        """
+        return open_db(self.db_path, migrate=False, create=False)
 
     @contextlib.contextmanager
     def connection(self) -> Iterator[sqlite_utils.Database]:
         """`with ctx.connection() as db:` a connection for one request, closed afterwards."""
-        db = open_db(self.db_path)
+        db = self.db()
         try:
             yield db
         finally:

@@ -41,7 +41,7 @@ def test_prompts_labels_export_backup(capsys, tmp_path):
     db = str(tmp_path / "s.db")
     prompts = tmp_path / "p.txt"
     prompts.write_text("one\ntwo\none\n", encoding="utf-8")
-    assert run(capsys, "prompts", "import", str(prompts), "--db", db)[:2] == (
+    assert run(capsys, "prompts", "import", str(prompts), "--db", db, "--create-db")[:2] == (
         0, "2 prompts added to project 'default', 1 duplicates skipped\n")
     code, out, _ = run(capsys, "prompts", "import-shipped", "--db", db)
     assert code == 0 and out.startswith("135 prompts added")
@@ -67,7 +67,7 @@ def test_projects_and_users(capsys, tmp_path):
     db = str(tmp_path / "s.db")
     guide = tmp_path / "g.md"
     guide.write_text("# Rate kindness\n", encoding="utf-8")
-    code, out, _ = run(capsys, "projects", "create", "imdb", "--db", db, "--likert-max", "5", "--overlap", "2", "--guidelines", str(guide))
+    code, out, _ = run(capsys, "projects", "create", "imdb", "--db", db, "--create-db", "--likert-max", "5", "--overlap", "2", "--guidelines", str(guide))
     assert (code, out) == (0, "created project imdb: Likert 1..5, overlap 2, guidelines 16 chars\n")
     assert run(capsys, "projects", "set", "imdb", "--db", db, "--overlap", "3")[1] == (
         "updated project imdb: Likert 1..5, overlap 3, guidelines 16 chars\n")
@@ -94,7 +94,7 @@ def test_projects_and_users(capsys, tmp_path):
     ],
 )
 def test_errors_are_one_line_exit_2(capsys, tmp_path, argv, message):
-    code, out, err = run(capsys, *argv, "--db", str(tmp_path / "s.db"))
+    code, out, err = run(capsys, *argv, "--db", str(tmp_path / "s.db"), "--create-db")
     assert code == 2 and out == "" and err.count("\n") == 1 and message in err
 
 
@@ -103,7 +103,7 @@ def test_bad_file_in_a_real_process(tmp_path):
     bad.write_text('{"prompt": "fine"}\n{"prompt": ""}\n', encoding="utf-8")
     db = tmp_path / "s.db"
     done = subprocess.run(
-        [sys.executable, "-m", "labeler", "prompts", "import", str(bad), "--db", str(db)],
+        [sys.executable, "-m", "labeler", "prompts", "import", str(bad), "--db", str(db), "--create-db"],
         capture_output=True, text=True, timeout=120,
     )
     assert done.returncode == 2 and done.stdout == ""
@@ -115,7 +115,7 @@ def test_export_filter_flags_reach_the_options(capsys, tmp_path):
     db = str(tmp_path / "s.db")
     pairs = tmp_path / "pairs.jsonl"
     pairs.write_text(json.dumps({"prompt": "p", "chosen": "a", "rejected": "b"}) + "\n", encoding="utf-8")
-    run(capsys, "labels", "import", str(pairs), "--db", db)
+    run(capsys, "labels", "import", str(pairs), "--db", db, "--create-db")
     out = tmp_path / "o.jsonl"
     # The imported pair was judged once and by no annotator: each of these filters removes it.
     for flags in (["--min-annotators", "2"], ["--annotators", "alice,bob"], ["--since", "2999-01-01"]):

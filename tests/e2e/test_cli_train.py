@@ -20,7 +20,7 @@ def _env(monkeypatch):
 def test_train_wait_list_show_and_errors(db_path, tmp_path, capsys):
     config = tmp_path / "toy.json"
     config.write_text('{"runner": "toy_runner:run", "model": "toy", "steps": 2}')
-    code = main(["train", "sft", "--db", db_path, "--config", str(config), "--set", "steps=3",
+    code = main(["train", "sft", "--db", db_path, "--create-db", "--config", str(config), "--set", "steps=3",
                  "--runs-dir", str(tmp_path / "runs"), "--wait"])
     out = capsys.readouterr().out
     assert code == 0, out
