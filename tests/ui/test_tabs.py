@@ -112,22 +112,47 @@ def test_admin_tabs_start_hidden(app):
     assert not tabs["admin"].visible and not tabs["data"].visible
 
 
-def test_rate_submit_stores_one_label_per_request_id(app, app_db):
+def test_rate_submit_stores_one_label_per_request_id_and_returns_the_next_item(app, app_db):
     shown = call(app, "rate_next", user=ANNOTATOR)
-    state = shown[7]
-    assert shown[3] == "answer 1.0" and state["response_id"] == 1
-    call(app, "rate_submit", 4, " fine ", state, user=ANNOTATOR)
-    # A double click sends the same state (same request_id) again: still one label, no error.
-    call(app, "rate_submit", 4, " fine ", state, user=ANNOTATOR)
+    key = shown[6]
+    assert shown[3] == "answer 1.0" and key.startswith("1:")
+    after = call(app, "rate_submit", 4, " fine ", key, user=ANNOTATOR)
+    # One round trip: the answer is the next item, with its own key, and the counter counts the label.
+    assert after[3] == "answer 1.1" and after[6].startswith("2:") and after[1].startswith("**1** done")
+    # A double click or a retry sends the same key again: still one label, no error, the same next item.
+    again = call(app, "rate_submit", 4, " fine ", key, user=ANNOTATOR)
+    assert again[3] == "answer 1.1" and again[1].startswith("**1** done")
     assert query(app_db, "SELECT response_id, score, comment FROM ratings") == [(1, 4.0, "fine")]
+    # seconds: the time since the item was shown, measured on the server.
+    assert query(app_db, "SELECT seconds >= 0 FROM ratings") == [(1,)]
+
+
+def test_rate_submit_refuses_an_item_not_shown_to_the_user_and_a_bad_key(app, app_db):
+    call(app, "rate_next", user=ANNOTATOR)  # item 1 is shown
+    with pytest.raises(gr.Error, match="item 3 is not assigned to 'ann'"):
+        call(app, "rate_submit", 4, "", "3:made-up-key", user=ANNOTATOR)
+    with pytest.raises(gr.Error, match="expected the key of the item shown"):
+        call(app, "rate_submit", 4, "", "not a key", user=ANNOTATOR)
+    assert query(app_db, "SELECT COUNT(*) FROM ratings") == [(0,)]
+
+
+def test_keyboard_handlers_hide_the_progress_overlay_and_skip_unchanged_widgets(app, app_db):
+    for api_name in ["rate_submit", "rate_skip", "rate_undo", "rank_submit", "rank_skip", "rank_undo"]:
+        assert endpoint(app, api_name).show_progress == "hidden", api_name
+    shown = call(app, "rate_next", user=ANNOTATOR)
+    after = call(app, "rate_submit", 5, "", shown[6], user=ANNOTATOR)
+    # No comment was typed, so the comment box, the buttons and the scale's choices are left alone.
+    assert after[5] == gr.skip() and after[7] == gr.skip() and after[8] == gr.skip()
+    assert after[4] == gr.update(value=None)
 
 
 def test_rank_submit_turns_rank_numbers_into_one_ranking(app, app_db):
     shown = call(app, "rank_next", user=ANNOTATOR)
-    state = shown[-1]
+    state, key = shown[-2], shown[-1]
     ids = state["response_ids"]  # in the order shown
     assert sorted(ids) == [1, 2, 3]
-    call(app, "rank_submit", "3", "1", "1", None, "", state, user=ANNOTATOR)
+    call(app, "rank_submit", "3", "1", "1", None, "", state, key, user=ANNOTATOR)
+    call(app, "rank_submit", "3", "1", "1", None, "", state, key, user=ANNOTATOR)  # a retry: still one ranking
     # Shown second and third tie for best, shown first is worst.
     assert [json.loads(row[0]) for row in query(app_db, "SELECT order_json FROM rankings")] == [
         [sorted(ids[1:]), [ids[0]]]
@@ -179,9 +204,9 @@ def test_generate_with_the_tiny_model_fills_the_queues(app, app_db, tiny_model_d
 
 
 def test_export_preferences_downloads_the_ranking_pairs(app, app_db):
-    state = call(app, "rank_next", user=ANNOTATOR)[-1]
+    *_, state, key = call(app, "rank_next", user=ANNOTATOR)
     ids = state["response_ids"]
-    call(app, "rank_submit", "1", "2", "3", None, "", state, user=ANNOTATOR)
+    call(app, "rank_submit", "1", "2", "3", None, "", state, key, user=ANNOTATOR)
     fn = endpoint(app, "data_export")
     values = {block: block.value for block in fn.inputs}
     by_label = {getattr(block, "label", None): block for block in fn.inputs}
@@ -203,7 +228,7 @@ def test_admin_settings_gold_and_backup(app, app_db):
     # The Rate tab now offers 1..5 and shows the new guidelines.
     shown = call(app, "rate_next", user=ANNOTATOR)
     assert [value for _, value in shown[4]["choices"]] == [1, 2, 3, 4, 5]
-    assert shown[6] == "Be **strict**."
+    assert shown[9] == "Be **strict**."
     # An inverted scale is refused and nothing changes.
     with pytest.raises(gr.Error):
         call(app, "admin_save_project", 5, 1, 1, "", user=ADMIN)
@@ -217,8 +242,8 @@ def test_admin_settings_gold_and_backup(app, app_db):
 
 
 def test_export_filters_and_labels_import(app, app_db, tmp_path):
-    state = call(app, "rank_next", user=ANNOTATOR)[-1]
-    call(app, "rank_submit", "1", "2", "3", None, "", state, user=ANNOTATOR)
+    *_, state, key = call(app, "rank_next", user=ANNOTATOR)
+    call(app, "rank_submit", "1", "2", "3", None, "", state, key, user=ANNOTATOR)
     fn = endpoint(app, "data_export")
     by_label = {getattr(block, "label", None): block for block in fn.inputs}
     values = {block: block.value for block in fn.inputs}
@@ -261,6 +286,6 @@ def test_refresh_resumes_and_a_waiting_run_shows_a_banner(app, app_db):
     labeling.create_items(db, "default", [response_id], kinds=("rating",), priority=10, run_id=run_id)
     db.conn.close()
     # Skip the pending item: the run's rollout comes next (higher priority), with the banner.
-    shown = call(app, "rate_skip", first[7], user=ANNOTATOR)
+    shown = call(app, "rate_skip", first[6], user=ANNOTATOR)
     assert shown[3] == "a rollout"
     assert shown[0]["visible"] is True and f"#{run_id}" in shown[0]["value"] and "**1** more labels" in shown[0]["value"]

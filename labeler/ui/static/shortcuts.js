@@ -1,16 +1,20 @@
 () => {
   // Keyboard shortcuts for the Rate and Rank tabs. Installed once per page (app.load js=).
-  // They only press the same buttons a mouse would, so the server sees identical events.
+  // They press the same buttons a mouse would, so the server sees the same events.
+  //
+  // Keys are queued, never dropped: a key that needs the server (a digit in Rate, Enter, s, u) sends one
+  // request and the keys typed while it is in flight wait in `queue`, in order, until the tab's
+  // `.then(js=DONE_JS)` calls window.__rlhfStudioDone() (on success and on error alike). A fast typist's
+  // ten digits are ten labels, each on the item that was on screen when its turn came.
   if (window.__rlhfStudioShortcuts) return;
   window.__rlhfStudioShortcuts = true;
 
   const visible = (el) => !!el && el.offsetParent !== null;
   const byId = (id) => document.getElementById(id);
-  const clickButton = (id) => {
+  const buttonOf = (id) => {
     const el = byId(id);
     const button = el && (el.tagName === "BUTTON" ? el : el.querySelector("button"));
-    if (button && visible(button) && !button.disabled) button.click();
-    return !!button;
+    return button && visible(button) && !button.disabled ? button : null;
   };
   // A Gradio Radio renders <label><input type=radio> <span>label</span></label>; pick by the shown label.
   const pickRadio = (id, label) => {
@@ -34,40 +38,110 @@
     return tag === "INPUT" && !["radio", "checkbox", "button", "submit"].includes((target.type || "").toLowerCase());
   };
 
-  // Rank: type the response numbers best to worst ("3 1 2"); "=" ties the next one with the previous.
-  let rank = { next: 1, last: 0, tie: false };
-  const resetRank = () => { rank = { next: 1, last: 0, tie: false }; };
+  // What a keyboard submit hands to the event's js preprocessor (rate.SUBMIT_JS, rank.SUBMIT_JS): the score
+  // or ranks typed, read once. The Radio's own change may not have reached Gradio's store yet.
+  let typed = null;
+  window.__rlhfStudioTake = (tab) => {
+    if (!typed || typed.tab !== tab) return null;
+    const value = typed.value;
+    typed = null;
+    return value;
+  };
 
-  document.addEventListener("keydown", (event) => {
-    if (event.ctrlKey || event.metaKey || event.altKey || typing(event.target)) return;
-    const key = event.key;
+  // Rank: type the response numbers best to worst ("3 1 2"); "=" ties the next one with the previous.
+  let rank = { next: 1, last: 0, tie: false, values: [null, null, null, null] };
+  const resetRank = () => { rank = { next: 1, last: 0, tie: false, values: [null, null, null, null] }; };
+
+  const queue = [];
+  let inFlight = null; // the timer of the request in flight, or null
+  // A request whose done signal never comes (a dropped connection) must not block the keyboard for good.
+  const STUCK_MS = 20000;
+  const status = (text) => {
+    const counter = byId("rate-counter");
+    if (counter) counter.setAttribute("data-queued", String(queue.length));
+    if (text) console.warn("RLHF Studio shortcuts:", text);
+  };
+
+  const send = (buttonId, tab, value) => {
+    const button = buttonOf(buttonId);
+    if (!button) return false;
+    typed = value === undefined ? null : { tab, value };
+    inFlight = setTimeout(() => { status("no answer from the server; sending the next key"); finish(); }, STUCK_MS);
+    button.click();
+    return true;
+  };
+  const finish = () => {
+    if (inFlight !== null) clearTimeout(inFlight);
+    inFlight = null;
+    typed = null;
+    // Let Gradio apply the outputs (the next item, its key) before the next key reads them.
+    setTimeout(pump, 0);
+  };
+  window.__rlhfStudioDone = finish;
+
+  // One key's action; returns true when it sent a request (the queue then waits for its answer).
+  const act = (key) => {
     if (visible(byId("rate-submit"))) {
       if (/^[0-9]$/.test(key)) {
-        if (pickRadio("rate-score", key)) {
-          event.preventDefault();
-          // Let the Radio's change reach Gradio's store before the submit reads it.
-          setTimeout(() => clickButton("rate-submit"), 150);
-        }
-      } else if (key === "s") { event.preventDefault(); clickButton("rate-skip"); }
-      else if (key === "u") { event.preventDefault(); clickButton("rate-undo"); }
-      return;
+        // The radio shows the choice; the score itself travels through __rlhfStudioTake.
+        if (!pickRadio("rate-score", key)) { status(`no score ${key} on this scale`); return false; }
+        return send("rate-submit", "rate", Number(key));
+      }
+      if (key === "s") return send("rate-skip");
+      if (key === "u") return send("rate-undo");
+      return false;
     }
     if (visible(byId("rank-submit"))) {
       if (/^[1-4]$/.test(key)) {
         const slot = Number(key);
-        if (!visible(byId(`rank-slot-${slot}`))) return;
+        if (!visible(byId(`rank-slot-${slot}`))) return false;
         const value = rank.tie && rank.last ? rank.last : rank.next;
         if (pickRadio(`rank-slot-${slot}`, value)) {
-          event.preventDefault();
+          rank.values[slot - 1] = String(value);
           rank.last = value;
           rank.next = value + 1;
           rank.tie = false;
         }
-      } else if (key === "=") { event.preventDefault(); rank.tie = true; }
-      else if (key === "Escape" || key === "Backspace") { event.preventDefault(); resetRank(); }
-      else if (key === "Enter") { event.preventDefault(); resetRank(); clickButton("rank-submit"); }
-      else if (key === "s") { event.preventDefault(); resetRank(); clickButton("rank-skip"); }
-      else if (key === "u") { event.preventDefault(); resetRank(); clickButton("rank-undo"); }
+        return false;
+      }
+      if (key === "=") { rank.tie = true; return false; }
+      if (key === "Escape" || key === "Backspace") { resetRank(); return false; }
+      const values = rank.values;
+      resetRank();
+      if (key === "Enter") {
+        // Ranks typed on the keyboard go with the submit; none typed: the radios (mouse) as they are.
+        return send("rank-submit", "rank", values.some((v) => v !== null) ? values : undefined);
+      }
+      if (key === "s") return send("rank-skip");
+      if (key === "u") return send("rank-undo");
     }
+    return false;
+  };
+
+  const pump = () => {
+    while (inFlight === null && queue.length) {
+      act(queue.shift());
+    }
+    status();
+  };
+
+  // A mouse click on a labelling button is a request in flight too: keys typed meanwhile wait for it.
+  const LABEL_BUTTONS = ["rate-submit", "rate-skip", "rate-undo", "rank-submit", "rank-skip", "rank-undo"];
+  document.addEventListener("click", (event) => {
+    if (!event.isTrusted || inFlight !== null) return;
+    const hit = LABEL_BUTTONS.some((id) => { const el = byId(id); return el && el.contains(event.target); });
+    if (hit) inFlight = setTimeout(finish, STUCK_MS);
+  }, true);
+
+  const HANDLED = /^([0-9=sus]|Enter|Escape|Backspace)$/;
+  document.addEventListener("keydown", (event) => {
+    if (event.ctrlKey || event.metaKey || event.altKey || typing(event.target)) return;
+    const key = event.key;
+    const onRate = visible(byId("rate-submit"));
+    const onRank = !onRate && visible(byId("rank-submit"));
+    if ((!onRate && !onRank) || !HANDLED.test(key) || (onRate && /^(=|Enter|Escape|Backspace)$/.test(key))) return;
+    event.preventDefault();
+    queue.push(key);
+    pump();
   });
 }

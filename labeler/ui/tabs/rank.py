@@ -7,14 +7,11 @@ previous one, Enter submits (labeler/ui/static/shortcuts.js).
 """
 from __future__ import annotations
 
-import time
-import uuid
-
 import gradio as gr
 
 from labeler.ui.context import UIContext
 from labeler.ui.session import require_user, ui_errors
-from labeler.ui.tabs.rate import DEFAULT_GUIDELINES, banner_update, counter_markdown
+from labeler.ui.tabs.rate import DEFAULT_GUIDELINES, DONE_JS, LABELLING, banner_update, counter_markdown, item_key, parse_key
 
 TITLE = "Rank"
 KIND = "ranking"
@@ -66,12 +63,8 @@ def _slot_updates(responses: list[dict]) -> list:
 
 
 def item_outputs(item, waiting: int | None = None) -> tuple:
-    state = {
-        "item_id": item.item_id,
-        "response_ids": [int(r["id"]) for r in item.responses],  # in the shuffled order shown
-        "request_id": uuid.uuid4().hex,
-        "shown_at": time.time(),
-    }
+    # The state: the response ids in the shuffled order shown, so rank k belongs to the k-th answer.
+    state = {"item_id": item.item_id, "response_ids": [int(r["id"]) for r in item.responses]}
     return (
         banner_update(item.run_id, waiting),
         counter_markdown(item.done, item.remaining),
@@ -80,6 +73,7 @@ def item_outputs(item, waiting: int | None = None) -> tuple:
         gr.update(value=""),
         item.guidelines or DEFAULT_GUIDELINES,
         state,
+        item_key(item),
     )
 
 
@@ -92,18 +86,31 @@ def _empty_outputs(done: int, remaining: int) -> tuple:
         gr.update(value=""),
         gr.update(),
         None,
+        "",
     )
 
 
-def show_next(ctx: UIContext, db, username: str) -> tuple:
+def outputs_for(db, ctx: UIContext, username: str, item) -> tuple:
     from labeler.services import labeling
 
-    item = labeling.next_item(db, ctx.project, username, KIND)
     if item is None:
         done, remaining = labeling.progress(db, ctx.project, username, KIND)
         return _empty_outputs(done, remaining)
     waiting = labeling.waiting_for_run(db, item.run_id) if item.run_id is not None else None
     return item_outputs(item, waiting)
+
+
+def show_next(ctx: UIContext, db, username: str) -> tuple:
+    from labeler.services import labeling
+
+    return outputs_for(db, ctx, username, labeling.next_item(db, ctx.project, username, KIND))
+
+
+# The keyboard path (shortcuts.js): the ranks typed go straight into the submit (see rate.SUBMIT_JS).
+SUBMIT_JS = """(r1, r2, r3, r4, comment, current, key) => {
+  const typed = window.__rlhfStudioTake ? window.__rlhfStudioTake("rank") : null;
+  return typed === null ? [r1, r2, r3, r4, comment, current, key] : [...typed, comment, current, key];
+}"""
 
 
 def build(ctx: UIContext) -> None:
@@ -123,6 +130,7 @@ def build(ctx: UIContext) -> None:
                         rank = gr.Radio(choices=[], label="Rank (1 = best)", elem_id=f"rank-slot-{index}")
                     slot_widgets += [column, text, rank]
             comment = gr.Textbox(label="Comment (optional)", lines=1, max_lines=4, elem_id="rank-comment")
+            key = gr.Textbox(visible="hidden", elem_id="rank-key", label="Item key")  # see the Rate tab's key
             with gr.Row():
                 submit = gr.Button("Submit ranking", variant="primary", elem_id="rank-submit")
                 skip = gr.Button("Skip", elem_id="rank-skip")
@@ -134,7 +142,7 @@ def build(ctx: UIContext) -> None:
                 guidelines = gr.Markdown(DEFAULT_GUIDELINES, elem_id="rank-guidelines")
 
     rank_radios = slot_widgets[2::3]
-    outputs = [banner, counter, prompt, *slot_widgets, comment, guidelines, state]
+    outputs = [banner, counter, prompt, *slot_widgets, comment, guidelines, state, key]
 
     @ui_errors
     def rank_next(request: gr.Request):
@@ -143,19 +151,22 @@ def build(ctx: UIContext) -> None:
             return show_next(ctx, db, user.username)
 
     @ui_errors
-    def rank_submit(rank1, rank2, rank3, rank4, comment_value, current, request: gr.Request):
+    def rank_submit(rank1, rank2, rank3, rank4, comment_value, current, key_value, request: gr.Request):
+        """Rank numbers for the answers in the order shown (`current`), for the item `key_value` names."""
         with ctx.connection() as db:
             user = require_user(db, request)
-            if not current:
+            if not current or not key_value:
                 raise gr.Error("There is nothing to rank: click Refresh.")
+            item_id, request_id = parse_key(key_value)
+            if int(current["item_id"]) != item_id:
+                raise gr.Error(f"The answers shown belong to item {current['item_id']}, not {item_id}: click Refresh.")
             response_ids = current["response_ids"]
             order = order_from_ranks(response_ids, [rank1, rank2, rank3, rank4][: len(response_ids)])
-            seconds = max(0.0, time.time() - float(current.get("shown_at") or time.time()))
-            labeling.submit_ranking(
-                db, ctx.project, user.username, int(current["item_id"]), order,
-                comment=(comment_value or "").strip(), seconds=round(seconds, 2), request_id=current.get("request_id"),
+            _, item = labeling.submit_ranking_and_next(
+                db, ctx.project, user.username, item_id, order, comment=(comment_value or "").strip(),
+                request_id=request_id,
             )
-            return show_next(ctx, db, user.username)
+            return outputs_for(db, ctx, user.username, item)
 
     @ui_errors
     def rank_skip(current, request: gr.Request):
@@ -173,9 +184,13 @@ def build(ctx: UIContext) -> None:
                 gr.Info("Nothing to undo.")
             return show_next(ctx, db, user.username)
 
-    submit.click(rank_submit, [*rank_radios, comment, state], outputs, api_name="rank_submit", trigger_mode="once")
-    skip.click(rank_skip, [state], outputs, api_name="rank_skip", trigger_mode="once")
-    undo.click(rank_undo, None, outputs, api_name="rank_undo", trigger_mode="once")
-    refresh.click(rank_next, None, outputs, api_name="rank_next")
+    # As in the Rate tab: no progress overlay, one labelling concurrency group, and shortcuts.js told when a
+    # request finished so it sends the next queued key.
+    fast = {"show_progress": "hidden", "trigger_mode": "once", "concurrency_id": LABELLING, "concurrency_limit": 1}
+    submit.click(rank_submit, [*rank_radios, comment, state, key], outputs, api_name="rank_submit", js=SUBMIT_JS,
+                 **fast).then(None, js=DONE_JS, api_name="rank_submit_done")
+    skip.click(rank_skip, [state], outputs, api_name="rank_skip", **fast).then(None, js=DONE_JS, api_name="rank_skip_done")
+    undo.click(rank_undo, None, outputs, api_name="rank_undo", **fast).then(None, js=DONE_JS, api_name="rank_undo_done")
+    refresh.click(rank_next, None, outputs, api_name="rank_next", concurrency_id=LABELLING, concurrency_limit=1)
     if ctx.app is not None:
-        ctx.app.load(rank_next, None, outputs, api_name="rank_load")
+        ctx.app.load(rank_next, None, outputs, api_name="rank_load", concurrency_id=LABELLING, concurrency_limit=1)

@@ -1,13 +1,11 @@
 """Rate tab: one prompt and one answer at a time, scored on the project's Likert scale.
 
-Handlers are short adapters: widgets -> labeling service -> widgets. The gr.State holds ids only
-(item, response, request id, when it was shown); the queue itself lives in SQLite, so a refresh shows
-the same pending item. Every event has an api_name, so gradio_client drives exactly these handlers.
+Handlers are short adapters: widgets -> labeling service -> widgets. The page holds only the shown item's
+key (its id and idempotency key); the queue itself lives in SQLite, so a refresh shows the same pending
+item. A submit stores the label and returns the next item in one round trip. Every event has an api_name,
+so gradio_client drives exactly these handlers.
 """
 from __future__ import annotations
-
-import time
-import uuid
 
 import gradio as gr
 
@@ -20,6 +18,8 @@ DEFAULT_GUIDELINES = (
     "Read the prompt, then the answer. Score how good the answer is **as a reply to that prompt**: "
     "helpful, correct, on topic, well written. Use the whole scale; skip what you cannot judge."
 )
+# The concurrency group of every Rate and Rank handler (see build).
+LABELLING = "labelling"
 SHORTCUTS = "Keys: **digit** = score and submit, **s** = skip, **u** = undo last (not while typing a comment)."
 
 
@@ -41,61 +41,95 @@ def scale_choices(likert_min: int, likert_max: int) -> list[tuple[str, int]]:
     return [(str(score), score) for score in range(likert_min, likert_max + 1)]
 
 
-def _empty_outputs(done: int, remaining: int) -> tuple:
-    return (
+def item_key(item) -> str:
+    """What the page (or an API client) sends back with a label: the item and this showing's idempotency key."""
+    return f"{item.item_id}:{item.request_id}"
+
+
+def parse_key(key: str | None) -> tuple[int, str]:
+    """(item_id, request_id) from item_key's text; InputError naming the field when it is not one."""
+    from labeler.services.errors import InputError
+
+    item_id, _, request_id = (key or "").strip().partition(":")
+    if not item_id.isdigit() or not request_id:
+        raise InputError(
+            f"expected the key of the item shown, '<item id>:<request id>' as rate_next returned it, got {key!r}",
+            field="key",
+        )
+    return int(item_id), request_id
+
+
+def _empty_outputs(done: int, remaining: int, full: bool) -> tuple:
+    outputs = (
         banner_update(None),
         counter_markdown(done, remaining),
         "### All done\nNothing left to rate in this project right now. New answers appear here as they are generated.",
         "",
         gr.update(choices=[], value=None, interactive=False, label="Score"),
         gr.update(value=""),
-        gr.update(),
-        None,
+        "",
         gr.update(interactive=False),
         gr.update(interactive=False),
     )
+    return (*outputs, gr.skip()) if full else outputs
 
 
-def item_outputs(item, waiting: int | None = None) -> tuple:
-    """Widgets for one QueueItem (or the 'all done' screen for None), in OUTPUTS order minus the guidelines."""
+def item_outputs(item, waiting: int | None = None, *, full: bool = True, comment: str = "x") -> tuple:
+    """Widgets for one QueueItem, in FAST_OUTPUTS order (+ the guidelines when full).
+
+    full=False is the keyboard path (submit, skip): what a label cannot have changed (the buttons, the
+    scale's choices, the guidelines, an empty comment box) is skipped, so the browser re-renders only the
+    item itself.
+    """
     response = item.responses[0]
-    state = {
-        "item_id": item.item_id,
-        "response_id": response["id"],
-        # A fresh id per shown item: a double click or a retried request stores one label.
-        "request_id": uuid.uuid4().hex,
-        "shown_at": time.time(),
-    }
-    label = f"Score: {item.likert_min} = very bad … {item.likert_max} = excellent"
-    return (
+    if full:
+        label = f"Score: {item.likert_min} = very bad … {item.likert_max} = excellent"
+        score = gr.update(choices=scale_choices(item.likert_min, item.likert_max), value=None, interactive=True, label=label)
+    else:
+        score = gr.update(value=None)
+    outputs = (
         banner_update(item.run_id, waiting),
         counter_markdown(item.done, item.remaining),
         f"### Prompt\n{item.prompt}",
         response["text"] or "*(empty answer)*",
-        gr.update(choices=scale_choices(item.likert_min, item.likert_max), value=None, interactive=True, label=label),
-        gr.update(value=""),
-        item.guidelines or DEFAULT_GUIDELINES,
-        state,
-        gr.update(interactive=True),
-        gr.update(interactive=True),
+        score,
+        gr.update(value="") if (full or comment) else gr.skip(),
+        item_key(item),
+        gr.update(interactive=True) if full else gr.skip(),
+        gr.update(interactive=True) if full else gr.skip(),
     )
+    return (*outputs, item.guidelines or DEFAULT_GUIDELINES) if full else outputs
 
 
-def show_next(ctx: UIContext, db, username: str) -> tuple:
+def outputs_for(db, ctx: UIContext, username: str, item, *, full: bool, comment: str = "x") -> tuple:
     from labeler.services import labeling
 
-    item = labeling.next_item(db, ctx.project, username, KIND)
     if item is None:
         done, remaining = labeling.progress(db, ctx.project, username, KIND)
-        return _empty_outputs(done, remaining)
+        return _empty_outputs(done, remaining, full)
     waiting = labeling.waiting_for_run(db, item.run_id) if item.run_id is not None else None
-    return item_outputs(item, waiting)
+    return item_outputs(item, waiting, full=full, comment=comment)
+
+
+def show_next(ctx: UIContext, db, username: str, *, full: bool = True) -> tuple:
+    from labeler.services import labeling
+
+    return outputs_for(db, ctx, username, labeling.next_item(db, ctx.project, username, KIND), full=full)
+
+
+# The keyboard path (shortcuts.js): the score a digit key chose goes straight into the submit, without
+# waiting for the Radio's change to reach Gradio's store; the mouse path leaves the inputs as they are.
+SUBMIT_JS = """(score, comment, key) => {
+  const typed = window.__rlhfStudioTake ? window.__rlhfStudioTake("rate") : null;
+  return [typed === null ? score : typed, comment, key];
+}"""
+# Tells shortcuts.js that the request finished (success or error), so it sends the next queued key.
+DONE_JS = """() => { if (window.__rlhfStudioDone) window.__rlhfStudioDone(); }"""
 
 
 def build(ctx: UIContext) -> None:
     from labeler.services import labeling
 
-    state = gr.State(None)
     banner = gr.Markdown(visible=False, elem_id="rate-banner", elem_classes=["studio-banner"])
     with gr.Row(equal_height=False):
         with gr.Column(scale=3):
@@ -106,6 +140,10 @@ def build(ctx: UIContext) -> None:
             )
             score = gr.Radio(choices=[], label="Score", elem_id="rate-score")
             comment = gr.Textbox(label="Comment (optional)", lines=1, max_lines=4, elem_id="rate-comment")
+            # The shown item's key ('<item id>:<request id>'): sent back with the label, so a retried or
+            # doubled submit stores one label and a submit names the item it labels. In the page, not in
+            # server-side session state, so gradio_client sees it and sends it as the browser does.
+            key = gr.Textbox(visible="hidden", elem_id="rate-key", label="Item key")
             with gr.Row():
                 submit = gr.Button("Submit", variant="primary", elem_id="rate-submit")
                 skip = gr.Button("Skip", elem_id="rate-skip")
@@ -116,7 +154,8 @@ def build(ctx: UIContext) -> None:
             with gr.Accordion("Guidelines", open=True):
                 guidelines = gr.Markdown(DEFAULT_GUIDELINES, elem_id="rate-guidelines")
 
-    outputs = [banner, counter, prompt, response, score, comment, guidelines, state, submit, skip]
+    fast_outputs = [banner, counter, prompt, response, score, comment, key, submit, skip]
+    outputs = [*fast_outputs, guidelines]
 
     @ui_errors
     def rate_next(request: gr.Request):
@@ -125,27 +164,28 @@ def build(ctx: UIContext) -> None:
             return show_next(ctx, db, user.username)
 
     @ui_errors
-    def rate_submit(score_value, comment_value, current, request: gr.Request):
+    def rate_submit(score_value, comment_value, key_value, request: gr.Request):
+        """Store the score of the item `key_value` names and return the next item: one round trip per label."""
         with ctx.connection() as db:
             user = require_user(db, request)
-            if not current:
+            if not key_value:
                 raise gr.Error("There is no item to rate: click Refresh.")
+            item_id, request_id = parse_key(key_value)
             if score_value is None or score_value == "":
                 raise gr.Error("Pick a score first (or press a digit key).")
-            seconds = max(0.0, time.time() - float(current.get("shown_at") or time.time()))
-            labeling.submit_rating(
-                db, ctx.project, user.username, int(current["item_id"]), float(score_value),
-                comment=(comment_value or "").strip(), seconds=round(seconds, 2), request_id=current.get("request_id"),
+            comment_text = (comment_value or "").strip()
+            _, item = labeling.submit_rating_and_next(
+                db, ctx.project, user.username, item_id, float(score_value), comment=comment_text, request_id=request_id,
             )
-            return show_next(ctx, db, user.username)
+            return outputs_for(db, ctx, user.username, item, full=False, comment=comment_value or "")
 
     @ui_errors
-    def rate_skip(current, request: gr.Request):
+    def rate_skip(key_value, request: gr.Request):
         with ctx.connection() as db:
             user = require_user(db, request)
-            if current:
-                labeling.skip_item(db, ctx.project, user.username, int(current["item_id"]))
-            return show_next(ctx, db, user.username)
+            if key_value:
+                labeling.skip_item(db, ctx.project, user.username, parse_key(key_value)[0])
+            return show_next(ctx, db, user.username, full=False)
 
     @ui_errors
     def rate_undo(request: gr.Request):
@@ -156,11 +196,18 @@ def build(ctx: UIContext) -> None:
                 gr.Info("Nothing to undo.")
             return show_next(ctx, db, user.username)
 
-    # trigger_mode="once": a second click while the first submit runs is dropped in the browser;
-    # the request_id makes it harmless on the server anyway.
-    submit.click(rate_submit, [score, comment, state], outputs, api_name="rate_submit", trigger_mode="once")
-    skip.click(rate_skip, [state], outputs, api_name="rate_skip", trigger_mode="once")
-    undo.click(rate_undo, None, outputs, api_name="rate_undo", trigger_mode="once")
-    refresh.click(rate_next, None, outputs, api_name="rate_next")
+    # The keyboard handlers: no progress overlay (it flashed "processing" over every component per key);
+    # one concurrency group for all labelling handlers, so requests queue in Gradio instead of spinning in
+    # SQLite's busy handler. shortcuts.js sends one request at a time and queues the keys typed meanwhile;
+    # trigger_mode="once" drops a second mouse click while one runs (the key makes a repeat harmless anyway).
+    fast = {"show_progress": "hidden", "trigger_mode": "once", "concurrency_id": LABELLING, "concurrency_limit": 1}
+    submit.click(rate_submit, [score, comment, key], fast_outputs, api_name="rate_submit", js=SUBMIT_JS, **fast).then(
+        None, js=DONE_JS, api_name="rate_submit_done")
+    skip.click(rate_skip, [key], fast_outputs, api_name="rate_skip", **fast).then(
+        None, js=DONE_JS, api_name="rate_skip_done")
+    # Undo can bring an item back to the "all done" screen: it re-enables the buttons (full outputs).
+    undo.click(rate_undo, None, outputs, api_name="rate_undo", **fast).then(
+        None, js=DONE_JS, api_name="rate_undo_done")
+    refresh.click(rate_next, None, outputs, api_name="rate_next", concurrency_id=LABELLING, concurrency_limit=1)
     if ctx.app is not None:
-        ctx.app.load(rate_next, None, outputs, api_name="rate_load")
+        ctx.app.load(rate_next, None, outputs, api_name="rate_load", concurrency_id=LABELLING, concurrency_limit=1)
