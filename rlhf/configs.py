@@ -79,6 +79,16 @@ class PPOConfig:
         metadata={"help": "KL estimate per token: kl (logp - logq), abs, mse (0.5 (logp - logq)^2), full (exact, slower)."},
     )
     # -- advantages and losses --
+    advantage_estimator: Literal["gae", "rloo"] = field(
+        default="gae",
+        metadata={"help": "gae: a value head's GAE advantages (classic PPO); rloo: each answer's reward minus the mean "
+                          "of the other answers to the same prompt (Ahmadian et al. 2024), no critic to learn."},
+    )
+    rloo_k: int = field(
+        default=1,
+        metadata={"help": "Answers sampled per prompt in a batch (rloo groups answers by equal queries; the app's "
+                          "rollouts sample this many per prompt)."},
+    )
     gamma: float = field(default=1.0, metadata={"help": "Discount factor for GAE."})
     lam: float = field(default=0.95, metadata={"help": "Lambda for GAE (bias/variance trade-off)."})
     cliprange: float = field(default=0.2, metadata={"help": "Clip range of the policy ratio (1 +- cliprange)."})
@@ -124,6 +134,12 @@ class PPOConfig:
         _check(0 <= self.lam <= 1, "lam", self.lam, "must be in [0, 1]")
         _check(self.attn_implementation in ("auto", "eager", "sdpa", "model"), "attn_implementation",
                self.attn_implementation, "must be auto, eager, sdpa or model")
+        _check(self.advantage_estimator in ("gae", "rloo"), "advantage_estimator", self.advantage_estimator,
+               "must be gae or rloo")
+        _check(self.rloo_k >= 1 and self.batch_size % self.rloo_k == 0, "rloo_k", self.rloo_k,
+               f"must be at least 1 and divide batch_size={self.batch_size}")
+        _check(self.advantage_estimator != "rloo" or self.rloo_k >= 2, "rloo_k", self.rloo_k,
+               "must be at least 2 with advantage_estimator='rloo' (the baseline is the other answers' mean)")
         _check(self.kl_penalty in ("kl", "abs", "mse", "full"), "kl_penalty", self.kl_penalty, "must be kl, abs, mse or full")
         _check(self.max_grad_norm is None or self.max_grad_norm > 0, "max_grad_norm", self.max_grad_norm, "must be positive or None")
         _check(self.score_clip is None or self.score_clip > 0, "score_clip", self.score_clip, "must be positive or None")

@@ -19,6 +19,7 @@ import torch
 from rlhf.configs import GenerationSettings
 from rlhf.core import logprobs_from_logits, pad_sequences
 from rlhf.generation import build_prompt_ids, decode_responses, eos_token_ids, generate_batch
+from rlhf.rewards import vader_answer
 
 RewardFunction = Callable[[Sequence[str], Sequence[str]], Sequence[float]]
 
@@ -33,12 +34,8 @@ def distinct_n(texts: Sequence[str], n: int = 2) -> float:
     return len(set(grams)) / len(grams) if grams else 0.0
 
 
-def answer_vader(queries: Sequence[str], responses: Sequence[str]) -> list[float]:
-    """VADER compound sentiment of the answer alone, in [-1, 1]: the prompt's own words do not count."""
-    from vaderSentiment.vaderSentiment import SentimentIntensityAnalyzer
-
-    analyzer = SentimentIntensityAnalyzer()
-    return [analyzer.polarity_scores(response)["compound"] for response in responses]
+# VADER compound sentiment of the answer alone: the held-out "positive answer" measure (> 0.5).
+answer_vader = vader_answer
 
 
 @torch.no_grad()

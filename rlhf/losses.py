@@ -87,6 +87,30 @@ def gae_advantages(
     return advantages, (advantages + values) * mask
 
 
+def group_ids(queries: list[torch.Tensor]) -> torch.Tensor:
+    """(B,) long: rows whose query token ids are equal share a group id (in order of first appearance)."""
+    seen: dict[tuple, int] = {}
+    return torch.tensor([seen.setdefault(tuple(q.tolist()), len(seen)) for q in queries], dtype=torch.long)
+
+
+def rloo_advantages(rewards: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
+    """REINFORCE leave-one-out advantages (Ahmadian et al. 2024, "Back to Basics", eq. 5), shape (B,).
+
+    A_i = r_i - mean of the other answers to the same prompt: the baseline comes from the group itself, so
+    no value head is needed and the baseline is unbiased. A row alone in its group is compared with the mean
+    of all other rows of the batch instead (there is nothing else to compare it with).
+    """
+    rewards = rewards.double()
+    n_groups = int(groups.max()) + 1
+    group_sum = torch.zeros(n_groups, dtype=rewards.dtype, device=rewards.device).index_add_(0, groups, rewards)
+    group_count = torch.bincount(groups, minlength=n_groups).to(rewards.dtype)
+    count = group_count[groups]
+    others_in_group = (group_sum[groups] - rewards) / (count - 1).clamp(min=1)
+    others_in_batch = (rewards.sum() - rewards) / max(len(rewards) - 1, 1)
+    baseline = torch.where(count > 1, others_in_group, others_in_batch)
+    return (rewards - baseline).float()
+
+
 def ppo_policy_loss(
     logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,

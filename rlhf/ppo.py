@@ -44,7 +44,15 @@ from rlhf.core import (
 from rlhf.attention import use_attention
 from rlhf.cpu_memory import keep_freed_memory
 from rlhf.kl_control import AdaptiveKLController, FixedKLController
-from rlhf.losses import gae_advantages, kl_penalty, per_token_rewards, ppo_policy_loss, ppo_value_loss
+from rlhf.losses import (
+    gae_advantages,
+    group_ids,
+    kl_penalty,
+    per_token_rewards,
+    ppo_policy_loss,
+    ppo_value_loss,
+    rloo_advantages,
+)
 from rlhf.tracking import MetricsCallback, Tracker
 from rlhf.value_head import VALUE_HEAD_FILE, AutoModelForCausalLMWithValueHead, create_reference_model
 
@@ -298,8 +306,14 @@ class PPOTrainer:
         if self.config.whiten_rewards:
             rewards = masked_whiten(rewards, mask, shift_mean=False)
 
-        # 3. advantages
-        advantages, returns = gae_advantages(values, rewards, mask, self.config.gamma, self.config.lam)
+        # 3. advantages: GAE with the value head, or RLOO's leave-one-out baseline over answers to one prompt
+        if self.config.advantage_estimator == "rloo":
+            sequence_rewards = rewards.sum(dim=1)  # score - beta * KL summed over the answer
+            groups = group_ids(queries).to(sequence_rewards.device)
+            advantages = rloo_advantages(sequence_rewards, groups)[:, None] * mask  # (B, R), one value per answer
+            returns = values  # no critic is trained: its loss is left out
+        else:
+            advantages, returns = gae_advantages(values, rewards, mask, self.config.gamma, self.config.lam)
         advantages = masked_whiten(advantages, mask)
 
         # 4. epochs over mini-batches
@@ -471,7 +485,7 @@ class PPOTrainer:
         logprobs, vpreds, logits = self._forward(self.model, mb)
         pg_loss, pg_stats = ppo_policy_loss(logprobs, old_logprobs, advantages, mb.mask, cfg.cliprange)
         vf_loss, vf_stats = ppo_value_loss(vpreds, old_values, returns, mb.mask, cfg.cliprange_value)
-        loss = pg_loss + cfg.vf_coef * vf_loss
+        loss = pg_loss + cfg.vf_coef * vf_loss if cfg.advantage_estimator == "gae" else pg_loss
         # A huge ratio means the new policy is far from the one that sampled: the update would be garbage.
         skipped = bool(pg_stats["ratio"] > cfg.ratio_threshold)
         if not skipped:

@@ -38,15 +38,27 @@ def _stats(prefix: str, scores: Scores) -> dict[str, float]:
     return out
 
 
-def vader_compound(queries: Sequence[str], responses: Sequence[str]) -> list[float]:
-    """VADER's compound sentiment of query + response, in [-1, 1] (the seeds' "positive reviews" reward)."""
+def _vader():
     from vaderSentiment.vaderSentiment import SentimentIntensityAnalyzer
 
-    analyzer = SentimentIntensityAnalyzer()
+    return SentimentIntensityAnalyzer()
+
+
+def vader_answer(queries: Sequence[str], responses: Sequence[str]) -> list[float]:
+    """VADER's compound sentiment of the answer alone, in [-1, 1]: the reward of the shipped task, where the
+    answer is a chat turn of its own, so the prompt's words neither help nor hurt it."""
+    analyzer = _vader()
+    return [analyzer.polarity_scores(r)["compound"] for r in responses]
+
+
+def vader_compound(queries: Sequence[str], responses: Sequence[str]) -> list[float]:
+    """VADER's compound sentiment of query + response, in [-1, 1]: the seeds' notebook, where the response
+    continues the query's text and the two make one review."""
+    analyzer = _vader()
     return [analyzer.polarity_scores(q + r)["compound"] for q, r in zip(queries, responses)]
 
 
-BUILTIN_FUNCTIONS = {"vader": vader_compound}
+BUILTIN_FUNCTIONS = {"vader": vader_answer, "vader-with-prompt": vader_compound}
 
 
 class FunctionReward:
@@ -151,4 +163,5 @@ class MixReward:
         return mixed
 
 
-__all__ = ["FunctionReward", "HumanReward", "MixReward", "RewardModelReward", "RewardSource", "vader_compound"]
+__all__ = ["FunctionReward", "HumanReward", "MixReward", "RewardModelReward", "RewardSource", "vader_answer",
+           "vader_compound"]

@@ -63,7 +63,7 @@ class JobConfig:
     # PPO
     reward: Literal["rm", "human", "mix", "function"] = field(default="rm", metadata={"help": "PPO reward source."})
     reward_model: str = field(default="", metadata={"help": "Reward model (registry name or folder) for rm/mix; blank: the newest registered one."})
-    reward_function: str = field(default="vader", metadata={"help": "For reward=function: 'vader' or module:function taking (queries, responses)."})
+    reward_function: str = field(default="vader", metadata={"help": "For reward=function: 'vader' (VADER sentiment of the answer alone), 'vader-with-prompt' or module:function taking (queries, responses)."})
     subtract_query_score: bool = field(default=False, metadata={"help": "Reward model: subtract the query's own score."})
     w_human: float = field(default=1.0, metadata={"help": "mix: weight of the human reward."})
     w_rm: float = field(default=1.0, metadata={"help": "mix: weight of the reward model."})

@@ -3,7 +3,15 @@ import math
 import pytest
 import torch
 
-from rlhf.losses import gae_advantages, kl_penalty, per_token_rewards, ppo_policy_loss, ppo_value_loss
+from rlhf.losses import (
+    gae_advantages,
+    group_ids,
+    kl_penalty,
+    per_token_rewards,
+    ppo_policy_loss,
+    ppo_value_loss,
+    rloo_advantages,
+)
 
 
 def test_kl_penalty_kinds():
@@ -121,3 +129,29 @@ def test_value_loss_with_clipping_active():
     masked, _ = ppo_value_loss(torch.cat([values, torch.tensor([[99.0]])], 1), torch.cat([old, torch.zeros(1, 1)], 1),
                                torch.cat([returns, torch.zeros(1, 1)], 1), torch.tensor([[1, 1, 1, 0]]), 0.2)
     assert masked.item() == pytest.approx(0.215, abs=1e-6)
+
+
+def test_group_ids_follow_equal_queries():
+    a, b = torch.tensor([1, 2]), torch.tensor([3])
+    assert group_ids([a, b, a.clone(), b, torch.tensor([1, 2, 3])]).tolist() == [0, 1, 0, 1, 2]
+
+
+def test_rloo_advantages_by_hand():
+    # Group 0: rewards 1, 2, 6 -> baselines (2+6)/2 = 4, (1+6)/2 = 3.5, (1+2)/2 = 1.5 -> A = -3, -1.5, 4.5.
+    # Group 1: rewards 0, 1 -> baselines 1, 0 -> A = -1, 1.
+    # Group 2: reward 5 alone -> baseline = mean of the other 5 rows (1+2+6+0+1)/5 = 2 -> A = 3.
+    rewards = torch.tensor([1.0, 2.0, 0.0, 6.0, 1.0, 5.0])
+    groups = torch.tensor([0, 0, 1, 0, 1, 2])
+    assert rloo_advantages(rewards, groups).tolist() == pytest.approx([-3.0, -1.5, -1.0, 4.5, 1.0, 3.0])
+
+
+def test_rloo_advantages_equal_a_float64_loop():
+    generator = torch.Generator().manual_seed(0)
+    rewards = torch.randn(12, generator=generator)
+    groups = torch.tensor([0, 1, 2] * 4)
+    fast = rloo_advantages(rewards, groups)
+    for i in range(12):
+        others = [float(rewards[j]) for j in range(12) if j != i and groups[j] == groups[i]]
+        assert float(fast[i]) == pytest.approx(float(rewards[i]) - sum(others) / len(others), abs=1e-6)
+    # Adding a constant to every reward changes no advantage (the baseline absorbs it).
+    assert rloo_advantages(rewards + 7.0, groups).tolist() == pytest.approx(fast.tolist(), abs=1e-5)

@@ -327,3 +327,50 @@ def test_minibatch_drops_shared_left_padding_and_keeps_every_logprob():
                                   batch.response_length)
         full = trainer._forward(trainer.model, untrimmed_rows)[0] * mb.mask
     torch.testing.assert_close(trimmed, full, atol=1e-6, rtol=1e-5)
+
+
+def test_rloo_learns_a_toy_reward_without_training_the_value_head():
+    # The toy reward of the test above, with 4 answers per query and RLOO's leave-one-out baseline.
+    config = PPOConfig(batch_size=8, mini_batch_size=4, learning_rate=3e-2, init_kl_coef=0.0, adap_kl_ctrl=False,
+                       advantage_estimator="rloo", rloo_k=4)
+    trainer = PPOTrainer(config, small_vocab_model(), None, SMALL_TOKENIZER)
+    before = params(trainer.model)
+    g = torch.Generator().manual_seed(0)
+    means = []
+    for _ in range(10):
+        prompts = [torch.randint(1, 16, (3,), generator=g) for _ in range(2)]
+        queries = [q for q in prompts for _ in range(4)]  # 2 groups of 4 equal queries
+        responses = trainer.generate(queries, return_prompt=False, max_new_tokens=6)
+        scores = [(r == 5).float().mean() for r in responses]
+        with pytest.warns(UserWarning) if len({float(s) for s in scores}) == 1 else _no_warning():
+            means.append(trainer.step(queries, responses, scores)["ppo/mean_scores"])
+    first, last = sum(means[:2]) / 2, sum(means[-3:]) / 3
+    assert last > 0.3 and last > 3 * first, means
+    moved = changed(before, trainer.model)
+    assert "pretrained_model.model.layers.0.self_attn.q_proj.weight" in moved
+    assert not any(name.startswith("v_head") for name in moved)  # no critic: its loss is left out
+
+
+def test_rloo_advantages_in_step_come_from_the_other_answers_to_the_same_query(monkeypatch):
+    # Two groups; within each, the answer with the higher score must get the positive advantage, whatever
+    # the other group's scores are (a group-free baseline would make all of group B's advantages positive).
+    import rlhf.ppo as ppo
+
+    seen = {}
+    real = ppo.rloo_advantages
+    monkeypatch.setattr(ppo, "rloo_advantages", lambda r, g: seen.setdefault("adv", real(r, g)))
+    config = PPOConfig(batch_size=4, mini_batch_size=4, learning_rate=1e-3, init_kl_coef=0.0, adap_kl_ctrl=False,
+                       advantage_estimator="rloo", rloo_k=2, ppo_epochs=1)
+    trainer = PPOTrainer(config, small_vocab_model(), None, SMALL_TOKENIZER)
+    qa, qb = torch.tensor([3, 4]), torch.tensor([5, 6, 7])
+    responses = [torch.tensor([2, 3]), torch.tensor([4, 5]), torch.tensor([6, 7]), torch.tensor([8, 9])]
+    trainer.step([qa, qb, qa, qb], responses, [torch.tensor(s) for s in (0.0, 10.0, 1.0, 12.0)])
+    # Group A: 0 vs 1 -> -1, +1; group B: 10 vs 12 -> -2, +2 (KL is 0 at step one).
+    assert seen["adv"].tolist() == pytest.approx([-1.0, -2.0, 1.0, 2.0], abs=1e-4)
+
+
+def test_rloo_config_needs_groups():
+    with pytest.raises(ValueError, match="rloo_k"):
+        PPOConfig(advantage_estimator="rloo", rloo_k=1)
+    with pytest.raises(ValueError, match="rloo_k"):
+        PPOConfig(batch_size=16, mini_batch_size=4, rloo_k=3)

@@ -3,15 +3,21 @@ from __future__ import annotations
 
 import pytest
 
-from rlhf.rewards import FunctionReward, HumanReward, MixReward, RewardModelReward, vader_compound
+from rlhf.rewards import FunctionReward, HumanReward, MixReward, RewardModelReward, vader_answer, vader_compound
 
 
-def test_vader_function_reward_scores_query_plus_response():
+def test_vader_function_rewards_score_the_answer_alone_or_with_the_prompt():
     reward = FunctionReward.from_spec("vader")
-    scores = reward(["This film was", "This film was"], [" wonderful and moving.", " awful, a dreadful bore."])
-    assert scores[0] > 0.5 and scores[1] < -0.5
-    assert scores == vader_compound(["This film was"] * 2, [" wonderful and moving.", " awful, a dreadful bore."])
+    # The prompt is very negative; "vader" scores only the answer, "vader-with-prompt" the two together.
+    prompts = ["I hated this awful, dreadful film"] * 2
+    answers = [" It was wonderful and moving.", " It was a bore."]
+    scores = reward(prompts, answers)
+    assert scores[0] > 0.5 and scores[1] < 0
+    assert scores == vader_answer(prompts, answers)
     assert reward.last_stats["reward/function_count"] == 2.0
+    with_prompt = FunctionReward.from_spec("vader-with-prompt")(prompts, answers)
+    assert with_prompt == vader_compound(prompts, answers)
+    assert with_prompt[0] < scores[0]  # the prompt's words pull it down
 
 
 def test_function_reward_from_module_path_and_bad_output():
