@@ -17,9 +17,9 @@ import sqlite_utils
 
 from labeler.services import label_kinds, labeling
 from labeler.services.accounts import require_user
-from labeler.services.chat import ModelCache, reply
+from labeler.services.chat import ModelCache, check_length, reply
 from labeler.services.errors import InputError, PermissionDenied
-from labeler.services.models import resolve
+from labeler.services.models import resolve_chat_model
 from labeler.services.projects import get_project
 from labeler.services.prompts import PromptRecord, insert_prompt
 from rlhf.configs import GenerationSettings
@@ -67,15 +67,21 @@ def start_battle(
     model_b: str,
     settings: GenerationSettings = ARENA_SETTINGS,
     rng: random.Random | None = None,
+    server_models: tuple[str, ...] = (),
 ) -> Battle:
-    """Generate both answers and store the battle. The models' order is shuffled with `rng`."""
+    """Generate both answers and store the battle. The models' order is shuffled with `rng`.
+
+    Both models must be registered chat models (or one of `server_models`, chosen on the command line):
+    a battle never opens a path or a hub id typed by a user.
+    """
     proj = get_project(db, project)
     user = require_user(db, username)
     if not isinstance(prompt, str) or not prompt.strip():
         raise InputError("is empty", field="prompt")
+    check_length(prompt, "prompt")
     if model_a == model_b:
         raise InputError("pick two different models", field="model_b")
-    paths = {name: resolve(db, name) for name in (model_a, model_b)}
+    paths = {name: resolve_chat_model(db, name, server_models) for name in (model_a, model_b)}
     rng = rng or random.Random()
     first, second = (model_a, model_b) if rng.random() < 0.5 else (model_b, model_a)
     history = [{"role": "user", "content": prompt}]

@@ -26,6 +26,10 @@ from storage import write_transaction
 Messages = list[dict]
 CHAT_SETTINGS = GenerationSettings(max_new_tokens=256, temperature=0.7, top_p=0.9, batch_size=1)
 STREAM_TIMEOUT_S = 300.0  # a generation thread silent this long has died
+# Longest message and conversation accepted: a chat turn is typed by a person, and whatever is stored
+# (a rated answer's prompt) ends up in exports and training data. 5 MB comments were once stored.
+MAX_MESSAGE_CHARS = 20_000
+MAX_MESSAGES = 200
 
 
 class ModelCache:
@@ -40,21 +44,36 @@ class ModelCache:
             raise ValueError(f"max_models={max_models!r}: must be at least 1")
         self.max_models = max_models
         self._models: OrderedDict[tuple[str, str], Any] = OrderedDict()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards the two dicts, never held while loading
+        self._loading: dict[tuple[str, str], threading.Lock] = {}
 
     def get(self, name_or_path: str, kind: str = "causal") -> Any:
         """(model, tokenizer) for kind 'causal'; a RewardScorer for kind 'reward'."""
         key = (str(name_or_path), kind)
-        # One lock for loading too: two requests for the same new model load it once.
         with self._lock:
             if key in self._models:
                 self._models.move_to_end(key)
                 return self._models[key]
-            loaded = _load(*key)
-            self._models[key] = loaded
-            while len(self._models) > self.max_models:
-                self._models.popitem(last=False)
-            return loaded
+            loading = self._loading.setdefault(key, threading.Lock())
+        # One lock per model being loaded: two requests for the same new model load it once, and a slow
+        # load (a big model, a cold disk) does not hold up chats with models already loaded.
+        with loading:
+            with self._lock:
+                if key in self._models:
+                    self._models.move_to_end(key)
+                    return self._models[key]
+            try:
+                loaded = _load(*key)
+            except BaseException:
+                with self._lock:
+                    self._loading.pop(key, None)
+                raise
+            with self._lock:
+                self._models[key] = loaded
+                self._loading.pop(key, None)
+                while len(self._models) > self.max_models:
+                    self._models.popitem(last=False)
+                return loaded
 
     def __contains__(self, key: tuple[str, str]) -> bool:
         return key in self._models
@@ -72,21 +91,32 @@ def _load(name_or_path: str, kind: str) -> Any:
         return RewardScorer(name_or_path)
     if kind != "causal":
         raise ValueError(f"kind={kind!r}: 'causal' or 'reward'")
-    from rlhf.loading import load_causal_lm, load_tokenizer
+    from labeler.services.models import check_generates_text
+    from rlhf.loading import load_causal_lm, load_tokenizer, resolve_model_path
 
+    check_generates_text(resolve_model_path(name_or_path))  # an encoder would answer from a random head
     model = load_causal_lm(name_or_path).eval()
     if torch.cuda.is_available():
         model = model.to("cuda")
     return model, load_tokenizer(name_or_path, padding_side="left")
 
 
+def check_length(text: str, field: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    if isinstance(text, str) and len(text) > limit:
+        raise InputError(f"{len(text):,} characters: at most {limit:,}", field=field)
+    return text
+
+
 def check_history(history: Sequence[dict]) -> Messages:
     """Plain {"role", "content"} messages ending with a non-empty user turn."""
+    if len(history) > MAX_MESSAGES:
+        raise InputError(f"{len(history)} messages: at most {MAX_MESSAGES}; clear the chat", field="history")
     messages = []
     for number, message in enumerate(history, start=1):
         role, content = message.get("role"), message.get("content")
         if role not in ("user", "assistant", "system") or not isinstance(content, str):
             raise InputError(f"message {number}: needs a role (user/assistant/system) and text content", field="history")
+        check_length(content, f"message {number}")
         messages.append({"role": role, "content": content})
     if not messages or messages[-1]["role"] != "user" or not messages[-1]["content"].strip():
         raise InputError("the conversation must end with a non-empty user message", field="history")
@@ -117,9 +147,11 @@ def stream_reply(
     """Yield the answer piece by piece as it is generated (transformers' TextIteratorStreamer + a thread).
 
     The pieces joined are the text `reply` returns for the same settings (greedy decoding, or the same seed).
+    Closing the generator early (the user pressed Stop, the browser went away: Gradio calls close()) stops
+    the generation thread at its next token instead of letting it run to max_new_tokens.
     """
     import torch
-    from transformers import TextIteratorStreamer
+    from transformers import StoppingCriteria, StoppingCriteriaList, TextIteratorStreamer
 
     from rlhf.generation import autocast_context, eos_token_ids, generation_kwargs
 
@@ -130,6 +162,11 @@ def stream_reply(
     eos_ids = eos_token_ids(model, tokenizer)
     streamer = TextIteratorStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True, timeout=STREAM_TIMEOUT_S)
     failure: list[BaseException] = []
+    stop = threading.Event()
+
+    class StopWhenClosed(StoppingCriteria):
+        def __call__(self, input_ids, scores, **kwargs):
+            return torch.full((input_ids.shape[0],), stop.is_set(), dtype=torch.bool, device=input_ids.device)
 
     def run() -> None:
         try:
@@ -141,17 +178,21 @@ def stream_reply(
                         input_ids=ids[None].to(device),
                         attention_mask=torch.ones_like(ids)[None].to(device),
                         streamer=streamer,
+                        stopping_criteria=StoppingCriteriaList([StopWhenClosed()]),
                         **generation_kwargs(settings, eos_ids, tokenizer.pad_token_id),
                     )
         except BaseException as error:  # re-raised in the caller's thread below
             failure.append(error)
             streamer.end()
 
-    thread = threading.Thread(target=run, daemon=True)
+    thread = threading.Thread(target=run, daemon=True, name="chat-generate")
     thread.start()
-    for piece in streamer:
-        if piece:
-            yield piece
+    try:
+        for piece in streamer:
+            if piece:
+                yield piece
+    finally:
+        stop.set()  # a no-op after a normal end; after close() it ends the generation at the next token
     thread.join()
     if failure:
         raise failure[0]
@@ -226,6 +267,7 @@ def _prompt_record(prompt: str | Sequence[dict]) -> PromptRecord:
     if isinstance(prompt, str):
         if not prompt.strip():
             raise InputError("is empty", field="prompt")
+        check_length(prompt, "prompt")
         return PromptRecord(prompt, None)
     turns = [m for m in check_history(prompt) if m["role"] != "system"]
     # Stored the way prompts.py stores conversations, so the same chat is the same prompt.
@@ -254,6 +296,7 @@ def rate_answer(
     record = _prompt_record(prompt)
     if not isinstance(answer, str) or not answer.strip():
         raise InputError("is empty: nothing to rate", field="answer")
+    check_length(answer, "answer", limit=4 * MAX_MESSAGE_CHARS)  # an answer may be longer than a typed turn
     settings_json = json.dumps(dataclasses.asdict(settings), sort_keys=True) if settings else "{}"
     with write_transaction(db):
         prompt_id, _ = insert_prompt(db, proj.id, record, source)

@@ -20,6 +20,7 @@ from rlhf.loading import DEFAULT_POLICY, resolve_model_path
 from storage import write_transaction
 
 KINDS = ("base", "policy", "reward", "adapter")
+CHAT_KINDS = ("base", "policy", "adapter")  # kinds that write answers; a reward model only scores them
 # owner/name, as the hub spells repository ids.
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 NAME = re.compile(r"^[\w.:@+-][\w .:@+/-]{0,99}$")
@@ -122,7 +123,77 @@ def list_models(db: sqlite_utils.Database, kind: str | None = None) -> list[dict
 
 def chat_model_names(db: sqlite_utils.Database) -> list[str]:
     """Names of the models that can answer (everything but reward models)."""
-    return [m["name"] for m in list_models(db) if m["kind"] != "reward"]
+    return [m["name"] for m in list_models(db) if m["kind"] in CHAT_KINDS]
+
+
+def check_generates_text(path: str, name: str | None = None) -> None:
+    """InputError unless the model at `path` is a causal LM (or an adapter for one).
+
+    Reads config.json / adapter_config.json only; a hub id or a folder without them is left to the loader.
+    An encoder (a reward model's backbone, BERT, MiniLM) loaded as a causal LM gets a random LM head and
+    answers gibberish, so it is refused before loading.
+    """
+    folder = Path(path)
+    label = name or path
+    adapter = folder / "adapter_config.json"
+    if adapter.is_file():
+        try:
+            task = json.loads(adapter.read_text(encoding="utf-8")).get("task_type")
+        except (OSError, ValueError):
+            task = None
+        if task not in (None, "CAUSAL_LM"):
+            raise InputError(f"{label!r} is a {task} adapter, not a chat model", field="model")
+        return
+    config_file = folder / "config.json"
+    if not config_file.is_file():
+        return
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise InputError(f"{label!r}: its config.json is not valid JSON", field="model") from None
+    architectures = config.get("architectures") or []
+    if any(a.endswith(("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")) for a in architectures):
+        return
+    if not architectures:
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+        if config.get("model_type") in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+            return
+    kind = ", ".join(architectures) or config.get("model_type") or "unknown architecture"
+    raise InputError(f"{label!r} is not a chat model ({kind}): it cannot write answers", field="model")
+
+
+def resolve_chat_model(db: sqlite_utils.Database, name: str, server_models: tuple[str, ...] = ()) -> str:
+    """The path to load for a chat or arena model chosen in the web app: registered names only.
+
+    Paths and hub ids are for the CLI (`models add`), so a web user cannot make the server open a folder or
+    reach the network; `server_models` are the ones an admin chose on the command line (`serve --model`).
+    The error for an unknown name is the same whatever the name is, so it tells nothing about the
+    server's files.
+    """
+    name = str(name or "").strip()
+    if name == DEFAULT_POLICY:
+        _ensure_default(db)
+    row = db.execute("SELECT path, kind FROM models WHERE name = ?", [name]).fetchone()
+    if row is None and name not in server_models:
+        raise InputError(
+            f"no registered chat model named {name[:100]!r}; an admin adds models with `rlhf-studio models add`",
+            field="model",
+        )
+    if row is not None and row["kind"] not in CHAT_KINDS:
+        raise InputError(f"{name!r} is a {row['kind']} model: it scores answers but cannot write them", field="model")
+    path = resolve_model_path(row["path"] if row is not None else name)
+    check_generates_text(path, name)
+    return path
+
+
+def resolve_reward_model(db: sqlite_utils.Database, name: str) -> str:
+    """The path of a registered reward model (web: best-of-N); the same refusal as resolve_chat_model."""
+    name = str(name or "").strip()
+    row = db.execute("SELECT path, kind FROM models WHERE name = ?", [name]).fetchone()
+    if row is None or row["kind"] != "reward":
+        raise InputError(f"no registered reward model named {name[:100]!r}", field="reward_model")
+    return resolve_model_path(row["path"])
 
 
 def get_model(db: sqlite_utils.Database, name: str) -> dict:

@@ -47,6 +47,8 @@ def build(ctx: UIContext) -> None:
 
     gr.Markdown(HOW)
     with gr.Row():
+        # The arena service accepts registered chat models only (see the Chat tab's model dropdown for why
+        # the widget itself still takes any value).
         model_1 = gr.Dropdown(choices=[], label="Model 1", allow_custom_value=True, elem_id="arena-model-1")
         model_2 = gr.Dropdown(choices=[], label="Model 2", allow_custom_value=True, elem_id="arena-model-2")
         max_new_tokens = gr.Slider(8, 512, value=arena.ARENA_SETTINGS.max_new_tokens, step=8, label="max_new_tokens",
@@ -108,7 +110,10 @@ def build(ctx: UIContext) -> None:
                     picked = rng.choice(pool)
                 chosen.append(picked)
             settings = dataclasses.replace(arena.ARENA_SETTINGS, max_new_tokens=int(tokens))
-            battle = arena.start_battle(db, cache, ctx.project, user.username, prompt_text, *chosen, settings, rng)
+            battle = arena.start_battle(
+                db, cache, ctx.project, user.username, prompt_text, *chosen, settings, rng,
+                server_models=(ctx.settings.model,),
+            )
         buttons = [gr.update(interactive=True) for _ in vote_buttons]
         return (battle.answer_a or "*(empty answer)*", battle.answer_b or "*(empty answer)*", "", {"battle_id": battle.id}, *buttons)
 

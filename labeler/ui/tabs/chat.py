@@ -6,6 +6,8 @@ lives in SQLite. The loaded models live in a ModelCache created here, one per ap
 """
 from __future__ import annotations
 
+import contextlib
+
 import gradio as gr
 
 from labeler.ui.context import UIContext
@@ -79,7 +81,11 @@ def build(ctx: UIContext) -> None:
     cache = chat.ModelCache(max_models=2)
 
     with gr.Row():
-        model = gr.Dropdown(choices=[], label="Model", allow_custom_value=True, scale=2, elem_id="chat-model", info=NEW_MODEL_HINT)
+        # The handlers accept registered models only (models.resolve_chat_model), never a typed path or hub id.
+        # allow_custom_value stays on because Gradio checks a dropdown's value against the choices its session
+        # loaded, which an API client that never ran chat_load does not have; the registry check is the guard.
+        model = gr.Dropdown(choices=[], label="Model", allow_custom_value=True, scale=2, elem_id="chat-model",
+                            info=NEW_MODEL_HINT)
         system = gr.Textbox(label="System prompt (optional)", lines=1, max_lines=4, scale=3, elem_id="chat-system")
         reload_models = gr.Button("↻ Models", size="sm", scale=0, min_width=90, elem_id="chat-reload")
     chatbot = gr.Chatbot(label="Conversation", height=420, elem_id="chat-chatbot", feedback_options=None)
@@ -140,14 +146,19 @@ def build(ctx: UIContext) -> None:
                 text = (text or "").strip()
                 if not text:
                     raise InputError("type a message first", field="message")
+                chat.check_length(text, "message")
+                chat.check_length(system_prompt or "", "system prompt")
                 settings = settings_from(values)
-                path = models.resolve(db, model_name or ctx.settings.model)
+                path = models.resolve_chat_model(db, model_name or ctx.settings.model, (ctx.settings.model,))
             history = plain_history(history) + [{"role": "user", "content": text}]
             answer = ""
             yield history + [{"role": "assistant", "content": ""}], ""
-            for piece in chat.stream_reply(cache, path, history, system_prompt, settings):
-                answer += piece
-                yield history + [{"role": "assistant", "content": answer}], ""
+            # closing(): when Gradio closes this generator (Stop, a closed tab), the inner one is closed too,
+            # which stops its generation thread instead of leaving it running to max_new_tokens.
+            with contextlib.closing(chat.stream_reply(cache, path, history, system_prompt, settings)) as pieces:
+                for piece in pieces:
+                    answer += piece
+                    yield history + [{"role": "assistant", "content": answer}], ""
         except (InputError, PermissionDenied) as error:
             raise errors_as_toasts(error) from error
 
@@ -162,8 +173,10 @@ def build(ctx: UIContext) -> None:
             require_user(db, request)
             if not reward_name:
                 raise InputError("register or train a reward model first", field="reward_model")
-            path = models.resolve(db, model_name or ctx.settings.model)
-            reward_path = models.resolve(db, reward_name)
+            chat.check_length(text or "", "message")
+            chat.check_length(system_prompt or "", "system prompt")
+            path = models.resolve_chat_model(db, model_name or ctx.settings.model, (ctx.settings.model,))
+            reward_path = models.resolve_reward_model(db, reward_name)
         history = plain_history(history)
         text = (text or "").strip()
         if text:
@@ -175,8 +188,12 @@ def build(ctx: UIContext) -> None:
         return history + [{"role": "assistant", "content": winner}], "", table
 
     def rate_last(history, model_name, score_value, values: tuple, request: gr.Request):
+        from labeler.services import models
+
         with ctx.connection() as db:
             user = require_user(db, request)
+            # The stored row names the model that answered: only a model this server can chat with.
+            models.resolve_chat_model(db, model_name or ctx.settings.model, (ctx.settings.model,))
             history = plain_history(history)
             if len(history) < 2 or history[-1]["role"] != "assistant":
                 raise InputError("there is no answer to rate yet", field="history")
