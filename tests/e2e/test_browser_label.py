@@ -113,3 +113,70 @@ def test_admin_sees_the_admin_tabs(running_app, browser):
     # The users table is filled on load from SQLite.
     page.wait_for_selector(f"text={running_app.browser_annotator[0]}", timeout=20_000)
     page.close()
+
+
+def test_fast_typing_stores_every_digit_in_order(running_app, browser):
+    """Issue 14 item 3: ten digits typed 0.10-0.15 s apart are ten ratings, in the order typed, and the
+    counter on screen says what was stored. Keys typed while a submit is in flight wait their turn."""
+    from labeler.services import accounts, labeling
+    from storage import open_db, write_transaction
+
+    username, password = "typist", "typist-password-1"
+    db = open_db(running_app.db_path)
+    try:
+        accounts.create_user(db, username, password)
+        # Twenty more rating items of the typist's own, so other tests' labels cannot empty the queue.
+        with write_transaction(db):
+            prompt_id = db.execute("SELECT id FROM prompts ORDER BY id LIMIT 1").fetchone()[0]
+            for k in range(20):
+                db.execute("INSERT INTO responses (prompt_id, text, model, source) VALUES (?, ?, 'tiny', 'e2e')",
+                           [prompt_id, f"Typist answer {k}."])
+        labeling.create_items(db, "default", kinds=("rating",))
+    finally:
+        db.conn.close()
+
+    page = login(browser, running_app.url, username, password)
+    counter_starts(page, "rate-counter", "0 done")
+    page.click("#rate-counter")
+    digits = [3, 5, 1, 7, 2, 6, 4, 3, 5, 1]
+    for index, digit in enumerate(digits):
+        page.keyboard.press(str(digit))
+        page.wait_for_timeout(100 + 50 * (index % 2))  # 0.10 and 0.15 s apart, faster than a round trip here
+    counter_starts(page, "rate-counter", "10 done", timeout=60_000)
+    page.wait_for_timeout(1000)  # a key wrongly sent twice would show up as an 11th label by now
+
+    stored = db_rows(
+        running_app.db_path,
+        "SELECT r.score, r.item_id FROM ratings r JOIN users u ON u.id = r.user_id WHERE u.username = ? ORDER BY r.id",
+        [username],
+    )
+    assert [row["score"] for row in stored] == digits
+    assert len({row["item_id"] for row in stored}) == 10  # ten different items, one label each
+
+    # A burst 30 ms apart: every key but the first arrives while a submit is in flight and must wait for it
+    # (Gradio drops a click on a button whose event is still running).
+    burst = [2, 7, 4, 6, 1]
+    for digit in burst:
+        page.keyboard.press(str(digit))
+        page.wait_for_timeout(30)
+    counter_starts(page, "rate-counter", "15 done", timeout=60_000)
+    page.wait_for_timeout(1000)
+    digits += burst
+    stored = db_rows(
+        running_app.db_path,
+        "SELECT r.score, r.item_id FROM ratings r JOIN users u ON u.id = r.user_id WHERE u.username = ? ORDER BY r.id",
+        [username],
+    )
+    assert [row["score"] for row in stored] == digits
+    assert len({row["item_id"] for row in stored}) == 15
+    # The counter matches the database, and the item on screen is the one the queue reserved next.
+    assert page.inner_text("#rate-counter").startswith("15 done")
+    pending = db_rows(
+        running_app.db_path,
+        "SELECT s.text FROM assignments a JOIN users u ON u.id = a.user_id JOIN items i ON i.id = a.item_id"
+        " JOIN responses s ON s.id = json_extract(i.response_ids_json, '$[0]')"
+        " WHERE u.username = ? AND a.status = 'pending' AND i.kind = 'rating'",
+        [username],
+    )
+    assert [plain(row["text"]) for row in pending] == [page.inner_text("#rate-response").strip()]
+    page.close()

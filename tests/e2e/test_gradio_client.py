@@ -29,11 +29,11 @@ def test_rate_and_rank_through_the_button_endpoints(running_app):
 
     # Rate: fetch, then submit the shown item with score 6 and a comment.
     shown = c.predict(api_name="/rate_next")
-    counter, prompt_md, response_md = shown[1], shown[2], shown[3]
+    counter, prompt_md, response_md, key = shown[1], shown[2], shown[3], shown[6]
     assert "0** done" in counter and "remaining" in counter
     assert prompt_md.startswith("### Prompt")
-    after = c.predict(6, "too short", api_name="/rate_submit")
-    assert "1** done" in after[1]
+    after = c.predict(6, "too short", key, api_name="/rate_submit")
+    assert "1** done" in after[1] and after[6] != key  # the next item came back with its own key
 
     ratings = rows(
         running_app.db_path,
@@ -51,7 +51,7 @@ def test_rate_and_rank_through_the_button_endpoints(running_app):
     shown = c.predict(api_name="/rank_next")
     item_prompt = shown[2].removeprefix("### Prompt\n")
     slot_texts = [shown[3 + 2 * k].split("\n\n", 1)[1] for k in range(3)]  # "#### Answer k\n\n<text>"
-    c.predict("2", "1", "2", None, "", api_name="/rank_submit")
+    c.predict("2", "1", "2", None, "", shown[-1], api_name="/rank_submit")
 
     stored = rows(
         running_app.db_path,
@@ -69,7 +69,7 @@ def test_rate_and_rank_through_the_button_endpoints(running_app):
 def test_undo_puts_the_last_rating_back(running_app):
     c = client(running_app, running_app.annotator)
     first = c.predict(api_name="/rate_next")
-    c.predict(3, "", api_name="/rate_submit")
+    c.predict(3, "", first[6], api_name="/rate_submit")
     user = running_app.annotator[0]
     count_sql = "SELECT COUNT(*) AS n FROM ratings r JOIN users u ON u.id = r.user_id WHERE u.username = ?"
     before = rows(running_app.db_path, count_sql, [user])[0]["n"]
@@ -82,12 +82,64 @@ def test_rate_without_a_score_is_refused_and_stores_nothing(running_app):
     from gradio_client.exceptions import AppError
 
     c = client(running_app, running_app.annotator)
-    c.predict(api_name="/rate_next")
+    key = c.predict(api_name="/rate_next")[6]
     count_sql = "SELECT COUNT(*) AS n FROM ratings"
     before = rows(running_app.db_path, count_sql)[0]["n"]
     with pytest.raises(AppError, match="Pick a score"):
-        c.predict(None, "", api_name="/rate_submit")
+        c.predict(None, "", key, api_name="/rate_submit")
     assert rows(running_app.db_path, count_sql)[0]["n"] == before
+
+
+def ratings_of(running_app, username: str) -> list[dict]:
+    return rows(running_app.db_path, "SELECT r.item_id, r.score FROM ratings r JOIN users u ON u.id = r.user_id"
+                " WHERE u.username = ? ORDER BY r.id", [username])
+
+
+def test_a_retried_submit_stores_one_label(running_app):
+    """Issue 10: the key comes with the item and goes back with the label, so a retry is a replay."""
+    username = "retry-rater"
+    with_user(running_app, username)
+    c = client(running_app, (username, PASSWORD))
+    shown = c.predict(api_name="/rate_next")
+    item_id = int(shown[6].split(":")[0])
+    first = c.predict(5, "", shown[6], api_name="/rate_submit")
+    again = c.predict(5, "", shown[6], api_name="/rate_submit")  # the client retries: same key, same label
+    assert ratings_of(running_app, username) == [{"item_id": item_id, "score": 5.0}]
+    assert again[3] == first[3] and again[1] == first[1]  # the same next item and counter, not one more label
+    # A key for an item that is not this user's (here: the next item's id with a made-up key) is refused.
+    other = int(first[6].split(":")[0]) + 1
+    with pytest.raises(Exception, match="not assigned"):
+        c.predict(5, "", f"{other}:made-up", api_name="/rate_submit")
+    assert len(ratings_of(running_app, username)) == 1
+
+
+def test_two_concurrent_submits_store_one_label(running_app):
+    from concurrent.futures import ThreadPoolExecutor
+
+    username = "double-rater"
+    with_user(running_app, username)
+    c = client(running_app, (username, PASSWORD))
+    shown = c.predict(api_name="/rate_next")
+    with ThreadPoolExecutor(2) as pool:
+        answers = list(pool.map(lambda _: c.predict(4, "", shown[6], api_name="/rate_submit"), range(2)))
+    assert ratings_of(running_app, username) == [{"item_id": int(shown[6].split(":")[0]), "score": 4.0}]
+    # Both were shown the same next item (each showing with its own key).
+    assert answers[0][6].split(":")[0] == answers[1][6].split(":")[0] != shown[6].split(":")[0]
+    assert "**1** done" in answers[0][1] and "**1** done" in answers[1][1]
+
+
+PASSWORD = "rater-password-1"
+
+
+def with_user(running_app, username: str) -> None:
+    from labeler.services import accounts
+    from storage import open_db
+
+    db = open_db(running_app.db_path)
+    try:
+        accounts.create_user(db, username, PASSWORD)
+    finally:
+        db.conn.close()
 
 
 def test_calls_without_login_are_refused(running_app):
