@@ -241,10 +241,16 @@ def unpaired_rows(
     return [row for _, row in _unpaired_records(db, get_project(db, project), options)]
 
 
+def default_threshold(project: Project, zscore: bool = False) -> float:
+    """The unpaired (KTO) threshold when none is given: the scale's midpoint, or 0 for z-scored ratings.
+
+    The one default: the CLI leaves --threshold unset and the Data tab pre-fills its box with this.
+    """
+    return 0.0 if zscore else project.midpoint
+
+
 def _unpaired_records(db, project: Project, options: ExportOptions) -> list[tuple[int, dict]]:
-    threshold = options.threshold
-    if threshold is None:
-        threshold = 0.0 if options.zscore else project.midpoint
+    threshold = default_threshold(project, options.zscore) if options.threshold is None else options.threshold
     return [
         (r.prompt_id, {"prompt": r.prompt, "completion": r.completion, "label": r.score >= threshold})
         for r in _rated_responses(db, project, options)

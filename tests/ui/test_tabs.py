@@ -289,3 +289,30 @@ def test_refresh_resumes_and_a_waiting_run_shows_a_banner(app, app_db):
     shown = call(app, "rate_skip", first[6], user=ANNOTATOR)
     assert shown[3] == "a rollout"
     assert shown[0]["visible"] is True and f"#{run_id}" in shown[0]["value"] and "**1** more labels" in shown[0]["value"]
+
+
+def test_unpaired_export_threshold_defaults_to_the_scale_midpoint_like_the_cli(app, app_db):
+    """Issue 14 item 2: the form's threshold box showed 0 and every answer came out good."""
+    from labeler.services import export, labeling
+    from storage import open_db
+
+    db = open_db(app_db)
+    for score in (2, 3, 6):  # on 1..7: below, below and above the midpoint 4
+        item = labeling.next_item(db, "default", ANNOTATOR)
+        labeling.submit_rating(db, "default", ANNOTATOR, item.item_id, score)
+    cli_rows = export.unpaired_rows(db)  # what `rlhf-studio export --kind unpaired` writes with no --threshold
+    db.conn.close()
+    assert [row["label"] for row in cli_rows] == [False, False, True]
+
+    fn = endpoint(app, "data_export")
+    by_label = {getattr(block, "label", None): block for block in fn.inputs}
+    loaded = endpoint(app, "data_load").fn(request=gr.Request(username=ADMIN))
+    assert loaded[-1]["value"] == 4.0 and "midpoint" in loaded[-1]["info"]
+    values = {block: block.value for block in fn.inputs}
+    values[by_label["threshold"]] = loaded[-1]["value"]  # what the page shows after loading, sent back
+    values[by_label["Kind"]], values[by_label["Format"]] = "unpaired", "jsonl"
+    path, _ = fn.fn(values, request=gr.Request(username=ADMIN))
+    assert [json.loads(line) for line in Path(path).read_text().splitlines()] == cli_rows
+    # z-scores move the scale, and the default with it (0); back off, the midpoint again.
+    assert call(app, "data_export_threshold", True, user=ADMIN)["value"] == 0.0
+    assert call(app, "data_export_threshold", False, user=ADMIN)["value"] == 4.0

@@ -108,6 +108,7 @@ def build(ctx: UIContext) -> None:
             annotators = gr.Dropdown(choices=[], multiselect=True, label="Only these annotators (empty = all)")
         with gr.Row():
             export_widgets = [forms.widget(spec) for spec in export_specs]
+        export_by_name = {spec.name: w for spec, w in zip(export_specs, export_widgets)}
         export_button = gr.Button("Export", variant="primary", elem_id="data-export")
         export_file = gr.File(label="Download", interactive=False, elem_id="data-export-file")
         export_status = gr.Markdown()
@@ -117,6 +118,16 @@ def build(ctx: UIContext) -> None:
                               file_types=[".jsonl", ".json", ".csv", ".parquet"])
         labels_button = gr.Button("Import labels", elem_id="data-import-labels")
         labels_status = gr.Markdown()
+
+    def threshold_update(db, zscore: bool) -> dict:
+        # A number box cannot show "unset" (the browser sent 0 and every row came out good): it shows the
+        # export service's own default, the one the CLI uses when --threshold is left out.
+        from labeler.services import export
+        from labeler.services.projects import get_project
+
+        value = export.default_threshold(get_project(db, ctx.project), bool(zscore))
+        return gr.update(value=value, info=f"unpaired: label = score >= threshold (default {value:g}: "
+                                            f"{'0 for z-scores' if zscore else 'the scale midpoint'})")
 
     @ui_errors
     def data_refresh(request: gr.Request):
@@ -131,9 +142,12 @@ def build(ctx: UIContext) -> None:
                 _prompt_table(db, ctx.project),
                 gr.update(choices=names),
                 gr.update(choices=users),
+                *([threshold_update(db, False)] if "threshold" in export_by_name else []),
             )
 
     refresh_outputs = [summary, prompt_table, model, annotators]
+    if "threshold" in export_by_name:
+        refresh_outputs.append(export_by_name["threshold"])
 
     @ui_errors
     def import_prompt_file(path, request: gr.Request):
@@ -222,6 +236,18 @@ def build(ctx: UIContext) -> None:
     export_button.click(
         export_labels, {kind, fmt, annotators, *export_widgets}, [export_file, export_status], api_name="data_export"
     )
+    if "threshold" in export_by_name and "zscore" in export_by_name:
+
+        @ui_errors
+        def export_threshold(zscore: bool, request: gr.Request):
+            # Switching z-scores on or off moves the scale, so the default threshold moves with it.
+            with ctx.connection() as db:
+                require_admin(db, request)
+                return threshold_update(db, zscore)
+
+        export_by_name["zscore"].change(
+            export_threshold, export_by_name["zscore"], export_by_name["threshold"], api_name="data_export_threshold"
+        )
     labels_button.click(import_labels, [labels_file], [labels_status, summary], api_name="data_import_labels")
     refresh = gr.Button("Refresh", size="sm", elem_id="data-refresh")
     refresh.click(data_refresh, None, refresh_outputs, api_name="data_refresh")
