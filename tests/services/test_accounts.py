@@ -111,3 +111,20 @@ def test_ensure_admin_race_creates_one_admin(db_path):
     passwords = [r for r in results if r is not None]
     assert len(results) == 4 and len(passwords) == 1
     assert [u.username for u in accounts.list_users(open_db(db_path))] == ["admin"]
+
+
+def test_password_change_and_deactivation_move_the_session_epoch(db):
+    from labeler.services import accounts
+
+    accounts.create_user(db, "root", "root-password-1", role="admin")  # so zoe may be deactivated
+    accounts.create_user(db, "zoe", "zoe-password-1")
+    assert accounts.session_epoch(db, "zoe") == 0
+    accounts.set_password(db, "zoe", "zoe-password-2")
+    assert accounts.session_epoch(db, "zoe") == 1
+    assert accounts.authenticate(db, "zoe", "zoe-password-2").session_epoch == 1
+    accounts.set_active(db, "zoe", False)
+    assert accounts.session_epoch(db, "zoe") is None  # no session of a deactivated user is valid
+    accounts.set_active(db, "zoe", True)
+    assert accounts.session_epoch(db, "zoe") == 2  # deactivating moved it; reactivating does not move it back
+    accounts.set_role(db, "zoe", "admin")
+    assert accounts.session_epoch(db, "zoe") == 2 and accounts.session_epoch(db, "nobody") is None

@@ -109,3 +109,33 @@ def test_rate_answer_rejects_bad_input_and_writes_nothing(db, user, answer, scor
     with pytest.raises(error):
         chat.rate_answer(db, "default", user, "Hi", answer, "tiny", score)
     assert db["prompts"].count == 0 and db["responses"].count == 0 and db["ratings"].count == 0
+
+
+def test_closing_a_stream_stops_its_generation_thread(cache, tiny_model_dir):
+    import threading
+    import time
+
+    # 8192 sampled tokens from a random 49k-token vocabulary (EOS is unlikely): ~45 s to the end on this CPU
+    # (1024 took 5.7 s), so a thread still alive 2 s after close() was not stopped.
+    long = GenerationSettings(max_new_tokens=8192, seed=0, batch_size=1)
+    stream = chat.stream_reply(cache, str(tiny_model_dir), HISTORY, None, long)
+    next(stream)
+    start = time.monotonic()
+    stream.close()  # what Gradio does when the user presses Stop or the tab goes away
+    while any(t.name == "chat-generate" and t.is_alive() for t in threading.enumerate()):
+        assert time.monotonic() - start < 2.0, "the generation thread kept running after close()"
+        time.sleep(0.01)
+
+
+def test_an_encoder_is_refused_as_a_chat_model(tiny_encoder_dir):
+    with pytest.raises(InputError, match="not a chat model .*BertForSequenceClassification"):
+        chat.ModelCache().get(str(tiny_encoder_dir))
+
+
+def test_long_messages_are_refused(cache, tiny_model_dir):
+    too_long = [{"role": "user", "content": "x" * (chat.MAX_MESSAGE_CHARS + 1)}]
+    with pytest.raises(InputError, match="at most 20,000") as error:
+        chat.reply(cache, str(tiny_model_dir), too_long)
+    assert error.value.field == "message 1"
+    with pytest.raises(InputError, match="at most 200"):
+        chat.check_history([{"role": "user", "content": "hi"}] * (chat.MAX_MESSAGES + 1))

@@ -79,3 +79,30 @@ def test_duplicate_name_and_unknown_model(db, tiny_model_dir):
         models.resolve(db, "nope")
     assert error.value.field == "model"
     assert "rm" not in models.chat_model_names(db)
+
+
+def test_web_chat_resolves_registered_chat_models_only(db, tiny_model_dir, tiny_encoder_dir, tmp_path):
+    from labeler.services.errors import InputError
+
+    models.register_model(db, "tiny", str(tiny_model_dir), "policy")
+    models.register_model(db, "scorer", str(tiny_encoder_dir), "reward")
+    models.register_model(db, "encoder-as-base", str(tiny_encoder_dir), "base")
+    assert models.resolve_chat_model(db, "tiny") == str(tiny_model_dir.resolve())
+    assert models.resolve_chat_model(db, "served", server_models=("served",)) == "served"  # serve --model
+    # A folder with a valid model, one without, a file, a missing path, a hub id: the same answer for all,
+    # so the error says nothing about what exists on the server.
+    answers = set()
+    for name in (str(tiny_model_dir), "/etc", "/etc/passwd", str(tmp_path / "missing"), "owner/model"):
+        with pytest.raises(InputError) as error:
+            models.resolve_chat_model(db, name)
+        assert error.value.field == "model"
+        answers.add(str(error.value).replace(repr(name), "NAME"))
+    assert answers == {"field 'model': no registered chat model named NAME; an admin adds models with `rlhf-studio models add`"}
+    with pytest.raises(InputError, match="'scorer' is a reward model"):
+        models.resolve_chat_model(db, "scorer")
+    with pytest.raises(InputError, match="not a chat model"):
+        models.resolve_chat_model(db, "encoder-as-base")
+    assert models.resolve_reward_model(db, "scorer") == str(tiny_encoder_dir.resolve())
+    with pytest.raises(InputError, match="no registered reward model"):
+        models.resolve_reward_model(db, "tiny")
+    assert models.chat_model_names(db) == ["default", "tiny", "encoder-as-base"]

@@ -1,0 +1,65 @@
+"""Opening the database: no write lock for an up-to-date one, no silent creation, one clear error."""
+from __future__ import annotations
+
+import sqlite3
+import time
+
+import pytest
+
+from storage import StorageError, creation, open_db
+from storage.migrations import MIGRATIONS
+
+
+def test_opening_an_up_to_date_database_does_not_wait_for_a_writer(db_path):
+    open_db(db_path).conn.close()
+    holder = sqlite3.connect(db_path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    holder.execute("UPDATE projects SET guidelines = 'held'")
+    try:
+        start = time.monotonic()
+        db = open_db(db_path)  # migrate=True, as the CLI opens it: the version check only reads
+        elapsed = time.monotonic() - start
+        assert db.execute("SELECT guidelines FROM projects").fetchone()[0] == ""  # the writer's change is unseen
+        db.conn.close()
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert elapsed < 1.0
+
+
+def test_migrations_apply_once_and_a_request_connection_skips_them(db_path):
+    db = open_db(db_path)
+    assert db.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == len(MIGRATIONS)
+    assert "session_epoch" in db["users"].columns_dict
+    db.conn.close()
+    fresh = str(db_path) + ".new"
+    raw = open_db(fresh, migrate=False)
+    assert raw.table_names() == []  # created, but a request-path connection never migrates
+    raw.conn.close()
+
+
+def test_a_missing_database_is_not_created_when_creation_is_off(tmp_path):
+    path = tmp_path / "typo" / "studio.db"
+    with creation(False):
+        with pytest.raises(StorageError, match="no such database"):
+            open_db(path)
+    with pytest.raises(StorageError, match="no such database"):
+        open_db(path, create=False)
+    assert not path.parent.exists()
+    open_db(path).conn.close()  # creation is on by default (tests, the library)
+    assert path.exists()
+
+
+def test_bad_files_are_storage_errors_naming_the_file(tmp_path):
+    junk = tmp_path / "junk.db"
+    junk.write_text("this is not sqlite, " * 100)
+    with pytest.raises(StorageError, match=f"{junk}: not an SQLite database"):
+        open_db(junk)
+    folder = tmp_path / "folder.db"
+    folder.mkdir()
+    with pytest.raises(StorageError, match="is a folder"):
+        open_db(folder)
+    under_a_file = tmp_path / "plain.txt"
+    under_a_file.write_text("x")
+    with pytest.raises(StorageError, match="cannot create the database's folder"):
+        open_db(under_a_file / "studio.db")

@@ -1,0 +1,116 @@
+"""Login plumbing without a server: the auth coroutine (throttle, busy answer), SessionStore, origins."""
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+
+import pytest
+from fastapi import HTTPException
+
+from labeler.services import accounts
+from labeler.services.login_guard import LoginThrottle, ThrottlePolicy
+from labeler.ui.session import CLIENT_ADDRESS, RequestGuard, SessionStore, make_auth
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def users_db(db):
+    accounts.create_user(db, "alice", "alice-password-1")
+    accounts.create_user(db, "root", "root-password-1", role="admin")
+    return db
+
+
+def attempt(auth, username, password, address="10.1.1.1"):
+    async def go():
+        CLIENT_ADDRESS.set(address)
+        return await auth(username, password)
+
+    return asyncio.run(go())
+
+
+def test_auth_is_a_coroutine_function_so_gradio_awaits_it(db_path, users_db):
+    # Gradio calls a non-coroutine auth without await and takes the returned coroutine as a "yes".
+    assert inspect.iscoroutinefunction(make_auth(db_path))
+
+
+def test_auth_throttles_with_429_and_lets_the_right_password_in_after_the_penalty(db_path, users_db):
+    clock = Clock()
+    throttle = LoginThrottle(ThrottlePolicy(free_failures=5, base_delay_s=30.0), clock)
+    auth = make_auth(db_path, throttle)
+    assert [attempt(auth, "alice", f"wrong-{k}") for k in range(5)] == [False] * 5
+    with pytest.raises(HTTPException) as refused:
+        attempt(auth, "alice", "alice-password-1")
+    assert refused.value.status_code == 429 and refused.value.headers["Retry-After"] == "30"
+    assert attempt(auth, "root", "root-password-1", address="10.9.9.9") is True  # other accounts, other addresses
+    clock.now += 30.0
+    assert attempt(auth, "alice", "alice-password-1") is True
+
+
+def test_a_check_that_cannot_finish_in_time_answers_busy(db_path, users_db, monkeypatch):
+    def slow(db, username, password):
+        time.sleep(1.0)
+        return None
+
+    monkeypatch.setattr(accounts, "authenticate", slow)
+    auth = make_auth(db_path, wait_s=0.1)
+    start = time.monotonic()
+    with pytest.raises(HTTPException) as busy:
+        attempt(auth, "alice", "alice-password-1")
+    assert busy.value.status_code == 503 and "busy" in busy.value.detail
+    assert time.monotonic() - start < 0.8
+
+
+def test_sessions_expire_and_end_with_a_password_change_or_a_deactivation(db_path, users_db):
+    clock = Clock()
+    store = SessionStore(db_path, max_age_s=7 * 86400, recheck_s=0.0, clock=clock)
+    store["t-alice"] = "alice"
+    store["t-root"] = "root"
+    assert store.get("t-alice") == "alice" and "t-root" in store
+    clock.now += 7 * 86400 - 1
+    assert store.get("t-alice") == "alice"
+    clock.now += 2
+    assert store.get("t-alice") is None and "t-alice" not in store  # older than 7 days
+    store["t-alice"] = "alice"
+    accounts.set_password(users_db, "alice", "alice-password-2")
+    assert store.get("t-alice") is None
+    store["t-alice-2"] = "alice"  # a login after the change is valid
+    assert store.get("t-alice-2") == "alice"
+    accounts.set_active(users_db, "alice", False)
+    assert store.get("t-alice-2") is None
+    accounts.set_active(users_db, "alice", True)
+    assert store.get("t-alice-2") is None
+    assert store.get("t-root") is None  # expired with the first 7 days
+    assert store.get(None) is None and store.get("never-issued") is None
+
+
+def test_gradio_logout_loop_works_on_the_store(db_path, users_db):
+    store = SessionStore(db_path, max_age_s=60)
+    store["a"], store["b"], store["c"] = "alice", "alice", "root"
+    for token in list(store.keys()):  # routes.py's logout, all_session=True
+        if store[token] == "alice":
+            del store[token]
+    assert list(store.keys()) == ["c"]
+
+
+@pytest.mark.parametrize(
+    "origin, host, allowed",
+    [
+        ("http://127.0.0.1:7860", "127.0.0.1:7860", True),
+        ("https://Studio.Example.org", "10.0.0.5:7860", True),  # configured, case-insensitive
+        ("http://127.0.0.1:7861", "127.0.0.1:7860", False),  # another local port is another origin
+        ("http://evil.example", "studio.example.org", False),
+        ("null", "127.0.0.1:7860", False),
+        ("not a url", "127.0.0.1:7860", False),
+    ],
+)
+def test_origins(origin, host, allowed):
+    guard = RequestGuard(app=None, allowed_origins=["https://studio.example.org/"])
+    assert guard.origin_allowed(origin, host) is allowed
