@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from rlhf.hardware import bf16_is_fast
+
 
 def _check(condition: bool, name: str, value, why: str) -> None:
     if not condition:
@@ -107,7 +109,9 @@ class PPOConfig:
     use_score_norm: bool = field(default=False, metadata={"help": "Also subtract the running mean (needs use_score_scaling)."})
     score_clip: float | None = field(default=None, metadata={"help": "Clip scores to +-score_clip after scaling (None: off)."})
     # -- speed and logging --
-    bf16: bool = field(default=False, metadata={"help": "bf16 autocast for generation and forward passes (fast on CPUs with AVX-512 bf16)."})
+    bf16: bool = field(default_factory=bf16_is_fast, metadata={
+        "help": "bf16 autocast for generation and forward passes (default: on where the hardware runs it fast, "
+                "CPUs with AVX-512 BF16 or AMX and GPUs with bf16; off elsewhere)."})
     keep_freed_memory: bool = field(
         default=True, metadata={"help": "On CPU, keep freed memory in the process (no page faults per mini-batch; see rlhf/cpu_memory.py)."}
     )

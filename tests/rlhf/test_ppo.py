@@ -71,7 +71,7 @@ def test_padding_and_tokens_after_eos_change_nothing():
     results = []
     for batch_responses in (responses, with_tail):
         model = small_vocab_model()
-        config = PPOConfig(batch_size=4, mini_batch_size=2, learning_rate=1e-2, init_kl_coef=0.5)
+        config = PPOConfig(batch_size=4, mini_batch_size=2, learning_rate=1e-2, init_kl_coef=0.5, bf16=False)
         trainer = PPOTrainer(config, model, small_vocab_model(seed=1), SMALL_TOKENIZER)  # ref != policy: KL != 0
         results.append((trainer.step(queries, batch_responses, scores), params(trainer.model)))
     (stats_a, params_a), (stats_b, params_b) = results
@@ -96,7 +96,8 @@ def test_rollout_forward_of_a_padded_batch_equals_items_alone():
 
 def test_ppo_raises_the_mean_score_on_a_toy_reward():
     # reward = fraction of response tokens equal to 5; a random 16-token policy starts near 1/16.
-    config = PPOConfig(batch_size=8, mini_batch_size=4, learning_rate=3e-2, init_kl_coef=0.0, adap_kl_ctrl=False)
+    config = PPOConfig(batch_size=8, mini_batch_size=4, learning_rate=3e-2, init_kl_coef=0.0, adap_kl_ctrl=False,
+                       bf16=False)
     trainer = PPOTrainer(config, small_vocab_model(), None, SMALL_TOKENIZER)
     g = torch.Generator().manual_seed(0)
     means = []

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import pytest
 
+from rlhf.hardware import bf16_is_fast
+
 from labeler import forms
 from labeler.services import train_configs
 from labeler.services.errors import InputError
@@ -23,10 +25,10 @@ def test_parse_sets_and_values():
     assert forms.parse_sets(["a=1", "b = x=y"]) == {"a": "1", "b": " x=y"}
     with pytest.raises(InputError, match="key=value"):
         forms.parse_sets(["novalue"])
-    config = forms.build_config(JobConfig, {"steps": "7", "bf16": "yes", "reward": "mix", "min_agreement": "none",
+    config = forms.build_config(JobConfig, {"steps": "7", "lora": "yes", "reward": "mix", "min_agreement": "none",
                                             "w_rm": "0.25"})
-    assert (config.steps, config.bf16, config.reward, config.min_agreement, config.w_rm) == (7, True, "mix", None, 0.25)
-    assert forms.changed(config) == {"steps": 7, "bf16": True, "reward": "mix", "w_rm": 0.25}
+    assert (config.steps, config.lora, config.reward, config.min_agreement, config.w_rm) == (7, True, "mix", None, 0.25)
+    assert forms.changed(config) == {"steps": 7, "lora": True, "reward": "mix", "w_rm": 0.25}
 
 
 @pytest.mark.parametrize("values, field", [
@@ -45,7 +47,10 @@ def test_bad_values_name_the_field(values, field):
 def test_run_config_splits_job_and_trainer_settings():
     config = train_configs.resolve_run_config("ppo", {"steps": "5", "learning_rate": "1e-4", "batch_size": "8",
                                                       "mini_batch_size": "4"})
-    assert config == {"job": {"steps": 5}, "trainer": {"learning_rate": 1e-4, "batch_size": 8, "mini_batch_size": 4}}
+    # bf16 is always stored: its default depends on the machine (rlhf.hardware.bf16_is_fast).
+    assert config == {"job": {"steps": 5, "bf16": bf16_is_fast()},
+                      "trainer": {"learning_rate": 1e-4, "batch_size": 8, "mini_batch_size": 4}}
+    assert train_configs.resolve_run_config("ppo", {"bf16": "false"})["job"]["bf16"] is False
     with pytest.raises(InputError) as error:
         train_configs.resolve_run_config("ppo", {"batch_size": "6", "mini_batch_size": "4"})
     assert error.value.field == "batch_size"  # PPOConfig's own check, refused before queueing

@@ -1,0 +1,41 @@
+"""What the hardware runs fast. Stdlib only at import time (configs use it for their defaults)."""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+# CPU features with native bf16 matrix products: AVX-512 BF16 (dot products) and AMX (tile matrix units).
+# Without them, torch emulates bf16 on CPU through fp32 conversions, which is slower than plain fp32.
+BF16_CPU_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
+
+
+def cpu_flags(cpuinfo: str | None = None) -> frozenset[str]:
+    """The CPU's feature flags (Linux /proc/cpuinfo); empty where that file does not exist."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return frozenset()
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags") and ":" in line:
+            return frozenset(line.split(":", 1)[1].split())
+    return frozenset()
+
+
+@functools.lru_cache(maxsize=None)
+def bf16_is_fast(device_type: str | None = None) -> bool:
+    """True where bf16 autocast speeds training and generation up: a CUDA GPU that supports bf16 (Ampere and
+    newer), or a CPU with AVX-512 BF16 or AMX (measured here: bf16 matrix products about 4x fp32). On any
+    other CPU bf16 is emulated and slower, so the default there is fp32.
+
+    device_type None means the device training will use: CUDA when available, else the CPU.
+    """
+    import torch
+
+    if device_type is None:
+        device_type = "cuda" if torch.cuda.is_available() else "cpu"
+    if device_type == "cuda":
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    if device_type == "cpu":
+        return bool(cpu_flags() & BF16_CPU_FLAGS)
+    return False
