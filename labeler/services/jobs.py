@@ -162,10 +162,27 @@ def require_admin(db, username: str | None) -> None:
 
 def create_run(db, stage: str, settings: dict[str, Any] | None = None, project: str = "default",
                username: str | None = None, name: str = "", runs_dir: str | Path = "runs",
-               start: bool = True, max_concurrent: int | None = None, source: str | None = None) -> Run:
+               start: bool = True, max_concurrent: int | None = None, source: str | None = None,
+               from_web: bool = False) -> Run:
     """Queue a run after validating its settings (InputError before anything is written); start it when a
-    slot is free (unless `start=False`)."""
+    slot is free (unless `start=False`).
+
+    from_web=True (the Train tab) refuses the settings that name code to import (runner, a module:function
+    reward), a folder to write (output_dir, logging_dir) or hub credentials and uploads: those stay CLI-only,
+    so a web login cannot run code or write files as the server's user.
+    """
     config = train_configs.resolve_run_config(stage, settings or {}, source)
+    if from_web:
+        job, trainer = config["job"], config["trainer"]
+        refused = [key for key in ("runner",) if job.get(key)]
+        refused += [key for key in ("hub_token", "push_to_hub", "hub_model_id", "logging_dir", "deepspeed",
+                                    "resume_from_checkpoint") if trainer.get(key)]
+        refused += [key for key in ("output_dir",) if trainer.get(key) not in (None, "", "unused")]
+        if ":" in str(job.get("reward_function", "")):
+            refused.append("reward_function")
+        if refused:
+            raise InputError("can only be set from the command line (rlhf-studio train --set), not the web app",
+                             field=", ".join(refused))
     project_id = _project_id(db, project)
     user_id = _user_id(db, username)
     with write_transaction(db):

@@ -231,7 +231,7 @@ def build(ctx: UIContext) -> None:
                 settings["reward"] = reward_name
                 settings["reward_model"] = reward_model_name or ""
             created = jobs.create_run(db, stage_name, settings, project=project, username=user.username,
-                                      runs_dir=ctx.settings.runs_dir)
+                                      runs_dir=ctx.settings.runs_dir, from_web=True)
             choices = run_choices(db, project)
         where = "started" if created.status == "running" else "queued (another run is in progress)"
         return f"Run **#{created.id}** {where}.", gr.update(choices=choices, value=created.id)
