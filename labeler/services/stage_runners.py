@@ -264,8 +264,10 @@ def run_ppo(ctx: StageContext) -> RunResult:
     def rollout_batch() -> list[tuple]:
         """The next batch_size prompts' rollouts as (query, response, text, answer, behaviour log-probs)."""
         nonlocal position
-        texts = [prompts[(position + i) % len(prompts)] for i in range(config.batch_size)]
-        position += config.batch_size
+        # rloo_k answers per prompt (RLOO's groups; 1 for classic PPO), batch_size answers in all.
+        n_prompts = config.batch_size // config.rloo_k
+        texts = [prompts[(position + i) % len(prompts)] for i in range(n_prompts) for _ in range(config.rloo_k)]
+        position += n_prompts
         queries = [build_prompt_ids(tokenizer, text) for text in texts]
         responses = trainer.generate(queries, return_prompt=False, batch_size=config.batch_size, **generation)
         answers = tokenizer.batch_decode(responses, skip_special_tokens=True)
@@ -305,7 +307,7 @@ def run_ppo(ctx: StageContext) -> RunResult:
             ctx.sink.progress(trainer.current_step, job.steps)
             if job.checkpoint_every and trainer.current_step % job.checkpoint_every == 0:
                 # The batch generated ahead is not trained on yet: a resumed run generates it again.
-                def write(folder: Path, position=position - len(ahead)):
+                def write(folder: Path, position=position - len(ahead) // config.rloo_k):
                     trainer.save_checkpoint(folder)
                     (folder / JOB_STATE_FILE).write_text(json.dumps({"position": position}))
                 ctx.save_checkpoint(trainer.current_step, write)
@@ -315,10 +317,13 @@ def run_ppo(ctx: StageContext) -> RunResult:
     finally:
         if queue is not None:
             queue.release_ahead()
-    trainer.unwrapped_model.save_pretrained(ctx.final_dir)
+    # A full model that AutoModelForCausalLM.from_pretrained loads (a LoRA adapter merged into its base), so
+    # chat, eval and other tools take it as it is; the value head is saved beside it for a later resume.
+    policy = trainer.unwrapped_model
+    policy.merge_and_unload()
+    policy.save_pretrained(ctx.final_dir)
     tokenizer.save_pretrained(ctx.final_dir)
-    return RunResult(str(ctx.final_dir), "adapter" if job.lora else "policy", base, {},
-                     data_snapshot("prompts", prompts))
+    return RunResult(str(ctx.final_dir), "policy", base, {}, data_snapshot("prompts", prompts))
 
 
 def _samples_limited(ctx: StageContext):

@@ -100,6 +100,24 @@ def test_ppo_with_function_reward_logs_samples_and_checkpoints(db, tmp_path, tin
     assert json.loads((root / "checkpoint-2" / "job_state.json").read_text())["position"] == 4
 
 
+def test_ppo_with_lora_and_rloo_saves_a_full_model_and_samples_groups(db, tmp_path, tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    _seed_labels(db, n_prompts=4)
+    run = _run_in_process(db, "ppo", {"model": str(tiny_model_dir), "steps": 1, "reward": "function", "lora": True,
+                                      "batch_size": 4, "mini_batch_size": 2, "ppo_epochs": 1, "max_new_tokens": 4,
+                                      "advantage_estimator": "rloo", "rloo_k": 2, "checkpoint_every": 0,
+                                      "samples_per_step": 4}, tmp_path)
+    _check_lineage(db, run, str(tiny_model_dir), "policy", "prompts", "ppo/loss/total")
+    final = tmp_path / "runs" / f"run-{run.id}" / "model"
+    assert not (final / "adapter_config.json").exists()  # the adapter is merged into a full model
+    merged = AutoModelForCausalLM.from_pretrained(final)
+    assert not any("lora" in name for name, _ in merged.named_parameters())
+    queries = [s["query"] for s in jobs.samples(db, run.id)]
+    # rloo_k=2: each prompt is answered twice in the batch (two prompts, two answers each).
+    assert len(queries) == 4 and len(set(queries)) == 2 and all(queries.count(q) == 2 for q in queries)
+
+
 def test_ppo_step_receives_exactly_the_human_ratings(db, db_path, tmp_path, tiny_model_dir, monkeypatch):
     from rlhf import ppo
 
