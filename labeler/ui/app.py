@@ -120,6 +120,11 @@ def launch(app: gr.Blocks, settings: ServeSettings, **overrides: Any):
                 raise
             app.close()
     server = app.server_app
+    # An idle connection held while the server runs: without one, each request's close is the database's
+    # last and SQLite checkpoints and deletes the WAL every time (20 of the 22 ms a rate_submit took).
+    from storage import connect
+
+    server.state.wal_keeper = connect(settings.db_path, create=False)
     # Gradio's create_app resets `tokens` to a plain dict; a login in the moment since then is carried over.
     server.tokens = SessionStore(settings.db_path, settings.session_max_age_s, initial=list(server.tokens.items()))
     if block:
