@@ -21,6 +21,7 @@ import importlib
 import json
 import math
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -367,6 +368,25 @@ def run_comparison(db: sqlite_utils.Database, run_id: int) -> tuple[Evaluation |
     return _find(db, after.kl_base, after.settings), after
 
 
+def reward_curve(db: sqlite_utils.Database, run_id: int, name: str = "env/reward_mean"):
+    """A pandas DataFrame (minutes, reward): the run's `name` metric against the wall time it was logged at,
+    in minutes since the run started (its first metric when the start is unknown). A resumed run's redone
+    steps replace the old rows (MetricsSink.log), so the curve has one point per step."""
+    import pandas as pd
+
+    def parse(text: str) -> datetime:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+    rows = db.execute("SELECT step, value, created_at FROM metrics WHERE run_id = ? AND name = ? ORDER BY step",
+                      [int(run_id), name]).fetchall()
+    if not rows:
+        return pd.DataFrame({"minutes": pd.Series(dtype=float), "reward": pd.Series(dtype=float)})
+    started = db.execute("SELECT started_at FROM runs WHERE id = ?", [int(run_id)]).fetchone()
+    origin = parse(started[0]) if started and started[0] else parse(rows[0]["created_at"])
+    minutes = [(parse(row["created_at"]) - origin).total_seconds() / 60 for row in rows]
+    return pd.DataFrame({"minutes": minutes, "reward": [float(row["value"]) for row in rows]})
+
+
 def comparison_rows(evaluations: Sequence[Evaluation | None], labels: Sequence[str] | None = None) -> list[dict]:
     """One row per evaluation for a table: model, mean reward, positive share, KL, length, distinct-2."""
     rows = []
@@ -426,7 +446,7 @@ def format_report(results: Sequence[Evaluation], examples: int = 3, width: int =
         for p in range(shown):
             index = p * samples_per_prompt  # the first sample of prompt p (rows are grouped by prompt)
             prompt = _prompt_text(results[0].samples[index]["prompt"])
-            cells = [prompt] + [f"{r.samples[index]['answer']} [{r.samples[index]['reward']:.2f}]" for r in results]
+            cells = [prompt] + [f"[{r.samples[index]['reward']:+.2f}] {r.samples[index]['answer']}" for r in results]
             lines.append(" | ".join(f"{_cut(c, width):<{width}}" for c in cells))
     stored = ", ".join(f"#{r.id}" for r in results)
     lines.append(f"\nstored as evaluation {stored}")

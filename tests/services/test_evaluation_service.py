@@ -235,3 +235,38 @@ def test_report_shows_every_model_and_answers_side_by_side(db, tiny_model_dir, t
     assert "tuned" in text and "(itself)" in text and "The film was" in text and "I watched it and" in text
     assert "Honestly" not in text  # only 2 examples
     assert f"stored as evaluation #{results[0].id}, #{results[1].id}" in text
+
+
+def test_a_finished_ppo_run_is_evaluated_by_its_worker(db, tmp_path, tiny_model_dir, capsys):
+    """The worker's own path: train, register, evaluate against the base on split 'test', log eval/... ."""
+    from labeler.services import jobs
+    from labeler.worker import run_worker
+
+    _heldout(db)
+    run = jobs.create_run(db, "ppo", {"model": str(tiny_model_dir), "steps": 1, "reward": "function",
+                                      "reward_function": WORDS, "batch_size": 2, "mini_batch_size": 2,
+                                      "ppo_epochs": 1, "max_new_tokens": 3, "checkpoint_every": 0,
+                                      "eval_samples": 2}, runs_dir=tmp_path / "runs", start=False)
+    db.execute("UPDATE runs SET status = 'running' WHERE id = ?", [run.id])
+    assert run_worker(jobs.db_file(db), run.id) == "succeeded", jobs.log_tail(jobs.get_run(db, run.id))
+    before, after = evaluation.run_comparison(db, run.id)
+    assert (after.model, after.run_id, after.kl_base) == (f"ppo-run{run.id}", run.id, str(tiny_model_dir))
+    assert before.model == str(tiny_model_dir) and before.settings == after.settings
+    assert after.settings["reward"] == WORDS and after.settings["samples"] == 2
+    assert len(after.samples) == 3 * 2
+    frame = jobs.metrics_frame(db, run.id, ["eval/positive_share", "eval/kl", "eval/distinct_2"])
+    assert sorted(frame["name"]) == ["eval/distinct_2", "eval/kl", "eval/positive_share"]
+    assert set(frame["step"]) == {1}
+    assert f"run {run.id}: evaluation: mean reward" in capsys.readouterr().out  # in-process: the run log is stdout
+
+
+def test_reward_curve_is_the_reward_against_minutes_since_the_start(db):
+    run_id = db.execute("INSERT INTO runs (project_id, stage, started_at) VALUES (1, 'ppo', '2025-01-01T10:00:00.000000Z')"
+                        ).lastrowid
+    for step, value, at in [(2, 0.5, "2025-01-01T10:03:00.000Z"), (1, 0.1, "2025-01-01T10:01:30.000Z")]:
+        db.execute("INSERT INTO metrics (run_id, step, name, value, created_at) VALUES (?, ?, 'env/reward_mean', ?, ?)",
+                   [run_id, step, value, at])
+    db.execute("INSERT INTO metrics (run_id, step, name, value) VALUES (?, 1, 'objective/kl', 9.0)", [run_id])
+    frame = evaluation.reward_curve(db, run_id)
+    assert frame.to_dict("list") == {"minutes": [1.5, 3.0], "reward": [0.1, 0.5]}
+    assert len(evaluation.reward_curve(db, run_id, "missing")) == 0

@@ -11,7 +11,7 @@ import gradio as gr
 import pandas as pd
 
 from labeler import forms
-from labeler.services import jobs, train_configs
+from labeler.services import evaluation, jobs, train_configs
 from labeler.services.errors import InputError, PermissionDenied
 from labeler.ui.context import UIContext
 from labeler.ui.session import require_admin, ui_errors
@@ -27,6 +27,8 @@ DEFAULT_METRICS = {"sft": ["loss"], "rm": ["loss", "accuracy"], "dpo": ["loss", 
                    "ppo": ["env/reward_mean", "objective/kl"]}
 HISTORY_COLUMNS = ["id", "stage", "status", "step", "total", "created", "by", "name"]
 SAMPLE_COLUMNS = ["step", "query", "response", "reward"]
+COMPARISON_COLUMNS = ["", "model", *evaluation.METRIC_LABELS.values()]
+ANSWER_COLUMNS = ["prompt", "before", "after"]
 
 
 def _duration(seconds: float | None) -> str:
@@ -80,6 +82,51 @@ def waiting_banner(db, project: str) -> dict:
         if waiting:
             parts.append(f"⏳ PPO run **#{run.id}** is waiting for **{waiting}** human ratings: open the **Rate** tab.")
     return gr.update(value="\n\n".join(parts), visible=bool(parts))
+
+
+def plot_value(frame: pd.DataFrame, shown, series: str | None = "metric") -> pd.DataFrame | None:
+    """What to send to a gr.LinePlot so that it draws (Gradio 6.31's native plot, read in its frontend bundle):
+    the chart compiles its Vega-Lite spec, color domain included, when it is mounted with data, and later
+    values only replace the rows. A spec compiled from an empty frame draws nothing ("Infinite extent for
+    field step"), and new series added to a mounted chart keep the old color domain (lines without a stroke).
+    So: None while there is nothing to plot, and None once when the series differ from those shown (`shown`,
+    the plot's current value), which unmounts the chart; the next value mounts it afresh."""
+    if frame is None or len(frame) == 0:
+        return None
+    if series is None or shown is None:
+        return frame
+    columns, data = list(getattr(shown, "columns", None) or []), getattr(shown, "data", None) or []
+    if series not in columns:
+        return None
+    index = columns.index(series)
+    if {row[index] for row in data} != set(frame[series]):
+        return None
+    return frame
+
+
+def comparison_frame(db, run_id: int | None) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+    """The run's before/after evaluation (the base vs the trained model on the held-out prompts): metrics,
+    the first answers side by side, and a line saying what was measured (or why there is nothing)."""
+    empty = pd.DataFrame(columns=COMPARISON_COLUMNS), pd.DataFrame(columns=ANSWER_COLUMNS)
+    if not run_id:
+        return (*empty, "")
+    before, after = evaluation.run_comparison(db, run_id)
+    if after is None:
+        return (*empty, "No held-out evaluation for this run (policy runs are evaluated when they finish, on the "
+                        "project's split 'test'; `rlhf-studio eval` evaluates any model).")
+    rows = evaluation.comparison_rows([before, after], ["before (base)", "after"])
+    metrics = pd.DataFrame(rows, columns=COMPARISON_COLUMNS).round(3)
+    settings = after.settings
+    n = settings["samples"]
+    answers = []
+    for p in range(min(5, settings["prompts_n"])):
+        row = after.samples[p * n]
+        prompt = row["prompt"][-1]["content"] if isinstance(row["prompt"], list) else row["prompt"]
+        answers.append([prompt, before.samples[p * n]["answer"] if before else "", row["answer"]])
+    note = (f"{settings['prompts_n']} held-out prompts x {n} answers, {settings['max_new_tokens']} new tokens, "
+            f"reward `{settings['reward']}`, positive: reward > {settings['threshold']:g}; KL to "
+            f"`{after.kl_base}` in nats per answer.")
+    return metrics, pd.DataFrame(answers, columns=ANSWER_COLUMNS), note
 
 
 def collect_settings(stage: str, specs_by_stage: dict, values: list, advanced: str) -> dict:
@@ -170,8 +217,17 @@ def build(ctx: UIContext) -> None:
     status = gr.Markdown(elem_id="train-status")
     progress = gr.HTML()
     metric_names = gr.CheckboxGroup([], value=[], label="Metrics", elem_id="train-metrics")
-    plot = gr.LinePlot(pd.DataFrame({"step": [], "value": [], "metric": []}), x="step", y="value", color="metric",
-                       label="Metrics by step", elem_id="train-plot", height=320)
+    # None, not an empty frame: see plot_value.
+    plot = gr.LinePlot(None, x="step", y="value", color="metric", label="Metrics by step", elem_id="train-plot",
+                       height=320)
+    reward_curve = gr.LinePlot(None, x="minutes", y="reward", label="Mean reward by wall time (env/reward_mean)",
+                               x_title="minutes since the run started", elem_id="train-reward-curve", height=240)
+    gr.Markdown("**Held-out evaluation: the base model before, the trained model after**")
+    eval_note = gr.Markdown(elem_id="train-eval-note")
+    comparison = gr.Dataframe(pd.DataFrame(columns=COMPARISON_COLUMNS), interactive=False,
+                              elem_id="train-comparison")
+    comparison_answers = gr.Dataframe(pd.DataFrame(columns=ANSWER_COLUMNS), label="First held-out answers",
+                                      interactive=False, wrap=True)
     samples = gr.Dataframe(pd.DataFrame(columns=SAMPLE_COLUMNS), label="PPO samples (latest steps)", wrap=True,
                            interactive=False)
     log = gr.Code(label="Log (tail)", language=None, lines=12, interactive=False)
@@ -236,17 +292,17 @@ def build(ctx: UIContext) -> None:
         where = "started" if created.status == "running" else "queued (another run is in progress)"
         return f"Run **#{created.id}** {where}.", gr.update(choices=choices, value=created.id)
 
-    def refresh(run_id, selected, request: gr.Request):
+    def refresh(run_id, selected, shown, shown_curve, request: gr.Request):
         """The timer's tick: everything shown about the selected run, read back from SQLite."""
         try:
             with ctx.connection() as db:
                 require_admin(db, request)
                 jobs.poll(db)
-                return _refresh(db, run_id, selected)
+                return _refresh(db, run_id, selected, shown, shown_curve)
         except (PermissionDenied, InputError):
-            return tuple(gr.update() for _ in range(9))
+            return tuple(gr.update() for _ in refresh_outputs)
 
-    def _refresh(db, run_id, selected):
+    def _refresh(db, run_id, selected, shown, shown_curve):
         if not run_id:  # nothing picked yet: follow the newest run
             newest = jobs.list_runs(db, project=project, limit=1)
             run_id = newest[0].id if newest else None
@@ -257,18 +313,24 @@ def build(ctx: UIContext) -> None:
         frame = jobs.metrics_frame(db, run_id, chosen) if current else pd.DataFrame(columns=["step", "name", "value"])
         # Vega-Lite treats a field called "name" specially (the legend broke): plot it as "metric".
         frame = frame.rename(columns={"name": "metric"})
+        curve = evaluation.reward_curve(db, run_id) if current else None
+        metrics_table, answers_table, note = comparison_frame(db, run_id if current and current.finished else None)
         rows = jobs.samples(db, run_id, 12) if current else []
         return (
             waiting_banner(db, project),
             status_markdown(current),
             progress_html(current),
             gr.update(choices=names, value=chosen),
-            frame,
+            plot_value(frame, shown),
             pd.DataFrame(rows, columns=SAMPLE_COLUMNS),
             jobs.log_tail(current, 40) if current else "",
             history_frame(db, project),
             # Choices only: a tick that started before a launch finished must not reset the picked run.
             gr.update(choices=run_choices(db, project)),
+            plot_value(curve, shown_curve, series=None),
+            metrics_table,
+            answers_table,
+            note,
         )
 
     def _action(action, verb):
@@ -332,14 +394,21 @@ def build(ctx: UIContext) -> None:
         return text, frame
 
     timer = gr.Timer(REFRESH_SECONDS)
-    refresh_outputs = [banner, status, progress, metric_names, plot, samples, log, history, run]
+    refresh_outputs = [banner, status, progress, metric_names, plot, samples, log, history, run, reward_curve,
+                       comparison, comparison_answers, eval_note]
+    refresh_inputs = [run, metric_names, plot, reward_curve]
     if ctx.app is not None:
         ctx.app.load(quiet_load, None, [model, reward_model, inspect_model, run], api_name="train_choices")
     stage.change(on_stage, stage, [model, ppo_group, *stage_groups.values()], api_name=False)
     launch.click(do_launch, {stage, model, reward, reward_model, advanced, *job_inputs, *trainer_inputs},
                  [notice, run], api_name="train_launch")
-    timer.tick(refresh, [run, metric_names], refresh_outputs, api_name="train_refresh", show_progress="hidden")
-    run.input(refresh, [run, metric_names], refresh_outputs, api_name="train_select", show_progress="hidden")
+    timer.tick(refresh, refresh_inputs, refresh_outputs, api_name="train_refresh", show_progress="hidden")
+    # A second refresh right after: when the series changed, the first one unmounts the chart (plot_value).
+    run.input(refresh, refresh_inputs, refresh_outputs, api_name="train_select", show_progress="hidden").then(
+        refresh, refresh_inputs, refresh_outputs, api_name="train_select_again", show_progress="hidden")
+    metric_names.input(refresh, refresh_inputs, refresh_outputs, api_name="train_metrics",
+                       show_progress="hidden").then(refresh, refresh_inputs, refresh_outputs, api_name="train_metrics_again",
+                                                    show_progress="hidden")
     stop.click(_action(jobs.request_stop, "asked to stop after the current step"), run, notice, api_name="train_stop")
     cancel.click(_action(jobs.cancel_run, "cancelled"), run, notice, api_name="train_cancel")
     resume.click(_action(jobs.resume_run, "resumed"), run, notice, api_name="train_resume")

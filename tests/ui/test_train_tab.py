@@ -1,0 +1,105 @@
+"""The Train tab's plot values (what keeps Gradio's native chart drawing) and its before/after table, through the
+refresh endpoint the browser's timer calls."""
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import gradio as gr
+import pandas as pd
+import pytest
+
+from labeler.ui.tabs.train import COMPARISON_COLUMNS, plot_value
+
+ADMIN = "root"
+
+
+def _frame(metrics=("env/reward_mean", "objective/kl"), steps=3):
+    return pd.DataFrame([(s, m, float(s)) for m in metrics for s in range(1, steps + 1)],
+                        columns=["step", "metric", "value"])
+
+
+def _shown(frame):
+    """What the browser sends back as the plot's value: Gradio's PlotData (columns and rows)."""
+    return SimpleNamespace(columns=list(frame.columns), data=frame.values.tolist())
+
+
+def test_plot_value_never_mounts_the_chart_on_an_empty_frame():
+    assert plot_value(_frame(steps=0), None) is None
+    assert plot_value(None, None) is None
+
+
+def test_plot_value_sends_rows_while_the_series_stay_the_same():
+    frame = _frame(steps=5)
+    assert plot_value(frame, None) is frame  # nothing shown yet: mounts with data
+    assert plot_value(frame, _shown(_frame(steps=2))) is frame  # same series, more steps: rows replaced
+
+
+def test_plot_value_unmounts_once_when_the_series_change():
+    shown = _shown(_frame(("loss", "accuracy")))
+    assert plot_value(_frame(), shown) is None
+    assert plot_value(_frame(("loss",)), shown) is None
+    # A single-series chart (no color channel) has no color domain to go stale.
+    curve = pd.DataFrame({"minutes": [0.5, 1.0], "reward": [0.1, 0.2]})
+    assert plot_value(curve, _shown(curve.iloc[:1]), series=None) is curve
+
+
+@pytest.fixture
+def train_app(db_path, tmp_path, tiny_model_dir):
+    from labeler.services import accounts
+    from labeler.ui.app import build_app
+    from labeler.ui.context import ServeSettings
+    from storage import open_db
+
+    db = open_db(db_path)
+    accounts.create_user(db, ADMIN, "root-password-1", role="admin")
+    db.conn.close()
+    return build_app(ServeSettings(db_path=db_path, model=str(tiny_model_dir), runs_dir=str(tmp_path / "runs")))
+
+
+def _refresh(app, *args):
+    fn = next(fn for fn in app.fns.values() if fn.api_name == "train_refresh")
+    return fn.fn(*args, request=gr.Request(username=ADMIN))
+
+
+def test_refresh_shows_the_before_after_table_and_the_reward_curve(train_app, db_path):
+    from storage import open_db
+
+    db = open_db(db_path)
+    run_id = db.execute("INSERT INTO runs (project_id, stage, status, started_at, ended_at, step, total_steps)"
+                        " VALUES (1, 'ppo', 'succeeded', '2025-01-01T10:00:00.000000Z', '2025-01-01T10:05:00.000000Z',"
+                        " 2, 2)").lastrowid
+    for step, value, at in [(1, 0.1, "2025-01-01T10:01:00.000Z"), (2, 0.4, "2025-01-01T10:02:00.000Z")]:
+        db.execute("INSERT INTO metrics (run_id, step, name, value, created_at) VALUES (?, ?, 'env/reward_mean', ?, ?)",
+                   [run_id, step, value, at])
+    settings = json.dumps({"prompts": "heldout", "prompts_n": 1, "prompts_hash": "x", "reward": "vader", "samples": 1,
+                           "max_new_tokens": 4, "threshold": 0.5, "seed": 0, "bf16": False}, sort_keys=True)
+    for model, base, run, reward, answer in [("default", "default", None, 0.2, "meh"),
+                                              ("ppo-run1", "default", run_id, 0.9, "great")]:
+        metrics = {"eval/reward_mean": reward, "eval/positive_share": float(reward > 0.5), "eval/kl": 0.0 if run is None
+                   else 3.0, "eval/length_mean": 4.0, "eval/distinct_2": 1.0}
+        db.execute("INSERT INTO evaluations (project_id, model, kl_base, run_id, settings_json, metrics_json, samples_json)"
+                   " VALUES (1, ?, ?, ?, ?, ?, ?)", [model, base, run, settings, json.dumps(metrics),
+                                                     json.dumps([{"prompt": "The film", "answer": answer, "reward": reward,
+                                                                  "kl": 0.0, "length": 4}])])
+    db.conn.close()
+    out = _refresh(train_app, run_id, [], None, None)
+    plot, curve, table, answers, note = out[4], out[9], out[10], out[11], out[12]
+    assert list(plot["metric"].unique()) == ["env/reward_mean"] and list(plot["step"]) == [1, 2]
+    assert curve.to_dict("list") == {"minutes": [1.0, 2.0], "reward": [0.1, 0.4]}
+    assert list(table.columns) == COMPARISON_COLUMNS
+    assert table.values.tolist() == [["before (base)", "default", 0.2, 0.0, 0.0, 4.0, 1.0],
+                                     ["after", "ppo-run1", 0.9, 1.0, 3.0, 4.0, 1.0]]
+    assert answers.values.tolist() == [["The film", "meh", "great"]]
+    assert "1 held-out prompts x 1 answers" in note and "`default`" in note
+
+
+def test_refresh_without_metrics_or_evaluation_sends_no_plot_data(train_app, db_path):
+    from storage import open_db
+
+    db = open_db(db_path)
+    run_id = db.execute("INSERT INTO runs (project_id, stage, status) VALUES (1, 'rm', 'succeeded')").lastrowid
+    db.conn.close()
+    out = _refresh(train_app, run_id, [], None, None)
+    assert out[4] is None and out[9] is None
+    assert len(out[10]) == 0 and "No held-out evaluation" in out[12]
