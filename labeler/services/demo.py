@@ -1,6 +1,7 @@
 """`rlhf-studio demo`: the whole loop on the embedded models, on CPU, in one command.
 
-1. import the shipped movie-review openings; hold some out (split 'test') for the before/after comparison
+1. import the shipped movie-review openings; their fixed held-out set (split 'test', every fifth line) is never
+   generated for, labelled or trained on
 2. generate answers per training prompt with the default policy (labeler.services.generation): 4 by default,
    ranked together, so each prompt gives 6 preference pairs (with 2 answers, one pair per prompt, the reward
    model reached only 0.43 held-out accuracy on 119 pairs; with 4 answers, 0.69-0.72)
@@ -8,12 +9,15 @@
    same labeling service people use
 4. train the MiniLM reward model on those preferences (a real queued run, worker process and all)
 5. PPO on the default policy with that reward model (another run)
-6. on the held-out prompts: responses and rewards before and after, with mean and median per column
+6. on the held-out prompts: the PPO run's automatic evaluation (labeler/services/evaluation.py, the same code as
+   `rlhf-studio eval` and the Train tab's table): answers of the base and the tuned policy, VADER of the answer
+   alone, positive share, KL to the base, distinct-2, and the reward model's scores of both
 
 The task is the seeds' (TRL's sentiment example): make the model write positive movie reviews.
 """
 from __future__ import annotations
 
+import dataclasses
 import random
 import statistics
 import time
@@ -31,7 +35,9 @@ ANNOTATOR = "simulated-annotator"
 class DemoSettings:
     prompts: int = field(default=0, metadata={"help": "Training prompts to generate for and label (0: all not held out)."})
     answers: int = field(default=4, metadata={"help": "Answers per training prompt, ranked together (n answers give n(n-1)/2 pairs)."})
-    heldout: int = field(default=16, metadata={"help": "Held-out prompts for the before/after table."})
+    heldout: int = field(default=16, metadata={
+        "help": "Prompts moved to split 'test' when the project has no held-out prompts (the shipped set has 27)."})
+    eval_samples: int = field(default=4, metadata={"help": "Answers per held-out prompt in the before/after evaluation."})
     rm_steps: int = field(default=60, metadata={"help": "Reward-model training steps."})
     ppo_steps: int = field(default=10, metadata={"help": "PPO steps."})
     ppo_batch_size: int = field(default=16, metadata={"help": "Rollouts per PPO step."})
@@ -51,11 +57,13 @@ class DemoSettings:
 
 @dataclass
 class DemoReport:
-    rows: list[dict]  # query, before, after, reward_before, reward_after
+    rows: list[dict]  # per held-out answer: query, before, after, reward_before/after (RM), vader_before/after
     timings: dict[str, float]
     rm_run: int
     ppo_run: int
     rm_metrics: dict
+    evaluations: list = field(default_factory=list)  # evaluation.Evaluation of the base and the tuned policy
+    samples: int = 1  # answers per prompt: rows come grouped by prompt
 
     def column(self, name: str) -> list[float]:
         return [row[name] for row in self.rows]
@@ -75,32 +83,39 @@ class DemoReport:
 
         lines = [f"{'query':<40} | {'response before':<40} | {'response after':<40} | {'r before':>8} | {'r after':>8}",
                  "-" * 148]
-        for row in self.rows:
+        for row in self.rows[:: self.samples]:  # the first answer to each prompt
             lines.append(f"{cut(row['query'], 40):<40} | {cut(row['before'], 40):<40} | {cut(row['after'], 40):<40} | "
                          f"{row['reward_before']:>8.3f} | {row['reward_after']:>8.3f}")
         s = self.summary()
         lines.append("-" * 148)
         lines.append(f"{'mean':<40} | {'':<40} | {'':<40} | {s['reward_before_mean']:>8.3f} | {s['reward_after_mean']:>8.3f}")
         lines.append(f"{'median':<40} | {'':<40} | {'':<40} | {s['reward_before_median']:>8.3f} | {s['reward_after_median']:>8.3f}")
-        lines.append(f"VADER (the simulated annotator's own score) mean before {s['vader_before_mean']:.3f}, "
-                     f"after {s['vader_after_mean']:.3f}")
+        lines.append(f"VADER of the answer alone mean before {s['vader_before_mean']:.3f}, "
+                     f"after {s['vader_after_mean']:.3f} (over all {len(self.rows)} answers)")
+        if self.evaluations:
+            from labeler.services.evaluation import format_report
+
+            lines += ["", format_report(self.evaluations, examples=0)]
         lines.append("timings: " + ", ".join(f"{k} {v:.0f}s" for k, v in self.timings.items()))
         return "\n".join(lines)
 
 
 def _split_prompts(db, project: str, settings: DemoSettings) -> tuple[list[int], list[int]]:
-    """Shuffle the project's prompts with the seed; the first `heldout` become split 'test' (PPO never sees
-    them), the next `prompts` are the training prompts."""
+    """(held-out ids, training ids). The held-out prompts are the project's split 'test' (the shipped set's
+    fixed fifth); a project without any gets `heldout` prompts, drawn with the seed, moved there. The training
+    prompts are the first `prompts` of the others, shuffled with the seed."""
     from labeler.services.projects import get_project
 
     project_id = get_project(db, project).id
-    ids = [row[0] for row in db.execute("SELECT id FROM prompts WHERE project_id = ? ORDER BY id", [project_id])]
+    rows = db.execute("SELECT id, split FROM prompts WHERE project_id = ? ORDER BY id", [project_id]).fetchall()
+    heldout = [row[0] for row in rows if row[1] == "test"]
+    ids = [row[0] for row in rows if row[1] != "test"]
     random.Random(settings.seed).shuffle(ids)
-    heldout = ids[: settings.heldout]
-    train = ids[settings.heldout:][: settings.prompts or None]
-    with write_transaction(db):
-        db.conn.executemany("UPDATE prompts SET split = 'test' WHERE id = ?", [(i,) for i in heldout])
-    return heldout, train
+    if not heldout:
+        heldout, ids = sorted(ids[: settings.heldout]), ids[settings.heldout:]
+        with write_transaction(db):
+            db.conn.executemany("UPDATE prompts SET split = 'test' WHERE id = ?", [(i,) for i in heldout])
+    return heldout, ids[: settings.prompts or None]
 
 
 def simulate_annotator(db, project: str, noise: float, seed: int, prompt_ids: list[int] | None = None) -> int:
@@ -130,19 +145,6 @@ def simulate_annotator(db, project: str, noise: float, seed: int, prompt_ids: li
     return done
 
 
-def _generate(path: str, prompts: list[str], settings: DemoSettings):
-    from rlhf.configs import GenerationSettings
-    from rlhf.generation import build_prompt_ids, decode_responses, generate_batch
-    from rlhf.loading import load_causal_lm, load_tokenizer
-
-    tokenizer = load_tokenizer(path, padding_side="left")
-    model = load_causal_lm(path).eval()
-    gen = GenerationSettings(max_new_tokens=settings.max_new_tokens, batch_size=16, seed=settings.seed,
-                             autocast=settings.bf16)
-    ids = [build_prompt_ids(tokenizer, p) for p in prompts]
-    return decode_responses(tokenizer, generate_batch(model, tokenizer, ids, gen))
-
-
 def _wait(db, run_id: int, log: Callable[[str], None]) -> jobs.Run:
     last = None
     while True:
@@ -161,11 +163,10 @@ def _wait(db, run_id: int, log: Callable[[str], None]) -> jobs.Run:
 
 def run_demo(db_path: str, settings: DemoSettings = DemoSettings(), project: str = "default",
              log: Callable[[str], None] = print) -> DemoReport:
-    from labeler.services import generation, models, prompts
+    from labeler.services import evaluation, generation, models, prompts, train_configs
     from labeler.services.stage_runners import resolve_model
     from rlhf.configs import GenerationSettings
     from rlhf.reward import RewardScorer
-    from rlhf.rewards import vader_compound
 
     db = open_db(db_path)
     timings: dict[str, float] = {}
@@ -206,25 +207,35 @@ def run_demo(db_path: str, settings: DemoSettings = DemoSettings(), project: str
         "max_new_tokens": settings.max_new_tokens, "seed": settings.seed, "batch_size": settings.ppo_batch_size,
         "mini_batch_size": settings.ppo_mini_batch_size, "ppo_epochs": settings.ppo_epochs,
         "learning_rate": settings.learning_rate, "init_kl_coef": settings.init_kl_coef,
+        "eval_samples": settings.eval_samples,
     }, project=project, name="demo PPO", runs_dir=runs_dir)
     log(f"5. PPO on the policy with the reward model (run {ppo.id}, log {ppo.log_path})")
     ppo = _wait(db, ppo.id, log)
     timings["ppo"] = time.monotonic() - t
 
     t = time.monotonic()
-    queries = [row[0] for row in db.execute(
-        f"SELECT text FROM prompts WHERE id IN ({', '.join('?' * len(heldout))}) ORDER BY id", heldout)]
-    before = _generate(resolve_model(db, settings.policy), queries, settings)
     after_model = db.execute("SELECT name FROM models WHERE run_id = ?", [ppo.id]).fetchone()[0]
-    after = _generate(resolve_model(db, after_model), queries, settings)
+    # The PPO worker already evaluated both models with exactly these settings (evaluation.auto_settings):
+    # reuse those; evaluate only what is missing (eval_samples=0, or an evaluation that failed).
+    eval_settings = evaluation.auto_settings(train_configs.load_job_config(ppo.config))
+    if settings.eval_samples < 1:
+        eval_settings = dataclasses.replace(eval_settings, samples=1)
+    before, after = evaluation.evaluate_models(db, [settings.policy, after_model], eval_settings, project,
+                                               run_ids={after_model: ppo.id}, reuse=[settings.policy, after_model],
+                                               log=lambda line: log(f"   {line}"))
+    queries = [row["prompt"] for row in after.samples]
     scorer = RewardScorer(resolve_model(db, rm_model))
-    r_before, r_after = scorer.score(queries, before), scorer.score(queries, after)
-    v_before, v_after = vader_compound(queries, before), vader_compound(queries, after)
+    answers_before, answers_after = [row["answer"] for row in before.samples], [row["answer"] for row in after.samples]
+    r_before, r_after = scorer.score(queries, answers_before), scorer.score(queries, answers_after)
+    v_before, v_after = [row["reward"] for row in before.samples], [row["reward"] for row in after.samples]
     timings["evaluate"] = time.monotonic() - t
-    rows = [dict(query=q, before=b, after=a, reward_before=rb, reward_after=ra, vader_before=vb, vader_after=va)
-            for q, b, a, rb, ra, vb, va in zip(queries, before, after, r_before, r_after, v_before, v_after)]
-    log(f"6. held-out comparison ({len(rows)} prompts)")
-    return DemoReport(rows, timings, rm.id, ppo.id, rm_metrics)
+    rows = [dict(query=q if isinstance(q, str) else q[-1]["content"], before=b, after=a, reward_before=rb,
+                 reward_after=ra, vader_before=vb, vader_after=va)
+            for q, b, a, rb, ra, vb, va in zip(queries, answers_before, answers_after, r_before, r_after, v_before,
+                                                v_after)]
+    log(f"6. held-out comparison ({len(heldout)} prompts x {eval_settings.samples} answers): "
+        f"{evaluation.format_metrics(before.metrics)} -> {evaluation.format_metrics(after.metrics)}")
+    return DemoReport(rows, timings, rm.id, ppo.id, rm_metrics, [before, after], eval_settings.samples)
 
 
 def launch_demo_process(db_path: str, out_dir: str = "runs/demo", extra_args: list[str] | None = None) -> int:

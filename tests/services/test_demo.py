@@ -26,20 +26,38 @@ def test_tiny_demo_runs_the_whole_loop(db, db_path, tmp_path, tiny_model_dir, ti
     monkeypatch.setenv(jobs.LAUNCHER_ENV, "python")
     settings = DemoSettings(prompts=4, heldout=2, answers=2, rm_steps=2, ppo_steps=1, ppo_batch_size=2, ppo_mini_batch_size=2,
                             ppo_epochs=1, max_new_tokens=4, bf16=False, noise=0.1, policy=str(tiny_model_dir),
-                            encoder=str(tiny_encoder_dir), out_dir=str(tmp_path / "demo"))
+                            encoder=str(tiny_encoder_dir), out_dir=str(tmp_path / "demo"), eval_samples=1)
     lines = []
     report = run_demo(db_path, settings, log=lines.append)
-    assert len(report.rows) == 2
-    assert set(report.rows[0]) >= {"query", "before", "after", "reward_before", "reward_after"}
     assert [jobs.get_run(db, i).status for i in (report.rm_run, report.ppo_run)] == ["succeeded", "succeeded"]
-    # Held-out prompts are split 'test' and were not generated for.
-    held = db.execute("SELECT id FROM prompts WHERE split = 'test'").fetchall()
-    assert len(held) == 2
-    assert db.execute(f"SELECT COUNT(*) FROM responses WHERE prompt_id IN ({held[0][0]}, {held[1][0]})").fetchone()[0] == 0
+    # The shipped set's fixed held-out fifth is the comparison set, and nothing was generated for it.
+    held = [row[0] for row in db.execute("SELECT id FROM prompts WHERE split = 'test'")]
+    assert len(held) == 27
+    assert db.execute(f"SELECT COUNT(*) FROM responses WHERE prompt_id IN ({', '.join(map(str, held))})").fetchone()[0] == 0
+    assert len(report.rows) == 27 and report.samples == 1
+    assert set(report.rows[0]) >= {"query", "before", "after", "reward_before", "reward_after"}
     # 4 training prompts x 2 answers, one ranking each (the noise breaks the random model's VADER ties).
     assert db.execute("SELECT COUNT(*) FROM rankings").fetchone()[0] == 4
+    # The table is the PPO run's own automatic evaluation (base and tuned policy), reused, not redone.
+    before, after = report.evaluations
+    assert (before.model, after.model, after.run_id) == (str(tiny_model_dir), f"ppo-run{report.ppo_run}", report.ppo_run)
+    assert db.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0] == 2
+    assert [row["vader_after"] for row in report.rows] == [row["reward"] for row in after.samples]
     summary = report.summary()
     assert summary["reward_before_mean"] == statistics.fmean(report.column("reward_before"))
     table = report.table()
     assert "mean" in table and "median" in table and report.rows[0]["query"][:20] in table
+    assert "distinct-2" in table and f"ppo-run{report.ppo_run}" in table
     assert any("reward model" in line for line in lines)
+
+
+def test_a_project_without_heldout_prompts_gets_some(db):
+    from labeler.services import prompts
+    from labeler.services.demo import _split_prompts
+
+    prompts.add_prompts(db, [f"prompt {i}" for i in range(10)])
+    heldout, train = _split_prompts(db, "default", DemoSettings(heldout=3, prompts=4))
+    assert len(heldout) == 3 and len(train) == 4 and not set(heldout) & set(train)
+    assert sorted(row[0] for row in db.execute("SELECT id FROM prompts WHERE split = 'test'")) == heldout
+    # Once there is a test split, it is used as it is.
+    assert _split_prompts(db, "default", DemoSettings(heldout=5))[0] == heldout
