@@ -74,7 +74,7 @@ def _empty_outputs(done: int, remaining: int, full: bool) -> tuple:
     return (*outputs, gr.skip()) if full else outputs
 
 
-def item_outputs(item, waiting: int | None = None, *, full: bool = True, comment: str = "x") -> tuple:
+def item_outputs(item, waiting: int | None = None, *, full: bool = True, clear_comment: bool = True) -> tuple:
     """Widgets for one QueueItem, in FAST_OUTPUTS order (+ the guidelines when full).
 
     full=False is the keyboard path (submit, skip): what a label cannot have changed (the buttons, the
@@ -93,7 +93,7 @@ def item_outputs(item, waiting: int | None = None, *, full: bool = True, comment
         f"### Prompt\n{item.prompt}",
         response["text"] or "*(empty answer)*",
         score,
-        gr.update(value="") if (full or comment) else gr.skip(),
+        gr.update(value="") if (full or clear_comment) else gr.skip(),
         item_key(item),
         gr.update(interactive=True) if full else gr.skip(),
         gr.update(interactive=True) if full else gr.skip(),
@@ -101,14 +101,14 @@ def item_outputs(item, waiting: int | None = None, *, full: bool = True, comment
     return (*outputs, item.guidelines or DEFAULT_GUIDELINES) if full else outputs
 
 
-def outputs_for(db, ctx: UIContext, username: str, item, *, full: bool, comment: str = "x") -> tuple:
+def outputs_for(db, ctx: UIContext, username: str, item, *, full: bool, clear_comment: bool = True) -> tuple:
     from labeler.services import labeling
 
     if item is None:
         done, remaining = labeling.progress(db, ctx.project, username, KIND)
         return _empty_outputs(done, remaining, full)
     waiting = labeling.waiting_for_run(db, item.run_id) if item.run_id is not None else None
-    return item_outputs(item, waiting, full=full, comment=comment)
+    return item_outputs(item, waiting, full=full, clear_comment=clear_comment)
 
 
 def show_next(ctx: UIContext, db, username: str, *, full: bool = True) -> tuple:
@@ -177,7 +177,7 @@ def build(ctx: UIContext) -> None:
             _, item = labeling.submit_rating_and_next(
                 db, ctx.project, user.username, item_id, float(score_value), comment=comment_text, request_id=request_id,
             )
-            return outputs_for(db, ctx, user.username, item, full=False, comment=comment_value or "")
+            return outputs_for(db, ctx, user.username, item, full=False, clear_comment=bool(comment_value))
 
     @ui_errors
     def rate_skip(key_value, request: gr.Request):
