@@ -270,3 +270,20 @@ def test_reward_curve_is_the_reward_against_minutes_since_the_start(db):
     frame = evaluation.reward_curve(db, run_id)
     assert frame.to_dict("list") == {"minutes": [1.5, 3.0], "reward": [0.1, 0.5]}
     assert len(evaluation.reward_curve(db, run_id, "missing")) == 0
+
+
+def test_a_lora_adapter_is_evaluated_on_its_base(db, tmp_path, tiny_model_dir):
+    """An adapter folder (SFT/DPO with lora=true register one) is loaded on its base and merged for sampling."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    _heldout(db)
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    peft_model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", init_lora_weights=False))
+    torch.manual_seed(0)
+    peft_model.save_pretrained(tmp_path / "adapter")
+    models.register_model(db, "sft-lora", str(tmp_path / "adapter"), "adapter", base_model=str(tiny_model_dir))
+    ev = evaluation.evaluate_models(db, ["sft-lora"], EvalSettings(reward=WORDS, samples=1, max_new_tokens=3))[0]
+    assert (ev.model, ev.kl_base) == ("sft-lora", str(tiny_model_dir)) and len(ev.samples) == 3
+    assert ev.metrics["eval/kl"] != 0.0  # random LoRA weights: not the base
