@@ -322,3 +322,36 @@ MIGRATIONS.append(("evaluations", [
     "CREATE INDEX evaluations_model ON evaluations (model, id)",
     "CREATE INDEX evaluations_run ON evaluations (run_id)",
 ]))
+
+# Issue 14 item 10: the one-time admin password printed by `serve` must be replaced at the first login; the
+# flag is set by accounts.ensure_admin and cleared by a password change.
+MIGRATIONS.append(
+    ("users must change password", ["ALTER TABLE users ADD COLUMN must_change_password INTEGER NOT NULL DEFAULT 0"])
+)
+
+# Issue 14 item 8: the record browser. label_audit keeps every admin correction or deletion of a label (the
+# label row itself is changed or gone, so this is the only trace of what it was). The indexes serve the
+# browser's filters: prompts paged by id within a project (and by split/source), labels by annotator, rankings
+# and items by prompt.
+MIGRATIONS.append(("record browser and label audit", [
+    """CREATE TABLE label_audit (
+        id INTEGER PRIMARY KEY,
+        label_kind TEXT NOT NULL CHECK (label_kind IN ('rating', 'ranking')),
+        label_id INTEGER NOT NULL,
+        item_id INTEGER,
+        action TEXT NOT NULL CHECK (action IN ('correct', 'delete')),
+        before_json TEXT NOT NULL,
+        after_json TEXT,
+        reason TEXT NOT NULL DEFAULT '',
+        user_id INTEGER REFERENCES users(id),
+        created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+    )""",
+    "CREATE INDEX label_audit_label ON label_audit (label_kind, label_id)",
+    "CREATE INDEX prompts_project_id ON prompts (project_id, id)",
+    "CREATE INDEX prompts_project_split ON prompts (project_id, split, id)",
+    "CREATE INDEX prompts_project_source ON prompts (project_id, source, id)",
+    "CREATE INDEX ratings_user ON ratings (user_id)",
+    "CREATE INDEX rankings_user ON rankings (user_id)",
+    "CREATE INDEX rankings_prompt ON rankings (prompt_id)",
+    "CREATE INDEX items_prompt ON items (prompt_id)",
+]))
