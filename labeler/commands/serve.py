@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
         print(
             "    First start: log in as user 'admin' with this one-time password\n"
             f"        {password}\n"
-            "    (it is not stored anywhere in clear text: change it in Admin > Users)\n",
+            "    (it is not stored in clear text, and works once: the first login asks for a new password)\n",
             flush=True,
         )
     if no_answers and args.first_prompts > 0:

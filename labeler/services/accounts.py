@@ -34,6 +34,9 @@ class User:
     active: bool
     # Bumped by a password change or a deactivation: a login session issued under an older epoch has ended.
     session_epoch: int = 0
+    # The password is a one-time one (printed by `serve` on the first start): nothing but choosing a new
+    # password is allowed until it is replaced.
+    must_change_password: bool = False
 
     @property
     def is_admin(self) -> bool:
@@ -56,13 +59,13 @@ def _verify(password: str, salt_hex: str, stored: str) -> bool:
     return secrets.compare_digest(candidate.encode(), stored.encode())
 
 
-_USER_COLUMNS = "id, username, role, active, session_epoch"
+_USER_COLUMNS = "id, username, role, active, session_epoch, must_change_password"
 
 
 def _from_row(row) -> User:
     return User(
         id=row["id"], username=row["username"], role=row["role"], active=bool(row["active"]),
-        session_epoch=row["session_epoch"],
+        session_epoch=row["session_epoch"], must_change_password=bool(row["must_change_password"]),
     )
 
 
@@ -86,14 +89,14 @@ def _check_role(role: str) -> str:
     return role
 
 
-def _insert_user(db: sqlite_utils.Database, username: str, password: str, role: str) -> None:
+def _insert_user(db: sqlite_utils.Database, username: str, password: str, role: str, must_change: bool = False) -> None:
     """Insert inside the caller's transaction."""
     if db.execute("SELECT 1 FROM users WHERE username = ?", [username]).fetchone():
         raise InputError(f"user '{username}' already exists", field="username")
     salt = secrets.token_hex(16)
     db.execute(
-        "INSERT INTO users (username, password_hash, salt, role) VALUES (?, ?, ?, ?)",
-        [username, hash_password(password, salt), salt, role],
+        "INSERT INTO users (username, password_hash, salt, role, must_change_password) VALUES (?, ?, ?, ?, ?)",
+        [username, hash_password(password, salt), salt, role, int(must_change)],
     )
 
 
@@ -130,16 +133,41 @@ def authenticate(db: sqlite_utils.Database, username: str, password: str) -> Use
 
 
 def set_password(db: sqlite_utils.Database, username: str, password: str) -> None:
-    """Change the password; every login session of the user ends (the session epoch moves on)."""
+    """Change the password; every login session of the user ends (the session epoch moves on).
+
+    A one-time password is replaced with it, so the first-login requirement is met.
+    """
     _check_password(password)
     salt = secrets.token_hex(16)
     with write_transaction(db):
         cursor = db.execute(
-            "UPDATE users SET password_hash = ?, salt = ?, session_epoch = session_epoch + 1 WHERE username = ?",
+            "UPDATE users SET password_hash = ?, salt = ?, session_epoch = session_epoch + 1,"
+            " must_change_password = 0 WHERE username = ?",
             [hash_password(password, salt), salt, username],
         )
         if cursor.rowcount == 0:
             raise InputError(f"unknown user '{username}'", field="username")
+
+
+def change_own_password(db: sqlite_utils.Database, username: str, current: str, new: str, repeat: str) -> User:
+    """A logged-in user replaces their password (the first-login change of the one-time password included).
+
+    The current password is asked again so that an unattended logged-in browser cannot take the account over;
+    the new one must differ from it and be typed twice alike. Their other sessions end (set_password), and
+    the caller logs this browser in again.
+    """
+    row = db.execute("SELECT password_hash, salt, active FROM users WHERE username = ?", [username]).fetchone()
+    if row is None or not row["active"]:
+        raise PermissionDenied(f"user '{username}' is unknown or deactivated")
+    if not _verify(current or "", row["salt"], row["password_hash"]):
+        raise InputError("is not your current password", field="current password")
+    _check_password(new)
+    if new != repeat:
+        raise InputError("the two new passwords differ", field="repeat new password")
+    if new == current:
+        raise InputError("choose a password different from the current one", field="new password")
+    set_password(db, username, new)
+    return get_user(db, username)
 
 
 def set_role(db: sqlite_utils.Database, username: str, role: str) -> User:
@@ -191,14 +219,25 @@ def ensure_admin(db: sqlite_utils.Database) -> str | None:
     with write_transaction(db):
         if db.execute("SELECT 1 FROM users LIMIT 1").fetchone():
             return None
-        _insert_user(db, "admin", password, "admin")
+        # One-time: it was printed in a terminal (and maybe a log), so the first login must replace it.
+        _insert_user(db, "admin", password, "admin", must_change=True)
     return password
 
 
+class PasswordChangeRequired(PermissionDenied):
+    """The user logged in with a one-time password and must choose a new one before anything else."""
+
+
 def require_user(db: sqlite_utils.Database, username: str | None) -> User:
+    """The active user, or PermissionDenied; PasswordChangeRequired while their password is a one-time one.
+
+    Checked here, on every request, rather than by hiding the app: any endpoint can be called directly.
+    """
     user = get_user(db, username) if username else None
     if user is None or not user.active:
         raise PermissionDenied("not logged in" if not username else f"user '{username}' is unknown or deactivated")
+    if user.must_change_password:
+        raise PasswordChangeRequired(f"user '{username}' must replace the one-time password first")
     return user
 
 

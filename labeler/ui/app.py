@@ -43,8 +43,9 @@ def build_app(settings: ServeSettings) -> gr.Blocks:
             gr.Markdown("# RLHF Studio", elem_id="studio-title")
             whoami = gr.Markdown(elem_id="studio-whoami")
             gr.Button("Log out", link="/logout", size="sm", scale=0, min_width=100, elem_id="studio-logout")
+        password_panel, main = _password_panel(ctx)
         tabs: dict[str, gr.Tab] = {}
-        with gr.Tabs():
+        with main, gr.Tabs():
             for module_name in TAB_MODULES:
                 try:
                     module = importlib.import_module(module_name)
@@ -67,15 +68,54 @@ def build_app(settings: ServeSettings) -> gr.Blocks:
             with ctx.connection() as db:
                 user = accounts.get_user(db, getattr(request, "username", None) or "")
             if user is None:
-                return ("", *[gr.update(visible=False) for _ in hidden])
+                return ("", gr.update(visible=False), gr.update(), *[gr.update(visible=False) for _ in hidden])
             is_admin = user.role == "admin"
             text = f"Logged in as **{user.username}** ({user.role}) · project **{settings.project}**"
-            return (text, *[gr.update(visible=is_admin) for _ in hidden])
+            # A one-time password: only the panel to replace it (the server refuses everything else anyway).
+            first_login = user.must_change_password
+            return (
+                text, gr.update(visible=first_login), gr.update(visible=not first_login),
+                *[gr.update(visible=is_admin) for _ in hidden],
+            )
 
-        app.load(whoami_load, None, [whoami, *hidden], api_name="whoami")
+        app.load(whoami_load, None, [whoami, password_panel, main, *hidden], api_name="whoami")
         # Keyboard shortcuts run in the browser only; they click the same buttons a mouse would.
         app.load(None, None, None, js=SHORTCUTS_JS, api_name="install_shortcuts")
     return app
+
+
+def _password_panel(ctx: UIContext) -> tuple[gr.Column, gr.Column]:
+    """(the first-login panel, the column holding the tabs). The panel is shown instead of the tabs to a user
+    whose password is the one-time one `serve` printed (issue 14 item 10)."""
+    from labeler.services import accounts
+    from labeler.ui.session import ui_errors
+
+    with gr.Column(visible=False, elem_id="studio-password-panel") as panel:
+        gr.Markdown(
+            "### Choose your own password\nYou logged in with the one-time password printed by `rlhf-studio serve`. "
+            f"Replace it to continue ({accounts.MIN_PASSWORD_LENGTH}+ characters); then log in again with the new one."
+        )
+        with gr.Row():
+            current = gr.Textbox(label="One-time password", type="password", elem_id="studio-current-password")
+            new = gr.Textbox(label="New password", type="password", elem_id="studio-new-password")
+            repeat = gr.Textbox(label="Repeat new password", type="password", elem_id="studio-repeat-password")
+        change = gr.Button("Set my password", variant="primary", elem_id="studio-change-password")
+        status = gr.Markdown(elem_id="studio-password-status")
+    main = gr.Column(elem_id="studio-main")
+
+    # ui_errors (a red toast, the event fails): .success below must not run after a refusal.
+    @ui_errors
+    def change_password(current_value, new_value, repeat_value, request: gr.Request):
+        with ctx.connection() as db:
+            accounts.change_own_password(db, UIContext.username(request), current_value, new_value, repeat_value)
+        return "Password changed. Log in again with the new password."
+
+    # The change ends this browser's session (the session epoch moved on): back to the login page.
+    change.click(change_password, [current, new, repeat], [status], api_name="change_own_password").success(
+        None, None, None, js="() => { setTimeout(() => { window.location.href = '/logout'; }, 1500); }",
+        api_name="change_own_password_done",
+    )
+    return panel, main
 
 
 def launch_options(settings: ServeSettings) -> dict[str, Any]:

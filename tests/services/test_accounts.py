@@ -7,7 +7,7 @@ from labeler.services.errors import InputError, PermissionDenied
 
 def test_create_and_authenticate(db):
     user = accounts.create_user(db, "alice", "correct horse", role="annotator")
-    assert user == User(id=1, username="alice", role="annotator", active=True)
+    assert user == User(id=1, username="alice", role="annotator", active=True, must_change_password=False)
     assert accounts.authenticate(db, "alice", "correct horse") == user
     assert accounts.authenticate(db, "alice", "wrong password") is None
     assert accounts.authenticate(db, "nobody", "correct horse") is None
@@ -128,3 +128,38 @@ def test_password_change_and_deactivation_move_the_session_epoch(db):
     assert accounts.session_epoch(db, "zoe") == 2  # deactivating moved it; reactivating does not move it back
     accounts.set_role(db, "zoe", "admin")
     assert accounts.session_epoch(db, "zoe") == 2 and accounts.session_epoch(db, "nobody") is None
+
+
+def test_the_one_time_admin_password_must_be_replaced_before_anything_else(db):
+    """Issue 14 item 10: the password `serve` prints logs in once, and then only lets the admin replace it."""
+    from labeler.services.accounts import PasswordChangeRequired
+
+    password = accounts.ensure_admin(db)
+    admin = accounts.authenticate(db, "admin", password)
+    assert admin.must_change_password is True
+    with pytest.raises(PasswordChangeRequired, match="one-time password"):
+        accounts.require_user(db, "admin")
+    with pytest.raises(PasswordChangeRequired):
+        accounts.require_admin(db, "admin")
+    # Each refusal names the field, and changes nothing.
+    for current, new, repeat, field in [
+        ("wrong-password", "new-password-1", "new-password-1", "current password"),
+        (password, "short", "short", "password"),
+        (password, "new-password-1", "new-password-2", "repeat new password"),
+        (password, password, password, "new password"),
+    ]:
+        with pytest.raises(InputError) as error:
+            accounts.change_own_password(db, "admin", current, new, repeat)
+        assert error.value.field == field
+    assert accounts.authenticate(db, "admin", password).must_change_password is True
+    epoch = admin.session_epoch
+
+    changed = accounts.change_own_password(db, "admin", password, "new-password-1", "new-password-1")
+    assert changed.must_change_password is False and changed.session_epoch == epoch + 1
+    assert accounts.authenticate(db, "admin", password) is None
+    assert accounts.require_admin(db, "admin").username == "admin"
+
+
+def test_users_created_by_an_admin_need_no_password_change(db):
+    assert accounts.create_user(db, "alice", "password1").must_change_password is False
+    assert accounts.require_user(db, "alice").username == "alice"

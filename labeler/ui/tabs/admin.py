@@ -14,7 +14,9 @@ import gradio as gr
 
 from labeler.services.errors import InputError
 from labeler.ui.context import UIContext
-from labeler.ui.session import quiet_on_load, require_admin, ui_errors
+from labeler.ui.tabs.rate import DEFAULT_GUIDELINES
+from labeler.ui.session import quiet_on_load, require_admin
+from labeler.ui.soft_errors import keep_on_error
 
 TITLE = "Admin"
 USER_HEADERS = ["username", "role", "active"]
@@ -105,7 +107,7 @@ def item_preview(db, item_id: int) -> str:
 
 def build(ctx: UIContext) -> None:
     with gr.Accordion("Users", open=True):
-        users = gr.Dataframe(headers=USER_HEADERS, interactive=False, label="Accounts")
+        users = gr.Dataframe(headers=USER_HEADERS, interactive=False, label="Accounts", elem_id="admin-users")
         with gr.Row():
             new_name = gr.Textbox(label="Username", elem_id="admin-new-username")
             new_password = gr.Textbox(label="Password (8+ characters)", type="password")
@@ -120,10 +122,14 @@ def build(ctx: UIContext) -> None:
 
     with gr.Accordion("Project settings", open=True):
         with gr.Row():
-            likert_min = gr.Number(precision=0, label="Lowest score")
+            likert_min = gr.Number(precision=0, label="Lowest score", elem_id="admin-likert-min")
             likert_max = gr.Number(precision=0, label="Highest score")
             overlap = gr.Number(precision=0, minimum=1, label="Annotators per item (overlap)")
-        guidelines = gr.Textbox(label="Guidelines (Markdown, shown beside every item)", lines=8)
+        # Empty guidelines show Rate's default text to annotators: the placeholder shows the same text here.
+        guidelines = gr.Textbox(
+            label="Guidelines (Markdown, shown beside every item)", lines=8, placeholder=DEFAULT_GUIDELINES,
+            info="Empty: annotators see the default text shown greyed out here.", elem_id="admin-guidelines",
+        )
         save_project = gr.Button("Save settings", variant="primary", elem_id="admin-save-project")
 
     with gr.Accordion("Quality", open=True):
@@ -153,13 +159,15 @@ def build(ctx: UIContext) -> None:
             project.guidelines, stats_table(db, ctx.project), agreement_markdown(db, ctx.project),
         )
 
-    @ui_errors
+    @keep_on_error(len(refresh_outputs))
     def admin_refresh(request: gr.Request):
         with ctx.connection() as db:
             require_admin(db, request)
             return snapshot(db)
 
-    @ui_errors
+    # A successful add or password change also empties the form: a password left in a box is one a passer-by
+    # can reveal, and a second click would try to add the same user again.
+    @keep_on_error(len(refresh_outputs) + 2)
     def admin_add_user(username, password, role, request: gr.Request):
         from labeler.services import accounts
 
@@ -167,9 +175,9 @@ def build(ctx: UIContext) -> None:
             require_admin(db, request)
             accounts.create_user(db, (username or "").strip(), password or "", role)
             gr.Info(f"Added {role} '{username}'.")
-            return snapshot(db)
+            return (*snapshot(db), "", "")
 
-    @ui_errors
+    @keep_on_error(len(refresh_outputs) + 1)
     def admin_set_password(username, password, request: gr.Request):
         from labeler.services import accounts
 
@@ -179,9 +187,9 @@ def build(ctx: UIContext) -> None:
                 raise InputError("choose a user", field="username")
             accounts.set_password(db, username, password or "")
             gr.Info(f"Password of '{username}' changed.")
-            return snapshot(db)
+            return (*snapshot(db), "")
 
-    @ui_errors
+    @keep_on_error(len(refresh_outputs))
     def admin_toggle_active(username, request: gr.Request):
         from labeler.services import accounts
 
@@ -193,7 +201,7 @@ def build(ctx: UIContext) -> None:
             accounts.set_active(db, user.username, not user.active)
             return snapshot(db)
 
-    @ui_errors
+    @keep_on_error(len(refresh_outputs))
     def admin_toggle_role(username, request: gr.Request):
         from labeler.services import accounts
 
@@ -205,19 +213,21 @@ def build(ctx: UIContext) -> None:
             accounts.set_role(db, user.username, "annotator" if user.role == "admin" else "admin")
             return snapshot(db)
 
-    @ui_errors
+    @keep_on_error(len(refresh_outputs))
     def admin_save_project(low, high, k, text, request: gr.Request):
         from labeler.services import projects
 
         with ctx.connection() as db:
             require_admin(db, request)
-            projects.update_project(
-                db, ctx.project, likert_min=int(low), likert_max=int(high), overlap=int(k), guidelines=text or ""
-            )
+            numbers = {"likert_min": low, "likert_max": high, "overlap": k}
+            for field, value in numbers.items():
+                if value is None:  # an emptied number box arrives as None
+                    raise InputError("enter a whole number", field=field)
+            projects.update_project(db, ctx.project, **{f: int(v) for f, v in numbers.items()}, guidelines=text or "")
             gr.Info("Project settings saved.")
             return snapshot(db)
 
-    @ui_errors
+    @keep_on_error(1)
     def admin_show_item(item_id, request: gr.Request):
         with ctx.connection() as db:
             require_admin(db, request)
@@ -225,7 +235,7 @@ def build(ctx: UIContext) -> None:
                 raise InputError("enter an item id", field="item_id")
             return item_preview(db, int(item_id))
 
-    @ui_errors
+    @keep_on_error(1)
     def admin_mark_gold(item_id, value, request: gr.Request):
         from labeler.services import labeling
 
@@ -236,7 +246,7 @@ def build(ctx: UIContext) -> None:
             labeling.set_gold(db, int(item_id), parse_gold(value))
             return item_preview(db, int(item_id))
 
-    @ui_errors
+    @keep_on_error(1)
     def admin_backup(request: gr.Request):
         from storage import backup
 
@@ -247,8 +257,10 @@ def build(ctx: UIContext) -> None:
             return str(backup(db, out))
 
     refresh.click(admin_refresh, None, refresh_outputs, api_name="admin_refresh")
-    add_user.click(admin_add_user, [new_name, new_password, new_role], refresh_outputs, api_name="admin_add_user")
-    set_password.click(admin_set_password, [who, reset_password], refresh_outputs, api_name="admin_set_password")
+    add_user.click(admin_add_user, [new_name, new_password, new_role], [*refresh_outputs, new_name, new_password],
+                   api_name="admin_add_user")
+    set_password.click(admin_set_password, [who, reset_password], [*refresh_outputs, reset_password],
+                       api_name="admin_set_password")
     toggle_active.click(admin_toggle_active, [who], refresh_outputs, api_name="admin_toggle_active")
     toggle_role.click(admin_toggle_role, [who], refresh_outputs, api_name="admin_toggle_role")
     save_project.click(

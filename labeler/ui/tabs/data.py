@@ -13,7 +13,9 @@ import gradio as gr
 
 from labeler import forms
 from labeler.ui.context import UIContext
+from labeler.services.errors import InputError
 from labeler.ui.session import quiet_on_load, require_admin, ui_errors
+from labeler.ui.soft_errors import keep_on_error
 from rlhf.configs import GenerationSettings
 
 TITLE = "Data"
@@ -61,6 +63,15 @@ def _model_choices(db) -> list[str]:
     from labeler.services import models
 
     return models.chat_model_names(db)
+
+
+def _without_upload_path(error: InputError, path: str) -> InputError:
+    """The same error naming the uploaded file by its own name: Gradio stores an upload as
+    <cache>/<64 hex digits>/<name>, and that server path means nothing to the user (and should not be shown)."""
+    full, name = str(path), Path(path).name
+    message = error.message.replace(str(Path(full).parent) + "/", "").replace(full, name)
+    file = None if error.file is None else str(error.file).replace(str(Path(full).parent) + "/", "")
+    return InputError(message, file=file, line=error.line, field=error.field)
 
 
 def _zip_folder(folder: Path) -> Path:
@@ -149,19 +160,22 @@ def build(ctx: UIContext) -> None:
     if "threshold" in export_by_name:
         refresh_outputs.append(export_by_name["threshold"])
 
-    @ui_errors
+    @keep_on_error(2)
     def import_prompt_file(path, request: gr.Request):
         from labeler.services import prompts
 
         if not path:
-            raise gr.Error("Choose a prompt file first.")
+            raise InputError("choose a prompt file first", field="prompt file")
         with ctx.connection() as db:
             require_admin(db, request)
-            result = prompts.import_prompts(db, path, ctx.project, source=Path(path).name)
+            try:
+                result = prompts.import_prompts(db, path, ctx.project, source=Path(path).name)
+            except InputError as error:
+                raise _without_upload_path(error, path) from None
             gr.Info(f"Imported {result.added} prompts ({result.duplicates} duplicates skipped).")
             return data_summary(db, ctx.project), _prompt_table(db, ctx.project)
 
-    @ui_errors
+    @keep_on_error(2)
     def import_shipped(request: gr.Request):
         from labeler.services import prompts
 
@@ -171,7 +185,7 @@ def build(ctx: UIContext) -> None:
             gr.Info(f"Imported {result.added} prompts ({result.duplicates} already there).")
             return data_summary(db, ctx.project), _prompt_table(db, ctx.project)
 
-    @ui_errors
+    @keep_on_error(2)
     def generate(values: dict, request: gr.Request, progress=gr.Progress()):
         # Inputs given as a set arrive as {component: value}: the form's length can grow with the dataclass.
         from labeler.services import generation
@@ -213,15 +227,18 @@ def build(ctx: UIContext) -> None:
                 path = _zip_folder(path)
             return str(path), f"Exported **{result.rows}** {kind_value} rows as {fmt_value}."
 
-    @ui_errors
+    @keep_on_error(2)
     def import_labels(path, request: gr.Request):
         from labeler.services import labels_import
 
         if not path:
-            raise gr.Error("Choose a preference file first.")
+            raise InputError("choose a preference file first", field="preference file")
         with ctx.connection() as db:
             require_admin(db, request)
-            result = labels_import.import_preferences(db, path, ctx.project)
+            try:
+                result = labels_import.import_preferences(db, path, ctx.project)
+            except InputError as error:
+                raise _without_upload_path(error, path) from None
             message = f"Imported **{result.added}** preference pairs ({result.duplicates} duplicates skipped"
             skipped = getattr(result, "skipped", 0)
             message += f", {skipped} with chosen = rejected dropped)." if skipped else ")."

@@ -1,0 +1,72 @@
+"""Admin and Data tab handlers in-process: a wrong field is a warning that leaves every output as it was
+(issue 14 item 7), forms empty after use, upload errors name the file not the server path (item 11), and the
+first-login password panel (item 10)."""
+from __future__ import annotations
+
+import gradio as gr
+import pytest
+from test_tabs import ADMIN, ANNOTATOR, app, app_db, call, endpoint, query  # noqa: F401 - fixtures
+
+from labeler.services.errors import InputError
+from labeler.ui.tabs.data import _without_upload_path
+
+
+def test_a_wrong_setting_warns_and_skips_every_output(app, app_db):
+    n_outputs = len(endpoint(app, "admin_save_project").outputs)
+    for args, field in [((5, 1, 1, ""), "likert_max"), ((None, 5, 1, ""), "likert_min"), ((1, 5, 0, ""), "overlap")]:
+        with pytest.warns(UserWarning, match=f"field '{field}'"):
+            result = call(app, "admin_save_project", *args, user=ADMIN)
+        assert result == tuple(gr.skip() for _ in range(n_outputs))
+    assert query(app_db, "SELECT likert_min, likert_max, overlap FROM projects") == [(1, 7, 1)]
+    # A non-admin is still refused loudly: there is nothing on their screen to keep.
+    with pytest.raises(gr.Error, match="not an admin"):
+        call(app, "admin_save_project", 1, 5, 1, "", user=ANNOTATOR)
+
+
+def test_add_user_empties_the_form_after_success_and_keeps_it_after_a_refusal(app, app_db):
+    outputs = endpoint(app, "admin_add_user").outputs
+    result = call(app, "admin_add_user", "carol", "carol-password-1", "annotator", user=ADMIN)
+    assert len(result) == len(outputs) and result[-2:] == ("", "")
+    assert ["carol", "annotator", "yes"] in result[0]
+    with pytest.warns(UserWarning, match="already exists"):
+        again = call(app, "admin_add_user", "carol", "carol-password-1", "annotator", user=ADMIN)
+    assert again == tuple(gr.skip() for _ in outputs)  # the typed name and password stay to be fixed
+
+
+def test_data_tab_warnings_keep_the_tab(app, app_db):
+    with pytest.warns(UserWarning, match="choose a prompt file first"):
+        assert call(app, "data_import_prompts", None, user=ADMIN) == (gr.skip(), gr.skip())
+    with pytest.warns(UserWarning, match="choose a preference file first"):
+        assert call(app, "data_import_labels", None, user=ADMIN) == (gr.skip(), gr.skip())
+
+
+def test_upload_errors_name_the_file_not_the_server_path():
+    upload = "/tmp/gradio/" + "ab" * 32 + "/prompts.json"
+    error = InputError(f"invalid JSON in {upload}", file=upload, line=3)
+    cleaned = _without_upload_path(error, upload)
+    assert str(cleaned) == "prompts.json, line 3: invalid JSON in prompts.json"
+    assert "ab" * 32 not in str(cleaned)
+
+
+def test_first_login_shows_only_the_password_panel(app, app_db):
+    from labeler.services import accounts
+    from storage import open_db
+
+    db = open_db(app_db)
+    db.execute("UPDATE users SET must_change_password = 1 WHERE username = ?", [ADMIN])
+    db.conn.close()
+    whoami = endpoint(app, "whoami")
+    text, panel, main, *admin_tabs = whoami.fn(request=gr.Request(username=ADMIN))
+    assert panel["visible"] is True and main["visible"] is False
+    # The server refuses everything else, whatever the browser shows.
+    with pytest.raises(gr.Error, match="one-time password"):
+        call(app, "admin_refresh", user=ADMIN)
+    with pytest.raises(gr.Error, match="current password"):
+        call(app, "change_own_password", "wrong", "new-password-1", "new-password-1", user=ADMIN)
+    assert "Log in again" in call(app, "change_own_password", "root-password-1", "new-password-1",
+                                  "new-password-1", user=ADMIN)
+    text, panel, main, *admin_tabs = whoami.fn(request=gr.Request(username=ADMIN))
+    assert panel["visible"] is False and main["visible"] is True and all(t["visible"] for t in admin_tabs)
+    db = open_db(app_db)
+    assert accounts.authenticate(db, ADMIN, "new-password-1") is not None
+    db.conn.close()
