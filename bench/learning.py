@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 PROMPTS = ROOT / "labeler" / "data" / "movie_prompts.txt"
 
 CLASSIC = {"learning_rate": 1.41e-5, "batch_size": 16, "mini_batch_size": 4, "ppo_epochs": 4, "init_kl_coef": 0.2,
-           "advantage_estimator": "gae", "rloo_k": 1}
+           "advantage_estimator": "gae"}
 
 
 def split_prompts() -> tuple[list[str], list[str]]:
@@ -48,8 +48,10 @@ def recipe(name: str, overrides: dict) -> tuple[dict, dict]:
 
     job = JobConfig()
     if name == "classic":
-        return {**CLASSIC, **overrides}, {"max_new_tokens": 24, "reward": "vader-prompt-and-answer", "bf16": True}
-    return dict(overrides), {"max_new_tokens": job.max_new_tokens, "reward": job.reward_function, "bf16": job.bf16}
+        return {**CLASSIC, **overrides}, {"max_new_tokens": 24, "reward": "vader-with-prompt", "bf16": True,
+                                          "answers_per_prompt": 1}
+    return dict(overrides), {"max_new_tokens": job.max_new_tokens, "reward": job.reward_function, "bf16": job.bf16,
+                             "answers_per_prompt": job.answers_per_prompt}
 
 
 def run_recipe(name: str, overrides: dict, marks_minutes: list[float], eval_samples: int, seed: int) -> list[dict]:
@@ -60,7 +62,7 @@ def run_recipe(name: str, overrides: dict, marks_minutes: list[float], eval_samp
     from rlhf.generation import build_prompt_ids
     from rlhf.loading import load_causal_lm, load_tokenizer, resolve_model_path
     from rlhf.ppo import PPOTrainer
-    from rlhf.rewards import FunctionReward, vader_compound
+    from rlhf.rewards import FunctionReward
     from rlhf.value_head import AutoModelForCausalLMWithValueHead
 
     ppo_values, job = recipe(name, overrides)
@@ -70,8 +72,7 @@ def run_recipe(name: str, overrides: dict, marks_minutes: list[float], eval_samp
     model = AutoModelForCausalLMWithValueHead.from_pretrained(path, seed=seed)
     base = load_causal_lm(path).eval()
     trainer = PPOTrainer(config, model, None, tokenizer)
-    reward = (FunctionReward(vader_compound, "vader(prompt+answer)") if job["reward"] == "vader-prompt-and-answer"
-              else FunctionReward.from_spec(job["reward"]))
+    reward = FunctionReward.from_spec(job["reward"])
     train, heldout = split_prompts()
     import random
     random.Random(seed).shuffle(train)
@@ -90,7 +91,7 @@ def run_recipe(name: str, overrides: dict, marks_minutes: list[float], eval_samp
 
     print(f"{name}: {config}", flush=True)
     rows = [evaluate(0.0, 0)]
-    k = config.rloo_k
+    k = job["answers_per_prompt"]
     position, trained = 0, 0.0
     generation = {"max_new_tokens": job["max_new_tokens"]}
     for mark in marks_minutes:
@@ -109,7 +110,7 @@ def run_recipe(name: str, overrides: dict, marks_minutes: list[float], eval_samp
             stats = trainer.step([queries[i] for i in keep], [responses[i] for i in keep],
                                  [torch.tensor(s) for s in scores])
             trained += time.perf_counter() - t0
-            if trainer.current_step % 5 == 0:
+            if trainer.current_step % 2 == 0:
                 print(f"    step {trainer.current_step}: {trained / 60:.1f} min, score {stats['ppo/mean_scores']:.3f}, "
                       f"kl {stats['objective/kl']:.2f}, beta {stats['objective/kl_coef']:.3f}, clipfrac "
                       f"{stats['ppo/policy/clipfrac']:.2f}, approxkl {stats['ppo/policy/approxkl']:.3f}, "

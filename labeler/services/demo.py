@@ -26,9 +26,12 @@ from pathlib import Path
 from typing import Callable
 
 from labeler.services import jobs
+from labeler.services.train_configs import JobConfig
+from rlhf.configs import PPOConfig
 from storage import open_db, write_transaction
 
 ANNOTATOR = "simulated-annotator"
+_PPO, _JOB = PPOConfig(bf16=False), JobConfig(bf16=False)  # the defaults the demo starts from
 
 
 @dataclass(frozen=True)
@@ -39,14 +42,18 @@ class DemoSettings:
         "help": "Prompts moved to split 'test' when the project has no held-out prompts (the shipped set has 27)."})
     eval_samples: int = field(default=4, metadata={"help": "Answers per held-out prompt in the before/after evaluation."})
     rm_steps: int = field(default=60, metadata={"help": "Reward-model training steps."})
-    ppo_steps: int = field(default=10, metadata={"help": "PPO steps."})
-    ppo_batch_size: int = field(default=16, metadata={"help": "Rollouts per PPO step."})
-    ppo_mini_batch_size: int = field(default=4, metadata={"help": "PPO mini-batch size."})
-    ppo_epochs: int = field(default=4, metadata={"help": "PPO epochs per batch."})
-    learning_rate: float = field(default=1.41e-5, metadata={"help": "PPO learning rate (TRL's sentiment example)."})
+    # The PPO settings default to the shipped recipe (PPOConfig's and JobConfig's defaults): the demo shows
+    # what a user gets without tuning anything.
+    ppo_steps: int = field(default=_JOB.steps, metadata={"help": "PPO steps."})
+    ppo_batch_size: int = field(default=_PPO.batch_size, metadata={"help": "Rollouts per PPO step."})
+    ppo_answers_per_prompt: int = field(default=_JOB.answers_per_prompt, metadata={
+        "help": "Answers per prompt in a PPO batch (RLOO's groups; must divide ppo_batch_size)."})
+    ppo_mini_batch_size: int = field(default=_PPO.mini_batch_size, metadata={"help": "PPO mini-batch size."})
+    ppo_epochs: int = field(default=_PPO.ppo_epochs, metadata={"help": "PPO epochs per batch."})
+    learning_rate: float = field(default=_PPO.learning_rate, metadata={"help": "PPO learning rate."})
     rm_learning_rate: float = field(default=5e-5, metadata={"help": "Reward-model learning rate."})
-    init_kl_coef: float = field(default=0.05, metadata={"help": "PPO initial KL coefficient."})
-    max_new_tokens: int = field(default=20, metadata={"help": "Tokens per response."})
+    init_kl_coef: float = field(default=_PPO.init_kl_coef, metadata={"help": "PPO initial KL coefficient."})
+    max_new_tokens: int = field(default=_JOB.max_new_tokens, metadata={"help": "Tokens per response."})
     noise: float = field(default=0.0, metadata={"help": "Std of Gaussian noise added to the annotator's VADER score."})
     bf16: bool = field(default=True, metadata={"help": "bf16 autocast for generation and training."})
     seed: int = field(default=0, metadata={"help": "Random seed."})
@@ -205,6 +212,7 @@ def run_demo(db_path: str, settings: DemoSettings = DemoSettings(), project: str
         "model": settings.policy, "reward": "rm", "reward_model": rm_model, "steps": settings.ppo_steps,
         "checkpoint_every": max(1, settings.ppo_steps // 2), "bf16": settings.bf16,
         "max_new_tokens": settings.max_new_tokens, "seed": settings.seed, "batch_size": settings.ppo_batch_size,
+        "answers_per_prompt": settings.ppo_answers_per_prompt,
         "mini_batch_size": settings.ppo_mini_batch_size, "ppo_epochs": settings.ppo_epochs,
         "learning_rate": settings.learning_rate, "init_kl_coef": settings.init_kl_coef,
         "eval_samples": settings.eval_samples,

@@ -264,9 +264,9 @@ def run_ppo(ctx: StageContext) -> RunResult:
     def rollout_batch() -> list[tuple]:
         """The next batch_size prompts' rollouts as (query, response, text, answer, behaviour log-probs)."""
         nonlocal position
-        # rloo_k answers per prompt (RLOO's groups; 1 for classic PPO), batch_size answers in all.
-        n_prompts = config.batch_size // config.rloo_k
-        texts = [prompts[(position + i) % len(prompts)] for i in range(n_prompts) for _ in range(config.rloo_k)]
+        # answers_per_prompt answers to each prompt (RLOO's groups), batch_size answers in all.
+        n_prompts = config.batch_size // job.answers_per_prompt
+        texts = [prompts[(position + i) % len(prompts)] for i in range(n_prompts) for _ in range(job.answers_per_prompt)]
         position += n_prompts
         queries = [build_prompt_ids(tokenizer, text) for text in texts]
         responses = trainer.generate(queries, return_prompt=False, batch_size=config.batch_size, **generation)
@@ -307,7 +307,7 @@ def run_ppo(ctx: StageContext) -> RunResult:
             ctx.sink.progress(trainer.current_step, job.steps)
             if job.checkpoint_every and trainer.current_step % job.checkpoint_every == 0:
                 # The batch generated ahead is not trained on yet: a resumed run generates it again.
-                def write(folder: Path, position=position - len(ahead) // config.rloo_k):
+                def write(folder: Path, position=position - len(ahead) // job.answers_per_prompt):
                     trainer.save_checkpoint(folder)
                     (folder / JOB_STATE_FILE).write_text(json.dumps({"position": position}))
                 ctx.save_checkpoint(trainer.current_step, write)

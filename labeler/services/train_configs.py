@@ -76,7 +76,10 @@ class JobConfig:
     human_overlap: bool = field(default=False, metadata={
         "help": "human/mix: generate the next batch while the current one is rated (one batch of staleness, "
                 "corrected by the PPO ratio against the generating policy)."})
-    max_new_tokens: int = field(default=24, metadata={"help": "PPO: tokens generated per rollout."})
+    max_new_tokens: int = field(default=16, metadata={"help": "PPO: tokens generated per rollout."})
+    answers_per_prompt: int = field(default=4, metadata={
+        "help": "PPO: answers sampled per prompt in each batch; RLOO compares each with the others (must divide "
+                "batch_size)."})
     samples_per_step: int = field(default=4, metadata={"help": "PPO: generations stored per step for the samples table."})
     seed: int = field(default=0, metadata={"help": "Random seed of the job (data split, prompt order)."})
     eval_samples: int = field(default=4, metadata={
@@ -93,6 +96,7 @@ class JobConfig:
         _check(self.human_timeout > 0, "human_timeout", self.human_timeout, "must be positive")
         _check(self.w_human >= 0 and self.w_rm >= 0, "w_human/w_rm", (self.w_human, self.w_rm), "must be >= 0")
         _check(self.max_new_tokens >= 1, "max_new_tokens", self.max_new_tokens, "must be at least 1")
+        _check(self.answers_per_prompt >= 1, "answers_per_prompt", self.answers_per_prompt, "must be at least 1")
         _check(self.runner == "" or ":" in self.runner, "runner", self.runner, "must be module:function")
 
     def base_model(self, stage: str) -> str:
@@ -161,6 +165,10 @@ def resolve_run_config(stage: str, values: dict[str, Any], source: str | None = 
     cls = stage_config_class(stage)
     trainer_config = forms.build_config(cls, _trainer_defaults(stage, cls, trainer_values), source) if cls else None
     trainer = {k: v for k, v in forms.to_dict(trainer_config).items() if k in trainer_values} if cls else {}
+    if stage == "ppo" and trainer_config is not None and trainer_config.batch_size % job.answers_per_prompt:
+        raise InputError(f"answers_per_prompt={job.answers_per_prompt} must divide batch_size="
+                         f"{trainer_config.batch_size} (each batch holds whole groups of answers to a prompt)",
+                         file=source, field="answers_per_prompt")
     # bf16 is stored even at its default: the default depends on the machine, the run must not.
     return {"job": {**forms.changed(job), "bf16": job.bf16}, "trainer": trainer}
 

@@ -56,7 +56,7 @@ def test_launch_a_tiny_run_and_watch_the_plot(running_app, browser, monkeypatch)
     model_input.press("Enter")
     page.click("text=Trainer settings")
     page.fill("#train-advanced textarea",
-              "steps=3\nbatch_size=2\nmini_batch_size=2\nppo_epochs=1\nmax_new_tokens=4\ncheckpoint_every=0")
+              "steps=3\nbatch_size=2\nanswers_per_prompt=2\nmini_batch_size=2\nppo_epochs=1\nmax_new_tokens=4\ncheckpoint_every=0")
     page.click("#train-launch")
 
     page.wait_for_function("() => (document.getElementById('train-notice') || {}).innerText?.includes('Run #')",

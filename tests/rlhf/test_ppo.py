@@ -48,7 +48,8 @@ def changed(before: dict, model) -> set[str]:
 
 def test_first_step_kl_is_zero_and_only_the_policy_changes():
     model = small_vocab_model()
-    trainer = PPOTrainer(PPOConfig(batch_size=4, mini_batch_size=2, learning_rate=1e-2), model, None, SMALL_TOKENIZER)
+    config = PPOConfig(batch_size=4, mini_batch_size=2, learning_rate=1e-2, advantage_estimator="gae")
+    trainer = PPOTrainer(config, model, None, SMALL_TOKENIZER)
     policy_before, ref_before = params(trainer.model), params(trainer.ref_model)
     stats = trainer.step(*rollouts(4))
     assert set(TRL_KEYS) <= set(stats)
@@ -163,7 +164,7 @@ def test_accumulation_early_stopping_and_ratio_guard():
     assert stats["ppo/early_stopped"] == 1.0 and stats["ppo/optimizer_steps"] < stopping.optimizer_steps_per_batch
 
     # Every mini-batch's mean ratio (about 1) is above 0.5: all are skipped and nothing is learnt.
-    guard = PPOConfig(batch_size=8, mini_batch_size=4, ratio_threshold=0.5, learning_rate=1e-2)
+    guard = PPOConfig(batch_size=8, mini_batch_size=4, ppo_epochs=4, ratio_threshold=0.5, learning_rate=1e-2)
     trainer = PPOTrainer(guard, small_vocab_model(), None, SMALL_TOKENIZER)
     before = params(trainer.model)
     stats = trainer.step(queries, responses, scores)
@@ -333,7 +334,7 @@ def test_minibatch_drops_shared_left_padding_and_keeps_every_logprob():
 def test_rloo_learns_a_toy_reward_without_training_the_value_head():
     # The toy reward of the test above, with 4 answers per query and RLOO's leave-one-out baseline.
     config = PPOConfig(batch_size=8, mini_batch_size=4, learning_rate=3e-2, init_kl_coef=0.0, adap_kl_ctrl=False,
-                       advantage_estimator="rloo", rloo_k=4)
+                       advantage_estimator="rloo")
     trainer = PPOTrainer(config, small_vocab_model(), None, SMALL_TOKENIZER)
     before = params(trainer.model)
     g = torch.Generator().manual_seed(0)
@@ -361,7 +362,7 @@ def test_rloo_advantages_in_step_come_from_the_other_answers_to_the_same_query(m
     real = ppo.rloo_advantages
     monkeypatch.setattr(ppo, "rloo_advantages", lambda r, g: seen.setdefault("adv", real(r, g)))
     config = PPOConfig(batch_size=4, mini_batch_size=4, learning_rate=1e-3, init_kl_coef=0.0, adap_kl_ctrl=False,
-                       advantage_estimator="rloo", rloo_k=2, ppo_epochs=1)
+                       advantage_estimator="rloo", ppo_epochs=1)
     trainer = PPOTrainer(config, small_vocab_model(), None, SMALL_TOKENIZER)
     qa, qb = torch.tensor([3, 4]), torch.tensor([5, 6, 7])
     responses = [torch.tensor([2, 3]), torch.tensor([4, 5]), torch.tensor([6, 7]), torch.tensor([8, 9])]
@@ -370,8 +371,12 @@ def test_rloo_advantages_in_step_come_from_the_other_answers_to_the_same_query(m
     assert seen["adv"].tolist() == pytest.approx([-1.0, -2.0, 1.0, 2.0], abs=1e-4)
 
 
-def test_rloo_config_needs_groups():
-    with pytest.raises(ValueError, match="rloo_k"):
-        PPOConfig(advantage_estimator="rloo", rloo_k=1)
-    with pytest.raises(ValueError, match="rloo_k"):
-        PPOConfig(batch_size=16, mini_batch_size=4, rloo_k=3)
+def test_rloo_without_repeated_queries_compares_with_the_rest_of_the_batch():
+    # TRL-style loops pass one answer per query: RLOO then takes the batch's other answers as the baseline.
+    config = PPOConfig(batch_size=4, mini_batch_size=2, learning_rate=1e-3, init_kl_coef=0.0, adap_kl_ctrl=False,
+                       advantage_estimator="rloo", ppo_epochs=1, bf16=False)
+    trainer = PPOTrainer(config, small_vocab_model(), None, SMALL_TOKENIZER)
+    stats = trainer.step(*rollouts(4))
+    assert all(torch.isfinite(torch.tensor(v)) for v in stats.values())
+    with pytest.raises(ValueError, match="advantage_estimator"):
+        PPOConfig(advantage_estimator="grpo")

@@ -24,7 +24,7 @@ def test_simulated_annotator_ranks_by_sentiment(db):
 
 def test_tiny_demo_runs_the_whole_loop(db, db_path, tmp_path, tiny_model_dir, tiny_encoder_dir, monkeypatch):
     monkeypatch.setenv(jobs.LAUNCHER_ENV, "python")
-    settings = DemoSettings(prompts=4, heldout=2, answers=2, rm_steps=2, ppo_steps=1, ppo_batch_size=2, ppo_mini_batch_size=2,
+    settings = DemoSettings(prompts=4, heldout=2, answers=2, rm_steps=2, ppo_steps=1, ppo_batch_size=2, ppo_answers_per_prompt=2, ppo_mini_batch_size=2,
                             ppo_epochs=1, max_new_tokens=4, bf16=False, noise=0.1, policy=str(tiny_model_dir),
                             encoder=str(tiny_encoder_dir), out_dir=str(tmp_path / "demo"), eval_samples=1)
     lines = []

@@ -244,7 +244,7 @@ def test_a_finished_ppo_run_is_evaluated_by_its_worker(db, tmp_path, tiny_model_
 
     _heldout(db)
     run = jobs.create_run(db, "ppo", {"model": str(tiny_model_dir), "steps": 1, "reward": "function",
-                                      "reward_function": WORDS, "batch_size": 2, "mini_batch_size": 2,
+                                      "reward_function": WORDS, "batch_size": 2, "answers_per_prompt": 1, "mini_batch_size": 2,
                                       "ppo_epochs": 1, "max_new_tokens": 3, "checkpoint_every": 0,
                                       "eval_samples": 2}, runs_dir=tmp_path / "runs", start=False)
     db.execute("UPDATE runs SET status = 'running' WHERE id = ?", [run.id])

@@ -89,7 +89,7 @@ def test_dpo_stage_registers_with_lineage(db, tmp_path, tiny_model_dir):
 def test_ppo_with_function_reward_logs_samples_and_checkpoints(db, tmp_path, tiny_model_dir):
     _seed_labels(db, n_prompts=4)
     run = _run_in_process(db, "ppo", {"model": str(tiny_model_dir), "steps": 2, "reward": "function",
-                                      "batch_size": 2, "mini_batch_size": 2, "ppo_epochs": 1, "max_new_tokens": 4,
+                                      "batch_size": 2, "answers_per_prompt": 1, "mini_batch_size": 2, "ppo_epochs": 1, "max_new_tokens": 4,
                                       "checkpoint_every": 1, "samples_per_step": 1}, tmp_path)
     _check_lineage(db, run, str(tiny_model_dir), "policy", "prompts", "ppo/loss/total")
     assert set(jobs.metric_names(db, run.id)) >= {"objective/kl", "env/reward_mean", "ppo/mean_scores"}
@@ -106,7 +106,7 @@ def test_ppo_with_lora_and_rloo_saves_a_full_model_and_samples_groups(db, tmp_pa
     _seed_labels(db, n_prompts=4)
     run = _run_in_process(db, "ppo", {"model": str(tiny_model_dir), "steps": 1, "reward": "function", "lora": True,
                                       "batch_size": 4, "mini_batch_size": 2, "ppo_epochs": 1, "max_new_tokens": 4,
-                                      "advantage_estimator": "rloo", "rloo_k": 2, "checkpoint_every": 0,
+                                      "advantage_estimator": "rloo", "answers_per_prompt": 2, "checkpoint_every": 0,
                                       "samples_per_step": 4}, tmp_path)
     _check_lineage(db, run, str(tiny_model_dir), "policy", "prompts", "ppo/loss/total")
     final = tmp_path / "runs" / f"run-{run.id}" / "model"
@@ -114,7 +114,7 @@ def test_ppo_with_lora_and_rloo_saves_a_full_model_and_samples_groups(db, tmp_pa
     merged = AutoModelForCausalLM.from_pretrained(final)
     assert not any("lora" in name for name, _ in merged.named_parameters())
     queries = [s["query"] for s in jobs.samples(db, run.id)]
-    # rloo_k=2: each prompt is answered twice in the batch (two prompts, two answers each).
+    # answers_per_prompt=2: each prompt is answered twice in the batch (two prompts, two answers each).
     assert len(queries) == 4 and len(set(queries)) == 2 and all(queries.count(q) == 2 for q in queries)
 
 
@@ -148,7 +148,7 @@ def test_ppo_step_receives_exactly_the_human_ratings(db, db_path, tmp_path, tiny
     thread.start()
     try:
         run = _run_in_process(db, "ppo", {"model": str(tiny_model_dir), "steps": 2, "reward": "human",
-                                          "human_timeout": 60, "batch_size": 2, "mini_batch_size": 2,
+                                          "human_timeout": 60, "batch_size": 2, "answers_per_prompt": 1, "mini_batch_size": 2,
                                           "ppo_epochs": 1, "max_new_tokens": 4, "checkpoint_every": 0}, tmp_path)
     finally:
         stop.set()
@@ -163,7 +163,7 @@ def test_ppo_human_timeout_skips_unrated_rollouts(db, tmp_path, tiny_model_dir):
     """Nobody rates: every batch is skipped at the timeout and the run ends early without a step."""
     _seed_labels(db, n_prompts=2)
     run = jobs.create_run(db, "ppo", {"model": str(tiny_model_dir), "steps": 1, "reward": "human",
-                                      "human_timeout": 0.5, "batch_size": 2, "mini_batch_size": 2,
+                                      "human_timeout": 0.5, "batch_size": 2, "answers_per_prompt": 1, "mini_batch_size": 2,
                                       "max_new_tokens": 3}, runs_dir=tmp_path / "runs", start=False)
     db.execute("UPDATE runs SET status = 'running' WHERE id = ?", [run.id])
     # Ask to stop once two batches went unrated, so the loop ends.

@@ -54,6 +54,9 @@ def test_run_config_splits_job_and_trainer_settings():
     with pytest.raises(InputError) as error:
         train_configs.resolve_run_config("ppo", {"batch_size": "6", "mini_batch_size": "4"})
     assert error.value.field == "batch_size"  # PPOConfig's own check, refused before queueing
+    with pytest.raises(InputError) as error:  # answers to one prompt must fit whole into a batch
+        train_configs.resolve_run_config("ppo", {"batch_size": "6", "mini_batch_size": "2", "answers_per_prompt": "4"})
+    assert error.value.field == "answers_per_prompt"
     with pytest.raises(InputError, match="learning_rat"):
         train_configs.resolve_run_config("rm", {"learning_rat": "1"})
     rm = train_configs.resolve_run_config("rm", {"max_length": "128", "learning_rate": "1e-4"})
