@@ -38,6 +38,40 @@ class Battle:
     answer_a: str
     answer_b: str
 
+    @property
+    def identical(self) -> bool:
+        """Both answers are the same text (up to surrounding whitespace): nothing to choose between, so the
+        voter is told (a tie is the honest vote; a forced A or B would be noise in the preference data)."""
+        return self.answer_a.strip() == self.answer_b.strip()
+
+
+MIN_MODELS = 2
+
+
+def battle_models(db: sqlite_utils.Database, server_models: tuple[str, ...] = ()) -> list[str]:
+    """The models a battle can pick from: registered chat models and the server's own (`serve --model`)."""
+    from labeler.services.models import chat_model_names
+
+    names = chat_model_names(db)
+    return names + [name for name in server_models if name not in names]
+
+
+def not_ready_reason(db: sqlite_utils.Database, server_models: tuple[str, ...] = ()) -> str | None:
+    """Why the arena cannot battle yet (fewer than two models to compare), or None when it can.
+
+    A fresh install has only the embedded 'default' model: a battle needs a second one, registered by an
+    admin (Admin > Models, `rlhf-studio models add`) or by a finished SFT, DPO or PPO run.
+    """
+    names = battle_models(db, server_models)
+    if len(names) >= MIN_MODELS:
+        return None
+    have = ", ".join(f"'{n}'" for n in names) or "none"
+    return (
+        f"The arena compares two models, and only one is registered ({have}). Train a policy in the Train tab "
+        "(SFT, DPO or PPO register their model when they finish), or ask an admin to register one in "
+        "Admin > Models (or `rlhf-studio models add`)."
+    )
+
 
 @dataclass(frozen=True)
 class VoteResult:

@@ -140,24 +140,44 @@ def arena_votes(db: sqlite_utils.Database, project: str = "default") -> list[Vot
     return [(row[0], row[1], row[2]) for row in rows]
 
 
-def leaderboard(db: sqlite_utils.Database, project: str = "default", n_bootstrap: int = 200, seed: int = 0) -> list[dict]:
-    """Models by Bradley-Terry score, best first: model, bt_score, ci_low, ci_high, elo, votes."""
+# A bootstrap interval over a handful of votes is not an interval: after one vote every resample is that same
+# vote and ci_low == ci_high, which reads as certainty. Below this many votes of a model its interval is None.
+MIN_VOTES_FOR_INTERVAL = 10
+
+
+def leaderboard(
+    db: sqlite_utils.Database,
+    project: str = "default",
+    n_bootstrap: int = 200,
+    seed: int = 0,
+    min_votes_for_interval: int = MIN_VOTES_FOR_INTERVAL,
+) -> list[dict]:
+    """Models by Bradley-Terry score, best first: model, bt_score, ci_low, ci_high, elo, votes.
+
+    ci_low and ci_high are None for a model with fewer than `min_votes_for_interval` votes.
+    """
     votes = arena_votes(db, project)
     if not votes:
         return []
     strengths = bradley_terry(*split_votes(votes))
-    intervals = bootstrap_ci(votes, n=n_bootstrap, seed=seed)
     ratings = elo(votes_to_matches(votes))
     counts: dict[str, int] = defaultdict(int)
     for a, b, _ in votes:
         counts[a] += 1
         counts[b] += 1
+    # The bootstrap (200 refits) only when some interval will be shown.
+    enough = max(counts.values()) >= min_votes_for_interval
+    intervals = bootstrap_ci(votes, n=n_bootstrap, seed=seed) if enough else {}
+
+    def bound(model: str, side: int) -> float | None:
+        return round(intervals[model][side], 1) if counts[model] >= min_votes_for_interval else None
+
     rows = [
         {
             "model": model,
             "bt_score": round(to_elo_scale(strength), 1),
-            "ci_low": round(intervals[model][0], 1),
-            "ci_high": round(intervals[model][1], 1),
+            "ci_low": bound(model, 0),
+            "ci_high": bound(model, 1),
             "elo": round(ratings[model], 1),
             "votes": counts[model],
         }

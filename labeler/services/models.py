@@ -107,6 +107,28 @@ def register_model(
     return get_model(db, name)
 
 
+def register_policy_from_web(db: sqlite_utils.Database, name: str, folder: str, base_model: str | None = None) -> dict:
+    """An admin registers a chat model from the web app (Admin > Models): a policy, from a local folder only.
+
+    Narrower than `rlhf-studio models add`: no hub ids (the server runs offline, and a web form must not make it
+    reach the network), no reward models or other kinds (those come from training runs or the CLI), and the
+    folder must hold a causal LM (checked from its config before anything is loaded). `base_model`, if given,
+    must be a registered model: evaluation measures the policy's KL against it.
+    """
+    folder = str(folder or "").strip()
+    if not folder:
+        raise InputError("enter the model's folder on the server", field="path")
+    local = Path(folder).expanduser()
+    if not local.is_dir():
+        raise InputError(f"{folder}: no such folder on the server (hub ids are for `rlhf-studio models add`)", field="path")
+    base_model = (base_model or "").strip() or None
+    if base_model is not None:
+        get_model(db, base_model)
+    path = _check_path(str(local), field="path")
+    check_generates_text(path, name)
+    return register_model(db, name, path, "policy", base_model=base_model, config={"registered_from": "web"})
+
+
 def add_base_model(db: sqlite_utils.Database, name: str, path_or_hub_id: str) -> dict:
     """Register a base (untuned) causal LM: a local folder or a hub id (loaded only if already cached)."""
     return register_model(db, name, path_or_hub_id, kind="base")

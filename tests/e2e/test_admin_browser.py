@@ -80,3 +80,41 @@ def test_the_one_time_password_must_be_replaced_at_the_first_login(running_app, 
         assert accounts.authenticate(db, username, one_time) is None
     finally:
         db.conn.close()
+
+
+@pytest.fixture(scope="module")
+def fresh_install(tmp_path_factory):
+    """A second server as `serve` leaves a fresh install: one admin and the embedded 'default' model only."""
+    from conftest import free_port
+
+    from labeler.services import accounts
+    from labeler.ui.app import build_app, launch
+    from labeler.ui.context import ServeSettings
+    from storage import open_db
+
+    root = tmp_path_factory.mktemp("fresh-install")
+    db = open_db(str(root / "studio.db"))
+    accounts.create_user(db, "admin", "admin-password-1", role="admin")
+    db.conn.close()
+    settings = ServeSettings(db_path=str(root / "studio.db"), port=free_port(), model="default",
+                             runs_dir=str(root / "runs"))
+    app = build_app(settings)
+    launch(app, settings, prevent_thread_lock=True, quiet=True)
+    try:
+        yield f"http://127.0.0.1:{settings.port}/"
+    finally:
+        app.close()
+
+
+def test_arena_on_a_fresh_install_explains_and_disables_battle(fresh_install, browser):
+    page = open_page(browser, fresh_install, "admin", "admin-password-1")
+    page.click("button[role=tab]:has-text('Arena')")
+    page.wait_for_selector("#arena-not-ready", state="visible", timeout=20_000)
+    assert "only one is registered ('default')" in page.inner_text("#arena-not-ready")
+    assert page.is_disabled("#arena-start")
+    # Blind: the model pickers are folded away and set to random, so no name shows before a vote.
+    assert not page.is_visible("#arena-model-1")
+    page.wait_for_timeout(300)
+    page.screenshot(path="/tmp/rlhf-studio-arena-fresh.png")
+    assert error_badges(page) == 0
+    page.close()

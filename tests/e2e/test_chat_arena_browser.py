@@ -109,6 +109,12 @@ def test_arena_vote(running_app, page):
     page.click("button[role=tab]:has-text('Arena')")
     page.wait_for_selector("#arena-prompt textarea", state="visible")
     page.fill("#arena-prompt textarea", "Which film should I watch?")
+    # Both models are drawn at random by default (and 'default', the real 135M model, is registered too):
+    # pick the two tiny ones in the folded-away pickers so the battle is quick.
+    page.click("text=Pick the two models yourself")
+    for selector, name in [("#arena-model-1 input", running_app.model_name), ("#arena-model-2 input", running_app.model_dir)]:
+        page.fill(selector, name)
+        page.press(selector, "Enter")
     page.click("#arena-start")
     page.wait_for_selector("#arena-vote-b:not([disabled])", timeout=60_000)
     assert page.inner_text("#arena-reveal").strip() == ""  # no names before the vote

@@ -53,10 +53,10 @@ def test_chat_turn_and_thumbs_up(running_app, erin):
 
 
 def test_arena_battle_and_vote(running_app, erin):
-    answer_a, answer_b, reveal_before = erin.predict(
+    answer_a, answer_b, reveal_before, identical = erin.predict(
         "Say something", running_app.model_name, running_app.model_dir, 8, api_name="/arena_start"
     )
-    reveal, board = erin.predict(api_name="/arena_vote_a")
+    reveal, identical_after, board = erin.predict(api_name="/arena_vote_a")
     battle = rows(
         running_app.db_path,
         "SELECT b.model_a, b.model_b, b.winner, rk.order_json, b.response_a, b.response_b, ra.text AS text_a,"
@@ -69,7 +69,9 @@ def test_arena_battle_and_vote(running_app, erin):
     assert f"`{battle[0]['model_a']}`" in reveal and f"`{battle[0]['model_b']}`" in reveal
     assert {r[0] for r in board["data"]} == {running_app.model_name, running_app.model_dir}
     # Before the vote the page got the two answers and an empty reveal line: no names.
-    assert reveal_before == ""
+    assert reveal_before == "" and identical_after == ""
+    # The identical-answers note is there exactly when the two texts are the same.
+    assert (identical != "") == (battle[0]["text_a"].strip() == battle[0]["text_b"].strip())
     shown = [battle[0]["text_a"].strip() or "*(empty answer)*", battle[0]["text_b"].strip() or "*(empty answer)*"]
     assert [answer_a.strip(), answer_b.strip()] == shown
 

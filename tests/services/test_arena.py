@@ -115,10 +115,31 @@ def test_leaderboard_from_votes(arena_db, cache):
         battle = arena.start_battle(db, cache, "default", "alice", f"Prompt {k}", "one", "two", SETTINGS, random.Random(k))
         model_a = db.execute("SELECT model_a FROM battles WHERE id = ?", [battle.id]).fetchone()[0]
         arena.vote(db, battle.id, "alice", "tie" if wanted == "tie" else ("a" if model_a == wanted else "b"))
-    board = leaderboard(db, "default", n_bootstrap=50)
+    # Five votes each: below the default minimum, so no interval is shown (issue 14 item 6)...
+    assert [(row["ci_low"], row["ci_high"]) for row in leaderboard(db, "default")] == [(None, None)] * 2
+    # ...and with the minimum lowered to 5, the intervals are there and hold the scores.
+    board = leaderboard(db, "default", n_bootstrap=50, min_votes_for_interval=5)
     assert [row["model"] for row in board] == ["one", "two"]
     assert [row["votes"] for row in board] == [5, 5]
     for row in board:
         assert row["ci_low"] <= row["bt_score"] <= row["ci_high"]
     assert board[0]["elo"] > 1000 > board[1]["elo"]
     assert arena.random_prompt(db, "default", random.Random(0)).startswith("Prompt ")
+
+
+def test_identical_answers_are_flagged_and_readiness_needs_two_models(db, arena_db):
+    from labeler.services.arena import Battle
+
+    assert Battle(1, "p", "Same answer.", " Same answer.\n").identical
+    assert not Battle(1, "p", "One answer.", "Another answer.").identical
+    # arena_db registered 'one' and 'two' besides 'default': ready.
+    assert arena.not_ready_reason(arena_db) is None
+
+
+def test_a_fresh_install_is_not_ready_to_battle(db):
+    # Only the embedded 'default' model: the reason names it and says how to get a second one.
+    reason = arena.not_ready_reason(db, server_models=("default",))
+    assert "only one is registered ('default')" in reason and "Admin > Models" in reason
+    assert arena.battle_models(db, ("default",)) == ["default"]
+    # The server's own --model counts as a second one.
+    assert arena.not_ready_reason(db, server_models=("default", "/models/served")) is None

@@ -1,6 +1,8 @@
 """The model registry: round trip, the default model, validation that writes nothing."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from labeler.services import models
@@ -106,3 +108,27 @@ def test_web_chat_resolves_registered_chat_models_only(db, tiny_model_dir, tiny_
     with pytest.raises(InputError, match="no registered reward model"):
         models.resolve_reward_model(db, "tiny")
     assert models.chat_model_names(db) == ["default", "tiny", "encoder-as-base"]
+
+
+def test_register_a_policy_from_the_web(db, tiny_model_dir, tiny_encoder_dir, tmp_path):
+    """Issue 14 item 6: admins register chat models from the web app; local policy folders only."""
+    row = models.register_policy_from_web(db, "my-sft", str(tiny_model_dir), base_model="default")
+    assert (row["name"], row["kind"], row["base_model"], row["path"]) == (
+        "my-sft", "policy", "default", str(tiny_model_dir.resolve()))
+    assert "my-sft" in models.chat_model_names(db)
+    (tmp_path / "empty").mkdir()
+    refused = [
+        (("hub-one", "HuggingFaceTB/SmolLM2-135M"), "path", "no such folder"),  # a hub id: CLI only
+        (("enc", str(tiny_encoder_dir)), "model", "not a chat model"),  # an encoder writes no text
+        (("empty", str(tmp_path / "empty")), "path", "no *.safetensors"),
+        (("", str(tiny_model_dir)), "name", "bad model name"),
+        (("my-sft", str(tiny_model_dir)), "name", "already registered"),
+        (("blank", "  "), "path", "enter the model's folder"),
+    ]
+    for args, field, message in refused:
+        with pytest.raises(InputError, match=re.escape(message)) as error:
+            models.register_policy_from_web(db, *args)
+        assert error.value.field == field, args
+    with pytest.raises(InputError, match="no model named 'nope'"):
+        models.register_policy_from_web(db, "other", str(tiny_model_dir), base_model="nope")
+    assert [m["name"] for m in models.list_models(db)] == ["default", "my-sft"]

@@ -70,3 +70,38 @@ def test_first_login_shows_only_the_password_panel(app, app_db):
     db = open_db(app_db)
     assert accounts.authenticate(db, ADMIN, "new-password-1") is not None
     db.conn.close()
+
+
+@pytest.fixture
+def fresh_app(db_path, tmp_path):
+    """A fresh install: one admin, the shipped model 'default' only."""
+    from labeler.services import accounts
+    from labeler.ui.app import build_app
+    from labeler.ui.context import ServeSettings
+    from storage import open_db
+
+    db = open_db(db_path)
+    accounts.create_user(db, ADMIN, "root-password-1", role="admin")
+    db.conn.close()
+    return build_app(ServeSettings(db_path=db_path, model="default", runs_dir=str(tmp_path / "runs")))
+
+
+def test_arena_waits_for_a_second_model_that_an_admin_registers(fresh_app, db_path, tiny_model_dir):
+    """Issue 14 item 6: explain and disable Battle until two chat models exist; register one from Admin."""
+    model_1, model_2, board, note, start = endpoint(fresh_app, "arena_load").fn(request=gr.Request(username=ADMIN))
+    assert start["interactive"] is False and note["visible"] is True and "only one is registered" in note["value"]
+    assert model_1["value"] == model_2["value"] == "(random)"  # no model name on screen before a vote
+    with pytest.raises(gr.Error, match="only one is registered"):  # the endpoint refuses too
+        call(fresh_app, "arena_start", "Hi", "(random)", "(random)", 8, user=ADMIN)
+
+    outputs = endpoint(fresh_app, "admin_register_model").outputs
+    with pytest.warns(UserWarning, match="no such folder"):
+        assert call(fresh_app, "admin_register_model", "mine", "owner/hub-model", "", user=ADMIN) == tuple(
+            gr.skip() for _ in outputs)
+    result = call(fresh_app, "admin_register_model", "mine", str(tiny_model_dir), "default", user=ADMIN)
+    assert ["mine", "policy", "default"] == result[8][-1][:3] and result[-2:] == ("", "")
+    assert query(db_path, "SELECT name, kind, base_model FROM models ORDER BY id") == [
+        ("default", "base", None), ("mine", "policy", "default")]
+    model_1, model_2, board, note, start = endpoint(fresh_app, "arena_load").fn(request=gr.Request(username=ADMIN))
+    assert start["interactive"] is True and note["visible"] is False
+    assert model_1["choices"] == ["(random)", "default", "mine"]

@@ -20,6 +20,7 @@ from labeler.ui.soft_errors import keep_on_error
 
 TITLE = "Admin"
 USER_HEADERS = ["username", "role", "active"]
+MODEL_HEADERS = ["name", "kind", "base_model", "run_id", "created_at"]
 STATS_COLUMNS = ["username", "ratings", "rankings", "skipped", "gold_items", "gold_accuracy", "mean_seconds"]
 
 
@@ -89,6 +90,15 @@ def agreement_markdown(db, project: str) -> str:
     )
 
 
+def models_outputs(db) -> tuple[list[list], dict]:
+    """The registry table and the base-model choices."""
+    from labeler.services import models
+
+    listed = models.list_models(db)
+    table = [[m[h] if m[h] is not None else "" for h in MODEL_HEADERS] for m in listed]
+    return table, gr.update(choices=["", *[m["name"] for m in listed if m["kind"] != "reward"]])
+
+
 def item_preview(db, item_id: int) -> str:
     row = db.execute(
         "SELECT i.kind, i.response_ids_json, i.gold_json, p.text FROM items i JOIN prompts p ON p.id = i.prompt_id"
@@ -142,12 +152,26 @@ def build(ctx: UIContext) -> None:
             mark_gold = gr.Button("Mark gold", elem_id="admin-mark-gold")
         gold_preview = gr.Markdown()
 
+    with gr.Accordion("Models", open=False):
+        gr.Markdown(
+            "Chat models for **Generate**, **Chat** and the **Arena** (which needs two). Finished SFT, DPO and PPO "
+            "runs register theirs; register another policy here from a folder on the server holding safetensors "
+            "weights (hub ids and reward models: `rlhf-studio models add`)."
+        )
+        models_table = gr.Dataframe(headers=MODEL_HEADERS, interactive=False, label="Registered models",
+                                    elem_id="admin-models")
+        with gr.Row():
+            model_name = gr.Textbox(label="Name", elem_id="admin-model-name")
+            model_path = gr.Textbox(label="Folder on the server", elem_id="admin-model-path")
+            model_base = gr.Dropdown(choices=[], label="Base model (optional: the KL reference)", elem_id="admin-model-base")
+            register_model = gr.Button("Register policy", elem_id="admin-register-model")
+
     with gr.Accordion("Backup", open=False):
         backup_button = gr.Button("Download a consistent copy of the database", elem_id="admin-backup")
         backup_file = gr.File(label="Backup", interactive=False)
 
     refresh = gr.Button("Refresh", size="sm", elem_id="admin-refresh")
-    refresh_outputs = [users, who, likert_min, likert_max, overlap, guidelines, stats, agreement]
+    refresh_outputs = [users, who, likert_min, likert_max, overlap, guidelines, stats, agreement, models_table, model_base]
 
     def snapshot(db) -> tuple:
         from labeler.services.projects import get_project
@@ -157,6 +181,7 @@ def build(ctx: UIContext) -> None:
         return (
             users_table(db), gr.update(choices=names), project.likert_min, project.likert_max, project.overlap,
             project.guidelines, stats_table(db, ctx.project), agreement_markdown(db, ctx.project),
+            *models_outputs(db),
         )
 
     @keep_on_error(len(refresh_outputs))
@@ -227,6 +252,16 @@ def build(ctx: UIContext) -> None:
             gr.Info("Project settings saved.")
             return snapshot(db)
 
+    @keep_on_error(len(refresh_outputs) + 2)
+    def admin_register_model(name, folder, base, request: gr.Request):
+        from labeler.services import models
+
+        with ctx.connection() as db:
+            require_admin(db, request)
+            row = models.register_policy_from_web(db, (name or "").strip(), folder, base or None)
+            gr.Info(f"Registered policy '{row['name']}': it is in Chat, Generate and the Arena now.")
+            return (*snapshot(db), "", "")
+
     @keep_on_error(1)
     def admin_show_item(item_id, request: gr.Request):
         with ctx.connection() as db:
@@ -266,6 +301,8 @@ def build(ctx: UIContext) -> None:
     save_project.click(
         admin_save_project, [likert_min, likert_max, overlap, guidelines], refresh_outputs, api_name="admin_save_project"
     )
+    register_model.click(admin_register_model, [model_name, model_path, model_base],
+                         [*refresh_outputs, model_name, model_path], api_name="admin_register_model")
     show_item.click(admin_show_item, [gold_item], [gold_preview], api_name="admin_show_item")
     mark_gold.click(admin_mark_gold, [gold_item, gold_value], [gold_preview], api_name="admin_mark_gold")
     backup_button.click(admin_backup, None, [backup_file], api_name="admin_backup")

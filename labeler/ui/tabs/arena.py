@@ -20,20 +20,22 @@ HOW = (
     "in random order. Vote, and the names are revealed. Each vote is stored as a ranking, so it trains reward "
     "models and DPO like any other label; the leaderboard fits a Bradley-Terry model to all votes."
 )
-
-
-def default_pair(ctx: UIContext, names: list[str]) -> tuple[str, str]:
-    """The newest registered model against the server's model (or the next newest)."""
-    newest = [n for n in reversed(names) if n != ctx.settings.model]
-    first = newest[0] if newest else RANDOM
-    second = ctx.settings.model if ctx.settings.model != first else (newest[1] if len(newest) > 1 else RANDOM)
-    return first, second
+IDENTICAL = "⚠️ **The two answers are identical**: there is nothing to prefer, so **Tie** is the honest vote."
+NO_INTERVAL = "n/a"
 
 
 def leaderboard_table(db, project: str) -> list[list]:
     from labeler.services.leaderboard import leaderboard
 
-    return [[row[h] for h in LEADERBOARD_HEADERS] for row in leaderboard(db, project)]
+    # A missing interval (too few votes) is shown as n/a, not as an empty cell that looks like a bug.
+    return [[NO_INTERVAL if row[h] is None else row[h] for h in LEADERBOARD_HEADERS] for row in leaderboard(db, project)]
+
+
+def leaderboard_note() -> str:
+    from labeler.services.leaderboard import MIN_VOTES_FOR_INTERVAL
+
+    return (f"bt_score: Bradley-Terry on the Elo scale; ci_low/ci_high: its 95% bootstrap interval, shown once a "
+            f"model has {MIN_VOTES_FOR_INTERVAL} votes (n/a before).")
 
 
 def build(ctx: UIContext) -> None:
@@ -46,13 +48,19 @@ def build(ctx: UIContext) -> None:
     battle_state = gr.State(None)
 
     gr.Markdown(HOW)
-    with gr.Row():
-        # The arena service accepts registered chat models only (see the Chat tab's model dropdown for why
-        # the widget itself still takes any value).
-        model_1 = gr.Dropdown(choices=[], label="Model 1", allow_custom_value=True, elem_id="arena-model-1")
-        model_2 = gr.Dropdown(choices=[], label="Model 2", allow_custom_value=True, elem_id="arena-model-2")
-        max_new_tokens = gr.Slider(8, 512, value=arena.ARENA_SETTINGS.max_new_tokens, step=8, label="max_new_tokens",
-                                   elem_id="arena-max-new-tokens")
+    not_ready = gr.Markdown(visible=False, elem_id="arena-not-ready")
+    # Blind by default: both models drawn at random, so no name is on screen before the vote. Picking them is
+    # possible, behind a closed accordion that says what it gives away (the A/B order stays random).
+    with gr.Accordion("Pick the two models yourself (you then know which two are battling)", open=False):
+        with gr.Row():
+            # The arena service accepts registered chat models only (see the Chat tab's model dropdown for why
+            # the widget itself still takes any value).
+            model_1 = gr.Dropdown(choices=[RANDOM], value=RANDOM, label="Model 1", allow_custom_value=True,
+                                  elem_id="arena-model-1")
+            model_2 = gr.Dropdown(choices=[RANDOM], value=RANDOM, label="Model 2", allow_custom_value=True,
+                                  elem_id="arena-model-2")
+            max_new_tokens = gr.Slider(8, 512, value=arena.ARENA_SETTINGS.max_new_tokens, step=8,
+                                       label="max_new_tokens", elem_id="arena-max-new-tokens")
     with gr.Row():
         prompt = gr.Textbox(label="Prompt", lines=2, scale=5, elem_id="arena-prompt")
         with gr.Column(scale=1, min_width=140):
@@ -72,9 +80,11 @@ def build(ctx: UIContext) -> None:
             gr.Button("🤝 Tie", interactive=False, elem_id="arena-vote-tie"),
             gr.Button("👎 Both bad", interactive=False, elem_id="arena-vote-both-bad"),
         ]
+    identical = gr.Markdown(elem_id="arena-identical")
     reveal = gr.Markdown(elem_id="arena-reveal")
     with gr.Accordion("Leaderboard", open=True):
         board = gr.Dataframe(headers=LEADERBOARD_HEADERS, interactive=False, elem_id="arena-leaderboard")
+        gr.Markdown(leaderboard_note())
         refresh_board = gr.Button("Refresh leaderboard", size="sm", elem_id="arena-refresh")
 
     @ui_errors
@@ -82,10 +92,15 @@ def build(ctx: UIContext) -> None:
         with ctx.connection() as db:
             require_user(db, request)
             names, _ = model_choices(ctx, db)
-            first, second = default_pair(ctx, names)
+            reason = arena.not_ready_reason(db, (ctx.settings.model,))
             table = leaderboard_table(db, ctx.project)
         choices = [RANDOM, *names]
-        return gr.update(choices=choices, value=first), gr.update(choices=choices, value=second), table
+        # Fewer than two models: say why and how to get a second one, and leave Battle off instead of an error.
+        return (
+            gr.update(choices=choices, value=RANDOM), gr.update(choices=choices, value=RANDOM), table,
+            gr.update(value=f"ℹ️ {reason}" if reason else "", visible=bool(reason)),
+            gr.update(interactive=reason is None),
+        )
 
     @ui_errors
     def arena_random_prompt(request: gr.Request):
@@ -100,6 +115,9 @@ def build(ctx: UIContext) -> None:
         with ctx.connection() as db:
             user = require_user(db, request)
             names, _ = model_choices(ctx, db)
+            reason = arena.not_ready_reason(db, (ctx.settings.model,))
+            if reason:  # the button is off, but the endpoint can be called directly
+                raise InputError(reason, field="model")
             rng = random.Random()  # fresh entropy per battle: the A/B order must not be guessable
             chosen = []
             for picked in (first, second):
@@ -115,7 +133,10 @@ def build(ctx: UIContext) -> None:
                 server_models=(ctx.settings.model,),
             )
         buttons = [gr.update(interactive=True) for _ in vote_buttons]
-        return (battle.answer_a or "*(empty answer)*", battle.answer_b or "*(empty answer)*", "", {"battle_id": battle.id}, *buttons)
+        return (
+            battle.answer_a or "*(empty answer)*", battle.answer_b or "*(empty answer)*", "",
+            IDENTICAL if battle.identical else "", {"battle_id": battle.id}, *buttons,
+        )
 
     def arena_vote(winner: str):
         @ui_errors
@@ -129,7 +150,7 @@ def build(ctx: UIContext) -> None:
             verdict = {"a": "you preferred **A**", "b": "you preferred **B**", "tie": "a **tie**", "both_bad": "**both bad**"}[winner]
             text = f"**A** was `{result.model_a}`, **B** was `{result.model_b}`: {verdict}. Thanks, your vote is stored."
             buttons = [gr.update(interactive=False) for _ in vote_buttons]
-            return (text, None, table, *buttons)
+            return (text, "", None, table, *buttons)
 
         return handler
 
@@ -140,13 +161,14 @@ def build(ctx: UIContext) -> None:
             return leaderboard_table(db, ctx.project)
 
     if ctx.app is not None:
-        ctx.app.load(arena_load, None, [model_1, model_2, board], api_name="arena_load")
+        ctx.app.load(arena_load, None, [model_1, model_2, board, not_ready, start], api_name="arena_load")
     draw.click(arena_random_prompt, None, prompt, api_name="arena_random_prompt")
     start.click(
-        arena_start, [prompt, model_1, model_2, max_new_tokens], [answer_a, answer_b, reveal, battle_state, *vote_buttons],
+        arena_start, [prompt, model_1, model_2, max_new_tokens],
+        [answer_a, answer_b, reveal, identical, battle_state, *vote_buttons],
         api_name="arena_start", concurrency_limit=1,
     )
     for winner, button in zip(["a", "b", "tie", "both_bad"], vote_buttons):
-        button.click(arena_vote(winner), [battle_state], [reveal, battle_state, board, *vote_buttons],
+        button.click(arena_vote(winner), [battle_state], [reveal, identical, battle_state, board, *vote_buttons],
                      api_name=f"arena_vote_{winner}", trigger_mode="once")
     refresh_board.click(arena_leaderboard, None, board, api_name="arena_leaderboard")
