@@ -126,10 +126,10 @@ def _split_prompts(db, project: str, settings: DemoSettings) -> tuple[list[int],
 
 
 def simulate_annotator(db, project: str, noise: float, seed: int, prompt_ids: list[int] | None = None) -> int:
-    """Rank every open ranking item by VADER compound of prompt + response (+ noise); ties stay tied. Goes
+    """Rank every open ranking item by VADER compound of the answer (+ noise), scores within 0.1 tied. Goes
     through labeling.next_item / submit_ranking, exactly like a person in the Rank tab. Returns the count."""
     from labeler.services import accounts, labeling
-    from rlhf.rewards import vader_compound
+    from rlhf.rewards import vader_answer
 
     if accounts.get_user(db, ANNOTATOR) is None:
         accounts.create_user(db, ANNOTATOR, f"sim-{random.Random(seed).getrandbits(64):x}")
@@ -141,11 +141,12 @@ def simulate_annotator(db, project: str, noise: float, seed: int, prompt_ids: li
             labeling.skip_item(db, project, ANNOTATOR, item.item_id)
             continue
         texts = [r["text"] for r in item.responses]
-        scores = [s + rng.gauss(0, noise) if noise else s
-                  for s in vader_compound([item.prompt] * len(texts), texts)]
+        scores = [s + rng.gauss(0, noise) if noise else s for s in vader_answer([item.prompt] * len(texts), texts)]
         groups: dict[float, list[int]] = {}
         for response, score in zip(item.responses, scores):
-            groups.setdefault(round(score, 6), []).append(response["id"])
+            # Scores within one tenth are a tie, as for a person, who cannot tell a 0.31 answer from a 0.34
+            # one: pairs that differ only by VADER's rounding would teach the reward model noise.
+            groups.setdefault(round(score, 1), []).append(response["id"])
         order = [groups[score] for score in sorted(groups, reverse=True)]
         labeling.submit_ranking(db, project, ANNOTATOR, item.item_id, order)
         done += 1

@@ -10,15 +10,16 @@ from labeler.services.demo import ANNOTATOR, DemoSettings, run_demo, simulate_an
 def test_simulated_annotator_ranks_by_sentiment(db):
     prompt_id = db.execute("INSERT INTO prompts (project_id, text, text_hash) VALUES (1, 'The film', 'h')").lastrowid
     ids = [db.execute("INSERT INTO responses (prompt_id, text) VALUES (?, ?)", [prompt_id, t]).lastrowid
-           for t in ("was a horrible, boring waste", "was wonderful and beautiful", "was wonderful and beautiful!")]
-    labeling.create_items(db, "default", ranking_size=3)
+           for t in ("was a horrible, boring waste", "was wonderful and beautiful", "was wonderful and beautiful!",
+                     "was fine, I guess")]
+    labeling.create_items(db, "default", ranking_size=4)
     assert simulate_annotator(db, "default", noise=0.0, seed=0) == 1
     order = db.execute("SELECT order_json FROM rankings").fetchone()[0]
     import json
 
     order = json.loads(order)
-    # VADER: the two positive answers first (the "!" one scores higher), the negative one last.
-    assert order == [[ids[2]], [ids[1]], [ids[0]]]
+    # VADER of the answer: 0.8356 and 0.8225 are within 0.1, a tie; then "fine" (0.20), then -0.82.
+    assert [sorted(group) for group in order] == [sorted([ids[1], ids[2]]), [ids[3]], [ids[0]]]
     assert db.execute("SELECT username FROM users").fetchone()[0] == ANNOTATOR
 
 
