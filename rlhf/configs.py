@@ -124,7 +124,7 @@ class PPOConfig:
     attn_implementation: str = field(
         default="model", metadata={"help": "Attention kernel of policy and reference: model (keep its own), auto (eager on CPU, see rlhf/attention.py), eager, sdpa."}
     )
-    forward_batch_size: int = field(
+    rollout_forward_batch_size: int = field(
         default=16, metadata={"help": "Rollouts per no-grad forward pass (policy and reference logprobs); larger is faster."}
     )
     log_dir: str | None = field(default=None, metadata={"help": "Folder for TensorBoard events and metrics.csv/jsonl (None: no files)."})
@@ -134,7 +134,7 @@ class PPOConfig:
         for name in ("learning_rate", "target", "target_kl", "ratio_threshold", "cliprange", "cliprange_value"):
             _check(getattr(self, name) > 0, name, getattr(self, name), "must be positive")
         for name in ("batch_size", "mini_batch_size", "gradient_accumulation_steps", "ppo_epochs", "horizon",
-                     "forward_batch_size"):
+                     "rollout_forward_batch_size"):
             _check(getattr(self, name) >= 1, name, getattr(self, name), "must be at least 1")
         _check(self.init_kl_coef >= 0, "init_kl_coef", self.init_kl_coef, "must be >= 0")
         _check(self.vf_coef >= 0, "vf_coef", self.vf_coef, "must be >= 0")

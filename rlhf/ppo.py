@@ -435,7 +435,7 @@ class PPOTrainer:
         (only logprobs and values without the reference)."""
         self.model.eval()
         outs = []
-        size, n = self.config.forward_batch_size, len(rollouts.input_ids)
+        size, n = self.config.rollout_forward_batch_size, len(rollouts.input_ids)
         for start in range(0, n, size):
             chunk = rollouts.select(torch.arange(start, min(start + size, n)))
             logprobs, values, logits = self._forward(self.model, chunk)
