@@ -21,11 +21,12 @@ TAB_MODULES = [
     "labeler.ui.tabs.arena",
     "labeler.ui.tabs.chat",
     "labeler.ui.tabs.data",
+    "labeler.ui.tabs.records",
     "labeler.ui.tabs.train",
     "labeler.ui.tabs.admin",
 ]
 # Tabs an annotator does not see. Hiding is a courtesy only: every admin handler checks the role itself.
-ADMIN_TABS = {"data", "train", "admin"}
+ADMIN_TABS = {"data", "records", "train", "admin"}
 STATIC = Path(__file__).parent / "static"
 SHORTCUTS_JS = (STATIC / "shortcuts.js").read_text(encoding="utf-8")
 CSS = (STATIC / "studio.css").read_text(encoding="utf-8")
