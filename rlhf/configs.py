@@ -5,6 +5,9 @@ The CLI's `--set key=value` flags and the UI's forms are built from these fields
 """
 from __future__ import annotations
 
+import importlib.util
+import os
+import warnings
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -71,7 +74,9 @@ class PPOConfig:
 
     learning_rate: float = field(default=2e-5, metadata={"help": "Adam learning rate."})
     batch_size: int = field(default=64, metadata={"help": "Queries (rollouts) per PPO step."})
-    mini_batch_size: int = field(default=16, metadata={"help": "Rollouts per forward/backward pass in the PPO epochs."})
+    # None -> min(batch_size, 16): TRL's own example `PPOConfig(batch_size=1)` must run, and 16 is the tuned value.
+    mini_batch_size: int | None = field(default=None, metadata={
+        "help": "Rollouts per forward/backward pass in the PPO epochs (None: min(batch_size, 16))."})
     gradient_accumulation_steps: int = field(
         default=1, metadata={"help": "Mini-batches whose gradients are summed before one optimizer step."}
     )
@@ -129,12 +134,66 @@ class PPOConfig:
     )
     log_dir: str | None = field(default=None, metadata={"help": "Folder for TensorBoard events and metrics.csv/jsonl (None: no files)."})
     tensorboard: bool = field(default=True, metadata={"help": "Write TensorBoard event files into log_dir."})
+    # -- TRL 0.11's PPOConfig fields, so its users' code runs with only the import changed ----------------
+    exp_name: str = field(default="rlhf", metadata={"help": "Experiment name (TRL): names the TensorBoard folder runs/<exp_name> under log_with='tensorboard'."})
+    log_with: Literal["wandb", "tensorboard"] | None = field(default=None, metadata={
+        "help": "TRL's tracker choice: tensorboard writes into log_dir (default: project_kwargs['logging_dir'] or "
+                "runs/<exp_name>); wandb needs the wandb package (checked when training starts, not here); None: "
+                "log_dir's files and the callback only."})
+    tracker_project_name: str = field(default="trl", metadata={"help": "Tracker project name (TRL; wandb's project)."})
+    tracker_kwargs: dict = field(default_factory=dict, metadata={"help": "Keyword arguments per tracker, e.g. {\"wandb\": {\"entity\": ...}} (TRL)."})
+    accelerator_kwargs: dict = field(default_factory=dict, metadata={"help": "Keyword arguments for accelerate's Accelerator (TRL; PPOTrainer also accepts an accelerator=)."})
+    project_kwargs: dict = field(default_factory=dict, metadata={"help": "accelerate ProjectConfiguration arguments (TRL); its logging_dir is the TensorBoard folder."})
+    push_to_hub_if_best_kwargs: dict = field(default_factory=dict, metadata={"help": "TRL's push-to-hub-when-best arguments; recorded only, never pushed from training."})
+    task_name: str | None = field(default=None, metadata={"help": "Task name, recorded for tracking only (TRL)."})
+    model_name: str | None = field(default=None, metadata={"help": "Model name, recorded for tracking only (TRL); load the model yourself with from_pretrained."})
+    query_dataset: str | None = field(default=None, metadata={"help": "Dataset name, recorded for tracking only (TRL)."})
+    reward_model: str | None = field(default=None, metadata={"help": "Reward model name, recorded for tracking only (TRL)."})
+    remove_unused_columns: bool = field(default=True, metadata={"help": "TRL: drop dataset columns the collator does not use; here the data_collator decides what it reads."})
+    steps: int = field(default=20000, metadata={"help": "Number of training steps (TRL); your loop decides how many step() calls it makes."})
+    forward_batch_size: int | None = field(default=None, metadata={
+        "help": "Deprecated alias of mini_batch_size (as in TRL 0.11); rollout_forward_batch_size is the no-grad chunk size."})
+    optimize_device_cache: bool = field(default=False, metadata={"help": "TRL's cache emptying between steps; not needed here (a warning says so when set)."})
+    optimize_cuda_cache: bool | None = field(default=None, metadata={"help": "Deprecated alias of optimize_device_cache (TRL)."})
+    gradient_checkpointing: bool = field(default=False, metadata={"help": "TRL's flag; here call model.gradient_checkpointing_enable() yourself (a warning says so when set)."})
+    compare_steps: int = field(default=1, metadata={"help": "Steps between best-model comparisons for push_to_hub_if_best_kwargs (TRL); recorded only."})
+    dataset_num_proc: int | None = field(default=None, metadata={"help": "Processes for dataset mapping (TRL); PPOTrainer maps no dataset, so unused."})
+    # TRL fills these at runtime; passing them has no effect there either. backward_batch_size is a property.
+    world_size: int | None = field(default=None, metadata={"help": "TRL runtime field; the process count comes from accelerate. Ignored."})
+    is_encoder_decoder: bool | None = field(default=None, metadata={"help": "TRL runtime field (decoder-only models here). Ignored."})
+    is_peft_model: bool | None = field(default=None, metadata={"help": "TRL runtime field; read from the model. Ignored."})
+    global_batch_size: int | None = field(default=None, metadata={"help": "TRL runtime field (batch_size x processes). Ignored."})
+    global_backward_batch_size: int | None = field(default=None, metadata={"help": "TRL runtime field. Ignored."})
 
     def __post_init__(self):
+        # TRL's aliases and implied values, resolved once here (frozen: object.__setattr__), then cleared so a
+        # later dataclasses.replace(config, mini_batch_size=...) is not overridden by the alias.
+        if self.forward_batch_size is not None:
+            warnings.warn("PPOConfig: forward_batch_size is deprecated (as in TRL 0.11), use mini_batch_size",
+                          FutureWarning, stacklevel=3)
+            object.__setattr__(self, "mini_batch_size", self.forward_batch_size)
+            object.__setattr__(self, "forward_batch_size", None)
+        if self.mini_batch_size is None:
+            object.__setattr__(self, "mini_batch_size", min(self.batch_size, 16))
+        if self.optimize_cuda_cache is not None:
+            warnings.warn("PPOConfig: optimize_cuda_cache is deprecated (as in TRL 0.11), use optimize_device_cache",
+                          FutureWarning, stacklevel=3)
+            object.__setattr__(self, "optimize_device_cache", self.optimize_cuda_cache)
+            object.__setattr__(self, "optimize_cuda_cache", None)
+        if self.optimize_device_cache:
+            warnings.warn("PPOConfig: optimize_device_cache does not apply here (PPOTrainer frees its activations "
+                          "itself; see keep_freed_memory); ignored", stacklevel=3)
+        if self.gradient_checkpointing:
+            warnings.warn("PPOConfig: gradient_checkpointing is not applied by PPOTrainer; call "
+                          "model.gradient_checkpointing_enable() before building the trainer", stacklevel=3)
+        _check(self.log_with in (None, "wandb", "tensorboard"), "log_with", self.log_with,
+               "must be 'wandb', 'tensorboard' or None")
+        if self.log_with == "tensorboard" and self.log_dir is None:
+            object.__setattr__(self, "log_dir", self.project_kwargs.get("logging_dir") or os.path.join("runs", self.exp_name))
         for name in ("learning_rate", "target", "target_kl", "ratio_threshold", "cliprange", "cliprange_value"):
             _check(getattr(self, name) > 0, name, getattr(self, name), "must be positive")
         for name in ("batch_size", "mini_batch_size", "gradient_accumulation_steps", "ppo_epochs", "horizon",
-                     "rollout_forward_batch_size"):
+                     "rollout_forward_batch_size", "steps", "compare_steps"):
             _check(getattr(self, name) >= 1, name, getattr(self, name), "must be at least 1")
         _check(self.init_kl_coef >= 0, "init_kl_coef", self.init_kl_coef, "must be >= 0")
         _check(self.vf_coef >= 0, "vf_coef", self.vf_coef, "must be >= 0")
@@ -151,6 +210,14 @@ class PPOConfig:
                "only applies together with use_score_scaling=True")
         _check(self.batch_size % self.backward_batch_size == 0, "batch_size", self.batch_size,
                f"must be a multiple of mini_batch_size * gradient_accumulation_steps = {self.backward_batch_size}")
+
+    def check_trackers(self) -> None:
+        """Raise ImportError naming the missing package when `log_with` needs one that is not installed.
+
+        Called when training starts (never at config time: a config is built and stored before any run)."""
+        if self.log_with == "wandb" and importlib.util.find_spec("wandb") is None:
+            raise ImportError("PPOConfig.log_with='wandb' needs the wandb package: pip install wandb "
+                              "(or use log_with='tensorboard' or None)")
 
     @property
     def backward_batch_size(self) -> int:
