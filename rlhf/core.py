@@ -177,3 +177,7 @@ class RunningMoments:
 
     def load_state_dict(self, state: Mapping[str, float]) -> None:
         self.mean, self.var, self.count = float(state["mean"]), float(state["var"]), float(state["count"])
+
+
+# ---- TRL 0.11 import paths: `from trl.core import LengthSampler` becomes `from rlhf.core import LengthSampler`.
+from rlhf.samplers import LengthSampler  # noqa: E402  (after the helpers: samplers never imports core)
