@@ -1,0 +1,57 @@
+"""What a run will use, before it is launched (issue 14 item 9): rows after filters, split, epochs, base model."""
+from __future__ import annotations
+
+import pytest
+from export_fixtures import build_labelled_db
+
+from labeler.services.errors import InputError
+from labeler.services.run_preview import preview_run
+
+
+@pytest.fixture
+def labelled(db):
+    build_labelled_db(db)
+    return db
+
+
+def test_reward_model_preview_counts_pairs_and_epochs_like_the_trainer(labelled):
+    preview = preview_run(labelled, "default", "rm", {"steps": 10})
+    # export_fixtures: 4 ranking pairs (majority per pair, ties dropped, plus the import) + 3 rating pairs = 7.
+    assert (preview.unit, preview.rows, preview.train_rows, preview.eval_rows) == ("pairs", 7, 7, 0)
+    # Batch 8 > 7 rows: every step is a whole pass, so 10 steps are 10 epochs (the issue's silent case).
+    assert (preview.rows_per_step, preview.epochs) == (8, 10.0)
+    assert preview.base_model == "default-encoder" and preview.base_model_known
+    assert "10.0 passes over 7 pairs" in preview.warnings[0] and "lower steps to about 3" in preview.warnings[0]
+    assert "**10.0 epochs**" in preview.markdown() and "⚠️" in preview.markdown()
+
+
+def test_filters_change_the_count(labelled):
+    assert preview_run(labelled, "default", "rm", {"include_rating_pairs": False}).rows == 4
+    # carol's one ranking [[3], [1], [2]] is 3 pairs: 3>1, 3>2, 1>2.
+    assert preview_run(labelled, "default", "rm", {"annotators": "carol", "include_rating_pairs": False}).rows == 3
+    # Project 'other': alice's [[6], [7]] only.
+    few = preview_run(labelled, "other", "dpo", {"include_rating_pairs": False})
+    assert few.warnings == ["only 1 pairs with these filters: the run would stop at once (it needs at least 2)."]
+
+
+def test_batch_size_and_accumulation(labelled):
+    # 7 rows, batch 2: 4 batches per epoch; accumulating 2 makes 2 optimizer steps per epoch: 3 steps = 1.5 epochs.
+    preview = preview_run(labelled, "default", "dpo", {"steps": 3, "per_device_train_batch_size": 2,
+                                                        "gradient_accumulation_steps": 2})
+    assert (preview.rows_per_step, preview.epochs, preview.warnings) == (4, 1.5, [])
+
+
+def test_sft_counts_well_rated_answers_and_ppo_counts_training_prompts(labelled):
+    sft = preview_run(labelled, "default", "sft", {"steps": 1, "model": "nope"})
+    # Mean scores on 1..7 (midpoint 4): response 1 6.5, 2 3.0, 3 4.0, 4 5.0 -> 3 at or above the midpoint.
+    assert (sft.unit, sft.rows, sft.base_model, sft.base_model_known) == ("answers", 3, "nope", False)
+    ppo = preview_run(labelled, "default", "ppo", {"steps": 2, "batch_size": 8, "mini_batch_size": 4,
+                                                    "answers_per_prompt": 4})
+    # 2 training prompts in `default`; 8 rollouts of 4 answers per prompt are 2 prompts per step -> 2 epochs.
+    assert (ppo.unit, ppo.rows, ppo.rows_per_step, ppo.epochs) == ("prompts", 2, 2, 2.0)
+
+
+def test_bad_settings_are_refused_like_a_launch(labelled):
+    with pytest.raises(InputError) as error:
+        preview_run(labelled, "default", "rm", {"stepz": 3})
+    assert error.value.field == "stepz"
