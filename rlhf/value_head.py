@@ -3,7 +3,8 @@
 The head is dropout + linear on the last hidden state, kept in fp32. It is saved beside the backbone
 as `value_head.safetensors`, so `AutoModelForCausalLM.from_pretrained(folder)` loads the folder as a
 plain model and ignores the head, while `AutoModelForCausalLMWithValueHead.from_pretrained(folder)`
-brings the head back too. With a peft_config the backbone is a PeftModel: save_pretrained writes the
+brings the head back too. TRL 0.11's layout (the head's `v_head.summary.*` keys inside model.safetensors)
+loads as well. With a peft_config the backbone is a PeftModel: save_pretrained writes the
 adapter, and `merge_and_unload()` gives a plain transformers model.
 """
 from __future__ import annotations
@@ -12,6 +13,7 @@ import contextlib
 import copy
 import json
 import os
+import warnings
 from pathlib import Path
 from typing import Literal
 
@@ -21,6 +23,47 @@ from torch import nn
 from rlhf.loading import resolve_model_path
 
 VALUE_HEAD_FILE = "value_head.safetensors"
+TRL_PREFIX = "v_head."  # TRL 0.11 saves the head inside the model's weights as v_head.summary.{weight,bias}
+
+
+class MissingValueHeadWarning(UserWarning):
+    """A folder loaded with AutoModelForCausalLMWithValueHead had no value head: a fresh one was initialised."""
+
+
+def load_value_head_state(folder: str | os.PathLike) -> dict[str, torch.Tensor] | None:
+    """{"weight", "bias"} of the summary layer from value_head.safetensors or, failing that, from the
+    `v_head.summary.*` keys of model.safetensors / its shards (TRL 0.11). None, with a warning, when neither."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    folder = Path(folder)
+    if (folder / VALUE_HEAD_FILE).exists():
+        return load_file(str(folder / VALUE_HEAD_FILE))
+    index = folder / "model.safetensors.index.json"
+    if index.exists():
+        weight_map = json.loads(index.read_text())["weight_map"]
+        files = {name: folder / shard for name, shard in weight_map.items() if name.startswith(TRL_PREFIX)}
+    elif (folder / "model.safetensors").exists():
+        with safe_open(str(folder / "model.safetensors"), framework="pt") as f:
+            files = {name: folder / "model.safetensors" for name in f.keys() if name.startswith(TRL_PREFIX)}
+    else:
+        files = {}
+    state = {}
+    for name, file in files.items():
+        with safe_open(str(file), framework="pt") as f:
+            state[name[len(TRL_PREFIX):]] = f.get_tensor(name)
+    if state:
+        state = {k.removeprefix("summary."): v for k, v in state.items()}
+        if set(state) != {"weight", "bias"}:
+            raise ValueError(f"{folder}: value head keys {sorted(files)} are not v_head.summary.weight/bias")
+        return state
+    pickles = sorted(p.name for p in folder.glob("*.bin"))
+    why = (f"; {', '.join(pickles)} may hold it (TRL's peft layout) but pickles are not loaded (safetensors only)"
+           if pickles else "")
+    warnings.warn(f"{folder}: no value head ({VALUE_HEAD_FILE} or v_head.* weights in model.safetensors){why}; "
+                  "a fresh one is initialised (expected when starting from a plain language model)",
+                  MissingValueHeadWarning, stacklevel=3)
+    return None
 
 
 class ValueHead(nn.Module):
@@ -64,17 +107,39 @@ class AutoModelForCausalLMWithValueHead(nn.Module):
 
     # ---- loading and saving -------------------------------------------------------------------------
     @classmethod
-    def from_pretrained(cls, name_or_path: str | os.PathLike, peft_config=None, dtype=None,
-                        trust_remote_code: bool = False, v_head_dropout: float = 0.0,
+    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike | nn.Module, peft_config=None,
+                        dtype=None, trust_remote_code: bool = False, v_head_dropout: float = 0.0,
                         v_head_init: Literal["normal", "zero"] = "normal", v_head_init_std: float | None = None,
                         seed: int = 0, **kwargs) -> "AutoModelForCausalLMWithValueHead":
-        """A folder, short name ('default') or hub id; an adapter folder is loaded trainable on its base.
+        """A folder, short name ('default'), hub id or an already loaded transformers/peft model (as in TRL);
+        an adapter folder is loaded trainable on its base.
 
-        A `value_head.safetensors` in the folder is loaded; otherwise the head is freshly initialised.
+        The value head comes from `value_head.safetensors` (this library's layout) or from `v_head.*` keys in
+        the folder's `model.safetensors` (TRL 0.11's layout); a folder with neither gets a fresh head and a
+        MissingValueHeadWarning. TRL's value-head arguments are accepted: `summary_dropout_prob` (dropout),
+        `v_head_init_strategy` ("normal" or None) with `v_head_initializer_range` (its std).
         """
         from transformers import AutoModelForCausalLM
 
-        path = resolve_model_path(name_or_path)
+        v_head_dropout = kwargs.pop("summary_dropout_prob", v_head_dropout)
+        if kwargs.pop("v_head_init_strategy", None) == "normal":
+            v_head_init, v_head_init_std = "normal", kwargs.pop("v_head_initializer_range", 0.2)
+        kwargs.pop("v_head_initializer_range", None)
+        if kwargs.pop("reward_adapter", None) is not None:
+            raise NotImplementedError("AutoModelForCausalLMWithValueHead: reward_adapter (TRL's reward model as a "
+                                      "second adapter) is not supported; score with rlhf.reward.RewardScorer")
+        kwargs.pop("reward_adapter_name", None)
+        is_trainable = kwargs.pop("is_trainable", True)
+
+        if isinstance(pretrained_model_name_or_path, nn.Module):  # TRL accepts a model object too
+            backbone = pretrained_model_name_or_path
+            if peft_config is not None and not hasattr(backbone, "peft_config"):
+                from peft import get_peft_model
+
+                backbone = get_peft_model(backbone, peft_config)
+            return cls(backbone, v_head_dropout, v_head_init, v_head_init_std, seed)
+
+        path = resolve_model_path(pretrained_model_name_or_path)
         load = dict(dtype=dtype, use_safetensors=True, trust_remote_code=trust_remote_code, **kwargs)
         adapter_config = Path(path) / "adapter_config.json"
         if adapter_config.exists():
@@ -82,7 +147,7 @@ class AutoModelForCausalLMWithValueHead(nn.Module):
 
             base = json.loads(adapter_config.read_text())["base_model_name_or_path"]
             backbone = AutoModelForCausalLM.from_pretrained(resolve_model_path(base), **load)
-            backbone = PeftModel.from_pretrained(backbone, path, is_trainable=True)
+            backbone = PeftModel.from_pretrained(backbone, path, is_trainable=is_trainable)
         else:
             backbone = AutoModelForCausalLM.from_pretrained(path, **load)
             if peft_config is not None:
@@ -90,12 +155,17 @@ class AutoModelForCausalLMWithValueHead(nn.Module):
 
                 backbone = get_peft_model(backbone, peft_config)
         model = cls(backbone, v_head_dropout, v_head_init, v_head_init_std, seed)
-        head_file = Path(path) / VALUE_HEAD_FILE
-        if head_file.exists():
-            from safetensors.torch import load_file
-
-            model.v_head.summary.load_state_dict(load_file(str(head_file)))
+        state = load_value_head_state(path)
+        if state is not None:
+            expected = model.v_head.summary.weight.shape
+            if state["weight"].shape != expected:
+                raise ValueError(f"{path}: value head weight has shape {tuple(state['weight'].shape)}, "
+                                 f"the model needs {tuple(expected)}")
+            model.v_head.summary.load_state_dict(state)
         return model
+
+    def _head_state(self) -> dict[str, torch.Tensor]:
+        return {k: v.detach().cpu().contiguous() for k, v in self.v_head.summary.state_dict().items()}
 
     def save_pretrained(self, save_directory: str | os.PathLike, **kwargs) -> None:
         """Backbone (or adapter) as transformers/peft write it, plus value_head.safetensors."""
@@ -104,8 +174,18 @@ class AutoModelForCausalLMWithValueHead(nn.Module):
         os.makedirs(save_directory, exist_ok=True)
         # Both transformers 5 and peft write safetensors by default.
         self.pretrained_model.save_pretrained(save_directory, **kwargs)
-        state = {k: v.detach().cpu().contiguous() for k, v in self.v_head.summary.state_dict().items()}
-        save_file(state, os.path.join(save_directory, VALUE_HEAD_FILE))
+        save_file(self._head_state(), os.path.join(save_directory, VALUE_HEAD_FILE))
+
+    def push_to_hub(self, repo_id: str, **kwargs):
+        """The backbone's own push_to_hub (as TRL's wrapper does), then value_head.safetensors beside it."""
+        from huggingface_hub import HfApi
+        from safetensors.torch import save as safetensors_bytes
+
+        result = self.pretrained_model.push_to_hub(repo_id, **kwargs)
+        HfApi(token=kwargs.get("token")).upload_file(
+            path_or_fileobj=safetensors_bytes(self._head_state()), path_in_repo=VALUE_HEAD_FILE, repo_id=repo_id,
+            commit_message="Upload value head")
+        return result
 
     def merge_and_unload(self) -> nn.Module:
         """Merge a LoRA adapter into the backbone; returns the plain transformers model (also kept here)."""

@@ -76,3 +76,93 @@ def test_reference_model_is_a_frozen_copy(tiny_model_dir):
     with torch.no_grad():
         next(model.parameters()).add_(1.0)
     assert not torch.equal(next(model.parameters()), next(ref.parameters()))
+
+
+def _trl_layout(model: AutoModelForCausalLM, folder, weight: torch.Tensor, bias: torch.Tensor) -> None:
+    """The folder TRL 0.11's save_pretrained writes: the backbone's weights and v_head.summary.{weight,bias}
+    together in one model.safetensors, no separate value-head file."""
+    from safetensors.torch import load_file, save_file
+
+    model.save_pretrained(folder)
+    state = load_file(str(folder / "model.safetensors"))
+    state["v_head.summary.weight"], state["v_head.summary.bias"] = weight, bias
+    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+
+
+def test_trl_checkpoint_loads_its_value_head(tiny_model_dir, tmp_path):
+    import warnings
+
+    backbone = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    hidden = backbone.config.hidden_size
+    weight = torch.arange(hidden, dtype=torch.float32).reshape(1, hidden) / 100  # known values, not an init
+    _trl_layout(backbone, tmp_path, weight, torch.tensor([0.25]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # found: no MissingValueHeadWarning
+        model = AutoModelForCausalLMWithValueHead.from_pretrained(tmp_path)
+    assert torch.equal(model.v_head.summary.weight, weight)
+    assert model.v_head.summary.bias.item() == 0.25
+    # values = hidden . w + b on the last hidden state
+    _, _, values = model(input_ids=IDS)
+    last = backbone(input_ids=IDS, output_hidden_states=True).hidden_states[-1]
+    assert torch.allclose(values, last @ weight[0] + 0.25, atol=1e-5)
+    assert not (tmp_path / VALUE_HEAD_FILE).exists()
+
+
+def test_trl_checkpoint_sharded_and_wrong_shape(tiny_model_dir, tmp_path):
+    import json
+
+    from safetensors.torch import save_file
+
+    backbone = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    hidden = backbone.config.hidden_size
+    backbone.save_pretrained(tmp_path)
+    (tmp_path / "model.safetensors").rename(tmp_path / "model-00001-of-00002.safetensors")
+    save_file({"v_head.summary.weight": torch.full((1, hidden), 0.5), "v_head.summary.bias": torch.tensor([-1.0])},
+              str(tmp_path / "model-00002-of-00002.safetensors"), metadata={"format": "pt"})
+    from safetensors import safe_open
+
+    with safe_open(str(tmp_path / "model-00001-of-00002.safetensors"), "pt") as f:
+        weight_map = {k: "model-00001-of-00002.safetensors" for k in f.keys()}
+    weight_map.update({k: "model-00002-of-00002.safetensors" for k in ("v_head.summary.weight", "v_head.summary.bias")})
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    model = AutoModelForCausalLMWithValueHead.from_pretrained(tmp_path)
+    assert model.v_head.summary.weight.eq(0.5).all() and model.v_head.summary.bias.item() == -1.0
+
+    save_file({"weight": torch.zeros(1, hidden + 1), "bias": torch.zeros(1)}, str(tmp_path / VALUE_HEAD_FILE))
+    with pytest.raises(ValueError, match="shape"):
+        AutoModelForCausalLMWithValueHead.from_pretrained(tmp_path)
+
+
+def test_missing_value_head_warns(tiny_model_dir):
+    from rlhf.value_head import MissingValueHeadWarning
+
+    with pytest.warns(MissingValueHeadWarning, match="fresh one"):
+        AutoModelForCausalLMWithValueHead.from_pretrained(tiny_model_dir)
+
+
+def test_from_pretrained_accepts_a_model_object_and_trl_head_arguments(tiny_model_dir):
+    backbone = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    model = AutoModelForCausalLMWithValueHead.from_pretrained(
+        backbone, summary_dropout_prob=0.1, v_head_init_strategy="normal", v_head_initializer_range=1.0)
+    assert model.pretrained_model is backbone
+    assert isinstance(model.v_head.dropout, torch.nn.Dropout) and model.v_head.dropout.p == 0.1
+    assert 0.6 < model.v_head.summary.weight.std().item() < 1.4  # std 1.0 asked, not our 1/sqrt(32) = 0.18
+    assert model(input_ids=IDS)[2].shape == (2, 5)
+
+
+def test_push_to_hub_calls_the_backbone_and_uploads_the_head(tiny_model_dir, monkeypatch):
+    from unittest import mock
+
+    import huggingface_hub
+    from safetensors.torch import load
+
+    model = AutoModelForCausalLMWithValueHead.from_pretrained(tiny_model_dir)
+    backbone_push = mock.Mock(return_value="commit-info")
+    monkeypatch.setattr(model.pretrained_model, "push_to_hub", backbone_push)
+    api = mock.Mock()
+    monkeypatch.setattr(huggingface_hub, "HfApi", mock.Mock(return_value=api))
+    assert model.push_to_hub("me/policy", private=True, token="t") == "commit-info"
+    backbone_push.assert_called_once_with("me/policy", private=True, token="t")
+    upload = api.upload_file.call_args.kwargs
+    assert upload["repo_id"] == "me/policy" and upload["path_in_repo"] == VALUE_HEAD_FILE
+    assert torch.equal(load(upload["path_or_fileobj"])["weight"], model.v_head.summary.weight.detach())
