@@ -6,7 +6,7 @@ as its items taken one at a time.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -160,10 +160,20 @@ class RunningMoments:
     def std(self) -> float:
         return self.var**0.5
 
-    def update(self, xs: torch.Tensor) -> tuple[float, float]:
-        """Fold a batch in; returns the batch's (mean, unbiased std)."""
+    def update(self, xs: torch.Tensor, reduce_sum: Callable[[torch.Tensor], torch.Tensor] | None = None
+               ) -> tuple[float, float]:
+        """Fold a batch in; returns the batch's (mean, unbiased std).
+
+        With several processes, `reduce_sum` sums a tensor over them (e.g. `lambda t: accelerator.reduce(t,
+        "sum")`): the batch is then every rank's batch together, and all ranks hold the same moments (TRL's
+        get_global_statistics). It is called twice, on every rank: (sum, count), then the squared deviations
+        from the global mean (two passes: no cancellation in sum(x^2) - n mean^2).
+        """
+        reduce_sum = reduce_sum or (lambda t: t)
         xs = xs.detach().double().flatten()
-        batch_mean, batch_var, n = float(xs.mean()), float(xs.var(unbiased=False)), xs.numel()
+        total, n = reduce_sum(torch.stack([xs.sum(), xs.new_tensor(float(xs.numel()))])).tolist()
+        batch_mean = total / n
+        batch_var = float(reduce_sum(((xs - batch_mean) ** 2).sum())) / n
         delta = batch_mean - self.mean
         total = self.count + n
         m2 = self.var * self.count + batch_var * n + delta**2 * self.count * n / total

@@ -12,6 +12,13 @@ Tensor layout: queries are left padded to Q and responses right padded to R, con
 so response token j of every row sits in column Q + j and is predicted by the logits at Q + j - 1.
 Position ids come from the attention mask, so padding changes no logit. Padding and everything after a
 response's first EOS are masked out of every loss, log-prob, KL and statistic.
+
+Several processes (`accelerate launch`, DDP): each rank generates, scores and steps on its own batch_size
+rollouts, so the global batch is batch_size * num_processes; gradients are averaged by DDP. What every rank
+must agree on is agreed through collectives, the same calls at N=1 (where they do nothing): the running
+score moments, whether a mini-batch is skipped or the epochs stop early, beta's update and the returned
+stats (TRL 0.11's gather_stats). Only the main process writes metrics and checkpoints. Every public method
+that reaches a collective (step, log_stats, save_checkpoint, state_dict) must be called on every rank.
 """
 from __future__ import annotations
 
@@ -133,10 +140,12 @@ class PPOTrainer:
         if config.keep_freed_memory and self.accelerator.device.type == "cpu":
             keep_freed_memory()
         # Shuffling draws from this generator; sampling in generate() uses torch's global RNG (transformers
-        # offers no generator argument), seeded here once. Both are in state_dict() for resuming.
+        # offers no generator argument), seeded here once. Both are in state_dict() for resuming. Each rank
+        # seeds the global RNG with seed + rank, so two ranks given the same prompts still sample different
+        # answers (rank 0 of N is the single-process run).
         self.generator = torch.Generator().manual_seed(config.seed)
-        torch.manual_seed(config.seed)
-        random.seed(config.seed)
+        torch.manual_seed(config.seed + self.accelerator.process_index)
+        random.seed(config.seed + self.accelerator.process_index)
 
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.eos_token_id = tokenizer.eos_token_id
@@ -152,11 +161,16 @@ class PPOTrainer:
         use_attention(model.pretrained_model, config.attn_implementation, self.accelerator.device)
         if ref_model is None and not self.is_peft:
             ref_model = create_reference_model(model)
+        if ref_model is not None:
+            use_attention(ref_model.pretrained_model, config.attn_implementation, self.accelerator.device)
+            ref_model.requires_grad_(False)
+            ref_model = _prepare_reference(self.accelerator, ref_model.eval())
         self.ref_model = ref_model
-        if self.ref_model is not None:
-            use_attention(self.ref_model.pretrained_model, config.attn_implementation, self.accelerator.device)
-            self.ref_model.requires_grad_(False)
-            self.ref_model.eval().to(self.accelerator.device)
+        if config.advantage_estimator == "rloo":
+            # RLOO trains no critic: the value head gets no gradient, and under DDP a parameter that takes part
+            # in the forward pass but not in the loss stalls the gradient all-reduce. Freeze it (its weights
+            # are still saved, so a later GAE run can start from them).
+            model.v_head.requires_grad_(False)
 
         self.optimizer = optimizer or _adam([p for p in model.parameters() if p.requires_grad], config.learning_rate)
         self.lr_scheduler = lr_scheduler
@@ -179,7 +193,9 @@ class PPOTrainer:
             self.kl_ctl = FixedKLController(config.init_kl_coef)
         self.running = RunningMoments()
         self.current_step = 0
-        self.tracker = Tracker.create(config.log_dir, config.tensorboard, callback)
+        # Every rank computes the same stats (step() gathers them); one writes them.
+        self.tracker = Tracker.create(config.log_dir, config.tensorboard, callback,
+                                      enabled=self.accelerator.is_main_process)
 
     def _autocast(self):
         device_type = self.accelerator.device.type
@@ -309,6 +325,10 @@ class PPOTrainer:
         # 3. advantages: GAE with the value head, or RLOO's leave-one-out baseline over answers to one prompt
         if self.config.advantage_estimator == "rloo":
             sequence_rewards = rewards.sum(dim=1)  # score - beta * KL summed over the answer
+            # Groups are the equal queries of this rank's batch only: with several processes each rank must
+            # generate whole groups (all answers_per_prompt answers to a prompt on one rank); answers to one
+            # prompt split over ranks would each lose the others as their baseline. Whitening below is per
+            # rank too, as in TRL.
             groups = group_ids(queries).to(sequence_rewards.device)
             advantages = rloo_advantages(sequence_rewards, groups)[:, None] * mask  # (B, R), one value per answer
             returns = values  # no critic is trained: its loss is left out
@@ -327,13 +347,25 @@ class PPOTrainer:
         if old_logprobs is not None:
             # How far the policy moved since it sampled this batch: sequence-level log p_now - log p_behaviour.
             stats["ppo/policy/staleness_kl"] = float(((current_logprobs - behaviour) * mask).sum(1).mean())
-        self.kl_ctl.update(stats["objective/kl"], self.config.batch_size)
+        stats.update({"time/ppo/forward_pass": forward_time, "time/ppo/optimize_step": optimize_time,
+                      "time/ppo/total": time.perf_counter() - t0})
+        stats = self._gather_stats(stats)
+        # beta moves with the KL of the global batch, the same on every rank.
+        self.kl_ctl.update(stats["objective/kl"], self.config.batch_size * self.accelerator.num_processes)
         if self.lr_scheduler is not None:
             self.lr_scheduler.step()
         self.current_step += 1
-        stats.update({"time/ppo/forward_pass": forward_time, "time/ppo/optimize_step": optimize_time,
-                      "time/ppo/total": time.perf_counter() - t0})
         return stats
+
+    def _gather_stats(self, stats: dict[str, float]) -> dict[str, float]:
+        """Each stat averaged over ranks (TRL 0.11's gather_stats: all_reduce SUM / world size), in one
+        all-reduce; every rank has the same keys, in sorted order. Score stats are exact already (_record_stats
+        gathers the scores); averaging them again leaves them unchanged."""
+        if self.accelerator.num_processes == 1:
+            return stats
+        keys = sorted(stats)
+        values = torch.tensor([float(stats[k]) for k in keys], dtype=torch.float64, device=self.accelerator.device)
+        return dict(zip(keys, self.accelerator.reduce(values, "mean").tolist()))
 
     def behaviour_logprobs(self, queries: list[torch.Tensor], responses: list[torch.Tensor]) -> list[torch.Tensor]:
         """Each response's token log-probs under the current policy, one 1-D tensor per response (zeros after
@@ -392,7 +424,7 @@ class PPOTrainer:
                 stacklevel=3,
             )
         if self.config.use_score_scaling:
-            self.running.update(scores)
+            self.running.update(scores, reduce_sum=lambda t: self.accelerator.reduce(t, "sum"))
             factor = self.running.std + torch.finfo(scores.dtype).eps
             scores = (scores - self.running.mean) / factor if self.config.use_score_norm else scores / factor
         if self.config.score_clip is not None:
@@ -462,7 +494,8 @@ class PPOTrainer:
                     mb_stats = self._train_minibatch(rollouts.select(idx), old_logprobs[idx], old_values[idx],
                                                      advantages[idx], returns[idx])
                     stats.append(mb_stats)
-                    if cfg.early_stopping and mb_stats["policy/approxkl"] > 1.5 * cfg.target_kl:
+                    # Mean over ranks (TRL's _early_stop): every rank must stop at the same mini-batch.
+                    if cfg.early_stopping and float(self._mean_over_ranks(mb_stats["policy/approxkl"])) > 1.5 * cfg.target_kl:
                         early_stopped = True
                         break
                 if early_stopped:
@@ -487,7 +520,8 @@ class PPOTrainer:
         vf_loss, vf_stats = ppo_value_loss(vpreds, old_values, returns, mb.mask, cfg.cliprange_value)
         loss = pg_loss + cfg.vf_coef * vf_loss if cfg.advantage_estimator == "gae" else pg_loss
         # A huge ratio means the new policy is far from the one that sampled: the update would be garbage.
-        skipped = bool(pg_stats["ratio"] > cfg.ratio_threshold)
+        # Decided on the mean over ranks: a rank that skipped backward() alone would stall DDP's all-reduce.
+        skipped = bool(self._mean_over_ranks(pg_stats["ratio"]) > cfg.ratio_threshold)
         if not skipped:
             self.accelerator.backward(loss / cfg.gradient_accumulation_steps)
         with torch.no_grad():
@@ -500,10 +534,16 @@ class PPOTrainer:
                 "val/clipfrac": vf_stats["clipfrac"], "skipped": torch.tensor(float(skipped)),
             }
 
+    def _mean_over_ranks(self, value: torch.Tensor) -> torch.Tensor:
+        return self.accelerator.reduce(value.detach().float().reshape(1).to(self.accelerator.device), "mean")[0]
+
     def _record_stats(self, raw_scores, scores, mask, old_logprobs, kl, non_score, entropy, values, returns,
                       advantages, train_stats) -> dict[str, float]:
         # Sequence-level sums averaged over the batch, as TRL reports objective/kl and objective/entropy.
         mean_kl = (kl * mask).sum(1).mean()
+        # The scores of every rank's batch: their std over the global batch is not the mean of ranks' stds.
+        raw_scores = self.accelerator.gather(raw_scores)
+        scores = self.accelerator.gather(scores)
         stats = {
             "objective/kl": mean_kl,
             "objective/kl_coef": self.kl_ctl.value,
@@ -528,26 +568,35 @@ class PPOTrainer:
     # ---- logging ------------------------------------------------------------------------------------
     def log_stats(self, stats: dict, batch: dict, rewards, columns_to_log: Sequence[str] = ("query", "response")) -> None:
         """Add env/reward_mean and env/reward_std, then write every sink (TensorBoard, CSV/JSONL, callback)."""
+        from accelerate.utils import gather_object
+
         rewards_t = torch.stack([torch.as_tensor(r, dtype=torch.float32).reshape(()) for r in rewards])
+        # Every rank's rewards and samples (TRL gathers the rewards); the main process writes them.
+        rewards_t = self.accelerator.gather(rewards_t.to(self.accelerator.device)).cpu()
         logs = dict(stats)
         logs["env/reward_mean"] = float(rewards_t.mean())
         logs["env/reward_std"] = float(rewards_t.std()) if len(rewards_t) > 1 else 0.0
-        samples = []
         columns = [c for c in columns_to_log if c in batch]
-        for i in range(len(rewards_t)):
-            row = {c: batch[c][i] for c in columns}
-            row["reward"] = float(rewards_t[i])
-            samples.append(row)
+        samples = gather_object([{c: batch[c][i] for c in columns} for i in range(len(rewards))])
+        for row, reward in zip(samples, rewards_t.tolist()):
+            row["reward"] = reward
         # current_step was already advanced by step(): the stats belong to step number current_step.
         self.tracker.log(self.current_step, {k: v for k, v in logs.items() if isinstance(v, (int, float))}, samples)
 
     # ---- checkpoint / resume ------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        """Everything but the weights: optimizer, scheduler, beta, running score stats, step, RNG states."""
+        """Everything but the weights: optimizer, scheduler, beta, running score stats, step, RNG states.
+
+        The optimizer state is this rank's (under DDP the same on every rank). The RNG states are every
+        rank's, in rank order (`rng_per_rank`, gathered: call on every rank), so each rank resumes its own
+        sampling; `rng` is this rank's, as a single process saves it."""
+        from accelerate.utils import gather_object
+
         rng = {"torch": torch.get_rng_state(), "shuffle": self.generator.get_state(),
                "data": self.data_generator.get_state(), "python": random.getstate()}
         if torch.cuda.is_available():
             rng["cuda"] = torch.cuda.get_rng_state_all()
+        rng_per_rank = gather_object([rng]) if self.accelerator.num_processes > 1 else [rng]
         return {
             "optimizer": self.optimizer.state_dict(),
             "lr_scheduler": self.lr_scheduler.state_dict() if self.lr_scheduler is not None else None,
@@ -555,6 +604,7 @@ class PPOTrainer:
             "running": self.running.state_dict(),
             "step": self.current_step,
             "rng": rng,
+            "rng_per_rank": rng_per_rank,
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -565,6 +615,9 @@ class PPOTrainer:
         self.running.load_state_dict(state["running"])
         self.current_step = int(state["step"])
         rng = state["rng"]
+        per_rank = state.get("rng_per_rank") or []
+        if len(per_rank) == self.accelerator.num_processes:  # else (a new world size) every rank takes rng
+            rng = per_rank[self.accelerator.process_index]
         torch.set_rng_state(rng["torch"])
         self.generator.set_state(rng["shuffle"])
         self.data_generator.set_state(rng["data"])
@@ -574,13 +627,20 @@ class PPOTrainer:
 
     def save_checkpoint(self, directory: str | os.PathLike) -> Path:
         """Weights as safetensors (save_pretrained: backbone or adapter, plus value head) and the trainer
-        state as trainer_state.pt, loadable with torch.load(weights_only=True)."""
+        state as trainer_state.pt, loadable with torch.load(weights_only=True).
+
+        Call it on every rank: the state gathers the ranks' RNG states, the main process alone writes, and
+        every rank returns once the files are there (so any rank may read them next). Under DDP the main
+        process's weights are everyone's; ZeRO-3/FSDP shards are not gathered here."""
         directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        self.unwrapped_model.save_pretrained(directory)
-        if self.tokenizer is not None:
-            self.tokenizer.save_pretrained(directory)
-        torch.save(self.state_dict(), directory / TRAINER_STATE_FILE)
+        state = self.state_dict()
+        if self.accelerator.is_main_process:
+            directory.mkdir(parents=True, exist_ok=True)
+            self.unwrapped_model.save_pretrained(directory)
+            if self.tokenizer is not None:
+                self.tokenizer.save_pretrained(directory)
+            torch.save(state, directory / TRAINER_STATE_FILE)
+        self.accelerator.wait_for_everyone()
         return directory
 
     def load_checkpoint(self, directory: str | os.PathLike) -> None:
@@ -588,6 +648,39 @@ class PPOTrainer:
         directory = Path(directory)
         load_weights(self.unwrapped_model, directory)
         self.load_state_dict(torch.load(directory / TRAINER_STATE_FILE, weights_only=True))
+
+
+def _prepare_reference(accelerator, ref_model):
+    """The frozen reference model placed and wrapped as the policy is, for inference only: on its device
+    with accelerate's mixed-precision autocast, never wrapped in DDP (it has no gradients to average);
+    sharded under FSDP (TRL 0.11 prepares it the same way), and under DeepSpeed ZeRO-3 initialised as a
+    DeepSpeed inference engine with the policy's ZeRO config (TRL's _prepare_deepspeed; not run here: no GPU)."""
+    from accelerate.utils import DistributedType
+
+    if accelerator.distributed_type == DistributedType.DEEPSPEED:
+        import copy
+
+        import deepspeed
+
+        plugin = accelerator.state.deepspeed_plugin
+        ds_config = copy.deepcopy(plugin.deepspeed_config)
+        if ds_config.get("zero_optimization", {}).get("stage") != 3:
+            # Only ZeRO-3 shards parameters; below it the reference is a plain replicated model.
+            return accelerator.prepare_model(ref_model, evaluation_mode=True)
+        hidden = getattr(ref_model.config, "hidden_size", None)
+        if hidden is not None:
+            ds_config["zero_optimization"].update({
+                "reduce_bucket_size": hidden * hidden,
+                "stage3_param_persistence_threshold": 10 * hidden,
+                "stage3_prefetch_bucket_size": 0.9 * hidden * hidden,
+            })
+        ds_config.pop("optimizer", None)
+        ds_config.pop("scheduler", None)
+        engine, *_ = deepspeed.initialize(model=ref_model, config=ds_config)
+        engine.eval()
+        return engine
+    evaluation_only = accelerator.distributed_type != DistributedType.FSDP
+    return accelerator.prepare_model(ref_model, evaluation_mode=evaluation_only)
 
 
 def _adam(params: list, lr: float) -> torch.optim.Optimizer:

@@ -116,8 +116,12 @@ class Tracker:
 
     @classmethod
     def create(cls, log_dir: str | Path | None = None, tensorboard: bool = True,
-               callback: MetricsCallback | None = None) -> "Tracker":
+               callback: MetricsCallback | None = None, enabled: bool = True) -> "Tracker":
+        """The sinks for these settings; none at all when not `enabled` (every rank but the main process:
+        with several processes one writes the files and calls the callback, the others create nothing)."""
         sinks: list[Sink] = []
+        if not enabled:
+            return cls(sinks)
         if log_dir is not None:
             sinks += [CsvSink(Path(log_dir) / "metrics.csv"), JsonlSink(Path(log_dir) / "metrics.jsonl")]
             if tensorboard:

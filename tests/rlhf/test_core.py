@@ -109,3 +109,19 @@ def test_running_moments_match_the_whole_sample():
     clone = RunningMoments()
     clone.load_state_dict(running.state_dict())
     assert (clone.mean, clone.var, clone.count) == (running.mean, running.var, running.count)
+
+
+def test_running_moments_over_two_ranks_equal_the_moments_of_both_batches():
+    # Rank 0 holds [1, 2], rank 1 holds [3, 6]. A fake all-reduce adds rank 1's contribution to each of the
+    # two reductions rank 0 makes: (sum, count) = (9, 2), then squared deviations from the global mean 3:
+    # (3-3)^2 + (6-3)^2 = 9. Global: mean (1+2+3+6)/4 = 3, population variance (4 + 1 + 0 + 9) / 4 = 3.5.
+    other_rank = [torch.tensor([9.0, 2.0], dtype=torch.float64), torch.tensor(9.0, dtype=torch.float64)]
+    calls = iter(other_rank)
+    running = RunningMoments()
+    batch_mean, batch_std = running.update(torch.tensor([1.0, 2.0]), reduce_sum=lambda t: t + next(calls))
+    assert (running.mean, running.var) == (pytest.approx(3.0), pytest.approx(3.5))
+    assert batch_mean == pytest.approx(3.0)
+    assert batch_std == pytest.approx((14 / 3) ** 0.5)  # unbiased: 14 / (4 - 1)
+    single = RunningMoments()
+    single.update(torch.tensor([1.0, 2.0, 3.0, 6.0]))
+    assert (single.mean, single.var) == (pytest.approx(running.mean), pytest.approx(running.var))
