@@ -1,6 +1,7 @@
 """Generate responses to a project's prompts, store them, and queue them for labelling.
 
-The model is loaded once per call. Work is split into batches of `settings.batch_size` responses; each
+The model is loaded once per call, or taken from the caller's `loader` (the Data tab passes its ModelCache, so a
+second click does not load the model again). Work is split into batches of `settings.batch_size` responses; each
 batch is stored in its own transaction as soon as it is generated, so an interrupted run keeps what it
 finished, and a re-run (prompt_ids=None) only tops prompts up to `n_per_prompt` responses of this model.
 """
@@ -27,8 +28,27 @@ def prompt_messages(row) -> str | list[dict]:
     return json.loads(row["messages_json"]) if row["messages_json"] else row["text"]
 
 
+def last_import_prompt_ids(db: sqlite_utils.Database, project: str = "default") -> list[int]:
+    """The prompts of the project's latest import: the newest prompts that share the newest prompt's source.
+
+    An import inserts its prompts together under one source (the file name), so the trailing run of ids with
+    that source is the batch just uploaded (duplicates of earlier prompts are skipped on import, not re-added).
+    """
+    project_id = get_project(db, project).id
+    newest = db.execute("SELECT id, source FROM prompts WHERE project_id = ? ORDER BY id DESC LIMIT 1",
+                        [project_id]).fetchone()
+    if newest is None:
+        return []
+    before = db.execute("SELECT MAX(id) FROM prompts WHERE project_id = ? AND source != ?",
+                        [project_id, newest["source"]]).fetchone()[0] or 0
+    return [row[0] for row in db.execute(
+        "SELECT id FROM prompts WHERE project_id = ? AND source = ? AND id > ? ORDER BY id",
+        [project_id, newest["source"], before])]
+
+
 def _work_list(
-    db: sqlite_utils.Database, project_id: int, model: str, n_per_prompt: int, prompt_ids: Sequence[int] | None, limit: int | None
+    db: sqlite_utils.Database, project_id: int, model: str, n_per_prompt: int, prompt_ids: Sequence[int] | None,
+    limit: int | None, within: Sequence[int] | None = None,
 ) -> list[dict]:
     """One entry per response to generate: the prompt row, repeated as many times as it needs."""
     if prompt_ids is not None:
@@ -50,7 +70,9 @@ def _work_list(
             " FROM prompts p WHERE p.project_id = ? ORDER BY p.id",
             [model, project_id],
         ).fetchall()
-        chosen = [(row, n_per_prompt - row["have"]) for row in rows if row["have"] < n_per_prompt]
+        allowed = None if within is None else {int(i) for i in within}
+        chosen = [(row, n_per_prompt - row["have"]) for row in rows
+                  if row["have"] < n_per_prompt and (allowed is None or row["id"] in allowed)]
     if limit is not None:
         chosen = chosen[:limit]
     return [row for row, count in chosen for _ in range(count)]
@@ -65,11 +87,15 @@ def generate_responses(
     prompt_ids: Sequence[int] | None = None,
     limit: int | None = None,
     progress: Progress | None = None,
+    within_prompt_ids: Sequence[int] | None = None,
+    loader: Callable[[str], tuple] | None = None,
 ) -> list[int]:
     """Generate `n_per_prompt` responses per prompt with `model` (a registry name, 'default' or a folder).
 
-    `limit` caps the number of prompts. Returns the new response ids, after creating their rating and
-    ranking items. `progress(done, total)` counts responses.
+    `limit` caps the number of prompts. `within_prompt_ids` tops up only those prompts (e.g. the last import
+    batch); `prompt_ids` generates `n_per_prompt` more for each, whatever they have. Returns the new response
+    ids, after creating their rating and ranking items. `progress(done, total)` counts responses: (0, total)
+    once the model is loaded, then after every batch. `loader(path) -> (model, tokenizer)` replaces loading.
     """
     if isinstance(n_per_prompt, bool) or not isinstance(n_per_prompt, int) or n_per_prompt < 1:
         raise InputError(f"must be a positive integer, got {n_per_prompt!r}", field="n_per_prompt")
@@ -77,17 +103,15 @@ def generate_responses(
         raise InputError(f"must be a positive integer, got {limit!r}", field="limit")
     project_id = get_project(db, project).id
     path = resolve(db, model)  # before any loading: an unknown name fails fast
-    work = _work_list(db, project_id, model, n_per_prompt, prompt_ids, limit)
+    work = _work_list(db, project_id, model, n_per_prompt, prompt_ids, limit, within_prompt_ids)
     if not work:
         return []
 
     from rlhf.generation import build_prompt_ids, decode_responses, generate_batch
-    from rlhf.loading import load_causal_lm, load_tokenizer
 
-    tokenizer = load_tokenizer(path, padding_side="left")
-    lm = load_causal_lm(path)
-    if _cuda_available():
-        lm = lm.to("cuda")
+    lm, tokenizer = (loader or _load)(path)
+    if progress is not None:
+        progress(0, len(work))
     # Seeds differ per batch and per run (offset by the responses already stored), so topping a prompt up
     # later never repeats an earlier sample; the seed actually used is stored with each response.
     seed_offset = db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
@@ -113,6 +137,16 @@ def generate_responses(
         if progress is not None:
             progress(len(response_ids), len(work))
     return response_ids
+
+
+def _load(path: str) -> tuple:
+    from rlhf.loading import load_causal_lm, load_tokenizer
+
+    tokenizer = load_tokenizer(path, padding_side="left")
+    lm = load_causal_lm(path)
+    if _cuda_available():
+        lm = lm.to("cuda")
+    return lm, tokenizer
 
 
 def _cuda_available() -> bool:

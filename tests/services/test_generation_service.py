@@ -24,8 +24,8 @@ def test_generate_stores_responses_settings_and_items(tiny_db):
     db = tiny_db
     seen = []
     ids = generate_responses(db, "default", "tiny", n_per_prompt=2, settings=SETTINGS, limit=2, progress=lambda d, t: seen.append((d, t)))
-    # 2 prompts x 2 responses, in batches of 3: progress after 3 and after 4.
-    assert seen == [(3, 4), (4, 4)]
+    # 2 prompts x 2 responses, in batches of 3: progress once loaded (0), after 3 and after 4.
+    assert seen == [(0, 4), (3, 4), (4, 4)]
     rows = [dict(r) for r in db.execute("SELECT id, prompt_id, model, settings_json, source FROM responses ORDER BY id")]
     assert [r["id"] for r in rows] == ids
     assert [(r["prompt_id"], r["model"], r["source"]) for r in rows] == [(1, "tiny", "generated")] * 2 + [(2, "tiny", "generated")] * 2
@@ -89,7 +89,36 @@ def test_each_batch_is_queued_before_the_next_is_generated(tiny_db):
 
     generate_responses(db, "default", "tiny", n_per_prompt=2, settings=SETTINGS, limit=2, progress=progress)
     # Batches of 3 then 1: the first batch's answers are rateable while the second is still to come.
-    assert rating_items_seen == [3, 4]
+    assert rating_items_seen == [0, 3, 4]
     # Prompt 2's answers were split across the two batches and still form one ranking item.
     rankings = [json.loads(r[0]) for r in db.execute("SELECT response_ids_json FROM items WHERE kind = 'ranking' ORDER BY prompt_id")]
     assert rankings == [[1, 2], [3, 4]]
+
+
+def test_the_last_import_batch_and_a_kept_model(tiny_db, tiny_model_dir, tmp_path, monkeypatch):
+    """Issue 14 item 5: generate for the prompts just uploaded, with a model loaded once for several calls."""
+    from labeler.services.chat import ModelCache
+    from labeler.services.generation import last_import_prompt_ids
+
+    db = tiny_db
+    generate_responses(db, "default", "tiny", n_per_prompt=1, settings=SETTINGS, limit=1)  # prompt 1 answered
+    upload = tmp_path / "new.txt"
+    upload.write_text("New one\nNew two\nFirst prompt\n", encoding="utf-8")  # the third is a duplicate
+    prompts.import_prompts(db, str(upload), "default", source="new.txt")
+    assert last_import_prompt_ids(db, "default") == [4, 5]
+
+    from labeler.services import chat
+
+    loads, real_load = [], chat._load
+    monkeypatch.setattr(chat, "_load", lambda path, kind: (loads.append(path), real_load(path, kind))[1])
+    cache = ModelCache(max_models=1)
+    loader = cache.get
+    ids = generate_responses(db, "default", "tiny", n_per_prompt=1, settings=SETTINGS,
+                             within_prompt_ids=last_import_prompt_ids(db, "default"), loader=loader)
+    assert [r[0] for r in db.execute(f"SELECT prompt_id FROM responses WHERE id IN ({','.join('?' * len(ids))})"
+                                     " ORDER BY id", ids)] == [4, 5]
+    # Again, a batch already answered: nothing to do, nothing loaded.
+    assert generate_responses(db, "default", "tiny", n_per_prompt=1, settings=SETTINGS,
+                              within_prompt_ids=[4, 5], loader=loader) == []
+    generate_responses(db, "default", "tiny", n_per_prompt=2, settings=SETTINGS, within_prompt_ids=[4], loader=loader)
+    assert loads == [str(tiny_model_dir.resolve())]  # two generations, one load

@@ -105,3 +105,29 @@ def test_arena_waits_for_a_second_model_that_an_admin_registers(fresh_app, db_pa
     model_1, model_2, board, note, start = endpoint(fresh_app, "arena_load").fn(request=gr.Request(username=ADMIN))
     assert start["interactive"] is True and note["visible"] is False
     assert model_1["choices"] == ["(random)", "default", "mine"]
+
+
+def test_generate_for_the_last_import_batch_keeps_the_model_loaded(app, app_db, tiny_model_dir, tmp_path, monkeypatch):
+    """Issue 14 item 5: the prompts just uploaded get the answers, and a second run loads nothing."""
+    from labeler.services import chat
+
+    loads, real_load = [], chat._load
+    monkeypatch.setattr(chat, "_load", lambda path, kind: (loads.append(path), real_load(path, kind))[1])
+    upload = tmp_path / "fresh.txt"
+    upload.write_text("Fresh prompt A\nFresh prompt B\n", encoding="utf-8")
+    call(app, "data_import_prompts", str(upload), user=ADMIN)  # prompts 3 and 4; 1 and 2 have no tiny answers
+
+    fn = endpoint(app, "data_generate")
+    by_label = {getattr(block, "label", None): block for block in fn.inputs}
+    values = {block: block.value for block in fn.inputs}
+    values[by_label["Model"]] = str(tiny_model_dir)
+    values[by_label["Answers per prompt"]] = 1
+    values[by_label["max_new_tokens"]] = 4
+    values[by_label["Which prompts"]] = "the last import batch"
+    message, _ = fn.fn(values, request=gr.Request(username=ADMIN))
+    assert "Generated **2** answers for the last import batch (2 prompts)" in message
+    assert query(app_db, "SELECT prompt_id FROM responses WHERE model != 'fixed' ORDER BY id") == [(3,), (4,)]
+    values[by_label["Which prompts"]] = "all without enough answers"
+    message, _ = fn.fn(values, request=gr.Request(username=ADMIN))
+    assert "Generated **2** answers;" in message  # prompts 1 and 2 now
+    assert len(loads) == 1  # the model stayed loaded for the second run

@@ -20,6 +20,8 @@ from rlhf.configs import GenerationSettings
 
 TITLE = "Data"
 PROMPT_FILE_TYPES = [".csv", ".jsonl", ".json", ".txt", ".parquet"]
+TARGET_ALL = "all without enough answers"
+TARGET_LAST_IMPORT = "the last import batch"
 EXPORT_KINDS = ["preferences", "ratings", "unpaired"]
 EXPORT_FORMATS = ["jsonl", "parquet", "csv", "hf"]
 # Export filters shown as plain widgets; annotators gets a multi-select of the project's users instead.
@@ -80,6 +82,11 @@ def _zip_folder(folder: Path) -> Path:
 
 
 def build(ctx: UIContext) -> None:
+    from labeler.services.chat import ModelCache
+
+    # The generating model stays loaded between clicks (the Chat tab keeps its models the same way); one
+    # model, owned by this app, never a module global.
+    generation_cache = ModelCache(max_models=1)
     summary = gr.Markdown(elem_id="data-summary")
 
     with gr.Accordion("1. Prompts", open=True):
@@ -104,6 +111,11 @@ def build(ctx: UIContext) -> None:
             )
             n_per_prompt = gr.Number(value=2, precision=0, minimum=1, maximum=8, label="Answers per prompt")
             limit = gr.Number(value=0, precision=0, minimum=0, label="Prompts (0 = all that need answers)")
+            target = gr.Radio(
+                [TARGET_ALL, TARGET_LAST_IMPORT], value=TARGET_ALL, label="Which prompts",
+                info="Prompts with fewer answers than asked from this model; or only those of the latest upload",
+                elem_id="data-generate-target",
+            )
         with gr.Accordion("Sampling settings", open=False):
             with gr.Row():
                 gen_widgets = [forms.widget(spec) for spec in gen_specs]
@@ -195,18 +207,28 @@ def build(ctx: UIContext) -> None:
             require_admin(db, request)
             raw = forms.from_widgets(gen_specs, [values[w] for w in gen_widgets])
             settings = forms.build_config(GenerationSettings, raw)
-            progress(0, desc="Loading the model")
+            within = None
+            if values[target] == TARGET_LAST_IMPORT:
+                within = generation.last_import_prompt_ids(db, ctx.project)
+                if not within:
+                    raise InputError("the project has no imported prompts yet", field="which prompts")
+            progress(0, desc="Loading the model (kept loaded for the next run)")
 
             def report(done: int, total: int) -> None:
-                progress((done, total), desc="Generating answers", unit="answers")
+                batches = -(-total // settings.batch_size)
+                batch = min(batches, done // settings.batch_size + 1)
+                desc = (f"Generating batch {batch} of {batches}" if done < total else "Queueing the last answers")
+                progress(done / total, desc=f"{desc} ({done} of {total} answers done)")
 
             ids = generation.generate_responses(
                 db, ctx.project, model=(model_name or ctx.settings.model).strip(), n_per_prompt=int(n or 1),
                 settings=settings, limit=int(limit_value) if limit_value else None, progress=report,
+                within_prompt_ids=within, loader=generation_cache.get,
             )
-            message = f"Generated **{len(ids)}** answers; they are in the Rate and Rank queues now."
+            scope = f" for the last import batch ({len(within)} prompts)" if within is not None else ""
+            message = f"Generated **{len(ids)}** answers{scope}; they are in the Rate and Rank queues now."
             if not ids:
-                message = "Nothing to generate: every prompt already has that many answers from this model."
+                message = f"Nothing to generate{scope}: every prompt already has that many answers from this model."
             return message, data_summary(db, ctx.project)
 
     @ui_errors
@@ -247,7 +269,7 @@ def build(ctx: UIContext) -> None:
     import_button.click(import_prompt_file, [prompt_file], [summary, prompt_table], api_name="data_import_prompts")
     shipped_button.click(import_shipped, None, [summary, prompt_table], api_name="data_import_shipped")
     generate_button.click(
-        generate, {model, n_per_prompt, limit, *gen_widgets}, [generate_status, summary],
+        generate, {model, n_per_prompt, limit, target, *gen_widgets}, [generate_status, summary],
         api_name="data_generate", trigger_mode="once", concurrency_limit=1,
     )
     export_button.click(
