@@ -159,13 +159,9 @@ class PPOTrainer:
         # The reference policy: given, or the adapter-disabled model under peft, or a frozen copy.
         self.is_peft = model.is_peft_model
         use_attention(model.pretrained_model, config.attn_implementation, self.accelerator.device)
-        if ref_model is None and not self.is_peft:
-            ref_model = create_reference_model(model)
-        if ref_model is not None:
-            use_attention(ref_model.pretrained_model, config.attn_implementation, self.accelerator.device)
-            ref_model.requires_grad_(False)
-            ref_model = _prepare_reference(self.accelerator, ref_model.eval())
-        self.ref_model = ref_model
+        copied_reference = ref_model is None and not self.is_peft
+        if copied_reference:
+            ref_model = create_reference_model(model)  # before prepare(): accelerate patches model.forward
         if config.advantage_estimator == "rloo":
             # RLOO trains no critic: the value head gets no gradient, and under DDP a parameter that takes part
             # in the forward pass but not in the loss stalls the gradient all-reduce. Freeze it (its weights
@@ -186,6 +182,14 @@ class PPOTrainer:
         else:
             self.model, self.optimizer = self.accelerator.prepare(model, self.optimizer)
             self.dataloader = None
+        if copied_reference and isinstance(self.model, torch.nn.parallel.DistributedDataParallel):
+            # DDP started every rank from rank 0's weights; the copy was made from this rank's own.
+            ref_model.load_state_dict(model.state_dict())
+        if ref_model is not None:
+            use_attention(ref_model.pretrained_model, config.attn_implementation, self.accelerator.device)
+            ref_model.requires_grad_(False)
+            ref_model = _prepare_reference(self.accelerator, ref_model.eval())
+        self.ref_model = ref_model
 
         if config.adap_kl_ctrl:
             self.kl_ctl = AdaptiveKLController(config.init_kl_coef, config.target, config.horizon)

@@ -1,0 +1,60 @@
+"""Two real processes: `accelerate launch --multi_gpu --num_processes 2` with ACCELERATE_USE_CPU=1 gives two
+gloo ranks (DistributedType.MULTI_CPU) on a CPU-only machine; without ACCELERATE_USE_CPU each would run alone."""
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent / "multiprocess"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(script: Path, *args: str, num_processes: int = 2, timeout: int = 180) -> subprocess.CompletedProcess:
+    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE",
+           "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes",
+               str(num_processes), "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+               "--main_process_port", str(free_port()), str(script), *args]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    return done
+
+
+def test_ppo_on_two_ranks_keeps_weights_and_stats_equal_and_rank_zero_alone_writes(tmp_path):
+    launch(HERE / "ppo_two_ranks.py", str(tmp_path))
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    assert r0["num_processes"] == r1["num_processes"] == 2
+    assert r0["distributed_type"] == r1["distributed_type"] == "DistributedType.MULTI_CPU"
+    # The ranks built different weights; DDP started both from rank 0's, trained them, and kept them equal.
+    assert r0["initial"] == r1["initial"]
+    assert r0["final"] == r1["final"] != r0["initial"]
+    assert r0["ref"] == r1["ref"] == r0["initial"]  # the reference copy never moves
+    # Stats: the same floats on both ranks (one all-reduce), scores over the global batch 0..7.
+    assert r0["stats"] == r1["stats"]
+    for stats in r0["stats"]:
+        assert stats["ppo/mean_scores"] == pytest.approx(3.5)
+        assert stats["ppo/std_scores"] == pytest.approx(math.sqrt(6.0))  # sum (x - 3.5)^2 = 42, / 7
+    assert r0["kl_coef"] == r1["kl_coef"]
+    # Running score moments over both ranks' scores of both steps: 0..7 twice, mean 3.5, variance 63/12.
+    assert r0["running"] == pytest.approx([3.5, 5.25]) and r1["running"] == pytest.approx([3.5, 5.25])
+    # Only rank 0 logged: its callback saw every rank's 8 samples, rank 1 had no sinks and wrote no files.
+    assert r0["callbacks"] == [[1, 8], [2, 8]] and r1["callbacks"] == []
+    assert not (tmp_path / "logs1").exists()
+    rows = [json.loads(line) for line in (tmp_path / "logs0" / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows] == [1, 2]
+    assert rows[0]["env/reward_mean"] == pytest.approx(3.5)
+    assert rows[0]["env/reward_std"] == pytest.approx(math.sqrt(6.0))
+    assert rows[1]["objective/kl"] == pytest.approx(r0["stats"][1]["objective/kl"])
+    # One checkpoint, holding both ranks' RNG states.
+    assert r0["saved_rng_ranks"] == r1["saved_rng_ranks"] == 2
