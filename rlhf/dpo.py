@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import inspect
 import os
+import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Literal
@@ -108,6 +109,16 @@ def completion_logps(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> 
     return masked_sum(logps, completion_mask[:, start:].to(logps.dtype), dim=-1)  # (2B,)
 
 
+def _tokenizer_alias(processing_class, tokenizer, trainer: str):
+    """TRL 0.11's `tokenizer=` is current TRL's (and transformers') `processing_class=`."""
+    if tokenizer is None:
+        return processing_class
+    if processing_class is not None and processing_class is not tokenizer:
+        raise ValueError(f"{trainer}: pass the tokenizer once, as processing_class= (tokenizer= is its old name)")
+    warnings.warn(f"{trainer}: tokenizer= is deprecated (TRL 0.11), use processing_class=", FutureWarning, stacklevel=3)
+    return tokenizer
+
+
 class DPOTrainer(Trainer):
     """Trains a causal LM on preference pairs with the DPO / IPO / hinge loss.
 
@@ -129,7 +140,15 @@ class DPOTrainer(Trainer):
         peft_config=None,
         callbacks=None,
         optimizers=(None, None),
+        tokenizer=None,
+        data_collator=None,
+        preprocess_logits_for_metrics=None,
+        compute_metrics=None,
     ):
+        """`tokenizer=` is TRL 0.11's name for processing_class; data_collator, compute_metrics, callbacks,
+        optimizers and preprocess_logits_for_metrics pass through to transformers.Trainer (a data_collator
+        receives the tokenised rows and replaces ours)."""
+        processing_class = _tokenizer_alias(processing_class, tokenizer, "DPOTrainer")
         args = args if args is not None else DPOConfig()
         if args.keep_freed_memory and not torch.cuda.is_available():
             keep_freed_memory()
@@ -171,12 +190,14 @@ class DPOTrainer(Trainer):
         super().__init__(
             model=model,
             args=args,
-            data_collator=PreferenceCollator(processing_class.pad_token_id),
+            data_collator=data_collator or PreferenceCollator(processing_class.pad_token_id),
             train_dataset=tokenize(train_dataset),
             eval_dataset=eval_dataset,
             processing_class=processing_class,
+            compute_metrics=compute_metrics,
             callbacks=callbacks,
             optimizers=optimizers,
+            preprocess_logits_for_metrics=preprocess_logits_for_metrics,
         )
         self.ref_model = ref_model.to(self.args.device) if ref_model is not None else None
         self._metrics: dict[str, dict[str, list[float]]] = {"train": defaultdict(list), "eval": defaultdict(list)}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,6 +94,16 @@ def load_reward_model(name_or_path: str | os.PathLike, dtype=None) -> torch.nn.M
     return AutoModelForSequenceClassification.from_pretrained(str(path), num_labels=1, dtype=dtype, use_safetensors=True)
 
 
+def _tokenizer_alias(processing_class, tokenizer, trainer: str):
+    """TRL 0.11's `tokenizer=` is current TRL's (and transformers') `processing_class=`."""
+    if tokenizer is None:
+        return processing_class
+    if processing_class is not None and processing_class is not tokenizer:
+        raise ValueError(f"{trainer}: pass the tokenizer once, as processing_class= (tokenizer= is its old name)")
+    warnings.warn(f"{trainer}: tokenizer= is deprecated (TRL 0.11), use processing_class=", FutureWarning, stacklevel=3)
+    return tokenizer
+
+
 class RewardTrainer(Trainer):
     """Trains r(prompt, response) so that r(chosen) > r(rejected) on each pair.
 
@@ -114,7 +125,14 @@ class RewardTrainer(Trainer):
         callbacks=None,
         compute_metrics=None,
         optimizers=(None, None),
+        tokenizer=None,
+        data_collator=None,
+        preprocess_logits_for_metrics=None,
     ):
+        """`tokenizer=` is TRL 0.11's name for processing_class; data_collator, compute_metrics, callbacks,
+        optimizers and preprocess_logits_for_metrics pass through to transformers.Trainer (a data_collator
+        receives the tokenised rows and replaces ours)."""
+        processing_class = _tokenizer_alias(processing_class, tokenizer, "RewardTrainer")
         args = args if args is not None else RewardConfig()
         if args.keep_freed_memory and not torch.cuda.is_available():
             keep_freed_memory()
@@ -141,13 +159,14 @@ class RewardTrainer(Trainer):
         super().__init__(
             model=model,
             args=args,
-            data_collator=RewardCollator(processing_class.pad_token_id),
+            data_collator=data_collator or RewardCollator(processing_class.pad_token_id),
             train_dataset=train_dataset,
             eval_dataset=eval_dataset,
             processing_class=processing_class,
             compute_metrics=compute_metrics if compute_metrics is not None else reward_accuracy,
             callbacks=callbacks,
             optimizers=optimizers,
+            preprocess_logits_for_metrics=preprocess_logits_for_metrics,
         )
         self._metrics: dict[str, list[float]] = defaultdict(list)
 

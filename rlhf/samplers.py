@@ -6,7 +6,7 @@ in a forked RNG seeded from it, so neither touches the caller's global RNG state
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import fields, replace
 
 import torch
 
@@ -26,12 +26,28 @@ class LengthSampler:
         return int(torch.randint(self.min_value, self.max_value, (1,), generator=self.generator))
 
 
+def settings_from_generation_config(config, base: GenerationSettings | None = None) -> GenerationSettings:
+    """A transformers GenerationConfig (or a dict of its keys, as TRL's generate(**kwargs) takes) as
+    GenerationSettings. Unset or None values keep `base`'s; top_k None or 0 is off, as TRL's examples set it;
+    min_new_tokens is the minimum (GenerationConfig's min_length counts the prompt too, so it is not used)."""
+    values = config if isinstance(config, dict) else config.to_dict()
+    base = base or GenerationSettings()
+    known = {f.name for f in fields(GenerationSettings)} - {"min_length", "batch_size", "seed", "autocast"}
+    changes = {k: values[k] for k in known if values.get(k) is not None}
+    if "top_k" in values:
+        changes["top_k"] = int(values["top_k"] or 0)
+    if values.get("min_new_tokens"):
+        changes["min_length"] = int(values["min_new_tokens"])
+    return replace(base, **changes)
+
+
 class BestOfNSampler:
     """Sample `sample_size` responses per query and keep the `n_candidates` best by `queries_to_scores`.
 
     queries_to_scores: list of texts (query + response, decoded) -> list of floats, e.g. a reward model's
     scorer or any function. Sampling settings are a GenerationSettings (any top_k/top_p/temperature: no
-    KL is estimated here); `length_sampler` draws max_new_tokens per call when given.
+    KL is estimated here); `length_sampler` draws max_new_tokens per call when given. TRL 0.11's
+    `generation_config=` (a transformers GenerationConfig) is read into these settings.
     """
 
     def __init__(
@@ -44,24 +60,33 @@ class BestOfNSampler:
         seed: int = 0,
         n_candidates: int = 1,
         generation_settings: GenerationSettings | None = None,
+        generation_config=None,
     ) -> None:
         if sample_size < 1 or not 1 <= n_candidates <= sample_size:
             raise ValueError(f"BestOfNSampler: need 1 <= n_candidates ({n_candidates}) <= sample_size ({sample_size})")
         self.model, self.tokenizer, self.queries_to_scores = model, tokenizer, queries_to_scores
         self.length_sampler, self.sample_size, self.n_candidates = length_sampler, sample_size, n_candidates
         self.settings = generation_settings or GenerationSettings()
+        if generation_config is not None:
+            self.settings = settings_from_generation_config(generation_config, self.settings)
         self.generator = torch.Generator().manual_seed(seed)
 
     def generate(
-        self, queries: torch.Tensor | Sequence[torch.Tensor], skip_special_tokens: bool = True
+        self, queries: torch.Tensor | Sequence[torch.Tensor], skip_special_tokens: bool = True,
+        device: str | torch.device | None = None, **generation_kwargs,
     ) -> list[list[str]]:
-        """For each query, its n_candidates best texts (query + response), best first."""
+        """For each query, its n_candidates best texts (query + response), best first.
+
+        `device` and `generation_kwargs` (e.g. max_new_tokens, temperature) as in TRL 0.11's generate."""
         from rlhf.generation import generate_batch
 
         queries = [queries] if isinstance(queries, torch.Tensor) and queries.dim() == 1 else list(queries)
+        if device is not None:
+            queries = [q.to(device) for q in queries]
+        settings = settings_from_generation_config(generation_kwargs, self.settings) if generation_kwargs else self.settings
         # A fresh seed per call from our generator: repeated calls differ, the sequence is reproducible.
-        settings = replace(self.settings, seed=int(torch.randint(0, 2**31 - 1, (1,), generator=self.generator)))
-        if self.length_sampler is not None:
+        settings = replace(settings, seed=int(torch.randint(0, 2**31 - 1, (1,), generator=self.generator)))
+        if self.length_sampler is not None and "max_new_tokens" not in generation_kwargs:
             settings = replace(settings, max_new_tokens=self.length_sampler())
         repeated = [q for q in queries for _ in range(self.sample_size)]  # query i's samples at i*n ... i*n+n-1
         responses = generate_batch(self.model, self.tokenizer, repeated, settings)

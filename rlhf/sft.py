@@ -11,6 +11,7 @@ blocks so no compute goes to padding.
 from __future__ import annotations
 
 import os
+import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -36,6 +37,10 @@ class SFTConfig(TrainingArguments):
         default=True, metadata={"help": "Take the loss on completion tokens only (prompt tokens get label -100)."}
     )
     packing: bool = field(default=False, metadata={"help": "Concatenate examples into max_length blocks (no padding)."})
+    dataset_text_field: str | None = field(
+        default=None, metadata={"help": "Train on this column's plain text (TRL 0.11), loss on every token; None: "
+                                        "prompt/completion, messages or text rows as they come."}
+    )
     keep_freed_memory: bool = field(
         default=True, metadata={"help": "On CPU, keep freed memory in the process (no page faults per step; see rlhf/cpu_memory.py)."}
     )
@@ -64,6 +69,35 @@ class SFTConfig(TrainingArguments):
         super().__post_init__()
 
 
+def text_rows(dataset, formatting_func=None, text_field: str | None = None):
+    """TRL 0.11's plain-text inputs as `text` rows: formatting_func(rows) -> texts, or one text column.
+
+    TRL calls formatting_func on a batch (a dict of lists) and expects a list of texts; a function written
+    for one row (returning a str) is detected on the first row and then mapped row by row.
+    """
+    if formatting_func is not None:
+        if isinstance(formatting_func(dataset[:1]), str):
+            return dataset.map(lambda row: {"text": formatting_func(row)}, remove_columns=dataset.column_names)
+        return dataset.map(lambda rows: {"text": list(formatting_func(rows))}, batched=True,
+                           remove_columns=dataset.column_names)
+    if text_field is None:
+        return dataset
+    if text_field not in dataset.column_names:
+        raise ValueError(f"dataset_text_field={text_field!r}: no such column (columns: {dataset.column_names})")
+    dataset = dataset.select_columns([text_field])
+    return dataset if text_field == "text" else dataset.rename_column(text_field, "text")
+
+
+def _tokenizer_alias(processing_class, tokenizer, trainer: str):
+    """TRL 0.11's `tokenizer=` is current TRL's (and transformers') `processing_class=`."""
+    if tokenizer is None:
+        return processing_class
+    if processing_class is not None and processing_class is not tokenizer:
+        raise ValueError(f"{trainer}: pass the tokenizer once, as processing_class= (tokenizer= is its old name)")
+    warnings.warn(f"{trainer}: tokenizer= is deprecated (TRL 0.11), use processing_class=", FutureWarning, stacklevel=3)
+    return tokenizer
+
+
 class SFTTrainer(Trainer):
     """Causal-LM fine-tuning on completions. Logs loss and mean_token_accuracy (eval_ prefixed in eval)."""
 
@@ -78,7 +112,16 @@ class SFTTrainer(Trainer):
         callbacks=None,
         compute_metrics=None,
         optimizers=(None, None),
+        tokenizer=None,
+        data_collator=None,
+        preprocess_logits_for_metrics=None,
+        formatting_func=None,
     ):
+        """`tokenizer=` is TRL 0.11's name for processing_class; `formatting_func(rows) -> texts` (TRL 0.11) turns
+        any rows into plain text; data_collator, compute_metrics, callbacks,
+        optimizers and preprocess_logits_for_metrics pass through to transformers.Trainer (a data_collator
+        receives the tokenised rows and replaces ours)."""
+        processing_class = _tokenizer_alias(processing_class, tokenizer, "SFTTrainer")
         args = args if args is not None else SFTConfig()
         if args.keep_freed_memory and not torch.cuda.is_available():
             keep_freed_memory()
@@ -97,6 +140,7 @@ class SFTTrainer(Trainer):
         def prepare(dataset):
             if dataset is None:
                 return None
+            dataset = text_rows(dataset, formatting_func, args.dataset_text_field)
             check_sft_rows(dataset)
             dataset = dataset.map(
                 tokenize_sft, fn_kwargs={"tokenizer": processing_class, "max_length": args.max_length},
@@ -113,13 +157,14 @@ class SFTTrainer(Trainer):
         super().__init__(
             model=model,
             args=args,
-            data_collator=SFTCollator(processing_class.pad_token_id, args.completion_only_loss),
+            data_collator=data_collator or SFTCollator(processing_class.pad_token_id, args.completion_only_loss),
             train_dataset=prepare(train_dataset),
             eval_dataset=eval_dataset,
             processing_class=processing_class,
             compute_metrics=compute_metrics,
             callbacks=callbacks,
             optimizers=optimizers,
+            preprocess_logits_for_metrics=preprocess_logits_for_metrics,
         )
         self._metrics: dict[str, dict[str, list[float]]] = {"train": defaultdict(list), "eval": defaultdict(list)}
 
