@@ -70,6 +70,8 @@ def test_serve_first_start(tmp_path, tiny_model_dir):
         try:
             # The printed password is the admin's, and it is not stored in clear text.
             assert accounts.authenticate(db, "admin", password) is not None
+            # ...and it works once: the first login must replace it (issue 14 item 10).
+            assert accounts.get_user(db, "admin").must_change_password is True
             assert db.execute("SELECT COUNT(*) FROM users WHERE password_hash LIKE ?", [f"%{password}%"]).fetchone()[0] == 0
             assert db.execute("SELECT COUNT(*) FROM prompts").fetchone()[0] >= 100  # the shipped prompts
             # 3 prompts x 2 answers generated in the background, queued for rating.
