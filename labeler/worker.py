@@ -4,10 +4,16 @@
 It owns the run's row while it lives: heartbeat every few seconds from a thread, progress and metrics through
 the MetricsSink, the final status at the end (succeeded / failed with the error / cancelled on SIGTERM), the
 trained model registered with its lineage, and then it starts the next queued run.
+
+With several processes (`accelerate launch --num_processes N`) every rank runs this module and trains; only
+the main process (RANK 0) writes the run's row, heartbeat, metrics and status, registers the model and starts
+the next run. The other ranks get a MetricsSink that writes nothing. When a rank fails, the launcher stops
+the others with SIGTERM: the main process then marks the run failed (a user's cancel marks it first).
 """
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -51,10 +57,18 @@ def _evaluate(db, ctx, registered: dict) -> None:
               f"{registered['name']}`)", flush=True)
 
 
+def rank() -> tuple[int, int]:
+    """(this process's rank, number of processes), as the launcher (torchrun, accelerate launch) sets them."""
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
 def run_worker(db_path: str, run_id: int) -> str:
     """Execute one run; returns its final status."""
     from labeler.services import stages
 
+    process, world = rank()
+    if process != 0:
+        return _run_other_rank(db_path, run_id, process)
     db = open_db(db_path)
     run = jobs.get_run(db, run_id)
     if run.status != "running":
@@ -85,9 +99,14 @@ def run_worker(db_path: str, run_id: int) -> str:
             status = "succeeded"
         print(f"run {run_id}: {jobs.get_run(db, run_id).status}; model at {result.path}", flush=True)
     except Cancelled:
-        jobs._finish(db, run_id, "cancelled", "cancelled (SIGTERM)")
-        status = "cancelled"
-        print(f"run {run_id}: cancelled", flush=True)
+        if world > 1:
+            # A user's cancel marks the row before signalling (then this changes nothing); otherwise the
+            # launcher is stopping the ranks because one of them failed.
+            jobs._finish(db, run_id, "failed", "stopped by SIGTERM: another training process failed (see the log)")
+        else:
+            jobs._finish(db, run_id, "cancelled", "cancelled (SIGTERM)")
+        status = jobs.get_run(db, run_id).status
+        print(f"run {run_id}: {status}", flush=True)
     except BaseException as error:  # noqa: BLE001 - every failure must reach the run's row
         traceback.print_exc()
         message = f"{type(error).__name__}: {error}".strip()
@@ -101,6 +120,28 @@ def run_worker(db_path: str, run_id: int) -> str:
     except Exception:
         traceback.print_exc()
     return status
+
+
+def _run_other_rank(db_path: str, run_id: int, process: int) -> str:
+    """A rank other than the main process: train (the collectives need every rank) and write nothing. Its
+    exit status reaches the launcher, which stops the other ranks when it is not 0."""
+    from labeler.services import stages
+
+    run = jobs.get_run(open_db(db_path), run_id)
+    if run.status != "running":
+        return run.status
+    ctx = stages.StageContext(
+        run_id=run_id, db_path=db_path, stage=run.stage, project=run.project,
+        job=train_configs.load_job_config(run.config), trainer_settings=dict(run.config.get("trainer", {})),
+        output_dir=Path(run.output_dir), sink=MetricsSink(db_path, run_id, writes=False),
+    )
+    try:
+        stages.run_stage(ctx)
+    except BaseException:  # noqa: BLE001 - printed with the rank; the exit status fails the run
+        print(f"run {run_id}: rank {process} failed", flush=True)
+        traceback.print_exc()
+        return "failed"
+    return "succeeded"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -37,6 +37,8 @@ HEARTBEAT_SECONDS = 5.0
 STALE_SECONDS = 60.0
 MAX_RUNS_ENV = "RLHF_STUDIO_MAX_RUNS"
 LAUNCHER_ENV = "RLHF_STUDIO_LAUNCHER"  # "accelerate" (default) or "python" (no accelerate wrapper)
+ACCELERATE_CONFIG_ENV = "RLHF_STUDIO_ACCELERATE_CONFIG"  # the server-wide accelerate config file (YAML)
+NUM_PROCESSES_ENV = "RLHF_STUDIO_NUM_PROCESSES"  # the server-wide number of training processes
 
 
 @dataclass(frozen=True)
@@ -214,18 +216,73 @@ def threads_per_process(num_processes: int = 1) -> int:
     return max(1, usable_cores() // max(1, num_processes))
 
 
-def worker_command(db_path: str, run_id: int) -> list[str]:
+def default_accelerate_config() -> Path | None:
+    """The file `accelerate config` writes (accelerate's own lookup: $HF_HOME, else $XDG_CACHE_HOME/huggingface,
+    else ~/.cache/huggingface, then accelerate/default_config.yaml), when it exists."""
+    home = os.environ.get("HF_HOME", os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface"))
+    path = Path(os.path.expanduser(home)) / "accelerate" / "default_config.yaml"
+    return path if path.is_file() else None
+
+
+def _config_num_processes(config_file: Path) -> int:
+    """num_processes of an accelerate config file (YAML or JSON; YAML reads both); 1 when it has none."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(config_file).read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as error:
+        raise InputError(f"{config_file}: not a readable accelerate config ({error})") from None
+    value = data.get("num_processes", 1) if isinstance(data, dict) else 1
+    if not isinstance(value, int) or value < 1:
+        raise InputError(f"{config_file}: num_processes must be a positive integer, got {value!r}")
+    return value
+
+
+def launch_settings(num_processes: int | None = None, accelerate_config: str | None = None) -> tuple[int, Path | None]:
+    """(processes, config file or None) for a run: the run's own settings first, then the server's
+    (RLHF_STUDIO_NUM_PROCESSES, RLHF_STUDIO_ACCELERATE_CONFIG), then accelerate's default config file, else one
+    process. A config file gives its num_processes unless a number is set explicitly."""
+    config = accelerate_config or os.environ.get(ACCELERATE_CONFIG_ENV) or default_accelerate_config()
+    if config is not None and not Path(config).is_file():
+        raise InputError(f"{config}: accelerate config file not found")
+    explicit = num_processes if num_processes is not None else os.environ.get(NUM_PROCESSES_ENV)
+    if explicit is not None:
+        if not str(explicit).isdigit() or int(explicit) < 1:
+            raise InputError(f"num_processes must be a positive integer, got {explicit!r}")
+        return int(explicit), (Path(config) if config else None)
+    return (_config_num_processes(Path(config)) if config else 1), (Path(config) if config else None)
+
+
+def worker_command(db_path: str, run_id: int, num_processes: int | None = None,
+                   accelerate_config: str | None = None) -> list[str]:
     """The exact command a run executes (stored on its row)."""
     worker = ["-m", "labeler.worker", "--db", db_path, "--run-id", str(run_id)]
     if os.environ.get(LAUNCHER_ENV, "accelerate") == "python":
         return [sys.executable, *worker]
-    # Explicit flags: accelerate otherwise warns about every default it had to guess without a config file.
+    processes, config = launch_settings(num_processes, accelerate_config)
+    launch = [sys.executable, "-m", "accelerate.commands.launch"]
     # --num_cpu_threads_per_process matters most: without it accelerate sets OMP_NUM_THREADS=1 in the worker,
     # and torch trained on one core of two (an app PPO step took ~30 s against 8-9 s for the library).
-    num_processes = 1
-    return [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(num_processes),
-            "--num_machines", "1", "--num_cpu_threads_per_process", str(threads_per_process(num_processes)),
+    threads = ["--num_cpu_threads_per_process", str(threads_per_process(processes))]
+    if config is not None:
+        # The user's setup (DDP, DeepSpeed, FSDP, mixed precision, machines) as they wrote it; an explicit
+        # number of processes overrides the file's.
+        count = ["--num_processes", str(processes)] if processes != _config_num_processes(config) else []
+        return [*launch, "--config_file", str(config), *count, *threads, *worker]
+    # Explicit flags: accelerate otherwise warns about every default it had to guess without a config file.
+    multi = ["--multi_gpu"] if processes > 1 else []  # DDP; on a CPU-only machine see launch_env
+    return [*launch, *multi, "--num_processes", str(processes), "--num_machines", "1", *threads,
             "--mixed_precision", "no", "--dynamo_backend", "no", *worker]
+
+
+def launch_env(command: list[str]) -> dict[str, str]:
+    """Environment a launch needs beyond the server's: `--multi_gpu` on a machine without a GPU runs gloo
+    ranks on the CPU only with ACCELERATE_USE_CPU=1 (otherwise every process believes it is alone)."""
+    if "--multi_gpu" not in command:
+        return {}
+    import torch
+
+    return {} if torch.cuda.is_available() else {"ACCELERATE_USE_CPU": "1"}
 
 
 def _max_concurrent(value: int | None) -> int:
@@ -250,7 +307,13 @@ def start_queued(db, max_concurrent: int | None = None) -> list[int]:
                 break
             run_id = row[0]
             now = utc_now()
-            command = worker_command(db_file(db), run_id)
+            job = (get_run(db, run_id).config or {}).get("job", {})
+            try:
+                command = worker_command(db_file(db), run_id, job.get("num_processes"), job.get("accelerate_config"))
+            except InputError as error:  # a missing or broken accelerate config fails this run, not the queue
+                db.conn.execute("UPDATE runs SET status = 'failed', error = ?, ended_at = ? WHERE id = ?",
+                                [f"could not start the worker: {error}", now, run_id])
+                continue
             db.conn.execute(
                 "UPDATE runs SET status = 'running', pid = NULL, started_at = COALESCE(started_at, ?),"
                 " heartbeat_at = ?, ended_at = NULL, error = '', command = ? WHERE id = ?",
@@ -277,6 +340,7 @@ def _spawn(run: Run, command: list[str]) -> int:
     # OpenMP threads that sleep instead of spinning while waiting: on a CPU shared with other work (the server,
     # other users) spinning threads made generation 10x slower (measured: 136 s vs 10 s per batch).
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    env.update(launch_env(command))
     # The project root on the path, so `-m labeler.worker` works from any working directory.
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])

@@ -38,10 +38,27 @@ def scalar_stats(stats: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+def _main_process_decides(flag: bool) -> bool:
+    """Rank 0's flag on every rank (a broadcast, when torch.distributed runs): ranks that read the database at
+    different moments would otherwise stop after different steps and wait for each other forever. Call it
+    at the same point on every rank (a Trainer's on_step_end)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return flag
+    box = [flag]
+    dist.broadcast_object_list(box, src=0)
+    return bool(box[0])
+
+
 class MetricsSink:
-    def __init__(self, db_path: str, run_id: int, stop_poll_seconds: float = 2.0):
+    """`writes=False` is the sink of a training process other than the main one: it reads (the stop flag,
+    final metrics) but every write is skipped, so N processes write each step once."""
+
+    def __init__(self, db_path: str, run_id: int, stop_poll_seconds: float = 2.0, writes: bool = True):
         self.db = open_db(db_path)
         self.run_id = run_id
+        self.writes = writes
         self.stop_poll_seconds = stop_poll_seconds
         self._stop_checked_at = 0.0
         self._stop = False
@@ -49,7 +66,7 @@ class MetricsSink:
     def log(self, step: int, stats: dict[str, Any]) -> int:
         """Store one step's finite scalars; a repeated (step, name) replaces the old value (resume redoes steps)."""
         values = scalar_stats(stats)
-        if not values:
+        if not values or not self.writes:
             return 0
         with write_transaction(self.db):
             self.db.conn.executemany(
@@ -60,7 +77,7 @@ class MetricsSink:
 
     def samples(self, step: int, rows: list[dict[str, Any]]) -> None:
         """PPO generations (query, response, reward) of one step."""
-        if not rows:
+        if not rows or not self.writes:
             return
         with write_transaction(self.db):
             self.db.conn.execute("DELETE FROM run_samples WHERE run_id = ? AND step = ?", [self.run_id, int(step)])
@@ -71,6 +88,8 @@ class MetricsSink:
             )
 
     def progress(self, step: int, total_steps: int | None = None) -> None:
+        if not self.writes:
+            return
         with write_transaction(self.db):
             if total_steps is None:
                 self.db.conn.execute("UPDATE runs SET step = ?, heartbeat_at = ? WHERE id = ?",
@@ -80,11 +99,15 @@ class MetricsSink:
                                      [int(step), int(total_steps), utc_now(), self.run_id])
 
     def heartbeat(self) -> None:
+        if not self.writes:
+            return
         with write_transaction(self.db):
             self.db.conn.execute("UPDATE runs SET heartbeat_at = ? WHERE id = ?", [utc_now(), self.run_id])
 
     def truncate_after(self, step: int) -> None:
         """Forget metrics and samples logged after `step` (a resume from that checkpoint redoes them)."""
+        if not self.writes:
+            return
         with write_transaction(self.db):
             self.db.conn.execute("DELETE FROM metrics WHERE run_id = ? AND step > ?", [self.run_id, int(step)])
             self.db.conn.execute("DELETE FROM run_samples WHERE run_id = ? AND step > ?", [self.run_id, int(step)])
@@ -131,7 +154,7 @@ class MetricsSink:
 
             def on_step_end(self, args, state, control, **kwargs):
                 sink.progress(state.global_step, state.max_steps or total_steps)
-                if sink.stop_requested():
+                if _main_process_decides(sink.stop_requested()):
                     control.should_training_stop = True
                 return control
 

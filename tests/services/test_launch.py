@@ -1,0 +1,71 @@
+"""worker_command: the run's accelerate launch follows the user's accelerate setup when there is one."""
+import pytest
+
+from labeler.services import jobs
+from labeler.services.errors import InputError
+
+
+@pytest.fixture(autouse=True)
+def no_user_setup(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # no accelerate default config
+    for name in (jobs.ACCELERATE_CONFIG_ENV, jobs.NUM_PROCESSES_ENV, jobs.LAUNCHER_ENV):
+        monkeypatch.delenv(name, raising=False)
+
+
+def flag(command: list[str], name: str):
+    return command[command.index(name) + 1] if name in command else None
+
+
+def test_without_a_config_one_process_with_every_core():
+    command = jobs.worker_command("s.db", 7)
+    assert flag(command, "--num_processes") == "1" and flag(command, "--mixed_precision") == "no"
+    assert flag(command, "--num_cpu_threads_per_process") == str(jobs.usable_cores())
+    assert "--multi_gpu" not in command and "--config_file" not in command
+    assert command[-5:] == ["labeler.worker", "--db", "s.db", "--run-id", "7"]
+    assert jobs.launch_env(command) == {}
+
+
+def test_the_users_default_accelerate_config_is_used_as_written(tmp_path, monkeypatch):
+    default = tmp_path / "hf" / "accelerate" / "default_config.yaml"
+    default.parent.mkdir(parents=True)
+    default.write_text("distributed_type: MULTI_GPU\nnum_processes: 2\nmixed_precision: bf16\n")
+    command = jobs.worker_command("s.db", 7)
+    assert flag(command, "--config_file") == str(default)
+    # Its mixed precision and process count are the file's: no flag overrides them.
+    assert "--mixed_precision" not in command and "--num_processes" not in command
+    assert flag(command, "--num_cpu_threads_per_process") == str(max(1, jobs.usable_cores() // 2))
+
+
+def test_server_and_run_settings_override_the_default(tmp_path, monkeypatch):
+    server = tmp_path / "fsdp.yaml"
+    server.write_text("distributed_type: FSDP\nnum_processes: 4\n")
+    monkeypatch.setenv(jobs.ACCELERATE_CONFIG_ENV, str(server))
+    command = jobs.worker_command("s.db", 1)
+    assert flag(command, "--config_file") == str(server) and "--num_processes" not in command
+    assert flag(command, "--num_cpu_threads_per_process") == str(max(1, jobs.usable_cores() // 4))
+    # A run's own number of processes wins over the file's, and is passed on.
+    command = jobs.worker_command("s.db", 1, num_processes=2)
+    assert flag(command, "--num_processes") == "2"
+    assert flag(command, "--num_cpu_threads_per_process") == str(max(1, jobs.usable_cores() // 2))
+
+
+def test_processes_without_a_config_are_ddp_and_gloo_on_a_cpu(monkeypatch):
+    monkeypatch.setenv(jobs.NUM_PROCESSES_ENV, "2")
+    command = jobs.worker_command("s.db", 1)
+    assert "--multi_gpu" in command and flag(command, "--num_processes") == "2"
+    assert flag(command, "--num_cpu_threads_per_process") == str(max(1, jobs.usable_cores() // 2))
+    import torch
+
+    expected = {} if torch.cuda.is_available() else {"ACCELERATE_USE_CPU": "1"}
+    assert jobs.launch_env(command) == expected
+
+
+def test_bad_settings_name_the_file_or_value(tmp_path):
+    with pytest.raises(InputError, match="missing.yaml: accelerate config file not found"):
+        jobs.worker_command("s.db", 1, accelerate_config=str(tmp_path / "missing.yaml"))
+    with pytest.raises(InputError, match="num_processes must be a positive integer, got 0"):
+        jobs.worker_command("s.db", 1, num_processes=0)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("num_processes: two\n")
+    with pytest.raises(InputError, match="bad.yaml: num_processes must be a positive integer"):
+        jobs.worker_command("s.db", 1, accelerate_config=str(bad))
