@@ -69,3 +69,21 @@ def test_bad_settings_name_the_file_or_value(tmp_path):
     bad.write_text("num_processes: two\n")
     with pytest.raises(InputError, match="bad.yaml: num_processes must be a positive integer"):
         jobs.worker_command("s.db", 1, accelerate_config=str(bad))
+
+
+def test_a_two_process_run_writes_its_row_and_metrics_once(db, tmp_path, monkeypatch):
+    # The toy stage (tests/services/toy_runner.py) trains on both ranks; only rank 0 writes to SQLite.
+    from pathlib import Path
+
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent))
+    monkeypatch.setenv(jobs.NUM_PROCESSES_ENV, "2")
+    run = jobs.create_run(db, "sft", {"runner": "toy_runner:run", "model": "toy-linear", "steps": 4},
+                          runs_dir=tmp_path / "runs")
+    assert "--num_processes 2" in run.command and "--multi_gpu" in run.command
+    done = jobs.wait(db, run.id, timeout=120)
+    assert done.status == "succeeded", jobs.log_tail(done)
+    assert (done.step, done.total_steps) == (4, 4)
+    rows = db.execute("SELECT step, COUNT(*) FROM metrics WHERE run_id = ? AND name = 'loss' GROUP BY step",
+                      [run.id]).fetchall()
+    assert [tuple(r) for r in rows] == [(1, 1), (2, 1), (3, 1), (4, 1)]
+    assert db.execute("SELECT COUNT(*) FROM models WHERE run_id = ?", [run.id]).fetchone()[0] == 1
