@@ -66,6 +66,31 @@ def load_value_head_state(folder: str | os.PathLike) -> dict[str, torch.Tensor] 
     return None
 
 
+def _add_trl_layout(folder: Path, head: dict[str, torch.Tensor]) -> None:
+    """Make TRL 0.11's AutoModelForCausalLMWithValueHead find the head: v_head.summary.* keys in
+    model.safetensors (rewritten with them), or, for a sharded model, index entries pointing at
+    value_head.safetensors' keys under their TRL names. Plain transformers loads either, ignoring the head."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    trl_names = {f"{TRL_PREFIX}summary.{k}": v for k, v in head.items()}
+    index = folder / "model.safetensors.index.json"
+    if index.exists():
+        save_file(trl_names, str(folder / "value_head_trl.safetensors"), metadata={"format": "pt"})
+        data = json.loads(index.read_text())
+        data["weight_map"].update({name: "value_head_trl.safetensors" for name in trl_names})
+        index.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    elif (folder / "model.safetensors").exists():
+        weights = folder / "model.safetensors"
+        with safe_open(str(weights), framework="pt") as f:
+            metadata = f.metadata() or {"format": "pt"}
+        state = load_file(str(weights))
+        state.update(trl_names)
+        tmp = weights.with_suffix(".tmp")
+        save_file(state, str(tmp), metadata=metadata)
+        os.replace(tmp, weights)
+
+
 class ValueHead(nn.Module):
     """dropout -> linear(hidden, 1), in fp32 whatever the backbone's dtype."""
 
@@ -168,13 +193,16 @@ class AutoModelForCausalLMWithValueHead(nn.Module):
         return {k: v.detach().cpu().contiguous() for k, v in self.v_head.summary.state_dict().items()}
 
     def save_pretrained(self, save_directory: str | os.PathLike, **kwargs) -> None:
-        """Backbone (or adapter) as transformers/peft write it, plus value_head.safetensors."""
+        """Backbone (or adapter) as transformers/peft write it, plus value_head.safetensors; a full model also
+        gets the head's v_head.summary.* keys in its weights, the layout TRL 0.11 reads."""
         from safetensors.torch import save_file
 
         os.makedirs(save_directory, exist_ok=True)
         # Both transformers 5 and peft write safetensors by default.
         self.pretrained_model.save_pretrained(save_directory, **kwargs)
         save_file(self._head_state(), os.path.join(save_directory, VALUE_HEAD_FILE))
+        if not self.is_peft_model:
+            _add_trl_layout(Path(save_directory), self._head_state())
 
     def push_to_hub(self, repo_id: str, **kwargs):
         """The backbone's own push_to_hub (as TRL's wrapper does), then value_head.safetensors beside it."""

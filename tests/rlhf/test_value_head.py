@@ -166,3 +166,32 @@ def test_push_to_hub_calls_the_backbone_and_uploads_the_head(tiny_model_dir, mon
     upload = api.upload_file.call_args.kwargs
     assert upload["repo_id"] == "me/policy" and upload["path_in_repo"] == VALUE_HEAD_FILE
     assert torch.equal(load(upload["path_or_fileobj"])["weight"], model.v_head.summary.weight.detach())
+
+
+def test_saved_folder_has_the_layout_trl_reads(tiny_model_dir, tmp_path):
+    from safetensors.torch import load_file
+
+    model = AutoModelForCausalLMWithValueHead.from_pretrained(tiny_model_dir, seed=5)
+    model.save_pretrained(tmp_path)
+    weights = load_file(str(tmp_path / "model.safetensors"))  # what TRL 0.11's from_pretrained reads
+    assert torch.equal(weights["v_head.summary.weight"], model.v_head.summary.weight.detach())
+    assert torch.equal(weights["v_head.summary.bias"], model.v_head.summary.bias.detach())
+    (tmp_path / VALUE_HEAD_FILE).unlink()  # only the TRL layout left: still found
+    again = AutoModelForCausalLMWithValueHead.from_pretrained(tmp_path)
+    assert torch.equal(again.v_head.summary.weight, model.v_head.summary.weight)
+    plain = AutoModelForCausalLM.from_pretrained(tmp_path)  # extra keys ignored
+    assert torch.allclose(plain(input_ids=IDS).logits, model(input_ids=IDS)[0], atol=1e-5)
+
+
+def test_sharded_save_indexes_the_head_for_trl(tiny_model_dir, tmp_path):
+    import json
+
+    model = AutoModelForCausalLMWithValueHead.from_pretrained(tiny_model_dir, seed=5)
+    model.save_pretrained(tmp_path, max_shard_size="100KB")
+    index = json.loads((tmp_path / "model.safetensors.index.json").read_text())["weight_map"]
+    assert index["v_head.summary.weight"] == index["v_head.summary.bias"] == "value_head_trl.safetensors"
+    (tmp_path / VALUE_HEAD_FILE).unlink()
+    again = AutoModelForCausalLMWithValueHead.from_pretrained(tmp_path)
+    assert torch.equal(again.v_head.summary.weight, model.v_head.summary.weight)
+    plain = AutoModelForCausalLM.from_pretrained(tmp_path)
+    assert torch.allclose(plain(input_ids=IDS).logits, model(input_ids=IDS)[0], atol=1e-5)
