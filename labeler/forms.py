@@ -131,6 +131,27 @@ def parse_value(spec: FieldSpec, value: Any, source: str | None = None) -> Any:
         raise InputError(str(error), **where) from None
 
 
+def add_flags(parser, cls) -> None:
+    """One `--field-name VALUE` flag per field of `cls` (bools: `--name` / `--no-name`), defaults and help from
+    the field; `flag_values` reads them back. For commands whose few settings read better as flags than as
+    `--set key=value`."""
+    import argparse
+
+    for spec in field_specs(cls):
+        flag = "--" + spec.name.replace("_", "-")
+        help_text = f"{spec.help} (default: {spec.default})"
+        if spec.kind == "bool":
+            parser.add_argument(flag, dest=spec.name, action=argparse.BooleanOptionalAction, default=None,
+                                help=help_text)
+        else:
+            parser.add_argument(flag, dest=spec.name, metavar=spec.kind.upper(), default=None, help=help_text)
+
+
+def flag_values(cls, args) -> dict[str, Any]:
+    """The flags of `add_flags` that were given, by field name (still text: build_config parses them)."""
+    return {spec.name: getattr(args, spec.name) for spec in field_specs(cls) if getattr(args, spec.name) is not None}
+
+
 def parse_sets(pairs: list[str] | None) -> dict[str, str]:
     """`["lr=1e-5", "bf16=true"]` -> {"lr": "1e-5", "bf16": "true"}; the values are parsed later, per field."""
     out: dict[str, str] = {}

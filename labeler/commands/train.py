@@ -136,11 +136,8 @@ def cmd_demo(args) -> int:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from labeler.services import demo
 
-    report = demo.run_demo(args.db, demo.DemoSettings(
-        prompts=args.prompts, heldout=args.heldout, answers=args.answers, rm_steps=args.rm_steps,
-        ppo_steps=args.ppo_steps, ppo_epochs=args.ppo_epochs, learning_rate=args.learning_rate, noise=args.noise,
-        max_new_tokens=args.max_new_tokens, bf16=not args.no_bf16, seed=args.seed, out_dir=args.out),
-        project=args.project, log=print)
+    settings = forms.build_config(demo.DemoSettings, forms.flag_values(demo.DemoSettings, args), source="demo")
+    report = demo.run_demo(args.db, settings, project=args.project, log=print)
     print(report.table())
     return 0
 
@@ -189,16 +186,7 @@ def register(subparsers, common: argparse.ArgumentParser) -> None:
                     "sentiment), train the MiniLM reward model, run PPO on the default policy with it, and print "
                     "responses and rewards before and after on held-out prompts. CPU, about 10-20 minutes.",
     )
-    demo.add_argument("--prompts", type=int, default=0, help="training prompts to label (default 0: all not held out)")
-    demo.add_argument("--heldout", type=int, default=16, help="held-out prompts for before/after (default: 16)")
-    demo.add_argument("--rm-steps", type=int, default=60, help="reward-model training steps (default: 60)")
-    demo.add_argument("--answers", type=int, default=4, help="answers per training prompt, ranked together (default: 4)")
-    demo.add_argument("--ppo-steps", type=int, default=10, help="PPO steps (default: 10)")
-    demo.add_argument("--ppo-epochs", type=int, default=4, help="PPO epochs per batch (default: 4)")
-    demo.add_argument("--learning-rate", type=float, default=1.41e-5, help="PPO learning rate (default: 1.41e-5)")
-    demo.add_argument("--max-new-tokens", type=int, default=20, help="tokens per response (default: 20)")
-    demo.add_argument("--noise", type=float, default=0.0, help="annotator noise: std of Gaussian noise on VADER (default: 0)")
-    demo.add_argument("--no-bf16", action="store_true", help="fp32 instead of bf16 autocast")
-    demo.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
-    demo.add_argument("--out", default="runs/demo", help="folder for the demo's models (default: runs/demo)")
+    from labeler.services.demo import DemoSettings  # no torch: the settings are plain dataclasses
+
+    forms.add_flags(demo, DemoSettings)
     demo.set_defaults(func=cmd_demo)

@@ -28,6 +28,7 @@ from typing import Callable
 from labeler.services import jobs
 from labeler.services.train_configs import JobConfig
 from rlhf.configs import PPOConfig
+from rlhf.hardware import bf16_is_fast
 from storage import open_db, write_transaction
 
 ANNOTATOR = "simulated-annotator"
@@ -55,7 +56,8 @@ class DemoSettings:
     init_kl_coef: float = field(default=_PPO.init_kl_coef, metadata={"help": "PPO initial KL coefficient."})
     max_new_tokens: int = field(default=_JOB.max_new_tokens, metadata={"help": "Tokens per response."})
     noise: float = field(default=0.0, metadata={"help": "Std of Gaussian noise added to the annotator's VADER score."})
-    bf16: bool = field(default=True, metadata={"help": "bf16 autocast for generation and training."})
+    bf16: bool = field(default_factory=bf16_is_fast, metadata={
+        "help": "bf16 autocast for generation and training (default: on where the hardware runs it fast)."})
     seed: int = field(default=0, metadata={"help": "Random seed."})
     policy: str = field(default="default", metadata={"help": "Policy model (default: the embedded SmolLM2-135M)."})
     encoder: str = field(default="default-encoder", metadata={"help": "Reward-model backbone (default: MiniLM)."})
@@ -256,7 +258,7 @@ def launch_demo_process(db_path: str, out_dir: str = "runs/demo", extra_args: li
 
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     log = open(Path(out_dir) / "demo.log", "ab")
-    command = [sys.executable, "-m", "labeler", "demo", "--db", db_path, "--out", out_dir, *(extra_args or [])]
+    command = [sys.executable, "-m", "labeler", "demo", "--db", db_path, "--out-dir", out_dir, *(extra_args or [])]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
            "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
