@@ -12,6 +12,7 @@ is its EOS token.
 """
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -307,3 +308,13 @@ class SFTCollator:
         keep = pad_token_lists([ex["completion_mask"] for ex in examples], 0) if self.completion_only_loss else attention_mask
         labels = input_ids.masked_fill(keep == 0, -100)
         return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+
+
+def tokenizer_alias(processing_class, tokenizer, trainer: str):
+    """TRL 0.11's `tokenizer=` is current TRL's (and transformers') `processing_class=`."""
+    if tokenizer is None:
+        return processing_class
+    if processing_class is not None and processing_class is not tokenizer:
+        raise ValueError(f"{trainer}: pass the tokenizer once, as processing_class= (tokenizer= is its old name)")
+    warnings.warn(f"{trainer}: tokenizer= is deprecated (TRL 0.11), use processing_class=", FutureWarning, stacklevel=3)
+    return tokenizer

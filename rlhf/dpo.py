@@ -13,7 +13,6 @@ from __future__ import annotations
 import copy
 import inspect
 import os
-import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Literal
@@ -25,7 +24,7 @@ from transformers import Trainer, TrainingArguments
 from rlhf.core import logprobs_from_logits, masked_sum
 from rlhf.attention import use_attention
 from rlhf.cpu_memory import keep_freed_memory
-from rlhf.data import PreferenceCollator, check_preference_rows, tokenize_preference_causal
+from rlhf.data import PreferenceCollator, check_preference_rows, tokenize_preference_causal, tokenizer_alias
 from rlhf.loading import DEFAULT_POLICY, load_causal_lm, load_tokenizer, resolve_model_path
 from rlhf.losses import dpo_loss
 from rlhf.peft_utils import apply_peft, is_peft_model, merge_adapter
@@ -109,16 +108,6 @@ def completion_logps(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> 
     return masked_sum(logps, completion_mask[:, start:].to(logps.dtype), dim=-1)  # (2B,)
 
 
-def _tokenizer_alias(processing_class, tokenizer, trainer: str):
-    """TRL 0.11's `tokenizer=` is current TRL's (and transformers') `processing_class=`."""
-    if tokenizer is None:
-        return processing_class
-    if processing_class is not None and processing_class is not tokenizer:
-        raise ValueError(f"{trainer}: pass the tokenizer once, as processing_class= (tokenizer= is its old name)")
-    warnings.warn(f"{trainer}: tokenizer= is deprecated (TRL 0.11), use processing_class=", FutureWarning, stacklevel=3)
-    return tokenizer
-
-
 class DPOTrainer(Trainer):
     """Trains a causal LM on preference pairs with the DPO / IPO / hinge loss.
 
@@ -148,7 +137,7 @@ class DPOTrainer(Trainer):
         """`tokenizer=` is TRL 0.11's name for processing_class; data_collator, compute_metrics, callbacks,
         optimizers and preprocess_logits_for_metrics pass through to transformers.Trainer (a data_collator
         receives the tokenised rows and replaces ours)."""
-        processing_class = _tokenizer_alias(processing_class, tokenizer, "DPOTrainer")
+        processing_class = tokenizer_alias(processing_class, tokenizer, "DPOTrainer")
         args = args if args is not None else DPOConfig()
         if args.keep_freed_memory and not torch.cuda.is_available():
             keep_freed_memory()

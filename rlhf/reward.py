@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +29,7 @@ from rlhf.data import (
     render_prompt_completion,
     tokenize_for_reward,
     tokenize_preference_reward,
+    tokenizer_alias,
 )
 from rlhf.loading import DEFAULT_ENCODER, load_tokenizer, resolve_model_path
 from rlhf.losses import pairwise_reward_loss
@@ -94,16 +94,6 @@ def load_reward_model(name_or_path: str | os.PathLike, dtype=None) -> torch.nn.M
     return AutoModelForSequenceClassification.from_pretrained(str(path), num_labels=1, dtype=dtype, use_safetensors=True)
 
 
-def _tokenizer_alias(processing_class, tokenizer, trainer: str):
-    """TRL 0.11's `tokenizer=` is current TRL's (and transformers') `processing_class=`."""
-    if tokenizer is None:
-        return processing_class
-    if processing_class is not None and processing_class is not tokenizer:
-        raise ValueError(f"{trainer}: pass the tokenizer once, as processing_class= (tokenizer= is its old name)")
-    warnings.warn(f"{trainer}: tokenizer= is deprecated (TRL 0.11), use processing_class=", FutureWarning, stacklevel=3)
-    return tokenizer
-
-
 class RewardTrainer(Trainer):
     """Trains r(prompt, response) so that r(chosen) > r(rejected) on each pair.
 
@@ -132,7 +122,7 @@ class RewardTrainer(Trainer):
         """`tokenizer=` is TRL 0.11's name for processing_class; data_collator, compute_metrics, callbacks,
         optimizers and preprocess_logits_for_metrics pass through to transformers.Trainer (a data_collator
         receives the tokenised rows and replaces ours)."""
-        processing_class = _tokenizer_alias(processing_class, tokenizer, "RewardTrainer")
+        processing_class = tokenizer_alias(processing_class, tokenizer, "RewardTrainer")
         args = args if args is not None else RewardConfig()
         if args.keep_freed_memory and not torch.cuda.is_available():
             keep_freed_memory()

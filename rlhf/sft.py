@@ -11,7 +11,6 @@ blocks so no compute goes to padding.
 from __future__ import annotations
 
 import os
-import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -20,7 +19,7 @@ from transformers import Trainer, TrainingArguments
 
 from rlhf.attention import use_attention
 from rlhf.cpu_memory import keep_freed_memory
-from rlhf.data import SFTCollator, check_sft_rows, pack_examples, tokenize_sft
+from rlhf.data import SFTCollator, check_sft_rows, pack_examples, tokenize_sft, tokenizer_alias
 from rlhf.loading import DEFAULT_POLICY, load_causal_lm, load_tokenizer, resolve_model_path
 from rlhf.peft_utils import apply_peft, merge_adapter
 
@@ -88,16 +87,6 @@ def text_rows(dataset, formatting_func=None, text_field: str | None = None):
     return dataset if text_field == "text" else dataset.rename_column(text_field, "text")
 
 
-def _tokenizer_alias(processing_class, tokenizer, trainer: str):
-    """TRL 0.11's `tokenizer=` is current TRL's (and transformers') `processing_class=`."""
-    if tokenizer is None:
-        return processing_class
-    if processing_class is not None and processing_class is not tokenizer:
-        raise ValueError(f"{trainer}: pass the tokenizer once, as processing_class= (tokenizer= is its old name)")
-    warnings.warn(f"{trainer}: tokenizer= is deprecated (TRL 0.11), use processing_class=", FutureWarning, stacklevel=3)
-    return tokenizer
-
-
 class SFTTrainer(Trainer):
     """Causal-LM fine-tuning on completions. Logs loss and mean_token_accuracy (eval_ prefixed in eval)."""
 
@@ -121,7 +110,7 @@ class SFTTrainer(Trainer):
         any rows into plain text; data_collator, compute_metrics, callbacks,
         optimizers and preprocess_logits_for_metrics pass through to transformers.Trainer (a data_collator
         receives the tokenised rows and replaces ours)."""
-        processing_class = _tokenizer_alias(processing_class, tokenizer, "SFTTrainer")
+        processing_class = tokenizer_alias(processing_class, tokenizer, "SFTTrainer")
         args = args if args is not None else SFTConfig()
         if args.keep_freed_memory and not torch.cuda.is_available():
             keep_freed_memory()
