@@ -137,7 +137,11 @@ def cmd_demo(args) -> int:
     from labeler.services import demo
 
     settings = forms.build_config(demo.DemoSettings, forms.flag_values(demo.DemoSettings, args), source="demo")
-    report = demo.run_demo(args.db, settings, project=args.project, log=print)
+    # Never the project people label in: the demo adds rankings and may move prompts to the held-out split.
+    # The shared --project flag defaults to 'default', so that value means "not given" here (set_defaults on
+    # this subparser would change the shared flag's default for every command).
+    project = demo.DEMO_PROJECT if args.project == "default" else args.project
+    report = demo.run_demo(args.db, settings, project=project, log=print)
     print(report.table())
     return 0
 
@@ -184,7 +188,9 @@ def register(subparsers, common: argparse.ArgumentParser) -> None:
         "demo", parents=[common], help="the whole loop on the embedded models: generate, simulated labels, RM, PPO",
         description="Generate answers to the shipped prompts, rank them with a simulated annotator (VADER "
                     "sentiment), train the MiniLM reward model, run PPO on the default policy with it, and print "
-                    "responses and rewards before and after on held-out prompts. CPU, about 10-20 minutes.",
+                    "responses and rewards before and after on held-out prompts. CPU, about 10-20 minutes. It works "
+                    "in its own project ('demo', or another that --project names, never 'default'; created with "
+                    "the shipped prompts), and one demo runs per database at a time.",
     )
     from labeler.services.demo import DemoSettings  # no torch: the settings are plain dataclasses
 

@@ -14,11 +14,20 @@
    alone, positive share, KL to the base, distinct-2, and the reward model's scores of both
 
 The task is the seeds' (TRL's sentiment example): make the model write positive movie reviews.
+
+The demo works in its own project (`demo`, created with the shipped prompts when missing), so it never adds
+rankings to, or moves prompts of, a project people label in. Its simulated annotator is a real account (labels
+need one) with a random password nobody learns (`secrets`, never printed, unrelated to the seed), active only
+while it labels and deactivated when the demo ends, failures included. Only one demo runs per database at a time
+(`demo_lock`, an flock on `<db>.demo.lock`, released by the kernel if the process dies).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 import random
+import secrets
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -26,12 +35,14 @@ from pathlib import Path
 from typing import Callable
 
 from labeler.services import jobs
+from labeler.services.errors import InputError
 from labeler.services.train_configs import JobConfig
 from rlhf.configs import PPOConfig
 from rlhf.hardware import bf16_is_fast
 from storage import open_db, write_transaction
 
 ANNOTATOR = "simulated-annotator"
+DEMO_PROJECT = "demo"
 _PPO, _JOB = PPOConfig(bf16=False), JobConfig(bf16=False)  # the defaults the demo starts from
 
 
@@ -127,14 +138,99 @@ def _split_prompts(db, project: str, settings: DemoSettings) -> tuple[list[int],
     return heldout, ids[: settings.prompts or None]
 
 
+def lock_path(db_path: str) -> Path:
+    """The demo's lock file, beside the database: one demo per database, whoever starts it (CLI or Train tab)."""
+    return Path(f"{db_path}.demo.lock")
+
+
+def _try_lock(db_path: str):
+    """An open file holding the demo's exclusive flock, or None when another process holds it."""
+    import fcntl
+
+    path = lock_path(db_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(path, "a+")
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return None
+    return handle
+
+
+def _already_running(db_path: str) -> InputError:
+    return InputError(f"a demo is already running on this database (lock {lock_path(db_path)}); "
+                      "wait for it to end", field="demo")
+
+
+@contextlib.contextmanager
+def demo_lock(db_path: str):
+    """Held for the whole demo. An flock rather than a row: the kernel drops it when the process dies
+    (kill -9 included), so a crashed demo never blocks the next one."""
+    handle = _try_lock(db_path)
+    if handle is None:
+        raise _already_running(db_path)
+    try:
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        yield
+    finally:
+        handle.close()  # closing releases the flock
+
+
+def demo_running(db_path: str) -> bool:
+    """Whether a demo holds the lock now (the Train tab asks before starting one)."""
+    handle = _try_lock(db_path)
+    if handle is None:
+        return True
+    handle.close()
+    return False
+
+
+def _activate_annotator(db) -> None:
+    """The simulated annotator's account, active, with a fresh random password that is never shown: labels
+    need an account, but nobody should be able to log in as it (a seeded password could be computed)."""
+    from labeler.services import accounts
+
+    password = secrets.token_urlsafe(32)
+    user = accounts.get_user(db, ANNOTATOR)
+    if user is None:
+        accounts.create_user(db, ANNOTATOR, password)
+    elif user.is_admin:  # a person's account of that name: never reset its password
+        raise InputError(f"user '{ANNOTATOR}' is an admin; the demo needs that name for its simulated annotator",
+                         field="username")
+    else:
+        accounts.set_password(db, ANNOTATOR, password)
+        # Not accounts.set_active: see _deactivate_annotator.
+        with write_transaction(db):
+            db.execute("UPDATE users SET active = 1 WHERE username = ?", [ANNOTATOR])
+
+
+def _deactivate_annotator(db) -> None:
+    # The same change as accounts.set_active(False) (inactive, sessions ended), without its "an active admin
+    # remains" check: a demo's database may have no admin at all, and this account is never one.
+    with write_transaction(db):
+        db.execute("UPDATE users SET active = 0, session_epoch = session_epoch + 1"
+                   " WHERE username = ? AND role != 'admin' AND active = 1", [ANNOTATOR])
+
+
 def simulate_annotator(db, project: str, noise: float, seed: int, prompt_ids: list[int] | None = None) -> int:
     """Rank every open ranking item by VADER compound of the answer (+ noise), scores within 0.1 tied. Goes
-    through labeling.next_item / submit_ranking, exactly like a person in the Rank tab. Returns the count."""
-    from labeler.services import accounts, labeling
+    through labeling.next_item / submit_ranking, exactly like a person in the Rank tab. Returns the count.
+    The annotator's account is active only while it labels."""
+    _activate_annotator(db)
+    try:
+        return _rank_all(db, project, noise, seed, prompt_ids)
+    finally:
+        _deactivate_annotator(db)
+
+
+def _rank_all(db, project: str, noise: float, seed: int, prompt_ids: list[int] | None) -> int:
+    from labeler.services import labeling
     from rlhf.rewards import vader_answer
 
-    if accounts.get_user(db, ANNOTATOR) is None:
-        accounts.create_user(db, ANNOTATOR, f"sim-{random.Random(seed).getrandbits(64):x}")
     rng = random.Random(seed)
     wanted = set(prompt_ids) if prompt_ids is not None else None
     done = 0
@@ -171,16 +267,39 @@ def _wait(db, run_id: int, log: Callable[[str], None]) -> jobs.Run:
         time.sleep(1.0)
 
 
-def run_demo(db_path: str, settings: DemoSettings = DemoSettings(), project: str = "default",
+def _ensure_project(db, project: str) -> None:
+    from labeler.services import projects
+
+    if not any(p.name == project for p in projects.list_projects(db)):
+        projects.create_project(db, project, guidelines="The demo's simulated annotator ranks answers by VADER "
+                                                         "sentiment: the more positive review is better.")
+
+
+def run_demo(db_path: str, settings: DemoSettings = DemoSettings(), project: str = DEMO_PROJECT,
              log: Callable[[str], None] = print) -> DemoReport:
+    """The whole loop (module docstring) in `project`, created with the shipped prompts when missing.
+    Raises InputError when another demo is running on this database."""
+    if project == "default":
+        raise InputError("the demo never runs in the 'default' project, where people label: it adds rankings "
+                         "and moves prompts to the held-out split (use 'demo')", field="project")
+    with demo_lock(db_path):
+        db = open_db(db_path)
+        try:
+            return _run(db, settings, project, log)
+        finally:
+            # Also after a failure: the simulated annotator's account never stays open.
+            _deactivate_annotator(db)
+
+
+def _run(db, settings: DemoSettings, project: str, log: Callable[[str], None]) -> DemoReport:
     from labeler.services import evaluation, generation, models, prompts, train_configs
     from labeler.services.stage_runners import resolve_model
     from rlhf.configs import GenerationSettings
     from rlhf.reward import RewardScorer
 
-    db = open_db(db_path)
     timings: dict[str, float] = {}
     t = time.monotonic()
+    _ensure_project(db, project)
     prompts.import_shipped_prompts(db, project)
     heldout, train = _split_prompts(db, project, settings)
     log(f"1. prompts: {len(train)} for training, {len(heldout)} held out")
@@ -250,12 +369,15 @@ def run_demo(db_path: str, settings: DemoSettings = DemoSettings(), project: str
 
 
 def launch_demo_process(db_path: str, out_dir: str = "runs/demo", extra_args: list[str] | None = None) -> int:
-    """Start `rlhf-studio demo` as its own process (the Train tab's button); returns its pid. Its log is
-    <out_dir>/demo.log; the reward-model and PPO runs it queues show up in the runs table as usual."""
-    import os
+    """Start `rlhf-studio demo` as its own process (the Train tab's button) in the `demo` project; returns its
+    pid. Its log is <out_dir>/demo.log; the reward-model and PPO runs it queues show up in the runs table as usual."""
     import subprocess
     import sys
 
+    # The demo process checks again under its lock; asking first gives the button a clear error instead of
+    # a second process that fails in the log.
+    if demo_running(db_path):
+        raise _already_running(db_path)
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     log = open(Path(out_dir) / "demo.log", "ab")
     command = [sys.executable, "-m", "labeler", "demo", "--db", db_path, "--out-dir", out_dir, *(extra_args or [])]
@@ -270,4 +392,5 @@ def launch_demo_process(db_path: str, out_dir: str = "runs/demo", extra_args: li
     return process.pid
 
 
-__all__ = ["DemoReport", "DemoSettings", "launch_demo_process", "run_demo", "simulate_annotator"]
+__all__ = ["DEMO_PROJECT", "DemoReport", "DemoSettings", "demo_lock", "demo_running", "launch_demo_process",
+           "run_demo", "simulate_annotator"]

@@ -3,8 +3,11 @@ from __future__ import annotations
 
 import statistics
 
-from labeler.services import jobs, labeling
-from labeler.services.demo import ANNOTATOR, DemoSettings, run_demo, simulate_annotator
+import pytest
+
+from labeler.services import accounts, jobs, labeling
+from labeler.services.demo import ANNOTATOR, DEMO_PROJECT, DemoSettings, demo_lock, demo_running, run_demo, simulate_annotator
+from labeler.services.errors import InputError
 
 
 def test_simulated_annotator_ranks_by_sentiment(db):
@@ -21,6 +24,55 @@ def test_simulated_annotator_ranks_by_sentiment(db):
     # VADER of the answer: 0.8356 and 0.8225 are within 0.1, a tie; then "fine" (0.20), then -0.82.
     assert [sorted(group) for group in order] == [sorted([ids[1], ids[2]]), [ids[3]], [ids[0]]]
     assert db.execute("SELECT username FROM users").fetchone()[0] == ANNOTATOR
+    # The account exists for its labels only: deactivated once it has labelled, so nobody can log in as it.
+    assert accounts.get_user(db, ANNOTATOR).active is False
+
+
+def test_simulated_annotator_password_is_random_not_seeded(db):
+    # The old password was f"sim-{random.Random(seed).getrandbits(64):x}": computable from the default seed.
+    import random
+
+    simulate_annotator(db, "default", noise=0.0, seed=0)
+    first = db.execute("SELECT password_hash, salt FROM users WHERE username = ?", [ANNOTATOR]).fetchone()
+    assert accounts.hash_password(f"sim-{random.Random(0).getrandbits(64):x}", first["salt"]) != first["password_hash"]
+    # Reactivated for the next run with a new password; even a correct old password would not log in meanwhile.
+    simulate_annotator(db, "default", noise=0.0, seed=0)
+    second = db.execute("SELECT password_hash FROM users WHERE username = ?", [ANNOTATOR]).fetchone()[0]
+    assert second != first["password_hash"]
+    assert accounts.get_user(db, ANNOTATOR).active is False
+
+
+def test_one_demo_at_a_time(db_path):
+    assert not demo_running(db_path)
+    with demo_lock(db_path):
+        assert demo_running(db_path)
+        with pytest.raises(InputError, match="a demo is already running"):
+            run_demo(db_path, DemoSettings())
+        with pytest.raises(InputError, match="already running"):
+            from labeler.services.demo import launch_demo_process
+
+            launch_demo_process(db_path, out_dir=str(__import__("pathlib").Path(db_path).parent / "demo"))
+    assert not demo_running(db_path)  # released when the demo ends
+
+
+def test_the_demo_never_runs_in_the_default_project(db_path):
+    with pytest.raises(InputError, match="'default' project"):
+        run_demo(db_path, DemoSettings(), project="default")
+
+
+def test_a_failed_demo_deactivates_the_annotator(db, db_path, tmp_path):
+    # An unknown policy fails at generation, before anything is labelled; the account is left active first (as
+    # a demo killed mid-labelling by an older version could have left it), and the failed demo must close it.
+    accounts.create_user(db, ANNOTATOR, "x" * 12)
+    with pytest.raises(Exception):
+        run_demo(db_path, DemoSettings(prompts=1, heldout=1, answers=1, policy="no-such-model",
+                                       out_dir=str(tmp_path / "demo")), log=lambda line: None)
+    assert accounts.get_user(db, ANNOTATOR).active is False
+    # Its own project, created with the shipped prompts; the default project is untouched.
+    assert db.execute("SELECT COUNT(*) FROM prompts p JOIN projects j ON j.id = p.project_id WHERE j.name = ?",
+                      [DEMO_PROJECT]).fetchone()[0] == 135
+    assert db.execute("SELECT COUNT(*) FROM prompts p JOIN projects j ON j.id = p.project_id"
+                      " WHERE j.name = 'default'").fetchone()[0] == 0
 
 
 def test_tiny_demo_runs_the_whole_loop(db, db_path, tmp_path, tiny_model_dir, tiny_encoder_dir, monkeypatch):
@@ -31,6 +83,12 @@ def test_tiny_demo_runs_the_whole_loop(db, db_path, tmp_path, tiny_model_dir, ti
     lines = []
     report = run_demo(db_path, settings, log=lines.append)
     assert [jobs.get_run(db, i).status for i in (report.rm_run, report.ppo_run)] == ["succeeded", "succeeded"]
+    # Everything lives in the demo's own project; the default project got nothing.
+    demo_id = db.execute("SELECT id FROM projects WHERE name = ?", [DEMO_PROJECT]).fetchone()[0]
+    assert {row[0] for row in db.execute("SELECT DISTINCT project_id FROM prompts")} == {demo_id}
+    assert {row[0] for row in db.execute("SELECT DISTINCT project_id FROM runs")} == {demo_id}
+    assert accounts.get_user(db, ANNOTATOR).active is False
+    assert not demo_running(db_path)
     # The shipped set's fixed held-out fifth is the comparison set, and nothing was generated for it.
     held = [row[0] for row in db.execute("SELECT id FROM prompts WHERE split = 'test'")]
     assert len(held) == 27

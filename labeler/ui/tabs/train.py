@@ -354,8 +354,9 @@ def build(ctx: UIContext) -> None:
             require_admin(db, request)
         out = str(Path(ctx.settings.runs_dir) / "demo")
         pid = demo.launch_demo_process(ctx.db_path, out)
-        return (f"Demo started (pid {pid}): it generates answers, labels them with a simulated annotator, then "
-                f"queues a reward-model run and a PPO run that appear below. Log: `{out}/demo.log`.")
+        return (f"Demo started (pid {pid}) in the project `{demo.DEMO_PROJECT}`: it generates answers, labels them "
+                f"with a simulated annotator, then queues a reward-model run and a PPO run (`rlhf-studio runs list`, "
+                f"or this tab when serving `--project {demo.DEMO_PROJECT}`). Log: `{out}/demo.log`.")
 
     @ui_errors
     def do_score(name, prompt, responses_text, request: gr.Request):
