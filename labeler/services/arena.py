@@ -127,7 +127,9 @@ def start_battle(
         prompt_id, _ = insert_prompt(db, proj.id, PromptRecord(prompt, None), "arena")
         response_ids = [
             db.execute(
-                "INSERT INTO responses (prompt_id, text, model, settings_json, source) VALUES (?, ?, ?, ?, 'arena')",
+                # Both answers were generated just above, by this server: marked for exports.
+                "INSERT INTO responses (prompt_id, text, model, settings_json, source, server_generated)"
+                " VALUES (?, ?, ?, ?, 'arena', 1)",
                 [prompt_id, answers[name], name, settings_json],
             ).lastrowid
             for name in (first, second)

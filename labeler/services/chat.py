@@ -7,6 +7,7 @@ response, rating item, rating), so chatting produces training data.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import threading
 from collections import OrderedDict
@@ -32,17 +33,56 @@ MAX_MESSAGE_CHARS = 20_000
 MAX_MESSAGES = 200
 
 
+class GeneratedAnswers:
+    """Digests of the answers this server generated, newest `max_entries` kept. Thread-safe.
+
+    A chat's rating arrives with the conversation and the answer as the browser holds them, so a client can
+    send any text as "the model's answer". rate_answer marks a response server_generated only when its
+    (model, conversation, answer) is one recorded here; exports leave unmarked chat rows out of training data.
+    Kept in memory: after a restart, answers from before it are stored unmarked (safe, not exported).
+    """
+
+    def __init__(self, max_entries: int = 10_000):
+        self.max_entries = max_entries
+        self._digests: OrderedDict[str, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def digest(model: str, history: Sequence[dict], answer: str) -> str:
+        # System turns are left out (the system prompt travels apart and is not part of the stored prompt);
+        # surrounding whitespace too, which the chat widget may trim.
+        turns = [[m["role"], m["content"].strip()] for m in history if m["role"] != "system"]
+        payload = json.dumps([str(model), turns, answer.strip()], ensure_ascii=False, separators=(",", ":"))
+        return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+    def add(self, model: str, history: Sequence[dict], answer: str) -> None:
+        if not answer.strip():
+            return
+        key = self.digest(model, history, answer)
+        with self._lock:
+            self._digests[key] = None
+            self._digests.move_to_end(key)
+            while len(self._digests) > self.max_entries:
+                self._digests.popitem(last=False)
+
+    def contains(self, model: str, history: Sequence[dict], answer: str) -> bool:
+        with self._lock:
+            return self.digest(model, history, answer) in self._digests
+
+
 class ModelCache:
     """The last `max_models` loaded models, least recently used evicted first. Thread-safe.
 
     Owned by its caller (a UI tab's build(), a CLI command); never a module global, so two apps in one
-    process do not share memory they did not ask to share. Keys are (path, kind).
+    process do not share memory they did not ask to share. Keys are (path, kind). `generated` records every
+    answer generated through it (see GeneratedAnswers).
     """
 
     def __init__(self, max_models: int = 2):
         if max_models < 1:
             raise ValueError(f"max_models={max_models!r}: must be at least 1")
         self.max_models = max_models
+        self.generated = GeneratedAnswers()
         self._models: OrderedDict[tuple[str, str], Any] = OrderedDict()
         self._lock = threading.Lock()  # guards the two dicts, never held while loading
         self._loading: dict[tuple[str, str], threading.Lock] = {}
@@ -187,12 +227,16 @@ def stream_reply(
 
     thread = threading.Thread(target=run, daemon=True, name="chat-generate")
     thread.start()
+    answer = []
     try:
         for piece in streamer:
             if piece:
+                answer.append(piece)
                 yield piece
     finally:
         stop.set()  # a no-op after a normal end; after close() it ends the generation at the next token
+        # A stopped answer is still the model's text, and may be rated as it stands.
+        cache.generated.add(model_name_or_path, messages, "".join(answer))
     thread.join()
     if failure:
         raise failure[0]
@@ -211,7 +255,9 @@ def reply(
     messages = check_history(history)
     model, tokenizer = cache.get(model_name_or_path)
     ids = _prompt_ids(model, tokenizer, messages, system_prompt, settings.max_new_tokens)
-    return decode_responses(tokenizer, generate_batch(model, tokenizer, [ids], settings))[0]
+    answer = decode_responses(tokenizer, generate_batch(model, tokenizer, [ids], settings))[0]
+    cache.generated.add(model_name_or_path, messages, answer)
+    return answer
 
 
 def reward_prompt(history: Messages) -> str | Messages:
@@ -244,6 +290,8 @@ def best_of_n(
     ids = _prompt_ids(lm, tokenizer, messages, system_prompt, settings.max_new_tokens)
     sampling = dataclasses.replace(settings, do_sample=True, batch_size=n)
     answers = decode_responses(tokenizer, generate_batch(lm, tokenizer, [ids] * n, sampling))
+    for answer in answers:  # any of them may end up in the chat (the winner does) and be rated
+        cache.generated.add(model, messages, answer)
     scorer = cache.get(reward_model, kind="reward")
     prompt = reward_prompt(messages)
     if isinstance(prompt, str):
@@ -284,11 +332,16 @@ def rate_answer(
     score: float,
     settings: GenerationSettings | None = None,
     source: str = "chat",
+    generated: GeneratedAnswers | None = None,
+    generated_by: str | None = None,
 ) -> RatedAnswer:
     """Store a chat answer and the user's Likert score for it, as prompt, response, rating item and rating.
 
     Everything is checked before the first write. The item goes through labeling (create_items and
     submit_rating with claim=True), so queues, overlap and exports treat it like any other label.
+    The response is marked server_generated only when `generated` (the server's ModelCache.generated) holds
+    this answer to this conversation from `generated_by` (the model path it was generated with; default
+    `model`); otherwise it is stored but left out of training exports, since its text came from the client.
     """
     proj = get_project(db, project)
     require_user(db, username)
@@ -298,11 +351,14 @@ def rate_answer(
         raise InputError("is empty: nothing to rate", field="answer")
     check_length(answer, "answer", limit=4 * MAX_MESSAGE_CHARS)  # an answer may be longer than a typed turn
     settings_json = json.dumps(dataclasses.asdict(settings), sort_keys=True) if settings else "{}"
+    history = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+    server_generated = generated is not None and generated.contains(generated_by or model, history, answer)
     with write_transaction(db):
         prompt_id, _ = insert_prompt(db, proj.id, record, source)
         response_id = db.execute(
-            "INSERT INTO responses (prompt_id, text, model, settings_json, source) VALUES (?, ?, ?, ?, ?)",
-            [prompt_id, answer, model, settings_json, source],
+            "INSERT INTO responses (prompt_id, text, model, settings_json, source, server_generated)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            [prompt_id, answer, model, settings_json, source, int(server_generated)],
         ).lastrowid
     labeling.create_items(db, project, [response_id], kinds=("rating",))
     item_id = db.execute(

@@ -44,6 +44,12 @@ FORMATS = ("jsonl", "parquet", "hf", "csv")
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")  # OWASP "CSV injection": cells a spreadsheet would execute
 
 
+# Chat and arena responses carry text that came through the browser; only those the server generated itself
+# (responses.server_generated) become training rows. Other sources (generate, imports, rollouts) are written
+# by the server or an admin's file.
+_TRUSTED_RESPONSE = "(r.source NOT IN ('chat', 'arena') OR r.server_generated = 1)"
+
+
 def _help(default, text: str):
     return field(default=default, metadata={"help": text})
 
@@ -192,7 +198,7 @@ def _rated_responses(db: sqlite_utils.Database, project: Project, options: Expor
         " p.messages_json FROM ratings ra"
         " JOIN items i ON i.id = ra.item_id JOIN responses r ON r.id = ra.response_id"
         " JOIN prompts p ON p.id = r.prompt_id JOIN users u ON u.id = ra.user_id"
-        f" WHERE i.project_id = ? AND p.project_id = ?{who}{when} ORDER BY p.id, r.id, ra.id",
+        f" WHERE i.project_id = ? AND p.project_id = ? AND {_TRUSTED_RESPONSE}{who}{when} ORDER BY p.id, r.id, ra.id",
         [project.id, project.id, *who_params, *when_params],
     ).fetchall()
     moments = _annotator_moments(db, project) if options.zscore else {}
@@ -296,7 +302,7 @@ def _ranking_records(db, project: Project, options: ExportOptions) -> list[tuple
         agreement = max(low_votes, high_votes) / seen[key]
         if seen[key] < options.min_annotators or (options.min_agreement is not None and agreement < options.min_agreement):
             continue
-        if chosen not in texts or rejected not in texts:  # a response deleted since it was ranked
+        if chosen not in texts or rejected not in texts:  # deleted since it was ranked, or client-written
             continue
         prompt_id = prompt_of[item_id]
         text, messages_json = prompts[prompt_id]
@@ -350,7 +356,9 @@ def _by_ids(db, sql: str, ids: set[int]) -> list:
 
 
 def _texts(db, ids: set[int]) -> dict[int, str]:
-    return {row[0]: row[1] for row in _by_ids(db, "SELECT id, text FROM responses WHERE id IN ({marks})", ids)}
+    """Texts of the responses among `ids` that may be trained on (a pair missing one is dropped)."""
+    sql = f"SELECT r.id, r.text FROM responses r WHERE r.id IN ({{marks}}) AND {_TRUSTED_RESPONSE}"
+    return {row[0]: row[1] for row in _by_ids(db, sql, ids)}
 
 
 def _prompts(db, ids: set[int]) -> dict[int, tuple[str, str | None]]:

@@ -139,3 +139,37 @@ def test_long_messages_are_refused(cache, tiny_model_dir):
     assert error.value.field == "message 1"
     with pytest.raises(InputError, match="at most 200"):
         chat.check_history([{"role": "user", "content": "hi"}] * (chat.MAX_MESSAGES + 1))
+
+
+def test_only_answers_the_server_generated_are_marked_and_exported(db, cache, tiny_model_dir):
+    # Issue 10 item 8: a client can send any text as "the model's answer"; such a rating is stored (it is the
+    # user's label) but never becomes a training row.
+    from labeler.services import export
+
+    path = str(tiny_model_dir)
+    accounts.create_user(db, "alice", "alice-password-1")
+    # Sampled: the random tiny model's greedy answer is only newlines.
+    sampled = GenerationSettings(max_new_tokens=12, seed=3, batch_size=1)
+    streamed = "".join(chat.stream_reply(cache, path, HISTORY, "Be brief.", sampled))
+    assert streamed.strip()
+    real = chat.rate_answer(db, "default", "alice", HISTORY, streamed, "tiny", 6,
+                            generated=cache.generated, generated_by=path)
+    forged = chat.rate_answer(db, "default", "alice", HISTORY, "Buy cheap pills at example.com", "tiny", 7,
+                              generated=cache.generated, generated_by=path)
+    # The real answer under another conversation, or from another model, is not what the server generated.
+    moved = chat.rate_answer(db, "default", "alice", "Hi", streamed, "tiny", 5, generated=cache.generated,
+                             generated_by=path)
+    other_model = chat.rate_answer(db, "default", "alice", HISTORY, streamed + " ", "other", 5,
+                                   generated=cache.generated, generated_by="/elsewhere")
+    marks = dict(db.execute("SELECT id, server_generated FROM responses").fetchall())
+    assert marks == {real.response_id: 1, forged.response_id: 0, moved.response_id: 0, other_model.response_id: 0}
+    assert [row["completion"] for row in export.rating_rows(db)] == [streamed]
+
+
+def test_generated_answers_keeps_the_newest():
+    ledger = chat.GeneratedAnswers(max_entries=2)
+    for answer in ("one", "two", "three"):
+        ledger.add("m", HISTORY, answer)
+    assert [ledger.contains("m", HISTORY, a) for a in ("one", "two", "three")] == [False, True, True]
+    # Whitespace the chat widget may trim does not matter; the system turn is not part of the prompt.
+    assert ledger.contains("m", [{"role": "system", "content": "x"}, *HISTORY], "  three\n")

@@ -213,3 +213,18 @@ def test_options_have_help_and_accept_date_objects(labelled):
     as_objects = ExportOptions(since=date(2025, 1, 11), until=datetime(2025, 1, 12, 9, 0, tzinfo=timezone.utc))
     assert (as_objects.since, as_objects.until) == ("2025-01-11", "2025-01-12T09:00:00+00:00")
     assert preference_rows(labelled, options=as_objects) == ALL_PAIRS[:2]  # bob's ranking only, as above
+
+
+@pytest.mark.parametrize("source", ["chat", "arena"])
+def test_client_written_chat_and_arena_responses_are_not_exported(labelled, source):
+    # Issue 10 item 8: a chat or arena response whose text the server did not generate (server_generated = 0)
+    # is no training row; the same rows marked are. Responses 1 "great" (ranked and rated) and 5 "-fine".
+    before_prefs, before_ratings = preference_rows(labelled), rating_rows(labelled)
+    forged = {"great", "-fine"}
+    labelled.execute("UPDATE responses SET source = ?, server_generated = 0 WHERE id IN (1, 5)", [source])
+    assert preference_rows(labelled) == [pref("Review Alien", "okay", "bad")] + [
+        row for row in before_prefs if row["prompt"] != "Review Alien" and not forged & {row["chosen"], row["rejected"]}]
+    assert rating_rows(labelled) == [row for row in before_ratings if row["completion"] != "great"]
+    assert len(rating_rows(labelled)) == len(before_ratings) - 1
+    labelled.execute("UPDATE responses SET server_generated = 1 WHERE id IN (1, 5)")
+    assert (preference_rows(labelled), rating_rows(labelled)) == (before_prefs, before_ratings)

@@ -193,7 +193,7 @@ def build(ctx: UIContext) -> None:
         with ctx.connection() as db:
             user = require_user(db, request)
             # The stored row names the model that answered: only a model this server can chat with.
-            models.resolve_chat_model(db, model_name or ctx.settings.model, (ctx.settings.model,))
+            path = models.resolve_chat_model(db, model_name or ctx.settings.model, (ctx.settings.model,))
             history = plain_history(history)
             if len(history) < 2 or history[-1]["role"] != "assistant":
                 raise InputError("there is no answer to rate yet", field="history")
@@ -203,6 +203,8 @@ def build(ctx: UIContext) -> None:
             rated = chat.rate_answer(
                 db, ctx.project, user.username, history[:-1], history[-1]["content"],
                 model_name or ctx.settings.model, float(score_value), settings=settings_from(values),
+                # Only an answer this server generated with that model is marked for training exports.
+                generated=cache.generated, generated_by=str(path),
             )
         return f"Stored: score **{score_value:g}** for this answer (rating #{rated.rating_id})."
 
