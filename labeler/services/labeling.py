@@ -44,6 +44,7 @@ KINDS = ("rating", "ranking")
 
 # A pending assignment older than this no longer reserves its item (the annotator left the page).
 PENDING_TTL_MINUTES = 30
+MAX_COMMENT_CHARS = 5_000  # a note on a label, typed by a person
 MIN_RANKING_SIZE, MAX_RANKING_SIZE = 2, 4
 
 _NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
@@ -343,6 +344,8 @@ def _item_row(db: sqlite_utils.Database, proj: Project, item_id: object, kind: s
 def _check_extras(comment: object, seconds: object) -> float | None:
     if not isinstance(comment, str):
         raise InputError("must be text", field="comment")
+    if len(comment) > MAX_COMMENT_CHARS:  # a 5 MB comment was once stored, and every export would carry it
+        raise InputError(f"{len(comment):,} characters: at most {MAX_COMMENT_CHARS:,}", field="comment")
     if seconds is None:
         return None
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds < 0:

@@ -219,11 +219,18 @@ def require_text(where: Where, record: dict, field: str) -> str:
     return check_text(where, value, field)
 
 
+# Longest imported text (a prompt, a message, an answer): about 25k tokens, beyond the default model's 8k
+# context. A 10 MB prompt was once stored; it would only be truncated, or exhaust memory, at training time.
+MAX_TEXT_CHARS = 100_000
+
+
 def check_text(where: Where, value: str, field: str) -> str:
     if "\x00" in value:
         raise where.error("contains a NUL character", field)
     if not value.strip():
         raise where.error("is empty", field)
+    if len(value) > MAX_TEXT_CHARS:
+        raise where.error(f"{len(value):,} characters: at most {MAX_TEXT_CHARS:,}", field)
     return value
 
 

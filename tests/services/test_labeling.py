@@ -354,3 +354,15 @@ def test_run_items_and_waiting_count(db):
     assert labeling.waiting_for_run(db, run_id) == 1
     assert next_item(db, P, "alice").run_id == run_id
     assert old  # the older, unprioritised item waits behind the run's
+
+
+def test_comments_have_a_length_limit(db):
+    # Issue 10 item 8: a 5 MB comment was once stored. One over the limit is refused, naming the field.
+    make_users(db, "alice")
+    add_prompt(db, "Review", 2)
+    create_items(db, P)
+    item = next_item(db, P, "alice", "rating")
+    with pytest.raises(InputError, match="field 'comment': 5,001 characters: at most 5,000"):
+        submit_rating(db, P, "alice", item.item_id, 3, comment="c" * (labeling.MAX_COMMENT_CHARS + 1))
+    assert db["ratings"].count == 0
+    assert submit_rating(db, P, "alice", item.item_id, 3, comment="c" * labeling.MAX_COMMENT_CHARS).created

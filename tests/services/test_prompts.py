@@ -92,6 +92,10 @@ def test_json_array_parquet_and_datasets_folder(db, tmp_path):
         ("p.jsonl", '{"messages": [{"role": "assistant", "content": "x"}]}\n', "line 1", "messages"),  # no user turn
         ("p.jsonl", '{"messages": "hello"}\n', "line 1", "messages"),
         ("p.jsonl", '["a list"]\n', "line 1", None),
+        # Longer than readers.MAX_TEXT_CHARS (100,000): a prompt, and one message of a conversation.
+        ("p.txt", "ok\n" + "x" * 100_001 + "\n", "line 2", "prompt"),
+        ("p.jsonl", '{"prompt": "ok"}\n{"messages": [{"role": "user", "content": "%s"}]}\n' % ("y" * 100_001),
+         "line 2", "messages[0].content"),
     ],
 )
 def test_malformed_files_name_file_line_field_and_write_nothing(db, tmp_path, name, content, where, field):
@@ -188,3 +192,13 @@ def test_unicode_line_separators_inside_a_line_do_not_split_it(db, tmp_path):
     path.write_text(json.dumps({"prompt": text}, ensure_ascii=False) + "\r\n" + json.dumps({"prompt": "second"}) + "\n", encoding="utf-8")
     assert import_prompts(db, path) == ImportResult(2, 0)
     assert [t for t, _, _ in stored(db)] == [text, "second"]
+
+
+def test_a_prompt_at_the_length_limit_is_accepted_one_over_is_not(db):
+    from labeler.services.readers import MAX_TEXT_CHARS
+
+    assert add_prompts(db, ["a" * MAX_TEXT_CHARS]).added == 1
+    with pytest.raises(InputError, match="100,001 characters: at most 100,000") as error:
+        add_prompts(db, ["fine", "b" * (MAX_TEXT_CHARS + 1)])
+    assert "prompts row 2, field 'prompt'" in str(error.value)
+    assert db["prompts"].count == 1
