@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shlex
 import signal
 import subprocess
@@ -193,7 +194,9 @@ def create_run(db, stage: str, settings: dict[str, Any] | None = None, project: 
             [project_id, stage, name, json.dumps(config, sort_keys=True), user_id],
         )
         run_id = cursor.lastrowid
-        output_dir = Path(runs_dir).resolve() / f"run-{run_id}"
+        # Not the id alone: a recreated database numbers its runs from 1 again, and its run 1 must never find
+        # (and resume from) an old run 1's checkpoints in the same folder.
+        output_dir = Path(runs_dir).resolve() / f"run-{run_id}-{secrets.token_hex(4)}"
         db.conn.execute(
             "UPDATE runs SET output_dir = ?, log_path = ?, name = ? WHERE id = ?",
             [str(output_dir), str(output_dir / "worker.log"), name or f"{stage}-run{run_id}", run_id],

@@ -218,3 +218,18 @@ def test_eta_from_average_pace():
     # 5 steps in 10 s -> 2 s/step; 15 steps left -> 30 s.
     assert run.eta_seconds(now) == pytest.approx(30.0)
     assert run.fraction == pytest.approx(0.25)
+
+
+def test_a_recreated_database_never_reuses_an_old_run_folder(tmp_path):
+    # Issue 10 item 8: run folders were named by id only, so a new database's run 1 continued the old run 1's
+    # checkpoints. Two databases' first runs in one runs folder get different folders.
+    from storage import open_db
+
+    firsts = []
+    for name in ("old.db", "new.db"):
+        db = open_db(str(tmp_path / name))
+        run = jobs.create_run(db, "sft", {"steps": 1}, runs_dir=tmp_path / "runs", start=False)
+        assert run.id == 1 and Path(run.output_dir).name.startswith("run-1-")
+        firsts.append(run.output_dir)
+        db.conn.close()
+    assert firsts[0] != firsts[1]

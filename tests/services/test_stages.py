@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -76,7 +77,7 @@ def test_sft_stage_with_lora_registers_an_adapter(db, tmp_path, tiny_model_dir):
     run = _run_in_process(db, "sft", {"model": str(tiny_model_dir), "steps": 2, "lora": "true",
                                       "per_device_train_batch_size": 2, "max_length": 64}, tmp_path)
     _check_lineage(db, run, str(tiny_model_dir), "adapter", "sft", "loss")
-    assert (tmp_path / "runs" / f"run-{run.id}" / "model" / "adapter_config.json").exists()
+    assert (Path(run.output_dir) / "model" / "adapter_config.json").exists()
 
 
 def test_dpo_stage_registers_with_lineage(db, tmp_path, tiny_model_dir):
@@ -95,7 +96,7 @@ def test_ppo_with_function_reward_logs_samples_and_checkpoints(db, tmp_path, tin
     assert set(jobs.metric_names(db, run.id)) >= {"objective/kl", "env/reward_mean", "ppo/mean_scores"}
     samples = jobs.samples(db, run.id)
     assert [s["step"] for s in samples] == [2, 1]  # one per step, newest first
-    root = tmp_path / "runs" / f"run-{run.id}" / "checkpoints"
+    root = Path(run.output_dir) / "checkpoints"
     assert sorted(p.name for p in root.iterdir()) == ["checkpoint-1", "checkpoint-2"]
     assert json.loads((root / "checkpoint-2" / "job_state.json").read_text())["position"] == 4
 
@@ -109,7 +110,7 @@ def test_ppo_with_lora_and_rloo_saves_a_full_model_and_samples_groups(db, tmp_pa
                                       "advantage_estimator": "rloo", "answers_per_prompt": 2, "checkpoint_every": 0,
                                       "samples_per_step": 4}, tmp_path)
     _check_lineage(db, run, str(tiny_model_dir), "policy", "prompts", "ppo/loss/total")
-    final = tmp_path / "runs" / f"run-{run.id}" / "model"
+    final = Path(run.output_dir) / "model"
     assert not (final / "adapter_config.json").exists()  # the adapter is merged into a full model
     merged = AutoModelForCausalLM.from_pretrained(final)
     assert not any("lora" in name for name, _ in merged.named_parameters())
