@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import os
 import sqlite3
+import tempfile
 from pathlib import Path
 from typing import Iterator
 
@@ -161,14 +163,27 @@ _apply_migrations = migrate
 
 
 def backup(db: sqlite_utils.Database, out: str | Path) -> Path:
-    """A consistent copy of a live database through SQLite's backup API (never a file copy)."""
+    """A consistent copy of a live database through SQLite's backup API (never a file copy).
+
+    Written to a temporary file beside `out` (mode 0600: a backup holds password hashes), then renamed over
+    it, so an existing backup is replaced only by a complete one: a failed or interrupted backup leaves the
+    old one as it was.
+    """
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    if out.exists():
-        out.unlink()
-    target = sqlite3.connect(str(out))
+    handle, temporary = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    os.close(handle)
     try:
-        db.conn.backup(target)
-    finally:
-        target.close()
+        os.chmod(temporary, 0o600)
+        target = sqlite3.connect(temporary)
+        try:
+            db.conn.backup(target)
+        finally:
+            target.close()
+        os.replace(temporary, out)
+    except BaseException:
+        for leftover in (temporary, f"{temporary}-wal", f"{temporary}-shm", f"{temporary}-journal"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(leftover)
+        raise
     return out

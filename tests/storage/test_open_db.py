@@ -63,3 +63,39 @@ def test_bad_files_are_storage_errors_naming_the_file(tmp_path):
     under_a_file.write_text("x")
     with pytest.raises(StorageError, match="cannot create the database's folder"):
         open_db(under_a_file / "studio.db")
+
+
+def test_backup_replaces_the_old_one_only_when_complete_and_is_private(tmp_path, monkeypatch):
+    # Issue 10 item 8: backups deleted the old file before writing the new one, and were world-readable.
+    import contextlib
+    import sqlite3 as sqlite
+
+    from storage import open_db
+    from storage.db import backup
+
+    db = open_db(str(tmp_path / "live.db"))
+    db.execute("INSERT INTO projects (name) VALUES ('first')")
+    out = tmp_path / "backups" / "studio.db"
+    backup(db, out)
+    assert out.stat().st_mode & 0o777 == 0o600
+    db.execute("INSERT INTO projects (name) VALUES ('second')")
+
+    class Failing:  # a database whose backup API fails half-way (disk full, interrupted)
+        conn = None
+
+        def backup(self, target):
+            target.execute("CREATE TABLE partial (x)")  # something was written to the temporary file
+            raise sqlite.OperationalError("database or disk is full")
+
+    failing = Failing()
+    failing.conn = failing
+    with pytest.raises(sqlite.OperationalError, match="disk is full"):
+        backup(failing, out)
+    assert sorted(p.name for p in out.parent.iterdir()) == ["studio.db"]  # no temporary file left
+    with contextlib.closing(sqlite.connect(out)) as copy:
+        names = [row[0] for row in copy.execute("SELECT name FROM projects ORDER BY id")]
+    assert names == ["default", "first"]  # the old backup, intact
+    backup(db, out)
+    with contextlib.closing(sqlite.connect(out)) as copy:
+        names = [row[0] for row in copy.execute("SELECT name FROM projects ORDER BY id")]
+    assert names == ["default", "first", "second"] and out.stat().st_mode & 0o777 == 0o600
