@@ -711,6 +711,9 @@ def load_weights(model: AutoModelForCausalLMWithValueHead, directory: Path) -> N
         state = {}
         for f in files:
             state.update(load_file(str(f)))
+        # save_pretrained also writes the value head into the model file, in the layout TRL 0.11 reads
+        # (v_head.summary.*); it is loaded from its own file below.
+        state = {k: v for k, v in state.items() if not k.startswith("v_head.")}
         result = model.pretrained_model.load_state_dict(state, strict=False)
         # Tied weights (lm_head = embeddings) are saved once, so they may be "missing"; nothing may be extra.
         if result.unexpected_keys:
