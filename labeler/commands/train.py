@@ -50,10 +50,10 @@ def _follow(db, run_id: int, interval: float = 1.0) -> int:
                 values = frame[frame["step"] == step].set_index("name")["value"]
                 shown = [n for n in ("loss", "ppo/loss/total", "env/reward_mean", "objective/kl", "accuracy") if n in values]
                 latest = "  ".join(f"{n}={values[n]:.4g}" for n in shown)
-            line = f"{_describe(run)}  {latest}".rstrip()
-            if line != last:
-                print(line, flush=True)
-                last = line
+            # One line per step (or status change), not per poll: the ETA alone changes every second.
+            if (run.status, run.step) != last:
+                print(f"{_describe(run)}  {latest}".rstrip(), flush=True)
+                last = (run.status, run.step)
             if run.finished:
                 if run.status != "succeeded":
                     print(jobs.log_tail(run, 20), file=sys.stderr)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shlex
 import signal
@@ -31,6 +32,7 @@ from labeler.services.errors import InputError, PermissionDenied
 from storage import write_transaction
 
 STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # cursor moves and colours that progress bars write
 FINAL = ("succeeded", "failed", "cancelled")
 HEARTBEAT_SECONDS = 5.0
 # A running row whose worker has not written a heartbeat for this long is considered dead even if a process
@@ -536,8 +538,13 @@ def log_tail(run: Run, lines: int = 40) -> str:
             text = handle.read().decode("utf-8", errors="replace")
     except OSError:
         return ""
-    # Progress bars rewrite their line with \r: keep the last state of each line.
-    cleaned = [line.rsplit("\r", 1)[-1] for line in text.splitlines()]
+    # Progress bars rewrite their line with \r and move the cursor with ANSI escapes: keep the last state of
+    # each line, without the escapes, and drop a line repeated right after itself.
+    cleaned = []
+    for line in _ANSI_ESCAPE.sub("", text).rstrip("\n").split("\n"):  # not splitlines(): it splits at \r too
+        line = line.rstrip("\r").rsplit("\r", 1)[-1]
+        if not cleaned or line != cleaned[-1]:
+            cleaned.append(line)
     return "\n".join(cleaned[-lines:])
 
 

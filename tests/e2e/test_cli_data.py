@@ -125,3 +125,15 @@ def test_export_filter_flags_reach_the_options(capsys, tmp_path):
     assert code == 0 and json.loads(out.read_text()) == {"prompt": "p", "chosen": "a", "rejected": "b", "margin": 0.0}
     code, _, err = run(capsys, "export", "--db", db, "--out", str(out), "--min-annotators", "two")
     assert code == 2 and "field 'min_annotators'" in err
+
+
+def test_output_piped_into_a_reader_that_leaves_early_is_no_error(tmp_path):
+    # `rlhf-studio prompts list | head -1`: head exits after one line; the CLI must not print a BrokenPipeError
+    # traceback or fail.
+    db = str(tmp_path / "s.db")
+    assert main(["prompts", "import-shipped", "--db", db, "--create-db"]) == 0
+    script = (f"{sys.executable} -m labeler prompts list --db {db} --limit 135 | head -c 10 >/dev/null; "
+              "echo ${PIPESTATUS[0]}")
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "0", out.stderr
+    assert "Traceback" not in out.stderr and "BrokenPipe" not in out.stderr

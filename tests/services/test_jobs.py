@@ -233,3 +233,16 @@ def test_a_recreated_database_never_reuses_an_old_run_folder(tmp_path):
         firsts.append(run.output_dir)
         db.conn.close()
     assert firsts[0] != firsts[1]
+
+
+def test_log_tail_drops_progress_bar_escapes_and_repeats(db, tmp_path):
+    run = jobs.create_run(db, "sft", {**TOY, "steps": 1}, runs_dir=tmp_path / "runs", start=False)
+    Path(run.log_path).parent.mkdir(parents=True, exist_ok=True)
+    Path(run.log_path).write_text(
+        "start\n"
+        " 10%|#         | 1/10\r 50%|#####     | 5/10\r100%|##########| 10/10\n"  # tqdm rewriting its line
+        "\x1b[A\x1b[2Kloss 0.5\n"                                              # cursor up, clear line
+        "loss 0.5\n"
+        "done\n"
+    )
+    assert jobs.log_tail(jobs.get_run(db, run.id)) == "start\n100%|##########| 10/10\nloss 0.5\ndone"
