@@ -128,7 +128,7 @@ def _read_jsonl(path: Path, text: str) -> Iterator[tuple[Where, dict]]:
         try:
             record = json.loads(line)
         except json.JSONDecodeError as error:
-            raise where.error(f"invalid JSON ({error.msg} at column {error.colno})") from None
+            raise where.error(f"invalid JSON: {_json_problem(error)}") from None
         if not isinstance(record, dict):
             raise where.error(f"expected a JSON object, got {type(record).__name__}")
         yield where, record
@@ -139,7 +139,7 @@ def _read_json(path: Path, text: str) -> Iterator[tuple[Where, dict]]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as error:
-        raise InputError(f"invalid JSON ({error.msg} at column {error.colno})", file=str(path), line=error.lineno) from None
+        raise InputError(f"invalid JSON: {_json_problem(error)}", file=str(path), line=error.lineno) from None
     if not isinstance(data, list):
         raise InputError("expected a JSON array of objects (or use .jsonl, one object per line)", file=str(path))
     for number, record in enumerate(data, start=1):
@@ -250,3 +250,9 @@ def check_messages(where: Where, value, field: str) -> list[dict]:
         check_text(where, message["content"], f"{name}.content")
         messages.append({"role": message["role"], "content": message["content"]})
     return messages
+
+
+def _json_problem(error: json.JSONDecodeError) -> str:
+    """json's message with its column; some messages already end in "at" ("Unterminated string starting at")."""
+    message = error.msg[: -len(" at")] if error.msg.endswith(" at") else error.msg
+    return f"{message} at column {error.colno}"

@@ -202,3 +202,14 @@ def test_a_prompt_at_the_length_limit_is_accepted_one_over_is_not(db):
         add_prompts(db, ["fine", "b" * (MAX_TEXT_CHARS + 1)])
     assert "prompts row 2, field 'prompt'" in str(error.value)
     assert db["prompts"].count == 1
+
+
+def test_invalid_json_message_reads_as_english(db, tmp_path):
+    # json's "Unterminated string starting at" must not become "... starting at at column".
+    bad = tmp_path / "p.jsonl"
+    bad.write_text('{"prompt": "ok"}\n{"prompt": "never closed\n', encoding="utf-8")
+    with pytest.raises(InputError) as error:
+        import_prompts(db, bad)
+    message = str(error.value)
+    assert "line 2" in message and "Unterminated string starting at column 12" in message
+    assert "at at" not in message

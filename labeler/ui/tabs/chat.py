@@ -100,8 +100,8 @@ def build(ctx: UIContext) -> None:
             gr.Markdown("**Rate the last answer** (stored as a label for training)")
             score = gr.Radio(choices=[], label="Score", elem_id="chat-score")
             with gr.Row():
-                thumbs_up = gr.Button("👍", elem_id="chat-thumbs-up", min_width=60)
-                thumbs_down = gr.Button("👎", elem_id="chat-thumbs-down", min_width=60)
+                thumbs_up = gr.Button("👍 Good", elem_id="chat-thumbs-up", min_width=60)
+                thumbs_down = gr.Button("👎 Bad", elem_id="chat-thumbs-down", min_width=60)
                 rate = gr.Button("Rate", variant="secondary", elem_id="chat-rate")
             rate_status = gr.Markdown(elem_id="chat-rate-status")
         with gr.Column():
