@@ -103,3 +103,13 @@ def test_refresh_without_metrics_or_evaluation_sends_no_plot_data(train_app, db_
     out = _refresh(train_app, run_id, [], None, None)
     assert out[4] is None and out[9] is None
     assert len(out[10]) == 0 and "No held-out evaluation" in out[12]
+
+
+def test_preview_says_what_a_run_would_use_before_launch(train_app):
+    fn = next(fn for fn in train_app.fns.values() if fn.api_name == "train_preview")
+    data = {component: component.value for component in fn.inputs}  # the form as it first shows
+    out = fn.fn(data, request=gr.Request(username=ADMIN))
+    assert out.startswith("**This rm run will use** 0 ")  # no labels yet: the preview says so before a launch
+    assert "`default-encoder`" in out
+    with pytest.raises(gr.Error):
+        fn.fn(data, request=gr.Request(username="nobody"))  # admins only, as launching

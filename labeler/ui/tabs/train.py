@@ -205,6 +205,7 @@ def build(ctx: UIContext) -> None:
                               placeholder="warmup_steps=5\nweight_decay=0.01", elem_id="train-advanced")
     with gr.Row():
         launch = gr.Button("Launch run", variant="primary", elem_id="train-launch")
+        preview = gr.Button("What will this run use?", elem_id="train-preview")
         demo_button = gr.Button("Run the demo (RM + PPO on the embedded models)", elem_id="train-demo")
     notice = gr.Markdown(elem_id="train-notice")
 
@@ -273,19 +274,32 @@ def build(ctx: UIContext) -> None:
         return (gr.update(value="default-encoder" if name == "rm" else "default"), gr.update(visible=name == "ppo"),
                 *[gr.update(visible=name == s) for s in train_configs.STAGES])
 
+    def form_settings(data: dict) -> tuple[str, dict]:
+        """(stage, settings) from the form. Inputs given as a set arrive as one {component: value} dict (the form
+        has a variable number of fields)."""
+        stage_name = data[stage]
+        settings = collect_settings(stage_name, specs_by_stage, [data[w] for w in job_inputs + trainer_inputs],
+                                    data[advanced])
+        settings["model"] = data[model] or ""
+        if stage_name == "ppo":
+            settings["reward"] = data[reward]
+            settings["reward_model"] = data[reward_model] or ""
+        return stage_name, settings
+
+    @ui_errors
+    def do_preview(data: dict, request: gr.Request):
+        from labeler.services import run_preview
+
+        with ctx.connection() as db:
+            require_admin(db, request)
+            stage_name, settings = form_settings(data)
+            return run_preview.preview_run(db, project, stage_name, settings).markdown()
+
     @ui_errors
     def do_launch(data: dict, request: gr.Request):
-        # Inputs given as a set arrive as one {component: value} dict (the form has a variable number of fields).
-        stage_name, model_name, advanced_text = data[stage], data[model], data[advanced]
-        reward_name, reward_model_name = data[reward], data[reward_model]
-        values = [data[w] for w in job_inputs + trainer_inputs]
         with ctx.connection() as db:
             user = require_admin(db, request)
-            settings = collect_settings(stage_name, specs_by_stage, list(values), advanced_text)
-            settings["model"] = model_name or ""
-            if stage_name == "ppo":
-                settings["reward"] = reward_name
-                settings["reward_model"] = reward_model_name or ""
+            stage_name, settings = form_settings(data)
             created = jobs.create_run(db, stage_name, settings, project=project, username=user.username,
                                       runs_dir=ctx.settings.runs_dir, from_web=True)
             choices = run_choices(db, project)
@@ -403,6 +417,8 @@ def build(ctx: UIContext) -> None:
     stage.change(on_stage, stage, [model, ppo_group, *stage_groups.values()], api_name=False)
     launch.click(do_launch, {stage, model, reward, reward_model, advanced, *job_inputs, *trainer_inputs},
                  [notice, run], api_name="train_launch")
+    preview.click(do_preview, {stage, model, reward, reward_model, advanced, *job_inputs, *trainer_inputs}, notice,
+                  api_name="train_preview")
     timer.tick(refresh, refresh_inputs, refresh_outputs, api_name="train_refresh", show_progress="hidden")
     # A second refresh right after: when the series changed, the first one unmounts the chart (plot_value).
     run.input(refresh, refresh_inputs, refresh_outputs, api_name="train_select", show_progress="hidden").then(
