@@ -29,6 +29,15 @@ COMMAND_MODULES = [
 ]
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("rlhf-studio")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
+
+
 def common_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--db", default=DEFAULT_DB, help=f"SQLite database file (default: {DEFAULT_DB})")
@@ -45,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="rlhf-studio",
         description="Rate and rank model answers, export preference datasets, train (SFT, RM, DPO, PPO) and chat.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     common = common_parser()
     for module_name in COMMAND_MODULES:

@@ -153,7 +153,7 @@ def register(subparsers, common: argparse.ArgumentParser) -> None:
                     "worker process (one at a time by default) and registers its model when it succeeds.",
     )
     train.add_argument("stage", choices=train_configs.STAGES, help="sft, rm (reward model), dpo or ppo")
-    train.add_argument("--config", metavar="FILE.json", help="settings as a JSON object (flat, or {job, trainer})")
+    train.add_argument("--config", metavar="FILE", help="settings as a JSON or YAML (.yaml/.yml) file (flat, or {job, trainer})")
     train.add_argument("--set", action="append", metavar="KEY=VALUE", default=[],
                        help="one setting (repeatable), e.g. --set steps=50 --set learning_rate=1e-5")
     train.add_argument("--name", help="a name for the run (default: <stage>-run<id>)")

@@ -141,14 +141,26 @@ def split_settings(stage: str, values: dict[str, Any], source: str | None = None
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
-    """A JSON object of settings: flat {"key": value}, or {"job": {...}, "trainer": {...}} as stored on a run."""
+    """Settings from a JSON or YAML file (.yaml/.yml): flat {"key": value}, or {"job": {...}, "trainer": {...}} as
+    stored on a run."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise InputError(f"not valid JSON: {error.msg}", file=str(path), line=error.lineno) from None
+    text = path.read_text(encoding="utf-8")
+    if path.suffix.lower() in (".yaml", ".yml"):
+        import yaml
+
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as error:
+            mark = getattr(error, "problem_mark", None)
+            raise InputError(f"not valid YAML: {getattr(error, 'problem', error)}", file=str(path),
+                             line=mark.line + 1 if mark else None) from None
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise InputError(f"not valid JSON: {error.msg}", file=str(path), line=error.lineno) from None
     if not isinstance(data, dict):
-        raise InputError("expected a JSON object of settings", file=str(path))
+        raise InputError("expected a mapping of settings (key: value)", file=str(path))
     if set(data) <= {"job", "trainer"} and all(isinstance(v, dict) for v in data.values()):
         return {**data.get("job", {}), **data.get("trainer", {})}
     return data

@@ -71,8 +71,25 @@ def test_config_file_flat_or_stored(tmp_path):
     assert train_configs.read_config_file(flat) == train_configs.read_config_file(stored) == {"steps": 3, "learning_rate": 0.001}
     bad = tmp_path / "c.json"
     bad.write_text("[1, 2]")
-    with pytest.raises(InputError, match="JSON object"):
+    with pytest.raises(InputError, match="mapping of settings"):
         train_configs.read_config_file(bad)
+    # YAML reads the same way, and a broken one names its line.
+    yaml_file = tmp_path / "d.yaml"
+    yaml_file.write_text("job:\n  steps: 3\ntrainer:\n  learning_rate: 0.001\n")
+    assert train_configs.read_config_file(yaml_file) == {"steps": 3, "learning_rate": 0.001}
+    broken = tmp_path / "e.yml"
+    broken.write_text("steps: 3\nlearning_rate: [0.001\n")
+    with pytest.raises(InputError, match="not valid YAML") as error:
+        train_configs.read_config_file(broken)
+    assert error.value.file == str(broken) and error.value.line == 3
+
+
+def test_version_flag(capsys):
+    from labeler.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.startswith("rlhf-studio ")
 
 
 def test_widgets_match_kinds():
