@@ -15,6 +15,7 @@ from labeler.services.errors import InputError, PermissionDenied
 from storage import StorageError, creation
 
 DEFAULT_DB = "data/studio.db"
+DB_ENV = "RLHF_STUDIO_DB"
 # Commands that may create the database when --db names no file yet; every other one needs --create-db,
 # so a mistyped --db fails with one line instead of quietly filling a new, empty database.
 CREATING_COMMANDS = {"serve", "demo"}
@@ -40,7 +41,8 @@ def _version() -> str:
 
 def common_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--db", default=DEFAULT_DB, help=f"SQLite database file (default: {DEFAULT_DB})")
+    common.add_argument("--db", default=os.environ.get(DB_ENV, DEFAULT_DB),
+                        help=f"SQLite database file (default: ${DB_ENV} or {DEFAULT_DB})")
     common.add_argument("--project", default="default", help="project name (default: the default project)")
     common.add_argument(
         "--create-db", action="store_true",

@@ -7,6 +7,7 @@ answers is generated in the background so the Rate and Rank tabs have work withi
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import threading
 
@@ -36,8 +37,14 @@ def register(subparsers, common: argparse.ArgumentParser) -> None:
             "(the one-time password is printed here) and generates a first set of answers in the background."
         ),
     )
-    parser.add_argument("--host", default="127.0.0.1", help="interface to listen on (0.0.0.0: every interface)")
-    parser.add_argument("--port", type=int, default=7860, help="port to listen on (default: 7860)")
+    # Gradio's own environment variables give the defaults, as `python app.py` users of Gradio expect.
+    parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
+                        help="interface to listen on (0.0.0.0: every interface; default: $GRADIO_SERVER_NAME or 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
+                        help="port to listen on (default: $GRADIO_SERVER_PORT or 7860)")
+    parser.add_argument("--root-path", default=os.environ.get("GRADIO_ROOT_PATH", ""),
+                        help="the URL path the app is served under behind a reverse proxy, e.g. /studio "
+                             "(default: $GRADIO_ROOT_PATH or none)")
     parser.add_argument(
         "--model", default="default",
         help="model that writes answers: a registry name, 'default' (bundled SmolLM2-135M) or a safetensors folder",
@@ -120,6 +127,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"must be more than 0, got {args.session_days!r}", field="--session-days")
     if not args.allow_hub_downloads:
         go_offline()
+    # A private labelling tool sends no usage analytics to Gradio unless the user turns them on.
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     from labeler.ui.app import build_app, launch
     from labeler.ui.context import ServeSettings
 
@@ -127,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
     settings = ServeSettings(
         db_path=args.db, host=args.host, port=args.port, model=args.model, project=args.project,
         max_file_size=args.max_file_size, runs_dir=args.runs_dir, allowed_origins=tuple(args.allowed_origin),
-        session_max_age_s=args.session_days * 86400.0,
+        session_max_age_s=args.session_days * 86400.0, root_path=args.root_path,
     )
     url = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{args.port}/"
     print(f"\n    RLHF Studio: {url}", flush=True)

@@ -38,7 +38,7 @@ AUTH_MESSAGE = (
 
 
 def build_app(settings: ServeSettings) -> gr.Blocks:
-    with gr.Blocks(title="RLHF Studio") as app:
+    with gr.Blocks(title="RLHF Studio", analytics_enabled=False) as app:
         ctx = UIContext(settings, app=app)
         with gr.Row(equal_height=True):
             gr.Markdown("# RLHF Studio", elem_id="studio-title")
@@ -130,6 +130,7 @@ def launch_options(settings: ServeSettings) -> dict[str, Any]:
         "auth_message": AUTH_MESSAGE,
         "server_name": settings.host,
         "server_port": settings.port,
+        "root_path": settings.root_path or None,
         "max_file_size": settings.max_file_size,
         "css": CSS,
         # False: an unexpected exception reaches the browser as a bare "Error", not its message, which can

@@ -28,6 +28,7 @@ class ServeSettings:
     allowed_origins: tuple[str, ...] = ()
     session_max_age_s: float = SESSION_DAYS * 86400.0
     login_throttle: ThrottlePolicy = field(default_factory=ThrottlePolicy)
+    root_path: str = ""  # the URL path behind a reverse proxy ("/studio"); "" when served at the root
     extra: dict = field(default_factory=dict)
 
 

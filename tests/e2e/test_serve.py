@@ -92,3 +92,22 @@ def test_serve_first_start(tmp_path, tiny_model_dir):
     from labeler.commands.serve import prepare
 
     assert prepare(str(db_path), "default", str(tiny_model_dir)) == (None, False)
+
+
+def test_serving_conventions_from_the_environment(monkeypatch, tmp_path):
+    # Gradio's variables give serve's defaults, RLHF_STUDIO_DB every command's --db; flags still win.
+    from labeler.cli import build_parser
+    from labeler.ui.app import launch_options
+    from labeler.ui.context import ServeSettings
+
+    monkeypatch.setenv("GRADIO_SERVER_NAME", "0.0.0.0")
+    monkeypatch.setenv("GRADIO_SERVER_PORT", "7999")
+    monkeypatch.setenv("GRADIO_ROOT_PATH", "/studio")
+    monkeypatch.setenv("RLHF_STUDIO_DB", str(tmp_path / "env.db"))
+    args = build_parser().parse_args(["serve"])
+    assert (args.host, args.port, args.root_path, args.db) == ("0.0.0.0", 7999, "/studio", str(tmp_path / "env.db"))
+    assert build_parser().parse_args(["serve", "--port", "7001", "--db", "x.db"]).port == 7001
+    assert build_parser().parse_args(["prompts", "list"]).db == str(tmp_path / "env.db")
+    options = launch_options(ServeSettings(db_path=str(tmp_path / "env.db"), root_path="/studio"))
+    assert options["root_path"] == "/studio"
+    assert launch_options(ServeSettings(db_path=str(tmp_path / "env.db")))["root_path"] is None
