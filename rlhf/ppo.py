@@ -136,7 +136,15 @@ class PPOTrainer:
         self.config, self.tokenizer = config, tokenizer
         # bf16 is our own autocast (_autocast), not Accelerator(mixed_precision=...): accelerate's state is a
         # process-wide singleton, so a second trainer with another precision in the same process would fail.
-        self.accelerator = accelerator or Accelerator()
+        # log_with="wandb" logs through accelerate's tracker, as TRL 0.11 does; tensorboard goes through our own
+        # Tracker (log_dir). A missing tracker package fails here, naming it, not at the first log.
+        config.check_trackers()
+        self.uses_accelerate_tracker = config.log_with not in (None, "tensorboard")
+        self.accelerator = accelerator or Accelerator(log_with=config.log_with if self.uses_accelerate_tracker else None,
+                                                      **config.accelerator_kwargs)
+        if self.uses_accelerate_tracker:
+            self.accelerator.init_trackers(config.tracker_project_name, config=_plain_values(config),
+                                           init_kwargs=config.tracker_kwargs)
         if config.keep_freed_memory and self.accelerator.device.type == "cpu":
             keep_freed_memory()
         # Shuffling draws from this generator; sampling in generate() uses torch's global RNG (transformers
@@ -585,7 +593,10 @@ class PPOTrainer:
         for row, reward in zip(samples, rewards_t.tolist()):
             row["reward"] = reward
         # current_step was already advanced by step(): the stats belong to step number current_step.
-        self.tracker.log(self.current_step, {k: v for k, v in logs.items() if isinstance(v, (int, float))}, samples)
+        numbers = {k: v for k, v in logs.items() if isinstance(v, (int, float))}
+        self.tracker.log(self.current_step, numbers, samples)
+        if self.uses_accelerate_tracker:
+            self.accelerator.log(numbers, step=self.current_step)  # the main process only, inside accelerate
 
     # ---- checkpoint / resume ------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -685,6 +696,13 @@ def _prepare_reference(accelerator, ref_model):
         return engine
     evaluation_only = accelerator.distributed_type != DistributedType.FSDP
     return accelerator.prepare_model(ref_model, evaluation_mode=evaluation_only)
+
+
+def _plain_values(config: PPOConfig) -> dict:
+    """The config's numbers, strings and bools: what a tracker stores as the run's hyperparameters."""
+    from dataclasses import asdict
+
+    return {k: v for k, v in asdict(config).items() if isinstance(v, (int, float, str, bool))}
 
 
 def _adam(params: list, lr: float) -> torch.optim.Optimizer:

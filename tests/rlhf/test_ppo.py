@@ -1,3 +1,4 @@
+import importlib.util
 import json
 import types
 
@@ -380,3 +381,10 @@ def test_rloo_without_repeated_queries_compares_with_the_rest_of_the_batch():
     assert all(torch.isfinite(torch.tensor(v)) for v in stats.values())
     with pytest.raises(ValueError, match="advantage_estimator"):
         PPOConfig(advantage_estimator="grpo")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("wandb") is not None, reason="wandb installed: nothing is missing")
+def test_log_with_a_missing_tracker_fails_at_the_trainer_naming_the_package():
+    config = PPOConfig(batch_size=4, mini_batch_size=2, log_with="wandb")  # a config alone never fails
+    with pytest.raises(ImportError, match="wandb"):
+        PPOTrainer(config, small_vocab_model(), None, SMALL_TOKENIZER)
