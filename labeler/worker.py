@@ -13,15 +13,19 @@ the others with SIGTERM: the main process then marks the run failed (a user's ca
 from __future__ import annotations
 
 import argparse
+import importlib
+import json
 import os
 import signal
 import sys
 import threading
 import traceback
 from pathlib import Path
+from typing import Callable
 
 from labeler.services import jobs, train_configs
 from labeler.services.metrics_sink import MetricsSink
+from labeler.services.stages import RunResult, StageContext
 from storage import open_db
 
 
@@ -31,6 +35,38 @@ class Cancelled(BaseException):
 
 def _on_sigterm(signum, frame):
     raise Cancelled()
+
+
+# ---- the dispatch: which function trains a run's stage, and what is registered afterwards ----------------
+
+def runner_for(ctx: StageContext) -> Callable[[StageContext], RunResult]:
+    """The job's own runner (module:function, CLI only) or the built-in one of its stage."""
+    if ctx.job.runner:
+        module_name, _, function = ctx.job.runner.partition(":")
+        return getattr(importlib.import_module(module_name), function)
+    from labeler.services import stage_runners
+
+    return stage_runners.RUNNERS[ctx.stage]
+
+
+def run_stage(ctx: StageContext) -> RunResult:
+    ctx.output_dir.mkdir(parents=True, exist_ok=True)
+    return runner_for(ctx)(ctx)
+
+
+def register_result(db, ctx: StageContext, result: RunResult) -> dict:
+    """Register the trained model with its lineage: base model, run, config, final metrics, data snapshot."""
+    from labeler.services import models
+
+    row = db.execute("SELECT config_json FROM runs WHERE id = ?", [ctx.run_id]).fetchone()
+    name = ctx.job.output_name or f"{ctx.stage}-run{ctx.run_id}"
+    if db.execute("SELECT 1 FROM models WHERE name = ?", [name]).fetchone():
+        name = f"{name}-run{ctx.run_id}"  # a reused output name must not fail a finished training
+    metrics = {**ctx.sink.final_metrics(), **result.metrics}
+    return models.register_model(
+        db, name, result.path, result.kind, base_model=result.base_model, run_id=ctx.run_id,
+        config={"stage": ctx.stage, **json.loads(row[0])}, metrics=metrics, data_snapshot=result.data_snapshot,
+    )
 
 
 def _heartbeat(db_path: str, run_id: int, stop: threading.Event) -> None:
@@ -64,8 +100,6 @@ def rank() -> tuple[int, int]:
 
 def run_worker(db_path: str, run_id: int) -> str:
     """Execute one run; returns its final status."""
-    from labeler.services import stages
-
     process, world = rank()
     if process != 0:
         return _run_other_rank(db_path, run_id, process)
@@ -86,31 +120,31 @@ def run_worker(db_path: str, run_id: int) -> str:
         # OMP_NUM_THREADS=1 unless told otherwise (jobs.worker_command tells it).
         print(f"run {run_id}: stage {run.stage}, torch threads {torch.get_num_threads()}, config {run.config}",
               flush=True)
-        ctx = stages.StageContext(
+        ctx = StageContext(
             run_id=run_id, db_path=db_path, stage=run.stage, project=run.project,
             job=train_configs.load_job_config(run.config), trainer_settings=dict(run.config.get("trainer", {})),
             output_dir=Path(run.output_dir), sink=MetricsSink(db_path, run_id),
         )
-        result = stages.run_stage(ctx)
-        registered = stages.register_result(db, ctx, result)
+        result = run_stage(ctx)
+        registered = register_result(db, ctx, result)
         _evaluate(db, ctx, registered)
         # Only a running row turns into succeeded: a cancel that raced the last step keeps its status.
-        if jobs._finish(db, run_id, "succeeded"):
+        if jobs.finish(db, run_id, "succeeded"):
             status = "succeeded"
         print(f"run {run_id}: {jobs.get_run(db, run_id).status}; model at {result.path}", flush=True)
     except Cancelled:
         if world > 1:
             # A user's cancel marks the row before signalling (then this changes nothing); otherwise the
             # launcher is stopping the ranks because one of them failed.
-            jobs._finish(db, run_id, "failed", "stopped by SIGTERM: another training process failed (see the log)")
+            jobs.finish(db, run_id, "failed", "stopped by SIGTERM: another training process failed (see the log)")
         else:
-            jobs._finish(db, run_id, "cancelled", "cancelled (SIGTERM)")
+            jobs.finish(db, run_id, "cancelled", "cancelled (SIGTERM)")
         status = jobs.get_run(db, run_id).status
         print(f"run {run_id}: {status}", flush=True)
     except BaseException as error:  # noqa: BLE001 - every failure must reach the run's row
         traceback.print_exc()
         message = f"{type(error).__name__}: {error}".strip()
-        jobs._finish(db, run_id, "failed", message[-2000:])
+        jobs.finish(db, run_id, "failed", message[-2000:])
         status = "failed"
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -125,18 +159,16 @@ def run_worker(db_path: str, run_id: int) -> str:
 def _run_other_rank(db_path: str, run_id: int, process: int) -> str:
     """A rank other than the main process: train (the collectives need every rank) and write nothing. Its
     exit status reaches the launcher, which stops the other ranks when it is not 0."""
-    from labeler.services import stages
-
     run = jobs.get_run(open_db(db_path), run_id)
     if run.status != "running":
         return run.status
-    ctx = stages.StageContext(
+    ctx = StageContext(
         run_id=run_id, db_path=db_path, stage=run.stage, project=run.project,
         job=train_configs.load_job_config(run.config), trainer_settings=dict(run.config.get("trainer", {})),
         output_dir=Path(run.output_dir), sink=MetricsSink(db_path, run_id, writes=False),
     )
     try:
-        stages.run_stage(ctx)
+        run_stage(ctx)
     except BaseException:  # noqa: BLE001 - printed with the rank; the exit status fails the run
         print(f"run {run_id}: rank {process} failed", flush=True)
         traceback.print_exc()

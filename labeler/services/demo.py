@@ -293,7 +293,7 @@ def run_demo(db_path: str, settings: DemoSettings = DemoSettings(), project: str
 
 def _run(db, settings: DemoSettings, project: str, log: Callable[[str], None]) -> DemoReport:
     from labeler.services import evaluation, generation, models, prompts, train_configs
-    from labeler.services.stage_runners import resolve_model
+    from labeler.services.models import resolve as resolve_model
     from rlhf.configs import GenerationSettings
     from rlhf.reward import RewardScorer
 

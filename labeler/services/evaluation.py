@@ -119,7 +119,7 @@ def reward_function(db: sqlite_utils.Database, spec: str) -> RewardFunction:
         return answer_vader
     if spec.startswith("rm:"):
         from labeler.services import models
-        from labeler.services.stage_runners import resolve_model
+        from labeler.services.models import resolve as resolve_model
         from rlhf.reward import RewardScorer
 
         name = spec[3:].strip()
@@ -169,7 +169,7 @@ def kl_base(db: sqlite_utils.Database, name: str) -> str:
 def _load_policy(db: sqlite_utils.Database, name: str):
     """(model, tokenizer) in eval mode; a LoRA adapter is merged into its base (plain transformers model, faster
     sampling). An unknown name or a folder without weights is an InputError naming the model."""
-    from labeler.services.stage_runners import resolve_model
+    from labeler.services.models import resolve as resolve_model
     from rlhf.loading import SHORT_NAMES, load_causal_lm, load_tokenizer
 
     registered = _registered(db, name)

@@ -327,7 +327,7 @@ def start_queued(db, max_concurrent: int | None = None) -> list[int]:
         try:
             pid = _spawn(get_run(db, run_id), command)
         except OSError as error:
-            _finish(db, run_id, "failed", f"could not start the worker: {error}")
+            finish(db, run_id, "failed", f"could not start the worker: {error}")
             continue
         with write_transaction(db):
             db.conn.execute("UPDATE runs SET pid = ? WHERE id = ? AND status = 'running'", [pid, run_id])
@@ -375,7 +375,7 @@ def pid_alive(pid: int | None) -> bool:
         return True
 
 
-def _finish(db, run_id: int, status: str, error: str = "", only_if: str = "running") -> bool:
+def finish(db, run_id: int, status: str, error: str = "", only_if: str = "running") -> bool:
     with write_transaction(db):
         cursor = db.conn.execute(
             f"UPDATE runs SET status = ?, error = ?, ended_at = ? WHERE id = ? AND status = ?",
@@ -398,7 +398,7 @@ def poll(db, max_concurrent: int | None = None, now: datetime | None = None) -> 
             gone = not pid_alive(run.pid) or silent
         if gone:
             reason = "no heartbeat" if run.pid and pid_alive(run.pid) else "the worker process is gone"
-            if _finish(db, run.id, "failed", f"{reason} (pid {run.pid}); see {run.log_path}"):
+            if finish(db, run.id, "failed", f"{reason} (pid {run.pid}); see {run.log_path}"):
                 dead.append(run.id)
     start_queued(db, max_concurrent)
     return dead
@@ -424,7 +424,7 @@ def cancel_run(db, run_id: int, grace_seconds: float = 10.0, max_concurrent: int
     if run.finished:
         raise InputError(f"run {run_id} already {run.status}", field="run_id")
     # Mark first: the worker, seeing SIGTERM, then leaves the status alone.
-    _finish(db, run_id, "cancelled", "cancelled by user", only_if=run.status)
+    finish(db, run_id, "cancelled", "cancelled by user", only_if=run.status)
     if run.status == "running" and run.pid:
         _terminate_group(run.pid, grace_seconds)
     start_queued(db, max_concurrent)

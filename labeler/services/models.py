@@ -16,7 +16,7 @@ from typing import Any
 import sqlite_utils
 
 from labeler.services.errors import InputError
-from rlhf.loading import DEFAULT_POLICY, resolve_model_path
+from rlhf.loading import DEFAULT_POLICY, SHORT_NAMES, resolve_model_path
 from storage import write_transaction
 
 KINDS = ("base", "policy", "reward", "adapter")
@@ -229,11 +229,23 @@ def get_model(db: sqlite_utils.Database, name: str) -> dict:
 
 
 def resolve(db: sqlite_utils.Database, name: str) -> str:
-    """What the loaders open for `name`: a registry name, 'default', a local folder or a hub id."""
+    """What the loaders open for `name`: a registry name, a short name ('default', 'default-encoder'), a local
+    folder or a hub id. The one resolver of the training stages, evaluation, the demo and the CLI."""
     name = str(name).strip()
     if name == DEFAULT_POLICY:
         _ensure_default(db)
+    if name in SHORT_NAMES:
+        return resolve_model_path(name)
     row = db.execute("SELECT path FROM models WHERE name = ?", [name]).fetchone()
     if row is not None:
         return resolve_model_path(row["path"])
     return resolve_model_path(_check_path(name, field="model"))
+
+
+def newest(db: sqlite_utils.Database, kind: str) -> str:
+    """The name of the most recently registered model of `kind` (e.g. the reward model PPO uses by default)."""
+    row = db.execute("SELECT name FROM models WHERE kind = ? ORDER BY id DESC LIMIT 1", [kind]).fetchone()
+    if row is None:
+        hint = "train one (stage rm) or set reward_model" if kind == "reward" else "register one (models add)"
+        raise InputError(f"no {kind} model registered: {hint}", field="reward_model" if kind == "reward" else "model")
+    return row[0]

@@ -13,7 +13,7 @@ Scorer = Callable[[list, list], list]
 
 
 def load_scorer(db, name: str) -> Scorer:
-    from labeler.services.stage_runners import resolve_model
+    from labeler.services.models import resolve as resolve_model
     from rlhf.reward import RewardScorer
 
     return RewardScorer(resolve_model(db, name)).score

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from labeler import forms
-from labeler.services import checkpoints
+from labeler.services import checkpoints, models
 from labeler.services.errors import InputError
 from labeler.services.stages import RunResult, StageContext, data_snapshot
 
@@ -20,16 +21,6 @@ JOB_STATE_FILE = "job_state.json"
 
 
 # ---- shared pieces -----------------------------------------------------------------------------------
-
-def resolve_model(db, name: str) -> str:
-    """A registry name, a short name ('default', 'default-encoder'), a folder or a hub id -> loadable path."""
-    from labeler.services import models
-    from rlhf.loading import SHORT_NAMES, resolve_model_path
-
-    if name in SHORT_NAMES:
-        return resolve_model_path(name)
-    return models.resolve(db, name)
-
 
 def export_options(ctx: StageContext, **overrides):
     from labeler.services.export import ExportOptions
@@ -119,7 +110,7 @@ def _train_stage(ctx: StageContext, db, stage: str, rows: list[dict], trainer_cl
     from rlhf.loading import load_tokenizer
 
     base = ctx.job.base_model(stage)
-    path = resolve_model(db, base)
+    path = models.resolve(db, base)
     train, test = split_rows(rows, ctx.job.test_size, ctx.job.seed)
     trainer = trainer_cls(path, args=_trainer_args(ctx, config_cls), train_dataset=train, eval_dataset=test,
                           processing_class=load_tokenizer(path, padding_side="right"),
@@ -171,13 +162,6 @@ def run_dpo(ctx: StageContext) -> RunResult:
 
 # ---- PPO ------------------------------------------------------------------------------------------------
 
-def newest_reward_model(db) -> str:
-    row = db.execute("SELECT name FROM models WHERE kind = 'reward' ORDER BY id DESC LIMIT 1").fetchone()
-    if row is None:
-        raise InputError("no reward model registered: train one (stage rm) or set reward_model", field="reward_model")
-    return row[0]
-
-
 def human_queue(ctx: StageContext):
     """The run's rating queue when the job's rewards come from people (human, mix), else None."""
     from labeler.services.human_reward import HumanRewardQueue
@@ -198,7 +182,7 @@ def reward_source(ctx: StageContext, db, queue=None):
         return FunctionReward.from_spec(job.reward_function)
 
     def rm():
-        path = resolve_model(db, job.reward_model or newest_reward_model(db))
+        path = models.resolve(db, job.reward_model or models.newest(db, "reward"))
         return RewardModelReward.from_pretrained(path, job.subtract_query_score)
 
     if job.reward == "rm":
@@ -223,6 +207,18 @@ def ppo_prompts(db, project: str, seed: int) -> list[str]:
     return prompts
 
 
+@dataclass
+class Rollout:
+    """One sampled answer on its way to a PPO step."""
+
+    query: Any  # prompt token ids (1-D tensor)
+    response: Any  # answer token ids (1-D tensor), up to and including EOS
+    prompt: str
+    answer: str
+    behaviour_logprobs: Any = None  # overlap only: the answer's log-probs under the policy that sampled it
+    score: float | None = None  # None: no reward (nobody rated it in time), dropped before the step
+
+
 def run_ppo(ctx: StageContext) -> RunResult:
     import torch
 
@@ -238,7 +234,7 @@ def run_ppo(ctx: StageContext) -> RunResult:
     if not prompts:
         raise InputError("the project has no prompts: import some first", field="data")
     base = job.base_model("ppo")
-    path = resolve_model(db, base)
+    path = models.resolve(db, base)
     tokenizer = load_tokenizer(path, padding_side="left")
     config = forms.build_config(PPOConfig, {"seed": job.seed, "bf16": job.bf16, **ctx.trainer_settings})
     model = AutoModelForCausalLMWithValueHead.from_pretrained(path, peft_config=peft_config(ctx, "CAUSAL_LM"),
@@ -261,8 +257,8 @@ def run_ppo(ctx: StageContext) -> RunResult:
     ctx.sink.progress(trainer.current_step, job.steps)
     generation = {"max_new_tokens": job.max_new_tokens, "do_sample": True, "top_k": 0, "top_p": 1.0}
 
-    def rollout_batch() -> list[tuple]:
-        """The next batch_size prompts' rollouts as (query, response, text, answer, behaviour log-probs)."""
+    def rollout_batch() -> list[Rollout]:
+        """The next batch: answers_per_prompt answers to each of the next prompts, batch_size in all."""
         nonlocal position
         # answers_per_prompt answers to each prompt (RLOO's groups), batch_size answers in all.
         n_prompts = config.batch_size // job.answers_per_prompt
@@ -271,18 +267,18 @@ def run_ppo(ctx: StageContext) -> RunResult:
         queries = [build_prompt_ids(tokenizer, text) for text in texts]
         responses = trainer.generate(queries, return_prompt=False, batch_size=config.batch_size, **generation)
         answers = tokenizer.batch_decode(responses, skip_special_tokens=True)
-        logprobs: list = [None] * len(responses)
+        rollouts = [Rollout(q, r, t, a) for q, r, t, a in zip(queries, responses, texts, answers)]
         if overlap:
-            kept = [i for i, r in enumerate(responses) if len(r) > 0]  # empty ones are dropped before step
+            kept = [r for r in rollouts if len(r.response) > 0]  # empty ones are dropped before step
             if kept:
-                computed = trainer.behaviour_logprobs([queries[i] for i in kept], [responses[i] for i in kept])
-                for i, lp in zip(kept, computed):
-                    logprobs[i] = lp
+                computed = trainer.behaviour_logprobs([r.query for r in kept], [r.response for r in kept])
+                for rollout, logprobs in zip(kept, computed):
+                    rollout.behaviour_logprobs = logprobs
             queue.request_ahead(texts, answers)
-        return list(zip(queries, responses, texts, answers, logprobs))
+        return rollouts
 
-    ahead: list[tuple] = []  # overlap: the next batch, generated and already in the rating queue
-    buffer: list[tuple] = []  # (query, response, text, answer, behaviour log-probs, score)
+    ahead: list[Rollout] = []  # overlap: the next batch, generated and already in the rating queue
+    buffer: list[Rollout] = []  # scored rollouts waiting for a full batch
     try:
         while trainer.current_step < job.steps:
             # Rollouts whose reward is None (nobody rated them in time, policy "skip") are dropped; rated ones
@@ -291,18 +287,20 @@ def run_ppo(ctx: StageContext) -> RunResult:
                 rollouts, ahead = ahead or rollout_batch(), []
                 if overlap and trainer.current_step + 1 < job.steps and not ctx.should_stop():
                     ahead = rollout_batch()  # at most one batch ahead
-                scores = reward([r[2] for r in rollouts], [r[3] for r in rollouts])
-                buffer += [(*r, s) for r, s in zip(rollouts, scores) if s is not None and len(r[1]) > 0]
+                scores = reward([r.prompt for r in rollouts], [r.answer for r in rollouts])
+                for rollout, score in zip(rollouts, scores):
+                    rollout.score = score
+                buffer += [r for r in rollouts if r.score is not None and len(r.response) > 0]
                 if ctx.should_stop():
                     break
             if len(buffer) < config.batch_size:
                 break
             batch, buffer = buffer[: config.batch_size], buffer[config.batch_size:]
-            score_tensors = [torch.tensor(float(b[5])) for b in batch]
-            stats = trainer.step([b[0] for b in batch], [b[1] for b in batch], score_tensors,
-                                 old_logprobs=[b[4] for b in batch] if overlap else None)
-            stats.update(getattr(reward, "last_stats", {}))
-            trainer.log_stats(stats, {"query": [b[2] for b in batch], "response": [b[3] for b in batch]},
+            score_tensors = [torch.tensor(float(r.score)) for r in batch]
+            stats = trainer.step([r.query for r in batch], [r.response for r in batch], score_tensors,
+                                 old_logprobs=[r.behaviour_logprobs for r in batch] if overlap else None)
+            stats.update(reward.last_stats)
+            trainer.log_stats(stats, {"query": [r.prompt for r in batch], "response": [r.answer for r in batch]},
                               score_tensors)
             ctx.sink.progress(trainer.current_step, job.steps)
             if job.checkpoint_every and trainer.current_step % job.checkpoint_every == 0:

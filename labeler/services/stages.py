@@ -7,7 +7,6 @@ instead, which is how tests inject a tiny job and how a user plugs in a custom o
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,32 +67,3 @@ def data_snapshot(kind: str, row_ids: list) -> str:
     labels get the same snapshot and any label added or removed changes it."""
     canonical = json.dumps(sorted(json.dumps(r, sort_keys=True, default=str) for r in row_ids))
     return f"{kind}:{len(row_ids)}:{hashlib.sha256(canonical.encode('utf-8')).hexdigest()[:16]}"
-
-
-def runner_for(ctx: StageContext) -> Callable[[StageContext], RunResult]:
-    if ctx.job.runner:
-        module_name, _, function = ctx.job.runner.partition(":")
-        return getattr(importlib.import_module(module_name), function)
-    from labeler.services import stage_runners
-
-    return stage_runners.RUNNERS[ctx.stage]
-
-
-def run_stage(ctx: StageContext) -> RunResult:
-    ctx.output_dir.mkdir(parents=True, exist_ok=True)
-    return runner_for(ctx)(ctx)
-
-
-def register_result(db, ctx: StageContext, result: RunResult) -> dict:
-    """Register the trained model with its lineage: base model, run, config, final metrics, data snapshot."""
-    from labeler.services import models
-
-    row = db.execute("SELECT config_json FROM runs WHERE id = ?", [ctx.run_id]).fetchone()
-    name = ctx.job.output_name or f"{ctx.stage}-run{ctx.run_id}"
-    if db.execute("SELECT 1 FROM models WHERE name = ?", [name]).fetchone():
-        name = f"{name}-run{ctx.run_id}"  # a reused output name must not fail a finished training
-    metrics = {**ctx.sink.final_metrics(), **result.metrics}
-    return models.register_model(
-        db, name, result.path, result.kind, base_model=result.base_model, run_id=ctx.run_id,
-        config={"stage": ctx.stage, **json.loads(row[0])}, metrics=metrics, data_snapshot=result.data_snapshot,
-    )
