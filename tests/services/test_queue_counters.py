@@ -73,6 +73,7 @@ def test_counters_match_a_recount_after_random_operations(db):
         add_prompt(db, f"prompt {k}", 3)
     labeling.create_items(db, P, ranking_size=3)
     assert_counters_match(db)
+    statuses_seen: set[str] = set()
     for step in range(400):
         username, kind = rng.choice(USERS), rng.choice(labeling.KINDS)
         roll = rng.random()
@@ -118,9 +119,11 @@ def test_counters_match_a_recount_after_random_operations(db):
         except (InputError, PermissionDenied):
             pass  # refused operations (undo with nothing to undo, ...) must leave the counters right too
         assert_counters_match(db)
+        statuses_seen |= {r[0] for r in db.execute("SELECT DISTINCT status FROM assignments")}
     # The sequence did real work: labels of both kinds, skips and reservations are in the tables.
     assert db["ratings"].count > 20 and db["rankings"].count > 5
-    assert {r[0] for r in db.execute("SELECT DISTINCT status FROM assignments")} == {"pending", "done", "skipped"}
+    # (seen along the way: the arena votes pick items with SQLite's unseeded RANDOM(), so the end state varies)
+    assert statuses_seen == {"pending", "done", "skipped"}
 
 
 def test_remaining_counts_others_fresh_reservations_and_not_stale_ones(db):
