@@ -150,7 +150,9 @@ def _read_json(path: Path, text: str) -> Iterator[tuple[Where, dict]]:
 
 
 def _read_csv(path: Path, text: str, delimiter: str) -> Iterator[tuple[Where, dict]]:
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+    # strict: an unclosed quote is an error at the line it opens, not a prompt that silently swallows the rest
+    # of the file (the lenient reader stored '"never closed' plus every later line as one prompt).
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
     try:
         header = next(reader)
     except StopIteration:

@@ -143,8 +143,13 @@ def split_settings(stage: str, values: dict[str, Any], source: str | None = None
 def read_config_file(path: str | Path) -> dict[str, Any]:
     """Settings from a JSON or YAML file (.yaml/.yml): flat {"key": value}, or {"job": {...}, "trainer": {...}} as
     stored on a run."""
+    from labeler.services.readers import decode_text
+
     path = Path(path)
-    text = path.read_text(encoding="utf-8")
+    if not path.is_file():
+        raise InputError("config file not found" if not path.exists() else "is a folder, not a config file",
+                         file=str(path))
+    text = decode_text(path)  # strict UTF-8, NUL bytes refused: errors name the line, never a traceback
     if path.suffix.lower() in (".yaml", ".yml"):
         import yaml
 
