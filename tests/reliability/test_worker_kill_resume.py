@@ -1,0 +1,97 @@
+"""A real training run (PPO on the tiny Llama, the shipped function reward) whose worker is SIGKILLed mid-run:
+the run ends failed, the database stays consistent, and `runs resume` finishes it from the newest complete
+checkpoint with exactly one metrics point per step and name.
+
+The worker is a real process started by jobs.create_run (no accelerate wrapper, to keep it short); the kill is
+of its whole process group, as the OOM killer or `kill -9` would do it.
+"""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from labeler.cli import main
+from labeler.services import checkpoints, jobs
+
+pytestmark = pytest.mark.reliability
+
+STEPS = 14
+EVERY = 3
+
+
+def _wait_until(condition, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def _consistent(db) -> None:
+    assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert db.execute("PRAGMA foreign_key_check").fetchall() == []
+
+
+def test_sigkilled_worker_fails_then_resumes_from_its_last_checkpoint(db, tmp_path, monkeypatch, tiny_model_dir,
+                                                                   capsys):
+    from labeler.services import prompts
+
+    monkeypatch.setenv(jobs.LAUNCHER_ENV, "python")
+    monkeypatch.delenv(checkpoints.SLEEP_ENV, raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    prompts.add_prompts(db, [f"Review {i}: this film was" for i in range(8)], source="test")
+    settings = {"model": str(tiny_model_dir), "steps": STEPS, "reward": "function", "batch_size": 4,
+                "answers_per_prompt": 2, "mini_batch_size": 2, "ppo_epochs": 1, "max_new_tokens": 8,
+                "checkpoint_every": EVERY, "samples_per_step": 1, "eval_samples": 0, "seed": 3}
+    run = jobs.create_run(db, "ppo", settings, runs_dir=tmp_path / "runs")
+    assert run.status == "running" and run.pid
+    root = Path(run.output_dir) / "checkpoints"
+
+    # Kill between two checkpoints, after at least one: the steps since the last checkpoint are lost work.
+    def mid_run():
+        step = jobs.get_run(db, run.id).step
+        return step if step > EVERY and step % EVERY and step < STEPS - 1 else None
+
+    killed_at = _wait_until(mid_run, 240, "a step between two checkpoints")
+    os.killpg(run.pid, signal.SIGKILL)
+    _wait_until(lambda: not jobs._group_alive(run.pid), 20, "the worker's process group to die")
+
+    # `runs list` notices the dead worker and marks the run failed, naming why.
+    capsys.readouterr()
+    assert main(["runs", "list", "--db", jobs.db_file(db)]) == 0
+    assert re.search(rf"^\s*{run.id}\s+ppo\s+failed", capsys.readouterr().out, re.M)
+    failed = jobs.get_run(db, run.id)
+    assert failed.status == "failed" and "worker process is gone" in failed.error and failed.ended_at
+    _consistent(db)
+    newest = checkpoints.latest_checkpoint(root)
+    assert newest is not None
+    resumed_from = checkpoints.checkpoint_step(newest)
+    assert 0 < resumed_from <= killed_at and resumed_from % EVERY == 0
+    # The killed worker logged metrics past its last checkpoint: those steps are done again, not doubled.
+    steps_logged = {r[0] for r in db.execute("SELECT DISTINCT step FROM metrics WHERE run_id = ?", [run.id])}
+    assert max(steps_logged) >= killed_at > resumed_from
+
+    capsys.readouterr()
+    assert main(["runs", "resume", str(run.id), "--db", jobs.db_file(db), "--wait"]) == 0, capsys.readouterr()
+    done = jobs.get_run(db, run.id)
+    assert done.status == "succeeded", (done.error, jobs.log_tail(done))
+    assert (done.step, done.total_steps) == (STEPS, STEPS)
+    assert f"resumed from {newest} at step {resumed_from}" in jobs.log_tail(done, 400)
+    _consistent(db)
+    # One point per step and metric, steps 1..STEPS, for every metric the run logs.
+    duplicates = db.execute("SELECT name, step, COUNT(*) FROM metrics WHERE run_id = ? GROUP BY name, step"
+                            " HAVING COUNT(*) > 1", [run.id]).fetchall()
+    assert duplicates == []
+    frame = jobs.metrics_frame(db, run.id, ["ppo/loss/total"])
+    assert frame["step"].tolist() == list(range(1, STEPS + 1))
+    assert [s["step"] for s in jobs.samples(db, run.id, limit=100)] == list(range(STEPS, 0, -1))
+    # The trained model is registered once, with the run as its lineage.
+    assert db.execute("SELECT COUNT(*) FROM models WHERE run_id = ?", [run.id]).fetchone()[0] == 1
+    assert not list(root.glob(".tmp-*"))
