@@ -365,3 +365,10 @@ MIGRATIONS.append(("responses server generated", [
     "ALTER TABLE responses ADD COLUMN server_generated INTEGER NOT NULL DEFAULT 0",
     "UPDATE responses SET server_generated = 1 WHERE source = 'arena'",
 ]))
+
+# Issue 14 item 11: guidelines per label kind; `guidelines` stays the rating text. A project's own text so far was
+# shown beside rankings too, so it is copied over; an empty one keeps each kind's default.
+MIGRATIONS.append(("projects ranking guidelines", [
+    "ALTER TABLE projects ADD COLUMN ranking_guidelines TEXT NOT NULL DEFAULT ''",
+    "UPDATE projects SET ranking_guidelines = guidelines",
+]))

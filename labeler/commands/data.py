@@ -192,7 +192,10 @@ def _register_projects(subparsers, common) -> None:
         create.add_argument(flag, type=int, default=default, help=f"{text} (default {default})")
         update.add_argument(flag, type=int, default=None, help=f"{text} (default: unchanged)")
     for parser in (create, update):
-        parser.add_argument("--guidelines", default=None, help="markdown file with the annotation guidelines")
+        parser.add_argument("--guidelines", default=None,
+                            help="markdown file with the annotation guidelines, for ratings and rankings alike")
+        parser.add_argument("--ranking-guidelines", default=None,
+                            help="markdown file with other guidelines for rankings (default: those of --guidelines)")
     create.set_defaults(func=run_projects_create)
     update.set_defaults(func=run_projects_set)
     listing = actions.add_parser(
@@ -220,7 +223,8 @@ def run_projects_create(args) -> int:
     from labeler.services.projects import create_project
 
     project = create_project(_open(args), args.name, likert_min=args.likert_min, likert_max=args.likert_max,
-                             overlap=args.overlap, guidelines=_guidelines(args.guidelines) or "")
+                             overlap=args.overlap, guidelines=_guidelines(args.guidelines) or "",
+                             ranking_guidelines=_guidelines(args.ranking_guidelines))
     print(f"created project {_describe(project)}")
     return 0
 
@@ -229,7 +233,8 @@ def run_projects_set(args) -> int:
     from labeler.services.projects import update_project
 
     project = update_project(_open(args), args.name, likert_min=args.likert_min, likert_max=args.likert_max,
-                             overlap=args.overlap, guidelines=_guidelines(args.guidelines))
+                             overlap=args.overlap, guidelines=_guidelines(args.guidelines),
+                             ranking_guidelines=_guidelines(args.ranking_guidelines or args.guidelines))
     print(f"updated project {_describe(project)}")
     return 0
 

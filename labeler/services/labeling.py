@@ -289,7 +289,7 @@ def _queue_item(db: sqlite_utils.Database, proj: Project, user_id: int, item_id:
         prompt=item["text"],
         prompt_id=item["prompt_id"],
         responses=responses,
-        guidelines=proj.guidelines,
+        guidelines=proj.guidelines_for(item["kind"]),
         likert_min=proj.likert_min,
         likert_max=proj.likert_max,
         run_id=item["run_id"],
@@ -545,35 +545,61 @@ def skip_item(db: sqlite_utils.Database, project: str, username: str, item_id: i
             raise PermissionDenied(f"item {item_id} is not assigned to '{username}'")
         if row["status"] == "done":
             raise InputError(f"item {item_id} is already labelled; undo it first", field="item_id")
-        db.execute("UPDATE assignments SET status = 'skipped' WHERE id = ?", [row["id"]])
+        if row["status"] != "skipped":
+            # assigned_at becomes the time of the skip, so undo_last can tell whether a skip or a label came last.
+            db.execute(f"UPDATE assignments SET status = 'skipped', assigned_at = {_NOW} WHERE id = ?", [row["id"]])
 
 
-def undo_last(db: sqlite_utils.Database, project: str, username: str, kind: Kind = "rating") -> int | None:
-    """Delete the user's latest label of this kind and put its item back at the head of their queue.
+@dataclass(frozen=True)
+class Undone:
+    item_id: int
+    action: Literal["label", "skip"]  # what was taken back: the user's latest label, or their latest skip
 
-    Returns the item id, or None when there is nothing to undo. Ids grow with each insert, so the
-    highest id is the latest label.
+
+def undo_last_action(db: sqlite_utils.Database, project: str, username: str, kind: Kind = "rating") -> Undone | None:
+    """Take back the user's latest action of this kind, a label or a skip, and put its item back at the head of
+    their queue (as Label Studio's and Argilla's "back" reopens a skipped record too).
+
+    Returns what was undone, or None when there is nothing to undo. The latest label is the highest id; the
+    latest skip the newest assigned_at of a skipped assignment (skip_item stamps it). A skip counts as the later
+    action only when strictly later than the label: both in the same millisecond, the label goes first.
     """
     _check_kind(kind)
     table, only_annotator = ("ratings", "") if kind == "rating" else ("rankings", "AND l.source = 'annotator'")
     with write_transaction(db):
         proj = get_project(db, project)
         user = require_user(db, username)
-        row = db.execute(
-            f"SELECT l.id, l.item_id FROM {table} l JOIN items i ON i.id = l.item_id"
+        label = db.execute(
+            f"SELECT l.id, l.item_id, l.created_at FROM {table} l JOIN items i ON i.id = l.item_id"
             f" WHERE l.user_id = ? AND i.project_id = ? AND i.kind = ? {only_annotator} ORDER BY l.id DESC LIMIT 1",
             [user.id, proj.id, kind],
         ).fetchone()
-        if row is None:
+        skip = db.execute(
+            "SELECT a.item_id, a.assigned_at FROM assignments a JOIN items i ON i.id = a.item_id"
+            " WHERE a.user_id = ? AND a.status = 'skipped' AND i.project_id = ? AND i.kind = ?"
+            " ORDER BY a.assigned_at DESC, a.id DESC LIMIT 1",
+            [user.id, proj.id, kind],
+        ).fetchone()
+        if skip is not None and (label is None or skip["assigned_at"] > label["created_at"]):
+            undone = Undone(skip["item_id"], "skip")
+        elif label is not None:
+            db.execute(f"DELETE FROM {table} WHERE id = ?", [label["id"]])
+            undone = Undone(label["item_id"], "label")
+        else:
             return None
-        db.execute(f"DELETE FROM {table} WHERE id = ?", [row["id"]])
         # Re-inserted rather than updated: the new, highest id makes it the user's newest pending
         # assignment, which next_item returns first (timestamps can tie within a millisecond).
-        db.execute("DELETE FROM assignments WHERE item_id = ? AND user_id = ?", [row["item_id"], user.id])
+        db.execute("DELETE FROM assignments WHERE item_id = ? AND user_id = ?", [undone.item_id, user.id])
         db.execute(
-            "INSERT INTO assignments (item_id, user_id, status) VALUES (?, ?, 'pending')", [row["item_id"], user.id]
+            "INSERT INTO assignments (item_id, user_id, status) VALUES (?, ?, 'pending')", [undone.item_id, user.id]
         )
-        return row["item_id"]
+        return undone
+
+
+def undo_last(db: sqlite_utils.Database, project: str, username: str, kind: Kind = "rating") -> int | None:
+    """undo_last_action's item id (None: nothing to undo)."""
+    undone = undo_last_action(db, project, username, kind)
+    return None if undone is None else undone.item_id
 
 
 def set_gold(db: sqlite_utils.Database, item_id: int, gold: dict | None) -> None:

@@ -1,6 +1,9 @@
 """Projects: a set of prompts with its own Likert scale, overlap and guidelines (Argilla's "dataset").
 
 Projects are addressed by name everywhere (CLI --project, UI settings); the id is storage detail.
+Guidelines are kept per label kind (`guidelines` for ratings, `ranking_guidelines` for rankings); an empty
+text means the kind's default (DEFAULT_GUIDELINES), and `Project.guidelines_for(kind)` is the one place that
+resolves it, for the Rate and Rank tabs and the Admin form alike.
 """
 from __future__ import annotations
 
@@ -12,7 +15,19 @@ from labeler.services.errors import InputError
 from storage import write_transaction
 
 # Columns that update_project may change; the name is the key and stays fixed.
-EDITABLE_FIELDS = ("likert_min", "likert_max", "overlap", "guidelines")
+EDITABLE_FIELDS = ("likert_min", "likert_max", "overlap", "guidelines", "ranking_guidelines")
+# What annotators read beside an item while the project has no text of its own for that kind.
+DEFAULT_GUIDELINES = {
+    "rating": (
+        "Read the prompt, then the answer. Score how good the answer is **as a reply to that prompt**: "
+        "helpful, correct, on topic, well written. Use the whole scale; skip what you cannot judge."
+    ),
+    "ranking": (
+        "Read the prompt, then every answer. Order the answers from **best to worst as replies to that prompt**: "
+        "helpful, correct, on topic, well written. Give two answers the same rank only when you truly cannot "
+        "choose between them; skip what you cannot judge."
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -22,7 +37,13 @@ class Project:
     likert_min: int
     likert_max: int
     overlap: int
-    guidelines: str
+    guidelines: str  # for ratings ("" = DEFAULT_GUIDELINES["rating"])
+    ranking_guidelines: str = ""  # for rankings ("" = DEFAULT_GUIDELINES["ranking"])
+
+    def guidelines_for(self, kind: str) -> str:
+        """The text annotators see beside an item of this kind: the project's own, else the kind's default."""
+        own = self.ranking_guidelines if kind == "ranking" else self.guidelines
+        return own if own.strip() else DEFAULT_GUIDELINES["ranking" if kind == "ranking" else "rating"]
 
     @property
     def midpoint(self) -> float:
@@ -37,12 +58,13 @@ def _from_row(row) -> Project:
         likert_max=row["likert_max"],
         overlap=row["overlap"],
         guidelines=row["guidelines"],
+        ranking_guidelines=row["ranking_guidelines"],
     )
 
 
 def _select(db: sqlite_utils.Database, name: str):
     return db.execute(
-        "SELECT id, name, likert_min, likert_max, overlap, guidelines FROM projects WHERE name = ?", [name]
+        "SELECT id, name, likert_min, likert_max, overlap, guidelines, ranking_guidelines FROM projects WHERE name = ?", [name]
     ).fetchone()
 
 
@@ -55,11 +77,13 @@ def get_project(db: sqlite_utils.Database, name: str = "default") -> Project:
 
 
 def list_projects(db: sqlite_utils.Database) -> list[Project]:
-    rows = db.execute("SELECT id, name, likert_min, likert_max, overlap, guidelines FROM projects ORDER BY id")
+    rows = db.execute("SELECT id, name, likert_min, likert_max, overlap, guidelines, ranking_guidelines FROM projects ORDER BY id")
     return [_from_row(row) for row in rows.fetchall()]
 
 
-def _validate(name: str, likert_min: int, likert_max: int, overlap: int, guidelines: str) -> None:
+def _validate(
+    name: str, likert_min: int, likert_max: int, overlap: int, guidelines: str, ranking_guidelines: str = ""
+) -> None:
     # Checked here as well as by the table's CHECKs so the user sees which field is wrong, not an IntegrityError.
     if not isinstance(name, str) or not name.strip():
         raise InputError("a project needs a non-empty name", field="name")
@@ -70,8 +94,9 @@ def _validate(name: str, likert_min: int, likert_max: int, overlap: int, guideli
         raise InputError(f"likert_max ({likert_max}) must be greater than likert_min ({likert_min})", field="likert_max")
     if overlap < 1:
         raise InputError(f"overlap must be at least 1 (annotators per item), got {overlap}", field="overlap")
-    if not isinstance(guidelines, str):
-        raise InputError("guidelines must be text (markdown)", field="guidelines")
+    for field, value in (("guidelines", guidelines), ("ranking_guidelines", ranking_guidelines)):
+        if not isinstance(value, str):
+            raise InputError("guidelines must be text (markdown)", field=field)
 
 
 def create_project(
@@ -81,25 +106,34 @@ def create_project(
     likert_max: int = 7,
     overlap: int = 1,
     guidelines: str = "",
+    ranking_guidelines: str | None = None,
 ) -> Project:
-    _validate(name, likert_min, likert_max, overlap, guidelines)
+    """A new project; `ranking_guidelines` None: the same text as `guidelines` for both kinds."""
+    ranking_guidelines = guidelines if ranking_guidelines is None else ranking_guidelines
+    _validate(name, likert_min, likert_max, overlap, guidelines, ranking_guidelines)
     name = name.strip()
     with write_transaction(db):
         if _select(db, name) is not None:
             raise InputError(f"project '{name}' already exists", field="name")
         db.execute(
-            "INSERT INTO projects (name, likert_min, likert_max, overlap, guidelines) VALUES (?, ?, ?, ?, ?)",
-            [name, likert_min, likert_max, overlap, guidelines],
+            "INSERT INTO projects (name, likert_min, likert_max, overlap, guidelines, ranking_guidelines)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            [name, likert_min, likert_max, overlap, guidelines, ranking_guidelines],
         )
     return get_project(db, name)
 
 
 def update_project(db: sqlite_utils.Database, name: str, **fields) -> Project:
-    """Change likert_min, likert_max, overlap and/or guidelines; fields left out keep their value."""
+    """Change likert_min, likert_max, overlap, guidelines and/or ranking_guidelines; fields left out (or None)
+    keep their value. A guidelines text equal to its kind's default is stored as "" (= follow the default)."""
     unknown = sorted(set(fields) - set(EDITABLE_FIELDS))
     if unknown:
         raise InputError(f"cannot change {', '.join(unknown)} (editable: {', '.join(EDITABLE_FIELDS)})", field=unknown[0])
     fields = {key: value for key, value in fields.items() if value is not None}
+    for key, kind in (("guidelines", "rating"), ("ranking_guidelines", "ranking")):
+        # The Admin form shows the default text in full; saving it unchanged must not freeze a copy of it.
+        if isinstance(fields.get(key), str) and fields[key].strip() == DEFAULT_GUIDELINES[kind].strip():
+            fields[key] = ""
     with write_transaction(db):
         current = get_project(db, name)
         merged = {key: fields.get(key, getattr(current, key)) for key in EDITABLE_FIELDS}

@@ -14,7 +14,8 @@ import gradio as gr
 from labeler.ui.context import ServeSettings, UIContext
 from labeler.ui.session import RequestGuard, SessionStore, make_auth
 
-# A tab module exposes TITLE and build(ctx) and is called inside its gr.Tab.
+# A tab module exposes TITLE and build(ctx) and is called inside its gr.Tab. build may return a hook that is
+# called with that gr.Tab once built, to wire the tab's own events (Rate and Rank reread guidelines on select).
 TAB_MODULES = [
     "labeler.ui.tabs.rate",
     "labeler.ui.tabs.rank",
@@ -58,7 +59,9 @@ def build_app(settings: ServeSettings) -> gr.Blocks:
                 # Admin tabs start hidden and are revealed on load for admins: Gradio 6.31 can show a
                 # hidden tab from an event but not hide a shown one.
                 with gr.Tab(module.TITLE, id=tab_id, visible=tab_id not in ADMIN_TABS) as tab:
-                    module.build(ctx)
+                    on_tab = module.build(ctx)
+                if callable(on_tab):
+                    on_tab(tab)
                 tabs[tab_id] = tab
 
         hidden = [tabs[name] for name in sorted(ADMIN_TABS & tabs.keys())]

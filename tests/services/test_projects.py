@@ -10,7 +10,8 @@ def test_default_project_exists_with_schema_defaults(db):
 
 def test_create_list_update(db):
     created = create_project(db, "imdb", likert_min=1, likert_max=5, overlap=2, guidelines="# Be kind")
-    assert created == Project(id=2, name="imdb", likert_min=1, likert_max=5, overlap=2, guidelines="# Be kind")
+    assert created == Project(id=2, name="imdb", likert_min=1, likert_max=5, overlap=2, guidelines="# Be kind",
+                              ranking_guidelines="# Be kind")  # one text for both kinds unless told otherwise
     assert [p.name for p in list_projects(db)] == ["default", "imdb"]
     updated = update_project(db, "imdb", overlap=3, guidelines="new")
     assert (updated.likert_min, updated.likert_max, updated.overlap, updated.guidelines) == (1, 5, 3, "new")

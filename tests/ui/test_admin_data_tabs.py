@@ -99,7 +99,7 @@ def test_arena_waits_for_a_second_model_that_an_admin_registers(fresh_app, db_pa
         assert call(fresh_app, "admin_register_model", "mine", "owner/hub-model", "", user=ADMIN) == tuple(
             gr.skip() for _ in outputs)
     result = call(fresh_app, "admin_register_model", "mine", str(tiny_model_dir), "default", user=ADMIN)
-    assert ["mine", "policy", "default"] == result[8][-1][:3] and result[-2:] == ("", "")
+    assert ["mine", "policy", "default"] == result[9][-1][:3] and result[-2:] == ("", "")
     assert query(db_path, "SELECT name, kind, base_model FROM models ORDER BY id") == [
         ("default", "base", None), ("mine", "policy", "default")]
     model_1, model_2, board, note, start = endpoint(fresh_app, "arena_load").fn(request=gr.Request(username=ADMIN))

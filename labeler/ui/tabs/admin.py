@@ -14,7 +14,6 @@ import gradio as gr
 
 from labeler.services.errors import InputError
 from labeler.ui.context import UIContext
-from labeler.ui.tabs.rate import DEFAULT_GUIDELINES
 from labeler.ui.session import quiet_on_load, require_admin
 from labeler.ui.soft_errors import keep_on_error
 
@@ -135,11 +134,18 @@ def build(ctx: UIContext) -> None:
             likert_min = gr.Number(precision=0, label="Lowest score", elem_id="admin-likert-min")
             likert_max = gr.Number(precision=0, label="Highest score")
             overlap = gr.Number(precision=0, minimum=1, label="Annotators per item (overlap)")
-        # Empty guidelines show Rate's default text to annotators: the placeholder shows the same text here.
-        guidelines = gr.Textbox(
-            label="Guidelines (Markdown, shown beside every item)", lines=8, placeholder=DEFAULT_GUIDELINES,
-            info="Empty: annotators see the default text shown greyed out here.", elem_id="admin-guidelines",
-        )
+        # The text annotators see, per label kind (projects.Project.guidelines_for): the default in full while
+        # the project has none of its own, so what is here is what Rate and Rank show.
+        with gr.Row():
+            guidelines = gr.Textbox(
+                label="Rating guidelines (Markdown, shown beside every item in Rate)", lines=8,
+                info="Empty, or left as the default text: annotators see the default.", elem_id="admin-guidelines",
+            )
+            ranking_guidelines = gr.Textbox(
+                label="Ranking guidelines (Markdown, shown beside every item in Rank)", lines=8,
+                info="Empty, or left as the default text: annotators see the default.",
+                elem_id="admin-ranking-guidelines",
+            )
         save_project = gr.Button("Save settings", variant="primary", elem_id="admin-save-project")
 
     with gr.Accordion("Quality", open=True):
@@ -171,7 +177,8 @@ def build(ctx: UIContext) -> None:
         backup_file = gr.File(label="Backup", interactive=False)
 
     refresh = gr.Button("Refresh", size="sm", elem_id="admin-refresh")
-    refresh_outputs = [users, who, likert_min, likert_max, overlap, guidelines, stats, agreement, models_table, model_base]
+    refresh_outputs = [users, who, likert_min, likert_max, overlap, guidelines, ranking_guidelines, stats, agreement,
+                       models_table, model_base]
 
     def snapshot(db) -> tuple:
         from labeler.services.projects import get_project
@@ -180,7 +187,8 @@ def build(ctx: UIContext) -> None:
         names = [row[0] for row in users_table(db)]
         return (
             users_table(db), gr.update(choices=names), project.likert_min, project.likert_max, project.overlap,
-            project.guidelines, stats_table(db, ctx.project), agreement_markdown(db, ctx.project),
+            project.guidelines_for("rating"), project.guidelines_for("ranking"),
+            stats_table(db, ctx.project), agreement_markdown(db, ctx.project),
             *models_outputs(db),
         )
 
@@ -239,7 +247,8 @@ def build(ctx: UIContext) -> None:
             return snapshot(db)
 
     @keep_on_error(len(refresh_outputs))
-    def admin_save_project(low, high, k, text, request: gr.Request):
+    def admin_save_project(low, high, k, text, ranking_text=None, request: gr.Request = None):
+        """ranking_text None (an API caller that sends the four older fields): the ranking guidelines stay."""
         from labeler.services import projects
 
         with ctx.connection() as db:
@@ -248,7 +257,8 @@ def build(ctx: UIContext) -> None:
             for field, value in numbers.items():
                 if value is None:  # an emptied number box arrives as None
                     raise InputError("enter a whole number", field=field)
-            projects.update_project(db, ctx.project, **{f: int(v) for f, v in numbers.items()}, guidelines=text or "")
+            projects.update_project(db, ctx.project, **{f: int(v) for f, v in numbers.items()}, guidelines=text or "",
+                                    ranking_guidelines=ranking_text)
             gr.Info("Project settings saved.")
             return snapshot(db)
 
@@ -299,7 +309,8 @@ def build(ctx: UIContext) -> None:
     toggle_active.click(admin_toggle_active, [who], refresh_outputs, api_name="admin_toggle_active")
     toggle_role.click(admin_toggle_role, [who], refresh_outputs, api_name="admin_toggle_role")
     save_project.click(
-        admin_save_project, [likert_min, likert_max, overlap, guidelines], refresh_outputs, api_name="admin_save_project"
+        admin_save_project, [likert_min, likert_max, overlap, guidelines, ranking_guidelines], refresh_outputs,
+        api_name="admin_save_project",
     )
     register_model.click(admin_register_model, [model_name, model_path, model_base],
                          [*refresh_outputs, model_name, model_path], api_name="admin_register_model")

@@ -11,14 +11,16 @@ import gradio as gr
 
 from labeler.ui.context import UIContext
 from labeler.ui.session import require_user, ui_errors
-from labeler.ui.tabs.rate import DEFAULT_GUIDELINES, DONE_JS, LABELLING, banner_update, counter_markdown, item_key, parse_key
+from labeler.ui.tabs.rate import (
+    DONE_JS, LABELLING, banner_update, counter_markdown, guidelines_handler, item_key, parse_key, undo_message,
+)
 
 TITLE = "Rank"
 KIND = "ranking"
 MAX_RESPONSES = 4
 SHORTCUTS = (
     "Keys: type the answer numbers **best to worst** (e.g. `3 1 2`), **=** before a number ties it with the "
-    "previous one (`1 = 2 3`), **Enter** submits, **Esc** starts over, **s** skips, **u** undoes the last ranking."
+    "previous one (`1 = 2 3`), **Enter** submits, **Esc** starts over, **s** skips, **u** undoes the last ranking or skip."
 )
 
 
@@ -71,20 +73,20 @@ def item_outputs(item, waiting: int | None = None) -> tuple:
         f"### Prompt\n{item.prompt}",
         *_slot_updates(item.responses),
         gr.update(value=""),
-        item.guidelines or DEFAULT_GUIDELINES,
+        item.guidelines,
         state,
         item_key(item),
     )
 
 
-def _empty_outputs(done: int, remaining: int) -> tuple:
+def _empty_outputs(done: int, remaining: int, guidelines: str) -> tuple:
     return (
         banner_update(None),
         counter_markdown(done, remaining),
         "### All done\nNothing left to rank in this project right now.",
         *_slot_updates([]),
         gr.update(value=""),
-        gr.update(),
+        guidelines,
         None,
         "",
     )
@@ -94,8 +96,10 @@ def outputs_for(db, ctx: UIContext, username: str, item) -> tuple:
     from labeler.services import labeling
 
     if item is None:
+        from labeler.services.projects import get_project
+
         done, remaining = labeling.progress(db, ctx.project, username, KIND)
-        return _empty_outputs(done, remaining)
+        return _empty_outputs(done, remaining, get_project(db, ctx.project).guidelines_for(KIND))
     waiting = labeling.waiting_for_run(db, item.run_id) if item.run_id is not None else None
     return item_outputs(item, waiting)
 
@@ -113,7 +117,8 @@ SUBMIT_JS = """(r1, r2, r3, r4, comment, current, key) => {
 }"""
 
 
-def build(ctx: UIContext) -> None:
+def build(ctx: UIContext):
+    """The tab's widgets and events; returns the hook app.build_app calls with the gr.Tab (its select event)."""
     from labeler.services import labeling
 
     state = gr.State(None)
@@ -139,7 +144,7 @@ def build(ctx: UIContext) -> None:
             gr.Markdown(SHORTCUTS, elem_classes=["studio-hint"])
         with gr.Column(scale=1, min_width=240):
             with gr.Accordion("Guidelines", open=True):
-                guidelines = gr.Markdown(DEFAULT_GUIDELINES, elem_id="rank-guidelines")
+                guidelines = gr.Markdown(elem_id="rank-guidelines")
 
     rank_radios = slot_widgets[2::3]
     outputs = [banner, counter, prompt, *slot_widgets, comment, guidelines, state, key]
@@ -180,8 +185,7 @@ def build(ctx: UIContext) -> None:
     def rank_undo(request: gr.Request):
         with ctx.connection() as db:
             user = require_user(db, request)
-            if labeling.undo_last(db, ctx.project, user.username, KIND) is None:
-                gr.Info("Nothing to undo.")
+            gr.Info(undo_message(labeling.undo_last_action(db, ctx.project, user.username, KIND), "ranking", "rank"))
             return show_next(ctx, db, user.username)
 
     # As in the Rate tab: no progress overlay, one labelling concurrency group, and shortcuts.js told when a
@@ -194,3 +198,8 @@ def build(ctx: UIContext) -> None:
     refresh.click(rank_next, None, outputs, api_name="rank_next", concurrency_id=LABELLING, concurrency_limit=1)
     if ctx.app is not None:
         ctx.app.load(rank_next, None, outputs, api_name="rank_load", concurrency_id=LABELLING, concurrency_limit=1)
+
+    def on_tab(tab: gr.Tab) -> None:
+        tab.select(guidelines_handler(ctx, KIND), None, [guidelines], api_name="rank_guidelines", show_progress="hidden")
+
+    return on_tab

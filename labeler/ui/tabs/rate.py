@@ -14,13 +14,11 @@ from labeler.ui.session import require_user, ui_errors
 
 TITLE = "Rate"
 KIND = "rating"
-DEFAULT_GUIDELINES = (
-    "Read the prompt, then the answer. Score how good the answer is **as a reply to that prompt**: "
-    "helpful, correct, on topic, well written. Use the whole scale; skip what you cannot judge."
-)
 # The concurrency group of every Rate and Rank handler (see build).
 LABELLING = "labelling"
-SHORTCUTS = "Keys: **digit** = score and submit, **s** = skip, **u** = undo last (not while typing a comment)."
+SHORTCUTS = (
+    "Keys: **digit** = score and submit, **s** = skip, **u** = undo the last score or skip (not while typing a comment)."
+)
 
 
 def counter_markdown(done: int, remaining: int) -> str:
@@ -41,6 +39,15 @@ def scale_choices(likert_min: int, likert_max: int) -> list[tuple[str, int]]:
     return [(str(score), score) for score in range(likert_min, likert_max + 1)]
 
 
+def undo_message(undone, label: str, verb: str) -> str:
+    """What Undo did, said every time: a skip is taken back like a label (the skipped item comes back first)."""
+    if undone is None:
+        return "Nothing to undo."
+    if undone.action == "skip":
+        return f"Undid your skip of item {undone.item_id}: it is back, {verb} it or skip it again."
+    return f"Undid your {label} of item {undone.item_id}: it is back, {verb} it again."
+
+
 def item_key(item) -> str:
     """What the page (or an API client) sends back with a label: the item and this showing's idempotency key."""
     return f"{item.item_id}:{item.request_id}"
@@ -59,7 +66,7 @@ def parse_key(key: str | None) -> tuple[int, str]:
     return int(item_id), request_id
 
 
-def _empty_outputs(done: int, remaining: int, full: bool) -> tuple:
+def _empty_outputs(done: int, remaining: int, full: bool, guidelines: str = "") -> tuple:
     outputs = (
         banner_update(None),
         counter_markdown(done, remaining),
@@ -71,7 +78,7 @@ def _empty_outputs(done: int, remaining: int, full: bool) -> tuple:
         gr.update(interactive=False),
         gr.update(interactive=False),
     )
-    return (*outputs, gr.skip()) if full else outputs
+    return (*outputs, guidelines) if full else outputs
 
 
 def item_outputs(item, waiting: int | None = None, *, full: bool = True, clear_comment: bool = True) -> tuple:
@@ -98,15 +105,18 @@ def item_outputs(item, waiting: int | None = None, *, full: bool = True, clear_c
         gr.update(interactive=True) if full else gr.skip(),
         gr.update(interactive=True) if full else gr.skip(),
     )
-    return (*outputs, item.guidelines or DEFAULT_GUIDELINES) if full else outputs
+    return (*outputs, item.guidelines) if full else outputs
 
 
 def outputs_for(db, ctx: UIContext, username: str, item, *, full: bool, clear_comment: bool = True) -> tuple:
     from labeler.services import labeling
 
     if item is None:
+        from labeler.services.projects import get_project
+
         done, remaining = labeling.progress(db, ctx.project, username, KIND)
-        return _empty_outputs(done, remaining, full)
+        guidelines = get_project(db, ctx.project).guidelines_for(KIND) if full else ""
+        return _empty_outputs(done, remaining, full, guidelines)
     waiting = labeling.waiting_for_run(db, item.run_id) if item.run_id is not None else None
     return item_outputs(item, waiting, full=full, clear_comment=clear_comment)
 
@@ -127,7 +137,23 @@ SUBMIT_JS = """(score, comment, key) => {
 DONE_JS = """() => { if (window.__rlhfStudioDone) window.__rlhfStudioDone(); }"""
 
 
-def build(ctx: UIContext) -> None:
+def guidelines_handler(ctx: UIContext, kind: str):
+    """The project's guidelines for `kind`, read again when the tab is selected: the keyboard path does not resend
+    them with every item, and an admin may have changed them since the page loaded."""
+
+    @ui_errors
+    def guidelines(request: gr.Request):
+        from labeler.services.projects import get_project
+
+        with ctx.connection() as db:
+            require_user(db, request)
+            return get_project(db, ctx.project).guidelines_for(kind)
+
+    return guidelines
+
+
+def build(ctx: UIContext):
+    """The tab's widgets and events; returns the hook app.build_app calls with the gr.Tab (its select event)."""
     from labeler.services import labeling
 
     banner = gr.Markdown(visible=False, elem_id="rate-banner", elem_classes=["studio-banner"])
@@ -152,7 +178,7 @@ def build(ctx: UIContext) -> None:
             gr.Markdown(SHORTCUTS, elem_classes=["studio-hint"])
         with gr.Column(scale=2):
             with gr.Accordion("Guidelines", open=True):
-                guidelines = gr.Markdown(DEFAULT_GUIDELINES, elem_id="rate-guidelines")
+                guidelines = gr.Markdown(elem_id="rate-guidelines")
 
     fast_outputs = [banner, counter, prompt, response, score, comment, key, submit, skip]
     outputs = [*fast_outputs, guidelines]
@@ -191,9 +217,7 @@ def build(ctx: UIContext) -> None:
     def rate_undo(request: gr.Request):
         with ctx.connection() as db:
             user = require_user(db, request)
-            item_id = labeling.undo_last(db, ctx.project, user.username, KIND)
-            if item_id is None:
-                gr.Info("Nothing to undo.")
+            gr.Info(undo_message(labeling.undo_last_action(db, ctx.project, user.username, KIND), "score", "rate"))
             return show_next(ctx, db, user.username)
 
     # The keyboard handlers: no progress overlay (it flashed "processing" over every component per key);
@@ -211,3 +235,8 @@ def build(ctx: UIContext) -> None:
     refresh.click(rate_next, None, outputs, api_name="rate_next", concurrency_id=LABELLING, concurrency_limit=1)
     if ctx.app is not None:
         ctx.app.load(rate_next, None, outputs, api_name="rate_load", concurrency_id=LABELLING, concurrency_limit=1)
+
+    def on_tab(tab: gr.Tab) -> None:
+        tab.select(guidelines_handler(ctx, KIND), None, [guidelines], api_name="rate_guidelines", show_progress="hidden")
+
+    return on_tab
