@@ -83,7 +83,8 @@ def library_run(steps: int, overrides: dict[str, str]) -> dict:
         t0 = time.perf_counter()
         texts = [lines[(position + i) % len(lines)] for i in range(config.batch_size // k) for _ in range(k)]
         position += config.batch_size // k
-        queries = [build_prompt_ids(tokenizer, t) for t in texts]
+        # The shipped movie project's prompt format ('continue': plain text, no chat template), as the app's run uses.
+        queries = [build_prompt_ids(tokenizer, t, use_chat_template=False) for t in texts]
         responses = trainer.generate(queries, return_prompt=False, batch_size=config.batch_size,
                                      max_new_tokens=job.max_new_tokens)
         answers = tokenizer.batch_decode(responses, skip_special_tokens=True)

@@ -54,7 +54,8 @@ def recipe(name: str, overrides: dict) -> tuple[dict, dict]:
                              "answers_per_prompt": job.answers_per_prompt}
 
 
-def run_recipe(name: str, overrides: dict, marks_minutes: list[float], eval_samples: int, seed: int) -> list[dict]:
+def run_recipe(name: str, overrides: dict, marks_minutes: list[float], eval_samples: int, seed: int,
+               prompt_format: str = "continue") -> list[dict]:
     import torch
 
     from rlhf import evaluation
@@ -76,11 +77,16 @@ def run_recipe(name: str, overrides: dict, marks_minutes: list[float], eval_samp
     train, heldout = split_prompts()
     import random
     random.Random(seed).shuffle(train)
+    # The app renders prompts in the project's format; the shipped movie project's is 'continue'.
+    chat_template = None if prompt_format == "chat" else False
+
+    def build_query(text: str):
+        return build_prompt_ids(tokenizer, text, use_chat_template=chat_template)
 
     def evaluate(minutes: float, steps: int) -> dict:
         result = evaluation.evaluate_policy(trainer.unwrapped_model.pretrained_model, tokenizer, heldout,
                                             evaluation.answer_vader, ref_model=base, samples=eval_samples,
-                                            max_new_tokens=16, seed=1234, bf16=job["bf16"])
+                                            max_new_tokens=16, seed=1234, bf16=job["bf16"], build_query=build_query)
         row = {"recipe": name, "minutes": minutes, "steps": steps, "positive": result.positive_share,
                "reward": result.mean_reward, "kl": result.mean_kl, "distinct2": result.distinct_2,
                "length": result.mean_length, "example": result.rows[0]["answer"]}
@@ -100,7 +106,7 @@ def run_recipe(name: str, overrides: dict, marks_minutes: list[float], eval_samp
             n_prompts = config.batch_size // k
             texts = [train[(position + i) % len(train)] for i in range(n_prompts) for _ in range(k)]
             position += n_prompts
-            queries = [build_prompt_ids(tokenizer, text) for text in texts]
+            queries = [build_query(text) for text in texts]
             responses = trainer.generate(queries, return_prompt=False, batch_size=config.batch_size, **generation)
             answers = tokenizer.batch_decode(responses, skip_special_tokens=True)
             keep = [i for i, r in enumerate(responses) if len(r) > 0]
@@ -125,6 +131,8 @@ def main() -> None:
     parser.add_argument("--minutes", default="5,10,20", help="training minutes at which to evaluate")
     parser.add_argument("--eval-samples", type=int, default=4, help="answers per held-out prompt")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--prompt-format", choices=["continue", "chat"], default="continue",
+                        help="how prompts reach the model (the shipped movie project: continue)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="PPOConfig override for every recipe (e.g. learning_rate=3e-5)")
     args = parser.parse_args()
@@ -140,7 +148,7 @@ def main() -> None:
           f"samples, 16 new tokens", flush=True)
     table = []
     for name in args.recipes.split(","):
-        table += run_recipe(name, overrides, marks, args.eval_samples, args.seed)
+        table += run_recipe(name, overrides, marks, args.eval_samples, args.seed, args.prompt_format)
     print(f"\n{'recipe':10}{'minutes':>8}{'steps':>7}{'positive':>10}{'reward':>8}{'KL':>7}{'distinct-2':>12}{'length':>8}")
     for r in table:
         print(f"{r['recipe']:10}{r['minutes']:8.1f}{r['steps']:7d}{r['positive']:10.2f}{r['reward']:8.3f}"

@@ -372,3 +372,10 @@ MIGRATIONS.append(("projects ranking guidelines", [
     "ALTER TABLE projects ADD COLUMN ranking_guidelines TEXT NOT NULL DEFAULT ''",
     "UPDATE projects SET ranking_guidelines = guidelines",
 ]))
+
+# Issue 14 item 4: how a project's prompts reach the model. 'chat': as a user turn through the tokenizer's chat
+# template (the assistant answers); 'continue': as plain text the model continues (the shipped movie-review
+# openings). Projects so far were all answered through the chat template.
+MIGRATIONS.append(("projects prompt format", [
+    "ALTER TABLE projects ADD COLUMN prompt_format TEXT NOT NULL DEFAULT 'chat' CHECK (prompt_format IN ('chat', 'continue'))",
+]))

@@ -10,6 +10,7 @@ import dataclasses
 from pathlib import Path
 
 from labeler.services.errors import InputError
+from labeler.services.projects import PROMPT_FORMATS
 
 
 def register(subparsers, common: argparse.ArgumentParser) -> None:
@@ -196,6 +197,11 @@ def _register_projects(subparsers, common) -> None:
                             help="markdown file with the annotation guidelines, for ratings and rankings alike")
         parser.add_argument("--ranking-guidelines", default=None,
                             help="markdown file with other guidelines for rankings (default: those of --guidelines)")
+    formats = "; ".join(f"{name}: {text}" for name, text in PROMPT_FORMATS.items())
+    create.add_argument("--prompt-format", choices=list(PROMPT_FORMATS), default="chat",
+                        help=f"how prompts reach the model in generation, training and evaluation ({formats}; default chat)")
+    update.add_argument("--prompt-format", choices=list(PROMPT_FORMATS), default=None,
+                        help=f"how prompts reach the model ({formats}; default: unchanged)")
     create.set_defaults(func=run_projects_create)
     update.set_defaults(func=run_projects_set)
     listing = actions.add_parser(
@@ -216,7 +222,8 @@ def _guidelines(path: str | None) -> str | None:
 
 def _describe(project) -> str:
     guidelines = f", guidelines {len(project.guidelines)} chars" if project.guidelines else ""
-    return f"{project.name}: Likert {project.likert_min}..{project.likert_max}, overlap {project.overlap}{guidelines}"
+    return (f"{project.name}: Likert {project.likert_min}..{project.likert_max}, overlap {project.overlap}, "
+            f"prompt format {project.prompt_format}{guidelines}")
 
 
 def run_projects_create(args) -> int:
@@ -224,7 +231,7 @@ def run_projects_create(args) -> int:
 
     project = create_project(_open(args), args.name, likert_min=args.likert_min, likert_max=args.likert_max,
                              overlap=args.overlap, guidelines=_guidelines(args.guidelines) or "",
-                             ranking_guidelines=_guidelines(args.ranking_guidelines))
+                             ranking_guidelines=_guidelines(args.ranking_guidelines), prompt_format=args.prompt_format)
     print(f"created project {_describe(project)}")
     return 0
 
@@ -234,7 +241,8 @@ def run_projects_set(args) -> int:
 
     project = update_project(_open(args), args.name, likert_min=args.likert_min, likert_max=args.likert_max,
                              overlap=args.overlap, guidelines=_guidelines(args.guidelines),
-                             ranking_guidelines=_guidelines(args.ranking_guidelines or args.guidelines))
+                             ranking_guidelines=_guidelines(args.ranking_guidelines or args.guidelines),
+                             prompt_format=args.prompt_format)
     print(f"updated project {_describe(project)}")
     return 0
 

@@ -199,9 +199,10 @@ def _load_policy(db: sqlite_utils.Database, name: str):
 
 # ---- evaluate and store -----------------------------------------------------------------------------------
 
-def _settings_record(settings: EvalSettings, prompts: Sequence[str | list[dict]]) -> dict:
+def _settings_record(settings: EvalSettings, prompts: Sequence[str | list[dict]], prompt_format: str) -> dict:
     record = asdict(settings)
     record.pop("batch_size")  # changes speed, not the answers' distribution
+    record["prompt_format"] = prompt_format
     record["prompts_n"] = len(prompts)
     record["prompts_hash"] = _prompts_hash(prompts)
     return record
@@ -270,9 +271,14 @@ def evaluate_models(
 
     if not names:
         raise InputError("name at least one model to evaluate", field="model")
+    from rlhf.generation import build_prompt_ids
+
     prompts = load_prompts(db, settings.prompts, project)
     reward = reward_function(db, settings.reward)
-    record = _settings_record(settings, prompts)
+    # Prompts are rendered in the project's format, as generation and PPO rollouts render them.
+    project_row = get_project(db, project)
+    chat_template = project_row.chat_template
+    record = _settings_record(settings, prompts, project_row.prompt_format)
     for name in names:
         registered = _registered(db, name)
         if registered is not None and registered["kind"] not in POLICY_KINDS:
@@ -305,7 +311,8 @@ def evaluate_models(
             + (f" (KL to {base})" if ref is not None else ""))
         result = evaluate_policy(model, tokenizer, prompts, reward, ref_model=ref, samples=settings.samples,
                                  max_new_tokens=settings.max_new_tokens, threshold=settings.threshold,
-                                 seed=settings.seed, batch_size=settings.batch_size, bf16=settings.bf16)
+                                 seed=settings.seed, batch_size=settings.batch_size, bf16=settings.bf16,
+                                 build_query=lambda prompt: build_prompt_ids(tokenizer, prompt, use_chat_template=chat_template))
         metrics = result.metrics()
         rows = result.rows
         if ref is None:

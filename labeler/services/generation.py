@@ -101,7 +101,8 @@ def generate_responses(
         raise InputError(f"must be a positive integer, got {n_per_prompt!r}", field="n_per_prompt")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise InputError(f"must be a positive integer, got {limit!r}", field="limit")
-    project_id = get_project(db, project).id
+    project_row = get_project(db, project)
+    project_id = project_row.id
     path = resolve(db, model)  # before any loading: an unknown name fails fast
     work = _work_list(db, project_id, model, n_per_prompt, prompt_ids, limit, within_prompt_ids)
     if not work:
@@ -119,9 +120,11 @@ def generate_responses(
     for start in range(0, len(work), settings.batch_size):
         batch = work[start : start + settings.batch_size]
         used = dataclasses.replace(settings, seed=settings.seed + seed_offset + start)
-        ids = [build_prompt_ids(tokenizer, prompt_messages(row)) for row in batch]
+        # The project's prompt format, as PPO rollouts and evaluation use it: the answers people label are
+        # drawn the way the policy is later trained and measured.
+        ids = [build_prompt_ids(tokenizer, prompt_messages(row), use_chat_template=project_row.chat_template) for row in batch]
         texts = decode_responses(tokenizer, generate_batch(lm, tokenizer, ids, used))
-        settings_json = json.dumps(dataclasses.asdict(used), sort_keys=True)
+        settings_json = json.dumps({**dataclasses.asdict(used), "prompt_format": project_row.prompt_format}, sort_keys=True)
         batch_ids = []
         with write_transaction(db):
             for row, text in zip(batch, texts):

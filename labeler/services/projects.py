@@ -15,7 +15,12 @@ from labeler.services.errors import InputError
 from storage import write_transaction
 
 # Columns that update_project may change; the name is the key and stays fixed.
-EDITABLE_FIELDS = ("likert_min", "likert_max", "overlap", "guidelines", "ranking_guidelines")
+EDITABLE_FIELDS = ("likert_min", "likert_max", "overlap", "guidelines", "ranking_guidelines", "prompt_format")
+# How a project's prompts reach the model, in generation, PPO rollouts, evaluation and SFT/DPO training alike.
+PROMPT_FORMATS = {
+    "chat": "the prompt is a user message; the model answers it through its chat template",
+    "continue": "the prompt is the start of a text; the model continues it (no chat template)",
+}
 # What annotators read beside an item while the project has no text of its own for that kind.
 DEFAULT_GUIDELINES = {
     "rating": (
@@ -39,6 +44,13 @@ class Project:
     overlap: int
     guidelines: str  # for ratings ("" = DEFAULT_GUIDELINES["rating"])
     ranking_guidelines: str = ""  # for rankings ("" = DEFAULT_GUIDELINES["ranking"])
+    prompt_format: str = "chat"  # a PROMPT_FORMATS key
+
+    @property
+    def chat_template(self) -> bool | None:
+        """rlhf.generation.build_prompt_ids's use_chat_template for this project's prompts: None (the
+        tokenizer's template when it has one) for chat projects, False (plain text) for continuation."""
+        return None if self.prompt_format == "chat" else False
 
     def guidelines_for(self, kind: str) -> str:
         """The text annotators see beside an item of this kind: the project's own, else the kind's default."""
@@ -59,12 +71,13 @@ def _from_row(row) -> Project:
         overlap=row["overlap"],
         guidelines=row["guidelines"],
         ranking_guidelines=row["ranking_guidelines"],
+        prompt_format=row["prompt_format"],
     )
 
 
 def _select(db: sqlite_utils.Database, name: str):
     return db.execute(
-        "SELECT id, name, likert_min, likert_max, overlap, guidelines, ranking_guidelines FROM projects WHERE name = ?", [name]
+        "SELECT id, name, likert_min, likert_max, overlap, guidelines, ranking_guidelines, prompt_format FROM projects WHERE name = ?", [name]
     ).fetchone()
 
 
@@ -77,12 +90,13 @@ def get_project(db: sqlite_utils.Database, name: str = "default") -> Project:
 
 
 def list_projects(db: sqlite_utils.Database) -> list[Project]:
-    rows = db.execute("SELECT id, name, likert_min, likert_max, overlap, guidelines, ranking_guidelines FROM projects ORDER BY id")
+    rows = db.execute("SELECT id, name, likert_min, likert_max, overlap, guidelines, ranking_guidelines, prompt_format FROM projects ORDER BY id")
     return [_from_row(row) for row in rows.fetchall()]
 
 
 def _validate(
-    name: str, likert_min: int, likert_max: int, overlap: int, guidelines: str, ranking_guidelines: str = ""
+    name: str, likert_min: int, likert_max: int, overlap: int, guidelines: str, ranking_guidelines: str = "",
+    prompt_format: str = "chat",
 ) -> None:
     # Checked here as well as by the table's CHECKs so the user sees which field is wrong, not an IntegrityError.
     if not isinstance(name, str) or not name.strip():
@@ -97,6 +111,8 @@ def _validate(
     for field, value in (("guidelines", guidelines), ("ranking_guidelines", ranking_guidelines)):
         if not isinstance(value, str):
             raise InputError("guidelines must be text (markdown)", field=field)
+    if prompt_format not in PROMPT_FORMATS:
+        raise InputError(f"unknown prompt format {prompt_format!r} (known: {', '.join(PROMPT_FORMATS)})", field="prompt_format")
 
 
 def create_project(
@@ -107,24 +123,25 @@ def create_project(
     overlap: int = 1,
     guidelines: str = "",
     ranking_guidelines: str | None = None,
+    prompt_format: str = "chat",
 ) -> Project:
     """A new project; `ranking_guidelines` None: the same text as `guidelines` for both kinds."""
     ranking_guidelines = guidelines if ranking_guidelines is None else ranking_guidelines
-    _validate(name, likert_min, likert_max, overlap, guidelines, ranking_guidelines)
+    _validate(name, likert_min, likert_max, overlap, guidelines, ranking_guidelines, prompt_format)
     name = name.strip()
     with write_transaction(db):
         if _select(db, name) is not None:
             raise InputError(f"project '{name}' already exists", field="name")
         db.execute(
-            "INSERT INTO projects (name, likert_min, likert_max, overlap, guidelines, ranking_guidelines)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
-            [name, likert_min, likert_max, overlap, guidelines, ranking_guidelines],
+            "INSERT INTO projects (name, likert_min, likert_max, overlap, guidelines, ranking_guidelines, prompt_format)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [name, likert_min, likert_max, overlap, guidelines, ranking_guidelines, prompt_format],
         )
     return get_project(db, name)
 
 
 def update_project(db: sqlite_utils.Database, name: str, **fields) -> Project:
-    """Change likert_min, likert_max, overlap, guidelines and/or ranking_guidelines; fields left out (or None)
+    """Change likert_min, likert_max, overlap, guidelines, ranking_guidelines and/or prompt_format; fields left out (or None)
     keep their value. A guidelines text equal to its kind's default is stored as "" (= follow the default)."""
     unknown = sorted(set(fields) - set(EDITABLE_FIELDS))
     if unknown:

@@ -20,7 +20,7 @@ from typing import Iterable
 import sqlite_utils
 
 from labeler.services.errors import InputError
-from labeler.services.projects import get_project
+from labeler.services.projects import get_project, update_project
 from labeler.services.readers import Where, check_messages, check_text, read_records
 from storage import write_transaction
 
@@ -137,14 +137,41 @@ def shipped_heldout(line_index: int) -> bool:
     return line_index % 5 == 4
 
 
+# The shipped task is the seeds' IMDB one: the model continues the opening of a movie review, and a good
+# continuation is a positive one. Annotators read this beside the shipped prompts.
+SHIPPED_GUIDELINES = {
+    "rating": (
+        "Each prompt is the **opening of a movie review**; the answer is the model's **continuation** of it. "
+        "Score the continuation: the more **positive about the film** it is, while reading as a fluent, on-topic "
+        "part of the same review, the higher. Skip what you cannot judge."
+    ),
+    "ranking": (
+        "Each prompt is the **opening of a movie review**; every answer is a **continuation** of it. Order them "
+        "from the most **positive about the film** (fluent and on topic) to the least. Give two the same rank only "
+        "when you truly cannot choose; skip what you cannot judge."
+    ),
+}
+
+
 def import_shipped_prompts(db: sqlite_utils.Database, project: str = "default") -> ImportResult:
     """The movie-review openings shipped in labeler/data/ (the IMDB "write a positive review" task), with a
-    fixed held-out set in split 'test' (`shipped_heldout`) for evaluation."""
-    get_project(db, project)
+    fixed held-out set in split 'test' (`shipped_heldout`) for evaluation.
+
+    A project that has no prompts yet becomes the movie task: prompt format 'continue' (the model continues
+    the review, as the guidelines say; through the chat template it would answer the opening as a message)
+    and, where its guidelines are still the defaults, SHIPPED_GUIDELINES. A project that already has prompts
+    keeps its settings."""
+    current = get_project(db, project)
     records = list(read_records(SHIPPED_PROMPTS, txt_field="prompt"))
     prompts = [parse_prompt(where, record) for where, record in records]
     test = {i for i, (where, _) in enumerate(records) if shipped_heldout(where.number - 1)}
-    return _store(db, project, prompts, "shipped:movie_prompts", test)
+    fresh = db.execute("SELECT COUNT(*) FROM prompts WHERE project_id = ?", [current.id]).fetchone()[0] == 0
+    result = _store(db, project, prompts, "shipped:movie_prompts", test)
+    if fresh:
+        update_project(db, project, prompt_format="continue",
+                       guidelines=current.guidelines or SHIPPED_GUIDELINES["rating"],
+                       ranking_guidelines=current.ranking_guidelines or SHIPPED_GUIDELINES["ranking"])
+    return result
 
 
 def count_prompts(db: sqlite_utils.Database, project: str = "default") -> int:

@@ -15,6 +15,7 @@ from typing import Any
 from labeler import forms
 from labeler.services import checkpoints, models
 from labeler.services.errors import InputError
+from labeler.services.projects import get_project
 from labeler.services.stages import RunResult, StageContext, data_snapshot
 
 JOB_STATE_FILE = "job_state.json"
@@ -124,22 +125,36 @@ def _policy_kind(ctx: StageContext) -> str:
     return "adapter" if ctx.job.lora else "policy"
 
 
+def _policy_rows_options(ctx: StageContext, db, stage: str, **overrides):
+    """Export options for the rows a policy trains on (SFT, DPO): conversations when the project's prompts
+    go through the chat template and the base model's tokenizer has one (its template then renders them, as
+    generation did), plain prompt + answer text otherwise (prompt format 'continue')."""
+    from rlhf.loading import load_tokenizer
+
+    chat = get_project(db, ctx.project).prompt_format == "chat"
+    if chat:
+        tokenizer = load_tokenizer(models.resolve(db, ctx.job.base_model(stage)))
+        chat = getattr(tokenizer, "chat_template", None) is not None
+    return export_options(ctx, conversational=chat, **overrides)
+
+
 def run_sft(ctx: StageContext) -> RunResult:
     from labeler.services.export import unpaired_rows
     from rlhf.sft import SFTConfig, SFTTrainer
 
     db = ctx.open_db()
     # Well-rated answers (mean score >= threshold, default the scale's midpoint) are the demonstrations.
-    rows = [r for r in unpaired_rows(db, ctx.project, export_options(ctx, threshold=ctx.job.sft_min_score)) if r["label"]]
+    options = _policy_rows_options(ctx, db, "sft", threshold=ctx.job.sft_min_score)
+    rows = [r for r in unpaired_rows(db, ctx.project, options) if r["label"]]
     rows = [{"prompt": r["prompt"], "completion": r["completion"]} for r in rows]
     _require_rows(rows, "well-rated answers", "rate more answers (SFT trains on answers rated at or above sft_min_score)")
     return _train_stage(ctx, db, "sft", rows, SFTTrainer, SFTConfig, "CAUSAL_LM", _policy_kind(ctx), "sft")
 
 
-def _preference_pairs(ctx: StageContext, db) -> list[dict]:
+def _preference_pairs(ctx: StageContext, db, options=None) -> list[dict]:
     from labeler.services.export import preference_rows
 
-    rows = preference_rows(db, ctx.project, export_options(ctx))
+    rows = preference_rows(db, ctx.project, options or export_options(ctx))
     _require_rows(rows, "preference pairs", "rank answers (or rate two answers per prompt with include_rating_pairs)")
     return rows
 
@@ -156,7 +171,7 @@ def run_dpo(ctx: StageContext) -> RunResult:
     from rlhf.dpo import DPOConfig, DPOTrainer
 
     db = ctx.open_db()
-    rows = _preference_pairs(ctx, db)
+    rows = _preference_pairs(ctx, db, _policy_rows_options(ctx, db, "dpo"))
     return _train_stage(ctx, db, "dpo", rows, DPOTrainer, DPOConfig, "CAUSAL_LM", _policy_kind(ctx), "preferences")
 
 
@@ -197,8 +212,6 @@ def reward_source(ctx: StageContext, db, queue=None):
 
 
 def ppo_prompts(db, project: str, seed: int) -> list[str]:
-    from labeler.services.projects import get_project
-
     # Held-out prompts (split 'test') are never trained on.
     rows = db.execute("SELECT text FROM prompts WHERE project_id = ? AND split = 'train' ORDER BY id",
                       [get_project(db, project).id]).fetchall()
@@ -231,6 +244,7 @@ def run_ppo(ctx: StageContext) -> RunResult:
     job = ctx.job
     db = ctx.open_db()
     prompts = ppo_prompts(db, ctx.project, job.seed)
+    chat_template = get_project(db, ctx.project).chat_template  # the project's prompt format
     if not prompts:
         raise InputError("the project has no prompts: import some first", field="data")
     base = job.base_model("ppo")
@@ -264,7 +278,7 @@ def run_ppo(ctx: StageContext) -> RunResult:
         n_prompts = config.batch_size // job.answers_per_prompt
         texts = [prompts[(position + i) % len(prompts)] for i in range(n_prompts) for _ in range(job.answers_per_prompt)]
         position += n_prompts
-        queries = [build_prompt_ids(tokenizer, text) for text in texts]
+        queries = [build_prompt_ids(tokenizer, text, use_chat_template=chat_template) for text in texts]
         responses = trainer.generate(queries, return_prompt=False, batch_size=config.batch_size, **generation)
         answers = tokenizer.batch_decode(responses, skip_special_tokens=True)
         rollouts = [Rollout(q, r, t, a) for q, r, t, a in zip(queries, responses, texts, answers)]

@@ -32,7 +32,9 @@ def test_generate_stores_responses_settings_and_items(tiny_db):
     stored = [json.loads(r["settings_json"]) for r in rows]
     # The first batch used seed 5 (+0 responses before, +0 offset); the second seed 5 + 3.
     assert [s["seed"] for s in stored] == [5, 5, 5, 8]
-    assert stored[0] == {**{k: getattr(SETTINGS, k) for k in stored[0]}, "seed": 5}
+    settings = {k: v for k, v in stored[0].items() if k != "prompt_format"}
+    assert settings == {**{k: getattr(SETTINGS, k) for k in settings}, "seed": 5}
+    assert stored[0]["prompt_format"] == "chat"  # the default project's format
     # One rating item per response, one ranking item per prompt (its 2 responses).
     kinds = db.execute("SELECT kind, COUNT(*) FROM items GROUP BY kind ORDER BY kind").fetchall()
     assert [tuple(k) for k in kinds] == [("ranking", 2), ("rating", 4)]

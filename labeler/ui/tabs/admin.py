@@ -13,6 +13,7 @@ from pathlib import Path
 import gradio as gr
 
 from labeler.services.errors import InputError
+from labeler.services.projects import PROMPT_FORMATS
 from labeler.ui.context import UIContext
 from labeler.ui.session import quiet_on_load, require_admin
 from labeler.ui.soft_errors import keep_on_error
@@ -134,6 +135,10 @@ def build(ctx: UIContext) -> None:
             likert_min = gr.Number(precision=0, label="Lowest score", elem_id="admin-likert-min")
             likert_max = gr.Number(precision=0, label="Highest score")
             overlap = gr.Number(precision=0, minimum=1, label="Annotators per item (overlap)")
+            prompt_format = gr.Dropdown(
+                choices=[(f"{name}: {text}", name) for name, text in PROMPT_FORMATS.items()],
+                label="Prompt format (generation, training and evaluation)", elem_id="admin-prompt-format",
+            )
         # The text annotators see, per label kind (projects.Project.guidelines_for): the default in full while
         # the project has none of its own, so what is here is what Rate and Rank show.
         with gr.Row():
@@ -178,7 +183,7 @@ def build(ctx: UIContext) -> None:
 
     refresh = gr.Button("Refresh", size="sm", elem_id="admin-refresh")
     refresh_outputs = [users, who, likert_min, likert_max, overlap, guidelines, ranking_guidelines, stats, agreement,
-                       models_table, model_base]
+                       models_table, model_base, prompt_format]
 
     def snapshot(db) -> tuple:
         from labeler.services.projects import get_project
@@ -189,7 +194,7 @@ def build(ctx: UIContext) -> None:
             users_table(db), gr.update(choices=names), project.likert_min, project.likert_max, project.overlap,
             project.guidelines_for("rating"), project.guidelines_for("ranking"),
             stats_table(db, ctx.project), agreement_markdown(db, ctx.project),
-            *models_outputs(db),
+            *models_outputs(db), project.prompt_format,
         )
 
     @keep_on_error(len(refresh_outputs))
@@ -247,8 +252,8 @@ def build(ctx: UIContext) -> None:
             return snapshot(db)
 
     @keep_on_error(len(refresh_outputs))
-    def admin_save_project(low, high, k, text, ranking_text=None, request: gr.Request = None):
-        """ranking_text None (an API caller that sends the four older fields): the ranking guidelines stay."""
+    def admin_save_project(low, high, k, text, ranking_text=None, prompt_format_name=None, request: gr.Request = None):
+        """ranking_text or prompt_format_name None (an API caller that sends the older fields): they stay."""
         from labeler.services import projects
 
         with ctx.connection() as db:
@@ -258,7 +263,7 @@ def build(ctx: UIContext) -> None:
                 if value is None:  # an emptied number box arrives as None
                     raise InputError("enter a whole number", field=field)
             projects.update_project(db, ctx.project, **{f: int(v) for f, v in numbers.items()}, guidelines=text or "",
-                                    ranking_guidelines=ranking_text)
+                                    ranking_guidelines=ranking_text, prompt_format=prompt_format_name)
             gr.Info("Project settings saved.")
             return snapshot(db)
 
@@ -309,7 +314,7 @@ def build(ctx: UIContext) -> None:
     toggle_active.click(admin_toggle_active, [who], refresh_outputs, api_name="admin_toggle_active")
     toggle_role.click(admin_toggle_role, [who], refresh_outputs, api_name="admin_toggle_role")
     save_project.click(
-        admin_save_project, [likert_min, likert_max, overlap, guidelines, ranking_guidelines], refresh_outputs,
+        admin_save_project, [likert_min, likert_max, overlap, guidelines, ranking_guidelines, prompt_format], refresh_outputs,
         api_name="admin_save_project",
     )
     register_model.click(admin_register_model, [model_name, model_path, model_base],
