@@ -361,7 +361,7 @@ class PPOTrainer:
             stats["ppo/policy/staleness_kl"] = float(((current_logprobs - behaviour) * mask).sum(1).mean())
         stats.update({"time/ppo/forward_pass": forward_time, "time/ppo/optimize_step": optimize_time,
                       "time/ppo/total": time.perf_counter() - t0})
-        stats = self._gather_stats(stats)
+        stats = self.gather_stats(stats)
         # beta moves with the KL of the global batch, the same on every rank.
         self.kl_ctl.update(stats["objective/kl"], self.config.batch_size * self.accelerator.num_processes)
         if self.lr_scheduler is not None:
@@ -369,7 +369,7 @@ class PPOTrainer:
         self.current_step += 1
         return stats
 
-    def _gather_stats(self, stats: dict[str, float]) -> dict[str, float]:
+    def gather_stats(self, stats: dict[str, float]) -> dict[str, float]:
         """Each stat averaged over ranks (TRL 0.11's gather_stats: all_reduce SUM / world size), in one
         all-reduce; every rank has the same keys, in sorted order. Score stats are exact already (_record_stats
         gathers the scores); averaging them again leaves them unchanged."""

@@ -196,6 +196,12 @@ def manifest_callback(keep_meta: Callable[[], dict] | None = None):
 
     class ManifestCallback(TrainerCallback):
         def on_save(self, args, state, control, **kwargs):
+            # Several processes: every rank writes its own RNG file (rng_state_<rank>.pth) with no barrier after
+            # it, so wait for all of them before listing the folder (on_save runs on every rank).
+            import torch.distributed as dist
+
+            if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+                dist.barrier()
             if state.is_world_process_zero:
                 folder = Path(args.output_dir) / f"{PREFIX}{state.global_step}"
                 if folder.is_dir():

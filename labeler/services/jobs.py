@@ -179,7 +179,9 @@ def create_run(db, stage: str, settings: dict[str, Any] | None = None, project: 
     config = train_configs.resolve_run_config(stage, settings or {}, source)
     if from_web:
         job, trainer = config["job"], config["trainer"]
-        refused = [key for key in ("runner",) if job.get(key)]
+        # accelerate_config names a file on the server for the launcher to read: CLI-only as well (the server
+        # default is RLHF_STUDIO_ACCELERATE_CONFIG); the web form offers num_processes.
+        refused = [key for key in ("runner", "accelerate_config") if job.get(key)]
         refused += [key for key in ("hub_token", "push_to_hub", "hub_model_id", "logging_dir", "deepspeed",
                                     "resume_from_checkpoint") if trainer.get(key)]
         refused += [key for key in ("output_dir",) if trainer.get(key) not in (None, "", "unused")]
@@ -188,6 +190,8 @@ def create_run(db, stage: str, settings: dict[str, Any] | None = None, project: 
         if refused:
             raise InputError("can only be set from the command line (rlhf-studio train --set), not the web app",
                              field=", ".join(refused))
+    if config["job"].get("accelerate_config"):  # a missing or unreadable file fails now, not when it starts
+        launch_settings(config["job"].get("num_processes"), config["job"]["accelerate_config"])
     project_id = _project_id(db, project)
     user_id = _user_id(db, username)
     with write_transaction(db):
@@ -229,15 +233,20 @@ def default_accelerate_config() -> Path | None:
     return path if path.is_file() else None
 
 
-def _config_num_processes(config_file: Path) -> int:
-    """num_processes of an accelerate config file (YAML or JSON; YAML reads both); 1 when it has none."""
+def _read_accelerate_config(config_file: Path) -> dict:
+    """An accelerate config file's settings (YAML or JSON; YAML reads both)."""
     import yaml
 
     try:
         data = yaml.safe_load(Path(config_file).read_text(encoding="utf-8")) or {}
     except (OSError, yaml.YAMLError) as error:
         raise InputError(f"{config_file}: not a readable accelerate config ({error})") from None
-    value = data.get("num_processes", 1) if isinstance(data, dict) else 1
+    return data if isinstance(data, dict) else {}
+
+
+def _config_num_processes(config_file: Path) -> int:
+    """num_processes of an accelerate config file; 1 when it has none."""
+    value = _read_accelerate_config(config_file).get("num_processes", 1)
     if not isinstance(value, int) or value < 1:
         raise InputError(f"{config_file}: num_processes must be a positive integer, got {value!r}")
     return value
@@ -269,21 +278,39 @@ def worker_command(db_path: str, run_id: int, num_processes: int | None = None,
     # --num_cpu_threads_per_process matters most: without it accelerate sets OMP_NUM_THREADS=1 in the worker,
     # and torch trained on one core of two (an app PPO step took ~30 s against 8-9 s for the library).
     threads = ["--num_cpu_threads_per_process", str(threads_per_process(processes))]
+    settings = _read_accelerate_config(config) if config is not None else {}
+    # Two runs of several processes on one machine would both rendezvous on accelerate's default port 29500
+    # (the second fails with "address already in use"): a free port each, unless the file names one or the
+    # run spans machines (then every machine must use the file's).
+    single_machine = int(settings.get("num_machines", 1) or 1) == 1
+    port = (["--main_process_port", str(free_port())]
+            if processes > 1 and single_machine and not settings.get("main_process_port") else [])
     if config is not None:
         # The user's setup (DDP, DeepSpeed, FSDP, mixed precision, machines) as they wrote it; an explicit
         # number of processes overrides the file's.
         count = ["--num_processes", str(processes)] if processes != _config_num_processes(config) else []
-        return [*launch, "--config_file", str(config), *count, *threads, *worker]
+        return [*launch, "--config_file", str(config), *count, *port, *threads, *worker]
     # Explicit flags: accelerate otherwise warns about every default it had to guess without a config file.
     multi = ["--multi_gpu"] if processes > 1 else []  # DDP; on a CPU-only machine see launch_env
-    return [*launch, *multi, "--num_processes", str(processes), "--num_machines", "1", *threads,
+    return [*launch, *multi, "--num_processes", str(processes), "--num_machines", "1", *port, *threads,
             "--mixed_precision", "no", "--dynamo_backend", "no", *worker]
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now (the OS picks it)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def launch_env(command: list[str]) -> dict[str, str]:
     """Environment a launch needs beyond the server's: `--multi_gpu` on a machine without a GPU runs gloo
     ranks on the CPU only with ACCELERATE_USE_CPU=1 (otherwise every process believes it is alone)."""
-    if "--multi_gpu" not in command:
+    gpu_config = ("--config_file" in command and _read_accelerate_config(
+        Path(command[command.index("--config_file") + 1])).get("distributed_type") == "MULTI_GPU")
+    if "--multi_gpu" not in command and not gpu_config:
         return {}
     import torch
 

@@ -38,7 +38,7 @@ def scalar_stats(stats: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def _main_process_decides(flag: bool) -> bool:
+def main_process_decides(flag: bool) -> bool:
     """Rank 0's flag on every rank (a broadcast, when torch.distributed runs): ranks that read the database at
     different moments would otherwise stop after different steps and wait for each other forever. Call it
     at the same point on every rank (a Trainer's on_step_end)."""
@@ -154,7 +154,7 @@ class MetricsSink:
 
             def on_step_end(self, args, state, control, **kwargs):
                 sink.progress(state.global_step, state.max_steps or total_steps)
-                if _main_process_decides(sink.stop_requested()):
+                if main_process_decides(sink.stop_requested()):
                     control.should_training_stop = True
                 return control
 

@@ -15,6 +15,7 @@ from typing import Any
 from labeler import forms
 from labeler.services import checkpoints, models
 from labeler.services.errors import InputError
+from labeler.services.metrics_sink import main_process_decides
 from labeler.services.projects import get_project
 from labeler.services.stages import RunResult, StageContext, data_snapshot
 
@@ -233,6 +234,10 @@ class Rollout:
 
 
 def run_ppo(ctx: StageContext) -> RunResult:
+    """PPO on the project's prompts. With N processes (accelerate launch) each rank generates and scores its
+    own batch_size answers to its own share of the prompts (the global batch is N * batch_size), and every
+    decision that ends a loop (a full batch, the stop flag) is taken by all ranks together; the main process
+    alone writes the database, the checkpoints and the final model. N=1 is the same code."""
     import torch
 
     from rlhf.configs import PPOConfig
@@ -254,6 +259,22 @@ def run_ppo(ctx: StageContext) -> RunResult:
     model = AutoModelForCausalLMWithValueHead.from_pretrained(path, peft_config=peft_config(ctx, "CAUSAL_LM"),
                                                               seed=job.seed)
     trainer = PPOTrainer(config, model, None, tokenizer, callback=_samples_limited(ctx))
+    accelerator = trainer.accelerator
+    rank, world = accelerator.process_index, accelerator.num_processes
+    if world > 1 and job.reward in ("human", "mix"):
+        raise InputError(f"reward={job.reward} needs one process (the rating queue is the main process's); "
+                         f"this run has {world}", field="num_processes")
+
+    def should_stop() -> bool:
+        """The main process's stop flag on every rank (a broadcast): call it at the same point on all ranks."""
+        return main_process_decides(ctx.should_stop())
+
+    def any_rank(flag: bool) -> bool:
+        """True on every rank when it is True on one (a sum over ranks; N=1: the flag itself)."""
+        if world == 1:
+            return flag
+        return bool(accelerator.reduce(torch.tensor([float(flag)], device=accelerator.device), "sum")[0] > 0)
+
     queue = human_queue(ctx)
     reward = reward_source(ctx, db, queue)
     # Overlap: batch k+1 is generated and queued for rating before waiting for batch k's ratings, so people
@@ -274,10 +295,12 @@ def run_ppo(ctx: StageContext) -> RunResult:
     def rollout_batch() -> list[Rollout]:
         """The next batch: answers_per_prompt answers to each of the next prompts, batch_size in all."""
         nonlocal position
-        # answers_per_prompt answers to each prompt (RLOO's groups), batch_size answers in all.
+        # answers_per_prompt answers to each prompt (RLOO's groups), batch_size answers in all. The ranks take
+        # consecutive shares of the next world * n_prompts prompts: rank r the r-th.
         n_prompts = config.batch_size // job.answers_per_prompt
-        texts = [prompts[(position + i) % len(prompts)] for i in range(n_prompts) for _ in range(job.answers_per_prompt)]
-        position += n_prompts
+        first = position + rank * n_prompts
+        texts = [prompts[(first + i) % len(prompts)] for i in range(n_prompts) for _ in range(job.answers_per_prompt)]
+        position += world * n_prompts
         queries = [build_prompt_ids(tokenizer, text, use_chat_template=chat_template) for text in texts]
         responses = trainer.generate(queries, return_prompt=False, batch_size=config.batch_size, **generation)
         answers = tokenizer.batch_decode(responses, skip_special_tokens=True)
@@ -295,35 +318,37 @@ def run_ppo(ctx: StageContext) -> RunResult:
     buffer: list[Rollout] = []  # scored rollouts waiting for a full batch
     try:
         while trainer.current_step < job.steps:
-            # Rollouts whose reward is None (nobody rated them in time, policy "skip") are dropped; rated ones
-            # wait in the buffer until a full batch is there.
-            while len(buffer) < config.batch_size:
+            # Rollouts whose reward is None (nobody rated them in time, policy "skip") or empty are dropped;
+            # kept ones wait in the buffer until a full batch is there, on every rank: a rank whose buffer is
+            # full generates along with the others (its extra rollouts wait for the next step), so every rank
+            # makes the same generate() calls (collectives under ZeRO-3) and steps together.
+            while any_rank(len(buffer) < config.batch_size):
                 rollouts, ahead = ahead or rollout_batch(), []
-                if overlap and trainer.current_step + 1 < job.steps and not ctx.should_stop():
+                if overlap and trainer.current_step + 1 < job.steps and not should_stop():
                     ahead = rollout_batch()  # at most one batch ahead
                 scores = reward([r.prompt for r in rollouts], [r.answer for r in rollouts])
                 for rollout, score in zip(rollouts, scores):
                     rollout.score = score
                 buffer += [r for r in rollouts if r.score is not None and len(r.response) > 0]
-                if ctx.should_stop():
+                if should_stop():
                     break
-            if len(buffer) < config.batch_size:
+            if any_rank(len(buffer) < config.batch_size):
                 break
             batch, buffer = buffer[: config.batch_size], buffer[config.batch_size:]
             score_tensors = [torch.tensor(float(r.score)) for r in batch]
             stats = trainer.step([r.query for r in batch], [r.response for r in batch], score_tensors,
                                  old_logprobs=[r.behaviour_logprobs for r in batch] if overlap else None)
-            stats.update(reward.last_stats)
+            stats.update(trainer.gather_stats(dict(reward.last_stats)))  # the mean over ranks, as step()'s
             trainer.log_stats(stats, {"query": [r.prompt for r in batch], "response": [r.answer for r in batch]},
                               score_tensors)
             ctx.sink.progress(trainer.current_step, job.steps)
             if job.checkpoint_every and trainer.current_step % job.checkpoint_every == 0:
                 # The batch generated ahead is not trained on yet: a resumed run generates it again.
-                def write(folder: Path, position=position - len(ahead) // job.answers_per_prompt):
-                    trainer.save_checkpoint(folder)
+                def write(folder: Path, position=position - world * (len(ahead) // job.answers_per_prompt)):
+                    trainer.save_checkpoint(folder)  # every rank: it gathers their RNG states
                     (folder / JOB_STATE_FILE).write_text(json.dumps({"position": position}))
-                ctx.save_checkpoint(trainer.current_step, write)
-            if ctx.should_stop():
+                ctx.save_checkpoint(trainer.current_step, write)  # the main process's folder is the checkpoint
+            if should_stop():
                 print(f"early stop after step {trainer.current_step}", flush=True)
                 break
     finally:
@@ -331,10 +356,13 @@ def run_ppo(ctx: StageContext) -> RunResult:
             queue.release_ahead()
     # A full model that AutoModelForCausalLM.from_pretrained loads (a LoRA adapter merged into its base), so
     # chat, eval and other tools take it as it is; the value head is saved beside it for a later resume.
-    policy = trainer.unwrapped_model
-    policy.merge_and_unload()
-    policy.save_pretrained(ctx.final_dir)
-    tokenizer.save_pretrained(ctx.final_dir)
+    # Saved by the main process once every rank has finished stepping (under DDP its weights are everyone's).
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        policy = trainer.unwrapped_model
+        policy.merge_and_unload()
+        policy.save_pretrained(ctx.final_dir)
+        tokenizer.save_pretrained(ctx.final_dir)
     return RunResult(str(ctx.final_dir), "policy", base, {}, data_snapshot("prompts", prompts))
 
 

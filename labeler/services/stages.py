@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -36,16 +37,30 @@ class StageContext:
     def final_dir(self) -> Path:
         return self.output_dir / "model"
 
+    @property
+    def is_main_process(self) -> bool:
+        """False in the training processes other than the main one (their sink writes nothing)."""
+        return self.sink.writes
+
     def should_stop(self) -> bool:
         return self.sink.stop_requested()
 
     def resume_checkpoint(self) -> Path | None:
-        """The newest complete checkpoint (incomplete ones, left by a crash, are deleted first)."""
-        checkpoints.remove_incomplete(self.checkpoint_root)
+        """The newest complete checkpoint (incomplete ones, left by a crash, are deleted first, by the main
+        process alone: every rank then finds the same complete one, as none is being written at start)."""
+        if self.is_main_process:
+            checkpoints.remove_incomplete(self.checkpoint_root)
         return checkpoints.latest_checkpoint(self.checkpoint_root)
 
-    def save_checkpoint(self, step: int, write: Callable[[Path], None], meta: dict | None = None) -> Path:
-        return checkpoints.save_checkpoint(self.checkpoint_root, step, write, meta)
+    def save_checkpoint(self, step: int, write: Callable[[Path], None], meta: dict | None = None) -> Path | None:
+        """An atomic checkpoint written by `write(folder)`. Call it on every rank (`write` may reach collectives,
+        such as PPOTrainer.save_checkpoint's gather of RNG states): the main process's folder becomes the
+        checkpoint, the other ranks write into a throwaway one (None is returned there)."""
+        if self.is_main_process:
+            return checkpoints.save_checkpoint(self.checkpoint_root, step, write, meta)
+        with tempfile.TemporaryDirectory(prefix="rank-scratch-") as scratch:
+            write(Path(scratch))
+        return None
 
     def open_db(self):
         from storage import open_db

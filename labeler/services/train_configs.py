@@ -86,6 +86,17 @@ class JobConfig:
         "help": "sft/dpo/ppo: answers per held-out prompt (split 'test') in the automatic evaluation of the "
                 "finished model against its base (0: no evaluation)."})
     runner: str = field(default="", metadata={"help": "Advanced: module:function running the stage instead of the built-in one."})
+    # More than one process: `accelerate launch` with the user's setup (jobs.worker_command, README "More than
+    # one GPU or machine"). Blank falls back to the server's RLHF_STUDIO_NUM_PROCESSES / _ACCELERATE_CONFIG,
+    # then accelerate's own default config file, then one process.
+    num_processes: int | None = field(default=None, metadata={
+        "help": "Training processes (accelerate launch --num_processes: one per GPU; gloo ranks on a CPU-only "
+                "machine). Each PPO rank generates its own batch_size answers. Blank: RLHF_STUDIO_NUM_PROCESSES, "
+                "else the accelerate config's, else 1."})
+    accelerate_config: str = field(default="", metadata={
+        "help": "accelerate config file (YAML, as `accelerate config` writes it, e.g. configs/accelerate/ddp.yaml) "
+                "for DDP, DeepSpeed, FSDP or several machines. Blank: RLHF_STUDIO_ACCELERATE_CONFIG, else "
+                "accelerate's default config file."})
 
     def __post_init__(self):
         _check(self.steps >= 1, "steps", self.steps, "must be at least 1")
@@ -98,6 +109,11 @@ class JobConfig:
         _check(self.max_new_tokens >= 1, "max_new_tokens", self.max_new_tokens, "must be at least 1")
         _check(self.answers_per_prompt >= 1, "answers_per_prompt", self.answers_per_prompt, "must be at least 1")
         _check(self.runner == "" or ":" in self.runner, "runner", self.runner, "must be module:function")
+        _check(self.num_processes is None or self.num_processes >= 1, "num_processes", self.num_processes,
+               "must be at least 1 (blank: the server's setting)")
+        _check(not (self.num_processes and self.num_processes > 1 and self.reward in ("human", "mix")),
+               "num_processes", self.num_processes, f"reward={self.reward} needs one process (the rating queue is "
+               "the main process's; train with reward=rm or function on several)")
 
     def base_model(self, stage: str) -> str:
         return self.model or ("default-encoder" if stage == "rm" else "default")

@@ -1,0 +1,137 @@
+"""Runs of two training processes through the CLI: the real `accelerate launch --multi_gpu --num_processes 2`,
+gloo ranks on this CPU (jobs.launch_env sets ACCELERATE_USE_CPU=1), tiny models. Each launch costs ~10 s of
+start-up on 2 cores, so each test does as few as it can."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from labeler.cli import main
+from labeler.services import accounts, jobs, labeling
+from storage import open_db
+
+GOOD, BAD = "a truly wonderful, moving film", "a dull and boring mess"
+
+
+@pytest.fixture(autouse=True)
+def _env(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # no accelerate default config of this machine's user
+    for name in (jobs.LAUNCHER_ENV, jobs.ACCELERATE_CONFIG_ENV, jobs.NUM_PROCESSES_ENV):
+        monkeypatch.delenv(name, raising=False)
+
+
+def seed_labels(db_path: str, n_prompts: int) -> None:
+    """Prompts with a good and a bad answer, ranked good first by one annotator."""
+    db = open_db(db_path)
+    accounts.create_user(db, "ann", "a-long-password")
+    for i in range(n_prompts):
+        prompt_id = db.execute("INSERT INTO prompts (project_id, text, text_hash) VALUES (1, ?, ?)",
+                               [f"Review {i}: this film was", f"h{i}"]).lastrowid
+        for text in (GOOD, BAD):
+            db.execute("INSERT INTO responses (prompt_id, text, model) VALUES (?, ?, 'm')", [prompt_id, f"{text} #{i}"])
+    labeling.create_items(db, "default", ranking_size=2)
+    text_of = {row[0]: row[1] for row in db.execute("SELECT id, text FROM responses")}
+    while (item := labeling.next_item(db, "default", "ann", "ranking")) is not None:
+        ids = sorted((r["id"] for r in item.responses), key=lambda r: BAD in text_of[r])
+        labeling.submit_ranking(db, "default", "ann", item.item_id, [[ids[0]], [ids[1]]])
+
+
+def metric_steps(db, run_id: int, name: str) -> list[int]:
+    return [row[0] for row in db.execute("SELECT step FROM metrics WHERE run_id = ? AND name = ? ORDER BY step",
+                                         [run_id, name])]
+
+
+def train(db_path, tmp_path, stage: str, settings: dict) -> int:
+    sets = [x for key, value in settings.items() for x in ("--set", f"{key}={value}")]
+    return main(["train", stage, "--db", db_path, "--create-db", *sets, "--runs-dir", str(tmp_path / "runs"), "--wait"])
+
+
+def test_train_rm_on_two_processes(db_path, tmp_path, tiny_encoder_dir, capsys):
+    open_db(db_path)
+    seed_labels(db_path, 8)
+    code = train(db_path, tmp_path, "rm", {"model": tiny_encoder_dir, "num_processes": 2, "steps": 3,
+                                           "checkpoint_every": 2, "per_device_train_batch_size": 2,
+                                           "include_rating_pairs": "false", "test_size": 0.25})
+    db = open_db(db_path)
+    run = jobs.get_run(db, 1)
+    assert code == 0 and run.status == "succeeded", (run.error, jobs.log_tail(run), capsys.readouterr().out)
+    command = run.command
+    assert "--multi_gpu" in command and "--num_processes 2" in command and "--main_process_port" in command
+    log = jobs.log_tail(run, 400)
+    assert "rank 1" not in log  # no rank failed
+    # One row per step and metric, written by the main process (the Trainer's loss is already the mean
+    # over both ranks); the final evaluation once, at the last step.
+    assert metric_steps(db, 1, "loss") == [1, 2, 3]
+    assert metric_steps(db, 1, "eval_accuracy") == [3]
+    assert (run.step, run.total_steps) == (3, 3)
+    assert db.execute("SELECT kind FROM models WHERE run_id = 1").fetchone()[0] == "reward"
+    # Trainer's checkpoint at step 2 holds both ranks' RNG states, listed in the manifest.
+    manifest = json.loads((Path(run.output_dir) / "checkpoints" / "checkpoint-2" / "manifest.json").read_text())
+    assert {"rng_state_0.pth", "rng_state_1.pth"} <= set(manifest["files"])
+
+
+def ranks_of(launcher_pid: int) -> dict[int, psutil.Process]:
+    """The training processes under a run's launcher, by their RANK."""
+    found = {}
+    for child in psutil.Process(launcher_pid).children(recursive=True):
+        try:
+            rank = child.environ().get("RANK")
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if rank is not None and "labeler.worker" in " ".join(child.cmdline()):
+            found[int(rank)] = child
+    return found
+
+
+def test_ppo_on_two_processes_a_killed_rank_fails_the_run_and_resume_finishes_it(db_path, tmp_path, tiny_model_dir,
+                                                                                  capsys):
+    open_db(db_path)
+    seed_labels(db_path, 8)
+    settings = {"model": tiny_model_dir, "num_processes": 2, "steps": 3, "reward": "function", "batch_size": 2,
+                "answers_per_prompt": 1, "mini_batch_size": 2, "ppo_epochs": 1, "max_new_tokens": 4,
+                "checkpoint_every": 1, "samples_per_step": 4, "eval_samples": 0}
+    sets = [x for key, value in settings.items() for x in ("--set", f"{key}={value}")]
+    assert main(["train", "ppo", "--db", db_path, *sets, "--runs-dir", str(tmp_path / "runs")]) == 0
+    db = open_db(db_path)
+    run = jobs.get_run(db, 1)
+    # Kill rank 1 once step 1's checkpoint is complete.
+    first = Path(run.output_dir) / "checkpoints" / "checkpoint-1" / "manifest.json"
+    deadline = time.monotonic() + 240
+    while not first.exists() and time.monotonic() < deadline and jobs.get_run(db, 1).status == "running":
+        time.sleep(0.2)
+    assert first.exists(), jobs.log_tail(jobs.get_run(db, 1))
+    ranks = ranks_of(jobs.get_run(db, 1).pid)
+    assert sorted(ranks) == [0, 1]
+    os.kill(ranks[1].pid, signal.SIGKILL)
+    while jobs.get_run(db, 1).status == "running" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    failed = jobs.get_run(db, 1)
+    assert failed.status == "failed", jobs.log_tail(failed)
+    # Rank 0 marked the run: either its next collective lost the peer (gloo raises), or the launcher saw rank 1
+    # die first and stopped rank 0 with SIGTERM. Then every process is gone.
+    assert "remote worker" in failed.error or "another training process failed" in failed.error
+    gone, alive = psutil.wait_procs([*ranks.values(), psutil.Process(failed.pid)], timeout=60)
+    assert not alive
+    assert failed.step < 3
+
+    assert main(["runs", "resume", "1", "--db", db_path, "--wait"]) == 0
+    done = jobs.get_run(db, 1)
+    assert done.status == "succeeded", (done.error, jobs.log_tail(done))
+    assert f"resumed from {Path(done.output_dir) / 'checkpoints'}" in jobs.log_tail(done, 400)
+    # Every step's metrics once (the steps after the checkpoint were redone, not added), by the main process.
+    assert metric_steps(db, 1, "env/reward_mean") == [1, 2, 3]
+    # Each step's samples come from both ranks' batches: 2 answers each, to 4 different prompts, and the
+    # ranks move through the prompts together, 4 new prompts a step (position 12 after 3 steps).
+    samples = jobs.samples(db, 1)
+    assert sorted(s["step"] for s in samples) == [1] * 4 + [2] * 4 + [3] * 4
+    for step in (1, 2, 3):
+        assert len({s["query"] for s in samples if s["step"] == step}) == 4
+    state = json.loads((Path(done.output_dir) / "checkpoints" / "checkpoint-3" / "job_state.json").read_text())
+    assert state["position"] == 12
+    assert (Path(done.output_dir) / "model" / "model.safetensors").exists()
