@@ -4,9 +4,10 @@ A connection is cheap; open one per request or thread (`open_db`) and never shar
 across Gradio's worker threads. Every write goes through `write_transaction`, which starts
 with BEGIN IMMEDIATE so that a read-then-write never fails half-way with "database is locked".
 
-Migrations run when a process starts (`rlhf-studio serve`, a CLI command); the web app's
-per-request connections open with `migrate=False`, so opening one never waits for the write
-lock another process holds (an import, a backup): under WAL, readers never wait for a writer.
+Migrations run once when a process starts (`rlhf-studio serve`, a CLI command, the training worker);
+the web app's per-request connections open with `migrate=False`: one read of the schema version, never
+the write lock another process holds (an import, a backup; under WAL, readers never wait for a writer),
+and a clear StorageError instead of an obscure SQL error when the database is older than this code.
 """
 from __future__ import annotations
 
@@ -97,19 +98,39 @@ def open_db(
 ) -> sqlite_utils.Database:
     """Open the studio database at `path`, creating it (see `connect`) and applying pending migrations.
 
-    migrate=False is for per-request connections of a server that migrated at start-up: a database
-    already at the current version is opened without taking the write lock either way, but a
-    request should not be the one that migrates.
+    migrate=False is for per-request connections of a server that migrated at start-up: a request is
+    never the one that migrates, and a database older than this code (replaced by an old backup while
+    the server ran, or never migrated) is a StorageError naming the versions and the fix.
     """
     conn = connect(path, create=create, busy_timeout_ms=busy_timeout_ms)
     db = sqlite_utils.Database(conn)
-    if migrate:
-        try:
+    try:
+        if migrate:
             _apply_migrations(db)  # the module function; `migrate` here is the flag
-        except sqlite3.DatabaseError as error:
-            conn.close()
-            raise StorageError(_explain(str(path), error)) from None
+        else:
+            _require_current(db, str(path))
+    except sqlite3.DatabaseError as error:
+        conn.close()
+        raise StorageError(_explain(str(path), error)) from None
+    except StorageError:
+        conn.close()
+        raise
     return db
+
+
+def _require_current(db: sqlite_utils.Database, path: str) -> None:
+    """StorageError unless the schema is at least this code's version (one indexed read, no lock)."""
+    try:
+        version = db.execute("SELECT MAX(version) FROM schema_version").fetchone()[0] or 0
+    except sqlite3.OperationalError as error:
+        if "no such table" not in str(error):
+            raise
+        version = 0
+    if version < len(MIGRATIONS):
+        raise StorageError(
+            f"{path}: the database schema is at version {version}, this RLHF Studio needs {len(MIGRATIONS)};"
+            f" restart `rlhf-studio serve` (or run any rlhf-studio command on it) to migrate it"
+        )
 
 
 @contextlib.contextmanager

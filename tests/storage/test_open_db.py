@@ -32,10 +32,30 @@ def test_migrations_apply_once_and_a_request_connection_skips_them(db_path):
     assert db.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == len(MIGRATIONS)
     assert "session_epoch" in db["users"].columns_dict
     db.conn.close()
+    open_db(db_path, migrate=False).conn.close()  # up to date: opens
     fresh = str(db_path) + ".new"
-    raw = open_db(fresh, migrate=False)
-    assert raw.table_names() == []  # created, but a request-path connection never migrates
-    raw.conn.close()
+    # A request-path connection never migrates: an unmigrated (or older) database is one clear error.
+    with pytest.raises(StorageError, match=rf"\.new: the database schema is at version 0, this RLHF Studio needs {len(MIGRATIONS)};"
+                                           r" restart `rlhf-studio serve`"):
+        open_db(fresh, migrate=False)
+    raw = sqlite3.connect(fresh)
+    assert raw.execute("SELECT name FROM sqlite_master").fetchall() == []  # nothing was migrated
+    raw.close()
+
+
+def test_a_request_connection_refuses_a_database_older_than_the_code(tmp_path, monkeypatch):
+    # Issue 15: requests open without migrating; an old backup restored under a running server must not
+    # surface as "no such column" in some handler.
+    import storage.db
+
+    db_path = str(tmp_path / "old.db")
+    with monkeypatch.context() as older_code:
+        older_code.setattr(storage.db, "MIGRATIONS", MIGRATIONS[:-1])
+        open_db(db_path).conn.close()
+    with pytest.raises(StorageError, match=f"at version {len(MIGRATIONS) - 1}, this RLHF Studio needs {len(MIGRATIONS)}"):
+        open_db(db_path, migrate=False, create=False)
+    open_db(db_path).conn.close()  # a start-up open (serve, a CLI command) migrates it again
+    open_db(db_path, migrate=False).conn.close()
 
 
 def test_a_missing_database_is_not_created_when_creation_is_off(tmp_path):

@@ -1,0 +1,35 @@
+"""The server's Gradio queue skips per-event work a labelling server does not use (issue 15).
+
+These read Gradio's private queue attributes on purpose: if an upgrade renames them, quiet_queue would
+silently do nothing, and this test is what notices.
+"""
+from __future__ import annotations
+
+import gradio as gr
+
+from labeler.ui.app import STATUS_UPDATE_S, launch_options, quiet_queue
+from labeler.ui.context import ServeSettings
+
+
+def test_quiet_queue_sends_positions_on_a_timer_and_builds_no_monitoring_summary(monkeypatch):
+    with gr.Blocks() as app:
+        gr.Button("x").click(lambda: None, api_name="noop")
+    assert app._queue.live_updates is True  # Gradio's default: positions to every waiting client per job start
+    quiet_queue(app)
+    queue = app._queue
+    assert queue.live_updates is False and queue.update_intervals == STATUS_UPDATE_S
+
+    def no_dataframes(records):
+        raise AssertionError("the monitoring summary was rebuilt")
+
+    monkeypatch.setattr(queue, "_get_df", no_dataframes)
+    records = [{"time": 1.0, "status": "success", "process_time": 0.01, "function": "noop", "session_hash": "s"}]
+    for _ in range(3):  # as process_events does after every event
+        queue.events_recorded += 1
+        assert queue.compute_analytics_summary(records) == {"functions": {}}
+    assert queue.ANALYTICS_MAX_EVENTS == 1  # the event log it would summarise is kept at one entry
+
+
+def test_the_monitoring_endpoint_is_off():
+    assert launch_options(ServeSettings(db_path=":memory:"))["enable_monitoring"] is False
+
