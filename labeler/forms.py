@@ -198,23 +198,23 @@ def changed(config, only: list[str] | None = None) -> dict[str, Any]:
     return {name: value for name, value in values.items() if value != specs[name].default}
 
 
-def widget(spec: FieldSpec, value: Any = None):
+def widget(spec: FieldSpec, value: Any = None, **layout: Any):
     """The Gradio component for one field: a checkbox, a number, a dropdown, or a textbox. Never a number in
-    a text box: numbers get gr.Number with precision 0 for ints."""
+    a text box: numbers get gr.Number with precision 0 for ints. `layout` (min_width, scale, ...) is passed on."""
     import gradio as gr
 
     value = spec.default if value is None else value
     label, info = spec.name, (spec.help[:200] or None)
     if spec.kind == "bool":
-        return gr.Checkbox(value=bool(value), label=label, info=info)
+        return gr.Checkbox(value=bool(value), label=label, info=info, **layout)
     if spec.kind == "int":
-        return gr.Number(value=value, label=label, info=info, precision=0)
+        return gr.Number(value=value, label=label, info=info, precision=0, **layout)
     if spec.kind == "float":
-        return gr.Number(value=value, label=label, info=info)
+        return gr.Number(value=value, label=label, info=info, **layout)
     if spec.kind == "choice":
-        return gr.Dropdown(choices=[str(c) for c in spec.choices], value=str(value), label=label, info=info)
+        return gr.Dropdown(choices=[str(c) for c in spec.choices], value=str(value), label=label, info=info, **layout)
     text = json.dumps(value) if spec.kind == "json" else ("" if value is None else str(value))
-    return gr.Textbox(value=text, label=label, info=info)
+    return gr.Textbox(value=text, label=label, info=info, **layout)
 
 
 def from_widgets(specs: list[FieldSpec], values: list[Any]) -> dict[str, Any]:

@@ -35,8 +35,31 @@ CSS = (STATIC / "studio.css").read_text(encoding="utf-8")
 AUTH_MESSAGE = (
     "Log in with your RLHF Studio account. On the first start the terminal running "
     "`rlhf-studio serve` printed a one-time password for the user <b>admin</b>. "
-    "After 5 wrong passwords the account waits a little before the next try."
+    "After 5 wrong passwords the account waits a little before the next try. "
+    "A deactivated account cannot log in: ask an admin to reactivate it."
 )
+
+
+def first_steps_markdown(counts: dict[str, int], project: str) -> str:
+    """The admin's "what to do first" on a project without prompts or labels; done steps are ticked."""
+
+    def step(done: bool, text: str) -> str:
+        return f"- {'✅' if done else '⬜'} {text}"
+
+    labels = counts["ratings"] + counts["rankings"]
+    return "\n".join([
+        f"### First steps for project **{project}**",
+        step(counts["prompts"] > 0, f"**Import prompts**: **Data > 1. Prompts**, upload a file or import the shipped "
+                                    f"movie-review prompts ({counts['prompts']} so far)."),
+        step(counts["responses"] > 0, f"**Generate answers**: **Data > 2. Generate answers** with a model "
+                                      f"({counts['responses']} so far). Add annotators in **Admin > Users**."),
+        step(labels > 0, f"**Rate and rank**: the **Rate** and **Rank** tabs, from the keyboard ({labels} labels "
+                         "so far)."),
+        step(False, "**Train**: a reward model, then DPO or PPO, in the **Train** tab (or export a dataset in "
+                    "**Data > 3. Export**)."),
+        "",
+        "This panel goes away once the project has prompts and labels.",
+    ])
 
 
 def build_app(settings: ServeSettings) -> gr.Blocks:
@@ -47,6 +70,8 @@ def build_app(settings: ServeSettings) -> gr.Blocks:
             whoami = gr.Markdown(elem_id="studio-whoami")
             gr.Button("Log out", link="/logout", size="sm", scale=0, min_width=100, elem_id="studio-logout")
         password_panel, main = _password_panel(ctx)
+        with main:
+            first_steps = gr.Markdown(visible=False, elem_id="studio-first-steps", elem_classes=["studio-banner"])
         tabs: dict[str, gr.Tab] = {}
         with main, gr.Tabs():
             for module_name in TAB_MODULES:
@@ -69,21 +94,28 @@ def build_app(settings: ServeSettings) -> gr.Blocks:
 
         def whoami_load(request: gr.Request):
             from labeler.services import accounts
+            from labeler.ui.tabs.data import project_counts
 
             with ctx.connection() as db:
                 user = accounts.get_user(db, getattr(request, "username", None) or "")
+                counts = project_counts(db, settings.project) if user is not None and user.role == "admin" else None
             if user is None:
-                return ("", gr.update(visible=False), gr.update(), *[gr.update(visible=False) for _ in hidden])
+                return ("", gr.update(visible=False), gr.update(), *[gr.update(visible=False) for _ in hidden],
+                        gr.update(visible=False))
             is_admin = user.role == "admin"
             text = f"Logged in as **{user.username}** ({user.role}) · project **{settings.project}**"
             # A one-time password: only the panel to replace it (the server refuses everything else anyway).
             first_login = user.must_change_password
+            # An admin on a project without prompts or labels: what to do first (issue 14 item 11).
+            empty = counts is not None and (counts["prompts"] == 0 or counts["ratings"] + counts["rankings"] == 0)
+            steps = (gr.update(value=first_steps_markdown(counts, settings.project), visible=True) if empty
+                     else gr.update(visible=False))
             return (
                 text, gr.update(visible=first_login), gr.update(visible=not first_login),
-                *[gr.update(visible=is_admin) for _ in hidden],
+                *[gr.update(visible=is_admin) for _ in hidden], steps,
             )
 
-        app.load(whoami_load, None, [whoami, password_panel, main, *hidden], api_name="whoami")
+        app.load(whoami_load, None, [whoami, password_panel, main, *hidden, first_steps], api_name="whoami")
         # Keyboard shortcuts run in the browser only; they click the same buttons a mouse would.
         app.load(None, None, None, js=SHORTCUTS_JS, api_name="install_shortcuts")
     return app

@@ -12,7 +12,9 @@ What Gradio 6.31 does not do and this module adds (see gradio/routes.py and grad
 - its session tokens (`App.tokens`, token -> username) never expire and survive a password change:
   `SessionStore` replaces that dict and checks each token's age and the user's session epoch;
 - its CORS middleware echoes any Origin with credentials when the host is not localhost, and its login
-  cookie is `SameSite=None`: `RequestGuard` refuses foreign origins (403) and rewrites the cookie to Lax.
+  cookie is `SameSite=None`: `RequestGuard` refuses foreign origins (403) and rewrites the cookie to Lax;
+- a user whose session ended because an admin deactivated them got a bare login form (or, within the
+  epoch recheck, red Error badges) on reload: `RequestGuard` answers the page with "account deactivated".
 """
 from __future__ import annotations
 
@@ -44,6 +46,13 @@ AUTH_WORKERS = 2  # scrypt checks at once (16 MiB and ~50 ms each): more would o
 AUTH_QUEUE = 8  # checks waiting beyond the workers before new logins are told "busy" at once
 DB_WAIT_MS = 1000  # the login's and session check's busy timeout: they only read, so this is a safety net
 BUSY_MESSAGE = "The server is busy; retry the login in a few seconds."
+ENDED_KEEP = 1000  # tokens of ended sessions remembered, to tell a deactivated user why their page is gone
+DEACTIVATED_PAGE = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>RLHF Studio: account deactivated</title>
+<style>body{{font-family:system-ui,sans-serif;max-width:36em;margin:4em auto;padding:0 1em;line-height:1.5}}</style></head>
+<body><h1>RLHF Studio</h1><div id="studio-deactivated"><p><b>Account deactivated.</b> The account <b>{username}</b> was
+deactivated by an admin, so this browser was logged out. The labels it made are kept.</p>
+<p>Ask an admin to reactivate it (Admin &gt; Users, or <code>rlhf-studio users activate {username}</code>).</p>
+<p><a href="logout">Log in with another account</a></p></div></body></html>"""
 
 
 def _web_db(db_path: str):
@@ -139,6 +148,7 @@ class SessionStore(dict):
         super().__init__()
         self.db_path, self.max_age_s, self.recheck_s, self._clock = db_path, max_age_s, recheck_s, clock
         self._issued: dict[str, tuple[float, int | None]] = {}
+        self._ended: dict[str, str] = {}  # token -> username of sessions found invalid, newest last (ENDED_KEEP)
         self._epochs: dict[str, tuple[float, int | None]] = {}  # username -> (checked at, epoch)
         self._lock = threading.Lock()
         for token, username in initial:
@@ -185,12 +195,39 @@ class SessionStore(dict):
             return False
         if self._valid(token):  # type: ignore[arg-type]
             return True
+        with self._lock:
+            self._ended[token] = dict.get(self, token)  # type: ignore[index]
+            while len(self._ended) > ENDED_KEEP:
+                self._ended.pop(next(iter(self._ended)))
         self.pop(token, None)
         self._issued.pop(token, None)  # type: ignore[arg-type]
         return False
 
     def get(self, token: Any, default: Any = None) -> Any:
         return dict.get(self, token, default) if token is not None and token in self else default
+
+    def deactivated_user(self, token: str | None) -> str | None:
+        """The user name when `token` belongs to a session that ended because its user is deactivated now; else
+        None (a valid token, an unknown one, or a session that ended for another reason)."""
+        from labeler.services import accounts
+
+        if not token:
+            return None
+        known = dict.get(self, token)
+        if known is not None:
+            self._epoch(known, fresh=True)  # a page load: no grace of recheck_s for a deactivation just made
+        if token in self or token not in self._ended:
+            return None
+        username = self._ended[token]
+        try:
+            db = _web_db(self.db_path)
+            try:
+                user = accounts.get_user(db, username)
+            finally:
+                db.conn.close()
+        except Exception:  # noqa: BLE001 - unreadable for a moment: the plain login page is shown
+            return None
+        return username if user is not None and not user.active else None
 
 
 def _origin_of(value: str) -> str | None:
@@ -244,11 +281,37 @@ class RequestGuard:
                 )
                 await response(scope, receive, send)
             return
+        if scope["type"] == "http" and scope.get("method") == "GET" and await self._deactivated_page(scope, receive, send):
+            return
         client = scope.get("client")
         CLIENT_ADDRESS.set(client[0] if client else None)
         if scope["type"] == "http":
             send = functools.partial(_lax_cookies, send)
         await self.app(scope, receive, send)
+
+
+    @staticmethod
+    async def _deactivated_page(scope, receive, send) -> bool:
+        """Answer the app's page with DEACTIVATED_PAGE when the browser's login cookie belongs to a session that
+        ended with its user's deactivation; True when it did. Gradio keeps its sessions in `app.tokens` (a
+        SessionStore once launched); Starlette puts the app in scope["app"] before any middleware runs."""
+        import html
+
+        from starlette.requests import HTTPConnection
+        from starlette.responses import HTMLResponse
+
+        root = (scope.get("root_path") or "").rstrip("/")
+        store = getattr(scope.get("app"), "tokens", None)
+        if scope.get("path", "").rstrip("/") not in ("", root) or not isinstance(store, SessionStore):
+            return False
+        cookies = HTTPConnection(scope).cookies
+        for name, token in cookies.items():
+            username = store.deactivated_user(token) if name.startswith("access-token") else None
+            if username is not None:
+                page = DEACTIVATED_PAGE.format(username=html.escape(username))
+                await HTMLResponse(page, status_code=403)(scope, receive, send)
+                return True
+        return False
 
 
 async def _lax_cookies(send, message) -> None:

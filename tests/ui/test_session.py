@@ -114,3 +114,22 @@ def test_gradio_logout_loop_works_on_the_store(db_path, users_db):
 def test_origins(origin, host, allowed):
     guard = RequestGuard(app=None, allowed_origins=["https://studio.example.org/"])
     assert guard.origin_allowed(origin, host) is allowed
+
+
+def test_a_session_ended_by_deactivation_is_told_apart(db_path, users_db):
+    """Issue 14 item 11: the page of a deactivated user says so instead of showing Error badges or a bare login."""
+    clock = Clock()
+    store = SessionStore(db_path, max_age_s=7 * 86400, recheck_s=60.0, clock=clock)
+    store["t-alice"], store["t-root"] = "alice", "root"
+    assert store.deactivated_user("t-alice") is None  # active
+    accounts.set_active(users_db, "alice", False)
+    # Asked at once (within recheck_s): the page load checks afresh.
+    assert store.deactivated_user("t-alice") == "alice"
+    assert store.get("t-alice") is None and store.deactivated_user("t-alice") == "alice"
+    # Ended for another reason, unknown, or reactivated since: no such message.
+    accounts.set_password(users_db, "root", "root-password-2")
+    clock.now += 61
+    assert store.get("t-root") is None and store.deactivated_user("t-root") is None
+    assert store.deactivated_user("never-issued") is None and store.deactivated_user(None) is None
+    accounts.set_active(users_db, "alice", True)
+    assert store.deactivated_user("t-alice") is None

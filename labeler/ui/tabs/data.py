@@ -31,8 +31,8 @@ EXPORT_FIELDS = [
 ]
 
 
-def data_summary(db, project: str) -> str:
-    """Counts an admin needs to decide what to do next (import, generate, or label)."""
+def project_counts(db, project: str) -> dict[str, int]:
+    """prompts, responses, ratings and rankings of the project: what to do next depends on which are zero."""
     from labeler.services.projects import get_project
 
     project_id = get_project(db, project).id
@@ -40,10 +40,20 @@ def data_summary(db, project: str) -> str:
     def count(sql: str) -> int:
         return db.execute(sql, [project_id]).fetchone()[0]
 
-    prompts = count("SELECT COUNT(*) FROM prompts WHERE project_id = ?")
-    responses = count("SELECT COUNT(*) FROM responses r JOIN prompts p ON p.id = r.prompt_id WHERE p.project_id = ?")
-    ratings = count("SELECT COUNT(*) FROM ratings r JOIN items i ON i.id = r.item_id WHERE i.project_id = ?")
-    rankings = count("SELECT COUNT(*) FROM rankings r JOIN prompts p ON p.id = r.prompt_id WHERE p.project_id = ?")
+    return {
+        "prompts": count("SELECT COUNT(*) FROM prompts WHERE project_id = ?"),
+        "responses": count(
+            "SELECT COUNT(*) FROM responses r JOIN prompts p ON p.id = r.prompt_id WHERE p.project_id = ?"),
+        "ratings": count("SELECT COUNT(*) FROM ratings r JOIN items i ON i.id = r.item_id WHERE i.project_id = ?"),
+        "rankings": count(
+            "SELECT COUNT(*) FROM rankings r JOIN prompts p ON p.id = r.prompt_id WHERE p.project_id = ?"),
+    }
+
+
+def data_summary(db, project: str) -> str:
+    """Counts an admin needs to decide what to do next (import, generate, or label)."""
+    counts = project_counts(db, project)
+    prompts, responses, ratings, rankings = (counts[k] for k in ("prompts", "responses", "ratings", "rankings"))
     hint = ""
     if prompts == 0:
         hint = "\n\n➡ No prompts yet: upload a file or import the shipped movie-review prompts."
@@ -129,9 +139,18 @@ def build(ctx: UIContext) -> None:
                             info="preferences: prompt/chosen/rejected (RM, DPO); ratings: scores; unpaired: KTO-style")
             fmt = gr.Radio(EXPORT_FORMATS, value="jsonl", label="Format", info="hf = a saved `datasets` folder (zipped)")
             annotators = gr.Dropdown(choices=[], multiselect=True, label="Only these annotators (empty = all)")
+        # The switches get a row of their own, each wide enough for its whole name and help: squeezed between
+        # the number boxes, their labels were cut to "include" and "conver" (issue 14 item 11).
+        export_by_name = {}
         with gr.Row():
-            export_widgets = [forms.widget(spec) for spec in export_specs]
-        export_by_name = {spec.name: w for spec, w in zip(export_specs, export_widgets)}
+            for spec in export_specs:
+                if spec.kind != "bool":
+                    export_by_name[spec.name] = forms.widget(spec)
+        with gr.Row(elem_id="data-export-switches"):
+            for spec in export_specs:
+                if spec.kind == "bool":
+                    export_by_name[spec.name] = forms.widget(spec, min_width=260)
+        export_widgets = [export_by_name[spec.name] for spec in export_specs]
         export_button = gr.Button("Export", variant="primary", elem_id="data-export")
         export_file = gr.File(label="Download", interactive=False, elem_id="data-export-file")
         export_status = gr.Markdown()
