@@ -58,3 +58,24 @@ def test_ppo_on_two_ranks_keeps_weights_and_stats_equal_and_rank_zero_alone_writ
     assert rows[1]["objective/kl"] == pytest.approx(r0["stats"][1]["objective/kl"])
     # One checkpoint, holding both ranks' RNG states.
     assert r0["saved_rng_ranks"] == r1["saved_rng_ranks"] == 2
+
+
+def test_reward_model_and_dpo_on_two_ranks_match_one_process_with_the_same_global_batch(tmp_path):
+    """transformers.Trainer shards each global batch over the ranks and DDP averages the gradients: 2 ranks of
+    2 pairs must log the losses 1 process of 4 pairs logs. Step 1 of DPO is ln 2 whatever the batch (policy ==
+    reference); steps 2-3 differ by ~1e-4 (RM) to ~4e-2 (DPO) between batches, so 1e-6 tells them apart."""
+    script = HERE / "pairwise_two_ranks.py"
+    launch(script, str(tmp_path), "two", "2")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run([sys.executable, str(script), str(tmp_path), "one", "4"], env=env, capture_output=True,
+                          text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-5000:]
+    one, two = (json.loads((tmp_path / f"{tag}.json").read_text()) for tag in ("one", "two"))
+    assert (one["num_processes"], two["num_processes"]) == (1, 2)
+    for trainer in ("rm", "dpo"):
+        assert len(one[trainer]) == len(two[trainer]) == 3
+        assert two[trainer] == pytest.approx(one[trainer], abs=1e-6), trainer
+        assert one[trainer][2] != pytest.approx(one[trainer][0], abs=1e-5)  # it trained
+    # DPO's cached reference log-probs: computed on every rank for the whole dataset, not one rank's shard.
+    assert len(two["ref_chosen_logps"]) == 16
+    assert two["ref_chosen_logps"] == pytest.approx(one["ref_chosen_logps"], abs=1e-5)
