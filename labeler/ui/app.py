@@ -94,28 +94,36 @@ def build_app(settings: ServeSettings) -> gr.Blocks:
 
         def whoami_load(request: gr.Request):
             from labeler.services import accounts
-            from labeler.ui.tabs.data import project_counts
 
             with ctx.connection() as db:
                 user = accounts.get_user(db, getattr(request, "username", None) or "")
-                counts = project_counts(db, settings.project) if user is not None and user.role == "admin" else None
             if user is None:
-                return ("", gr.update(visible=False), gr.update(), *[gr.update(visible=False) for _ in hidden],
-                        gr.update(visible=False))
+                return ("", gr.update(visible=False), gr.update(), *[gr.update(visible=False) for _ in hidden])
             is_admin = user.role == "admin"
             text = f"Logged in as **{user.username}** ({user.role}) · project **{settings.project}**"
             # A one-time password: only the panel to replace it (the server refuses everything else anyway).
             first_login = user.must_change_password
-            # An admin on a project without prompts or labels: what to do first (issue 14 item 11).
-            empty = counts is not None and (counts["prompts"] == 0 or counts["ratings"] + counts["rankings"] == 0)
-            steps = (gr.update(value=first_steps_markdown(counts, settings.project), visible=True) if empty
-                     else gr.update(visible=False))
             return (
                 text, gr.update(visible=first_login), gr.update(visible=not first_login),
-                *[gr.update(visible=is_admin) for _ in hidden], steps,
+                *[gr.update(visible=is_admin) for _ in hidden],
             )
 
-        app.load(whoami_load, None, [whoami, password_panel, main, *hidden, first_steps], api_name="whoami")
+        def first_steps_load(request: gr.Request):
+            """An admin on a project without prompts or labels: what to do first (issue 14 item 11)."""
+            from labeler.services import accounts
+            from labeler.ui.tabs.data import project_counts
+
+            with ctx.connection() as db:
+                user = accounts.get_user(db, getattr(request, "username", None) or "")
+                if user is None or user.role != "admin":
+                    return gr.update(visible=False)
+                counts = project_counts(db, settings.project)
+            if counts["prompts"] and counts["ratings"] + counts["rankings"]:
+                return gr.update(visible=False)
+            return gr.update(value=first_steps_markdown(counts, settings.project), visible=True)
+
+        app.load(whoami_load, None, [whoami, password_panel, main, *hidden], api_name="whoami")
+        app.load(first_steps_load, None, [first_steps], api_name="first_steps", show_progress="hidden")
         # Keyboard shortcuts run in the browser only; they click the same buttons a mouse would.
         app.load(None, None, None, js=SHORTCUTS_JS, api_name="install_shortcuts")
     return app

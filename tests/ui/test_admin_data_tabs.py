@@ -56,7 +56,7 @@ def test_first_login_shows_only_the_password_panel(app, app_db):
     db.execute("UPDATE users SET must_change_password = 1 WHERE username = ?", [ADMIN])
     db.conn.close()
     whoami = endpoint(app, "whoami")
-    text, panel, main, *admin_tabs, first_steps = whoami.fn(request=gr.Request(username=ADMIN))
+    text, panel, main, *admin_tabs = whoami.fn(request=gr.Request(username=ADMIN))
     assert panel["visible"] is True and main["visible"] is False
     # The server refuses everything else, whatever the browser shows.
     with pytest.raises(gr.Error, match="one-time password"):
@@ -65,7 +65,7 @@ def test_first_login_shows_only_the_password_panel(app, app_db):
         call(app, "change_own_password", "wrong", "new-password-1", "new-password-1", user=ADMIN)
     assert "Log in again" in call(app, "change_own_password", "root-password-1", "new-password-1",
                                   "new-password-1", user=ADMIN)
-    text, panel, main, *admin_tabs, first_steps = whoami.fn(request=gr.Request(username=ADMIN))
+    text, panel, main, *admin_tabs = whoami.fn(request=gr.Request(username=ADMIN))
     assert panel["visible"] is False and main["visible"] is True and all(t["visible"] for t in admin_tabs)
     db = open_db(app_db)
     assert accounts.authenticate(db, ADMIN, "new-password-1") is not None

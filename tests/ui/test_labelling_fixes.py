@@ -69,19 +69,19 @@ def test_guidelines_one_text_per_kind_shown_in_admin_and_reread_by_rate_and_rank
 def test_first_steps_panel_for_an_admin_until_the_project_has_prompts_and_labels(app, app_db):
     import gradio as gr
 
-    whoami = endpoint(app, "whoami")
-    assert getattr(whoami.outputs[-1], "elem_id", None) == "studio-first-steps"
+    whoami = endpoint(app, "first_steps")
+    assert [getattr(block, "elem_id", None) for block in whoami.outputs] == ["studio-first-steps"]
     # Prompts and answers but no labels yet: the panel, with the first two steps ticked.
-    steps = whoami.fn(request=gr.Request(username=ADMIN))[-1]
+    steps = whoami.fn(request=gr.Request(username=ADMIN))
     assert steps["visible"] is True
     lines = steps["value"].splitlines()
     assert [line[:3] for line in lines[1:5]] == ["- ✅", "- ✅", "- ⬜", "- ⬜"]
     assert "**Import prompts**" in lines[1] and "(2 so far)" in lines[1] and "**Train**" in lines[4]
     # Never for an annotator.
-    assert whoami.fn(request=gr.Request(username=ANNOTATOR))[-1] == {"__type__": "update", "visible": False}
+    assert whoami.fn(request=gr.Request(username=ANNOTATOR)) == {"__type__": "update", "visible": False}
     first = call(app, "rate_next", user=ANNOTATOR)
     call(app, "rate_submit", 4, "", first[6], user=ANNOTATOR)
-    assert whoami.fn(request=gr.Request(username=ADMIN))[-1] == {"__type__": "update", "visible": False}
+    assert whoami.fn(request=gr.Request(username=ADMIN)) == {"__type__": "update", "visible": False}
 
 
 def test_first_steps_on_an_empty_project_tick_nothing():
