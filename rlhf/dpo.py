@@ -28,6 +28,7 @@ from rlhf.data import PreferenceCollator, check_preference_rows, tokenize_prefer
 from rlhf.loading import DEFAULT_POLICY, load_causal_lm, load_tokenizer, resolve_model_path
 from rlhf.losses import dpo_loss
 from rlhf.peft_utils import apply_peft, is_peft_model, merge_adapter
+from rlhf.distributed import prepare_reference
 
 LOSS_TYPES = ("sigmoid", "ipo", "hinge")
 
@@ -188,7 +189,8 @@ class DPOTrainer(Trainer):
             optimizers=optimizers,
             preprocess_logits_for_metrics=preprocess_logits_for_metrics,
         )
-        self.ref_model = ref_model.to(self.args.device) if ref_model is not None else None
+        # Placed (and under ZeRO-3 / FSDP sharded) as the policy is, not moved with .to(device) (TRL 0.11).
+        self.ref_model = prepare_reference(self.accelerator, ref_model) if ref_model is not None else None
         self._metrics: dict[str, dict[str, list[float]]] = {"train": defaultdict(list), "eval": defaultdict(list)}
 
     # ---- reference log-probs, cached in the dataset ----------------------------------------------------

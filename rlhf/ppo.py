@@ -50,6 +50,7 @@ from rlhf.core import (
 )
 from rlhf.attention import use_attention
 from rlhf.cpu_memory import keep_freed_memory
+from rlhf.distributed import all_reduce_gradients, gradient_sync, prepare_reference, unwrap_model_for_generation
 from rlhf.kl_control import AdaptiveKLController, FixedKLController
 from rlhf.losses import (
     gae_advantages,
@@ -196,7 +197,7 @@ class PPOTrainer:
         if ref_model is not None:
             use_attention(ref_model.pretrained_model, config.attn_implementation, self.accelerator.device)
             ref_model.requires_grad_(False)
-            ref_model = _prepare_reference(self.accelerator, ref_model.eval())
+            ref_model = prepare_reference(self.accelerator, ref_model)
         self.ref_model = ref_model
 
         if config.adap_kl_ctrl:
@@ -239,8 +240,10 @@ class PPOTrainer:
         kwargs = self._generation_kwargs(generation_kwargs, allow_kl_unsafe)
         single = isinstance(query_tensor, torch.Tensor) and query_tensor.dim() == 1
         queries = [query_tensor] if single else list(query_tensor)
-        responses = self._generate_batched(self.unwrapped_model, queries, length_sampler, batch_size,
-                                           return_prompt, remove_padding, kwargs)
+        # ZeRO-3 / FSDP: the shards gathered once around generation (every rank must call generate() alike).
+        with unwrap_model_for_generation(self.model, self.accelerator) as policy:
+            responses = self._generate_batched(policy, queries, length_sampler, batch_size, return_prompt,
+                                               remove_padding, kwargs)
         ref_responses = None
         if generate_ref_response:
             ref, context = self._reference()
@@ -501,11 +504,17 @@ class PPOTrainer:
         for _ in range(cfg.ppo_epochs):
             order = torch.randperm(cfg.batch_size, generator=self.generator).to(self.accelerator.device)
             for start in range(0, cfg.batch_size, cfg.backward_batch_size):
+                last = start + cfg.backward_batch_size - cfg.mini_batch_size
+                synced = True
                 for mb_start in range(start, start + cfg.backward_batch_size, cfg.mini_batch_size):
                     idx = order[mb_start : mb_start + cfg.mini_batch_size]
-                    mb_stats = self._train_minibatch(rollouts.select(idx), old_logprobs[idx], old_values[idx],
-                                                     advantages[idx], returns[idx])
+                    # DDP all-reduces the gradients in the last micro-batch's backward only (no_sync before it).
+                    with gradient_sync(self.accelerator, self.model, sync=mb_start == last):
+                        mb_stats = self._train_minibatch(rollouts.select(idx), old_logprobs[idx], old_values[idx],
+                                                         advantages[idx], returns[idx])
                     stats.append(mb_stats)
+                    if not bool(mb_stats["skipped"]):
+                        synced = mb_start == last
                     # Mean over ranks (TRL's _early_stop): every rank must stop at the same mini-batch.
                     if cfg.early_stopping and float(self._mean_over_ranks(mb_stats["policy/approxkl"])) > 1.5 * cfg.target_kl:
                         early_stopped = True
@@ -513,6 +522,8 @@ class PPOTrainer:
                 if early_stopped:
                     self.optimizer.zero_grad()  # the policy already moved too far: drop this partial gradient
                     break
+                if not synced:  # the last micro-batch was skipped: the gradients before it were never averaged
+                    all_reduce_gradients(self.accelerator, self.model)
                 if cfg.max_grad_norm is not None:
                     self.accelerator.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
                 self.optimizer.step()
@@ -663,39 +674,6 @@ class PPOTrainer:
         directory = Path(directory)
         load_weights(self.unwrapped_model, directory)
         self.load_state_dict(torch.load(directory / TRAINER_STATE_FILE, weights_only=True))
-
-
-def _prepare_reference(accelerator, ref_model):
-    """The frozen reference model placed and wrapped as the policy is, for inference only: on its device
-    with accelerate's mixed-precision autocast, never wrapped in DDP (it has no gradients to average);
-    sharded under FSDP (TRL 0.11 prepares it the same way), and under DeepSpeed ZeRO-3 initialised as a
-    DeepSpeed inference engine with the policy's ZeRO config (TRL's _prepare_deepspeed; not run here: no GPU)."""
-    from accelerate.utils import DistributedType
-
-    if accelerator.distributed_type == DistributedType.DEEPSPEED:
-        import copy
-
-        import deepspeed
-
-        plugin = accelerator.state.deepspeed_plugin
-        ds_config = copy.deepcopy(plugin.deepspeed_config)
-        if ds_config.get("zero_optimization", {}).get("stage") != 3:
-            # Only ZeRO-3 shards parameters; below it the reference is a plain replicated model.
-            return accelerator.prepare_model(ref_model, evaluation_mode=True)
-        hidden = getattr(ref_model.config, "hidden_size", None)
-        if hidden is not None:
-            ds_config["zero_optimization"].update({
-                "reduce_bucket_size": hidden * hidden,
-                "stage3_param_persistence_threshold": 10 * hidden,
-                "stage3_prefetch_bucket_size": 0.9 * hidden * hidden,
-            })
-        ds_config.pop("optimizer", None)
-        ds_config.pop("scheduler", None)
-        engine, *_ = deepspeed.initialize(model=ref_model, config=ds_config)
-        engine.eval()
-        return engine
-    evaluation_only = accelerator.distributed_type != DistributedType.FSDP
-    return accelerator.prepare_model(ref_model, evaluation_mode=evaluation_only)
 
 
 def _plain_values(config: PPOConfig) -> dict:

@@ -1,0 +1,93 @@
+"""What a trainer needs to run the same code on 1 or N processes (accelerate: DDP, DeepSpeed ZeRO, FSDP).
+
+prepare_reference: the frozen reference model placed and sharded as the policy is (no bare `.to(device)`).
+unwrap_model_for_generation: the policy whole for `generate()`, gathering ZeRO-3 / FSDP shards meanwhile.
+gradient_sync: DDP's all-reduce on the last micro-batch of a gradient accumulation only.
+TRL 0.11 does the same (models/utils.py unwrap_model_for_generation, PPOTrainer._prepare_deepspeed); the
+DeepSpeed and FSDP branches could not be run on this project's CPU-only CI (see README, docs/SCALING.md).
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+
+import torch
+
+
+def _zero_stage(accelerator) -> int:
+    from accelerate.utils import DistributedType
+
+    if accelerator.distributed_type != DistributedType.DEEPSPEED:
+        return 0
+    return int(accelerator.state.deepspeed_plugin.zero_stage or 0)
+
+
+def prepare_reference(accelerator, ref_model: torch.nn.Module) -> torch.nn.Module:
+    """The frozen reference model placed and wrapped as the policy is, for inference only: on its device with
+    accelerate's mixed-precision autocast, never wrapped in DDP (it has no gradients to average); sharded under
+    FSDP (TRL 0.11 prepares it the same way), and under DeepSpeed ZeRO-3 initialised as a DeepSpeed inference
+    engine with the policy's ZeRO config (TRL's _prepare_deepspeed)."""
+    from accelerate.utils import DistributedType
+
+    ref_model = ref_model.eval().requires_grad_(False)
+    if _zero_stage(accelerator) == 3:
+        import deepspeed
+
+        ds_config = copy.deepcopy(accelerator.state.deepspeed_plugin.deepspeed_config)
+        hidden = getattr(getattr(ref_model, "config", None), "hidden_size", None)
+        if hidden is not None:
+            ds_config["zero_optimization"].update({
+                "reduce_bucket_size": hidden * hidden,
+                "stage3_param_persistence_threshold": 10 * hidden,
+                "stage3_prefetch_bucket_size": 0.9 * hidden * hidden,
+            })
+        ds_config.pop("optimizer", None)
+        ds_config.pop("scheduler", None)
+        engine, *_ = deepspeed.initialize(model=ref_model, config=ds_config)
+        engine.eval()
+        return engine
+    # Below ZeRO-3 the reference is a plain replicated model; FSDP shards it (evaluation_mode=False wraps it).
+    return accelerator.prepare_model(ref_model, evaluation_mode=accelerator.distributed_type != DistributedType.FSDP)
+
+
+@contextlib.contextmanager
+def unwrap_model_for_generation(model: torch.nn.Module, accelerator):
+    """The policy without its DDP/DeepSpeed/FSDP wrapper, whole while the block runs: under ZeRO-3 every rank's
+    parameter shards are gathered (a collective: every rank must enter, as many times), under FSDP the full
+    parameters are summoned; otherwise it is the unwrapped model as it is. Generation calls the model once per
+    token, so gathering once around generate() is far cheaper than ZeRO-3's per-forward gathers."""
+    unwrapped = accelerator.unwrap_model(model)
+    if _zero_stage(accelerator) == 3:
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters(model.parameters()):
+            yield unwrapped
+        return
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    if isinstance(model, FullyShardedDataParallel):
+        with FullyShardedDataParallel.summon_full_params(model, writeback=False, recurse=True):
+            yield unwrapped
+        return
+    yield unwrapped
+
+
+@contextlib.contextmanager
+def gradient_sync(accelerator, model: torch.nn.Module, sync: bool):
+    """backward() inside this block all-reduces gradients only when `sync` (the last micro-batch of an
+    accumulation); accelerate's no_sync is a no-op where it does not apply (one process, ZeRO-2/3)."""
+    if sync:
+        yield
+    else:
+        with accelerator.no_sync(model):
+            yield
+
+
+def all_reduce_gradients(accelerator, model: torch.nn.Module) -> None:
+    """Average DDP gradients over ranks by hand: for an accumulation whose last micro-batch did no backward
+    (skipped), so the micro-batches before it, run under no_sync, were never averaged."""
+    if not isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        return
+    for param in model.parameters():
+        if param.grad is not None:
+            param.grad.copy_(accelerator.reduce(param.grad, "mean"))
