@@ -87,3 +87,28 @@ def test_a_two_process_run_writes_its_row_and_metrics_once(db, tmp_path, monkeyp
                       [run.id]).fetchall()
     assert [tuple(r) for r in rows] == [(1, 1), (2, 1), (3, 1), (4, 1)]
     assert db.execute("SELECT COUNT(*) FROM models WHERE run_id = ?", [run.id]).fetchone()[0] == 1
+
+
+def test_run_settings_are_stored_refused_from_the_web_and_checked_when_queued(db, tmp_path):
+    from labeler.services import accounts
+    from labeler.ui.tabs.train import JOB_FIELDS
+
+    accounts.create_user(db, "boss", "a-long-password", role="admin")
+    assert "num_processes" in JOB_FIELDS  # the Train tab's form offers it
+    run = jobs.create_run(db, "rm", {"num_processes": "2"}, username="boss", runs_dir=tmp_path, start=False,
+                          from_web=True)
+    assert run.config["job"]["num_processes"] == 2
+    config = tmp_path / "ddp.yaml"
+    config.write_text("distributed_type: MULTI_GPU\nnum_processes: 2\n")
+    with pytest.raises(InputError, match="command line"):  # a file on the server: CLI only
+        jobs.create_run(db, "rm", {"accelerate_config": str(config)}, username="boss", runs_dir=tmp_path,
+                        start=False, from_web=True)
+    assert jobs.create_run(db, "rm", {"accelerate_config": str(config)}, username="boss", runs_dir=tmp_path,
+                           start=False).config["job"]["accelerate_config"] == str(config)
+    with pytest.raises(InputError, match="accelerate config file not found"):
+        jobs.create_run(db, "rm", {"accelerate_config": str(tmp_path / "gone.yaml")}, username="boss",
+                        runs_dir=tmp_path, start=False)
+    with pytest.raises(InputError, match="reward=human needs one process"):
+        jobs.create_run(db, "ppo", {"num_processes": "2", "reward": "human"}, username="boss", runs_dir=tmp_path,
+                        start=False)
+    assert len(jobs.list_runs(db)) == 2

@@ -19,7 +19,7 @@ from labeler.ui.session import require_admin, ui_errors
 TITLE = "Train"
 REFRESH_SECONDS = 2.0
 # Shown beside the stage picker; each stage's own trainer fields come from its config class.
-JOB_FIELDS = ["steps", "checkpoint_every", "lora", "bf16"]
+JOB_FIELDS = ["steps", "checkpoint_every", "lora", "bf16", "num_processes"]
 DATA_FIELDS = ["annotators", "min_annotators", "min_agreement", "include_rating_pairs", "test_size"]
 PPO_FIELDS = ["reward_function", "subtract_query_score", "w_human", "w_rm", "human_timeout", "timeout_policy",
               "human_overlap", "max_new_tokens"]
