@@ -132,7 +132,11 @@ def build(ctx: UIContext):
                 for index in range(1, MAX_RESPONSES + 1):
                     with gr.Column(visible=False, min_width=220, elem_classes=["studio-response"]) as column:
                         text = gr.Markdown(elem_id=f"rank-text-{index}")
-                        rank = gr.Radio(choices=[], label="Rank (1 = best)", elem_id=f"rank-slot-{index}")
+                        # Built with every rank, so a submit from a session the server has not seen (a retry
+                        # after a restart) reaches rank_submit, which asks for a Refresh (the shown order is
+                        # session state), instead of Gradio's "not in the list of choices: []" (rate.startup_choices).
+                        rank = gr.Radio(choices=[str(r) for r in range(1, MAX_RESPONSES + 1)], label="Rank (1 = best)",
+                                        elem_id=f"rank-slot-{index}")
                     slot_widgets += [column, text, rank]
             comment = gr.Textbox(label="Comment (optional)", lines=1, max_lines=4, elem_id="rank-comment")
             key = gr.Textbox(visible="hidden", elem_id="rank-key", label="Item key")  # see the Rate tab's key

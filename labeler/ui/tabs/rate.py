@@ -7,6 +7,8 @@ so gradio_client drives exactly these handlers.
 """
 from __future__ import annotations
 
+import sqlite3
+
 import gradio as gr
 
 from labeler.ui.context import UIContext
@@ -46,6 +48,26 @@ def undo_message(undone, label: str, verb: str) -> str:
     if undone.action == "skip":
         return f"Undid your skip of item {undone.item_id}: it is back, {verb} it or skip it again."
     return f"Undid your {label} of item {undone.item_id}: it is back, {verb} it again."
+
+
+def startup_choices(ctx: UIContext) -> list[tuple[str, int]]:
+    """The project's scale when the server starts, as the score widget's built choices.
+
+    Gradio checks a Radio's input against the choices of the session's copy of the widget, and a session the
+    server has not seen (a page or API client sending its submit again after a server restart) has only the
+    built copy: with no choices built in, every such retry was refused ("Value: 4 ... is not in the list of
+    choices: []") until the client fetched a new item. rate_next still sets each item's own scale.
+    """
+    from labeler.services.errors import InputError
+    from labeler.services.projects import get_project
+    from storage import StorageError
+
+    try:
+        with ctx.connection() as db:
+            project = get_project(db, ctx.project)
+    except (InputError, StorageError, OSError, sqlite3.Error):  # no database or project yet (tests building a bare app)
+        return []
+    return scale_choices(project.likert_min, project.likert_max)
 
 
 def item_key(item) -> str:
@@ -164,7 +186,7 @@ def build(ctx: UIContext):
             response = gr.Markdown(
                 elem_id="rate-response", elem_classes=["studio-response"]
             )
-            score = gr.Radio(choices=[], label="Score", elem_id="rate-score")
+            score = gr.Radio(choices=startup_choices(ctx), label="Score", elem_id="rate-score")
             comment = gr.Textbox(label="Comment (optional)", lines=1, max_lines=4, elem_id="rate-comment")
             # The shown item's key ('<item id>:<request id>'): sent back with the label, so a retried or
             # doubled submit stores one label and a submit names the item it labels. In the page, not in
