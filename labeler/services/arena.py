@@ -22,6 +22,7 @@ from labeler.services.errors import InputError, PermissionDenied
 from labeler.services.models import resolve_chat_model
 from labeler.services.projects import get_project
 from labeler.services.prompts import PromptRecord, insert_prompt
+from labeler.services.responses import insert_response
 from rlhf.configs import GenerationSettings
 from storage import write_transaction
 
@@ -125,13 +126,10 @@ def start_battle(
     settings_json = json.dumps(dataclasses.asdict(settings), sort_keys=True)
     with write_transaction(db):
         prompt_id, _ = insert_prompt(db, proj.id, PromptRecord(prompt, None), "arena")
+        # Both answers were generated just above, by this server: marked for exports.
         response_ids = [
-            db.execute(
-                # Both answers were generated just above, by this server: marked for exports.
-                "INSERT INTO responses (prompt_id, text, model, settings_json, source, server_generated)"
-                " VALUES (?, ?, ?, ?, 'arena', 1)",
-                [prompt_id, answers[name], name, settings_json],
-            ).lastrowid
+            insert_response(db, prompt_id, answers[name], model=name, source="arena", settings_json=settings_json,
+                            server_generated=True)
             for name in (first, second)
         ]
         battle_id = db.execute(
@@ -163,16 +161,11 @@ def vote(db: sqlite_utils.Database, battle_id: int, username: str, winner: str) 
             return VoteResult(battle_id, winner, battle["model_a"], battle["model_b"], battle["ranking_id"])
         ids = [battle["response_a"], battle["response_b"]]
         order = label_kinds.vote_to_order(winner, *ids)
-        item_id = db.execute(
-            "INSERT INTO items (project_id, kind, prompt_id, response_ids_json) VALUES (?, 'ranking', ?, ?)",
-            [battle["project_id"], battle["prompt_id"], labeling.response_ids_json(ids)],
-        ).lastrowid
+        item_id = labeling.insert_item(db, battle["project_id"], "ranking", battle["prompt_id"], ids)
         # Done by the voter: the item counts as labelled by them, like a ranking from the queue.
-        db.execute("INSERT INTO assignments (item_id, user_id, status) VALUES (?, ?, 'done')", [item_id, user.id])
-        ranking_id = db.execute(
-            "INSERT INTO rankings (item_id, prompt_id, user_id, order_json, source) VALUES (?, ?, ?, ?, 'arena')",
-            [item_id, battle["prompt_id"], user.id, json.dumps(order)],
-        ).lastrowid
+        labeling.add_assignment(db, item_id, user.id, "done")
+        ranking_id = labeling.insert_ranking(db, item_id, battle["prompt_id"], user.id, json.dumps(order),
+                                             source="arena")
         db.execute(
             "UPDATE battles SET winner = ?, ranking_id = ?, voted_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') WHERE id = ?",
             [winner, ranking_id, battle_id],

@@ -21,6 +21,7 @@ from labeler.services.accounts import require_user
 from labeler.services.errors import InputError
 from labeler.services.projects import get_project
 from labeler.services.prompts import PromptRecord, insert_prompt
+from labeler.services.responses import insert_response
 from rlhf.configs import GenerationSettings
 from storage import write_transaction
 
@@ -355,11 +356,8 @@ def rate_answer(
     server_generated = generated is not None and generated.contains(generated_by or model, history, answer)
     with write_transaction(db):
         prompt_id, _ = insert_prompt(db, proj.id, record, source)
-        response_id = db.execute(
-            "INSERT INTO responses (prompt_id, text, model, settings_json, source, server_generated)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
-            [prompt_id, answer, model, settings_json, source, int(server_generated)],
-        ).lastrowid
+        response_id = insert_response(db, prompt_id, answer, model=model, source=source, settings_json=settings_json,
+                                      server_generated=server_generated)
     labeling.create_items(db, project, [response_id], kinds=("rating",))
     item_id = db.execute(
         "SELECT id FROM items WHERE project_id = ? AND kind = 'rating' AND response_ids_json = ?",

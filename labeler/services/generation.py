@@ -17,6 +17,7 @@ from labeler.services import labeling
 from labeler.services.errors import InputError
 from labeler.services.models import resolve
 from labeler.services.projects import get_project
+from labeler.services.responses import insert_response
 from rlhf.configs import GenerationSettings
 from storage import write_transaction
 
@@ -128,11 +129,9 @@ def generate_responses(
         batch_ids = []
         with write_transaction(db):
             for row, text in zip(batch, texts):
-                cursor = db.execute(
-                    "INSERT INTO responses (prompt_id, text, model, settings_json, source) VALUES (?, ?, ?, ?, 'generated')",
-                    [row["id"], text, model, settings_json],
+                batch_ids.append(
+                    insert_response(db, row["id"], text, model=model, source="generated", settings_json=settings_json)
                 )
-                batch_ids.append(cursor.lastrowid)
         # Queue each batch at once, so annotators can start while a long generation is still running
         # (a prompt's answers split across batches still end up ranked together: create_items joins them).
         labeling.create_items(db, project, batch_ids)

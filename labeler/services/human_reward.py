@@ -25,9 +25,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
-from labeler.services.labeling import response_ids_json
+from labeler.services.labeling import insert_item
 from labeler.services.projects import get_project
 from labeler.services.prompts import PromptRecord, insert_prompt
+from labeler.services.responses import insert_response
 from storage import open_db, write_transaction
 
 PPO_PRIORITY = 100
@@ -63,16 +64,12 @@ class HumanRewardQueue:
         with write_transaction(self.db):
             for query, response in zip(queries, responses):
                 prompt_id, _ = insert_prompt(self.db, project.id, PromptRecord(query, None), f"ppo-run{self.run_id}")
-                cursor = self.db.conn.execute(
-                    "INSERT INTO responses (prompt_id, text, model, run_id, source) VALUES (?, ?, ?, ?, 'ppo')",
-                    [prompt_id, response, self.model_name or f"ppo-run{self.run_id}", self.run_id],
+                response_id = insert_response(
+                    self.db, prompt_id, response, model=self.model_name or f"ppo-run{self.run_id}", source="ppo",
+                    run_id=self.run_id,
                 )
-                cursor = self.db.conn.execute(
-                    "INSERT INTO items (project_id, kind, prompt_id, response_ids_json, priority, run_id)"
-                    " VALUES (?, 'rating', ?, ?, ?, ?)",
-                    [project.id, prompt_id, response_ids_json([cursor.lastrowid]), PPO_PRIORITY, self.run_id],
-                )
-                item_ids.append(cursor.lastrowid)
+                item_ids.append(insert_item(self.db, project.id, "rating", prompt_id, [response_id],
+                                            priority=PPO_PRIORITY, run_id=self.run_id))
         return item_ids
 
     def collect(self, item_ids: list[int]) -> list[float | None]:

@@ -83,6 +83,40 @@ def response_ids_json(response_ids: Sequence[int]) -> str:
     return json.dumps(sorted(int(r) for r in response_ids))
 
 
+# The one writer of items, rankings and assignments: other services (arena, chat, human rewards, the labels
+# import) and the label edits in records go through these, inside their own transaction.
+def insert_item(db: sqlite_utils.Database, project_id: int, kind: str, prompt_id: int, response_ids: Sequence[int],
+                *, priority: int = 0, run_id: int | None = None, if_new: bool = False) -> int | None:
+    """Insert one item; returns its id. With `if_new`, an existing item with the same responses is kept
+    and None is returned (the unique index on project, kind and response ids)."""
+    conflict = " ON CONFLICT (project_id, kind, response_ids_json) DO NOTHING" if if_new else ""
+    cursor = db.execute(
+        "INSERT INTO items (project_id, kind, prompt_id, response_ids_json, priority, run_id) VALUES (?, ?, ?, ?, ?, ?)"
+        + conflict,
+        [project_id, kind, prompt_id, response_ids_json(response_ids), priority, run_id],
+    )
+    return cursor.lastrowid if cursor.rowcount else None
+
+
+def insert_ranking(db: sqlite_utils.Database, item_id: int, prompt_id: int, user_id: int | None, order_json: str,
+                   *, source: str = "annotator", comment: str = "", seconds: float | None = None,
+                   request_id: str | None = None) -> int:
+    """Insert one ranking (user_id None for imported preferences); returns its id."""
+    return db.execute(
+        "INSERT INTO rankings (item_id, prompt_id, user_id, order_json, comment, seconds, source, request_id)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [item_id, prompt_id, user_id, order_json, comment, seconds, source, request_id],
+    ).lastrowid
+
+
+def add_assignment(db: sqlite_utils.Database, item_id: int, user_id: int, status: str = "pending") -> None:
+    db.execute("INSERT INTO assignments (item_id, user_id, status) VALUES (?, ?, ?)", [item_id, user_id, status])
+
+
+def drop_assignment(db: sqlite_utils.Database, item_id: int, user_id: int) -> None:
+    db.execute("DELETE FROM assignments WHERE item_id = ? AND user_id = ?", [item_id, user_id])
+
+
 def _check_kind(kind: str) -> None:
     if kind not in KINDS:
         raise InputError(f"must be 'rating' or 'ranking', got {kind!r}", field="kind")
@@ -158,12 +192,7 @@ def create_items(
                 raise InputError(f"responses {unknown} are not in project '{proj.name}'", field="response_ids")
 
         def insert(kind: str, prompt_id: int, ids: list[int]) -> int:
-            cursor = db.execute(
-                "INSERT OR IGNORE INTO items (project_id, kind, prompt_id, response_ids_json, priority, run_id)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                [proj.id, kind, prompt_id, response_ids_json(ids), priority, run_id],
-            )
-            return cursor.rowcount
+            return insert_item(db, proj.id, kind, prompt_id, ids, priority=priority, run_id=run_id, if_new=True) is not None
 
         if "rating" in kinds:
             rated = _ids_in_items(db, proj.id, "rating")
@@ -232,7 +261,7 @@ def _claim_new(db: sqlite_utils.Database, proj: Project, user_id: int, kind: str
     ).fetchone()
     if row is None:
         return None
-    db.execute("INSERT INTO assignments (item_id, user_id, status) VALUES (?, ?, 'pending')", [row[0], user_id])
+    add_assignment(db, row[0], user_id)
     return row[0]
 
 
@@ -374,7 +403,7 @@ def _take_assignment(db: sqlite_utils.Database, proj: Project, user, item, claim
             raise PermissionDenied(f"item {item['id']} is not assigned to '{user.username}'")
         if full:
             raise InputError(f"item {item['id']} already has {proj.overlap} annotator(s)", field="item_id")
-        db.execute("INSERT INTO assignments (item_id, user_id, status) VALUES (?, ?, 'done')", [item["id"], user.id])
+        add_assignment(db, item["id"], user.id, "done")
         return None
     if row["status"] == "skipped":
         raise InputError(f"item {item['id']} was skipped; it is no longer in your queue", field="item_id")
@@ -484,13 +513,9 @@ def _rank(db, proj: Project, user, item_id: int, order: list[list[int]], comment
             return LabelResult(prior["id"], created=False)
         raise InputError(f"you already ranked item {item_id}; undo to change it", field="order")
     shown_for = _take_assignment(db, proj, user, item, claim)
-    cursor = db.execute(
-        "INSERT INTO rankings (item_id, prompt_id, user_id, order_json, comment, seconds, source, request_id)"
-        " VALUES (?, ?, ?, ?, ?, ?, 'annotator', ?)",
-        [item_id, item["prompt_id"], user.id, order_json, comment, shown_for if seconds == SHOWN else seconds,
-         request_id],
-    )
-    return LabelResult(cursor.lastrowid, created=True)
+    label_id = insert_ranking(db, item_id, item["prompt_id"], user.id, order_json, comment=comment,
+                              seconds=shown_for if seconds == SHOWN else seconds, request_id=request_id)
+    return LabelResult(label_id, created=True)
 
 
 def submit_ranking(
@@ -589,10 +614,8 @@ def undo_last_action(db: sqlite_utils.Database, project: str, username: str, kin
             return None
         # Re-inserted rather than updated: the new, highest id makes it the user's newest pending
         # assignment, which next_item returns first (timestamps can tie within a millisecond).
-        db.execute("DELETE FROM assignments WHERE item_id = ? AND user_id = ?", [undone.item_id, user.id])
-        db.execute(
-            "INSERT INTO assignments (item_id, user_id, status) VALUES (?, ?, 'pending')", [undone.item_id, user.id]
-        )
+        drop_assignment(db, undone.item_id, user.id)
+        add_assignment(db, undone.item_id, user.id)
         return undone
 
 

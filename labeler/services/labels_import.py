@@ -19,10 +19,11 @@ from pathlib import Path
 import sqlite_utils
 
 from labeler.services.errors import InputError
-from labeler.services.labeling import response_ids_json
+from labeler.services.labeling import insert_item, insert_ranking, response_ids_json
 from labeler.services.projects import get_project
 from labeler.services.prompts import ImportResult, PromptRecord, insert_prompt, parse_prompt
 from labeler.services.readers import Where, check_messages, require_text, read_records
+from labeler.services.responses import insert_response
 from storage import write_transaction
 
 SOURCE = "import"
@@ -76,36 +77,28 @@ def _response_id(db: sqlite_utils.Database, prompt_id: int, text: str) -> int:
     ).fetchone()
     if row:
         return row[0]
-    return db.execute(
-        "INSERT INTO responses (prompt_id, text, model, source) VALUES (?, ?, ?, ?)", [prompt_id, text, SOURCE, SOURCE]
-    ).lastrowid
+    return insert_response(db, prompt_id, text, model=SOURCE, source=SOURCE)
 
 
 def _store_pair(db: sqlite_utils.Database, project_id: int, pair: PreferencePair, source: str, known: set) -> bool:
     """Inside the caller's transaction; False when this exact imported preference is already stored.
 
-    `known` holds (item id, order_json) of the imported rankings so far, read once: rankings has no index on
-    item_id, and a query per pair would make a large import quadratic.
+    `known` holds (item id, order_json) of the imported rankings so far, read once for the whole import
+    rather than queried per pair.
     """
     prompt_id, _ = insert_prompt(db, project_id, pair.prompt, source)
     chosen, rejected = _response_id(db, prompt_id, pair.chosen), _response_id(db, prompt_id, pair.rejected)
-    ids_json = response_ids_json([chosen, rejected])
-    db.execute(
-        "INSERT INTO items (project_id, kind, prompt_id, response_ids_json, priority) VALUES (?, 'ranking', ?, ?, ?)"
-        " ON CONFLICT (project_id, kind, response_ids_json) DO NOTHING",
-        [project_id, prompt_id, ids_json, IMPORT_PRIORITY],
-    )
-    item_id = db.execute(
-        "SELECT id FROM items WHERE project_id = ? AND kind = 'ranking' AND response_ids_json = ?", [project_id, ids_json]
-    ).fetchone()[0]
+    item_id = insert_item(db, project_id, "ranking", prompt_id, [chosen, rejected], priority=IMPORT_PRIORITY, if_new=True)
+    if item_id is None:
+        item_id = db.execute(
+            "SELECT id FROM items WHERE project_id = ? AND kind = 'ranking' AND response_ids_json = ?",
+            [project_id, response_ids_json([chosen, rejected])],
+        ).fetchone()[0]
     order_json = json.dumps([[chosen], [rejected]])
     if (item_id, order_json) in known:
         return False
     known.add((item_id, order_json))
-    db.execute(
-        "INSERT INTO rankings (item_id, prompt_id, user_id, order_json, source) VALUES (?, ?, NULL, ?, ?)",
-        [item_id, prompt_id, order_json, SOURCE],
-    )
+    insert_ranking(db, item_id, prompt_id, None, order_json, source=SOURCE)
     return True
 
 

@@ -222,7 +222,7 @@ def delete_label(db: sqlite_utils.Database, admin: str, kind: str, label_id: int
         table = "ratings" if kind == "rating" else "rankings"
         db.execute(f"DELETE FROM {table} WHERE id = ?", [label_id])
         if before["user_id"] is not None:
-            db.execute("DELETE FROM assignments WHERE item_id = ? AND user_id = ?", [before["item_id"], before["user_id"]])
+            labeling.drop_assignment(db, before["item_id"], before["user_id"])
         _audit(db, kind, before, None, "delete", user.id, reason)
 
 
