@@ -38,6 +38,7 @@ HEARTBEAT_SECONDS = 5.0
 # A running row whose worker has not written a heartbeat for this long is considered dead even if a process
 # with its pid exists (the pid may have been reused after a reboot).
 STALE_SECONDS = 60.0
+SILENT_STOP_GRACE_SECONDS = 5.0  # a silent worker gets this long after SIGTERM before SIGKILL
 MAX_RUNS_ENV = "RLHF_STUDIO_MAX_RUNS"
 LAUNCHER_ENV = "RLHF_STUDIO_LAUNCHER"  # "accelerate" (default) or "python" (no accelerate wrapper)
 ACCELERATE_CONFIG_ENV = "RLHF_STUDIO_ACCELERATE_CONFIG"  # the server-wide accelerate config file (YAML)
@@ -411,9 +412,22 @@ def finish(db, run_id: int, status: str, error: str = "", only_if: str = "runnin
     return cursor.rowcount == 1
 
 
+def _is_run_worker(pid: int, run_id: int) -> bool:
+    """Whether `pid` is still this run's worker (or its launcher): the leader of its own process group, running
+    labeler.worker with this run id. A silent run's pid may have been reused by an unrelated process, whose group
+    must never be signalled. Without /proc (not Linux) this answers False: the run is marked, not stopped."""
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+        leader = os.getpgid(pid) == pid
+    except (OSError, ProcessLookupError):
+        return False
+    named = any(a == "--run-id" and b == str(run_id) for a, b in zip(args, args[1:]))
+    return leader and named and "labeler.worker" in args
+
+
 def poll(db, max_concurrent: int | None = None, now: datetime | None = None) -> list[int]:
-    """Mark dead running runs failed (process gone, or no heartbeat for STALE_SECONDS), then start queued
-    runs. Returns the ids marked failed."""
+    """Mark dead running runs failed (process gone, or no heartbeat for STALE_SECONDS; a silent worker that is
+    still alive is stopped), then start queued runs. Returns the ids marked failed."""
     now = now or datetime.now(timezone.utc)
     dead = []
     for run in list_runs(db, status="running", limit=1000):
@@ -424,9 +438,17 @@ def poll(db, max_concurrent: int | None = None, now: datetime | None = None) -> 
         else:
             gone = not pid_alive(run.pid) or silent
         if gone:
-            reason = "no heartbeat" if run.pid and pid_alive(run.pid) else "the worker process is gone"
+            alive = bool(run.pid) and pid_alive(run.pid)
+            ours = alive and _is_run_worker(run.pid, run.id)
+            reason = ("the worker process is gone" if not alive else
+                      f"no heartbeat for {STALE_SECONDS:.0f} s, the worker was stopped" if ours else "no heartbeat")
             if finish(db, run.id, "failed", f"{reason} (pid {run.pid}); see {run.log_path}"):
                 dead.append(run.id)
+                if ours:
+                    # Alive but silent (stopped, swapping, stuck in C code): marked failed first (its SIGTERM
+                    # handler then leaves the status alone), then stopped, so a resume never runs a second
+                    # worker on the same folder.
+                    _terminate_group(run.pid, SILENT_STOP_GRACE_SECONDS)
     start_queued(db, max_concurrent)
     return dead
 

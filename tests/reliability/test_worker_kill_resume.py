@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -95,3 +97,42 @@ def test_sigkilled_worker_fails_then_resumes_from_its_last_checkpoint(db, tmp_pa
     # The trained model is registered once, with the run as its lineage.
     assert db.execute("SELECT COUNT(*) FROM models WHERE run_id = ?", [run.id]).fetchone()[0] == 1
     assert not list(root.glob(".tmp-*"))
+
+
+def _silent_process(*args: str) -> subprocess.Popen:
+    """A process that never heartbeats and ignores SIGTERM (as a worker stuck in C code would), leading its own
+    process group like a real worker; `args` become its command line."""
+    code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(600)"
+    process = subprocess.Popen([sys.executable, "-c", code, *args], start_new_session=True, stdout=subprocess.PIPE,
+                               text=True)
+    assert process.stdout.readline().strip() == "up"
+    return process
+
+
+def test_a_silent_worker_is_stopped_and_an_unrelated_process_with_its_pid_is_not(db, tmp_path, monkeypatch):
+    """Issue 10: a worker alive but silent for STALE_SECONDS was marked failed and left running, so a resume
+    could run two workers on one folder. Now poll stops it; a process that merely has the pid (reused) is left
+    alone."""
+    from datetime import datetime, timedelta, timezone
+
+    monkeypatch.setattr(jobs, "SILENT_STOP_GRACE_SECONDS", 0.5)
+    silent = jobs.create_run(db, "sft", {"steps": 1}, runs_dir=tmp_path, start=False)
+    reused = jobs.create_run(db, "sft", {"steps": 1}, runs_dir=tmp_path, start=False)
+    worker = _silent_process("-m", "labeler.worker", "--db", jobs.db_file(db), "--run-id", str(silent.id))
+    stranger = _silent_process("-m", "something.else", "--run-id", str(reused.id))
+    try:
+        old = (datetime.now(timezone.utc) - timedelta(seconds=jobs.STALE_SECONDS + 5)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        for run, process in ((silent, worker), (reused, stranger)):
+            db.execute("UPDATE runs SET status = 'running', pid = ?, heartbeat_at = ? WHERE id = ?",
+                       [process.pid, old, run.id])
+        assert sorted(jobs.poll(db)) == [silent.id, reused.id]
+        assert worker.wait(timeout=10) == -signal.SIGKILL  # SIGTERM ignored, then SIGKILL after the grace
+        assert stranger.poll() is None  # not ours: never signalled
+        assert jobs.get_run(db, silent.id).status == jobs.get_run(db, reused.id).status == "failed"
+        assert "no heartbeat for 60 s, the worker was stopped" in jobs.get_run(db, silent.id).error
+        assert "no heartbeat (pid" in jobs.get_run(db, reused.id).error
+    finally:
+        for process in (worker, stranger):
+            if process.poll() is None:
+                process.kill()
+                process.wait()
