@@ -25,7 +25,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
-from labeler.services.labeling import insert_item
+from labeler.services.labeling import WAITING_FOR_RUN, insert_item
 from labeler.services.projects import get_project
 from labeler.services.prompts import PromptRecord, insert_prompt
 from labeler.services.responses import insert_response
@@ -132,8 +132,7 @@ def waiting_items(db, run_id: int) -> list[dict]:
     """The run's rollouts still waiting for a rating (for a Train tab table)."""
     rows = db.execute(
         "SELECT i.id AS item_id, p.text AS prompt, i.response_ids_json FROM items i JOIN prompts p ON p.id = i.prompt_id"
-        " WHERE i.run_id = ? AND i.priority > 0 AND NOT EXISTS (SELECT 1 FROM ratings r WHERE r.item_id = i.id)"
-        " ORDER BY i.id",
+        f" WHERE {WAITING_FOR_RUN} ORDER BY i.id",
         [run_id],
     ).fetchall()
     return [{"item_id": r["item_id"], "prompt": r["prompt"], "response_ids": json.loads(r["response_ids_json"])}

@@ -644,11 +644,13 @@ def set_gold(db: sqlite_utils.Database, item_id: int, gold: dict | None) -> None
         db.execute("UPDATE items SET gold_json = ? WHERE id = ?", [gold_json, item_id])
 
 
+# The items a training run still waits for: its rating items (human rewards queue only those) without a rating,
+# and not yet released (HumanRewardQueue.release sets priority 0 when the run stops waiting: the ratings came,
+# a timeout skipped them, or the run ended). The Rate/Rank banners, the Train tab and human_reward all count this.
+WAITING_FOR_RUN = ("i.run_id = ? AND i.kind = 'rating' AND i.priority > 0"
+                   " AND NOT EXISTS (SELECT 1 FROM ratings r WHERE r.item_id = i.id)")
+
+
 def waiting_for_run(db: sqlite_utils.Database, run_id: int) -> int:
-    """How many of a run's items still have no label (the UI's "a training run waits for N ratings")."""
-    return db.execute(
-        """SELECT COUNT(*) FROM items i WHERE i.run_id = ?
-             AND NOT EXISTS (SELECT 1 FROM ratings r WHERE r.item_id = i.id)
-             AND NOT EXISTS (SELECT 1 FROM rankings k WHERE k.item_id = i.id)""",
-        [run_id],
-    ).fetchone()[0]
+    """How many ratings a run still waits for (the UI's "a training run waits for N ratings")."""
+    return db.execute(f"SELECT COUNT(*) FROM items i WHERE {WAITING_FOR_RUN}", [int(run_id)]).fetchone()[0]

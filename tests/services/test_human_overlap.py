@@ -25,7 +25,7 @@ def test_request_ahead_queues_once_and_release_ahead_unqueues(db, db_path, tmp_p
     queue = HumanRewardQueue(db_path, "default", run.id, poll_seconds=0.05)
     first = queue.request_ahead(["q1", "q2"], ["a1", "a2"])
     queue.request_ahead(["q3"], ["a3"])
-    assert jobs.waiting_ratings(db, run.id) == 3
+    assert labeling.waiting_for_run(db, run.id) == 3
     accounts.create_user(db, "ann", "a-long-password")
     for _ in first:
         item = labeling.next_item(db, "default", "ann", "rating")
@@ -34,9 +34,9 @@ def test_request_ahead_queues_once_and_release_ahead_unqueues(db, db_path, tmp_p
     # The same rollouts are waited for, not queued again: 7 -> +1, 1 -> -1 on the 1..7 scale.
     assert queue.request_and_wait(["q1", "q2"], ["a1", "a2"], timeout=5) == [1.0, -1.0]
     assert db.execute("SELECT COUNT(*) FROM items WHERE run_id = ?", [run.id]).fetchone()[0] == 3
-    assert jobs.waiting_ratings(db, run.id) == 1  # the batch queued ahead still jumps the queue...
+    assert labeling.waiting_for_run(db, run.id) == 1  # the batch queued ahead still jumps the queue...
     queue.release_ahead()
-    assert jobs.waiting_ratings(db, run.id) == 0  # ...until the run ends
+    assert labeling.waiting_for_run(db, run.id) == 0  # ...until the run ends
 
 
 def test_next_batch_is_queued_before_the_first_is_rated(db, db_path, tmp_path, tiny_model_dir, monkeypatch):
@@ -78,9 +78,9 @@ def test_next_batch_is_queued_before_the_first_is_rated(db, db_path, tmp_path, t
         other = open_db(db_path)
         started = time.monotonic()
         # Rate nothing until two batches wait (or 20 s passed: then a run without overlap fails the asserts).
-        while jobs.waiting_ratings(other, run.id) < 4 and time.monotonic() - started < 20 and not stop.is_set():
+        while labeling.waiting_for_run(other, run.id) < 4 and time.monotonic() - started < 20 and not stop.is_set():
             time.sleep(0.05)
-        first_waiting.append(jobs.waiting_ratings(other, run.id))
+        first_waiting.append(labeling.waiting_for_run(other, run.id))
         while not stop.is_set():
             item = labeling.next_item(other, "default", "ann", "rating")
             if item is None or item.run_id is None:
@@ -112,4 +112,4 @@ def test_next_batch_is_queued_before_the_first_is_rated(db, db_path, tmp_path, t
     # Batch 1 was sampled by the policy it is stepped with; batch 2 by the policy before step 1's update.
     staleness = jobs.metrics_frame(db, run.id, ["ppo/policy/staleness_kl"])["value"].tolist()
     assert len(staleness) == 2 and abs(staleness[0]) < 1e-6 and abs(staleness[1]) > 1e-5, staleness
-    assert jobs.waiting_ratings(db, run.id) == 0
+    assert labeling.waiting_for_run(db, run.id) == 0

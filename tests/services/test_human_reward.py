@@ -75,7 +75,7 @@ def test_timeout_skip_returns_none_for_unrated(db_path, db, setup):
     run_id = setup
     queue = HumanRewardQueue(db_path, "default", run_id, policy="skip", poll_seconds=0.05)
     item_ids = queue.request(["q1", "q2"], ["rated", "ignored"])
-    assert jobs.waiting_ratings(db, run_id) == 2
+    assert labeling.waiting_for_run(db, run_id) == 2
     assert [w["item_id"] for w in waiting_items(db, run_id)] == item_ids
     item = labeling.next_item(db, "default", "ann", "rating")
     assert item.item_id == item_ids[0] and item.run_id == run_id  # high priority first
@@ -83,7 +83,7 @@ def test_timeout_skip_returns_none_for_unrated(db_path, db, setup):
     started = time.monotonic()
     assert queue.wait(item_ids, timeout=0.5) == [-1.0, None]
     assert 0.5 <= time.monotonic() - started < 5
-    assert jobs.waiting_ratings(db, run_id) == 0  # no longer waited for: back to normal priority
+    assert labeling.waiting_for_run(db, run_id) == 0  # no longer waited for: back to normal priority
     assert db.execute("SELECT priority FROM items WHERE id = ?", [item_ids[1]]).fetchone()[0] == 0
 
 

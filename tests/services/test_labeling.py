@@ -354,6 +354,9 @@ def test_run_items_and_waiting_count(db):
     assert labeling.waiting_for_run(db, run_id) == 1
     assert next_item(db, P, "alice").run_id == run_id
     assert old  # the older, unprioritised item waits behind the run's
+    # Released (the run timed out on it, or ended): no longer waited for, though still unrated.
+    db.execute("UPDATE items SET priority = 0 WHERE run_id = ?", [run_id])
+    assert labeling.waiting_for_run(db, run_id) == 0
 
 
 def test_comments_have_a_length_limit(db):

@@ -157,7 +157,7 @@ def test_ppo_step_receives_exactly_the_human_ratings(db, db_path, tmp_path, tiny
     expected = [rating_to_reward(given[i], 1, 7) for i in sorted(given)]
     assert len(received) == 4 and received == pytest.approx(expected)
     assert jobs.metrics_frame(db, run.id, ["reward/human_count"])["value"].tolist() == [2.0, 2.0]
-    assert jobs.waiting_ratings(db, run.id) == 0
+    assert labeling.waiting_for_run(db, run.id) == 0
 
 
 def test_ppo_human_timeout_skips_unrated_rollouts(db, tmp_path, tiny_model_dir):

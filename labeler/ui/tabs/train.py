@@ -11,7 +11,7 @@ import gradio as gr
 import pandas as pd
 
 from labeler import forms
-from labeler.services import evaluation, jobs, train_configs
+from labeler.services import evaluation, jobs, labeling, train_configs
 from labeler.services.errors import InputError, PermissionDenied
 from labeler.ui.context import UIContext
 from labeler.ui.session import require_admin, ui_errors
@@ -78,7 +78,7 @@ def waiting_banner(db, project: str) -> dict:
     """'PPO run #N is waiting for K human ratings' while a human-reward run waits on the Rate tab."""
     parts = []
     for run in jobs.list_runs(db, project=project, status="running"):
-        waiting = jobs.waiting_ratings(db, run.id)
+        waiting = labeling.waiting_for_run(db, run.id)
         if waiting:
             parts.append(f"⏳ PPO run **#{run.id}** is waiting for **{waiting}** human ratings: open the **Rate** tab.")
     return gr.update(value="\n\n".join(parts), visible=bool(parts))
