@@ -553,6 +553,9 @@ class PPOTrainer:
                 "policy/entropy": masked_mean(entropy_from_logits(logits), mb.mask),
                 "policy/approxkl": pg_stats["approxkl"], "policy/clipfrac": pg_stats["clipfrac"],
                 "policy/ratio": pg_stats["ratio"],
+                # TRL 0.11's names: mean log(old / new) and the mean of the whitened advantages.
+                "policy/policykl": masked_mean(old_logprobs - logprobs, mb.mask),
+                "policy/advantages_mean": masked_mean(advantages, mb.mask),
                 "val/vpred": masked_mean(vpreds, mb.mask), "val/error": vf_stats["error"],
                 "val/clipfrac": vf_stats["clipfrac"], "skipped": torch.tensor(float(skipped)),
             }
@@ -571,13 +574,15 @@ class PPOTrainer:
             "objective/kl": mean_kl,
             "objective/kl_coef": self.kl_ctl.value,
             "objective/entropy": (-old_logprobs * mask).sum(1).mean(),
-            "ppo/mean_non_score_reward": non_score.sum(1).mean(),
+            # Per token, as TRL 0.11 reports it (objective/kl above is the per-sequence sum).
+            "ppo/mean_non_score_reward": masked_mean(non_score, mask),
             "ppo/mean_scores": raw_scores.mean(),
             "ppo/std_scores": raw_scores.std() if len(raw_scores) > 1 else torch.tensor(0.0),
             "ppo/mean_processed_scores": scores.mean(),
             "ppo/returns/mean": masked_mean(returns, mask),
             "ppo/returns/var": masked_var(returns, mask) if mask.sum() > 1 else torch.tensor(0.0),
             "ppo/val/mean": masked_mean(values, mask),
+            "ppo/val/var": masked_var(values, mask) if mask.sum() > 1 else torch.tensor(0.0),
             "ppo/token_entropy": masked_mean(entropy, mask),
             "ppo/learning_rate": self.optimizer.param_groups[0]["lr"],
             "tokens/responses_len_mean": mask.sum(1).mean(),
