@@ -11,6 +11,13 @@ logits and values on fixed input ids, the stats of one TRL PPOTrainer.step on fi
 and the logits and values after that step. tests/rlhf/test_trl_fixture.py loads the folders with this library
 and compares; it needs only the committed files, not TRL. The whole fixture is ~100 KB.
 
+The other direction, a folder saved by this library loaded by TRL 0.11.4 (run with this repository's python, then
+with the TRL venv's):
+
+    python3 -c "from rlhf.model import AutoModelForCausalLMWithValueHead as M; \
+        M.from_pretrained('tests/fixtures/trl_0_11_4/policy').save_pretrained('/tmp/ours')"
+    /tmp/trlvenv/bin/python scripts/make_trl_fixture.py --check /tmp/ours
+
 This library does not import TRL anywhere; this script is the only place TRL runs, and it is not a dependency.
 """
 from __future__ import annotations
@@ -79,7 +86,22 @@ def forward(model, ids: torch.Tensor) -> dict:
     return {"logits": logits.tolist(), "values": values.tolist()}
 
 
+def check(folder: str) -> int:
+    """Load a folder saved by this library with TRL 0.11.4: its value head and outputs must be the fixture's."""
+    from trl import AutoModelForCausalLMWithValueHead
+
+    record = json.loads((OUT / "reference.json").read_text())
+    model = AutoModelForCausalLMWithValueHead.from_pretrained(folder, summary_dropout_prob=0.0)
+    got = forward(model, torch.tensor(record["input_ids"]))
+    for key in ("logits", "values"):
+        torch.testing.assert_close(torch.tensor(got[key]), torch.tensor(record["before"][key]), atol=1e-5, rtol=1e-5)
+    print(f"TRL 0.11.4 loads {folder}: value head and logits match the fixture")
+    return 0
+
+
 def main() -> int:
+    if sys.argv[1:2] == ["--check"]:
+        return check(sys.argv[2])
     import transformers
     import trl
     from trl import AutoModelForCausalLMWithValueHead, PPOConfig, PPOTrainer
