@@ -63,7 +63,9 @@ def first_steps_markdown(counts: dict[str, int], project: str) -> str:
 
 
 def build_app(settings: ServeSettings) -> gr.Blocks:
-    with gr.Blocks(title="RLHF Studio", analytics_enabled=False) as app:
+    # delete_cache: Gradio's copies of downloads (backups, exports) and uploads leave its cache after an hour,
+    # checked every 10 minutes; the folders they were copied from are swept by labeler.ui.downloads.
+    with gr.Blocks(title="RLHF Studio", analytics_enabled=False, delete_cache=(600, 3600)) as app:
         ctx = UIContext(settings, app=app)
         with gr.Row(equal_height=True):
             gr.Markdown("# RLHF Studio", elem_id="studio-title")

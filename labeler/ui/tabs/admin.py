@@ -6,14 +6,13 @@ so the role check is the only thing that counts.
 from __future__ import annotations
 
 import json
-import tempfile
 import time
-from pathlib import Path
 
 import gradio as gr
 
 from labeler.services.errors import InputError
 from labeler.services.projects import PROMPT_FORMATS
+from labeler.ui import downloads
 from labeler.ui.context import UIContext
 from labeler.ui.session import quiet_on_load, require_admin
 from labeler.ui.soft_errors import keep_on_error
@@ -303,7 +302,7 @@ def build(ctx: UIContext) -> None:
         with ctx.connection() as db:
             require_admin(db, request)
             stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-            out = Path(tempfile.mkdtemp(prefix="rlhf-studio-backup-")) / f"studio-{stamp}.db"
+            out = downloads.new_folder("backup-") / f"studio-{stamp}.db"
             return str(backup(db, out))
 
     refresh.click(admin_refresh, None, refresh_outputs, api_name="admin_refresh")

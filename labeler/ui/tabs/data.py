@@ -6,12 +6,12 @@ line and field. Uploads are capped by launch(max_file_size=...).
 from __future__ import annotations
 
 import shutil
-import tempfile
 from pathlib import Path
 
 import gradio as gr
 
 from labeler import forms
+from labeler.ui import downloads
 from labeler.ui.context import UIContext
 from labeler.services.errors import InputError
 from labeler.ui.session import quiet_on_load, require_admin, ui_errors
@@ -260,7 +260,7 @@ def build(ctx: UIContext) -> None:
             values = forms.from_widgets(export_specs, [inputs[w] for w in export_widgets])
             values["annotators"] = list(inputs[annotators] or []) or None
             options = forms.build_config(export.ExportOptions, values)
-            out_dir = Path(tempfile.mkdtemp(prefix="rlhf-studio-export-"))
+            out_dir = downloads.new_folder("export-")
             suffix = "" if fmt_value == "hf" else f".{fmt_value}"
             result = export.export(db, ctx.project, kind_value, fmt_value, out_dir / f"{kind_value}{suffix}", options)
             path = Path(result.path)
