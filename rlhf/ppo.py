@@ -206,6 +206,7 @@ class PPOTrainer:
             self.kl_ctl = FixedKLController(config.init_kl_coef)
         self.running = RunningMoments()
         self.current_step = 0
+        self.last_stats: dict[str, float] = {}  # the latest step()'s stats, for save_pretrained's model card
         # Every rank computes the same stats (step() gathers them); one writes them.
         self.tracker = Tracker.create(config.log_dir, config.tensorboard, callback,
                                       enabled=self.accelerator.is_main_process)
@@ -370,6 +371,7 @@ class PPOTrainer:
         if self.lr_scheduler is not None:
             self.lr_scheduler.step()
         self.current_step += 1
+        self.last_stats = stats
         return stats
 
     def gather_stats(self, stats: dict[str, float]) -> dict[str, float]:
@@ -671,6 +673,31 @@ class PPOTrainer:
             if self.tokenizer is not None:
                 self.tokenizer.save_pretrained(directory)
             torch.save(state, directory / TRAINER_STATE_FILE)
+        self.accelerator.wait_for_everyone()
+        return directory
+
+    def save_pretrained(self, save_directory: str | os.PathLike) -> Path:
+        """TRL 0.11's PPOTrainer.save_pretrained: the policy (backbone or adapter, value head in both layouts),
+        the tokenizer and a README.md model card (settings, steps, the last step's stats). TRL writes its card
+        only when the Hub answers whoami(); this one is written offline too. Call on every rank, as
+        save_checkpoint (ZeRO-3/FSDP shards are not gathered here either)."""
+        from rlhf.cards import model_card, write_card
+
+        directory = Path(save_directory)
+        if self.accelerator.is_main_process:
+            directory.mkdir(parents=True, exist_ok=True)
+            model = self.unwrapped_model
+            model.save_pretrained(directory)
+            if self.tokenizer is not None:
+                self.tokenizer.save_pretrained(directory)
+            base = getattr(model.config, "_name_or_path", None) or None
+            metrics = {"steps": self.current_step, "kl_coef": float(self.kl_ctl.value),
+                       **{k: v for k, v in self.last_stats.items() if not k.startswith("time/")}}
+            estimator = "GAE" if self.config.advantage_estimator == "gae" else "RLOO"
+            write_card(directory, model_card(
+                title=directory.name, trained_with=f"PPO with {estimator} advantages (rlhf.PPOTrainer, TRL 0.11 API)",
+                base_model=str(base) if base else None, settings=_plain_values(self.config), metrics=metrics,
+                tags=["ppo"], value_head=True))
         self.accelerator.wait_for_everyone()
         return directory
 
