@@ -95,11 +95,7 @@ def prepare(db_path: str, project: str, model: str) -> tuple[str | None, bool]:
 
             default_model_path()
         password = accounts.ensure_admin(db)
-        no_answers = not db.execute(
-            "SELECT 1 FROM responses r JOIN prompts p ON p.id = r.prompt_id JOIN projects j ON j.id = p.project_id"
-            " WHERE j.name = ? LIMIT 1",
-            [project],
-        ).fetchone()
+        no_answers = projects.project_counts(db, project)["responses"] == 0
     finally:
         db.conn.close()
     return password, no_answers

@@ -159,13 +159,6 @@ def _user_id(db, username: str | None) -> int | None:
     return row[0]
 
 
-def require_admin(db, username: str | None) -> None:
-    """Starting and stopping training is for admins (a run uses the machine for everyone)."""
-    row = db.execute("SELECT role, active FROM users WHERE username = ?", [username]).fetchone()
-    if row is None or not row["active"] or row["role"] != "admin":
-        raise PermissionDenied(f"{username or 'anonymous'} may not manage training runs (admin only)")
-
-
 def create_run(db, stage: str, settings: dict[str, Any] | None = None, project: str = "default",
                username: str | None = None, name: str = "", runs_dir: str | Path = "runs",
                start: bool = True, max_concurrent: int | None = None, source: str | None = None,
@@ -595,14 +588,3 @@ def log_tail(run: Run, lines: int = 40) -> str:
         if not cleaned or line != cleaned[-1]:
             cleaned.append(line)
     return "\n".join(cleaned[-lines:])
-
-
-def waiting_ratings(db, run_id: int) -> int:
-    """Rollouts of this run still waiting for a human rating (the Train tab's banner)."""
-    row = db.execute(
-        "SELECT COUNT(*) FROM items i WHERE i.run_id = ? AND i.kind = 'rating'"
-        " AND NOT EXISTS (SELECT 1 FROM ratings r WHERE r.item_id = i.id)"
-        " AND i.priority > 0",
-        [int(run_id)],
-    ).fetchone()
-    return int(row[0])

@@ -654,3 +654,18 @@ WAITING_FOR_RUN = ("i.run_id = ? AND i.kind = 'rating' AND i.priority > 0"
 def waiting_for_run(db: sqlite_utils.Database, run_id: int) -> int:
     """How many ratings a run still waits for (the UI's "a training run waits for N ratings")."""
     return db.execute(f"SELECT COUNT(*) FROM items i WHERE {WAITING_FOR_RUN}", [int(run_id)]).fetchone()[0]
+
+
+def item_detail(db: sqlite_utils.Database, item_id: int) -> dict:
+    """One item as an admin sees it before setting its gold: kind, prompt text, [(response id, text)], gold_json."""
+    row = db.execute(
+        "SELECT i.kind, i.response_ids_json, i.gold_json, p.text FROM items i JOIN prompts p ON p.id = i.prompt_id"
+        " WHERE i.id = ?",
+        [item_id],
+    ).fetchone()
+    if row is None:
+        raise InputError(f"no item {item_id}", field="item_id")
+    ids = json.loads(row["response_ids_json"])
+    texts = dict(db.execute(f"SELECT id, text FROM responses WHERE id IN ({', '.join('?' * len(ids))})", ids).fetchall())
+    return {"kind": row["kind"], "prompt": row["text"], "responses": [(i, texts[i]) for i in ids],
+            "gold_json": row["gold_json"]}

@@ -167,3 +167,20 @@ def update_project(db: sqlite_utils.Database, name: str, **fields) -> Project:
             assignments = ", ".join(f"{key} = ?" for key in fields)
             db.execute(f"UPDATE projects SET {assignments} WHERE id = ?", [*fields.values(), current.id])
     return get_project(db, name)
+
+
+def project_counts(db: sqlite_utils.Database, project: str) -> dict[str, int]:
+    """prompts, responses, ratings and rankings of the project: what to do next depends on which are zero."""
+    project_id = get_project(db, project).id
+
+    def count(sql: str) -> int:
+        return db.execute(sql, [project_id]).fetchone()[0]
+
+    return {
+        "prompts": count("SELECT COUNT(*) FROM prompts WHERE project_id = ?"),
+        "responses": count(
+            "SELECT COUNT(*) FROM responses r JOIN prompts p ON p.id = r.prompt_id WHERE p.project_id = ?"),
+        "ratings": count("SELECT COUNT(*) FROM ratings r JOIN items i ON i.id = r.item_id WHERE i.project_id = ?"),
+        "rankings": count(
+            "SELECT COUNT(*) FROM rankings r JOIN prompts p ON p.id = r.prompt_id WHERE p.project_id = ?"),
+    }

@@ -113,7 +113,7 @@ def build_app(settings: ServeSettings) -> gr.Blocks:
         def first_steps_load(request: gr.Request):
             """An admin on a project without prompts or labels: what to do first (issue 14 item 11)."""
             from labeler.services import accounts
-            from labeler.ui.tabs.data import project_counts
+            from labeler.services.projects import project_counts
 
             with ctx.connection() as db:
                 user = accounts.get_user(db, getattr(request, "username", None) or "")

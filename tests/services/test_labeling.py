@@ -369,3 +369,24 @@ def test_comments_have_a_length_limit(db):
         submit_rating(db, P, "alice", item.item_id, 3, comment="c" * (labeling.MAX_COMMENT_CHARS + 1))
     assert db["ratings"].count == 0
     assert submit_rating(db, P, "alice", item.item_id, 3, comment="c" * labeling.MAX_COMMENT_CHARS).created
+
+
+def test_project_counts_and_item_detail(db):
+    make_users(db, "alice")
+    projects.create_project(db, "other")
+    add_prompt(db, "elsewhere", 3, project="other")
+    assert projects.project_counts(db, P) == {"prompts": 0, "responses": 0, "ratings": 0, "rankings": 0}
+    a, b = add_prompt(db, "Hi", 2)
+    create_items(db, P)
+    rating = next_item(db, P, "alice")
+    submit_rating(db, P, "alice", rating.item_id, 5)
+    ranking = next_item(db, P, "alice", "ranking")
+    submit_ranking(db, P, "alice", ranking.item_id, [[b], [a]])
+    assert projects.project_counts(db, P) == {"prompts": 1, "responses": 2, "ratings": 1, "rankings": 1}
+    assert projects.project_counts(db, "other") == {"prompts": 1, "responses": 3, "ratings": 0, "rankings": 0}
+    assert labeling.item_detail(db, ranking.item_id) == {
+        "kind": "ranking", "prompt": "Hi", "responses": [(a, "Hi / answer 0"), (b, "Hi / answer 1")], "gold_json": None,
+    }
+    with pytest.raises(InputError) as error:
+        labeling.item_detail(db, 999)
+    assert error.value.field == "item_id"

@@ -99,18 +99,12 @@ def models_outputs(db) -> tuple[list[list], dict]:
 
 
 def item_preview(db, item_id: int) -> str:
-    row = db.execute(
-        "SELECT i.kind, i.response_ids_json, i.gold_json, p.text FROM items i JOIN prompts p ON p.id = i.prompt_id"
-        " WHERE i.id = ?",
-        [item_id],
-    ).fetchone()
-    if row is None:
-        raise InputError(f"no item {item_id}", field="item_id")
-    lines = [f"**{row['kind']} item {item_id}**, prompt: {row['text'][:300]}"]
-    for response_id in json.loads(row["response_ids_json"]):
-        text = db.execute("SELECT text FROM responses WHERE id = ?", [response_id]).fetchone()[0]
-        lines.append(f"- response **{response_id}**: {text[:200]}")
-    lines.append(f"\nGold now: `{row['gold_json'] or 'none'}`")
+    from labeler.services import labeling
+
+    item = labeling.item_detail(db, item_id)
+    lines = [f"**{item['kind']} item {item_id}**, prompt: {item['prompt'][:300]}"]
+    lines += [f"- response **{response_id}**: {text[:200]}" for response_id, text in item["responses"]]
+    lines.append(f"\nGold now: `{item['gold_json'] or 'none'}`")
     return "\n".join(lines)
 
 

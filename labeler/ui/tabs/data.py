@@ -31,27 +31,10 @@ EXPORT_FIELDS = [
 ]
 
 
-def project_counts(db, project: str) -> dict[str, int]:
-    """prompts, responses, ratings and rankings of the project: what to do next depends on which are zero."""
-    from labeler.services.projects import get_project
-
-    project_id = get_project(db, project).id
-
-    def count(sql: str) -> int:
-        return db.execute(sql, [project_id]).fetchone()[0]
-
-    return {
-        "prompts": count("SELECT COUNT(*) FROM prompts WHERE project_id = ?"),
-        "responses": count(
-            "SELECT COUNT(*) FROM responses r JOIN prompts p ON p.id = r.prompt_id WHERE p.project_id = ?"),
-        "ratings": count("SELECT COUNT(*) FROM ratings r JOIN items i ON i.id = r.item_id WHERE i.project_id = ?"),
-        "rankings": count(
-            "SELECT COUNT(*) FROM rankings r JOIN prompts p ON p.id = r.prompt_id WHERE p.project_id = ?"),
-    }
-
-
 def data_summary(db, project: str) -> str:
     """Counts an admin needs to decide what to do next (import, generate, or label)."""
+    from labeler.services.projects import project_counts
+
     counts = project_counts(db, project)
     prompts, responses, ratings, rankings = (counts[k] for k in ("prompts", "responses", "ratings", "rankings"))
     hint = ""
