@@ -43,6 +43,23 @@ def kl_penalty(
     raise ValueError(f"kl_penalty: kind={kind!r} is not one of 'kl', 'abs', 'mse', 'full'")
 
 
+def process_scores(
+    scores: torch.Tensor, mean: float = 0.0, std: float | None = None, norm: bool = False, clip: float | None = None
+) -> torch.Tensor:
+    """TRL's use_score_scaling / use_score_norm / score_clip on a batch of scores (B,).
+
+    `mean`, `std`: the running moments of all scores seen, this batch included (RunningMoments); `std=None`
+    leaves the scores unscaled. Scaling divides by std (+ eps), `norm` also subtracts the mean first; `clip`
+    then bounds every score to [-clip, clip].
+    """
+    if std is not None:
+        factor = std + torch.finfo(scores.dtype).eps
+        scores = (scores - mean) / factor if norm else scores / factor
+    if clip is not None:
+        scores = scores.clamp(-clip, clip)
+    return scores
+
+
 def last_token_index(mask: torch.Tensor) -> torch.Tensor:
     """Index of the last 1 in each row of a (B, R) mask (0 for an all-zero row)."""
     positions = torch.arange(mask.shape[1], device=mask.device).expand_as(mask)

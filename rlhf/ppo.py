@@ -59,6 +59,7 @@ from rlhf.losses import (
     per_token_rewards,
     ppo_policy_loss,
     ppo_value_loss,
+    process_scores,
     rloo_advantages,
 )
 from rlhf.tracking import MetricsCallback, Tracker
@@ -440,13 +441,12 @@ class PPOTrainer:
                 "the advantages come only from the KL penalty, so the policy learns nothing from the reward.",
                 stacklevel=3,
             )
+        std = None
         if self.config.use_score_scaling:
             self.running.update(scores, reduce_sum=lambda t: self.accelerator.reduce(t, "sum"))
-            factor = self.running.std + torch.finfo(scores.dtype).eps
-            scores = (scores - self.running.mean) / factor if self.config.use_score_norm else scores / factor
-        if self.config.score_clip is not None:
-            scores = scores.clamp(-self.config.score_clip, self.config.score_clip)
-        return scores
+            std = self.running.std
+        return process_scores(scores, self.running.mean, std, norm=self.config.use_score_norm,
+                              clip=self.config.score_clip)
 
     def _layout(self, queries, responses, response_masks) -> Rollouts:
         device = self.accelerator.device

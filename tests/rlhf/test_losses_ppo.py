@@ -10,6 +10,7 @@ from rlhf.losses import (
     per_token_rewards,
     ppo_policy_loss,
     ppo_value_loss,
+    process_scores,
     rloo_advantages,
 )
 
@@ -155,3 +156,26 @@ def test_rloo_advantages_equal_a_float64_loop():
         assert float(fast[i]) == pytest.approx(float(rewards[i]) - sum(others) / len(others), abs=1e-6)
     # Adding a constant to every reward changes no advantage (the baseline absorbs it).
     assert rloo_advantages(rewards + 7.0, groups).tolist() == pytest.approx(fast.tolist(), abs=1e-5)
+
+
+def test_process_scores_scale_norm_clip():
+    scores = torch.tensor([3.0, 5.0, -1.0])
+    # scaling only: divide by the running std 2 -> [1.5, 2.5, -0.5] (the mean is not subtracted)
+    assert process_scores(scores, mean=4.0, std=2.0).tolist() == pytest.approx([1.5, 2.5, -0.5])
+    # norm: (x - 4) / 2 -> [-0.5, 0.5, -2.5]
+    assert process_scores(scores, mean=4.0, std=2.0, norm=True).tolist() == pytest.approx([-0.5, 0.5, -2.5])
+    # then clip at 1: [-0.5, 0.5, -1]
+    assert process_scores(scores, mean=4.0, std=2.0, norm=True, clip=1.0).tolist() == pytest.approx([-0.5, 0.5, -1.0])
+    # no std: no scaling (norm alone does nothing, as in TRL); clip 2 -> [2, 2, -1]
+    assert process_scores(scores, mean=4.0, norm=True, clip=2.0).tolist() == [2.0, 2.0, -1.0]
+    assert process_scores(scores).tolist() == [3.0, 5.0, -1.0]
+
+
+def test_process_scores_zero_std_stays_finite_and_matches_a_float64_loop():
+    # std 0 (every score seen so far equal): divided by eps, not by zero
+    assert torch.isfinite(process_scores(torch.tensor([1.0, 1.0]), mean=1.0, std=0.0, norm=True)).all()
+    scores = torch.randn(16, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    eps = torch.finfo(torch.float64).eps
+    loop = [min(max((float(x) - 0.3) / (1.7 + eps), -1.2), 1.2) for x in scores]
+    assert process_scores(scores, 0.3, 1.7, norm=True, clip=1.2).tolist() == pytest.approx(loop, abs=1e-12)
+
