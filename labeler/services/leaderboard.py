@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import random
+import threading
 from collections import defaultdict
 from typing import Iterable, Sequence
 
@@ -145,29 +146,79 @@ def arena_votes(db: sqlite_utils.Database, project: str = "default") -> list[Vot
 MIN_VOTES_FOR_INTERVAL = 10
 
 
+class LeaderboardCache:
+    """What `leaderboard` may reuse between calls; owned by the app (one per Arena tab), never a module global.
+
+    The bootstrap (200 refits) grows with the votes (0.3 s at 500 votes on 2 cores) and ran on every vote and
+    every page load, for every user. Now: the board of an unchanged vote list is returned as it is (page loads,
+    refreshes), and after new votes the scores and Elo are refitted (milliseconds) while the intervals of the
+    last bootstrap are kept until the votes have grown by `refresh_fraction`: 200 resamples barely move with one
+    more vote. A new model, fewer votes than before (a vote removed) or other settings refit them at once.
+    """
+
+    def __init__(self, refresh_fraction: float = 0.05):
+        self.refresh_fraction = refresh_fraction
+        self._boards: dict[tuple, tuple[tuple, list[dict]]] = {}  # (project, settings) -> (votes, rows)
+        self._intervals: dict[tuple, tuple[int, dict]] = {}  # (project, settings) -> (number of votes, intervals)
+        self._lock = threading.Lock()
+
+    def board(self, key: tuple, votes: tuple) -> list[dict] | None:
+        with self._lock:
+            cached = self._boards.get(key)
+        return [dict(row) for row in cached[1]] if cached and cached[0] == votes else None
+
+    def store_board(self, key: tuple, votes: tuple, rows: list[dict]) -> None:
+        with self._lock:
+            self._boards[key] = (votes, [dict(row) for row in rows])
+
+    def intervals(self, key: tuple, n_votes: int, needed: set[str]) -> dict | None:
+        with self._lock:
+            cached = self._intervals.get(key)
+        if cached is None:
+            return None
+        n_cached, intervals = cached
+        fresh = n_cached <= n_votes < n_cached * (1 + self.refresh_fraction)
+        return intervals if fresh and needed <= set(intervals) else None
+
+    def store_intervals(self, key: tuple, n_votes: int, intervals: dict) -> None:
+        with self._lock:
+            self._intervals[key] = (n_votes, dict(intervals))
+
+
 def leaderboard(
     db: sqlite_utils.Database,
     project: str = "default",
     n_bootstrap: int = 200,
     seed: int = 0,
     min_votes_for_interval: int = MIN_VOTES_FOR_INTERVAL,
+    cache: LeaderboardCache | None = None,
 ) -> list[dict]:
     """Models by Bradley-Terry score, best first: model, bt_score, ci_low, ci_high, elo, votes.
 
-    ci_low and ci_high are None for a model with fewer than `min_votes_for_interval` votes.
+    ci_low and ci_high are None for a model with fewer than `min_votes_for_interval` votes. With a `cache`, an
+    unchanged vote list costs one query and the bootstrap is not rerun for every new vote (LeaderboardCache).
     """
     votes = arena_votes(db, project)
     if not votes:
         return []
+    key = (project, n_bootstrap, seed, min_votes_for_interval)
+    if cache is not None and (rows := cache.board(key, tuple(votes))) is not None:
+        return rows
     strengths = bradley_terry(*split_votes(votes))
     ratings = elo(votes_to_matches(votes))
     counts: dict[str, int] = defaultdict(int)
     for a, b, _ in votes:
         counts[a] += 1
         counts[b] += 1
-    # The bootstrap (200 refits) only when some interval will be shown.
-    enough = max(counts.values()) >= min_votes_for_interval
-    intervals = bootstrap_ci(votes, n=n_bootstrap, seed=seed) if enough else {}
+    # The bootstrap (200 refits) only when some interval will be shown, and not again for a few more votes.
+    shown = {model for model, n in counts.items() if n >= min_votes_for_interval}
+    intervals = {}
+    if shown:
+        intervals = cache.intervals(key, len(votes), shown) if cache is not None else None
+        if intervals is None:
+            intervals = bootstrap_ci(votes, n=n_bootstrap, seed=seed)
+            if cache is not None:
+                cache.store_intervals(key, len(votes), intervals)
 
     def bound(model: str, side: int) -> float | None:
         return round(intervals[model][side], 1) if counts[model] >= min_votes_for_interval else None
@@ -183,4 +234,7 @@ def leaderboard(
         }
         for model, strength in strengths.items()
     ]
-    return sorted(rows, key=lambda row: (-row["bt_score"], row["model"]))
+    rows = sorted(rows, key=lambda row: (-row["bt_score"], row["model"]))
+    if cache is not None:
+        cache.store_board(key, tuple(votes), rows)
+    return rows

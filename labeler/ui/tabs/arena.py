@@ -24,11 +24,12 @@ IDENTICAL = "⚠️ **The two answers are identical**: there is nothing to prefe
 NO_INTERVAL = "n/a"
 
 
-def leaderboard_table(db, project: str) -> list[list]:
+def leaderboard_table(db, project: str, cache=None) -> list[list]:
     from labeler.services.leaderboard import leaderboard
 
     # A missing interval (too few votes) is shown as n/a, not as an empty cell that looks like a bug.
-    return [[NO_INTERVAL if row[h] is None else row[h] for h in LEADERBOARD_HEADERS] for row in leaderboard(db, project)]
+    rows = leaderboard(db, project, cache=cache)
+    return [[NO_INTERVAL if row[h] is None else row[h] for h in LEADERBOARD_HEADERS] for row in rows]
 
 
 def leaderboard_note() -> str:
@@ -44,7 +45,10 @@ def build(ctx: UIContext) -> None:
     from labeler.services.errors import InputError
     from labeler.ui.tabs.chat import model_choices
 
+    from labeler.services.leaderboard import LeaderboardCache
+
     cache = ModelCache(max_models=2)
+    board_cache = LeaderboardCache()  # page loads reuse the board, votes the bootstrap (see LeaderboardCache)
     battle_state = gr.State(None)
 
     gr.Markdown(HOW)
@@ -93,7 +97,7 @@ def build(ctx: UIContext) -> None:
             require_user(db, request)
             names, _ = model_choices(ctx, db)
             reason = arena.not_ready_reason(db, (ctx.settings.model,))
-            table = leaderboard_table(db, ctx.project)
+            table = leaderboard_table(db, ctx.project, board_cache)
         choices = [RANDOM, *names]
         # Fewer than two models: say why and how to get a second one, and leave Battle off instead of an error.
         return (
@@ -146,7 +150,7 @@ def build(ctx: UIContext) -> None:
             with ctx.connection() as db:
                 user = require_user(db, request)
                 result = arena.vote(db, int(current["battle_id"]), user.username, winner)
-                table = leaderboard_table(db, ctx.project)
+                table = leaderboard_table(db, ctx.project, board_cache)
             verdict = {"a": "you preferred **A**", "b": "you preferred **B**", "tie": "a **tie**", "both_bad": "**both bad**"}[winner]
             text = f"**A** was `{result.model_a}`, **B** was `{result.model_b}`: {verdict}. Thanks, your vote is stored."
             buttons = [gr.update(interactive=False) for _ in vote_buttons]
@@ -158,7 +162,7 @@ def build(ctx: UIContext) -> None:
     def arena_leaderboard(request: gr.Request):
         with ctx.connection() as db:
             require_user(db, request)
-            return leaderboard_table(db, ctx.project)
+            return leaderboard_table(db, ctx.project, board_cache)
 
     if ctx.app is not None:
         ctx.app.load(arena_load, None, [model_1, model_2, board, not_ready, start], api_name="arena_load")
