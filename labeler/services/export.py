@@ -36,7 +36,7 @@ from typing import Literal
 import sqlite_utils
 
 from labeler.services.errors import InputError
-from labeler.services.label_kinds import all_pairs, pair_relation
+from labeler.services.label_kinds import majority_pairs
 from labeler.services.projects import Project, get_project
 
 KINDS = ("preferences", "ratings", "unpaired")
@@ -270,47 +270,36 @@ def _ranking_records(db, project: Project, options: ExportOptions) -> list[tuple
     who, who_params = _annotator_filter(options)
     when, when_params = _time_filter("rk.created_at", options)
     rankings = db.execute(
-        # CROSS JOIN fixes the loop order: one scan of rankings, items by primary key. rankings has no index on
-        # item_id, and the planner otherwise loops over items and searches rankings for each (quadratic).
+        # CROSS JOIN fixes the loop order: one scan of rankings, each item looked up by primary key.
         "SELECT rk.item_id, rk.prompt_id, rk.order_json FROM rankings rk CROSS JOIN items i ON i.id = rk.item_id"
         " JOIN prompts p ON p.id = rk.prompt_id LEFT JOIN users u ON u.id = rk.user_id"
         f" WHERE i.project_id = ? AND p.project_id = ?{who}{when} ORDER BY rk.item_id, rk.id",
         [project.id, project.id, *who_params, *when_params],
     ).fetchall()
-    # votes[(item, low id, high id)] = {winner id: count}; seen[...] = rankings containing the pair (ties too).
-    votes: dict[tuple[int, int, int], dict[int, int]] = defaultdict(lambda: defaultdict(int))
-    seen: dict[tuple[int, int, int], int] = defaultdict(int)
+    orders: dict[int, list[list[list[int]]]] = defaultdict(list)  # item id -> its rankings, oldest first
     prompt_of: dict[int, int] = {}
     for ranking in rankings:
         prompt_of[ranking["item_id"]] = ranking["prompt_id"]
-        order = json.loads(ranking["order_json"])
-        for low, high in all_pairs(i for group in order for i in group):
-            key = (ranking["item_id"], low, high)
-            seen[key] += 1
-            relation = pair_relation(order, low, high)  # label_kinds: 1 low above high, -1 below, 0 tied
-            if relation:
-                votes[key][low if relation > 0 else high] += 1
-    texts = _texts(db, {i for _, a, b in seen for i in (a, b)})
+        orders[ranking["item_id"]].append(json.loads(ranking["order_json"]))
+    majorities = {item_id: majority_pairs(item_orders) for item_id, item_orders in sorted(orders.items())}
+    texts = _texts(db, {i for pairs in majorities.values() for p in pairs for i in (p.chosen, p.rejected)})
     prompts = _prompts(db, set(prompt_of.values()))
     records = []
-    for key in sorted(seen):
-        item_id, low, high = key
-        low_votes, high_votes = votes[key][low], votes[key][high]
-        if low_votes == high_votes:  # no strict majority (includes pairs everyone tied)
-            continue
-        chosen, rejected = (low, high) if low_votes > high_votes else (high, low)
-        agreement = max(low_votes, high_votes) / seen[key]
-        if seen[key] < options.min_annotators or (options.min_agreement is not None and agreement < options.min_agreement):
-            continue
-        if chosen not in texts or rejected not in texts:  # deleted since it was ranked, or client-written
-            continue
-        prompt_id = prompt_of[item_id]
-        text, messages_json = prompts[prompt_id]
-        records.append((prompt_id, {
-            "prompt": _prompt_value(text, messages_json, options),
-            "chosen": _answer_value(texts[chosen], options),
-            "rejected": _answer_value(texts[rejected], options),
-        }))
+    for item_id, pairs in majorities.items():
+        for pair in pairs:
+            if pair.seen < options.min_annotators or (
+                options.min_agreement is not None and pair.agreement < options.min_agreement
+            ):
+                continue
+            if pair.chosen not in texts or pair.rejected not in texts:  # deleted since it was ranked, or client-written
+                continue
+            prompt_id = prompt_of[item_id]
+            text, messages_json = prompts[prompt_id]
+            records.append((prompt_id, {
+                "prompt": _prompt_value(text, messages_json, options),
+                "chosen": _answer_value(texts[pair.chosen], options),
+                "rejected": _answer_value(texts[pair.rejected], options),
+            }))
     return records
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 from labeler.services.errors import InputError
@@ -140,3 +141,42 @@ def all_pairs(ids: Iterable[int]) -> list[tuple[int, int]]:
     """Every unordered pair (a, b) with a < b, for pairwise agreement over an item's responses."""
     ordered = sorted(ids)
     return [(a, b) for i, a in enumerate(ordered) for b in ordered[i + 1 :]]
+
+
+@dataclass(frozen=True)
+class PairMajority:
+    """One response pair of an item, in its majority direction."""
+    chosen: int
+    rejected: int
+    votes: int  # rankings that put `chosen` above `rejected`
+    seen: int  # rankings that contain the pair, ties included
+
+    @property
+    def agreement(self) -> float:
+        """Majority votes / rankings containing the pair: a pair tied by one of three annotators has 2/3."""
+        return self.votes / self.seen
+
+
+def majority_pairs(orders: Iterable[Sequence[Sequence[int]]]) -> list[PairMajority]:
+    """The rankings of one item -> one PairMajority per response pair with a strict majority, by (low, high) id.
+
+    Every pair across groups of each order counts as a vote; a pair with no strict majority (1 vs 1, or tied
+    by everyone) carries no preference and is left out.
+    """
+    votes: dict[tuple[int, int], dict[int, int]] = {}
+    seen: dict[tuple[int, int], int] = {}
+    for order in orders:
+        for low, high in all_pairs(i for group in order for i in group):
+            seen[low, high] = seen.get((low, high), 0) + 1
+            count = votes.setdefault((low, high), {low: 0, high: 0})
+            relation = pair_relation(order, low, high)
+            if relation:
+                count[low if relation > 0 else high] += 1
+    pairs = []
+    for (low, high), n in sorted(seen.items()):
+        low_votes, high_votes = votes[low, high][low], votes[low, high][high]
+        if low_votes != high_votes:
+            chosen, rejected = (low, high) if low_votes > high_votes else (high, low)
+            pairs.append(PairMajority(chosen, rejected, max(low_votes, high_votes), n))
+    return pairs
+

@@ -96,3 +96,25 @@ def test_gold_validation_and_matching():
 
 def test_all_pairs():
     assert lk.all_pairs([3, 1, 2]) == [(1, 2), (1, 3), (2, 3)]
+
+
+def test_majority_pairs_votes_ties_and_agreement():
+    from labeler.services.label_kinds import PairMajority, majority_pairs
+
+    # Three annotators rank responses 1, 2, 3 of one item:
+    #   A: 1 > 2 > 3    B: 2 > 1 > 3    C: 1 = 2 > 3
+    # (1, 2): 1 vote for 1 (A), 1 for 2 (B), C tied -> no strict majority, dropped.
+    # (1, 3): A, B, C all put 1 above 3 -> chosen 1, 3 votes of 3.
+    # (2, 3): likewise -> chosen 2, 3 of 3.
+    orders = [[[1], [2], [3]], [[2], [1], [3]], [[1, 2], [3]]]
+    assert majority_pairs(orders) == [PairMajority(1, 3, 3, 3), PairMajority(2, 3, 3, 3)]
+    # A fourth annotator puts 3 above 2 and ties 1 with 3:
+    #   (1, 3): 3 votes for 1, D tied -> agreement 3/4; (2, 3): 3 for 2, 1 for 3 -> 3/4;
+    #   (1, 2): D puts 1 above 2 -> 2 votes vs 1 -> chosen 1, agreement 2/4.
+    pairs = majority_pairs([*orders, [[1, 3], [2]]])
+    assert pairs == [PairMajority(1, 2, 2, 4), PairMajority(1, 3, 3, 4), PairMajority(2, 3, 3, 4)]
+    assert [p.agreement for p in pairs] == [0.5, 0.75, 0.75]
+    # The chosen response may have the higher id; a single all-tied ranking gives nothing.
+    assert majority_pairs([[[7], [4]]]) == [PairMajority(7, 4, 1, 1)]
+    assert majority_pairs([[[4, 7]]]) == []
+    assert majority_pairs([]) == []
