@@ -1,4 +1,4 @@
-"""`rlhf-studio chat` (talk to a model in the terminal, streamed) and `rlhf-studio models list/add`."""
+"""`rlhf-studio chat` (talk to a model in the terminal, streamed) and `rlhf-studio models list/add/push`."""
 from __future__ import annotations
 
 import argparse
@@ -38,6 +38,16 @@ def register(subparsers, common: argparse.ArgumentParser) -> None:
     add.add_argument("path", help="a local model folder, or a hub id (owner/name)")
     add.add_argument("--kind", default="base", choices=["base", "policy", "reward", "adapter"], help="what it is (default: base)")
     add.set_defaults(func=run_models_add)
+    push = actions.add_parser(
+        "push", parents=[common], help="push a registered model's folder to the Hugging Face Hub",
+        description="Upload a registered model's folder (weights or adapter, value head, tokenizer, its README.md "
+                    "card, refreshed first) to a Hub model repository. Needs the network and a token (HF_TOKEN "
+                    "or huggingface-cli login).",
+    )
+    push.add_argument("name", help="the registered model's name")
+    push.add_argument("repo", help="the Hub repository, owner/name (created if missing)")
+    push.add_argument("--private", action="store_true", help="create the repository private")
+    push.set_defaults(func=run_models_push)
 
 
 def run_chat(args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
@@ -118,4 +128,17 @@ def run_models_add(args: argparse.Namespace) -> int:
     finally:
         db.conn.close()
     print(f"registered {row['name']} ({row['kind']}): {row['path']}")
+    return 0
+
+
+def run_models_push(args: argparse.Namespace) -> int:
+    from labeler.services.hub import push_model
+    from storage import open_db
+
+    db = open_db(args.db)
+    try:
+        url = push_model(db, args.name, args.repo, private=args.private)
+    finally:
+        db.conn.close()
+    print(f"pushed {args.name} to {url}")
     return 0

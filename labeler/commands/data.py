@@ -137,6 +137,10 @@ def _register_export(subparsers, common) -> None:
     parser.add_argument("--format", dest="fmt", choices=FORMATS, default="jsonl",
                         help="jsonl, parquet, hf (a datasets folder with train/test splits) or csv (default: jsonl)")
     parser.add_argument("--out", required=True, help="file to write (a folder for --format hf)")
+    parser.add_argument("--push-to-hub", metavar="REPO", default=None,
+                        help="then push the folder (--format hf) to this Hub dataset repository, owner/name; needs "
+                             "the network and a token (HF_TOKEN or huggingface-cli login)")
+    parser.add_argument("--private", action="store_true", help="with --push-to-hub: create the repository private")
     # The filter flags come from ExportOptions' fields (labeler/forms.py), like the Data tab's form:
     # adding an option to the dataclass adds the flag. Values are parsed by forms.build_config.
     for spec in field_specs(ExportOptions):
@@ -160,8 +164,18 @@ def run_export(args) -> int:
     options = build_config(ExportOptions, values)
     if annotators is not None:
         options = dataclasses.replace(options, annotators=annotators)
+    if args.push_to_hub is not None:  # refuse before exporting, not after
+        from labeler.services.hub import check_repo_id
+
+        check_repo_id(args.push_to_hub)
+        if args.fmt != "hf":
+            raise InputError("--push-to-hub needs --format hf (a datasets folder with its card)", field="format")
     result = export(_open(args), args.project, args.kind, args.fmt, args.out, options)
     print(f"wrote {result.rows} {args.kind} rows to {result.path}")
+    if args.push_to_hub is not None:
+        from labeler.services.hub import push_export
+
+        print(f"pushed to {push_export(result.path, args.push_to_hub, private=args.private)}")
     return 0
 
 

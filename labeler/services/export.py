@@ -389,7 +389,9 @@ def export(
     out.parent.mkdir(parents=True, exist_ok=True)
     rows = [row for _, row in records]
     if fmt == "hf":
-        _write_hf(records, out, options)
+        from labeler.services.hub import export_card
+
+        _write_hf(records, out, options, card=lambda splits: export_card(db, project, kind, options, splits))
     else:
         writer = {"jsonl": _write_jsonl, "parquet": _write_parquet, "csv": _write_csv}[fmt]
         _atomic_file(out, lambda tmp: writer(rows, tmp))
@@ -461,7 +463,8 @@ def split_by_prompt(records: list[tuple[int, dict]], test_size: float, seed: int
     return train, test
 
 
-def _write_hf(records: list[tuple[int, dict]], out: Path, options: ExportOptions) -> None:
+def _write_hf(records: list[tuple[int, dict]], out: Path, options: ExportOptions, card=None) -> None:
+    """A datasets folder with train/test splits and, given `card(split sizes) -> text`, its README.md."""
     import datasets
 
     if out.exists() and not (out.is_dir() and (not any(out.iterdir()) or (out / "dataset_dict.json").exists())):
@@ -473,6 +476,8 @@ def _write_hf(records: list[tuple[int, dict]], out: Path, options: ExportOptions
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         datasets.DatasetDict(splits).save_to_disk(str(tmp))
+        if card is not None:
+            (tmp / "README.md").write_text(card({name: len(ds) for name, ds in splits.items()}), encoding="utf-8")
         if out.exists():
             shutil.rmtree(out)
         os.replace(tmp, out)

@@ -104,6 +104,9 @@ def register_model(
                 data_snapshot,
             ],
         )
+    from labeler.services.hub import write_registered_model_card
+
+    write_registered_model_card(db, name)  # README.md in the folder: base model, run settings, metrics, data
     return get_model(db, name)
 
 

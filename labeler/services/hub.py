@@ -1,0 +1,192 @@
+"""README cards for exported datasets and registered models, and pushing both to the Hugging Face Hub.
+
+Cards are written offline, always: an `export --format hf` folder gets one describing its data (label counts and
+kinds, annotators, agreement, the filters, split sizes), and a registered model's folder gets one with its base
+model, the run's stage and settings, its training metrics, the data snapshot and its evaluations (refreshed when
+an evaluation is stored). A folder that already has someone else's README.md (a model downloaded from the Hub)
+keeps it.
+
+Pushing needs the network and a token (`HF_TOKEN` or `huggingface-cli login`); every Hub call goes through one
+`HfApi` (passed in, so tests give a fake) and datasets' own `push_to_hub`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import warnings
+from pathlib import Path
+
+import sqlite_utils
+
+from labeler.services.errors import InputError
+from rlhf.cards import CARD_FILE, dataset_card, model_card, write_card
+
+CARD_TAG = "rlhf-studio"  # in the front matter of every card written here: ours to overwrite
+COLUMNS = {
+    "preferences": {"prompt": "the prompt (text, or a message list in conversational form)",
+                    "chosen": "the answer the annotators preferred", "rejected": "the answer they ranked lower",
+                    "margin": "difference of mean ratings (rating pairs only)"},
+    "ratings": {"prompt": "the prompt", "completion": "the answer", "score": "mean rating over annotators",
+                "n": "number of ratings", "std": "population std of the ratings"},
+    "unpaired": {"prompt": "the prompt", "completion": "the answer", "label": "score >= threshold (KTO's label)"},
+}
+AGREEMENT = {  # quality.agreement's keys, as a reader of the card would name them
+    "ratings_alpha": "ratings: Krippendorff's alpha (interval)", "ratings_items": "ratings: items with 2+ raters",
+    "rankings_pairwise": "rankings: pairwise agreement", "rankings_items": "rankings: items with 2+ rankers",
+    "rankings_comparisons": "rankings: pairs compared"}
+TRAINERS = {"preferences": "DPOTrainer or RewardTrainer", "ratings": "a regression reward model",
+            "unpaired": "KTOTrainer"}
+STAGES = {"sft": "supervised fine-tuning (SFTTrainer)", "rm": "reward modelling (RewardTrainer)",
+          "dpo": "DPO (DPOTrainer)", "ppo": "PPO (PPOTrainer, TRL 0.11 API)"}
+
+
+def check_repo_id(repo_id: str) -> str:
+    from labeler.services.models import HUB_ID
+
+    repo_id = (repo_id or "").strip()
+    if not HUB_ID.match(repo_id):
+        raise InputError(f"bad Hub repository id {repo_id!r}: owner/name", field="repo_id")
+    return repo_id
+
+
+def _is_ours(folder: Path) -> bool:
+    card = folder / CARD_FILE
+    if not card.exists():
+        return True
+    head = card.read_text(encoding="utf-8", errors="replace").split("---", 2)[1:2]
+    return bool(head) and CARD_TAG in head[0]
+
+
+# ---- datasets ---------------------------------------------------------------------------------------------
+
+def label_facts(db: sqlite_utils.Database, project: str) -> dict:
+    """Labels behind a project's exports: counts per label kind, annotators, inter-annotator agreement."""
+    from labeler.services.projects import get_project
+    from labeler.services.quality import agreement
+
+    proj = get_project(db, project)
+    ratings, raters = db.execute(
+        "SELECT COUNT(*), COUNT(DISTINCT r.user_id) FROM ratings r JOIN items i ON i.id = r.item_id"
+        " WHERE i.project_id = ?", [proj.id]).fetchone()
+    rankings, rankers = db.execute(
+        "SELECT COUNT(*), COUNT(DISTINCT k.user_id) FROM rankings k JOIN prompts p ON p.id = k.prompt_id"
+        " WHERE p.project_id = ?", [proj.id]).fetchone()
+    annotators = db.execute(
+        "SELECT COUNT(*) FROM (SELECT r.user_id FROM ratings r JOIN items i ON i.id = r.item_id WHERE i.project_id = ?"
+        " UNION SELECT k.user_id FROM rankings k JOIN prompts p ON p.id = k.prompt_id"
+        " WHERE p.project_id = ? AND k.user_id IS NOT NULL)", [proj.id, proj.id]).fetchone()[0]
+    return {"project": proj.name, "likert scale": f"{proj.likert_min}-{proj.likert_max}", "ratings": ratings,
+            "raters": raters, "rankings (incl. pairwise votes)": rankings, "rankers": rankers,
+            "annotators": annotators, **{AGREEMENT[k]: v for k, v in agreement(db, project).items() if k in AGREEMENT}}
+
+
+def export_card(db: sqlite_utils.Database, project: str, kind: str, options, splits: dict[str, int]) -> str:
+    """The README.md of an export folder: what the rows are, where they came from, how they were filtered."""
+    defaults = type(options)()
+    filters = {f.name: getattr(options, f.name) for f in dataclasses.fields(options)
+               if getattr(options, f.name) != getattr(defaults, f.name)}
+    summary = (f"{kind.capitalize()} exported by RLHF Studio from project `{project}`, in TRL's column format "
+               f"(for {TRAINERS[kind]}). Splits are made by prompt: no prompt is in both.")
+    columns = dict(COLUMNS[kind])
+    if kind == "preferences" and not options.include_rating_pairs:
+        columns.pop("margin")
+    return dataset_card(f"{project}: {kind}", summary, columns, splits, tags=[kind], sections={
+        "Labels": label_facts(db, project),
+        "Filters": filters or "None: every label of the project (the export defaults).",
+    })
+
+
+def push_export(folder: str | Path, repo_id: str, private: bool = False, token: str | None = None, api=None) -> str:
+    """Push an `export --format hf` folder: its card first, then the splits with datasets' push_to_hub, which
+    keeps the card's text and adds its own metadata. Returns the dataset's URL."""
+    import datasets
+    from huggingface_hub import HfApi
+
+    repo_id, folder = check_repo_id(repo_id), Path(folder)
+    if not (folder / "dataset_dict.json").exists():
+        raise InputError("not a saved dataset folder: push needs --format hf", file=str(folder))
+    api = api or HfApi(token=token)
+    api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
+    if (folder / CARD_FILE).exists():
+        api.upload_file(path_or_fileobj=str(folder / CARD_FILE), path_in_repo=CARD_FILE, repo_id=repo_id,
+                        repo_type="dataset", commit_message="Dataset card (RLHF Studio)")
+    datasets.load_from_disk(str(folder)).push_to_hub(repo_id, private=private, token=token)
+    return f"https://huggingface.co/datasets/{repo_id}"
+
+
+# ---- models -----------------------------------------------------------------------------------------------
+
+def registered_model_card(db: sqlite_utils.Database, name: str) -> str:
+    """A registered model's card from the registry, its run and its stored evaluations."""
+    from labeler.services.evaluation import comparison_rows, list_evaluations
+    from labeler.services.models import get_model
+
+    model = get_model(db, name)
+    run = (db.execute("SELECT r.*, p.name AS project FROM runs r JOIN projects p ON p.id = r.project_id"
+                      " WHERE r.id = ?", [model["run_id"]]).fetchone() if model["run_id"] else None)
+    trained_with = STAGES.get(run["stage"], run["stage"]) if run else f"nothing recorded here (a {model['kind']} model)"
+    settings = {k: v for k, v in (json.loads(run["config_json"]) if run else model["config"]).items()
+                if isinstance(v, (int, float, str, bool)) or v is None}
+    data = []
+    if run:
+        data.append(f"Run {run['id']} ({run['name'] or run['stage']}) in project `{run['project']}`, "
+                    f"{run['status']}, {run['started_at'] or run['created_at']} to {run['ended_at'] or '-'}.")
+    if model["data_snapshot"]:
+        kind, rows, digest = (model["data_snapshot"].split(":") + ["", ""])[:3]
+        data.append(f"Data snapshot: {rows} {kind} rows (hash `{digest}`); the same labels give the same hash.")
+    evaluations = list_evaluations(db, model=name, limit=10)
+    base = model["base_model"]
+    if base and evaluations:  # the base's evaluation with the same settings, for a before/after table
+        same = [e for e in list_evaluations(db, model=base, limit=50) if e.settings == evaluations[0].settings]
+        evaluations = [*evaluations[:1], *same[:1], *evaluations[1:]]
+    base_path = base
+    if base:
+        try:
+            base_path = get_model(db, base)["path"]
+        except InputError:
+            pass
+    hub_base = base_path if base_path and "/" in base_path and not Path(base_path).exists() else base
+    return model_card(name, trained_with, base_model=hub_base, data=" ".join(data) or None, settings=settings,
+                      metrics=model["metrics"], evaluation=comparison_rows(evaluations), tags=[model["kind"]],
+                      value_head=run is not None and run["stage"] == "ppo")
+
+
+def write_registered_model_card(db: sqlite_utils.Database, name: str) -> Path | None:
+    """Write the card into the model's folder; None for hub ids, 'default', or a folder with a README.md not
+    written here. A read-only folder warns instead of failing the registration or evaluation that called it."""
+    from labeler.services.models import get_model
+
+    folder = Path(get_model(db, name)["path"])
+    if not folder.is_dir() or not _is_ours(folder):
+        return None
+    try:
+        return write_card(folder, registered_model_card(db, name))
+    except OSError as error:
+        warnings.warn(f"{folder}: model card not written ({error})", stacklevel=2)
+        return None
+
+
+# Files a trained folder holds that are not the model: trainer state, pickles, intermediate checkpoints, logs.
+MODEL_IGNORE = ["*.pt", "*.bin", "*.pth", "*.pkl", "*.tmp", "checkpoint-*/**", "runs/**", "*.log"]
+
+
+def push_model(db: sqlite_utils.Database, name: str, repo_id: str, private: bool = False, token: str | None = None,
+               api=None) -> str:
+    """Push a registered model's folder as it is on disk (safetensors weights or adapter, value head, tokenizer,
+    the refreshed card). transformers' push_to_hub would reload the weights, save them to a temporary folder
+    and upload that, leaving out value_head.safetensors and replacing the card with its own; uploading the
+    saved folder sends the same weights without either loss. Returns the model's URL."""
+    from huggingface_hub import HfApi
+
+    from labeler.services.models import get_model
+
+    repo_id = check_repo_id(repo_id)
+    folder = Path(get_model(db, name)["path"])
+    if not folder.is_dir():
+        raise InputError(f"model {name!r} is {folder}, not a local folder: nothing to push", field="name")
+    write_registered_model_card(db, name)
+    api = api or HfApi(token=token)
+    api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
+    api.upload_folder(folder_path=str(folder), repo_id=repo_id, repo_type="model", ignore_patterns=MODEL_IGNORE,
+                      commit_message=f"Upload {name} (RLHF Studio)")
+    return f"https://huggingface.co/{repo_id}"

@@ -1,0 +1,176 @@
+"""Dataset and model cards, and the Hub push paths, with a fake HfApi (the network is not reachable here).
+
+What these tests cannot show: that the real Hub accepts the calls (authentication, repository creation, the upload
+itself) and that datasets' push_to_hub keeps the card's text when it adds its metadata; they check that the right
+calls are made, in the right order, with the right arguments and files.
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import datasets
+import pytest
+import yaml
+from export_fixtures import build_labelled_db
+
+from labeler.cli import main
+from labeler.services import evaluation, hub, models
+from labeler.services.errors import InputError
+from labeler.services.export import ExportOptions, export
+
+TINY = Path(__file__).resolve().parent.parent / "fixtures" / "trl_0_11_4" / "policy"
+
+
+class FakeApi:
+    """Records HfApi calls; README contents are read at call time (what would have been uploaded)."""
+
+    def __init__(self, token=None):
+        self.token, self.calls = token, []
+        FakeApi.last = self
+
+    def create_repo(self, repo_id, **kwargs):
+        self.calls.append(("create_repo", repo_id, kwargs))
+
+    def upload_file(self, **kwargs):
+        self.calls.append(("upload_file", Path(kwargs["path_or_fileobj"]).read_text(), kwargs))
+
+    def upload_folder(self, **kwargs):
+        files = sorted(p.name for p in Path(kwargs["folder_path"]).iterdir())
+        self.calls.append(("upload_folder", files, kwargs))
+
+
+@pytest.fixture
+def pushed(monkeypatch):
+    """datasets' push_to_hub replaced by a recorder: (dataset dict, repo_id, kwargs) per call."""
+    calls = []
+    monkeypatch.setattr(datasets.DatasetDict, "push_to_hub",
+                        lambda self, repo_id, **kwargs: calls.append((self, repo_id, kwargs)))
+    return calls
+
+
+@pytest.fixture
+def labelled(db):
+    build_labelled_db(db)
+    return db
+
+
+def _front_matter(text: str) -> dict:
+    return yaml.safe_load(text.split("---\n")[1])
+
+
+def test_hf_export_gets_a_dataset_card(labelled, tmp_path):
+    options = ExportOptions(min_annotators=2, test_size=0.0)
+    result = export(labelled, "default", "preferences", "hf", tmp_path / "prefs", options)
+    card = (result.path / "README.md").read_text()
+    assert {"rlhf-studio", "trl", "preferences"} <= set(_front_matter(card)["tags"])
+    assert "project `default`" in card and "DPOTrainer or RewardTrainer" in card
+    # Project default: 6 ratings by alice, bob, carol; 4 rankings (3 by alice, bob, carol + 1 imported);
+    # project other's labels are not counted. Pairs in >= 2 rankings: item 1's three pairs -> 3 train rows.
+    for line in ("| ratings | 6 |", "| raters | 3 |", "| rankings (incl. pairwise votes) | 4 |", "| rankers | 3 |",
+                 "| annotators | 3 |", "| rankings: items with 2+ rankers | 1 |", "| train | 3 |", "| min_annotators | 2 |",
+                 "| test_size | 0 |", "| chosen | the answer the annotators preferred |"):
+        assert line in card, line
+    assert "margin" not in card  # no rating pairs asked for
+    assert datasets.load_from_disk(str(result.path))["train"].num_rows == 3  # the card does not disturb loading
+
+
+def test_push_export_uploads_the_card_then_the_splits(labelled, tmp_path, pushed):
+    out = export(labelled, "default", "ratings", "hf", tmp_path / "ratings", ExportOptions(test_size=0.25)).path
+    api = FakeApi()
+    url = hub.push_export(out, "me/ratings", private=True, token="tok", api=api)
+    assert url == "https://huggingface.co/datasets/me/ratings"
+    assert [c[0] for c in api.calls] == ["create_repo", "upload_file"]
+    assert api.calls[0][1:] == ("me/ratings", {"repo_type": "dataset", "private": True, "exist_ok": True})
+    text, kwargs = api.calls[1][1:]
+    assert text == (out / "README.md").read_text() and "| ratings | 6 |" in text
+    assert {k: kwargs[k] for k in ("path_in_repo", "repo_id", "repo_type")} == {
+        "path_in_repo": "README.md", "repo_id": "me/ratings", "repo_type": "dataset"}
+    [(dataset, repo_id, kwargs)] = pushed
+    assert repo_id == "me/ratings" and kwargs == {"private": True, "token": "tok"}
+    assert sorted(dataset) == ["test", "train"] and sum(d.num_rows for d in dataset.values()) == 4
+
+
+def test_push_export_refuses_bad_input(labelled, tmp_path, pushed):
+    export(labelled, "default", "ratings", "jsonl", tmp_path / "r.jsonl")
+    with pytest.raises(InputError, match="push needs --format hf"):
+        hub.push_export(tmp_path / "r.jsonl", "me/r", api=FakeApi())
+    with pytest.raises(InputError, match="owner/name"):
+        hub.push_export(tmp_path, "not a repo", api=FakeApi())
+    assert pushed == []
+
+
+def test_cli_export_push_to_hub(labelled, db_path, tmp_path, monkeypatch, pushed, capsys):
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
+    out = tmp_path / "prefs"
+    assert main(["export", "--db", db_path, "--format", "hf", "--out", str(out), "--push-to-hub", "me/prefs",
+                 "--private"]) == 0
+    assert "pushed to https://huggingface.co/datasets/me/prefs" in capsys.readouterr().out
+    assert [c[0] for c in FakeApi.last.calls] == ["create_repo", "upload_file"] and pushed[0][1] == "me/prefs"
+    # Refused before anything is written: a file format cannot be pushed, nor a bad repository id.
+    for argv in (["--format", "jsonl", "--out", str(tmp_path / "x.jsonl"), "--push-to-hub", "me/x"],
+                 ["--format", "hf", "--out", str(tmp_path / "y"), "--push-to-hub", "nope"]):
+        assert main(["export", "--db", db_path, *argv]) == 2
+    assert not (tmp_path / "x.jsonl").exists() and not (tmp_path / "y").exists()
+    assert len(pushed) == 1
+
+
+def _trained(db, tmp_path) -> Path:
+    """A model folder registered as a finished DPO run's output."""
+    folder = tmp_path / "dpo-out"
+    shutil.copytree(TINY, folder)
+    with db.conn:
+        run_id = db.execute("INSERT INTO runs (project_id, stage, name, status, config_json, started_at, ended_at)"
+                            " VALUES (1, 'dpo', 'dpo-1', 'succeeded', '{\"beta\": 0.1, \"epochs\": 2}',"
+                            " '2026-01-01T10:00', '2026-01-01T10:05')").lastrowid
+    models.register_model(db, "tiny-dpo", str(folder), "policy", base_model="default", run_id=run_id,
+                          config={"beta": 0.1}, metrics={"train/loss": 0.5}, data_snapshot="preferences:12:abcd1234")
+    return folder
+
+
+def test_registered_model_gets_a_card_refreshed_by_evaluations(db, tmp_path):
+    folder = _trained(db, tmp_path)
+    card = (folder / "README.md").read_text()
+    assert {"rlhf-studio", "policy"} <= set(_front_matter(card)["tags"])
+    for text in ("DPO (DPOTrainer)", "Run 1 (dpo-1) in project `default`, succeeded", "| beta | 0.1 |",
+                 "| epochs | 2 |", "| train/loss | 0.5 |", "12 preferences rows (hash `abcd1234`)"):
+        assert text in card, text
+    assert "## Evaluation\n\n_none_" in card
+
+    evaluation._store(db, "default", "tiny-dpo", None, 1, {"samples": 4}, {"eval/reward_mean": 0.75}, [])
+    card = (folder / "README.md").read_text()
+    assert "| mean reward |" in card and "| tiny-dpo | 0.75 |" in card
+
+
+def test_a_foreign_readme_is_kept(db, tmp_path):
+    folder = tmp_path / "downloaded"
+    shutil.copytree(TINY, folder)
+    (folder / "README.md").write_text("---\nlicense: apache-2.0\n---\n# Someone's model\n")
+    models.register_model(db, "theirs", str(folder), "base")
+    assert (folder / "README.md").read_text().startswith("---\nlicense: apache-2.0")
+
+
+def test_push_model_uploads_the_folder_with_its_card(db, tmp_path, monkeypatch, capsys):
+    folder = _trained(db, tmp_path)
+    (folder / "README.md").unlink()
+    (folder / "trainer_state.pt").write_bytes(b"not for the hub")
+    api = FakeApi()
+    assert hub.push_model(db, "tiny-dpo", "me/tiny-dpo", private=True, api=api) == "https://huggingface.co/me/tiny-dpo"
+    assert api.calls[0] == ("create_repo", "me/tiny-dpo", {"repo_type": "model", "private": True, "exist_ok": True})
+    name, files, kwargs = api.calls[1]
+    assert name == "upload_folder" and "README.md" in files and "model.safetensors" in files  # card rewritten
+    assert kwargs["folder_path"] == str(folder) and kwargs["repo_id"] == "me/tiny-dpo"
+    assert kwargs["repo_type"] == "model" and "*.pt" in kwargs["ignore_patterns"]
+
+    with pytest.raises(InputError, match="not a local folder"):
+        hub.push_model(db, "default", "me/default", api=FakeApi())
+
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
+    db_path = db.conn.execute("PRAGMA database_list").fetchone()[2]
+    assert main(["models", "push", "tiny-dpo", "me/t", "--db", db_path]) == 0
+    assert "pushed tiny-dpo to https://huggingface.co/me/t" in capsys.readouterr().out
+    assert main(["models", "push", "tiny-dpo", "bad id", "--db", db_path]) == 2
