@@ -60,12 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     common = common_parser()
     for module_name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as error:
-            if error.name == module_name:  # a command group not written yet
-                continue
-            raise
+        module = importlib.import_module(module_name)
         module.register(subparsers, common)
     return parser
 

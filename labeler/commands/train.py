@@ -20,10 +20,9 @@ def _print_settings(stage: str) -> None:
     for spec in forms.field_specs(train_configs.JobConfig):
         print(f"  {spec.name}={spec.default!r}  [{spec.kind}{': ' + '|'.join(map(str, spec.choices)) if spec.choices else ''}]  {spec.help}")
     cls = train_configs.stage_config_class(stage)
-    if cls is not None:
-        print(f"\n{cls.__name__} settings ({stage}; a job setting of the same name takes precedence):")
-        for spec in forms.field_specs(cls):
-            print(f"  {spec.name}={spec.default!r}  {spec.help.splitlines()[0][:160] if spec.help else ''}")
+    print(f"\n{cls.__name__} settings ({stage}; a job setting of the same name takes precedence):")
+    for spec in forms.field_specs(cls):
+        print(f"  {spec.name}={spec.default!r}  {spec.help.splitlines()[0][:160] if spec.help else ''}")
 
 
 def _describe(run: jobs.Run) -> str:

@@ -57,8 +57,6 @@ class RunPreview:
 
 def _trainer_config(stage: str, trainer_values: dict[str, Any]):
     cls = train_configs.stage_config_class(stage)
-    if cls is None:
-        return None
     return forms.build_config(cls, train_configs._trainer_defaults(stage, cls, trainer_values))
 
 

@@ -122,26 +122,20 @@ class JobConfig:
 def stage_config_class(stage: str):
     if stage not in STAGES:
         raise InputError(f"unknown stage {stage!r}; choose one of {', '.join(STAGES)}", field="stage")
+    # Imported on demand (the trainers pull in torch); a broken trainer module fails here, loudly.
     module_name, _, cls_name = STAGE_CONFIG_CLASSES[stage].partition(":")
-    try:
-        return getattr(importlib.import_module(module_name), cls_name)
-    except (ImportError, AttributeError):
-        return None  # the trainer is not installed/written: only JobConfig settings are accepted
+    return getattr(importlib.import_module(module_name), cls_name)
 
 
 def form_fields(stage: str) -> list[str]:
-    cls = stage_config_class(stage)
-    if cls is None:
-        return []
-    names = {spec.name for spec in forms.field_specs(cls)}
+    names = {spec.name for spec in forms.field_specs(stage_config_class(stage))}
     return [name for name in FORM_FIELDS[stage] if name in names]
 
 
 def split_settings(stage: str, values: dict[str, Any], source: str | None = None) -> tuple[dict, dict]:
     """Raw key -> value settings into (job, trainer) parts; unknown keys raise InputError naming them."""
     job_names = {spec.name for spec in forms.field_specs(JobConfig)}
-    cls = stage_config_class(stage)
-    trainer_names = {spec.name for spec in forms.field_specs(cls)} if cls else set()
+    trainer_names = {spec.name for spec in forms.field_specs(stage_config_class(stage))}
     job, trainer, unknown = {}, {}, []
     for key, value in values.items():
         if key in job_names:
@@ -196,9 +190,9 @@ def resolve_run_config(stage: str, values: dict[str, Any], source: str | None = 
     job_values, trainer_values = split_settings(stage, values, source)
     job = forms.build_config(JobConfig, job_values, source)
     cls = stage_config_class(stage)
-    trainer_config = forms.build_config(cls, _trainer_defaults(stage, cls, trainer_values), source) if cls else None
-    trainer = {k: v for k, v in forms.to_dict(trainer_config).items() if k in trainer_values} if cls else {}
-    if stage == "ppo" and trainer_config is not None and trainer_config.batch_size % job.answers_per_prompt:
+    trainer_config = forms.build_config(cls, _trainer_defaults(stage, cls, trainer_values), source)
+    trainer = {k: v for k, v in forms.to_dict(trainer_config).items() if k in trainer_values}
+    if stage == "ppo" and trainer_config.batch_size % job.answers_per_prompt:
         raise InputError(f"answers_per_prompt={job.answers_per_prompt} must divide batch_size="
                          f"{trainer_config.batch_size} (each batch holds whole groups of answers to a prompt)",
                          file=source, field="answers_per_prompt")

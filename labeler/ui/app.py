@@ -77,12 +77,7 @@ def build_app(settings: ServeSettings) -> gr.Blocks:
         tabs: dict[str, gr.Tab] = {}
         with main, gr.Tabs():
             for module_name in TAB_MODULES:
-                try:
-                    module = importlib.import_module(module_name)
-                except ModuleNotFoundError as error:
-                    if error.name == module_name:  # tab not written yet
-                        continue
-                    raise
+                module = importlib.import_module(module_name)
                 tab_id = module_name.rsplit(".", 1)[-1]
                 # Admin tabs start hidden and are revealed on load for admins: Gradio 6.31 can show a
                 # hidden tab from an event but not hide a shown one.

@@ -105,3 +105,16 @@ def test_widgets_match_kinds():
     values = forms.from_widgets([specs["steps"], specs["min_agreement"]], [5.0, ""])
     config = forms.build_config(JobConfig, values)
     assert config.steps == 5 and config.min_agreement is None
+
+
+def test_a_broken_trainer_module_fails_loudly(monkeypatch):
+    # Issue 13: a missing class or module used to drop the stage's settings silently (only job settings left).
+    from labeler.services import train_configs
+
+    assert train_configs.stage_config_class("dpo").__name__ == "DPOConfig"
+    monkeypatch.setitem(train_configs.STAGE_CONFIG_CLASSES, "dpo", "rlhf.dpo:NoSuchConfig")
+    with pytest.raises(AttributeError, match="NoSuchConfig"):
+        train_configs.split_settings("dpo", {"beta": 0.2})
+    monkeypatch.setitem(train_configs.STAGE_CONFIG_CLASSES, "dpo", "rlhf.no_such_module:DPOConfig")
+    with pytest.raises(ModuleNotFoundError, match="no_such_module"):
+        train_configs.form_fields("dpo")

@@ -115,7 +115,9 @@ def build(ctx: UIContext) -> None:
         generate_button = gr.Button("Generate responses", variant="primary", elem_id="data-generate")
         generate_status = gr.Markdown()
 
-    export_specs = forms.field_specs(_export_options_class(), EXPORT_FIELDS) if _export_options_class() else []
+    from labeler.services.export import ExportOptions
+
+    export_specs = forms.field_specs(ExportOptions, EXPORT_FIELDS)
     with gr.Accordion("3. Export labels as a dataset", open=False):
         with gr.Row():
             kind = gr.Radio(EXPORT_KINDS, value="preferences", label="Kind",
@@ -300,11 +302,3 @@ def _list_users(db):
     from labeler.services import accounts
 
     return accounts.list_users(db)
-
-
-def _export_options_class():
-    try:
-        from labeler.services import export
-    except ModuleNotFoundError:  # export.py not written yet: the form shows no filters
-        return None
-    return export.ExportOptions

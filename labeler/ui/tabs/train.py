@@ -162,8 +162,7 @@ def build(ctx: UIContext) -> None:
     job_specs = forms.field_specs(train_configs.JobConfig, JOB_FIELDS + DATA_FIELDS + PPO_FIELDS)
     specs_by_stage = {"job": job_specs}
     for stage in train_configs.STAGES:
-        cls = train_configs.stage_config_class(stage)
-        specs_by_stage[stage] = forms.field_specs(cls, train_configs.form_fields(stage)) if cls else []
+        specs_by_stage[stage] = forms.field_specs(train_configs.stage_config_class(stage), train_configs.form_fields(stage))
     with ctx.connection() as db:
         jobs.poll(db)  # on app start: runs whose worker died while the server was down are marked failed
 
