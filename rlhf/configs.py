@@ -19,7 +19,7 @@ def _check(condition: bool, name: str, value, why: str) -> None:
         raise ValueError(f"{name}={value!r}: {why}")
 
 
-# ---- generation (owned by the generation module) -------------------------------------------------
+# ---- generation ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class GenerationSettings:
     """Sampling settings. The defaults keep PPO's KL honest (TRL's notes): pure sampling, no top-k/top-p,
@@ -61,7 +61,7 @@ class GenerationSettings:
         )
 
 
-# ---- PPO (owned by the PPO module) ---------------------------------------------------------------
+# ---- PPO -----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class PPOConfig:
     """PPO hyperparameters, named as in classic TRL.

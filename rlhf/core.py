@@ -1,6 +1,6 @@
 """Pure tensor helpers shared by the trainers: masked statistics, log-probs, entropy, padding rules.
 
-Conventions (STYLE.md 9): masks are 1 for real tokens and 0 for padding (or tokens after EOS);
+Conventions: masks are 1 for real tokens and 0 for padding (or tokens after EOS);
 every statistic here ignores masked positions exactly, so a padded batch gives the same numbers
 as its items taken one at a time.
 """

@@ -6,7 +6,7 @@ Row formats (the app's exports use them unchanged):
   column, a conversational pair's prompt is everything before the last message of `chosen`.
 - SFT: `prompt` + `completion`, or `messages`, or `text`.
 
-Conventions (STYLE.md 9): `[chosen; rejected]` concatenated on dim 0; right padding for scoring and
+Conventions: `[chosen; rejected]` concatenated on dim 0; right padding for scoring and
 training; masks are built from lengths, never from the pad id, because the default model's pad token
 is its EOS token.
 """

@@ -1,6 +1,6 @@
 """Generation helpers on top of transformers' `generate`: prompt building, batched left-padded sampling.
 
-Conventions (STYLE.md 9): prompts are left padded so every row's last prompt token sits at the same
+Conventions: prompts are left padded so every row's last prompt token sits at the same
 position and generation continues from there; the pad token is EOS when a tokenizer has none.
 A returned response keeps its first EOS (PPO puts the reward on the last response token, TRL does the
 same) and drops everything after it, padding included.

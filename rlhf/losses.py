@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from rlhf.core import clip_by_value, masked_mean
 
-# ---- PPO: KL penalty, per-token rewards, GAE, policy and value losses (owned by the PPO module) ----
+# ---- PPO: KL penalty, per-token rewards, GAE, policy and value losses ----------------------------
 # All per-token tensors are (B, R): R response positions, right padded, mask 1 for tokens that count
 # (see rlhf.core.response_mask_after_eos).
 
@@ -178,7 +178,7 @@ def ppo_value_loss(
     return loss, stats
 
 
-# ---- preference losses: pairwise reward (Bradley-Terry) and DPO/IPO/hinge (owned by reward/DPO) ----
+# ---- preference losses: pairwise reward (Bradley-Terry) and DPO/IPO/hinge ------------------------
 
 
 def pairwise_reward_loss(

@@ -171,7 +171,7 @@ class RewardTrainer(Trainer):
     def compute_loss(self, model, inputs: dict[str, torch.Tensor], return_outputs: bool = False, num_items_in_batch=None):
         margin = inputs.get("margin")
         model_inputs = {k: v for k, v in inputs.items() if k != "margin"}
-        # One forward pass over [chosen; rejected] (STYLE.md 9), split with chunk(2).
+        # One forward pass over [chosen; rejected] concatenated on dim 0, split with chunk(2).
         rewards = model(**model_inputs).logits.squeeze(-1).float()  # (2B,)
         r_chosen, r_rejected = rewards.chunk(2)  # (B,), (B,)
         loss = pairwise_reward_loss(r_chosen, r_rejected, margin, self.args.center_rewards_coefficient)
