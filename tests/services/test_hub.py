@@ -6,10 +6,12 @@ calls are made, in the right order, with the right arguments and files.
 """
 from __future__ import annotations
 
+import inspect
 import shutil
 from pathlib import Path
 
 import datasets
+import huggingface_hub
 import pytest
 import yaml
 from export_fixtures import build_labelled_db
@@ -19,23 +21,33 @@ from labeler.services import evaluation, hub, models
 from labeler.services.errors import InputError
 from labeler.services.export import ExportOptions, export
 
+REAL_API = huggingface_hub.HfApi  # before any test patches the module's name
 TINY = Path(__file__).resolve().parent.parent / "fixtures" / "trl_0_11_4" / "policy"
 
 
+def _real_signature_accepts(function, *args, **kwargs) -> None:
+    """The fake must not accept what the real method would refuse: bind the call to the real signature."""
+    inspect.signature(function).bind(None, *args, **kwargs)
+
+
 class FakeApi:
-    """Records HfApi calls; README contents are read at call time (what would have been uploaded)."""
+    """Records HfApi calls (checked against the installed huggingface_hub's signatures); README contents are read
+    at call time (what would have been uploaded)."""
 
     def __init__(self, token=None):
         self.token, self.calls = token, []
         FakeApi.last = self
 
     def create_repo(self, repo_id, **kwargs):
+        _real_signature_accepts(REAL_API.create_repo, repo_id, **kwargs)
         self.calls.append(("create_repo", repo_id, kwargs))
 
     def upload_file(self, **kwargs):
+        _real_signature_accepts(REAL_API.upload_file, **kwargs)
         self.calls.append(("upload_file", Path(kwargs["path_or_fileobj"]).read_text(), kwargs))
 
     def upload_folder(self, **kwargs):
+        _real_signature_accepts(REAL_API.upload_folder, **kwargs)
         files = sorted(p.name for p in Path(kwargs["folder_path"]).iterdir())
         self.calls.append(("upload_folder", files, kwargs))
 
@@ -44,8 +56,13 @@ class FakeApi:
 def pushed(monkeypatch):
     """datasets' push_to_hub replaced by a recorder: (dataset dict, repo_id, kwargs) per call."""
     calls = []
-    monkeypatch.setattr(datasets.DatasetDict, "push_to_hub",
-                        lambda self, repo_id, **kwargs: calls.append((self, repo_id, kwargs)))
+    real = datasets.DatasetDict.push_to_hub
+
+    def record(self, repo_id, **kwargs):
+        _real_signature_accepts(real, repo_id, **kwargs)
+        calls.append((self, repo_id, kwargs))
+
+    monkeypatch.setattr(datasets.DatasetDict, "push_to_hub", record)
     return calls
 
 
@@ -72,6 +89,7 @@ def test_hf_export_gets_a_dataset_card(labelled, tmp_path):
                  "| test_size | 0 |", "| chosen | the answer the annotators preferred |"):
         assert line in card, line
     assert "margin" not in card  # no rating pairs asked for
+    assert "preferences" in huggingface_hub.DatasetCard(card).data.tags  # the Hub library parses it
     assert datasets.load_from_disk(str(result.path))["train"].num_rows == 3  # the card does not disturb loading
 
 
@@ -101,8 +119,6 @@ def test_push_export_refuses_bad_input(labelled, tmp_path, pushed):
 
 
 def test_cli_export_push_to_hub(labelled, db_path, tmp_path, monkeypatch, pushed, capsys):
-    import huggingface_hub
-
     monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
     out = tmp_path / "prefs"
     assert main(["export", "--db", db_path, "--format", "hf", "--out", str(out), "--push-to-hub", "me/prefs",
@@ -138,6 +154,7 @@ def test_registered_model_gets_a_card_refreshed_by_evaluations(db, tmp_path):
                  "| epochs | 2 |", "| train/loss | 0.5 |", "12 preferences rows (hash `abcd1234`)"):
         assert text in card, text
     assert "## Evaluation\n\n_none_" in card
+    assert huggingface_hub.ModelCard(card).data.library_name == "transformers"
 
     evaluation._store(db, "default", "tiny-dpo", None, 1, {"samples": 4}, {"eval/reward_mean": 0.75}, [])
     card = (folder / "README.md").read_text()
@@ -166,8 +183,6 @@ def test_push_model_uploads_the_folder_with_its_card(db, tmp_path, monkeypatch, 
 
     with pytest.raises(InputError, match="not a local folder"):
         hub.push_model(db, "default", "me/default", api=FakeApi())
-
-    import huggingface_hub
 
     monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
     db_path = db.conn.execute("PRAGMA database_list").fetchone()[2]
