@@ -9,10 +9,25 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 CARD_FILE = "README.md"
+
+
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+# The embedded default policy is SmolLM2-135M-Instruct (rlhf.loading), converted from its GGUF file.
+KNOWN_BASES = {"default": "HuggingFaceTB/SmolLM2-135M-Instruct"}
+
+
+def hub_base_model(base_model: str | None) -> str | None:
+    """The Hub id to put in `base_model:` (the Hub refuses a card whose base_model is not a model id), or None
+    for a local folder; the card's text names the base either way."""
+    base_model = KNOWN_BASES.get(base_model or "", base_model)
+    if not base_model or not HUB_ID.match(base_model) or Path(base_model).exists():
+        return None
+    return base_model
 
 
 def _front_matter(meta: Mapping[str, object]) -> str:
@@ -55,7 +70,7 @@ def model_card(
 ) -> str:
     """A model card: what trained it (`trained_with`, e.g. "PPO (rlhf.PPOTrainer, TRL 0.11 API)"), from which base
     model, on what data, with which settings, its last training metrics and an evaluation table."""
-    meta = {"library_name": "transformers", "base_model": base_model, "datasets": list(datasets),
+    meta = {"library_name": "transformers", "base_model": hub_base_model(base_model), "datasets": list(datasets),
             "tags": ["rlhf-studio", "trl", *tags]}
     parts = [_front_matter(meta), f"# {title}\n",
              f"Trained with {trained_with} in RLHF Studio "

@@ -139,14 +139,12 @@ def registered_model_card(db: sqlite_utils.Database, name: str) -> str:
     if base and evaluations:  # the base's evaluation with the same settings, for a before/after table
         same = [e for e in list_evaluations(db, model=base, limit=50) if e.settings == evaluations[0].settings]
         evaluations = [*evaluations[:1], *same[:1], *evaluations[1:]]
-    base_path = base
-    if base:
+    if base:  # a registered name stands for its path: 'default', a hub id or a folder (rlhf.cards decides)
         try:
-            base_path = get_model(db, base)["path"]
+            base = get_model(db, base)["path"]
         except InputError:
             pass
-    hub_base = base_path if base_path and "/" in base_path and not Path(base_path).exists() else base
-    return model_card(name, trained_with, base_model=hub_base, data=" ".join(data) or None, settings=settings,
+    return model_card(name, trained_with, base_model=base, data=" ".join(data) or None, settings=settings,
                       metrics=model["metrics"], evaluation=comparison_rows(evaluations), tags=[model["kind"]],
                       value_head=run is not None and run["stage"] == "ppo")
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 import yaml
 
-from rlhf.cards import dataset_card, model_card, table
+from rlhf.cards import dataset_card, hub_base_model, model_card, table
 from rlhf.configs import PPOConfig
 from rlhf.model import AutoModelForCausalLMWithValueHead
 from rlhf.ppo import PPOTrainer
@@ -64,7 +64,7 @@ def test_save_pretrained_writes_policy_value_head_tokenizer_and_card(tmp_path):
     card = (out / "README.md").read_text()
     meta = _front_matter(card)
     assert meta["library_name"] == "transformers" and {"rlhf-studio", "trl", "ppo"} <= set(meta["tags"])
-    assert meta["base_model"] == str(FIXTURE)
+    assert "base_model" not in meta and f"starting from `{FIXTURE}`" in card  # a local folder is no Hub id
     assert "PPO with GAE advantages" in card
     assert "| steps | 1 |" in card and "| batch_size | 2 |" in card and "| learning_rate | 0.01 |" in card
     assert f"| ppo/loss/value | {trainer.last_stats['ppo/loss/value']:.6g} |" in card
@@ -84,13 +84,16 @@ def test_save_pretrained_with_lora_writes_the_adapter_and_head(tmp_path):
 
 
 def test_cards_escape_cells_and_keep_front_matter_valid():
-    text = model_card("m", "DPO", base_model='org/a: "quoted"', datasets=["me/prefs"], settings={"beta": 0.1},
+    text = model_card("m", "DPO", base_model="org/a", datasets=['me/prefs: "quoted"'], settings={"beta": 0.1},
                       metrics={"loss": 0.123456789, "note": "a|b\nc"}, evaluation=[{"model": "m", "win_rate": 0.75}])
     meta = _front_matter(text)
-    assert meta["base_model"] == 'org/a: "quoted"' and meta["datasets"] == ["me/prefs"]
+    assert meta["base_model"] == "org/a" and meta["datasets"] == ['me/prefs: "quoted"']
     assert "| loss | 0.123457 |" in text and "| note | a\\|b c |" in text
     assert "| model | win_rate |\n|---|---|\n| m | 0.75 |" in text
     assert table([]) == "_none_\n"
+    assert hub_base_model("default") == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert hub_base_model("/tmp") is None and hub_base_model(str(FIXTURE)) is None
+    assert hub_base_model(None) is None and hub_base_model("not an id") is None
     card = dataset_card("prefs", "Pairs.", {"prompt": "the prompt"}, {"train": 3, "test": 1},
                         sections={"Filters": {"min_annotators": 2}, "Notes": "free text", "Per annotator": [{"a": 1}]})
     assert "| train | 3 |" in card and "| min_annotators | 2 |" in card and "free text" in card

@@ -154,7 +154,8 @@ def test_registered_model_gets_a_card_refreshed_by_evaluations(db, tmp_path):
                  "| epochs | 2 |", "| train/loss | 0.5 |", "12 preferences rows (hash `abcd1234`)"):
         assert text in card, text
     assert "## Evaluation\n\n_none_" in card
-    assert huggingface_hub.ModelCard(card).data.library_name == "transformers"
+    meta = huggingface_hub.ModelCard(card).data
+    assert meta.library_name == "transformers" and meta.base_model == "HuggingFaceTB/SmolLM2-135M-Instruct"
 
     evaluation._store(db, "default", "tiny-dpo", None, 1, {"samples": 4}, {"eval/reward_mean": 0.75}, [])
     card = (folder / "README.md").read_text()
