@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from rlhf.peft_utils import base_model
+
 CHOICES = ("auto", "eager", "sdpa", "model")
 
 
@@ -29,6 +31,6 @@ def use_attention(model: torch.nn.Module, requested: str, device: torch.device |
     implementation = training_attention(requested, device)
     if implementation is None:
         return
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = base_model(model)
     if hasattr(base, "set_attn_implementation"):
         base.set_attn_implementation(implementation)

@@ -27,7 +27,7 @@ from rlhf.cpu_memory import keep_freed_memory
 from rlhf.data import PreferenceCollator, check_preference_rows, tokenize_preference_causal, tokenizer_alias
 from rlhf.loading import DEFAULT_POLICY, load_causal_lm, load_tokenizer, resolve_model_path
 from rlhf.losses import dpo_loss
-from rlhf.peft_utils import apply_peft, is_peft_model, merge_adapter
+from rlhf.peft_utils import apply_peft, base_model, is_peft_model, merge_adapter
 from rlhf.distributed import prepare_reference
 
 LOSS_TYPES = ("sigmoid", "ipo", "hinge")
@@ -85,8 +85,8 @@ class DPOConfig(TrainingArguments):
 
 
 def _accepts_logits_to_keep(model: torch.nn.Module) -> bool:
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a PeftModel's forward takes **kwargs
-    return "logits_to_keep" in inspect.signature(type(base).forward).parameters
+    # A PeftModel's forward takes **kwargs: look at the model it wraps.
+    return "logits_to_keep" in inspect.signature(type(base_model(model)).forward).parameters
 
 
 def completion_logps(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import torch
@@ -23,11 +24,15 @@ def apply_peft(model: torch.nn.Module, peft_config, gradient_checkpointing: bool
 
 
 def is_peft_model(model: torch.nn.Module) -> bool:
-    try:
-        from peft import PeftModel
-    except ImportError:  # pragma: no cover - peft is a requirement
-        return False
-    return isinstance(model, PeftModel)
+    """The one "does this model carry a peft adapter" check (a peft.PeftModel wrapper)."""
+    # Only peft builds a PeftModel, so until peft is imported no model is one: no 2 s import for plain models.
+    peft = sys.modules.get("peft")
+    return peft is not None and isinstance(model, peft.PeftModel)
+
+
+def base_model(model: torch.nn.Module) -> torch.nn.Module:
+    """The transformers model under a peft wrapper (the model itself when it has none)."""
+    return model.get_base_model() if is_peft_model(model) else model
 
 
 def merge_adapter(model: torch.nn.Module) -> torch.nn.Module:

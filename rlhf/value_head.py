@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from rlhf.loading import resolve_model_path
+from rlhf.peft_utils import is_peft_model
 
 VALUE_HEAD_FILE = "value_head.safetensors"
 TRL_PREFIX = "v_head."  # TRL 0.11 saves the head inside the model's weights as v_head.summary.{weight,bias}
@@ -158,7 +159,7 @@ class AutoModelForCausalLMWithValueHead(nn.Module):
 
         if isinstance(pretrained_model_name_or_path, nn.Module):  # TRL accepts a model object too
             backbone = pretrained_model_name_or_path
-            if peft_config is not None and not hasattr(backbone, "peft_config"):
+            if peft_config is not None and not is_peft_model(backbone):
                 from peft import get_peft_model
 
                 backbone = get_peft_model(backbone, peft_config)
@@ -224,7 +225,7 @@ class AutoModelForCausalLMWithValueHead(nn.Module):
     # ---- the model ----------------------------------------------------------------------------------
     @property
     def is_peft_model(self) -> bool:
-        return hasattr(self.pretrained_model, "peft_config") and hasattr(self.pretrained_model, "disable_adapter")
+        return is_peft_model(self.pretrained_model)
 
     @property
     def _hf_model(self) -> nn.Module:
