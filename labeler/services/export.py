@@ -27,7 +27,7 @@ import random
 import shutil
 import tempfile
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from datetime import date, datetime, timedelta, timezone
 from itertools import combinations
 from pathlib import Path
@@ -82,6 +82,13 @@ class ExportOptions:
             raise InputError(f"must be between 0 and 1, got {self.min_agreement!r}", field="min_agreement")
         if not 0.0 <= self.test_size < 1.0:
             raise InputError(f"must be in [0, 1), got {self.test_size!r}", field="test_size")
+
+
+def data_field(name: str, default=MISSING):
+    """ExportOptions' field `name` (its default and help) for a config that passes it on to ExportOptions
+    (train_configs.JobConfig): one definition of the label filters, whether exporting or training."""
+    spec = {f.name: f for f in fields(ExportOptions)}[name]
+    return field(default=spec.default if default is MISSING else default, metadata=dict(spec.metadata))
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from labeler import forms
 from labeler.services.errors import InputError
+from labeler.services.export import data_field
 from rlhf.hardware import bf16_is_fast
 
 STAGES = ("sft", "rm", "dpo", "ppo")
@@ -58,9 +59,10 @@ class JobConfig:
     lora_alpha: int = field(default=16, metadata={"help": "LoRA scaling alpha."})
     # Data: straight from the database through export's row functions and its filters.
     annotators: str = field(default="", metadata={"help": "Comma-separated annotators whose labels are used (blank: all)."})
-    min_annotators: int = field(default=1, metadata={"help": "Use only items labelled by at least this many people."})
-    min_agreement: float | None = field(default=None, metadata={"help": "Minimum annotator agreement of an item (blank: off)."})
-    include_rating_pairs: bool = field(default=True, metadata={"help": "Also pair two rated answers to one prompt (rm/dpo)."})
+    min_annotators: int = data_field("min_annotators")
+    min_agreement: float | None = data_field("min_agreement")
+    # On for training (export's default is off): an RM or DPO run on a project with ratings only still has pairs.
+    include_rating_pairs: bool = data_field("include_rating_pairs", default=True)
     sft_min_score: float | None = field(default=None, metadata={"help": "SFT: keep rated answers with a mean score at least this (blank: the scale's midpoint)."})
     test_size: float = field(default=0.1, metadata={"help": "Held-out fraction for evaluation."})
     # PPO

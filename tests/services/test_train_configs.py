@@ -118,3 +118,18 @@ def test_a_broken_trainer_module_fails_loudly(monkeypatch):
     monkeypatch.setitem(train_configs.STAGE_CONFIG_CLASSES, "dpo", "rlhf.no_such_module:DPOConfig")
     with pytest.raises(ModuleNotFoundError, match="no_such_module"):
         train_configs.form_fields("dpo")
+
+
+def test_job_data_filters_are_exports_fields():
+    # Issue 13: the label filters a run passes to ExportOptions are ExportOptions' own fields (help, defaults);
+    # the one named difference: training pairs rated answers by default, exports do not.
+    import dataclasses
+
+    from labeler.services.export import ExportOptions
+
+    job, export = ({f.name: f for f in dataclasses.fields(cls)} for cls in (JobConfig, ExportOptions))
+    for name in ("min_annotators", "min_agreement", "include_rating_pairs"):
+        assert job[name].metadata["help"] == export[name].metadata["help"]
+    assert (job["min_annotators"].default, job["min_agreement"].default) == (1, None)
+    assert (export["min_annotators"].default, export["min_agreement"].default) == (1, None)
+    assert (job["include_rating_pairs"].default, export["include_rating_pairs"].default) == (True, False)
