@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -19,7 +20,9 @@ from typing import Iterator
 from labeler.services.errors import InputError
 
 TEXT_SUFFIXES = {".csv", ".tsv", ".jsonl", ".ndjson", ".json", ".txt"}
-SUPPORTED = ".csv, .tsv, .jsonl, .ndjson, .json, .txt, .parquet or a saved datasets folder"
+SUPPORTED = ".csv, .tsv, .jsonl, .ndjson, .json, .txt, .parquet, a saved datasets folder or a Hub dataset id"
+# owner/name of a Hub dataset: read when no local file or folder has that name (and the Hub is reachable).
+HUB_DATASET = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,8 @@ def read_records(path: str | Path, txt_field: str = "prompt") -> Iterator[tuple[
     """Every record of a file or a saved datasets folder; a .txt line becomes {txt_field: line}."""
     path = Path(path)
     if not path.exists():
+        if HUB_DATASET.match(str(path)) and path.suffix.lower() not in TEXT_SUFFIXES | {".parquet"}:
+            return _checked(_read_hub_dataset(str(path)))
         raise InputError("file not found", file=str(path))
     if path.is_dir():
         return _checked(_read_datasets_folder(path))
@@ -204,6 +209,21 @@ def _read_datasets_folder(path: Path) -> Iterator[tuple[Where, dict]]:
     for split, dataset in splits:
         for number, record in enumerate(dataset, start=1):
             yield Where(str(path), number, unit="row", split=split), record
+
+
+def _read_hub_dataset(repo_id: str) -> Iterator[tuple[Where, dict]]:
+    """Every split of a Hub dataset (datasets.load_dataset), from the local cache when offline."""
+    import datasets
+
+    try:
+        loaded = datasets.load_dataset(repo_id)
+    except Exception as error:  # offline, unknown repository, no access, unreadable files: one line, not a traceback
+        raise InputError(f"no such local file or folder, and the Hub dataset could not be loaded "
+                         f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})",
+                         file=repo_id) from None
+    for split, dataset in loaded.items():
+        for number, record in enumerate(dataset, start=1):
+            yield Where(repo_id, number, unit="row", split=split), record
 
 
 # --- field checks shared by the importers ------------------------------------------------------------

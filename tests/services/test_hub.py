@@ -190,3 +190,29 @@ def test_push_model_uploads_the_folder_with_its_card(db, tmp_path, monkeypatch, 
     assert main(["models", "push", "tiny-dpo", "me/t", "--db", db_path]) == 0
     assert "pushed tiny-dpo to https://huggingface.co/me/t" in capsys.readouterr().out
     assert main(["models", "push", "tiny-dpo", "bad id", "--db", db_path]) == 2
+
+
+def test_prompts_import_from_a_hub_dataset_id(db, monkeypatch, tmp_path):
+    """A name that is no local file and looks like owner/name is read with datasets.load_dataset (the Hub, or its
+    cache offline); a failure is one InputError naming the id. The real download is not tested (no network)."""
+    from labeler.services.prompts import import_prompts, list_prompts
+
+    asked = []
+
+    def load_dataset(repo_id):
+        asked.append(repo_id)
+        if repo_id != "me/prompts":
+            raise ConnectionError("Couldn't reach 'me/missing' on the Hub (LocalEntryNotFoundError)\nmore")
+        return datasets.DatasetDict({"train": datasets.Dataset.from_list([{"prompt": "Review Alien"}]),
+                                     "test": datasets.Dataset.from_list([{"prompt": "Review Heat."}])})
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    monkeypatch.chdir(tmp_path)  # no local me/prompts folder
+    assert import_prompts(db, "me/prompts").added == 2
+    assert [p["text"] for p in list_prompts(db)] == ["Review Alien", "Review Heat."]
+    with pytest.raises(InputError, match=r"^me/missing: no such local file or folder, and the Hub dataset could not "
+                                         r"be loaded \(ConnectionError: Couldn't reach 'me/missing' on the Hub"):
+        import_prompts(db, "me/missing")
+    with pytest.raises(InputError, match="file not found"):  # a file name is never taken for a Hub id
+        import_prompts(db, "data/prompts.csv")
+    assert asked == ["me/prompts", "me/missing"]
