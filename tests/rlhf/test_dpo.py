@@ -12,6 +12,8 @@ from rlhf.data import PreferenceCollator, tokenize_preference_causal
 from rlhf.dpo import DPOConfig, DPOTrainer, completion_logps
 from rlhf.peft_utils import merge_and_save
 
+from param_checks import assert_trained
+
 SUBJECTS = ["The film", "This movie", "The plot", "The actor", "The script", "The ending", "The score", "The cast"]
 VERBS = ["was", "felt", "seemed", "looked"]
 
@@ -102,7 +104,7 @@ def test_dpo_learns_separable_pairs_and_reference_stays_fixed(tiny_model_dir, tm
     assert end["eval_rewards/accuracies"] >= 0.9
     assert end["eval_rewards/margins"] > 0.05
     assert end["eval_loss"] < start["eval_loss"]
-    assert any(not torch.equal(before[k], v) for k, v in params(trainer.model).items())
+    assert_trained(before, trainer.model)
     assert all(torch.equal(ref_before[k], v) for k, v in params(trainer.ref_model).items())
 
 
@@ -134,8 +136,8 @@ def test_lora_uses_adapter_disabled_reference_and_merges(tiny_model_dir, tmp_pat
     before = params(trainer.model)
     trainer.train()
     after = params(trainer.model)
-    changed = {k for k in before if not torch.equal(before[k], after[k])}
-    assert changed and all("lora_" in k for k in changed)  # base weights (the reference) untouched
+    assert {k for k in before if not torch.equal(before[k], after[k])} <= {k for k in before if "lora_" in k}
+    assert_trained(before, trainer.model)  # every adapter weight moved; the base weights (the reference) did not
     assert trainer.evaluate()["eval_rewards/margins"] > 0
 
     trainer.save_model(str(tmp_path / "adapter"))
@@ -224,4 +226,4 @@ def test_training_from_an_adapter_folder_starts_from_the_merged_model(tiny_model
         assert torch.allclose(trainer.ref_model(ids).logits, sft_logits, atol=1e-4)
     before = params(trainer.model)
     trainer.train()
-    assert any(not torch.equal(before[k], v) for k, v in params(trainer.model).items())
+    assert_trained(before, trainer.model)

@@ -12,6 +12,8 @@ from rlhf.data import DataError, RewardCollator, tokenize_preference_reward
 from rlhf.losses import pairwise_reward_loss
 from rlhf.reward import RewardConfig, RewardScorer, RewardTrainer
 
+from param_checks import assert_trained
+
 NOUNS = ["film", "plot", "actor", "script", "movie", "scene", "ending", "cast"]
 
 
@@ -69,7 +71,8 @@ def test_reward_model_learns_separable_pairs_on_encoder(tiny_encoder_dir, tmp_pa
     assert metrics["eval_loss"] < start["eval_loss"]
     if preferred == "bad":
         return
-    assert any(not torch.equal(before[k], v) for k, v in params(trainer.model).items())
+    # -log sigmoid(r_chosen - r_rejected) is the same for any shift of both rewards: the head's bias gets no gradient.
+    assert_trained(before, trainer.model, no_gradient=("classifier.bias",))
 
     # Saved with plain transformers; the scorer gives the trained model's scores for any (prompt, response).
     trainer.save_model(str(tmp_path / "rm"))
@@ -120,9 +123,10 @@ def test_lora_reward_model_saves_adapter_and_scores(tiny_encoder_dir, tmp_path):
     before = params(trainer.model)
     trainer.train()
     after = params(trainer.model)
-    changed = {k for k in before if not torch.equal(before[k], after[k])}
     # the adapter and the new score head (modules_to_save) train; the backbone does not
-    assert changed and all("lora_" in k or "classifier" in k for k in changed)
+    assert {k for k in before if not torch.equal(before[k], after[k])} <= {
+        k for k in before if "lora_" in k or "classifier" in k}
+    assert_trained(before, trainer.model, no_gradient=("classifier.modules_to_save.default.bias",))  # as above
     trainer.save_model(str(tmp_path / "adapter"))
     assert (tmp_path / "adapter" / "adapter_config.json").exists()
     prompts, responses = ["Tell me about the plot."] * 2, ["It is good.", "It is bad."]

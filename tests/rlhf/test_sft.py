@@ -11,6 +11,8 @@ from rlhf.data import SFTCollator, pack_examples, tokenize_sft
 from rlhf.peft_utils import merge_and_save
 from rlhf.sft import SFTConfig, SFTTrainer
 
+from param_checks import assert_trained
+
 
 def config(tmp_path, **overrides) -> SFTConfig:
     defaults = dict(
@@ -89,7 +91,7 @@ def test_sft_learns_and_saves(tiny_model_dir, tmp_path):
     trainer.train()
     end = trainer.evaluate()
     assert end["eval_loss"] < start - 1.0
-    assert any(not torch.equal(before[k], v) for k, v in trainer.model.named_parameters())
+    assert_trained(before, trainer.model)
     trainer.save_model(str(tmp_path / "saved"))
     loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "saved").eval()
     ids = torch.tensor([[1, 2, 3]])
@@ -104,8 +106,9 @@ def test_lora_adapter_saves_and_merges(tiny_model_dir, tmp_path):
     trainer = SFTTrainer(str(tiny_model_dir), args=config(tmp_path, max_steps=3), train_dataset=rows(16), peft_config=lora)
     before = {k: v.detach().clone() for k, v in trainer.model.named_parameters()}
     trainer.train()
-    changed = {k for k, v in trainer.model.named_parameters() if not torch.equal(before[k], v)}
-    assert changed and all("lora_" in k for k in changed)
+    assert {k for k, v in trainer.model.named_parameters() if not torch.equal(before[k], v)} <= {
+        k for k in before if "lora_" in k}
+    assert_trained(before, trainer.model)
     trainer.save_model(str(tmp_path / "adapter"))
     ids = torch.tensor([[1, 2, 3, 4]])
     trainer.model.eval()
