@@ -676,11 +676,15 @@ class PPOTrainer:
         self.accelerator.wait_for_everyone()
         return directory
 
-    def save_pretrained(self, save_directory: str | os.PathLike) -> Path:
-        """TRL 0.11's PPOTrainer.save_pretrained: the policy (backbone or adapter, value head in both layouts),
-        the tokenizer and a README.md model card (settings, steps, the last step's stats). TRL writes its card
-        only when the Hub answers whoami(); this one is written offline too. Call on every rank, as
-        save_checkpoint (ZeRO-3/FSDP shards are not gathered here either)."""
+    def save_pretrained(self, save_directory: str | os.PathLike, *, config=None, repo_id: str | None = None,
+                        push_to_hub: bool = False, model_card_kwargs: dict | None = None,
+                        **push_to_hub_kwargs) -> str | None:
+        """TRL 0.11's PPOTrainer.save_pretrained (huggingface_hub's ModelHubMixin): the policy (backbone or
+        adapter, value head in both layouts), the tokenizer and a README.md model card (settings, steps, the last
+        step's stats), written offline too (TRL's needs the Hub's whoami()). `push_to_hub=True` then pushes to
+        `repo_id` (default: the folder's name) and returns the commit URL. `config` and `model_card_kwargs` are
+        TRL's mixin arguments, accepted and unused: the folder's config.json is the model's, the card ours.
+        Call on every rank, as save_checkpoint (ZeRO-3/FSDP shards are not gathered here either)."""
         from rlhf.cards import model_card, write_card
 
         directory = Path(save_directory)
@@ -699,7 +703,33 @@ class PPOTrainer:
                 base_model=str(base) if base else None, settings=_plain_values(self.config), metrics=metrics,
                 tags=["ppo"], value_head=True))
         self.accelerator.wait_for_everyone()
-        return directory
+        if push_to_hub:
+            return self.push_to_hub(repo_id or directory.name, **push_to_hub_kwargs)
+        return None
+
+    def push_to_hub(self, repo_id: str, *, config=None, commit_message: str = "Push model using huggingface_hub.",
+                    private: bool | None = None, token: str | None = None, branch: str | None = None,
+                    create_pr: bool | None = None, allow_patterns=None, ignore_patterns=None, delete_patterns=None,
+                    model_card_kwargs: dict | None = None) -> str | None:
+        """TRL 0.11's (ModelHubMixin's): save_pretrained into a temporary folder, then one upload_folder commit.
+        Returns the commit URL on the main process (None elsewhere); call on every rank."""
+        import tempfile
+
+        from huggingface_hub import HfApi
+
+        url = None
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(tmp) / repo_id.split("/")[-1]
+            self.save_pretrained(folder)
+            if self.accelerator.is_main_process:
+                api = HfApi(token=token)
+                repo_id = api.create_repo(repo_id=repo_id, private=private, exist_ok=True).repo_id
+                url = api.upload_folder(repo_id=repo_id, repo_type="model", folder_path=folder,
+                                        commit_message=commit_message, revision=branch, create_pr=create_pr,
+                                        allow_patterns=allow_patterns, ignore_patterns=ignore_patterns,
+                                        delete_patterns=delete_patterns)
+            self.accelerator.wait_for_everyone()  # no rank leaves (and deletes its folder) mid-upload
+        return url
 
     def load_checkpoint(self, directory: str | os.PathLike) -> None:
         """Restore weights and trainer state written by save_checkpoint into this trainer."""

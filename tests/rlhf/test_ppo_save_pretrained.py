@@ -48,7 +48,8 @@ def test_save_pretrained_writes_policy_value_head_tokenizer_and_card(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     trainer = _trainer()
-    out = trainer.save_pretrained(tmp_path / "ppo-policy")
+    out = tmp_path / "ppo-policy"
+    assert trainer.save_pretrained(out) is None  # as TRL's (a URL only when it pushes)
     logits, values = _outputs(trainer.unwrapped_model)
     before_logits, before_values = _outputs(AutoModelForCausalLMWithValueHead.from_pretrained(FIXTURE))
     assert not torch.allclose(values, before_values)  # the step trained the head: a reload must bring it back
@@ -75,7 +76,8 @@ def test_save_pretrained_with_lora_writes_the_adapter_and_head(tmp_path):
     from peft import LoraConfig
 
     trainer = _trainer(LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"], lora_dropout=0.0))
-    out = trainer.save_pretrained(tmp_path / "lora")
+    out = tmp_path / "lora"
+    trainer.save_pretrained(out)
     assert (out / "adapter_model.safetensors").exists() and (out / "value_head.safetensors").exists()
     assert not (out / "model.safetensors").exists()
     again = AutoModelForCausalLMWithValueHead.from_pretrained(out)
@@ -100,8 +102,56 @@ def test_cards_escape_cells_and_keep_front_matter_valid():
     assert "## Per annotator\n\n| a |" in card
 
 
-@pytest.mark.parametrize("name", ["save_pretrained"])
+# TRL 0.11.4's PPOTrainer (huggingface_hub's ModelHubMixin), read from the installed trl 0.11.4.
+TRL_SIGNATURES = {
+    "save_pretrained": ["self", "save_directory", "config", "repo_id", "push_to_hub", "model_card_kwargs",
+                        "push_to_hub_kwargs"],
+    "push_to_hub": ["self", "repo_id", "config", "commit_message", "private", "token", "branch", "create_pr",
+                    "allow_patterns", "ignore_patterns", "delete_patterns", "model_card_kwargs"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(TRL_SIGNATURES))
 def test_trl_signature(name):
     import inspect
 
-    assert list(inspect.signature(getattr(PPOTrainer, name)).parameters) == ["self", "save_directory"]
+    assert list(inspect.signature(getattr(PPOTrainer, name)).parameters) == TRL_SIGNATURES[name]
+
+
+def test_save_pretrained_push_to_hub_uploads_the_saved_folder(tmp_path, monkeypatch):
+    """save_pretrained(..., push_to_hub=True) as in TRL: the folder is saved, the repository created, and the
+    saved files go up in one upload_folder commit. A fake HfApi (no network): the real upload is not tested;
+    every call is bound to the installed huggingface_hub's signatures."""
+    import inspect
+    from types import SimpleNamespace
+
+    import huggingface_hub
+
+    real, calls = huggingface_hub.HfApi, []
+
+    class FakeApi:
+        def __init__(self, token=None):
+            calls.append(("init", token))
+
+        def create_repo(self, **kwargs):
+            inspect.signature(real.create_repo).bind(None, **kwargs)
+            calls.append(("create_repo", kwargs))
+            return SimpleNamespace(repo_id="me/" + kwargs["repo_id"].split("/")[-1])
+
+        def upload_folder(self, **kwargs):
+            inspect.signature(real.upload_folder).bind(None, **kwargs)
+            folder = Path(kwargs["folder_path"])
+            calls.append(("upload_folder", sorted(p.name for p in folder.iterdir()), kwargs))
+            return "https://huggingface.co/me/ppo-policy/commit/abc"
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
+    trainer = _trainer()
+    url = trainer.save_pretrained(tmp_path / "ppo-policy", push_to_hub=True, private=True, token="tok",
+                                  commit_message="step 1")
+    assert url == "https://huggingface.co/me/ppo-policy/commit/abc"
+    assert (tmp_path / "ppo-policy" / "model.safetensors").exists()  # saved locally too
+    assert calls[0] == ("init", "tok")
+    assert calls[1] == ("create_repo", {"repo_id": "ppo-policy", "private": True, "exist_ok": True})
+    name, files, kwargs = calls[2]
+    assert name == "upload_folder" and kwargs["repo_id"] == "me/ppo-policy" and kwargs["commit_message"] == "step 1"
+    assert {"README.md", "model.safetensors", "value_head.safetensors", "tokenizer.json", "config.json"} <= set(files)
