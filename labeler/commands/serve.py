@@ -143,12 +143,14 @@ def run(args: argparse.Namespace) -> int:
             "    (it is not stored in clear text, and works once: the first login asks for a new password)\n",
             flush=True,
         )
+    # Built before the background thread starts: transformers' lazy imports are not thread-safe, and the
+    # Train tab importing its Trainer while the thread imports the model classes once failed with ImportError.
+    app = build_app(settings)
     if no_answers and args.first_prompts > 0:
         print(f"Generating first answers for {args.first_prompts} prompts in the background...", flush=True)
         threading.Thread(
             target=generate_first_answers, args=(args.db, args.project, args.model, args.first_prompts),
             name="first-answers", daemon=True,
         ).start()
-    app = build_app(settings)
     launch(app, settings, quiet=True)
     return 0

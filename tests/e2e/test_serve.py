@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import queue
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -86,7 +87,9 @@ def test_serve_first_start(tmp_path, tiny_model_dir):
             process.wait(timeout=20)
         except subprocess.TimeoutExpired:
             process.kill()
-    assert process.returncode is not None
+            process.wait()
+    # SIGTERM stops the server by itself within 20 s: it did not have to be killed.
+    assert process.returncode != -signal.SIGKILL
 
     # A second start creates no admin and prints no password; the answers are there already.
     from labeler.commands.serve import prepare

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from rlhf.rewards import FunctionReward, HumanReward, MixReward, RewardModelReward, vader_answer, vader_compound
+from rlhf.rewards import FunctionReward, HumanReward, MixReward, RewardModelReward
 
 
 def test_vader_function_rewards_score_the_answer_alone_or_with_the_prompt():
@@ -12,12 +12,13 @@ def test_vader_function_rewards_score_the_answer_alone_or_with_the_prompt():
     prompts = ["I hated this awful, dreadful film"] * 2
     answers = [" It was wonderful and moving.", " It was a bore."]
     scores = reward(prompts, answers)
-    assert scores[0] > 0.5 and scores[1] < 0
-    assert scores == vader_answer(prompts, answers)
+    # VADER's compound = x / sqrt(x^2 + 15) of the summed lexicon valences x (rounded to 4 places):
+    # "wonderful" 2.7 ("moving" is not in the lexicon): 2.7 / sqrt(7.29 + 15) = 0.5719; "bore" -1.0: -1 / 4 = -0.25
+    assert scores == [0.5719, -0.25]
     assert reward.last_stats["reward/function_count"] == 2.0
     with_prompt = FunctionReward.from_spec("vader-with-prompt")(prompts, answers)
-    assert with_prompt == vader_compound(prompts, answers)
-    assert with_prompt[0] < scores[0]  # the prompt's words pull it down
+    # The prompt's "hated", "awful", "dreadful" join in and pull both down, below zero.
+    assert with_prompt == [-0.7845, -0.9118]
 
 
 def test_function_reward_from_module_path_and_bad_output():
