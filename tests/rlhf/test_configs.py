@@ -1,0 +1,50 @@
+"""rlhf/configs.py: help on every field, errors naming field and value, TRL's aliases and derived sizes."""
+import dataclasses
+import warnings
+
+import pytest
+
+from rlhf.configs import GenerationSettings, PPOConfig
+
+
+@pytest.mark.parametrize("cls", [GenerationSettings, PPOConfig])
+def test_every_field_has_help_and_the_configs_are_frozen(cls):
+    assert all(f.metadata.get("help") for f in dataclasses.fields(cls))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cls().seed = 1
+
+
+@pytest.mark.parametrize("cls, change, message", [
+    (GenerationSettings, {"max_new_tokens": 0}, "max_new_tokens=0: must be at least 1"),
+    (GenerationSettings, {"temperature": 0.0}, "temperature=0.0: must be positive"),
+    (GenerationSettings, {"top_p": 1.5}, "top_p=1.5: must be in (0, 1]"),
+    (PPOConfig, {"gamma": 1.5}, "gamma=1.5: must be in [0, 1]"),
+    (PPOConfig, {"kl_penalty": "l2"}, "kl_penalty='l2': must be kl, abs, mse or full"),
+    (PPOConfig, {"use_score_norm": True}, "use_score_norm=True: only applies together with use_score_scaling=True"),
+    # 8 rollouts per optimizer step (4 x 2) do not divide a batch of 12
+    (PPOConfig, {"batch_size": 12, "mini_batch_size": 4, "gradient_accumulation_steps": 2},
+     "batch_size=12: must be a multiple of mini_batch_size * gradient_accumulation_steps = 8"),
+])
+def test_errors_name_the_field_and_the_value(cls, change, message):
+    with pytest.raises(ValueError) as error:
+        cls(**change)
+    assert str(error.value) == message
+
+
+def test_ppo_derived_sizes_and_trl_aliases():
+    config = PPOConfig(batch_size=32, mini_batch_size=4, gradient_accumulation_steps=2, ppo_epochs=3)
+    assert config.backward_batch_size == 8  # 4 x 2 rollouts per optimizer step
+    assert config.optimizer_steps_per_batch == 12  # 3 epochs x 32 / 8
+    assert PPOConfig(batch_size=8).mini_batch_size == 8 and PPOConfig(batch_size=64).mini_batch_size == 16  # min(bs, 16)
+    with pytest.warns(FutureWarning, match="forward_batch_size is deprecated"):
+        aliased = PPOConfig(batch_size=8, forward_batch_size=2)
+    assert (aliased.mini_batch_size, aliased.forward_batch_size) == (2, None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # cleared alias: replace() does not warn or override again
+        assert dataclasses.replace(aliased, mini_batch_size=4).mini_batch_size == 4
+
+
+def test_generation_kl_safe_only_for_full_distribution_sampling():
+    assert GenerationSettings().kl_safe
+    for change in ({"top_k": 50}, {"top_p": 0.9}, {"temperature": 0.7}, {"do_sample": False}, {"min_length": 5}):
+        assert not GenerationSettings(**change).kl_safe, change
