@@ -75,38 +75,3 @@ def test_mix_reward_weights_and_rm_fallback():
     assert mix.last_stats["reward/from_human"] == 2.0 and mix.last_stats["reward/from_rm"] == 1.0
     with pytest.raises(ValueError):
         MixReward(human, rm, w_human=-1)
-
-
-def test_reward_inspection_side_by_side_and_agreement(db):
-    """reward_inspect with a fake scorer (count of 'good'): ordering, agreement on held-out ranked pairs."""
-    import json
-
-    from labeler.services import reward_inspect
-
-    def scorer(prompts, responses):
-        return [float(r.count("good")) for r in responses]
-
-    rows = reward_inspect.score_side_by_side(scorer, "p", ["bad", "good good", "", "good"])
-    assert [r["response"] for r in rows] == ["good good", "good", "bad"]  # best first, blanks dropped
-
-    def prompt(text, split):
-        return db.execute("INSERT INTO prompts (project_id, text, text_hash, split) VALUES (1, ?, ?, ?)",
-                          [text, text, split]).lastrowid
-
-    def ranking(prompt_id, texts, order):
-        ids = [db.execute("INSERT INTO responses (prompt_id, text) VALUES (?, ?)", [prompt_id, t]).lastrowid for t in texts]
-        item = db.execute("INSERT INTO items (project_id, kind, prompt_id, response_ids_json) VALUES (1, 'ranking', ?, ?)",
-                          [prompt_id, json.dumps(sorted(ids))]).lastrowid
-        db.execute("INSERT INTO rankings (item_id, prompt_id, order_json, source) VALUES (?, ?, ?, 'import')",
-                   [item, prompt_id, json.dumps([[ids[i] for i in group] for group in order])])
-
-    train, test = prompt("train prompt", "train"), prompt("test prompt", "test")
-    ranking(train, ["bad", "good"], [[0], [1]])  # humans prefer "bad" here: a training pair, ignored
-    # Held out: good > bad (agree), [good good, good] tied > bad bad (pairs: gg>bb agree, g>bb agree)
-    ranking(test, ["good", "bad"], [[0], [1]])
-    ranking(test, ["good good", "good", "bad bad"], [[0, 1], [2]])
-    result = reward_inspect.agreement(db, scorer, "default")
-    # 3 held-out pairs, all ordered like the humans: accuracy 1.0; margins 1, 2, 1 -> mean 4/3
-    assert result == {"pairs": 3, "accuracy": 1.0, "mean_margin": pytest.approx(4 / 3), "heldout": True}
-    distribution = reward_inspect.score_distribution(db, scorer, "default")
-    assert sorted(row["score"] for row in distribution) == [0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 2.0]
