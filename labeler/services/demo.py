@@ -53,7 +53,9 @@ class DemoSettings:
     heldout: int = field(default=16, metadata={
         "help": "Prompts moved to split 'test' when the project has no held-out prompts (the shipped set has 27)."})
     eval_samples: int = field(default=4, metadata={"help": "Answers per held-out prompt in the before/after evaluation."})
-    rm_steps: int = field(default=60, metadata={"help": "Reward-model training steps."})
+    # Measured on the shipped continuation task (4 answers per prompt, 108 rankings, held-out accuracy on the
+    # run's prompt-split eval pairs): 60 steps at 5e-5 reached 0.65, 120 steps at 2e-4 with 10% warm-up 0.75.
+    rm_steps: int = field(default=120, metadata={"help": "Reward-model training steps (the first tenth warm up)."})
     # The PPO settings default to the shipped recipe (PPOConfig's and JobConfig's defaults): the demo shows
     # what a user gets without tuning anything.
     ppo_steps: int = field(default=_JOB.steps, metadata={"help": "PPO steps."})
@@ -63,7 +65,7 @@ class DemoSettings:
     ppo_mini_batch_size: int = field(default=_PPO.mini_batch_size, metadata={"help": "PPO mini-batch size."})
     ppo_epochs: int = field(default=_PPO.ppo_epochs, metadata={"help": "PPO epochs per batch."})
     learning_rate: float = field(default=_PPO.learning_rate, metadata={"help": "PPO learning rate."})
-    rm_learning_rate: float = field(default=5e-5, metadata={"help": "Reward-model learning rate."})
+    rm_learning_rate: float = field(default=2e-4, metadata={"help": "Reward-model learning rate."})
     init_kl_coef: float = field(default=_PPO.init_kl_coef, metadata={"help": "PPO initial KL coefficient."})
     max_new_tokens: int = field(default=_JOB.max_new_tokens, metadata={"help": "Tokens per response."})
     noise: float = field(default=0.0, metadata={"help": "Std of Gaussian noise added to the annotator's VADER score."})
@@ -319,7 +321,8 @@ def _run(db, settings: DemoSettings, project: str, log: Callable[[str], None]) -
     t = time.monotonic()
     runs_dir = Path(settings.out_dir)
     rm = jobs.create_run(db, "rm", {"model": settings.encoder, "steps": settings.rm_steps, "checkpoint_every": 0,
-                                    "per_device_train_batch_size": 16, "learning_rate": settings.rm_learning_rate, "bf16": settings.bf16,
+                                    "per_device_train_batch_size": 16, "learning_rate": settings.rm_learning_rate,
+                                    "warmup_steps": max(1, settings.rm_steps // 10), "bf16": settings.bf16,
                                     "test_size": 0.2, "seed": settings.seed}, project=project, name="demo reward model",
                          runs_dir=runs_dir)
     log(f"4. training the reward model (run {rm.id}, log {rm.log_path})")
