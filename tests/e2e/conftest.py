@@ -128,3 +128,38 @@ def browser(chromium_path):
         )
         yield launched
         launched.close()
+
+
+@pytest.fixture(scope="module")
+def login(request):
+    """`login(url, username, password, ready=..., page=None, height=1000)`: log in through the login form and
+    return the page once `ready` is visible. Without `page`, a new page of the module's `browser`."""
+
+    def log_in(url: str, username: str, password: str, *, ready: str = "#rate-submit", page=None, height: int = 1000):
+        if page is None:
+            page = request.getfixturevalue("browser").new_page(viewport={"width": 1400, "height": height})
+        page.goto(url)
+        page.wait_for_selector("input[type=password]", timeout=30_000)
+        page.fill("input[type=text]", username)
+        page.fill("input[type=password]", password)
+        page.click("button:has-text('Login')")
+        page.wait_for_selector(ready, state="visible", timeout=30_000)
+        return page
+
+    return log_in
+
+
+@pytest.fixture(scope="session")
+def db_rows():
+    """`db_rows(db_path, sql, params=())`: the rows as dicts, read on a connection of their own."""
+
+    def rows(db_path: str, sql: str, params=()) -> list[dict]:
+        from storage import open_db
+
+        db = open_db(db_path)
+        try:
+            return [dict(row) for row in db.execute(sql, params).fetchall()]
+        finally:
+            db.conn.close()
+
+    return rows

@@ -9,17 +9,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.browser]
 SCREENSHOT = "/tmp/rlhf-studio-admin-warning.png"
 
 
-def open_page(browser, url: str, username: str, password: str, ready: str = "#rate-submit"):
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    page.goto(url)
-    page.wait_for_selector("input[type=password]", timeout=30_000)
-    page.fill("input[type=text]", username)
-    page.fill("input[type=password]", password)
-    page.click("button:has-text('Login')")
-    page.wait_for_selector(ready, state="visible", timeout=30_000)
-    return page
-
-
 def error_badges(page) -> int:
     # Gradio's StatusTracker covers a failed output with a block whose text is "Error".
     return page.evaluate(
@@ -28,8 +17,8 @@ def error_badges(page) -> int:
     )
 
 
-def test_a_wrong_setting_is_a_warning_and_the_admin_tab_keeps_its_tables(running_app, browser):
-    page = open_page(browser, running_app.url, *running_app.admin)
+def test_a_wrong_setting_is_a_warning_and_the_admin_tab_keeps_its_tables(running_app, login):
+    page = login(running_app.url, *running_app.admin)
     page.click("button[role=tab]:has-text('Admin')")
     page.wait_for_selector(f"#admin-users >> text={running_app.browser_annotator[0]}", timeout=20_000)
     users_before = page.inner_text("#admin-users")
@@ -47,7 +36,7 @@ def test_a_wrong_setting_is_a_warning_and_the_admin_tab_keeps_its_tables(running
     page.close()
 
 
-def test_the_one_time_password_must_be_replaced_at_the_first_login(running_app, browser):
+def test_the_one_time_password_must_be_replaced_at_the_first_login(running_app, login):
     from labeler.services import accounts
     from storage import open_db
 
@@ -60,7 +49,7 @@ def test_the_one_time_password_must_be_replaced_at_the_first_login(running_app, 
     finally:
         db.conn.close()
 
-    page = open_page(browser, running_app.url, username, one_time, ready="#studio-password-panel")
+    page = login(running_app.url, username, one_time, ready="#studio-password-panel")
     assert not page.is_visible("#rate-submit") and not page.is_visible("button[role=tab]:has-text('Rate')")
     page.fill("#studio-current-password input", one_time)
     page.fill("#studio-new-password input", chosen)
@@ -71,7 +60,7 @@ def test_the_one_time_password_must_be_replaced_at_the_first_login(running_app, 
     page.wait_for_selector("button:has-text('Login')", timeout=30_000)
     page.close()
 
-    page = open_page(browser, running_app.url, username, chosen)
+    page = login(running_app.url, username, chosen)
     assert not page.is_visible("#studio-password-panel")
     page.close()
     db = open_db(running_app.db_path)
@@ -106,8 +95,8 @@ def fresh_install(tmp_path_factory):
         app.close()
 
 
-def test_arena_on_a_fresh_install_explains_and_disables_battle(fresh_install, browser):
-    page = open_page(browser, fresh_install, "admin", "admin-password-1")
+def test_arena_on_a_fresh_install_explains_and_disables_battle(fresh_install, login):
+    page = login(fresh_install, "admin", "admin-password-1")
     page.click("button[role=tab]:has-text('Arena')")
     page.wait_for_selector("#arena-not-ready", state="visible", timeout=20_000)
     assert "only one is registered ('default')" in page.inner_text("#arena-not-ready")

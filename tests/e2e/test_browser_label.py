@@ -9,17 +9,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.browser]
 SCREENSHOT = "/tmp/rlhf-studio-rate-tab.png"
 
 
-def login(browser, url: str, username: str, password: str):
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    page.goto(url)
-    page.wait_for_selector("input[type=password]", timeout=30_000)
-    page.fill("input[type=text]", username)
-    page.fill("input[type=password]", password)
-    page.click("button:has-text('Login')")
-    page.wait_for_selector("#rate-submit", timeout=30_000)
-    return page
-
-
 def counter_starts(page, element_id: str, text: str, timeout: int = 20_000) -> None:
     page.wait_for_function(
         "([id, text]) => { const el = document.getElementById(id); return !!el && el.innerText.startsWith(text); }",
@@ -32,19 +21,9 @@ def plain(markdown: str) -> str:
     return markdown.replace("**", "").strip()
 
 
-def db_rows(db_path: str, sql: str, params=()):
-    from storage import open_db
-
-    db = open_db(db_path)
-    try:
-        return [dict(row) for row in db.execute(sql, params).fetchall()]
-    finally:
-        db.conn.close()
-
-
-def test_label_with_the_keyboard(running_app, browser):
+def test_label_with_the_keyboard(running_app, login, db_rows):
     username, password = running_app.browser_annotator
-    page = login(browser, running_app.url, username, password)
+    page = login(running_app.url, username, password)
     counter_starts(page, "rate-counter", "0 done")
     shown_answer = page.inner_text("#rate-response").strip()
     page.wait_for_timeout(300)
@@ -106,8 +85,8 @@ def test_label_with_the_keyboard(running_app, browser):
     page.close()
 
 
-def test_admin_sees_the_admin_tabs(running_app, browser):
-    page = login(browser, running_app.url, *running_app.admin)
+def test_admin_sees_the_admin_tabs(running_app, login, db_rows):
+    page = login(running_app.url, *running_app.admin)
     page.wait_for_selector("button[role=tab]:has-text('Admin')", state="visible", timeout=20_000)
     page.click("button[role=tab]:has-text('Admin')")
     # The users table is filled on load from SQLite.
@@ -115,7 +94,7 @@ def test_admin_sees_the_admin_tabs(running_app, browser):
     page.close()
 
 
-def test_fast_typing_stores_every_digit_in_order(running_app, browser):
+def test_fast_typing_stores_every_digit_in_order(running_app, login, db_rows):
     """Issue 14 item 3: ten digits typed 0.10-0.15 s apart are ten ratings, in the order typed, and the
     counter on screen says what was stored. Keys typed while a submit is in flight wait their turn."""
     from labeler.services import accounts, labeling
@@ -135,7 +114,7 @@ def test_fast_typing_stores_every_digit_in_order(running_app, browser):
     finally:
         db.conn.close()
 
-    page = login(browser, running_app.url, username, password)
+    page = login(running_app.url, username, password)
     counter_starts(page, "rate-counter", "0 done")
     page.click("#rate-counter")
     digits = [3, 5, 1, 7, 2, 6, 4, 3, 5, 1]

@@ -11,7 +11,7 @@ SCREENSHOT = "/tmp/rlhf-studio-chat-arena.png"
 
 
 @pytest.fixture(scope="module")
-def page(running_app, tmp_path_factory, chromium_path):
+def page(running_app, tmp_path_factory, chromium_path, login):
     from playwright.sync_api import sync_playwright
 
     from labeler.services import accounts
@@ -30,25 +30,9 @@ def page(running_app, tmp_path_factory, chromium_path):
             args=["--no-sandbox", "--disable-background-networking", "--disable-gpu"],
             viewport={"width": 1400, "height": 1000},
         )
-        page = context.new_page()
-        page.goto(running_app.url)
-        page.wait_for_selector("input[type=password]", timeout=30_000)
-        page.fill("input[type=text]", USER[0])
-        page.fill("input[type=password]", USER[1])
-        page.click("button:has-text('Login')")
-        page.wait_for_selector("#rate-submit", timeout=30_000)
+        page = login(running_app.url, *USER, page=context.new_page())
         yield page
         context.close()
-
-
-def db_rows(db_path: str, sql: str, params=()):
-    from storage import open_db
-
-    db = open_db(db_path)
-    try:
-        return [dict(row) for row in db.execute(sql, params).fetchall()]
-    finally:
-        db.conn.close()
 
 
 def text_contains(page, selector: str, text: str, timeout: int = 60_000) -> None:
@@ -84,7 +68,7 @@ def wait_for_finished_answer(page, timeout_s: float = 60.0) -> str:
     raise AssertionError(f"no finished answer in the chat after {timeout_s:.0f} s; it shows {_shown(page, '#chat-chatbot')!r}")
 
 
-def test_chat_one_turn_then_rate_it(running_app, page):
+def test_chat_one_turn_then_rate_it(running_app, page, db_rows):
     page.click("button[role=tab]:has-text('Chat')")
     page.wait_for_selector("#chat-input textarea", state="visible")
     # The tab's default settings sample (a random tiny model's greedy answer may be only special tokens).
@@ -105,7 +89,7 @@ def test_chat_one_turn_then_rate_it(running_app, page):
     assert stored[0]["answer"].strip()[:10] in page.inner_text("#chat-chatbot")
 
 
-def test_arena_vote(running_app, page):
+def test_arena_vote(running_app, page, db_rows):
     page.click("button[role=tab]:has-text('Arena')")
     page.wait_for_selector("#arena-prompt textarea", state="visible")
     page.fill("#arena-prompt textarea", "Which film should I watch?")

@@ -9,16 +9,6 @@ from gradio_client import Client  # noqa: E402
 USER = ("erin", "erin-password-1")  # only these tests chat and battle as erin
 
 
-def rows(db_path: str, sql: str, params=()):
-    from storage import open_db
-
-    db = open_db(db_path)
-    try:
-        return [dict(row) for row in db.execute(sql, params).fetchall()]
-    finally:
-        db.conn.close()
-
-
 @pytest.fixture(scope="module")
 def erin(running_app):
     from labeler.services import accounts
@@ -33,7 +23,7 @@ def erin(running_app):
     return Client(running_app.url, auth=USER, verbose=False)
 
 
-def test_chat_turn_and_thumbs_up(running_app, erin):
+def test_chat_turn_and_thumbs_up(running_app, erin, db_rows):
     models, rewards, _ = erin.predict(api_name="/chat_models")
     # Settings: max_new_tokens, do_sample, temperature, top_p, top_k, seed.
     # Sampled (a random tiny model's greedy answer can be all special tokens, i.e. empty text).
@@ -43,7 +33,7 @@ def test_chat_turn_and_thumbs_up(running_app, erin):
     assert history[1]["content"][0]["text"].strip()
     status = erin.predict(history, running_app.model_name, *settings, api_name="/chat_thumbs_up")
     assert "Stored" in status
-    stored = rows(
+    stored = db_rows(
         running_app.db_path,
         "SELECT p.text AS prompt, s.model, r.score FROM ratings r JOIN users u ON u.id = r.user_id"
         " JOIN responses s ON s.id = r.response_id JOIN prompts p ON p.id = s.prompt_id WHERE u.username = ?",
@@ -52,12 +42,12 @@ def test_chat_turn_and_thumbs_up(running_app, erin):
     assert stored == [{"prompt": "Hello", "model": running_app.model_name, "score": 7.0}]  # project scale 1..7
 
 
-def test_arena_battle_and_vote(running_app, erin):
+def test_arena_battle_and_vote(running_app, erin, db_rows):
     answer_a, answer_b, reveal_before, identical = erin.predict(
         "Say something", running_app.model_name, running_app.model_dir, 8, api_name="/arena_start"
     )
     reveal, identical_after, board = erin.predict(api_name="/arena_vote_a")
-    battle = rows(
+    battle = db_rows(
         running_app.db_path,
         "SELECT b.model_a, b.model_b, b.winner, rk.order_json, b.response_a, b.response_b, ra.text AS text_a,"
         " rb.text AS text_b FROM battles b JOIN users u ON u.id = b.user_id JOIN rankings rk ON rk.id = b.ranking_id"

@@ -9,21 +9,11 @@ gradio_client = pytest.importorskip("gradio_client")
 from gradio_client import Client  # noqa: E402
 
 
-def rows(db_path: str, sql: str, params=()):
-    from storage import open_db
-
-    db = open_db(db_path)
-    try:
-        return [dict(row) for row in db.execute(sql, params).fetchall()]
-    finally:
-        db.conn.close()
-
-
 def client(app, credentials) -> Client:
     return Client(app.url, auth=credentials, verbose=False)
 
 
-def test_rate_and_rank_through_the_button_endpoints(running_app):
+def test_rate_and_rank_through_the_button_endpoints(running_app, db_rows):
     user = running_app.second_annotator
     c = client(running_app, user)
 
@@ -35,7 +25,7 @@ def test_rate_and_rank_through_the_button_endpoints(running_app):
     after = c.predict(6, "too short", key, api_name="/rate_submit")
     assert "1** done" in after[1] and after[6] != key  # the next item came back with its own key
 
-    ratings = rows(
+    ratings = db_rows(
         running_app.db_path,
         "SELECT r.score, r.comment, r.seconds, r.request_id, s.text FROM ratings r"
         " JOIN users u ON u.id = r.user_id JOIN responses s ON s.id = r.response_id WHERE u.username = ?",
@@ -53,7 +43,7 @@ def test_rate_and_rank_through_the_button_endpoints(running_app):
     slot_texts = [shown[3 + 2 * k].split("\n\n", 1)[1] for k in range(3)]  # "#### Answer k\n\n<text>"
     c.predict("2", "1", "2", None, "", shown[-1], api_name="/rank_submit")
 
-    stored = rows(
+    stored = db_rows(
         running_app.db_path,
         "SELECT r.order_json, r.item_id, p.text AS prompt FROM rankings r JOIN users u ON u.id = r.user_id"
         " JOIN prompts p ON p.id = r.prompt_id WHERE u.username = ?",
@@ -61,41 +51,41 @@ def test_rate_and_rank_through_the_button_endpoints(running_app):
     )
     assert len(stored) == 1 and stored[0]["prompt"] == item_prompt
     order = json.loads(stored[0]["order_json"])
-    texts = {r["id"]: r["text"] for r in rows(running_app.db_path, "SELECT id, text FROM responses")}
+    texts = {r["id"]: r["text"] for r in db_rows(running_app.db_path, "SELECT id, text FROM responses")}
     # Best group: the answer shown second; then the tie of the first and third.
     assert [sorted(texts[i] for i in group) for group in order] == [[slot_texts[1]], sorted([slot_texts[0], slot_texts[2]])]
 
 
-def test_undo_puts_the_last_rating_back(running_app):
+def test_undo_puts_the_last_rating_back(running_app, db_rows):
     c = client(running_app, running_app.annotator)
     first = c.predict(api_name="/rate_next")
     c.predict(3, "", first[6], api_name="/rate_submit")
     user = running_app.annotator[0]
     count_sql = "SELECT COUNT(*) AS n FROM ratings r JOIN users u ON u.id = r.user_id WHERE u.username = ?"
-    before = rows(running_app.db_path, count_sql, [user])[0]["n"]
+    before = db_rows(running_app.db_path, count_sql, [user])[0]["n"]
     back = c.predict(api_name="/rate_undo")
     assert back[3] == first[3]  # the undone item is shown again
-    assert rows(running_app.db_path, count_sql, [user])[0]["n"] == before - 1
+    assert db_rows(running_app.db_path, count_sql, [user])[0]["n"] == before - 1
 
 
-def test_rate_without_a_score_is_refused_and_stores_nothing(running_app):
+def test_rate_without_a_score_is_refused_and_stores_nothing(running_app, db_rows):
     from gradio_client.exceptions import AppError
 
     c = client(running_app, running_app.annotator)
     key = c.predict(api_name="/rate_next")[6]
     count_sql = "SELECT COUNT(*) AS n FROM ratings"
-    before = rows(running_app.db_path, count_sql)[0]["n"]
+    before = db_rows(running_app.db_path, count_sql)[0]["n"]
     with pytest.raises(AppError, match="Pick a score"):
         c.predict(None, "", key, api_name="/rate_submit")
-    assert rows(running_app.db_path, count_sql)[0]["n"] == before
+    assert db_rows(running_app.db_path, count_sql)[0]["n"] == before
 
 
-def ratings_of(running_app, username: str) -> list[dict]:
-    return rows(running_app.db_path, "SELECT r.item_id, r.score FROM ratings r JOIN users u ON u.id = r.user_id"
-                " WHERE u.username = ? ORDER BY r.id", [username])
+def ratings_of(db_rows, running_app, username: str) -> list[dict]:
+    return db_rows(running_app.db_path, "SELECT r.item_id, r.score FROM ratings r JOIN users u ON u.id = r.user_id"
+                   " WHERE u.username = ? ORDER BY r.id", [username])
 
 
-def test_a_retried_submit_stores_one_label(running_app):
+def test_a_retried_submit_stores_one_label(running_app, db_rows):
     """Issue 10: the key comes with the item and goes back with the label, so a retry is a replay."""
     username = "retry-rater"
     with_user(running_app, username)
@@ -104,16 +94,16 @@ def test_a_retried_submit_stores_one_label(running_app):
     item_id = int(shown[6].split(":")[0])
     first = c.predict(5, "", shown[6], api_name="/rate_submit")
     again = c.predict(5, "", shown[6], api_name="/rate_submit")  # the client retries: same key, same label
-    assert ratings_of(running_app, username) == [{"item_id": item_id, "score": 5.0}]
+    assert ratings_of(db_rows, running_app, username) == [{"item_id": item_id, "score": 5.0}]
     assert again[3] == first[3] and again[1] == first[1]  # the same next item and counter, not one more label
     # A key for an item that is not this user's (here: the next item's id with a made-up key) is refused.
     other = int(first[6].split(":")[0]) + 1
     with pytest.raises(Exception, match="not assigned"):
         c.predict(5, "", f"{other}:made-up", api_name="/rate_submit")
-    assert len(ratings_of(running_app, username)) == 1
+    assert len(ratings_of(db_rows, running_app, username)) == 1
 
 
-def test_two_concurrent_submits_store_one_label(running_app):
+def test_two_concurrent_submits_store_one_label(running_app, db_rows):
     from concurrent.futures import ThreadPoolExecutor
 
     username = "double-rater"
@@ -122,7 +112,7 @@ def test_two_concurrent_submits_store_one_label(running_app):
     shown = c.predict(api_name="/rate_next")
     with ThreadPoolExecutor(2) as pool:
         answers = list(pool.map(lambda _: c.predict(4, "", shown[6], api_name="/rate_submit"), range(2)))
-    assert ratings_of(running_app, username) == [{"item_id": int(shown[6].split(":")[0]), "score": 4.0}]
+    assert ratings_of(db_rows, running_app, username) == [{"item_id": int(shown[6].split(":")[0]), "score": 4.0}]
     # Both were shown the same next item (each showing with its own key).
     assert answers[0][6].split(":")[0] == answers[1][6].split(":")[0] != shown[6].split(":")[0]
     assert "**1** done" in answers[0][1] and "**1** done" in answers[1][1]
@@ -151,7 +141,7 @@ def test_calls_without_login_are_refused(running_app):
         Client(running_app.url, auth=(running_app.annotator[0], "wrong-password"), verbose=False)
 
 
-def test_admin_endpoints_refuse_an_annotator(running_app):
+def test_admin_endpoints_refuse_an_annotator(running_app, db_rows):
     from gradio_client.exceptions import AppError
 
     c = client(running_app, running_app.annotator)
@@ -161,7 +151,7 @@ def test_admin_endpoints_refuse_an_annotator(running_app):
         c.predict("mallory", "mallory-password", "admin", api_name="/admin_add_user")
     with pytest.raises(AppError, match="not an admin"):
         c.predict(api_name="/admin_backup")
-    assert rows(running_app.db_path, "SELECT * FROM users WHERE username = 'mallory'") == []
+    assert db_rows(running_app.db_path, "SELECT * FROM users WHERE username = 'mallory'") == []
 
 
 def test_admin_adds_a_user_who_can_then_log_in(running_app):
@@ -173,17 +163,17 @@ def test_admin_adds_a_user_who_can_then_log_in(running_app):
     )
 
 
-def test_uploads_over_the_size_cap_are_refused(running_app, tmp_path):
+def test_uploads_over_the_size_cap_are_refused(running_app, tmp_path, db_rows):
     from gradio_client import handle_file
 
     admin = client(running_app, running_app.admin)
-    before = rows(running_app.db_path, "SELECT COUNT(*) AS n FROM prompts")[0]["n"]
+    before = db_rows(running_app.db_path, "SELECT COUNT(*) AS n FROM prompts")[0]["n"]
     big = tmp_path / "big.txt"  # the fixture caps uploads at 2 MB
     big.write_text("".join(f"A long prompt number {i} " + "x" * 200 + "\n" for i in range(12_000)), encoding="utf-8")
     assert big.stat().st_size > 2 * 1024 * 1024
     with pytest.raises(Exception, match="(?i)size|large|413"):
         admin.predict(handle_file(str(big)), api_name="/data_import_prompts")
-    assert rows(running_app.db_path, "SELECT COUNT(*) AS n FROM prompts")[0]["n"] == before
+    assert db_rows(running_app.db_path, "SELECT COUNT(*) AS n FROM prompts")[0]["n"] == before
 
     small = tmp_path / "small.txt"
     small.write_text("An uploaded prompt\n", encoding="utf-8")

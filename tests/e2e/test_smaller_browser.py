@@ -4,7 +4,7 @@ whole names, a deactivated user's reload says so, and an admin on an empty proje
 from __future__ import annotations
 
 import pytest
-from test_admin_browser import error_badges, fresh_install, open_page  # noqa: F401 - fixture
+from test_admin_browser import error_badges, fresh_install  # noqa: F401 - fixture
 
 from labeler.services import accounts
 from labeler.services.projects import DEFAULT_GUIDELINES, update_project
@@ -42,8 +42,8 @@ def toast_text(page) -> str:
     return page.wait_for_selector(".toast-body, [data-testid=toast-body]", timeout=20_000).inner_text()
 
 
-def test_undo_after_a_skip_brings_the_item_back_and_says_so(running_app, browser):
-    page = open_page(browser, running_app.url, *make_user(running_app, "erin"))
+def test_undo_after_a_skip_brings_the_item_back_and_says_so(running_app, login):
+    page = login(running_app.url, *make_user(running_app, "erin"))
     page.wait_for_function("() => document.querySelector('#rate-key input, #rate-key textarea')?.value")
     skipped = page.inner_text("#rate-response")
     page.evaluate(WATCH_PROCESSING)
@@ -64,8 +64,8 @@ def test_undo_after_a_skip_brings_the_item_back_and_says_so(running_app, browser
     page.close()
 
 
-def test_guidelines_follow_the_admin_without_a_reload_and_rank_has_its_own(running_app, browser):
-    page = open_page(browser, running_app.url, *running_app.admin)
+def test_guidelines_follow_the_admin_without_a_reload_and_rank_has_its_own(running_app, login):
+    page = login(running_app.url, *running_app.admin)
     try:
         page.wait_for_selector(f"#rate-guidelines >> text={DEFAULT_GUIDELINES['rating'][:30]}", timeout=20_000)
         page.click("button[role=tab]:has-text('Rank')")
@@ -93,8 +93,8 @@ def test_guidelines_follow_the_admin_without_a_reload_and_rank_has_its_own(runni
         db.conn.close()
 
 
-def test_export_switches_show_their_whole_names(running_app, browser):
-    page = open_page(browser, running_app.url, *running_app.admin)
+def test_export_switches_show_their_whole_names(running_app, login):
+    page = login(running_app.url, *running_app.admin)
     page.click("button[role=tab]:has-text('Data')")
     page.click("text=3. Export labels as a dataset")
     page.wait_for_selector("#data-export-switches", state="visible", timeout=20_000)
@@ -113,9 +113,9 @@ def test_export_switches_show_their_whole_names(running_app, browser):
     page.close()
 
 
-def test_a_deactivated_users_reload_says_the_account_is_deactivated(running_app, browser):
+def test_a_deactivated_users_reload_says_the_account_is_deactivated(running_app, login):
     username, password = make_user(running_app, "frank")
-    page = open_page(browser, running_app.url, username, password)
+    page = login(running_app.url, username, password)
     db = open_db(running_app.db_path)
     try:
         accounts.set_active(db, username, False)
@@ -134,8 +134,8 @@ def test_a_deactivated_users_reload_says_the_account_is_deactivated(running_app,
     page.close()
 
 
-def test_first_steps_for_an_admin_on_an_empty_project(fresh_install, browser):
-    page = open_page(browser, fresh_install, "admin", "admin-password-1")
+def test_first_steps_for_an_admin_on_an_empty_project(fresh_install, login):
+    page = login(fresh_install, "admin", "admin-password-1")
     panel = page.wait_for_selector("#studio-first-steps", state="visible", timeout=20_000)
     text = panel.inner_text()
     assert "First steps" in text and "Import prompts" in text and "Generate answers" in text and "Train" in text

@@ -23,27 +23,18 @@ def _user(running_app, username: str) -> None:
         db.conn.close()
 
 
-def _rows(running_app, sql: str, params) -> list[tuple]:
-    from storage import open_db
-
-    db = open_db(running_app.db_path)
-    try:
-        return [tuple(row) for row in db.execute(sql, params).fetchall()]
-    finally:
-        db.conn.close()
-
-
-def test_a_rating_sent_again_from_a_new_session_is_stored_once(running_app):
+def test_a_rating_sent_again_from_a_new_session_is_stored_once(running_app, db_rows):
     _user(running_app, "fresh-rater")
     shown = Client(running_app.url, auth=("fresh-rater", PASSWORD), verbose=False).predict(api_name="/rate_next")
     key = shown[6]
     for _ in range(2):  # a new session each time, as after a restart; the second is a replay
         Client(running_app.url, auth=("fresh-rater", PASSWORD), verbose=False).predict(6, "", key, api_name="/rate_submit")
-    assert _rows(running_app, "SELECT r.item_id, r.score, r.request_id FROM ratings r JOIN users u ON u.id = r.user_id"
-                 " WHERE u.username = ?", ["fresh-rater"]) == [(int(key.split(":")[0]), 6.0, key.split(":")[1])]
+    assert db_rows(running_app.db_path, "SELECT r.item_id, r.score, r.request_id FROM ratings r"
+                   " JOIN users u ON u.id = r.user_id WHERE u.username = ?", ["fresh-rater"]) == [
+        {"item_id": int(key.split(":")[0]), "score": 6.0, "request_id": key.split(":")[1]}]
 
 
-def test_a_ranking_from_a_new_session_is_refused_clearly_and_stores_nothing(running_app):
+def test_a_ranking_from_a_new_session_is_refused_clearly_and_stores_nothing(running_app, db_rows):
     # The answers' shown order lives in the session (gr.State), not in the key: a new session cannot know which
     # answer each rank meant, so it is told to fetch the item again, and nothing is stored.
     from gradio_client.exceptions import AppError
@@ -53,5 +44,5 @@ def test_a_ranking_from_a_new_session_is_refused_clearly_and_stores_nothing(runn
     fresh = Client(running_app.url, auth=("fresh-ranker", PASSWORD), verbose=False)
     with pytest.raises(AppError, match="click Refresh"):
         fresh.predict("1", "2", "3", None, "", shown[-1], api_name="/rank_submit")
-    assert _rows(running_app, "SELECT r.id FROM rankings r JOIN users u ON u.id = r.user_id WHERE u.username = ?",
-                 ["fresh-ranker"]) == []
+    assert db_rows(running_app.db_path, "SELECT r.id FROM rankings r JOIN users u ON u.id = r.user_id"
+                   " WHERE u.username = ?", ["fresh-ranker"]) == []

@@ -15,21 +15,11 @@ LINE_POINTS = """(selector) => Array.from(document.querySelectorAll(selector + '
                 stroke: p.getAttribute('stroke')}))"""
 
 
-def _rows(db_path, sql, params=()):
-    from storage import open_db
-
-    db = open_db(db_path)
-    try:
-        return [dict(row) for row in db.execute(sql, params).fetchall()]
-    finally:
-        db.conn.close()
-
-
 def _lines(page, selector):
     return page.evaluate(LINE_POINTS, selector)
 
 
-def test_launch_a_tiny_run_and_watch_the_plot(running_app, browser, monkeypatch):
+def test_launch_a_tiny_run_and_watch_the_plot(running_app, login, db_rows, monkeypatch):
     from labeler.services import jobs, prompts
     from storage import open_db
 
@@ -39,13 +29,7 @@ def test_launch_a_tiny_run_and_watch_the_plot(running_app, browser, monkeypatch)
     db.execute("UPDATE prompts SET split = 'test' WHERE source = 'e2e-heldout'")  # for the automatic evaluation
     db.conn.close()
     username, password = running_app.admin
-    page = browser.new_page(viewport={"width": 1400, "height": 2400})
-    page.goto(running_app.url)
-    page.wait_for_selector("input[type=password]", timeout=30_000)
-    page.fill("input[type=text]", username)
-    page.fill("input[type=password]", password)
-    page.click("button:has-text('Login')")
-    page.wait_for_selector("button[role=tab]:has-text('Train')", timeout=30_000)
+    page = login(running_app.url, username, password, ready="button[role=tab]:has-text('Train')", height=2400)
     page.click("button[role=tab]:has-text('Train')")
 
     page.click("#train-stage label:has-text('ppo')")
@@ -61,7 +45,7 @@ def test_launch_a_tiny_run_and_watch_the_plot(running_app, browser, monkeypatch)
 
     page.wait_for_function("() => (document.getElementById('train-notice') || {}).innerText?.includes('Run #')",
                            timeout=30_000)
-    run = _rows(running_app.db_path, "SELECT * FROM runs ORDER BY id DESC LIMIT 1")[0]
+    run = db_rows(running_app.db_path, "SELECT * FROM runs ORDER BY id DESC LIMIT 1")[0]
     assert run["stage"] == "ppo" and run["created_by"] is not None
     # The timer refreshes the progress bar and the plot from SQLite until the run has finished.
     try:
@@ -90,13 +74,13 @@ def test_launch_a_tiny_run_and_watch_the_plot(running_app, browser, monkeypatch)
     page.wait_for_function(f"() => {{ const l = ({LINE_POINTS})('#train-plot'); "
                            "return l.length === 1 && l[0].points >= 3 && l[0].stroke; }", timeout=30_000)
 
-    metrics = _rows(running_app.db_path, "SELECT DISTINCT step FROM metrics WHERE run_id = ? AND name = 'env/reward_mean'",
+    metrics = db_rows(running_app.db_path, "SELECT DISTINCT step FROM metrics WHERE run_id = ? AND name = 'env/reward_mean'",
                     [run["id"]])
     assert sorted(m["step"] for m in metrics) == [1, 2, 3]
     checked = page.locator("#train-metrics input:checked")
     assert checked.count() >= 1  # the default PPO metrics are selected and plotted
-    model = _rows(running_app.db_path, "SELECT * FROM models WHERE run_id = ?", [run["id"]])
+    model = db_rows(running_app.db_path, "SELECT * FROM models WHERE run_id = ?", [run["id"]])
     assert len(model) == 1 and model[0]["base_model"] == running_app.model_name
-    evaluations = _rows(running_app.db_path, "SELECT model, run_id FROM evaluations ORDER BY id")
+    evaluations = db_rows(running_app.db_path, "SELECT model, run_id FROM evaluations ORDER BY id")
     assert evaluations[-2:] == [{"model": running_app.model_name, "run_id": None},
                                 {"model": model[0]["name"], "run_id": run["id"]}]
