@@ -117,3 +117,28 @@ def test_shipped_prompts_keep_the_settings_of_a_project_in_use(db):
     prompts.import_shipped_prompts(db, "reviews")
     project = projects.get_project(db, "reviews")
     assert (project.prompt_format, project.guidelines) == ("continue", "Our own words.")
+
+
+@pytest.mark.parametrize("prompt_format, expected", [("chat", None), ("continue", False)])
+def test_ppo_rollouts_render_prompts_in_the_projects_format(db, tmp_path, tiny_model_dir, monkeypatch, prompt_format, expected):
+    import rlhf.generation
+    from labeler.services import jobs
+    from labeler.worker import run_worker
+
+    seen = []
+    real = rlhf.generation.build_prompt_ids
+
+    def recording(tokenizer, prompt, system_prompt=None, use_chat_template=None):
+        seen.append(use_chat_template)
+        return real(tokenizer, prompt, system_prompt, use_chat_template)
+
+    monkeypatch.setattr(rlhf.generation, "build_prompt_ids", recording)  # run_ppo imports it when it starts
+    projects.update_project(db, "default", prompt_format=prompt_format)
+    prompts.add_prompts(db, ["The first scene", "The ending"])
+    run = jobs.create_run(db, "ppo", {"model": str(tiny_model_dir), "steps": 1, "reward": "function", "batch_size": 2,
+                                      "answers_per_prompt": 1, "mini_batch_size": 2, "ppo_epochs": 1, "max_new_tokens": 3,
+                                      "checkpoint_every": 0, "eval_samples": 0},
+                          runs_dir=tmp_path / "runs", start=False)
+    db.execute("UPDATE runs SET status = 'running' WHERE id = ?", [run.id])
+    assert run_worker(jobs.db_file(db), run.id) == "succeeded", jobs.log_tail(jobs.get_run(db, run.id))
+    assert seen and set(seen) == {expected}
