@@ -66,3 +66,15 @@ def test_score_distribution_with_the_mean_human_rating_and_a_limit(db):
         {"response_id": bad, "score": 0.0, "human": None}, {"response_id": good, "score": 1.0, "human": 4.5}]
     assert reward_inspect.score_distribution(db, scorer, "default", limit=1) == [
         {"response_id": bad, "score": 0.0, "human": None}]
+
+
+def test_score_histogram_equal_width_bins():
+    # 10 scores 0..9: 10 // 5 = 2 bins over [0, 9]; pandas moves the lowest edge down by 0.1% of the range 9:
+    # edges -0.009, 4.5, 9 -> midpoints 2.2455 and 6.75, five scores each.
+    assert reward_inspect.score_histogram([float(i) for i in range(10)]) == [
+        (pytest.approx(2.2455), 5), (pytest.approx(6.75), 5)]
+    # 3 scores: one bin (at least one); 200 scores: at most 20 bins, each score counted once
+    assert [count for _, count in reward_inspect.score_histogram([1.0, 2.0, 3.0])] == [3]
+    many = reward_inspect.score_histogram([i / 7 for i in range(200)])
+    assert len(many) == 20 and sum(count for _, count in many) == 200
+    assert reward_inspect.score_histogram([]) == []

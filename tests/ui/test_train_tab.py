@@ -113,3 +113,30 @@ def test_preview_says_what_a_run_would_use_before_launch(train_app):
     assert "`default-encoder`" in out
     with pytest.raises(gr.Error):
         fn.fn(data, request=gr.Request(username="nobody"))  # admins only, as launching
+
+
+def _endpoint(app, name):
+    return next(fn for fn in app.fns.values() if fn.api_name == name).fn
+
+
+def test_choices_load_is_quiet_for_an_annotator_and_fills_the_pickers_for_an_admin(train_app, db_path):
+    from labeler.services import accounts
+    from storage import open_db
+
+    db = open_db(db_path)
+    accounts.create_user(db, "ann", "ann-password-1")
+    db.conn.close()
+    load = _endpoint(train_app, "train_choices")
+    assert load(request=gr.Request(username="ann")) == tuple(gr.update() for _ in range(4))  # no toast, no change
+    model, reward_model, inspect_model, run = load(request=gr.Request(username=ADMIN))
+    assert "default" in model["choices"] and model["choices"][-1] == "default-encoder"
+    assert reward_model["choices"] == inspect_model["choices"] == [] and inspect_model["value"] is None
+    assert run["choices"] == [] and run["value"] is None
+
+
+def test_reward_agreement_needs_a_reward_model(train_app):
+    agreement = _endpoint(train_app, "reward_agreement")
+    with pytest.raises(gr.Error, match="pick a reward model"):
+        agreement("", request=gr.Request(username=ADMIN))
+    with pytest.raises(gr.Error):
+        agreement("some-rm", request=gr.Request(username="nobody"))  # admins only

@@ -14,7 +14,7 @@ from labeler import forms
 from labeler.services import evaluation, jobs, labeling, train_configs
 from labeler.services.errors import InputError, PermissionDenied
 from labeler.ui.context import UIContext
-from labeler.ui.session import require_admin, ui_errors
+from labeler.ui.session import quiet_on_load, require_admin, ui_errors
 
 TITLE = "Train"
 REFRESH_SECONDS = 2.0
@@ -263,12 +263,6 @@ def build(ctx: UIContext) -> None:
                 gr.update(choices=rewards, value=rewards[-1] if rewards else None),
                 gr.update(choices=runs, value=runs[0][1] if runs else None))
 
-    def quiet_load(request: gr.Request):
-        try:
-            return load_choices(request)
-        except gr.Error:
-            return tuple(gr.update() for _ in range(4))
-
     def on_stage(name: str):
         return (gr.update(value="default-encoder" if name == "rm" else "default"), gr.update(visible=name == "ppo"),
                 *[gr.update(visible=name == s) for s in train_configs.STAGES])
@@ -398,21 +392,17 @@ def build(ctx: UIContext) -> None:
         text = (f"**{result['pairs']}** human-ranked pairs on {where}: the reward model agrees on "
                 f"**{result['accuracy']:.0%}**, mean margin {result['mean_margin']:.3f}."
                 if result["pairs"] else "No ranked pairs to compare with yet.")
-        values = pd.Series([row["score"] for row in scores], dtype=float)
-        if len(values):
-            bins = pd.cut(values, bins=min(20, max(1, len(values) // 5)))
-            counts = bins.value_counts(sort=False)
-            frame = pd.DataFrame({"score": [f"{iv.mid:.2f}" for iv in counts.index], "count": counts.values})
-        else:
-            frame = pd.DataFrame({"score": [], "count": []})
-        return text, frame
+        histogram = reward_inspect.score_histogram([row["score"] for row in scores])
+        return text, pd.DataFrame({"score": [f"{mid:.2f}" for mid, _ in histogram],
+                                   "count": [count for _, count in histogram]})
 
     timer = gr.Timer(REFRESH_SECONDS)
     refresh_outputs = [banner, status, progress, metric_names, plot, samples, log, history, run, reward_curve,
                        comparison, comparison_answers, eval_note]
     refresh_inputs = [run, metric_names, plot, reward_curve]
     if ctx.app is not None:
-        ctx.app.load(quiet_load, None, [model, reward_model, inspect_model, run], api_name="train_choices")
+        ctx.app.load(quiet_on_load(load_choices, 4), None, [model, reward_model, inspect_model, run],
+                     api_name="train_choices")
     stage.change(on_stage, stage, [model, ppo_group, *stage_groups.values()], api_name=False)
     launch.click(do_launch, {stage, model, reward, reward_model, advanced, *job_inputs, *trainer_inputs},
                  [notice, run], api_name="train_launch")
