@@ -127,6 +127,7 @@ def _split_prompts(db, project: str, settings: DemoSettings) -> tuple[list[int],
     fixed fifth); a project without any gets `heldout` prompts, drawn with the seed, moved there. The training
     prompts are the first `prompts` of the others, shuffled with the seed."""
     from labeler.services.projects import get_project
+    from labeler.services.prompts import hold_out
 
     project_id = get_project(db, project).id
     rows = db.execute("SELECT id, split FROM prompts WHERE project_id = ? ORDER BY id", [project_id]).fetchall()
@@ -136,7 +137,7 @@ def _split_prompts(db, project: str, settings: DemoSettings) -> tuple[list[int],
     if not heldout:
         heldout, ids = sorted(ids[: settings.heldout]), ids[settings.heldout:]
         with write_transaction(db):
-            db.conn.executemany("UPDATE prompts SET split = 'test' WHERE id = ?", [(i,) for i in heldout])
+            hold_out(db, heldout)
     return heldout, ids[: settings.prompts or None]
 
 

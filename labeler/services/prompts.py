@@ -93,6 +93,11 @@ def insert_prompt(db: sqlite_utils.Database, project_id: int, prompt: PromptReco
     return row[0], False
 
 
+def hold_out(db: sqlite_utils.Database, prompt_ids: Iterable[int]) -> None:
+    """Move prompts to split 'test' (held out of training, used by evaluation), inside the caller's transaction."""
+    db.conn.executemany("UPDATE prompts SET split = 'test' WHERE id = ?", [(int(i),) for i in prompt_ids])
+
+
 def _store(db: sqlite_utils.Database, project: str, prompts: list[PromptRecord], source: str,
            test: set[int] | frozenset[int] = frozenset()) -> ImportResult:
     """Insert in one transaction; the prompts at the indices in `test` go to split 'test', the rest 'train'.
@@ -103,7 +108,7 @@ def _store(db: sqlite_utils.Database, project: str, prompts: list[PromptRecord],
         for index, prompt in enumerate(prompts):
             prompt_id, created = insert_prompt(db, project_id, prompt, source)
             if created and index in test:
-                db.execute("UPDATE prompts SET split = 'test' WHERE id = ?", [prompt_id])
+                hold_out(db, [prompt_id])
             added += created
     return ImportResult(added=added, duplicates=len(prompts) - added)
 
