@@ -93,6 +93,20 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def record_progress(db, run_id: int, step: int | None = None, total_steps: int | None = None) -> None:
+    """The worker's heartbeat on its run's row, with the step reached (and the total) when given. The one
+    writer of step, total_steps and heartbeat_at besides start-up (the metrics sink calls it)."""
+    fields, values = ["heartbeat_at = ?"], [utc_now()]
+    if step is not None:
+        fields.append("step = ?")
+        values.append(int(step))
+    if total_steps is not None:
+        fields.append("total_steps = ?")
+        values.append(int(total_steps))
+    with write_transaction(db):
+        db.conn.execute(f"UPDATE runs SET {', '.join(fields)} WHERE id = ?", [*values, run_id])
+
+
 def _parse_time(text: str) -> datetime:
     return datetime.strptime(text.replace("Z", ""), "%Y-%m-%dT%H:%M:%S.%f").replace(tzinfo=timezone.utc)
 

@@ -10,14 +10,10 @@ from __future__ import annotations
 import math
 import numbers
 import time
-from datetime import datetime, timezone
 from typing import Any
 
+from labeler.services import jobs
 from storage import open_db, write_transaction
-
-
-def utc_now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def scalar_stats(stats: dict[str, Any]) -> dict[str, float]:
@@ -90,19 +86,12 @@ class MetricsSink:
     def progress(self, step: int, total_steps: int | None = None) -> None:
         if not self.writes:
             return
-        with write_transaction(self.db):
-            if total_steps is None:
-                self.db.conn.execute("UPDATE runs SET step = ?, heartbeat_at = ? WHERE id = ?",
-                                     [int(step), utc_now(), self.run_id])
-            else:
-                self.db.conn.execute("UPDATE runs SET step = ?, total_steps = ?, heartbeat_at = ? WHERE id = ?",
-                                     [int(step), int(total_steps), utc_now(), self.run_id])
+        jobs.record_progress(self.db, self.run_id, step, total_steps)
 
     def heartbeat(self) -> None:
         if not self.writes:
             return
-        with write_transaction(self.db):
-            self.db.conn.execute("UPDATE runs SET heartbeat_at = ? WHERE id = ?", [utc_now(), self.run_id])
+        jobs.record_progress(self.db, self.run_id)
 
     def truncate_after(self, step: int) -> None:
         """Forget metrics and samples logged after `step` (a resume from that checkpoint redoes them)."""
