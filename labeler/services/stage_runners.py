@@ -111,6 +111,7 @@ def _train_stage(ctx: StageContext, db, stage: str, rows: list[dict], trainer_cl
     """The part SFT, RM and DPO share: split the rows, train with the stage's Trainer, save, describe."""
     from rlhf.loading import load_tokenizer
 
+    rows = ctx.frozen_rows("train_rows", rows)  # a resumed run keeps the rows it started with
     base = ctx.job.base_model(stage)
     path = models.resolve(db, base)
     train, test = split_rows(rows, ctx.job.test_size, ctx.job.seed)
@@ -248,7 +249,7 @@ def run_ppo(ctx: StageContext) -> RunResult:
 
     job = ctx.job
     db = ctx.open_db()
-    prompts = ppo_prompts(db, ctx.project, job.seed)
+    prompts = ctx.frozen_rows("prompts", ppo_prompts(db, ctx.project, job.seed))  # a resume keeps them
     chat_template = get_project(db, ctx.project).chat_template  # the project's prompt format
     if not prompts:
         raise InputError("the project has no prompts: import some first", field="data")

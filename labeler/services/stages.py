@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,6 +62,24 @@ class StageContext:
         with tempfile.TemporaryDirectory(prefix="rank-scratch-") as scratch:
             write(Path(scratch))
         return None
+
+    def frozen_rows(self, name: str, rows: list) -> list:
+        """The training rows (or prompts) this run started with. The first start stores them in the run folder
+        (main process, atomically); a resumed run trains on those, never on a data set that changed under it
+        (labels added, removed or filtered differently since), and says so when the database now differs."""
+        path = self.output_dir / f"{name}.json"
+        if path.exists():
+            saved = json.loads(path.read_text(encoding="utf-8"))
+            if saved != rows:
+                print(f"resuming on the {len(saved)} {name} this run started with; the database now gives {len(rows)} "
+                      f"(labels changed since): start a new run to train on them", flush=True)
+            return saved
+        if self.is_main_process:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+            partial = path.with_suffix(".json.partial")
+            partial.write_text(json.dumps(rows, ensure_ascii=False), encoding="utf-8")
+            os.replace(partial, path)
+        return rows
 
     def open_db(self):
         from storage import open_db
