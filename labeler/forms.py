@@ -199,14 +199,18 @@ def changed(config, only: list[str] | None = None) -> dict[str, Any]:
 
 
 def widget(spec: FieldSpec, value: Any = None, **layout: Any):
-    """The Gradio component for one field: a checkbox, a number, a dropdown, or a textbox. Never a number in
-    a text box: numbers get gr.Number with precision 0 for ints. `layout` (min_width, scale, ...) is passed on."""
+    """The Gradio component for one field: a checkbox, a number, a dropdown, or a textbox. Numbers get
+    gr.Number (precision 0 for ints), except an optional one left blank (None: automatic), which gets a textbox. `layout` (min_width, scale, ...) is passed on."""
     import gradio as gr
 
     value = spec.default if value is None else value
     label, info = spec.name, (spec.help[:200] or None)
     if spec.kind == "bool":
         return gr.Checkbox(value=bool(value), label=label, info=info, **layout)
+    if spec.kind in ("int", "float") and spec.optional and value is None:
+        # A gr.Number cannot be blank in the browser (it sends 0), and blank is this field's "automatic"; the
+        # text is parsed as a number by build_config like a CLI --set value.
+        return gr.Textbox(value="", placeholder="blank: automatic", label=label, info=info, **layout)
     if spec.kind == "int":
         return gr.Number(value=value, label=label, info=info, precision=0, **layout)
     if spec.kind == "float":

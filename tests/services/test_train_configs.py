@@ -105,6 +105,12 @@ def test_widgets_match_kinds():
     values = forms.from_widgets([specs["steps"], specs["min_agreement"]], [5.0, ""])
     config = forms.build_config(JobConfig, values)
     assert config.steps == 5 and config.min_agreement is None
+    # An optional number left automatic (None) is a blank textbox: a browser gr.Number would send 0, which
+    # num_processes refuses. Blank reads back as None, a typed number as that number.
+    processes = forms.widget(specs["num_processes"])
+    assert isinstance(processes, gr.Textbox) and processes.value == ""
+    assert forms.build_config(JobConfig, forms.from_widgets([specs["num_processes"]], [""])).num_processes is None
+    assert forms.build_config(JobConfig, forms.from_widgets([specs["num_processes"]], ["2"])).num_processes == 2
 
 
 def test_a_broken_trainer_module_fails_loudly(monkeypatch):
