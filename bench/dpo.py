@@ -1,25 +1,31 @@
 """DPO training throughput on the default model: our DPOTrainer against a plain fp32 loop, in the same run.
 
-    python bench/dpo.py                    # 32 pairs, batch 4, max length 128, 3 rounds
+    python bench/dpo.py                    # 64 pairs, batch 4, max length 128, 3 rounds
+    python bench/dpo.py --trl-python /tmp/trl1venv/bin/python   # also TRL 1.x's DPOTrainer, bf16 (README)
     python bench/dpo.py --variants no-bf16,no-eager-attention   # also our trainer with these levers off
-    python bench/dpo.py --ablations        # every lever off in turn (~4.5 GB per variant: 6 need ~27 GB)
+    python bench/dpo.py --variants gradient-checkpointing        # also ours with gradient checkpointing on
+    python bench/dpo.py --ablations        # every lever off in turn (~4 GB per variant: 7 need ~30 GB)
 
 Ours: the reference runs once over the data before training (precompute_ref_log_probs, batched at
---ref-batch-size with no grad), every step runs under bf16 autocast, and freed memory stays in the process
-(rlhf/cpu_memory.py) and attention is eager rather than SDPA's CPU flash kernel (rlhf/attention.py), so a
-step is one policy forward + backward. Baseline: what a hand-written loop does,
-in fp32 with the reference model run on every step, glibc's default allocator and SDPA attention. Both sum log-probs with the
-same `completion_logps` and take the same `dpo_loss`, both see the same pairs in the same batches, and both
-times include everything from the first batch to the last optimizer step (ours includes the reference
-pass). Building the trainer or loading the models is left out. Variants run in their own processes and take
-turns, one epoch each (bench/interleave.py); the first epoch of each is a warm-up.
+--ref-batch-size with no grad, on the untrained policy while the trainer is built, so no reference copy is
+kept; that pass is timed and added), every step runs under bf16 autocast, freed memory stays in the process
+(rlhf/cpu_memory.py), attention is eager rather than SDPA's CPU flash kernel (rlhf/attention.py), and each
+pair's prompt goes through the model once with chosen and rejected after it in one sequence
+(share_prompt_forward), so a step is one policy forward + backward over prompt + both answers.
+Baseline: what a hand-written loop does, in fp32 with the reference model run on every step, one padded row
+per completion, glibc's default allocator and SDPA attention. Both sum log-probs with `completion_logps`
+and take the same `dpo_loss`, both see the same pairs in the same batches, and both times include
+everything from the first batch to the last optimizer step. Building the trainer or loading the models is
+left out. Variants run in their own processes and take turns, one epoch each (bench/interleave.py); the
+first epoch of each is a warm-up.
+TRL (--trl-python): its DPOTrainer at its fastest setting here, bf16 autocast with the reference log-probs
+precomputed at --ref-batch-size and gradient checkpointing off (TRL 1.x's default is on), on the same pairs, batch and max length, timed the same way (bench/trl_side.py).
 """
 from __future__ import annotations
 
 import argparse
 import gc
 import os
-import random
 import sys
 import tempfile
 import time
@@ -38,28 +44,21 @@ from rlhf.dpo import DPOConfig, DPOTrainer, completion_logps  # noqa: E402
 from rlhf.loading import load_causal_lm, load_tokenizer, resolve_model_path  # noqa: E402
 from rlhf.losses import dpo_loss  # noqa: E402
 from interleave import median, paired_ratio, run_from_command_line  # noqa: E402
-
-WORDS = (
-    "the film story plot actor actress scene camera music score ending script director drama comedy "
-    "character dialogue moment audience screen performance visual sound writing pace tension humour "
-    "beautiful boring brilliant clumsy moving flat sharp slow tender loud quiet bright dark warm cold"
-).split()
-
+from pairs import synthetic_rows  # noqa: E402
 
 def synthetic_pairs(n: int, seed: int) -> Dataset:
-    """Movie-review-like pairs: ~50-word prompts, ~30-word answers (about 128 tokens together)."""
-    rng = random.Random(seed)
-    sentence = lambda k: " ".join(rng.choice(WORDS) for _ in range(k))  # noqa: E731
-    return Dataset.from_list(
-        [{"prompt": "Review: " + sentence(50), "chosen": " " + sentence(30), "rejected": " " + sentence(30)} for _ in range(n)]
-    )
+    """Movie-review-like pairs (bench/pairs.py), the same rows TRL's side builds."""
+    return Dataset.from_list(synthetic_rows(n, seed))
 
 
 # Each lever of our trainer; a variant of ours is a setting of all of them. "naive" is the plain loop.
-OPTIMISED = {"bf16": True, "precompute_ref_log_probs": True, "keep_freed_memory": True, "attn_implementation": "auto"}
+OPTIMISED = {"bf16": True, "precompute_ref_log_probs": True, "keep_freed_memory": True, "share_prompt_forward": True,
+             "attn_implementation": "auto"}
 VARIANTS = {"optimised": OPTIMISED, "naive": None,
             **{f"no-{lever.replace('_', '-')}": {**OPTIMISED, lever: False} for lever in OPTIMISED if lever != "attn_implementation"},
-            "no-eager-attention": {**OPTIMISED, "attn_implementation": "model"}}
+            "no-eager-attention": {**OPTIMISED, "attn_implementation": "model"},
+            # not a lever off but one more on: recompute activations in the backward pass (less memory, more work)
+            "gradient-checkpointing": {**OPTIMISED, "gradient_checkpointing": True}}
 
 
 def setup_ours(levers: dict, model_path: str, data: Dataset, args: argparse.Namespace):
@@ -69,15 +68,28 @@ def setup_ours(levers: dict, model_path: str, data: Dataset, args: argparse.Name
         max_length=args.max_length, max_prompt_length=args.max_length // 2, num_train_epochs=1, learning_rate=1e-6,
         save_strategy="no", logging_steps=1000, disable_tqdm=True, seed=0, **levers,
     )
-    holder = {}
+    holder, reference = {}, {"seconds": 0.0, "cpu": 0.0}
+
+    class Timed(DPOTrainer):
+        # With no reference model given, the reference pass runs while the trainer is built: it is timed
+        # here and added to train()'s time, as bench/trl_side.py does for TRL.
+        def add_reference_logps(self, dataset):
+            start, cpu_start = time.perf_counter(), time.process_time()
+            try:
+                return super().add_reference_logps(dataset)
+            finally:
+                reference["seconds"] += time.perf_counter() - start
+                reference["cpu"] += time.process_time() - cpu_start
 
     def epoch(i: int) -> dict:
         holder.clear()  # free the last epoch's trainer before building the next: a Trainer sits in
         gc.collect()    # reference cycles, and its memory would otherwise stay taken while the next one loads
-        trainer = holder["trainer"] = DPOTrainer(model_path, args=config, train_dataset=data)
+        reference.update(seconds=0.0, cpu=0.0)
+        trainer = holder["trainer"] = Timed(model_path, args=config, train_dataset=data)
         start, cpu_start = time.perf_counter(), time.process_time()
-        trainer.train()  # the reference pass happens inside, in get_train_dataloader
-        return {"seconds": time.perf_counter() - start, "cpu": time.process_time() - cpu_start}
+        trainer.train()
+        return {"seconds": time.perf_counter() - start + reference["seconds"],
+                "cpu": time.process_time() - cpu_start + reference["cpu"]}
 
     return epoch
 
@@ -101,8 +113,8 @@ def setup_naive(model_path: str, data: Dataset, args: argparse.Namespace):
         for batch in loader:
             batch = {k: v.to(device) for k, v in batch.items()}
             with torch.no_grad():
-                ref_chosen, ref_rejected = completion_logps(reference, batch).chunk(2)
-            chosen, rejected = completion_logps(policy, batch).chunk(2)
+                ref_chosen, ref_rejected = completion_logps(reference, batch, share_prompt=False).chunk(2)
+            chosen, rejected = completion_logps(policy, batch, share_prompt=False).chunk(2)
             loss = dpo_loss(chosen, rejected, ref_chosen, ref_rejected, beta=0.1)[0].mean()
             loss.backward()
             optimizer.step()
@@ -128,14 +140,17 @@ def setup(variant: str, args: argparse.Namespace):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="default", help="Policy: 'default' (SmolLM2-135M) or a folder.")
-    parser.add_argument("--pairs", type=int, default=32, help="Preference pairs trained on (one epoch per round).")
+    parser.add_argument("--pairs", type=int, default=64, help="Preference pairs trained on (one epoch per round).")
     parser.add_argument("--batch-size", type=int, default=4, help="Pairs per optimizer step.")
     parser.add_argument("--ref-batch-size", type=int, default=16, help="Pairs per no-grad reference batch (ours).")
     parser.add_argument("--max-length", type=int, default=128, help="Tokens per prompt + completion.")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's choice).")
     headline = lambda args: (f"DPO on the default model: {args.pairs} pairs per epoch, batch {args.batch_size}, "  # noqa: E731
                              f"max length {args.max_length}; {args.rounds} rounds after a warm-up")
-    run = run_from_command_line(parser, VARIANTS, setup, __file__, 4.5, headline)
+    trl = lambda args: {"trl-bf16": [  # noqa: E731
+        "dpo", "--model", resolve_model_path(args.model), "--bf16", "--pairs", str(args.pairs), "--batch-size", str(args.batch_size),
+        "--ref-batch-size", str(args.ref_batch_size), "--max-length", str(args.max_length), "--threads", str(args.threads)]}
+    run = run_from_command_line(parser, VARIANTS, setup, __file__, 4.5, headline, trl)
     if run is None:  # this process was a child serving one variant
         return
     args, variants, results, peaks = run
@@ -149,6 +164,11 @@ def main() -> None:
     opt = results["optimised"]
     print(f"\nspeed-up of our DPOTrainer over the fp32 loop, median of per-round ratios: "
           f"x{paired_ratio(naive, opt, 'seconds'):.2f} pairs/s (target >= 2), x{paired_ratio(naive, opt, 'cpu'):.2f} cpu time")
+    if "trl-bf16" in results:
+        trl = results["trl-bf16"]
+        print(f"ours vs TRL's DPOTrainer (bf16, precomputed reference), median of per-round ratios: "
+              f"x{paired_ratio(trl, opt, 'seconds'):.2f} pairs/s (target >= 2), x{paired_ratio(trl, opt, 'cpu'):.2f} cpu time; "
+              f"peak RSS {peaks['optimised']:.0f} MB vs {peaks['trl-bf16']:.0f} MB: x{peaks['optimised'] / peaks['trl-bf16']:.2f} (target <= 1)")
 
 
 if __name__ == "__main__":

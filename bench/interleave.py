@@ -17,6 +17,7 @@ import statistics
 import subprocess
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 READY, RESULT, PEAK = "READY", "RESULT ", "PEAK "
 
@@ -35,12 +36,14 @@ def main_child(setup: Callable[[], Callable[[int], dict]]) -> None:
 
 
 def run_from_command_line(parser: argparse.ArgumentParser, variants: dict, setup, script: str,
-                          gigabytes_each: float, headline) -> tuple | None:
+                          gigabytes_each: float, headline, trl_variants=None) -> tuple | None:
     """A benchmark's main(): in a child, serve its variant (returns None); in the parent, run the chosen
     variants and return (args, variant names, {variant: results}, {variant: peak RSS MiB}).
 
-    Adds --rounds, --ablations, --variants and the hidden --child to the script's own parser;
+    Adds --rounds, --ablations, --variants, --trl-python and the hidden --child to the script's own parser;
     setup(variant, args) builds one iteration; headline(args) is printed before the rounds start.
+    trl_variants(args) -> {name: arguments of bench/trl_side.py}: with --trl-python, each of these runs as
+    one more variant, in that Python (a venv with TRL installed), taking its turns with ours.
     """
     ablations = [v for v in variants if v.startswith("no-")]
     parser.add_argument("--rounds", type=int, default=3, help="timed iterations per variant after one warm-up")
@@ -48,6 +51,9 @@ def run_from_command_line(parser: argparse.ArgumentParser, variants: dict, setup
                         help=f"also run the optimised path with each lever off (one process, ~{gigabytes_each:g} GB, per variant)")
     parser.add_argument("--variants", default="", help="comma-separated variants to run besides optimised and naive "
                         f"({', '.join(ablations)}); each holds its own model in memory")
+    if trl_variants is not None:
+        parser.add_argument("--trl-python", default="", help="a Python with TRL installed (see README): also run "
+                            "TRL's trainer on the same data, in the same rounds, and print our ratio to it")
     parser.add_argument("--child", choices=sorted(variants), help=argparse.SUPPRESS)
     args, _ = parser.parse_known_args()
     if args.child:
@@ -60,7 +66,13 @@ def run_from_command_line(parser: argparse.ArgumentParser, variants: dict, setup
     chosen = ["optimised", "naive"] + [v for v in extra if v not in ("optimised", "naive")]
     print(headline(args), flush=True)
     child_args = [a for a in sys.argv[1:] if a != "--ablations"]  # a child runs only its own variant
-    results, peaks = run_variants(script, chosen, child_args, args.rounds)
+    commands = {name: [sys.executable, script, "--child", name, *child_args] for name in chosen}
+    if trl_variants is not None and args.trl_python:
+        trl_side = str(Path(__file__).resolve().parent / "trl_side.py")
+        for name, trl_args in trl_variants(args).items():
+            commands[name] = [args.trl_python, trl_side, *trl_args]
+            chosen.append(name)
+    results, peaks = run_variants(commands, args.rounds)
     return args, chosen, results, peaks
 
 
@@ -71,12 +83,13 @@ def _read_until(child: subprocess.Popen, prefix: str, name: str) -> str:
     raise SystemExit(f"variant {name} exited without '{prefix.strip()}' (return code {child.wait()}); its stderr is above")
 
 
-def run_variants(script: str, variants: list[str], child_args: list[str], rounds: int) -> tuple[dict, dict]:
-    """({variant: [result per round]}, {variant: peak RSS MiB}); iteration 0 warms up and is dropped."""
+def run_variants(commands: dict[str, list[str]], rounds: int) -> tuple[dict, dict]:
+    """Start one child per {variant: command line}; ({variant: [result per round]}, {variant: peak RSS MiB}).
+    Iteration 0 warms up and is dropped."""
+    variants = list(commands)
     children = {}
     for name in variants:
-        children[name] = subprocess.Popen([sys.executable, script, "--child", name, *child_args], text=True,
-                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        children[name] = subprocess.Popen(commands[name], text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         _read_until(children[name], READY, name)  # load one at a time: loading is not what we time
     results = {name: [] for name in variants}
     for round_number in range(rounds + 1):

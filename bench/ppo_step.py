@@ -4,6 +4,7 @@
     python bench/ppo_step.py --ablations           # also the optimised path with each lever off in turn (~3.5 GB each)
     python bench/ppo_step.py --variants no-bf16    # only this one besides optimised and naive
     python bench/ppo_step.py --batch-size 8 --rounds 5
+    python bench/ppo_step.py --trl-python /tmp/trlvenv/bin/python   # also TRL 0.11.4's notebook loop (README)
 
 An iteration is generation + scoring (VADER compound of query + response) + trainer.step(). Every response
 is 16 tokens long (min_new_tokens), so all variants do the same work.
@@ -14,6 +15,8 @@ Naive baseline: one query at a time through generate, everything in fp32, glibc'
 the classic TRL notebook loop does.
 Variants run in their own processes and take turns (bench/interleave.py), so drift in the machine's speed
 hits them alike; each process's peak RSS is its own. The first iteration of each is a warm-up.
+TRL (--trl-python, a venv with trl==0.11.4): its PPOTrainer in the IMDB notebook's loop (one generate per
+query, fp32) on the same model, prompts, reward and settings (bench/trl_side.py).
 """
 from __future__ import annotations
 
@@ -90,7 +93,15 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     headline = lambda args: (f"PPO iteration on the default model: batch {args.batch_size}, {args.max_new_tokens} new "  # noqa: E731
                              f"tokens, {args.ppo_epochs} epochs of mini-batch {args.mini_batch_size}; {args.rounds} rounds after a warm-up")
-    run = run_from_command_line(parser, VARIANTS, setup, __file__, 3.5, headline)
+    def trl(args):
+        from rlhf.loading import resolve_model_path
+
+        return {"trl-0.11": ["ppo", "--model", resolve_model_path("default"), "--prompts", str(PROMPTS),
+                             "--batch-size", str(args.batch_size), "--mini-batch-size", str(args.mini_batch_size),
+                             "--ppo-epochs", str(args.ppo_epochs), "--max-new-tokens", str(args.max_new_tokens),
+                             "--threads", str(args.threads)]}
+
+    run = run_from_command_line(parser, VARIANTS, setup, __file__, 3.5, headline, trl)
     if run is None:  # this process was a child serving one variant
         return
     args, variants, results, peaks = run
@@ -106,6 +117,11 @@ def main() -> None:
           f"step x{paired_ratio(naive, opt, 'step'):.2f}, total x{paired_ratio(naive, opt, 'total'):.2f} (target >= 3), "
           f"total CPU x{paired_ratio(naive, opt, 'cpu_total'):.2f}; "
           f"peak RSS ratio {peaks['optimised'] / peaks['naive']:.2f} (target <= 1)")
+    if "trl-0.11" in results:
+        trl = results["trl-0.11"]
+        print(f"ours vs TRL 0.11's notebook loop, median of per-round ratios: total x{paired_ratio(trl, opt, 'total'):.2f} "
+              f"(target >= 3), step x{paired_ratio(trl, opt, 'step'):.2f}, total CPU x{paired_ratio(trl, opt, 'cpu_total'):.2f}; "
+              f"peak RSS {peaks['optimised']:.0f} MB vs {peaks['trl-0.11']:.0f} MB: x{peaks['optimised'] / peaks['trl-0.11']:.2f} (target <= 1)")
 
 
 if __name__ == "__main__":

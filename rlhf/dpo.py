@@ -4,12 +4,14 @@
     trainer.train(); trainer.save_model()
 
 The reference is, in order: `ref_model` if given; the policy with its adapter disabled when training a
-LoRA adapter (no second copy in memory); otherwise a frozen copy of the policy taken before training.
+LoRA adapter (no second copy in memory); with precompute_ref_log_probs the untrained policy itself, run over
+the given datasets when the trainer is built (no copy kept); otherwise a frozen copy taken before training.
 With precompute_ref_log_probs (default) the reference runs once over the data before training and its
 log-probs ride along in the dataset, so each step is a single policy forward pass.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 import os
@@ -19,7 +21,7 @@ from typing import Literal
 
 import torch
 from torch.utils.data import DataLoader
-from transformers import Trainer, TrainingArguments
+from transformers import PreTrainedModel, Trainer, TrainingArguments
 
 from rlhf.core import logprobs_from_logits, masked_sum
 from rlhf.attention import use_attention
@@ -55,6 +57,9 @@ class DPOConfig(TrainingArguments):
     keep_freed_memory: bool = field(
         default=True, metadata={"help": "On CPU, keep freed memory in the process (no page faults per step; see rlhf/cpu_memory.py)."}
     )
+    share_prompt_forward: bool = field(
+        default=True, metadata={"help": "Run each pair's prompt once, with chosen and rejected after it in one sequence (same numbers, fewer tokens; Llama/Mistral/Qwen models)."}
+    )
     attn_implementation: str = field(
         default="auto", metadata={"help": "Attention kernel while training: auto (eager on CPU, see rlhf/attention.py), eager, sdpa, model (keep)."}
     )
@@ -89,11 +94,98 @@ def _accepts_logits_to_keep(model: torch.nn.Module) -> bool:
     return "logits_to_keep" in inspect.signature(type(base_model(model)).forward).parameters
 
 
-def completion_logps(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+# Decoders whose logits are exactly lm_head(decoder(...).last_hidden_state) and whose attention takes a custom
+# 4D mask with position_ids (eager or SDPA): the shared-prompt forward below is exact for them.
+SHARED_PROMPT_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+
+
+def _shared_prompt_layout(batch: dict[str, torch.Tensor]):
+    """The `[chosen; rejected]` batch (2B, T) as B rows `prompt + chosen + rejected`, or None when a pair's
+    two rows do not share their prompt tokens (or a completion is empty).
+
+    Returns input_ids and position_ids (B, L), `allowed` (B, L, L): causal, real tokens only, and rejected
+    tokens never see the chosen ones (their positions restart after the prompt, so each completion sees
+    exactly what it sees in its own row); and for every completion token its (row, predictor index, token,
+    output slot), the predictor being the token before it in its own sequence.
+    """
+    input_ids, attention_mask, completion_mask = batch["input_ids"], batch["attention_mask"], batch["completion_mask"]
+    n = input_ids.shape[0]
+    if n % 2 or not bool(completion_mask.any(dim=-1).all()):
+        return None
+    half = n // 2
+    lengths = attention_mask.sum(dim=-1).tolist()
+    prompt_lengths = completion_mask.argmax(dim=-1).tolist()  # first completion token
+    rows, positions, rejected_from, ends = [], [], [], []
+    gather_rows, gather_index, gather_tokens, gather_slots = [], [], [], []
+    for b in range(half):
+        c, r = b, half + b
+        p = prompt_lengths[c]
+        if p != prompt_lengths[r] or p == 0 or not torch.equal(input_ids[c, :p], input_ids[r, :p]):
+            return None
+        chosen, rejected = input_ids[c, p:lengths[c]], input_ids[r, p:lengths[r]]
+        rows.append(torch.cat([input_ids[c, :p], chosen, rejected]))
+        positions.append(torch.cat([torch.arange(p + len(chosen)), torch.arange(p, p + len(rejected))]))
+        start_rejected = p + len(chosen)
+        rejected_from.append(start_rejected)
+        ends.append(start_rejected + len(rejected))
+        predictors = torch.cat([torch.arange(p - 1, start_rejected - 1),  # chosen token j: predicted at j - 1
+                                torch.tensor([p - 1]),  # the first rejected token follows the prompt
+                                torch.arange(start_rejected, ends[-1] - 1)])
+        gather_rows.append(torch.full((len(predictors),), b))
+        gather_index.append(predictors)
+        gather_tokens.append(torch.cat([chosen, rejected]))
+        gather_slots.append(torch.cat([torch.full((len(chosen),), c), torch.full((len(rejected),), r)]))
+    length = max(ends)
+    ids = torch.zeros(half, length, dtype=input_ids.dtype)
+    position_ids = torch.zeros(half, length, dtype=torch.long)
+    for b, (row, pos) in enumerate(zip(rows, positions)):
+        ids[b, : len(row)], position_ids[b, : len(pos)] = row, pos
+    k = torch.arange(length)
+    ends_t, rejected_t = torch.tensor(ends)[:, None], torch.tensor(rejected_from)[:, None]
+    real = k[None, :] < ends_t  # (B, L)
+    in_rejected = (k[None, :] >= rejected_t) & real  # (B, L)
+    in_chosen = (k[None, :] >= torch.tensor(prompt_lengths[:half])[:, None]) & (k[None, :] < rejected_t)  # (B, L)
+    # Padding queries see every real key before them (never an empty row: no NaN in the unused outputs).
+    allowed = (k[None, None, :] <= k[None, :, None]) & real[:, None, :] & ~(in_rejected[:, :, None] & in_chosen[:, None, :])
+    device = input_ids.device
+    gather = tuple(torch.cat(g).to(device) for g in (gather_rows, gather_index, gather_tokens, gather_slots))
+    return ids.to(device), position_ids.to(device), allowed.to(device), gather
+
+
+def _shared_prompt_logps(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor | None:
+    """completion_logps with one forward per pair over prompt + chosen + rejected (the prompt, usually the
+    longer part, is run once instead of twice), the LM head only on completion tokens and no padding through
+    it. None when the model or the batch does not allow it."""
+    if not isinstance(model, PreTrainedModel) and not is_peft_model(model):
+        return None  # e.g. a DDP or DeepSpeed wrapper: its forward must run
+    config = base_model(model).config
+    implementation = getattr(config, "_attn_implementation", None)
+    if config.model_type not in SHARED_PROMPT_MODEL_TYPES or implementation not in ("eager", "sdpa"):
+        return None
+    layout = _shared_prompt_layout(batch)
+    if layout is None:
+        return None
+    ids, position_ids, allowed, (rows, index, tokens, slots) = layout
+    # eager adds the mask to the scores; SDPA takes True where attention is allowed.
+    mask = allowed[:, None] if implementation == "sdpa" else \
+        torch.zeros(allowed.shape, dtype=torch.float32, device=ids.device).masked_fill(~allowed, torch.finfo(torch.float32).min)[:, None]
+    hidden = model.get_decoder()(input_ids=ids, attention_mask=mask, position_ids=position_ids).last_hidden_state  # (B, L, H)
+    logits = model.get_output_embeddings()(hidden[rows, index])  # (N, V): completion tokens only
+    logps = logprobs_from_logits(logits[None], tokens[None])[0]  # (N,)
+    return torch.zeros(batch["input_ids"].shape[0], dtype=logps.dtype, device=logps.device).index_add(0, slots, logps)  # (2B,)
+
+
+def completion_logps(model: torch.nn.Module, batch: dict[str, torch.Tensor], share_prompt: bool = True) -> torch.Tensor:
     """Summed log-probs of each sequence's completion tokens: (2B,) for the `[chosen; rejected]` batch.
 
-    Prompt and padding tokens are masked out by completion_mask, so padding changes nothing.
+    Prompt and padding tokens are masked out by completion_mask, so padding changes nothing. With
+    share_prompt, a pair's chosen and rejected rows go through the model as one sequence (see
+    _shared_prompt_layout) when the model allows it; the numbers are the same.
     """
+    if share_prompt:
+        logps = _shared_prompt_logps(model, batch)
+        if logps is not None:
+            return logps
     input_ids, completion_mask = batch["input_ids"], batch["completion_mask"]
     length = input_ids.shape[1]
     # Token t is predicted by the logits at t - 1, so logits are needed from one position before the
@@ -157,7 +249,13 @@ class DPOTrainer(Trainer):
             processing_class.pad_token = processing_class.eos_token
         model = apply_peft(model, peft_config, args.gradient_checkpointing)
         use_attention(model, args.attn_implementation, args.device)
-        if ref_model is None and not is_peft_model(model):
+        # With precomputed reference log-probs and no reference given, the untrained policy is the reference:
+        # its pass runs at the end of __init__ (before any training or resume) and no copy is kept, which
+        # saves a model's fp32 weights of peak memory (as TRL does). Sharded set-ups keep the copy.
+        self._policy_is_reference = (
+            ref_model is None and not is_peft_model(model) and args.precompute_ref_log_probs and not args.deepspeed and not args.fsdp
+        )
+        if ref_model is None and not is_peft_model(model) and not self._policy_is_reference:
             # Copy before any training (and before resume loads a checkpoint): the reference is the start.
             ref_model = copy.deepcopy(model)
         if ref_model is not None:
@@ -192,19 +290,31 @@ class DPOTrainer(Trainer):
         # Placed (and under ZeRO-3 / FSDP sharded) as the policy is, not moved with .to(device) (TRL 0.11).
         self.ref_model = prepare_reference(self.accelerator, ref_model) if ref_model is not None else None
         self._metrics: dict[str, dict[str, list[float]]] = {"train": defaultdict(list), "eval": defaultdict(list)}
+        if self._policy_is_reference:
+            self.train_dataset = self.add_reference_logps(self.train_dataset)
+            if isinstance(self.eval_dataset, dict):
+                self.eval_dataset = {k: self.add_reference_logps(v) for k, v in self.eval_dataset.items()}
+            else:
+                self.eval_dataset = self.add_reference_logps(self.eval_dataset)
+            self._reference_done = True
 
     # ---- reference log-probs, cached in the dataset ----------------------------------------------------
     def reference_logps(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """(ref_chosen_logps, ref_rejected_logps), each (B,), from the reference model."""
+        if self._policy_is_reference and getattr(self, "_reference_done", False):
+            raise ValueError(
+                "DPOTrainer: no reference model is kept (precompute_ref_log_probs with no ref_model): its log-probs were "
+                "computed for the datasets given to the trainer. Pass ref_model=, or give the dataset to the trainer."
+            )
         with torch.no_grad(), self.accelerator.autocast():
             if self.ref_model is not None:
-                logps = completion_logps(self.ref_model, batch)
-            else:
+                logps = completion_logps(self.ref_model, batch, self.args.share_prompt_forward)
+            else:  # the policy without its adapter, or the untrained policy itself (see __init__)
                 policy = self.accelerator.unwrap_model(self.model)
                 was_training = policy.training
                 policy.eval()  # no dropout in the reference
-                with policy.disable_adapter():
-                    logps = completion_logps(policy, batch)
+                with policy.disable_adapter() if is_peft_model(policy) else contextlib.nullcontext():
+                    logps = completion_logps(policy, batch, self.args.share_prompt_forward)
                 policy.train(was_training)
         return logps.float().chunk(2)
 
@@ -239,8 +349,10 @@ class DPOTrainer(Trainer):
 
     # ---- loss ------------------------------------------------------------------------------------------
     def compute_loss(self, model, inputs: dict[str, torch.Tensor], return_outputs: bool = False, num_items_in_batch=None):
-        # 1. policy log-probs of [chosen; rejected] in one forward pass
-        policy_chosen, policy_rejected = completion_logps(model, inputs).float().chunk(2)  # (B,), (B,)
+        # 1. policy log-probs of [chosen; rejected] in one forward pass (under autocast here too: the shared-prompt
+        # path calls the decoder and LM head directly, not the forward that accelerate wraps in autocast)
+        with self.accelerator.autocast():
+            policy_chosen, policy_rejected = completion_logps(model, inputs, self.args.share_prompt_forward).float().chunk(2)  # (B,), (B,)
         # 2. reference log-probs: cached in the batch, or one reference forward pass now
         if "ref_chosen_logps" in inputs:
             ref_chosen, ref_rejected = inputs["ref_chosen_logps"], inputs["ref_rejected_logps"]

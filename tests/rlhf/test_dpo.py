@@ -89,13 +89,63 @@ def test_completion_logps_sum_completion_tokens_only_and_ignore_padding(tiny_mod
     assert batched[0].item() == pytest.approx(by_hand.item(), abs=1e-4)
 
 
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+def test_shared_prompt_forward_gives_the_padded_rows_numbers_and_gradients(tiny_model_dir, attention):
+    # One sequence per pair (prompt + chosen + rejected, rejected blind to chosen) against one row per
+    # completion: same log-probs and same gradients, with uneven prompts and completions in the batch.
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, attn_implementation=attention)
+    rows = [
+        tokenize_preference_causal({"prompt": "Hi", "chosen": " a", "rejected": " b c d e f"}, tokenizer, 64, 32),
+        tokenize_preference_causal({"prompt": "A much longer prompt here", "chosen": " yes it is", "rejected": " no"}, tokenizer, 64, 32),
+    ]
+    batch = PreferenceCollator(tokenizer.pad_token_id)(rows)
+    grads = []
+    for share in (False, True):
+        logps = completion_logps(model, batch, share_prompt=share)
+        (logps * torch.tensor([1.0, 2.0, -1.0, 0.5])).sum().backward()
+        grads.append((logps.detach(), [p.grad.clone() for p in model.parameters()]))
+        model.zero_grad()
+    (padded, padded_grads), (shared, shared_grads) = grads
+    assert torch.allclose(shared, padded, atol=1e-5)
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(padded_grads, shared_grads))
+
+
+def test_shared_prompt_forward_under_gradient_checkpointing_gives_the_same_gradients(tiny_model_dir):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, attn_implementation="eager").train()
+    rows = [tokenize_preference_causal({"prompt": "The film was", "chosen": " great", "rejected": " not good"}, tokenizer, 64, 32)]
+    batch = PreferenceCollator(tokenizer.pad_token_id)(rows)
+    grads = []
+    for checkpointing in (False, True):
+        if checkpointing:
+            model.gradient_checkpointing_enable()
+        completion_logps(model, batch).sum().backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+        model.zero_grad()
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(*grads))
+
+
+def test_shared_prompt_forward_falls_back_when_a_pair_does_not_share_its_prompt(tiny_model_dir):
+    from rlhf.dpo import _shared_prompt_layout
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    row = tokenize_preference_causal({"prompt": "Hi there", "chosen": " a", "rejected": " b"}, tokenizer, 64, 32)
+    batch = PreferenceCollator(tokenizer.pad_token_id)([row])
+    assert _shared_prompt_layout(batch) is not None
+    batch["input_ids"][1, 0] += 1  # the rejected row's prompt differs
+    assert _shared_prompt_layout(batch) is None
+
+
 @pytest.mark.parametrize("loss_type", ["sigmoid", "ipo", "hinge"])
 def test_dpo_learns_separable_pairs_and_reference_stays_fixed(tiny_model_dir, tmp_path, loss_type):
     trainer = DPOTrainer(
         str(tiny_model_dir), args=config(tmp_path, loss_type=loss_type, num_train_epochs=1, learning_rate=1e-2),
         train_dataset=toy_pairs(32, seed=0), eval_dataset=toy_pairs(16, seed=1),
     )
-    before, ref_before = params(trainer.model), params(trainer.ref_model)
+    assert trainer.ref_model is None  # precomputed: the untrained policy ran over both datasets, no copy kept
+    cached = [list(ds["ref_chosen_logps"]) for ds in (trainer.train_dataset, trainer.eval_dataset)]
+    before = params(trainer.model)
     start = trainer.evaluate()
     trainer.train()
     end = trainer.evaluate()
@@ -105,7 +155,22 @@ def test_dpo_learns_separable_pairs_and_reference_stays_fixed(tiny_model_dir, tm
     assert end["eval_rewards/margins"] > 0.05
     assert end["eval_loss"] < start["eval_loss"]
     assert_trained(before, trainer.model)
+    assert [list(ds["ref_chosen_logps"]) for ds in (trainer.train_dataset, trainer.eval_dataset)] == cached
+
+
+def test_live_reference_is_a_frozen_copy(tiny_model_dir, tmp_path):
+    trainer = DPOTrainer(str(tiny_model_dir), args=config(tmp_path, num_train_epochs=1, learning_rate=1e-2, precompute_ref_log_probs=False),
+                         train_dataset=toy_pairs(16, seed=0))
+    before, ref_before = params(trainer.model), params(trainer.ref_model)
+    trainer.train()
+    assert_trained(before, trainer.model)
     assert all(torch.equal(ref_before[k], v) for k, v in params(trainer.ref_model).items())
+
+
+def test_without_a_kept_reference_a_new_eval_dataset_is_refused(tiny_model_dir, tmp_path):
+    trainer = DPOTrainer(str(tiny_model_dir), args=config(tmp_path, max_steps=1), train_dataset=toy_pairs(8, seed=0))
+    with pytest.raises(ValueError, match="no reference model is kept"):
+        trainer.evaluate(trainer.train_dataset.remove_columns(["ref_chosen_logps", "ref_rejected_logps"]))
 
 
 def test_precomputed_reference_matches_live_reference(tiny_model_dir, tmp_path):
@@ -220,7 +285,8 @@ def test_training_from_an_adapter_folder_starts_from_the_merged_model(tiny_model
     with torch.no_grad():
         sft_logits = sft(ids).logits
 
-    trainer = DPOTrainer(str(tmp_path / "sft-adapter"), args=config(tmp_path, max_steps=2), train_dataset=toy_pairs(16, seed=0))
+    trainer = DPOTrainer(str(tmp_path / "sft-adapter"), args=config(tmp_path, max_steps=2, precompute_ref_log_probs=False),
+                         train_dataset=toy_pairs(16, seed=0))
     with torch.no_grad():
         # the reference is the SFT model (adapter merged), not the bare base
         assert torch.allclose(trainer.ref_model(ids).logits, sft_logits, atol=1e-4)

@@ -189,3 +189,10 @@ def test_default_encoder_trains_a_step(tmp_path):
     trainer = RewardTrainer("default-encoder", args=config(tmp_path, max_steps=1, per_device_train_batch_size=2), train_dataset=toy_pairs(2, seed=0))
     assert trainer.model.config.num_labels == 1 and trainer.processing_class.eos_token is None
     assert trainer.train().training_loss > 0
+
+
+@pytest.mark.parametrize("disable", [True, False])
+def test_dropout_is_off_by_default_as_in_trl(tiny_encoder_dir, tmp_path, disable):
+    trainer = RewardTrainer(str(tiny_encoder_dir), args=config(tmp_path, disable_dropout=disable), train_dataset=toy_pairs(4, seed=0))
+    rates = {m.p for m in trainer.model.modules() if isinstance(m, torch.nn.Dropout)}
+    assert rates and (rates == {0.0}) == disable
