@@ -51,7 +51,7 @@ def test_train_wait_list_show_and_errors(db_path, tmp_path, capsys):
 def test_list_settings_shows_job_and_trainer_fields(capsys):
     assert main(["train", "ppo", "--list-settings"]) == 0
     out = capsys.readouterr().out
-    assert "timeout_policy='skip'" in out and "PPOConfig settings" in out and "init_kl_coef=0.05" in out and "advantage_estimator='rloo'" in out
+    assert "timeout_policy='skip'" in out and "PPOConfig settings" in out and "init_kl_coef=0.03" in out and "advantage_estimator='rloo'" in out
 
 
 def test_every_train_subcommand_has_help():

@@ -13,7 +13,7 @@ from labeler.services.train_configs import JobConfig
 
 def test_specs_follow_the_dataclass():
     specs = {s.name: s for s in forms.field_specs(JobConfig)}
-    assert specs["steps"].kind == "int" and specs["steps"].default == 30 and specs["steps"].help
+    assert specs["steps"].kind == "int" and specs["steps"].default == 40 and specs["steps"].help
     assert specs["reward"].kind == "choice" and specs["reward"].choices == ("rm", "human", "mix", "function")
     assert specs["min_agreement"].kind == "float" and specs["min_agreement"].optional
     assert specs["bf16"].kind == "bool"
