@@ -37,6 +37,20 @@ from rlhf.losses import pairwise_reward_loss
 from rlhf.peft_utils import apply_peft, merge_adapter
 
 
+# The reward model's score statistics on the answers it was trained on (chosen and rejected: the base policy's
+# answers when people labelled its samples), saved beside the weights. A Bradley-Terry model's scores have an
+# arbitrary offset and scale (only differences are trained), so PPO standardises them with these before adding
+# the KL penalty: one KL coefficient then fits every reward model (Ziegler et al. 2019 normalise the same way,
+# on samples of the initial policy).
+SCORE_STATS_FILE = "score_stats.json"
+
+
+def read_score_stats(folder: str | os.PathLike) -> dict[str, float] | None:
+    """{'mean', 'std', 'count'} saved by RewardTrainer.save_model, or None for a model saved without them."""
+    path = Path(folder) / SCORE_STATS_FILE
+    return json.loads(path.read_text()) if path.exists() else None
+
+
 @dataclass
 class RewardConfig(TrainingArguments):
     """TrainingArguments plus the reward model's own fields; defaults suit a small CPU run."""
@@ -56,6 +70,9 @@ class RewardConfig(TrainingArguments):
     )
     disable_dropout: bool = field(
         default=True, metadata={"help": "Set every dropout probability to 0, as TRL's RewardTrainer does by default (on CPU, dropout's random masks took ~17% of a MiniLM step)."}
+    )
+    save_score_stats: bool = field(
+        default=True, metadata={"help": f"With the final model, save the mean and std of its scores on the training answers ({SCORE_STATS_FILE}), so PPO can standardise them."}
     )
     # TrainingArguments fields whose defaults we change for small CPU runs:
     output_dir: str | None = field(default="reward-model", metadata={"help": "Where checkpoints and the final model go."})
@@ -206,6 +223,24 @@ class RewardTrainer(Trainer):
         logits = torch.stack([outputs["rewards_chosen"], outputs["rewards_rejected"]], dim=1)  # (B, 2)
         return loss.detach(), logits, torch.zeros(len(logits), device=logits.device)
 
+    def score_stats(self, dataset=None) -> dict[str, float]:
+        """Mean and std of the model's scores over every chosen and rejected answer of `dataset` (default: the
+        training set). Runs on every rank (predict gathers the shards)."""
+        predictions = self.predict(dataset if dataset is not None else self.train_dataset).predictions  # (B, 2)
+        scores = np.asarray(predictions, dtype=np.float64).reshape(-1)
+        return {"mean": float(scores.mean()), "std": float(scores.std()), "count": int(scores.size)}
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """The Trainer's save, plus score_stats.json for a final save (not for checkpoints) when the config
+        asks for it and a training set is present."""
+        super().save_model(output_dir, _internal_call)
+        if _internal_call or not self.args.save_score_stats or self.train_dataset is None:
+            return
+        stats = self.score_stats()  # every rank: predict is collective
+        if self.is_world_process_zero():
+            folder = Path(output_dir or self.args.output_dir)
+            (folder / SCORE_STATS_FILE).write_text(json.dumps(stats, indent=2) + "\n")
+
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         # Train logs get the means of the per-step metrics gathered since the last log.
         if "loss" in logs and self._metrics:
@@ -232,6 +267,7 @@ class RewardScorer:
             self.model.config.pad_token_id = self.tokenizer.pad_token_id
         self.max_length = max_length
         self.collator = RewardCollator(self.tokenizer.pad_token_id)
+        self.score_stats = read_score_stats(path)  # None for a model saved without them
 
     @torch.no_grad()
     def score(self, prompts: list[Any], responses: list[Any], batch_size: int = 16) -> list[float]:
@@ -255,4 +291,5 @@ class RewardScorer:
         return batch
 
 
-__all__ = ["RewardConfig", "RewardTrainer", "RewardScorer", "load_reward_model", "reward_accuracy"]
+__all__ = ["SCORE_STATS_FILE", "RewardConfig", "RewardTrainer", "RewardScorer", "load_reward_model", "read_score_stats",
+           "reward_accuracy"]

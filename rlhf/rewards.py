@@ -93,26 +93,56 @@ class RewardModelReward:
     `scorer(prompts, responses) -> list[float]` is e.g. rlhf.reward.RewardScorer(path).score. With
     `subtract_query_score`, the reward is r(query, response) - r(query, ""): the query's own score is a baseline
     that removes what the response cannot change (a prompt that already reads positive).
+
+    With `score_stats` ({'mean', 'std'} of the model's scores on its training answers, rlhf.reward's
+    score_stats.json) and `score_std`, scores are standardised, (r - mean) / std, then multiplied by `score_std`:
+    a Bradley-Terry model's offset and scale are arbitrary (the demo's ranged -6..6 where VADER's range is
+    -1..1), and it is their size next to the KL penalty that decides how far PPO moves the policy.
     """
 
-    def __init__(self, scorer: Callable[[list, list], list[float]], subtract_query_score: bool = False):
+    def __init__(self, scorer: Callable[[list, list], list[float]], subtract_query_score: bool = False,
+                 score_stats: dict[str, float] | None = None, score_std: float | None = None):
+        if score_std is not None and score_stats is None:
+            raise ValueError("score_std needs score_stats (the mean and std of the model's training scores)")
+        if score_stats is not None and not score_stats.get("std", 0) > 0:
+            raise ValueError(f"score_stats {score_stats}: std must be > 0")
         self.scorer = scorer
         self.subtract_query_score = subtract_query_score
+        self.score_stats, self.score_std = score_stats, score_std
         self.last_stats: dict[str, float] = {}
 
     @classmethod
-    def from_pretrained(cls, path: str, subtract_query_score: bool = False, device=None) -> "RewardModelReward":
-        from rlhf.reward import RewardScorer
+    def from_pretrained(cls, path: str, subtract_query_score: bool = False, device=None,
+                        score_std: float | None = None) -> "RewardModelReward":
+        """`score_std`: standardise with the model's score_stats.json, then scale to this std (None: raw).
+        A model saved without the file (before it existed) gives raw scores, with a warning."""
+        import warnings
 
-        return cls(RewardScorer(path, device=device).score, subtract_query_score)
+        from rlhf.reward import SCORE_STATS_FILE, RewardScorer
+
+        scorer = RewardScorer(path, device=device)
+        if score_std is not None and scorer.score_stats is None:
+            warnings.warn(f"reward model {path} has no {SCORE_STATS_FILE} (saved by an older version): its raw "
+                          "scores are used; retrain it to have them standardised", stacklevel=2)
+            score_std = None
+        return cls(scorer.score, subtract_query_score, scorer.score_stats if score_std is not None else None,
+                   score_std)
 
     def __call__(self, queries: Sequence[str], responses: Sequence[str]) -> Scores:
         _check_lengths(queries, responses)
-        scores = [float(s) for s in self.scorer(list(queries), list(responses))]
+        raw = [float(s) for s in self.scorer(list(queries), list(responses))]
+        scores, shift = raw, 0.0
         if self.subtract_query_score:
             baseline = [float(s) for s in self.scorer(list(queries), [""] * len(queries))]
-            scores = [s - b for s, b in zip(scores, baseline)]
+            scores = [s - b for s, b in zip(raw, baseline)]
+        elif self.score_std is not None:
+            shift = self.score_stats["mean"]  # a difference of two scores has no offset to remove
+        if self.score_std is not None:
+            scale = self.score_std / self.score_stats["std"]
+            scores = [(s - shift) * scale for s in scores]
         self.last_stats = _stats("rm", scores)
+        if self.score_std is not None:
+            self.last_stats["reward/rm_raw_mean"] = sum(raw) / len(raw) if raw else 0.0
         return scores
 
 

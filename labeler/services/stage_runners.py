@@ -200,7 +200,7 @@ def reward_source(ctx: StageContext, db, queue=None):
 
     def rm():
         path = models.resolve(db, job.reward_model or models.newest(db, "reward"))
-        return RewardModelReward.from_pretrained(path, job.subtract_query_score)
+        return RewardModelReward.from_pretrained(path, job.subtract_query_score, score_std=job.rm_score_std)
 
     if job.reward == "rm":
         return rm()

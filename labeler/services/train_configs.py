@@ -66,10 +66,20 @@ class JobConfig:
     sft_min_score: float | None = field(default=None, metadata={"help": "SFT: keep rated answers with a mean score at least this (blank: the scale's midpoint)."})
     test_size: float = field(default=0.1, metadata={"help": "Held-out fraction for evaluation."})
     # PPO
-    reward: Literal["rm", "human", "mix", "function"] = field(default="rm", metadata={"help": "PPO reward source."})
-    reward_model: str = field(default="", metadata={"help": "Reward model (registry name or folder) for rm/mix; blank: the newest registered one."})
+    reward: Literal["rm", "human", "mix", "function"] = field(default="rm", metadata={
+        "help": "PPO reward source: rm: the reward model · human: the Rate tab · mix: both · function: e.g. VADER.",
+        "widget": "radio"})
+    reward_model: str = field(default="", metadata={
+        "help": "Reward model (registry name or folder) for rm/mix; blank: the newest registered one.",
+        "widget": "dropdown"})  # the Train tab lists the registered reward models
     reward_function: str = field(default="vader", metadata={"help": "For reward=function: 'vader' (VADER sentiment of the answer alone), 'vader-with-prompt' or module:function taking (queries, responses)."})
     subtract_query_score: bool = field(default=False, metadata={"help": "Reward model: subtract the query's own score."})
+    # A reward model's scores have an arbitrary offset and scale; standardised on its training answers (the base
+    # policy's), at the spread of VADER and of human ratings on base answers (std 0.37 and about 0.5 on [-1, 1]),
+    # the one init_kl_coef tuned on VADER fits them too (raw, the demo's reward model reached KL 18 nats).
+    rm_score_std: float | None = field(default=0.5, metadata={
+        "help": "Reward model: standardise its scores with the mean and std of its training answers (saved with "
+                "it), then scale to this std; blank: raw scores."})
     w_human: float = field(default=1.0, metadata={"help": "mix: weight of the human reward."})
     w_rm: float = field(default=1.0, metadata={"help": "mix: weight of the reward model."})
     human_timeout: float = field(default=300.0, metadata={"help": "Seconds to wait for human ratings of a batch."})
@@ -105,6 +115,7 @@ class JobConfig:
         _check(self.checkpoint_every >= 0, "checkpoint_every", self.checkpoint_every, "must be 0 or positive")
         _check(self.lora_r >= 1, "lora_r", self.lora_r, "must be at least 1")
         _check(self.min_annotators >= 1, "min_annotators", self.min_annotators, "must be at least 1")
+        _check(self.rm_score_std is None or self.rm_score_std > 0, "rm_score_std", self.rm_score_std, "must be positive (blank: raw scores)")
         _check(0 <= self.test_size < 1, "test_size", self.test_size, "must be in [0, 1)")
         _check(self.human_timeout > 0, "human_timeout", self.human_timeout, "must be positive")
         _check(self.w_human >= 0 and self.w_rm >= 0, "w_human/w_rm", (self.w_human, self.w_rm), "must be >= 0")

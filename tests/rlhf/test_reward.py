@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 import torch
 from datasets import Dataset
@@ -10,7 +11,7 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer, Trai
 
 from rlhf.data import DataError, RewardCollator, tokenize_preference_reward
 from rlhf.losses import pairwise_reward_loss
-from rlhf.reward import RewardConfig, RewardScorer, RewardTrainer
+from rlhf.reward import RewardConfig, RewardScorer, RewardTrainer, read_score_stats
 
 from param_checks import assert_trained
 
@@ -83,6 +84,18 @@ def test_reward_model_learns_separable_pairs_on_encoder(tiny_encoder_dir, tmp_pa
     with torch.no_grad():
         direct = loaded(**tokenizer("Tell me about the plot.", "The cast is good.", return_tensors="pt")).logits[0, 0]
     assert scores[0] == pytest.approx(direct.item(), abs=1e-5)
+
+    # Beside the weights: the mean and std of the final model's scores over every training answer (chosen and
+    # rejected), which PPO uses to standardise the scores.
+    stats = read_score_stats(tmp_path / "rm")
+    train = data(64, 0)
+    all_scores = RewardScorer(tmp_path / "rm").score(list(train["prompt"]) * 2, list(train["chosen"]) + list(train["rejected"]))
+    assert stats["count"] == 128
+    assert stats["mean"] == pytest.approx(float(np.mean(all_scores)), abs=1e-4)
+    assert stats["std"] == pytest.approx(float(np.std(all_scores)), abs=1e-4)
+    # Checkpoints (the Trainer's internal saves) do not score the training set.
+    trainer.save_model(str(tmp_path / "checkpoint"), _internal_call=True)
+    assert read_score_stats(tmp_path / "checkpoint") is None
 
 
 def test_compute_loss_uses_margin_and_one_forward_pass(tiny_encoder_dir, tmp_path):

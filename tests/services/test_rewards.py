@@ -45,6 +45,34 @@ def test_reward_model_reward_subtracts_the_query_score():
     assert baseline.last_stats["reward/rm_mean"] == pytest.approx(1.5)
 
 
+def test_reward_model_reward_standardises_with_the_training_score_stats():
+    def scorer(prompts, responses):
+        return [float((p + " " + r).count("good")) for p, r in zip(prompts, responses)]
+
+    stats = {"mean": 1.0, "std": 4.0, "count": 10}
+    queries, responses = ["a good start", "plain"], ["good good", "good"]  # raw [3, 1]
+    standard = RewardModelReward(scorer, score_stats=stats, score_std=0.5)
+    # (3 - 1) / 4 * 0.5 = 0.25; (1 - 1) / 4 * 0.5 = 0
+    assert standard(queries, responses) == [0.25, 0.0]
+    assert standard.last_stats["reward/rm_raw_mean"] == 2.0
+    assert standard.last_stats["reward/rm_mean"] == pytest.approx(0.125)
+    # With the query's score subtracted, the difference [2, 1] has no offset left: only the scale applies.
+    baseline = RewardModelReward(scorer, subtract_query_score=True, score_stats=stats, score_std=0.5)
+    assert baseline(queries, responses) == [0.25, 0.125]
+    with pytest.raises(ValueError, match="score_stats"):
+        RewardModelReward(scorer, score_std=0.5)
+    with pytest.raises(ValueError, match="std must be > 0"):
+        RewardModelReward(scorer, score_stats={"mean": 0.0, "std": 0.0}, score_std=0.5)
+
+
+def test_a_reward_model_without_score_stats_gives_raw_scores_with_a_warning(tiny_encoder_dir):
+    raw = RewardModelReward.from_pretrained(str(tiny_encoder_dir))
+    with pytest.warns(UserWarning, match="score_stats.json"):
+        asked = RewardModelReward.from_pretrained(str(tiny_encoder_dir), score_std=0.5)
+    queries, responses = ["A film"] * 2, ["that I loved.", "that I hated."]
+    assert asked(queries, responses) == raw(queries, responses)
+
+
 def test_reward_model_reward_with_a_real_sequence_classifier(tiny_encoder_dir):
     reward = RewardModelReward.from_pretrained(str(tiny_encoder_dir), subtract_query_score=True)
     scores = reward(["A film", "A film"], ["that I loved.", "that I hated."])
