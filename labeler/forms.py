@@ -30,6 +30,13 @@ class FieldSpec:
     help: str
     choices: tuple = ()
     optional: bool = False  # None is an accepted value
+    # The form control when the kind's own is not the best one, from the field's metadata["widget"]:
+    # "radio": a choice shown as buttons, every option in view (a few options that change what else matters);
+    # "dropdown": text picked from options the app fills when a page loads (registry names), or typed.
+    widget: str = ""
+
+
+WIDGETS = ("", "radio", "dropdown")
 
 
 def _kind_of(annotation) -> tuple[str, tuple, bool]:
@@ -76,7 +83,11 @@ def field_specs(cls, only: list[str] | tuple[str, ...] | None = None) -> list[Fi
         if not f.init or f.name.startswith("_"):
             continue
         kind, choices, optional = _kind_of(hints.get(f.name, str))
-        by_name[f.name] = FieldSpec(f.name, kind, _default(f), f.metadata.get("help", ""), choices, optional)
+        control = f.metadata.get("widget", "")
+        if control not in WIDGETS or (control == "radio" and kind != "choice"):
+            raise TypeError(f"{cls.__name__}.{f.name}: metadata widget={control!r} is not one of {WIDGETS[1:]} "
+                            f"(radio needs a Literal or Enum field)")
+        by_name[f.name] = FieldSpec(f.name, kind, _default(f), f.metadata.get("help", ""), choices, optional, control)
     if only is None:
         return list(by_name.values())
     missing = [name for name in only if name not in by_name]
@@ -199,8 +210,10 @@ def changed(config, only: list[str] | None = None) -> dict[str, Any]:
 
 
 def widget(spec: FieldSpec, value: Any = None, **layout: Any):
-    """The Gradio component for one field: a checkbox, a number, a dropdown, or a textbox. Numbers get
-    gr.Number (precision 0 for ints), except an optional one left blank (None: automatic), which gets a textbox. `layout` (min_width, scale, ...) is passed on."""
+    """The Gradio component for one field: a checkbox, a number, a dropdown, a radio or a textbox. Numbers get
+    gr.Number (precision 0 for ints), except an optional one left blank (None: automatic), which gets a textbox.
+    A "dropdown" field starts with no options: the tab fills them on load (gr.update(choices=...)).
+    `layout` (min_width, scale, elem_id, ...) is passed on."""
     import gradio as gr
 
     value = spec.default if value is None else value
@@ -215,6 +228,10 @@ def widget(spec: FieldSpec, value: Any = None, **layout: Any):
         return gr.Number(value=value, label=label, info=info, precision=0, **layout)
     if spec.kind == "float":
         return gr.Number(value=value, label=label, info=info, **layout)
+    if spec.widget == "radio":
+        return gr.Radio(choices=[str(c) for c in spec.choices], value=str(value), label=label, info=info, **layout)
+    if spec.widget == "dropdown":
+        return gr.Dropdown(choices=[], value=value or None, allow_custom_value=True, label=label, info=info, **layout)
     if spec.kind == "choice":
         return gr.Dropdown(choices=[str(c) for c in spec.choices], value=str(value), label=label, info=info, **layout)
     text = json.dumps(value) if spec.kind == "json" else ("" if value is None else str(value))
@@ -227,6 +244,8 @@ def from_widgets(specs: list[FieldSpec], values: list[Any]) -> dict[str, Any]:
     for spec, value in zip(specs, values):
         if spec.optional and (value is None or value == ""):
             out[spec.name] = None
+        elif spec.kind == "str" and value is None:  # a dropdown with nothing picked: blank text
+            out[spec.name] = ""
         else:
             out[spec.name] = value
     return out

@@ -99,7 +99,7 @@ def test_widgets_match_kinds():
     assert isinstance(forms.widget(specs["bf16"]), gr.Checkbox)
     steps = forms.widget(specs["steps"])
     assert isinstance(steps, gr.Number) and steps.precision == 0
-    assert isinstance(forms.widget(specs["reward"]), gr.Dropdown)
+    assert type(forms.widget(specs["timeout_policy"])) is gr.Dropdown  # a Literal (reward: a radio, test_forms.py)
     assert isinstance(forms.widget(specs["annotators"]), gr.Textbox)
     # Widget values read back through the same parsing: a Number gives 5.0 for an int field.
     values = forms.from_widgets([specs["steps"], specs["min_agreement"]], [5.0, ""])

@@ -140,3 +140,40 @@ def test_reward_agreement_needs_a_reward_model(train_app):
         agreement("", request=gr.Request(username=ADMIN))
     with pytest.raises(gr.Error):
         agreement("some-rm", request=gr.Request(username="nobody"))  # admins only
+
+
+def _form(app, api_name):
+    """The endpoint's handler and its form as it first shows, keyed by elem_id (the ids the browser tests use)."""
+    fn = next(fn for fn in app.fns.values() if fn.api_name == api_name)
+    return fn.fn, {component: component.value for component in fn.inputs}, {c.elem_id: c for c in fn.inputs}
+
+
+def test_the_reward_widgets_come_from_job_config_and_are_sent_only_for_ppo(train_app, monkeypatch):
+    from labeler.ui.tabs import train
+
+    launched = []
+
+    def create_run(db, stage, settings, **kwargs):
+        launched.append((stage, settings))
+        return SimpleNamespace(id=len(launched), status="queued")
+
+    monkeypatch.setattr(train.jobs, "create_run", create_run)  # the settings the form sends, no worker started
+    launch, data, by_id = _form(train_app, "train_launch")
+    reward, reward_model = by_id["train-reward"], by_id["train-reward-model"]
+    assert isinstance(reward, gr.Radio) and [v for _, v in reward.choices] == ["rm", "human", "mix", "function"]
+    assert isinstance(reward_model, gr.Dropdown) and reward_model.allow_custom_value and reward_model.value is None
+    data[by_id["train-stage"]] = "ppo"
+    data[reward], data[reward_model] = "function", None  # nothing picked in the dropdown: blank
+    launch(data, request=gr.Request(username=ADMIN))
+    data[reward], data[reward_model] = "mix", "rm-run2"
+    launch(data, request=gr.Request(username=ADMIN))
+    data[reward], data[by_id["train-stage"]] = "rm", "rm"  # the default source: nothing to send
+    launch(data, request=gr.Request(username=ADMIN))
+    # A reward-model run ignores the hidden PPO group (reward=human would refuse num_processes > 1).
+    data[reward], data[by_id["train-reward-function"]] = "human", "vader-with-prompt"
+    launch(data, request=gr.Request(username=ADMIN))
+    # Only what differs from JobConfig's defaults is sent, plus the base model picker's value.
+    assert launched == [("ppo", {"reward": "function", "model": "default-encoder"}),
+                        ("ppo", {"reward": "mix", "reward_model": "rm-run2", "model": "default-encoder"}),
+                        ("rm", {"model": "default-encoder"}),
+                        ("rm", {"model": "default-encoder"})]

@@ -21,6 +21,8 @@ REFRESH_SECONDS = 2.0
 # Shown beside the stage picker; each stage's own trainer fields come from its config class.
 JOB_FIELDS = ["steps", "checkpoint_every", "lora", "bf16", "num_processes"]
 DATA_FIELDS = ["annotators", "min_annotators", "min_agreement", "include_rating_pairs", "test_size"]
+# The "PPO rewards" group, shown (and sent) only for a PPO run; the first row is where the reward comes from.
+PPO_SOURCE_FIELDS = ["reward", "reward_model"]
 PPO_FIELDS = ["reward_function", "subtract_query_score", "w_human", "w_rm", "human_timeout", "timeout_policy",
               "human_overlap", "max_new_tokens"]
 DEFAULT_METRICS = {"sft": ["loss"], "rm": ["loss", "accuracy"], "dpo": ["loss", "rewards/margins"],
@@ -132,8 +134,9 @@ def comparison_frame(db, run_id: int | None) -> tuple[pd.DataFrame, pd.DataFrame
 def collect_settings(stage: str, specs_by_stage: dict, values: list, advanced: str) -> dict:
     """Form values -> raw settings (only what differs from a default), plus the advanced key=value lines."""
     settings = {}
-    for spec, value in zip(specs_by_stage["job"], values[: len(specs_by_stage["job"])]):
-        settings[spec.name] = value
+    ppo_only = set(PPO_SOURCE_FIELDS + PPO_FIELDS)
+    job_values = forms.from_widgets(specs_by_stage["job"], values[: len(specs_by_stage["job"])])
+    settings.update({name: value for name, value in job_values.items() if stage == "ppo" or name not in ppo_only})
     offset = len(specs_by_stage["job"])
     for name in train_configs.STAGES:
         specs = specs_by_stage[name]
@@ -159,7 +162,8 @@ def _same(value, default) -> bool:
 
 def build(ctx: UIContext) -> None:
     project = ctx.project
-    job_specs = forms.field_specs(train_configs.JobConfig, JOB_FIELDS + DATA_FIELDS + PPO_FIELDS)
+    job_specs = forms.field_specs(train_configs.JobConfig, JOB_FIELDS + DATA_FIELDS + PPO_SOURCE_FIELDS + PPO_FIELDS)
+    job_spec_by_name = {spec.name: spec for spec in job_specs}
     specs_by_stage = {"job": job_specs}
     for stage in train_configs.STAGES:
         specs_by_stage[stage] = forms.field_specs(train_configs.stage_config_class(stage), train_configs.form_fields(stage))
@@ -175,24 +179,19 @@ def build(ctx: UIContext) -> None:
                             info="registry name, 'default', 'default-encoder' or a folder", scale=2,
                             elem_id="train-model")
     job_widgets = {}
-    with gr.Row():
-        for spec in job_specs[: len(JOB_FIELDS)]:
-            job_widgets[spec.name] = forms.widget(spec)
+
+    def job_row(names: list[str]) -> None:
+        with gr.Row():
+            for name in names:  # elem_id "train-reward" for the field reward, etc.: what the browser tests find
+                job_widgets[name] = forms.widget(job_spec_by_name[name], elem_id="train-" + name.replace("_", "-"))
+
+    job_row(JOB_FIELDS)
     with gr.Group(visible=False) as ppo_group:
         gr.Markdown("**PPO rewards**")
-        with gr.Row():
-            reward = gr.Radio(["rm", "human", "mix", "function"], value="rm", label="Reward source",
-                              info="rm: reward model · human: the Rate tab · mix: both · function: e.g. VADER",
-                              elem_id="train-reward")
-            reward_model = gr.Dropdown([], value=None, label="Reward model", allow_custom_value=True,
-                                       info="blank: the newest registered reward model")
-        with gr.Row():
-            for spec in job_specs[len(JOB_FIELDS) + len(DATA_FIELDS):]:
-                job_widgets[spec.name] = forms.widget(spec)
+        job_row(PPO_SOURCE_FIELDS)
+        job_row(PPO_FIELDS)
     with gr.Accordion("Data filters", open=False):
-        with gr.Row():
-            for spec in job_specs[len(JOB_FIELDS): len(JOB_FIELDS) + len(DATA_FIELDS)]:
-                job_widgets[spec.name] = forms.widget(spec)
+        job_row(DATA_FIELDS)
     stage_groups, stage_widgets = {}, {}
     with gr.Accordion("Trainer settings", open=False):
         for name in train_configs.STAGES:
@@ -274,9 +273,6 @@ def build(ctx: UIContext) -> None:
         settings = collect_settings(stage_name, specs_by_stage, [data[w] for w in job_inputs + trainer_inputs],
                                     data[advanced])
         settings["model"] = data[model] or ""
-        if stage_name == "ppo":
-            settings["reward"] = data[reward]
-            settings["reward_model"] = data[reward_model] or ""
         return stage_name, settings
 
     @ui_errors
@@ -401,12 +397,12 @@ def build(ctx: UIContext) -> None:
                        comparison, comparison_answers, eval_note]
     refresh_inputs = [run, metric_names, plot, reward_curve]
     if ctx.app is not None:
-        ctx.app.load(quiet_on_load(load_choices, 4), None, [model, reward_model, inspect_model, run],
+        ctx.app.load(quiet_on_load(load_choices, 4), None, [model, job_widgets["reward_model"], inspect_model, run],
                      api_name="train_choices")
     stage.change(on_stage, stage, [model, ppo_group, *stage_groups.values()], api_name=False)
-    launch.click(do_launch, {stage, model, reward, reward_model, advanced, *job_inputs, *trainer_inputs},
+    launch.click(do_launch, {stage, model, advanced, *job_inputs, *trainer_inputs},
                  [notice, run], api_name="train_launch")
-    preview.click(do_preview, {stage, model, reward, reward_model, advanced, *job_inputs, *trainer_inputs}, notice,
+    preview.click(do_preview, {stage, model, advanced, *job_inputs, *trainer_inputs}, notice,
                   api_name="train_preview")
     timer.tick(refresh, refresh_inputs, refresh_outputs, api_name="train_refresh", show_progress="hidden")
     # A second refresh right after: when the series changed, the first one unmounts the chart (plot_value).
