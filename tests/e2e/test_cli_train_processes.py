@@ -11,12 +11,12 @@ from pathlib import Path
 
 import psutil
 import pytest
+# tests/ is on sys.path: pytest puts it there for tests/conftest.py (the default "prepend" import mode).
+from services.labeling_helpers import add_ranked_pairs
 
 from labeler.cli import main
-from labeler.services import accounts, jobs, labeling
+from labeler.services import accounts, jobs
 from storage import open_db
-
-GOOD, BAD = "a truly wonderful, moving film", "a dull and boring mess"
 
 
 @pytest.fixture(autouse=True)
@@ -30,16 +30,7 @@ def seed_labels(db_path: str, n_prompts: int) -> None:
     """Prompts with a good and a bad answer, ranked good first by one annotator."""
     db = open_db(db_path)
     accounts.create_user(db, "ann", "a-long-password")
-    for i in range(n_prompts):
-        prompt_id = db.execute("INSERT INTO prompts (project_id, text, text_hash) VALUES (1, ?, ?)",
-                               [f"Review {i}: this film was", f"h{i}"]).lastrowid
-        for text in (GOOD, BAD):
-            db.execute("INSERT INTO responses (prompt_id, text, model) VALUES (?, ?, 'm')", [prompt_id, f"{text} #{i}"])
-    labeling.create_items(db, "default", ranking_size=2)
-    text_of = {row[0]: row[1] for row in db.execute("SELECT id, text FROM responses")}
-    while (item := labeling.next_item(db, "default", "ann", "ranking")) is not None:
-        ids = sorted((r["id"] for r in item.responses), key=lambda r: BAD in text_of[r])
-        labeling.submit_ranking(db, "default", "ann", item.item_id, [[ids[0]], [ids[1]]])
+    add_ranked_pairs(db, n_prompts)
 
 
 def metric_steps(db, run_id: int, name: str) -> list[int]:

@@ -4,7 +4,9 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from labeler.services import accounts, jobs, labeling, models
+from labeling_helpers import add_ranked_pairs
+
+from labeler.services import accounts, jobs, models
 from labeler.services.stages import StageContext
 from labeler.services.train_configs import JobConfig
 from labeler.worker import run_worker
@@ -39,19 +41,7 @@ def test_a_process_other_than_the_main_one_writes_nothing(tmp_path):
 def test_a_resumed_reward_model_run_keeps_its_pairs(db, tmp_path, tiny_encoder_dir):
     accounts.create_user(db, "ann", "a-long-password")
 
-    def add_ranked_prompts(start, n):
-        for i in range(start, start + n):
-            prompt_id = db.execute("INSERT INTO prompts (project_id, text, text_hash) VALUES (1, ?, ?)",
-                                   [f"Review {i}", f"h{i}"]).lastrowid
-            for text in ("a wonderful film", "a dull mess"):
-                db.execute("INSERT INTO responses (prompt_id, text, model) VALUES (?, ?, 'm')", [prompt_id, f"{text} {i}"])
-        labeling.create_items(db, "default", ranking_size=2, kinds=("ranking",))
-        while (item := labeling.next_item(db, "default", "ann", "ranking")) is not None:
-            ids = sorted((r["id"] for r in item.responses), key=lambda r: "dull" in db.execute(
-                "SELECT text FROM responses WHERE id = ?", [r]).fetchone()[0])
-            labeling.submit_ranking(db, "default", "ann", item.item_id, [[ids[0]], [ids[1]]])
-
-    add_ranked_prompts(0, 6)
+    add_ranked_pairs(db, 6)
     settings = {"model": str(tiny_encoder_dir), "steps": 2, "checkpoint_every": 1, "per_device_train_batch_size": 2,
                 "test_size": 0.0}
     run = jobs.create_run(db, "rm", settings, runs_dir=tmp_path / "runs", start=False)
@@ -61,7 +51,7 @@ def test_a_resumed_reward_model_run_keeps_its_pairs(db, tmp_path, tiny_encoder_d
     assert first.split(":")[1] == "6"
 
     # Labels arrive, then the same run is resumed (as `runs resume` does after a crash): same 6 pairs.
-    add_ranked_prompts(6, 4)
+    add_ranked_pairs(db, 4, first=6)
     db.execute("DELETE FROM models WHERE run_id = ?", [run.id])
     db.execute("UPDATE runs SET status = 'running' WHERE id = ?", [run.id])
     assert run_worker(jobs.db_file(db), run.id) == "succeeded"

@@ -10,31 +10,19 @@ import time
 from pathlib import Path
 
 import pytest
+from labeling_helpers import add_ranked_pairs
 
 from labeler.services import accounts, jobs, labeling, models
 from labeler.services.human_reward import rating_to_reward
 from labeler.worker import run_worker
 from storage import open_db
 
-GOOD, BAD = "a truly wonderful, moving film", "a dull and boring mess"
-
 
 def _seed_labels(db, n_prompts=8):
-    """Prompts with a good and a bad answer; the annotator ranks good first and rates good 7, bad 2."""
+    """Prompts with a good and a bad answer; the annotator ann ranks good first and rates good 7, bad 2."""
     accounts.create_user(db, "ann", "a-long-password")
     accounts.create_user(db, "boss", "a-long-password", role="admin")
-    for i in range(n_prompts):
-        prompt_id = db.execute("INSERT INTO prompts (project_id, text, text_hash) VALUES (1, ?, ?)",
-                               [f"Review {i}: this film was", f"h{i}"]).lastrowid
-        for text in (GOOD, BAD):
-            db.execute("INSERT INTO responses (prompt_id, text, model) VALUES (?, ?, 'm')", [prompt_id, f"{text} #{i}"])
-    labeling.create_items(db, "default", ranking_size=2)
-    text_of = {row[0]: row[1] for row in db.execute("SELECT id, text FROM responses")}
-    while (item := labeling.next_item(db, "default", "ann", "ranking")) is not None:
-        ids = sorted((r["id"] for r in item.responses), key=lambda r: BAD in text_of[r])
-        labeling.submit_ranking(db, "default", "ann", item.item_id, [[ids[0]], [ids[1]]])
-    while (item := labeling.next_item(db, "default", "ann", "rating")) is not None:
-        labeling.submit_rating(db, "default", "ann", item.item_id, 7 if GOOD in item.responses[0]["text"] else 2)
+    add_ranked_pairs(db, n_prompts, rate=True)
 
 
 def _run_in_process(db, stage, settings, tmp_path):
