@@ -36,7 +36,8 @@ class FieldSpec:
     widget: str = ""
 
 
-WIDGETS = ("", "radio", "dropdown")
+# metadata["widget"] -> the field kind it draws.
+WIDGET_KINDS = {"radio": "choice", "dropdown": "str"}
 
 
 def _kind_of(annotation) -> tuple[str, tuple, bool]:
@@ -84,9 +85,9 @@ def field_specs(cls, only: list[str] | tuple[str, ...] | None = None) -> list[Fi
             continue
         kind, choices, optional = _kind_of(hints.get(f.name, str))
         control = f.metadata.get("widget", "")
-        if control not in WIDGETS or (control == "radio" and kind != "choice"):
-            raise TypeError(f"{cls.__name__}.{f.name}: metadata widget={control!r} is not one of {WIDGETS[1:]} "
-                            f"(radio needs a Literal or Enum field)")
+        if control and WIDGET_KINDS.get(control) != kind:
+            raise TypeError(f"{cls.__name__}.{f.name}: metadata widget={control!r} does not fit a field of kind {kind} "
+                            f"(radio: a Literal or Enum; dropdown: a str)")
         by_name[f.name] = FieldSpec(f.name, kind, _default(f), f.metadata.get("help", ""), choices, optional, control)
     if only is None:
         return list(by_name.values())
