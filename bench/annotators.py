@@ -3,6 +3,8 @@
     python bench/annotators.py                                   # 2k and 100k items, ~2.5 minutes
     python bench/annotators.py --sizes 100000 --duration 60      # the issue's 60 s run at 100k items
     python bench/annotators.py --sizes 2000 --annotators 1,20 --duration 5 --labels 50   # a quick look
+    git archive HEAD | tar -x -C /tmp/before && python bench/annotators.py --baseline /tmp/before --rounds 3
+                                                                 # this tree against a checkout, interleaved
 
 For each size it builds a fresh database (prompts and answers imported as plain rows, no generation; `--overlap`
 labels per item), starts a real server (`rlhf-studio serve` in its own process, as a user starts it) and drives
@@ -16,6 +18,10 @@ it with gradio_client, one Client per annotator, each logged in as its own user:
 Printed per row: labels/s, p50/p95/p99 per label, the server's and the clients' CPU per label, and the database
 check afterwards: every acknowledged label stored exactly once for its user (lost, duplicated) and no item over
 its overlap. The HTTP/service ratio is what to read on a shared machine (the load average is printed).
+
+--baseline DIR starts a second server from another checkout of the code (the same database, its own annotators)
+and measures it right before this tree's server, group by group, `--rounds` times: the two are compared under the
+same drift of a shared machine's speed instead of in runs minutes apart.
 
 The clients pass ssl_verify=False (the server is plain http on 127.0.0.1, nothing is verified either way):
 otherwise gradio_client builds an httpx client that loads the CA bundle for every request, ~20 ms of client
@@ -101,7 +107,7 @@ def build_database(path: str, n_items: int, users: list[str], overlap: int) -> N
 class Server:
     """`rlhf-studio serve` on a free port, as a user starts it (migrations at start-up, then plain requests)."""
 
-    def __init__(self, db_path: str, log_path: str):
+    def __init__(self, db_path: str, log_path: str, code_dir: str | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
         env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "OMP_NUM_THREADS": "1"}
@@ -110,6 +116,8 @@ class Server:
             [sys.executable, "-m", "labeler", "serve", "--db", db_path, "--port", str(self.port),
              "--first-prompts", "0", "--project", PROJECT],
             stdout=self.log, stderr=subprocess.STDOUT, env=env,
+            # `python -m labeler` imports from its working directory first: code_dir's labeler and storage.
+            cwd=code_dir,
         )
         deadline = time.monotonic() + 180
         while True:
@@ -303,7 +311,9 @@ def measure(size: int, path: str, count: int, make, args, server: Server | None,
 
 def run_size(size: int, args, counts: list[int]) -> list[Row]:
     tag = f"n{size}"
-    users = [f"{tag}-{path}-{count}-{i}" for path in ("web", "svc") for count in counts for i in range(count)]
+    paths = ["svc", "web", *(["base"] if args.baseline else [])]
+    users = [f"{tag}-{path}-{count}-{r}-{i}" for path in paths for count in counts for r in range(args.rounds)
+             for i in range(count)]
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-annotators-") as root:
         db_path = str(Path(root) / "studio.db")
@@ -312,17 +322,25 @@ def run_size(size: int, args, counts: list[int]) -> list[Row]:
         built = time.monotonic() - start
         start = time.monotonic()
         server = Server(db_path, str(Path(root) / "serve.log"))
-        print(f"\n## {size:,} items: database built in {built:.1f} s, server up in {time.monotonic() - start:.1f} s",
+        baseline = Server(db_path, str(Path(root) / "baseline.log"), args.baseline) if args.baseline else None
+        print(f"\n## {size:,} items: database built in {built:.1f} s, server(s) up in {time.monotonic() - start:.1f} s",
               flush=True)
         try:
             for count in counts:
-                # The ceiling first, then the web API, for each group size: a shared machine's drift hits both.
-                rows.append(measure(size, "service", count, lambda i: ServiceAnnotator(db_path, f"{tag}-svc-{count}-{i}"),
-                                    args, None, db_path))
-                rows.append(measure(size, "web API", count, lambda i: WebAnnotator(server.url, f"{tag}-web-{count}-{i}"),
-                                    args, server, db_path))
+                for r in range(args.rounds):
+                    # The ceiling first, then the web API, for each group size: a shared machine's drift hits all.
+                    rows.append(measure(size, "service", count,
+                                        lambda i: ServiceAnnotator(db_path, f"{tag}-svc-{count}-{r}-{i}"), args, None, db_path))
+                    if baseline:
+                        rows.append(measure(size, "baseline", count,
+                                            lambda i: WebAnnotator(baseline.url, f"{tag}-base-{count}-{r}-{i}"),
+                                            args, baseline, db_path))
+                    rows.append(measure(size, "web API", count,
+                                        lambda i: WebAnnotator(server.url, f"{tag}-web-{count}-{r}-{i}"), args, server, db_path))
         finally:
             server.close()
+            if baseline:
+                baseline.close()
         over = over_overlap(db_path)
         print(f"  items over their overlap of {args.overlap}: {over}", flush=True)
     return rows
@@ -335,6 +353,9 @@ def main() -> None:
     parser.add_argument("--labels", type=int, default=200, help="labels in a row for the single annotator")
     parser.add_argument("--duration", type=float, default=12.0, help="seconds each group of several annotators labels")
     parser.add_argument("--overlap", type=int, default=3, help="labels per item (the project's overlap)")
+    parser.add_argument("--baseline", metavar="DIR", help="a checkout of other code whose server is measured too, "
+                        "interleaved with this tree's (e.g. `git archive HEAD | tar -x -C DIR`)")
+    parser.add_argument("--rounds", type=int, default=1, help="times each group is measured (alternating servers)")
     args = parser.parse_args()
     counts = [int(c) for c in args.annotators.split(",")]
     load = os.getloadavg()
@@ -346,10 +367,25 @@ def main() -> None:
     for row in rows:
         print(f"| {' | '.join(row.cells())} |")
     print("\nweb API / service (p50 latency, labels/s):")
-    for web, service in zip(rows[1::2], rows[0::2]):
+    services = [row for row in rows if row.path == "service"]
+    for web, service in zip([row for row in rows if row.path == "web API"], services):
         ratio = percentile(web.latencies, 0.5) / percentile(service.latencies, 0.5)
         print(f"  {web.size:>7,} items, {web.count:2} annotators: p50 x{ratio:.0f}, "
               f"labels/s {web.labels / web.elapsed:.1f} vs {service.labels / service.elapsed:.0f}")
+    if args.baseline:
+        print("\nthis tree / baseline, all rounds pooled (p50, p95, p99 latency; labels/s):")
+        for size in sorted({row.size for row in rows}):
+            for count in counts:
+                pooled = {}
+                for path in ("web API", "baseline"):
+                    group = [row for row in rows if (row.size, row.count, row.path) == (size, count, path)]
+                    latencies = [x for row in group for x in row.latencies]
+                    pooled[path] = ([percentile(latencies, q) for q in (0.5, 0.95, 0.99)],
+                                    sum(row.labels for row in group) / sum(row.elapsed for row in group))
+                (now, now_rate), (before, before_rate) = pooled["web API"], pooled["baseline"]
+                print(f"  {size:>7,} items, {count:2} annotators: " + ", ".join(
+                    f"p{q} {b * 1000:.0f} -> {n * 1000:.0f} ms" for q, n, b in zip((50, 95, 99), now, before))
+                    + f"; labels/s {before_rate:.1f} -> {now_rate:.1f}")
     print(f"\n{time.monotonic() - start:.0f} s; load average at the end {os.getloadavg()[0]:.1f}")
 
 

@@ -136,14 +136,36 @@ def test_rate_submit_refuses_an_item_not_shown_to_the_user_and_a_bad_key(app, ap
     assert query(app_db, "SELECT COUNT(*) FROM ratings") == [(0,)]
 
 
-def test_keyboard_handlers_hide_the_progress_overlay_and_skip_unchanged_widgets(app, app_db):
+def test_keyboard_handlers_hide_the_progress_overlay_and_send_only_the_item(app, app_db):
     for api_name in ["rate_submit", "rate_skip", "rate_undo", "rank_submit", "rank_skip", "rank_undo"]:
         assert endpoint(app, api_name).show_progress == "hidden", api_name
+    # Rate's submit and skip bypass Gradio's pre/postprocessing and update the first seven widgets only.
+    for api_name in ["rate_submit", "rate_skip"]:
+        event = endpoint(app, api_name)
+        assert (event.preprocess, event.postprocess) == (False, False), api_name
+        assert [b.elem_id for b in event.outputs] == [b.elem_id for b in endpoint(app, "rate_next").outputs[:7]]
     shown = call(app, "rate_next", user=ANNOTATOR)
     after = call(app, "rate_submit", 5, "", shown[6], user=ANNOTATOR)
-    # No comment was typed, so the comment box, the buttons and the scale's choices are left alone.
-    assert after[5] == gr.skip() and after[7] == gr.skip() and after[8] == gr.skip()
-    assert after[4] == gr.update(value=None)
+    # Plain values only (no banner to show, no score picked), except the comment box: no comment was
+    # typed, so it is left alone.
+    assert after == ("", "**1** done · **5** remaining", "### Prompt\nPrompt one", "answer 1.1", None, gr.skip(),
+                     after[6])
+    assert after[6].startswith("2:")
+    # A comment sent is cleared.
+    assert call(app, "rate_submit", 5, "ok", after[6], user=ANNOTATOR)[5] == ""
+
+
+def test_rate_submit_takes_the_score_as_sent_and_the_service_checks_it(app, app_db):
+    """No Gradio preprocessing: a score off the scale, a text or a fraction is refused by the service's check."""
+    key = call(app, "rate_next", user=ANNOTATOR)[6]
+    for bad, message in [(9, "between 1 and 7"), ("4", "must be a number"), (4.5, "whole number")]:
+        with pytest.raises(gr.Error, match=message):
+            call(app, "rate_submit", bad, "", key, user=ANNOTATOR)
+    with pytest.raises(gr.Error, match="expected the key"):
+        call(app, "rate_submit", 4, "", 17, user=ANNOTATOR)
+    assert query(app_db, "SELECT COUNT(*) FROM ratings") == [(0,)]
+    call(app, "rate_submit", 4.0, "", key, user=ANNOTATOR)  # a slider's float
+    assert query(app_db, "SELECT score FROM ratings") == [(4.0,)]
 
 
 def test_rank_submit_turns_rank_numbers_into_one_ranking(app, app_db):
@@ -274,7 +296,7 @@ def test_refresh_resumes_and_a_waiting_run_shows_a_banner(app, app_db):
     from storage import open_db, write_transaction
 
     first = call(app, "rate_next", user=ANNOTATOR)
-    assert first[0]["visible"] is False
+    assert first[0] == ""  # no banner (studio.css hides it while empty)
     # A page refresh (a new session) gets the same pending item back from SQLite.
     assert call(app, "rate_next", user=ANNOTATOR)[3] == first[3]
 
@@ -289,7 +311,7 @@ def test_refresh_resumes_and_a_waiting_run_shows_a_banner(app, app_db):
     # Skip the pending item: the run's rollout comes next (higher priority), with the banner.
     shown = call(app, "rate_skip", first[6], user=ANNOTATOR)
     assert shown[3] == "a rollout"
-    assert shown[0]["visible"] is True and f"#{run_id}" in shown[0]["value"] and "**1** more labels" in shown[0]["value"]
+    assert shown[0] == f"⏳ Training run **#{run_id}** is waiting for **1** more labels: its answers come first."
 
 
 def test_unpaired_export_threshold_defaults_to_the_scale_midpoint_like_the_cli(app, app_db):

@@ -12,7 +12,7 @@ import gradio as gr
 from labeler.ui.context import UIContext
 from labeler.ui.session import require_user, ui_errors
 from labeler.ui.tabs.rate import (
-    DONE_JS, LABELLING, banner_update, counter_markdown, guidelines_handler, item_key, parse_key, undo_message,
+    DONE_JS, LABELLING, banner_text, counter_markdown, guidelines_handler, item_key, parse_key, undo_message,
 )
 
 TITLE = "Rank"
@@ -68,7 +68,7 @@ def item_outputs(item, waiting: int | None = None) -> tuple:
     # The state: the response ids in the shuffled order shown, so rank k belongs to the k-th answer.
     state = {"item_id": item.item_id, "response_ids": [int(r["id"]) for r in item.responses]}
     return (
-        banner_update(item.run_id, waiting),
+        banner_text(item.run_id, waiting),
         counter_markdown(item.done, item.remaining),
         f"### Prompt\n{item.prompt}",
         *_slot_updates(item.responses),
@@ -81,7 +81,7 @@ def item_outputs(item, waiting: int | None = None) -> tuple:
 
 def _empty_outputs(done: int, remaining: int, guidelines: str) -> tuple:
     return (
-        banner_update(None),
+        "",
         counter_markdown(done, remaining),
         "### All done\nNothing left to rank in this project right now.",
         *_slot_updates([]),
@@ -122,7 +122,7 @@ def build(ctx: UIContext):
     from labeler.services import labeling
 
     state = gr.State(None)
-    banner = gr.Markdown(visible=False, elem_id="rank-banner", elem_classes=["studio-banner"])
+    banner = gr.Markdown(elem_id="rank-banner", elem_classes=["studio-banner"])  # hidden while empty (studio.css)
     slot_widgets: list = []
     with gr.Row(equal_height=False):
         with gr.Column(scale=4):

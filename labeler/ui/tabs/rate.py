@@ -7,6 +7,7 @@ so gradio_client drives exactly these handlers.
 """
 from __future__ import annotations
 
+import inspect
 import sqlite3
 
 import gradio as gr
@@ -27,14 +28,18 @@ def counter_markdown(done: int, remaining: int) -> str:
     return f"**{done}** done · **{remaining}** remaining"
 
 
-def banner_update(run_id: int | None, waiting: int | None = None) -> dict:
+def banner_text(run_id: int | None, waiting: int | None = None) -> str:
+    """The banner's Markdown; "" hides it (studio.css hides an empty banner, so no visibility update is sent)."""
     # A PPO run with human rewards is paused until these rollouts are rated: say so, it changes priorities.
     if run_id is None:
-        return gr.update(value="", visible=False)
+        return ""
     count = f" for **{waiting}** more labels" if waiting else ""
-    return gr.update(
-        value=f"⏳ Training run **#{run_id}** is waiting{count}: its answers come first.", visible=True
-    )
+    return f"⏳ Training run **#{run_id}** is waiting{count}: its answers come first."
+
+
+def markdown(text: str) -> str:
+    """What Gradio's Markdown.postprocess sends (common indentation removed), for the events that skip it."""
+    return inspect.cleandoc(text)
 
 
 def scale_choices(likert_min: int, likert_max: int) -> list[tuple[str, int]]:
@@ -88,46 +93,57 @@ def parse_key(key: str | None) -> tuple[int, str]:
     return int(item_id), request_id
 
 
+ALL_DONE = "### All done\nNothing left to rate in this project right now. New answers appear here as they are generated."
+
+
 def _empty_outputs(done: int, remaining: int, full: bool, guidelines: str = "") -> tuple:
-    outputs = (
-        banner_update(None),
+    if not full:
+        # The keyboard path's plain values: the key is "" (a further submit is refused with "click Refresh");
+        # the scale keeps its choices until the next full load (a prop update costs what it costs, see below).
+        return ("", counter_markdown(done, remaining), markdown(ALL_DONE), "", None, "", "")
+    return (
+        "",
         counter_markdown(done, remaining),
-        "### All done\nNothing left to rate in this project right now. New answers appear here as they are generated.",
+        ALL_DONE,
         "",
         gr.update(choices=[], value=None, interactive=False, label="Score"),
         gr.update(value=""),
         "",
         gr.update(interactive=False),
         gr.update(interactive=False),
+        guidelines,
     )
-    return (*outputs, guidelines) if full else outputs
 
 
 def item_outputs(item, waiting: int | None = None, *, full: bool = True, clear_comment: bool = True) -> tuple:
-    """Widgets for one QueueItem, in FAST_OUTPUTS order (+ the guidelines when full).
+    """Widgets for one QueueItem: `outputs` order when full, else `fast_outputs` order (see build).
 
-    full=False is the keyboard path (submit, skip): what a label cannot have changed (the buttons, the
-    scale's choices, the guidelines, an empty comment box) is skipped, so the browser re-renders only the
-    item itself.
+    full=False is the keyboard path (submit, skip), whose events skip Gradio's pre- and postprocessing: plain
+    values only, what Gradio's postprocessing would have sent. Each property update (gr.update, and gr.skip()
+    too) makes Gradio 6.31 construct a new component for the session (~0.4 ms of CPU), and each plain value
+    it postprocesses is a hop to a worker thread; a label changes only the item, so that is all it sends.
     """
     response = item.responses[0]
-    if full:
-        label = f"Score: {item.likert_min} = very bad … {item.likert_max} = excellent"
-        score = gr.update(choices=scale_choices(item.likert_min, item.likert_max), value=None, interactive=True, label=label)
-    else:
-        score = gr.update(value=None)
-    outputs = (
-        banner_update(item.run_id, waiting),
-        counter_markdown(item.done, item.remaining),
-        f"### Prompt\n{item.prompt}",
-        response["text"] or "*(empty answer)*",
-        score,
-        gr.update(value="") if (full or clear_comment) else gr.skip(),
+    banner = banner_text(item.run_id, waiting)
+    counter = counter_markdown(item.done, item.remaining)
+    prompt = markdown(f"### Prompt\n{item.prompt}")
+    answer = markdown(response["text"] or "*(empty answer)*")
+    if not full:
+        # An empty comment sent: leave the box alone (the annotator may be typing the next one already).
+        return (banner, counter, prompt, answer, None, "" if clear_comment else gr.skip(), item_key(item))
+    label = f"Score: {item.likert_min} = very bad … {item.likert_max} = excellent"
+    return (
+        banner,
+        counter,
+        prompt,
+        answer,
+        gr.update(choices=scale_choices(item.likert_min, item.likert_max), value=None, interactive=True, label=label),
+        gr.update(value=""),
         item_key(item),
-        gr.update(interactive=True) if full else gr.skip(),
-        gr.update(interactive=True) if full else gr.skip(),
+        gr.update(interactive=True),
+        gr.update(interactive=True),
+        item.guidelines,
     )
-    return (*outputs, item.guidelines) if full else outputs
 
 
 def outputs_for(db, ctx: UIContext, username: str, item, *, full: bool, clear_comment: bool = True) -> tuple:
@@ -178,7 +194,7 @@ def build(ctx: UIContext):
     """The tab's widgets and events; returns the hook app.build_app calls with the gr.Tab (its select event)."""
     from labeler.services import labeling
 
-    banner = gr.Markdown(visible=False, elem_id="rate-banner", elem_classes=["studio-banner"])
+    banner = gr.Markdown(elem_id="rate-banner", elem_classes=["studio-banner"])  # hidden while empty (studio.css)
     with gr.Row(equal_height=False):
         with gr.Column(scale=3):
             counter = gr.Markdown(elem_id="rate-counter")
@@ -202,8 +218,9 @@ def build(ctx: UIContext):
             with gr.Accordion("Guidelines", open=True):
                 guidelines = gr.Markdown(elem_id="rate-guidelines")
 
-    fast_outputs = [banner, counter, prompt, response, score, comment, key, submit, skip]
-    outputs = [*fast_outputs, guidelines]
+    # The keyboard path's outputs are the first seven of the full ones, so the key is [6] in both.
+    fast_outputs = [banner, counter, prompt, response, score, comment, key]
+    outputs = [*fast_outputs, submit, skip, guidelines]
 
     @ui_errors
     def rate_next(request: gr.Request):
@@ -213,17 +230,21 @@ def build(ctx: UIContext):
 
     @ui_errors
     def rate_submit(score_value, comment_value, key_value, request: gr.Request):
-        """Store the score of the item `key_value` names and return the next item: one round trip per label."""
+        """Store the score of the item `key_value` names and return the next item: one round trip per label.
+
+        The inputs arrive as sent (no Gradio preprocessing): the service validates the score (a number on
+        the project's scale) and the comment, parse_key the key.
+        """
         with ctx.connection() as db:
             user = require_user(db, request)
             if not key_value:
                 raise gr.Error("There is no item to rate: click Refresh.")
-            item_id, request_id = parse_key(key_value)
+            item_id, request_id = parse_key(str(key_value))
             if score_value is None or score_value == "":
                 raise gr.Error("Pick a score first (or press a digit key).")
-            comment_text = (comment_value or "").strip()
+            comment_text = str(comment_value or "").strip()
             _, item = labeling.submit_rating_and_next(
-                db, ctx.project, user.username, item_id, float(score_value), comment=comment_text, request_id=request_id,
+                db, ctx.project, user.username, item_id, score_value, comment=comment_text, request_id=request_id,
             )
             return outputs_for(db, ctx, user.username, item, full=False, clear_comment=bool(comment_value))
 
@@ -232,7 +253,7 @@ def build(ctx: UIContext):
         with ctx.connection() as db:
             user = require_user(db, request)
             if key_value:
-                labeling.skip_item(db, ctx.project, user.username, parse_key(key_value)[0])
+                labeling.skip_item(db, ctx.project, user.username, parse_key(str(key_value))[0])
             return show_next(ctx, db, user.username, full=False)
 
     @ui_errors
@@ -247,9 +268,12 @@ def build(ctx: UIContext):
     # SQLite's busy handler. shortcuts.js sends one request at a time and queues the keys typed meanwhile;
     # trigger_mode="once" drops a second mouse click while one runs (the key makes a repeat harmless anyway).
     fast = {"show_progress": "hidden", "trigger_mode": "once", "concurrency_id": LABELLING, "concurrency_limit": 1}
-    submit.click(rate_submit, [score, comment, key], fast_outputs, api_name="rate_submit", js=SUBMIT_JS, **fast).then(
-        None, js=DONE_JS, api_name="rate_submit_done")
-    skip.click(rate_skip, [key], fast_outputs, api_name="rate_skip", **fast).then(
+    # Submit and skip also skip Gradio's pre- and postprocessing (item_outputs says why): with 20 annotators
+    # that took the server from ~10 to ~x ms of CPU per label (bench/annotators.py, issue 15).
+    raw = {"preprocess": False, "postprocess": False}
+    submit.click(rate_submit, [score, comment, key], fast_outputs, api_name="rate_submit", js=SUBMIT_JS, **fast,
+                 **raw).then(None, js=DONE_JS, api_name="rate_submit_done")
+    skip.click(rate_skip, [key], fast_outputs, api_name="rate_skip", **fast, **raw).then(
         None, js=DONE_JS, api_name="rate_skip_done")
     # Undo can bring an item back to the "all done" screen: it re-enables the buttons (full outputs).
     undo.click(rate_undo, None, outputs, api_name="rate_undo", **fast).then(
