@@ -14,6 +14,11 @@ from typing import Literal
 from rlhf.hardware import bf16_is_fast
 
 
+# log_with choices that go through accelerate's trackers: the module each imports -> what to pip install
+# (mlflow-skinny is the tracking client alone; the full mlflow adds the server UI and its dependencies).
+TRACKER_PACKAGES = {"wandb": "wandb", "mlflow": "mlflow-skinny", "trackio": "trackio"}
+
+
 def _check(condition: bool, name: str, value, why: str) -> None:
     if not condition:
         raise ValueError(f"{name}={value!r}: {why}")
@@ -109,8 +114,10 @@ class PPOConfig:
     whiten_rewards: bool = field(default=False, metadata={"help": "Whiten per-token rewards (keeping their mean) before GAE."})
     max_grad_norm: float | None = field(default=None, metadata={"help": "Clip the gradient norm to this value (None: off)."})
     # -- safety valves --
-    early_stopping: bool = field(default=False, metadata={"help": "Stop the PPO epochs once approx KL passes 1.5 * target_kl."})
-    target_kl: float = field(default=1.0, metadata={"help": "Approx-KL bound (between old and new policy) for early stopping."})
+    early_stopping: bool = field(default=False, metadata={
+        "help": "Run no further PPO epochs once an epoch's last mini-batch has policy KL (mean of old - new "
+                "logprobs, TRL 0.11's policy/policykl) above 1.5 * target_kl."})
+    target_kl: float = field(default=1.0, metadata={"help": "Policy-KL bound (between old and new policy) for early stopping."})
     ratio_threshold: float = field(
         default=10.0, metadata={"help": "Skip a mini-batch whose mean policy ratio exceeds this (numerical blow-up guard)."}
     )
@@ -137,10 +144,10 @@ class PPOConfig:
     tensorboard: bool = field(default=True, metadata={"help": "Write TensorBoard event files into log_dir."})
     # -- TRL 0.11's PPOConfig fields, so its users' code runs with only the import changed ----------------
     exp_name: str = field(default="rlhf", metadata={"help": "Experiment name (TRL): names the TensorBoard folder runs/<exp_name> under log_with='tensorboard'."})
-    log_with: Literal["wandb", "tensorboard"] | None = field(default=None, metadata={
+    log_with: Literal["wandb", "tensorboard", "mlflow", "trackio"] | None = field(default=None, metadata={
         "help": "TRL's tracker choice: tensorboard writes into log_dir (default: project_kwargs['logging_dir'] or "
-                "runs/<exp_name>); wandb needs the wandb package (checked when training starts, not here); None: "
-                "log_dir's files and the callback only."})
+                "runs/<exp_name>); wandb, mlflow and trackio log through accelerate's trackers and need their "
+                "package (checked when training starts, not here); None: log_dir's files and the callback only."})
     tracker_project_name: str = field(default="trl", metadata={"help": "Tracker project name (TRL; wandb's project)."})
     tracker_kwargs: dict = field(default_factory=dict, metadata={"help": "Keyword arguments per tracker, e.g. {\"wandb\": {\"entity\": ...}} (TRL)."})
     accelerator_kwargs: dict = field(default_factory=dict, metadata={"help": "Keyword arguments for accelerate's Accelerator (TRL; PPOTrainer also accepts an accelerator=)."})
@@ -187,8 +194,8 @@ class PPOConfig:
         if self.gradient_checkpointing:
             warnings.warn("PPOConfig: gradient_checkpointing is not applied by PPOTrainer; call "
                           "model.gradient_checkpointing_enable() before building the trainer", stacklevel=3)
-        _check(self.log_with in (None, "wandb", "tensorboard"), "log_with", self.log_with,
-               "must be 'wandb', 'tensorboard' or None")
+        _check(self.log_with in (None, "tensorboard", *TRACKER_PACKAGES), "log_with", self.log_with,
+               "must be 'tensorboard', 'wandb', 'mlflow', 'trackio' or None")
         if self.log_with == "tensorboard" and self.log_dir is None:
             object.__setattr__(self, "log_dir", self.project_kwargs.get("logging_dir") or os.path.join("runs", self.exp_name))
         for name in ("learning_rate", "target", "target_kl", "ratio_threshold", "cliprange", "cliprange_value"):
@@ -216,9 +223,9 @@ class PPOConfig:
         """Raise ImportError naming the missing package when `log_with` needs one that is not installed.
 
         Called when training starts (never at config time: a config is built and stored before any run)."""
-        if self.log_with == "wandb" and importlib.util.find_spec("wandb") is None:
-            raise ImportError("PPOConfig.log_with='wandb' needs the wandb package: pip install wandb "
-                              "(or use log_with='tensorboard' or None)")
+        if self.log_with in TRACKER_PACKAGES and importlib.util.find_spec(self.log_with) is None:
+            raise ImportError(f"PPOConfig.log_with={self.log_with!r} needs the {self.log_with} package: pip install "
+                              f"{TRACKER_PACKAGES[self.log_with]} (or use log_with='tensorboard' or None)")
 
     @property
     def backward_batch_size(self) -> int:

@@ -92,6 +92,12 @@ def kl_unsafe_settings(generation_kwargs: dict) -> list[str]:
     return [f"{k}={generation_kwargs[k]!r}" for k, (_, bad) in _KL_UNSAFE.items() if k in generation_kwargs and bad(generation_kwargs[k])]
 
 
+def policy_kl_too_far(policykl: torch.Tensor | float, target_kl: float) -> bool:
+    """TRL 0.11's early-stopping test (PPOTrainer._early_stop): policy KL, the mean of old - new logprobs over
+    real tokens (a k1 estimate, so it can be negative), strictly above 1.5 * target_kl."""
+    return float(policykl) > 1.5 * target_kl
+
+
 def default_collator(rows: list[dict]) -> dict[str, list]:
     """TRL's PPO collator: a list of dicts -> a dict of lists (tensors of different lengths stay a list)."""
     return {key: [row[key] for row in rows] for key in rows[0]}
@@ -138,8 +144,8 @@ class PPOTrainer:
         self.config, self.tokenizer = config, tokenizer
         # bf16 is our own autocast (_autocast), not Accelerator(mixed_precision=...): accelerate's state is a
         # process-wide singleton, so a second trainer with another precision in the same process would fail.
-        # log_with="wandb" logs through accelerate's tracker, as TRL 0.11 does; tensorboard goes through our own
-        # Tracker (log_dir). A missing tracker package fails here, naming it, not at the first log.
+        # log_with="wandb" (and "mlflow", "trackio") logs through accelerate's tracker, as TRL 0.11 does; tensorboard
+        # goes through our own Tracker (log_dir). A missing tracker package fails here, naming it, not at the first log.
         config.check_trackers()
         self.uses_accelerate_tracker = config.log_with not in (None, "tensorboard")
         self.accelerator = accelerator or Accelerator(log_with=config.log_with if self.uses_accelerate_tracker else None,
@@ -517,13 +523,6 @@ class PPOTrainer:
                     stats.append(mb_stats)
                     if not bool(mb_stats["skipped"]):
                         synced = mb_start == last
-                    # Mean over ranks (TRL's _early_stop): every rank must stop at the same mini-batch.
-                    if cfg.early_stopping and float(self._mean_over_ranks(mb_stats["policy/approxkl"])) > 1.5 * cfg.target_kl:
-                        early_stopped = True
-                        break
-                if early_stopped:
-                    self.optimizer.zero_grad()  # the policy already moved too far: drop this partial gradient
-                    break
                 if not synced:  # the last micro-batch was skipped: the gradients before it were never averaged
                     all_reduce_gradients(self.accelerator, self.model)
                 if cfg.max_grad_norm is not None:
@@ -531,7 +530,10 @@ class PPOTrainer:
                 self.optimizer.step()
                 self.optimizer.zero_grad()
                 optimizer_steps += 1
-            if early_stopped:
+            # TRL 0.11's early stopping, at the epoch level: the last mini-batch's policy KL, mean over ranks so
+            # every rank stops together. The epoch's optimizer steps are all taken, so no partial gradient is left.
+            if cfg.early_stopping and policy_kl_too_far(self._mean_over_ranks(stats[-1]["policy/policykl"]), cfg.target_kl):
+                early_stopped = True
                 break
         for s in stats:
             s["early_stopped"] = torch.tensor(float(early_stopped))

@@ -7,7 +7,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from rlhf.configs import PPOConfig
-from rlhf.ppo import TRAINER_STATE_FILE, PPOTrainer, Rollouts
+from rlhf.ppo import TRAINER_STATE_FILE, PPOTrainer, Rollouts, policy_kl_too_far
 from rlhf.value_head import AutoModelForCausalLMWithValueHead
 
 TRL_KEYS = [
@@ -162,7 +162,8 @@ def test_accumulation_early_stopping_and_ratio_guard():
     stopping = PPOConfig(batch_size=8, mini_batch_size=2, ppo_epochs=4, learning_rate=1e-2, early_stopping=True,
                          target_kl=1e-9)
     stats = PPOTrainer(stopping, small_vocab_model(), None, SMALL_TOKENIZER).step(queries, responses, scores)
-    assert stats["ppo/early_stopped"] == 1.0 and stats["ppo/optimizer_steps"] < stopping.optimizer_steps_per_batch
+    # TRL 0.11 checks at the end of an epoch: the first epoch (8 rollouts / 2 = 4 optimizer steps) runs whole.
+    assert stats["ppo/early_stopped"] == 1.0 and stats["ppo/optimizer_steps"] == 4
 
     # Every mini-batch's mean ratio (about 1) is above 0.5: all are skipped and nothing is learnt.
     guard = PPOConfig(batch_size=8, mini_batch_size=4, ppo_epochs=4, ratio_threshold=0.5, learning_rate=1e-2)
@@ -170,6 +171,45 @@ def test_accumulation_early_stopping_and_ratio_guard():
     before = params(trainer.model)
     stats = trainer.step(queries, responses, scores)
     assert stats["ppo/skipped"] == 8 and changed(before, trainer.model) == set()
+
+
+@pytest.mark.parametrize("early_stopping", [True, False])
+def test_early_stopping_checks_the_last_minibatchs_policykl_after_each_epoch_as_trl(early_stopping):
+    """TRL 0.11 (PPOTrainer.step and _early_stop): after each epoch, the last mini-batch's policy/policykl
+    (mean of old - new logprobs) > 1.5 * target_kl stops the remaining epochs; mini-batches in mid-epoch are
+    never checked. Here the real mini-batch updates run and only their reported policykl is scripted."""
+    config = PPOConfig(batch_size=8, mini_batch_size=2, ppo_epochs=4, learning_rate=1e-2, early_stopping=early_stopping,
+                       target_kl=0.5)  # threshold 1.5 * 0.5 = 0.75, exact in float32
+    # epoch 1: high KL mid-epoch but 0.75 at its end (not > 0.75): go on; epoch 2 ends at 0.875 > 0.75: stop (values exact in float32)
+    scripted = [2.0, 2.0, 2.0, 0.75, -5.0, 0.0, 0.0, 0.875] + [0.0] * 8
+    trainer = PPOTrainer(config, small_vocab_model(), None, SMALL_TOKENIZER)
+    real_minibatch, reported = trainer._train_minibatch, []
+
+    def minibatch_with_scripted_policykl(*args):
+        stats = real_minibatch(*args)
+        stats["policy/policykl"] = torch.tensor(scripted[len(reported)])
+        reported.append(float(stats["policy/policykl"]))
+        return stats
+
+    trainer._train_minibatch = minibatch_with_scripted_policykl
+    stats = trainer.step(*rollouts(8))
+    if early_stopping:
+        # two epochs of 4 mini-batches, one optimizer step each; the mean over the 8 mini-batches run:
+        # (2 + 2 + 2 + 0.75 - 5 + 0 + 0 + 0.875) / 8 = 2.625 / 8 = 0.328125
+        assert reported == scripted[:8]
+        assert stats["ppo/early_stopped"] == 1.0 and stats["ppo/optimizer_steps"] == 8
+        assert stats["ppo/policy/policykl"] == pytest.approx(0.328125)
+    else:
+        assert len(reported) == 16 and stats["ppo/early_stopped"] == 0.0 and stats["ppo/optimizer_steps"] == 16
+        # (2.625 + 0 * 8) / 16
+        assert stats["ppo/policy/policykl"] == pytest.approx(0.1640625)
+
+
+def test_policy_kl_too_far_is_strictly_above_one_and_a_half_target_kl():
+    assert not policy_kl_too_far(torch.tensor(0.75), target_kl=0.5)  # 1.5 * 0.5 = 0.75: not above
+    assert policy_kl_too_far(torch.tensor(0.7501), target_kl=0.5)
+    assert not policy_kl_too_far(-3.0, target_kl=0.5)  # the k1 estimate can be negative: never stops then
+    assert policy_kl_too_far(0.16, target_kl=0.1)  # 1.5 * 0.1 = 0.15
 
 
 def test_score_scaling_norm_and_clip():
@@ -301,6 +341,9 @@ def test_step_ratio_uses_the_behaviour_policy_logprobs():
     expected = 0.5 * torch.cat([(c - s).square() for c, s in zip(current, stale)]).mean()
     assert float(expected) > 1e-3
     assert stats["ppo/policy/approxkl"] == pytest.approx(float(expected), rel=1e-4)
+    # policykl (TRL 0.11's early-stopping statistic) = mean over real tokens of log p_behaviour - log p_now
+    expected_policykl = torch.cat([s - c for c, s in zip(current, stale)]).mean()
+    assert stats["ppo/policy/policykl"] == pytest.approx(float(expected_policykl), rel=1e-4, abs=1e-6)
     assert stats["ppo/policy/ratio"] != pytest.approx(1.0, abs=1e-3)
     # staleness_kl: the mean over rollouts of the sequence sum of log p_now - log p_behaviour
     expected_staleness = sum(float((c - s).sum()) for c, s in zip(current, stale)) / 4
@@ -383,8 +426,10 @@ def test_rloo_without_repeated_queries_compares_with_the_rest_of_the_batch():
         PPOConfig(advantage_estimator="grpo")
 
 
-@pytest.mark.skipif(importlib.util.find_spec("wandb") is not None, reason="wandb installed: nothing is missing")
-def test_log_with_a_missing_tracker_fails_at_the_trainer_naming_the_package():
-    config = PPOConfig(batch_size=4, mini_batch_size=2, log_with="wandb")  # a config alone never fails
-    with pytest.raises(ImportError, match="wandb"):
+@pytest.mark.parametrize("tracker, install", [("wandb", "wandb"), ("mlflow", "mlflow-skinny"), ("trackio", "trackio")])
+def test_log_with_a_missing_tracker_fails_at_the_trainer_naming_the_package(tracker, install, monkeypatch):
+    config = PPOConfig(batch_size=4, mini_batch_size=2, log_with=tracker)  # a config alone never fails
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == tracker else find_spec(name, *a))
+    with pytest.raises(ImportError, match=f"log_with='{tracker}' needs the {tracker} package: pip install {install}"):
         PPOTrainer(config, small_vocab_model(), None, SMALL_TOKENIZER)
