@@ -42,6 +42,8 @@ def _follow(db, run_id: int, interval: float = 1.0) -> int:
         while True:
             jobs.poll(db)
             run = jobs.get_run(db, run_id)
+            if run.finished:  # a failed run's final error comes from its launcher, a moment after rank 0's
+                run = jobs.settled(db, run)
             frame = jobs.metrics_frame(db, run_id)
             latest = ""
             if len(frame):

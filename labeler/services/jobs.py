@@ -1,9 +1,9 @@
 """Training runs: create, queue, launch, poll, cancel, early-stop, resume. SQLite is the source of truth.
 
 A run is a row in `runs` (status queued -> running -> succeeded | failed | cancelled). Launching starts
-`accelerate launch -m labeler.worker --db DB --run-id N` as a fresh process in its own session (never a fork of
-the server, so no Gradio threads or open connections are inherited); the worker records its progress and
-heartbeat itself. By default one run executes at a time: the next queued run starts when one ends (the worker
+`python -m labeler.launcher ... -m labeler.worker --db DB --run-id N` (accelerate launch, which also records how a
+dead training process ended) as a fresh process in its own session (never a fork of the server, so no Gradio
+threads or open connections are inherited); the worker records its progress and heartbeat itself. By default one run executes at a time: the next queued run starts when one ends (the worker
 starts it on its way out, and every `poll` does too). `max_concurrent` (argument, or RLHF_STUDIO_MAX_RUNS)
 raises the limit.
 
@@ -43,6 +43,10 @@ MAX_RUNS_ENV = "RLHF_STUDIO_MAX_RUNS"
 LAUNCHER_ENV = "RLHF_STUDIO_LAUNCHER"  # "accelerate" (default) or "python" (no accelerate wrapper)
 ACCELERATE_CONFIG_ENV = "RLHF_STUDIO_ACCELERATE_CONFIG"  # the server-wide accelerate config file (YAML)
 NUM_PROCESSES_ENV = "RLHF_STUDIO_NUM_PROCESSES"  # the server-wide number of training processes
+RANK_LOGS = "ranks"  # in a run's folder: each rank's own stdout.log / stderr.log when it has several processes
+# After rank 0 marks a run failed, its launcher may still be stopping the other ranks (torch elastic waits up to
+# 30 s for them) before it records which rank died: wait() gives it this long.
+LAUNCHER_EXIT_SECONDS = 45.0
 
 
 @dataclass(frozen=True)
@@ -276,13 +280,18 @@ def launch_settings(num_processes: int | None = None, accelerate_config: str | N
 
 
 def worker_command(db_path: str, run_id: int, num_processes: int | None = None,
-                   accelerate_config: str | None = None) -> list[str]:
-    """The exact command a run executes (stored on its row)."""
+                   accelerate_config: str | None = None, rank_logs: str | Path | None = None) -> list[str]:
+    """The exact command a run executes (stored on its row). With several processes and `rank_logs` (a folder),
+    each rank's output also goes to its own log there (torch elastic's --tee), which a failed run's error names."""
     worker = ["-m", "labeler.worker", "--db", db_path, "--run-id", str(run_id)]
     if os.environ.get(LAUNCHER_ENV, "accelerate") == "python":
         return [sys.executable, *worker]
     processes, config = launch_settings(num_processes, accelerate_config)
-    launch = [sys.executable, "-m", "accelerate.commands.launch"]
+    # labeler.launcher is accelerate launch (its parser and launch_command) that records a dead rank's exit.
+    launch = [sys.executable, "-m", "labeler.launcher"]
+    # --tee 3: stdout and stderr of every rank to DIR/<id>/attempt_0/<rank>/, and to worker.log with a
+    # [default<rank>]: prefix. Without --log_dir torch would make a torchelastic_* folder in /tmp per launch.
+    tee = ["--tee", "3", "--log_dir", str(rank_logs)] if processes > 1 and rank_logs is not None else []
     # --num_cpu_threads_per_process matters most: without it accelerate sets OMP_NUM_THREADS=1 in the worker,
     # and torch trained on one core of two (an app PPO step took ~30 s against 8-9 s for the library).
     threads = ["--num_cpu_threads_per_process", str(threads_per_process(processes))]
@@ -297,10 +306,10 @@ def worker_command(db_path: str, run_id: int, num_processes: int | None = None,
         # The user's setup (DDP, DeepSpeed, FSDP, mixed precision, machines) as they wrote it; an explicit
         # number of processes overrides the file's.
         count = ["--num_processes", str(processes)] if processes != _config_num_processes(config) else []
-        return [*launch, "--config_file", str(config), *count, *port, *threads, *worker]
+        return [*launch, "--config_file", str(config), *count, *port, *tee, *threads, *worker]
     # Explicit flags: accelerate otherwise warns about every default it had to guess without a config file.
     multi = ["--multi_gpu"] if processes > 1 else []  # DDP; on a CPU-only machine see launch_env
-    return [*launch, *multi, "--num_processes", str(processes), "--num_machines", "1", *port, *threads,
+    return [*launch, *multi, "--num_processes", str(processes), "--num_machines", "1", *port, *tee, *threads,
             "--mixed_precision", "no", "--dynamo_backend", "no", *worker]
 
 
@@ -347,9 +356,11 @@ def start_queued(db, max_concurrent: int | None = None) -> list[int]:
                 break
             run_id = row[0]
             now = utc_now()
-            job = (get_run(db, run_id).config or {}).get("job", {})
+            queued = get_run(db, run_id)
+            job = (queued.config or {}).get("job", {})
             try:
-                command = worker_command(db_file(db), run_id, job.get("num_processes"), job.get("accelerate_config"))
+                command = worker_command(db_file(db), run_id, job.get("num_processes"), job.get("accelerate_config"),
+                                         rank_logs=Path(queued.output_dir) / RANK_LOGS)
             except InputError as error:  # a missing or broken accelerate config fails this run, not the queue
                 db.conn.execute("UPDATE runs SET status = 'failed', error = ?, ended_at = ? WHERE id = ?",
                                 [f"could not start the worker: {error}", now, run_id])
@@ -417,6 +428,56 @@ def finish(db, run_id: int, status: str, error: str = "", only_if: str = "runnin
             [status, error, utc_now(), run_id, only_if],
         )
     return cursor.rowcount == 1
+
+
+@dataclass(frozen=True)
+class RankFailure:
+    """How a training process ended, as its launcher saw it (labeler/launcher.py)."""
+    rank: int  # global rank (RANK)
+    pid: int | None
+    exitcode: int  # negative: killed by signal -exitcode (subprocess' convention, which torch elastic keeps)
+    log: Path | None  # the rank's own log, when the launch kept one per rank
+
+    def how(self) -> str:
+        if self.exitcode < 0:
+            try:
+                name = signal.Signals(-self.exitcode).name
+            except ValueError:
+                name = "unknown signal"
+            return f"was killed by signal {-self.exitcode} ({name})"
+        return f"exited with code {self.exitcode}"
+
+
+def record_rank_failure(db, run_id: int, failure: RankFailure) -> str | None:
+    """Record on the run's row which training process died and how, once every rank has exited; returns the
+    error written, or None when the row already says it better.
+
+    Rank 0 writes the row. When another rank dies, rank 0 records only what it saw (gloo's "Connection closed
+    by peer", or the launcher's SIGTERM); when rank 0 itself is killed (SIGKILL, the OOM killer) nothing is
+    recorded and the row still says running. Both get this account, with rank 0's words kept at the end. A
+    rank 0 that failed on its own and recorded its exception keeps that error, as does a cancelled or succeeded
+    run. One line: `runs show` and `train --wait` print an error's last line.
+    """
+    with write_transaction(db):
+        row = db.execute("SELECT status, error, output_dir, log_path FROM runs WHERE id = ?", [run_id]).fetchone()
+        if row is None or row["status"] not in ("running", "failed"):
+            return None
+        if row["status"] == "failed" and failure.rank == 0 and row["error"]:
+            return None
+        from labeler.services import checkpoints
+
+        who = f"rank {failure.rank}" + (f" (pid {failure.pid})" if failure.pid else "")
+        parts = [f"training process {who} {failure.how()}; its log: {failure.log or row['log_path']}"]
+        if row["status"] == "failed" and row["error"]:
+            before = " ".join(row["error"].split())
+            parts.append(f"the other ranks were stopped (rank 0 recorded: {before[:300]})")
+        checkpoint = checkpoints.latest_checkpoint(Path(row["output_dir"]) / "checkpoints")
+        parts.append(f"`rlhf-studio runs resume {run_id}` continues from {checkpoint}" if checkpoint else
+                     f"`rlhf-studio runs resume {run_id}` starts it again (no complete checkpoint yet)")
+        message = "; ".join(parts)
+        db.conn.execute("UPDATE runs SET status = 'failed', error = ?, ended_at = COALESCE(ended_at, ?) WHERE id = ?",
+                        [message, utc_now(), run_id])
+    return message
 
 
 def _is_run_worker(pid: int, run_id: int) -> bool:
@@ -545,13 +606,22 @@ def resume_run(db, run_id: int, max_concurrent: int | None = None) -> Run:
     return get_run(db, run_id)
 
 
+def settled(db, run: Run, interval: float = 0.2) -> Run:
+    """A finished run's row once its launcher is done with it: a failed run's launcher may still be stopping
+    the other ranks and then records which rank died (record_rank_failure), for up to LAUNCHER_EXIT_SECONDS."""
+    deadline = time.monotonic() + LAUNCHER_EXIT_SECONDS
+    while run.status == "failed" and run.pid and _is_run_worker(run.pid, run.id) and time.monotonic() < deadline:
+        time.sleep(interval)
+    return get_run(db, run.id)
+
+
 def wait(db, run_id: int, timeout: float | None = None, interval: float = 0.5) -> Run:
-    """Block until the run ends (polling, so a dead worker is noticed); returns its final row."""
+    """Block until the run ends (polling, so a dead worker is noticed); returns its final row (settled)."""
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         run = get_run(db, run_id)
         if run.finished:
-            return run
+            return settled(db, run)
         if deadline is not None and time.monotonic() > deadline:
             raise TimeoutError(f"run {run_id} still {run.status} after {timeout} s")
         time.sleep(interval)

@@ -102,14 +102,26 @@ def test_ppo_on_two_processes_a_killed_rank_fails_the_run_and_resume_finishes_it
     os.kill(ranks[1].pid, signal.SIGKILL)
     while jobs.get_run(db, 1).status == "running" and time.monotonic() < deadline:
         time.sleep(0.2)
-    failed = jobs.get_run(db, 1)
+    # Rank 0 marked the run failed: either its next collective lost the peer (gloo raises), or the launcher saw
+    # rank 1 die first and stopped rank 0 with SIGTERM. Then the launcher, once every rank has exited, recorded
+    # which rank died and how (labeler/launcher.py); settled() waits for it.
+    failed = jobs.settled(db, jobs.get_run(db, 1))
     assert failed.status == "failed", jobs.log_tail(failed)
-    # Rank 0 marked the run: either its next collective lost the peer (gloo raises), or the launcher saw rank 1
-    # die first and stopped rank 0 with SIGTERM. Then every process is gone.
-    assert "remote worker" in failed.error or "another training process failed" in failed.error
     gone, alive = psutil.wait_procs([*ranks.values(), psutil.Process(failed.pid)], timeout=60)
     assert not alive
     assert failed.step < 3
+    error = failed.error
+    assert error.startswith(f"training process rank 1 (pid {ranks[1].pid}) was killed by signal 9 (SIGKILL); "
+                            f"its log: {Path(failed.output_dir) / 'ranks'}/"), error
+    rank_log = Path(error.split("its log: ", 1)[1].split(";", 1)[0])
+    assert rank_log.name == "stderr.log" and rank_log.parent.name == "1" and rank_log.exists()
+    # What rank 0 saw is kept, then the command that resumes, from the checkpoint that was complete.
+    recorded = error.split("; the other ranks were stopped (rank 0 recorded: ", 1)[1]
+    assert any(seen in recorded for seen in ("remote worker", "Connection closed by peer",
+                                             "another training process failed")), error
+    checkpoint = Path(error.split("`rlhf-studio runs resume 1` continues from ", 1)[1])
+    assert checkpoint.parent == Path(failed.output_dir) / "checkpoints" and (checkpoint / "manifest.json").exists()
+    assert int(checkpoint.name.split("-")[1]) == failed.step  # step 1 (step 2 needs rank 1's collectives)
 
     assert main(["runs", "resume", "1", "--db", db_path, "--wait"]) == 0
     done = jobs.get_run(db, 1)

@@ -60,7 +60,7 @@ def test_run_through_accelerate_launch_is_recorded_plotted_and_registered(db, tm
     monkeypatch.setenv(jobs.LAUNCHER_ENV, "accelerate")
     run = jobs.create_run(db, "sft", {**TOY, "steps": 6, "checkpoint_every": 3}, runs_dir=tmp_path / "runs")
     assert run.status == "running" and run.pid
-    assert "accelerate.commands.launch" in run.command and "labeler.worker" in run.command
+    assert "labeler.launcher" in run.command and "labeler.worker" in run.command  # accelerate launch, in-process
     assert f"--run-id {run.id}" in run.command
 
     done = jobs.wait(db, run.id, timeout=120)

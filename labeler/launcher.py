@@ -1,0 +1,76 @@
+"""A run's launcher: `python -m labeler.launcher <accelerate launch arguments> -m labeler.worker --db DB --run-id N`.
+
+It is `accelerate launch` itself (the same parser and `launch_command`, in this process), plus one thing: when
+a training process dies, it is the only process that knows which rank it was and how it ended (torch elastic's
+agent, or accelerate's single-process launcher, holds the exit status). Rank 0 may have recorded only what it
+saw, e.g. gloo's "Connection closed by peer" when its partner vanished, or nothing at all when it was rank 0
+that was killed. After every rank has exited, this records on the run's row which rank died and how, where its
+log is, and that `rlhf-studio runs resume N` continues from the last checkpoint (jobs.record_rank_failure).
+"""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import traceback
+from pathlib import Path
+
+from labeler.services import jobs
+
+
+def _run_of(script_args: list[str]) -> tuple[str, int] | None:
+    """(database file, run id) from the worker's own arguments; None when the script is not the worker."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--db")
+    parser.add_argument("--run-id", type=int)
+    known, _ = parser.parse_known_args(script_args)
+    return (known.db, known.run_id) if known.db and known.run_id is not None else None
+
+
+def rank_log(log_dir: str | None, local_rank: int) -> Path | None:
+    """The rank's own log as torch elastic's `--tee 3 --log_dir DIR` writes it,
+    DIR/<rendezvous id>_<random>/attempt_<k>/<local rank>/stderr.log (a folder per launch: the newest is this
+    one's); tracebacks go to stderr, prints to stdout.log beside it."""
+    if not log_dir or not Path(log_dir).is_dir():
+        return None
+    found = sorted(Path(log_dir).glob(f"*/attempt_*/{local_rank}/stderr.log"), key=lambda p: p.stat().st_mtime)
+    return found[-1] if found else None
+
+
+def _record(script_args: list[str], failure: jobs.RankFailure) -> None:
+    run = _run_of(script_args)
+    if run is None:
+        return
+    from storage import open_db
+
+    try:
+        message = jobs.record_rank_failure(open_db(run[0]), run[1], failure)
+    except Exception:  # noqa: BLE001 - the launch failed either way; its exit status still says so
+        traceback.print_exc()
+        return
+    if message:
+        print(f"run {run[1]}: {message}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from accelerate.commands.launch import launch_command, launch_command_parser
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    args = launch_command_parser().parse_args(argv)
+    script_args = list(args.training_script_args)
+    try:
+        launch_command(args)
+    except ChildFailedError as error:  # several processes: torch elastic's agent stopped the others
+        # torch's own root cause: the earliest failure; the agent adds the ranks it stopped after it.
+        rank, first = error.get_first_failure()
+        _record(script_args, jobs.RankFailure(rank=rank, pid=first.pid, exitcode=first.exitcode,
+                                              log=rank_log(args.log_dir, first.local_rank)))
+        return 1
+    except subprocess.CalledProcessError as error:  # one process (accelerate's simple launcher)
+        _record(script_args, jobs.RankFailure(rank=0, pid=None, exitcode=error.returncode, log=None))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
