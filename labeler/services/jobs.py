@@ -202,8 +202,8 @@ def create_run(db, stage: str, settings: dict[str, Any] | None = None, project: 
         if refused:
             raise InputError("can only be set from the command line (rlhf-studio train --set), not the web app",
                              field=", ".join(refused))
-    if config["job"].get("accelerate_config"):  # a missing or unreadable file fails now, not when it starts
-        launch_settings(config["job"].get("num_processes"), config["job"]["accelerate_config"])
+    if config["job"].get("accelerate_config"):  # a missing, unreadable or unrunnable file fails now, not at start
+        refuse_unrunnable(launch_settings(config["job"].get("num_processes"), config["job"]["accelerate_config"])[1])
     project_id = _project_id(db, project)
     user_id = _user_id(db, username)
     with write_transaction(db):
@@ -277,6 +277,20 @@ def launch_settings(num_processes: int | None = None, accelerate_config: str | N
             raise InputError(f"num_processes must be a positive integer, got {explicit!r}")
         return int(explicit), (Path(config) if config else None)
     return (_config_num_processes(Path(config)) if config else 1), (Path(config) if config else None)
+
+
+def refuse_unrunnable(config_file: Path | None) -> None:
+    """An accelerate setup that cannot run on this machine, refused when the run is queued or started rather than
+    failing in every rank. FSDP without a GPU: accelerate (1.15) turns FSDP on only for GPU-like devices, so on a
+    CPU-only machine the ranks either stop at once (with fsdp_sync_module_states: "There are currently no
+    available devices found") or quietly run as DDP (tests/rlhf/test_multiprocess.py)."""
+    if config_file is None or _read_accelerate_config(config_file).get("distributed_type") != "FSDP":
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise InputError(f"{config_file}: FSDP needs GPUs, and this machine has none (accelerate runs FSDP only on GPU"
+                         "-like devices); on CPUs use configs/accelerate/ddp.yaml, or num_processes without a config")
 
 
 def worker_command(db_path: str, run_id: int, num_processes: int | None = None,
@@ -359,6 +373,7 @@ def start_queued(db, max_concurrent: int | None = None) -> list[int]:
             queued = get_run(db, run_id)
             job = (queued.config or {}).get("job", {})
             try:
+                refuse_unrunnable(launch_settings(job.get("num_processes"), job.get("accelerate_config"))[1])
                 command = worker_command(db_file(db), run_id, job.get("num_processes"), job.get("accelerate_config"),
                                          rank_logs=Path(queued.output_dir) / RANK_LOGS)
             except InputError as error:  # a missing or broken accelerate config fails this run, not the queue

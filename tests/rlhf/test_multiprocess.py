@@ -20,12 +20,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(script: Path, *args: str, num_processes: int = 2, timeout: int = 180) -> subprocess.CompletedProcess:
+def launch(script: Path, *args: str, num_processes: int = 2, timeout: int = 180,
+           config_file: Path | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE",
            "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes",
-               str(num_processes), "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-               "--main_process_port", str(free_port()), str(script), *args]
+    setup = ["--config_file", str(config_file)] if config_file else ["--multi_gpu", "--num_machines", "1",
+                                                                     "--dynamo_backend", "no"]
+    command = [sys.executable, "-m", "accelerate.commands.launch", *setup, "--num_processes", str(num_processes),
+               "--mixed_precision", "no", "--main_process_port", str(free_port()), str(script), *args]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     return done
@@ -79,3 +81,20 @@ def test_reward_model_and_dpo_on_two_ranks_match_one_process_with_the_same_globa
     # DPO's cached reference log-probs: computed on every rank for the whole dataset, not one rank's shard.
     assert len(two["ref_chosen_logps"]) == 16
     assert two["ref_chosen_logps"] == pytest.approx(one["ref_chosen_logps"], abs=1e-5)
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="what accelerate does without a GPU")
+def test_fsdp_is_not_available_on_cpu_ranks_through_accelerate(tmp_path):
+    """Why no FSDP test runs here (README, docs/SCALING.md). torch's FSDP itself trains on CPU with gloo (tried
+    by hand with FSDP1 and fully_shard: 2 ranks gave 1 process's losses), but accelerate 1.15, through which
+    Trainer and PPOTrainer prepare models, does not let it: AcceleratorState turns FSDP on only for device-backed types (MULTI_GPU, MULTI_XPU, ...), never
+    MULTI_CPU. So the shipped fsdp.yaml fails on a CPU-only machine, and with its device-only setting off it is
+    quietly DDP. When this test fails, accelerate has changed: run the pairwise and PPO scripts under FSDP."""
+    launch(HERE / "fsdp_on_cpu.py", str(tmp_path), config_file=REPO / "configs" / "accelerate" / "fsdp.yaml")
+    for rank in (0, 1):
+        found = json.loads((tmp_path / f"fsdp_rank{rank}.json").read_text())
+        # fsdp_sync_module_states: true (FullyShardedDataParallelPlugin.__post_init__) needs a device.
+        assert found["shipped_error"] == ("There are currently no available devices found, must be one of 'XPU', "
+                                          "'CUDA', 'MLU', 'NPU', 'MUSA', or 'HPU'.")
+        assert found == {**found, "distributed_type": "DistributedType.MULTI_CPU", "num_processes": 2,
+                         "wrapper": "DistributedDataParallel"}

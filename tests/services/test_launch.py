@@ -112,3 +112,22 @@ def test_run_settings_are_stored_refused_from_the_web_and_checked_when_queued(db
         jobs.create_run(db, "ppo", {"num_processes": "2", "reward": "human"}, username="boss", runs_dir=tmp_path,
                         start=False)
     assert len(jobs.list_runs(db)) == 2
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a machine without a GPU")
+def test_fsdp_without_a_gpu_is_refused_when_queued_or_started(db, tmp_path, monkeypatch):
+    # accelerate runs FSDP only on GPU-like devices (tests/rlhf/test_multiprocess.py shows what it does instead).
+    from pathlib import Path
+
+    fsdp = Path(__file__).resolve().parents[2] / "configs" / "accelerate" / "fsdp.yaml"
+    with pytest.raises(InputError, match=r"fsdp.yaml: FSDP needs GPUs, and this machine has none .*ddp.yaml"):
+        jobs.create_run(db, "rm", {"accelerate_config": str(fsdp)}, runs_dir=tmp_path)
+    assert jobs.list_runs(db) == []
+    # The server's default setup is only read when a run starts: that run fails, saying why, and nothing runs.
+    monkeypatch.setenv(jobs.ACCELERATE_CONFIG_ENV, str(fsdp))
+    run = jobs.create_run(db, "rm", {}, runs_dir=tmp_path)
+    assert (run.status, run.pid) == ("failed", None)
+    assert run.error.startswith(f"could not start the worker: {fsdp}: FSDP needs GPUs"), run.error
+    # DDP on the same machine is fine (gloo ranks on the CPU).
+    ddp = fsdp.parent / "ddp.yaml"
+    assert jobs.create_run(db, "rm", {"accelerate_config": str(ddp)}, runs_dir=tmp_path, start=False).status == "queued"
