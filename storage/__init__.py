@@ -1,5 +1,6 @@
 """SQLite storage: the single source of truth. Imports neither torch nor gradio."""
 from storage.db import (
+    ConnectionPool,
     StorageError,
     backup,
     connect,
@@ -11,6 +12,7 @@ from storage.db import (
 )
 
 __all__ = [
+    "ConnectionPool",
     "StorageError",
     "backup",
     "connect",

@@ -5,7 +5,9 @@ accounts.authenticate, an upload size cap, the shortcut script and the styleshee
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
+import importlib.util
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,7 @@ import gradio as gr
 
 from labeler.ui.context import ServeSettings, UIContext
 from labeler.ui.session import RequestGuard, SessionStore, make_auth
+from storage import ConnectionPool
 
 # A tab module exposes TITLE and build(ctx) and is called inside its gr.Tab. build may return a hook that is
 # called with that gr.Tab once built, to wire the tab's own events (Rate and Rank reread guidelines on select).
@@ -66,7 +69,7 @@ def build_app(settings: ServeSettings) -> gr.Blocks:
     # delete_cache: Gradio's copies of downloads (backups, exports) and uploads leave its cache after an hour,
     # checked every 10 minutes; the folders they were copied from are swept by labeler.ui.downloads.
     with gr.Blocks(title="RLHF Studio", analytics_enabled=False, delete_cache=(600, 3600)) as app:
-        ctx = UIContext(settings, app=app)
+        ctx = UIContext(settings, app=app, pool=ConnectionPool(settings.db_path))
         with gr.Row(equal_height=True):
             gr.Markdown("# RLHF Studio", elem_id="studio-title")
             whoami = gr.Markdown(elem_id="studio-whoami")
@@ -202,6 +205,19 @@ def quiet_queue(app: gr.Blocks) -> None:
     queue.ANALYTICS_MAX_EVENTS = 1
 
 
+def skip_missing_matplotlib() -> bool:
+    """Without matplotlib installed, Gradio's per-event MatplotlibBackendMananger does nothing but try to import
+    it twice per event (entering and leaving, gradio/route_utils.py call_process_api in 6.31), a failed search of
+    every sys.path entry each time: 2-3% of the server's CPU per label (py-spy, 20 annotators). Then it is swapped
+    for a context manager that does nothing, as Gradio's does in that case; True when swapped."""
+    import gradio.utils
+
+    if importlib.util.find_spec("matplotlib") is not None:
+        return False
+    gradio.utils.MatplotlibBackendMananger = contextlib.nullcontext  # sic: Gradio's spelling
+    return True
+
+
 def launch(app: gr.Blocks, settings: ServeSettings, **overrides: Any):
     """app.launch with launch_options(settings); overrides (prevent_thread_lock, quiet, ...) win.
 
@@ -210,6 +226,7 @@ def launch(app: gr.Blocks, settings: ServeSettings, **overrides: Any):
     """
     options = {**launch_options(settings), **overrides}
     quiet_queue(app)
+    skip_missing_matplotlib()
     block = not options.get("prevent_thread_lock", False)
     options["prevent_thread_lock"] = True
     for attempt in range(3):

@@ -1,4 +1,5 @@
-"""What every tab receives: where the database is and the server settings. Holds no mutable state."""
+"""What every tab receives: where the database is and the server settings. Holds no user state (a pool of
+idle database connections at most)."""
 from __future__ import annotations
 
 import contextlib
@@ -10,7 +11,7 @@ import sqlite_utils
 
 from labeler.services.errors import PermissionDenied
 from labeler.services.login_guard import ThrottlePolicy
-from storage import open_db
+from storage import ConnectionPool, open_db
 
 SESSION_DAYS = 7
 
@@ -37,6 +38,8 @@ class UIContext:
     settings: ServeSettings
     # The Blocks being built, so a tab can register page-load events (ctx.app.load). Not state: never reassigned.
     app: gr.Blocks | None = None
+    # Idle connections reused by requests (build_app makes one); None: a fresh connection per request.
+    pool: ConnectionPool | None = field(default=None, compare=False)
 
     @property
     def db_path(self) -> str:
@@ -56,7 +59,12 @@ class UIContext:
 
     @contextlib.contextmanager
     def connection(self) -> Iterator[sqlite_utils.Database]:
-        """`with ctx.connection() as db:` a connection for one request, closed afterwards."""
+        """`with ctx.connection() as db:` a connection for this request alone: from the pool (and back to it),
+        or opened as `db()` does and closed afterwards."""
+        if self.pool is not None:
+            with self.pool.connection() as db:
+                yield db
+            return
         db = self.db()
         try:
             yield db

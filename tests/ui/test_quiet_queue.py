@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from labeler.ui.app import STATUS_UPDATE_S, launch_options, quiet_queue
+from labeler.ui.app import STATUS_UPDATE_S, launch_options, quiet_queue, skip_missing_matplotlib
 from labeler.ui.context import ServeSettings
 
 
@@ -33,3 +33,24 @@ def test_quiet_queue_sends_positions_on_a_timer_and_builds_no_monitoring_summary
 def test_the_monitoring_endpoint_is_off():
     assert launch_options(ServeSettings(db_path=":memory:"))["enable_monitoring"] is False
 
+
+
+def test_without_matplotlib_gradio_no_longer_tries_to_import_it_per_event(monkeypatch):
+    import contextlib
+    import importlib.util
+
+    import gradio.route_utils
+    import gradio.utils
+
+    original = gradio.utils.MatplotlibBackendMananger
+    monkeypatch.setattr(gradio.utils, "MatplotlibBackendMananger", original)  # restored after the test
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real_find_spec(name, *a))
+    assert skip_missing_matplotlib() is True
+    assert gradio.utils.MatplotlibBackendMananger is contextlib.nullcontext
+    # call_process_api reaches it through the module at call time, so the swap is what it uses.
+    assert "utils.MatplotlibBackendMananger()" in open(gradio.route_utils.__file__).read()
+    # With matplotlib installed, Gradio's own manager stays.
+    monkeypatch.setattr(gradio.utils, "MatplotlibBackendMananger", original)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "matplotlib" else real_find_spec(name, *a))
+    assert skip_missing_matplotlib() is False and gradio.utils.MatplotlibBackendMananger is original
