@@ -253,12 +253,18 @@ class RewardScorer:
     """Scores (prompt, response) pairs with a trained reward model folder (full model or adapter).
 
     Prompts and responses are strings or message lists, encoded exactly as in training.
+
+    Inference only: eval mode (no dropout), no gradients (requires_grad off, scoring under no_grad), so it holds
+    its weights and one batch's activations and nothing else. `dtype=torch.bfloat16` halves the weights (2 bytes
+    a parameter; PPO passes it when the run trains in bf16); scores then carry bf16's ~3 significant digits.
+    `device` None: "cuda" (under accelerate, each rank's own GPU: accelerate sets the current device) or the CPU.
     """
 
-    def __init__(self, name_or_path: str | os.PathLike, device: str | torch.device | None = None, max_length: int | None = 512):
+    def __init__(self, name_or_path: str | os.PathLike, device: str | torch.device | None = None,
+                 max_length: int | None = 512, dtype: torch.dtype | None = None):
         path = resolve_model_path(name_or_path)
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        self.model = load_reward_model(path).to(self.device).eval()
+        self.model = load_reward_model(path, dtype=dtype).to(self.device).eval().requires_grad_(False)
         tokenizer_dir = path
         if not (Path(path) / "tokenizer_config.json").exists() and (Path(path) / "adapter_config.json").exists():
             tokenizer_dir = resolve_model_path(json.loads((Path(path) / "adapter_config.json").read_text())["base_model_name_or_path"])

@@ -113,14 +113,15 @@ class RewardModelReward:
 
     @classmethod
     def from_pretrained(cls, path: str, subtract_query_score: bool = False, device=None,
-                        score_std: float | None = None) -> "RewardModelReward":
+                        score_std: float | None = None, dtype=None) -> "RewardModelReward":
         """`score_std`: standardise with the model's score_stats.json, then scale to this std (None: raw).
-        A model saved without the file (before it existed) gives raw scores, with a warning."""
+        A model saved without the file (before it existed) gives raw scores, with a warning. `dtype`:
+        torch.bfloat16 keeps the reward model in half the memory (rlhf.reward.RewardScorer)."""
         import warnings
 
         from rlhf.reward import SCORE_STATS_FILE, RewardScorer
 
-        scorer = RewardScorer(path, device=device)
+        scorer = RewardScorer(path, device=device, dtype=dtype)
         if score_std is not None and scorer.score_stats is None:
             warnings.warn(f"reward model {path} has no {SCORE_STATS_FILE} (saved by an older version): its raw "
                           "scores are used; retrain it to have them standardised", stacklevel=2)

@@ -199,8 +199,12 @@ def reward_source(ctx: StageContext, db, queue=None):
         return FunctionReward.from_spec(job.reward_function)
 
     def rm():
+        import torch
+
         path = models.resolve(db, job.reward_model or models.newest(db, "reward"))
-        return RewardModelReward.from_pretrained(path, job.subtract_query_score, score_std=job.rm_score_std)
+        # Once per rank, each scoring its own rollouts; in bf16 when the run trains in bf16 (docs/SCALING.md).
+        return RewardModelReward.from_pretrained(path, job.subtract_query_score, score_std=job.rm_score_std,
+                                                 dtype=torch.bfloat16 if job.bf16 else None)
 
     if job.reward == "rm":
         return rm()
