@@ -532,7 +532,8 @@ class PPOTrainer:
                 optimizer_steps += 1
             # TRL 0.11's early stopping, at the epoch level: the last mini-batch's policy KL, mean over ranks so
             # every rank stops together. The epoch's optimizer steps are all taken, so no partial gradient is left.
-            if cfg.early_stopping and policy_kl_too_far(self._mean_over_ranks(stats[-1]["policy/policykl"]), cfg.target_kl):
+            policykl = stats[-1]["policy/policykl"]
+            if cfg.early_stopping and policy_kl_too_far(self._mean_over_ranks(policykl), cfg.target_kl):
                 early_stopped = True
                 break
         for s in stats:
@@ -703,7 +704,9 @@ class PPOTrainer:
             write_card(directory, model_card(
                 title=directory.name, trained_with=f"PPO with {estimator} advantages (rlhf.PPOTrainer, TRL 0.11 API)",
                 base_model=str(base) if base else None, settings=_plain_values(self.config), metrics=metrics,
-                tags=["ppo"], value_head=True))
+                tags=["ppo"], value_head=True, pipeline_tag="text-generation",
+                library_name="peft" if self.is_peft else "transformers",
+                datasets=[self.config.query_dataset] if self.config.query_dataset else ()))
         self.accelerator.wait_for_everyone()
         if push_to_hub:
             return self.push_to_hub(repo_id or directory.name, **push_to_hub_kwargs)

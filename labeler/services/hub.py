@@ -36,6 +36,11 @@ AGREEMENT = {  # quality.agreement's keys, as a reader of the card would name th
     "rankings_comparisons": "rankings: pairs compared"}
 TRAINERS = {"preferences": "DPOTrainer or RewardTrainer", "ratings": "a regression reward model",
             "unpaired": "KTOTrainer"}
+# The Hub's task_categories: preference and KTO rows train a text generator; mean ratings train a scorer.
+TASKS = {"preferences": ["text-generation"], "ratings": ["text-classification"], "unpaired": ["text-generation"]}
+# Model kind -> the Hub's pipeline_tag (a reward model scores a text: a one-label sequence classifier).
+PIPELINES = {"base": "text-generation", "policy": "text-generation", "adapter": "text-generation",
+             "reward": "text-classification"}
 STAGES = {"sft": "supervised fine-tuning (SFTTrainer)", "rm": "reward modelling (RewardTrainer)",
           "dpo": "DPO (DPOTrainer)", "ppo": "PPO (PPOTrainer, TRL 0.11 API)"}
 
@@ -90,10 +95,11 @@ def export_card(db: sqlite_utils.Database, project: str, kind: str, options, spl
     columns = dict(COLUMNS[kind])
     if kind == "preferences" and not options.include_rating_pairs:
         columns.pop("margin")
-    return dataset_card(f"{project}: {kind}", summary, columns, splits, tags=[kind], sections={
-        "Labels": label_facts(db, project),
-        "Filters": filters or "None: every label of the project (the export defaults).",
-    })
+    return dataset_card(f"{project}: {kind}", summary, columns, splits, tags=[kind], task_categories=TASKS[kind],
+                        sections={
+                            "Labels": label_facts(db, project),
+                            "Filters": filters or "None: every label of the project (the export defaults).",
+                        })
 
 
 def push_export(folder: str | Path, repo_id: str, private: bool = False, token: str | None = None, api=None) -> str:
@@ -145,8 +151,10 @@ def registered_model_card(db: sqlite_utils.Database, name: str) -> str:
         except InputError:
             pass
     return model_card(name, trained_with, base_model=base, data=" ".join(data) or None, settings=settings,
-                      metrics=model["metrics"], evaluation=comparison_rows(evaluations), tags=[model["kind"]],
-                      value_head=run is not None and run["stage"] == "ppo")
+                      metrics=model["metrics"], evaluation=comparison_rows(evaluations),
+                      tags=[model["kind"], *([run["stage"]] if run else [])],
+                      value_head=run is not None and run["stage"] == "ppo", pipeline_tag=PIPELINES.get(model["kind"]),
+                      library_name="peft" if model["kind"] == "adapter" else "transformers")
 
 
 def write_registered_model_card(db: sqlite_utils.Database, name: str) -> Path | None:

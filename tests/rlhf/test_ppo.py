@@ -180,7 +180,8 @@ def test_early_stopping_checks_the_last_minibatchs_policykl_after_each_epoch_as_
     never checked. Here the real mini-batch updates run and only their reported policykl is scripted."""
     config = PPOConfig(batch_size=8, mini_batch_size=2, ppo_epochs=4, learning_rate=1e-2, early_stopping=early_stopping,
                        target_kl=0.5)  # threshold 1.5 * 0.5 = 0.75, exact in float32
-    # epoch 1: high KL mid-epoch but 0.75 at its end (not > 0.75): go on; epoch 2 ends at 0.875 > 0.75: stop (values exact in float32)
+    # epoch 1: high KL mid-epoch but 0.75 at its end (not > 0.75): go on; epoch 2 ends at 0.875 > 0.75: stop
+    # (every value exact in float32)
     scripted = [2.0, 2.0, 2.0, 0.75, -5.0, 0.0, 0.0, 0.875] + [0.0] * 8
     trainer = PPOTrainer(config, small_vocab_model(), None, SMALL_TOKENIZER)
     real_minibatch, reported = trainer._train_minibatch, []

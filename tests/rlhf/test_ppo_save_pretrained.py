@@ -11,7 +11,7 @@ import pytest
 import torch
 import yaml
 
-from rlhf.cards import dataset_card, hub_base_model, model_card, table
+from rlhf.cards import dataset_card, hub_base_model, model_card, size_category, table
 from rlhf.configs import PPOConfig
 from rlhf.model import AutoModelForCausalLMWithValueHead
 from rlhf.ppo import PPOTrainer
@@ -65,7 +65,9 @@ def test_save_pretrained_writes_policy_value_head_tokenizer_and_card(tmp_path):
     card = (out / "README.md").read_text()
     meta = _front_matter(card)
     assert meta["library_name"] == "transformers" and {"rlhf-studio", "trl", "ppo"} <= set(meta["tags"])
+    assert meta["pipeline_tag"] == "text-generation" and meta["model_name"] == "ppo-policy"
     assert "base_model" not in meta and f"starting from `{FIXTURE}`" in card  # a local folder is no Hub id
+    assert "license" not in meta  # the fixture folder has no card: its license is unknown, so none is claimed
     assert "PPO with GAE advantages" in card
     assert "| steps | 1 |" in card and "| batch_size | 2 |" in card and "| learning_rate | 0.01 |" in card
     assert f"| ppo/loss/value | {trainer.last_stats['ppo/loss/value']:.6g} |" in card
@@ -86,10 +88,13 @@ def test_save_pretrained_with_lora_writes_the_adapter_and_head(tmp_path):
 
 
 def test_cards_escape_cells_and_keep_front_matter_valid():
-    text = model_card("m", "DPO", base_model="org/a", datasets=['me/prefs: "quoted"'], settings={"beta": 0.1},
-                      metrics={"loss": 0.123456789, "note": "a|b\nc"}, evaluation=[{"model": "m", "win_rate": 0.75}])
+    text = model_card('m: "quoted"', "DPO", base_model="org/a", datasets=["me/prefs", 'local: "prefs"'],
+                      settings={"beta": 0.1}, metrics={"loss": 0.123456789, "note": "a|b\nc"},
+                      evaluation=[{"model": "m", "win_rate": 0.75}])
     meta = _front_matter(text)
-    assert meta["base_model"] == "org/a" and meta["datasets"] == ['me/prefs: "quoted"']
+    assert meta["base_model"] == "org/a" and meta["model_name"] == 'm: "quoted"'
+    assert meta["datasets"] == ["me/prefs"]  # Hub ids only; the other name is in the text
+    assert "Datasets: [`me/prefs`](https://huggingface.co/datasets/me/prefs), `local: \"prefs\"`" in text
     assert "| loss | 0.123457 |" in text and "| note | a\\|b c |" in text
     assert "| model | win_rate |\n|---|---|\n| m | 0.75 |" in text
     assert table([]) == "_none_\n"
@@ -155,3 +160,69 @@ def test_save_pretrained_push_to_hub_uploads_the_saved_folder(tmp_path, monkeypa
     name, files, kwargs = calls[2]
     assert name == "upload_folder" and kwargs["repo_id"] == "me/ppo-policy" and kwargs["commit_message"] == "step 1"
     assert {"README.md", "model.safetensors", "value_head.safetensors", "tokenizer.json", "config.json"} <= set(files)
+
+
+def test_model_card_front_matter_as_the_hub_reads_it(tmp_path):
+    """license, base_model, library_name, pipeline_tag, datasets, tags, model_name (TRL's and the Hub's keys)."""
+    text = model_card("imdb-dpo", "DPO (DPOTrainer)", base_model="default", datasets=["me/imdb-prefs"],
+                      tags=["policy", "dpo"], pipeline_tag="text-generation")
+    assert _front_matter(text) == {
+        "license": "apache-2.0",  # SmolLM2-135M-Instruct's, the embedded default policy
+        "library_name": "transformers", "pipeline_tag": "text-generation",
+        "base_model": "HuggingFaceTB/SmolLM2-135M-Instruct", "model_name": "imdb-dpo", "datasets": ["me/imdb-prefs"],
+        "tags": ["rlhf-studio", "trl", "policy", "dpo"]}
+    assert "[`HuggingFaceTB/SmolLM2-135M-Instruct`](https://huggingface.co/HuggingFaceTB/SmolLM2-135M-Instruct)" in text
+    assert "[TRL](https://github.com/huggingface/trl)" in text and "License: `apache-2.0`, as its base model's." in text
+    assert "from transformers import AutoModelForCausalLM\n" in text
+
+    reward = _front_matter(model_card("rm", "reward modelling", base_model="default-encoder",
+                                      pipeline_tag="text-classification", license="mit"))
+    assert reward["license"] == "mit"  # given: wins over the base model's apache-2.0
+    assert reward["base_model"] == "sentence-transformers/all-MiniLM-L6-v2" and reward["pipeline_tag"] == "text-classification"
+    assert "AutoModelForSequenceClassification.from_pretrained" in model_card("rm", "RM", pipeline_tag="text-classification")
+    adapter = model_card("lora", "SFT", base_model="default", library_name="peft")
+    assert _front_matter(adapter)["library_name"] == "peft" and "from peft import AutoPeftModelForCausalLM" in adapter
+
+
+def test_base_license_is_read_offline_or_left_out(tmp_path, monkeypatch):
+    import huggingface_hub
+
+    from rlhf.cards import base_license
+    from rlhf.loading import default_encoder_path
+
+    assert base_license("default") == {"license": "apache-2.0"}
+    assert base_license(str(default_encoder_path())) == {"license": "apache-2.0"}  # its shipped README.md
+    # a local folder's card: "other" comes with its name and link
+    folder = tmp_path / "base"
+    folder.mkdir()
+    (folder / "README.md").write_text("---\nlicense: other\nlicense_name: acme-1\n"
+                                      "license_link: https://acme.example/LICENSE\ntags: [x]\n---\n# Base\n")
+    licensing = {"license": "other", "license_name": "acme-1", "license_link": "https://acme.example/LICENSE"}
+    assert base_license(str(folder)) == licensing
+    text = model_card("m", "SFT", base_model=str(folder))
+    assert {k: _front_matter(text)[k] for k in licensing} == licensing
+    assert "License: `acme-1` (https://acme.example/LICENSE), as its base model's." in text
+    # a Hub id: its card from the local Hugging Face cache, never the network
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    assert base_license("org/cached") == {}
+    snapshot = tmp_path / "hub" / "models--org--cached" / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    (tmp_path / "hub" / "models--org--cached" / "refs").mkdir()
+    (tmp_path / "hub" / "models--org--cached" / "refs" / "main").write_text("abc123")
+    (snapshot / "README.md").write_text("---\nlicense: llama3.2\n---\n")
+    assert base_license("org/cached") == {"license": "llama3.2"}
+    # unknown or unreadable: nothing is claimed
+    (folder / "README.md").write_text("---\nlicense: [unclosed\n---\n")
+    assert base_license(str(folder)) == {} and base_license(None) == {} and base_license(str(tmp_path)) == {}
+
+
+def test_dataset_card_front_matter(tmp_path):
+    text = dataset_card('prefs: "imdb"', "Pairs.", {"prompt": "the prompt"}, {"train": 900, "test": 150},
+                        tags=["preferences"], task_categories=["text-generation"], license="cc-by-4.0")
+    assert _front_matter(text) == {"license": "cc-by-4.0", "pretty_name": 'prefs: "imdb"',
+                                   "task_categories": ["text-generation"], "size_categories": ["1K<n<10K"],
+                                   "tags": ["rlhf-studio", "trl", "preferences"]}  # 900 + 150 = 1050 rows
+    assert "[TRL's dataset formats](https://huggingface.co/docs/trl/dataset_formats)" in text
+    assert "license" not in _front_matter(dataset_card("p", "P.", {}, {"train": 1}))  # the owner's choice: not guessed
+    assert [size_category(n) for n in (0, 999, 1000, 99_999, 100_000, 10**7)] == [
+        "n<1K", "n<1K", "1K<n<10K", "10K<n<100K", "100K<n<1M", "10M<n<100M"]

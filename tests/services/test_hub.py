@@ -80,7 +80,9 @@ def test_hf_export_gets_a_dataset_card(labelled, tmp_path):
     options = ExportOptions(min_annotators=2, test_size=0.0)
     result = export(labelled, "default", "preferences", "hf", tmp_path / "prefs", options)
     card = (result.path / "README.md").read_text()
-    assert {"rlhf-studio", "trl", "preferences"} <= set(_front_matter(card)["tags"])
+    # license: the labels' owner decides, so none is written; 3 rows -> the Hub's smallest size bucket
+    assert _front_matter(card) == {"pretty_name": "default: preferences", "task_categories": ["text-generation"],
+                                   "size_categories": ["n<1K"], "tags": ["rlhf-studio", "trl", "preferences"]}
     assert "project `default`" in card and "DPOTrainer or RewardTrainer" in card
     # Project default: 6 ratings by alice, bob, carol; 4 rankings (3 by alice, bob, carol + 1 imported);
     # project other's labels are not counted. Pairs in >= 2 rankings: item 1's three pairs -> 3 train rows.
@@ -156,6 +158,12 @@ def test_registered_model_gets_a_card_refreshed_by_evaluations(db, tmp_path):
     assert "## Evaluation\n\n_none_" in card
     meta = huggingface_hub.ModelCard(card).data
     assert meta.library_name == "transformers" and meta.base_model == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert _front_matter(card) == {
+        "license": "apache-2.0",  # the base's: 'default' is SmolLM2-135M-Instruct (Apache 2.0)
+        "library_name": "transformers", "pipeline_tag": "text-generation",
+        "base_model": "HuggingFaceTB/SmolLM2-135M-Instruct", "model_name": "tiny-dpo",
+        "tags": ["rlhf-studio", "trl", "policy", "dpo"]}
+    assert meta.license == "apache-2.0" and meta.pipeline_tag == "text-generation"  # huggingface_hub reads them
 
     evaluation._store(db, "default", "tiny-dpo", None, 1, {"samples": 4}, {"eval/reward_mean": 0.75}, [])
     card = (folder / "README.md").read_text()
@@ -216,3 +224,22 @@ def test_prompts_import_from_a_hub_dataset_id(db, monkeypatch, tmp_path):
     with pytest.raises(InputError, match="file not found"):  # a file name is never taken for a Hub id
         import_prompts(db, "data/prompts.csv")
     assert asked == ["me/prompts", "me/missing"]
+
+
+def test_reward_and_adapter_cards_name_their_pipeline_and_library(db, tmp_path):
+    """A reward model is a text classifier for the Hub; an adapter is a peft model; a registered base without
+    a run gets no stage tag."""
+    rm = tmp_path / "rm"
+    shutil.copytree(TINY, rm)
+    models.register_model(db, "tiny-rm", str(rm), "reward", base_model="default-encoder")
+    meta = _front_matter((rm / "README.md").read_text())
+    assert meta["pipeline_tag"] == "text-classification" and meta["library_name"] == "transformers"
+    assert meta["base_model"] == "sentence-transformers/all-MiniLM-L6-v2" and meta["license"] == "apache-2.0"
+    assert meta["tags"] == ["rlhf-studio", "trl", "reward"]
+    assert "AutoModelForSequenceClassification" in (rm / "README.md").read_text()
+
+    adapter = tmp_path / "adapter"
+    shutil.copytree(TINY, adapter)
+    models.register_model(db, "tiny-lora", str(adapter), "adapter", base_model="default")
+    meta = _front_matter((adapter / "README.md").read_text())
+    assert meta["library_name"] == "peft" and meta["pipeline_tag"] == "text-generation"
