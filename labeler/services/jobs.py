@@ -373,7 +373,8 @@ def start_queued(db, max_concurrent: int | None = None) -> list[int]:
             queued = get_run(db, run_id)
             job = (queued.config or {}).get("job", {})
             try:
-                refuse_unrunnable(launch_settings(job.get("num_processes"), job.get("accelerate_config"))[1])
+                if os.environ.get(LAUNCHER_ENV, "accelerate") != "python":  # python: no accelerate setup is read
+                    refuse_unrunnable(launch_settings(job.get("num_processes"), job.get("accelerate_config"))[1])
                 command = worker_command(db_file(db), run_id, job.get("num_processes"), job.get("accelerate_config"),
                                          rank_logs=Path(queued.output_dir) / RANK_LOGS)
             except InputError as error:  # a missing or broken accelerate config fails this run, not the queue

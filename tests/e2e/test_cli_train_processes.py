@@ -97,7 +97,8 @@ def test_ppo_on_two_processes_a_killed_rank_fails_the_run_and_resume_finishes_it
     while not first.exists() and time.monotonic() < deadline and jobs.get_run(db, 1).status == "running":
         time.sleep(0.2)
     assert first.exists(), jobs.log_tail(jobs.get_run(db, 1))
-    ranks = ranks_of(jobs.get_run(db, 1).pid)
+    launcher = psutil.Process(jobs.get_run(db, 1).pid)
+    ranks = ranks_of(launcher.pid)
     assert sorted(ranks) == [0, 1]
     os.kill(ranks[1].pid, signal.SIGKILL)
     while jobs.get_run(db, 1).status == "running" and time.monotonic() < deadline:
@@ -107,7 +108,7 @@ def test_ppo_on_two_processes_a_killed_rank_fails_the_run_and_resume_finishes_it
     # which rank died and how (labeler/launcher.py); settled() waits for it.
     failed = jobs.settled(db, jobs.get_run(db, 1))
     assert failed.status == "failed", jobs.log_tail(failed)
-    gone, alive = psutil.wait_procs([*ranks.values(), psutil.Process(failed.pid)], timeout=60)
+    gone, alive = psutil.wait_procs([*ranks.values(), launcher], timeout=60)
     assert not alive
     assert failed.step < 3
     error = failed.error
