@@ -3,8 +3,9 @@
 A run is a row in `runs` (status queued -> running -> succeeded | failed | cancelled). Launching starts
 `python -m labeler.launcher ... -m labeler.worker --db DB --run-id N` (accelerate launch, which also records how a
 dead training process ended) as a fresh process in its own session (never a fork of the server, so no Gradio
-threads or open connections are inherited); the worker records its progress and heartbeat itself. By default one run executes at a time: the next queued run starts when one ends (the worker
-starts it on its way out, and every `poll` does too). `max_concurrent` (argument, or RLHF_STUDIO_MAX_RUNS)
+threads or open connections are inherited); the worker records its progress and heartbeat itself. By default
+one run executes at a time: the next queued run starts when one ends (the worker starts it on its way out, and
+every `poll` does too). `max_concurrent` (argument, or RLHF_STUDIO_MAX_RUNS)
 raises the limit.
 
 A run whose process is gone while its row says running (server restart, OOM kill, machine reboot) is marked
