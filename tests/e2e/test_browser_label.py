@@ -26,6 +26,13 @@ def test_label_with_the_keyboard(running_app, login, db_rows):
     page = login(running_app.url, username, password)
     counter_starts(page, "rate-counter", "0 done")
     shown_answer = page.inner_text("#rate-response").strip()
+    # No training run waits: the banner is empty, and studio.css hides it; with text it shows (the keyboard path
+    # sends its text without a visibility update).
+    assert page.locator("#rate-banner").is_hidden()
+    page.evaluate("document.querySelector('#rate-banner span.md').textContent = 'a run waits'")
+    assert page.locator("#rate-banner").is_visible()
+    page.evaluate("document.querySelector('#rate-banner span.md').textContent = ''")
+    assert page.locator("#rate-banner").is_hidden()
     page.wait_for_timeout(300)
     page.screenshot(path=SCREENSHOT)
 

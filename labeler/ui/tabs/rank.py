@@ -72,7 +72,7 @@ def item_outputs(item, waiting: int | None = None) -> tuple:
         counter_markdown(item.done, item.remaining),
         f"### Prompt\n{item.prompt}",
         *_slot_updates(item.responses),
-        gr.update(value=""),
+        "",  # the comment box: a plain value, not gr.update(value=""), which costs Gradio a component (rate.item_outputs)
         item.guidelines,
         state,
         item_key(item),
@@ -85,7 +85,7 @@ def _empty_outputs(done: int, remaining: int, guidelines: str) -> tuple:
         counter_markdown(done, remaining),
         "### All done\nNothing left to rank in this project right now.",
         *_slot_updates([]),
-        gr.update(value=""),
+        "",
         guidelines,
         None,
         "",
