@@ -270,7 +270,7 @@ def build(ctx: UIContext):
     # trigger_mode="once" drops a second mouse click while one runs (the key makes a repeat harmless anyway).
     fast = {"show_progress": "hidden", "trigger_mode": "once", "concurrency_id": LABELLING, "concurrency_limit": 1}
     # Submit and skip also skip Gradio's pre- and postprocessing (item_outputs says why): with 20 annotators
-    # that took the server from ~10 to ~x ms of CPU per label (bench/annotators.py, issue 15).
+    # that and the pooled connections took the server from ~9 to ~4 ms of CPU per label (bench/annotators.py).
     raw = {"preprocess": False, "postprocess": False}
     submit.click(rate_submit, [score, comment, key], fast_outputs, api_name="rate_submit", js=SUBMIT_JS, **fast,
                  **raw).then(None, js=DONE_JS, api_name="rate_submit_done")
