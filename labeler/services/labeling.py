@@ -1,6 +1,6 @@
 """Annotation queues: items to label, who holds which, submit, skip, undo, gold answers.
 
-An item is one unit of work (a response to rate, or 2-4 responses of a prompt to rank). An assignment
+An item is one unit of work (a response to rate, or 2-8 responses of a prompt to rank). An assignment
 says that a user holds an item: pending (shown), done (labelled) or skipped. The queue rules:
 
 1. A user's own pending assignment comes back first, the newest one first (so a refresh shows the
@@ -45,7 +45,9 @@ KINDS = ("rating", "ranking")
 # A pending assignment older than this no longer reserves its item (the annotator left the page).
 PENDING_TTL_MINUTES = 30
 MAX_COMMENT_CHARS = 5_000  # a note on a label, typed by a person
-MIN_RANKING_SIZE, MAX_RANKING_SIZE = 2, 4
+# A ranking of K answers gives up to K(K-1)/2 preference pairs for one read of the prompt: 8 answers give 28
+# (4 gave 6), and the Rank tab shows one slot per answer up to MAX_RANKING_SIZE (ui/tabs/rank.py).
+MIN_RANKING_SIZE, MAX_RANKING_SIZE = 2, 8
 
 _NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
 _CUTOFF = f"strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-{PENDING_TTL_MINUTES} minutes')"

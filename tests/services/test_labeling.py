@@ -63,13 +63,37 @@ def test_create_items(db):
 
 def test_create_items_rejects_bad_input(db):
     add_prompt(db, "a", 2)
-    for bad in (1, 5, "4"):
-        with pytest.raises(InputError) as error:
+    for bad in (1, labeling.MAX_RANKING_SIZE + 1, "4"):
+        with pytest.raises(InputError, match=r"between 2 and 8, got") as error:
             create_items(db, P, ranking_size=bad)
         assert error.value.field == "ranking_size"
     with pytest.raises(InputError, match=r"\[999\]"):
         create_items(db, P, response_ids=[999])
     assert db["items"].count == 0
+
+
+def test_a_ranking_of_eight_answers_is_one_item_and_one_label(db):
+    """Issue 9: up to 8 answers in one ranking; 9 is refused (test_create_items_rejects_bad_input)."""
+    from labeler.services.label_kinds import ranking_pairs
+
+    make_users(db, "alice")
+    eight = add_prompt(db, "eight", 8)
+    nine = add_prompt(db, "nine", 9)
+    assert labeling.MAX_RANKING_SIZE == 8
+    assert create_items(db, P, ranking_size=8, kinds=("ranking",)) == 3
+    # 8 answers: one item; 9: ceil(9 / 8) = 2 items as even as possible, 5 + 4 (never 8 + 1).
+    assert rows(db, "SELECT response_ids_json FROM items ORDER BY id") == [
+        (json.dumps(eight),), (json.dumps(nine[:5]),), (json.dumps(nine[5:]),),
+    ]
+    item = next_item(db, P, "alice", "ranking")
+    assert sorted(r["id"] for r in item.responses) == eight
+    order = [[eight[7]], [eight[0], eight[1]], *[[r] for r in eight[2:7]]]  # best first, two tied
+    submit_ranking(db, P, "alice", item.item_id, order)
+    stored = json.loads(rows(db, "SELECT order_json FROM rankings")[0][0])
+    assert stored == order
+    # 8 answers with one tie: 8 * 7 / 2 = 28 pairs, less the tied pair = 27.
+    assert len(ranking_pairs(stored)) == 27
+    assert len(ranking_pairs([[r] for r in eight])) == 28
 
 
 def test_overlap_one_each_user_gets_a_different_item(db, four_ratings):
