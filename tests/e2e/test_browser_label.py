@@ -75,6 +75,11 @@ def test_label_with_the_keyboard(running_app, login, db_rows):
     counter_starts(page, "rank-counter", "0 done")
     # "Answer k" heading, then the rendered answer.
     answers = [page.inner_text(f"#rank-text-{k}").split("\n", 1)[1].strip() for k in (1, 2, 3)]
+    # Three answers: slots 4-8 hidden, and their empty second row takes no room above the comment box.
+    assert [page.locator(f"#rank-slot-{k}").is_visible() for k in range(1, 9)] == [True] * 3 + [False] * 5
+    # (Gradio does not render hidden columns; studio.css hides the row left empty, or its flex gap would stay.)
+    assert page.evaluate("Array.from(document.querySelectorAll('.studio-rank-row'))"
+                         ".map(row => getComputedStyle(row).display)") == ["flex", "none"]
     for key in ["2", "=", "3", "1"]:
         page.keyboard.press(key)
     page.wait_for_timeout(300)
@@ -165,4 +170,53 @@ def test_fast_typing_stores_every_digit_in_order(running_app, login, db_rows):
         [username],
     )
     assert [plain(row["text"]) for row in pending] == [page.inner_text("#rate-response").strip()]
+    page.close()
+
+
+def test_rank_eight_answers_by_keyboard_in_two_rows_of_four(running_app, login, db_rows):
+    """Issue 9: an item of 8 answers (labeling.MAX_RANKING_SIZE) shows 8 slots in two rows of 4 and is ranked
+    from the keyboard: "8 = 7 1 2 3 4 5 6" puts answers 8 and 7 first (tied), then 1 to 6."""
+    from labeler.services import accounts, labeling, prompts
+    from storage import open_db, write_transaction
+
+    username, password = "ranker8", "ranker8-password-1"
+    db = open_db(running_app.db_path)
+    try:
+        accounts.create_user(db, username, password)
+        # A prompt of its own: create_items joins a prompt's older unranked answers (other tests add some).
+        prompts.add_prompts(db, ["An opening with eight continuations"], source="e2e")
+        with write_transaction(db):
+            prompt_id = db.execute("SELECT id FROM prompts WHERE text = 'An opening with eight continuations'").fetchone()[0]
+            eight = [db.execute("INSERT INTO responses (prompt_id, text, model, source) VALUES (?, ?, 'tiny', 'e2e')",
+                                [prompt_id, f"Eight-way answer {k}."]).lastrowid for k in range(8)]
+        # First in the queue (priority), and reserved for this user now so no other test's annotator takes it.
+        labeling.create_items(db, "default", eight, ranking_size=8, kinds=("ranking",), priority=5)
+        assert len(labeling.next_item(db, "default", username, "ranking").responses) == 8
+    finally:
+        db.conn.close()
+
+    page = login(running_app.url, username, password, ready="button[role=tab]:has-text('Rank')")
+    page.click("button[role=tab]:has-text('Rank')")
+    page.wait_for_selector("#rank-slot-8", state="visible", timeout=20_000)
+    boxes = [page.locator(f"#rank-text-{k}").bounding_box() for k in range(1, 9)]
+    first_row, second_row = boxes[:4], boxes[4:]
+    assert len({round(b["y"]) for b in first_row}) == 1 and len({round(b["y"]) for b in second_row}) == 1
+    assert second_row[0]["y"] > first_row[0]["y"] + first_row[0]["height"]  # below the first row, not squeezed beside
+    assert min(b["width"] for b in boxes) >= 200  # readable: each slot keeps its min_width
+    assert [page.locator(f"#rank-slot-{k} label").count() for k in range(1, 9)] == [8] * 8  # ranks 1..8 each
+    page.screenshot(path="/tmp/rlhf-studio-rank-eight.png", full_page=True)
+
+    answers = [page.inner_text(f"#rank-text-{k}").split("\n", 1)[1].strip() for k in range(1, 9)]
+    page.click("#rank-counter")
+    for key in ["8", "=", "7", "1", "2", "3", "4", "5", "6"]:
+        page.keyboard.press(key)
+    page.wait_for_timeout(300)
+    page.keyboard.press("Enter")
+    counter_starts(page, "rank-counter", "1 done")
+    stored = db_rows(running_app.db_path, "SELECT r.order_json FROM rankings r JOIN users u ON u.id = r.user_id"
+                     " WHERE u.username = ?", [username])
+    assert len(stored) == 1
+    texts = {r["id"]: r["text"] for r in db_rows(running_app.db_path, "SELECT id, text FROM responses")}
+    order = [sorted(texts[i] for i in group) for group in json.loads(stored[0]["order_json"])]
+    assert order == [sorted([answers[7], answers[6]]), *[[answers[k]] for k in range(6)]]
     page.close()

@@ -41,7 +41,7 @@ def test_rate_and_rank_through_the_button_endpoints(running_app, db_rows):
     shown = c.predict(api_name="/rank_next")
     item_prompt = shown[2].removeprefix("### Prompt\n")
     slot_texts = [shown[3 + 2 * k].split("\n\n", 1)[1] for k in range(3)]  # "#### Answer k\n\n<text>"
-    c.predict("2", "1", "2", None, "", shown[-1], api_name="/rank_submit")
+    c.predict("", shown[-1], "2", "1", "2", api_name="/rank_submit")  # comment, key, then a rank per answer shown
 
     stored = db_rows(
         running_app.db_path,

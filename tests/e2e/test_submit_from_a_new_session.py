@@ -43,6 +43,6 @@ def test_a_ranking_from_a_new_session_is_refused_clearly_and_stores_nothing(runn
     shown = Client(running_app.url, auth=("fresh-ranker", PASSWORD), verbose=False).predict(api_name="/rank_next")
     fresh = Client(running_app.url, auth=("fresh-ranker", PASSWORD), verbose=False)
     with pytest.raises(AppError, match="click Refresh"):
-        fresh.predict("1", "2", "3", None, "", shown[-1], api_name="/rank_submit")
+        fresh.predict("", shown[-1], "1", "2", "3", api_name="/rank_submit")
     assert db_rows(running_app.db_path, "SELECT r.id FROM rankings r JOIN users u ON u.id = r.user_id"
                    " WHERE u.username = ?", ["fresh-ranker"]) == []

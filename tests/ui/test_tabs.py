@@ -91,6 +91,11 @@ def call(app, api_name: str, *args, user: str | None):
     return endpoint(app, api_name).fn(*args, request=gr.Request(username=user))
 
 
+def rank(app, state, key, *ranks, comment: str = "", user: str = ANNOTATOR):
+    """rank_submit as Gradio calls it: the request comes before the ranks (rank.rank_submit's docstring)."""
+    return endpoint(app, "rank_submit").fn(comment, state, key, gr.Request(username=user), *ranks)
+
+
 def query(db_path: str, sql: str, params=()) -> list[tuple]:
     with sqlite3.connect(db_path) as conn:
         return conn.execute(sql, params).fetchall()
@@ -169,12 +174,73 @@ def test_rank_submit_turns_rank_numbers_into_one_ranking(app, app_db):
     state, key = shown[-2], shown[-1]
     ids = state["response_ids"]  # in the order shown
     assert sorted(ids) == [1, 2, 3]
-    call(app, "rank_submit", "3", "1", "1", None, "", state, key, user=ANNOTATOR)
-    call(app, "rank_submit", "3", "1", "1", None, "", state, key, user=ANNOTATOR)  # a retry: still one ranking
+    rank(app, state, key, "3", "1", "1")
+    rank(app, state, key, "3", "1", "1")  # a retry: still one ranking
     # Shown second and third tie for best, shown first is worst.
     assert [json.loads(row[0]) for row in query(app_db, "SELECT order_json FROM rankings")] == [
         [sorted(ids[1:]), [ids[0]]]
     ]
+
+
+@pytest.fixture
+def app_eight(db_path, tiny_model_dir, tmp_path):
+    """An app whose one ranking item holds 8 answers (labeling.MAX_RANKING_SIZE)."""
+    from labeler.services import accounts, labeling, prompts
+    from labeler.ui.app import build_app
+    from labeler.ui.context import ServeSettings
+    from storage import open_db, write_transaction
+
+    db = open_db(db_path)
+    accounts.create_user(db, ANNOTATOR, "ann-password-1")
+    prompts.add_prompts(db, ["Prompt eight"], source="test")
+    with write_transaction(db):
+        for k in range(8):
+            db.execute("INSERT INTO responses (prompt_id, text, model) VALUES (1, ?, 'fixed')", [f"answer {k}"])
+    labeling.create_items(db, "default", ranking_size=8, kinds=("ranking",))
+    db.conn.close()
+    return build_app(ServeSettings(db_path=db_path, model=str(tiny_model_dir), runs_dir=str(tmp_path / "runs")))
+
+
+def test_rank_view_shows_and_stores_a_ranking_of_eight(app_eight, db_path):
+    from labeler.ui.tabs.rank import MAX_RESPONSES
+
+    assert MAX_RESPONSES == 8
+    shown = call(app_eight, "rank_next", user=ANNOTATOR)
+    outputs = [getattr(b, "elem_id", None) for b in endpoint(app_eight, "rank_next").outputs]
+    state, key = shown[-2], shown[-1]
+    ids = state["response_ids"]
+    assert sorted(ids) == list(range(1, 9))
+    for slot in range(1, 9):  # every slot shown, each offering ranks 1..8
+        radio = shown[outputs.index(f"rank-slot-{slot}")]
+        assert radio["choices"] == [str(r) for r in range(1, 9)], slot
+        assert shown[outputs.index(f"rank-text-{slot}")].startswith(f"#### Answer {slot}")
+    # A rank for a ninth slot that does not exist is refused; so is a missing one.
+    with pytest.raises(gr.Error, match="has 8 answers"):
+        rank(app_eight, state, key, *"12345678", "1")
+    with pytest.raises(gr.Error, match="answer 8 has no rank"):
+        rank(app_eight, state, key, *"1234567", None)  # as Gradio sends an unpicked radio
+    assert query(db_path, "SELECT COUNT(*) FROM rankings") == [(0,)]
+    # Shown 1st and 2nd tie for worst (rank 8), the others best to worst in the order shown.
+    rank(app_eight, state, key, "8", "8", "1", "2", "3", "4", "5", "6")
+    assert [json.loads(row[0]) for row in query(db_path, "SELECT order_json FROM rankings")] == [
+        [[ids[2]], [ids[3]], [ids[4]], [ids[5]], [ids[6]], [ids[7]], sorted(ids[:2])]
+    ]
+
+
+def test_rank_submit_api_names_its_eight_ranks_and_only_the_shown_ones_are_needed(app):
+    """gradio_client callers pass the comment, the item key and one rank per answer shown; the other ranks
+    default to None (the state is not an API parameter)."""
+    info = app.get_api_info()["named_endpoints"]["/rank_submit"]["parameters"]
+    assert [(p["parameter_name"], p["parameter_has_default"]) for p in info] == [
+        ("comment_value", False), ("key_value", False), *[(f"rank_{k}", True) for k in range(1, 9)],
+    ]
+
+
+def test_rank_submit_refuses_ranks_for_answers_not_shown(app, app_db):
+    *_, state, key = call(app, "rank_next", user=ANNOTATOR)  # 3 answers
+    with pytest.raises(gr.Error, match="has 3 answers"):
+        rank(app, state, key, "1", "2", "3", "4")
+    assert query(app_db, "SELECT COUNT(*) FROM rankings") == [(0,)]
 
 
 def test_handlers_refuse_anonymous_and_annotators_on_admin_actions(app, app_db):
@@ -225,7 +291,7 @@ def test_generate_with_the_tiny_model_fills_the_queues(app, app_db, tiny_model_d
 def test_export_preferences_downloads_the_ranking_pairs(app, app_db):
     *_, state, key = call(app, "rank_next", user=ANNOTATOR)
     ids = state["response_ids"]
-    call(app, "rank_submit", "1", "2", "3", None, "", state, key, user=ANNOTATOR)
+    rank(app, state, key, "1", "2", "3")
     fn = endpoint(app, "data_export")
     values = {block: block.value for block in fn.inputs}
     by_label = {getattr(block, "label", None): block for block in fn.inputs}
@@ -262,7 +328,7 @@ def test_admin_settings_gold_and_backup(app, app_db):
 
 def test_export_filters_and_labels_import(app, app_db, tmp_path):
     *_, state, key = call(app, "rank_next", user=ANNOTATOR)
-    call(app, "rank_submit", "1", "2", "3", None, "", state, key, user=ANNOTATOR)
+    rank(app, state, key, "1", "2", "3")
     fn = endpoint(app, "data_export")
     by_label = {getattr(block, "label", None): block for block in fn.inputs}
     values = {block: block.value for block in fn.inputs}

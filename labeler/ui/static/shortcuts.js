@@ -49,8 +49,9 @@
   };
 
   // Rank: type the response numbers best to worst ("3 1 2"); "=" ties the next one with the previous.
-  let rank = { next: 1, last: 0, tie: false, values: [null, null, null, null] };
-  const resetRank = () => { rank = { next: 1, last: 0, tie: false, values: [null, null, null, null] }; };
+  // values[k - 1] is answer k's rank; slots not typed stay holes, which rank.SUBMIT_JS sends as null.
+  let rank = { next: 1, last: 0, tie: false, values: [] };
+  const resetRank = () => { rank = { next: 1, last: 0, tie: false, values: [] }; };
 
   const queue = [];
   let inFlight = null; // the timer of the request in flight, or null
@@ -92,7 +93,9 @@
       return false;
     }
     if (visible(byId("rank-submit"))) {
-      if (/^[1-4]$/.test(key)) {
+      // Answers 1-9 are one key each (an item holds at most labeling.MAX_RANKING_SIZE = 8); a slot that is
+      // not shown ignores its key.
+      if (/^[1-9]$/.test(key)) {
         const slot = Number(key);
         if (!visible(byId(`rank-slot-${slot}`))) return false;
         const value = rank.tie && rank.last ? rank.last : rank.next;

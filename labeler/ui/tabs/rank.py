@@ -1,4 +1,4 @@
-"""Rank tab: 2 to 4 answers to one prompt side by side, ordered best to worst, ties allowed.
+"""Rank tab: 2 to 8 answers to one prompt (labeling.MAX_RANKING_SIZE), ordered best to worst, ties allowed.
 
 Each answer gets a rank number (1 = best); equal numbers are a tie. The ranks become one ranking,
 `order` best to worst with tied response ids grouped: ranks {a: 2, b: 1, c: 2} -> [[b], [a, c]].
@@ -7,8 +7,11 @@ previous one, Enter submits (labeler/ui/static/shortcuts.js).
 """
 from __future__ import annotations
 
+import inspect
+
 import gradio as gr
 
+from labeler.services.labeling import MAX_RANKING_SIZE
 from labeler.ui.context import UIContext
 from labeler.ui.session import require_user, ui_errors
 from labeler.ui.tabs.rate import (
@@ -17,7 +20,9 @@ from labeler.ui.tabs.rate import (
 
 TITLE = "Rank"
 KIND = "ranking"
-MAX_RESPONSES = 4
+# One slot per answer an item can hold: the service's limit, so a larger ranking_size needs no UI change.
+MAX_RESPONSES = MAX_RANKING_SIZE
+SLOTS_PER_ROW = 4  # 8 answers side by side are too narrow to read: the slots wrap in rows of 4
 SHORTCUTS = (
     "Keys: type the answer numbers **best to worst** (e.g. `3 1 2`), **=** before a number ties it with the "
     "previous one (`1 = 2 3`), **Enter** submits, **Esc** starts over, **s** skips, **u** undoes the last ranking or skip."
@@ -110,11 +115,25 @@ def show_next(ctx: UIContext, db, username: str) -> tuple:
     return outputs_for(db, ctx, username, labeling.next_item(db, ctx.project, username, KIND))
 
 
-# The keyboard path (shortcuts.js): the ranks typed go straight into the submit (see rate.SUBMIT_JS).
-SUBMIT_JS = """(r1, r2, r3, r4, comment, current, key) => {
+# The keyboard path (shortcuts.js): the ranks typed go straight into the submit (see rate.SUBMIT_JS). The
+# ranks come last and as a rest parameter, so this needs no change when MAX_RESPONSES does; the typed list
+# only covers the slots typed, the rest are null (unranked).
+SUBMIT_JS = """(comment, current, key, ...ranks) => {
   const typed = window.__rlhfStudioTake ? window.__rlhfStudioTake("rank") : null;
-  return typed === null ? [r1, r2, r3, r4, comment, current, key] : [...typed, comment, current, key];
+  return [comment, current, key, ...(typed === null ? ranks : ranks.map((_, i) => typed[i] ?? null))];
 }"""
+
+
+def _submit_signature(handler) -> inspect.Signature:
+    """rank_submit's signature as Gradio and gradio_client should see it: rank_1..rank_N defaulting to None.
+
+    The handler takes `*ranks` (one per slot), which Gradio cannot name or give defaults; with named,
+    optional ranks an API caller ranking 3 answers passes 3 ranks, not 3 and 5 Nones.
+    """
+    fixed = list(inspect.signature(handler).parameters.values())[:4]  # comment_value, current, key_value, request
+    ranks = [inspect.Parameter(f"rank_{slot}", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)
+             for slot in range(1, MAX_RESPONSES + 1)]
+    return inspect.Signature([*fixed, *ranks])
 
 
 def build(ctx: UIContext):
@@ -128,16 +147,18 @@ def build(ctx: UIContext):
         with gr.Column(scale=4):
             counter = gr.Markdown(elem_id="rank-counter")
             prompt = gr.Markdown(elem_id="rank-prompt", elem_classes=["studio-prompt"])
-            with gr.Row(equal_height=False):
-                for index in range(1, MAX_RESPONSES + 1):
-                    with gr.Column(visible=False, min_width=220, elem_classes=["studio-response"]) as column:
-                        text = gr.Markdown(elem_id=f"rank-text-{index}")
-                        # Built with every rank, so a submit from a session the server has not seen (a retry
-                        # after a restart) reaches rank_submit, which asks for a Refresh (the shown order is
-                        # session state), instead of Gradio's "not in the list of choices: []" (rate.startup_choices).
-                        rank = gr.Radio(choices=[str(r) for r in range(1, MAX_RESPONSES + 1)], label="Rank (1 = best)",
-                                        elem_id=f"rank-slot-{index}")
-                    slot_widgets += [column, text, rank]
+            for row_start in range(1, MAX_RESPONSES + 1, SLOTS_PER_ROW):
+                with gr.Row(equal_height=False, elem_classes=["studio-rank-row"]):
+                    for index in range(row_start, min(row_start + SLOTS_PER_ROW, MAX_RESPONSES + 1)):
+                        with gr.Column(visible=False, min_width=220, elem_classes=["studio-response"]) as column:
+                            text = gr.Markdown(elem_id=f"rank-text-{index}")
+                            # Built with every rank, so a submit from a session the server has not seen (a retry
+                            # after a restart) reaches rank_submit, which asks for a Refresh (the shown order is
+                            # session state), instead of Gradio's "not in the list of choices: []"
+                            # (rate.startup_choices).
+                            rank = gr.Radio(choices=[str(r) for r in range(1, MAX_RESPONSES + 1)],
+                                            label="Rank (1 = best)", elem_id=f"rank-slot-{index}")
+                        slot_widgets += [column, text, rank]
             comment = gr.Textbox(label="Comment (optional)", lines=1, max_lines=4, elem_id="rank-comment")
             key = gr.Textbox(visible="hidden", elem_id="rank-key", label="Item key")  # see the Rate tab's key
             with gr.Row():
@@ -159,9 +180,12 @@ def build(ctx: UIContext):
             user = require_user(db, request)
             return show_next(ctx, db, user.username)
 
-    @ui_errors
-    def rank_submit(rank1, rank2, rank3, rank4, comment_value, current, key_value, request: gr.Request):
-        """Rank numbers for the answers in the order shown (`current`), for the item `key_value` names."""
+    def rank_submit(comment_value, current, key_value, request: gr.Request, *ranks):
+        """Rank numbers for the answers in the order shown (`current`), for the item `key_value` names.
+
+        `ranks`: one per slot (None past the answers shown); request comes before them because Gradio
+        fills a gr.Request only into a positional parameter.
+        """
         with ctx.connection() as db:
             user = require_user(db, request)
             if not current or not key_value:
@@ -170,12 +194,17 @@ def build(ctx: UIContext):
             if int(current["item_id"]) != item_id:
                 raise gr.Error(f"The answers shown belong to item {current['item_id']}, not {item_id}: click Refresh.")
             response_ids = current["response_ids"]
-            order = order_from_ranks(response_ids, [rank1, rank2, rank3, rank4][: len(response_ids)])
+            if any(rank not in (None, "") for rank in ranks[len(response_ids):]):
+                raise gr.Error(f"This item has {len(response_ids)} answers: only ranks for those are expected.")
+            order = order_from_ranks(response_ids, list(ranks[: len(response_ids)]))
             _, item = labeling.submit_ranking_and_next(
                 db, ctx.project, user.username, item_id, order, comment=(comment_value or "").strip(),
                 request_id=request_id,
             )
             return outputs_for(db, ctx, user.username, item)
+
+    rank_submit.__signature__ = _submit_signature(rank_submit)
+    rank_submit = ui_errors(rank_submit)
 
     @ui_errors
     def rank_skip(current, request: gr.Request):
@@ -195,7 +224,7 @@ def build(ctx: UIContext):
     # As in the Rate tab: no progress overlay, one labelling concurrency group, and shortcuts.js told when a
     # request finished so it sends the next queued key.
     fast = {"show_progress": "hidden", "trigger_mode": "once", "concurrency_id": LABELLING, "concurrency_limit": 1}
-    submit.click(rank_submit, [*rank_radios, comment, state, key], outputs, api_name="rank_submit", js=SUBMIT_JS,
+    submit.click(rank_submit, [comment, state, key, *rank_radios], outputs, api_name="rank_submit", js=SUBMIT_JS,
                  **fast).then(None, js=DONE_JS, api_name="rank_submit_done")
     skip.click(rank_skip, [state], outputs, api_name="rank_skip", **fast).then(None, js=DONE_JS, api_name="rank_skip_done")
     undo.click(rank_undo, None, outputs, api_name="rank_undo", **fast).then(None, js=DONE_JS, api_name="rank_undo_done")
