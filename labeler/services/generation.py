@@ -7,6 +7,7 @@ finished, and a re-run (prompt_ids=None) only tops prompts up to `n_per_prompt` 
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 from typing import Callable, Sequence
@@ -90,18 +91,23 @@ def generate_responses(
     progress: Progress | None = None,
     within_prompt_ids: Sequence[int] | None = None,
     loader: Callable[[str], tuple] | None = None,
+    ranking_size: int = 4,
 ) -> list[int]:
     """Generate `n_per_prompt` responses per prompt with `model` (a registry name, 'default' or a folder).
 
     `limit` caps the number of prompts. `within_prompt_ids` tops up only those prompts (e.g. the last import
     batch); `prompt_ids` generates `n_per_prompt` more for each, whatever they have. Returns the new response
-    ids, after creating their rating and ranking items. `progress(done, total)` counts responses: (0, total)
+    ids, after creating their rating and ranking items (a prompt's new answers in rankings of at most `ranking_size`). `progress(done, total)` counts responses: (0, total)
     once the model is loaded, then after every batch. `loader(path) -> (model, tokenizer)` replaces loading.
     """
     if isinstance(n_per_prompt, bool) or not isinstance(n_per_prompt, int) or n_per_prompt < 1:
         raise InputError(f"must be a positive integer, got {n_per_prompt!r}", field="n_per_prompt")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise InputError(f"must be a positive integer, got {limit!r}", field="limit")
+    if isinstance(ranking_size, bool) or not isinstance(ranking_size, int) or not (
+            labeling.MIN_RANKING_SIZE <= ranking_size <= labeling.MAX_RANKING_SIZE):
+        raise InputError(f"must be between {labeling.MIN_RANKING_SIZE} and {labeling.MAX_RANKING_SIZE}, "
+                         f"got {ranking_size!r}", field="ranking_size")
     project_row = get_project(db, project)
     project_id = project_row.id
     path = resolve(db, model)  # before any loading: an unknown name fails fast
@@ -118,6 +124,8 @@ def generate_responses(
     # later never repeats an earlier sample; the seed actually used is stored with each response.
     seed_offset = db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
     response_ids: list[int] = []
+    left = collections.Counter(row["id"] for row in work)  # answers still to generate, per prompt
+    unqueued: list[tuple[int, int]] = []  # (response id, prompt id) not yet in items
     for start in range(0, len(work), settings.batch_size):
         batch = work[start : start + settings.batch_size]
         used = dataclasses.replace(settings, seed=settings.seed + seed_offset + start)
@@ -132,9 +140,17 @@ def generate_responses(
                 batch_ids.append(
                     insert_response(db, row["id"], text, model=model, source="generated", settings_json=settings_json)
                 )
-        # Queue each batch at once, so annotators can start while a long generation is still running
-        # (a prompt's answers split across batches still end up ranked together: create_items joins them).
-        labeling.create_items(db, project, batch_ids)
+        # Queue each batch's answers for rating at once, so annotators can start while a long generation is still
+        # running, and each prompt's answers for ranking once they are all there (one item, even when the prompt
+        # was split across batches).
+        for row, response_id in zip(batch, batch_ids):
+            left[row["id"]] -= 1
+            unqueued.append((response_id, row["id"]))
+        labeling.create_items(db, project, batch_ids, ranking_size, kinds=("rating",))
+        ready = [response_id for response_id, prompt_id in unqueued if left[prompt_id] == 0]
+        if ready:
+            labeling.create_items(db, project, ready, ranking_size, kinds=("ranking",))
+            unqueued = [(r, p) for r, p in unqueued if left[p] > 0]
         response_ids.extend(batch_ids)
         if progress is not None:
             progress(len(response_ids), len(work))

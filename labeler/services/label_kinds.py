@@ -2,7 +2,7 @@
 
 Three kinds of human judgement reach the database:
 - a Likert rating: one response, an integer score on the project's scale (likert_min..likert_max);
-- a ranking with ties: 2-4 responses of one prompt ordered best to worst, ties sharing a group,
+- a ranking with ties: 2-8 responses of one prompt ordered best to worst, ties sharing a group,
   e.g. [[12], [14, 15], [13]] (lm-human-preferences' "best of 4", with ties allowed as in Anthropic HH);
 - a pairwise vote (the arena): a, b, tie or both_bad, stored as a two-response ranking.
 

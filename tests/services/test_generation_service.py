@@ -73,6 +73,7 @@ def test_explicit_prompt_ids_and_greedy_matches_library(tiny_db, tiny_model_dir)
         ({"limit": 0}, "limit"),
         ({"model": "no-such-model"}, "model"),
         ({"project": "nope"}, "project"),
+        ({"ranking_size": 1}, "ranking_size"),
     ],
 )
 def test_bad_input_writes_nothing(tiny_db, kwargs, field):
@@ -95,6 +96,19 @@ def test_each_batch_is_queued_before_the_next_is_generated(tiny_db):
     # Prompt 2's answers were split across the two batches and still form one ranking item.
     rankings = [json.loads(r[0]) for r in db.execute("SELECT response_ids_json FROM items WHERE kind = 'ranking' ORDER BY prompt_id")]
     assert rankings == [[1, 2], [3, 4]]
+
+
+def test_a_prompt_split_across_batches_is_ranked_in_one_item_of_ranking_size(tiny_db):
+    db = tiny_db
+    # 8 answers to each of 2 prompts in batches of 3: prompt 1's answers end in the third batch, prompt 2's
+    # start there; each prompt still gets one ranking item with all 8.
+    ids = generate_responses(db, "default", "tiny", n_per_prompt=8, settings=SETTINGS, limit=2, ranking_size=8)
+    rankings = [json.loads(r[0]) for r in db.execute("SELECT response_ids_json FROM items WHERE kind = 'ranking' ORDER BY prompt_id")]
+    assert rankings == [ids[:8], ids[8:]]
+    # With the default size of 4, the same 8 answers make two rankings of 4 per prompt.
+    generate_responses(db, "default", "tiny", n_per_prompt=8, settings=SETTINGS, prompt_ids=[3])
+    sizes = [len(json.loads(r[0])) for r in db.execute("SELECT response_ids_json FROM items WHERE kind = 'ranking' AND prompt_id = 3")]
+    assert sizes == [4, 4]
 
 
 def test_the_last_import_batch_and_a_kept_model(tiny_db, tiny_model_dir, tmp_path, monkeypatch):
