@@ -4,7 +4,9 @@ from __future__ import annotations
 import pytest
 
 from labeler.services import accounts, jobs, labeling
-from labeler.services.demo import ANNOTATOR, DEMO_PROJECT, DemoSettings, demo_lock, demo_running, run_demo, simulate_annotator
+from labeler.services.demo import (
+    ANNOTATOR, DEMO_PROJECT, DemoSettings, demo_lock, demo_running, run_demo, simulate_annotator, tie_groups,
+)
 from labeler.services.errors import InputError
 
 
@@ -24,6 +26,15 @@ def test_simulated_annotator_ranks_by_sentiment(db):
     assert db.execute("SELECT username FROM users").fetchone()[0] == ANNOTATOR
     # The account exists for its labels only: deactivated once it has labelled, so nobody can log in as it.
     assert accounts.get_user(db, ANNOTATOR).active is False
+
+
+def test_tie_groups_tie_answers_within_the_margin_of_their_groups_best():
+    # 0.351 and 0.349 straddle a rounding boundary (0.4 vs 0.3) but are a tie; 0.26 is 0.091 below the group's
+    # best, still a tie; 0.25 is 0.101 below it and starts the next group, which 0.2 joins; -0.5 is alone.
+    ids = [1, 2, 3, 4, 5, 6]
+    scores = [0.349, -0.5, 0.26, 0.351, 0.25, 0.2]
+    assert tie_groups(ids, scores, 0.1) == [[4, 1, 3], [5, 6], [2]]
+    assert tie_groups(ids, scores, 0.0) == [[4], [1], [3], [5], [6], [2]]
 
 
 def test_simulated_annotator_password_is_random_not_seeded(db):
