@@ -8,7 +8,8 @@ Ours: RewardTrainer with bf16 autocast, freed memory kept in the process (rlhf/c
 attention on CPU (rlhf/attention.py) and dropout off (as TRL's default). "naive" is the same trainer with all
 four off (fp32, glibc's default allocator, the model's SDPA, MiniLM's dropout of 0.1). TRL (--trl-python): RewardTrainer on the
 same pairs, batch and max length, in fp32 (its default) and in bf16, both with gradient checkpointing off
-(TRL 1.x's default is on; off is faster); our ratio is taken to the faster of the two. Every variant times trainer.train() over one epoch, building the trainer and loading the model left out;
+(TRL 1.x's default is on; off is faster); our ratio is taken to the faster of the two, and each ablation's
+ratio to it is printed too (what a lever is worth against TRL, in speed and in peak RSS). Every variant times trainer.train() over one epoch, building the trainer and loading the model left out;
 they run in their own processes and take turns, one epoch each (bench/interleave.py), the first a warm-up.
 """
 from __future__ import annotations
@@ -99,6 +100,10 @@ def main() -> None:
         print(f"\nours vs TRL's RewardTrainer at its fastest here ({fastest}), median of per-round ratios: "
               f"x{paired_ratio(trl, opt, 'seconds'):.2f} pairs/s (target >= 1.5), x{paired_ratio(trl, opt, 'cpu'):.2f} cpu time; "
               f"peak RSS {peaks['optimised']:.0f} MB vs {peaks[fastest]:.0f} MB: x{peaks['optimised'] / peaks[fastest]:.2f} (target <= 1)")
+        for name in variants:  # every other variant of ours (ablations) against the same TRL rounds
+            if name not in ("optimised", *trl_names):
+                print(f"  {name:20} x{paired_ratio(trl, results[name], 'seconds'):.2f} pairs/s, "
+                      f"x{paired_ratio(trl, results[name], 'cpu'):.2f} cpu time, peak RSS x{peaks[name] / peaks[fastest]:.2f}")
 
 
 if __name__ == "__main__":
