@@ -104,10 +104,7 @@ def generate_responses(
         raise InputError(f"must be a positive integer, got {n_per_prompt!r}", field="n_per_prompt")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise InputError(f"must be a positive integer, got {limit!r}", field="limit")
-    if isinstance(ranking_size, bool) or not isinstance(ranking_size, int) or not (
-            labeling.MIN_RANKING_SIZE <= ranking_size <= labeling.MAX_RANKING_SIZE):
-        raise InputError(f"must be between {labeling.MIN_RANKING_SIZE} and {labeling.MAX_RANKING_SIZE}, "
-                         f"got {ranking_size!r}", field="ranking_size")
+    labeling.check_ranking_size(ranking_size)  # before any generation: a bad size must write nothing
     project_row = get_project(db, project)
     project_id = project_row.id
     path = resolve(db, model)  # before any loading: an unknown name fails fast

@@ -152,6 +152,16 @@ def _ids_in_items(db: sqlite_utils.Database, project_id: int, kind: str) -> set[
     return {row[0] for row in rows}
 
 
+def check_ranking_size(ranking_size) -> None:
+    """InputError unless `ranking_size` is a whole number of answers a ranking item may hold."""
+    if isinstance(ranking_size, bool) or not isinstance(ranking_size, int) or not (
+        MIN_RANKING_SIZE <= ranking_size <= MAX_RANKING_SIZE
+    ):
+        raise InputError(
+            f"must be between {MIN_RANKING_SIZE} and {MAX_RANKING_SIZE}, got {ranking_size!r}", field="ranking_size"
+        )
+
+
 def create_items(
     db: sqlite_utils.Database,
     project: str = "default",
@@ -171,12 +181,7 @@ def create_items(
     """
     for kind in kinds:
         _check_kind(kind)
-    if isinstance(ranking_size, bool) or not isinstance(ranking_size, int) or not (
-        MIN_RANKING_SIZE <= ranking_size <= MAX_RANKING_SIZE
-    ):
-        raise InputError(
-            f"must be between {MIN_RANKING_SIZE} and {MAX_RANKING_SIZE}, got {ranking_size!r}", field="ranking_size"
-        )
+    check_ranking_size(ranking_size)
     created = 0
     with write_transaction(db):
         proj = get_project(db, project)
