@@ -134,10 +134,11 @@ class RewardModelReward:
         raw = [float(s) for s in self.scorer(list(queries), list(responses))]
         scores, shift = raw, 0.0
         if self.subtract_query_score:
+            # A difference of two scores has no offset left to remove: only the scale applies below.
             baseline = [float(s) for s in self.scorer(list(queries), [""] * len(queries))]
             scores = [s - b for s, b in zip(raw, baseline)]
         elif self.score_std is not None:
-            shift = self.score_stats["mean"]  # a difference of two scores has no offset to remove
+            shift = self.score_stats["mean"]
         if self.score_std is not None:
             scale = self.score_std / self.score_stats["std"]
             scores = [(s - shift) * scale for s in scores]
