@@ -97,8 +97,9 @@ def generate_responses(
 
     `limit` caps the number of prompts. `within_prompt_ids` tops up only those prompts (e.g. the last import
     batch); `prompt_ids` generates `n_per_prompt` more for each, whatever they have. Returns the new response
-    ids, after creating their rating and ranking items (a prompt's new answers in rankings of at most `ranking_size`). `progress(done, total)` counts responses: (0, total)
-    once the model is loaded, then after every batch. `loader(path) -> (model, tokenizer)` replaces loading.
+    ids, after creating their rating and ranking items (a prompt's new answers in rankings of at most
+    `ranking_size`). `progress(done, total)` counts responses: (0, total) once the model is loaded, then after
+    every batch. `loader(path) -> (model, tokenizer)` replaces loading.
     """
     if isinstance(n_per_prompt, bool) or not isinstance(n_per_prompt, int) or n_per_prompt < 1:
         raise InputError(f"must be a positive integer, got {n_per_prompt!r}", field="n_per_prompt")
