@@ -13,6 +13,7 @@ import argparse
 import subprocess
 import sys
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
 
 from labeler.services import jobs
@@ -37,14 +38,14 @@ def rank_log(log_dir: str | None, local_rank: int) -> Path | None:
     return found[-1] if found else None
 
 
-def _record(script_args: list[str], failure: jobs.RankFailure) -> None:
+def _record(script_args: list[str], failure: jobs.RankFailure, others: Sequence[jobs.RankFailure] = ()) -> None:
     run = _run_of(script_args)
     if run is None:
         return
     from storage import open_db
 
     try:
-        message = jobs.record_rank_failure(open_db(run[0]), run[1], failure)
+        message = jobs.record_rank_failure(open_db(run[0]), run[1], failure, others)
     except Exception:  # noqa: BLE001 - the launch failed either way; its exit status still says so
         traceback.print_exc()
         return
@@ -62,9 +63,11 @@ def main(argv: list[str] | None = None) -> int:
         launch_command(args)
     except ChildFailedError as error:  # several processes: torch elastic's agent stopped the others
         # torch's own root cause: the earliest failure; the agent adds the ranks it stopped after it.
-        rank, first = error.get_first_failure()
-        _record(script_args, jobs.RankFailure(rank=rank, pid=first.pid, exitcode=first.exitcode,
-                                              log=rank_log(args.log_dir, first.local_rank)))
+        failures = {rank: jobs.RankFailure(rank=rank, pid=failure.pid, exitcode=failure.exitcode,
+                                           log=rank_log(args.log_dir, failure.local_rank))
+                    for rank, failure in error.failures.items()}
+        first, _ = error.get_first_failure()
+        _record(script_args, failures[first], [f for rank, f in failures.items() if rank != first])
         return 1
     except subprocess.CalledProcessError as error:  # one process (accelerate's simple launcher)
         _record(script_args, jobs.RankFailure(rank=0, pid=None, exitcode=error.returncode, log=None))

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -465,9 +466,20 @@ class RankFailure:
         return f"exited with code {self.exitcode}"
 
 
-def record_rank_failure(db, run_id: int, failure: RankFailure) -> str | None:
+# What rank 0 records when it failed only because another rank went away (gloo's words for a vanished peer,
+# or the worker's SIGTERM handler): such a rank 0 is a consequence, never the root cause.
+PEER_LOST_MARKERS = ("Connection closed by peer", "Connection reset by peer", "another training process failed")
+
+
+def record_rank_failure(db, run_id: int, failure: RankFailure,
+                        others: Sequence[RankFailure] = ()) -> str | None:
     """Record on the run's row which training process died and how, once every rank has exited; returns the
     error written, or None when the row already says it better.
+
+    `failure` is torch elastic's root cause (the earliest failure it saw) and `others` the ranks that failed
+    beside it. Its clock counts whole seconds, so when a rank exits and rank 0 fails on the lost connection
+    within the same second, rank 0 may come first: a rank 0 whose recorded error says its peer was lost then
+    gives way to the other rank.
 
     Rank 0 writes the row. When another rank dies, rank 0 records only what it saw (gloo's "Connection closed
     by peer", or the launcher's SIGTERM); when rank 0 itself is killed (SIGKILL, the OOM killer) nothing is
@@ -479,6 +491,9 @@ def record_rank_failure(db, run_id: int, failure: RankFailure) -> str | None:
         row = db.execute("SELECT status, error, output_dir, log_path FROM runs WHERE id = ?", [run_id]).fetchone()
         if row is None or row["status"] not in ("running", "failed"):
             return None
+        lost_peer = any(marker in (row["error"] or "") for marker in PEER_LOST_MARKERS)
+        if failure.rank == 0 and lost_peer and any(other.rank != 0 for other in others):
+            failure = min((other for other in others if other.rank != 0), key=lambda other: other.rank)
         if row["status"] == "failed" and failure.rank == 0 and row["error"]:
             return None
         from labeler.services import checkpoints

@@ -88,3 +88,20 @@ def test_rank_0_keeps_its_own_error_and_a_cancel_is_left_alone(db, tmp_path):
     assert message == (f"training process rank 2 was killed by signal 11 (SIGSEGV); its log: {run.log_path}; "
                        f"`rlhf-studio runs resume {run.id}` starts it again (no complete checkpoint yet)")
     assert jobs.get_run(db, run.id).error == message
+
+
+def test_a_rank_0_that_only_lost_its_peer_gives_way_to_the_rank_that_died(db, tmp_path):
+    # torch elastic's clock counts whole seconds: rank 0, failing on the lost connection in the same second as
+    # rank 1's exit, can come first as the "root cause". Its recorded error says it lost a peer: rank 1 is named.
+    run = jobs.create_run(db, "sft", {**DYING}, runs_dir=tmp_path / "runs", start=False)
+    lost = "RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:23776."
+    db.execute("UPDATE runs SET status = 'failed', error = ? WHERE id = ?", [lost, run.id])
+    rank0 = jobs.RankFailure(rank=0, pid=11, exitcode=1, log=None)
+    rank1 = jobs.RankFailure(rank=1, pid=12, exitcode=3, log=None)
+    message = jobs.record_rank_failure(db, run.id, rank0, [rank1])
+    assert message.startswith("training process rank 1 (pid 12) exited with code 3; its log: "), message
+    assert f"the other ranks were stopped (rank 0 recorded: {lost})" in message
+    # A rank 0 that failed on its own error stays the root cause, whoever else failed after it.
+    db.execute("UPDATE runs SET status = 'failed', error = 'ValueError: bad row 3' WHERE id = ?", [run.id])
+    assert jobs.record_rank_failure(db, run.id, rank0, [rank1]) is None
+    assert jobs.get_run(db, run.id).error == "ValueError: bad row 3"
