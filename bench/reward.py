@@ -32,7 +32,8 @@ OPTIMISED = {"bf16": True, "keep_freed_memory": True, "disable_dropout": True, "
 VARIANTS = {"optimised": OPTIMISED,
             "naive": {"bf16": False, "keep_freed_memory": False, "disable_dropout": False, "attn_implementation": "model"},
             **{f"no-{lever.replace('_', '-')}": {**OPTIMISED, lever: False} for lever in OPTIMISED if lever != "attn_implementation"},
-            "no-eager-attention": {**OPTIMISED, "attn_implementation": "model"}}
+            "no-eager-attention": {**OPTIMISED, "attn_implementation": "model"},
+            "transformers-eager": {**OPTIMISED, "attn_implementation": "eager"}}
 
 
 def setup(variant: str, args: argparse.Namespace):

@@ -13,6 +13,9 @@ from typing import Literal
 
 from rlhf.hardware import bf16_is_fast
 
+# attn_implementation's values for every trainer (rlhf/attention.py; here so a config imports no transformers).
+ATTENTION_CHOICES = ("auto", "lean_eager", "eager", "sdpa", "model")
+
 
 # log_with choices that go through accelerate's trackers: the module each imports -> what to pip install
 # (mlflow-skinny is the tracking client alone; the full mlflow adds the server UI and its dependencies).
@@ -135,7 +138,7 @@ class PPOConfig:
     # "model" by default: the policy also generates, and eager attention is slower there; in bench/ppo_step.py
     # eager took 2.28x -> 2.02x off the naive baseline's time, so PPO keeps the model's kernel (SDPA).
     attn_implementation: str = field(
-        default="model", metadata={"help": "Attention kernel of policy and reference: model (keep its own), auto (eager on CPU, see rlhf/attention.py), eager, sdpa."}
+        default="model", metadata={"help": "Attention kernel of policy and reference: model (keep its own), auto (lean_eager on CPU, see rlhf/attention.py), lean_eager, eager, sdpa."}
     )
     rollout_forward_batch_size: int = field(
         default=16, metadata={"help": "Rollouts per no-grad forward pass (policy and reference logprobs); larger is faster."}
@@ -207,8 +210,8 @@ class PPOConfig:
         _check(self.vf_coef >= 0, "vf_coef", self.vf_coef, "must be >= 0")
         _check(0 <= self.gamma <= 1, "gamma", self.gamma, "must be in [0, 1]")
         _check(0 <= self.lam <= 1, "lam", self.lam, "must be in [0, 1]")
-        _check(self.attn_implementation in ("auto", "eager", "sdpa", "model"), "attn_implementation",
-               self.attn_implementation, "must be auto, eager, sdpa or model")
+        _check(self.attn_implementation in ATTENTION_CHOICES, "attn_implementation", self.attn_implementation,
+               f"must be one of {', '.join(ATTENTION_CHOICES)}")
         _check(self.advantage_estimator in ("rloo", "gae"), "advantage_estimator", self.advantage_estimator,
                "must be rloo or gae")
         _check(self.kl_penalty in ("kl", "abs", "mse", "full"), "kl_penalty", self.kl_penalty, "must be kl, abs, mse or full")

@@ -24,7 +24,7 @@ from torch.utils.data import DataLoader
 from transformers import PreTrainedModel, Trainer, TrainingArguments
 
 from rlhf.core import logprobs_from_logits, masked_sum
-from rlhf.attention import use_attention
+from rlhf.attention import LEAN_EAGER, use_attention
 from rlhf.cpu_memory import keep_freed_memory
 from rlhf.data import PreferenceCollator, check_preference_rows, tokenize_preference_causal, tokenizer_alias
 from rlhf.loading import DEFAULT_POLICY, load_causal_lm, load_tokenizer, resolve_model_path
@@ -61,7 +61,7 @@ class DPOConfig(TrainingArguments):
         default=True, metadata={"help": "Run each pair's prompt once, with chosen and rejected after it in one sequence (same numbers, fewer tokens; Llama/Mistral/Qwen models)."}
     )
     attn_implementation: str = field(
-        default="auto", metadata={"help": "Attention kernel while training: auto (eager on CPU, see rlhf/attention.py), eager, sdpa, model (keep)."}
+        default="auto", metadata={"help": "Attention kernel while training: auto (lean_eager on CPU, see rlhf/attention.py), lean_eager, eager, sdpa, model (keep)."}
     )
     # TrainingArguments fields whose defaults we change for small CPU runs:
     output_dir: str | None = field(default="dpo-model", metadata={"help": "Where checkpoints and the final model go."})
@@ -95,7 +95,7 @@ def _accepts_logits_to_keep(model: torch.nn.Module) -> bool:
 
 
 # Decoders whose logits are exactly lm_head(decoder(...).last_hidden_state) and whose attention takes a custom
-# 4D mask with position_ids (eager or SDPA): the shared-prompt forward below is exact for them.
+# 4D mask with position_ids (eager, lean eager or SDPA): the shared-prompt forward below is exact for them.
 SHARED_PROMPT_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 
 
@@ -160,13 +160,13 @@ def _shared_prompt_logps(model: torch.nn.Module, batch: dict[str, torch.Tensor])
         return None  # e.g. a DDP or DeepSpeed wrapper: its forward must run
     config = base_model(model).config
     implementation = getattr(config, "_attn_implementation", None)
-    if config.model_type not in SHARED_PROMPT_MODEL_TYPES or implementation not in ("eager", "sdpa"):
+    if config.model_type not in SHARED_PROMPT_MODEL_TYPES or implementation not in (LEAN_EAGER, "eager", "sdpa"):
         return None
     layout = _shared_prompt_layout(batch)
     if layout is None:
         return None
     ids, position_ids, allowed, (rows, index, tokens, slots) = layout
-    # eager adds the mask to the scores; SDPA takes True where attention is allowed.
+    # eager and lean eager add the mask to the scores; SDPA takes True where attention is allowed.
     mask = allowed[:, None] if implementation == "sdpa" else \
         torch.zeros(allowed.shape, dtype=torch.float32, device=ids.device).masked_fill(~allowed, torch.finfo(torch.float32).min)[:, None]
     hidden = model.get_decoder()(input_ids=ids, attention_mask=mask, position_ids=position_ids).last_hidden_state  # (B, L, H)

@@ -66,7 +66,7 @@ class RewardConfig(TrainingArguments):
         default=True, metadata={"help": "On CPU, keep freed memory in the process (no page faults per step; see rlhf/cpu_memory.py)."}
     )
     attn_implementation: str = field(
-        default="auto", metadata={"help": "Attention kernel while training: auto (eager on CPU, see rlhf/attention.py), eager, sdpa, model (keep)."}
+        default="auto", metadata={"help": "Attention kernel while training: auto (lean_eager on CPU, see rlhf/attention.py), lean_eager, eager, sdpa, model (keep)."}
     )
     disable_dropout: bool = field(
         default=True, metadata={"help": "Set every dropout probability to 0, as TRL's RewardTrainer does by default (on CPU, dropout's random masks took ~17% of a MiniLM step)."}

@@ -44,7 +44,7 @@ class SFTConfig(TrainingArguments):
         default=True, metadata={"help": "On CPU, keep freed memory in the process (no page faults per step; see rlhf/cpu_memory.py)."}
     )
     attn_implementation: str = field(
-        default="auto", metadata={"help": "Attention kernel while training: auto (eager on CPU, see rlhf/attention.py), eager, sdpa, model (keep)."}
+        default="auto", metadata={"help": "Attention kernel while training: auto (lean_eager on CPU, see rlhf/attention.py), lean_eager, eager, sdpa, model (keep)."}
     )
     # TrainingArguments fields whose defaults we change for small CPU runs:
     output_dir: str | None = field(default="sft-model", metadata={"help": "Where checkpoints and the final model go."})

@@ -89,7 +89,7 @@ def test_completion_logps_sum_completion_tokens_only_and_ignore_padding(tiny_mod
     assert batched[0].item() == pytest.approx(by_hand.item(), abs=1e-4)
 
 
-@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+@pytest.mark.parametrize("attention", ["lean_eager", "eager", "sdpa"])
 def test_shared_prompt_forward_gives_the_padded_rows_numbers_and_gradients(tiny_model_dir, attention):
     # One sequence per pair (prompt + chosen + rejected, rejected blind to chosen) against one row per
     # completion: same log-probs and same gradients, with uneven prompts and completions in the batch.
