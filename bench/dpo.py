@@ -53,7 +53,7 @@ def synthetic_pairs(n: int, seed: int) -> Dataset:
 
 # Each lever of our trainer; a variant of ours is a setting of all of them. "naive" is the plain loop.
 OPTIMISED = {"bf16": True, "precompute_ref_log_probs": True, "keep_freed_memory": True, "share_prompt_forward": True,
-             "attn_implementation": "auto"}
+             "share_input_casts": True, "attn_implementation": "auto"}
 VARIANTS = {"optimised": OPTIMISED, "naive": None,
             **{f"no-{lever.replace('_', '-')}": {**OPTIMISED, lever: False} for lever in OPTIMISED if lever != "attn_implementation"},
             "no-eager-attention": {**OPTIMISED, "attn_implementation": "model"},

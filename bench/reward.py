@@ -4,9 +4,11 @@
     python bench/reward.py --trl-python /tmp/trl1venv/bin/python   # also TRL 1.x's RewardTrainer, fp32 and bf16
     python bench/reward.py --ablations      # our trainer with each lever off in turn (~1 GB per variant)
 
-Ours: RewardTrainer with bf16 autocast, freed memory kept in the process (rlhf/cpu_memory.py), eager
-attention on CPU (rlhf/attention.py) and dropout off (as TRL's default). "naive" is the same trainer with all
-four off (fp32, glibc's default allocator, the model's SDPA, MiniLM's dropout of 0.1). TRL (--trl-python): RewardTrainer on the
+Ours: RewardTrainer with bf16 autocast, freed memory kept in the process (rlhf/cpu_memory.py), lean eager
+attention on CPU (rlhf/attention.py), dropout off (as TRL's default) and one bf16 cast of each attention
+block's input for its three projections (rlhf/autocast_inputs.py). "naive" is the same trainer with all five
+off (fp32, glibc's default allocator, the model's SDPA, MiniLM's dropout of 0.1, a cast per projection);
+"transformers-eager" is ours with transformers' own eager attention. TRL (--trl-python): RewardTrainer on the
 same pairs, batch and max length, in fp32 (its default) and in bf16, both with gradient checkpointing off
 (TRL 1.x's default is on; off is faster); our ratio is taken to the faster of the two, and each ablation's
 ratio to it is printed too (what a lever is worth against TRL, in speed and in peak RSS). Every variant times trainer.train() over one epoch, building the trainer and loading the model left out;
@@ -28,9 +30,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from interleave import median, paired_ratio, run_from_command_line  # noqa: E402
 from pairs import synthetic_rows  # noqa: E402
 
-OPTIMISED = {"bf16": True, "keep_freed_memory": True, "disable_dropout": True, "attn_implementation": "auto"}
+OPTIMISED = {"bf16": True, "keep_freed_memory": True, "disable_dropout": True, "share_input_casts": True,
+             "attn_implementation": "auto"}
 VARIANTS = {"optimised": OPTIMISED,
-            "naive": {"bf16": False, "keep_freed_memory": False, "disable_dropout": False, "attn_implementation": "model"},
+            "naive": {"bf16": False, "keep_freed_memory": False, "disable_dropout": False, "share_input_casts": False,
+                      "attn_implementation": "model"},
             **{f"no-{lever.replace('_', '-')}": {**OPTIMISED, lever: False} for lever in OPTIMISED if lever != "attn_implementation"},
             "no-eager-attention": {**OPTIMISED, "attn_implementation": "model"},
             "transformers-eager": {**OPTIMISED, "attn_implementation": "eager"}}

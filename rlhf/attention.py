@@ -27,7 +27,7 @@ LEAN_EAGER = "lean_eager"
 def lean_eager_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                          attention_mask: torch.Tensor | None, scaling: float | None = None, dropout: float = 0.0,
                          **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
-    """softmax(q k^T * scaling + mask) v in the dtype of q, k and v; transformers' attention-function signature:
+    """softmax(q k^T * scaling + mask) v in the dtype of the scores; transformers' attention-function signature:
     query (B, H, Lq, D), key and value (B, H_kv, Lk, D) with H a multiple of H_kv (grouped-query attention),
     attention_mask additive (B, 1, Lq, >= Lk) or boolean (True: attend). Returns the output (B, Lq, H, D) and the
     attention weights (B, H, Lq, Lk)."""
@@ -36,12 +36,13 @@ def lean_eager_attention(module: torch.nn.Module, query: torch.Tensor, key: torc
     groups = query.shape[1] // key.shape[1]
     if groups > 1:  # each key/value head serves `groups` query heads in a row (transformers' repeat_kv)
         key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
-    scores = torch.matmul(query * scaling, key.transpose(2, 3))  # scaling the smaller tensor saves a pass
+    scores = torch.matmul(query, key.transpose(2, 3)).mul_(scaling)  # in place: matmul keeps its inputs, not this
     if attention_mask is not None:
-        if attention_mask.dtype == torch.bool:
-            scores = scores.masked_fill(~attention_mask[..., : key.shape[-2]], torch.finfo(scores.dtype).min)
+        mask = attention_mask[..., : key.shape[-2]]
+        if mask.dtype == torch.bool:
+            scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
         else:  # finfo(float32).min becomes bf16's own minimum: bf16 has fp32's exponent range
-            scores = scores + attention_mask[..., : key.shape[-2]].to(scores.dtype)
+            scores = scores + mask.to(scores.dtype)
     weights = torch.softmax(scores, dim=-1)
     weights = torch.nn.functional.dropout(weights, p=dropout, training=module.training)
     output = torch.matmul(weights.to(value.dtype), value)

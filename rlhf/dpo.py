@@ -25,6 +25,7 @@ from transformers import PreTrainedModel, Trainer, TrainingArguments
 
 from rlhf.core import logprobs_from_logits, masked_sum
 from rlhf.attention import LEAN_EAGER, use_attention
+from rlhf.autocast_inputs import share_input_casts
 from rlhf.cpu_memory import keep_freed_memory
 from rlhf.data import PreferenceCollator, check_preference_rows, tokenize_preference_causal, tokenizer_alias
 from rlhf.loading import DEFAULT_POLICY, load_causal_lm, load_tokenizer, resolve_model_path
@@ -62,6 +63,9 @@ class DPOConfig(TrainingArguments):
     )
     attn_implementation: str = field(
         default="auto", metadata={"help": "Attention kernel while training: auto (lean_eager on CPU, see rlhf/attention.py), lean_eager, eager, sdpa, model (keep)."}
+    )
+    share_input_casts: bool = field(
+        default=True, metadata={"help": "Under bf16 autocast, cast each attention/MLP block's input once for all its projections (one bf16 copy kept, not 2-3; see rlhf/autocast_inputs.py)."}
     )
     # TrainingArguments fields whose defaults we change for small CPU runs:
     output_dir: str | None = field(default="dpo-model", metadata={"help": "Where checkpoints and the final model go."})
@@ -249,6 +253,8 @@ class DPOTrainer(Trainer):
             processing_class.pad_token = processing_class.eos_token
         model = apply_peft(model, peft_config, args.gradient_checkpointing)
         use_attention(model, args.attn_implementation, args.device)
+        if args.share_input_casts:
+            share_input_casts(model)
         # With precomputed reference log-probs and no reference given, the untrained policy is the reference:
         # its pass runs at the end of __init__ (before any training or resume) and no copy is kept, which
         # saves a model's fp32 weights of peak memory (as TRL does). Sharded set-ups keep the copy.

@@ -22,6 +22,7 @@ import torch
 from transformers import AutoModelForSequenceClassification, EvalPrediction, Trainer, TrainingArguments
 
 from rlhf.attention import use_attention
+from rlhf.autocast_inputs import share_input_casts
 from rlhf.cpu_memory import keep_freed_memory
 from rlhf.data import (
     RewardCollator,
@@ -67,6 +68,9 @@ class RewardConfig(TrainingArguments):
     )
     attn_implementation: str = field(
         default="auto", metadata={"help": "Attention kernel while training: auto (lean_eager on CPU, see rlhf/attention.py), lean_eager, eager, sdpa, model (keep)."}
+    )
+    share_input_casts: bool = field(
+        default=True, metadata={"help": "Under bf16 autocast, cast each attention/MLP block's input once for all its projections (one bf16 copy kept, not 2-3; see rlhf/autocast_inputs.py)."}
     )
     disable_dropout: bool = field(
         default=True, metadata={"help": "Set every dropout probability to 0, as TRL's RewardTrainer does by default (on CPU, dropout's random masks took ~17% of a MiniLM step)."}
@@ -169,6 +173,8 @@ class RewardTrainer(Trainer):
                     module.p = 0.0
         model = apply_peft(model, peft_config, args.gradient_checkpointing)
         use_attention(model, args.attn_implementation, args.device)
+        if args.share_input_casts:
+            share_input_casts(model)
 
         train_dataset = self._tokenize(train_dataset, processing_class, args.max_length)
         if isinstance(eval_dataset, dict):

@@ -18,6 +18,7 @@ import torch
 from transformers import Trainer, TrainingArguments
 
 from rlhf.attention import use_attention
+from rlhf.autocast_inputs import share_input_casts
 from rlhf.cpu_memory import keep_freed_memory
 from rlhf.data import SFTCollator, check_sft_rows, pack_examples, tokenize_sft, tokenizer_alias
 from rlhf.loading import DEFAULT_POLICY, load_causal_lm, load_tokenizer, resolve_model_path
@@ -45,6 +46,9 @@ class SFTConfig(TrainingArguments):
     )
     attn_implementation: str = field(
         default="auto", metadata={"help": "Attention kernel while training: auto (lean_eager on CPU, see rlhf/attention.py), lean_eager, eager, sdpa, model (keep)."}
+    )
+    share_input_casts: bool = field(
+        default=True, metadata={"help": "Under bf16 autocast, cast each attention/MLP block's input once for all its projections (one bf16 copy kept, not 2-3; see rlhf/autocast_inputs.py)."}
     )
     # TrainingArguments fields whose defaults we change for small CPU runs:
     output_dir: str | None = field(default="sft-model", metadata={"help": "Where checkpoints and the final model go."})
@@ -125,6 +129,8 @@ class SFTTrainer(Trainer):
             processing_class.pad_token = processing_class.eos_token
         model = apply_peft(model, peft_config, args.gradient_checkpointing)
         use_attention(model, args.attn_implementation, args.device)
+        if args.share_input_casts:
+            share_input_casts(model)
 
         def prepare(dataset):
             if dataset is None:
