@@ -24,6 +24,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import tempfile
 from collections import defaultdict
@@ -50,6 +51,10 @@ FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")  # OWASP "CSV injection": ce
 _TRUSTED_RESPONSE = "(r.source NOT IN ('chat', 'arena') OR r.server_generated = 1)"
 
 
+# The Hub's license ids: "apache-2.0", "cc-by-4.0", "odc-by", "other" ...
+LICENSE_ID = re.compile(r"[a-z0-9][a-z0-9.\-]*")
+
+
 def _help(default, text: str):
     return field(default=default, metadata={"help": text})
 
@@ -67,6 +72,7 @@ class ExportOptions:
     threshold: float | None = _help(None, "unpaired: label = score >= threshold (default: scale midpoint, 0 with zscore)")
     test_size: float = _help(0.1, "hf format: share of rows in the test split, split by prompt (0: no test split)")
     seed: int = _help(0, "hf format: seed of the train/test split")
+    license: str | None = _help(None, "hf format: the dataset card's license, a Hub license id such as cc-by-4.0 (the data owner's choice: none when omitted)")
 
     def __post_init__(self):
         if self.annotators is not None:
@@ -82,6 +88,9 @@ class ExportOptions:
             raise InputError(f"must be between 0 and 1, got {self.min_agreement!r}", field="min_agreement")
         if not 0.0 <= self.test_size < 1.0:
             raise InputError(f"must be in [0, 1), got {self.test_size!r}", field="test_size")
+        if self.license is not None and not LICENSE_ID.fullmatch(self.license):
+            raise InputError(f"must be a Hub license id such as cc-by-4.0, apache-2.0 or other (lowercase letters, "
+                             f"digits, '.' and '-'), got {self.license!r}", field="license")
 
 
 def data_field(name: str, default=MISSING):

@@ -89,14 +89,14 @@ def export_card(db: sqlite_utils.Database, project: str, kind: str, options, spl
     """The README.md of an export folder: what the rows are, where they came from, how they were filtered."""
     defaults = type(options)()
     filters = {f.name: getattr(options, f.name) for f in dataclasses.fields(options)
-               if getattr(options, f.name) != getattr(defaults, f.name)}
+               if f.name != "license" and getattr(options, f.name) != getattr(defaults, f.name)}
     summary = (f"{kind.capitalize()} exported by RLHF Studio from project `{project}`, in TRL's column format "
                f"(for {TRAINERS[kind]}). Splits are made by prompt: no prompt is in both.")
     columns = dict(COLUMNS[kind])
     if kind == "preferences" and not options.include_rating_pairs:
         columns.pop("margin")
     return dataset_card(f"{project}: {kind}", summary, columns, splits, tags=[kind], task_categories=TASKS[kind],
-                        sections={
+                        license=options.license, sections={
                             "Labels": label_facts(db, project),
                             "Filters": filters or "None: every label of the project (the export defaults).",
                         })

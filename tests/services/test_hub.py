@@ -95,6 +95,23 @@ def test_hf_export_gets_a_dataset_card(labelled, tmp_path):
     assert datasets.load_from_disk(str(result.path))["train"].num_rows == 3  # the card does not disturb loading
 
 
+def test_export_license_goes_into_the_card_and_a_bad_one_is_refused(labelled, tmp_path, capsys):
+    db_path = labelled.conn.execute("PRAGMA database_list").fetchone()[2]
+    out = tmp_path / "prefs"
+    assert main(["export", "--db", db_path, "--kind", "preferences", "--format", "hf", "--out", str(out),
+                 "--test-size", "0", "--license", "cc-by-4.0"]) == 0
+    card = (out / "README.md").read_text()
+    assert _front_matter(card)["license"] == "cc-by-4.0"
+    assert "| license |" not in card  # the license is the card's metadata, not one of the export's filters
+    assert huggingface_hub.DatasetCard(card).data.license == "cc-by-4.0"
+    with pytest.raises(InputError, match="Hub license id") as refused:
+        ExportOptions(license="CC BY 4.0")
+    assert refused.value.field == "license"
+    assert main(["export", "--db", db_path, "--kind", "preferences", "--format", "hf", "--out", str(tmp_path / "bad"),
+                 "--license", "CC BY 4.0"]) != 0
+    assert "license" in capsys.readouterr().err and not (tmp_path / "bad").exists()  # nothing written
+
+
 def test_push_export_uploads_the_card_then_the_splits(labelled, tmp_path, pushed):
     out = export(labelled, "default", "ratings", "hf", tmp_path / "ratings", ExportOptions(test_size=0.25)).path
     api = FakeApi()
