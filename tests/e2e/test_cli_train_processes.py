@@ -110,7 +110,9 @@ def test_ppo_on_two_processes_a_killed_rank_fails_the_run_and_resume_finishes_it
     assert failed.status == "failed", jobs.log_tail(failed)
     gone, alive = psutil.wait_procs([*ranks.values(), launcher], timeout=60)
     assert not alive
-    assert failed.step < 3
+    # The kill lands wherever rank 1 is by then: on this tiny model that can be step 3 or the final save (seen in
+    # CI), which fails the run all the same; the resume below finishes it from the newest complete checkpoint.
+    assert 1 <= failed.step <= 3
     error = failed.error
     assert error.startswith(f"training process rank 1 (pid {ranks[1].pid}) was killed by signal 9 (SIGKILL); "
                             f"its log: {Path(failed.output_dir) / 'ranks'}/"), error
