@@ -61,6 +61,15 @@ def test_first_login_shows_only_the_password_panel(app, app_db):
     # The server refuses everything else, whatever the browser shows.
     with pytest.raises(gr.Error, match="one-time password"):
         call(app, "admin_refresh", user=ADMIN)
+    # The user tabs' page loads change nothing instead of a toast each (the page shows only the password form);
+    # their buttons still refuse.
+    for load in ("rate_load", "rank_load", "chat_load", "arena_load"):
+        outputs = call(app, load, user=ADMIN)
+        assert len(outputs) == len(endpoint(app, load).outputs) and all(o == gr.update() for o in outputs), load
+    for select in ("rate_guidelines", "rank_guidelines"):  # the Rate tab is selected as the page opens
+        assert call(app, select, user=ADMIN) == gr.update(), select
+    with pytest.raises(gr.Error, match="one-time password"):
+        call(app, "rate_skip", "", user=ADMIN)
     with pytest.raises(gr.Error, match="current password"):
         call(app, "change_own_password", "wrong", "new-password-1", "new-password-1", user=ADMIN)
     assert "Log in again" in call(app, "change_own_password", "root-password-1", "new-password-1",

@@ -10,7 +10,7 @@ import random
 import gradio as gr
 
 from labeler.ui.context import UIContext
-from labeler.ui.session import require_user, ui_errors
+from labeler.ui.session import quiet_before_password_change, require_user, ui_errors
 
 TITLE = "Arena"
 RANDOM = "(random)"
@@ -165,7 +165,8 @@ def build(ctx: UIContext) -> None:
             return leaderboard_table(db, ctx.project, board_cache)
 
     if ctx.app is not None:
-        ctx.app.load(arena_load, None, [model_1, model_2, board, not_ready, start], api_name="arena_load")
+        ctx.app.load(quiet_before_password_change(arena_load, 5), None, [model_1, model_2, board, not_ready, start],
+                     api_name="arena_load")
     draw.click(arena_random_prompt, None, prompt, api_name="arena_random_prompt")
     start.click(
         arena_start, [prompt, model_1, model_2, max_new_tokens],

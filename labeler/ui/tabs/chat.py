@@ -11,7 +11,7 @@ import contextlib
 import gradio as gr
 
 from labeler.ui.context import UIContext
-from labeler.ui.session import require_user, ui_errors
+from labeler.ui.session import quiet_before_password_change, require_user, ui_errors
 
 TITLE = "Chat"
 NEW_MODEL_HINT = "Models come from the registry: `rlhf-studio models add NAME FOLDER`, or train one in the Train tab."
@@ -229,7 +229,8 @@ def build(ctx: UIContext) -> None:
     load_outputs = [model, reward_model, score]
     reload_models.click(chat_models, None, load_outputs, api_name="chat_models")
     if ctx.app is not None:
-        ctx.app.load(chat_models, None, load_outputs, api_name="chat_load")
+        ctx.app.load(quiet_before_password_change(chat_models, len(load_outputs)), None, load_outputs,
+                     api_name="chat_load")
     send_inputs = [message, chatbot, model, system, *setting_inputs]
     send.click(chat_send, send_inputs, [chatbot, message], api_name="chat_send", concurrency_limit=2)
     message.submit(chat_send, send_inputs, [chatbot, message], api_name="chat_submit", concurrency_limit=2)

@@ -13,7 +13,7 @@ import gradio as gr
 
 from labeler.services.labeling import MAX_RANKING_SIZE
 from labeler.ui.context import UIContext
-from labeler.ui.session import require_user, ui_errors
+from labeler.ui.session import quiet_before_password_change, require_user, ui_errors
 from labeler.ui.tabs.rate import (
     DONE_JS, LABELLING, banner_text, counter_markdown, guidelines_handler, item_key, parse_key, undo_message,
 )
@@ -230,9 +230,11 @@ def build(ctx: UIContext):
     undo.click(rank_undo, None, outputs, api_name="rank_undo", **fast).then(None, js=DONE_JS, api_name="rank_undo_done")
     refresh.click(rank_next, None, outputs, api_name="rank_next", concurrency_id=LABELLING, concurrency_limit=1)
     if ctx.app is not None:
-        ctx.app.load(rank_next, None, outputs, api_name="rank_load", concurrency_id=LABELLING, concurrency_limit=1)
+        ctx.app.load(quiet_before_password_change(rank_next, len(outputs)), None, outputs, api_name="rank_load",
+                     concurrency_id=LABELLING, concurrency_limit=1)
 
     def on_tab(tab: gr.Tab) -> None:
-        tab.select(guidelines_handler(ctx, KIND), None, [guidelines], api_name="rank_guidelines", show_progress="hidden")
+        tab.select(quiet_before_password_change(guidelines_handler(ctx, KIND), 1), None, [guidelines],
+                   api_name="rank_guidelines", show_progress="hidden")
 
     return on_tab

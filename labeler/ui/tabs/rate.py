@@ -13,7 +13,7 @@ import sqlite3
 import gradio as gr
 
 from labeler.ui.context import UIContext
-from labeler.ui.session import require_user, ui_errors
+from labeler.ui.session import quiet_before_password_change, require_user, ui_errors
 
 TITLE = "Rate"
 KIND = "rating"
@@ -281,9 +281,11 @@ def build(ctx: UIContext):
         None, js=DONE_JS, api_name="rate_undo_done")
     refresh.click(rate_next, None, outputs, api_name="rate_next", concurrency_id=LABELLING, concurrency_limit=1)
     if ctx.app is not None:
-        ctx.app.load(rate_next, None, outputs, api_name="rate_load", concurrency_id=LABELLING, concurrency_limit=1)
+        ctx.app.load(quiet_before_password_change(rate_next, len(outputs)), None, outputs, api_name="rate_load",
+                     concurrency_id=LABELLING, concurrency_limit=1)
 
     def on_tab(tab: gr.Tab) -> None:
-        tab.select(guidelines_handler(ctx, KIND), None, [guidelines], api_name="rate_guidelines", show_progress="hidden")
+        tab.select(quiet_before_password_change(guidelines_handler(ctx, KIND), 1), None, [guidelines],
+                   api_name="rate_guidelines", show_progress="hidden")
 
     return on_tab
