@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import zipfile
 from pathlib import Path
 
 import gradio as gr
 import pytest
+import yaml
 
 from labeler.services.errors import InputError
 from labeler.ui.tabs.admin import parse_gold
@@ -338,8 +340,15 @@ def test_export_filters_and_labels_import(app, app_db, tmp_path):
         fn.fn(values, request=gr.Request(username=ADMIN))
     values[by_label["Only these annotators (empty = all)"]] = [ANNOTATOR]
     values[by_label["Format"]] = "hf"
+    values[by_label["license"]] = "CC BY 4.0"  # not a Hub license id: refused, naming the field
+    with pytest.raises(gr.Error, match="license"):
+        fn.fn(values, request=gr.Request(username=ADMIN))
+    values[by_label["license"]] = "cc-by-4.0"
     path, message = fn.fn(values, request=gr.Request(username=ADMIN))
     assert path.endswith(".zip") and "**3** preferences rows" in message  # a saved datasets folder, zipped
+    with zipfile.ZipFile(path) as archive:
+        card = next(archive.read(name).decode() for name in archive.namelist() if name.endswith("README.md"))
+    assert yaml.safe_load(card.split("---")[1])["license"] == "cc-by-4.0"  # the dataset card's front matter
 
     pairs = tmp_path / "prefs.jsonl"
     pairs.write_text(

@@ -27,7 +27,7 @@ EXPORT_FORMATS = ["jsonl", "parquet", "csv", "hf"]
 # Export filters shown as plain widgets; annotators gets a multi-select of the project's users instead.
 EXPORT_FIELDS = [
     "since", "until", "min_annotators", "min_agreement", "include_rating_pairs", "conversational",
-    "zscore", "threshold", "test_size", "seed",
+    "zscore", "threshold", "test_size", "seed", "license",
 ]
 
 
