@@ -25,13 +25,13 @@ from transformers import PreTrainedModel, Trainer, TrainingArguments
 
 from rlhf.core import logprobs_from_logits, masked_sum
 from rlhf.attention import LEAN_EAGER, use_attention
-from rlhf.autocast_inputs import share_input_casts
 from rlhf.cpu_memory import keep_freed_memory
 from rlhf.data import PreferenceCollator, check_preference_rows, tokenize_preference_causal, tokenizer_alias
 from rlhf.loading import DEFAULT_POLICY, load_causal_lm, load_tokenizer, resolve_model_path
 from rlhf.losses import dpo_loss
-from rlhf.peft_utils import apply_peft, base_model, is_peft_model, merge_adapter
+from rlhf.peft_utils import base_model, is_peft_model, merge_adapter
 from rlhf.distributed import prepare_reference
+from rlhf.trainer_setup import prepare_model
 
 LOSS_TYPES = ("sigmoid", "ipo", "hinge")
 
@@ -251,10 +251,7 @@ class DPOTrainer(Trainer):
             raise ValueError("DPOTrainer needs processing_class (the tokenizer) when given a model object")
         if processing_class.pad_token is None:
             processing_class.pad_token = processing_class.eos_token
-        model = apply_peft(model, peft_config, args.gradient_checkpointing)
-        use_attention(model, args.attn_implementation, args.device)
-        if args.share_input_casts:
-            share_input_casts(model)
+        model = prepare_model(model, args, peft_config)
         # With precomputed reference log-probs and no reference given, the untrained policy is the reference:
         # its pass runs at the end of __init__ (before any training or resume) and no copy is kept, which
         # saves a model's fp32 weights of peak memory (as TRL does). Sharded set-ups keep the copy.

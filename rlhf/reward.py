@@ -21,8 +21,6 @@ import numpy as np
 import torch
 from transformers import AutoModelForSequenceClassification, EvalPrediction, Trainer, TrainingArguments
 
-from rlhf.attention import use_attention
-from rlhf.autocast_inputs import share_input_casts
 from rlhf.cpu_memory import keep_freed_memory
 from rlhf.data import (
     RewardCollator,
@@ -35,7 +33,8 @@ from rlhf.data import (
 )
 from rlhf.loading import DEFAULT_ENCODER, load_tokenizer, resolve_model_path
 from rlhf.losses import pairwise_reward_loss
-from rlhf.peft_utils import apply_peft, merge_adapter
+from rlhf.peft_utils import merge_adapter
+from rlhf.trainer_setup import prepare_model
 
 
 # The reward model's score statistics on the answers it was trained on (chosen and rejected: the base policy's
@@ -171,10 +170,7 @@ class RewardTrainer(Trainer):
             for module in model.modules():
                 if isinstance(module, torch.nn.Dropout):
                     module.p = 0.0
-        model = apply_peft(model, peft_config, args.gradient_checkpointing)
-        use_attention(model, args.attn_implementation, args.device)
-        if args.share_input_casts:
-            share_input_casts(model)
+        model = prepare_model(model, args, peft_config)
 
         train_dataset = self._tokenize(train_dataset, processing_class, args.max_length)
         if isinstance(eval_dataset, dict):

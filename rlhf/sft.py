@@ -17,12 +17,11 @@ from dataclasses import dataclass, field
 import torch
 from transformers import Trainer, TrainingArguments
 
-from rlhf.attention import use_attention
-from rlhf.autocast_inputs import share_input_casts
 from rlhf.cpu_memory import keep_freed_memory
 from rlhf.data import SFTCollator, check_sft_rows, pack_examples, tokenize_sft, tokenizer_alias
 from rlhf.loading import DEFAULT_POLICY, load_causal_lm, load_tokenizer, resolve_model_path
-from rlhf.peft_utils import apply_peft, merge_adapter
+from rlhf.peft_utils import merge_adapter
+from rlhf.trainer_setup import prepare_model
 
 
 @dataclass
@@ -127,10 +126,7 @@ class SFTTrainer(Trainer):
             raise ValueError("SFTTrainer needs processing_class (the tokenizer) when given a model object")
         if processing_class.pad_token is None:
             processing_class.pad_token = processing_class.eos_token
-        model = apply_peft(model, peft_config, args.gradient_checkpointing)
-        use_attention(model, args.attn_implementation, args.device)
-        if args.share_input_casts:
-            share_input_casts(model)
+        model = prepare_model(model, args, peft_config)
 
         def prepare(dataset):
             if dataset is None:

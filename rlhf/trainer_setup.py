@@ -1,0 +1,20 @@
+"""The steps every Trainer subclass here (RewardTrainer, DPOTrainer, SFTTrainer) applies to the model it trains,
+in one place so the three cannot drift apart."""
+from __future__ import annotations
+
+import torch
+
+from rlhf.attention import use_attention
+from rlhf.autocast_inputs import share_input_casts
+from rlhf.peft_utils import apply_peft
+
+
+def prepare_model(model: torch.nn.Module, args, peft_config=None) -> torch.nn.Module:
+    """LoRA adapters when `peft_config` is given, then the training attention kernel (`args.attn_implementation`)
+    and, with `args.share_input_casts`, one bf16 input cast per attention/MLP block. The order matters: the
+    kernel and the cast hooks must see the modules that will run, i.e. the adapter-wrapped model."""
+    model = apply_peft(model, peft_config, args.gradient_checkpointing)
+    use_attention(model, args.attn_implementation, args.device)
+    if args.share_input_casts:
+        share_input_casts(model)
+    return model
