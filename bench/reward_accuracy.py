@@ -1,6 +1,6 @@
 """The demo's reward model: held-out pairwise accuracy per training variant and seed, on one fixed set of labels.
 
-    python bench/reward_accuracy.py                                  # builds the labels (~1 min), 3 seeds x all variants
+    python bench/reward_accuracy.py          # builds the labels (~1 min), then 3 seeds x every variant
     python bench/reward_accuracy.py --db labels.db --variants demo,lp-ft --seeds 0,1,2,3
 
 The labels are the demo's steps 1-3 (labeler/services/demo.py): the shipped movie openings, 8 answers of the
@@ -32,37 +32,30 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 VARIANTS = ("demo", "answer-alone", "zero-head", "lp-ft")
-STEPS, LEARNING_RATE, BATCH, PROBE_STEPS, PROBE_RATE = 360, 1e-4, 16, 100, 1e-3
+PROBE_STEPS, PROBE_RATE = 100, 1e-3
 BUCKETS = ((0.0, 0.1), (0.1, 0.2), (0.2, 0.3), (0.3, 0.5), (0.5, 0.8), (0.8, 9.0))
 
 
 def build_labels(db_path: str) -> None:
     """The demo's steps 1-3 into a fresh database (project 'demo')."""
-    from labeler.services import demo, generation, prompts
-    from rlhf.configs import GenerationSettings
+    from labeler.services import demo
     from storage import open_db
 
-    settings = demo.DemoSettings()
-    db = open_db(db_path)
-    demo._ensure_project(db, demo.DEMO_PROJECT)
-    prompts.import_shipped_prompts(db, demo.DEMO_PROJECT)
-    _, train = demo._split_prompts(db, demo.DEMO_PROJECT, settings)
-    generation.generate_responses(db, demo.DEMO_PROJECT, settings.policy, n_per_prompt=settings.answers,
-                                  settings=GenerationSettings(max_new_tokens=settings.max_new_tokens, batch_size=16,
-                                                              seed=settings.seed, autocast=settings.bf16),
-                                  prompt_ids=train, ranking_size=settings.answers)
+    settings, db = demo.DemoSettings(), open_db(db_path)
+    _, train = demo.generate_training_answers(db, settings)
     demo.simulate_annotator(db, demo.DEMO_PROJECT, settings.noise, settings.seed, train)
 
 
 def load_split(db_path: str):
     """(train rows, held-out rows) exactly as the demo's reward-model run splits them."""
     from labeler.services import stage_runners
-    from labeler.services.demo import DEMO_PROJECT
+    from labeler.services.demo import DEMO_PROJECT, RM_TEST_SIZE, DemoSettings
     from labeler.services.export import ExportOptions, preference_rows
     from storage import open_db
 
-    rows = preference_rows(open_db(db_path), DEMO_PROJECT, ExportOptions(seed=0))
-    return stage_runners.split_rows(rows, 0.2, 0)
+    seed = DemoSettings().seed
+    rows = preference_rows(open_db(db_path), DEMO_PROJECT, ExportOptions(seed=seed))
+    return stage_runners.split_rows(rows, RM_TEST_SIZE, seed)
 
 
 def train_and_score(variant: str, seed: int, train, test, encoder: str):
@@ -70,14 +63,17 @@ def train_and_score(variant: str, seed: int, train, test, encoder: str):
     import torch
     from transformers import AutoModelForSequenceClassification
 
+    from labeler.services.demo import RM_BATCH_SIZE, DemoSettings
     from rlhf.loading import load_tokenizer
     from rlhf.reward import RewardConfig, RewardTrainer
 
+    demo = DemoSettings()
+    rm_steps, learning_rate, warmup = demo.rm_steps, demo.rm_learning_rate, max(1, demo.rm_steps // 10)
     if variant == "answer-alone":
         train, test = (data.map(lambda row: {"prompt": ""}) for data in (train, test))
     torch.manual_seed(seed)
     model = AutoModelForSequenceClassification.from_pretrained(encoder, num_labels=1)
-    steps = STEPS + (PROBE_STEPS if variant == "lp-ft" else 0)
+    steps = rm_steps + (PROBE_STEPS if variant == "lp-ft" else 0)
     optimizers = (None, None)
     if variant == "zero-head":
         torch.nn.init.zeros_(model.classifier.weight)
@@ -85,19 +81,19 @@ def train_and_score(variant: str, seed: int, train, test, encoder: str):
     if variant == "lp-ft":
         head = list(model.classifier.parameters())
         body = [p for name, p in model.named_parameters() if not name.startswith("classifier")]
-        optimizer = torch.optim.AdamW([{"params": body}, {"params": head}], lr=LEARNING_RATE, weight_decay=0.0)
-        warmup = STEPS // 10
+        optimizer = torch.optim.AdamW([{"params": body}, {"params": head}], lr=learning_rate, weight_decay=0.0)
 
         def fine_tune(step: int) -> float:  # zero while probing, then the demo's warm-up and linear decay
             step -= PROBE_STEPS
-            return 0.0 if step < 0 else min(1.0, (step + 1) / warmup) * max(0.0, (STEPS - step) / STEPS)
+            return 0.0 if step < 0 else min(1.0, (step + 1) / warmup) * max(0.0, (rm_steps - step) / rm_steps)
 
         def probe(step: int) -> float:
-            return PROBE_RATE / LEARNING_RATE if step < PROBE_STEPS else fine_tune(step)
+            return PROBE_RATE / learning_rate if step < PROBE_STEPS else fine_tune(step)
 
         optimizers = (optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, [fine_tune, probe]))
-    args = RewardConfig(output_dir="/tmp/reward_accuracy_bench", max_steps=steps, per_device_train_batch_size=BATCH,
-                        learning_rate=LEARNING_RATE, warmup_steps=STEPS // 10, bf16=True, seed=seed, data_seed=seed,
+    args = RewardConfig(output_dir="/tmp/reward_accuracy_bench", max_steps=steps,
+                        per_device_train_batch_size=RM_BATCH_SIZE, learning_rate=learning_rate, warmup_steps=warmup,
+                        bf16=demo.bf16, seed=seed, data_seed=seed,
                         report_to="none", save_strategy="no", logging_steps=10_000, disable_tqdm=True,
                         save_score_stats=False)
     trainer = RewardTrainer(model, args=args, train_dataset=train, eval_dataset=test,

@@ -231,6 +231,12 @@ def simulate_annotator(db, project: str, noise: float, seed: int, prompt_ids: li
         _deactivate_annotator(db)
 
 
+# The reward-model run's fixed settings (DemoSettings has the ones worth changing); bench/reward_accuracy.py
+# trains the same way.
+RM_BATCH_SIZE = 16
+RM_TEST_SIZE = 0.2  # the eval fifth of the training prompts, split by prompt
+
+
 # Scores closer than this to the best of their group are a tie, as for a person, who cannot tell a 0.31 answer
 # from a 0.34 one: pairs that differ only by VADER's rounding would teach the reward model noise.
 TIE_MARGIN = 0.1
@@ -309,10 +315,28 @@ def run_demo(db_path: str, settings: DemoSettings = DemoSettings(), project: str
             _deactivate_annotator(db)
 
 
-def _run(db, settings: DemoSettings, project: str, log: Callable[[str], None]) -> DemoReport:
-    from labeler.services import evaluation, generation, labeling, models, prompts, train_configs
-    from labeler.services.models import resolve as resolve_model
+def generate_training_answers(db, settings: DemoSettings, project: str = DEMO_PROJECT,
+                              log: Callable[[str], None] = lambda line: None) -> tuple[list[int], list[int]]:
+    """Steps 1-2: the project (created when missing) with the shipped prompts, split into held-out and training
+    prompts, and `settings.answers` answers per training prompt queued as one ranking item each. Returns (held-out
+    ids, training ids)."""
+    from labeler.services import generation, labeling, prompts
     from rlhf.configs import GenerationSettings
+
+    _ensure_project(db, project)
+    prompts.import_shipped_prompts(db, project)
+    heldout, train = _split_prompts(db, project, settings)
+    log(f"1. prompts: {len(train)} for training, {len(heldout)} held out")
+    gen = GenerationSettings(max_new_tokens=settings.max_new_tokens, batch_size=16, seed=settings.seed,
+                             autocast=settings.bf16)
+    generation.generate_responses(db, project, settings.policy, n_per_prompt=settings.answers, settings=gen,
+                                  prompt_ids=train, ranking_size=max(settings.answers, labeling.MIN_RANKING_SIZE))
+    return heldout, train
+
+
+def _run(db, settings: DemoSettings, project: str, log: Callable[[str], None]) -> DemoReport:
+    from labeler.services import evaluation, labeling, models, train_configs
+    from labeler.services.models import resolve as resolve_model
     from rlhf.reward import RewardScorer
 
     if settings.answers > labeling.MAX_RANKING_SIZE:
@@ -320,15 +344,7 @@ def _run(db, settings: DemoSettings, project: str, log: Callable[[str], None]) -
                          field="answers")
     timings: dict[str, float] = {}
     t = time.monotonic()
-    _ensure_project(db, project)
-    prompts.import_shipped_prompts(db, project)
-    heldout, train = _split_prompts(db, project, settings)
-    log(f"1. prompts: {len(train)} for training, {len(heldout)} held out")
-
-    gen = GenerationSettings(max_new_tokens=settings.max_new_tokens, batch_size=16, seed=settings.seed,
-                             autocast=settings.bf16)
-    generation.generate_responses(db, project, settings.policy, n_per_prompt=settings.answers, settings=gen,
-                                  prompt_ids=train, ranking_size=max(settings.answers, labeling.MIN_RANKING_SIZE))
+    heldout, train = generate_training_answers(db, settings, project, log)
     timings["generate"] = time.monotonic() - t
     log(f"2. generated {settings.answers} answers per training prompt ({timings['generate']:.0f}s)")
 
@@ -340,10 +356,11 @@ def _run(db, settings: DemoSettings, project: str, log: Callable[[str], None]) -
     t = time.monotonic()
     runs_dir = Path(settings.out_dir)
     rm = jobs.create_run(db, "rm", {"model": settings.encoder, "steps": settings.rm_steps, "checkpoint_every": 0,
-                                    "per_device_train_batch_size": 16, "learning_rate": settings.rm_learning_rate,
+                                    "per_device_train_batch_size": RM_BATCH_SIZE,
+                                    "learning_rate": settings.rm_learning_rate,
                                     "warmup_steps": max(1, settings.rm_steps // 10), "bf16": settings.bf16,
-                                    "test_size": 0.2, "seed": settings.seed}, project=project, name="demo reward model",
-                         runs_dir=runs_dir)
+                                    "test_size": RM_TEST_SIZE, "seed": settings.seed},
+                         project=project, name="demo reward model", runs_dir=runs_dir)
     log(f"4. training the reward model (run {rm.id}, log {rm.log_path})")
     rm = _wait(db, rm.id, log)
     rm_model = db.execute("SELECT name FROM models WHERE run_id = ?", [rm.id]).fetchone()[0]

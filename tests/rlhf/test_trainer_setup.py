@@ -7,9 +7,8 @@ from peft import LoraConfig, PeftModel
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from rlhf.attention import LEAN_EAGER
+from rlhf.autocast_inputs import _HOOKED
 from rlhf.trainer_setup import prepare_model
-
-_HOOKED = "_rlhf_casts_input_once"
 
 
 def tiny_llama() -> LlamaForCausalLM:
