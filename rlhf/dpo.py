@@ -21,7 +21,7 @@ from typing import Literal
 
 import torch
 from torch.utils.data import DataLoader
-from transformers import PreTrainedModel, Trainer, TrainingArguments
+from transformers import PreTrainedModel, Trainer
 
 from rlhf.core import logprobs_from_logits, masked_sum
 from rlhf.attention import LEAN_EAGER, use_attention
@@ -31,14 +31,15 @@ from rlhf.loading import DEFAULT_POLICY, load_causal_lm, load_tokenizer, resolve
 from rlhf.losses import dpo_loss
 from rlhf.peft_utils import base_model, is_peft_model, merge_adapter
 from rlhf.distributed import prepare_reference
+from rlhf.trainer_config import TrainerConfig
 from rlhf.trainer_setup import prepare_model
 
 LOSS_TYPES = ("sigmoid", "ipo", "hinge")
 
 
 @dataclass
-class DPOConfig(TrainingArguments):
-    """TrainingArguments plus DPO's own fields; defaults suit a small CPU run."""
+class DPOConfig(TrainerConfig):
+    """TrainerConfig (TrainingArguments and the shared CPU settings) plus DPO's own fields; defaults suit a small CPU run."""
 
     model_name_or_path: str = field(
         default=DEFAULT_POLICY, metadata={"help": "Policy when the trainer is given a name: 'default', a folder, an adapter folder."}
@@ -55,17 +56,8 @@ class DPOConfig(TrainingArguments):
     precompute_ref_log_probs: bool = field(
         default=True, metadata={"help": "Run the reference once before training and cache its log-probs (faster steps)."}
     )
-    keep_freed_memory: bool = field(
-        default=True, metadata={"help": "On CPU, keep freed memory in the process (no page faults per step; see rlhf/cpu_memory.py)."}
-    )
     share_prompt_forward: bool = field(
         default=True, metadata={"help": "Run each pair's prompt once, with chosen and rejected after it in one sequence (same numbers, fewer tokens; Llama/Mistral/Qwen models)."}
-    )
-    attn_implementation: str = field(
-        default="auto", metadata={"help": "Attention kernel while training: auto (lean_eager on CPU, see rlhf/attention.py), lean_eager, eager, sdpa, model (keep)."}
-    )
-    share_input_casts: bool = field(
-        default=True, metadata={"help": "Under bf16 autocast, cast each attention/MLP block's input once for all its projections (one bf16 copy kept, not 2-3; see rlhf/autocast_inputs.py)."}
     )
     # TrainingArguments fields whose defaults we change for small CPU runs:
     output_dir: str | None = field(default="dpo-model", metadata={"help": "Where checkpoints and the final model go."})
@@ -86,10 +78,6 @@ class DPOConfig(TrainingArguments):
             raise ValueError(f"label_smoothing={self.label_smoothing!r}: must be in [0, 0.5)")
         if self.label_smoothing and self.loss_type != "sigmoid":
             raise ValueError(f"label_smoothing={self.label_smoothing!r}: only the sigmoid loss uses it")
-        if not torch.cuda.is_available():
-            # bf16 on CPU is torch.autocast("cpu"), which TrainingArguments allows only with use_cpu.
-            self.use_cpu = self.use_cpu or self.bf16
-            self.dataloader_pin_memory = False
         super().__post_init__()
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from transformers import AutoModelForSequenceClassification, EvalPrediction, Trainer, TrainingArguments
+from transformers import AutoModelForSequenceClassification, EvalPrediction, Trainer
 
 from rlhf.cpu_memory import keep_freed_memory
 from rlhf.data import (
@@ -34,6 +34,7 @@ from rlhf.data import (
 from rlhf.loading import DEFAULT_ENCODER, load_tokenizer, resolve_model_path
 from rlhf.losses import pairwise_reward_loss
 from rlhf.peft_utils import merge_adapter
+from rlhf.trainer_config import TrainerConfig
 from rlhf.trainer_setup import prepare_model
 
 
@@ -52,8 +53,8 @@ def read_score_stats(folder: str | os.PathLike) -> dict[str, float] | None:
 
 
 @dataclass
-class RewardConfig(TrainingArguments):
-    """TrainingArguments plus the reward model's own fields; defaults suit a small CPU run."""
+class RewardConfig(TrainerConfig):
+    """TrainerConfig (TrainingArguments and the shared CPU settings) plus the reward model's own fields; defaults suit a small CPU run."""
 
     model_name_or_path: str = field(
         default=DEFAULT_ENCODER, metadata={"help": "Backbone when the trainer is given a name: 'default-encoder', 'default', a folder."}
@@ -61,15 +62,6 @@ class RewardConfig(TrainingArguments):
     max_length: int | None = field(default=512, metadata={"help": "Tokens per (prompt, response); longer inputs are truncated."})
     center_rewards_coefficient: float = field(
         default=0.0, metadata={"help": "Weight of mean((r_chosen + r_rejected)^2), keeping rewards centred on 0 (0: off)."}
-    )
-    keep_freed_memory: bool = field(
-        default=True, metadata={"help": "On CPU, keep freed memory in the process (no page faults per step; see rlhf/cpu_memory.py)."}
-    )
-    attn_implementation: str = field(
-        default="auto", metadata={"help": "Attention kernel while training: auto (lean_eager on CPU, see rlhf/attention.py), lean_eager, eager, sdpa, model (keep)."}
-    )
-    share_input_casts: bool = field(
-        default=True, metadata={"help": "Under bf16 autocast, cast each attention/MLP block's input once for all its projections (one bf16 copy kept, not 2-3; see rlhf/autocast_inputs.py)."}
     )
     disable_dropout: bool = field(
         default=True, metadata={"help": "Set every dropout probability to 0, as TRL's RewardTrainer does by default (on CPU, dropout's random masks took ~17% of a MiniLM step)."}
@@ -92,10 +84,6 @@ class RewardConfig(TrainingArguments):
             raise ValueError(f"center_rewards_coefficient={self.center_rewards_coefficient!r}: must be >= 0")
         if self.max_length is not None and self.max_length < 2:
             raise ValueError(f"max_length={self.max_length!r}: must be at least 2")
-        if not torch.cuda.is_available():
-            # bf16 on CPU is torch.autocast("cpu"), which TrainingArguments allows only with use_cpu.
-            self.use_cpu = self.use_cpu or self.bf16
-            self.dataloader_pin_memory = False
         super().__post_init__()
 
 

@@ -15,18 +15,19 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 import torch
-from transformers import Trainer, TrainingArguments
+from transformers import Trainer
 
 from rlhf.cpu_memory import keep_freed_memory
 from rlhf.data import SFTCollator, check_sft_rows, pack_examples, tokenize_sft, tokenizer_alias
 from rlhf.loading import DEFAULT_POLICY, load_causal_lm, load_tokenizer, resolve_model_path
 from rlhf.peft_utils import merge_adapter
+from rlhf.trainer_config import TrainerConfig
 from rlhf.trainer_setup import prepare_model
 
 
 @dataclass
-class SFTConfig(TrainingArguments):
-    """TrainingArguments plus SFT's own fields; defaults suit a small CPU run."""
+class SFTConfig(TrainerConfig):
+    """TrainerConfig (TrainingArguments and the shared CPU settings) plus SFT's own fields; defaults suit a small CPU run."""
 
     model_name_or_path: str = field(
         default=DEFAULT_POLICY, metadata={"help": "Model when the trainer is given a name: 'default', a folder, an adapter folder."}
@@ -39,15 +40,6 @@ class SFTConfig(TrainingArguments):
     dataset_text_field: str | None = field(
         default=None, metadata={"help": "Train on this column's plain text (TRL 0.11), loss on every token; None: "
                                         "prompt/completion, messages or text rows as they come."}
-    )
-    keep_freed_memory: bool = field(
-        default=True, metadata={"help": "On CPU, keep freed memory in the process (no page faults per step; see rlhf/cpu_memory.py)."}
-    )
-    attn_implementation: str = field(
-        default="auto", metadata={"help": "Attention kernel while training: auto (lean_eager on CPU, see rlhf/attention.py), lean_eager, eager, sdpa, model (keep)."}
-    )
-    share_input_casts: bool = field(
-        default=True, metadata={"help": "Under bf16 autocast, cast each attention/MLP block's input once for all its projections (one bf16 copy kept, not 2-3; see rlhf/autocast_inputs.py)."}
     )
     # TrainingArguments fields whose defaults we change for small CPU runs:
     output_dir: str | None = field(default="sft-model", metadata={"help": "Where checkpoints and the final model go."})
@@ -64,10 +56,6 @@ class SFTConfig(TrainingArguments):
             raise ValueError("packing=True: needs max_length (the block size)")
         if self.max_length is not None and self.max_length < 2:
             raise ValueError(f"max_length={self.max_length!r}: must be at least 2")
-        if not torch.cuda.is_available():
-            # bf16 on CPU is torch.autocast("cpu"), which TrainingArguments allows only with use_cpu.
-            self.use_cpu = self.use_cpu or self.bf16
-            self.dataloader_pin_memory = False
         super().__post_init__()
 
 
