@@ -88,6 +88,34 @@ def ranking_pairs(order: Sequence[Sequence[int]]) -> list[tuple[int, int]]:
     return pairs
 
 
+def centred_rank_rewards(order: Sequence[Sequence[int]]) -> dict[int, float]:
+    """A ranking of one prompt's answers as rewards within the group: centred ranks in [-1, 1].
+
+    Each answer's rank is its mean position among the K answers (ties share the mean of the positions they
+    span, as in Spearman's fractional ranking), then mapped linearly so that best = +1, worst = -1 and the
+    group's rewards sum to 0:
+
+        reward = 1 - 2 * (rank - 1) / (K - 1)
+        [[a], [b], [c], [d]]  -> ranks 1, 2, 3, 4   -> a +1, b +1/3, c -1/3, d -1
+        [[a], [b, c], [d]]    -> ranks 1, 2.5, 2.5, 4 -> a +1, b 0, c 0, d -1
+        [[a, b, c, d]]        -> all rank 2.5       -> all 0 (a tie teaches nothing)
+
+    A group estimator (RLOO, GRPO) only needs the order within the group; centred ranks keep the scale of the
+    Likert mapping ([-1, 1]) so one KL coefficient fits both.
+    """
+    size = sum(len(group) for group in order)
+    if size < 2:
+        raise ValueError(f"a ranking needs at least 2 answers, got {size}")
+    rewards: dict[int, float] = {}
+    position = 1
+    for group in order:
+        mean_rank = position + (len(group) - 1) / 2
+        for response_id in group:
+            rewards[response_id] = 1.0 - 2.0 * (mean_rank - 1) / (size - 1)
+        position += len(group)
+    return rewards
+
+
 def pair_relation(order: Sequence[Sequence[int]], a: int, b: int) -> Relation:
     """1 if `a` is ranked above `b`, -1 if below, 0 if tied. Both must be in the ranking."""
     rank = {response_id: position for position, group in enumerate(order) for response_id in group}

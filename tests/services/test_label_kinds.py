@@ -118,3 +118,25 @@ def test_majority_pairs_votes_ties_and_agreement():
     assert majority_pairs([[[7], [4]]]) == [PairMajority(7, 4, 1, 1)]
     assert majority_pairs([[[4, 7]]]) == []
     assert majority_pairs([]) == []
+
+
+def test_centred_rank_rewards_by_hand():
+    # K = 4, no ties: ranks 1..4 -> 1 - 2 (r - 1) / 3 = 1, 1/3, -1/3, -1
+    assert lk.centred_rank_rewards([[7], [5], [9], [6]]) == pytest.approx({7: 1.0, 5: 1 / 3, 9: -1 / 3, 6: -1.0})
+    # Ties share the mean position: [[a], [b, c], [d]] -> ranks 1, 2.5, 2.5, 4 -> 1, 0, 0, -1
+    assert lk.centred_rank_rewards([[1], [2, 3], [4]]) == pytest.approx({1: 1.0, 2: 0.0, 3: 0.0, 4: -1.0})
+    # K = 3 with the two best tied: ranks 1.5, 1.5, 3 -> 1 - 2 * 0.5 / 2 = 0.5, 0.5, -1
+    assert lk.centred_rank_rewards([[1, 2], [3]]) == pytest.approx({1: 0.5, 2: 0.5, 3: -1.0})
+    # A pair: +1 / -1; all tied: 0 for everyone
+    assert lk.centred_rank_rewards([[2], [1]]) == {2: 1.0, 1: -1.0}
+    assert lk.centred_rank_rewards([[1, 2, 3, 4]]) == {1: 0.0, 2: 0.0, 3: 0.0, 4: 0.0}
+
+
+def test_centred_rank_rewards_sum_to_zero_and_follow_the_order():
+    order = [[3], [1, 4], [8], [2, 5, 6], [7]]
+    rewards = lk.centred_rank_rewards(order)
+    assert sum(rewards.values()) == pytest.approx(0.0)
+    flat = [rewards[group[0]] for group in order]
+    assert flat == sorted(flat, reverse=True) and len(set(flat)) == len(flat)
+    with pytest.raises(ValueError, match="at least 2"):
+        lk.centred_rank_rewards([[1]])
