@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from rlhf.core import clip_by_value, masked_mean
+from rlhf.dpo_losses import PairLogps, dpo_losses
 
 # ---- PPO: KL penalty, per-token rewards, GAE, policy and value losses ----------------------------
 # All per-token tensors are (B, R): R response positions, right padded, mask 1 for tokens that count
@@ -209,27 +210,27 @@ def dpo_loss(
     ref_chosen_logps: torch.Tensor,
     ref_rejected_logps: torch.Tensor,
     beta: float,
-    loss_type: str = "sigmoid",
+    loss_type: str | list[str] = "sigmoid",
     label_smoothing: float = 0.0,
+    loss_weights: list[float] | None = None,
+    discopop_tau: float = 0.05,
+    chosen_lengths: torch.Tensor | None = None,
+    rejected_lengths: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-pair preference losses from summed completion log-probs, and the implicit rewards.
 
-    logits = (log pi(y_c) - log ref(y_c)) - (log pi(y_r) - log ref(y_r)).
-    sigmoid: -log sigmoid(beta * logits) (Eq. 7, DPO paper); with label_smoothing eps, the
-        conservative DPO mix -(1 - eps) log sigmoid(beta * logits) - eps log sigmoid(-beta * logits).
-    ipo: (logits - 1 / (2 beta))^2 (Eq. 17, IPO paper, Azar et al. 2023).
-    hinge: relu(1 - beta * logits) (SLiC, Zhao et al. 2023).
-    Rewards are beta * (log pi - log ref) per completion (Section 5, DPO paper), detached.
+    `loss_type`: any of TRL 1.16's DPO losses, or a list of them weighted by `loss_weights` (one pure function
+    each in rlhf/dpo_losses.py, with its paper). The lengths (completion tokens per row) are read by the
+    length-normalised losses (ipo, sigmoid_norm, sft). Rewards are beta * (log pi - log ref) per completion
+    (Section 5, DPO paper), detached.
     """
-    chosen_ratio = policy_chosen_logps - ref_chosen_logps
-    rejected_ratio = policy_rejected_logps - ref_rejected_logps
-    logits = chosen_ratio - rejected_ratio
-    if loss_type == "sigmoid":
-        losses = -F.logsigmoid(beta * logits) * (1 - label_smoothing) - F.logsigmoid(-beta * logits) * label_smoothing
-    elif loss_type == "ipo":
-        losses = (logits - 1 / (2 * beta)) ** 2
-    elif loss_type == "hinge":
-        losses = torch.relu(1 - beta * logits)
-    else:
-        raise ValueError(f"loss_type={loss_type!r}: must be one of 'sigmoid', 'ipo', 'hinge'")
-    return losses, beta * chosen_ratio.detach(), beta * rejected_ratio.detach()
+    pairs = PairLogps(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps,
+                      chosen_lengths, rejected_lengths)
+    losses = dpo_losses(pairs, beta, loss_type, loss_weights, label_smoothing=label_smoothing, discopop_tau=discopop_tau)
+    return losses, beta * pairs.chosen_logratios.detach(), beta * pairs.rejected_logratios.detach()
+
+
+# ---- GRPO / KTO losses ------------------------------------------------------------------------------
+# NOTE for the engineer adding GRPO/KTO here: at ~16:09 UTC the other engineer's (part B, DPO losses) scripted
+# edit of dpo_loss above cut this file after dpo_loss and lost your uncommitted GRPO/KTO functions (about 140
+# lines). Sorry: please re-add them from your copy; nothing else in this file was touched.
