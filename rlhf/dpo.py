@@ -28,13 +28,14 @@ from rlhf.attention import LEAN_EAGER, use_attention
 from rlhf.cpu_memory import keep_freed_memory
 from rlhf.data import PreferenceCollator, check_preference_rows, tokenize_preference_causal, tokenizer_alias
 from rlhf.loading import DEFAULT_POLICY, load_causal_lm, load_tokenizer, resolve_model_path
+from rlhf.dpo_losses import DPO_LOSS_TYPES, LABEL_SMOOTHING_LOSSES, loss_type_list
 from rlhf.losses import dpo_loss
 from rlhf.peft_utils import base_model, is_peft_model, merge_adapter
 from rlhf.distributed import prepare_reference
 from rlhf.trainer_config import TrainerConfig
 from rlhf.trainer_setup import prepare_model
 
-LOSS_TYPES = ("sigmoid", "ipo", "hinge")
+LOSS_TYPES = DPO_LOSS_TYPES  # TRL 1.16's, one pure function each in rlhf/dpo_losses.py
 
 
 @dataclass
@@ -45,12 +46,22 @@ class DPOConfig(TrainerConfig):
         default=DEFAULT_POLICY, metadata={"help": "Policy when the trainer is given a name: 'default', a folder, an adapter folder."}
     )
     beta: float = field(default=0.1, metadata={"help": "KL strength: higher keeps the policy closer to the reference."})
-    loss_type: Literal["sigmoid", "ipo", "hinge"] = field(
-        default="sigmoid", metadata={"help": "sigmoid: DPO (Eq. 7); ipo: squared loss (Azar et al.); hinge: SLiC."}
+    # A list of names is accepted too (TRL 1.x's `loss_type=["sigmoid", "sft"]`); the Literal keeps the form's choice.
+    loss_type: Literal["sigmoid", "hinge", "ipo", "exo_pair", "nca_pair", "robust", "bco_pair", "sppo_hard", "aot",
+                       "aot_unpaired", "apo_zero", "apo_down", "discopop", "sft", "sigmoid_norm"] = field(
+        default="sigmoid", metadata={"help": "TRL 1.16's DPO losses (rlhf/dpo_losses.py names each one's paper): sigmoid "
+                                             "(DPO), ipo, hinge, robust, bco_pair, sppo_hard, nca_pair, apo_zero, "
+                                             "apo_down, exo_pair, discopop, aot, aot_unpaired, sft, sigmoid_norm; or a "
+                                             "list of them, weighted by loss_weights."}
+    )
+    loss_weights: list[float] | None = field(
+        default=None, metadata={"help": "One weight per loss_type entry when it is a list (e.g. [0.8, 0.2]); None: 1 each."}
     )
     label_smoothing: float = field(
-        default=0.0, metadata={"help": "Assumed rate of flipped labels (conservative DPO, sigmoid loss only); 0: off."}
+        default=0.0, metadata={"help": "Assumed rate of flipped labels in [0, 0.5): conservative DPO for sigmoid, "
+                                       "rDPO for robust, EXO's epsilon for exo_pair (needs > 0, e.g. 1e-3), aot; 0: off."}
     )
+    discopop_tau: float = field(default=0.05, metadata={"help": "DiscoPOP's temperature tau (loss_type='discopop'; the paper's 0.05)."})
     max_length: int | None = field(default=512, metadata={"help": "Tokens per prompt + completion; completions are cut at the end."})
     max_prompt_length: int | None = field(default=256, metadata={"help": "Prompt tokens kept (the last ones)."})
     precompute_ref_log_probs: bool = field(
@@ -70,14 +81,19 @@ class DPOConfig(TrainerConfig):
     )
 
     def __post_init__(self):
-        if self.loss_type not in LOSS_TYPES:
-            raise ValueError(f"loss_type={self.loss_type!r}: must be one of {', '.join(LOSS_TYPES)}")
+        losses = loss_type_list(self.loss_type)  # raises on an unknown name
+        if self.loss_weights is not None and len(self.loss_weights) != len(losses):
+            raise ValueError(f"loss_weights={self.loss_weights!r}: needs one weight per loss_type entry ({len(losses)})")
+        if "exo_pair" in losses and not self.label_smoothing > 0:
+            raise ValueError(f"label_smoothing={self.label_smoothing!r}: loss_type 'exo_pair' needs it > 0 (the EXO paper uses 1e-3)")
+        if self.discopop_tau <= 0:
+            raise ValueError(f"discopop_tau={self.discopop_tau!r}: must be positive")
         if self.beta <= 0:
             raise ValueError(f"beta={self.beta!r}: must be positive")
         if not 0 <= self.label_smoothing < 0.5:
             raise ValueError(f"label_smoothing={self.label_smoothing!r}: must be in [0, 0.5)")
-        if self.label_smoothing and self.loss_type != "sigmoid":
-            raise ValueError(f"label_smoothing={self.label_smoothing!r}: only the sigmoid loss uses it")
+        if self.label_smoothing and not set(losses) & set(LABEL_SMOOTHING_LOSSES):
+            raise ValueError(f"label_smoothing={self.label_smoothing!r}: only the {', '.join(LABEL_SMOOTHING_LOSSES)} losses use it")
         super().__post_init__()
 
 
@@ -194,7 +210,7 @@ def completion_logps(model: torch.nn.Module, batch: dict[str, torch.Tensor], sha
 
 
 class DPOTrainer(Trainer):
-    """Trains a causal LM on preference pairs with the DPO / IPO / hinge loss.
+    """Trains a causal LM on preference pairs with any of TRL 1.16's DPO losses (or a weighted list of them).
 
     Logged with TRL's names: rewards/chosen, rewards/rejected, rewards/accuracies, rewards/margins,
     logps/chosen, logps/rejected (eval_ prefixed during evaluation).
@@ -350,9 +366,13 @@ class DPOTrainer(Trainer):
         else:
             ref_chosen, ref_rejected = self.reference_logps(inputs)
         # 3. the preference loss and the implicit rewards beta * log(pi / ref)
+        chosen_lengths, rejected_lengths = inputs["completion_mask"].sum(dim=-1).chunk(2)  # (B,), (B,)
         losses, chosen_rewards, rejected_rewards = dpo_loss(
             policy_chosen, policy_rejected, ref_chosen, ref_rejected,
             beta=self.args.beta, loss_type=self.args.loss_type, label_smoothing=self.args.label_smoothing,
+            loss_weights=self.args.loss_weights, discopop_tau=self.args.discopop_tau,
+            # completion tokens per row, for the length-normalised losses (ipo, sigmoid_norm, sft)
+            chosen_lengths=chosen_lengths, rejected_lengths=rejected_lengths,
         )
         loss = losses.mean()
         # 4. metrics, averaged over the steps between two logs

@@ -158,6 +158,21 @@ def test_dpo_learns_separable_pairs_and_reference_stays_fixed(tiny_model_dir, tm
     assert [list(ds["ref_chosen_logps"]) for ds in (trainer.train_dataset, trainer.eval_dataset)] == cached
 
 
+def test_a_trl_1x_list_of_losses_with_weights_trains(tiny_model_dir, tmp_path):
+    # TRL 1.x: loss_type is a list combined with loss_weights (here the MPO-style DPO + NLL mix); label_smoothing
+    # goes to the robust loss.
+    args = config(tmp_path, loss_type=["robust", "sft"], loss_weights=[1.0, 0.1], label_smoothing=0.1,
+                  num_train_epochs=1, learning_rate=1e-2)
+    trainer = DPOTrainer(str(tiny_model_dir), args=args, train_dataset=toy_pairs(32, seed=0), eval_dataset=toy_pairs(16, seed=1))
+    before = params(trainer.model)
+    start = trainer.evaluate()
+    trainer.train()
+    end = trainer.evaluate()
+    assert end["eval_rewards/accuracies"] >= 0.9 and end["eval_loss"] < start["eval_loss"]
+    assert_trained(before, trainer.model)
+    assert config(tmp_path, loss_type=["sigmoid"]).loss_type == ["sigmoid"]
+
+
 def test_live_reference_is_a_frozen_copy(tiny_model_dir, tmp_path):
     trainer = DPOTrainer(str(tiny_model_dir), args=config(tmp_path, num_train_epochs=1, learning_rate=1e-2, precompute_ref_log_probs=False),
                          train_dataset=toy_pairs(16, seed=0))
@@ -269,6 +284,14 @@ def test_config_rejects_bad_values():
         DPOConfig(output_dir="x", loss_type="kto")
     with pytest.raises(ValueError, match="beta=0"):
         DPOConfig(output_dir="x", beta=0)
+    with pytest.raises(ValueError, match="loss_type='kto'"):
+        DPOConfig(output_dir="x", loss_type=["sigmoid", "kto"])
+    with pytest.raises(ValueError, match=r"loss_weights=\[1.0\]: needs one weight per loss_type entry \(2\)"):
+        DPOConfig(output_dir="x", loss_type=["sigmoid", "sft"], loss_weights=[1.0])
+    with pytest.raises(ValueError, match="label_smoothing=0.0: loss_type 'exo_pair' needs it > 0"):
+        DPOConfig(output_dir="x", loss_type="exo_pair")
+    with pytest.raises(ValueError, match="label_smoothing=0.1: only the sigmoid, exo_pair, robust, aot, aot_unpaired losses use it"):
+        DPOConfig(output_dir="x", loss_type="hinge", label_smoothing=0.1)
 
 
 def test_training_from_an_adapter_folder_starts_from_the_merged_model(tiny_model_dir, tmp_path):
