@@ -230,7 +230,144 @@ def dpo_loss(
     return losses, beta * pairs.chosen_logratios.detach(), beta * pairs.rejected_logratios.detach()
 
 
-# ---- GRPO / KTO losses ------------------------------------------------------------------------------
-# NOTE for the engineer adding GRPO/KTO here: at ~16:09 UTC the other engineer's (part B, DPO losses) scripted
-# edit of dpo_loss above cut this file after dpo_loss and lost your uncommitted GRPO/KTO functions (about 140
-# lines). Sorry: please re-add them from your copy; nothing else in this file was touched.
+# ---- GRPO / RLOO (TRL 1.x): group advantages, clipped surrogate, KL to the reference, loss aggregation --------
+# Rollouts come in contiguous groups: rows [g * G, (g + 1) * G) are the G answers to one prompt. A reward of NaN
+# means "no reward" (every reward function returned None): such a row is left out of its group's statistics and
+# gets advantage 0, so it cannot move the policy (TRL 1.x does the same).
+
+GRPO_LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo")
+
+
+def nan_std(values: torch.Tensor, dim: int | None = None, keepdim: bool = False) -> torch.Tensor:
+    """Unbiased standard deviation ignoring NaNs (NaN where fewer than 2 values are present)."""
+    dims = dim if dim is not None else tuple(range(values.dim()))
+    mean = torch.nanmean(values, dim=dims, keepdim=True)
+    count = (~torch.isnan(values)).sum(dim=dims, keepdim=True)
+    variance = torch.nanmean((values - mean) ** 2, dim=dims, keepdim=True) * count / (count - 1)
+    variance = torch.where(count > 1, variance, torch.full_like(variance, float("nan")))
+    std = variance.sqrt()
+    if keepdim:
+        return std
+    return std.squeeze(dim) if dim is not None else std.reshape(())
+
+
+def group_relative_advantages(
+    rewards: torch.Tensor, num_generations: int, scale_rewards: str = "group", eps: float = 1e-4
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GRPO's advantages (Shao et al. 2024, DeepSeekMath, Sec. 4.1.2): A_i = (r_i - mean of its group) / (std + eps).
+
+    scale_rewards: "group" divides by the group's std, "batch" by the std of the whole batch (PPO Lite), "none"
+    not at all (Dr. GRPO: the std brings in a question-difficulty bias). Returns (advantages, the std per row,
+    used or not); a NaN reward gives advantage 0.
+    """
+    if rewards.numel() % num_generations:
+        raise ValueError(f"{rewards.numel()} rewards do not make whole groups of num_generations={num_generations}")
+    grouped = rewards.view(-1, num_generations)  # (P, G)
+    mean = torch.nanmean(grouped, dim=1, keepdim=True).expand_as(grouped).reshape(-1)
+    if scale_rewards in ("group", "none"):
+        std = nan_std(grouped, dim=1, keepdim=True).expand_as(grouped).reshape(-1)
+    elif scale_rewards == "batch":
+        std = nan_std(rewards).expand_as(rewards)
+    else:
+        raise ValueError(f"scale_rewards={scale_rewards!r}: must be group, batch or none")
+    advantages = rewards - mean
+    if scale_rewards != "none":
+        advantages = advantages / (std + eps)
+    return torch.nan_to_num(advantages, nan=0.0), std
+
+
+def leave_one_out_advantages(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
+    """RLOO's advantages (Ahmadian et al. 2024, eq. 5) for contiguous groups: A_i = r_i - mean of the OTHER scored
+    answers of its group. A row without reward, or the only scored row of its group, gets 0 (TRL 1.x's
+    RLOOTrainer; rloo_advantages above is the classic PPO step's version, which takes arbitrary group ids and
+    falls back to the batch for a lone row)."""
+    if rewards.numel() % num_generations:
+        raise ValueError(f"{rewards.numel()} rewards do not make whole groups of num_generations={num_generations}")
+    grouped = rewards.view(-1, num_generations)  # (P, G)
+    scored = (~torch.isnan(grouped)).sum(dim=1, keepdim=True)
+    baseline = (torch.nansum(grouped, dim=1, keepdim=True) - grouped) / (scored - 1)  # 0/0 = NaN -> 0 below
+    return torch.nan_to_num((grouped - baseline).reshape(-1), nan=0.0)
+
+
+def k3_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """Per-token KL(policy || reference) by Schulman's k3 estimator, exp(q - p) - (q - p) - 1 with p, q the policy's
+    and the reference's log-probs of the sampled token: unbiased, always >= 0 (GRPO's KL term, eq. 4)."""
+    delta = ref_logprobs - logprobs
+    return torch.exp(delta) - delta - 1
+
+
+def clipped_surrogate(
+    log_ratio: torch.Tensor, advantages: torch.Tensor, epsilon_low: float, epsilon_high: float,
+    delta: float | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """-min(r A, clip(r, 1 - eps_low, 1 + eps_high) A) elementwise, r = exp(log_ratio) (PPO's eq. 7 with DAPO's
+    asymmetric clip); `delta` also caps r from above (INTELLECT-2's two-sided clip). Works per token (GRPO) or per
+    sequence (RLOO). Returns (losses, masks of where the clip bites: low, high, region), TRL's definitions."""
+    ratio = torch.exp(log_ratio)
+    clipped = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high)
+    unclipped = torch.clamp(ratio, max=delta) if delta is not None else ratio
+    losses = -torch.min(unclipped * advantages, clipped * advantages)
+    with torch.no_grad():
+        low = (ratio < 1 - epsilon_low) & (advantages < 0)
+        high = (ratio > 1 + epsilon_high) & (advantages > 0)
+    return losses, {"low": low, "high": high, "region": low | high}
+
+
+def aggregate_token_losses(
+    per_token_loss: torch.Tensor, mask: torch.Tensor, loss_type: str,
+    max_completion_length: int | None = None, num_active_tokens: float | torch.Tensor | None = None,
+) -> torch.Tensor:
+    """One loss from (B, T) per-token losses, as each GRPO variant normalises them:
+    grpo: mean over answers of each answer's token mean (favours short right answers, long wrong ones);
+    bnpo: sum over this batch's tokens / their number; dr_grpo: sum / (B * max_completion_length) (Dr. GRPO);
+    dapo: sum / num_active_tokens, the tokens of the whole accumulation window (DAPO's token-level loss), so every
+    token of an optimizer step weighs the same."""
+    mask = mask.to(per_token_loss.dtype)
+    total = (per_token_loss * mask).sum()
+    if loss_type == "grpo":
+        return ((per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
+    if loss_type == "bnpo":
+        return total / mask.sum().clamp(min=1.0)
+    if loss_type == "dr_grpo":
+        if max_completion_length is None:
+            raise ValueError("loss_type='dr_grpo' needs max_completion_length")
+        return total / (per_token_loss.shape[0] * max_completion_length)
+    if loss_type == "dapo":
+        if num_active_tokens is None:
+            raise ValueError("loss_type='dapo' needs num_active_tokens (the accumulation window's token count)")
+        return total / torch.as_tensor(num_active_tokens, dtype=total.dtype).clamp(min=1.0)
+    raise ValueError(f"loss_type={loss_type!r}: must be one of {', '.join(GRPO_LOSS_TYPES)}")
+
+
+# ---- KTO (Ethayarajh et al. 2024): unpaired desirable / undesirable answers ---------------------------------
+
+
+def kto_kl_estimate(kl_logps: torch.Tensor, ref_kl_logps: torch.Tensor) -> torch.Tensor:
+    """KTO's reference point z0: KL(policy || reference) estimated on mismatched (prompt, answer) pairs, the mean
+    of log pi(y'|x) - log ref(y'|x), clamped at 0 (a KL is never negative) and detached (no gradient, Sec. 4.1)."""
+    return (kl_logps - ref_kl_logps).mean().detach().clamp(min=0)
+
+
+def kto_loss(
+    policy_logps: torch.Tensor, ref_logps: torch.Tensor, labels: torch.Tensor, kl: torch.Tensor | float,
+    beta: float, desirable_weight: float = 1.0, undesirable_weight: float = 1.0, loss_type: str = "kto",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-example KTO losses and implicit rewards beta * log(pi / ref), from summed completion log-probs (B,).
+
+    kto (eq. 7, KTO paper): desirable w_d (1 - sigmoid(beta (r - z0))), undesirable w_u (1 - sigmoid(beta (z0 - r)))
+    with r = log pi(y|x) - log ref(y|x) and z0 the KL estimate. apo_zero_unpaired (APO paper, eq. 7, unpaired):
+    desirable 1 - sigmoid(beta r), undesirable sigmoid(beta r), weighted the same way. The batch loss is their mean.
+    """
+    labels = labels.to(torch.bool)
+    logratios = policy_logps - ref_logps
+    kl = torch.as_tensor(kl, dtype=logratios.dtype, device=logratios.device)
+    if loss_type == "kto":
+        desirable = 1 - torch.sigmoid(beta * (logratios - kl))
+        undesirable = 1 - torch.sigmoid(beta * (kl - logratios))
+    elif loss_type == "apo_zero_unpaired":
+        desirable = 1 - torch.sigmoid(beta * logratios)
+        undesirable = torch.sigmoid(beta * logratios)
+    else:
+        raise ValueError(f"loss_type={loss_type!r}: must be 'kto' or 'apo_zero_unpaired'")
+    losses = torch.where(labels, desirable_weight * desirable, undesirable_weight * undesirable)
+    return losses, beta * logratios.detach()
