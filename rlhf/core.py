@@ -189,5 +189,106 @@ class RunningMoments:
         self.mean, self.var, self.count = float(state["mean"]), float(state["var"]), float(state["count"])
 
 
+# ---- TRL 0.11's trl.core helpers, same behaviour (its users' scripts import them from trl.core) ---------------
+STATS_PADDING = -1  # TRL's WANDB_PADDING: fills the shorter rows of stack_dicts
+
+
+def whiten(values: torch.Tensor, shift_mean: bool = True) -> torch.Tensor:
+    """(x - mean) / sqrt(var + 1e-8) over all elements, var unbiased (TRL 0.11); shift_mean=False adds the mean
+    back. masked_whiten is the version for padded (B, R) tensors."""
+    mean, var = torch.mean(values), torch.var(values)
+    whitened = (values - mean) * torch.rsqrt(var + 1e-8)
+    return whitened if shift_mean else whitened + mean
+
+
+def stack_dicts(stats_dicts: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """A list of stat dicts -> one dict of (N, L) tensors: each value flattened, shorter rows padded with -1
+    (TRL 0.11; the keys of the first dict)."""
+    return {
+        key: torch.nn.utils.rnn.pad_sequence([torch.flatten(d[key]) for d in stats_dicts], batch_first=True,
+                                             padding_value=STATS_PADDING)
+        for key in stats_dicts[0]
+    }
+
+
+def stats_to_np(stats_dict: Mapping) -> dict:
+    """Tensors -> numpy arrays on the CPU (bf16 as fp32), numpy scalars -> float, anything else unchanged (TRL 0.11)."""
+    import numpy as np  # torch's own dependency; imported here so core stays a torch-only import
+
+    out = {}
+    for key, value in stats_dict.items():
+        if isinstance(value, torch.Tensor):
+            value = value.detach().cpu()
+            value = (value.float() if value.dtype == torch.bfloat16 else value).numpy()
+        out[key] = float(value) if np.isscalar(value) else value
+    return out
+
+
+def convert_to_scalar(stats: Mapping) -> dict:
+    """One-element tensors and arrays (shape () or (1,)) -> Python numbers, for TensorBoard; the rest unchanged
+    (TRL 0.11)."""
+    out = {}
+    for key, value in stats.items():
+        shape = getattr(value, "shape", None)
+        if hasattr(value, "item") and shape is not None and (len(shape) == 0 or tuple(shape) == (1,)):
+            value = value.item()
+        out[key] = value
+    return out
+
+
+def set_seed(seed: int) -> None:
+    """Seed Python's, numpy's and torch's global generators (all devices), as TRL 0.11's set_seed. The trainers
+    here take their seed from their config and use their own generators; this is for scripts."""
+    import random
+
+    import numpy as np
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)  # seeds every CUDA device too
+    if hasattr(torch, "xpu") and torch.xpu.is_available():
+        torch.xpu.manual_seed_all(seed)
+
+
+def top_k_top_p_filtering(
+    logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0, filter_value: float = -float("inf"), min_tokens_to_keep: int = 1
+) -> torch.Tensor:
+    """Logits (B, V) with every token outside the top k and outside the nucleus set to `filter_value` (TRL 0.11,
+    which applied transformers' TopK- then TopPLogitsWarper; Holtzman et al. 2019 for top-p).
+
+    top-k (k > 0): drop logits below the k-th largest (ties with it stay). top-p: sort ascending, drop the
+    tokens whose cumulative probability is <= 1 - top_p, always keeping the `min_tokens_to_keep` most likely.
+    """
+    if top_k > 0:
+        k = min(max(top_k, min_tokens_to_keep), logits.size(-1))
+        kth = torch.topk(logits, k)[0][..., -1, None]  # (B, 1)
+        logits = logits.masked_fill(logits < kth, filter_value)
+    if 0 <= top_p <= 1.0:
+        sorted_logits, sorted_indices = torch.sort(logits, descending=False)  # (B, V)
+        cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+        remove_sorted = cumulative <= (1 - top_p)
+        remove_sorted[..., -min_tokens_to_keep:] = False
+        remove = remove_sorted.scatter(-1, sorted_indices, remove_sorted)
+        logits = logits.masked_fill(remove, filter_value)
+    return logits
+
+
+def respond_to_batch(
+    model: torch.nn.Module, queries: torch.Tensor, txt_len: int = 20, top_k: int = 0, top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Sample `txt_len` tokens after each query row (B, T) with no KV cache, one full forward per token, and
+    return the new tokens (B, txt_len) (TRL 0.11's helper; `generator` is ours: None uses torch's global RNG
+    as TRL does). rlhf.generation / PPOTrainer.generate are the fast way."""
+    input_ids = queries
+    for _ in range(txt_len):
+        next_logits = model(input_ids)[0][:, -1, :]  # (B, V)
+        next_logits = top_k_top_p_filtering(next_logits, top_k=top_k, top_p=top_p)
+        probs = F.softmax(next_logits, dim=-1)
+        next_token = torch.multinomial(probs, num_samples=1, generator=generator)  # (B, 1)
+        input_ids = torch.cat([input_ids, next_token], dim=-1)
+    return input_ids[:, -txt_len:]
+
+
 # ---- TRL 0.11 import paths: `from trl.core import LengthSampler` becomes `from rlhf.core import LengthSampler`.
 from rlhf.samplers import LengthSampler  # noqa: E402  (after the helpers: samplers never imports core)
