@@ -379,3 +379,14 @@ MIGRATIONS.append(("projects ranking guidelines", [
 MIGRATIONS.append(("projects prompt format", [
     "ALTER TABLE projects ADD COLUMN prompt_format TEXT NOT NULL DEFAULT 'chat' CHECK (prompt_format IN ('chat', 'continue'))",
 ]))
+
+# Which open item the queue serves first. 'arrival': the oldest (within a priority). 'uncertainty': the one whose
+# answers' order the project's preference ensemble is least sure of (labeler/services/active_learning.py writes
+# selection_score, higher first, and selection_reason, shown to admins), with a fixed share of random items so
+# agreement and accuracy figures stay unbiased. Items not yet scored come after the scored ones.
+MIGRATIONS.append(("active selection", [
+    "ALTER TABLE projects ADD COLUMN selection TEXT NOT NULL DEFAULT 'arrival' CHECK (selection IN ('arrival', 'uncertainty'))",
+    "ALTER TABLE items ADD COLUMN selection_score REAL",
+    "ALTER TABLE items ADD COLUMN selection_reason TEXT",
+    "CREATE INDEX items_open_selection ON items (project_id, kind, priority DESC, selection_score DESC, id) WHERE is_open = 1",
+]))

@@ -10,7 +10,7 @@ import dataclasses
 from pathlib import Path
 
 from labeler.services.errors import InputError
-from labeler.services.projects import PROMPT_FORMATS
+from labeler.services.projects import PROMPT_FORMATS, SELECTIONS
 
 
 def register(subparsers, common: argparse.ArgumentParser) -> None:
@@ -216,6 +216,9 @@ def _register_projects(subparsers, common) -> None:
                         help=f"how prompts reach the model in generation, training and evaluation ({formats}; default chat)")
     update.add_argument("--prompt-format", choices=list(PROMPT_FORMATS), default=None,
                         help=f"how prompts reach the model ({formats}; default: unchanged)")
+    selections = "; ".join(f"{name}: {text}" for name, text in SELECTIONS.items())
+    update.add_argument("--selection", choices=list(SELECTIONS), default=None,
+                        help=f"which item annotators get next ({selections}; default: unchanged)")
     create.set_defaults(func=run_projects_create)
     update.set_defaults(func=run_projects_set)
     listing = actions.add_parser(
@@ -237,7 +240,7 @@ def _guidelines(path: str | None) -> str | None:
 def _describe(project) -> str:
     guidelines = f", guidelines {len(project.guidelines)} chars" if project.guidelines else ""
     return (f"{project.name}: Likert {project.likert_min}..{project.likert_max}, overlap {project.overlap}, "
-            f"prompt format {project.prompt_format}{guidelines}")
+            f"prompt format {project.prompt_format}, selection {project.selection}{guidelines}")
 
 
 def run_projects_create(args) -> int:
@@ -256,7 +259,7 @@ def run_projects_set(args) -> int:
     project = update_project(_open(args), args.name, likert_min=args.likert_min, likert_max=args.likert_max,
                              overlap=args.overlap, guidelines=_guidelines(args.guidelines),
                              ranking_guidelines=_guidelines(args.ranking_guidelines or args.guidelines),
-                             prompt_format=args.prompt_format)
+                             prompt_format=args.prompt_format, selection=args.selection)
     print(f"updated project {_describe(project)}")
     return 0
 

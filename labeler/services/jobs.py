@@ -445,6 +445,9 @@ def finish(db, run_id: int, status: str, error: str = "", only_if: str = "runnin
             f"UPDATE runs SET status = ?, error = ?, ended_at = ? WHERE id = ? AND status = ?",
             [status, error, utc_now(), run_id, only_if],
         )
+        if cursor.rowcount == 1:
+            # An ended run waits for no label: its rollouts stop jumping the queue at once (same transaction).
+            db.conn.execute("UPDATE items SET priority = 0 WHERE run_id = ? AND priority > 0", [run_id])
     return cursor.rowcount == 1
 
 

@@ -229,16 +229,16 @@ def create_items(
 # The queue
 
 
-def _own_pending(db: sqlite_utils.Database, proj: Project, user_id: int, kind: str) -> int | None:
+def _own_pending(db: sqlite_utils.Database, proj: Project, user_id: int, kind: str, min_priority: int = 0) -> int | None:
     """The user's pending item to show again, newest first; stale ones taken over are released."""
     rows = db.execute(
         f"""SELECT mine.id, mine.item_id, mine.assigned_at > {_CUTOFF} AS fresh, i.gold_json IS NOT NULL AS gold,
                (SELECT COUNT(*) FROM assignments a WHERE a.item_id = mine.item_id AND a.user_id != mine.user_id
                   AND {_HOLDS_SLOT}) AS others
             FROM assignments mine JOIN items i ON i.id = mine.item_id
-            WHERE mine.user_id = ? AND mine.status = 'pending' AND i.project_id = ? AND i.kind = ?
+            WHERE mine.user_id = ? AND mine.status = 'pending' AND i.project_id = ? AND i.kind = ? AND i.priority >= ?
             ORDER BY mine.id DESC""",
-        [user_id, proj.id, kind],
+        [user_id, proj.id, kind, min_priority],
     ).fetchall()
     for row in rows:
         if row["fresh"] or row["gold"] or row["others"] < proj.overlap:
@@ -250,21 +250,30 @@ def _own_pending(db: sqlite_utils.Database, proj: Project, user_id: int, kind: s
     return None
 
 
-def _claim_new(db: sqlite_utils.Database, proj: Project, user_id: int, kind: str) -> int | None:
-    """Reserve the highest-priority, oldest open item this user never held that still has a free slot.
+# The queue's order within a priority, by the project's selection (projects.SELECTIONS), and the partial index
+# of open items that walks it: 'uncertainty' serves the highest selection_score first (active_learning writes it).
+_QUEUE_ORDER = {
+    "arrival": ("items_open_queue", "i.priority DESC, i.id"),
+    "uncertainty": ("items_open_selection", "i.priority DESC, i.selection_score DESC, i.id"),
+}
 
-    The walk runs on the partial index of open items (items_open_queue), so full items cost nothing; it
-    passes over only the items this user skipped or labelled that are still open, and those that others'
-    fresh reservations fill.
+
+def _claim_new(db: sqlite_utils.Database, proj: Project, user_id: int, kind: str, min_priority: int = 0) -> int | None:
+    """Reserve the first open item, in the project's queue order, that this user never held and that still has
+    a free slot.
+
+    The walk runs on a partial index of open items, so full items cost nothing; it passes over only the items
+    this user skipped or labelled that are still open, and those that others' fresh reservations fill.
     """
+    index, order = _QUEUE_ORDER[proj.selection]
     row = db.execute(
-        f"""SELECT i.id FROM items i INDEXED BY items_open_queue
-            WHERE i.project_id = :project AND i.kind = :kind AND i.is_open = 1
+        f"""SELECT i.id FROM items i INDEXED BY {index}
+            WHERE i.project_id = :project AND i.kind = :kind AND i.is_open = 1 AND i.priority >= :min_priority
               AND NOT EXISTS (SELECT 1 FROM assignments m WHERE m.item_id = i.id AND m.user_id = :user)
               AND (i.gold_json IS NOT NULL
                    OR (SELECT COUNT(*) FROM assignments a WHERE a.item_id = i.id AND {_HOLDS_SLOT}) < :overlap)
-            ORDER BY i.priority DESC, i.id LIMIT 1""",
-        {"project": proj.id, "kind": kind, "user": user_id, "overlap": proj.overlap},
+            ORDER BY {order} LIMIT 1""",
+        {"project": proj.id, "kind": kind, "user": user_id, "overlap": proj.overlap, "min_priority": min_priority},
     ).fetchone()
     if row is None:
         return None
@@ -336,9 +345,10 @@ def _queue_item(db: sqlite_utils.Database, proj: Project, user_id: int, item_id:
 
 
 def _next(db: sqlite_utils.Database, proj: Project, user, kind: str) -> QueueItem | None:
-    item_id = _own_pending(db, proj, user.id, kind)
-    if item_id is None:
-        item_id = _claim_new(db, proj, user.id, kind)
+    # Answers a training run waits for (priority > 0) come before anything else, even an item this user reserved
+    # earlier: the trainer is idle until they are labelled. The reserved item comes back right after.
+    item_id = (_own_pending(db, proj, user.id, kind, min_priority=1) or _claim_new(db, proj, user.id, kind, min_priority=1)
+               or _own_pending(db, proj, user.id, kind) or _claim_new(db, proj, user.id, kind))
     if item_id is None:
         return None
     return _queue_item(db, proj, user.id, item_id)
@@ -651,16 +661,26 @@ def set_gold(db: sqlite_utils.Database, item_id: int, gold: dict | None) -> None
         db.execute("UPDATE items SET gold_json = ? WHERE id = ?", [gold_json, item_id])
 
 
-# The items a training run still waits for: its rating items (human rewards queue only those) without a rating,
-# and not yet released (HumanRewardQueue.release sets priority 0 when the run stops waiting: the ratings came,
-# a timeout skipped them, or the run ended). The Rate/Rank banners, the Train tab and human_reward all count this.
-WAITING_FOR_RUN = ("i.run_id = ? AND i.kind = 'rating' AND i.priority > 0"
-                   " AND NOT EXISTS (SELECT 1 FROM ratings r WHERE r.item_id = i.id)")
+# The items a training run still waits for: its rating and ranking items without a label, and not yet released
+# (HumanRewardQueue.release sets priority 0 when the run stops waiting: the labels came, a timeout skipped them,
+# and release_run_items when the run ends). The Rate/Rank banners, the Train tab and human_reward all count this.
+WAITING_FOR_RUN = ("i.run_id = ? AND i.priority > 0"
+                   " AND NOT EXISTS (SELECT 1 FROM ratings r WHERE r.item_id = i.id)"
+                   " AND NOT EXISTS (SELECT 1 FROM rankings k WHERE k.item_id = i.id)")
 
 
-def waiting_for_run(db: sqlite_utils.Database, run_id: int) -> int:
-    """How many ratings a run still waits for (the UI's "a training run waits for N ratings")."""
-    return db.execute(f"SELECT COUNT(*) FROM items i WHERE {WAITING_FOR_RUN}", [int(run_id)]).fetchone()[0]
+def waiting_for_run(db: sqlite_utils.Database, run_id: int, kind: str | None = None) -> int:
+    """How many labels a run still waits for (the UI's "a training run waits for N labels"), of one kind or all."""
+    only_kind = "" if kind is None else " AND i.kind = ?"
+    return db.execute(f"SELECT COUNT(*) FROM items i WHERE {WAITING_FOR_RUN}{only_kind}",
+                      [int(run_id), *([kind] if kind else [])]).fetchone()[0]
+
+
+def release_run_items(db: sqlite_utils.Database, run_id: int) -> int:
+    """The run no longer waits for any label (it finished, failed or was cancelled): its items go back to normal
+    priority at once, so they stop jumping the queue and no banner claims people for it. Returns how many."""
+    with write_transaction(db):
+        return db.execute("UPDATE items SET priority = 0 WHERE run_id = ? AND priority > 0", [int(run_id)]).rowcount
 
 
 def item_detail(db: sqlite_utils.Database, item_id: int) -> dict:

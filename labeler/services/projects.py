@@ -15,11 +15,16 @@ from labeler.services.errors import InputError
 from storage import write_transaction
 
 # Columns that update_project may change; the name is the key and stays fixed.
-EDITABLE_FIELDS = ("likert_min", "likert_max", "overlap", "guidelines", "ranking_guidelines", "prompt_format")
+EDITABLE_FIELDS = ("likert_min", "likert_max", "overlap", "guidelines", "ranking_guidelines", "prompt_format", "selection")
 # How a project's prompts reach the model, in generation, PPO rollouts, evaluation and SFT/DPO training alike.
 PROMPT_FORMATS = {
     "chat": "the prompt is a user message; the model answers it through its chat template",
     "continue": "the prompt is the start of a text; the model continues it (no chat template)",
+}
+# Which open item annotators get next (labeler/services/active_learning.py).
+SELECTIONS = {
+    "arrival": "the oldest item first",
+    "uncertainty": "the items the reward model is least sure of first, with a share of random items",
 }
 # What annotators read beside an item while the project has no text of its own for that kind.
 DEFAULT_GUIDELINES = {
@@ -45,6 +50,7 @@ class Project:
     guidelines: str  # for ratings ("" = DEFAULT_GUIDELINES["rating"])
     ranking_guidelines: str = ""  # for rankings ("" = DEFAULT_GUIDELINES["ranking"])
     prompt_format: str = "chat"  # a PROMPT_FORMATS key
+    selection: str = "arrival"  # a SELECTIONS key
 
     @property
     def chat_template(self) -> bool | None:
@@ -72,12 +78,13 @@ def _from_row(row) -> Project:
         guidelines=row["guidelines"],
         ranking_guidelines=row["ranking_guidelines"],
         prompt_format=row["prompt_format"],
+        selection=row["selection"],
     )
 
 
 def _select(db: sqlite_utils.Database, name: str):
     return db.execute(
-        "SELECT id, name, likert_min, likert_max, overlap, guidelines, ranking_guidelines, prompt_format FROM projects WHERE name = ?", [name]
+        "SELECT id, name, likert_min, likert_max, overlap, guidelines, ranking_guidelines, prompt_format, selection FROM projects WHERE name = ?", [name]
     ).fetchone()
 
 
@@ -90,13 +97,13 @@ def get_project(db: sqlite_utils.Database, name: str = "default") -> Project:
 
 
 def list_projects(db: sqlite_utils.Database) -> list[Project]:
-    rows = db.execute("SELECT id, name, likert_min, likert_max, overlap, guidelines, ranking_guidelines, prompt_format FROM projects ORDER BY id")
+    rows = db.execute("SELECT id, name, likert_min, likert_max, overlap, guidelines, ranking_guidelines, prompt_format, selection FROM projects ORDER BY id")
     return [_from_row(row) for row in rows.fetchall()]
 
 
 def _validate(
     name: str, likert_min: int, likert_max: int, overlap: int, guidelines: str, ranking_guidelines: str = "",
-    prompt_format: str = "chat",
+    prompt_format: str = "chat", selection: str = "arrival",
 ) -> None:
     # Checked here as well as by the table's CHECKs so the user sees which field is wrong, not an IntegrityError.
     if not isinstance(name, str) or not name.strip():
@@ -111,6 +118,8 @@ def _validate(
     for field, value in (("guidelines", guidelines), ("ranking_guidelines", ranking_guidelines)):
         if not isinstance(value, str):
             raise InputError("guidelines must be text (markdown)", field=field)
+    if selection not in SELECTIONS:
+        raise InputError(f"unknown selection {selection!r} (known: {', '.join(SELECTIONS)})", field="selection")
     if prompt_format not in PROMPT_FORMATS:
         raise InputError(f"unknown prompt format {prompt_format!r} (known: {', '.join(PROMPT_FORMATS)})", field="prompt_format")
 
@@ -141,7 +150,7 @@ def create_project(
 
 
 def update_project(db: sqlite_utils.Database, name: str, **fields) -> Project:
-    """Change likert_min, likert_max, overlap, guidelines, ranking_guidelines and/or prompt_format; fields left out (or None)
+    """Change likert_min, likert_max, overlap, guidelines, ranking_guidelines, prompt_format and/or selection; fields left out (or None)
     keep their value. A guidelines text equal to its kind's default is stored as "" (= follow the default)."""
     unknown = sorted(set(fields) - set(EDITABLE_FIELDS))
     if unknown:
