@@ -14,6 +14,12 @@ _LAZY_EXPORTS = {
     "DPOTrainer": "rlhf.dpo",
     "SFTConfig": "rlhf.sft",
     "SFTTrainer": "rlhf.sft",
+    "GRPOConfig": "rlhf.grpo",
+    "GRPOTrainer": "rlhf.grpo",
+    "RLOOConfig": "rlhf.rloo",
+    "RLOOTrainer": "rlhf.rloo",
+    "KTOConfig": "rlhf.kto",
+    "KTOTrainer": "rlhf.kto",
     "merge_and_save": "rlhf.peft_utils",
     # PPO (classic TRL API)
     "PPOConfig": "rlhf.configs",
