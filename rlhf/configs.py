@@ -1,4 +1,5 @@
-"""Frozen, typed config dataclasses (stdlib imports only). Every field has help text.
+"""Typed config dataclasses (stdlib imports only). Every field has help text. GenerationSettings is frozen;
+PPOConfig is mutable as TRL's is, each assignment validated as the constructor validates.
 
 The CLI's `--set key=value` flags and the UI's forms are built from these fields
 (labeler/forms.py), so adding a hyperparameter is adding one field here.
@@ -8,7 +9,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Literal
 
 from rlhf.hardware import bf16_is_fast
@@ -70,9 +71,12 @@ class GenerationSettings:
 
 
 # ---- PPO -----------------------------------------------------------------------------------------
-@dataclass(frozen=True)
+@dataclass
 class PPOConfig:
     """PPO hyperparameters, named as in classic TRL.
+
+    Mutable as TRL's is (`config.batch_size = 8`), but every assignment goes through the same validation as
+    the constructor (see __setattr__), so a config is never left inconsistent.
 
     The defaults are the recipe measured to work on a CPU (the shipped sentiment task as a continuation task, 2
     cores, README "What the defaults give"): RLOO advantages over 4 answers per prompt, 64 rollouts a step, 2 epochs
@@ -169,7 +173,9 @@ class PPOConfig:
     gradient_checkpointing: bool = field(default=False, metadata={"help": "TRL's flag; here call model.gradient_checkpointing_enable() yourself (a warning says so when set)."})
     compare_steps: int = field(default=1, metadata={"help": "Steps between best-model comparisons for push_to_hub_if_best_kwargs (TRL); recorded only."})
     dataset_num_proc: int | None = field(default=None, metadata={"help": "Processes for dataset mapping (TRL); PPOTrainer maps no dataset, so unused."})
-    # TRL fills these at runtime; passing them has no effect there either. backward_batch_size is a property.
+    # TRL fills these at runtime; passing them has no effect there either.
+    backward_batch_size: int | None = field(default=None, metadata={
+        "help": "Rollouts per optimizer step: always mini_batch_size x gradient_accumulation_steps (TRL runtime field; a value passed is replaced)."})
     world_size: int | None = field(default=None, metadata={"help": "TRL runtime field; the process count comes from accelerate. Ignored."})
     is_encoder_decoder: bool | None = field(default=None, metadata={"help": "TRL runtime field (decoder-only models here). Ignored."})
     is_peft_model: bool | None = field(default=None, metadata={"help": "TRL runtime field; read from the model. Ignored."})
@@ -177,8 +183,10 @@ class PPOConfig:
     global_backward_batch_size: int | None = field(default=None, metadata={"help": "TRL runtime field. Ignored."})
 
     def __post_init__(self):
-        # TRL's aliases and implied values, resolved once here (frozen: object.__setattr__), then cleared so a
-        # later dataclasses.replace(config, mini_batch_size=...) is not overridden by the alias.
+        # Whether mini_batch_size follows batch_size (None given): a later `config.batch_size = 8` then re-derives it.
+        object.__setattr__(self, "_mini_batch_auto", self.mini_batch_size is None and self.forward_batch_size is None)
+        # TRL's aliases and implied values, resolved once here (object.__setattr__: not a user assignment), then
+        # cleared so a later dataclasses.replace(config, mini_batch_size=...) is not overridden by the alias.
         if self.forward_batch_size is not None:
             warnings.warn("PPOConfig: forward_batch_size is deprecated (as in TRL 0.11), use mini_batch_size",
                           FutureWarning, stacklevel=3)
@@ -219,8 +227,10 @@ class PPOConfig:
         _check(self.score_clip is None or self.score_clip > 0, "score_clip", self.score_clip, "must be positive or None")
         _check(not self.use_score_norm or self.use_score_scaling, "use_score_norm", self.use_score_norm,
                "only applies together with use_score_scaling=True")
+        object.__setattr__(self, "backward_batch_size", self.mini_batch_size * self.gradient_accumulation_steps)
         _check(self.batch_size % self.backward_batch_size == 0, "batch_size", self.batch_size,
                f"must be a multiple of mini_batch_size * gradient_accumulation_steps = {self.backward_batch_size}")
+        object.__setattr__(self, "_validated", True)
 
     def check_trackers(self) -> None:
         """Raise ImportError naming the missing package when `log_with` needs one that is not installed.
@@ -230,10 +240,28 @@ class PPOConfig:
             raise ImportError(f"PPOConfig.log_with={self.log_with!r} needs the {self.log_with} package: pip install "
                               f"{TRACKER_PACKAGES[self.log_with]} (or use log_with='tensorboard' or None)")
 
-    @property
-    def backward_batch_size(self) -> int:
-        """Rollouts per optimizer step."""
-        return self.mini_batch_size * self.gradient_accumulation_steps
+    def __setattr__(self, name: str, value) -> None:
+        """TRL-style `config.field = value`, checked: the config is rebuilt with the new value through __init__
+        (same errors as the constructor, derived sizes and aliases resolved again), then takes its state. A
+        mini_batch_size that was derived from batch_size is derived again. Warnings about other fields are not
+        repeated."""
+        if "_validated" not in self.__dict__:  # the constructor's own assignments
+            object.__setattr__(self, name, value)
+            return
+        names = [f.name for f in fields(self) if f.init]
+        if name not in names:
+            raise AttributeError(f"PPOConfig has no field {name!r}")
+        values = {n: getattr(self, n) for n in names}
+        if self._mini_batch_auto and name != "mini_batch_size":
+            values["mini_batch_size"] = None
+        values[name] = value
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            checked = PPOConfig(**values)
+        for w in caught:
+            if name in str(w.message):
+                warnings.warn(w.message, w.category, stacklevel=2)
+        self.__dict__.update(checked.__dict__)
 
     @property
     def optimizer_steps_per_batch(self) -> int:

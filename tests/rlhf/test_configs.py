@@ -8,10 +8,39 @@ from rlhf.configs import GenerationSettings, PPOConfig
 
 
 @pytest.mark.parametrize("cls", [GenerationSettings, PPOConfig])
-def test_every_field_has_help_and_the_configs_are_frozen(cls):
+def test_every_field_has_help(cls):
     assert all(f.metadata.get("help") for f in dataclasses.fields(cls))
+
+
+def test_generation_settings_are_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
-        cls().seed = 1
+        GenerationSettings().seed = 1
+
+
+def test_ppo_config_is_mutable_as_trls_and_checked_on_assignment():
+    config = PPOConfig()
+    config.batch_size = 8  # TRL users' habit; mini_batch_size followed batch_size (None given), so it follows again
+    assert (config.batch_size, config.mini_batch_size, config.backward_batch_size) == (8, 8, 8)
+    config.mini_batch_size, config.gradient_accumulation_steps = 4, 2
+    assert config.backward_batch_size == 8  # derived again
+    config.batch_size = 16
+    assert config.mini_batch_size == 4  # set by hand: kept
+    with pytest.raises(ValueError, match=r"^gamma=1.5: must be in \[0, 1\]$"):
+        config.gamma = 1.5
+    assert config.gamma == 1.0  # a refused value leaves the config as it was
+    with pytest.raises(ValueError, match="batch_size=12: must be a multiple"):
+        config.batch_size = 12
+    assert config.batch_size == 16
+    with pytest.raises(AttributeError, match="PPOConfig has no field 'batchsize'"):
+        config.batchsize = 8
+    with pytest.warns(UserWarning, match="gradient_checkpointing is not applied"):
+        config.gradient_checkpointing = True
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        config.seed = 3  # the gradient_checkpointing warning is not repeated for another field
+    assert config == dataclasses.replace(config) and config.seed == 3
+    # TRL's runtime field is accepted and, as in TRL, replaced by the derived value
+    assert PPOConfig(batch_size=8, mini_batch_size=2, gradient_accumulation_steps=2, backward_batch_size=99).backward_batch_size == 4
 
 
 @pytest.mark.parametrize("cls, change, message", [

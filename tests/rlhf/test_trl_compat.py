@@ -30,7 +30,7 @@ TRL_PPO_CONFIG_FIELDS = {
     "is_peft_model": None, "backward_batch_size": None, "global_backward_batch_size": None,
     "global_batch_size": None, "dataset_num_proc": None,
 }
-# TRL fills this one at runtime from mini_batch_size * gradient_accumulation_steps; here it is a property.
+# TRL fills this one at runtime from mini_batch_size * gradient_accumulation_steps, whatever was passed; so here.
 DERIVED = {"backward_batch_size"}
 
 
@@ -39,7 +39,8 @@ def test_every_trl_ppo_config_field_is_accepted(name):
     from rlhf import PPOConfig
 
     if name in DERIVED:
-        assert PPOConfig(batch_size=8, mini_batch_size=2, gradient_accumulation_steps=2).backward_batch_size == 4
+        assert PPOConfig(batch_size=8, mini_batch_size=2, gradient_accumulation_steps=2,
+                         backward_batch_size=TRL_PPO_CONFIG_FIELDS[name]).backward_batch_size == 4
         return
     value = TRL_PPO_CONFIG_FIELDS[name]
     kwargs = {name: value, "batch_size": 128} if name == "mini_batch_size" else {name: value}
