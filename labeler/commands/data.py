@@ -225,6 +225,13 @@ def _register_projects(subparsers, common) -> None:
         "list", parents=[common], help="list projects", description="List every project and its settings."
     )
     listing.set_defaults(func=run_projects_list)
+    rescore = actions.add_parser(
+        "rescore", parents=[common], help="refit the reward ensemble and re-order the open items now",
+        description="Fit the project's preference ensemble on all its labels and score every open item by how much "
+                    "labelling it would teach (what `serve` does in the background every few labels for projects "
+                    "with --selection uncertainty).")
+    rescore.add_argument("name", help="project name")
+    rescore.set_defaults(func=run_projects_rescore)
 
 
 def _guidelines(path: str | None) -> str | None:
@@ -250,6 +257,16 @@ def run_projects_create(args) -> int:
                              overlap=args.overlap, guidelines=_guidelines(args.guidelines) or "",
                              ranking_guidelines=_guidelines(args.ranking_guidelines), prompt_format=args.prompt_format)
     print(f"created project {_describe(project)}")
+    return 0
+
+
+def run_projects_rescore(args) -> int:
+    from labeler.services.active_learning import refresh_selection
+    from rlhf.preference_ensemble import FrozenTextEncoder
+
+    report = refresh_selection(_open(args), args.name, FrozenTextEncoder())
+    print(f"{report.project}: ensemble fitted on {report.pairs} preference pairs from {report.labels} labels; "
+          f"{report.items_scored} open items scored")
     return 0
 
 

@@ -152,5 +152,9 @@ def run(args: argparse.Namespace) -> int:
             target=generate_first_answers, args=(args.db, args.project, args.model, args.first_prompts),
             name="first-answers", daemon=True,
         ).start()
+    # Projects with selection 'uncertainty' get their queue re-ordered every few labels, in the background.
+    from labeler.services.active_learning import SelectionRefresher
+
+    SelectionRefresher(args.db).start()
     launch(app, settings, quiet=True)
     return 0
