@@ -14,13 +14,13 @@ def register(subparsers, common: argparse.ArgumentParser) -> None:
         description=(
             "Sample answers from each model on the same prompts (the project's held-out split 'test' by default), "
             "score them with a reward, and print per model: mean reward, share of answers above the threshold, "
-            "mean KL to the model's base (nats per answer; its registered base_model, 'default' otherwise; a base "
-            "model is its own), mean answer length in tokens and distinct-2, then a few answers side by side. "
+            "mean KL to the model's base (nats per answer; its registered base_model, 'default' otherwise; a folder "
+            "in a run's output, such as a checkpoint, takes the run's base; a base model is its own), mean answer length in tokens and distinct-2, then a few answers side by side. "
             "Every result is stored in the database."
         ),
     )
     parser.add_argument("--model", action="append", required=True, metavar="NAME",
-                        help="a registered model, 'default' or a model folder (repeat to compare several)")
+                        help="a registered model, 'default' or a model folder, e.g. a run's checkpoint (repeat to compare several)")
     parser.add_argument("--prompts", default=HELDOUT, metavar="heldout|FILE",
                         help="'heldout': the project's prompts in split 'test' (default); or a prompt file "
                              "(CSV, JSONL, .txt, Parquet, ... as `prompts import` reads)")

@@ -11,13 +11,17 @@ torch.load(weights_only=True), which cannot execute code from a tampered file.
 """
 from __future__ import annotations
 
+import contextlib
+import fnmatch
 import json
 import os
 import random
 import shutil
+import signal
+import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 PREFIX = "checkpoint-"
 MANIFEST = "manifest.json"
@@ -137,6 +141,81 @@ def remove_incomplete(root: str | Path) -> list[Path]:
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     return removed
+
+
+@contextlib.contextmanager
+def signal_deferred(signum: int = signal.SIGTERM) -> Iterator[None]:
+    """Run the block to its end before the Python handler of `signum` sees a signal that arrives meanwhile.
+
+    The worker's SIGTERM handler raises Cancelled wherever the main thread is; inside a checkpoint write that
+    left the newest completed step without a checkpoint (the temporary folder is thrown away), so a cancel
+    kept the step before. A signal that arrives in the block is handed to the handler when the block ends.
+    Only the main thread can install handlers: elsewhere, and for a handler that is not a Python function
+    (default, ignore), the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    handler = signal.getsignal(signum)
+    if not callable(handler):
+        yield
+        return
+    pending: list[tuple[int, Any]] = []
+    signal.signal(signum, lambda number, frame: pending.append((number, frame)))
+    try:
+        yield
+    finally:
+        signal.signal(signum, handler)
+    if pending:
+        handler(*pending[0])
+
+
+# A checkpoint's files that belong to training, not to the model: optimizer, scheduler, RNG and trainer state
+# (ours: trainer_state.pt, training_state.pt, job_state.json; transformers.Trainer's: optimizer.pt, scheduler.pt,
+# rng_state*.pth, trainer_state.json, training_args.bin, scaler.pt), and the manifest.
+TRAINING_STATE_FILES = ("trainer_state.pt", "training_state.pt", "job_state.json", "optimizer.pt", "scheduler.pt",
+                        "scaler.pt", "rng_state*.pth", "trainer_state.json", "training_args.bin", MANIFEST)
+
+
+def model_files(checkpoint: str | Path) -> list[Path]:
+    """The files of a checkpoint folder that make up its model (weights, config, tokenizer, value head): its
+    top-level files other than TRAINING_STATE_FILES (subfolders, such as DeepSpeed's global_step*, hold
+    training state too)."""
+    return sorted(path for path in Path(checkpoint).iterdir()
+                  if path.is_file() and not any(fnmatch.fnmatch(path.name, p) for p in TRAINING_STATE_FILES))
+
+
+def export_model(checkpoint: str | Path, target: str | Path) -> Path:
+    """The model of a complete checkpoint as a folder of its own (what `models.register_model` takes), written
+    under a temporary name and renamed, so `target` is complete or absent. The weights are hard-linked (no
+    disk, no time; a copy where links are refused): nothing writes into a checkpoint's files after its
+    manifest, and its rotation later removes only its own names. The small files (config, tokenizer, a card)
+    are copied, as the registry writes a README.md into the model's folder. An existing `target` is kept as
+    it is (a second call exports nothing twice)."""
+    checkpoint, target = Path(checkpoint), Path(target)
+    if read_manifest(checkpoint) is None:
+        raise FileNotFoundError(f"{checkpoint}: not a complete checkpoint (no manifest, or a file is missing)")
+    if target.is_dir():
+        return target
+    files = model_files(checkpoint)
+    if not any(f.suffix == ".safetensors" for f in files):
+        raise FileNotFoundError(f"{checkpoint}: no *.safetensors weights to export")
+    tmp = target.parent / f"{TMP_PREFIX}{target.name}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for path in files:
+        if not (path.suffix == ".safetensors" and _hard_link(path, tmp / path.name)):
+            shutil.copy2(path, tmp / path.name)
+    os.replace(tmp, target)
+    _fsync_dir(target.parent)
+    return target
+
+
+def _hard_link(source: Path, link: Path) -> bool:
+    try:
+        os.link(source, link)
+    except OSError:  # another file system, or links not supported
+        return False
+    return True
 
 
 # ---- state files -----------------------------------------------------------------------------------

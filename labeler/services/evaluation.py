@@ -10,7 +10,8 @@ reference from the database, loads the models and stores every result in the `ev
     print(format_report(results))
 
 The KL reference of a model is its registered base (the `base_model` of its models row), 'default' for a
-registered policy without one; a base model is its own reference (KL 0). Two evaluations are comparable when
+registered policy without one; a folder inside a run's output (a checkpoint, the final model) is measured
+against that run's base; a base model is its own reference (KL 0). Two evaluations are comparable when
 their `settings` (prompts and their hash, reward, samples, tokens, threshold, seed, bf16) are equal: a run's
 "before" is the base's evaluation with the run's "after" settings (`run_comparison`).
 """
@@ -159,11 +160,34 @@ def _registered(db: sqlite_utils.Database, name: str) -> dict | None:
 
 def kl_base(db: sqlite_utils.Database, name: str) -> str:
     """The model KL is measured against: the registered base of a trained model ('default' when a registered
-    policy has none); a base model, or an unregistered folder, is its own reference."""
+    policy has none); a folder is a registered model's (by its path) or lies in a run's output folder (a
+    checkpoint, the final model), and then takes that run's base. A base model, or a folder of neither, is its
+    own reference."""
     registered = _registered(db, name)
-    if registered is None or registered["kind"] == "base":
+    if registered is None:
+        return _folder_base(db, name) or name
+    if registered["kind"] == "base":
         return name
     return registered["base_model"] or "default"
+
+
+def _folder_base(db: sqlite_utils.Database, name: str) -> str | None:
+    """The base of the model in folder `name`: the registered model with that path, else the run whose output
+    folder holds it (a checkpoint-<step> written during a run has no models row of its own: without this its
+    KL was measured against itself, 0). None when the folder is neither's."""
+    folder = Path(name).expanduser()
+    if not folder.is_dir():
+        return None
+    folder = folder.resolve()
+    row = db.execute("SELECT name FROM models WHERE path = ? ORDER BY id LIMIT 1", [str(folder)]).fetchone()
+    if row is not None:
+        return kl_base(db, row[0])
+    from labeler.services.train_configs import load_job_config
+
+    for run in db.execute("SELECT stage, config_json, output_dir FROM runs WHERE output_dir != '' ORDER BY id DESC"):
+        if folder.is_relative_to(Path(run["output_dir"])):
+            return load_job_config(run["config_json"] or "{}").base_model(run["stage"])
+    return None
 
 
 def _load_policy(db: sqlite_utils.Database, name: str):

@@ -570,8 +570,8 @@ def request_stop(db, run_id: int) -> Run:
 
 
 def cancel_run(db, run_id: int, grace_seconds: float = 10.0, max_concurrent: int | None = None) -> Run:
-    """Cancel: SIGTERM to the worker's process group, SIGKILL after `grace_seconds`. The output is not
-    registered; the last checkpoint stays so the run can be resumed."""
+    """Cancel: SIGTERM to the worker's process group, SIGKILL after `grace_seconds`. The model of its newest
+    complete checkpoint is registered (kept_models); the checkpoint stays so the run can be resumed."""
     run = get_run(db, run_id)
     if run.finished:
         raise InputError(f"run {run_id} already {run.status}", field="run_id")
@@ -579,6 +579,10 @@ def cancel_run(db, run_id: int, grace_seconds: float = 10.0, max_concurrent: int
     finish(db, run_id, "cancelled", "cancelled by user", only_if=run.status)
     if run.status == "running" and run.pid:
         _terminate_group(run.pid, grace_seconds)
+    if not run.finished:  # nothing trained is thrown away: its newest checkpoint is registered (kept_models)
+        from labeler.services.kept_models import keep_after_cancel
+
+        keep_after_cancel(db, run_id)
     start_queued(db, max_concurrent)
     return get_run(db, run_id)
 

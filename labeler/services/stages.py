@@ -56,9 +56,13 @@ class StageContext:
     def save_checkpoint(self, step: int, write: Callable[[Path], None], meta: dict | None = None) -> Path | None:
         """An atomic checkpoint written by `write(folder)`. Call it on every rank (`write` may reach collectives,
         such as PPOTrainer.save_checkpoint's gather of RNG states): the main process's folder becomes the
-        checkpoint, the other ranks write into a throwaway one (None is returned there)."""
+        checkpoint, the other ranks write into a throwaway one (None is returned there). The newest
+        `checkpoint_keep(job)` complete checkpoints are kept. A cancel (SIGTERM) that arrives while the main
+        process writes takes effect once the checkpoint is complete, so the step just trained is kept."""
         if self.is_main_process:
-            return checkpoints.save_checkpoint(self.checkpoint_root, step, write, meta)
+            with checkpoints.signal_deferred():
+                return checkpoints.save_checkpoint(self.checkpoint_root, step, write, meta,
+                                                   keep=checkpoint_keep(self.job))
         with tempfile.TemporaryDirectory(prefix="rank-scratch-") as scratch:
             write(Path(scratch))
         return None
@@ -85,6 +89,26 @@ class StageContext:
         from storage import open_db
 
         return open_db(self.db_path)
+
+
+HUMAN_REWARDS = ("human", "mix")  # PPO reward sources that wait for people's labels
+
+
+def checkpoint_due(job: JobConfig, step: int) -> bool:
+    """Whether a PPO run saves a checkpoint after completing `step`: after every step when its rewards come
+    from people (reward human or mix: their labels cannot be asked for again, and a cancelled run keeps its
+    newest checkpoint as its model), else every `checkpoint_every` steps (0: none, only the final model)."""
+    if step < 1:
+        return False
+    if job.reward in HUMAN_REWARDS:
+        return True
+    return bool(job.checkpoint_every) and step % job.checkpoint_every == 0
+
+
+def checkpoint_keep(job: JobConfig) -> int:
+    """How many complete checkpoints a run keeps: 1 when it checkpoints every step for people's labels (the
+    newest is complete before the one before it is deleted, and a 135M policy's checkpoint is 1.6 GB), else 2."""
+    return 1 if job.reward in HUMAN_REWARDS else 2
 
 
 @dataclass(frozen=True)

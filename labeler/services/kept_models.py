@@ -1,0 +1,99 @@
+"""The model of a cancelled run's newest completed step: a cancel throws nothing trained away.
+
+`runs cancel` (jobs.cancel_run) stops the run's processes, then calls `keep_newest_checkpoint`: the model of the
+newest complete checkpoint (weights, config, tokenizer; not the optimizer) is exported into the run's folder as
+`model-step<N>` (the weights hard-linked: no copy) and registered as `<the run's model name>-step<N>`, with the
+run's base model, settings, metrics at that step and data snapshot, so it can be chatted with, evaluated
+(`rlhf-studio eval --model ppo-run5-step34`, KL against the run's base) or trained on further.
+
+A PPO run whose rewards come from people checkpoints after every step (stages.checkpoint_due), so its newest
+checkpoint is its last completed step; other runs keep the newest of every `checkpoint_every` steps.
+
+The models row of a kept model has no run_id, as a run registers at most one model, its final one (a resumed
+run that finishes registers it as usual); its config names the run and the step under `kept_from`.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import sqlite_utils
+
+from labeler.services import checkpoints
+from labeler.services.stages import data_snapshot
+
+KEPT_FROM = "kept_from"
+# The rows a stage froze in its folder at its first start (StageContext.frozen_rows) and the snapshot kind its
+# final model is registered with (stage_runners): the kept model gets the same lineage.
+FROZEN_ROWS = {"ppo": ("prompts", "prompts"), "sft": ("train_rows", "sft"), "rm": ("train_rows", "preferences"),
+               "dpo": ("train_rows", "preferences")}
+
+
+def kept_models(db: sqlite_utils.Database, run_id: int) -> list[dict]:
+    """The models kept from a run's checkpoints (cancels), oldest first."""
+    from labeler.services import models
+
+    return [m for m in models.list_models(db) if (m["config"].get(KEPT_FROM) or {}).get("run") == int(run_id)]
+
+
+def _metrics_at(db: sqlite_utils.Database, run_id: int, step: int) -> dict[str, float]:
+    """The last value of every metric of the run logged at or before `step`."""
+    rows = db.execute(
+        "SELECT m.name, m.value FROM metrics m JOIN (SELECT name, MAX(step) AS step FROM metrics WHERE run_id = ?"
+        " AND step <= ? GROUP BY name) last ON last.name = m.name AND last.step = m.step WHERE m.run_id = ?",
+        [run_id, step, run_id]).fetchall()
+    return {row[0]: row[1] for row in rows}
+
+
+def _snapshot(stage: str, output_dir: Path) -> str:
+    name, kind = FROZEN_ROWS.get(stage, ("", ""))
+    path = output_dir / f"{name}.json"
+    if not name or not path.is_file():
+        return ""
+    return data_snapshot(kind, json.loads(path.read_text(encoding="utf-8")))
+
+
+def keep_newest_checkpoint(db: sqlite_utils.Database, run_id: int) -> dict | None:
+    """Register the model of the run's newest complete checkpoint (see the module docstring); its models row,
+    or None when the run has no complete checkpoint. Call it once the run's processes are gone (no checkpoint
+    is being written). A checkpoint already kept is not kept twice: its row is returned."""
+    from labeler.services import jobs, models
+    from labeler.services.train_configs import load_job_config
+
+    run = jobs.get_run(db, run_id)
+    output_dir = Path(run.output_dir)
+    checkpoint = checkpoints.latest_checkpoint(output_dir / "checkpoints")
+    if checkpoint is None:
+        return None
+    step = checkpoints.checkpoint_step(checkpoint)
+    for kept in kept_models(db, run_id):
+        if kept["config"][KEPT_FROM]["step"] == step:
+            return kept
+    folder = checkpoints.export_model(checkpoint, output_dir / f"model-step{step}")
+    job = load_job_config(run.config)
+    kind = "adapter" if (folder / "adapter_config.json").exists() else "reward" if run.stage == "rm" else "policy"
+    name = f"{job.output_name or f'{run.stage}-run{run.id}'}-step{step}"
+    if db.execute("SELECT 1 FROM models WHERE name = ?", [name]).fetchone():
+        name = f"{name}-run{run.id}"  # an output name reused by another run
+    config = {"stage": run.stage, **run.config, KEPT_FROM: {"run": run.id, "step": step, "status": run.status}}
+    return models.register_model(db, name, str(folder), kind, base_model=job.base_model(run.stage), config=config,
+                                 metrics=_metrics_at(db, run.id, step), data_snapshot=_snapshot(run.stage, output_dir))
+
+
+def keep_after_cancel(db: sqlite_utils.Database, run_id: int) -> dict | None:
+    """jobs.cancel_run's step once the run's processes are gone: keep_newest_checkpoint for a run that is now
+    cancelled (one that finished meanwhile registered its own model). The cancel stands whatever happens
+    here: a checkpoint that cannot be exported (disk full, a folder removed) is said on the run's row."""
+    from labeler.services import jobs
+    from labeler.services.errors import InputError
+    from storage import write_transaction
+
+    if jobs.get_run(db, run_id).status != "cancelled":
+        return None
+    try:
+        return keep_newest_checkpoint(db, run_id)
+    except (OSError, InputError) as error:
+        with write_transaction(db):
+            db.conn.execute("UPDATE runs SET error = error || ? WHERE id = ?",
+                            [f"; its newest checkpoint was not kept as a model: {error}", run_id])
+        return None

@@ -1,0 +1,272 @@
+"""Nothing trained is lost (issue 22, item 5): a run whose rewards come from people checkpoints after every step,
+a cancelled run keeps the model of its newest checkpoint, a checkpoint being written when the cancel comes is
+finished first, and `eval` of a checkpoint (or of a run's final model folder) measures KL against the run's base,
+not against the folder itself."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from labeler.services import checkpoints, evaluation, jobs, kept_models, models, prompts
+from labeler.services.evaluation import EvalSettings
+from labeler.services.stages import checkpoint_due, checkpoint_keep
+from labeler.services.train_configs import JobConfig
+from storage import open_db
+
+HERE = Path(__file__).resolve().parent
+WORDS = "eval_rewards:words"
+TOY = {"runner": "toy_runner:run", "model": "toy-linear"}
+TINY_PPO = {"steps": 2, "reward": "function", "reward_function": WORDS, "batch_size": 2, "answers_per_prompt": 1,
+            "mini_batch_size": 2, "ppo_epochs": 1, "max_new_tokens": 4, "checkpoint_every": 1, "eval_samples": 0}
+
+
+def _wait_until(condition, timeout=60.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+# ---- when to checkpoint, how many to keep ----------------------------------------------------------------
+
+def test_people_labels_are_checkpointed_after_every_step():
+    for reward in ("human", "mix"):
+        job = JobConfig(reward=reward, checkpoint_every=10)
+        assert [checkpoint_due(job, step) for step in (0, 1, 2, 3, 9, 10, 11)] == [False] + [True] * 6
+        assert checkpoint_keep(job) == 1
+    job = JobConfig(reward="rm", checkpoint_every=10)  # a function or reward model: every 10th step
+    assert [checkpoint_due(job, step) for step in (1, 9, 10, 11, 20, 25)] == [False, False, True, False, True, False]
+    assert checkpoint_keep(job) == 2
+    off = JobConfig(reward="function", checkpoint_every=0)
+    assert not any(checkpoint_due(off, step) for step in range(1, 30))
+    assert checkpoint_due(JobConfig(reward="human", checkpoint_every=0), 1)  # people's labels: always
+
+
+def test_stage_context_keeps_one_checkpoint_of_a_human_run(tmp_path):
+    from labeler.services.stages import StageContext
+
+    def context(reward):
+        return StageContext(run_id=1, db_path="", stage="ppo", project="default", job=JobConfig(reward=reward),
+                            trainer_settings={}, output_dir=tmp_path / reward, sink=_WritingSink())
+
+    for reward, kept in (("human", ["checkpoint-3"]), ("rm", ["checkpoint-2", "checkpoint-3"])):
+        ctx = context(reward)
+        for step in (1, 2, 3):
+            ctx.save_checkpoint(step, lambda folder: (folder / "w.safetensors").write_bytes(b"x"))
+        assert [p.name for p in checkpoints.complete_checkpoints(ctx.checkpoint_root)] == kept
+
+
+class _WritingSink:
+    writes = True
+
+
+# ---- a signal that arrives while a checkpoint is written -------------------------------------------------
+
+class _Stop(BaseException):
+    pass
+
+
+def test_a_signal_during_the_block_is_handled_once_the_block_is_done():
+    def handler(signum, frame):
+        raise _Stop()
+
+    previous = signal.signal(signal.SIGUSR1, handler)
+    finished = []
+    try:
+        with pytest.raises(_Stop):
+            with checkpoints.signal_deferred(signal.SIGUSR1):
+                os.kill(os.getpid(), signal.SIGUSR1)
+                time.sleep(0.05)  # the handler would have run by now
+                finished.append("block")
+        assert finished == ["block"]
+        assert signal.getsignal(signal.SIGUSR1) is handler  # restored
+        with checkpoints.signal_deferred(signal.SIGUSR1):  # nothing pending: nothing raised
+            finished.append("quiet")
+        assert finished == ["block", "quiet"]
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+
+def test_a_cancel_during_a_checkpoint_write_waits_for_its_manifest(tmp_path):
+    """SIGTERM in the middle of StageContext.save_checkpoint: the checkpoint completes, then the handler runs."""
+    from labeler.services.stages import StageContext
+
+    ctx = StageContext(run_id=1, db_path="", stage="ppo", project="default", job=JobConfig(reward="human"),
+                       trainer_settings={}, output_dir=tmp_path, sink=_WritingSink())
+
+    def write(folder):
+        (folder / "a.safetensors").write_bytes(b"a")
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)
+        (folder / "b.safetensors").write_bytes(b"b")
+
+    def handler(signum, frame):
+        raise _Stop()
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        with pytest.raises(_Stop):
+            ctx.save_checkpoint(7, write)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    latest = checkpoints.latest_checkpoint(ctx.checkpoint_root)
+    assert latest.name == "checkpoint-7"
+    assert set(checkpoints.read_manifest(latest)["files"]) == {"a.safetensors", "b.safetensors"}
+
+
+# ---- a checkpoint's model as a folder of its own -----------------------------------------------------------
+
+def test_export_model_links_the_weights_and_leaves_the_training_state(tmp_path):
+    def write(folder):
+        (folder / "model.safetensors").write_bytes(b"w" * 100)
+        (folder / "config.json").write_text("{}")
+        (folder / "trainer_state.pt").write_bytes(b"o" * 200)  # optimizer: not part of the model
+        (folder / "job_state.json").write_text('{"position": 4}')
+        (folder / "rng_state_0.pth").write_bytes(b"r")
+
+    checkpoint = checkpoints.save_checkpoint(tmp_path / "checkpoints", 3, write)
+    target = checkpoints.export_model(checkpoint, tmp_path / "model-step3")
+    assert sorted(p.name for p in target.iterdir()) == ["config.json", "model.safetensors"]
+    assert (target / "model.safetensors").stat().st_ino == (checkpoint / "model.safetensors").stat().st_ino
+    assert (target / "config.json").stat().st_ino != (checkpoint / "config.json").stat().st_ino  # copied
+    assert not list(tmp_path.glob(".tmp-*"))
+    # The checkpoint rotated away: the exported weights stay.
+    checkpoints.save_checkpoint(tmp_path / "checkpoints", 4, write, keep=1)
+    assert not checkpoint.exists() and (target / "model.safetensors").read_bytes() == b"w" * 100
+    # An incomplete checkpoint is refused, and nothing is written.
+    half = tmp_path / "checkpoints" / "checkpoint-9"
+    half.mkdir()
+    (half / "model.safetensors").write_bytes(b"x")
+    with pytest.raises(FileNotFoundError, match="not a complete checkpoint"):
+        checkpoints.export_model(half, tmp_path / "model-step9")
+    assert not (tmp_path / "model-step9").exists()
+
+
+# ---- a tiny PPO run: eval of its checkpoint, the model of its newest checkpoint ----------------------------
+
+@pytest.fixture(scope="module")
+def ppo_run(tmp_path_factory, tiny_model_dir):
+    """A finished 2-step PPO run of the tiny model (function reward) with a checkpoint after each step, and
+    held-out prompts; run in-process through the worker's entry point."""
+    from labeler.worker import run_worker
+
+    root = tmp_path_factory.mktemp("ppo")
+    db_path = str(root / "studio.db")
+    db = open_db(db_path)
+    prompts.add_prompts(db, ["A training prompt", "Another one", "The film was", "I watched it and"])
+    db.execute("UPDATE prompts SET split = 'test' WHERE text IN ('The film was', 'I watched it and')")
+    run = jobs.create_run(db, "ppo", {"model": str(tiny_model_dir), **TINY_PPO}, runs_dir=root / "runs", start=False)
+    db.execute("UPDATE runs SET status = 'running' WHERE id = ?", [run.id])
+    assert run_worker(db_path, run.id) == "succeeded", jobs.log_tail(jobs.get_run(db, run.id))
+    db.conn.close()
+    return db_path, jobs.get_run(open_db(db_path), run.id)
+
+
+def test_eval_of_a_checkpoint_measures_kl_against_the_runs_base(ppo_run, tiny_model_dir, tmp_path):
+    db_path, run = ppo_run
+    db = open_db(db_path)
+    checkpoint = Path(run.output_dir) / "checkpoints" / "checkpoint-1"
+    final = Path(run.output_dir) / "model"
+    assert evaluation.kl_base(db, str(checkpoint)) == str(tiny_model_dir)  # the run's base, found by its folder
+    assert evaluation.kl_base(db, str(final)) == str(tiny_model_dir)  # a registered model's folder: its base
+    assert evaluation.kl_base(db, str(tiny_model_dir)) == str(tiny_model_dir)  # no run's, not registered: itself
+    ev = evaluation.evaluate_models(db, [str(checkpoint)], EvalSettings(reward=WORDS, samples=2, max_new_tokens=4))[0]
+    assert ev.kl_base == str(tiny_model_dir)
+    assert ev.metrics["eval/kl"] == pytest.approx(sum(row["kl"] for row in ev.samples) / len(ev.samples))
+    assert ev.metrics["eval/kl"] != 0.0  # one PPO step from the base: not the folder compared with itself
+
+
+def test_the_newest_checkpoint_is_kept_as_a_registered_model(ppo_run, tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    db_path, run = ppo_run
+    db = open_db(db_path)
+    kept = kept_models.keep_newest_checkpoint(db, run.id)
+    checkpoint = Path(run.output_dir) / "checkpoints" / "checkpoint-2"
+    assert (kept["name"], kept["kind"], kept["base_model"]) == (f"ppo-run{run.id}-step2", "policy", str(tiny_model_dir))
+    assert kept["path"] == str(Path(run.output_dir) / "model-step2")
+    assert kept["config"]["kept_from"] == {"run": run.id, "step": 2, "status": "succeeded"}
+    assert kept["config"]["job"]["steps"] == 2 and kept["run_id"] is None  # the run's one model stays its final
+    assert kept["metrics"]["objective/kl"] == jobs.metrics_frame(db, run.id, ["objective/kl"])["value"].iloc[-1]
+    assert kept["data_snapshot"] == models.get_model(db, f"ppo-run{run.id}")["data_snapshot"]
+    weights = Path(kept["path"]) / "model.safetensors"
+    assert weights.stat().st_ino == (checkpoint / "model.safetensors").stat().st_ino
+    assert not (Path(kept["path"]) / "trainer_state.pt").exists()
+    AutoModelForCausalLM.from_pretrained(kept["path"])  # loads as a plain model
+    assert evaluation.kl_base(db, kept["name"]) == str(tiny_model_dir)
+    # Kept once: a second call returns the same row.
+    assert kept_models.keep_newest_checkpoint(db, run.id)["id"] == kept["id"]
+    assert [m["name"] for m in kept_models.kept_models(db, run.id)] == [kept["name"]]
+
+
+# ---- cancel through a real worker process --------------------------------------------------------------------
+
+@pytest.fixture
+def worker_env(monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(HERE))  # the worker finds toy_runner and eval_rewards
+    monkeypatch.setenv(jobs.LAUNCHER_ENV, "python")
+    monkeypatch.delenv(checkpoints.SLEEP_ENV, raising=False)
+    monkeypatch.delenv("TOY_STEP_SECONDS", raising=False)
+
+
+def test_cancel_keeps_the_newest_checkpoint_and_a_resume_still_finishes(db, tmp_path, monkeypatch, worker_env):
+    monkeypatch.setenv("TOY_STEP_SECONDS", "0.2")
+    run = jobs.create_run(db, "sft", {**TOY, "steps": 12, "checkpoint_every": 2}, runs_dir=tmp_path / "runs")
+    root = Path(run.output_dir) / "checkpoints"
+    _wait_until(lambda: jobs.get_run(db, run.id).step >= 5, 90, "step 5")
+    cancelled = jobs.cancel_run(db, run.id)
+    assert cancelled.status == "cancelled" and cancelled.error == "cancelled by user"
+    newest = checkpoints.checkpoint_step(checkpoints.latest_checkpoint(root))
+    assert 4 <= newest <= cancelled.step
+    (kept,) = kept_models.kept_models(db, run.id)
+    assert kept["name"] == f"sft-run{run.id}-step{newest}" and kept["base_model"] == "toy-linear"
+    assert Path(kept["path"]) == Path(run.output_dir) / f"model-step{newest}"
+    assert (Path(kept["path"]) / "model.safetensors").read_bytes() == (root / f"checkpoint-{newest}" /
+                                                                       "model.safetensors").read_bytes()
+    frame = jobs.metrics_frame(db, run.id, ["loss"])
+    assert kept["metrics"]["loss"] == dict(zip(frame["step"], frame["value"]))[newest]  # the loss at that step
+
+    monkeypatch.setenv("TOY_STEP_SECONDS", "0")
+    jobs.resume_run(db, run.id)
+    done = jobs.wait(db, run.id, timeout=60)
+    assert done.status == "succeeded", jobs.log_tail(done)
+    names = [m["name"] for m in models.list_models(db) if m["name"] != "default"]
+    assert names == [kept["name"], f"sft-run{run.id}"]  # the kept model, then the run's own
+    assert models.get_model(db, f"sft-run{run.id}")["run_id"] == run.id
+
+
+def test_a_cancelled_run_without_a_checkpoint_keeps_nothing(db, tmp_path, monkeypatch, worker_env):
+    monkeypatch.setenv("TOY_STEP_SECONDS", "0.2")
+    run = jobs.create_run(db, "sft", {**TOY, "steps": 50, "checkpoint_every": 0}, runs_dir=tmp_path / "runs")
+    _wait_until(lambda: jobs.get_run(db, run.id).step >= 2, 90, "step 2")
+    assert jobs.cancel_run(db, run.id).status == "cancelled"
+    assert kept_models.kept_models(db, run.id) == []
+    queued = jobs.create_run(db, "sft", {**TOY, "steps": 5}, runs_dir=tmp_path / "runs", start=False)
+    assert jobs.cancel_run(db, queued.id).status == "cancelled"  # a queued run: nothing trained, nothing kept
+    assert kept_models.kept_models(db, queued.id) == []
+
+
+def test_a_cancelled_tiny_ppo_run_keeps_a_model_of_its_last_checkpointed_step(db, tmp_path, tiny_model_dir,
+                                                                             worker_env):
+    prompts.add_prompts(db, ["A training prompt", "Another one", "The film was", "I watched it and"])
+    run = jobs.create_run(db, "ppo", {"model": str(tiny_model_dir), **TINY_PPO, "steps": 1000},
+                          runs_dir=tmp_path / "runs")
+    _wait_until(lambda: jobs.get_run(db, run.id).step >= 2, 120, "PPO step 2")
+    cancelled = jobs.cancel_run(db, run.id)
+    assert cancelled.status == "cancelled", jobs.log_tail(cancelled)
+    (kept,) = kept_models.kept_models(db, run.id)
+    step = kept["config"]["kept_from"]["step"]
+    # checkpoint_every=1: the newest checkpoint is the last completed step, or the one before when the cancel
+    # came between a step's end and its checkpoint.
+    assert cancelled.step - 1 <= step <= cancelled.step and step >= 1
+    assert (kept["name"], kept["base_model"]) == (f"ppo-run{run.id}-step{step}", str(tiny_model_dir))
+    from transformers import AutoModelForCausalLM
+
+    AutoModelForCausalLM.from_pretrained(kept["path"])
