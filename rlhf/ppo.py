@@ -87,6 +87,10 @@ _KL_UNSAFE = {
 }
 
 
+class KLUnsafeWarning(UserWarning):
+    """generate() was asked for sampling settings that bias PPO's KL estimate (top-k, top-p, greedy, ...)."""
+
+
 def kl_unsafe_settings(generation_kwargs: dict) -> list[str]:
     """'name=value' for each generation setting that biases PPO's KL estimate."""
     return [f"{k}={generation_kwargs[k]!r}" for k, (_, bad) in _KL_UNSAFE.items() if k in generation_kwargs and bad(generation_kwargs[k])]
@@ -136,7 +140,17 @@ class PPOTrainer:
         lr_scheduler=None,
         callback: MetricsCallback | None = None,
         accelerator=None,
+        num_shared_layers: int | None = None,
+        training_data_collator: Callable | None = None,
     ) -> None:
+        """TRL 0.11's arguments, plus `callback` (metrics sink) and `accelerator` (a prepared one to share).
+
+        num_shared_layers: as TRL, the policy's parameters before layer `num_shared_layers` (embeddings
+        included) are frozen and so stay equal to the reference's (create_reference_model); ignored with a
+        warning when ref_model is given. training_data_collator: TRL pads query+response with it for the
+        forward passes; here rollouts have a fixed layout (left-padded queries, right-padded responses), so it
+        is ignored with a warning.
+        """
         from accelerate import Accelerator
 
         if tokenizer is None:
@@ -176,8 +190,17 @@ class PPOTrainer:
         self.is_peft = model.is_peft_model
         use_attention(model.pretrained_model, config.attn_implementation, self.accelerator.device)
         copied_reference = ref_model is None and not self.is_peft
+        if num_shared_layers is not None and not copied_reference:
+            warnings.warn("PPOTrainer: num_shared_layers is ignored when ref_model is given or the model is a peft "
+                          "model (as in TRL): no layers are shared", UserWarning, stacklevel=2)
+        if training_data_collator is not None:
+            warnings.warn("PPOTrainer: training_data_collator is ignored: TRL pads query+response with it for the "
+                          "forward passes, here rollouts are laid out as left-padded queries + right-padded responses "
+                          "(same logits, no padding in any loss); data_collator= collates the dataset's rows",
+                          UserWarning, stacklevel=2)
         if copied_reference:
-            ref_model = create_reference_model(model)  # before prepare(): accelerate patches model.forward
+            # before prepare(): accelerate patches model.forward
+            ref_model = create_reference_model(model, num_shared_layers=num_shared_layers)
         if config.advantage_estimator == "rloo":
             # RLOO trains no critic: the value head gets no gradient, and under DDP a parameter that takes part
             # in the forward pass but not in the loss stalls the gradient all-reduce. Freeze it (its weights
@@ -243,7 +266,7 @@ class PPOTrainer:
         """Sample responses, batched with left padding. A 1-D query gives a (1, L) tensor, a list a list.
 
         Sampling defaults to the untempered full distribution (do_sample, top_k=0, top_p=1, temperature=1);
-        settings that bias the KL estimate raise unless allow_kl_unsafe=True.
+        settings that bias the KL estimate give a KLUnsafeWarning (as TRL's docs warn), unless allow_kl_unsafe=True.
         """
         kwargs = self._generation_kwargs(generation_kwargs, allow_kl_unsafe)
         single = isinstance(query_tensor, torch.Tensor) and query_tensor.dim() == 1
@@ -272,11 +295,11 @@ class PPOTrainer:
             kwargs.setdefault("eos_token_id", self.eos_token_ids)
         unsafe = kl_unsafe_settings(kwargs)
         if unsafe and not allow_kl_unsafe:
-            raise ValueError(
-                f"generate(): {', '.join(unsafe)} would sample tokens from a distribution other than the policy's, "
+            warnings.warn(
+                f"generate(): {', '.join(unsafe)} samples tokens from a distribution other than the policy's, "
                 "so PPO's KL estimate is biased and can go negative (TRL docs: 'why KL goes negative'). Use "
-                "do_sample=True, top_k=0, top_p=1.0, temperature=1.0, no min length, or pass allow_kl_unsafe=True."
-            )
+                "do_sample=True, top_k=0, top_p=1.0, temperature=1.0, no min length (allow_kl_unsafe=True: no warning).",
+                KLUnsafeWarning, stacklevel=3)
         return kwargs
 
     @torch.no_grad()

@@ -260,9 +260,45 @@ class AutoModelForCausalLMWithValueHead(nn.Module):
         self._hf_model.gradient_checkpointing_enable(**kwargs)
 
 
-def create_reference_model(model: AutoModelForCausalLMWithValueHead) -> AutoModelForCausalLMWithValueHead:
-    """A frozen copy in eval mode: the reference policy for the KL penalty."""
+# TRL 0.11's decoder-layer name patterns (GPT-2, OPT, GPT-NeoX, Llama/Mistral/Qwen/...), tried in this order.
+LAYER_PATTERNS = ("transformer.h.{layer}", "model.decoder.layers.{layer}", "gpt_neox.layers.{layer}", "model.layers.{layer}")
+
+
+def shared_parameter_names(model: nn.Module, num_shared_layers: int, pattern: str | None = None) -> list[str]:
+    """Names of the parameters before decoder layer `num_shared_layers` (embeddings and layers 0..n-1), in
+    named_parameters() order, as TRL 0.11's create_reference_model selects them. `pattern` (e.g.
+    "transformer.h.{layer}") overrides the built-in LAYER_PATTERNS; matched as a whole name part, so layer 1
+    does not match layer 10."""
+    names = [n for n, _ in model.named_parameters()]
+    candidates = [pattern] if pattern is not None else list(LAYER_PATTERNS)
+    for candidate in candidates:
+        marker = candidate.format(layer=num_shared_layers) + "."
+        first = next((i for i, n in enumerate(names) if n.startswith(marker) or f".{marker}" in n), None)
+        if first is not None:
+            return names[:first]
+    raise ValueError(f"create_reference_model: num_shared_layers={num_shared_layers}: no parameter matches "
+                     f"{', '.join(c.format(layer=num_shared_layers) for c in candidates)} (pass pattern=, e.g. "
+                     "'model.layers.{layer}', or fewer layers than the model has)")
+
+
+def create_reference_model(model: AutoModelForCausalLMWithValueHead, num_shared_layers: int | None = None,
+                           pattern: str | None = None) -> AutoModelForCausalLMWithValueHead:
+    """A frozen copy in eval mode: the reference policy for the KL penalty.
+
+    num_shared_layers (TRL 0.11): the policy's parameters before that decoder layer are frozen (no longer
+    trained), so policy and reference stay equal there and only the later layers (and the heads) learn.
+    `pattern` names the layers when LAYER_PATTERNS does not fit the model.
+    """
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    if is_deepspeed_zero3_enabled():
+        raise ValueError("create_reference_model: DeepSpeed ZeRO-3 is on, and a copy of a sharded model is not a "
+                         "model; load the reference with AutoModelForCausalLMWithValueHead.from_pretrained (as TRL says)")
+    shared = set(shared_parameter_names(model, num_shared_layers, pattern)) if num_shared_layers is not None else set()
     ref = copy.deepcopy(model)
     for p in ref.parameters():
         p.requires_grad_(False)
+    for name, p in model.named_parameters():
+        if name in shared:
+            p.requires_grad_(False)
     return ref.eval()

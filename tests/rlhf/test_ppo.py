@@ -121,15 +121,24 @@ class _no_warning:
         return False
 
 
-def test_generate_is_batched_left_padded_and_refuses_kl_unsafe_settings(tiny_model_dir):
+def test_generate_is_batched_left_padded_and_warns_on_kl_unsafe_settings(tiny_model_dir):
+    import warnings
+
+    from rlhf.ppo import KLUnsafeWarning
+
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     model = AutoModelForCausalLMWithValueHead.from_pretrained(tiny_model_dir)
     trainer = PPOTrainer(PPOConfig(batch_size=4, mini_batch_size=2), model, None, tokenizer)
     queries = [tokenizer(t, return_tensors="pt").input_ids[0] for t in ["Hi", "The movie was really", "A"]]
-    with pytest.raises(ValueError, match="top_k=50.*KL"):
-        trainer.generate(queries, top_k=50, max_new_tokens=4)
-    with pytest.raises(ValueError, match="do_sample=False"):
+    # TRL's docs warn that these bias the KL estimate; TRL's generate runs them, so here too, with a warning
+    with pytest.warns(KLUnsafeWarning, match="top_k=50.*KL"):
+        top_k = trainer.generate(queries, top_k=50, max_new_tokens=4, return_prompt=False)
+    assert len(top_k) == 3 and all(1 <= len(r) <= 4 for r in top_k)
+    with pytest.warns(KLUnsafeWarning, match="do_sample=False"):
         trainer.generate(queries, do_sample=False, max_new_tokens=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        trainer.generate(queries, top_k=50, max_new_tokens=2, allow_kl_unsafe=True)
     greedy = dict(do_sample=False, max_new_tokens=5, allow_kl_unsafe=True, return_prompt=False)
     batched = trainer.generate(queries, batch_size=3, **greedy)
     for query, response in zip(queries, batched):
