@@ -59,6 +59,12 @@ def register_result(db, ctx: StageContext, result: RunResult) -> dict:
     from labeler.services import models
 
     row = db.execute("SELECT config_json FROM runs WHERE id = ?", [ctx.run_id]).fetchone()
+    # A run registers one model, ever: a second worker of the same run (a launcher killed, its worker left
+    # running, the run resumed beside it: issue 25) must not add another model for the same folder.
+    earlier = db.execute("SELECT name FROM models WHERE run_id = ?", [ctx.run_id]).fetchone()
+    if earlier is not None:
+        raise RuntimeError(f"run {ctx.run_id} already registered model {earlier[0]!r}; this worker's output "
+                           f"({result.path}) is not registered")
     name = ctx.job.output_name or f"{ctx.stage}-run{ctx.run_id}"
     if db.execute("SELECT 1 FROM models WHERE name = ?", [name]).fetchone():
         name = f"{name}-run{ctx.run_id}"  # a reused output name must not fail a finished training

@@ -528,21 +528,70 @@ def _is_run_worker(pid: int, run_id: int) -> bool:
     return leader and named and "labeler.worker" in args
 
 
+def _names_run(pid: int, args: list[str], run_id: int, database: str) -> bool:
+    """Whether a command line runs labeler.worker (directly or through labeler.launcher) for this run of this
+    database: `--run-id N` and a `--db` that is the same file (run ids start at 1 in every database)."""
+    if "labeler.worker" not in args or not any(a == "--run-id" and b == str(run_id) for a, b in zip(args, args[1:])):
+        return False
+    for flag, value in zip(args, args[1:]):
+        if flag == "--db":
+            try:
+                cwd = os.readlink(f"/proc/{pid}/cwd")
+            except OSError:
+                cwd = os.getcwd()
+            return os.path.realpath(os.path.join(cwd, value)) == os.path.realpath(database)
+    return False
+
+
+def run_processes(db, run: Run) -> list[int] | None:
+    """The live processes of a run, whoever started them: every process whose command line runs this run's
+    worker on this database (the launcher, the worker, each rank: torch elastic starts every rank in a session of
+    its own, so the run's process group does not hold them all), and every other member of the process group
+    the run was launched as (`runs.pid`) while one of those lives. Zombies are dead. None without /proc (not
+    Linux): then only the recorded group can be checked (_group_alive)."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return None
+    database = db_file(db)
+    named, groups = [], {}
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            args = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except (OSError, IndexError):
+            continue  # gone meanwhile, or not ours to read
+        if fields[0] == "Z":
+            continue
+        groups[pid] = int(fields[2])
+        if _names_run(pid, args, run.id, database):
+            named.append(pid)
+    if run.pid and any(groups.get(pid) == run.pid for pid in named):
+        named += [pid for pid, group in groups.items() if group == run.pid and pid not in named]
+    return sorted(named)
+
+
 def poll(db, max_concurrent: int | None = None, now: datetime | None = None) -> list[int]:
-    """Mark dead running runs failed (process gone, or no heartbeat for STALE_SECONDS; a silent worker that is
-    still alive is stopped), then start queued runs. Returns the ids marked failed."""
+    """Mark dead running runs failed (no process of the run left, or no heartbeat for STALE_SECONDS; a silent
+    run's processes are stopped), then start queued runs. Returns the ids marked failed.
+
+    Alive means any process of the run (run_processes), not only the recorded pid: that is the launcher, and a
+    worker whose launcher was killed goes on training and heartbeating. Marking such a run failed let `runs
+    resume` start a second worker on the same folder, and both registered a model (issue 25)."""
     now = now or datetime.now(timezone.utc)
     dead = []
     for run in list_runs(db, status="running", limit=1000):
         heartbeat = _parse_time(run.heartbeat_at) if run.heartbeat_at else None
         silent = heartbeat is None or (now - heartbeat).total_seconds() > STALE_SECONDS
-        if run.pid is None:
-            gone = silent  # claimed but never launched (the launcher died in between)
-        else:
-            gone = not pid_alive(run.pid) or silent
+        processes = run_processes(db, run) if run.pid is not None else []
+        # Its recorded group (the pid included) or any process named as its worker; only a named one (or, without
+        # /proc, the recorded leader) is ever signalled: a silent run's pid may belong to a stranger by now.
+        alive = bool(processes) or (run.pid is not None and (pid_alive(run.pid) or _group_alive(run.pid)))
+        ours = bool(processes) or (processes is None and alive and _is_run_worker(run.pid, run.id))
+        gone = silent if run.pid is None else (not alive or silent)  # pid None: claimed, never launched
         if gone:
-            alive = bool(run.pid) and pid_alive(run.pid)
-            ours = alive and _is_run_worker(run.pid, run.id)
             reason = ("the worker process is gone" if not alive else
                       f"no heartbeat for {STALE_SECONDS:.0f} s, the worker was stopped" if ours else "no heartbeat")
             if finish(db, run.id, "failed", f"{reason} (pid {run.pid}); see {run.log_path}"):
@@ -551,7 +600,7 @@ def poll(db, max_concurrent: int | None = None, now: datetime | None = None) -> 
                     # Alive but silent (stopped, swapping, stuck in C code): marked failed first (its SIGTERM
                     # handler then leaves the status alone), then stopped, so a resume never runs a second
                     # worker on the same folder.
-                    _terminate_group(run.pid, SILENT_STOP_GRACE_SECONDS)
+                    _terminate(run, processes, SILENT_STOP_GRACE_SECONDS)
     start_queued(db, max_concurrent)
     return dead
 
@@ -570,21 +619,55 @@ def request_stop(db, run_id: int) -> Run:
 
 
 def cancel_run(db, run_id: int, grace_seconds: float = 10.0, max_concurrent: int | None = None) -> Run:
-    """Cancel: SIGTERM to the worker's process group, SIGKILL after `grace_seconds`. The model of its newest
-    complete checkpoint is registered (kept_models); the checkpoint stays so the run can be resumed."""
+    """Cancel: SIGTERM to every process of the run (run_processes), SIGKILL after `grace_seconds`. The model of
+    its newest complete checkpoint is registered (kept_models); the checkpoint stays so the run can be resumed.
+    A run already failed or cancelled whose processes still live (a launcher killed, its worker not) has them
+    stopped and keeps its status."""
     run = get_run(db, run_id)
-    if run.finished:
+    processes = run_processes(db, run) if run.pid else []
+    if run.finished and not processes:
         raise InputError(f"run {run_id} already {run.status}", field="run_id")
-    # Mark first: the worker, seeing SIGTERM, then leaves the status alone.
-    finish(db, run_id, "cancelled", "cancelled by user", only_if=run.status)
-    if run.status == "running" and run.pid:
-        _terminate_group(run.pid, grace_seconds)
+    if not run.finished:
+        # Mark first: the worker, seeing SIGTERM, then leaves the status alone.
+        finish(db, run_id, "cancelled", "cancelled by user", only_if=run.status)
+    if run.pid and (processes or (processes is None and run.status == "running")):
+        _terminate(run, processes, grace_seconds)
     if not run.finished:  # nothing trained is thrown away: its newest checkpoint is registered (kept_models)
         from labeler.services.kept_models import keep_after_cancel
 
         keep_after_cancel(db, run_id)
     start_queued(db, max_concurrent)
     return get_run(db, run_id)
+
+
+def _terminate(run: Run, processes: list[int] | None, grace_seconds: float) -> None:
+    """SIGTERM to each of the run's `processes` (ranks lead groups of their own) and to the group it was launched
+    as when one of them is in it (without /proc, `processes` is None: that group alone), then SIGKILL to whatever
+    is left after `grace_seconds`."""
+    members = processes or []
+    group = run.pid if processes is None else None
+    for pid in members:
+        try:
+            if os.getpgid(pid) == run.pid:
+                group = run.pid
+        except OSError:
+            pass
+
+    def signal_all(sig: int) -> None:
+        targets = [(os.kill, pid) for pid in members] + ([(os.killpg, group)] if group else [])
+        for send, target in targets:
+            try:
+                send(target, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    signal_all(signal.SIGTERM)
+    deadline = time.monotonic() + grace_seconds
+    while time.monotonic() < deadline:
+        if not (group and _group_alive(group)) and not any(pid_alive(pid) for pid in members):
+            return
+        time.sleep(0.1)
+    signal_all(signal.SIGKILL)
 
 
 def _group_alive(pgid: int) -> bool:
@@ -615,27 +698,18 @@ def _members_alive(pgid: int) -> bool:
     return False
 
 
-def _terminate_group(pid: int, grace_seconds: float) -> None:
-    try:
-        os.killpg(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + grace_seconds
-    while time.monotonic() < deadline:
-        if not _group_alive(pid):
-            return
-        time.sleep(0.1)
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
 def resume_run(db, run_id: int, max_concurrent: int | None = None) -> Run:
     """Queue a failed or cancelled run again; its worker continues from the newest complete checkpoint."""
     run = get_run(db, run_id)
     if run.status not in ("failed", "cancelled"):
         raise InputError(f"run {run_id} is {run.status}; only a failed or cancelled run can be resumed", field="run_id")
+    # A run has one worker, ever: a process of the last attempt that still lives (its launcher was killed, not
+    # the worker) would train on in the same folder beside the new one, and both would register a model.
+    processes = run_processes(db, run) if run.pid else []
+    if processes or (processes is None and _group_alive(run.pid)):
+        listed = f" (pids {', '.join(map(str, processes))})" if processes else ""
+        raise InputError(f"run {run_id} still has processes running{listed}: stop them first with "
+                         f"`rlhf-studio runs cancel {run_id}`, then resume", field="run_id")
     with write_transaction(db):
         db.conn.execute(
             "UPDATE runs SET status = 'queued', stop_requested = 0, error = '', ended_at = NULL, pid = NULL WHERE id = ?",
