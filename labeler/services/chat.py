@@ -32,6 +32,10 @@ STREAM_TIMEOUT_S = 300.0  # a generation thread silent this long has died
 # (a rated answer's prompt) ends up in exports and training data. 5 MB comments were once stored.
 MAX_MESSAGE_CHARS = 20_000
 MAX_MESSAGES = 200
+# The whole conversation (and the system prompt) at most: the cost of a request grows with it (templating,
+# tokenizing, storing a rated prompt), and 200 messages of 20k characters took minutes of CPU (issue 25).
+# 100k characters is ~25k tokens, more than the default model's context: a longer chat loses nothing it uses.
+MAX_HISTORY_CHARS = 100_000
 
 
 class GeneratedAnswers:
@@ -148,34 +152,58 @@ def check_length(text: str, field: str, limit: int = MAX_MESSAGE_CHARS) -> str:
     return text
 
 
-def check_history(history: Sequence[dict]) -> Messages:
-    """Plain {"role", "content"} messages ending with a non-empty user turn."""
-    if len(history) > MAX_MESSAGES:
-        raise InputError(f"{len(history)} messages: at most {MAX_MESSAGES}; clear the chat", field="history")
-    messages = []
+def check_history(history: Sequence[dict], system_prompt: str | None = None) -> Messages:
+    """Plain {"role", "content"} messages ending with a non-empty user turn, MAX_HISTORY_CHARS in all (with the
+    system prompt). Refused before any work: this check costs one pass over the characters."""
+    if not isinstance(history, (list, tuple)) or len(history) > MAX_MESSAGES:
+        count = len(history) if isinstance(history, (list, tuple)) else "not a list of"
+        raise InputError(f"{count} messages: at most {MAX_MESSAGES}; clear the chat", field="history")
+    check_length(system_prompt or "", "system prompt")
+    messages, total = [], len(system_prompt or "")
     for number, message in enumerate(history, start=1):
-        role, content = message.get("role"), message.get("content")
+        role, content = (message.get("role"), message.get("content")) if isinstance(message, dict) else (None, None)
         if role not in ("user", "assistant", "system") or not isinstance(content, str):
             raise InputError(f"message {number}: needs a role (user/assistant/system) and text content", field="history")
         check_length(content, f"message {number}")
+        total += len(content)
+        if total > MAX_HISTORY_CHARS:
+            raise InputError(f"the conversation is over {MAX_HISTORY_CHARS:,} characters at message {number}; "
+                             "clear the chat (or shorten the system prompt)", field="history")
         messages.append({"role": role, "content": content})
     if not messages or messages[-1]["role"] != "user" or not messages[-1]["content"].strip():
         raise InputError("the conversation must end with a non-empty user message", field="history")
     return messages
 
 
-def _prompt_ids(model, tokenizer, history: Messages, system_prompt: str | None, max_new_tokens: int):
-    """The prompt's token ids, dropping the oldest turns when it would not fit the model's context."""
+def _prompt_ids(model, tokenizer, history: Messages, system_prompt: str | None, max_new_tokens: int,
+                chat_template: bool | None = None):
+    """The prompt's token ids, dropping the oldest turns when it would not fit the model's context.
+
+    At most three tokenizer passes whatever the length: the whole prompt, then (only when it does not fit)
+    every message's tokens counted in one batch to choose how many old turns go, then the kept turns. Dropping
+    one turn and tokenizing again, turn by turn, cost the square of the conversation's length (issue 25).
+    `chat_template` is build_prompt_ids's use_chat_template: the project's prompt format (Project.chat_template).
+    """
     from rlhf.generation import build_prompt_ids
+
+    def build(messages: Messages):
+        return build_prompt_ids(tokenizer, messages, system_prompt=system_prompt or None, use_chat_template=chat_template)
 
     limit = getattr(model.config, "max_position_embeddings", None) or 2048
     budget = max(limit - max_new_tokens, 1)
     history = list(history)
-    ids = build_prompt_ids(tokenizer, history, system_prompt=system_prompt or None)
-    while len(ids) > budget and len(history) > 1:
-        history = history[1:]
-        ids = build_prompt_ids(tokenizer, history, system_prompt=system_prompt or None)
-    return ids[-budget:]
+    ids = build(history)
+    if len(ids) <= budget or len(history) == 1:
+        return ids[-budget:]
+    counts = [len(row) for row in tokenizer([m["content"] for m in history], add_special_tokens=False)["input_ids"]]
+    # What the template adds around each turn (role markers), on average: the messages' own tokens alone would
+    # drop too few turns, and the left cut below would then eat into the newest one.
+    per_turn = max(0.0, (len(ids) - sum(counts)) / len(history))
+    total, drop = float(len(ids)), 0
+    while drop < len(history) - 1 and total > budget:
+        total -= counts[drop] + per_turn
+        drop += 1
+    return build(history[drop:])[-budget:]
 
 
 def stream_reply(
@@ -184,6 +212,7 @@ def stream_reply(
     history: Sequence[dict],
     system_prompt: str | None = None,
     settings: GenerationSettings = CHAT_SETTINGS,
+    chat_template: bool | None = None,
 ) -> Iterator[str]:
     """Yield the answer piece by piece as it is generated (transformers' TextIteratorStreamer + a thread).
 
@@ -196,9 +225,9 @@ def stream_reply(
 
     from rlhf.generation import autocast_context, eos_token_ids, generation_kwargs
 
-    messages = check_history(history)
+    messages = check_history(history, system_prompt)
     model, tokenizer = cache.get(model_name_or_path)
-    ids = _prompt_ids(model, tokenizer, messages, system_prompt, settings.max_new_tokens)
+    ids = _prompt_ids(model, tokenizer, messages, system_prompt, settings.max_new_tokens, chat_template)
     device = next(model.parameters()).device
     eos_ids = eos_token_ids(model, tokenizer)
     streamer = TextIteratorStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True, timeout=STREAM_TIMEOUT_S)
@@ -249,13 +278,14 @@ def reply(
     history: Sequence[dict],
     system_prompt: str | None = None,
     settings: GenerationSettings = CHAT_SETTINGS,
+    chat_template: bool | None = None,
 ) -> str:
     """The whole answer at once."""
     from rlhf.generation import decode_responses, generate_batch
 
-    messages = check_history(history)
+    messages = check_history(history, system_prompt)
     model, tokenizer = cache.get(model_name_or_path)
-    ids = _prompt_ids(model, tokenizer, messages, system_prompt, settings.max_new_tokens)
+    ids = _prompt_ids(model, tokenizer, messages, system_prompt, settings.max_new_tokens, chat_template)
     answer = decode_responses(tokenizer, generate_batch(model, tokenizer, [ids], settings))[0]
     cache.generated.add(model_name_or_path, messages, answer)
     return answer
@@ -276,6 +306,7 @@ def best_of_n(
     n: int,
     settings: GenerationSettings = CHAT_SETTINGS,
     system_prompt: str | None = None,
+    chat_template: bool | None = None,
 ) -> tuple[str, list[tuple[str, float]]]:
     """Sample n answers, score each with the reward model, return (best, [(answer, score), ...]).
 
@@ -286,9 +317,9 @@ def best_of_n(
         raise InputError(f"must be between 1 and 64, got {n!r}", field="n")
     from rlhf.generation import decode_responses, generate_batch
 
-    messages = check_history(history)
+    messages = check_history(history, system_prompt)
     lm, tokenizer = cache.get(model)
-    ids = _prompt_ids(lm, tokenizer, messages, system_prompt, settings.max_new_tokens)
+    ids = _prompt_ids(lm, tokenizer, messages, system_prompt, settings.max_new_tokens, chat_template)
     sampling = dataclasses.replace(settings, do_sample=True, batch_size=n)
     answers = decode_responses(tokenizer, generate_batch(lm, tokenizer, [ids] * n, sampling))
     for answer in answers:  # any of them may end up in the chat (the winner does) and be rated
