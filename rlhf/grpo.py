@@ -103,10 +103,8 @@ class OnlineRLConfig(TrainerConfig):
     log_completions: bool = field(default=False, metadata={"help": "Print a sample of prompts and answers at each log."})
     num_completions_to_print: int | None = field(
         default=None, metadata={"help": "With log_completions: how many (None: all of the logging window)."})
-    # TRL defaults gradient_checkpointing to True; on CPU memory is rarely what limits a small model, and recomputing
-    # every block costs about a fifth of the step, so it stays off here unless set.
-    gradient_checkpointing: bool = field(
-        default=False, metadata={"help": "Recompute activations in the backward pass (less memory, ~20% slower; TRL's default is True)."})
+    # TRL turns (gradient) activation checkpointing on by default; here it keeps transformers' default, off: on CPU
+    # memory is rarely what limits a small model, and recomputing every block costs about a fifth of the step.
     # TRL 1.16 fields that need hardware or libraries this library does not drive:
     use_vllm: bool = trl_only(False, "vLLM generation needs a CUDA GPU and the vllm package; generation here is transformers' generate()")
     vllm_mode: str = trl_only("colocate", "only used with use_vllm")

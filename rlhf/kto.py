@@ -46,7 +46,7 @@ KTO_LOSS_TYPES = ("kto", "apo_zero_unpaired")
 
 @dataclass
 class KTOConfig(TrainerConfig):
-    """TRL 1.16's KTOConfig (its names and defaults, except gradient checkpointing: off here)."""
+    """TRL 1.16's KTOConfig (its names and defaults, except activation checkpointing: transformers' default, off)."""
 
     model_name_or_path: str = field(
         default=DEFAULT_POLICY, metadata={"help": "Policy when the trainer is given no model: 'default', a folder, an adapter folder."})
@@ -68,8 +68,6 @@ class KTOConfig(TrainerConfig):
     beta: float = field(default=0.1, metadata={"help": "How far the policy may move from the reference (higher: less)."})
     desirable_weight: float = field(default=1.0, metadata={"help": "Weight of the desirable examples' losses."})
     undesirable_weight: float = field(default=1.0, metadata={"help": "Weight of the undesirable examples' losses."})
-    gradient_checkpointing: bool = field(
-        default=False, metadata={"help": "Recompute activations in the backward pass (less memory, ~20% slower; TRL's default is True)."})
     remove_unused_columns: bool = field(
         default=False, metadata={"help": "Keep False: the collator needs the tokenised columns the model does not take."})
     pad_to_multiple_of: int | str | None = trl_only("auto", "shapes are never padded to a multiple (that helps compiled accelerators only)")
