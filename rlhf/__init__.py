@@ -31,6 +31,7 @@ _LAZY_EXPORTS = {
     "LengthSampler": "rlhf.samplers",
     "BestOfNSampler": "rlhf.samplers",
     "TextEnvironment": "rlhf.environment",
+    "TextHistory": "rlhf.environment",
 }
 
 

@@ -108,3 +108,35 @@ def test_ppo_step_takes_the_environment_masks():
     # only model-written tokens count: 24 + 9 = 33 per episode ("<request><Calc>2+3<call>" and "5<submit>")
     assert stats["tokens/responses_len_mean"] == 33.0
     assert stats["objective/kl"] == pytest.approx(0.0, abs=1e-5)
+
+
+def test_trl_011_arguments_and_text_history():
+    from rlhf import TextHistory
+    from rlhf.extras import BestOfNSampler
+    from rlhf.samplers import BestOfNSampler as ours
+
+    assert BestOfNSampler is ours  # TRL 0.11's `from trl.extras import BestOfNSampler`
+
+    class Calc:  # TRL names tools given as a list by their class
+        def __call__(self, expression):
+            return calculator(expression) * 10  # "5555555555": cut to max_tool_reponse characters
+
+    model = ScriptedModel(["<request><Calc>2+3<call>", " so 5<submit>"])
+    env = TextEnvironment(model, CharTokenizer(), [Calc()], reward_fn=lambda texts, bonus: [bonus] * len(texts),
+                          prompt="Q: ", max_tool_reponse=4)
+    _, _, masks, rewards, histories = env.run(["2+3?"], bonus=2.0)  # reward kwargs reach reward_fn
+    history = histories[0]
+    assert isinstance(history, TextHistory) and history.completed and not history.truncated
+    assert history.text == "Q: 2+3?<request><Calc>2+3<call><response>5555</response> so 5<submit>"
+    assert history.system_spans == [True, False, True, False] and history.last_text_segment == " so 5<submit>"
+    query, response, mask = history.split_query_response_tokens()
+    assert CharTokenizer().decode(query) == "Q: 2+3?" and torch.equal(mask, masks[0]) and len(response) == len(mask)
+    assert history.reward == rewards[0].item() == 2.0 and history.tool_calls == [("Calc", "2+3", "5555")]
+    # max_length: an episode past 12 tokens (query 7 + the first turn's 24) ends there, truncated
+    model = ScriptedModel(["<request><Calc>2+3<call>", " so 5<submit>"])
+    env = TextEnvironment(model, CharTokenizer(), {"Calc": calculator}, reward_fn=lambda t: [0.0] * len(t),
+                          prompt="Q: ", max_length=12)
+    histories = env.run(["2+3?"])[4]
+    assert histories[0].truncated and histories[0].completed and len(model.script) == 1
+    with pytest.raises(ValueError, match="a segment needs at least one token"):
+        history.append_segment("x", torch.zeros(0, dtype=torch.long))
