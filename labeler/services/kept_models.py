@@ -20,7 +20,7 @@ from pathlib import Path
 import sqlite_utils
 
 from labeler.services import checkpoints
-from labeler.services.stages import data_snapshot
+from labeler.services.stages import data_snapshot, model_name
 
 KEPT_FROM = "kept_from"
 # The rows a stage froze in its folder at its first start (StageContext.frozen_rows) and the snapshot kind its
@@ -72,7 +72,7 @@ def keep_newest_checkpoint(db: sqlite_utils.Database, run_id: int) -> dict | Non
     folder = checkpoints.export_model(checkpoint, output_dir / f"model-step{step}")
     job = load_job_config(run.config)
     kind = "adapter" if (folder / "adapter_config.json").exists() else "reward" if run.stage == "rm" else "policy"
-    name = f"{job.output_name or f'{run.stage}-run{run.id}'}-step{step}"
+    name = f"{model_name(run.stage, run.id, job.output_name)}-step{step}"
     if db.execute("SELECT 1 FROM models WHERE name = ?", [name]).fetchone():
         name = f"{name}-run{run.id}"  # an output name reused by another run
     config = {"stage": run.stage, **run.config, KEPT_FROM: {"run": run.id, "step": step, "status": run.status}}

@@ -94,6 +94,12 @@ class StageContext:
 HUMAN_REWARDS = ("human", "mix")  # PPO reward sources that wait for people's labels
 
 
+def model_name(stage: str, run_id: int, output_name: str = "") -> str:
+    """The registry name of the model a run trains: its output_name, else <stage>-run<id> (worker.register_result
+    adds -run<id> only when another run took the name)."""
+    return output_name or f"{stage}-run{run_id}"
+
+
 def checkpoint_due(job: JobConfig, step: int) -> bool:
     """Whether a PPO run saves a checkpoint after completing `step`: after every step when its rewards come
     from people (reward human or mix: their labels cannot be asked for again, and a cancelled run keeps its

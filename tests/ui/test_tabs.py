@@ -373,7 +373,7 @@ def test_refresh_resumes_and_a_waiting_run_shows_a_banner(app, app_db):
 
     db = open_db(app_db)
     with write_transaction(db):
-        run_id = db.execute("INSERT INTO runs (project_id, stage) VALUES (1, 'ppo')").lastrowid
+        run_id = db.execute("INSERT INTO runs (project_id, stage, status) VALUES (1, 'ppo', 'running')").lastrowid
         response_id = db.execute(
             "INSERT INTO responses (prompt_id, text, model, run_id) VALUES (1, 'a rollout', 'policy', ?)", [run_id]
         ).lastrowid
@@ -382,7 +382,31 @@ def test_refresh_resumes_and_a_waiting_run_shows_a_banner(app, app_db):
     # Skip the pending item: the run's rollout comes next (higher priority), with the banner.
     shown = call(app, "rate_skip", first[6], user=ANNOTATOR)
     assert shown[3] == "a rollout"
-    assert shown[0] == f"⏳ Training run **#{run_id}** is waiting for **1** more labels: its answers come first."
+    assert shown[0] == (f"⏳ Your labels are training the model **ppo-run{run_id}** right now (training run "
+                        f"**#{run_id}**, waiting for **1** more labels): its answers come first.")
+
+
+def test_a_ranking_of_a_running_run_says_which_model_it_trains_until_the_run_ends(app, app_db):
+    from labeler.services import labeling
+    from storage import open_db, write_transaction
+
+    db = open_db(app_db)
+    with write_transaction(db):
+        config = json.dumps({"job": {"output_name": "kind-reviewer"}, "trainer": {}})
+        run_id = db.execute("INSERT INTO runs (project_id, stage, status, config_json) VALUES (1, 'ppo', 'running', ?)",
+                            [config]).lastrowid
+        ids = [db.execute("INSERT INTO responses (prompt_id, text, model, run_id) VALUES (2, ?, 'policy', ?)",
+                          [f"rollout {k}", run_id]).lastrowid for k in range(2)]
+    labeling.create_items(db, "default", ids, kinds=("ranking",), priority=10, run_id=run_id)
+    shown = call(app, "rank_next", user=ANNOTATOR)
+    assert {r["text"] for r in labeling.next_item(db, "default", ANNOTATOR, "ranking").responses} == {"rollout 0",
+                                                                                                      "rollout 1"}
+    assert shown[0].startswith(f"⏳ Your labels are training the model **kind-reviewer** right now (training run "
+                               f"**#{run_id}**")
+    # The run ended (cancelled, finished): its items are ordinary ones, no banner.
+    db.execute("UPDATE runs SET status = 'cancelled' WHERE id = ?", [run_id])
+    db.conn.close()
+    assert call(app, "rank_next", user=ANNOTATOR)[0] == ""
 
 
 def test_unpaired_export_threshold_defaults_to_the_scale_midpoint_like_the_cli(app, app_db):

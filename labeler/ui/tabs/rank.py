@@ -15,7 +15,7 @@ from labeler.services.labeling import MAX_RANKING_SIZE
 from labeler.ui.context import UIContext
 from labeler.ui.session import quiet_before_password_change, require_user, ui_errors
 from labeler.ui.tabs.rate import (
-    DONE_JS, LABELLING, banner_text, counter_markdown, guidelines_handler, item_key, parse_key, undo_message,
+    DONE_JS, LABELLING, counter_markdown, guidelines_handler, item_key, parse_key, training_banner, undo_message,
 )
 
 TITLE = "Rank"
@@ -69,11 +69,11 @@ def _slot_updates(responses: list[dict]) -> list:
     return updates
 
 
-def item_outputs(item, waiting: int | None = None) -> tuple:
+def item_outputs(item, banner: str = "") -> tuple:
     # The state: the response ids in the shuffled order shown, so rank k belongs to the k-th answer.
     state = {"item_id": item.item_id, "response_ids": [int(r["id"]) for r in item.responses]}
     return (
-        banner_text(item.run_id, waiting),
+        banner,
         counter_markdown(item.done, item.remaining),
         f"### Prompt\n{item.prompt}",
         *_slot_updates(item.responses),
@@ -105,8 +105,7 @@ def outputs_for(db, ctx: UIContext, username: str, item) -> tuple:
 
         done, remaining = labeling.progress(db, ctx.project, username, KIND)
         return _empty_outputs(done, remaining, get_project(db, ctx.project).guidelines_for(KIND))
-    waiting = labeling.waiting_for_run(db, item.run_id) if item.run_id is not None else None
-    return item_outputs(item, waiting)
+    return item_outputs(item, training_banner(db, item.run_id))
 
 
 def show_next(ctx: UIContext, db, username: str) -> tuple:

@@ -28,13 +28,30 @@ def counter_markdown(done: int, remaining: int) -> str:
     return f"**{done}** done · **{remaining}** remaining"
 
 
-def banner_text(run_id: int | None, waiting: int | None = None) -> str:
+def banner_text(run_id: int | None, waiting: int | None = None, model: str | None = None) -> str:
     """The banner's Markdown; "" hides it (studio.css hides an empty banner, so no visibility update is sent)."""
-    # A PPO run with human rewards is paused until these rollouts are rated: say so, it changes priorities.
+    # A PPO run with human rewards is paused until these rollouts are labelled: say so in plain words (the
+    # annotator's labels are its rewards now), it changes priorities.
     if run_id is None:
         return ""
-    count = f" for **{waiting}** more labels" if waiting else ""
-    return f"⏳ Training run **#{run_id}** is waiting{count}: its answers come first."
+    count = f", waiting for **{waiting}** more labels" if waiting else ""
+    return (f"⏳ Your labels are training the model{f' **{model}**' if model else ''} right now (training run "
+            f"**#{run_id}**{count}): its answers come first.")
+
+
+def training_banner(db, run_id: int | None) -> str:
+    """The banner for an item of training run `run_id` (rating or ranking): while the run is running, which
+    model its labels train and how many more it waits for; "" for other items and once the run has ended."""
+    if run_id is None:
+        return ""
+    from labeler.services import jobs, labeling
+    from labeler.services.stages import model_name
+
+    run = jobs.get_run(db, run_id)
+    if run.status != "running":
+        return ""
+    model = model_name(run.stage, run.id, run.config.get("job", {}).get("output_name", ""))
+    return banner_text(run_id, labeling.waiting_for_run(db, run_id), model)
 
 
 def markdown(text: str) -> str:
@@ -115,7 +132,7 @@ def _empty_outputs(done: int, remaining: int, full: bool, guidelines: str = "") 
     )
 
 
-def item_outputs(item, waiting: int | None = None, *, full: bool = True) -> tuple:
+def item_outputs(item, banner: str = "", *, full: bool = True) -> tuple:
     """Widgets for one QueueItem: `outputs` order when full, else `fast_outputs` order (see build).
 
     full=False is the keyboard path (submit, skip), whose events skip Gradio's pre- and postprocessing: plain
@@ -126,7 +143,6 @@ def item_outputs(item, waiting: int | None = None, *, full: bool = True) -> tupl
     server's CPU per label (py-spy, 20 annotators).
     """
     response = item.responses[0]
-    banner = banner_text(item.run_id, waiting)
     counter = counter_markdown(item.done, item.remaining)
     prompt = markdown(f"### Prompt\n{item.prompt}")
     answer = markdown(response["text"] or "*(empty answer)*")
@@ -156,8 +172,7 @@ def outputs_for(db, ctx: UIContext, username: str, item, *, full: bool) -> tuple
         done, remaining = labeling.progress(db, ctx.project, username, KIND)
         guidelines = get_project(db, ctx.project).guidelines_for(KIND) if full else ""
         return _empty_outputs(done, remaining, full, guidelines)
-    waiting = labeling.waiting_for_run(db, item.run_id) if item.run_id is not None else None
-    return item_outputs(item, waiting, full=full)
+    return item_outputs(item, training_banner(db, item.run_id), full=full)
 
 
 def show_next(ctx: UIContext, db, username: str, *, full: bool = True) -> tuple:
