@@ -1,4 +1,4 @@
-"""The app side of HumanReward: PPO rollouts go into the rating queue, ratings come back as rewards.
+"""The app side of HumanReward: PPO rollouts go into the labelling queue, labels come back as rewards.
 
 Each rollout becomes a prompt (deduplicated), a response tagged with the run, and a rating item with high
 priority, so annotators get it before anything else (and the Rate tab shows "a training run waits for N
@@ -7,6 +7,11 @@ rollout's ratings maps to a reward centred on the middle of the project's Likert
 
     reward = (mean_score - (min + max) / 2) / ((max - min) / 2)      in [-1, 1]
     e.g. scale 1..7: 7 -> +1, 5 -> +1/3, 4 -> 0, 1 -> -1
+
+With `label_kind="ranking"` each prompt's group of answers (consecutive rollouts with the same query: RLOO's
+answers_per_prompt) becomes one Rank item instead of one Rate item per answer: one read of the prompt, one label,
+and the order is all a group estimator needs. A ranking maps to centred ranks within the group (best +1, worst
+-1, ties equal; label_kinds.centred_rank_rewards), averaged over the rankings when several people rank it.
 
 Timeout policies: "skip" returns None for unrated rollouts (dropped from the step), "wait" keeps waiting (one
 more timeout at a time, until rated or the run is asked to stop), "rm" returns None so a MixReward or the
@@ -25,7 +30,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
-from labeler.services.labeling import WAITING_FOR_RUN, insert_item
+from labeler.services.label_kinds import centred_rank_rewards
+from labeler.services.labeling import MAX_RANKING_SIZE, MIN_RANKING_SIZE, WAITING_FOR_RUN, insert_item
 from labeler.services.projects import get_project
 from labeler.services.prompts import PromptRecord, insert_prompt
 from labeler.services.responses import insert_response
@@ -49,31 +55,38 @@ class HumanRewardQueue:
     poll_seconds: float = 0.5
     min_ratings: int = 1
     should_stop: Callable[[], bool] = lambda: False
+    label_kind: str = "rating"  # rating: one Rate item per rollout; ranking: one Rank item per prompt's group
     # Batches queued by request_ahead and not yet waited for, oldest first: (queries, responses, item ids).
     ahead: deque = field(default_factory=deque, init=False, repr=False)
 
     def __post_init__(self):
         if self.policy not in ("skip", "wait", "rm"):
             raise ValueError(f"timeout_policy={self.policy!r}: one of skip, wait, rm")
+        if self.label_kind not in ("rating", "ranking"):
+            raise ValueError(f"label_kind={self.label_kind!r}: one of rating, ranking")
         self.db = open_db(self.db_path)  # this object lives in the worker's main thread
 
     def request(self, queries: list[str], responses: list[str]) -> list[int]:
-        """Queue the rollouts for rating (one transaction); returns their item ids in rollout order."""
+        """Queue the rollouts (one transaction); returns the item ids: one per rollout (rating), or one per group of
+        consecutive rollouts with the same query (ranking), in rollout order."""
         project = get_project(self.db, self.project)
+        groups = group_rollouts(queries) if self.label_kind == "ranking" else [[i] for i in range(len(queries))]
         item_ids = []
         with write_transaction(self.db):
-            for query, response in zip(queries, responses):
-                prompt_id, _ = insert_prompt(self.db, project.id, PromptRecord(query, None), f"ppo-run{self.run_id}")
-                response_id = insert_response(
-                    self.db, prompt_id, response, model=self.model_name or f"ppo-run{self.run_id}", source="ppo",
-                    run_id=self.run_id,
-                )
-                item_ids.append(insert_item(self.db, project.id, "rating", prompt_id, [response_id],
+            for group in groups:
+                prompt_id, _ = insert_prompt(self.db, project.id, PromptRecord(queries[group[0]], None),
+                                             f"ppo-run{self.run_id}")
+                response_ids = [insert_response(self.db, prompt_id, responses[i], source="ppo", run_id=self.run_id,
+                                                model=self.model_name or f"ppo-run{self.run_id}") for i in group]
+                item_ids.append(insert_item(self.db, project.id, self.label_kind, prompt_id, response_ids,
                                             priority=PPO_PRIORITY, run_id=self.run_id))
         return item_ids
 
     def collect(self, item_ids: list[int]) -> list[float | None]:
-        """Current rewards of the items: the mapped mean rating, or None while fewer than min_ratings."""
+        """Current rewards, one per rollout of the items (in rollout order): the mapped mean rating, or the mean
+        centred rank over the item's rankings; None while an item has fewer than min_ratings labels."""
+        if self.label_kind == "ranking":
+            return self._collect_rankings(item_ids)
         project = get_project(self.db, self.project)
         marks = ", ".join("?" * len(item_ids))
         rows = self.db.execute(
@@ -85,6 +98,25 @@ class HumanRewardQueue:
         for item_id in item_ids:
             mean, n = by_item.get(item_id, (None, 0))
             out.append(None if n < self.min_ratings else rating_to_reward(mean, project.likert_min, project.likert_max))
+        return out
+
+    def _collect_rankings(self, item_ids: list[int]) -> list[float | None]:
+        marks = ", ".join("?" * len(item_ids))
+        members = {row[0]: json.loads(row[1]) for row in self.db.execute(
+            f"SELECT id, response_ids_json FROM items WHERE id IN ({marks})", list(item_ids)).fetchall()}
+        orders: dict[int, list] = {}
+        for row in self.db.execute(f"SELECT item_id, order_json FROM rankings WHERE item_id IN ({marks}) ORDER BY id",
+                                   list(item_ids)).fetchall():
+            orders.setdefault(row[0], []).append(json.loads(row[1]))
+        out: list[float | None] = []
+        for item_id in item_ids:
+            # Response ids were inserted in rollout order, so the item's sorted ids are its rollouts' order.
+            ranked = orders.get(item_id, [])
+            if len(ranked) < self.min_ratings:
+                out += [None] * len(members[item_id])
+                continue
+            per_ranking = [centred_rank_rewards(order) for order in ranked]
+            out += [sum(r[response_id] for r in per_ranking) / len(per_ranking) for response_id in members[item_id]]
         return out
 
     def wait(self, item_ids: list[int], timeout: float) -> list[float | None]:
@@ -126,6 +158,22 @@ class HumanRewardQueue:
         else:
             item_ids = self.request(queries, responses)
         return self.wait(item_ids, timeout)
+
+
+def group_rollouts(queries: list[str]) -> list[list[int]]:
+    """Indices of consecutive rollouts with the same query: each prompt's group of answers, one Rank item each.
+    ValueError when a group cannot be one ranking (fewer than 2 or more than MAX_RANKING_SIZE answers)."""
+    groups: list[list[int]] = []
+    for index, query in enumerate(queries):
+        if groups and queries[groups[-1][0]] == query:
+            groups[-1].append(index)
+        else:
+            groups.append([index])
+    for group in groups:
+        if not MIN_RANKING_SIZE <= len(group) <= MAX_RANKING_SIZE:
+            raise ValueError(f"a prompt has {len(group)} answers in this batch: a ranking needs "
+                             f"{MIN_RANKING_SIZE}..{MAX_RANKING_SIZE} (answers_per_prompt)")
+    return groups
 
 
 def waiting_items(db, run_id: int) -> list[dict]:

@@ -125,3 +125,48 @@ def test_mix_falls_back_to_the_reward_model_at_the_timeout(db_path, db, setup):
     assert rewards == pytest.approx([1.25, -0.75])
     assert mix.last_stats["reward/from_human"] == 1 and mix.last_stats["reward/from_rm"] == 1
     assert PPO_PRIORITY > 0
+
+
+def test_ranking_mode_puts_each_group_in_one_rank_item_and_returns_centred_ranks(db_path, db, setup):
+    from labeler.services.human_reward import group_rollouts
+
+    run_id = setup
+    queue = HumanRewardQueue(db_path, "default", run_id, poll_seconds=0.05, label_kind="ranking")
+    queries = ["q1", "q1", "q1", "q2", "q2", "q2"]
+    answers = ["best", "worst", "middle", "tie a", "tie b", "top"]
+    item_ids = queue.request(queries, answers)
+    assert len(item_ids) == 2 and labeling.waiting_for_run(db, run_id, "ranking") == 2
+    texts = {}
+    for _ in item_ids:
+        item = labeling.next_item(db, "default", "ann", "ranking")
+        assert item.run_id == run_id  # the run's groups come first
+        by_text = {r["text"]: r["id"] for r in item.responses}
+        texts.update(by_text)
+        if "best" in by_text:
+            order = [[by_text["best"]], [by_text["middle"]], [by_text["worst"]]]
+        else:
+            order = [[by_text["top"]], [by_text["tie a"], by_text["tie b"]]]
+        labeling.submit_ranking(db, "default", "ann", item.item_id, order)
+    # q1: ranks 1, 3, 2 -> +1, -1, 0; q2: top rank 1, the tie ranks 2.5 -> 1 - 2 * 1.5 / 2 = -0.5 each.
+    assert queue.wait(item_ids, timeout=5) == pytest.approx([1.0, -1.0, 0.0, -0.5, -0.5, 1.0])
+    assert labeling.waiting_for_run(db, run_id) == 0
+    assert group_rollouts(["a", "a", "b", "b", "a", "a"]) == [[0, 1], [2, 3], [4, 5]]
+    with pytest.raises(ValueError, match="answers_per_prompt"):
+        group_rollouts(["a", "b", "b"])
+
+
+def test_ranking_mode_waits_for_min_ratings_rankings(db_path, db, setup):
+    run_id = setup
+    accounts.create_user(db, "bob", "a-long-password")
+    labeling_project = "default"
+    db.execute("UPDATE projects SET overlap = 2")
+    queue = HumanRewardQueue(db_path, labeling_project, run_id, poll_seconds=0.05, label_kind="ranking", min_ratings=2)
+    (item_id,) = queue.request(["q", "q"], ["x", "y"])
+    for user, prefer in (("ann", "x"), ("bob", "y")):
+        item = labeling.next_item(db, labeling_project, user, "ranking")
+        ids = {r["text"]: r["id"] for r in item.responses}
+        other = "y" if prefer == "x" else "x"
+        labeling.submit_ranking(db, labeling_project, user, item.item_id, [[ids[prefer]], [ids[other]]])
+        if user == "ann":
+            assert queue.collect([item_id]) == [None, None]  # one ranking of the two asked for
+    assert queue.collect([item_id]) == [0.0, 0.0]  # +1 and -1 averaged
