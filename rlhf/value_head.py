@@ -6,6 +6,12 @@ plain model and ignores the head, while `AutoModelForCausalLMWithValueHead.from_
 brings the head back too. TRL 0.11's layout (the head's `v_head.summary.*` keys inside model.safetensors)
 loads as well. With a peft_config the backbone is a PeftModel: save_pretrained writes the
 adapter, and `merge_and_unload()` gives a plain transformers model.
+
+PEFT folders: TRL 0.11 writes the head into a pickle, `pytorch_model.bin`, beside the adapter, and reads
+`model.safetensors` there first when it exists. This library loads no pickle: such a folder is refused with
+the one command that converts it (torch's weights-only loader, run by the user who trusts the file). Ours
+write the head both as value_head.safetensors and as `v_head.summary.*` in model.safetensors beside the
+adapter, so TRL 0.11 loads them too, without any pickle.
 """
 from __future__ import annotations
 
@@ -58,6 +64,9 @@ def load_value_head_state(folder: str | os.PathLike) -> dict[str, torch.Tensor] 
         if set(state) != {"weight", "bias"}:
             raise ValueError(f"{folder}: value head keys {sorted(files)} are not v_head.summary.weight/bias")
         return state
+    trl_peft_pickle = folder / "pytorch_model.bin"
+    if (folder / "adapter_config.json").exists() and trl_peft_pickle.exists():
+        raise ValueError(trl_peft_conversion_message(folder))
     pickles = sorted(p.name for p in folder.glob("*.bin"))
     why = (f"; {', '.join(pickles)} may hold it (TRL's peft layout) but pickles are not loaded (safetensors only)"
            if pickles else "")
@@ -65,6 +74,16 @@ def load_value_head_state(folder: str | os.PathLike) -> dict[str, torch.Tensor] 
                   "a fresh one is initialised (expected when starting from a plain language model)",
                   MissingValueHeadWarning, stacklevel=3)
     return None
+
+
+def trl_peft_conversion_message(folder: Path) -> str:
+    """One line: why a TRL 0.11 PEFT value-head folder is refused, and the command that converts it."""
+    src, dst = folder / "pytorch_model.bin", folder / VALUE_HEAD_FILE
+    command = (f"python -c \"import torch; from safetensors.torch import save_file; s = torch.load({str(src)!r}, "
+               f"weights_only=True); save_file({{k.split('v_head.summary.')[1]: v.contiguous() for k, v in s.items() "
+               f"if 'v_head.summary.' in k}}, {str(dst)!r})\"")
+    return (f"{folder}: the value head is in pytorch_model.bin (TRL 0.11's PEFT layout), a pickle, which this library "
+            f"does not load (safetensors only); if you trust the file, convert it once with: {command}")
 
 
 def _add_trl_layout(folder: Path, head: dict[str, torch.Tensor]) -> None:
@@ -202,7 +221,12 @@ class AutoModelForCausalLMWithValueHead(nn.Module):
         # Both transformers 5 and peft write safetensors by default.
         self.pretrained_model.save_pretrained(save_directory, **kwargs)
         save_file(self._head_state(), os.path.join(save_directory, VALUE_HEAD_FILE))
-        if not self.is_peft_model:
+        if self.is_peft_model:
+            # TRL 0.11 reads a PEFT folder's head from model.safetensors before pytorch_model.bin; transformers
+            # and peft load the adapter folder from adapter_config.json and never read this file.
+            save_file({f"{TRL_PREFIX}summary.{k}": v for k, v in self._head_state().items()},
+                      os.path.join(save_directory, "model.safetensors"), metadata={"format": "pt"})
+        else:
             _add_trl_layout(Path(save_directory), self._head_state())
 
     def push_to_hub(self, repo_id: str, **kwargs):
