@@ -149,11 +149,11 @@ def cmd_demo(args) -> int:
 
 def register(subparsers, common: argparse.ArgumentParser) -> None:
     train = subparsers.add_parser(
-        "train", parents=[common], help="queue a training run (sft, rm, dpo, ppo) on the database's labels",
+        "train", parents=[common], help="queue a training run (sft, rm, dpo, ppo, grpo, rloo, kto) on the database's labels",
         description="Queue a training run. Data comes from the database's labels; the run executes in its own "
                     "worker process (one at a time by default) and registers its model when it succeeds.",
     )
-    train.add_argument("stage", choices=train_configs.STAGES, help="sft, rm (reward model), dpo or ppo")
+    train.add_argument("stage", choices=train_configs.STAGES, help="sft, rm (reward model), dpo, ppo, grpo, rloo or kto")
     train.add_argument("--config", metavar="FILE", help="settings as a JSON or YAML (.yaml/.yml) file (flat, or {job, trainer})")
     train.add_argument("--set", action="append", metavar="KEY=VALUE", default=[],
                        help="one setting (repeatable), e.g. --set steps=50 --set learning_rate=1e-5")

@@ -34,7 +34,7 @@ from storage import write_transaction
 
 HELDOUT = "heldout"
 # Policy stages whose finished model is evaluated automatically (a reward model writes no answers).
-POLICY_STAGES = ("sft", "dpo", "ppo")
+POLICY_STAGES = ("sft", "dpo", "ppo", "grpo", "rloo", "kto")
 POLICY_KINDS = ("base", "policy", "adapter")
 METRIC_LABELS = {"eval/reward_mean": "mean reward", "eval/positive_share": "positive share", "eval/kl": "KL to base",
                  "eval/length_mean": "answer length", "eval/distinct_2": "distinct-2"}

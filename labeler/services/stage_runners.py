@@ -378,4 +378,14 @@ def _samples_limited(ctx: StageContext):
     return callback
 
 
-RUNNERS = {"sft": run_sft, "rm": run_rm, "dpo": run_dpo, "ppo": run_ppo}
+def _online(name: str):
+    """A TRL 1.x stage's runner (labeler/services/stage_runners_online.py, which imports this module)."""
+    def run(ctx: StageContext) -> RunResult:
+        from labeler.services import stage_runners_online
+
+        return stage_runners_online.RUNNERS[name](ctx)
+    return run
+
+
+RUNNERS = {"sft": run_sft, "rm": run_rm, "dpo": run_dpo, "ppo": run_ppo,
+           "grpo": _online("grpo"), "rloo": _online("rloo"), "kto": _online("kto")}

@@ -18,13 +18,17 @@ from labeler.services.errors import InputError
 from labeler.services.export import data_field
 from rlhf.hardware import bf16_is_fast
 
-STAGES = ("sft", "rm", "dpo", "ppo")
+STAGES = ("sft", "rm", "dpo", "ppo", "grpo", "rloo", "kto")
 # The trainer config class of each stage, imported lazily (torch/transformers are slow to import).
 STAGE_CONFIG_CLASSES = {
     "sft": "rlhf.sft:SFTConfig",
     "rm": "rlhf.reward:RewardConfig",
     "dpo": "rlhf.dpo:DPOConfig",
     "ppo": "rlhf.configs:PPOConfig",
+    # TRL 1.x trainers, with the app's CPU defaults (labeler/services/stage_runners_online.py)
+    "grpo": "labeler.services.stage_runners_online:StudioGRPOConfig",
+    "rloo": "labeler.services.stage_runners_online:StudioRLOOConfig",
+    "kto": "labeler.services.stage_runners_online:StudioKTOConfig",
 }
 # The trainer fields the Train tab shows; every other field is still settable with --set or a JSON file.
 # (steps, seed and bf16 are job settings, passed on to the trainer: max_steps, seed, bf16.)
@@ -34,6 +38,10 @@ FORM_FIELDS = {
     "dpo": ["learning_rate", "per_device_train_batch_size", "beta", "loss_type", "max_length"],
     "ppo": ["learning_rate", "batch_size", "mini_batch_size", "ppo_epochs", "init_kl_coef", "adap_kl_ctrl",
             "target"],
+    "grpo": ["learning_rate", "per_device_train_batch_size", "num_iterations", "beta", "loss_type", "scale_rewards",
+             "epsilon"],
+    "rloo": ["learning_rate", "per_device_train_batch_size", "num_iterations", "beta", "normalize_advantages"],
+    "kto": ["learning_rate", "per_device_train_batch_size", "beta", "desirable_weight", "undesirable_weight"],
 }
 
 
@@ -49,7 +57,7 @@ class JobConfig:
     model: str = field(default="", metadata={"help": "Base model: a registry name, 'default', a folder or a hub id "
                                                      "(blank: 'default-encoder' for rm, 'default' otherwise)."})
     output_name: str = field(default="", metadata={"help": "Registry name of the trained model (blank: <stage>-run<id>)."})
-    steps: int = field(default=40, metadata={"help": "Optimizer steps (sft/rm/dpo: max_steps; ppo: PPO batches of 64 answers: 40 take about 12 minutes on 2 CPU cores)."})
+    steps: int = field(default=40, metadata={"help": "Optimizer steps (sft/rm/dpo: max_steps; ppo: PPO batches of 64 answers: 40 take about 12 minutes on 2 CPU cores; grpo/rloo: generation batches; kto: max_steps)."})
     checkpoint_every: int = field(default=10, metadata={"help": "Save a resumable checkpoint every N steps (0: only at the end)."})
     bf16: bool = field(default_factory=bf16_is_fast, metadata={
         "help": "bf16 autocast for training and generation (default: on where the hardware runs it fast: CPUs with "

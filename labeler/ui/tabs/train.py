@@ -26,7 +26,10 @@ PPO_SOURCE_FIELDS = ["reward", "reward_model"]
 PPO_FIELDS = ["reward_function", "subtract_query_score", "w_human", "w_rm", "human_timeout", "timeout_policy",
               "human_overlap", "max_new_tokens"]
 DEFAULT_METRICS = {"sft": ["loss"], "rm": ["loss", "accuracy"], "dpo": ["loss", "rewards/margins"],
-                   "ppo": ["env/reward_mean", "objective/kl"]}
+                   "ppo": ["env/reward_mean", "objective/kl"], "grpo": ["reward", "kl"], "rloo": ["reward", "kl"],
+                   "kto": ["loss", "kl"]}
+# Stages whose rewards come from the "PPO rewards" group (reward source, model, people, function).
+REWARD_STAGES = ("ppo", "grpo", "rloo")
 HISTORY_COLUMNS = ["id", "stage", "status", "step", "total", "created", "by", "name"]
 SAMPLE_COLUMNS = ["step", "query", "response", "reward"]
 COMPARISON_COLUMNS = ["", "model", *evaluation.METRIC_LABELS.values()]
@@ -136,7 +139,7 @@ def collect_settings(stage: str, specs_by_stage: dict, values: list, advanced: s
     settings = {}
     ppo_only = set(PPO_SOURCE_FIELDS + PPO_FIELDS)
     job_values = forms.from_widgets(specs_by_stage["job"], values[: len(specs_by_stage["job"])])
-    settings.update({name: value for name, value in job_values.items() if stage == "ppo" or name not in ppo_only})
+    settings.update({name: value for name, value in job_values.items() if stage in REWARD_STAGES or name not in ppo_only})
     offset = len(specs_by_stage["job"])
     for name in train_configs.STAGES:
         specs = specs_by_stage[name]
@@ -263,7 +266,7 @@ def build(ctx: UIContext) -> None:
                 gr.update(choices=runs, value=runs[0][1] if runs else None))
 
     def on_stage(name: str):
-        return (gr.update(value="default-encoder" if name == "rm" else "default"), gr.update(visible=name == "ppo"),
+        return (gr.update(value="default-encoder" if name == "rm" else "default"), gr.update(visible=name in REWARD_STAGES),
                 *[gr.update(visible=name == s) for s in train_configs.STAGES])
 
     def form_settings(data: dict) -> tuple[str, dict]:

@@ -1,0 +1,181 @@
+"""The TRL 1.x stages: GRPO and RLOO (online: the policy samples groups of answers to the project's prompts and
+learns from their rewards) and KTO (offline, on the project's rated answers as desirable / undesirable rows).
+
+GRPO and RLOO take their rewards from the job's reward source, the same as PPO's (stage_runners.reward_source:
+a function, a reward model, people rating or ranking each prompt's group of answers in the app, or a mix),
+wrapped as a TRL reward function. Like the other stages they report through the MetricsSink, checkpoint every
+`checkpoint_every` steps through transformers' Trainer and resume from the newest complete checkpoint.
+
+The app's configs are the library's (TRL 1.16's fields and names) with defaults for a run on a CPU, the recipe
+PPO's defaults use (README "What the defaults give"): 16 prompts x 4 answers of 16 tokens per generation batch,
+2 passes over it in mini-batches of 16, learning rate 3e-5. `steps` counts generation batches, as it counts
+PPO batches for ppo.
+"""
+from __future__ import annotations
+
+import dataclasses
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from labeler import forms
+from labeler.services import models, stage_runners
+from labeler.services.errors import InputError
+from labeler.services.projects import get_project
+from labeler.services.stages import RunResult, StageContext, data_snapshot
+from rlhf.grpo import GRPOConfig
+from rlhf.kto import KTOConfig
+from rlhf.rloo import RLOOConfig
+
+ONLINE_STAGES = ("grpo", "rloo")
+
+
+# ---- the app's defaults: a CPU run (the library's defaults are TRL's, made for GPUs) --------------------------
+@dataclass
+class StudioGRPOConfig(GRPOConfig):
+    """GRPOConfig with defaults for a CPU run in the app (the fields and their meaning are TRL 1.16's)."""
+
+    learning_rate: float = field(default=3e-5, metadata={"help": "AdamW learning rate (PPO's tuned CPU value; TRL's default 1e-6 suits long GPU runs)."})
+    per_device_train_batch_size: int = field(default=16, metadata={"help": "Answers per mini-batch (one optimizer step)."})
+    steps_per_generation: int | None = field(default=4, metadata={"help": "Mini-batches per generation batch: 4 x 16 = 64 answers, 16 prompts x 4."})
+    num_generations: int = field(default=4, metadata={"help": "Answers per prompt (the job's answers_per_prompt wins when set)."})
+    max_completion_length: int = field(default=16, metadata={"help": "Tokens per answer (the job's max_new_tokens wins when set)."})
+    num_iterations: int = field(default=2, metadata={"help": "Passes over each generation batch (PPO's ppo_epochs)."})
+    beta: float = field(default=0.04, metadata={"help": "k3 KL coefficient to the base model (DeepSeekMath's 0.04; 0: no reference)."})
+
+
+@dataclass
+class StudioRLOOConfig(RLOOConfig):
+    """RLOOConfig with defaults for a CPU run in the app (the fields and their meaning are TRL 1.16's)."""
+
+    learning_rate: float = field(default=3e-5, metadata={"help": "AdamW learning rate (PPO's tuned CPU value; TRL's default 1e-6 suits long GPU runs)."})
+    per_device_train_batch_size: int = field(default=16, metadata={"help": "Answers per mini-batch (one optimizer step)."})
+    steps_per_generation: int | None = field(default=4, metadata={"help": "Mini-batches per generation batch: 4 x 16 = 64 answers, 16 prompts x 4."})
+    num_generations: int = field(default=4, metadata={"help": "Answers per prompt (the job's answers_per_prompt wins when set)."})
+    max_completion_length: int = field(default=16, metadata={"help": "Tokens per answer (the job's max_new_tokens wins when set)."})
+    num_iterations: int = field(default=2, metadata={"help": "Passes over each generation batch (PPO's ppo_epochs)."})
+    beta: float = field(default=0.03, metadata={"help": "KL penalty on the reward (PPO's init_kl_coef; 0: no reference)."})
+
+
+@dataclass
+class StudioKTOConfig(KTOConfig):
+    """KTOConfig with defaults for a CPU run in the app (the fields and their meaning are TRL 1.16's)."""
+
+    learning_rate: float = field(default=5e-6, metadata={"help": "AdamW learning rate (DPO's CPU default; TRL's is 1e-6)."})
+    per_device_train_batch_size: int = field(default=8, metadata={"help": "Rated answers per step (the KL pairs are made within it)."})
+    max_length: int | None = field(default=512, metadata={"help": "Tokens per prompt + answer; the answer is cut at the end."})
+    precompute_ref_log_probs: bool = field(default=True, metadata={
+        "help": "Run the base model once over the data before training and cache its log-probs (no second model in memory)."})
+
+
+# ---- GRPO and RLOO --------------------------------------------------------------------------------------
+def app_reward_function(source, name: str):
+    """The job's reward source (queries, responses) -> rewards as a TRL reward function. Prompts reach it as the
+    prompt texts (the `prompt_text` column), answers as text; the source's own statistics are logged."""
+    def reward(prompts, completions, prompt_text, log_metric=None, **kwargs):
+        answers = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+        scores = source(list(prompt_text), answers)
+        if log_metric is not None:
+            for key, value in (getattr(source, "last_stats", None) or {}).items():
+                log_metric(key, value)
+        return scores
+
+    reward.__name__ = name
+    return reward
+
+
+def _online_args(ctx: StageContext, config_cls):
+    """The trainer config with the job's answers per prompt and answer length, and `steps` generation batches
+    (explicit trainer settings win)."""
+    job, explicit = ctx.job, dict(ctx.trainer_settings)
+    derived = {"num_generations": job.answers_per_prompt, "max_completion_length": job.max_new_tokens}
+    derived.update({k: explicit[k] for k in derived if k in explicit})
+    if derived["num_generations"] != job.answers_per_prompt and job.reward in ("human", "mix"):
+        raise InputError(f"num_generations={derived['num_generations']}: with reward={job.reward} it must equal "
+                         f"answers_per_prompt={job.answers_per_prompt} (people rank each prompt's group)",
+                         field="num_generations")
+    probe = forms.build_config(config_cls, {"output_dir": "unused", "report_to": "none", **explicit, **derived})
+    derived["max_steps"] = job.steps * probe.steps_per_generation * probe.num_iterations // probe.gradient_accumulation_steps
+    return stage_runners._trainer_args(dataclasses.replace(ctx, trainer_settings={**derived, **explicit}), config_cls)
+
+
+def _online_rows(ctx: StageContext, db, tokenizer) -> list[dict]:
+    """The project's training prompts (shuffled by the job's seed; a resumed run keeps its list), as TRL rows:
+    conversational when the project sends prompts through the chat template, plain text otherwise."""
+    prompts = ctx.frozen_rows("prompts", stage_runners.ppo_prompts(db, ctx.project, ctx.job.seed))
+    if not prompts:
+        raise InputError("the project has no prompts: import some first", field="data")
+    chat = get_project(db, ctx.project).chat_template is not False and getattr(tokenizer, "chat_template", None) is not None
+    return [{"prompt": [{"role": "user", "content": text}] if chat else text, "prompt_text": text} for text in prompts]
+
+
+def _run_online(ctx: StageContext, stage: str, trainer_cls, config_cls) -> RunResult:
+    from datasets import Dataset
+
+    from rlhf.loading import load_tokenizer
+    from rlhf.peft_utils import is_peft_model
+
+    job = ctx.job
+    db = ctx.open_db()
+    base = job.base_model(stage)
+    path = models.resolve(db, base)
+    tokenizer = load_tokenizer(path, padding_side="left")
+    rows = _online_rows(ctx, db, tokenizer)
+    args = _online_args(ctx, config_cls)
+    queue = stage_runners.human_queue(ctx)
+    reward = app_reward_function(stage_runners.reward_source(ctx, db, queue), job.reward)
+    trainer = trainer_cls(path, reward_funcs=reward, args=args, train_dataset=Dataset.from_list(rows),
+                          processing_class=tokenizer, peft_config=stage_runners.peft_config(ctx, "CAUSAL_LM"),
+                          callbacks=stage_runners._callbacks(ctx))
+    try:
+        stage_runners._train_with_trainer(ctx, trainer)
+    finally:
+        if queue is not None and hasattr(queue, "release_ahead"):
+            queue.release_ahead()
+    # A full model any from_pretrained loads (a LoRA adapter merged into its base), as PPO saves its policy.
+    trainer.accelerator.wait_for_everyone()
+    if trainer.accelerator.is_main_process:
+        policy = trainer.accelerator.unwrap_model(trainer.model)
+        if is_peft_model(policy):
+            policy = policy.merge_and_unload()
+        policy.save_pretrained(ctx.final_dir, safe_serialization=True)
+        tokenizer.save_pretrained(ctx.final_dir)
+    return RunResult(str(ctx.final_dir), "policy", base, {}, data_snapshot("prompts", [r["prompt_text"] for r in rows]))
+
+
+def run_grpo(ctx: StageContext) -> RunResult:
+    from rlhf.grpo import GRPOTrainer
+
+    return _run_online(ctx, "grpo", GRPOTrainer, StudioGRPOConfig)
+
+
+def run_rloo(ctx: StageContext) -> RunResult:
+    from rlhf.rloo import RLOOTrainer
+
+    return _run_online(ctx, "rloo", RLOOTrainer, StudioRLOOConfig)
+
+
+# ---- KTO -------------------------------------------------------------------------------------------------
+def run_kto(ctx: StageContext) -> RunResult:
+    """KTO on the project's rated answers: mean score >= threshold (sft_min_score, default the scale's midpoint)
+    is desirable, below it undesirable (export --kind unpaired's rows). Rows are shuffled by the job's seed: KTO
+    reads its batches in order (its KL pairs are made within them), and the export lists a prompt's answers
+    together."""
+    from labeler.services.export import unpaired_rows
+    from rlhf.kto import KTOTrainer
+
+    db = ctx.open_db()
+    options = stage_runners._policy_rows_options(ctx, db, "kto", threshold=ctx.job.sft_min_score)
+    rows: list[dict[str, Any]] = [{"prompt": r["prompt"], "completion": r["completion"], "label": bool(r["label"])}
+                                  for r in unpaired_rows(db, ctx.project, options)]
+    random.Random(ctx.job.seed).shuffle(rows)
+    stage_runners._require_rows(rows, "rated answers", "rate answers (KTO trains on each rated answer, desirable "
+                                "when its mean score is at least sft_min_score)")
+    if all(r["label"] for r in rows) or not any(r["label"] for r in rows):
+        raise InputError(f"all {len(rows)} rated answers are {'desirable' if rows[0]['label'] else 'undesirable'} "
+                         "with this threshold; KTO needs both (change sft_min_score or rate more)", field="sft_min_score")
+    return stage_runners._train_stage(ctx, db, "kto", rows, KTOTrainer, StudioKTOConfig, "CAUSAL_LM",
+                                      stage_runners._policy_kind(ctx), "unpaired")
+
+
+RUNNERS = {"grpo": run_grpo, "rloo": run_rloo, "kto": run_kto}

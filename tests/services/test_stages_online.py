@@ -1,0 +1,76 @@
+"""The TRL 1.x stages (grpo, rloo, kto) in the app: run in-process through the worker's entry point on a tiny
+model, with the job's reward source (a function here), checkpoints through the Trainer, the model registered
+with its lineage; KTO on the rated answers (export's unpaired rows)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from labeling_helpers import add_ranked_pairs
+
+from labeler.services import accounts, jobs, models, train_configs
+from labeler.services.errors import InputError
+from labeler.worker import run_worker
+
+
+def _seed(db, n_prompts=4):
+    accounts.create_user(db, "ann", "a-long-password")
+    accounts.create_user(db, "boss", "a-long-password", role="admin")
+    add_ranked_pairs(db, n_prompts, rate=True)  # good answers rated 7, bad ones 2
+
+
+def _run(db, stage, settings, tmp_path):
+    run = jobs.create_run(db, stage, settings, runs_dir=tmp_path / "runs", start=False, username="boss")
+    db.execute("UPDATE runs SET status = 'running' WHERE id = ?", [run.id])
+    status = run_worker(jobs.db_file(db), run.id)
+    done = jobs.get_run(db, run.id)
+    assert status == "succeeded", (done.error, jobs.log_tail(done))
+    return done
+
+
+ONLINE = {"reward": "function", "answers_per_prompt": 2, "max_new_tokens": 4, "per_device_train_batch_size": 4,
+          "steps_per_generation": 1, "eval_samples": 0}
+
+
+def test_grpo_trains_on_the_job_reward_checkpoints_and_registers(db, tmp_path, tiny_model_dir):
+    _seed(db)
+    run = _run(db, "grpo", {"model": str(tiny_model_dir), "steps": 2, "checkpoint_every": 2, **ONLINE}, tmp_path)
+    # steps counts generation batches: 2 batches x 1 micro-batch x num_iterations 2 = 4 optimizer steps
+    assert (run.step, run.total_steps) == (4, 4)
+    model = models.get_model(db, f"grpo-run{run.id}")
+    assert (model["kind"], model["base_model"]) == ("policy", str(tiny_model_dir))
+    assert model["data_snapshot"].startswith("prompts:")
+    names = set(jobs.metric_names(db, run.id))
+    assert {"loss", "reward", "kl", "rewards/function/mean", "completions/mean_length", "reward/function_mean"} <= names
+    assert (Path(run.output_dir) / "checkpoints" / "checkpoint-2").exists()
+    assert (Path(run.output_dir) / "model" / "model.safetensors").exists()
+
+
+def test_rloo_with_lora_saves_a_full_model(db, tmp_path, tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    _seed(db)
+    run = _run(db, "rloo", {"model": str(tiny_model_dir), "steps": 1, "lora": "true", "checkpoint_every": 0,
+                            "num_iterations": 1, **ONLINE}, tmp_path)
+    folder = Path(run.output_dir) / "model"
+    assert not (folder / "adapter_config.json").exists()
+    AutoModelForCausalLM.from_pretrained(folder)  # a plain model, no peft needed
+    assert "kl" in set(jobs.metric_names(db, run.id))
+
+
+def test_kto_trains_on_rated_answers(db, tmp_path, tiny_model_dir):
+    _seed(db, n_prompts=6)
+    run = _run(db, "kto", {"model": str(tiny_model_dir), "steps": 2, "per_device_train_batch_size": 4,
+                           "max_length": 64, "checkpoint_every": 0, "eval_samples": 0, "test_size": 0.0}, tmp_path)
+    model = models.get_model(db, f"kto-run{run.id}")
+    assert model["kind"] == "policy" and model["data_snapshot"].startswith("unpaired:")
+    assert {"loss", "kl", "rewards/chosen", "rewards/rejected"} <= set(jobs.metric_names(db, run.id))
+
+
+def test_settings_are_checked_before_a_run_is_queued():
+    config = train_configs.resolve_run_config("grpo", {"reward": "function", "loss_type": "bnpo"})
+    assert config["trainer"] == {"loss_type": "bnpo"}
+    with pytest.raises(InputError, match="use_vllm=True: not supported here"):
+        train_configs.resolve_run_config("grpo", {"use_vllm": "true"})
+    assert train_configs.form_fields("kto") == ["learning_rate", "per_device_train_batch_size", "beta",
+                                                "desirable_weight", "undesirable_weight"]
