@@ -187,6 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--db", required=True, help="SQLite database file")
     parser.add_argument("--run-id", type=int, required=True, help="id of the run (status running)")
     args = parser.parse_args(argv)
+    from labeler.launcher import lower_priority
+
+    lower_priority()  # started without the launcher (RLHF_STUDIO_LAUNCHER=python) too; see launcher.lower_priority
     status = run_worker(str(Path(args.db).resolve()), args.run_id)
     return 0 if status in ("succeeded", "cancelled") else 1
 

@@ -73,10 +73,24 @@ def cmd_train(args) -> int:
     values = train_configs.read_config_file(args.config) if args.config else {}
     values.update(forms.parse_sets(args.set))
     db = open_db(args.db)
+    if args.dry_run or values.get("time_budget"):
+        from labeler.services import run_preview
+
+        if args.dry_run:  # what the run would use and how long it would take; nothing is queued
+            print(_plain(run_preview.preview_run(db, args.project, args.stage, values).markdown()))
+            return 0
+        values, preview = run_preview.apply_time_budget(db, args.project, args.stage, values)
+        if preview is not None and preview.estimate is not None:
+            print(_plain(run_preview.estimate_line(preview.estimate, preview.budget_seconds, preview.steps_asked)))
     run = jobs.create_run(db, args.stage, values, project=args.project, name=args.name or "",
                           runs_dir=args.runs_dir, source=args.config)
     print(f"{_describe(run)}\n  log: {run.log_path}\n  output: {run.output_dir}")
     return _follow(db, run.id) if args.wait else 0
+
+
+def _plain(markdown: str) -> str:
+    """The preview's markdown for a terminal: no bold marks, no forced line breaks."""
+    return markdown.replace("**", "").replace("`", "").replace("  \n", "\n")
 
 
 def cmd_runs_list(args) -> int:
@@ -161,6 +175,9 @@ def register(subparsers, common: argparse.ArgumentParser) -> None:
     train.add_argument("--runs-dir", default="runs", help="folder for run outputs and logs (default: runs)")
     train.add_argument("--wait", action="store_true", help="follow the run's progress until it ends")
     train.add_argument("--list-settings", action="store_true", help="print every setting of the stage with its help")
+    train.add_argument("--dry-run", action="store_true",
+                       help="queue nothing: print what the run would use and, for ppo, how long it would take here "
+                            "(a micro-step is measured) and the steps a time_budget fits")
     train.set_defaults(func=cmd_train)
 
     runs = subparsers.add_parser("runs", help="list, inspect, cancel, stop or resume training runs",

@@ -5,11 +5,16 @@ A 10-step run on a tiny set trained 10 epochs without a word; the preview says s
 is queued. It reads the data exactly as the stage runners do: the same settings resolution
 (train_configs.resolve_run_config), the same export row functions and filters (stage_runners.export_options),
 and the same split by prompt (export.split_by_prompt), without loading a model or building a dataset.
+
+A PPO run's preview also says how long it will take on this machine (issue 26), extrapolated from a micro-step
+measured in a fresh process (labeler/services/run_estimate.py), and with `time_budget` set it fits the number
+of steps to the budget and says what it chose; apply_time_budget makes that choice the run's `steps`.
 """
 from __future__ import annotations
 
 import json
 import math
+import subprocess
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -17,7 +22,7 @@ from typing import Any
 import sqlite_utils
 
 from labeler import forms
-from labeler.services import train_configs
+from labeler.services import run_estimate, train_configs
 from labeler.services.errors import InputError
 
 # More passes than this over the training rows and the preview warns: with a few hundred labels the model then
@@ -41,6 +46,10 @@ class RunPreview:
     # is the whole data: 10 steps over 7 rows with batch 8 are 10 epochs); ppo: steps * prompts per step / prompts.
     epochs: float
     warnings: list[str] = field(default_factory=list)
+    estimate: run_estimate.RunEstimate | None = None  # ppo, when measured: the wall time on this machine
+    budget_seconds: float | None = None  # the job's time_budget
+    steps_asked: int | None = None  # the steps the settings gave, when the budget changed them
+    budget_error: str | None = None  # why no number of steps fits time_budget (or no estimate could be made)
 
     def markdown(self) -> str:
         base = f"`{self.base_model}`" + ("" if self.base_model_known else " (not registered: a folder or hub id)")
@@ -51,8 +60,22 @@ class RunPreview:
             f"{self.steps} steps of up to {self.rows_per_step} {self.unit} = "
             + (f"**{self.epochs:.1f} epochs**." if math.isfinite(self.epochs) else "no data to pass over."),
         ]
+        if self.estimate is not None:
+            lines.append(estimate_line(self.estimate, self.budget_seconds, self.steps_asked))
         lines += [f"⚠️ {warning}" for warning in self.warnings]
         return "  \n".join(lines)
+
+
+def estimate_line(estimate: run_estimate.RunEstimate, budget_seconds: float | None, steps_asked: int | None) -> str:
+    fmt = run_estimate.format_duration
+    text = (f"**About {fmt(estimate.total_seconds)} on this machine**: {estimate.steps} steps of ~"
+            f"{fmt(estimate.step_seconds)} + {fmt(estimate.setup_seconds)} to load"
+            + (f" + {fmt(estimate.eval_seconds)} of evaluation" if estimate.eval_seconds else "")
+            + " (from a micro-step measured now; a reward model's scoring and human ratings not included).")
+    if budget_seconds is not None:
+        chosen = ("" if steps_asked is None else f", instead of the {steps_asked} asked for")
+        text += f" time_budget {fmt(budget_seconds)}: {estimate.steps} steps chosen{chosen}."
+    return text
 
 
 def _trainer_config(stage: str, trainer_values: dict[str, Any]):
@@ -82,10 +105,12 @@ def _rows(db: sqlite_utils.Database, project: str, stage: str, job) -> tuple[lis
     return [(json.dumps(r["prompt"], sort_keys=True, ensure_ascii=False), r) for r in rows], unit
 
 
-def preview_run(db: sqlite_utils.Database, project: str, stage: str, values: dict[str, Any]) -> RunPreview:
+def preview_run(db: sqlite_utils.Database, project: str, stage: str, values: dict[str, Any],
+                measure=run_estimate.measure_micro_step) -> RunPreview:
     """The preview of a run of `stage` with the settings `values` (as the Train form or `--set` give them).
 
-    Bad settings raise the same InputError launching would.
+    Bad settings raise the same InputError launching would. For ppo, `measure(MicroStepSettings) -> MicroStep`
+    times a micro-step for the wall-time estimate (None: no estimate, and time_budget is not applied).
     """
     from labeler.services.export import split_by_prompt
     from labeler.services.models import get_model
@@ -128,5 +153,72 @@ def preview_run(db: sqlite_utils.Database, project: str, stage: str, values: dic
         fewer = max(1, int(job.steps * EPOCH_WARNING / epochs))
         warnings.append(f"{epochs:.1f} passes over {train_rows} {unit}: the model will mostly memorise them. "
                         f"Label more, or lower steps to about {fewer}.")
-    return RunPreview(stage, base, known, unit, len(records), train_rows, eval_rows, rows_per_step, job.steps,
-                      epochs, warnings)
+    preview = RunPreview(stage, base, known, unit, len(records), train_rows, eval_rows, rows_per_step, job.steps,
+                         epochs, warnings)
+    if stage == "ppo" and measure is not None and records:
+        preview = _with_estimate(db, project, preview, job, trainer, [text for text, _ in records], measure,
+                                 steps_given="steps" in values)
+    return preview
+
+
+def _with_estimate(db, project: str, preview: RunPreview, job, trainer, prompts: list[str], measure,
+                   steps_given: bool) -> RunPreview:
+    """The preview with the wall-time estimate, and with steps fitted to job.time_budget when there is one:
+    steps given explicitly are kept when they fit (else lowered, with a warning), otherwise the budget decides."""
+    from dataclasses import replace
+
+    from labeler.services import jobs, models
+    from labeler.services.evaluation import heldout_prompts
+    from labeler.services.projects import get_project
+
+    settings = run_estimate.MicroStepSettings(
+        model_path=str(models.resolve(db, job.base_model("ppo"))), bf16=job.bf16, lora=job.lora,
+        lora_r=job.lora_r, lora_alpha=job.lora_alpha, rows=trainer.mini_batch_size, max_new_tokens=job.max_new_tokens,
+        answers_per_prompt=job.answers_per_prompt, advantage_estimator=trainer.advantage_estimator,
+        prompts=tuple(prompts[:trainer.mini_batch_size]), chat_template=bool(get_project(db, project).chat_template),
+        threads=jobs.threads_per_process(job.num_processes or 1))
+    try:
+        micro = measure(settings)
+    except (RuntimeError, OSError, subprocess.TimeoutExpired) as error:
+        reason = f"no time estimate: {error}"
+        return replace(preview, warnings=[*preview.warnings, reason],
+                       budget_error=reason if run_estimate.budget_seconds(job.time_budget) else None)
+    eval_answers = len(heldout_prompts(db, project)) * job.eval_samples
+    estimate = run_estimate.estimate_run(micro, job.steps, trainer.batch_size, trainer.ppo_epochs, eval_answers)
+    budget = run_estimate.budget_seconds(job.time_budget)
+    if budget is None:
+        return replace(preview, estimate=estimate)
+    fixed = estimate.setup_seconds + estimate.eval_seconds
+    warnings = list(preview.warnings)
+    try:
+        fitted = run_estimate.steps_for_budget(budget, estimate.step_seconds, fixed)
+    except ValueError as error:
+        warnings.append(str(error))
+        return replace(preview, estimate=estimate, budget_seconds=budget, warnings=warnings, budget_error=str(error))
+    steps = min(job.steps, fitted) if steps_given else fitted
+    if steps_given and fitted < job.steps:
+        warnings.append(f"steps={job.steps} would take about {run_estimate.format_duration(estimate.total_seconds)}, "
+                        f"more than time_budget {run_estimate.format_duration(budget)}: {fitted} steps fit.")
+    estimate = replace(estimate, steps=steps)
+    epochs = steps * preview.rows_per_step / preview.train_rows if preview.train_rows else math.inf
+    return replace(preview, steps=steps, epochs=epochs, estimate=estimate, budget_seconds=budget, warnings=warnings,
+                   steps_asked=job.steps if steps != job.steps else None)
+
+
+def apply_time_budget(db: sqlite_utils.Database, project: str, stage: str, values: dict[str, Any],
+                      measure=run_estimate.measure_micro_step) -> tuple[dict[str, Any], RunPreview | None]:
+    """The settings a run is queued with: with time_budget set (ppo), `steps` becomes the number that fits, as
+    the preview chose it; (settings, the preview) or (the same settings, None) when there is no budget. A budget
+    that not even one step fits raises InputError naming time_budget."""
+    config = train_configs.resolve_run_config(stage, values)
+    if run_estimate.budget_seconds(config["job"].get("time_budget")) is None:
+        return values, None
+    if stage != "ppo":
+        raise InputError(f"time_budget is for ppo runs (the stage here is {stage}); set steps instead",
+                         field="time_budget")
+    preview = preview_run(db, project, stage, values, measure=measure)
+    if preview.budget_error is not None:
+        raise InputError(preview.budget_error, field="time_budget")
+    if preview.estimate is None:  # no training prompts: the run fails at once anyway, with its own message
+        return values, preview
+    return {**values, "steps": preview.steps}, preview

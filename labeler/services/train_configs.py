@@ -16,6 +16,7 @@ from typing import Any, Literal
 from labeler import forms
 from labeler.services.errors import InputError
 from labeler.services.export import data_field
+from labeler.services.run_estimate import budget_seconds
 from rlhf.hardware import bf16_is_fast
 
 STAGES = ("sft", "rm", "dpo", "ppo", "grpo", "rloo", "kto")
@@ -58,6 +59,9 @@ class JobConfig:
                                                      "(blank: 'default-encoder' for rm, 'default' otherwise)."})
     output_name: str = field(default="", metadata={"help": "Registry name of the trained model (blank: <stage>-run<id>)."})
     steps: int = field(default=40, metadata={"help": "Optimizer steps (sft/rm/dpo: max_steps; ppo: PPO batches of 64 answers: 40 take about 12 minutes on 2 CPU cores; grpo/rloo: generation batches; kto: max_steps)."})
+    time_budget: str | None = field(default=None, metadata={
+        "help": "PPO: wall time the run may take, e.g. 20m or 1h30m (blank: none). steps is then fitted to it from a "
+                "micro-step measured on this machine when the run is queued, and the run says what it chose."})
     checkpoint_every: int = field(default=10, metadata={"help": "Save a resumable checkpoint every N steps (0: only at the end)."})
     bf16: bool = field(default_factory=bf16_is_fast, metadata={
         "help": "bf16 autocast for training and generation (default: on where the hardware runs it fast: CPUs with "
@@ -121,6 +125,7 @@ class JobConfig:
     def __post_init__(self):
         _check(self.steps >= 1, "steps", self.steps, "must be at least 1")
         _check(self.checkpoint_every >= 0, "checkpoint_every", self.checkpoint_every, "must be 0 or positive")
+        budget_seconds(self.time_budget)  # ValueError naming time_budget and the bad value
         _check(self.lora_r >= 1, "lora_r", self.lora_r, "must be at least 1")
         _check(self.min_annotators >= 1, "min_annotators", self.min_annotators, "must be at least 1")
         _check(self.rm_score_std is None or self.rm_score_std > 0, "rm_score_std", self.rm_score_std, "must be positive (blank: raw scores)")

@@ -1,0 +1,133 @@
+"""The wall-time estimate before a run starts and the time budget (issue 26): the arithmetic from a made-up
+micro-step, the parsing of time_budget, and what the preview and the CLI do with them (no model is loaded:
+the micro-step is injected)."""
+from __future__ import annotations
+
+import pytest
+from export_fixtures import build_labelled_db
+
+from labeler import forms
+from labeler.services import run_estimate
+from labeler.services.errors import InputError
+from labeler.services.run_estimate import MicroStep
+from labeler.services.run_preview import apply_time_budget, preview_run
+from labeler.services.train_configs import JobConfig, resolve_run_config
+
+# 16 answers: generated in 2 s, no-grad passes 1 s, one training mini-batch 3 s; 10 s to load.
+MICRO = MicroStep(rows=16, generate_seconds=2.0, forward_seconds=1.0, train_seconds=3.0, setup_seconds=10.0)
+
+
+@pytest.mark.parametrize("text, seconds", [("20m", 1200), ("1h30m", 5400), ("90s", 90), ("1.5h", 5400),
+                                           ("20", 1200), ("2min", 120), ("1h 5m 3s", 3903)])
+def test_durations(text, seconds):
+    assert run_estimate.parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["abc", "20x", "m", "0", "-5m", "5m1h"])
+def test_bad_durations_name_the_setting(text):
+    with pytest.raises(ValueError, match=r"time_budget="):
+        run_estimate.parse_duration(text)
+
+
+def test_time_budget_is_a_job_setting_checked_like_the_others():
+    assert forms.build_config(JobConfig, {"time_budget": "20m"}).time_budget == "20m"
+    assert run_estimate.budget_seconds(forms.build_config(JobConfig, {"time_budget": ""}).time_budget) is None
+    assert resolve_run_config("ppo", {"time_budget": "1h"})["job"]["time_budget"] == "1h"
+    with pytest.raises(InputError) as error:
+        resolve_run_config("ppo", {"time_budget": "20 minutes please"})
+    assert error.value.field == "time_budget"
+
+
+def test_step_time_from_a_micro_step():
+    # batch 64 = 4 chunks of 16; each: generate 2 + no-grad 1 + 2 epochs x train 3 = 9 s -> 36 s a step.
+    assert run_estimate.ppo_step_seconds(MICRO, batch_size=64, ppo_epochs=2) == 36.0
+    # batch 32, 4 epochs: 2 chunks x (2 + 1 + 12) = 30 s.
+    assert run_estimate.ppo_step_seconds(MICRO, batch_size=32, ppo_epochs=4) == 30.0
+    # evaluation: 40 held-out answers by 2 models at 16 answers per 2 s = 2 x 40 / 16 x 2 = 10 s.
+    assert run_estimate.eval_seconds(MICRO, answers=40) == 10.0
+    estimate = run_estimate.estimate_run(MICRO, steps=40, batch_size=64, ppo_epochs=2, eval_answers=40)
+    assert estimate.total_seconds == 10 + 40 * 36 + 10  # 1460 s
+
+
+def test_steps_that_fit_a_budget():
+    # 20 min = 1200 s, minus 20 s of setup and evaluation: 1180 / 36 = 32.8 -> 32 steps (1152 + 20 = 1172 s).
+    assert run_estimate.steps_for_budget(1200, 36, 20) == 32
+    assert run_estimate.steps_for_budget(56, 36, 20) == 1  # exactly one
+    with pytest.raises(ValueError, match="too short: one step takes about 36 s"):
+        run_estimate.steps_for_budget(55, 36, 20)
+
+
+def test_format_duration():
+    assert [run_estimate.format_duration(s) for s in (42, 75, 1234, 3700)] == ["42 s", "1 min 15 s", "20 min 34 s",
+                                                                             "1 h 1 min"]
+
+
+@pytest.fixture
+def labelled(db):
+    build_labelled_db(db)
+    # 'default': prompts 1 and 9 for training, 2 held out.
+    db.execute("INSERT INTO prompts (id, project_id, text, text_hash) VALUES (9, 1, 'Review Jaws', 'hash9')")
+    db.execute("UPDATE prompts SET split = 'test' WHERE id = 2")
+    return db
+
+
+def _measured(calls):
+    def measure(settings):
+        calls.append(settings)
+        return MICRO
+    return measure
+
+
+def test_preview_says_how_long_and_fits_the_budget(labelled):
+    calls = []
+    settings = {"batch_size": 64, "mini_batch_size": 16, "ppo_epochs": 2, "answers_per_prompt": 4, "bf16": False,
+                "eval_samples": 0}
+    plain = preview_run(labelled, "default", "ppo", settings, measure=_measured(calls))
+    # 40 steps x 36 s + 10 s to load, no evaluation (eval_samples 0) = 1450 s.
+    assert plain.estimate.total_seconds == 1450 and plain.steps == 40
+    assert "About 24 min 10 s on this machine" in plain.markdown()
+    # The micro-step is the run's own: its mini-batch, precision and tokens.
+    assert (calls[0].rows, calls[0].bf16, calls[0].max_new_tokens, calls[0].lora) == (16, False, 16, False)
+
+    fitted = preview_run(labelled, "default", "ppo", {**settings, "time_budget": "20m"}, measure=_measured(calls))
+    # (1200 - 10) / 36 = 33.05 -> 33 steps: 10 + 33 x 36 = 1198 s.
+    assert (fitted.steps, fitted.estimate.total_seconds) == (33, 1198)
+    assert not [w for w in fitted.warnings if "time_budget" in w]
+    assert "time_budget 20 min 0 s: 33 steps chosen, instead of the 40 asked for" in fitted.markdown()
+
+    # Steps given explicitly are kept when they fit, lowered with a warning when they do not.
+    kept = preview_run(labelled, "default", "ppo", {**settings, "time_budget": "20m", "steps": 10}, measure=_measured(calls))
+    assert kept.steps == 10 and not [w for w in kept.warnings if "time_budget" in w]
+    lowered = preview_run(labelled, "default", "ppo", {**settings, "time_budget": "20m", "steps": 50},
+                          measure=_measured(calls))
+    assert lowered.steps == 33 and any("more than time_budget 20 min 0 s: 33 steps fit" in w for w in lowered.warnings)
+
+
+def test_evaluation_counts_in_the_estimate(labelled):
+    # 1 held-out prompt x 4 answers, by 2 models, 16 answers per 2 s: 1 s of evaluation.
+    preview = preview_run(labelled, "default", "ppo", {"batch_size": 64, "mini_batch_size": 16, "answers_per_prompt": 4,
+                                                       "eval_samples": 4}, measure=_measured([]))
+    assert preview.estimate.eval_seconds == 1.0
+
+
+def test_apply_time_budget_sets_the_steps_the_run_is_queued_with(labelled):
+    values = {"batch_size": 64, "mini_batch_size": 16, "answers_per_prompt": 4, "eval_samples": 0, "time_budget": "20m"}
+    queued, preview = apply_time_budget(labelled, "default", "ppo", values, measure=_measured([]))
+    assert queued == {**values, "steps": 33} and preview.steps == 33
+    unchanged, none = apply_time_budget(labelled, "default", "ppo", {"steps": 3}, measure=_measured([]))
+    assert (unchanged, none) == ({"steps": 3}, None)
+    with pytest.raises(InputError, match="too short") as error:
+        apply_time_budget(labelled, "default", "ppo", {**values, "time_budget": "30s"}, measure=_measured([]))
+    assert error.value.field == "time_budget"
+    with pytest.raises(InputError, match="for ppo runs") as error:
+        apply_time_budget(labelled, "default", "rm", {"time_budget": "20m"}, measure=_measured([]))
+
+
+def test_a_failed_measurement_is_a_warning_in_the_preview_and_an_error_for_a_budget(labelled):
+    def broken(settings):
+        raise RuntimeError("measuring a micro-step failed: out of memory")
+    preview = preview_run(labelled, "default", "ppo", {"batch_size": 64, "answers_per_prompt": 4}, measure=broken)
+    assert preview.estimate is None and "no time estimate: measuring a micro-step failed" in preview.warnings[-1]
+    with pytest.raises(InputError, match="no time estimate"):
+        apply_time_budget(labelled, "default", "ppo", {"batch_size": 64, "answers_per_prompt": 4, "time_budget": "1h"},
+                          measure=broken)
