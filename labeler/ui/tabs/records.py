@@ -25,6 +25,29 @@ def _optional(value):
     return None if value in (None, "", ANY) else value
 
 
+def score_bound(text, field: str) -> float | None:
+    """A score filter box's text: blank is no filter, anything else must be a number."""
+    if text is None or str(text).strip() == "":
+        return None
+    try:
+        return float(str(text).strip())
+    except ValueError:
+        raise InputError(f"must be a number or blank, got {text!r}", field=field) from None
+
+
+def whole_number(text, field: str) -> int | None:
+    """An id box's text (or a number from an API client): blank is None, anything else a whole number."""
+    if text is None or str(text).strip() == "":
+        return None
+    try:
+        value = float(str(text).strip())
+    except ValueError:
+        value = float("nan")
+    if not value.is_integer():
+        raise InputError(f"must be a whole number, got {text!r}", field=field)
+    return int(value)
+
+
 def filters_from(project, search, annotator, state, low, high, split, source):
     from labeler.services.records import RecordFilters
 
@@ -105,8 +128,10 @@ def build(ctx: UIContext) -> None:
         state = gr.Dropdown(choices=["any", "unlabelled", "labelled", "gold"], value="any", label="Label state",
                             elem_id="records-state")
     with gr.Row():
-        low = gr.Number(value=None, label="Some rating >=", elem_id="records-min-score")
-        high = gr.Number(value=None, label="Some rating <=", elem_id="records-max-score")
+        # Text, not gr.Number: a number box cannot be blank in the browser (it showed and sent 0), and blank
+        # is "no filter".
+        low = gr.Textbox(value="", label="Some rating >=", placeholder="any", elem_id="records-min-score")
+        high = gr.Textbox(value="", label="Some rating <=", placeholder="any", elem_id="records-max-score")
         split = gr.Dropdown(choices=[ANY], value=ANY, label="Split", elem_id="records-split")
         source = gr.Dropdown(choices=[ANY], value=ANY, label="Source", elem_id="records-source")
         page_number = gr.Number(value=1, precision=0, minimum=1, label="Page", elem_id="records-page")
@@ -118,13 +143,15 @@ def build(ctx: UIContext) -> None:
     table = gr.Dataframe(headers=LIST_HEADERS, interactive=False, wrap=True, elem_id="records-table",
                          label="Records (click a row to open it)")
     with gr.Row():
-        record_id = gr.Number(value=None, precision=0, label="Record (prompt) id", elem_id="records-open-id")
+        # Id boxes are text for the same reason as the score filters: blank until a row is picked, not 0.
+        record_id = gr.Textbox(value="", label="Record (prompt) id", placeholder="click a row or type an id",
+                               elem_id="records-open-id")
         open_button = gr.Button("Open record", elem_id="records-open")
     detail = gr.Markdown(elem_id="records-detail")
     with gr.Accordion("Correct or delete a label (kept in the audit log)", open=True):
         with gr.Row():
             label_kind = gr.Radio(["rating", "ranking"], value="rating", label="Label kind", elem_id="records-label-kind")
-            label_id = gr.Number(value=None, precision=0, label="Label id (from the record)", elem_id="records-label-id")
+            label_id = gr.Textbox(value="", label="Label id (from the record)", elem_id="records-label-id")
             value = gr.Textbox(label="Corrected value", info="rating: a score; ranking: '3 > 1 = 2' (answer ids)",
                                elem_id="records-value")
             reason = gr.Textbox(label="Reason", elem_id="records-reason")
@@ -133,7 +160,7 @@ def build(ctx: UIContext) -> None:
             delete_button = gr.Button("Delete label", variant="stop", elem_id="records-delete")
     with gr.Accordion("Mark gold", open=False):
         with gr.Row():
-            gold_item = gr.Number(value=None, precision=0, label="Item id (from the record)", elem_id="records-gold-item")
+            gold_item = gr.Textbox(value="", label="Item id (from the record)", elem_id="records-gold-item")
             gold_value = gr.Textbox(label="Gold answer", info="rating: a score; ranking: '3 > 1 = 2'; blank clears",
                                     elem_id="records-gold-value")
             gold_button = gr.Button("Mark gold", elem_id="records-gold")
@@ -151,11 +178,15 @@ def build(ctx: UIContext) -> None:
 
     def searcher(step: int):
         # step 0: search from page 1; -1 / +1: the page before or after the one shown (clamped to the pages).
+        # Every input spelled out: Gradio fills `request` only when it is a positional parameter (its
+        # special_args stops at *args), so `*args, request` failed every search with a TypeError.
         @keep_on_error(len(list_outputs))
-        def handler(*args, request: gr.Request):
+        def handler(project_name, text, annotator_name, state_name, low_text, high_text, split_name, source_name,
+                    page, request: gr.Request):
             from labeler.services import records
 
-            *values, page = args
+            values = [project_name, text, annotator_name, state_name, score_bound(low_text, "some rating >="),
+                      score_bound(high_text, "some rating <="), split_name, source_name]
             with ctx.connection() as db:
                 require_admin(db, request)
                 if step == 0:
@@ -169,6 +200,7 @@ def build(ctx: UIContext) -> None:
     def records_open(prompt_id, request: gr.Request):
         from labeler.services import records
 
+        prompt_id = whole_number(prompt_id, "record id")
         if prompt_id is None:
             raise InputError("enter a record id or click a row", field="record id")
         with ctx.connection() as db:
@@ -180,18 +212,20 @@ def build(ctx: UIContext) -> None:
         row = event.row_value or []
         if not row:
             return gr.skip(), gr.skip()
-        return row[0], records_open(row[0], request=request)
+        return str(row[0]), records_open(row[0], request=request)
 
     def changed(db, prompt_id) -> tuple:
         from labeler.services import records
 
-        shown = detail_markdown(records.record_detail(db, int(prompt_id))) if prompt_id is not None else gr.skip()
+        prompt_id = whole_number(prompt_id, "record id")
+        shown = detail_markdown(records.record_detail(db, prompt_id)) if prompt_id is not None else gr.skip()
         return shown, audit_table(db)
 
     @keep_on_error(2)
     def records_correct(kind, label, text, why, prompt_id, request: gr.Request):
         from labeler.services import records
 
+        label = whole_number(label, "label id")
         if label is None:
             raise InputError("enter the label's id (shown in the record)", field="label id")
         with ctx.connection() as db:
@@ -204,6 +238,7 @@ def build(ctx: UIContext) -> None:
     def records_delete(kind, label, why, prompt_id, request: gr.Request):
         from labeler.services import records
 
+        label = whole_number(label, "label id")
         if label is None:
             raise InputError("enter the label's id (shown in the record)", field="label id")
         with ctx.connection() as db:
@@ -216,6 +251,7 @@ def build(ctx: UIContext) -> None:
     def records_gold(item, text, prompt_id, request: gr.Request):
         from labeler.services import records
 
+        item = whole_number(item, "item id")
         if item is None:
             raise InputError("enter the item's id (shown in the record)", field="item id")
         with ctx.connection() as db:
