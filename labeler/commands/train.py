@@ -126,8 +126,13 @@ def cmd_runs_show(args) -> int:
 
 
 def cmd_runs_cancel(args) -> int:
-    run = jobs.cancel_run(open_db(args.db), args.run_id)
+    from labeler.services.kept_models import KEPT_FROM, kept_models
+
+    db = open_db(args.db)
+    run = jobs.cancel_run(db, args.run_id)
     print(_describe(run))
+    for model in kept_models(db, run.id)[-1:]:  # the model of its newest checkpoint (kept_models)
+        print(f"  kept model {model['name']} (step {model['config'][KEPT_FROM]['step']}): {model['path']}")
     return 0
 
 
@@ -191,7 +196,9 @@ def register(subparsers, common: argparse.ArgumentParser) -> None:
     p.add_argument("run_id", type=int, help="run id")
     p.add_argument("--log-lines", type=int, default=20, help="log lines to show (default: 20)")
     p.set_defaults(func=cmd_runs_show)
-    p = sub.add_parser("cancel", parents=[common], help="stop a run now (SIGTERM, then SIGKILL); it can be resumed")
+    p = sub.add_parser("cancel", parents=[common],
+                       help="stop a run now (SIGTERM, then SIGKILL); the model of its newest checkpoint is registered "
+                            "as <name>-step<N>, and the run can be resumed")
     p.add_argument("run_id", type=int, help="run id")
     p.set_defaults(func=cmd_runs_cancel)
     p = sub.add_parser("stop", parents=[common], help="early stop: end after the current step and keep the model")

@@ -62,7 +62,9 @@ class JobConfig:
     time_budget: str | None = field(default=None, metadata={
         "help": "PPO: wall time the run may take, e.g. 20m or 1h30m (blank: none). steps is then fitted to it from a "
                 "micro-step measured on this machine when the run is queued, and the run says what it chose."})
-    checkpoint_every: int = field(default=10, metadata={"help": "Save a resumable checkpoint every N steps (0: only at the end)."})
+    checkpoint_every: int = field(default=10, metadata={
+        "help": "Save a resumable checkpoint every N steps (0: only at the end). PPO with reward human or mix saves "
+                "one after every step and keeps the newest only (people's labels cannot be asked for again)."})
     bf16: bool = field(default_factory=bf16_is_fast, metadata={
         "help": "bf16 autocast for training and generation (default: on where the hardware runs it fast: CPUs with "
                 "AVX-512 BF16 or AMX, GPUs with bf16; the value used is stored with the run)."})

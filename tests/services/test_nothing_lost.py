@@ -216,18 +216,23 @@ def worker_env(monkeypatch):
     monkeypatch.delenv("TOY_STEP_SECONDS", raising=False)
 
 
-def test_cancel_keeps_the_newest_checkpoint_and_a_resume_still_finishes(db, tmp_path, monkeypatch, worker_env):
+def test_cancel_keeps_the_newest_checkpoint_and_a_resume_still_finishes(db, tmp_path, monkeypatch, worker_env,
+                                                                        capsys):
+    from labeler.cli import main
+
     monkeypatch.setenv("TOY_STEP_SECONDS", "0.2")
     run = jobs.create_run(db, "sft", {**TOY, "steps": 12, "checkpoint_every": 2}, runs_dir=tmp_path / "runs")
     root = Path(run.output_dir) / "checkpoints"
     _wait_until(lambda: jobs.get_run(db, run.id).step >= 5, 90, "step 5")
-    cancelled = jobs.cancel_run(db, run.id)
+    assert main(["runs", "cancel", "--db", jobs.db_file(db), str(run.id)]) == 0
+    cancelled = jobs.get_run(db, run.id)
     assert cancelled.status == "cancelled" and cancelled.error == "cancelled by user"
     newest = checkpoints.checkpoint_step(checkpoints.latest_checkpoint(root))
     assert 4 <= newest <= cancelled.step
     (kept,) = kept_models.kept_models(db, run.id)
     assert kept["name"] == f"sft-run{run.id}-step{newest}" and kept["base_model"] == "toy-linear"
     assert Path(kept["path"]) == Path(run.output_dir) / f"model-step{newest}"
+    assert f"kept model {kept['name']} (step {newest}): {kept['path']}" in capsys.readouterr().out
     assert (Path(kept["path"]) / "model.safetensors").read_bytes() == (root / f"checkpoint-{newest}" /
                                                                        "model.safetensors").read_bytes()
     frame = jobs.metrics_frame(db, run.id, ["loss"])
@@ -270,3 +275,47 @@ def test_a_cancelled_tiny_ppo_run_keeps_a_model_of_its_last_checkpointed_step(db
     from transformers import AutoModelForCausalLM
 
     AutoModelForCausalLM.from_pretrained(kept["path"])
+
+
+def test_stop_while_waiting_for_people_keeps_the_model_of_the_last_completed_step(db, tmp_path, tiny_model_dir):
+    """`runs stop` of a human-reward run waiting for its second batch's ratings: the run ends, and its model
+    is the one of step 1 exactly (the weights of the step-1 checkpoint), registered as the run's model."""
+    import threading
+
+    from safetensors.torch import load_file
+
+    from labeler.services import accounts, labeling
+    from labeler.worker import run_worker
+
+    accounts.create_user(db, "ann", "a-long-password")
+    prompts.add_prompts(db, ["A training prompt", "Another one", "A third one"])
+    run = jobs.create_run(db, "ppo", {"model": str(tiny_model_dir), **TINY_PPO, "steps": 5, "reward": "human",
+                                      "human_label": "rating", "human_timeout": 120}, runs_dir=tmp_path / "runs", start=False)
+    db.execute("UPDATE runs SET status = 'running' WHERE id = ?", [run.id])
+
+    def annotator():  # rates the first batch (2 rollouts), then waits for the second and asks the run to stop
+        other = open_db(jobs.db_file(db))
+        rated = 0
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            item = labeling.next_item(other, "default", "ann", "rating") if rated < 2 else None
+            if item is not None and item.run_id == run.id:
+                labeling.submit_rating(other, "default", "ann", item.item_id, 7 if rated else 2)  # unequal: a step
+                rated += 1
+            elif rated == 2 and jobs.get_run(other, run.id).step == 1 and labeling.waiting_for_run(other, run.id):
+                jobs.request_stop(other, run.id)
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=annotator)
+    thread.start()
+    status = run_worker(jobs.db_file(db), run.id)
+    thread.join()
+    done = jobs.get_run(db, run.id)
+    assert status == "succeeded" and done.step == 1, jobs.log_tail(done)
+    model = models.get_model(db, f"ppo-run{run.id}")
+    final = load_file(str(Path(model["path"]) / "model.safetensors"))
+    step1 = load_file(str(Path(run.output_dir) / "checkpoints" / "checkpoint-1" / "model.safetensors"))
+    assert final.keys() == step1.keys() and all((final[k] == step1[k]).all() for k in final)
+    base = load_file(str(Path(tiny_model_dir) / "model.safetensors"))
+    assert any(not (final[k] == base[k]).all() for k in base if k in final)  # trained: not the base
