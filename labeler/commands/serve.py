@@ -49,7 +49,10 @@ def register(subparsers, common: argparse.ArgumentParser) -> None:
         "--model", default="default",
         help="model that writes answers: a registry name, 'default' (bundled SmolLM2-135M) or a safetensors folder",
     )
-    parser.add_argument("--max-file-size", default="50mb", help="largest upload accepted, e.g. 50mb (default: 50mb)")
+    parser.add_argument("--max-file-size", default="50mb",
+                        help="largest upload accepted, e.g. 50mb (uploads are for admins only; default: 50mb)")
+    parser.add_argument("--max-upload-files", type=int, default=1,
+                        help="files accepted in one upload request (default: 1; every upload field takes one)")
     parser.add_argument("--runs-dir", default="runs", help="where training runs write checkpoints and logs")
     parser.add_argument(
         "--first-prompts", type=int, default=FIRST_PROMPTS,
@@ -121,6 +124,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.session_days <= 0:
         raise InputError(f"must be more than 0, got {args.session_days!r}", field="--session-days")
+    if args.max_upload_files < 1:
+        raise InputError(f"must be at least 1, got {args.max_upload_files!r}", field="--max-upload-files")
     if not args.allow_hub_downloads:
         go_offline()
     # A private labelling tool sends no usage analytics to Gradio unless the user turns them on.
@@ -131,8 +136,9 @@ def run(args: argparse.Namespace) -> int:
     password, no_answers = prepare(args.db, args.project, args.model)
     settings = ServeSettings(
         db_path=args.db, host=args.host, port=args.port, model=args.model, project=args.project,
-        max_file_size=args.max_file_size, runs_dir=args.runs_dir, allowed_origins=tuple(args.allowed_origin),
-        session_max_age_s=args.session_days * 86400.0, root_path=args.root_path,
+        max_file_size=args.max_file_size, max_upload_files=args.max_upload_files, runs_dir=args.runs_dir,
+        allowed_origins=tuple(args.allowed_origin), session_max_age_s=args.session_days * 86400.0,
+        root_path=args.root_path,
     )
     url = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{args.port}/"
     print(f"\n    RLHF Studio: {url}", flush=True)

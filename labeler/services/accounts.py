@@ -149,18 +149,29 @@ def set_password(db: sqlite_utils.Database, username: str, password: str) -> Non
             raise InputError(f"unknown user '{username}'", field="username")
 
 
-def change_own_password(db: sqlite_utils.Database, username: str, current: str, new: str, repeat: str) -> User:
+def change_own_password(db: sqlite_utils.Database, username: str, current: str, new: str, repeat: str,
+                        throttle=None, address: str | None = None) -> User:
     """A logged-in user replaces their password (the first-login change of the one-time password included).
 
     The current password is asked again so that an unattended logged-in browser cannot take the account over;
     the new one must differ from it and be typed twice alike. Their other sessions end (set_password), and
-    the caller logs this browser in again.
+    the caller logs this browser in again. `throttle` (the login form's login_guard.LoginThrottle) counts a
+    wrong current password like a wrong login from `address`, and refuses (login_guard.Throttled) before
+    checking once the account or the address is throttled: a hijacked session cannot guess it at full speed.
     """
+    from labeler.services.login_guard import Throttled
+
     row = db.execute("SELECT password_hash, salt, active FROM users WHERE username = ?", [username]).fetchone()
     if row is None or not row["active"]:
         raise PermissionDenied(f"user '{username}' is unknown or deactivated")
+    if throttle is not None:
+        wait = throttle.acquire(username, address)
+        if wait > 0:
+            raise Throttled(wait)
     if not _verify(current or "", row["salt"], row["password_hash"]):
         raise InputError("is not your current password", field="current password")
+    if throttle is not None:
+        throttle.succeeded(username, address)
     _check_password(new)
     if new != repeat:
         raise InputError("the two new passwords differ", field="repeat new password")

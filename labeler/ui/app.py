@@ -15,7 +15,7 @@ from typing import Any
 import gradio as gr
 
 from labeler.ui.context import ServeSettings, UIContext
-from labeler.ui.session import RequestGuard, SessionStore, make_auth
+from labeler.ui.session import LOGOUT_JS, RequestGuard, SessionStore, make_auth
 from storage import ConnectionPool
 
 # A tab module exposes TITLE and build(ctx) and is called inside its gr.Tab. build may return a hook that is
@@ -73,7 +73,8 @@ def build_app(settings: ServeSettings) -> gr.Blocks:
         with gr.Row(equal_height=True):
             gr.Markdown("# RLHF Studio", elem_id="studio-title")
             whoami = gr.Markdown(elem_id="studio-whoami")
-            gr.Button("Log out", link="/logout", size="sm", scale=0, min_width=100, elem_id="studio-logout")
+            logout = gr.Button("Log out", size="sm", scale=0, min_width=100, elem_id="studio-logout")
+        logout.click(None, None, None, js=LOGOUT_JS, api_name="logout")  # a POST: see session.LOGOUT_JS
         password_panel, main = _password_panel(ctx)
         with main:
             first_steps = gr.Markdown(visible=False, elem_id="studio-first-steps", elem_classes=["studio-banner"])
@@ -151,13 +152,17 @@ def _password_panel(ctx: UIContext) -> tuple[gr.Column, gr.Column]:
     # ui_errors (a red toast, the event fails): .success below must not run after a refusal.
     @ui_errors
     def change_password(current_value, new_value, repeat_value, request: gr.Request):
+        from labeler.ui.session import login_throttle
+
+        throttle, address = login_throttle(request)  # wrong current passwords count like wrong logins
         with ctx.connection() as db:
-            accounts.change_own_password(db, UIContext.username(request), current_value, new_value, repeat_value)
+            accounts.change_own_password(db, UIContext.username(request), current_value, new_value, repeat_value,
+                                         throttle=throttle, address=address)
         return "Password changed. Log in again with the new password."
 
     # The change ends this browser's session (the session epoch moved on): back to the login page.
     change.click(change_password, [current, new, repeat], [status], api_name="change_own_password").success(
-        None, None, None, js="() => { setTimeout(() => { window.location.href = '/logout'; }, 1500); }",
+        None, None, None, js=f"() => {{ setTimeout({LOGOUT_JS}, 1500); }}",
         api_name="change_own_password_done",
     )
     return panel, main
@@ -184,7 +189,10 @@ def launch_options(settings: ServeSettings) -> dict[str, Any]:
         # No /monitoring dashboard: nobody reads it, and it costs every event (see quiet_queue).
         "enable_monitoring": False,
         # Gradio passes app_kwargs to its FastAPI app; `middleware` there wraps every route.
-        "app_kwargs": {"middleware": [Middleware(RequestGuard, allowed_origins=settings.allowed_origins)]},
+        "app_kwargs": {"middleware": [Middleware(
+            RequestGuard, allowed_origins=settings.allowed_origins,
+            max_upload_bytes=gr.utils._parse_file_size(settings.max_file_size),
+            max_upload_files=settings.max_upload_files)]},
     }
 
 

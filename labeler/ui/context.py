@@ -23,7 +23,8 @@ class ServeSettings:
     port: int = 7860
     model: str = "default"
     project: str = "default"
-    max_file_size: str = "50mb"
+    max_file_size: str = "50mb"  # largest upload (uploads are for admins only; session.RequestGuard)
+    max_upload_files: int = 1  # files in one upload request at most (every upload field takes one file)
     runs_dir: str = "runs"
     # Origins besides the server itself whose browser requests are accepted (e.g. "https://studio.example.org").
     allowed_origins: tuple[str, ...] = ()

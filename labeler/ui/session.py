@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
-import math
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -31,7 +30,7 @@ from urllib.parse import urlsplit
 import gradio as gr
 
 from labeler.services.errors import InputError, PermissionDenied
-from labeler.services.login_guard import LoginThrottle
+from labeler.services.login_guard import LoginThrottle, Throttled
 from storage import open_db
 
 # The client address of the request being handled, set by RequestGuard for the auth coroutine (Gradio passes
@@ -52,7 +51,13 @@ DEACTIVATED_PAGE = """<!doctype html><html lang="en"><head><meta charset="utf-8"
 <body><h1>RLHF Studio</h1><div id="studio-deactivated"><p><b>Account deactivated.</b> The account <b>{username}</b> was
 deactivated by an admin, so this browser was logged out. The labels it made are kept.</p>
 <p>Ask an admin to reactivate it (Admin &gt; Users, or <code>rlhf-studio users activate {username}</code>).</p>
-<p><a href="logout">Log in with another account</a></p></div></body></html>"""
+<form method="post" action="logout"><button type="submit">Log in with another account</button></form></div></body></html>"""
+# Logging out is a POST (RequestGuard refuses GET /logout): a link or an image on another site cannot end a
+# user's sessions. The Log out button and the password change submit this form; a relative action keeps a
+# --root-path in the URL.
+LOGOUT_JS = ("() => { const form = document.createElement('form'); form.method = 'post'; form.action = 'logout';"
+             " document.body.appendChild(form); form.submit(); }")
+API_BODY_LIMIT = 1_000_000  # bytes of any request but an upload: a labelling event is a few kB
 
 
 def _web_db(db_path: str):
@@ -96,35 +101,51 @@ def make_auth(
 
     async def auth(username: str, password: str) -> bool:
         address = CLIENT_ADDRESS.get()
-        wait = throttle.retry_after(username, address)
+        # Admitted and counted as a failure in one step, before the password is checked (login_guard): parallel
+        # guesses cannot all pass the check before the first is counted.
+        wait = throttle.acquire(username, address)
         if wait > 0:
-            seconds = math.ceil(wait)
-            raise HTTPException(
-                status_code=429,
-                detail=f"Too many wrong passwords: try again in {seconds} s.",
-                headers={"Retry-After": str(seconds)},
-            )
+            refused = Throttled(wait)
+            raise HTTPException(status_code=429, detail=str(refused),
+                                headers={"Retry-After": str(refused.retry_after)})
         with in_flight_lock:
-            if in_flight[0] >= workers + AUTH_QUEUE:
-                raise HTTPException(status_code=503, detail=BUSY_MESSAGE, headers={"Retry-After": "2"})
-            in_flight[0] += 1
+            busy = in_flight[0] >= workers + AUTH_QUEUE
+            if not busy:
+                in_flight[0] += 1
+        if busy:
+            throttle.cancelled(username, address)  # never checked: counts for nothing
+            raise HTTPException(status_code=503, detail=BUSY_MESSAGE, headers={"Retry-After": "2"})
         future = pool.submit(check, username, password)
         future.add_done_callback(finished)
         try:
             # shield: a timed-out check finishes in its thread (and is forgotten) instead of being cancelled.
             epoch = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), wait_s)
         except asyncio.TimeoutError:
+            # Still counted: the check goes on in its thread, and its answer is never given (a guess that
+            # times out on purpose must not be free).
             raise HTTPException(status_code=503, detail=BUSY_MESSAGE, headers={"Retry-After": "2"}) from None
         except Exception as error:  # noqa: BLE001 - a broken database must not look like a wrong password
+            throttle.cancelled(username, address)
             raise HTTPException(status_code=503, detail=f"{BUSY_MESSAGE} ({type(error).__name__})") from None
         if epoch is None:
-            throttle.record_failure(username, address)
-            return False
-        throttle.record_success(username, address)
+            return False  # counted when admitted
+        throttle.succeeded(username, address)
         _LOGIN_EPOCH.set((username, epoch))
         return True
 
+    auth.throttle = throttle  # the password change shares it (login_throttle)
+
     return auth
+
+
+def login_throttle(request: gr.Request | None) -> tuple[LoginThrottle | None, str | None]:
+    """(the server's login throttle, the client's address) for a handler's request: the password change counts
+    wrong current passwords with the login form's throttle (make_auth hangs it on the auth coroutine, which
+    Gradio keeps as `app.auth`). (None, None) outside a running server."""
+    inner = getattr(request, "request", None) if request is not None else None
+    app = getattr(inner, "app", None)
+    client = getattr(inner, "client", None)
+    return getattr(getattr(app, "auth", None), "throttle", None), getattr(client, "host", None)
 
 
 class SessionStore(dict):
@@ -239,19 +260,28 @@ def _origin_of(value: str) -> str | None:
 
 
 class RequestGuard:
-    """ASGI middleware: refuses cross-site requests, makes the login cookie SameSite=Lax, and tells the
-    auth coroutine the client's address.
+    """ASGI middleware, in front of every route: refuses cross-site requests, caps request bodies, keeps uploads
+    to admins, makes logout POST-only, makes the login cookie SameSite=Lax (and leaves out its plain-HTTP twin
+    over TLS), and tells the auth coroutine the client's address.
 
     A request with an Origin header is let through only when that origin is this server (its host:port
     equals the Host header, as for a page the server itself served) or is listed in `allowed_origins`
     (`serve --allowed-origin https://studio.example.org`, e.g. behind a proxy that rewrites Host).
     Requests without Origin (gradio_client, curl, same-origin GETs) are not cross-site requests a browser
     could be tricked into sending with credentials, so they pass.
+
+    Bodies are limited before anything reads them (Gradio parsed a 40 MB JSON before its login check): over
+    `max_body_bytes` (a declared Content-Length at once, a chunked body as it arrives) is answered 413. A
+    multipart body is an upload: only an admin's (their login cookie, checked without reading the body), at
+    most `max_upload_files` parts of `max_upload_bytes` each.
     """
 
-    def __init__(self, app, allowed_origins: Iterable[str] = ()):
+    def __init__(self, app, allowed_origins: Iterable[str] = (), max_body_bytes: int = API_BODY_LIMIT,
+                 max_upload_bytes: int = 50_000_000, max_upload_files: int = 1):
         self.app = app
         self.allowed = {origin for origin in (_origin_of(o) for o in allowed_origins) if origin}
+        self.max_body_bytes, self.max_upload_bytes, self.max_upload_files = (
+            max_body_bytes, max_upload_bytes, max_upload_files)
 
     def origin_allowed(self, origin: str, host: str | None) -> bool:
         normalised = _origin_of(origin)
@@ -281,14 +311,113 @@ class RequestGuard:
                 )
                 await response(scope, receive, send)
             return
+        if scope["type"] == "http" and _is_logout(scope):
+            if scope.get("method") != "POST":
+                await PlainTextResponse("Log out with POST (the Log out button).", status_code=405,
+                                        headers={"Allow": "POST"})(scope, receive, send)
+                return
+            scope = {**scope, "method": "GET"}  # Gradio's own logout route, which is a GET
         if scope["type"] == "http" and scope.get("method") == "GET" and await self._deactivated_page(scope, receive, send):
             return
         client = scope.get("client")
         CLIENT_ADDRESS.set(client[0] if client else None)
         if scope["type"] == "http":
-            send = functools.partial(_lax_cookies, send)
+            send = functools.partial(_lax_cookies, send, scope.get("scheme") == "https")
+            if scope.get("method") not in ("GET", "HEAD", "OPTIONS"):
+                await self._limited(scope, receive, send, headers)
+                return
         await self.app(scope, receive, send)
 
+    async def _limited(self, scope, receive, send, headers) -> None:
+        """Run the app with the request body capped (and an upload refused to non-admins): 413 / 403 before a
+        byte is read when the headers say enough, else 413 as soon as the body passes its limit."""
+        from starlette.responses import PlainTextResponse
+
+        content_type = headers.get("content-type", "")
+        boundary = _multipart_boundary(content_type)
+        if content_type.lower().startswith("multipart/"):
+            if not self._is_admin(scope):
+                await PlainTextResponse("Uploads are for admins only.", status_code=403)(scope, receive, send)
+                return
+            # Each part's own headers and the delimiters: a few hundred bytes a part; 64 kB is plenty.
+            limit = self.max_upload_bytes * self.max_upload_files + 65_536
+            what = f"an upload: at most {self.max_upload_files} file(s) of {self.max_upload_bytes:,} bytes"
+        else:
+            limit, what = self.max_body_bytes, f"a request: at most {self.max_body_bytes:,} bytes"
+        too_large = PlainTextResponse(f"Request body too large for {what}.", status_code=413)
+        declared = headers.get("content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > limit):
+            await too_large(scope, receive, send)
+            return
+        counted = {"bytes": 0, "parts": 0, "tail": b""}
+        delimiter = b"--" + boundary if boundary else None
+        state = {"started": False, "refused": False}
+
+        def over_limit(body: bytes) -> bool:
+            counted["bytes"] += len(body)
+            if counted["bytes"] > limit:
+                return True
+            if delimiter is None:
+                return False
+            window = counted["tail"] + body
+            counted["parts"] += window.count(delimiter) - counted["tail"].count(delimiter)
+            counted["tail"] = window[-(len(delimiter) - 1):] if len(delimiter) > 1 else b""
+            return counted["parts"] - 1 > self.max_upload_files  # n parts: n + 1 delimiters (the last closes)
+
+        async def limited_receive():
+            if state["refused"]:
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request" and over_limit(message.get("body", b"")):
+                # Answered here, and the app told the client went away: FastAPI turns an error raised while it
+                # reads the body into its own 400, so raising would not reach the client as a 413.
+                state["refused"] = True
+                if not state["started"]:
+                    state["started"] = True
+                    await too_large(scope, receive, send)
+                return {"type": "http.disconnect"}
+            return message
+
+        async def tracked_send(message):
+            if state["refused"]:
+                return  # the 413 was sent; whatever the app answers to a vanished client goes nowhere
+            if message["type"] == "http.response.start":
+                state["started"] = True
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, tracked_send)
+        except Exception:
+            if not state["refused"]:
+                raise
+
+    @staticmethod
+    def _is_admin(scope) -> bool:
+        """Whether the request carries the login cookie of an active admin (SessionStore and the users table;
+        nothing of the body is read)."""
+        from starlette.requests import HTTPConnection
+
+        from labeler.services import accounts
+
+        store = getattr(scope.get("app"), "tokens", None)
+        if store is None:
+            return False
+        for name, token in HTTPConnection(scope).cookies.items():
+            username = store.get(token) if name.startswith("access-token") else None
+            if not username:
+                continue
+            try:
+                db = _web_db(store.db_path) if isinstance(store, SessionStore) else None
+            except Exception:  # noqa: BLE001 - unreadable for a moment: refused, the admin retries
+                return False
+            if db is None:
+                return False
+            try:
+                user = accounts.get_user(db, username)
+            finally:
+                db.conn.close()
+            return user is not None and user.active and user.is_admin
+        return False
 
     @staticmethod
     async def _deactivated_page(scope, receive, send) -> bool:
@@ -314,13 +443,30 @@ class RequestGuard:
         return False
 
 
-async def _lax_cookies(send, message) -> None:
+def _is_logout(scope) -> bool:
+    root = (scope.get("root_path") or "").rstrip("/")
+    return scope.get("path", "").rstrip("/") in ("/logout", f"{root}/logout")
+
+
+def _multipart_boundary(content_type: str) -> bytes | None:
+    for part in content_type.split(";")[1:]:
+        key, _, value = part.strip().partition("=")
+        if key.lower() == "boundary" and value.strip('"'):
+            return value.strip('"').encode("latin-1", errors="replace")
+    return None
+
+
+async def _lax_cookies(send, tls: bool, message) -> None:
     """Rewrite `SameSite=None` (Gradio's login cookie) to `SameSite=Lax`: a cross-site request then carries
-    no login, while following a link to the app from elsewhere still does."""
+    no login, while following a link to the app from elsewhere still does. Over TLS, leave out the
+    `access-token-unsecure-` twin Gradio sets without `Secure` for plain-HTTP servers: over HTTPS the browser
+    has the Secure one, and the twin would also travel over any plain-HTTP request to the same host."""
     if message["type"] == "http.response.start":
         headers = []
         for name, value in message.get("headers", []):
             if name.lower() == b"set-cookie":
+                if tls and value.startswith(b"access-token-unsecure-") and b"Max-Age=0" not in value:
+                    continue
                 value = value.replace(b"SameSite=none", b"SameSite=lax").replace(b"SameSite=None", b"SameSite=lax")
             headers.append((name, value))
         message = {**message, "headers": headers}

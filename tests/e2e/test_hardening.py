@@ -205,10 +205,10 @@ def test_wrong_passwords_are_refused_after_five_then_the_right_one_works(app):
     assert current_user(url, session) == VICTIM[0]
 
     # An unknown name is throttled exactly like a real one: the answers do not reveal which names exist.
-    # (This address has failed 30 times by now, so its penalty starts at the cap; wait it out first.)
+    # (Issue 25: the lock is per account and address, so each name gets its own 5 from this address.)
     time.sleep(POLICY.max_delay_s + 0.2)
-    unknown = [login(url, ("nobody-here", f"wrong-guess-{k}")).status_code for k in range(3)]
+    unknown = [login(url, ("nobody-here", f"wrong-guess-{k}")).status_code for k in range(6)]
     time.sleep(POLICY.max_delay_s + 0.2)
-    known_again = [login(url, (VICTIM[0], f"wrong-guess-{k}")).status_code for k in range(3)]
-    assert unknown == known_again == [400, 429, 429], (unknown, known_again)
+    known_again = [login(url, (VICTIM[0], f"wrong-guess-{k}")).status_code for k in range(6)]
+    assert unknown == known_again == [400] * 5 + [429], (unknown, known_again)
     time.sleep(POLICY.max_delay_s + 0.2)

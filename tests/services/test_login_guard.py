@@ -26,36 +26,38 @@ def test_bad_policies_name_the_field(kwargs):
         ThrottlePolicy(**kwargs)
 
 
-def test_an_account_is_refused_after_five_failures_until_the_penalty_passes():
+def test_an_account_from_one_address_is_refused_after_five_failures_until_the_penalty_passes():
     clock = Clock()
     throttle = LoginThrottle(ThrottlePolicy(free_failures=5, base_delay_s=2.0), clock)
-    for k in range(5):
-        assert throttle.retry_after("alice", f"10.0.0.{k}") == 0.0  # different addresses: only the account counts
-        throttle.record_failure("alice", f"10.0.0.{k}")
-    assert throttle.retry_after("alice", "10.0.0.99") == 2.0
-    assert throttle.retry_after("ALICE ", "10.0.0.99") == 2.0  # the same account however it is typed
-    assert throttle.retry_after("bob", "10.0.0.99") == 0.0
+    for _ in range(5):
+        assert throttle.acquire("alice", "10.0.0.1") == 0.0  # admitted, and counted as a failure at once
+    assert throttle.retry_after("alice", "10.0.0.1") == 2.0
+    assert throttle.retry_after("ALICE ", "10.0.0.1") == 2.0  # the same account however it is typed
+    assert throttle.retry_after("bob", "10.0.0.1") == 0.0
+    assert throttle.retry_after("alice", "10.0.0.2") == 0.0  # the owner elsewhere: not affected (issue 25)
     clock.now += 2.0
-    assert throttle.retry_after("alice", "10.0.0.99") == 0.0
-    throttle.record_failure("alice", "10.0.0.99")  # 6th failure: 4 s
-    assert throttle.retry_after("alice", "10.0.0.98") == 4.0
+    assert throttle.acquire("alice", "10.0.0.1") == 0.0  # 6th failure: 2 * 2 = 4 s
+    assert throttle.retry_after("alice", "10.0.0.1") == 4.0
     clock.now += 4.0
-    throttle.record_success("alice", "10.0.0.98")
-    throttle.record_failure("alice", "10.0.0.98")  # counting starts again after a success
-    assert throttle.retry_after("alice", "10.0.0.97") == 0.0
+    assert throttle.acquire("alice", "10.0.0.1") == 0.0
+    throttle.succeeded("alice", "10.0.0.1")  # the right password: counting starts again
+    assert throttle.acquire("alice", "10.0.0.1") == 0.0
+    assert throttle.retry_after("alice", "10.0.0.1") == 0.0
 
 
-def test_an_address_is_refused_after_five_failures_whatever_the_names_and_a_success_does_not_clear_it():
+def test_an_address_guessing_many_names_is_slowed_to_one_try_per_base_delay_and_a_success_does_not_clear_it():
     clock = Clock()
-    throttle = LoginThrottle(ThrottlePolicy(free_failures=5, base_delay_s=3.0), clock)
+    throttle = LoginThrottle(ThrottlePolicy(address_free_failures=5, base_delay_s=3.0), clock)
     for k in range(5):
         throttle.record_failure(f"user{k}", "10.0.0.1")
     assert throttle.retry_after("someone-else", "10.0.0.1") == 3.0
     assert throttle.retry_after("someone-else", "10.0.0.2") == 0.0
     clock.now += 3.0
-    throttle.record_success("mallory", "10.0.0.1")  # her own valid account does not reset the address
+    assert throttle.acquire("mallory", "10.0.0.1") == 0.0
+    throttle.succeeded("mallory", "10.0.0.1")  # her own valid account takes back its try, not the others
+    assert throttle.retry_after("user10", "10.0.0.1") == 0.0  # 3 s since the 5th failure: still one per 3 s
     throttle.record_failure("user9", "10.0.0.1")
-    assert throttle.retry_after("user10", "10.0.0.1") == 6.0
+    assert throttle.retry_after("user10", "10.0.0.1") == 3.0  # a rate, never a growing lock
 
 
 def test_unknown_and_known_names_are_throttled_alike_and_old_failures_are_forgotten():
