@@ -3,6 +3,7 @@
 prepare_reference: the frozen reference model placed and sharded as the policy is (no bare `.to(device)`).
 unwrap_model_for_generation: the policy whole for `generate()`, gathering ZeRO-3 / FSDP shards meanwhile.
 gradient_sync: DDP's all-reduce on the last micro-batch of a gradient accumulation only.
+full_state_dict: the whole weights of a ZeRO-3 / FSDP-sharded model for saving (None when not sharded).
 TRL 0.11 does the same (models/utils.py unwrap_model_for_generation, PPOTrainer._prepare_deepspeed); the
 DeepSpeed and FSDP branches could not be run on this project's CPU-only CI (see README, docs/SCALING.md).
 """
@@ -91,3 +92,46 @@ def all_reduce_gradients(accelerator, model: torch.nn.Module) -> None:
     for param in model.parameters():
         if param.grad is not None:
             param.grad.copy_(accelerator.reduce(param.grad, "mean"))
+
+
+def is_sharded(accelerator, model: torch.nn.Module) -> bool:
+    """True when no process holds the model's whole parameters: DeepSpeed ZeRO-3, FSDP through accelerate, or a
+    model the caller wrapped in torch's FSDP / fully_shard itself (accelerate cannot on CPU ranks)."""
+    from accelerate.utils import DistributedType
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    if _zero_stage(accelerator) == 3 or accelerator.distributed_type == DistributedType.FSDP:
+        return True
+    if isinstance(model, FullyShardedDataParallel):
+        return True
+    try:
+        from torch.distributed.fsdp import FSDPModule  # fully_shard (FSDP2), torch >= 2.6
+    except ImportError:
+        return False
+    return any(isinstance(m, FSDPModule) for m in model.modules())
+
+
+def full_state_dict(accelerator, model: torch.nn.Module) -> dict[str, torch.Tensor] | None:
+    """The whole weights of a sharded model, keys as the unwrapped model's, for saving; None when the model is
+    not sharded (one process, DDP, ZeRO-1/2: its own parameters are whole, save them directly).
+
+    A collective under sharding: call it on every rank. ZeRO-3 and accelerate's FSDP go through accelerate's
+    get_state_dict (ZeRO-3 needs stage3_gather_16bit_weights_on_model_save); a model wrapped by the caller in
+    torch's FSDP gets FSDP's full state dict, fully_shard's get_model_state_dict(full_state_dict=True). Under FSDP
+    the weights land on the main process only (CPU offloaded); other ranks get an empty dict."""
+    if not is_sharded(accelerator, model):
+        return None
+    from accelerate.utils import DistributedType
+    from torch.distributed.fsdp import FullStateDictConfig, FullyShardedDataParallel, StateDictType
+
+    if _zero_stage(accelerator) == 3 or accelerator.distributed_type == DistributedType.FSDP:
+        return accelerator.get_state_dict(model)
+    if isinstance(model, FullyShardedDataParallel):
+        # offload_to_cpu on CPU ranks crashes torch 2.13's FSDP (a segfault cloning the unsharded tensors).
+        on_cpu = all(p.device.type == "cpu" for p in model.parameters())
+        config = FullStateDictConfig(offload_to_cpu=not on_cpu, rank0_only=True)
+        with FullyShardedDataParallel.state_dict_type(model, StateDictType.FULL_STATE_DICT, config):
+            return model.state_dict()
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))

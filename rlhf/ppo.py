@@ -50,7 +50,14 @@ from rlhf.core import (
 )
 from rlhf.attention import use_attention
 from rlhf.cpu_memory import keep_freed_memory
-from rlhf.distributed import all_reduce_gradients, gradient_sync, prepare_reference, unwrap_model_for_generation
+from rlhf.distributed import (
+    all_reduce_gradients,
+    full_state_dict,
+    gradient_sync,
+    is_sharded,
+    prepare_reference,
+    unwrap_model_for_generation,
+)
 from rlhf.kl_control import AdaptiveKLController, FixedKLController
 from rlhf.losses import (
     gae_advantages,
@@ -216,11 +223,15 @@ class PPOTrainer:
         if dataset is not None:
             dataloader = DataLoader(dataset, batch_size=config.batch_size, shuffle=True, drop_last=True,
                                     collate_fn=self.data_collator, generator=self.data_generator)
-        if dataloader is not None:
-            self.model, self.optimizer, self.dataloader = self.accelerator.prepare(model, self.optimizer, dataloader)
-        else:
-            self.model, self.optimizer = self.accelerator.prepare(model, self.optimizer)
-            self.dataloader = None
+        # A model the caller sharded with torch's FSDP / fully_shard (accelerate offers FSDP on GPUs only) is used
+        # as given: preparing it again would wrap it in DDP. Its optimizer must be built after the wrapping.
+        prepare_model = not is_sharded(self.accelerator, model)
+        prepared = self.accelerator.prepare(*([model] if prepare_model else []), self.optimizer,
+                                            *([dataloader] if dataloader is not None else []))
+        prepared = list(prepared) if isinstance(prepared, tuple) else [prepared]
+        self.model = prepared.pop(0) if prepare_model else model
+        self.optimizer = prepared.pop(0)
+        self.dataloader = prepared.pop(0) if dataloader is not None else None
         if copied_reference and isinstance(self.model, torch.nn.parallel.DistributedDataParallel):
             # DDP started every rank from rank 0's weights; the copy was made from this rank's own.
             ref_model.load_state_dict(model.state_dict())
@@ -690,17 +701,25 @@ class PPOTrainer:
 
         Call it on every rank: the state gathers the ranks' RNG states, the main process alone writes, and
         every rank returns once the files are there (so any rank may read them next). Under DDP the main
-        process's weights are everyone's; ZeRO-3/FSDP shards are not gathered here."""
+        process's weights are everyone's; ZeRO-3/FSDP shards are gathered (gathered_state_dict). The optimizer
+        state is the main process's (under FSDP/ZeRO its shard only)."""
         directory = Path(directory)
         state = self.state_dict()
+        weights = self.gathered_state_dict()
         if self.accelerator.is_main_process:
             directory.mkdir(parents=True, exist_ok=True)
-            self.unwrapped_model.save_pretrained(directory)
+            self.unwrapped_model.save_pretrained(directory, state_dict=weights)
             if self.tokenizer is not None:
                 self.tokenizer.save_pretrained(directory)
             torch.save(state, directory / TRAINER_STATE_FILE)
         self.accelerator.wait_for_everyone()
         return directory
+
+    def gathered_state_dict(self) -> dict[str, torch.Tensor] | None:
+        """The policy's whole weights when ZeRO-3 / FSDP shard them (accelerate's get_state_dict, or FSDP's full
+        state dict for a model sharded by hand), for the main process to save; None when not sharded (the
+        unwrapped model's own parameters are whole). A collective under sharding: call on every rank."""
+        return full_state_dict(self.accelerator, self.model)
 
     def save_pretrained(self, save_directory: str | os.PathLike, *, config=None, repo_id: str | None = None,
                         push_to_hub: bool = False, model_card_kwargs: dict | None = None,
@@ -710,14 +729,15 @@ class PPOTrainer:
         step's stats), written offline too (TRL's needs the Hub's whoami()). `push_to_hub=True` then pushes to
         `repo_id` (default: the folder's name) and returns the commit URL. `config` and `model_card_kwargs` are
         TRL's mixin arguments, accepted and unused: the folder's config.json is the model's, the card ours.
-        Call on every rank, as save_checkpoint (ZeRO-3/FSDP shards are not gathered here either)."""
+        Call on every rank, as save_checkpoint (ZeRO-3/FSDP shards are gathered: gathered_state_dict)."""
         from rlhf.cards import model_card, write_card
 
         directory = Path(save_directory)
+        weights = self.gathered_state_dict()
         if self.accelerator.is_main_process:
             directory.mkdir(parents=True, exist_ok=True)
             model = self.unwrapped_model
-            model.save_pretrained(directory)
+            model.save_pretrained(directory, state_dict=weights)
             if self.tokenizer is not None:
                 self.tokenizer.save_pretrained(directory)
             base = getattr(model.config, "_name_or_path", None) or None

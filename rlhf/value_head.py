@@ -212,22 +212,62 @@ class AutoModelForCausalLMWithValueHead(nn.Module):
     def _head_state(self) -> dict[str, torch.Tensor]:
         return {k: v.detach().cpu().contiguous() for k, v in self.v_head.summary.state_dict().items()}
 
-    def save_pretrained(self, save_directory: str | os.PathLike, **kwargs) -> None:
+    def save_pretrained(self, save_directory: str | os.PathLike, state_dict: dict[str, torch.Tensor] | None = None,
+                        **kwargs) -> None:
         """Backbone (or adapter) as transformers/peft write it, plus value_head.safetensors; a full model also
-        gets the head's v_head.summary.* keys in its weights, the layout TRL 0.11 reads."""
+        gets the head's v_head.summary.* keys in its weights, the layout TRL 0.11 reads.
+
+        `state_dict`: this wrapper's whole weights (`pretrained_model.*`, `v_head.*` keys), e.g. gathered from
+        ZeRO-3 / FSDP shards (rlhf.distributed.full_state_dict); written instead of the module's own parameters."""
         from safetensors.torch import save_file
 
         os.makedirs(save_directory, exist_ok=True)
+        head = self._head_state()
+        if state_dict is not None:
+            backbone = {k[len("pretrained_model."):]: v for k, v in state_dict.items() if k.startswith("pretrained_model.")}
+            head = {k[len(f"{TRL_PREFIX}summary."):]: v.detach().cpu().contiguous() for k, v in state_dict.items()
+                    if k.startswith(f"{TRL_PREFIX}summary.")}
+            if set(head) != {"weight", "bias"} or not backbone:
+                raise ValueError(f"save_pretrained: state_dict has no pretrained_model.* or v_head.summary.weight/bias "
+                                 f"keys (got {sorted(state_dict)[:4]}...)")
+            kwargs["state_dict"] = backbone
         # Both transformers 5 and peft write safetensors by default.
         self.pretrained_model.save_pretrained(save_directory, **kwargs)
-        save_file(self._head_state(), os.path.join(save_directory, VALUE_HEAD_FILE))
+        save_file(head, os.path.join(save_directory, VALUE_HEAD_FILE))
         if self.is_peft_model:
             # TRL 0.11 reads a PEFT folder's head from model.safetensors before pytorch_model.bin; transformers
             # and peft load the adapter folder from adapter_config.json and never read this file.
-            save_file({f"{TRL_PREFIX}summary.{k}": v for k, v in self._head_state().items()},
+            save_file({f"{TRL_PREFIX}summary.{k}": v for k, v in head.items()},
                       os.path.join(save_directory, "model.safetensors"), metadata={"format": "pt"})
         else:
-            _add_trl_layout(Path(save_directory), self._head_state())
+            _add_trl_layout(Path(save_directory), head)
+
+    def save_merged(self, save_directory: str | os.PathLike, state_dict: dict[str, torch.Tensor] | None = None) -> None:
+        """A full model folder that a plain AutoModelForCausalLM.from_pretrained loads (a LoRA adapter merged
+        into its base; this wrapper then holds the merged model), the value head beside it.
+
+        With `state_dict` (whole weights gathered from shards) the weights come from it and this (sharded)
+        module is left as it is: an adapter is written from it and merged on its base, loaded on the CPU."""
+        if state_dict is None:
+            self.merge_and_unload()
+            self.save_pretrained(save_directory)
+            return
+        if not self.is_peft_model:
+            self.save_pretrained(save_directory, state_dict=state_dict)
+            return
+        import tempfile
+
+        from safetensors.torch import load_file, save_file
+
+        from rlhf.loading import load_causal_lm
+
+        with tempfile.TemporaryDirectory() as adapter:
+            self.save_pretrained(adapter, state_dict=state_dict)
+            head = load_file(str(Path(adapter) / VALUE_HEAD_FILE))
+            # the base as its adapter names it, in the dtype it was saved in, with the trained adapter on it
+            load_causal_lm(adapter, dtype="auto").merge_and_unload().save_pretrained(save_directory)
+        save_file(head, os.path.join(save_directory, VALUE_HEAD_FILE))
+        _add_trl_layout(Path(save_directory), head)
 
     def push_to_hub(self, repo_id: str, **kwargs):
         """The backbone's own push_to_hub (as TRL's wrapper does), then value_head.safetensors beside it."""

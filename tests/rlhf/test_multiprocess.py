@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 HERE = Path(__file__).parent / "multiprocess"
 REPO = Path(__file__).resolve().parents[2]
@@ -98,3 +99,39 @@ def test_fsdp_is_not_available_on_cpu_ranks_through_accelerate(tmp_path):
                                           "'CUDA', 'MLU', 'NPU', 'MUSA', or 'HPU'.")
         assert found == {**found, "distributed_type": "DistributedType.MULTI_CPU", "num_processes": 2,
                          "wrapper": "DistributedDataParallel"}
+
+
+def test_ppo_saves_under_torch_fsdp_on_two_ranks_equal_one_process(tmp_path):
+    """PPOTrainer.save_pretrained, save_checkpoint and the app's merged final save (save_merged with
+    gathered_state_dict) under torch's FSDP1 and fully_shard on 2 gloo ranks write the weights one process
+    writes after the same step: the shards are gathered (each rank held about half the parameters), for a
+    full policy and for a LoRA adapter (merged on its base for the final save)."""
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    script = HERE / "ppo_fsdp_save.py"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run([sys.executable, str(script), str(tmp_path), "single"], env=env, capture_output=True,
+                          text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-5000:]
+    for mode in ("fsdp1", "fsdp2"):
+        launch(script, str(tmp_path), mode)
+    for kind in ("full", "lora"):
+        single = tmp_path / f"single-{kind}"
+        one = json.loads((single / "info.json").read_text())
+        for mode, wrapper in (("fsdp1", "FullyShardedDataParallel"), ("fsdp2", "FSDPAutoModelForCausalLMWithValueHead")):
+            sharded = tmp_path / f"{mode}-{kind}"
+            info = json.loads((sharded / "info.json").read_text())
+            assert (info["num_processes"], info["wrapper"], info["gathered"]) == (2, wrapper, True)
+            assert info["local_numel"] < 0.6 * info["numel"]  # rank 0 held about half: a save must gather
+            assert info["loss"] == pytest.approx(one["loss"], abs=1e-6)
+            for folder in ("pretrained", "checkpoint", "merged"):
+                ours = AutoModelForCausalLM.from_pretrained(sharded / folder).state_dict()
+                theirs = AutoModelForCausalLM.from_pretrained(single / folder).state_dict()
+                assert ours.keys() == theirs.keys(), (mode, kind, folder)
+                for name, tensor in theirs.items():
+                    assert torch.allclose(ours[name], tensor, atol=1e-6), (mode, kind, folder, name)
+                head, head_one = (load_file(str(f / folder / "value_head.safetensors")) for f in (sharded, single))
+                assert all(torch.allclose(head[k], head_one[k], atol=1e-6) for k in head_one)
+            assert not (sharded / "merged" / "adapter_config.json").exists()  # a plain model folder
+            assert (sharded / "pretrained" / "adapter_config.json").exists() == (kind == "lora")

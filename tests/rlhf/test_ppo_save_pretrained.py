@@ -81,7 +81,11 @@ def test_save_pretrained_with_lora_writes_the_adapter_and_head(tmp_path):
     out = tmp_path / "lora"
     trainer.save_pretrained(out)
     assert (out / "adapter_model.safetensors").exists() and (out / "value_head.safetensors").exists()
-    assert not (out / "model.safetensors").exists()
+    # beside the adapter, only the head under TRL 0.11's names (TRL reads a PEFT folder's model.safetensors first)
+    from safetensors import safe_open
+
+    with safe_open(str(out / "model.safetensors"), framework="pt") as f:
+        assert set(f.keys()) == {"v_head.summary.weight", "v_head.summary.bias"}
     again = AutoModelForCausalLMWithValueHead.from_pretrained(out)
     torch.testing.assert_close(_outputs(again), _outputs(trainer.unwrapped_model))
     assert (out / "README.md").exists()
