@@ -78,6 +78,12 @@ def estimate_line(estimate: run_estimate.RunEstimate, budget_seconds: float | No
     return text
 
 
+def _epoch_warning(steps: int, epochs: float, train_rows: int, unit: str) -> str:
+    fewer = max(1, int(steps * EPOCH_WARNING / epochs))
+    return (f"{epochs:.1f} passes over {train_rows} {unit}: the model will mostly memorise them. "
+            f"Label more, or lower steps to about {fewer}.")
+
+
 def _trainer_config(stage: str, trainer_values: dict[str, Any]):
     cls = train_configs.stage_config_class(stage)
     return forms.build_config(cls, train_configs._trainer_defaults(stage, cls, trainer_values))
@@ -150,9 +156,7 @@ def preview_run(db: sqlite_utils.Database, project: str, stage: str, values: dic
         warnings.append(f"only {len(records)} {unit} with these filters: the run would stop at once "
                         f"(it needs at least {MIN_ROWS}).")
     elif epochs > EPOCH_WARNING:
-        fewer = max(1, int(job.steps * EPOCH_WARNING / epochs))
-        warnings.append(f"{epochs:.1f} passes over {train_rows} {unit}: the model will mostly memorise them. "
-                        f"Label more, or lower steps to about {fewer}.")
+        warnings.append(_epoch_warning(job.steps, epochs, train_rows, unit))
     preview = RunPreview(stage, base, known, unit, len(records), train_rows, eval_rows, rows_per_step, job.steps,
                          epochs, warnings)
     if stage == "ppo" and measure is not None and records:
@@ -201,6 +205,11 @@ def _with_estimate(db, project: str, preview: RunPreview, job, trainer, prompts:
                         f"more than time_budget {run_estimate.format_duration(budget)}: {fitted} steps fit.")
     estimate = replace(estimate, steps=steps)
     epochs = steps * preview.rows_per_step / preview.train_rows if preview.train_rows else math.inf
+    stale = _epoch_warning(job.steps, preview.epochs, preview.train_rows, preview.unit)
+    if stale in warnings:  # the passes over the prompts are the fitted steps' now
+        warnings.remove(stale)
+        if epochs > EPOCH_WARNING:
+            warnings.append(_epoch_warning(steps, epochs, preview.train_rows, preview.unit))
     return replace(preview, steps=steps, epochs=epochs, estimate=estimate, budget_seconds=budget, warnings=warnings,
                    steps_asked=job.steps if steps != job.steps else None)
 

@@ -131,3 +131,12 @@ def test_a_failed_measurement_is_a_warning_in_the_preview_and_an_error_for_a_bud
     with pytest.raises(InputError, match="no time estimate"):
         apply_time_budget(labelled, "default", "ppo", {"batch_size": 64, "answers_per_prompt": 4, "time_budget": "1h"},
                           measure=broken)
+
+
+def test_the_epoch_warning_follows_the_fitted_steps(labelled):
+    # 2 training prompts, 16 prompts a step: 40 steps are 320 passes; a budget of 2 steps is 16 passes.
+    values = {"batch_size": 64, "mini_batch_size": 16, "answers_per_prompt": 4, "eval_samples": 0}
+    fitted = preview_run(labelled, "default", "ppo", {**values, "time_budget": "90s"}, measure=_measured([]))
+    # (90 - 10) / 36 = 2.2 -> 2 steps
+    assert fitted.steps == 2 and [w for w in fitted.warnings if "passes" in w] == [
+        "16.0 passes over 2 prompts: the model will mostly memorise them. Label more, or lower steps to about 1."]
