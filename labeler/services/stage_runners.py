@@ -361,12 +361,12 @@ def run_ppo(ctx: StageContext) -> RunResult:
             queue.release_ahead()
     # A full model that AutoModelForCausalLM.from_pretrained loads (a LoRA adapter merged into its base), so
     # chat, eval and other tools take it as it is; the value head is saved beside it for a later resume.
-    # Saved by the main process once every rank has finished stepping (under DDP its weights are everyone's).
+    # Saved by the main process once every rank has finished stepping (under DDP its weights are everyone's;
+    # ZeRO-3 / FSDP shards are gathered first, a collective every rank enters: None when not sharded).
     accelerator.wait_for_everyone()
+    weights = trainer.gathered_state_dict()
     if accelerator.is_main_process:
-        policy = trainer.unwrapped_model
-        policy.merge_and_unload()
-        policy.save_pretrained(ctx.final_dir)
+        trainer.unwrapped_model.save_merged(ctx.final_dir, state_dict=weights)
         tokenizer.save_pretrained(ctx.final_dir)
     return RunResult(str(ctx.final_dir), "policy", base, {}, data_snapshot("prompts", prompts))
 
