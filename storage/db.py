@@ -62,10 +62,7 @@ def connect(path: str | Path, *, create: bool | None = None, busy_timeout_ms: in
                     f"{path}: no such database (a typo in --db?); `rlhf-studio serve --db {path}` creates one,"
                     " or add --create-db"
                 )
-            try:
-                Path(path).parent.mkdir(parents=True, exist_ok=True)
-            except OSError as error:
-                raise StorageError(f"{path}: cannot create the database's folder ({error.strerror})") from None
+            _create_private(Path(path))
         elif Path(path).is_dir():
             raise StorageError(f"{path}: is a folder, not a database file")
     try:
@@ -79,6 +76,51 @@ def connect(path: str | Path, *, create: bool | None = None, busy_timeout_ms: in
     except sqlite3.DatabaseError as error:
         raise StorageError(_explain(path, error)) from None
     return conn
+
+
+# The database holds password hashes and every label: created readable by its owner only. SQLite creates the
+# -wal and -shm files with the database file's permissions, so they are private too.
+PRIVATE_FILE, PRIVATE_FOLDER = 0o600, 0o700
+
+
+def _create_private(path: Path) -> None:
+    """An empty database file, mode 0600 (its folder, when created here, 0700), before SQLite opens it."""
+    try:
+        if not path.parent.exists():
+            path.parent.mkdir(parents=True, mode=PRIVATE_FOLDER, exist_ok=True)
+        elif not path.parent.is_dir():
+            raise NotADirectoryError(20, "Not a directory")
+    except OSError as error:
+        raise StorageError(f"{path}: cannot create the database's folder ({error.strerror})") from None
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, PRIVATE_FILE))
+    except FileExistsError:
+        pass  # created meanwhile by another process: it chose the mode
+    except OSError as error:
+        raise StorageError(f"{path}: cannot create the database ({error.strerror})") from None
+
+
+def make_private(path: str | Path) -> None:
+    """Take group and other permissions off an existing database and its -wal/-shm files (a database created
+    before files were made private, issue 25), when this user owns them; anything else is left as it is."""
+    for name in (str(path), f"{path}-wal", f"{path}-shm"):
+        with contextlib.suppress(OSError):
+            info = os.stat(name)
+            if info.st_uid == os.getuid() and info.st_mode & 0o077:
+                os.chmod(name, info.st_mode & 0o700)
+
+
+class DiskFull(StorageError):
+    """A write failed because the disk (or the database's size limit) is full; the transaction was rolled back."""
+
+    def __init__(self):
+        super().__init__("the disk is full; nothing was saved (free some space on the server, then try again)")
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """SQLITE_FULL ("database or disk is full"), whatever statement hit it."""
+    return isinstance(error, sqlite3.OperationalError) and (
+        getattr(error, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "disk is full" in str(error))
 
 
 def _explain(path: str, error: sqlite3.DatabaseError) -> str:
@@ -103,10 +145,17 @@ def open_db(
     never the one that migrates, and a database older than this code (replaced by an old backup while
     the server ran, or never migrated) is a StorageError naming the versions and the fix.
     """
+    may_create = _CREATION_ALLOWED.get() if create is None else create
+    if migrate and not may_create and str(path) != ":memory:" and Path(path).is_file() and Path(path).stat().st_size == 0:
+        # SQLite takes an empty file for a new database and migrating would make it one: the same typo (or a
+        # `touch`) that a missing file is refused for (issue 25). Without migrating, the schema check refuses it.
+        raise StorageError(f"{path}: an empty file, not a database (a typo in --db?); add --create-db to make it one")
     conn = connect(path, create=create, busy_timeout_ms=busy_timeout_ms)
     db = sqlite_utils.Database(conn)
     try:
         if migrate:
+            if str(path) != ":memory:":
+                make_private(path)  # once per process start (serve, a CLI command, a worker), not per request
             _apply_migrations(db)  # the module function; `migrate` here is the flag
         else:
             _require_current(db, str(path))
@@ -205,11 +254,21 @@ def write_transaction(db: sqlite_utils.Database) -> Iterator[sqlite_utils.Databa
     conn.execute("BEGIN IMMEDIATE")
     try:
         yield db
-    except BaseException:
-        conn.execute("ROLLBACK")
+    except BaseException as error:
+        if conn.in_transaction:  # SQLite may have rolled back itself (SQLITE_FULL can)
+            conn.execute("ROLLBACK")
+        if is_disk_full(error):
+            raise DiskFull() from error
         raise
     else:
-        conn.execute("COMMIT")
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.OperationalError as error:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            if is_disk_full(error):
+                raise DiskFull() from error
+            raise
 
 
 def schema_version(db: sqlite_utils.Database) -> int:

@@ -400,8 +400,13 @@ def start_queued(db, max_concurrent: int | None = None) -> list[int]:
 
 
 def _spawn(run: Run, command: list[str]) -> int:
-    Path(run.output_dir).mkdir(parents=True, exist_ok=True)
-    log = open(run.log_path, "ab")
+    # Private (issue 25): a run's folder holds its checkpoints and the log of everything it printed; a runs
+    # folder created here is the owner's alone too. Folders and files that exist keep their modes.
+    output = Path(run.output_dir)
+    if not output.parent.exists():
+        output.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
+    output.mkdir(mode=0o700, exist_ok=True)
+    log = os.fdopen(os.open(run.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab")
     env = dict(os.environ)
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -433,14 +433,28 @@ def _take_assignment(db: sqlite_utils.Database, proj: Project, user, item, claim
     return max(0.0, round(row["shown_for"], 2))
 
 
-def _replay(db: sqlite_utils.Database, table: str, request_id: str, user, item_id: int) -> LabelResult | None:
-    """The stored label for a request_id seen before (a retry), or None for a new request."""
-    row = db.execute(f"SELECT id, item_id, user_id FROM {table} WHERE request_id = ?", [request_id]).fetchone()
+def _replay(db: sqlite_utils.Database, table: str, request_id: str, user, item_id: int,
+            same=None) -> LabelResult | None:
+    """The stored label for a request_id seen before (a retry), or None for a new request. A reused key with
+    other content (`same(row)` False) is refused: a retry sends what the first try sent, and acknowledging a
+    different score while keeping the first one would tell the client its new label was stored (issue 25)."""
+    row = db.execute(f"SELECT * FROM {table} WHERE request_id = ?", [request_id]).fetchone()
     if row is None:
         return None
     if row["user_id"] != user.id or row["item_id"] != item_id:
         raise InputError("this request_id was already used for another label", field="request_id")
+    if same is not None and not same(row):
+        raise InputError("this request_id was already used for this item with a different label; nothing was "
+                         "changed (undo to change a label)", field="request_id")
     return LabelResult(row["id"], created=False)
+
+
+def _same_order(stored_json: str, order) -> bool:
+    stored = json.loads(stored_json)
+    try:
+        return label_kinds.validate_order(order, [i for group in stored for i in group]) == stored
+    except InputError:
+        return False
 
 
 # `seconds` placeholder for the _and_next submits: time it as the span since the item was last shown.
@@ -449,7 +463,9 @@ SHOWN = "shown"
 
 def _rate(db, proj: Project, user, item_id: int, score: float, comment: str, seconds: float | str | None,
           request_id: str | None, claim: bool) -> LabelResult:
-    if request_id is not None and (replay := _replay(db, "ratings", request_id, user, item_id)):
+    if request_id is not None and (replay := _replay(
+            db, "ratings", request_id, user, item_id,
+            lambda row: row["score"] == label_kinds.validate_score(score, proj.likert_min, proj.likert_max))):
         return replay
     item = _item_row(db, proj, item_id, "rating")
     score = label_kinds.validate_score(score, proj.likert_min, proj.likert_max)
@@ -517,7 +533,8 @@ def submit_rating_and_next(
 
 def _rank(db, proj: Project, user, item_id: int, order: list[list[int]], comment: str, seconds: float | str | None,
           request_id: str | None, claim: bool) -> LabelResult:
-    if request_id is not None and (replay := _replay(db, "rankings", request_id, user, item_id)):
+    if request_id is not None and (replay := _replay(db, "rankings", request_id, user, item_id,
+                                                     lambda row: _same_order(row["order_json"], order))):
         return replay
     item = _item_row(db, proj, item_id, "ranking")
     order = label_kinds.validate_order(order, json.loads(item["response_ids_json"]))

@@ -68,6 +68,8 @@ def parse_prompt(where: Where, record: dict) -> PromptRecord:
     if record.get("prompt") is None and record.get("messages") is not None:
         return prompt_from_messages(where, check_messages(where, record["messages"], "messages"), "messages")
     if record.get("prompt") is None:
+        if "prompt" in record:  # {"prompt": null}: the column is there, its value is not
+            raise where.error("is null: needs text or a list of messages", "prompt")
         present = ", ".join(map(str, record)) or "none"
         raise where.error(f"missing 'prompt' (or 'messages'); columns present: {present}", "prompt")
     value = record["prompt"]

@@ -51,6 +51,7 @@ def read_records(path: str | Path, txt_field: str = "prompt") -> Iterator[tuple[
         raise InputError("file not found", file=str(path))
     if path.is_dir():
         return _checked(_read_datasets_folder(path))
+    require_regular_file(path)
     suffix = path.suffix.lower()
     if suffix == ".parquet":
         return _checked(_read_parquet(path))
@@ -68,8 +69,52 @@ def read_records(path: str | Path, txt_field: str = "prompt") -> Iterator[tuple[
     return _checked(records)
 
 
+def require_regular_file(path: Path) -> None:
+    """InputError for a FIFO, a device or a socket: reading one blocks forever (a FIFO nobody writes to) or never
+    ends (/dev/zero), where a file that is being written or a typo was meant."""
+    import stat
+
+    try:
+        mode = path.stat().st_mode
+    except OSError as error:
+        raise InputError(f"cannot read ({error.strerror})", file=str(path)) from None
+    if not stat.S_ISREG(mode):
+        kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+                else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a file")
+        raise InputError(f"is {kind}, not a regular file; give a file", file=str(path))
+
+
+# JSON nested deeper than this is refused: no record the importers read nests more than a few levels, and
+# Python's parser (and any recursive walk of the result) fails with RecursionError near 1,000 (issue 25: 1,100
+# '[' gave a 31-line traceback).
+MAX_JSON_DEPTH = 100
+
+
+def load_json(text: str, where_error) -> object:
+    """json.loads, with nesting deeper than MAX_JSON_DEPTH refused through `where_error(message)` (an InputError
+    naming the place) instead of a RecursionError. JSONDecodeError is the caller's to report."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise where_error(f"nested more than {MAX_JSON_DEPTH} levels deep") from None
+    return check_depth(value, where_error)
+
+
+def check_depth(value, where_error):
+    """`value` (parsed JSON or YAML) unless its lists and mappings nest deeper than MAX_JSON_DEPTH."""
+    stack = [(value, 1)]
+    while stack:  # iterative: a recursive walk would fail on the structure it checks
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > MAX_JSON_DEPTH:
+                raise where_error(f"nested more than {MAX_JSON_DEPTH} levels deep")
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return value
+
+
 def decode_text(path: Path) -> str:
     """A whole text file (guidelines): strict UTF-8 (a leading BOM is dropped), no NUL bytes; errors name the line."""
+    require_regular_file(path)
     data = path.read_bytes()
     nul = data.find(b"\x00")
     if nul >= 0:
@@ -131,7 +176,7 @@ def _read_jsonl(path: Path, text: str) -> Iterator[tuple[Where, dict]]:
             continue
         where = Where(str(path), number)
         try:
-            record = json.loads(line)
+            record = load_json(line, where.error)
         except json.JSONDecodeError as error:
             raise where.error(f"invalid JSON: {_json_problem(error)}") from None
         if not isinstance(record, dict):
@@ -142,7 +187,7 @@ def _read_jsonl(path: Path, text: str) -> Iterator[tuple[Where, dict]]:
 def _read_json(path: Path, text: str) -> Iterator[tuple[Where, dict]]:
     """A JSON array of objects; positions are array rows (the file may be a single line)."""
     try:
-        data = json.loads(text)
+        data = load_json(text, lambda message: InputError(message, file=str(path)))
     except json.JSONDecodeError as error:
         raise InputError(f"invalid JSON: {_json_problem(error)}", file=str(path), line=error.lineno) from None
     if not isinstance(data, list):
@@ -233,8 +278,10 @@ ROLES = ("system", "user", "assistant", "tool")
 
 def require_text(where: Where, record: dict, field: str) -> str:
     """record[field] as a non-empty string without NUL characters."""
-    if field not in record or record[field] is None:
+    if field not in record:
         raise where.error(f"missing '{field}' (columns present: {', '.join(map(str, record)) or 'none'})", field)
+    if record[field] is None:  # {"prompt": null}, an empty Parquet cell: present, but no text
+        raise where.error("is null: needs text", field)
     value = record[field]
     if not isinstance(value, str):
         raise where.error(f"must be a string, got {type(value).__name__}", field)

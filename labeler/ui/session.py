@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import sqlite3
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +33,7 @@ import gradio as gr
 from labeler.services.errors import InputError, PermissionDenied
 from labeler.services.login_guard import LoginThrottle, Throttled
 from storage import open_db
+from storage.db import DiskFull, is_disk_full
 
 # The client address of the request being handled, set by RequestGuard for the auth coroutine (Gradio passes
 # the auth callable only the username and password).
@@ -488,6 +490,12 @@ def ui_errors(handler: Callable[..., Any]) -> Callable[..., Any]:
             raise gr.Error(f"Not allowed: {error}", title="Permission denied") from error
         except InputError as error:
             raise gr.Error(str(error), title="Invalid input") from error
+        except (DiskFull, sqlite3.OperationalError) as error:
+            # A full disk said so, instead of Gradio's "upstream app has raised an exception" (issue 25); any
+            # other database error stays an unexpected one.
+            if not isinstance(error, DiskFull) and not is_disk_full(error):
+                raise
+            raise gr.Error(f"{DiskFull()}", title="Disk full") from error
 
     return wrapper
 
