@@ -1,47 +1,28 @@
-"""The Train tab's plot values (what keeps Gradio's native chart drawing) and its before/after table, through the
-refresh endpoint the browser's timer calls."""
+"""The Train tab's charts (server-drawn SVG, one per metric) and its before/after table, through the refresh
+endpoint the browser's timer calls."""
 from __future__ import annotations
 
 import json
+import re
 from types import SimpleNamespace
 
 import gradio as gr
 import pandas as pd
 import pytest
 
-from labeler.ui.tabs.train import COMPARISON_COLUMNS, plot_value
+from labeler.ui.tabs.train import COMPARISON_COLUMNS, default_metrics
 
 ADMIN = "root"
 
 
-def _frame(metrics=("env/reward_mean", "objective/kl"), steps=3):
-    return pd.DataFrame([(s, m, float(s)) for m in metrics for s in range(1, steps + 1)],
-                        columns=["step", "metric", "value"])
-
-
-def _shown(frame):
-    """What the browser sends back as the plot's value: Gradio's PlotData (columns and rows)."""
-    return SimpleNamespace(columns=list(frame.columns), data=frame.values.tolist())
-
-
-def test_plot_value_never_mounts_the_chart_on_an_empty_frame():
-    assert plot_value(_frame(steps=0), None) is None
-    assert plot_value(None, None) is None
-
-
-def test_plot_value_sends_rows_while_the_series_stay_the_same():
-    frame = _frame(steps=5)
-    assert plot_value(frame, None) is frame  # nothing shown yet: mounts with data
-    assert plot_value(frame, _shown(_frame(steps=2))) is frame  # same series, more steps: rows replaced
-
-
-def test_plot_value_unmounts_once_when_the_series_change():
-    shown = _shown(_frame(("loss", "accuracy")))
-    assert plot_value(_frame(), shown) is None
-    assert plot_value(_frame(("loss",)), shown) is None
-    # A single-series chart (no color channel) has no color domain to go stale.
-    curve = pd.DataFrame({"minutes": [0.5, 1.0], "reward": [0.1, 0.2]})
-    assert plot_value(curve, _shown(curve.iloc[:1]), series=None) is curve
+def test_default_plots_are_reward_kl_and_the_human_metrics_a_run_has():
+    ppo = ["env/reward_mean", "objective/kl", "ppo/loss/total", "human/labels_used", "rm_online/agreement"]
+    assert default_metrics("ppo", ppo) == ["env/reward_mean", "objective/kl", "human/labels_used", "rm_online/agreement"]
+    assert default_metrics("grpo", ["kl", "loss", "reward"]) == ["reward", "kl"]
+    assert default_metrics("rm", ["accuracy", "grad_norm", "loss"]) == ["loss", "accuracy"]
+    assert default_metrics("dpo", ["loss", "rewards/margins"]) == ["rewards/margins", "loss"]
+    assert default_metrics("sft", ["loss", "grad_norm"]) == ["loss"]
+    assert default_metrics("sft", ["grad_norm", "lr"]) == ["grad_norm", "lr"]
 
 
 @pytest.fixture
@@ -83,10 +64,15 @@ def test_refresh_shows_the_before_after_table_and_the_reward_curve(train_app, db
                                                      json.dumps([{"prompt": "The film", "answer": answer, "reward": reward,
                                                                   "kl": 0.0, "length": 4}])])
     db.conn.close()
-    out = _refresh(train_app, run_id, [], None, None)
+    out = _refresh(train_app, run_id, [])
     plot, curve, table, answers, note = out[4], out[9], out[10], out[11], out[12]
-    assert list(plot["metric"].unique()) == ["env/reward_mean"] and list(plot["step"]) == [1, 2]
-    assert curve.to_dict("list") == {"minutes": [1.0, 2.0], "reward": [0.1, 0.4]}
+    # One chart, the reward, with its two steps; then the held-out positive share, 0% before and 100% after.
+    assert re.findall(r'data-series="([^"]+)"[^>]* points="([^"]+)"', plot) == [("env/reward_mean", "56.0,200.0 548.0,40.0")]
+    assert "Reward (mean per answer)" in plot and "Positive share on held-out prompts" in plot
+    assert re.findall(r'class="studio-chart-bar" data-label="([^"]+)"[^>]* height="([^"]+)"', plot) == [
+        ("before (base)", "0.0"), ("after", "160.0")]
+    # The curve: minutes 1 and 2 (x ticks 1.0..2.0), rewards 0.1 and 0.4 (y ticks 0.1..0.4).
+    assert re.findall(r'points="([^"]+)"', curve) == ["56.0,200.0 548.0,40.0"]
     assert list(table.columns) == COMPARISON_COLUMNS
     assert table.values.tolist() == [["before (base)", "default", 0.2, 0.0, 0.0, 4.0, 1.0],
                                      ["after", "ppo-run1", 0.9, 1.0, 3.0, 4.0, 1.0]]
@@ -100,8 +86,8 @@ def test_refresh_without_metrics_or_evaluation_sends_no_plot_data(train_app, db_
     db = open_db(db_path)
     run_id = db.execute("INSERT INTO runs (project_id, stage, status) VALUES (1, 'rm', 'succeeded')").lastrowid
     db.conn.close()
-    out = _refresh(train_app, run_id, [], None, None)
-    assert out[4] is None and out[9] is None
+    out = _refresh(train_app, run_id, [])
+    assert "No metrics yet" in out[4] and "<polyline" not in out[4] and "No rewards yet" in out[9]
     assert len(out[10]) == 0 and "No held-out evaluation" in out[12]
 
 

@@ -89,24 +89,68 @@ def waiting_banner(db, project: str) -> dict:
     return gr.update(value="\n\n".join(parts), visible=bool(parts))
 
 
-def plot_value(frame: pd.DataFrame, shown, series: str | None = "metric") -> pd.DataFrame | None:
-    """What to send to a gr.LinePlot so that it draws (Gradio 6.31's native plot, read in its frontend bundle):
-    the chart compiles its Vega-Lite spec, color domain included, when it is mounted with data, and later
-    values only replace the rows. A spec compiled from an empty frame draws nothing ("Infinite extent for
-    field step"), and new series added to a mounted chart keep the old color domain (lines without a stroke).
-    So: None while there is nothing to plot, and None once when the series differ from those shown (`shown`,
-    the plot's current value), which unmounts the chart; the next value mounts it afresh."""
-    if frame is None or len(frame) == 0:
-        return None
-    if series is None or shown is None:
-        return frame
-    columns, data = list(getattr(shown, "columns", None) or []), getattr(shown, "data", None) or []
-    if series not in columns:
-        return None
-    index = columns.index(series)
-    if {row[index] for row in data} != set(frame[series]):
-        return None
-    return frame
+# The default plots, each the first of its names that the run logged (stages name the same thing differently),
+# in plain words: what a person watches during a run. The full list is one click away ("All metrics").
+DEFAULT_PLOTS = [
+    ("Reward", ["env/reward_mean", "reward", "rewards/margins"]),
+    ("KL to the starting model", ["objective/kl", "kl"]),
+    ("Human labels used", ["human/labels_used"]),
+    ("Online reward model agrees with people", ["rm_online/agreement"]),
+]
+# Plain titles for metrics a person knows by another name; any other metric is titled by its own name.
+METRIC_TITLES = {
+    "env/reward_mean": "Reward (mean per answer)", "reward": "Reward (mean per answer)",
+    "objective/kl": "KL to the starting model", "kl": "KL to the starting model", "loss": "Training loss",
+    "accuracy": "Reward model accuracy (chosen above rejected)", "rewards/margins": "Reward margin (chosen - rejected)",
+    "human/labels_used": "Human labels used", "rm_online/agreement": "Online reward model agrees with people",
+}
+
+
+def default_metrics(stage: str, names: list[str]) -> list[str]:
+    """The metrics plotted when nobody picked any: the DEFAULT_PLOTS the run has and the stage's own (a reward
+    model's loss and accuracy), else the first two."""
+    chosen = [next(n for n in group if n in names) for _, group in DEFAULT_PLOTS if any(n in names for n in group)]
+    chosen += [n for n in DEFAULT_METRICS.get(stage, []) if n in names and n not in chosen]
+    return chosen or names[:2]
+
+
+def metrics_html(frame: pd.DataFrame, names: list[str], positive_share: tuple[float | None, float | None] = (None, None)) -> str:
+    """One small chart per metric (each on its own scale: a loss of 0.7 and a KL of 0.01 share no axis), titled
+    in plain words with the metric's name in the legend; then the held-out positive share before and after,
+    once the run's evaluation exists. Every refresh sends the whole thing, so it never shows a blank chart."""
+    from labeler.ui.charts import Series, bar_chart_svg, line_chart_svg
+
+    panels = []
+    for name in names:
+        rows = frame[frame["name"] == name] if len(frame) else frame
+        points = tuple((float(step), float(value)) for step, value in zip(rows["step"], rows["value"]))
+        panels.append(line_chart_svg([Series(name, points)], title=METRIC_TITLES.get(name, name)))
+    before, after = positive_share
+    if after is not None:
+        bars = ([("before (base)", before)] if before is not None else []) + [("after", after)]
+        panels.append(bar_chart_svg(bars, title="Positive share on held-out prompts", percent=True))
+    if not panels:
+        panels.append(line_chart_svg([], title="Metrics", empty_text="No metrics yet: they appear after the first step"))
+    return "<div class='studio-charts'>" + "".join(f"<div class='studio-chart-panel'>{p}</div>" for p in panels) + "</div>"
+
+
+def reward_curve_html(curve: pd.DataFrame | None) -> str:
+    from labeler.ui.charts import Series, line_chart_svg
+
+    points = () if curve is None else tuple(zip(curve["minutes"].astype(float), curve["reward"].astype(float)))
+    return line_chart_svg([Series("env/reward_mean", points)], title="Mean reward by wall time",
+                          x_title="minutes since the run started", x_integer=False,
+                          empty_text="No rewards yet (policy runs log them)")
+
+
+def positive_share(db, run_id: int | None) -> tuple[float | None, float | None]:
+    """(before, after) held-out positive share of a finished run's evaluation; (None, None) without one."""
+    if not run_id:
+        return None, None
+    before, after = evaluation.run_comparison(db, run_id)
+    if after is None:
+        return None, None
+    return (before.metrics.get("eval/positive_share") if before else None), after.metrics.get("eval/positive_share")
 
 
 def comparison_frame(db, run_id: int | None) -> tuple[pd.DataFrame, pd.DataFrame, str]:
@@ -218,12 +262,11 @@ def build(ctx: UIContext) -> None:
         resume = gr.Button("Resume", scale=1)
     status = gr.Markdown(elem_id="train-status")
     progress = gr.HTML()
-    metric_names = gr.CheckboxGroup([], value=[], label="Metrics", elem_id="train-metrics")
-    # None, not an empty frame: see plot_value.
-    plot = gr.LinePlot(None, x="step", y="value", color="metric", label="Metrics by step", elem_id="train-plot",
-                       height=320)
-    reward_curve = gr.LinePlot(None, x="minutes", y="reward", label="Mean reward by wall time (env/reward_mean)",
-                               x_title="minutes since the run started", elem_id="train-reward-curve", height=240)
+    # Drawn on the server as SVG (metrics_html): the default plots, or those picked under "All metrics".
+    plot = gr.HTML(metrics_html(pd.DataFrame(columns=["step", "name", "value"]), []), elem_id="train-plot")
+    with gr.Accordion("All metrics (pick which to plot)", open=False):
+        metric_names = gr.CheckboxGroup([], value=[], label="Metrics", elem_id="train-metrics")
+    reward_curve = gr.HTML(reward_curve_html(None), elem_id="train-reward-curve")
     gr.Markdown("**Held-out evaluation: the base model before, the trained model after**")
     eval_note = gr.Markdown(elem_id="train-eval-note")
     comparison = gr.Dataframe(pd.DataFrame(columns=COMPARISON_COLUMNS), interactive=False,
@@ -298,27 +341,24 @@ def build(ctx: UIContext) -> None:
         where = "started" if created.status == "running" else "queued (another run is in progress)"
         return f"Run **#{created.id}** {where}.", gr.update(choices=choices, value=created.id)
 
-    def refresh(run_id, selected, shown, shown_curve, request: gr.Request):
+    def refresh(run_id, selected, request: gr.Request):
         """The timer's tick: everything shown about the selected run, read back from SQLite."""
         try:
             with ctx.connection() as db:
                 require_admin(db, request)
                 jobs.poll(db)
-                return _refresh(db, run_id, selected, shown, shown_curve)
+                return _refresh(db, run_id, selected)
         except (PermissionDenied, InputError):
             return tuple(gr.update() for _ in refresh_outputs)
 
-    def _refresh(db, run_id, selected, shown, shown_curve):
+    def _refresh(db, run_id, selected):
         if not run_id:  # nothing picked yet: follow the newest run
             newest = jobs.list_runs(db, project=project, limit=1)
             run_id = newest[0].id if newest else None
         current = jobs.get_run(db, run_id) if run_id else None
         names = jobs.metric_names(db, run_id) if current else []
-        chosen = [n for n in (selected or []) if n in names] or [n for n in DEFAULT_METRICS.get(
-            current.stage if current else "", []) if n in names] or names[:2]
+        chosen = [n for n in (selected or []) if n in names] or default_metrics(current.stage if current else "", names)
         frame = jobs.metrics_frame(db, run_id, chosen) if current else pd.DataFrame(columns=["step", "name", "value"])
-        # Vega-Lite treats a field called "name" specially (the legend broke): plot it as "metric".
-        frame = frame.rename(columns={"name": "metric"})
         curve = evaluation.reward_curve(db, run_id) if current else None
         metrics_table, answers_table, note = comparison_frame(db, run_id if current and current.finished else None)
         rows = jobs.samples(db, run_id, 12) if current else []
@@ -327,13 +367,13 @@ def build(ctx: UIContext) -> None:
             status_markdown(current),
             progress_html(current),
             gr.update(choices=names, value=chosen),
-            plot_value(frame, shown),
+            metrics_html(frame, chosen, positive_share(db, run_id if current and current.finished else None)),
             pd.DataFrame(rows, columns=SAMPLE_COLUMNS),
             jobs.log_tail(current, 40) if current else "",
             history_frame(db, project),
             # Choices only: a tick that started before a launch finished must not reset the picked run.
             gr.update(choices=run_choices(db, project)),
-            plot_value(curve, shown_curve, series=None),
+            reward_curve_html(curve),
             metrics_table,
             answers_table,
             note,
@@ -398,7 +438,7 @@ def build(ctx: UIContext) -> None:
     timer = gr.Timer(REFRESH_SECONDS)
     refresh_outputs = [banner, status, progress, metric_names, plot, samples, log, history, run, reward_curve,
                        comparison, comparison_answers, eval_note]
-    refresh_inputs = [run, metric_names, plot, reward_curve]
+    refresh_inputs = [run, metric_names]
     if ctx.app is not None:
         ctx.app.load(quiet_on_load(load_choices, 4), None, [model, job_widgets["reward_model"], inspect_model, run],
                      api_name="train_choices")
@@ -408,12 +448,8 @@ def build(ctx: UIContext) -> None:
     preview.click(do_preview, {stage, model, advanced, *job_inputs, *trainer_inputs}, notice,
                   api_name="train_preview")
     timer.tick(refresh, refresh_inputs, refresh_outputs, api_name="train_refresh", show_progress="hidden")
-    # A second refresh right after: when the series changed, the first one unmounts the chart (plot_value).
-    run.input(refresh, refresh_inputs, refresh_outputs, api_name="train_select", show_progress="hidden").then(
-        refresh, refresh_inputs, refresh_outputs, api_name="train_select_again", show_progress="hidden")
-    metric_names.input(refresh, refresh_inputs, refresh_outputs, api_name="train_metrics",
-                       show_progress="hidden").then(refresh, refresh_inputs, refresh_outputs, api_name="train_metrics_again",
-                                                    show_progress="hidden")
+    run.input(refresh, refresh_inputs, refresh_outputs, api_name="train_select", show_progress="hidden")
+    metric_names.input(refresh, refresh_inputs, refresh_outputs, api_name="train_metrics", show_progress="hidden")
     stop.click(_action(jobs.request_stop, "asked to stop after the current step"), run, notice, api_name="train_stop")
     cancel.click(_action(jobs.cancel_run, "cancelled"), run, notice, api_name="train_cancel")
     resume.click(_action(jobs.resume_run, "resumed"), run, notice, api_name="train_resume")
