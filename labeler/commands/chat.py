@@ -1,4 +1,4 @@
-"""`rlhf-studio chat` (talk to a model in the terminal, streamed) and `rlhf-studio models list/add/push`."""
+"""`rlhf-studio chat` (talk to a model in the terminal, streamed) and `rlhf-studio models list/add/push/merge`."""
 from __future__ import annotations
 
 import argparse
@@ -48,6 +48,16 @@ def register(subparsers, common: argparse.ArgumentParser) -> None:
     push.add_argument("repo", help="the Hub repository, owner/name (created if missing)")
     push.add_argument("--private", action="store_true", help="create the repository private")
     push.set_defaults(func=run_models_push)
+    merge = actions.add_parser(
+        "merge", parents=[common], help="merge a registered LoRA adapter into a full model and register it",
+        description="Merge a registered LoRA adapter (kind adapter, e.g. an SFT or DPO run with lora=true) into its "
+                    "base weights: a full safetensors folder any plain AutoModelForCausalLM.from_pretrained loads "
+                    "(no peft), registered as a policy.",
+    )
+    merge.add_argument("name", help="the registered adapter's name")
+    merge.add_argument("--name", dest="output_name", default=None, help="registry name of the merged model (default: NAME-merged)")
+    merge.add_argument("--out", default=None, help="folder to write (default: the adapter's folder name + '-merged', beside it)")
+    merge.set_defaults(func=run_models_merge)
 
 
 def run_chat(args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
@@ -141,4 +151,17 @@ def run_models_push(args: argparse.Namespace) -> int:
     finally:
         db.conn.close()
     print(f"pushed {args.name} to {url}")
+    return 0
+
+
+def run_models_merge(args: argparse.Namespace) -> int:
+    from labeler.services.models import merge_adapter_model
+    from storage import open_db
+
+    db = open_db(args.db)
+    try:
+        row = merge_adapter_model(db, args.name, output_name=args.output_name, out_dir=args.out)
+    finally:
+        db.conn.close()
+    print(f"merged {args.name} into {row['name']} ({row['kind']}): {row['path']}")
     return 0

@@ -252,3 +252,57 @@ def newest(db: sqlite_utils.Database, kind: str) -> str:
         hint = "train one (stage rm) or set reward_model" if kind == "reward" else "register one (models add)"
         raise InputError(f"no {kind} model registered: {hint}", field="reward_model" if kind == "reward" else "model")
     return row[0]
+
+
+def merge_adapter_model(db: sqlite_utils.Database, name: str, output_name: str | None = None,
+                        out_dir: str | None = None) -> dict:
+    """Merge the registered LoRA adapter `name` (kind 'adapter') into its base weights and register the result.
+
+    Writes a full safetensors folder that a plain `AutoModelForCausalLM.from_pretrained` loads (no peft needed),
+    with the tokenizer (and a PPO value head, if the adapter folder has one), at `out_dir` (default: beside the
+    adapter, `<adapter folder>-merged`), then registers it as a policy named `output_name` (default
+    `<name>-merged`) with the adapter's base model, run, metrics and data snapshot. Everything is checked before
+    the merge starts; the folder is written under a temporary name and renamed when complete, so a failed merge
+    leaves no folder and no registry row.
+    """
+    import os
+    import shutil
+
+    adapter = get_model(db, name)
+    if adapter["kind"] != "adapter":
+        raise InputError(f"{name!r} is a {adapter['kind']} model, not a LoRA adapter: nothing to merge", field="name")
+    folder = Path(adapter["path"])
+    config_file = folder / "adapter_config.json"
+    if not config_file.is_file():
+        raise InputError(f"{name!r}: {folder} has no adapter_config.json (a LoRA adapter folder has one)", field="name")
+    task = json.loads(config_file.read_text(encoding="utf-8")).get("task_type")
+    if task not in (None, "CAUSAL_LM"):
+        raise InputError(f"{name!r} is a {task} adapter; only causal-LM adapters are merged here", field="name")
+    output_name = _check_name(output_name or f"{name}-merged")
+    if db.execute("SELECT 1 FROM models WHERE name = ?", [output_name]).fetchone() or output_name == DEFAULT_POLICY:
+        raise InputError(f"a model named {output_name!r} is already registered (choose another with --name)", field="name")
+    out = Path(out_dir).expanduser() if out_dir else folder.with_name(folder.name + "-merged")
+    if out.exists():
+        raise InputError(f"{out}: already exists; choose another folder with --out", field="out")
+
+    from rlhf.loading import load_causal_lm, load_tokenizer
+    from rlhf.value_head import VALUE_HEAD_FILE
+
+    partial = out.with_name(f".{out.name}.partial-{os.getpid()}")
+    try:
+        # dtype "auto": the base's saved precision (a bf16 base stays bf16, not doubled to fp32).
+        load_causal_lm(folder, dtype="auto").merge_and_unload().save_pretrained(partial)
+        base = json.loads(config_file.read_text(encoding="utf-8")).get("base_model_name_or_path")
+        has_tokenizer = (folder / "tokenizer_config.json").exists()
+        load_tokenizer(folder if has_tokenizer else base, padding_side="left").save_pretrained(partial)
+        if (folder / VALUE_HEAD_FILE).exists():
+            shutil.copy(folder / VALUE_HEAD_FILE, partial / VALUE_HEAD_FILE)
+        os.replace(partial, out)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    config = {"merged_from": name, "adapter_path": str(folder), **{k: v for k, v in adapter["config"].items()
+                                                                   if k not in ("merged_from", "adapter_path")}}
+    return register_model(db, output_name, str(out), "policy", base_model=adapter["base_model"],
+                          run_id=adapter["run_id"], config=config, metrics=adapter["metrics"],
+                          data_snapshot=adapter["data_snapshot"] or "")
