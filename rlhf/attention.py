@@ -41,8 +41,11 @@ def lean_eager_attention(module: torch.nn.Module, query: torch.Tensor, key: torc
         mask = attention_mask[..., : key.shape[-2]]
         if mask.dtype == torch.bool:
             scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-        else:  # finfo(float32).min becomes bf16's own minimum: bf16 has fp32's exponent range
-            scores = scores + mask.to(scores.dtype)
+        else:
+            # finfo(float32).min is beyond bf16's largest magnitude and would round to -inf: a query that sees no
+            # key at all (a left-padded row's padding) would then softmax to NaN, and 0 x NaN spreads it to the
+            # real rows of the next layer. Clamped to the compute dtype's minimum it stays finite.
+            scores = scores + mask.clamp(min=torch.finfo(scores.dtype).min).to(scores.dtype)
     weights = torch.softmax(scores, dim=-1)
     weights = torch.nn.functional.dropout(weights, p=dropout, training=module.training)
     output = torch.matmul(weights.to(value.dtype), value)

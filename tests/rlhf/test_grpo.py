@@ -199,3 +199,18 @@ def test_trainer_arguments_that_cannot_run_here_say_why(tiny_model_dir, tmp_path
     with pytest.raises(ValueError, match=r"train_dataset: needs a 'prompt' column \(columns: \['text'\]\)"):
         GRPOTrainer(str(tiny_model_dir), reward_funcs=reward_len, args=small_args(GRPOConfig, tmp_path),
                     train_dataset=Dataset.from_dict({"text": ["a"]}))
+
+
+def test_left_padded_batches_stay_finite_under_bf16_with_lean_eager(tiny_model_dir):
+    """GRPO trains and generates on left-padded prompts: a padding query sees no key, and the fp32 mask minimum
+    used to round to -inf in bf16 (NaN softmax, spread to the real rows by the next layer)."""
+    from rlhf.attention import use_attention
+    from rlhf.generation import left_pad
+    from rlhf.loading import load_causal_lm
+
+    model = load_causal_lm(tiny_model_dir).eval()
+    use_attention(model, "lean_eager", "cpu")
+    input_ids, attention_mask = left_pad([torch.tensor([5, 6, 7, 8, 9]), torch.tensor([5, 6])], pad_id=0)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
+    assert torch.isfinite(logits[:, -1]).all()
