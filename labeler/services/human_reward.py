@@ -56,6 +56,7 @@ class HumanRewardQueue:
     min_ratings: int = 1
     should_stop: Callable[[], bool] = lambda: False
     label_kind: str = "rating"  # rating: one Rate item per rollout; ranking: one Rank item per prompt's group
+    group_size: int | None = None  # ranking: answers per prompt in a batch (None: runs of the same query)
     # Batches queued by request_ahead and not yet waited for, oldest first: (queries, responses, item ids).
     ahead: deque = field(default_factory=deque, init=False, repr=False)
 
@@ -70,7 +71,7 @@ class HumanRewardQueue:
         """Queue the rollouts (one transaction); returns the item ids: one per rollout (rating), or one per group of
         consecutive rollouts with the same query (ranking), in rollout order."""
         project = get_project(self.db, self.project)
-        groups = group_rollouts(queries) if self.label_kind == "ranking" else [[i] for i in range(len(queries))]
+        groups = self.groups(queries)
         item_ids = []
         with write_transaction(self.db):
             for group in groups:
@@ -81,6 +82,12 @@ class HumanRewardQueue:
                 item_ids.append(insert_item(self.db, project.id, self.label_kind, prompt_id, response_ids,
                                             priority=PPO_PRIORITY, run_id=self.run_id))
         return item_ids
+
+    def groups(self, queries: list[str]) -> list[list[int]]:
+        """Rollout indices per item: one each (rating), or each prompt's group (ranking)."""
+        if self.label_kind == "ranking":
+            return group_rollouts(queries, self.group_size)
+        return [[i] for i in range(len(queries))]
 
     def collect(self, item_ids: list[int]) -> list[float | None]:
         """Current rewards, one per rollout of the items (in rollout order): the mapped mean rating, or the mean
@@ -160,15 +167,19 @@ class HumanRewardQueue:
         return self.wait(item_ids, timeout)
 
 
-def group_rollouts(queries: list[str]) -> list[list[int]]:
-    """Indices of consecutive rollouts with the same query: each prompt's group of answers, one Rank item each.
-    ValueError when a group cannot be one ranking (fewer than 2 or more than MAX_RANKING_SIZE answers)."""
+def group_rollouts(queries: list[str], group_size: int | None = None) -> list[list[int]]:
+    """Each prompt's group of answers (one Rank item each): consecutive chunks of `group_size` rollouts, or, without
+    it, runs of consecutive rollouts with the same query. ValueError when a group cannot be one ranking (fewer than
+    2 or more than MAX_RANKING_SIZE answers, or a chunk mixing queries)."""
     groups: list[list[int]] = []
     for index, query in enumerate(queries):
-        if groups and queries[groups[-1][0]] == query:
+        if groups and queries[groups[-1][0]] == query and (group_size is None or len(groups[-1]) < group_size):
             groups[-1].append(index)
         else:
             groups.append([index])
+    if group_size is not None and any(len(group) != group_size for group in groups):
+        raise ValueError(f"rollouts come in groups of {group_size} answers to one prompt (answers_per_prompt); "
+                         f"got groups of {sorted({len(g) for g in groups})}")
     for group in groups:
         if not MIN_RANKING_SIZE <= len(group) <= MAX_RANKING_SIZE:
             raise ValueError(f"a prompt has {len(group)} answers in this batch: a ranking needs "

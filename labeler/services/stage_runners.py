@@ -17,7 +17,7 @@ from labeler.services import checkpoints, models
 from labeler.services.errors import InputError
 from labeler.services.metrics_sink import main_process_decides
 from labeler.services.projects import get_project
-from labeler.services.stages import RunResult, StageContext, data_snapshot
+from labeler.services.stages import RunResult, StageContext, checkpoint_due, data_snapshot
 
 JOB_STATE_FILE = "job_state.json"
 
@@ -186,7 +186,8 @@ def human_queue(ctx: StageContext):
     if ctx.job.reward not in ("human", "mix"):
         return None
     return HumanRewardQueue(ctx.db_path, ctx.project, ctx.run_id, policy=ctx.job.timeout_policy,
-                            model_name=f"ppo-run{ctx.run_id}", should_stop=ctx.should_stop)
+                            model_name=f"ppo-run{ctx.run_id}", should_stop=ctx.should_stop,
+                            label_kind=ctx.job.human_label, group_size=ctx.job.answers_per_prompt)
 
 
 def reward_source(ctx: StageContext, db, queue=None):
@@ -209,12 +210,33 @@ def reward_source(ctx: StageContext, db, queue=None):
     if job.reward == "rm":
         return rm()
     queue = queue or human_queue(ctx)
+    if job.reward == "mix" and job.online_rm:
+        return active_mix(ctx, db, queue)
     human = HumanReward(queue.request_and_wait, timeout=job.human_timeout)
     if job.reward == "mix":
         return MixReward(human, rm(), job.w_human, job.w_rm)
     if job.timeout_policy == "rm":  # human only, but the reward model fills in what nobody rated in time
         return MixReward(human, rm(), 1.0, 0.0)
     return human
+
+
+def active_mix(ctx: StageContext, db, queue):
+    """reward=mix with online_rm: people judge the groups the online reward model is least sure of, the model
+    learns from each label and scores the rest (labeler/services/online_reward.py)."""
+    from labeler.services.online_reward import ActiveMixReward, OnlineRewardModel
+    from rlhf.reward import RewardScorer
+
+    job = ctx.job
+    warm_start = job.reward_model
+    if not warm_start:
+        try:
+            warm_start = models.newest(db, "reward")  # the project's reward model, if it has one
+        except InputError:
+            warm_start = ""  # none yet: start from the encoder alone
+    prior = RewardScorer(models.resolve(db, warm_start)).score if warm_start else None
+    model = OnlineRewardModel(ctx.db_path, ctx.project, refit_every=job.rm_refit_every, seed=job.seed, prior=prior)
+    return ActiveMixReward(queue, model, human_share=job.human_share, timeout=job.human_timeout,
+                           score_std=job.rm_score_std or 0.5, seed=job.seed)
 
 
 def ppo_prompts(db, project: str, seed: int) -> list[str]:
@@ -316,7 +338,7 @@ def run_ppo(ctx: StageContext) -> RunResult:
                 computed = trainer.behaviour_logprobs([r.query for r in kept], [r.response for r in kept])
                 for rollout, logprobs in zip(kept, computed):
                     rollout.behaviour_logprobs = logprobs
-            queue.request_ahead(texts, answers)
+            getattr(reward, "request_ahead", queue.request_ahead)(texts, answers)  # a mix picks its groups first
         return rollouts
 
     ahead: list[Rollout] = []  # overlap: the next batch, generated and already in the rating queue
@@ -347,7 +369,7 @@ def run_ppo(ctx: StageContext) -> RunResult:
             trainer.log_stats(stats, {"query": [r.prompt for r in batch], "response": [r.answer for r in batch]},
                               score_tensors)
             ctx.sink.progress(trainer.current_step, job.steps)
-            if job.checkpoint_every and trainer.current_step % job.checkpoint_every == 0:
+            if checkpoint_due(job, trainer.current_step):  # every step when people's labels went into it
                 # The batch generated ahead is not trained on yet: a resumed run generates it again.
                 def write(folder: Path, position=position - world * (len(ahead) // job.answers_per_prompt)):
                     trainer.save_checkpoint(folder)  # every rank: it gathers their RNG states

@@ -99,6 +99,18 @@ class JobConfig:
     human_timeout: float = field(default=300.0, metadata={"help": "Seconds to wait for human ratings of a batch."})
     timeout_policy: Literal["skip", "wait", "rm"] = field(default="skip", metadata={
         "help": "Rollouts without a rating at the timeout: skip them, wait again, or score them with the reward model."})
+    human_label: Literal["ranking", "rating"] = field(default="ranking", metadata={
+        "help": "human/mix: how people judge a batch: rank each prompt's answers in one item (one label per group; "
+                "the order is all RLOO needs) or rate each answer on the Likert scale.", "widget": "radio"})
+    human_share: float = field(default=0.25, metadata={
+        "help": "mix: share of each batch's answer groups that people judge (those the reward model is least sure "
+                "of, one in four at random); the online reward model scores the rest."})
+    online_rm: bool = field(default=True, metadata={
+        "help": "mix: the reward model learns from every human label during the run (warm start from reward_model "
+                "when one is registered or named, else from the encoder); off: a frozen reward model, people "
+                "rate every answer, and rewards are w_human * human + w_rm * rm."})
+    rm_refit_every: int = field(default=8, metadata={
+        "help": "mix with online_rm: refit the reward model in the background after this many new labels."})
     human_overlap: bool = field(default=False, metadata={
         "help": "human/mix: generate the next batch while the current one is rated (one batch of staleness, "
                 "corrected by the PPO ratio against the generating policy)."})
@@ -135,6 +147,11 @@ class JobConfig:
         _check(self.human_timeout > 0, "human_timeout", self.human_timeout, "must be positive")
         _check(self.w_human >= 0 and self.w_rm >= 0, "w_human/w_rm", (self.w_human, self.w_rm), "must be >= 0")
         _check(self.max_new_tokens >= 1, "max_new_tokens", self.max_new_tokens, "must be at least 1")
+        _check(0 < self.human_share <= 1, "human_share", self.human_share, "must be in (0, 1]")
+        _check(self.rm_refit_every >= 1, "rm_refit_every", self.rm_refit_every, "must be at least 1")
+        _check(not (self.reward in ("human", "mix") and self.human_label == "ranking"
+                    and not 2 <= self.answers_per_prompt <= 8), "answers_per_prompt", self.answers_per_prompt,
+               "human_label=ranking puts each prompt's answers in one ranking: 2 to 8 answers (or human_label=rating)")
         _check(self.answers_per_prompt >= 1, "answers_per_prompt", self.answers_per_prompt, "must be at least 1")
         _check(self.runner == "" or ":" in self.runner, "runner", self.runner, "must be module:function")
         _check(self.num_processes is None or self.num_processes >= 1, "num_processes", self.num_processes,
@@ -158,6 +175,45 @@ def stage_config_class(stage: str):
 def form_fields(stage: str) -> list[str]:
     names = {spec.name for spec in forms.field_specs(stage_config_class(stage))}
     return [name for name in FORM_FIELDS[stage] if name in names]
+
+
+# What the web Train form (and its "More settings" box) may set: an allowlist (issue 25). Numbers, switches and
+# choices of the training math and the job, nothing that names a file, a folder, code to import, a tracker or the
+# hub. A field added to a config later stays command-line only (rlhf-studio train --set) until it is listed here.
+WEB_JOB_SETTINGS = (
+    "model", "output_name", "steps", "time_budget", "checkpoint_every", "bf16", "lora", "lora_r", "lora_alpha",
+    "annotators", "min_annotators", "min_agreement", "include_rating_pairs", "sft_min_score", "test_size",
+    "reward", "reward_model", "reward_function", "subtract_query_score", "rm_score_std", "w_human", "w_rm",
+    "human_timeout", "timeout_policy", "human_label", "human_share", "online_rm", "rm_refit_every",
+    "human_overlap", "max_new_tokens", "answers_per_prompt", "samples_per_step", "seed", "eval_samples",
+    "num_processes",
+)
+WEB_TRAINER_SETTINGS = (
+    # optimiser and schedule
+    "learning_rate", "weight_decay", "warmup_steps", "lr_scheduler_type", "max_grad_norm", "adam_beta1",
+    "adam_beta2", "adam_epsilon", "optim", "gradient_accumulation_steps", "per_device_train_batch_size",
+    "per_device_eval_batch_size", "num_train_epochs", "gradient_checkpointing", "logging_steps",
+    # sequences and data
+    "max_length", "max_prompt_length", "max_completion_length", "packing", "completion_only_loss",
+    # preference and reward losses
+    "beta", "loss_type", "label_smoothing", "center_rewards_coefficient", "desirable_weight", "undesirable_weight",
+    "sync_ref_model", "ref_model_mixup_alpha", "ref_model_sync_steps",
+    # PPO
+    "batch_size", "mini_batch_size", "ppo_epochs", "init_kl_coef", "adap_kl_ctrl", "target", "horizon", "gamma",
+    "lam", "cliprange", "cliprange_value", "vf_coef", "kl_penalty", "whiten_rewards", "early_stopping",
+    "target_kl", "ratio_threshold", "use_score_scaling", "use_score_norm", "score_clip", "entropy_coef",
+    # GRPO / RLOO sampling and clipping
+    "num_iterations", "num_generations", "epsilon", "epsilon_high", "scale_rewards", "normalize_advantages",
+    "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "mask_truncated_completions",
+    "steps_per_generation", "generation_batch_size",
+)
+
+
+def web_settings(stage: str) -> set[str]:
+    """The settings a web form may send for `stage`: WEB_JOB_SETTINGS, the stage's FORM_FIELDS and the listed
+    WEB_TRAINER_SETTINGS it has (jobs.create_run(from_web=True) refuses any other, naming it)."""
+    names = {spec.name for spec in forms.field_specs(stage_config_class(stage))}
+    return set(WEB_JOB_SETTINGS) | set(FORM_FIELDS[stage]) | (set(WEB_TRAINER_SETTINGS) & names)
 
 
 def split_settings(stage: str, values: dict[str, Any], source: str | None = None) -> tuple[dict, dict]:

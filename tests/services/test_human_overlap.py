@@ -47,7 +47,7 @@ def test_next_batch_is_queued_before_the_first_is_rated(db, db_path, tmp_path, t
     for i in range(4):
         db.execute("INSERT INTO prompts (project_id, text, text_hash) VALUES (1, ?, ?)", [f"Review {i}:", f"h{i}"])
     run = jobs.create_run(db, "ppo", {"model": str(tiny_model_dir), "steps": 2, "reward": "human",
-                                      "human_overlap": "true", "human_timeout": 60, "batch_size": 2, "answers_per_prompt": 1,
+                                      "human_overlap": "true", "human_timeout": 60, "batch_size": 2, "answers_per_prompt": 1, "human_label": "rating",
                                       "mini_batch_size": 2, "ppo_epochs": 1, "max_new_tokens": 4,
                                       "learning_rate": 0.01, "checkpoint_every": 0},
                           runs_dir=tmp_path / "runs", start=False)

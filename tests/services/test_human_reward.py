@@ -170,3 +170,12 @@ def test_ranking_mode_waits_for_min_ratings_rankings(db_path, db, setup):
         if user == "ann":
             assert queue.collect([item_id]) == [None, None]  # one ranking of the two asked for
     assert queue.collect([item_id]) == [0.0, 0.0]  # +1 and -1 averaged
+
+
+def test_group_rollouts_with_a_group_size_splits_repeated_prompts():
+    from labeler.services.human_reward import group_rollouts
+
+    # One prompt repeated (a project with a single prompt): groups by answers_per_prompt, not by text.
+    assert group_rollouts(["p"] * 6, 3) == [[0, 1, 2], [3, 4, 5]]
+    with pytest.raises(ValueError, match="groups of 2"):
+        group_rollouts(["a", "a", "b"], 2)

@@ -138,6 +138,7 @@ def test_ppo_step_receives_exactly_the_human_ratings(db, db_path, tmp_path, tiny
     try:
         run = _run_in_process(db, "ppo", {"model": str(tiny_model_dir), "steps": 2, "reward": "human",
                                           "human_timeout": 60, "batch_size": 2, "answers_per_prompt": 1, "mini_batch_size": 2,
+                                          "human_label": "rating",
                                           "ppo_epochs": 1, "max_new_tokens": 4, "checkpoint_every": 0}, tmp_path)
     finally:
         stop.set()
@@ -151,7 +152,7 @@ def test_ppo_step_receives_exactly_the_human_ratings(db, db_path, tmp_path, tiny
 def test_ppo_human_timeout_skips_unrated_rollouts(db, tmp_path, tiny_model_dir):
     """Nobody rates: every batch is skipped at the timeout and the run ends early without a step."""
     _seed_labels(db, n_prompts=2)
-    run = jobs.create_run(db, "ppo", {"model": str(tiny_model_dir), "steps": 1, "reward": "human",
+    run = jobs.create_run(db, "ppo", {"model": str(tiny_model_dir), "steps": 1, "reward": "human", "human_label": "rating",
                                       "human_timeout": 0.5, "batch_size": 2, "answers_per_prompt": 1, "mini_batch_size": 2,
                                       "max_new_tokens": 3}, runs_dir=tmp_path / "runs", start=False)
     db.execute("UPDATE runs SET status = 'running' WHERE id = ?", [run.id])
