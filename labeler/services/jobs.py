@@ -186,24 +186,22 @@ def create_run(db, stage: str, settings: dict[str, Any] | None = None, project: 
     """Queue a run after validating its settings (InputError before anything is written); start it when a
     slot is free (unless `start=False`).
 
-    from_web=True (the Train tab) refuses the settings that name code to import (runner, a module:function
-    reward), a folder to write (output_dir, logging_dir) or hub credentials and uploads: those stay CLI-only,
-    so a web login cannot run code or write files as the server's user.
+    from_web=True (the Train tab) accepts only train_configs.web_settings(stage), an allowlist of numbers,
+    switches and choices (a denylist had gaps: PPO's log_dir, project_kwargs, accelerator_kwargs were accepted
+    and the worker wrote to that folder), and a built-in reward function only (not module:function): a web
+    login cannot run code or write files as the server's user. Secrets (refuse_secrets) are refused from
+    anywhere: a run's config is stored in the database and shown in the app.
     """
-    config = train_configs.resolve_run_config(stage, settings or {}, source)
+    refuse_secrets(settings or {})
     if from_web:
-        job, trainer = config["job"], config["trainer"]
-        # accelerate_config names a file on the server for the launcher to read: CLI-only as well (the server
-        # default is RLHF_STUDIO_ACCELERATE_CONFIG); the web form offers num_processes.
-        refused = [key for key in ("runner", "accelerate_config") if job.get(key)]
-        refused += [key for key in ("hub_token", "push_to_hub", "hub_model_id", "logging_dir", "deepspeed",
-                                    "resume_from_checkpoint") if trainer.get(key)]
-        refused += [key for key in ("output_dir",) if trainer.get(key) not in (None, "", "unused")]
-        if ":" in str(job.get("reward_function", "")):
-            refused.append("reward_function")
+        allowed = train_configs.web_settings(stage)
+        refused = sorted(key for key in (settings or {}) if key not in allowed)
+        if ":" in str((settings or {}).get("reward_function", "")):
+            refused.append("reward_function")  # a module:function names code to import
         if refused:
             raise InputError("can only be set from the command line (rlhf-studio train --set), not the web app",
                              field=", ".join(refused))
+    config = train_configs.resolve_run_config(stage, settings or {}, source)
     if config["job"].get("accelerate_config"):  # a missing, unreadable or unrunnable file fails now, not at start
         refuse_unrunnable(launch_settings(config["job"].get("num_processes"), config["job"]["accelerate_config"])[1])
     project_id = _project_id(db, project)
@@ -224,6 +222,44 @@ def create_run(db, stage: str, settings: dict[str, Any] | None = None, project: 
     if start:
         start_queued(db, max_concurrent)
     return get_run(db, run_id)
+
+
+# Settings that hold credentials: never stored with a run (its config is a database row, shown in `runs show` and
+# the app). The libraries read them from the environment instead: HF_TOKEN (huggingface_hub, for hub_token),
+# WANDB_API_KEY, MLFLOW_TRACKING_TOKEN, ...
+SECRET_SETTINGS = ("hub_token",)
+_SECRET_KEY = re.compile(r"(token|secret|password|passwd|api[_-]?key|credential|auth)", re.IGNORECASE)
+
+
+def refuse_secrets(settings: dict[str, Any]) -> None:
+    """InputError naming any secret among raw run settings: a SECRET_SETTINGS key with a value, or a key that
+    looks like a credential (api_key, token, password, ...) anywhere inside a mapping (tracker_kwargs,
+    accelerator_kwargs, ...)."""
+    found = [key for key in SECRET_SETTINGS if settings.get(key) not in (None, "", "null", "None")]
+
+    def walk(value: Any, path: str) -> None:
+        if isinstance(value, str) and value.strip().startswith(("{", "[")):
+            try:
+                value = json.loads(value)  # --set tracker_kwargs='{"wandb": {"api_key": ...}}' arrives as text
+            except ValueError:
+                return
+        if isinstance(value, dict):
+            for key, item in value.items():
+                where = f"{path}.{key}"
+                if _SECRET_KEY.search(str(key)) and item not in (None, ""):
+                    found.append(where)
+                else:
+                    walk(item, where)
+        elif isinstance(value, list):
+            for index, item in enumerate(value):
+                walk(item, f"{path}[{index}]")
+
+    for key, value in settings.items():
+        if key not in SECRET_SETTINGS:
+            walk(value, key)
+    if found:
+        raise InputError("a secret is never stored with a run: set it in the environment of the server or the "
+                         "command instead (HF_TOKEN for the hub, WANDB_API_KEY, ...)", field=", ".join(found))
 
 
 def usable_cores() -> int:

@@ -247,15 +247,21 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     if path.suffix.lower() in (".yaml", ".yml"):
         import yaml
 
+        from labeler.services.readers import MAX_JSON_DEPTH, check_depth
+
         try:
-            data = yaml.safe_load(text)
+            data = check_depth(yaml.safe_load(text), lambda message: InputError(message, file=str(path)))
+        except RecursionError:  # deeply nested input: one line, not a traceback (issue 25)
+            raise InputError(f"nested more than {MAX_JSON_DEPTH} levels deep", file=str(path)) from None
         except yaml.YAMLError as error:
             mark = getattr(error, "problem_mark", None)
             raise InputError(f"not valid YAML: {getattr(error, 'problem', error)}", file=str(path),
                              line=mark.line + 1 if mark else None) from None
     else:
+        from labeler.services.readers import load_json
+
         try:
-            data = json.loads(text)
+            data = load_json(text, lambda message: InputError(message, file=str(path)))  # depth capped (issue 25)
         except json.JSONDecodeError as error:
             raise InputError(f"not valid JSON: {error.msg}", file=str(path), line=error.lineno) from None
     if not isinstance(data, dict):

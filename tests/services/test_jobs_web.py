@@ -13,7 +13,7 @@ from labeler.services.errors import InputError
         ("sft", {"runner": "toy_runner:run"}, "runner"),
         ("ppo", {"reward": "function", "reward_function": "os:system"}, "reward_function"),
         ("sft", {"output_dir": "/etc/cron.d"}, "output_dir"),
-        ("dpo", {"hub_token": "hf_secret"}, "hub_token"),
+        ("dpo", {"hub_model_id": "someone/model"}, "hub_model_id"),
         ("rm", {"push_to_hub": True}, "push_to_hub"),
     ],
 )

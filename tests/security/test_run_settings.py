@@ -1,0 +1,66 @@
+"""What a run's settings may hold (issue 25): the web Train form accepts an allowlist (a denylist with gaps let
+PPO's log_dir, project_kwargs and accelerator_kwargs through, and the worker wrote to that folder), and secrets
+are never stored in a run's config (`train --set hub_token=...` was kept in plain text): the libraries read them
+from the environment.
+"""
+from __future__ import annotations
+
+import pytest
+
+from labeler.cli import main
+from labeler.services import jobs, train_configs
+from labeler.services.errors import InputError
+
+pytestmark = pytest.mark.reliability
+
+
+@pytest.mark.parametrize("stage, settings, field", [
+    ("ppo", {"log_dir": "/tmp/elsewhere"}, "log_dir"),
+    ("ppo", {"project_kwargs": '{"logging_dir": "/tmp/elsewhere"}'}, "project_kwargs"),
+    ("ppo", {"accelerator_kwargs": '{"project_dir": "/tmp/elsewhere"}'}, "accelerator_kwargs"),
+    ("ppo", {"log_with": "tensorboard"}, "log_with"),
+    ("sft", {"report_to": "wandb"}, "report_to"),
+    ("dpo", {"push_to_hub": True, "learning_rate": 1e-5}, "push_to_hub"),
+    ("sft", {"runner": "os:system"}, "runner"),
+    ("ppo", {"reward": "function", "reward_function": "os:system"}, "reward_function"),
+])
+def test_the_web_form_refuses_what_is_not_on_its_allowlist(db, tmp_path, stage, settings, field):
+    with pytest.raises(InputError, match="only be set from the command line") as error:
+        jobs.create_run(db, stage, settings, runs_dir=str(tmp_path), start=False, from_web=True)
+    assert error.value.field == field
+    assert db["runs"].count == 0
+
+
+def test_everything_the_train_form_sends_is_on_the_allowlist(db, tmp_path):
+    from labeler.ui.tabs import train as tab
+
+    for stage in train_configs.STAGES:
+        sent = set(tab.JOB_FIELDS + tab.DATA_FIELDS + tab.PPO_SOURCE_FIELDS + tab.PPO_FIELDS + ["model"])
+        sent |= set(train_configs.form_fields(stage))
+        assert sent <= train_configs.web_settings(stage), (stage, sent - train_configs.web_settings(stage))
+    # The "More settings" box's own example, and a run with form values, are accepted.
+    run = jobs.create_run(db, "sft", {"warmup_steps": "5", "weight_decay": "0.01", "steps": "3"},
+                          runs_dir=str(tmp_path), start=False, from_web=True)
+    assert run.config["trainer"]["warmup_steps"] == 5 and run.config["job"]["steps"] == 3
+
+
+@pytest.mark.parametrize("stage, settings, field", [
+    ("dpo", {"hub_token": "hf_not_a_real_token"}, "hub_token"),
+    ("ppo", {"tracker_kwargs": '{"wandb": {"api_key": "0123456789abcdef"}}'}, "tracker_kwargs.wandb.api_key"),
+    ("ppo", {"tracker_kwargs": {"mlflow": {"tracking_token": "t"}}}, "tracker_kwargs.mlflow.tracking_token"),
+])
+def test_secrets_are_never_stored_with_a_run(db, tmp_path, stage, settings, field):
+    with pytest.raises(InputError, match="a secret is never stored with a run: set it in the environment") as error:
+        jobs.create_run(db, stage, settings, runs_dir=str(tmp_path), start=False)
+    assert error.value.field == field
+    assert db["runs"].count == 0
+
+
+def test_the_cli_refuses_a_hub_token_in_one_line(db_path, capsys):
+    from storage import open_db
+
+    open_db(db_path).conn.close()
+    assert main(["train", "dpo", "--set", "hub_token=hf_not_a_real_token", "--db", db_path]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "hub_token" in err[0] and "HF_TOKEN" in err[0] and "hf_not_a_real_token" not in err[0]
+    assert open_db(db_path)["runs"].count == 0
