@@ -169,6 +169,10 @@ def build(ctx: UIContext) -> None:
             model_path = gr.Textbox(label="Folder on the server", elem_id="admin-model-path")
             model_base = gr.Dropdown(choices=[], label="Base model (optional: the KL reference)", elem_id="admin-model-base")
             register_model = gr.Button("Register policy", elem_id="admin-register-model")
+        with gr.Row():  # `rlhf-studio models merge`: an SFT/DPO run with lora=true registers an adapter
+            merge_name = gr.Textbox(label="LoRA adapter to merge into a full model (its registry name)",
+                                    elem_id="admin-merge-name")
+            merge_adapter = gr.Button("Merge adapter", elem_id="admin-merge-adapter")
 
     with gr.Accordion("Backup", open=False):
         backup_button = gr.Button("Download a consistent copy of the database", elem_id="admin-backup")
@@ -270,6 +274,16 @@ def build(ctx: UIContext) -> None:
             gr.Info(f"Registered policy '{row['name']}': it is in Chat, Generate and the Arena now.")
             return (*snapshot(db), "", "")
 
+    @keep_on_error(len(refresh_outputs) + 1)
+    def admin_merge_adapter(name, request: gr.Request):
+        from labeler.services import models
+
+        with ctx.connection() as db:
+            require_admin(db, request)
+            row = models.merge_adapter_model(db, (name or "").strip())
+            gr.Info(f"Merged into policy '{row['name']}' ({row['path']}): plain transformers loads it.")
+            return (*snapshot(db), "")
+
     @keep_on_error(1)
     def admin_show_item(item_id, request: gr.Request):
         with ctx.connection() as db:
@@ -312,6 +326,7 @@ def build(ctx: UIContext) -> None:
     )
     register_model.click(admin_register_model, [model_name, model_path, model_base],
                          [*refresh_outputs, model_name, model_path], api_name="admin_register_model")
+    merge_adapter.click(admin_merge_adapter, [merge_name], [*refresh_outputs, merge_name], api_name="admin_merge_adapter")
     show_item.click(admin_show_item, [gold_item], [gold_preview], api_name="admin_show_item")
     mark_gold.click(admin_mark_gold, [gold_item, gold_value], [gold_preview], api_name="admin_mark_gold")
     backup_button.click(admin_backup, None, [backup_file], api_name="admin_backup")

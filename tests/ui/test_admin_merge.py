@@ -1,0 +1,33 @@
+"""Admin > Models > Merge adapter: the same service as `rlhf-studio models merge`, admins only."""
+from __future__ import annotations
+
+import gradio as gr
+import pytest
+from test_tabs import ADMIN, ANNOTATOR, app, app_db, call, endpoint, query  # noqa: F401 - fixtures
+
+from labeler.services import models
+from labeler.services.errors import PermissionDenied
+
+
+def test_admin_merges_a_registered_adapter_and_sees_it_listed(app, app_db, tiny_model_dir, tmp_path):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from storage import open_db
+
+    get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+                   LoraConfig(r=2, target_modules=["q_proj"])).save_pretrained(tmp_path / "lora")
+    db = open_db(app_db)
+    models.register_model(db, "sft-lora", str(tmp_path / "lora"), "adapter")
+    db.conn.close()
+    outputs = endpoint(app, "admin_merge_adapter").outputs
+    with pytest.warns(UserWarning, match="not a LoRA adapter"):  # 'default' is a base model: warned, nothing changes
+        assert call(app, "admin_merge_adapter", "default", user=ADMIN) == tuple(gr.skip() for _ in outputs)
+    with pytest.raises((PermissionDenied, gr.Error)):
+        call(app, "admin_merge_adapter", "sft-lora", user=ANNOTATOR)
+    result = call(app, "admin_merge_adapter", "sft-lora", user=ADMIN)
+    assert result[-1] == ""  # the name box is emptied
+    assert ["sft-lora-merged", "policy"] == result[9][-1][:2]  # the registry table, refreshed
+    assert query(app_db, "SELECT name, kind, path FROM models WHERE name = 'sft-lora-merged'") == [
+        ("sft-lora-merged", "policy", str(tmp_path / "lora-merged"))]
+    assert (tmp_path / "lora-merged" / "model.safetensors").exists()
