@@ -34,3 +34,23 @@ def test_fixed_controller_never_moves():
 def test_adaptive_controller_rejects_bad_target():
     with pytest.raises(ValueError, match="target=0"):
         AdaptiveKLController(0.1, target=0, horizon=10)
+
+
+def test_default_horizon_lets_beta_follow_the_target_within_the_default_run():
+    from rlhf.configs import PPOConfig
+
+    config = PPOConfig()
+    ctl = AdaptiveKLController(config.init_kl_coef, config.target, config.horizon)
+    # The recipe's batch of 64 at KL 12 (twice the target of 6): error clipped to 0.2;
+    # beta *= 1 + 0.2 * 64 / 512 = 1.025 each step -> 0.03 * 1.025 = 0.03075 after one step.
+    ctl.update(12.0, n_steps=config.batch_size)
+    assert ctl.value == pytest.approx(0.03075)
+    # 39 more steps at KL 12: 0.03 * 1.025 ** 40 = 0.080552: the coefficient nearly triples within the run
+    # (with TRL's horizon of 10000 it would end at 0.03 * 1.00128 ** 40 = 0.03155).
+    for _ in range(39):
+        ctl.update(12.0, n_steps=config.batch_size)
+    assert ctl.value == pytest.approx(0.03 * 1.025 ** 40) and ctl.value == pytest.approx(0.080552, abs=1e-6)
+    # Below target it comes back down: KL 3 -> error -0.5 clipped to -0.2 -> beta *= 0.975.
+    before = ctl.value
+    ctl.update(3.0, n_steps=config.batch_size)
+    assert ctl.value == pytest.approx(before * 0.975)
