@@ -28,7 +28,7 @@ from rlhf.attention import LEAN_EAGER, use_attention
 from rlhf.cpu_memory import keep_freed_memory
 from rlhf.data import PreferenceCollator, check_preference_rows, tokenize_preference_causal, tokenizer_alias
 from rlhf.loading import DEFAULT_POLICY, load_causal_lm, load_tokenizer, resolve_model_path
-from rlhf.dpo_losses import DPO_LOSS_TYPES, LABEL_SMOOTHING_LOSSES, loss_type_list
+from rlhf.dpo_losses import DPO_LOSS_TYPES, F_DIVERGENCE_LOSSES, F_DIVERGENCES, LABEL_SMOOTHING_LOSSES, loss_type_list
 from rlhf.losses import dpo_loss
 from rlhf.peft_utils import base_model, is_peft_model, merge_adapter
 from rlhf.distributed import prepare_reference
@@ -62,6 +62,10 @@ class DPOConfig(TrainerConfig):
                                        "rDPO for robust, EXO's epsilon for exo_pair (needs > 0, e.g. 1e-3), aot; 0: off."}
     )
     discopop_tau: float = field(default=0.05, metadata={"help": "DiscoPOP's temperature tau (loss_type='discopop'; the paper's 0.05)."})
+    f_divergence_type: Literal["reverse_kl", "forward_kl", "js_divergence", "alpha_divergence"] = field(
+        default="reverse_kl", metadata={"help": "f-DPO's divergence to the reference (reverse_kl: standard DPO); others "
+                                                "only with the sigmoid, sigmoid_norm, hinge, ipo, exo_pair, robust, discopop, sft losses."})
+    f_alpha_divergence_coef: float = field(default=0.5, metadata={"help": "alpha of f_divergence_type='alpha_divergence'."})
     max_length: int | None = field(default=512, metadata={"help": "Tokens per prompt + completion; completions are cut at the end."})
     max_prompt_length: int | None = field(default=256, metadata={"help": "Prompt tokens kept (the last ones)."})
     precompute_ref_log_probs: bool = field(
@@ -88,6 +92,11 @@ class DPOConfig(TrainerConfig):
             raise ValueError(f"label_smoothing={self.label_smoothing!r}: loss_type 'exo_pair' needs it > 0 (the EXO paper uses 1e-3)")
         if self.discopop_tau <= 0:
             raise ValueError(f"discopop_tau={self.discopop_tau!r}: must be positive")
+        if self.f_divergence_type not in F_DIVERGENCES:
+            raise ValueError(f"f_divergence_type={self.f_divergence_type!r}: must be one of {', '.join(F_DIVERGENCES)}")
+        if self.f_divergence_type != "reverse_kl" and not set(losses) <= set(F_DIVERGENCE_LOSSES):
+            raise ValueError(f"f_divergence_type={self.f_divergence_type!r}: only the {', '.join(F_DIVERGENCE_LOSSES)} "
+                             f"losses take another f-divergence (loss_type {losses})")
         if self.beta <= 0:
             raise ValueError(f"beta={self.beta!r}: must be positive")
         if not 0 <= self.label_smoothing < 0.5:
@@ -373,6 +382,7 @@ class DPOTrainer(Trainer):
             loss_weights=self.args.loss_weights, discopop_tau=self.args.discopop_tau,
             # completion tokens per row, for the length-normalised losses (ipo, sigmoid_norm, sft)
             chosen_lengths=chosen_lengths, rejected_lengths=rejected_lengths,
+            f_divergence_type=self.args.f_divergence_type, f_alpha_divergence_coef=self.args.f_alpha_divergence_coef,
         )
         loss = losses.mean()
         # 4. metrics, averaged over the steps between two logs

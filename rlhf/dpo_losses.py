@@ -3,8 +3,9 @@
 Every loss takes a `PairLogps` (summed completion log-probs of policy and reference, plus completion lengths)
 and `beta`, and returns the per-pair loss (B,). `dpo_losses` combines a list of them with weights, as TRL 1.x
 does for `loss_type=[...]` with `loss_weights` (MPO): loss = sum_k w_k * mean(loss_k), here kept per pair as
-sum_k w_k * loss_k so its mean is TRL's loss. Formulas follow TRL 1.16's DPOTrainer._compute_loss (reverse-KL
-scores, i.e. its default f_divergence_type); the paper each comes from is named on the function.
+sum_k w_k * loss_k so its mean is TRL's loss. Formulas follow TRL 1.16's DPOTrainer._compute_loss; the paper
+each comes from is named on the function. `f_divergence` (TRL's f_divergence_type, f-DPO, Wang et al. 2023)
+replaces each log-ratio u by f'(exp u) in the losses built on the chosen-rejected score difference.
 """
 from __future__ import annotations
 
@@ -15,6 +16,30 @@ from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
+
+F_DIVERGENCES = ("reverse_kl", "forward_kl", "js_divergence", "alpha_divergence")
+# The losses built on the chosen-rejected score difference; TRL refuses another f-divergence for the rest.
+F_DIVERGENCE_LOSSES = ("sigmoid", "sigmoid_norm", "hinge", "ipo", "exo_pair", "robust", "discopop", "sft")
+
+
+def f_divergence_scores(logratios: torch.Tensor, kind: str = "reverse_kl", alpha: float = 0.5) -> torch.Tensor:
+    """f'(t) at t = pi / ref = exp(u), u the log-ratio (f-DPO, Wang et al. 2023, Table 1):
+    reverse_kl: u (standard DPO); forward_kl: 1 - exp(-u); js_divergence: log 2 + log sigmoid(u);
+    alpha_divergence: (exp((alpha - 1) u) - 1) / (alpha - 1), u itself at alpha = 1 (its limit)."""
+    if kind == "reverse_kl":
+        return logratios
+    if kind == "forward_kl":
+        return 1 - torch.exp(-logratios)
+    if kind == "js_divergence":
+        return math.log(2) + F.logsigmoid(logratios)
+    if kind == "alpha_divergence":
+        if abs(alpha - 1.0) < 1e-6:
+            return logratios
+        # exp's argument clamped (as TRL) so it stays finite in the tensor's dtype
+        clamp_max = {torch.float16: 11.0}.get(logratios.dtype, 80.0)
+        t = torch.clamp(((alpha - 1.0) * logratios).float(), max=clamp_max)
+        return ((torch.exp(t) - 1.0) / (alpha - 1.0)).to(logratios.dtype)
+    raise ValueError(f"f_divergence_type={kind!r}: must be one of {', '.join(F_DIVERGENCES)}")
 
 
 @dataclass(frozen=True)
@@ -31,6 +56,8 @@ class PairLogps:
     ref_rejected: torch.Tensor
     chosen_lengths: torch.Tensor | None = None
     rejected_lengths: torch.Tensor | None = None
+    f_divergence: str = "reverse_kl"
+    f_alpha: float = 0.5
 
     @property
     def chosen_logratios(self) -> torch.Tensor:
@@ -43,9 +70,18 @@ class PairLogps:
         return self.policy_rejected - self.ref_rejected
 
     @property
+    def chosen_scores(self) -> torch.Tensor:
+        """f'(pi / ref) of the chosen completion: its log-ratio under the default reverse KL."""
+        return f_divergence_scores(self.chosen_logratios, self.f_divergence, self.f_alpha)
+
+    @property
+    def rejected_scores(self) -> torch.Tensor:
+        return f_divergence_scores(self.rejected_logratios, self.f_divergence, self.f_alpha)
+
+    @property
     def margin(self) -> torch.Tensor:
-        """DPO's logits: chosen log-ratio minus rejected log-ratio."""
-        return self.chosen_logratios - self.rejected_logratios
+        """DPO's logits: chosen score minus rejected score (the log-ratios' difference under reverse KL)."""
+        return self.chosen_scores - self.rejected_scores
 
     def lengths(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(chosen, rejected) token counts, at least 1 (TRL clamps them the same way)."""
@@ -78,7 +114,7 @@ def ipo_loss(b: PairLogps, beta: float) -> torch.Tensor:
     """(m - 1 / (2 beta))^2 with m the per-token margin: each log-ratio divided by its completion's length
     (Eq. 17, IPO paper, Azar et al. 2023; TRL normalises by length as the IPO authors did)."""
     chosen_len, rejected_len = b.lengths()
-    margin = b.chosen_logratios / chosen_len - b.rejected_logratios / rejected_len
+    margin = b.chosen_scores / chosen_len - b.rejected_scores / rejected_len
     return (margin - 1 / (2 * beta)) ** 2
 
 
@@ -145,7 +181,7 @@ def apo_zero_loss(b: PairLogps, beta: float) -> torch.Tensor:
 def apo_down_loss(b: PairLogps, beta: float) -> torch.Tensor:
     """sigmoid(beta * chosen log-ratio) + 1 - sigmoid(beta * margin) (APO-down, Eq. 8): lower both likelihoods,
     the rejected one more (chosen answers worse than the model's)."""
-    return torch.sigmoid(beta * b.chosen_logratios) + 1 - torch.sigmoid(beta * b.margin)
+    return torch.sigmoid(beta * b.chosen_logratios) + 1 - torch.sigmoid(beta * (b.chosen_logratios - b.rejected_logratios))
 
 
 def discopop_loss(b: PairLogps, beta: float, discopop_tau: float = 0.05) -> torch.Tensor:
@@ -166,7 +202,7 @@ def sft_loss(b: PairLogps, beta: float) -> torch.Tensor:
 def sigmoid_norm_loss(b: PairLogps, beta: float) -> torch.Tensor:
     """-log sigmoid(beta * per-token margin): DPO on log-ratios divided by completion length (TRL 1.16)."""
     chosen_len, rejected_len = b.lengths()
-    return -F.logsigmoid(beta * (b.chosen_logratios / chosen_len - b.rejected_logratios / rejected_len))
+    return -F.logsigmoid(beta * (b.chosen_scores / chosen_len - b.rejected_scores / rejected_len))
 
 
 DPO_LOSSES: dict[str, Callable[..., torch.Tensor]] = {
@@ -212,6 +248,9 @@ def dpo_losses(
 ) -> torch.Tensor:
     """Per-pair loss (B,): sum_k loss_weights[k] * loss_k (weights default to 1 each, as in TRL)."""
     names = loss_type_list(loss_type)
+    if b.f_divergence != "reverse_kl" and not set(names) <= set(F_DIVERGENCE_LOSSES):
+        raise ValueError(f"f_divergence_type={b.f_divergence!r}: only the {', '.join(F_DIVERGENCE_LOSSES)} losses "
+                         f"take another f-divergence (loss_type {names})")
     weights = [1.0] * len(names) if loss_weights is None else list(loss_weights)
     if len(weights) != len(names):
         raise ValueError(f"loss_weights={weights!r}: needs one weight per loss_type entry ({len(names)})")
@@ -224,5 +263,6 @@ def dpo_losses(
     return total
 
 
-__all__ = ["DPO_LOSSES", "DPO_LOSS_TYPES", "LABEL_SMOOTHING_LOSSES", "PairLogps", "dpo_losses", "loss_type_list",
+__all__ = ["DPO_LOSSES", "DPO_LOSS_TYPES", "F_DIVERGENCES", "F_DIVERGENCE_LOSSES", "LABEL_SMOOTHING_LOSSES", "PairLogps",
+           "dpo_losses", "f_divergence_scores", "loss_type_list",
            *(fn.__name__ for fn in DPO_LOSSES.values())]

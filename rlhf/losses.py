@@ -216,16 +216,18 @@ def dpo_loss(
     discopop_tau: float = 0.05,
     chosen_lengths: torch.Tensor | None = None,
     rejected_lengths: torch.Tensor | None = None,
+    f_divergence_type: str = "reverse_kl",
+    f_alpha_divergence_coef: float = 0.5,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-pair preference losses from summed completion log-probs, and the implicit rewards.
 
     `loss_type`: any of TRL 1.16's DPO losses, or a list of them weighted by `loss_weights` (one pure function
     each in rlhf/dpo_losses.py, with its paper). The lengths (completion tokens per row) are read by the
-    length-normalised losses (ipo, sigmoid_norm, sft). Rewards are beta * (log pi - log ref) per completion
-    (Section 5, DPO paper), detached.
+    length-normalised losses (ipo, sigmoid_norm, sft); f_divergence_type is f-DPO's regulariser (TRL's).
+    Rewards are beta * (log pi - log ref) per completion (Section 5, DPO paper), detached.
     """
     pairs = PairLogps(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps,
-                      chosen_lengths, rejected_lengths)
+                      chosen_lengths, rejected_lengths, f_divergence_type, f_alpha_divergence_coef)
     losses = dpo_losses(pairs, beta, loss_type, loss_weights, label_smoothing=label_smoothing, discopop_tau=discopop_tau)
     return losses, beta * pairs.chosen_logratios.detach(), beta * pairs.rejected_logratios.detach()
 

@@ -292,6 +292,8 @@ def test_config_rejects_bad_values():
         DPOConfig(output_dir="x", loss_type="exo_pair")
     with pytest.raises(ValueError, match="label_smoothing=0.1: only the sigmoid, exo_pair, robust, aot, aot_unpaired losses use it"):
         DPOConfig(output_dir="x", loss_type="hinge", label_smoothing=0.1)
+    with pytest.raises(ValueError, match="f_divergence_type='js_divergence': only the sigmoid, sigmoid_norm"):
+        DPOConfig(output_dir="x", loss_type="apo_zero", f_divergence_type="js_divergence")
 
 
 def test_training_from_an_adapter_folder_starts_from_the_merged_model(tiny_model_dir, tmp_path):

@@ -143,3 +143,27 @@ def test_every_loss_is_finite_and_raising_the_chosen_completion_lowers_it(loss_t
     assert torch.isfinite(loss)
     if loss_type not in ("sppo_hard", "ipo", "apo_down"):
         assert (pc.grad <= 0).all() and (pc.grad < 0).any()  # hinge is flat past its margin
+
+
+def test_f_divergence_scores_hand_values():
+    # chosen log-ratio u = 1, rejected u = -1, beta 0.5, sigmoid loss on beta * (score_c - score_r)
+    def f(kind, **kw):
+        logps = (torch.tensor([-10.0]), torch.tensor([-12.0]), torch.tensor([-11.0]), torch.tensor([-11.0]))
+        return one("sigmoid", b=PairLogps(*logps, f_divergence=kind, **kw))
+    # forward KL: 1 - e^-u: 0.632121 and -1.718282, margin 2.350402; -log sigmoid(1.175201) = 0.269078
+    assert f("forward_kl") == pytest.approx(0.269078, abs=1e-6)
+    # JS: log 2 + log sigmoid(u): 0.379885 and -0.620115, margin 1.0; -log sigmoid(0.5) = 0.474077
+    assert f("js_divergence") == pytest.approx(0.474077, abs=1e-6)
+    # alpha 0.5: (e^(-0.5 u) - 1) / -0.5: 0.786939 and -1.297443, margin 2.084381; -log sigmoid(1.042191) = 0.302089
+    assert f("alpha_divergence") == pytest.approx(0.302089, abs=1e-6)
+    assert f("alpha_divergence", f_alpha=1.0) == pytest.approx(one("sigmoid"))  # alpha -> 1: reverse KL
+    assert f("reverse_kl") == pytest.approx(0.313262, abs=1e-6)
+
+
+def test_f_divergence_only_for_the_score_difference_losses():
+    b = PairLogps(torch.tensor([-10.0]), torch.tensor([-12.0]), torch.tensor([-11.0]), torch.tensor([-11.0]),
+                  f_divergence="forward_kl")
+    with pytest.raises(ValueError, match="f_divergence_type='forward_kl': only the sigmoid, sigmoid_norm"):
+        dpo_losses(b, 0.5, ["sigmoid", "bco_pair"])
+    with pytest.raises(ValueError, match="f_divergence_type='chi2': must be one of"):
+        dpo_losses(PairLogps(*(torch.zeros(1),) * 4, f_divergence="chi2"), 0.5, "sigmoid")
