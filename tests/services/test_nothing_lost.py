@@ -239,8 +239,10 @@ def test_cancel_keeps_the_newest_checkpoint_and_a_resume_still_finishes(db, tmp_
     assert kept["metrics"]["loss"] == dict(zip(frame["step"], frame["value"]))[newest]  # the loss at that step
 
     monkeypatch.setenv("TOY_STEP_SECONDS", "0")
+    # A worker that outlived the grace period is SIGKILLed: wait until it is gone (resume refuses while it lives).
+    _wait_until(lambda: not jobs.pid_alive(cancelled.pid), 30, "the cancelled worker to exit")
     jobs.resume_run(db, run.id)
-    done = jobs.wait(db, run.id, timeout=60)
+    done = jobs.wait(db, run.id, timeout=180)  # seconds alone; minutes on a machine shared with other test runs
     assert done.status == "succeeded", jobs.log_tail(done)
     names = [m["name"] for m in models.list_models(db) if m["name"] != "default"]
     assert names == [kept["name"], f"sft-run{run.id}"]  # the kept model, then the run's own
@@ -263,13 +265,15 @@ def test_a_cancelled_tiny_ppo_run_keeps_a_model_of_its_last_checkpointed_step(db
     prompts.add_prompts(db, ["A training prompt", "Another one", "The film was", "I watched it and"])
     run = jobs.create_run(db, "ppo", {"model": str(tiny_model_dir), **TINY_PPO, "steps": 1000},
                           runs_dir=tmp_path / "runs")
-    _wait_until(lambda: jobs.get_run(db, run.id).step >= 2, 120, "PPO step 2")
+    root = Path(run.output_dir) / "checkpoints"
+    _wait_until(lambda: checkpoints.latest_checkpoint(root), 180, "the step-1 checkpoint")
     cancelled = jobs.cancel_run(db, run.id)
     assert cancelled.status == "cancelled", jobs.log_tail(cancelled)
     (kept,) = kept_models.kept_models(db, run.id)
     step = kept["config"]["kept_from"]["step"]
     # checkpoint_every=1: the newest checkpoint is the last completed step, or the one before when the cancel
     # came between a step's end and its checkpoint.
+    assert step == checkpoints.checkpoint_step(checkpoints.latest_checkpoint(root))
     assert cancelled.step - 1 <= step <= cancelled.step and step >= 1
     assert (kept["name"], kept["base_model"]) == (f"ppo-run{run.id}-step{step}", str(tiny_model_dir))
     from transformers import AutoModelForCausalLM
