@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import random
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Sequence
 
@@ -151,6 +152,7 @@ class ActiveMixReward:
         self.rng = random.Random(seed)
         self.answers_judged = 0  # by people, for this run: a ranking of 4 counts as 4
         self.labels_used = 0
+        self.wait_seconds = 0.0
         self._ahead: dict[tuple, list[int]] = {}  # batch queued ahead -> the groups picked for people
         self.last_stats: dict[str, float] = {}
 
@@ -181,8 +183,10 @@ class ActiveMixReward:
         indices = [i for g in picked for i in groups[g]]
         human: list[float | None] = []
         if indices:
+            started = time.monotonic()
             human = self.queue.request_and_wait([queries[i] for i in indices], [responses[i] for i in indices],
                                                 self.timeout)
+            self.wait_seconds += time.monotonic() - started  # the trainer idles, waiting for people
         rewards = standardised(scores.mean(0), self.score_std)
         from_human = 0
         by_index = dict(zip(indices, human))
@@ -201,6 +205,7 @@ class ActiveMixReward:
             "human/answers_judged": float(self.answers_judged),
             "human/labels_used": float(self.labels_used),
             "rm_online/refits": float(self.model.refits),
+            "human/wait_seconds": self.wait_seconds,
         }
         if not math.isnan(self.model.agreement):
             self.last_stats["rm_online/agreement"] = self.model.agreement

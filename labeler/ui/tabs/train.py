@@ -23,8 +23,8 @@ JOB_FIELDS = ["steps", "checkpoint_every", "lora", "bf16", "num_processes"]
 DATA_FIELDS = ["annotators", "min_annotators", "min_agreement", "include_rating_pairs", "test_size"]
 # The "PPO rewards" group, shown (and sent) only for a PPO run; the first row is where the reward comes from.
 PPO_SOURCE_FIELDS = ["reward", "reward_model"]
-PPO_FIELDS = ["reward_function", "subtract_query_score", "w_human", "w_rm", "human_timeout", "timeout_policy",
-              "human_overlap", "max_new_tokens"]
+PPO_FIELDS = ["reward_function", "subtract_query_score", "human_label", "human_share", "online_rm", "w_human", "w_rm",
+              "human_timeout", "timeout_policy", "human_overlap", "max_new_tokens"]
 DEFAULT_METRICS = {"sft": ["loss"], "rm": ["loss", "accuracy"], "dpo": ["loss", "rewards/margins"],
                    "ppo": ["env/reward_mean", "objective/kl"], "grpo": ["reward", "kl"], "rloo": ["reward", "kl"],
                    "kto": ["loss", "kl"]}
@@ -80,12 +80,14 @@ def run_choices(db, project: str) -> list[tuple[str, int]]:
 
 
 def waiting_banner(db, project: str) -> dict:
-    """'PPO run #N is waiting for K human ratings' while a human-reward run waits on the Rate tab."""
+    """'Run #N is waiting for K rankings (Rank tab) and J ratings (Rate tab)' while a human-reward run waits."""
     parts = []
     for run in jobs.list_runs(db, project=project, status="running"):
-        waiting = labeling.waiting_for_run(db, run.id)
-        if waiting:
-            parts.append(f"⏳ PPO run **#{run.id}** is waiting for **{waiting}** human ratings: open the **Rate** tab.")
+        waiting = {kind: labeling.waiting_for_run(db, run.id, kind) for kind in ("ranking", "rating")}
+        asks = [f"**{n}** {kind}s in the **{'Rank' if kind == 'ranking' else 'Rate'}** tab"
+                for kind, n in waiting.items() if n]
+        if asks:
+            parts.append(f"⏳ Training run **#{run.id}** is waiting for {' and '.join(asks)}.")
     return gr.update(value="\n\n".join(parts), visible=bool(parts))
 
 
