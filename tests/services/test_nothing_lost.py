@@ -183,6 +183,36 @@ def test_eval_of_a_checkpoint_measures_kl_against_the_runs_base(ppo_run, tiny_mo
     assert ev.metrics["eval/kl"] != 0.0  # one PPO step from the base: not the folder compared with itself
 
 
+def test_a_ppo_checkpoint_holds_the_weights_and_the_optimizer_once_and_not_the_reference(ppo_run, tiny_model_dir):
+    """The size of a checkpoint is the fp32 policy (4 bytes a parameter) plus Adam's two moments (8 bytes a
+    trainable parameter), plus small files: the reference model and duplicate weights are not saved."""
+    import torch
+    from safetensors import safe_open
+    from transformers import AutoModelForCausalLM
+
+    _, run = ppo_run
+    checkpoint = Path(run.output_dir) / "checkpoints" / "checkpoint-2"
+    policy = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    n = sum(p.numel() for p in policy.parameters())  # tied embeddings count once
+    hidden = policy.config.hidden_size
+    tensors = {}
+    for path in checkpoint.glob("*.safetensors"):
+        with safe_open(str(path), "pt") as f:
+            tensors.update({f"{path.name}:{k}": f.get_slice(k).get_shape() for k in f.keys()})
+    stored = sum(torch.Size(shape).numel() for shape in tensors.values())
+    # The policy once, the value head (hidden + 1) in its own file and again in TRL's layout: nothing else.
+    assert stored == n + 2 * (hidden + 1)
+    assert not any("ref" in key.split(":")[1] for key in tensors)
+    state = torch.load(checkpoint / "trainer_state.pt", weights_only=True)
+    moments = sum(v.numel() for entry in state["optimizer"]["state"].values() for k, v in entry.items()
+                  if k in ("exp_avg", "exp_avg_sq"))
+    # Adam's two moments of every trained parameter, once (RLOO, the default estimator, uses no value head, whose
+    # parameters then get no gradient and no optimizer state).
+    assert moments == 2 * n
+    size = (checkpoint / "trainer_state.pt").stat().st_size
+    assert 8 * n < size < 8 * n * 1.05 + 100_000
+
+
 def test_the_newest_checkpoint_is_kept_as_a_registered_model(ppo_run, tiny_model_dir):
     from transformers import AutoModelForCausalLM
 
