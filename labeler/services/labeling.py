@@ -701,10 +701,11 @@ def release_run_items(db: sqlite_utils.Database, run_id: int) -> int:
 
 
 def item_detail(db: sqlite_utils.Database, item_id: int) -> dict:
-    """One item as an admin sees it before setting its gold: kind, prompt text, [(response id, text)], gold_json."""
+    """One item as an admin sees it: kind, prompt text, [(response id, text)], gold_json, and why the queue serves
+    it where it does (selection_reason: active selection's words, None under arrival order)."""
     row = db.execute(
-        "SELECT i.kind, i.response_ids_json, i.gold_json, p.text FROM items i JOIN prompts p ON p.id = i.prompt_id"
-        " WHERE i.id = ?",
+        "SELECT i.kind, i.response_ids_json, i.gold_json, i.selection_reason, p.text FROM items i"
+        " JOIN prompts p ON p.id = i.prompt_id WHERE i.id = ?",
         [item_id],
     ).fetchone()
     if row is None:
@@ -712,4 +713,4 @@ def item_detail(db: sqlite_utils.Database, item_id: int) -> dict:
     ids = json.loads(row["response_ids_json"])
     texts = dict(db.execute(f"SELECT id, text FROM responses WHERE id IN ({', '.join('?' * len(ids))})", ids).fetchall())
     return {"kind": row["kind"], "prompt": row["text"], "responses": [(i, texts[i]) for i in ids],
-            "gold_json": row["gold_json"]}
+            "gold_json": row["gold_json"], "selection_reason": row["selection_reason"]}

@@ -56,7 +56,9 @@ def test_refresh_serves_what_the_labels_leave_open_first(db, encoder):
                       " ON p.id = i.prompt_id WHERE i.is_open = 1 ORDER BY i.selection_score DESC").fetchall()
     assert rows[0]["text"].startswith("Recipe") and "unsure" in rows[0]["selection_reason"]
     projects.update_project(db, P, selection="uncertainty")
-    assert next_item(db, P, "alice", "ranking").prompt.startswith("Recipe")
+    served = next_item(db, P, "alice", "ranking")
+    assert served.prompt.startswith("Recipe")
+    assert "unsure" in labeling.item_detail(db, served.item_id)["selection_reason"]  # what the admin view shows
 
 
 def test_refresher_refits_only_with_enough_new_labels(db, encoder):

@@ -410,6 +410,7 @@ def test_project_counts_and_item_detail(db):
     assert projects.project_counts(db, "other") == {"prompts": 1, "responses": 3, "ratings": 0, "rankings": 0}
     assert labeling.item_detail(db, ranking.item_id) == {
         "kind": "ranking", "prompt": "Hi", "responses": [(a, "Hi / answer 0"), (b, "Hi / answer 1")], "gold_json": None,
+        "selection_reason": None,
     }
     with pytest.raises(InputError) as error:
         labeling.item_detail(db, 999)

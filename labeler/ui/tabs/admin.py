@@ -105,6 +105,8 @@ def item_preview(db, item_id: int) -> str:
     lines = [f"**{item['kind']} item {item_id}**, prompt: {item['prompt'][:300]}"]
     lines += [f"- response **{response_id}**: {text[:200]}" for response_id, text in item["responses"]]
     lines.append(f"\nGold now: `{item['gold_json'] or 'none'}`")
+    if item["selection_reason"]:
+        lines.append(f"\nWhy the queue serves it here: {item['selection_reason']}.")
     return "\n".join(lines)
 
 
