@@ -36,7 +36,7 @@ def main_child(setup: Callable[[], Callable[[int], dict]]) -> None:
 
 
 def run_from_command_line(parser: argparse.ArgumentParser, variants: dict, setup, script: str,
-                          gigabytes_each: float, headline, trl_variants=None) -> tuple | None:
+                          gigabytes_each: float, headline, trl_variants=None, adjust=None) -> tuple | None:
     """A benchmark's main(): in a child, serve its variant (returns None); in the parent, run the chosen
     variants and return (args, variant names, {variant: results}, {variant: peak RSS MiB}).
 
@@ -44,6 +44,8 @@ def run_from_command_line(parser: argparse.ArgumentParser, variants: dict, setup
     setup(variant, args) builds one iteration; headline(args) is printed before the rounds start.
     trl_variants(args) -> {name: arguments of bench/trl_side.py}: with --trl-python, each of these runs as
     one more variant, in that Python (a venv with TRL installed), taking its turns with ours.
+    adjust(args), when given, fills in arguments that depend on others (a recipe's sizes), in parent and child.
+    --only A,B,... runs just those variants (no optimised and naive), A first: the script's ratios are to A.
     """
     ablations = [v for v in variants if v.startswith("no-")]
     parser.add_argument("--rounds", type=int, default=3, help="timed iterations per variant after one warm-up")
@@ -54,8 +56,12 @@ def run_from_command_line(parser: argparse.ArgumentParser, variants: dict, setup
     if trl_variants is not None:
         parser.add_argument("--trl-python", default="", help="a Python with TRL installed (see README): also run "
                             "TRL's trainer on the same data, in the same rounds, and print our ratio to it")
+    parser.add_argument("--only", default="", help="comma-separated variants to run instead of optimised and "
+                        "naive, the first being the baseline of the ratios")
     parser.add_argument("--child", choices=sorted(variants), help=argparse.SUPPRESS)
     args, _ = parser.parse_known_args()
+    if adjust is not None:
+        adjust(args)
     if args.child:
         main_child(lambda: setup(args.child, args))
         return None
@@ -64,6 +70,11 @@ def run_from_command_line(parser: argparse.ArgumentParser, variants: dict, setup
     if unknown:
         parser.error(f"unknown variants {unknown}; choose from {sorted(variants)}")
     chosen = ["optimised", "naive"] + [v for v in extra if v not in ("optimised", "naive")]
+    if args.only:
+        chosen = list(dict.fromkeys(v for v in args.only.split(",") if v))
+        unknown = [v for v in chosen if v not in variants]
+        if unknown or not chosen:
+            parser.error(f"--only: unknown variants {unknown}; choose from {sorted(variants)}")
     print(headline(args), flush=True)
     child_args = [a for a in sys.argv[1:] if a != "--ablations"]  # a child runs only its own variant
     commands = {name: [sys.executable, script, "--child", name, *child_args] for name in chosen}

@@ -2,7 +2,9 @@
 of bench/interleave.py, taking its turns with ours. It imports neither rlhf nor the project's packages, only
 the stdlib helpers bench/interleave.py and bench/pairs.py, and is told the model folders on its command line.
 
-    ppo     TRL 0.11.4's PPOTrainer, the IMDB notebook's loop: one generate per query, fp32 (venv: trl==0.11.4)
+    ppo     TRL 0.11.4's PPOTrainer (venv: trl==0.11.4): the IMDB notebook's loop (one generate per query,
+            fp32), or its fastest setting (--generation-batch-size B: B queries per generate call; --bf16:
+            accelerate's bf16 mixed precision, TRL's own switch, PPOConfig(accelerator_kwargs=...))
     dpo     TRL 1.x DPOTrainer, bf16 autocast, reference log-probs precomputed, gradient checkpointing off
             (TRL 1.x turns it on by default; off is its fastest setting)
     reward  TRL 1.x RewardTrainer on the MiniLM encoder, fp32 or bf16, gradient checkpointing off likewise
@@ -51,16 +53,19 @@ def setup_ppo(args: argparse.Namespace):
     tokenizer.pad_token = tokenizer.eos_token  # as the notebook does
     model = AutoModelForCausalLMWithValueHead.from_pretrained(args.model)
     config = PPOConfig(batch_size=args.batch_size, mini_batch_size=args.mini_batch_size, ppo_epochs=args.ppo_epochs,
-                       learning_rate=1.41e-5, seed=0)
+                       learning_rate=args.learning_rate, seed=0,
+                       accelerator_kwargs={"mixed_precision": "bf16"} if args.bf16 else {})
     trainer = PPOTrainer(config, model, None, tokenizer)
     vader = SentimentIntensityAnalyzer()
     lines = Path(args.prompts).read_text().splitlines()
+    n_prompts = args.batch_size // args.answers_per_prompt
     # The notebook's sampling settings; min_new_tokens makes every response as long as ours.
     generation = {"top_k": 0.0, "top_p": 1.0, "do_sample": True, "pad_token_id": tokenizer.eos_token_id,
                   "max_new_tokens": args.max_new_tokens, "min_new_tokens": args.max_new_tokens}
 
     def iteration(i: int) -> dict:
-        texts = [lines[(i * args.batch_size + k) % len(lines)] for k in range(args.batch_size)]
+        # the same prompts, in the same order, as bench/ppo_step.py's iteration i
+        texts = [lines[(i * n_prompts + k) % len(lines)] for k in range(n_prompts) for _ in range(args.answers_per_prompt)]
         queries = [tokenizer(t, return_tensors="pt").input_ids[0] for t in texts]
         t0, c0 = time.perf_counter(), time.process_time()
         if args.generation_batch_size > 1:
@@ -165,10 +170,12 @@ def main() -> None:
     parser.add_argument("--ppo-epochs", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=16)
     parser.add_argument("--generation-batch-size", type=int, default=1, help="PPO: 1 is the notebook's loop")
+    parser.add_argument("--answers-per-prompt", type=int, default=1, help="PPO: answers per prompt, as ours samples")
+    parser.add_argument("--learning-rate", type=float, default=1.41e-5, help="PPO: the notebook's")
     parser.add_argument("--pairs", type=int, default=64)
     parser.add_argument("--ref-batch-size", type=int, default=16)
     parser.add_argument("--max-length", type=int, default=128)
-    parser.add_argument("--bf16", action="store_true")
+    parser.add_argument("--bf16", action="store_true", help="bf16 mixed precision (PPO: accelerate's, as TRL 0.11 takes it)")
     parser.add_argument("--gradient-checkpointing", action="store_true",
                         help="TRL 1.x's default; off (the faster setting) unless given")
     parser.add_argument("--threads", type=int, default=0)
