@@ -140,6 +140,20 @@ class HumanRewardQueue:
         self.release(item_ids)
         return rewards
 
+    def pending(self) -> list[tuple[int, str, list[str]]]:
+        """The run's items still waited for (queued, not yet released), oldest first: (item id, prompt text, the
+        answers in rollout order). A resumed worker waits for these instead of asking people again."""
+        rows = self.db.execute(
+            "SELECT i.id, i.response_ids_json, p.text FROM items i JOIN prompts p ON p.id = i.prompt_id"
+            " WHERE i.run_id = ? AND i.priority > 0 ORDER BY i.id", [self.run_id]).fetchall()
+        out = []
+        for row in rows:
+            ids = json.loads(row["response_ids_json"])
+            texts = dict(self.db.execute(f"SELECT id, text FROM responses WHERE id IN ({', '.join('?' * len(ids))})",
+                                         ids).fetchall())
+            out.append((row["id"], row["text"], [texts[i] for i in ids if i in texts]))
+        return out
+
     def release(self, item_ids: list[int]) -> None:
         """The run no longer waits for these items: back to normal priority."""
         marks = ", ".join("?" * len(item_ids))

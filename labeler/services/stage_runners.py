@@ -343,6 +343,8 @@ def run_ppo(ctx: StageContext) -> RunResult:
 
     ahead: list[Rollout] = []  # overlap: the next batch, generated and already in the rating queue
     buffer: list[Rollout] = []  # scored rollouts waiting for a full batch
+    if resume is not None and queue is not None:
+        buffer = resumed_rollouts(queue, tokenizer, chat_template, job.human_timeout)
     try:
         while trainer.current_step < job.steps:
             # Rollouts whose reward is None (nobody rated them in time, policy "skip") or empty are dropped;
@@ -391,6 +393,29 @@ def run_ppo(ctx: StageContext) -> RunResult:
         trainer.unwrapped_model.save_merged(ctx.final_dir, state_dict=weights)
         tokenizer.save_pretrained(ctx.final_dir)
     return RunResult(str(ctx.final_dir), "policy", base, {}, data_snapshot("prompts", prompts))
+
+
+def resumed_rollouts(queue, tokenizer, chat_template, timeout: float) -> list[Rollout]:
+    """A resumed run's first rollouts: the answers it had put before people when it stopped, waited for on the
+    same items (their labels are not asked for twice, nor lost), as rollouts with their rewards. Token ids come
+    from the stored text (the sampled ids were not kept); rollouts nobody labelled in time are dropped."""
+    from rlhf.generation import build_prompt_ids
+
+    pending = queue.pending()
+    if not pending:
+        return []
+    item_ids = [item_id for item_id, _, _ in pending]
+    texts = [(prompt, answer) for _, prompt, answers in pending for answer in answers]
+    rewards = queue.wait(item_ids, timeout)
+    rollouts = []
+    for (prompt, answer), reward in zip(texts, rewards):
+        response = tokenizer(answer, add_special_tokens=False, return_tensors="pt").input_ids[0]
+        if reward is not None and len(response) > 0:
+            query = build_prompt_ids(tokenizer, prompt, use_chat_template=chat_template)
+            rollouts.append(Rollout(query, response, prompt, answer, score=reward))
+    print(f"resumed: {len(rollouts)} answers labelled while the run was down (or since) join the next step",
+          flush=True)
+    return rollouts
 
 
 def _samples_limited(ctx: StageContext):
