@@ -33,6 +33,7 @@ TAB_MODULES = [
 # Tabs an annotator does not see. Hiding is a courtesy only: every admin handler checks the role itself.
 ADMIN_TABS = {"data", "records", "train", "admin"}
 STATIC = Path(__file__).parent / "static"
+FIRST_STEPS_REFRESH_S = 5.0  # seconds between the first-steps panel's re-reads while it is shown
 SHORTCUTS_JS = (STATIC / "shortcuts.js").read_text(encoding="utf-8")
 CSS = (STATIC / "studio.css").read_text(encoding="utf-8")
 AUTH_MESSAGE = (
@@ -125,6 +126,18 @@ def build_app(settings: ServeSettings) -> gr.Blocks:
 
         app.load(whoami_load, None, [whoami, password_panel, main, *hidden], api_name="whoami")
         app.load(first_steps_load, None, [first_steps], api_name="first_steps", show_progress="hidden")
+        # The panel's counts follow the database while it is shown (issue 24 item 3): a timer, started by the
+        # page load only when the panel is shown, and stopped by the tick that hides it.
+        first_steps_timer = gr.Timer(FIRST_STEPS_REFRESH_S, active=False)
+
+        def first_steps_tick(request: gr.Request):
+            shown = first_steps_load(request)
+            return shown, gr.Timer(active=bool(shown.get("visible")))
+
+        app.load(first_steps_tick, None, [first_steps, first_steps_timer], api_name="first_steps_timer",
+                 show_progress="hidden")
+        first_steps_timer.tick(first_steps_tick, None, [first_steps, first_steps_timer], api_name="first_steps_tick",
+                               show_progress="hidden")
         # Keyboard shortcuts run in the browser only; they click the same buttons a mouse would.
         app.load(None, None, None, js=SHORTCUTS_JS, api_name="install_shortcuts")
     return app

@@ -136,6 +136,23 @@
     if (hit) inFlight = setTimeout(finish, STUCK_MS);
   }, true);
 
+  // An empty queue looks again by itself (issue 24 item 3): while Rate or Rank says "All done" on screen, its
+  // Refresh is pressed every EMPTY_POLL_MS, so answers generated in the background (a run, the Data tab, the
+  // CLI) appear without a reload, as Label Studio's and Argilla's queues do. Only the shown tab, only in a
+  // visible browser tab, never while a label is in flight; a queue with work is not polled at all.
+  const EMPTY_POLL_MS = 5000;
+  const EMPTY_QUEUES = [["rate-prompt", "rate-refresh"], ["rank-prompt", "rank-refresh"]];
+  setInterval(() => {
+    if (document.visibilityState !== "visible" || inFlight !== null || queue.length) return;
+    for (const [promptId, refreshId] of EMPTY_QUEUES) {
+      const prompt = byId(promptId);
+      if (visible(prompt) && prompt.innerText.trim().startsWith("All done")) {
+        const button = buttonOf(refreshId);
+        if (button) button.click();
+      }
+    }
+  }, EMPTY_POLL_MS);
+
   const HANDLED = /^([0-9=sus]|Enter|Escape|Backspace)$/;
   document.addEventListener("keydown", (event) => {
     if (event.ctrlKey || event.metaKey || event.altKey || typing(event.target)) return;

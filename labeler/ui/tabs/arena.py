@@ -39,7 +39,7 @@ def leaderboard_note() -> str:
             f"model has {MIN_VOTES_FOR_INTERVAL} votes (n/a before).")
 
 
-def build(ctx: UIContext) -> None:
+def build(ctx: UIContext):
     from labeler.services import arena
     from labeler.services.chat import ModelCache
     from labeler.services.errors import InputError
@@ -177,3 +177,24 @@ def build(ctx: UIContext) -> None:
         button.click(arena_vote(winner), [battle_state], [reveal, identical, battle_state, board, *vote_buttons],
                      api_name=f"arena_vote_{winner}", trigger_mode="once")
     refresh_board.click(arena_leaderboard, None, board, api_name="arena_leaderboard")
+
+    @ui_errors
+    def arena_models(request: gr.Request):
+        """The model lists and the not-ready note read again; the picked models stay picked."""
+        with ctx.connection() as db:
+            require_user(db, request)
+            names, _ = model_choices(ctx, db)
+            reason = arena.not_ready_reason(db, (ctx.settings.model,))
+        return (
+            gr.update(choices=[RANDOM, *names]), gr.update(choices=[RANDOM, *names]),
+            gr.update(value=f"ℹ️ {reason}" if reason else "", visible=bool(reason)),
+            gr.update(interactive=reason is None),
+        )
+
+    def on_tab(tab: gr.Tab) -> None:
+        # Opening the tab reads the registry again (issue 24 item 3): a model registered or trained since the
+        # page loaded is offered, and the "only one model" note goes, without a reload.
+        tab.select(quiet_before_password_change(arena_models, 4), None, [model_1, model_2, not_ready, start],
+                   api_name="arena_models", show_progress="hidden")
+
+    return on_tab

@@ -74,7 +74,7 @@ def settings_from(values: tuple) -> "GenerationSettings":  # noqa: F821
     return forms.build_config(GenerationSettings, raw)
 
 
-def build(ctx: UIContext) -> None:
+def build(ctx: UIContext):
     from labeler.services import chat
     from labeler.services.errors import InputError, PermissionDenied
 
@@ -246,3 +246,20 @@ def build(ctx: UIContext) -> None:
     rate.click(chat_rate, [chatbot, model, score, *setting_inputs], rate_status, api_name="chat_rate", trigger_mode="once")
     thumbs_up.click(thumbs(True), [chatbot, model, *setting_inputs], rate_status, api_name="chat_thumbs_up", trigger_mode="once")
     thumbs_down.click(thumbs(False), [chatbot, model, *setting_inputs], rate_status, api_name="chat_thumbs_down", trigger_mode="once")
+
+    @ui_errors
+    def chat_model_lists(request: gr.Request):
+        """The model lists read again; the picked models stay picked."""
+        with ctx.connection() as db:
+            require_user(db, request)
+            names, _ = model_choices(ctx, db)
+            rewards, _ = model_choices(ctx, db, kind="reward")
+        return gr.update(choices=names), gr.update(choices=rewards)
+
+    def on_tab(tab: gr.Tab) -> None:
+        # Opening the tab reads the registry again (issue 24 item 3): no "↻ Models" click needed for a model
+        # registered or trained since the page loaded.
+        tab.select(quiet_before_password_change(chat_model_lists, 2), None, [model, reward_model],
+                   api_name="chat_model_lists", show_progress="hidden")
+
+    return on_tab

@@ -13,7 +13,7 @@ import gradio as gr
 from labeler import forms
 from labeler.ui import downloads
 from labeler.ui.context import UIContext
-from labeler.services.errors import InputError
+from labeler.services.errors import InputError, PermissionDenied
 from labeler.ui.session import quiet_on_load, require_admin, ui_errors
 from labeler.ui.soft_errors import keep_on_error
 from rlhf.configs import GenerationSettings
@@ -25,6 +25,10 @@ TARGET_LAST_IMPORT = "the last import batch"
 EXPORT_KINDS = ["preferences", "ratings", "unpaired"]
 EXPORT_FORMATS = ["jsonl", "parquet", "csv", "hf"]
 # Export filters shown as plain widgets; annotators gets a multi-select of the project's users instead.
+# Seconds between the admin's Data tab re-reading its counts and latest prompts by itself (answers and labels
+# arrive from runs, the CLI and annotators while the tab is open).
+REFRESH_SECONDS = 5.0
+LATEST_PROMPTS = 20
 EXPORT_FIELDS = [
     "since", "until", "min_annotators", "min_agreement", "include_rating_pairs", "conversational",
     "zscore", "threshold", "test_size", "seed", "license",
@@ -49,9 +53,12 @@ def data_summary(db, project: str) -> str:
 
 
 def _prompt_table(db, project: str) -> list[list]:
+    """The newest prompts first: what an import just added is what the admin looks for (issue 24 item 8)."""
     from labeler.services import prompts
 
-    return [[row["id"], row["text"][:200], row.get("source", "")] for row in prompts.list_prompts(db, project, 20)]
+    offset = max(0, prompts.count_prompts(db, project) - LATEST_PROMPTS)
+    rows = prompts.list_prompts(db, project, LATEST_PROMPTS, offset)
+    return [[row["id"], row["text"][:200], row.get("source", "")] for row in reversed(rows)]
 
 
 def _model_choices(db) -> list[str]:
@@ -92,7 +99,8 @@ def build(ctx: UIContext) -> None:
                 import_button = gr.Button("Import prompt file", variant="primary", elem_id="data-import-prompts")
                 shipped_button = gr.Button("Import the shipped movie-review prompts", elem_id="data-import-shipped")
         prompt_table = gr.Dataframe(
-            headers=["id", "prompt", "source"], label="First prompts", interactive=False, wrap=True
+            headers=["id", "prompt", "source"], label="Latest prompts (newest first)", interactive=False, wrap=True,
+            elem_id="data-prompts",
         )
 
     gen_specs = forms.field_specs(GenerationSettings)
@@ -294,8 +302,25 @@ def build(ctx: UIContext) -> None:
     labels_button.click(import_labels, [labels_file], [labels_status, summary], api_name="data_import_labels")
     refresh = gr.Button("Refresh", size="sm", elem_id="data-refresh")
     refresh.click(data_refresh, None, refresh_outputs, api_name="data_refresh")
+    # The counts and the latest prompts follow the database by themselves (issue 24 item 3). The timer starts
+    # off and the page load turns it on for admins only: an annotator's page sends no ticks.
+    timer = gr.Timer(REFRESH_SECONDS, active=False)
+
+    def data_tick(request: gr.Request):
+        try:
+            with ctx.connection() as db:
+                require_admin(db, request)
+                return data_summary(db, ctx.project), _prompt_table(db, ctx.project)
+        except (InputError, PermissionDenied):
+            return gr.skip(), gr.skip()
+
+    def data_load(request: gr.Request):
+        return (gr.Timer(active=True), *data_refresh(request))
+
+    timer.tick(data_tick, None, [summary, prompt_table], api_name="data_tick", show_progress="hidden")
     if ctx.app is not None:
-        ctx.app.load(quiet_on_load(data_refresh, len(refresh_outputs)), None, refresh_outputs, api_name="data_load")
+        ctx.app.load(quiet_on_load(data_load, len(refresh_outputs) + 1), None, [timer, *refresh_outputs],
+                     api_name="data_load")
 
 
 def _list_users(db):
