@@ -104,6 +104,19 @@ def save_checkpoint(root: str | Path, step: int, write: Callable[[Path], None], 
     return target
 
 
+# How long a cancel waits for a checkpoint being written to complete (StageContext.save_checkpoint lets the
+# write finish before the worker handles SIGTERM): a 135M PPO checkpoint (1.6 GB) took 20 s on a loaded 2-core
+# machine, where the cancel's usual grace is 10 s.
+WRITE_GRACE_SECONDS = 120.0
+
+
+def writing(root: str | Path) -> bool:
+    """Whether a checkpoint is being written under `root` (its temporary folder is there; a crash's leftover is
+    removed when the run starts again, so in a running run's folder it is the current write)."""
+    root = Path(root)
+    return root.is_dir() and any(p.name.startswith(f"{TMP_PREFIX}{PREFIX}") for p in root.iterdir())
+
+
 def _fsync_dir(folder: Path) -> None:
     try:
         fd = os.open(folder, os.O_RDONLY)

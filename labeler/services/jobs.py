@@ -671,6 +671,10 @@ def cancel_run(db, run_id: int, grace_seconds: float = 10.0, max_concurrent: int
     if not run.finished:
         # Mark first: the worker, seeing SIGTERM, then leaves the status alone.
         finish(db, run_id, "cancelled", "cancelled by user", only_if=run.status)
+    from labeler.services import checkpoints
+
+    if run.output_dir and checkpoints.writing(Path(run.output_dir) / "checkpoints"):  # it finishes first
+        grace_seconds = max(grace_seconds, checkpoints.WRITE_GRACE_SECONDS)
     if run.pid and (processes or (processes is None and run.status == "running")):
         _terminate(run, processes, grace_seconds)
     if not run.finished:  # nothing trained is thrown away: its newest checkpoint is registered (kept_models)

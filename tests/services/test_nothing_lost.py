@@ -279,6 +279,24 @@ def test_cancel_keeps_the_newest_checkpoint_and_a_resume_still_finishes(db, tmp_
     assert models.get_model(db, f"sft-run{run.id}")["run_id"] == run.id
 
 
+def test_a_cancel_during_a_checkpoint_write_keeps_that_checkpoint(db, tmp_path, monkeypatch, worker_env):
+    """The cancel comes while the step-4 checkpoint is written (4 s between its files and its manifest) with a
+    1 s grace: the worker finishes the checkpoint before it stops, and the cancel waits for it, so step 4 is kept
+    (before, SIGKILL after the grace left the half checkpoint and the model of step 2 was kept)."""
+    monkeypatch.setenv(checkpoints.SLEEP_ENV, "4@4")
+    run = jobs.create_run(db, "sft", {**TOY, "steps": 50, "checkpoint_every": 2}, runs_dir=tmp_path / "runs")
+    root = Path(run.output_dir) / "checkpoints"
+    _wait_until(lambda: any((p / "training_state.pt").exists() for p in root.glob(".tmp-checkpoint-4-*")), 90,
+                "the step-4 checkpoint files")
+    assert checkpoints.writing(root)
+    cancelled = jobs.cancel_run(db, run.id, grace_seconds=1)
+    assert cancelled.status == "cancelled"
+    assert checkpoints.latest_checkpoint(root).name == "checkpoint-4" and not checkpoints.writing(root)
+    (kept,) = kept_models.kept_models(db, run.id)
+    assert kept["config"]["kept_from"]["step"] == 4
+    assert f"run {run.id}: cancelled" in jobs.log_tail(cancelled)  # a clean end after the write, not SIGKILL
+
+
 def test_a_cancelled_run_without_a_checkpoint_keeps_nothing(db, tmp_path, monkeypatch, worker_env):
     monkeypatch.setenv("TOY_STEP_SECONDS", "0.2")
     run = jobs.create_run(db, "sft", {**TOY, "steps": 50, "checkpoint_every": 0}, runs_dir=tmp_path / "runs")
