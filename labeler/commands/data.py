@@ -61,6 +61,21 @@ def _register_prompts(subparsers, common) -> None:
     listing.add_argument("--limit", type=int, default=20, help="how many to show (default: 20)")
     listing.add_argument("--offset", type=int, default=0, help="how many to skip first (default: 0)")
     listing.set_defaults(func=run_prompts_list)
+    promote = actions.add_parser(
+        "promote", parents=[common], help="add prompts typed in Chat or Arena to the training prompts",
+        description="Prompts annotators typed in Chat or Arena are kept apart (split 'chat': no training run, "
+                    "Generate or Arena draw on them) until an admin reviews and promotes them (split 'train').",
+    )
+    promote.add_argument("ids", nargs="*", type=int, help="prompt ids to promote (default: every typed prompt)")
+    promote.set_defaults(func=run_prompts_promote)
+
+
+def run_prompts_promote(args) -> int:
+    from labeler.services.prompts import promote_prompts
+
+    moved = promote_prompts(_open(args), args.project, args.ids or None)
+    print(f"{moved} typed prompts moved to the training prompts of project '{args.project}'")
+    return 0
 
 
 def _print_import(result, what: str, project: str) -> None:

@@ -21,7 +21,7 @@ from labeler.services.chat import ModelCache, check_length, reply
 from labeler.services.errors import InputError, PermissionDenied
 from labeler.services.models import resolve_chat_model
 from labeler.services.projects import get_project
-from labeler.services.prompts import PromptRecord, insert_prompt
+from labeler.services.prompts import TYPED_SPLIT, PromptRecord, insert_prompt
 from labeler.services.responses import insert_response
 from rlhf.configs import GenerationSettings
 from storage import write_transaction
@@ -86,7 +86,9 @@ class VoteResult:
 def random_prompt(db: sqlite_utils.Database, project: str, rng: random.Random) -> str:
     """A prompt of the project, picked with the caller's generator. InputError if there are none."""
     project_id = get_project(db, project).id
-    ids = [row[0] for row in db.execute("SELECT id FROM prompts WHERE project_id = ? ORDER BY id", [project_id])]
+    # Not one another annotator typed in Chat or Arena (unreviewed: prompts.TYPED_SPLIT).
+    ids = [row[0] for row in db.execute("SELECT id FROM prompts WHERE project_id = ? AND split != ? ORDER BY id",
+                                        [project_id, TYPED_SPLIT])]
     if not ids:
         raise InputError(f"project '{project}' has no prompts yet; import some or type one", field="prompt")
     return db.execute("SELECT text FROM prompts WHERE id = ?", [rng.choice(ids)]).fetchone()[0]
@@ -122,10 +124,12 @@ def start_battle(
     history = [{"role": "user", "content": prompt}]
     # One seed for both answers: the models differ, the luck does not.
     settings = dataclasses.replace(settings, seed=rng.randrange(2**31))
-    answers = {name: reply(cache, paths[name], history, None, settings) for name in (first, second)}
+    # The project's prompt format, as generation uses it (chat template, or plain text to continue).
+    answers = {name: reply(cache, paths[name], history, None, settings, chat_template=proj.chat_template)
+               for name in (first, second)}
     settings_json = json.dumps(dataclasses.asdict(settings), sort_keys=True)
     with write_transaction(db):
-        prompt_id, _ = insert_prompt(db, proj.id, PromptRecord(prompt, None), "arena")
+        prompt_id, _ = insert_prompt(db, proj.id, PromptRecord(prompt, None), "arena", split=TYPED_SPLIT)
         # Both answers were generated just above, by this server: marked for exports.
         response_ids = [
             insert_response(db, prompt_id, answers[name], model=name, source="arena", settings_json=settings_json,

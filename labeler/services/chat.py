@@ -20,7 +20,7 @@ from labeler.services import label_kinds, labeling
 from labeler.services.accounts import require_user
 from labeler.services.errors import InputError
 from labeler.services.projects import get_project
-from labeler.services.prompts import PromptRecord, insert_prompt
+from labeler.services.prompts import TYPED_SPLIT, PromptRecord, insert_prompt
 from labeler.services.responses import insert_response
 from rlhf.configs import GenerationSettings
 from storage import write_transaction
@@ -386,7 +386,8 @@ def rate_answer(
     history = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
     server_generated = generated is not None and generated.contains(generated_by or model, history, answer)
     with write_transaction(db):
-        prompt_id, _ = insert_prompt(db, proj.id, record, source)
+        # Typed by the user: kept apart from the training prompts until an admin promotes it (prompts.TYPED_SPLIT).
+        prompt_id, _ = insert_prompt(db, proj.id, record, source, split=TYPED_SPLIT)
         response_id = insert_response(db, prompt_id, answer, model=model, source=source, settings_json=settings_json,
                                       server_generated=server_generated)
     labeling.create_items(db, project, [response_id], kinds=("rating",))

@@ -15,6 +15,7 @@ from typing import Callable, Sequence
 import sqlite_utils
 
 from labeler.services import labeling
+from labeler.services.prompts import TYPED_SPLIT
 from labeler.services.errors import InputError
 from labeler.services.models import resolve
 from labeler.services.projects import get_project
@@ -69,8 +70,10 @@ def _work_list(
         rows = db.execute(
             "SELECT p.id, p.text, p.messages_json,"
             " (SELECT COUNT(*) FROM responses r WHERE r.prompt_id = p.id AND r.model = ?) AS have"
-            " FROM prompts p WHERE p.project_id = ? ORDER BY p.id",
-            [model, project_id],
+            # Prompts typed in Chat or Arena wait for an admin's review (prompts.promote_prompts) before anyone
+            # is shown answers to them.
+            " FROM prompts p WHERE p.project_id = ? AND p.split != ? ORDER BY p.id",
+            [model, project_id, TYPED_SPLIT],
         ).fetchall()
         allowed = None if within is None else {int(i) for i in within}
         chosen = [(row, n_per_prompt - row["have"]) for row in rows

@@ -80,12 +80,19 @@ def parse_prompt(where: Where, record: dict) -> PromptRecord:
     return PromptRecord(check_text(where, value, "prompt"), None)
 
 
-def insert_prompt(db: sqlite_utils.Database, project_id: int, prompt: PromptRecord, source: str) -> tuple[int, bool]:
-    """(prompt id, created?) inside the caller's transaction; an existing identical prompt is reused."""
+# The split of prompts typed by annotators in Chat and Arena: out of the training prompts (PPO's, GRPO's) and of
+# Generate's work until an admin promotes them (promote_prompts), since anyone with a login types them (issue 25).
+TYPED_SPLIT = "chat"
+
+
+def insert_prompt(db: sqlite_utils.Database, project_id: int, prompt: PromptRecord, source: str,
+                  split: str = "train") -> tuple[int, bool]:
+    """(prompt id, created?) inside the caller's transaction; an existing identical prompt is reused as it is
+    (its split too: a held-out prompt typed in Chat stays held out, and is not added again)."""
     cursor = db.execute(
-        "INSERT INTO prompts (project_id, text, messages_json, text_hash, source) VALUES (?, ?, ?, ?, ?)"
+        "INSERT INTO prompts (project_id, text, messages_json, text_hash, source, split) VALUES (?, ?, ?, ?, ?, ?)"
         " ON CONFLICT (project_id, text_hash) DO NOTHING",
-        [project_id, prompt.text, prompt.messages_json, prompt.text_hash, source],
+        [project_id, prompt.text, prompt.messages_json, prompt.text_hash, source, split],
     )
     if cursor.rowcount:
         return cursor.lastrowid, True
@@ -93,6 +100,26 @@ def insert_prompt(db: sqlite_utils.Database, project_id: int, prompt: PromptReco
         "SELECT id FROM prompts WHERE project_id = ? AND text_hash = ?", [project_id, prompt.text_hash]
     ).fetchone()
     return row[0], False
+
+
+def promote_prompts(db: sqlite_utils.Database, project: str = "default", prompt_ids: Iterable[int] | None = None) -> int:
+    """An admin's review: prompts typed in Chat or Arena (split TYPED_SPLIT) join the training prompts (split
+    'train'), all of the project's or those of `prompt_ids`. Returns how many moved; an id that is not a typed
+    prompt of the project is an InputError, and then nothing moves."""
+    project_id = get_project(db, project).id
+    with write_transaction(db):
+        if prompt_ids is None:
+            return db.execute("UPDATE prompts SET split = 'train' WHERE project_id = ? AND split = ?",
+                              [project_id, TYPED_SPLIT]).rowcount
+        ids = sorted({int(i) for i in prompt_ids})
+        typed = {row[0] for row in db.execute(
+            f"SELECT id FROM prompts WHERE project_id = ? AND split = ? AND id IN ({','.join('?' * len(ids))})",
+            [project_id, TYPED_SPLIT, *ids])} if ids else set()
+        others = [i for i in ids if i not in typed]
+        if others:
+            raise InputError(f"not prompts typed in Chat or Arena of project '{project}': {others}", field="prompt_ids")
+        db.conn.executemany("UPDATE prompts SET split = 'train' WHERE id = ?", [(i,) for i in ids])
+        return len(ids)
 
 
 def hold_out(db: sqlite_utils.Database, prompt_ids: Iterable[int]) -> None:

@@ -124,6 +124,12 @@ def test_leaderboard_from_votes(arena_db, cache):
     for row in board:
         assert row["ci_low"] <= row["bt_score"] <= row["ci_high"]
     assert board[0]["elo"] > 1000 > board[1]["elo"]
+    # Typed in the arena: picked for others only once an admin promoted them (issue 25).
+    with pytest.raises(InputError, match="no prompts yet"):
+        arena.random_prompt(db, "default", random.Random(0))
+    from labeler.services.prompts import promote_prompts
+
+    assert promote_prompts(db, "default") == 5
     assert arena.random_prompt(db, "default", random.Random(0)).startswith("Prompt ")
 
 
