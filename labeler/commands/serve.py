@@ -146,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
         print(
             "    First start: log in as user 'admin' with this one-time password\n"
             f"        {password}\n"
-            "    (it is not stored in clear text, and works once: the first login asks for a new password)\n",
+            "    (it is not stored in clear text, and until you replace it it opens only the form to choose your own)\n",
             flush=True,
         )
     # Built before the background thread starts: transformers' lazy imports are not thread-safe, and the
