@@ -38,7 +38,7 @@ SHORTCUTS_JS = (STATIC / "shortcuts.js").read_text(encoding="utf-8")
 CSS = (STATIC / "studio.css").read_text(encoding="utf-8")
 AUTH_MESSAGE = (
     "Log in with your RLHF Studio account. On the first start the terminal running "
-    "`rlhf-studio serve` printed a one-time password for the user <b>admin</b>. "
+    "<code>rlhf-studio serve</code> printed a one-time password for the user <b>admin</b>. "
     "After 5 wrong passwords the account waits a little before the next try. "
     "A deactivated account cannot log in: ask an admin to reactivate it."
 )

@@ -57,13 +57,28 @@ def progress_html(run: jobs.Run | None) -> str:
             f"style='width:100%'></progress><div>{text}</div></div>")
 
 
+def shown_command(command: str) -> str:
+    """The run's command as a person reads it: the interpreter by its name, not the server's absolute path to it
+    (issue 24 item 5); the rest as stored, so it can be run again."""
+    import os
+    import shlex
+
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return command
+    if words and os.path.isabs(words[0]):
+        words[0] = os.path.basename(words[0])
+    return shlex.join(words)
+
+
 def status_markdown(run: jobs.Run | None) -> str:
     if run is None:
         return "No run selected. Launch one above, or pick one from the history."
     line = f"### Run #{run.id} · {run.stage} · **{run.status}**"
     if run.stop_requested and run.status == "running":
         line += " (stopping after this step)"
-    details = [f"`{run.command}`" if run.command else "", f"output: `{run.output_dir}`"]
+    details = [f"command: `{shown_command(run.command)}`" if run.command else "", f"output: `{run.output_dir}`"]
     if run.error:
         details.append(f"**error:** {run.error.splitlines()[-1]}")
     return "\n\n".join([line, *filter(None, details)])
