@@ -125,6 +125,7 @@ def test_ppo_saves_under_torch_fsdp_on_two_ranks_equal_one_process(tmp_path):
             assert (info["num_processes"], info["wrapper"], info["gathered"]) == (2, wrapper, True)
             assert info["local_numel"] < 0.6 * info["numel"]  # rank 0 held about half: a save must gather
             assert info["loss"] == pytest.approx(one["loss"], abs=1e-6)
+            assert info["moved"] == one["moved"] and len(one["moved"]) >= 3  # the same tensors trained (LoRA: B, A, head)
             for folder in ("pretrained", "checkpoint", "merged"):
                 ours = AutoModelForCausalLM.from_pretrained(sharded / folder).state_dict()
                 theirs = AutoModelForCausalLM.from_pretrained(single / folder).state_dict()

@@ -60,6 +60,7 @@ def main(out: Path, mode: str, lora: bool, accelerator: Accelerator) -> None:
     folder = out / f"{mode}-{'lora' if lora else 'full'}"
     model = policy(lora, folder / "base", accelerator)
     own_numel = sum(p.numel() for p in model.parameters())
+    initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
     ref = None if lora else create_reference_model(model)  # the copy is made before sharding
     if mode != "single":
         model = shard(model, mode)
@@ -75,12 +76,15 @@ def main(out: Path, mode: str, lora: bool, accelerator: Accelerator) -> None:
     trainer.save_checkpoint(folder / "checkpoint")
     weights = trainer.gathered_state_dict()  # what the app's run_ppo does at the end
     if accelerator.is_main_process:
+        final = weights if weights is not None else trainer.unwrapped_model.state_dict()
+        moved = sorted(k for k in initial if not torch.equal(initial[k], final[k]))  # what the step trained
         trainer.unwrapped_model.save_merged(folder / "merged", state_dict=weights)
         # what this rank's module holds itself after sharding (a save without the gather would see only this)
         local = sum(p.to_local().numel() if hasattr(p, "to_local") else p.numel() for p in trainer.unwrapped_model.parameters())
         (folder / "info.json").write_text(json.dumps({
             "num_processes": accelerator.num_processes, "wrapper": type(trainer.model).__name__,
-            "gathered": weights is not None, "loss": stats["ppo/loss/total"], "numel": own_numel, "local_numel": local}))
+            "gathered": weights is not None, "loss": stats["ppo/loss/total"], "numel": own_numel, "local_numel": local,
+            "moved": moved}))
     accelerator.wait_for_everyone()
 
 
