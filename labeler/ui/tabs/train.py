@@ -34,6 +34,7 @@ HISTORY_COLUMNS = ["id", "stage", "status", "step", "total", "created", "by", "n
 SAMPLE_COLUMNS = ["step", "query", "response", "reward"]
 COMPARISON_COLUMNS = ["", "model", *evaluation.METRIC_LABELS.values()]
 ANSWER_COLUMNS = ["prompt", "before", "after"]
+LONG_TEXT_CHARS = 600  # a table cell shows at most this much of a prompt or an answer
 
 
 def _duration(seconds: float | None) -> str:
@@ -288,10 +289,14 @@ def build(ctx: UIContext) -> None:
     eval_note = gr.Markdown(elem_id="train-eval-note")
     comparison = gr.Dataframe(pd.DataFrame(columns=COMPARISON_COLUMNS), interactive=False,
                               elem_id="train-comparison")
+    # Widths fixed in percent and long texts wrapped (issue 24 item 6): sized by their content, the long answers
+    # made 1952 px tables in a 1214 px page and pushed "after" and "reward" out of sight.
     comparison_answers = gr.Dataframe(pd.DataFrame(columns=ANSWER_COLUMNS), label="First held-out answers",
-                                      interactive=False, wrap=True)
-    samples = gr.Dataframe(pd.DataFrame(columns=SAMPLE_COLUMNS), label="PPO samples (latest steps)", wrap=True,
-                           interactive=False)
+                                      interactive=False, wrap=True, column_widths=["30%", "35%", "35%"],
+                                      max_chars=LONG_TEXT_CHARS, elem_id="train-answers")
+    samples = gr.Dataframe(pd.DataFrame(columns=SAMPLE_COLUMNS), label="Samples (latest steps)", wrap=True,
+                           interactive=False, column_widths=["8%", "35%", "45%", "12%"], max_chars=LONG_TEXT_CHARS,
+                           elem_id="train-samples")
     log = gr.Code(label="Log (tail)", language=None, lines=12, interactive=False)
     history = gr.Dataframe(pd.DataFrame(columns=HISTORY_COLUMNS), label="Run history", interactive=False)
 
