@@ -94,14 +94,11 @@ def all_reduce_gradients(accelerator, model: torch.nn.Module) -> None:
             param.grad.copy_(accelerator.reduce(param.grad, "mean"))
 
 
-def is_sharded(accelerator, model: torch.nn.Module) -> bool:
-    """True when no process holds the model's whole parameters: DeepSpeed ZeRO-3, FSDP through accelerate, or a
-    model the caller wrapped in torch's FSDP / fully_shard itself (accelerate cannot on CPU ranks)."""
-    from accelerate.utils import DistributedType
+def sharded_by_caller(model: torch.nn.Module) -> bool:
+    """True for a model already wrapped in torch's FullyShardedDataParallel or fully_shard (FSDP2) before it
+    reached the trainer (accelerate offers FSDP on GPUs only, so on CPU ranks it is done by hand)."""
     from torch.distributed.fsdp import FullyShardedDataParallel
 
-    if _zero_stage(accelerator) == 3 or accelerator.distributed_type == DistributedType.FSDP:
-        return True
     if isinstance(model, FullyShardedDataParallel):
         return True
     try:
@@ -109,6 +106,16 @@ def is_sharded(accelerator, model: torch.nn.Module) -> bool:
     except ImportError:
         return False
     return any(isinstance(m, FSDPModule) for m in model.modules())
+
+
+def is_sharded(accelerator, model: torch.nn.Module) -> bool:
+    """True when no process holds the model's whole parameters: DeepSpeed ZeRO-3, FSDP through accelerate, or a
+    model the caller sharded itself (sharded_by_caller)."""
+    from accelerate.utils import DistributedType
+
+    if _zero_stage(accelerator) == 3 or accelerator.distributed_type == DistributedType.FSDP:
+        return True
+    return sharded_by_caller(model)
 
 
 def full_state_dict(accelerator, model: torch.nn.Module) -> dict[str, torch.Tensor] | None:

@@ -54,8 +54,8 @@ from rlhf.distributed import (
     all_reduce_gradients,
     full_state_dict,
     gradient_sync,
-    is_sharded,
     prepare_reference,
+    sharded_by_caller,
     unwrap_model_for_generation,
 )
 from rlhf.kl_control import AdaptiveKLController, FixedKLController
@@ -225,7 +225,7 @@ class PPOTrainer:
                                     collate_fn=self.data_collator, generator=self.data_generator)
         # A model the caller sharded with torch's FSDP / fully_shard (accelerate offers FSDP on GPUs only) is used
         # as given: preparing it again would wrap it in DDP. Its optimizer must be built after the wrapping.
-        prepare_model = not is_sharded(self.accelerator, model)
+        prepare_model = not sharded_by_caller(model)
         prepared = self.accelerator.prepare(*([model] if prepare_model else []), self.optimizer,
                                             *([dataloader] if dataloader is not None else []))
         prepared = list(prepared) if isinstance(prepared, tuple) else [prepared]

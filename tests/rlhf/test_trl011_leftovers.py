@@ -81,3 +81,16 @@ def test_ppo_trainer_warns_on_what_it_ignores():
         trainer = PPOTrainer(PPOConfig(batch_size=2, bf16=False), model(), None, TOKENIZER,
                              training_data_collator=lambda rows: rows)
     assert torch.isfinite(torch.tensor(trainer.step(*rollouts(2))["ppo/loss/total"]))  # the step runs without it
+
+
+def test_an_unsharded_policy_is_saved_from_its_own_parameters():
+    from accelerate import Accelerator
+
+    from rlhf.distributed import full_state_dict, is_sharded, sharded_by_caller
+
+    m = model()
+    accelerator = Accelerator()
+    assert not sharded_by_caller(m) and not is_sharded(accelerator, m)
+    assert full_state_dict(accelerator, m) is None  # no gather: save_pretrained reads the module as it is
+    trainer = PPOTrainer(PPOConfig(batch_size=2, bf16=False), m, None, TOKENIZER, accelerator=accelerator)
+    assert trainer.gathered_state_dict() is None and trainer.model is m  # one process: prepared, not wrapped
