@@ -115,7 +115,9 @@ def test_trl_011_arguments_and_text_history():
     from rlhf.extras import BestOfNSampler
     from rlhf.samplers import BestOfNSampler as ours
 
-    assert BestOfNSampler is ours  # TRL 0.11's `from trl.extras import BestOfNSampler`
+    from rlhf.extras.best_of_n_sampler import BestOfNSampler as by_module_path
+
+    assert BestOfNSampler is ours is by_module_path  # TRL 0.11's `from trl.extras(.best_of_n_sampler) import ...`
 
     class Calc:  # TRL names tools given as a list by their class
         def __call__(self, expression):
