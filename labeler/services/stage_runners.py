@@ -6,6 +6,7 @@ newest complete checkpoint, stops early when asked, and returns what to register
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from dataclasses import dataclass
@@ -341,6 +342,7 @@ def run_ppo(ctx: StageContext) -> RunResult:
             getattr(reward, "request_ahead", queue.request_ahead)(texts, answers)  # a mix picks its groups first
         return rollouts
 
+    check_heldout = heldout_check(ctx, db, trainer, tokenizer, chat_template) if accelerator.is_main_process else None
     ahead: list[Rollout] = []  # overlap: the next batch, generated and already in the rating queue
     buffer: list[Rollout] = []  # scored rollouts waiting for a full batch
     if resume is not None and queue is not None:
@@ -371,6 +373,8 @@ def run_ppo(ctx: StageContext) -> RunResult:
             trainer.log_stats(stats, {"query": [r.prompt for r in batch], "response": [r.answer for r in batch]},
                               score_tensors)
             ctx.sink.progress(trainer.current_step, job.steps)
+            if check_heldout is not None:
+                check_heldout(trainer.current_step)
             if checkpoint_due(job, trainer.current_step):  # every step when people's labels went into it
                 # The batch generated ahead is not trained on yet: a resumed run generates it again.
                 def write(folder: Path, position=position - world * (len(ahead) // job.answers_per_prompt)):
@@ -416,6 +420,35 @@ def resumed_rollouts(queue, tokenizer, chat_template, timeout: float) -> list[Ro
     print(f"resumed: {len(rollouts)} answers labelled while the run was down (or since) join the next step",
           flush=True)
     return rollouts
+
+
+def heldout_check(ctx: StageContext, db, trainer, tokenizer, chat_template):
+    """`check(step)`: every job.heldout_every steps, one answer per held-out prompt from the current policy, scored
+    as the final evaluation scores them (evaluation.auto_settings: the run's reward function, else VADER), logged
+    as eval/positive_share and eval/reward_mean at that step. None when off or there is nothing to check on (no
+    held-out prompts, or several processes: the policy's weights are sharded or replicated across ranks)."""
+    from labeler.services import evaluation
+    from rlhf.evaluation import evaluate_policy
+    from rlhf.generation import build_prompt_ids
+
+    job = ctx.job
+    prompts = evaluation.heldout_prompts(db, ctx.project)
+    if not job.heldout_every or not prompts or trainer.accelerator.num_processes > 1:
+        return None
+    settings = evaluation.auto_settings(dataclasses.replace(job, eval_samples=1))  # its reward and threshold
+    reward_fn = evaluation.reward_function(db, settings.reward)
+
+    def check(step: int) -> None:
+        if step % job.heldout_every or step >= job.steps:  # the last step gets the full evaluation instead
+            return
+        result = evaluate_policy(trainer.unwrapped_model.pretrained_model, tokenizer, prompts, reward_fn, samples=1,
+                                 max_new_tokens=job.max_new_tokens, threshold=settings.threshold, seed=job.seed + step,
+                                 bf16=job.bf16,
+                                 build_query=lambda text: build_prompt_ids(tokenizer, text, use_chat_template=chat_template))
+        metrics = {k: v for k, v in result.metrics().items() if k in ("eval/positive_share", "eval/reward_mean")}
+        ctx.sink.log(step, metrics)
+        print(f"step {step}: held-out " + ", ".join(f"{k} {v:.3f}" for k, v in metrics.items()), flush=True)
+    return check
 
 
 def _samples_limited(ctx: StageContext):

@@ -114,6 +114,9 @@ class JobConfig:
     human_overlap: bool = field(default=False, metadata={
         "help": "human/mix: generate the next batch while the current one is rated (one batch of staleness, "
                 "corrected by the PPO ratio against the generating policy)."})
+    heldout_every: int = field(default=10, metadata={
+        "help": "PPO: every N steps, answer the held-out prompts once each and log their positive share and mean "
+                "reward (the evaluation's measure), so the Train tab plots progress during the run (0: off)."})
     max_new_tokens: int = field(default=16, metadata={"help": "PPO: tokens generated per rollout."})
     answers_per_prompt: int = field(default=4, metadata={
         "help": "PPO: answers sampled per prompt in each batch; RLOO compares each with the others (must divide "
@@ -149,6 +152,7 @@ class JobConfig:
         _check(self.max_new_tokens >= 1, "max_new_tokens", self.max_new_tokens, "must be at least 1")
         _check(0 < self.human_share <= 1, "human_share", self.human_share, "must be in (0, 1]")
         _check(self.rm_refit_every >= 1, "rm_refit_every", self.rm_refit_every, "must be at least 1")
+        _check(self.heldout_every >= 0, "heldout_every", self.heldout_every, "must be 0 (off) or positive")
         _check(not (self.reward in ("human", "mix") and self.human_label == "ranking"
                     and not 2 <= self.answers_per_prompt <= 8), "answers_per_prompt", self.answers_per_prompt,
                "human_label=ranking puts each prompt's answers in one ranking: 2 to 8 answers (or human_label=rating)")
@@ -184,7 +188,7 @@ WEB_JOB_SETTINGS = (
     "model", "output_name", "steps", "time_budget", "checkpoint_every", "bf16", "lora", "lora_r", "lora_alpha",
     "annotators", "min_annotators", "min_agreement", "include_rating_pairs", "sft_min_score", "test_size",
     "reward", "reward_model", "reward_function", "subtract_query_score", "rm_score_std", "w_human", "w_rm",
-    "human_timeout", "timeout_policy", "human_label", "human_share", "online_rm", "rm_refit_every",
+    "human_timeout", "timeout_policy", "human_label", "human_share", "online_rm", "rm_refit_every", "heldout_every",
     "human_overlap", "max_new_tokens", "answers_per_prompt", "samples_per_step", "seed", "eval_samples",
     "num_processes",
 )
