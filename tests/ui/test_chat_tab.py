@@ -34,11 +34,15 @@ def test_send_streams_an_answer_that_a_thumbs_up_stores_as_a_top_rating(chat_app
     assert [value for _, value in score["choices"]] == list(range(1, 8))  # the project's 1..7 scale
     steps = list(fn(chat_app, "chat_send")("Hello there", [], "", "", *SETTINGS, request=gr.Request(username=USER)))
     first_history, first_box = steps[0]
-    assert first_history == [{"role": "user", "content": "Hello there"}, {"role": "assistant", "content": ""}]
+    # The answer's bubble names the model that writes it (issue 24 item 8), from the first streamed piece on.
+    tag = f"<sub>answered by {tiny_model_dir}</sub>\n\n"
+    assert first_history == [{"role": "user", "content": "Hello there"}, {"role": "assistant", "content": tag}]
     assert first_box == ""  # the message box is cleared at once
     history, _ = steps[-1]
-    answer = history[-1]["content"]
-    assert history[:-1] == first_history[:-1] and history[-1]["role"] == "assistant" and answer.strip()
+    shown = history[-1]["content"]
+    answer = shown.removeprefix(tag)
+    assert history[:-1] == first_history[:-1] and history[-1]["role"] == "assistant" and shown.startswith(tag)
+    assert answer.strip()  # the answer itself, stored below without the tag
     note = fn(chat_app, "chat_thumbs_up")(history, "", *SETTINGS, request=gr.Request(username=USER))
     assert note.startswith("Stored: score **7**")
     db = open_db(db_path)

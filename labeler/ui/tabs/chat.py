@@ -7,6 +7,8 @@ lives in SQLite. The loaded models live in a ModelCache created here, one per ap
 from __future__ import annotations
 
 import contextlib
+import html
+import re
 
 import gradio as gr
 
@@ -15,6 +17,17 @@ from labeler.ui.session import quiet_before_password_change, require_user, ui_er
 
 TITLE = "Chat"
 NEW_MODEL_HINT = "Models come from the registry: `rlhf-studio models add NAME FOLDER`, or train one in the Train tab."
+
+
+# Each answer names the model that wrote it (issue 24 item 8): a small line above the text, in the Chatbot's
+# message only. plain_history takes it off again, so the model never reads it and a rating stores the answer alone.
+ANSWERED_BY = "<sub>answered by {model}</sub>\n\n"
+_ANSWERED_BY = re.compile(r"\A<sub>answered by [^<]*</sub>\n\n")
+
+
+def answered_by(model: str, answer: str) -> str:
+    """The answer as the Chatbot shows it: the model's name above the text."""
+    return ANSWERED_BY.format(model=html.escape(model)) + answer
 
 
 def text_of(content) -> str:
@@ -29,7 +42,9 @@ def text_of(content) -> str:
 
 
 def plain_history(history) -> list[dict]:
-    return [{"role": m["role"], "content": text_of(m["content"])} for m in history or [] if m.get("role") in ("user", "assistant")]
+    return [{"role": m["role"], "content": _ANSWERED_BY.sub("", text_of(m["content"]), count=1)
+             if m["role"] == "assistant" else text_of(m["content"])}
+            for m in history or [] if m.get("role") in ("user", "assistant")]
 
 
 def model_choices(ctx: UIContext, db, kind: str = "chat") -> tuple[list[str], str | None]:
@@ -139,7 +154,7 @@ def build(ctx: UIContext):
         values = (tokens, sample, temperature, top_p, top_k, seed)
         # A generator: ui_errors cannot wrap it, errors raised while streaming are converted here.
         try:
-            from labeler.services import models
+            from labeler.services import models, projects
 
             with ctx.connection() as db:
                 require_user(db, request)
@@ -150,42 +165,52 @@ def build(ctx: UIContext):
                 chat.check_length(system_prompt or "", "system prompt")
                 settings = settings_from(values)
                 path = models.resolve_chat_model(db, model_name or ctx.settings.model, (ctx.settings.model,))
+                chat_template = projects.get_project(db, ctx.project).chat_template
+            # `shown`: the Chatbot's messages as they are, earlier answers with their model's name.
+            shown = [*(history or []), {"role": "user", "content": text}]
             history = plain_history(history) + [{"role": "user", "content": text}]
+            writer = model_name or ctx.settings.model
             answer = ""
-            yield history + [{"role": "assistant", "content": ""}], ""
+            yield shown + [{"role": "assistant", "content": answered_by(writer, "")}], ""
             # closing(): when Gradio closes this generator (Stop, a closed tab), the inner one is closed too,
-            # which stops its generation thread instead of leaving it running to max_new_tokens.
-            with contextlib.closing(chat.stream_reply(cache, path, history, system_prompt, settings)) as pieces:
+            # which stops its generation thread instead of leaving it running to max_new_tokens. The project's
+            # prompt format: a chat template, or plain text to continue (as Generate and the arena use it).
+            with contextlib.closing(chat.stream_reply(cache, path, history, system_prompt, settings,
+                                                      chat_template=chat_template)) as pieces:
                 for piece in pieces:
                     answer += piece
-                    yield history + [{"role": "assistant", "content": answer}], ""
+                    yield shown + [{"role": "assistant", "content": answered_by(writer, answer)}], ""
         except (InputError, PermissionDenied) as error:
             raise errors_as_toasts(error) from error
 
     @ui_errors
     def chat_best_of_n(text, history, model_name, reward_name, n_value, system_prompt, tokens, sample, temperature,
                        top_p, top_k, seed, request: gr.Request):
-        from labeler.services import models
+        from labeler.services import models, projects
 
         values = (tokens, sample, temperature, top_p, top_k, seed)
         settings = settings_from(values)
         with ctx.connection() as db:
             require_user(db, request)
+            chat_template = projects.get_project(db, ctx.project).chat_template
             if not reward_name:
                 raise InputError("register or train a reward model first", field="reward_model")
             chat.check_length(text or "", "message")
             chat.check_length(system_prompt or "", "system prompt")
             path = models.resolve_chat_model(db, model_name or ctx.settings.model, (ctx.settings.model,))
             reward_path = models.resolve_reward_model(db, reward_name)
+        shown = list(history or [])
         history = plain_history(history)
         text = (text or "").strip()
         if text:
             history.append({"role": "user", "content": text})
+            shown.append({"role": "user", "content": text})
         elif history and history[-1]["role"] == "assistant":
-            history = history[:-1]  # no new message: re-answer the last one
-        winner, scored = chat.best_of_n(cache, path, reward_path, history, int(n_value), settings, system_prompt)
+            history, shown = history[:-1], shown[:-1]  # no new message: re-answer the last one
+        winner, scored = chat.best_of_n(cache, path, reward_path, history, int(n_value), settings, system_prompt,
+                                        chat_template=chat_template)
         table = [[round(score, 4), answer] for answer, score in sorted(scored, key=lambda pair: -pair[1])]
-        return history + [{"role": "assistant", "content": winner}], "", table
+        return shown + [{"role": "assistant", "content": answered_by(model_name or ctx.settings.model, winner)}], "", table
 
     def rate_last(history, model_name, score_value, values: tuple, request: gr.Request):
         from labeler.services import models
@@ -241,6 +266,13 @@ def build(ctx: UIContext):
         return [], "", None, ""
 
     clear.click(chat_clear, None, [chatbot, message, scores, rate_status], api_name="chat_clear")
+
+    def chat_model_changed():
+        # Another model starts another conversation (issue 24 item 8): the earlier answers were not its own, and
+        # a rating of the last one would name the wrong model.
+        return [], None, ""
+
+    model.change(chat_model_changed, None, [chatbot, scores, rate_status], api_name=False, show_progress="hidden")
     best.click(chat_best_of_n, [message, chatbot, model, reward_model, n, system, *setting_inputs],
                [chatbot, message, scores], api_name="chat_best_of_n", concurrency_limit=1)
     rate.click(chat_rate, [chatbot, model, score, *setting_inputs], rate_status, api_name="chat_rate", trigger_mode="once")
