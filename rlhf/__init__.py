@@ -32,6 +32,7 @@ _LAZY_EXPORTS = {
     "BestOfNSampler": "rlhf.samplers",
     "TextEnvironment": "rlhf.environment",
     "TextHistory": "rlhf.environment",
+    "set_seed": "rlhf.core",  # TRL 0.11's `from trl import set_seed`
 }
 
 

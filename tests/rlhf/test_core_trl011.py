@@ -42,6 +42,9 @@ def test_stats_to_np_and_convert_to_scalar():
 
 
 def test_set_seed_repeats_python_numpy_and_torch():
+    import rlhf
+
+    assert rlhf.set_seed is set_seed  # TRL 0.11's `from trl import set_seed`
     set_seed(7)
     first = (random.random(), float(np.random.rand()), float(torch.rand(1)))
     set_seed(7)
