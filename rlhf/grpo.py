@@ -30,7 +30,6 @@ from torch.utils.data import Sampler
 from transformers import Trainer
 
 from rlhf.attention import use_attention
-from rlhf.core import entropy_from_logits, logprobs_from_logits
 from rlhf.cpu_memory import keep_freed_memory
 from rlhf.data import is_conversational, pad_token_lists, render_prompt_completion, tokenize_for_reward
 from rlhf.distributed import prepare_reference, unwrap_model_for_generation
@@ -505,26 +504,44 @@ class GRPOTrainer(Trainer):
         input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
         attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
         keep = batch["completion_ids"].shape[1]
+        # Positions count real tokens only, as generate() counted them: a left-padded row's tokens get the same
+        # positions (and so the same log-probs) as when they were sampled.
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
         with self.accelerator.autocast():
             # Logits only from the token before the first completion token on: the prompt's would be thrown away.
             if self._accepts_logits_to_keep:
-                logits = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=keep + 1).logits
+                logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                               logits_to_keep=keep + 1).logits
             else:
-                logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, -(keep + 1):]
+                logits = model(input_ids=input_ids, attention_mask=attention_mask,
+                               position_ids=position_ids).logits[:, -(keep + 1):]
             logits = logits[:, :-1]  # (B, C, V)
-        logps = logprobs_from_logits(logits / self.args.temperature, batch["completion_ids"])  # (B, C)
+        # One fp32 log-softmax serves both the sampled tokens' log-probs and the entropy (-sum p log p), so the
+        # vocabulary-wide pass (49k wide for the default model) is made once.
+        all_logps = torch.log_softmax(logits.float() / self.args.temperature, dim=-1)  # (B, C, V)
+        logps = all_logps.gather(-1, batch["completion_ids"].unsqueeze(-1)).squeeze(-1)  # (B, C)
         entropy = None
         if with_entropy:
             with torch.no_grad():
-                entropy = entropy_from_logits(logits.detach() / self.args.temperature)
+                entropy = -(all_logps.exp() * all_logps).sum(-1)
         return logps, entropy
+
+    @torch.no_grad()
+    def _logps_in_chunks(self, model, batch: dict) -> torch.Tensor:
+        """_token_logps over a whole generation batch, a mini-batch of rows at a time (no gradient): the peak is
+        one mini-batch's logits, not the generation batch's."""
+        size = self.args.per_device_train_batch_size
+        rows = batch["completion_ids"].shape[0]
+        keys = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")
+        return torch.cat([self._token_logps(model, {k: batch[k][i : i + size] for k in keys})[0]
+                          for i in range(0, rows, size)])
 
     @torch.no_grad()
     def _reference_logps(self, batch: dict) -> torch.Tensor:
         if self.ref_model is not None:
-            return self._token_logps(self.ref_model, batch)[0]
+            return self._logps_in_chunks(self.ref_model, batch)
         with self.accelerator.unwrap_model(self.model).disable_adapter():  # LoRA: the base model is the reference
-            return self._token_logps(self.model, batch)[0]
+            return self._logps_in_chunks(self.model, batch)
 
     # ---- 3. rewards and advantages -----------------------------------------------------------------------
     def _rewards(self, rows: list[dict], prompts: list, completions: list, completion_ids: list[list[int]]) -> torch.Tensor:
@@ -587,7 +604,7 @@ class GRPOTrainer(Trainer):
         # reference's (only with a KL term)
         with torch.no_grad():
             if self.needs_old_logps():
-                batch["old_per_token_logps"] = self._token_logps(self.model, batch)[0]
+                batch["old_per_token_logps"] = self._logps_in_chunks(self.model, batch)
             if self.args.beta != 0.0:
                 batch["ref_per_token_logps"] = self._reference_logps(batch)
         # 4. rewards: every function on every answer, weighted sum; advantages within each prompt's group (gathered

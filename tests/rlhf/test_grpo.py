@@ -214,3 +214,28 @@ def test_left_padded_batches_stay_finite_under_bf16_with_lean_eager(tiny_model_d
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
     assert torch.isfinite(logits[:, -1]).all()
+
+
+def test_log_probs_of_a_left_padded_row_equal_the_row_alone(tiny_model_dir, tmp_path):
+    """The training forward gives a left-padded row the positions generate() gave it, so its log-probs are the
+    ones it was sampled with, whatever the padding of the batch it is in."""
+    from datasets import Dataset
+
+    from rlhf import GRPOConfig, GRPOTrainer
+    from rlhf.generation import left_pad
+
+    trainer = GRPOTrainer(str(tiny_model_dir), reward_funcs=reward_len, args=small_args(GRPOConfig, tmp_path),
+                          train_dataset=Dataset.from_dict({"prompt": ["a"]}))
+    prompts = [torch.tensor([5, 6, 7, 8, 9]), torch.tensor([5, 6])]
+    prompt_ids, prompt_mask = left_pad(prompts, pad_id=0)
+    completions = torch.tensor([[10, 11, 12], [13, 14, 15]])
+    batch = {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "completion_ids": completions,
+             "completion_mask": torch.ones_like(completions)}
+    alone = {"prompt_ids": prompts[1][None], "prompt_mask": torch.ones(1, 2, dtype=torch.long),
+             "completion_ids": completions[1:], "completion_mask": torch.ones(1, 3, dtype=torch.long)}
+    with torch.no_grad():
+        padded = trainer._token_logps(trainer.model, batch)[0]
+        single = trainer._token_logps(trainer.model, alone)[0]
+        chunked = trainer._logps_in_chunks(trainer.model, batch)
+    assert torch.allclose(padded[1], single[0], atol=1e-5)
+    assert torch.allclose(chunked, padded, atol=1e-6)
