@@ -112,11 +112,12 @@ def _rows(db: sqlite_utils.Database, project: str, stage: str, job) -> tuple[lis
 
 
 def preview_run(db: sqlite_utils.Database, project: str, stage: str, values: dict[str, Any],
-                measure=run_estimate.measure_micro_step) -> RunPreview:
+                estimate_time: bool = True, measure=None) -> RunPreview:
     """The preview of a run of `stage` with the settings `values` (as the Train form or `--set` give them).
 
-    Bad settings raise the same InputError launching would. For ppo, `measure(MicroStepSettings) -> MicroStep`
-    times a micro-step for the wall-time estimate (None: no estimate, and time_budget is not applied).
+    Bad settings raise the same InputError launching would. For ppo with `estimate_time`, a micro-step is timed
+    for the wall-time estimate by `measure(MicroStepSettings) -> MicroStep` (default: run_estimate's, in a fresh
+    process); without it there is no estimate and time_budget is not applied.
     """
     from labeler.services.export import split_by_prompt
     from labeler.services.models import get_model
@@ -159,9 +160,9 @@ def preview_run(db: sqlite_utils.Database, project: str, stage: str, values: dic
         warnings.append(_epoch_warning(job.steps, epochs, train_rows, unit))
     preview = RunPreview(stage, base, known, unit, len(records), train_rows, eval_rows, rows_per_step, job.steps,
                          epochs, warnings)
-    if stage == "ppo" and measure is not None and records:
-        preview = _with_estimate(db, project, preview, job, trainer, [text for text, _ in records], measure,
-                                 steps_given="steps" in values)
+    if stage == "ppo" and estimate_time and records:
+        preview = _with_estimate(db, project, preview, job, trainer, [text for text, _ in records],
+                                 measure or run_estimate.measure_micro_step, steps_given="steps" in values)
     return preview
 
 
@@ -215,7 +216,7 @@ def _with_estimate(db, project: str, preview: RunPreview, job, trainer, prompts:
 
 
 def apply_time_budget(db: sqlite_utils.Database, project: str, stage: str, values: dict[str, Any],
-                      measure=run_estimate.measure_micro_step) -> tuple[dict[str, Any], RunPreview | None]:
+                      measure=None) -> tuple[dict[str, Any], RunPreview | None]:
     """The settings a run is queued with: with time_budget set (ppo), `steps` becomes the number that fits, as
     the preview chose it; (settings, the preview) or (the same settings, None) when there is no budget. A budget
     that not even one step fits raises InputError naming time_budget."""

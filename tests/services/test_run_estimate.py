@@ -140,3 +140,37 @@ def test_the_epoch_warning_follows_the_fitted_steps(labelled):
     # (90 - 10) / 36 = 2.2 -> 2 steps
     assert fitted.steps == 2 and [w for w in fitted.warnings if "passes" in w] == [
         "16.0 passes over 2 prompts: the model will mostly memorise them. Label more, or lower steps to about 1."]
+
+
+def test_a_micro_step_is_measured_on_the_run_s_own_model(tiny_model_dir):
+    """The measuring process itself, on the tiny model: every part took time, for the mini-batch asked."""
+    settings = run_estimate.MicroStepSettings(
+        model_path=str(tiny_model_dir), bf16=False, lora=False, lora_r=8, lora_alpha=16, rows=4, max_new_tokens=3,
+        answers_per_prompt=2, advantage_estimator="rloo", prompts=("The film was", "I thought"), chat_template=False,
+        threads=1)
+    micro = run_estimate.measure_micro_step(settings)
+    assert micro.rows == 4
+    assert min(micro.generate_seconds, micro.forward_seconds, micro.train_seconds, micro.setup_seconds) > 0
+    assert run_estimate.measure_micro_step(settings) is micro  # cached: the preview does not measure twice
+
+
+def test_cli_dry_run_queues_nothing_and_a_budget_sets_the_steps(labelled, db_path, tiny_model_dir, capsys,
+                                                                 monkeypatch):
+    from labeler.cli import main
+    from labeler.services import jobs
+
+    monkeypatch.setattr(run_estimate, "measure_micro_step", lambda settings: MICRO)
+    common = ["train", "ppo", "--db", db_path, "--set", f"model={tiny_model_dir}", "--set", "reward=function",
+              "--set", "eval_samples=0"]
+    assert main([*common, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    # the default recipe: 64 answers in 4 chunks of 16, 2 epochs -> 36 s a step, 40 steps + 10 s = 24 min 10 s
+    assert "About 24 min 10 s on this machine: 40 steps of ~36 s" in out and "**" not in out
+    assert jobs.list_runs(labelled) == []
+    monkeypatch.setattr(jobs, "start_queued", lambda db, *a, **k: [])  # queued, not started: no training here
+    assert main([*common, "--set", "time_budget=10m", "--runs-dir", db_path + "-runs"]) == 0
+    out = capsys.readouterr().out
+    # (600 - 10) / 36 = 16.4 -> 16 steps
+    assert "time_budget 10 min 0 s: 16 steps chosen, instead of the 40 asked for" in out
+    (run,) = jobs.list_runs(labelled)
+    assert run.config["job"]["steps"] == 16 and run.config["job"]["time_budget"] == "10m"

@@ -46,7 +46,7 @@ def test_sft_counts_well_rated_answers_and_ppo_counts_training_prompts(labelled)
     # Mean scores on 1..7 (midpoint 4): response 1 6.5, 2 3.0, 3 4.0, 4 5.0 -> 3 at or above the midpoint.
     assert (sft.unit, sft.rows, sft.base_model, sft.base_model_known) == ("answers", 3, "nope", False)
     ppo = preview_run(labelled, "default", "ppo", {"steps": 2, "batch_size": 8, "mini_batch_size": 4,
-                                                    "answers_per_prompt": 4}, measure=None)  # no time estimate
+                                                    "answers_per_prompt": 4}, estimate_time=False)
     # 2 training prompts in `default`; 8 rollouts of 4 answers per prompt are 2 prompts per step -> 2 epochs.
     assert (ppo.unit, ppo.rows, ppo.rows_per_step, ppo.epochs) == ("prompts", 2, 2, 2.0)
 
