@@ -336,8 +336,10 @@ class RequestGuard:
         from starlette.responses import PlainTextResponse
 
         content_type = headers.get("content-type", "")
-        boundary = _multipart_boundary(content_type)
-        if content_type.lower().startswith("multipart/"):
+        # The login form is multipart too (the browser's FormData): a login, not an upload.
+        upload = content_type.lower().startswith("multipart/") and not _is_route(scope, "login")
+        boundary = _multipart_boundary(content_type) if upload else None
+        if upload:
             if not self._is_admin(scope):
                 await PlainTextResponse("Uploads are for admins only.", status_code=403)(scope, receive, send)
                 return
@@ -445,9 +447,14 @@ class RequestGuard:
         return False
 
 
-def _is_logout(scope) -> bool:
+def _is_route(scope, name: str) -> bool:
+    """Whether the request is for Gradio's own /<name> route (under a --root-path too)."""
     root = (scope.get("root_path") or "").rstrip("/")
-    return scope.get("path", "").rstrip("/") in ("/logout", f"{root}/logout")
+    return scope.get("path", "").rstrip("/") in (f"/{name}", f"{root}/{name}")
+
+
+def _is_logout(scope) -> bool:
+    return _is_route(scope, "logout")
 
 
 def _multipart_boundary(content_type: str) -> bytes | None:
