@@ -28,7 +28,14 @@ from rlhf.attention import LEAN_EAGER, use_attention
 from rlhf.cpu_memory import keep_freed_memory
 from rlhf.data import PreferenceCollator, check_preference_rows, tokenize_preference_causal, tokenizer_alias
 from rlhf.loading import DEFAULT_POLICY, load_causal_lm, load_tokenizer, resolve_model_path
-from rlhf.dpo_losses import DPO_LOSS_TYPES, F_DIVERGENCE_LOSSES, F_DIVERGENCES, LABEL_SMOOTHING_LOSSES, loss_type_list
+from rlhf.dpo_losses import (
+    DPO_LOSS_TYPES,
+    F_DIVERGENCE_LOSSES,
+    F_DIVERGENCES,
+    LABEL_SMOOTHING_LOSSES,
+    ld_token_weights,
+    loss_type_list,
+)
 from rlhf.losses import dpo_loss
 from rlhf.peft_utils import base_model, is_peft_model, merge_adapter
 from rlhf.distributed import prepare_reference
@@ -66,6 +73,9 @@ class DPOConfig(TrainerConfig):
         default="reverse_kl", metadata={"help": "f-DPO's divergence to the reference (reverse_kl: standard DPO); others "
                                                 "only with the sigmoid, sigmoid_norm, hinge, ipo, exo_pair, robust, discopop, sft losses."})
     f_alpha_divergence_coef: float = field(default=0.5, metadata={"help": "alpha of f_divergence_type='alpha_divergence'."})
+    ld_alpha: float | None = field(default=None, metadata={
+        "help": "LD-DPO (TRL's ld_alpha, in [0, 1]): weight of the longer completion's tokens beyond the shorter one's "
+                "length in the summed log-probs; None: plain sums (share_prompt_forward is not used with it)."})
     max_length: int | None = field(default=512, metadata={"help": "Tokens per prompt + completion; completions are cut at the end."})
     max_prompt_length: int | None = field(default=256, metadata={"help": "Prompt tokens kept (the last ones)."})
     precompute_ref_log_probs: bool = field(
@@ -92,6 +102,8 @@ class DPOConfig(TrainerConfig):
             raise ValueError(f"label_smoothing={self.label_smoothing!r}: loss_type 'exo_pair' needs it > 0 (the EXO paper uses 1e-3)")
         if self.discopop_tau <= 0:
             raise ValueError(f"discopop_tau={self.discopop_tau!r}: must be positive")
+        if self.ld_alpha is not None and not 0 <= self.ld_alpha <= 1:
+            raise ValueError(f"ld_alpha={self.ld_alpha!r}: must be in [0, 1] (or None)")
         if self.f_divergence_type not in F_DIVERGENCES:
             raise ValueError(f"f_divergence_type={self.f_divergence_type!r}: must be one of {', '.join(F_DIVERGENCES)}")
         if self.f_divergence_type != "reverse_kl" and not set(losses) <= set(F_DIVERGENCE_LOSSES):
@@ -192,14 +204,16 @@ def _shared_prompt_logps(model: torch.nn.Module, batch: dict[str, torch.Tensor])
     return torch.zeros(batch["input_ids"].shape[0], dtype=logps.dtype, device=logps.device).index_add(0, slots, logps)  # (2B,)
 
 
-def completion_logps(model: torch.nn.Module, batch: dict[str, torch.Tensor], share_prompt: bool = True) -> torch.Tensor:
+def completion_logps(model: torch.nn.Module, batch: dict[str, torch.Tensor], share_prompt: bool = True,
+                     token_weights: torch.Tensor | None = None) -> torch.Tensor:
     """Summed log-probs of each sequence's completion tokens: (2B,) for the `[chosen; rejected]` batch.
 
     Prompt and padding tokens are masked out by completion_mask, so padding changes nothing. With
     share_prompt, a pair's chosen and rejected rows go through the model as one sequence (see
-    _shared_prompt_layout) when the model allows it; the numbers are the same.
+    _shared_prompt_layout) when the model allows it; the numbers are the same. `token_weights` (2B, T), e.g.
+    LD-DPO's, weight each token's log-prob in the sum instead of completion_mask.
     """
-    if share_prompt:
+    if share_prompt and token_weights is None:
         logps = _shared_prompt_logps(model, batch)
         if logps is not None:
             return logps
@@ -215,7 +229,8 @@ def completion_logps(model: torch.nn.Module, batch: dict[str, torch.Tensor], sha
     else:
         logits = model(input_ids=input_ids, attention_mask=batch["attention_mask"]).logits[:, -keep:]  # (2B, keep, V)
     logps = logprobs_from_logits(logits[:, :-1], input_ids[:, start:])  # (2B, T - start)
-    return masked_sum(logps, completion_mask[:, start:].to(logps.dtype), dim=-1)  # (2B,)
+    weights = completion_mask if token_weights is None else token_weights
+    return masked_sum(logps, weights[:, start:].to(logps.dtype), dim=-1)  # (2B,)
 
 
 class DPOTrainer(Trainer):
@@ -324,13 +339,13 @@ class DPOTrainer(Trainer):
             )
         with torch.no_grad(), self.accelerator.autocast():
             if self.ref_model is not None:
-                logps = completion_logps(self.ref_model, batch, self.args.share_prompt_forward)
+                logps = completion_logps(self.ref_model, batch, self.args.share_prompt_forward, self._token_weights(batch))
             else:  # the policy without its adapter, or the untrained policy itself (see __init__)
                 policy = self.accelerator.unwrap_model(self.model)
                 was_training = policy.training
                 policy.eval()  # no dropout in the reference
                 with policy.disable_adapter() if is_peft_model(policy) else contextlib.nullcontext():
-                    logps = completion_logps(policy, batch, self.args.share_prompt_forward)
+                    logps = completion_logps(policy, batch, self.args.share_prompt_forward, self._token_weights(batch))
                 policy.train(was_training)
         return logps.float().chunk(2)
 
@@ -364,11 +379,16 @@ class DPOTrainer(Trainer):
         return super().get_eval_dataloader(eval_dataset)
 
     # ---- loss ------------------------------------------------------------------------------------------
+    def _token_weights(self, batch: dict[str, torch.Tensor]) -> torch.Tensor | None:
+        """LD-DPO's per-token weights when ld_alpha is set (rlhf.dpo_losses.ld_token_weights), else None."""
+        return None if self.args.ld_alpha is None else ld_token_weights(batch["completion_mask"], self.args.ld_alpha)
+
     def compute_loss(self, model, inputs: dict[str, torch.Tensor], return_outputs: bool = False, num_items_in_batch=None):
         # 1. policy log-probs of [chosen; rejected] in one forward pass (under autocast here too: the shared-prompt
         # path calls the decoder and LM head directly, not the forward that accelerate wraps in autocast)
         with self.accelerator.autocast():
-            policy_chosen, policy_rejected = completion_logps(model, inputs, self.args.share_prompt_forward).float().chunk(2)  # (B,), (B,)
+            policy_chosen, policy_rejected = completion_logps(
+                model, inputs, self.args.share_prompt_forward, self._token_weights(inputs)).float().chunk(2)  # (B,), (B,)
         # 2. reference log-probs: cached in the batch, or one reference forward pass now
         if "ref_chosen_logps" in inputs:
             ref_chosen, ref_rejected = inputs["ref_chosen_logps"], inputs["ref_rejected_logps"]

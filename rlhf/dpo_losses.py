@@ -227,6 +227,19 @@ DPO_LOSS_TYPES = tuple(DPO_LOSSES)
 LABEL_SMOOTHING_LOSSES = tuple(name for name, fn in DPO_LOSSES.items() if "label_smoothing" in inspect.signature(fn).parameters)
 
 
+def ld_token_weights(completion_mask: torch.Tensor, ld_alpha: float) -> torch.Tensor:
+    """Per-token weights (2B, T) of the `[chosen; rejected]` batch for LD-DPO (Liu et al. 2024, TRL's ld_alpha):
+    1 on each completion's first min(len_chosen, len_rejected) tokens (the length both share), ld_alpha on the
+    longer completion's tail beyond it, 0 off the completion. Summing log-probs with them desensitises DPO to
+    length (ld_alpha 1: plain sums; 0: only the shared length counts)."""
+    mask = completion_mask.float()
+    position = mask.cumsum(dim=-1)  # 1, 2, ... along each completion
+    lengths = mask.sum(dim=-1)
+    chosen, rejected = lengths.chunk(2)
+    shared = torch.minimum(chosen, rejected).repeat(2)[:, None]  # (2B, 1)
+    return mask * torch.where(position <= shared, 1.0, ld_alpha)
+
+
 def loss_type_list(loss_type: str | Sequence[str]) -> list[str]:
     """TRL 1.x's `loss_type`: one name or a list of names; raises on an unknown name or an empty list."""
     names = [loss_type] if isinstance(loss_type, str) else list(loss_type)
@@ -264,5 +277,5 @@ def dpo_losses(
 
 
 __all__ = ["DPO_LOSSES", "DPO_LOSS_TYPES", "F_DIVERGENCES", "F_DIVERGENCE_LOSSES", "LABEL_SMOOTHING_LOSSES", "PairLogps",
-           "dpo_losses", "f_divergence_scores", "loss_type_list",
+           "dpo_losses", "f_divergence_scores", "ld_token_weights", "loss_type_list",
            *(fn.__name__ for fn in DPO_LOSSES.values())]

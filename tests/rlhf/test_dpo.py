@@ -173,6 +173,32 @@ def test_a_trl_1x_list_of_losses_with_weights_trains(tiny_model_dir, tmp_path):
     assert config(tmp_path, loss_type=["sigmoid"]).loss_type == ["sigmoid"]
 
 
+def test_ld_alpha_weights_the_longer_completions_tail(tiny_model_dir, tmp_path):
+    from rlhf.dpo_losses import ld_token_weights
+
+    rows = [{"prompt": "The film was", "chosen": " great", "rejected": " truly awful, a waste of an evening"},
+            {"prompt": "The plot felt", "chosen": " clever and tight from start to end", "rejected": " thin"}] * 4
+    trainer = DPOTrainer(str(tiny_model_dir), args=config(tmp_path, max_steps=1, ld_alpha=0.5),
+                         train_dataset=Dataset.from_list(rows))
+    batch = next(iter(trainer.get_train_dataloader()))
+    model = trainer.model.eval()
+    with torch.no_grad():
+        plain = completion_logps(model, batch, share_prompt=False)
+        # LD-DPO: shared length counted fully, the tail at 0.5 (per-token log-probs summed by hand)
+        full = completion_logps(model, batch, share_prompt=False, token_weights=batch["completion_mask"].float())
+        weighted = completion_logps(model, batch, token_weights=ld_token_weights(batch["completion_mask"], 0.5))
+        tail_only = completion_logps(model, batch, share_prompt=False,
+                                     token_weights=batch["completion_mask"] - ld_token_weights(batch["completion_mask"], 0.0))
+    torch.testing.assert_close(full, plain)
+    torch.testing.assert_close(weighted, plain - 0.5 * tail_only)
+    tail_chosen, tail_rejected = tail_only.chunk(2)
+    assert ((tail_chosen != 0) ^ (tail_rejected != 0)).all()  # in each pair the longer completion alone has a tail
+    # the trainer's cached reference log-probs use the same weights (policy == reference before training)
+    chosen, _ = weighted.chunk(2)  # the batch is the whole (shuffled) dataset
+    assert sorted(trainer.train_dataset["ref_chosen_logps"]) == pytest.approx(sorted(chosen.tolist()), abs=1e-4)
+    trainer.train()
+
+
 def test_live_reference_is_a_frozen_copy(tiny_model_dir, tmp_path):
     trainer = DPOTrainer(str(tiny_model_dir), args=config(tmp_path, num_train_epochs=1, learning_rate=1e-2, precompute_ref_log_probs=False),
                          train_dataset=toy_pairs(16, seed=0))
@@ -292,6 +318,8 @@ def test_config_rejects_bad_values():
         DPOConfig(output_dir="x", loss_type="exo_pair")
     with pytest.raises(ValueError, match="label_smoothing=0.1: only the sigmoid, exo_pair, robust, aot, aot_unpaired losses use it"):
         DPOConfig(output_dir="x", loss_type="hinge", label_smoothing=0.1)
+    with pytest.raises(ValueError, match=r"ld_alpha=1.5: must be in \[0, 1\]"):
+        DPOConfig(output_dir="x", ld_alpha=1.5)
     with pytest.raises(ValueError, match="f_divergence_type='js_divergence': only the sigmoid, sigmoid_norm"):
         DPOConfig(output_dir="x", loss_type="apo_zero", f_divergence_type="js_divergence")
 

@@ -167,3 +167,17 @@ def test_f_divergence_only_for_the_score_difference_losses():
         dpo_losses(b, 0.5, ["sigmoid", "bco_pair"])
     with pytest.raises(ValueError, match="f_divergence_type='chi2': must be one of"):
         dpo_losses(PairLogps(*(torch.zeros(1),) * 4, f_divergence="chi2"), 0.5, "sigmoid")
+
+
+def test_ld_token_weights_hand_values():
+    from rlhf.dpo_losses import ld_token_weights
+
+    # [chosen; rejected] of 2 pairs: pair 1 chosen 3 tokens, rejected 4 (shared 3); pair 2 chosen 2, rejected 1 (shared 1)
+    mask = torch.tensor([[0, 1, 1, 1, 0], [0, 1, 1, 0, 0], [0, 1, 1, 1, 1], [0, 1, 0, 0, 0]])
+    assert ld_token_weights(mask, 0.5).tolist() == [
+        [0, 1, 1, 1, 0],  # chosen 1: within the shared 3
+        [0, 1, 0.5, 0, 0],  # chosen 2: its 2nd token is past the shared 1
+        [0, 1, 1, 1, 0.5],  # rejected 1: its 4th token is past the shared 3
+        [0, 1, 0, 0, 0],
+    ]
+    assert torch.equal(ld_token_weights(mask, 1.0), mask.float())  # ld_alpha 1: the plain sums
