@@ -73,6 +73,9 @@ class DPOConfig(TrainerConfig):
         default="reverse_kl", metadata={"help": "f-DPO's divergence to the reference (reverse_kl: standard DPO); others "
                                                 "only with the sigmoid, sigmoid_norm, hinge, ipo, exo_pair, robust, discopop, sft losses."})
     f_alpha_divergence_coef: float = field(default=0.5, metadata={"help": "alpha of f_divergence_type='alpha_divergence'."})
+    use_weighting: bool = field(default=False, metadata={
+        "help": "TRL 1.16's WPO weighting of pairs by the policy's own probability of them: not implemented here, so "
+                "True is refused (the field exists so a TRL script gets that one-line error, not a TypeError)."})
     ld_alpha: float | None = field(default=None, metadata={
         "help": "LD-DPO (TRL's ld_alpha, in [0, 1]): weight of the longer completion's tokens beyond the shorter one's "
                 "length in the summed log-probs; None: plain sums (share_prompt_forward is not used with it)."})
@@ -102,6 +105,9 @@ class DPOConfig(TrainerConfig):
             raise ValueError(f"label_smoothing={self.label_smoothing!r}: loss_type 'exo_pair' needs it > 0 (the EXO paper uses 1e-3)")
         if self.discopop_tau <= 0:
             raise ValueError(f"discopop_tau={self.discopop_tau!r}: must be positive")
+        if self.use_weighting:
+            raise ValueError("use_weighting=True: TRL's WPO pair weighting is not implemented in rlhf's DPOTrainer; "
+                             "leave it False (the default)")
         if self.ld_alpha is not None and not 0 <= self.ld_alpha <= 1:
             raise ValueError(f"ld_alpha={self.ld_alpha!r}: must be in [0, 1] (or None)")
         if self.f_divergence_type not in F_DIVERGENCES:

@@ -318,6 +318,8 @@ def test_config_rejects_bad_values():
         DPOConfig(output_dir="x", loss_type="exo_pair")
     with pytest.raises(ValueError, match="label_smoothing=0.1: only the sigmoid, exo_pair, robust, aot, aot_unpaired losses use it"):
         DPOConfig(output_dir="x", loss_type="hinge", label_smoothing=0.1)
+    with pytest.raises(ValueError, match="use_weighting=True: TRL's WPO pair weighting is not implemented"):
+        DPOConfig(output_dir="x", use_weighting=True)
     with pytest.raises(ValueError, match=r"ld_alpha=1.5: must be in \[0, 1\]"):
         DPOConfig(output_dir="x", ld_alpha=1.5)
     with pytest.raises(ValueError, match="f_divergence_type='js_divergence': only the sigmoid, sigmoid_norm"):
