@@ -340,8 +340,32 @@ def _preference_records(db, project: Project, options: ExportOptions) -> list[tu
     records = _ranking_records(db, project, options)
     if options.include_rating_pairs:
         # One schema for the whole file: ranking pairs carry margin 0 (plain Bradley-Terry).
-        records = [(p, {**row, "margin": 0.0}) for p, row in records] + _rating_pair_records(db, project, options)
+        records = _merge_rating_pairs([(p, {**row, "margin": 0.0}) for p, row in records],
+                                      _rating_pair_records(db, project, options))
     return records
+
+
+def _pair_key(prompt_id: int, row: dict) -> tuple:
+    # Conversational rows hold message lists: compared as canonical JSON.
+    return prompt_id, json.dumps(row["chosen"], sort_keys=True), json.dumps(row["rejected"], sort_keys=True)
+
+
+def _merge_rating_pairs(ranked: list[tuple[int, dict]], rated: list[tuple[int, dict]]) -> list[tuple[int, dict]]:
+    """Ranking pairs, then the rating pairs that no ranking already gives (issue 24 item 8: a pair ranked and
+    rated the same way was written twice, margins 0.0 and 2.0). A pair both give keeps its ranking row with
+    the ratings' margin: the same preference, and how strongly the ratings separate its answers. A rating pair
+    that orders the answers the other way is not the same pair and stays, as annotators' disagreement does."""
+    out = list(ranked)
+    at = {_pair_key(p, row): index for index, (p, row) in enumerate(out)}
+    for prompt_id, row in rated:
+        key = _pair_key(prompt_id, row)
+        if key in at:
+            index = at[key]
+            out[index] = (out[index][0], {**out[index][1], "margin": max(out[index][1]["margin"], row["margin"])})
+        else:
+            at[key] = len(out)
+            out.append((prompt_id, row))
+    return out
 
 
 def preference_rows(

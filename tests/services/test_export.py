@@ -74,13 +74,20 @@ def test_preferences_conversational(labelled):
 
 def test_preferences_with_rating_pairs(labelled):
     # Mean ratings on prompt 1: great 6.5, bad 3, okay 4 -> great>bad 3.5, great>okay 2.5, okay>bad 1.0.
-    # Prompt 2 has one rated response: no pair. Ranking pairs get margin 0 (one schema for the file).
+    # The rankings order the same three pairs the same way: each is written once (issue 24 item 8: it was
+    # written twice, margins 0.0 and 3.5), with the ratings' margin. Prompt 2 has one rated response: no
+    # rating pair, so its ranking pair keeps margin 0 (one schema for the file).
     rows = preference_rows(labelled, options=ExportOptions(include_rating_pairs=True))
-    assert rows == [{**row, "margin": 0.0} for row in ALL_PAIRS] + [
+    assert rows == [
         pref("Review Alien", "great", "bad", margin=3.5),
         pref("Review Alien", "great", "okay", margin=2.5),
         pref("Review Alien", "okay", "bad", margin=1.0),
+        pref("Review Heat.", "-fine", "=SUM(A1)", margin=0.0),
     ]
+    # bob alone: his ratings (great 7, bad 4) give great>bad by 3.0, which his ranking (great > bad = okay)
+    # gives too: one row with that margin; his ranking's great>okay has no rating pair (okay unrated): margin 0.
+    bob = preference_rows(labelled, options=ExportOptions(include_rating_pairs=True, annotators=["bob"]))
+    assert bob == [pref("Review Alien", "great", "bad", margin=3.0), pref("Review Alien", "great", "okay", margin=0.0)]
 
 
 def test_rating_rows(labelled):
