@@ -274,8 +274,8 @@ class RequestGuard:
 
     Bodies are limited before anything reads them (Gradio parsed a 40 MB JSON before its login check): over
     `max_body_bytes` (a declared Content-Length at once, a chunked body as it arrives) is answered 413. A
-    multipart body is an upload: only an admin's (their login cookie, checked without reading the body), at
-    most `max_upload_files` parts of `max_upload_bytes` each.
+    multipart body other than the login form's is an upload: only an admin's (their login cookie, checked
+    without reading the body), at most `max_upload_files` parts of `max_upload_bytes` each.
     """
 
     def __init__(self, app, allowed_origins: Iterable[str] = (), max_body_bytes: int = API_BODY_LIMIT,
