@@ -10,7 +10,8 @@ import random
 import gradio as gr
 
 from labeler.ui.context import UIContext
-from labeler.ui.session import quiet_before_password_change, require_user, ui_errors
+from labeler.ui.session import quiet_before_password_change, require_user
+from labeler.ui.soft_errors import ui_errors
 
 TITLE = "Arena"
 RANDOM = "(random)"

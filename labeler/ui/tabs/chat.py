@@ -13,7 +13,8 @@ import re
 import gradio as gr
 
 from labeler.ui.context import UIContext
-from labeler.ui.session import quiet_before_password_change, require_user, ui_errors
+from labeler.ui.session import quiet_before_password_change, require_user
+from labeler.ui.soft_errors import log_refusal, ui_errors
 
 TITLE = "Chat"
 NEW_MODEL_HINT = "Models come from the registry: `rlhf-studio models add NAME FOLDER`, or train one in the Train tab."
@@ -128,9 +129,11 @@ def build(ctx: UIContext):
                                       wrap=True, elem_id="chat-best-scores")
 
     def errors_as_toasts(error: Exception) -> gr.Error:
+        # One log line, no traceback (soft_errors.log_refusal): the user's mistake, not the server's.
+        log_refusal(chat_send, error)
         if isinstance(error, PermissionDenied):
-            return gr.Error(f"Not allowed: {error}", title="Permission denied")
-        return gr.Error(str(error), title="Invalid input")
+            return gr.Error(f"Not allowed: {error}", title="Permission denied", print_exception=False)
+        return gr.Error(str(error), title="Invalid input", print_exception=False)
 
     @ui_errors
     def chat_models(request: gr.Request):

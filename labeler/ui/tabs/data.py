@@ -14,8 +14,8 @@ from labeler import forms
 from labeler.ui import downloads
 from labeler.ui.context import UIContext
 from labeler.services.errors import InputError, PermissionDenied
-from labeler.ui.session import quiet_on_load, require_admin, ui_errors
-from labeler.ui.soft_errors import keep_on_error
+from labeler.ui.session import quiet_on_load, require_admin
+from labeler.ui.soft_errors import keep_on_error, ui_errors
 from rlhf.configs import GenerationSettings
 
 TITLE = "Data"

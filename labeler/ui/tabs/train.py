@@ -14,7 +14,8 @@ from labeler import forms
 from labeler.services import evaluation, jobs, labeling, train_configs
 from labeler.services.errors import InputError, PermissionDenied
 from labeler.ui.context import UIContext
-from labeler.ui.session import quiet_on_load, require_admin, ui_errors
+from labeler.ui.session import quiet_on_load, require_admin
+from labeler.ui.soft_errors import ui_errors
 
 TITLE = "Train"
 REFRESH_SECONDS = 2.0
