@@ -169,6 +169,8 @@ def change_own_password(db: sqlite_utils.Database, username: str, current: str, 
         if wait > 0:
             raise Throttled(wait)
     if not _verify(current or "", row["salt"], row["password_hash"]):
+        if throttle is not None:
+            throttle.failed(username, address)
         raise InputError("is not your current password", field="current password")
     if throttle is not None:
         throttle.succeeded(username, address)

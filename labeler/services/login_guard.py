@@ -13,13 +13,14 @@ Three counters of wrong passwords, each attempt checked against all three:
   well (slows guessing many names from one address). A rate, not a lock, because behind a proxy that does not
   pass the client address on every user shares one address.
 
-An attempt is counted as a failure when it is admitted (`acquire`), before the password is checked, in one
-locked step: 14 parallel wrong logins used to get 10 checks against an allowance of 5. A right password then
-takes its count back and clears its account's counters (`succeeded`); an attempt that was not checked at all
-(the server too busy) takes its count back (`cancelled`). Accounts are keyed by the name as typed (case-folded),
-so an unknown name is throttled exactly like a real one. An address's counter is never cleared by a success,
-or one valid account would let its owner reset it between guesses at other accounts; it fades
-(forget_after_s).
+An attempt is admitted (`acquire`) in one locked step with the check: it counts against its (account, address)
+allowance while its password is checked, so 14 parallel wrong logins get 5 checks (they got 10 against an
+allowance of 5). A wrong password then counts on all three counters (`failed`); a right one clears its account's
+(`succeeded`) and never counts against its address, so people logging in at once behind one proxy address are
+not slowed; an attempt that was never checked (the server too busy) counts for nothing (`cancelled`). Accounts
+are keyed by the name as typed (case-folded), so an unknown name is throttled exactly like a real one. An
+address's counter is never cleared by a success, or one valid account would let its owner reset it between
+guesses at other accounts; it fades (forget_after_s).
 
 Owned by the app (one per `launch`), never a module global; the login form and the password change share it.
 """
@@ -76,11 +77,17 @@ Key = tuple[str, ...]
 
 
 class LoginThrottle:
+    """The three counters of the module docstring. An attempt is `acquire`d, then ends `failed`, `succeeded` or
+    `cancelled` (never checked); `record_failure` counts a failure that was not acquired."""
+
     def __init__(self, policy: ThrottlePolicy = ThrottlePolicy(), clock: Callable[[], float] = time.monotonic):
         self.policy = policy
         self._clock = clock
-        # key -> (count, time of the last failure, time of the one before: what a taken-back count restores)
-        self._failures: dict[Key, tuple[int, float, float]] = {}
+        self._failures: dict[Key, tuple[int, float]] = {}  # key -> (failures, time of the last one)
+        # Attempts admitted and not ended yet, per (account, address): they count against its allowance at once.
+        self._pending: dict[Key, int] = {}
+        # Per account and per address under its ceiling: when the last attempt was admitted (one per base_delay_s).
+        self._admitted: dict[Key, float] = {}
         self._lock = threading.Lock()
 
     @staticmethod
@@ -92,22 +99,24 @@ class LoginThrottle:
         return keys
 
     def _entry(self, key: Key, now: float) -> tuple[int, float]:
-        count, last, _ = self._failures.get(key, (0, now, now))
+        count, last = self._failures.get(key, (0, now))
         if now - last > self.policy.forget_after_s:
             self._failures.pop(key, None)
             return 0, now
         return count, last
+
+    def _free(self, kind: str) -> int:
+        return self.policy.account_free_failures if kind == "account" else self.policy.address_free_failures
 
     def _wait(self, keys: dict[str, Key], now: float) -> float:
         policy, waits = self.policy, [0.0]
         for kind, key in keys.items():
             count, last = self._entry(key, now)
             if kind == "pair":
-                delay = policy.penalty_s(count)
-            else:
-                delay = policy.ceiling_s(count, policy.account_free_failures if kind == "account"
-                                         else policy.address_free_failures)
-            waits.append(last + delay - now)
+                # Failures and attempts still being checked: the 6th of 14 parallel guesses waits.
+                waits.append(last + policy.penalty_s(count + self._pending.get(key, 0)) - now)
+            elif count >= self._free(kind):
+                waits.append(max(last, self._admitted.get(key, last)) + policy.base_delay_s - now)
         return max(waits)
 
     def retry_after(self, username: str, address: str | None) -> float:
@@ -117,53 +126,74 @@ class LoginThrottle:
             return self._wait(self._keys(username, address), now)
 
     def acquire(self, username: str, address: str | None) -> float:
-        """Admit one attempt, counted as a failure at once (0.0), or refuse it: the seconds to wait. Check and
-        count are one step, so parallel attempts cannot all pass the check before any of them is counted."""
+        """Admit one attempt (0.0) or refuse it: the seconds to wait. Check and admission are one locked step:
+        an admitted attempt counts against its (account, address) allowance, and takes its account's and its
+        address's one slot per base_delay_s when they are at their ceiling, before its password is checked."""
         now = self._clock()
         with self._lock:
             keys = self._keys(username, address)
             wait = self._wait(keys, now)
             if wait > 0:
                 return wait
-            self._count(keys.values(), now)
+            self._pending[keys["pair"]] = self._pending.get(keys["pair"], 0) + 1
+            for kind, key in keys.items():
+                if kind != "pair" and self._entry(key, now)[0] >= self._free(kind):
+                    self._admitted[key] = now
+            self._trim()
             return 0.0
 
-    def record_failure(self, username: str, address: str | None) -> None:
-        """Count a failure without admitting an attempt first (acquire counts its own)."""
+    def failed(self, username: str, address: str | None) -> None:
+        """An admitted attempt had a wrong password: a failure on all three counters."""
         now = self._clock()
         with self._lock:
-            self._count(self._keys(username, address).values(), now)
+            keys = self._keys(username, address)
+            self._end(keys["pair"])
+            self._count(keys.values(), now)
 
     def succeeded(self, username: str, address: str | None) -> None:
-        """An admitted attempt had the right password: the account's counters start again, and the address
-        takes back the failure counted for it (it keeps the others)."""
+        """An admitted attempt had the right password: the account's counters start again. The address keeps
+        its failures (one valid account must not reset an address guessing at others); a right password never
+        counted against it, so any number of people logging in at once from one proxy address get in."""
         with self._lock:
             keys = self._keys(username, address)
-            self._failures.pop(keys["pair"], None)
-            self._failures.pop(keys["account"], None)
-            self._uncount([keys["address"]] if "address" in keys else [])
+            self._end(keys["pair"])
+            for key in (keys["pair"], keys["account"]):
+                self._failures.pop(key, None)
+                self._admitted.pop(key, None)
 
     def cancelled(self, username: str, address: str | None) -> None:
         """An admitted attempt was never checked (the server was busy): it counts for nothing."""
         with self._lock:
-            self._uncount(self._keys(username, address).values())
+            self._end(self._keys(username, address)["pair"])
+
+    def record_failure(self, username: str, address: str | None) -> None:
+        """Count a failure that was not admitted through acquire."""
+        now = self._clock()
+        with self._lock:
+            self._count(self._keys(username, address).values(), now)
+
+    def _end(self, pair: Key) -> None:
+        left = self._pending.get(pair, 0) - 1
+        if left > 0:
+            self._pending[pair] = left
+        else:
+            self._pending.pop(pair, None)
 
     def _count(self, keys, now: float) -> None:
         for key in keys:
-            count, last = self._entry(key, now)
-            self._failures[key] = (count + 1, now, last)
+            count, _ = self._entry(key, now)
+            self._failures[key] = (count + 1, now)
+        self._trim()
+
+    def _trim(self) -> None:
         if len(self._failures) > self.policy.max_keys:
             stalest = sorted(self._failures, key=lambda k: self._failures[k][1])
             for key in stalest[: len(self._failures) - self.policy.max_keys]:
                 del self._failures[key]
-
-    def _uncount(self, keys) -> None:
-        for key in keys:
-            count, _, before = self._failures.get(key, (0, 0.0, 0.0))
-            if count <= 1:
-                self._failures.pop(key, None)
-            else:
-                self._failures[key] = (count - 1, before, before)
+                self._admitted.pop(key, None)
+        if len(self._admitted) > self.policy.max_keys:  # ceilings of keys whose failures were dropped
+            for key in [k for k in self._admitted if k not in self._failures]:
+                del self._admitted[key]
 
 
 class Throttled(PermissionDenied):

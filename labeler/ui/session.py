@@ -103,8 +103,8 @@ def make_auth(
 
     async def auth(username: str, password: str) -> bool:
         address = CLIENT_ADDRESS.get()
-        # Admitted and counted as a failure in one step, before the password is checked (login_guard): parallel
-        # guesses cannot all pass the check before the first is counted.
+        # Admitted in one step with the check, before the password is checked (login_guard): parallel guesses
+        # cannot all pass the check before the first is counted.
         wait = throttle.acquire(username, address)
         if wait > 0:
             refused = Throttled(wait)
@@ -117,21 +117,28 @@ def make_auth(
         if busy:
             throttle.cancelled(username, address)  # never checked: counts for nothing
             raise HTTPException(status_code=503, detail=BUSY_MESSAGE, headers={"Retry-After": "2"})
+        def resolve(done) -> None:
+            """Ends the admitted attempt when its check ends, also one that outlived `wait_s` (its answer is never
+            given, but a wrong password still counts: a guess that times out on purpose must not be free)."""
+            try:
+                epoch = done.result()
+            except Exception:  # noqa: BLE001 - never checked
+                throttle.cancelled(username, address)
+                return
+            (throttle.failed if epoch is None else throttle.succeeded)(username, address)
+
         future = pool.submit(check, username, password)
         future.add_done_callback(finished)
+        future.add_done_callback(resolve)
         try:
             # shield: a timed-out check finishes in its thread (and is forgotten) instead of being cancelled.
             epoch = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), wait_s)
         except asyncio.TimeoutError:
-            # Still counted: the check goes on in its thread, and its answer is never given (a guess that
-            # times out on purpose must not be free).
             raise HTTPException(status_code=503, detail=BUSY_MESSAGE, headers={"Retry-After": "2"}) from None
         except Exception as error:  # noqa: BLE001 - a broken database must not look like a wrong password
-            throttle.cancelled(username, address)
             raise HTTPException(status_code=503, detail=f"{BUSY_MESSAGE} ({type(error).__name__})") from None
         if epoch is None:
-            return False  # counted when admitted
-        throttle.succeeded(username, address)
+            return False
         _LOGIN_EPOCH.set((username, epoch))
         return True
 

@@ -30,18 +30,21 @@ def test_an_account_from_one_address_is_refused_after_five_failures_until_the_pe
     clock = Clock()
     throttle = LoginThrottle(ThrottlePolicy(free_failures=5, base_delay_s=2.0), clock)
     for _ in range(5):
-        assert throttle.acquire("alice", "10.0.0.1") == 0.0  # admitted, and counted as a failure at once
+        assert throttle.acquire("alice", "10.0.0.1") == 0.0  # admitted...
+        throttle.failed("alice", "10.0.0.1")  # ...and the password was wrong
     assert throttle.retry_after("alice", "10.0.0.1") == 2.0
     assert throttle.retry_after("ALICE ", "10.0.0.1") == 2.0  # the same account however it is typed
     assert throttle.retry_after("bob", "10.0.0.1") == 0.0
     assert throttle.retry_after("alice", "10.0.0.2") == 0.0  # the owner elsewhere: not affected (issue 25)
     clock.now += 2.0
     assert throttle.acquire("alice", "10.0.0.1") == 0.0  # 6th failure: 2 * 2 = 4 s
+    throttle.failed("alice", "10.0.0.1")
     assert throttle.retry_after("alice", "10.0.0.1") == 4.0
     clock.now += 4.0
     assert throttle.acquire("alice", "10.0.0.1") == 0.0
     throttle.succeeded("alice", "10.0.0.1")  # the right password: counting starts again
     assert throttle.acquire("alice", "10.0.0.1") == 0.0
+    throttle.failed("alice", "10.0.0.1")
     assert throttle.retry_after("alice", "10.0.0.1") == 0.0
 
 
@@ -53,9 +56,10 @@ def test_an_address_guessing_many_names_is_slowed_to_one_try_per_base_delay_and_
     assert throttle.retry_after("someone-else", "10.0.0.1") == 3.0
     assert throttle.retry_after("someone-else", "10.0.0.2") == 0.0
     clock.now += 3.0
-    assert throttle.acquire("mallory", "10.0.0.1") == 0.0
-    throttle.succeeded("mallory", "10.0.0.1")  # her own valid account takes back its try, not the others
-    assert throttle.retry_after("user10", "10.0.0.1") == 0.0  # 3 s since the 5th failure: still one per 3 s
+    assert throttle.acquire("mallory", "10.0.0.1") == 0.0  # the one try of these 3 s
+    assert throttle.retry_after("user10", "10.0.0.1") == 3.0
+    throttle.succeeded("mallory", "10.0.0.1")  # her own valid account does not clear the address
+    clock.now += 3.0
     throttle.record_failure("user9", "10.0.0.1")
     assert throttle.retry_after("user10", "10.0.0.1") == 3.0  # a rate, never a growing lock
 
