@@ -244,10 +244,11 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     from labeler.services.readers import decode_text
 
     path = Path(path)
-    if not path.is_file():
+    if not path.exists() or path.is_dir():
         raise InputError("config file not found" if not path.exists() else "is a folder, not a config file",
                          file=str(path))
-    text = decode_text(path)  # strict UTF-8, NUL bytes refused: errors name the line, never a traceback
+    # Strict UTF-8, NUL bytes refused, a FIFO or a device refused by name: errors name the line, never a traceback.
+    text = decode_text(path)
     if path.suffix.lower() in (".yaml", ".yml"):
         import yaml
 

@@ -66,7 +66,7 @@ def test_deeply_nested_input_is_one_line_naming_the_file_and_writes_nothing(seed
     assert _dump(seeded) == before
 
 
-def test_a_fifo_as_input_is_refused_at_once(seeded, tmp_path):
+def test_a_fifo_as_input_is_refused_at_once(seeded, tmp_path, capsys):
     fifo = tmp_path / "prompts.jsonl"
     os.mkfifo(fifo)
     before = _dump(seeded)
@@ -75,6 +75,10 @@ def test_a_fifo_as_input_is_refused_at_once(seeded, tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip() == f"rlhf-studio prompts: error: {fifo}: is a FIFO (named pipe), not a regular file; give a file"
+    config = tmp_path / "config.json"
+    os.mkfifo(config)
+    line = _one_line_error(capsys, ["train", "rm", "--config", str(config), "--db", seeded])  # said "is a folder"
+    assert line == f"rlhf-studio train: error: {config}: is a FIFO (named pipe), not a regular file; give a file"
     assert _dump(seeded) == before
 
 
