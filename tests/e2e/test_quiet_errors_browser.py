@@ -20,7 +20,7 @@ def test_input_errors_log_one_line_each(running_app, login, capfd, caplog):
     capfd.readouterr()  # what the server printed before: not this test's
     # Train: a setting that is not a number (a red toast).
     page.click("button[role=tab]:has-text('Train')")
-    page.click("text=Trainer settings")
+    page.click("text=Advanced settings")
     page.fill("#train-advanced textarea", "steps=many")
     page.click("#train-preview")
     toast(page, "steps")

@@ -52,7 +52,7 @@ def test_launch_a_tiny_run_and_watch_the_plot(running_app, login, db_rows, monke
     model_input = page.locator("#train-model input")
     model_input.fill(running_app.model_name)
     model_input.press("Enter")
-    page.click("text=Trainer settings")
+    page.click("text=Advanced settings")
     page.fill("#train-advanced textarea",
               "steps=3\nbatch_size=2\nanswers_per_prompt=2\nmini_batch_size=2\nppo_epochs=1\nmax_new_tokens=4\ncheckpoint_every=0")
     page.evaluate(WATCH_PLOT)

@@ -26,6 +26,49 @@ DATA_FIELDS = ["annotators", "min_annotators", "min_agreement", "include_rating_
 PPO_SOURCE_FIELDS = ["reward", "reward_model"]
 PPO_FIELDS = ["reward_function", "subtract_query_score", "human_label", "human_share", "online_rm", "w_human", "w_rm",
               "human_timeout", "timeout_policy", "human_overlap", "max_new_tokens"]
+# The stages in plain words (the Radio shows these, and sends the stage's name).
+STAGE_LABELS = {"sft": "Imitate good answers (SFT)", "rm": "Reward model", "dpo": "Learn from preferences (DPO)",
+                "ppo": "Reinforce with a reward (PPO)", "grpo": "Group-relative RL (GRPO)", "rloo": "Leave-one-out RL (RLOO)",
+                "kto": "Learn from good/bad labels (KTO)"}
+STAGE_NOTES = {
+    "sft": "Fine-tunes the model on the answers people rated well.",
+    "rm": "Trains a scorer on the rankings (and, if you like, the ratings): the reward that PPO, GRPO and RLOO use.",
+    "dpo": "Tunes the model straight from the preference pairs, with no reward model.",
+    "ppo": "Generates answers, scores them with the reward below, and moves the model towards higher rewards while "
+           "staying close to where it started (KL).",
+    "grpo": "Like PPO, but compares several answers to the same prompt instead of learning a value function.",
+    "rloo": "Like GRPO, with each answer compared to the mean of the others.",
+    "kto": "Tunes the model from answers labelled good or bad (ratings above or below the scale's midpoint).",
+}
+# The few settings of the short form besides the model and the steps: which labels it learns from.
+SHORT_DATA_FIELDS = ["min_annotators", "include_rating_pairs"]
+# Plain words for the settings a person meets; any other field is its name in words ("warmup steps").
+PLAIN_LABELS = {
+    "steps": "How long (training steps)", "checkpoint_every": "Save a checkpoint every N steps",
+    "lora": "LoRA adapters (train a small add-on)", "bf16": "bfloat16 (faster on recent CPUs)",
+    "num_processes": "Processes (CPU cores or GPUs)", "annotators": "Only these annotators' labels",
+    "min_annotators": "Labelled by at least N people", "min_agreement": "Minimum agreement between annotators",
+    "include_rating_pairs": "Also turn ratings into preference pairs", "test_size": "Share held out for testing",
+    "reward": "Reward from", "reward_model": "Reward model", "reward_function": "Reward function",
+    "subtract_query_score": "Score the answer alone (subtract the prompt's score)", "w_human": "Weight of people's ratings",
+    "w_rm": "Weight of the reward model", "human_timeout": "Wait for people at most (seconds)",
+    "timeout_policy": "When nobody answers in time", "human_overlap": "People per answer",
+    "max_new_tokens": "Answer length (new tokens)", "learning_rate": "Learning rate",
+    "per_device_train_batch_size": "Batch size", "batch_size": "Answers per step", "mini_batch_size": "Mini-batch size",
+    "max_length": "Longest example (tokens)", "beta": "Stay close to the starting model (beta)",
+    "init_kl_coef": "Stay close to the starting model (KL weight)", "adap_kl_ctrl": "Adapt the KL weight",
+    "target": "Target KL", "ppo_epochs": "Passes over each batch", "loss_type": "Loss",
+    "completion_only_loss": "Learn the answers only (not the prompts)", "packing": "Pack short examples together",
+    "center_rewards_coefficient": "Keep rewards centred (weight)", "num_iterations": "Passes over each batch",
+    "scale_rewards": "Scale rewards", "epsilon": "Clipping range", "normalize_advantages": "Normalise advantages",
+    "desirable_weight": "Weight of good answers", "undesirable_weight": "Weight of bad answers",
+}
+
+
+def plain_label(name: str) -> str:
+    return PLAIN_LABELS.get(name) or name.replace("_", " ").capitalize()
+
+
 DEFAULT_METRICS = {"sft": ["loss"], "rm": ["loss", "accuracy"], "dpo": ["loss", "rewards/margins"],
                    "ppo": ["env/reward_mean", "objective/kl"], "grpo": ["reward", "kl"], "rloo": ["reward", "kl"],
                    "kto": ["loss", "kl"]}
@@ -237,36 +280,47 @@ def build(ctx: UIContext) -> None:
         jobs.poll(db)  # on app start: runs whose worker died while the server was down are marked failed
 
     banner = gr.Markdown(visible=False, elem_id="train-waiting-banner")
+    # A short form per trainer: what it trains, from which model, on which labels, with which reward, for how
+    # long, in plain words; every other setting (the same fields, through the same forms mapping) is folded
+    # under "Advanced settings" (issue 24).
+    gr.Markdown("### Start a run")
     with gr.Row():
-        stage = gr.Radio(list(train_configs.STAGES), value="rm", label="Stage",
-                         info="sft: imitate well-rated answers · rm: reward model · dpo: preferences · ppo: RL",
-                         scale=2, elem_id="train-stage")
-        model = gr.Dropdown([], value="default-encoder", label="Base model", allow_custom_value=True,
-                            info="registry name, 'default', 'default-encoder' or a folder", scale=2,
-                            elem_id="train-model")
+        stage = gr.Radio([(STAGE_LABELS.get(name, name), name) for name in train_configs.STAGES], value="rm",
+                         label="What to train", scale=3, elem_id="train-stage")
+    stage_note = gr.Markdown(STAGE_NOTES["rm"], elem_id="train-stage-note", elem_classes=["studio-hint"])
     job_widgets = {}
 
     def job_row(names: list[str]) -> None:
         with gr.Row():
             for name in names:  # elem_id "train-reward" for the field reward, etc.: what the browser tests find
-                job_widgets[name] = forms.widget(job_spec_by_name[name], elem_id="train-" + name.replace("_", "-"))
+                job_widgets[name] = forms.widget(job_spec_by_name[name], label=plain_label(name),
+                                                 elem_id="train-" + name.replace("_", "-"))
 
-    job_row(JOB_FIELDS)
+    with gr.Row():
+        model = gr.Dropdown([], value="default-encoder", label="Start from model", allow_custom_value=True,
+                            info="a registered model, 'default' (the embedded chat model) or 'default-encoder'",
+                            scale=2, elem_id="train-model")
+        job_widgets["steps"] = forms.widget(job_spec_by_name["steps"], label=plain_label("steps"), scale=1,
+                                            elem_id="train-steps")
+    job_row(SHORT_DATA_FIELDS)
     with gr.Group(visible=False) as ppo_group:
-        gr.Markdown("**PPO rewards**")
-        job_row(PPO_SOURCE_FIELDS)
-        job_row(PPO_FIELDS)
-    with gr.Accordion("Data filters", open=False):
-        job_row(DATA_FIELDS)
+        gr.Markdown("**Where the reward comes from**")
+        job_row(PPO_SOURCE_FIELDS + ["reward_function"])
     stage_groups, stage_widgets = {}, {}
-    with gr.Accordion("Trainer settings", open=False):
+    with gr.Accordion("Advanced settings", open=False, elem_id="train-advanced-settings"):
+        job_row([name for name in JOB_FIELDS if name != "steps"])
+        job_row([name for name in DATA_FIELDS if name not in SHORT_DATA_FIELDS])
+        with gr.Group(visible=False) as ppo_advanced:
+            job_row([name for name in PPO_FIELDS if name != "reward_function"])
+        gr.Markdown("**Trainer settings**")
         for name in train_configs.STAGES:
             with gr.Group(visible=name == "rm") as group:
                 with gr.Row():
-                    stage_widgets[name] = [forms.widget(spec) for spec in specs_by_stage[name]]
+                    stage_widgets[name] = [forms.widget(spec, label=plain_label(spec.name))
+                                           for spec in specs_by_stage[name]]
             stage_groups[name] = group
-        advanced = gr.Textbox(label="More settings (one key=value per line, as `rlhf-studio train --set`)", lines=2,
-                              placeholder="warmup_steps=5\nweight_decay=0.01", elem_id="train-advanced")
+        advanced = gr.Textbox(label="More settings (one setting=value per line; any field of the stage's config)",
+                              lines=2, placeholder="warmup_steps=5\nweight_decay=0.01", elem_id="train-advanced")
     with gr.Row():
         launch = gr.Button("Launch run", variant="primary", elem_id="train-launch")
         preview = gr.Button("What will this run use?", elem_id="train-preview")
@@ -333,6 +387,7 @@ def build(ctx: UIContext) -> None:
 
     def on_stage(name: str):
         return (gr.update(value="default-encoder" if name == "rm" else "default"), gr.update(visible=name in REWARD_STAGES),
+                gr.update(visible=name in REWARD_STAGES), STAGE_NOTES.get(name, ""),
                 *[gr.update(visible=name == s) for s in train_configs.STAGES])
 
     def form_settings(data: dict) -> tuple[str, dict]:
@@ -465,7 +520,7 @@ def build(ctx: UIContext) -> None:
     if ctx.app is not None:
         ctx.app.load(quiet_on_load(load_choices, 4), None, [model, job_widgets["reward_model"], inspect_model, run],
                      api_name="train_choices")
-    stage.change(on_stage, stage, [model, ppo_group, *stage_groups.values()], api_name=False)
+    stage.change(on_stage, stage, [model, ppo_group, ppo_advanced, stage_note, *stage_groups.values()], api_name=False)
     launch.click(do_launch, {stage, model, advanced, *job_inputs, *trainer_inputs},
                  [notice, run], api_name="train_launch")
     preview.click(do_preview, {stage, model, advanced, *job_inputs, *trainer_inputs}, notice,
