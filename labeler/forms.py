@@ -141,6 +141,8 @@ def parse_value(spec: FieldSpec, value: Any, source: str | None = None) -> Any:
         return str(value)
     except (ValueError, json.JSONDecodeError) as error:
         raise InputError(str(error), **where) from None
+    except TypeError:  # a list or a mapping from a JSON/YAML file where a number goes (issue 25): one line
+        raise InputError(f"expected {spec.kind}, got {type(value).__name__}", **where) from None
 
 
 def add_flags(parser, cls) -> None:

@@ -66,6 +66,14 @@ def test_deeply_nested_input_is_one_line_naming_the_file_and_writes_nothing(seed
     assert _dump(seeded) == before
 
 
+@pytest.mark.parametrize("settings, field", [('{"steps": [1]}', "steps"), ('{"learning_rate": {"a": 1}}', "learning_rate")])
+def test_a_list_or_mapping_where_a_number_goes_is_one_line(seeded, tmp_path, capsys, settings, field):
+    path = tmp_path / "config.json"
+    path.write_text(settings)
+    line = _one_line_error(capsys, ["train", "rm", "--config", str(path), "--db", seeded])  # a TypeError before
+    assert f"field '{field}': expected" in line and line.endswith(("got list", "got dict")), line
+
+
 def test_a_fifo_as_input_is_refused_at_once(seeded, tmp_path, capsys):
     fifo = tmp_path / "prompts.jsonl"
     os.mkfifo(fifo)
