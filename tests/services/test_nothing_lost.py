@@ -297,15 +297,25 @@ def test_a_cancel_during_a_checkpoint_write_keeps_that_checkpoint(db, tmp_path, 
     assert f"run {run.id}: cancelled" in jobs.log_tail(cancelled)  # a clean end after the write, not SIGKILL
 
 
-def test_a_cancelled_run_without_a_checkpoint_keeps_nothing(db, tmp_path, monkeypatch, worker_env):
-    monkeypatch.setenv("TOY_STEP_SECONDS", "0.2")
-    run = jobs.create_run(db, "sft", {**TOY, "steps": 50, "checkpoint_every": 0}, runs_dir=tmp_path / "runs")
-    _wait_until(lambda: jobs.get_run(db, run.id).step >= 2, 90, "step 2")
-    assert jobs.cancel_run(db, run.id).status == "cancelled"
-    assert kept_models.kept_models(db, run.id) == []
+def test_nothing_to_keep_and_a_checkpoint_that_cannot_be_kept(db, tmp_path):
     queued = jobs.create_run(db, "sft", {**TOY, "steps": 5}, runs_dir=tmp_path / "runs", start=False)
     assert jobs.cancel_run(db, queued.id).status == "cancelled"  # a queued run: nothing trained, nothing kept
     assert kept_models.kept_models(db, queued.id) == []
+    assert kept_models.keep_newest_checkpoint(db, queued.id) is None  # no checkpoint folder at all
+
+    # A checkpoint without weights (a stage that saved only its state): the cancel stands, its row says why.
+    run = jobs.create_run(db, "sft", {**TOY, "steps": 5}, runs_dir=tmp_path / "runs", start=False)
+    checkpoints.save_checkpoint(Path(run.output_dir) / "checkpoints", 2,
+                                lambda folder: (folder / "trainer_state.pt").write_bytes(b"s"))
+    db.execute("UPDATE runs SET status = 'cancelled', error = 'cancelled by user' WHERE id = ?", [run.id])
+    assert kept_models.keep_after_cancel(db, run.id) is None
+    error = jobs.get_run(db, run.id).error
+    assert error.startswith("cancelled by user; its newest checkpoint was not kept as a model: ")
+    assert "checkpoint-2: no *.safetensors weights to export" in error
+    assert kept_models.kept_models(db, run.id) == [] and not (Path(run.output_dir) / "model-step2").exists()
+    # Only a cancelled run: one that finished registered its own model.
+    db.execute("UPDATE runs SET status = 'succeeded' WHERE id = ?", [run.id])
+    assert kept_models.keep_after_cancel(db, run.id) is None and jobs.get_run(db, run.id).error == error
 
 
 def test_a_cancelled_tiny_ppo_run_keeps_a_model_of_its_last_checkpointed_step(db, tmp_path, tiny_model_dir,
