@@ -352,7 +352,8 @@ def test_stop_while_waiting_for_people_keeps_the_model_of_the_last_completed_ste
     accounts.create_user(db, "ann", "a-long-password")
     prompts.add_prompts(db, ["A training prompt", "Another one", "A third one"])
     run = jobs.create_run(db, "ppo", {"model": str(tiny_model_dir), **TINY_PPO, "steps": 5, "reward": "human",
-                                      "human_label": "rating", "human_timeout": 120}, runs_dir=tmp_path / "runs", start=False)
+                                      "human_label": "rating", "human_timeout": 120},
+                          runs_dir=tmp_path / "runs", start=False)
     db.execute("UPDATE runs SET status = 'running' WHERE id = ?", [run.id])
 
     def annotator():  # rates the first batch (2 rollouts), then waits for the second and asks the run to stop
