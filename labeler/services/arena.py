@@ -8,10 +8,12 @@ The model names are revealed only in vote's result.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import random
 from dataclasses import dataclass
+from typing import Iterator
 
 import sqlite_utils
 
@@ -27,6 +29,25 @@ from rlhf.configs import GenerationSettings
 from storage import write_transaction
 
 WINNERS = ("a", "b", "tie", "both_bad")
+# Torch threads for a battle's generation on CPU (issue 24 item 7: a battle took 80 s). One answer is decoded a
+# token at a time at batch 1, work too small to share between threads: on the 2-core machine, with the server and
+# a training run beside it, 64 greedy tokens of the default 135M model took 31-51 s with torch's 2 threads and
+# 5.8-7.7 s with 1 (same text; CPU time 16-17 s vs 2.7 s), as the threads wait on each other at every op.
+ARENA_CPU_THREADS = 1
+
+
+@contextlib.contextmanager
+def cpu_threads(n: int) -> Iterator[None]:
+    """Torch's intra-op threads set to `n` inside the block, as they were after it. (Process-wide: another
+    request generating meanwhile runs with `n` too, which changes its speed, never its result.)"""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 ARENA_SETTINGS = GenerationSettings(max_new_tokens=128, temperature=0.7, top_p=0.9, batch_size=1)
 
 
@@ -125,8 +146,9 @@ def start_battle(
     # One seed for both answers: the models differ, the luck does not.
     settings = dataclasses.replace(settings, seed=rng.randrange(2**31))
     # The project's prompt format, as generation uses it (chat template, or plain text to continue).
-    answers = {name: reply(cache, paths[name], history, None, settings, chat_template=proj.chat_template)
-               for name in (first, second)}
+    with cpu_threads(ARENA_CPU_THREADS):
+        answers = {name: reply(cache, paths[name], history, None, settings, chat_template=proj.chat_template)
+                   for name in (first, second)}
     settings_json = json.dumps(dataclasses.asdict(settings), sort_keys=True)
     with write_transaction(db):
         prompt_id, _ = insert_prompt(db, proj.id, PromptRecord(prompt, None), "arena", split=TYPED_SPLIT)
