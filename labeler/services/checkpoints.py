@@ -5,9 +5,6 @@ last, that lists every file with its size. Our own checkpoints are written under
 into place, so a crash (even SIGKILL) leaves either the previous checkpoint or the new one, never half of one.
 Folders written by transformers.Trainer (which writes in place) get their manifest from `ManifestCallback`
 once Trainer has finished writing them; a folder without a complete manifest is ignored on resume.
-
-Optimizer and RNG state are plain tensors/lists saved with torch.save and read with
-torch.load(weights_only=True), which cannot execute code from a tampered file.
 """
 from __future__ import annotations
 
@@ -15,7 +12,6 @@ import contextlib
 import fnmatch
 import json
 import os
-import random
 import shutil
 import signal
 import threading
@@ -229,53 +225,6 @@ def _hard_link(source: Path, link: Path) -> bool:
     except OSError:  # another file system, or links not supported
         return False
     return True
-
-
-# ---- state files -----------------------------------------------------------------------------------
-
-def rng_state() -> dict[str, Any]:
-    """Python, NumPy and torch RNG states as tensors/lists/ints only (loadable with weights_only=True)."""
-    import numpy as np
-    import torch
-
-    version, internal, gauss = random.getstate()
-    np_state = np.random.get_state()
-    state = {
-        "python": [version, list(internal), gauss],
-        "numpy": [np_state[0], torch.from_numpy(np_state[1].astype("int64")), int(np_state[2]), int(np_state[3]),
-                  float(np_state[4])],
-        "torch": torch.get_rng_state(),
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    import numpy as np
-    import torch
-
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    name, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.set_state((name, keys.numpy().astype("uint32"), pos, has_gauss, cached))
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def save_state(folder: str | Path, state: dict[str, Any], name: str = "training_state.pt") -> Path:
-    import torch
-
-    path = Path(folder) / name
-    torch.save(state, path)
-    return path
-
-
-def load_state(folder: str | Path, name: str = "training_state.pt") -> dict[str, Any]:
-    import torch
-
-    return torch.load(Path(folder) / name, weights_only=True, map_location="cpu")
 
 
 def manifest_callback(keep_meta: Callable[[], dict] | None = None):

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from labeler.services.label_kinds import centred_rank_rewards
-from labeler.services.labeling import MAX_RANKING_SIZE, MIN_RANKING_SIZE, WAITING_FOR_RUN, insert_item
+from labeler.services.labeling import MAX_RANKING_SIZE, MIN_RANKING_SIZE, insert_item
 from labeler.services.projects import get_project
 from labeler.services.prompts import PromptRecord, insert_prompt
 from labeler.services.responses import insert_response
@@ -199,14 +199,3 @@ def group_rollouts(queries: list[str], group_size: int | None = None) -> list[li
             raise ValueError(f"a prompt has {len(group)} answers in this batch: a ranking needs "
                              f"{MIN_RANKING_SIZE}..{MAX_RANKING_SIZE} (answers_per_prompt)")
     return groups
-
-
-def waiting_items(db, run_id: int) -> list[dict]:
-    """The run's rollouts still waiting for a rating (for a Train tab table)."""
-    rows = db.execute(
-        "SELECT i.id AS item_id, p.text AS prompt, i.response_ids_json FROM items i JOIN prompts p ON p.id = i.prompt_id"
-        f" WHERE {WAITING_FOR_RUN} ORDER BY i.id",
-        [run_id],
-    ).fetchall()
-    return [{"item_id": r["item_id"], "prompt": r["prompt"], "response_ids": json.loads(r["response_ids_json"])}
-            for r in rows]

@@ -605,7 +605,7 @@ def skip_item(db: sqlite_utils.Database, project: str, username: str, item_id: i
         if row["status"] == "done":
             raise InputError(f"item {item_id} is already labelled; undo it first", field="item_id")
         if row["status"] != "skipped":
-            # assigned_at becomes the time of the skip, so undo_last can tell whether a skip or a label came last.
+            # assigned_at becomes the time of the skip, so undo_last_action can tell whether a skip or a label came last.
             db.execute(f"UPDATE assignments SET status = 'skipped', assigned_at = {_NOW} WHERE id = ?", [row["id"]])
 
 
@@ -651,12 +651,6 @@ def undo_last_action(db: sqlite_utils.Database, project: str, username: str, kin
         drop_assignment(db, undone.item_id, user.id)
         add_assignment(db, undone.item_id, user.id)
         return undone
-
-
-def undo_last(db: sqlite_utils.Database, project: str, username: str, kind: Kind = "rating") -> int | None:
-    """undo_last_action's item id (None: nothing to undo)."""
-    undone = undo_last_action(db, project, username, kind)
-    return None if undone is None else undone.item_id
 
 
 def set_gold(db: sqlite_utils.Database, item_id: int, gold: dict | None) -> None:

@@ -132,11 +132,6 @@ def register_policy_from_web(db: sqlite_utils.Database, name: str, folder: str, 
     return register_model(db, name, path, "policy", base_model=base_model, config={"registered_from": "web"})
 
 
-def add_base_model(db: sqlite_utils.Database, name: str, path_or_hub_id: str) -> dict:
-    """Register a base (untuned) causal LM: a local folder or a hub id (loaded only if already cached)."""
-    return register_model(db, name, path_or_hub_id, kind="base")
-
-
 def list_models(db: sqlite_utils.Database, kind: str | None = None) -> list[dict]:
     """All registered models, oldest first ('default' always among them); `kind` filters."""
     _ensure_default(db)

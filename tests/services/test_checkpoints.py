@@ -2,10 +2,6 @@
 from __future__ import annotations
 
 import json
-import random
-
-import pytest
-import torch
 
 from labeler.services import checkpoints
 
@@ -49,30 +45,6 @@ def test_keep_rotates_old_checkpoints_and_numeric_order(tmp_path):
         checkpoints.save_checkpoint(tmp_path, step, _write(b"x"), keep=2)
     # Numeric, not lexicographic: "checkpoint-9" < "checkpoint-10".
     assert [p.name for p in checkpoints.complete_checkpoints(tmp_path)] == ["checkpoint-10", "checkpoint-11"]
-
-
-def test_rng_state_round_trips_through_weights_only_load(tmp_path):
-    import numpy as np
-
-    random.seed(1), np.random.seed(2), torch.manual_seed(3)
-    checkpoints.save_state(tmp_path, {"rng": checkpoints.rng_state(), "step": 7})
-    expected = (random.random(), float(np.random.rand()), torch.rand(3))
-    random.seed(99), np.random.seed(99), torch.manual_seed(99)
-    state = checkpoints.load_state(tmp_path)  # torch.load(weights_only=True)
-    checkpoints.set_rng_state(state["rng"])
-    got = (random.random(), float(np.random.rand()), torch.rand(3))
-    assert got[0] == expected[0] and got[1] == expected[1] and torch.equal(got[2], expected[2])
-    assert state["step"] == 7
-
-
-def test_weights_only_refuses_pickled_objects(tmp_path):
-    import datetime
-    import pickle
-
-    # Any class outside torch's allowlist (here a date) is refused instead of being unpickled.
-    torch.save({"x": datetime.date(2020, 1, 1)}, tmp_path / "training_state.pt")
-    with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
-        checkpoints.load_state(tmp_path)
 
 
 def test_manifest_callback_marks_trainer_checkpoints(tmp_path):

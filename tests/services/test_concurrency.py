@@ -53,8 +53,9 @@ def label_for(db_path: str, username: str, seconds: float, seed: int, barrier) -
                 ids = [r["id"] for r in item.responses]
                 result = labeling.submit_ranking(db, P, username, item.item_id, [[i] for i in ids], request_id=request_id)
             stored[kind] += result.created
-            if roll > 0.93 and labeling.undo_last(db, P, username, kind) is not None:
-                stored[kind] -= 1
+            if roll > 0.93:
+                undone = labeling.undo_last_action(db, P, username, kind)
+                stored[kind] -= undone is not None and undone.action == "label"  # an undone skip stored nothing
     finally:
         db.conn.close()
     return {"username": username, "stored": stored, "actions": actions}

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from labeler.services import accounts, jobs, labeling
-from labeler.services.human_reward import PPO_PRIORITY, HumanRewardQueue, rating_to_reward, waiting_items
+from labeler.services.human_reward import PPO_PRIORITY, HumanRewardQueue, rating_to_reward
 from rlhf.rewards import HumanReward, MixReward
 from storage import open_db
 
@@ -76,7 +76,8 @@ def test_timeout_skip_returns_none_for_unrated(db_path, db, setup):
     queue = HumanRewardQueue(db_path, "default", run_id, policy="skip", poll_seconds=0.05)
     item_ids = queue.request(["q1", "q2"], ["rated", "ignored"])
     assert labeling.waiting_for_run(db, run_id) == 2
-    assert [w["item_id"] for w in waiting_items(db, run_id)] == item_ids
+    waiting = db.execute("SELECT id FROM items WHERE run_id = ? AND priority = ? ORDER BY id", [run_id, PPO_PRIORITY])
+    assert [row[0] for row in waiting.fetchall()] == item_ids
     item = labeling.next_item(db, "default", "ann", "rating")
     assert item.item_id == item_ids[0] and item.run_id == run_id  # high priority first
     labeling.submit_rating(db, "default", "ann", item.item_id, 1)

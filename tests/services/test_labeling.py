@@ -220,19 +220,19 @@ def test_skip(db, four_ratings):
 
 def test_undo_puts_the_item_back_first(db, four_ratings):
     i1, i2, i3 = four_ratings[:3]
-    assert labeling.undo_last(db, P, "alice", "rating") is None
+    assert labeling.undo_last_action(db, P, "alice", "rating") is None
     for item_id, score in ((i1, 2), (i2, 3)):
         assert next_item(db, P, "alice").item_id == item_id
         submit_rating(db, P, "alice", item_id, score)
     assert next_item(db, P, "alice").item_id == i3  # i3 is pending when she undoes
-    assert labeling.undo_last(db, P, "alice", "rating") == i2
+    assert labeling.undo_last_action(db, P, "alice", "rating") == labeling.Undone(i2, "label")
     assert rows(db, "SELECT item_id, score FROM ratings") == [(i1, 2.0)]
     assert next_item(db, P, "alice").item_id == i2  # ahead of the pending i3
     assert submit_rating(db, P, "alice", i2, 7).created  # a different score is fine after undo
     assert next_item(db, P, "alice").item_id == i3
-    assert labeling.undo_last(db, P, "alice", "rating") == i2
-    assert labeling.undo_last(db, P, "alice", "rating") == i1
-    assert labeling.undo_last(db, P, "alice", "ranking") is None
+    assert labeling.undo_last_action(db, P, "alice", "rating") == labeling.Undone(i2, "label")
+    assert labeling.undo_last_action(db, P, "alice", "rating") == labeling.Undone(i1, "label")
+    assert labeling.undo_last_action(db, P, "alice", "ranking") is None
     assert db["ratings"].count == 0
 
 
@@ -328,7 +328,7 @@ def test_ranking_with_ties(db):
     assert submit_ranking(db, P, "alice", item.item_id, [[r[2]], [r[0], r[1]]]) == labeling.LabelResult(result.label_id, False)
     assert next_item(db, P, "alice", "ranking") is None
     assert next_item(db, P, "bob", "ranking") is None  # overlap 1
-    assert labeling.undo_last(db, P, "alice", "ranking") == item.item_id
+    assert labeling.undo_last_action(db, P, "alice", "ranking") == labeling.Undone(item.item_id, "label")
     assert db["rankings"].count == 0
 
 

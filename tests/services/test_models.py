@@ -45,8 +45,9 @@ def test_register_round_trip(db, tiny_model_dir):
     assert models.chat_model_names(db) == ["default", "tiny-dpo"]
 
 
-def test_add_base_model_accepts_hub_ids_and_resolves_paths(db, tiny_model_dir):
-    assert models.add_base_model(db, "smol", "HuggingFaceTB/SmolLM2-135M-Instruct")["path"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
+def test_a_base_model_may_be_a_hub_id_and_resolves_paths(db, tiny_model_dir):
+    registered = models.register_model(db, "smol", "HuggingFaceTB/SmolLM2-135M-Instruct", "base")
+    assert registered["path"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
     assert models.resolve(db, "smol") == "HuggingFaceTB/SmolLM2-135M-Instruct"
     # Unregistered: a local folder or a hub id passes through; 'default' goes to the cached conversion.
     assert models.resolve(db, str(tiny_model_dir)) == str(tiny_model_dir.resolve())

@@ -28,7 +28,7 @@ def make_adapter(tiny_model_dir, folder) -> torch.Tensor:
 
 def test_merge_writes_a_plain_model_and_registers_it_with_the_adapters_lineage(db, db_path, tiny_model_dir, tmp_path, capsys):
     adapter_logits = make_adapter(tiny_model_dir, tmp_path / "run7" / "final")
-    models.add_base_model(db, "tiny", str(tiny_model_dir))
+    models.register_model(db, "tiny", str(tiny_model_dir), "base")
     models.register_model(db, "sft-lora", str(tmp_path / "run7" / "final"), "adapter", base_model="tiny",
                           config={"lr": 1e-3}, metrics={"loss": 0.5}, data_snapshot="sha256:abc")
     assert main(["models", "merge", "sft-lora", "--db", db_path]) == 0

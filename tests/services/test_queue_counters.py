@@ -84,7 +84,7 @@ def test_counters_match_a_recount_after_random_operations(db):
                 item_id = rng.choice([r[0] for r in db.execute("SELECT id, kind FROM items WHERE kind = 'rating'")])
                 labeling.set_gold(db, item_id, None if rng.random() < 0.4 else {"score": rng.randint(1, 7)})
             elif roll < 0.12:
-                labeling.undo_last(db, P, username, kind)
+                labeling.undo_last_action(db, P, username, kind)
             elif roll < 0.14:
                 add_prompt(db, f"late prompt {step}", 2)
                 labeling.create_items(db, P, ranking_size=3)

@@ -59,7 +59,7 @@ def test_a_label_after_a_skip_is_undone_first_and_a_tie_counts_the_label_as_late
     assert next_item(db, P, "alice").item_id == i2
     submit_rating(db, P, "alice", i2, 3)
     stamp(db, i2, "2025-01-01T00:00:01.000Z")  # the same millisecond as the skip
-    assert labeling.undo_last(db, P, "alice", "rating") == i2
+    assert labeling.undo_last_action(db, P, "alice", "rating") == Undone(i2, "label")
     assert labeling.undo_last_action(db, P, "alice", "rating") == Undone(i1, "skip")
 
 

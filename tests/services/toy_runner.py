@@ -1,7 +1,7 @@
 """A tiny stage runner for the job tests: linear regression with SGD, no trainer needed.
 
 It exercises everything a real stage does with the run machinery: metrics and progress through the sink,
-atomic checkpoints (weights as safetensors, optimizer and RNG through torch.save), resume from the newest
+atomic checkpoints (weights as safetensors, optimizer and torch's RNG through torch.save), resume from the newest
 complete checkpoint, early stop after the current step, a final model folder to register.
 Each mini-batch is drawn with torch's global RNG, so a resume that did not restore the RNG (or the optimizer
 momentum) would produce a different loss curve than an uninterrupted run.
@@ -14,10 +14,10 @@ import time
 import torch
 from safetensors.torch import load_file, save_file
 
-from labeler.services import checkpoints
 from labeler.services.stages import RunResult, StageContext
 
 STEP_SECONDS_ENV = "TOY_STEP_SECONDS"
+STATE_FILE = "training_state.pt"  # optimizer, torch's RNG and the step; torch.load(weights_only=True) reads it
 
 
 def _data():
@@ -36,9 +36,9 @@ def run(ctx: StageContext) -> RunResult:
     resume = ctx.resume_checkpoint()
     if resume is not None:
         model.load_state_dict(load_file(resume / "model.safetensors"))
-        state = checkpoints.load_state(resume)
+        state = torch.load(resume / STATE_FILE, weights_only=True)
         optimizer.load_state_dict(state["optimizer"])
-        checkpoints.set_rng_state(state["rng"])
+        torch.set_rng_state(state["rng"])
         start = int(state["step"])
         ctx.sink.truncate_after(start)
         print(f"resumed from {resume} at step {start}", flush=True)
@@ -57,8 +57,8 @@ def run(ctx: StageContext) -> RunResult:
         if ctx.job.checkpoint_every and step % ctx.job.checkpoint_every == 0:
             def write(folder, step=step):
                 save_file({k: v.contiguous() for k, v in model.state_dict().items()}, folder / "model.safetensors")
-                checkpoints.save_state(folder, {"optimizer": optimizer.state_dict(), "rng": checkpoints.rng_state(),
-                                                "step": step})
+                torch.save({"optimizer": optimizer.state_dict(), "rng": torch.get_rng_state(), "step": step},
+                           folder / STATE_FILE)
             ctx.save_checkpoint(step, write)
         if ctx.should_stop():
             print(f"early stop after step {step}", flush=True)
