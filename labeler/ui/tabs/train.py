@@ -446,7 +446,7 @@ def build(ctx: UIContext) -> None:
             progress_html(current),
             gr.update(choices=names, value=chosen),
             metrics_html(frame, chosen, positive_share(db, run_id if current and current.finished else None)),
-            pd.DataFrame(rows, columns=SAMPLE_COLUMNS),
+            pd.DataFrame(rows, columns=SAMPLE_COLUMNS).round({"reward": 3}),
             jobs.log_tail(current, 40) if current else "",
             history_frame(db, project),
             # Choices only: a tick that started before a launch finished must not reset the picked run.
