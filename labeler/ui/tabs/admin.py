@@ -11,7 +11,7 @@ import time
 import gradio as gr
 
 from labeler.services.errors import InputError
-from labeler.services.projects import PROMPT_FORMATS
+from labeler.services.projects import PROMPT_FORMATS, SELECTIONS
 from labeler.ui import downloads
 from labeler.ui.context import UIContext
 from labeler.ui.session import quiet_on_load, require_admin
@@ -134,6 +134,10 @@ def build(ctx: UIContext) -> None:
                 choices=[(f"{name}: {text}", name) for name, text in PROMPT_FORMATS.items()],
                 label="Prompt format (generation, training and evaluation)", elem_id="admin-prompt-format",
             )
+            selection = gr.Dropdown(
+                choices=[(f"{name}: {text}", name) for name, text in SELECTIONS.items()],
+                label="Queue order (which item annotators get next)", elem_id="admin-selection",
+            )
         # The text annotators see, per label kind (projects.Project.guidelines_for): the default in full while
         # the project has none of its own, so what is here is what Rate and Rank show.
         with gr.Row():
@@ -182,7 +186,7 @@ def build(ctx: UIContext) -> None:
 
     refresh = gr.Button("Refresh", size="sm", elem_id="admin-refresh")
     refresh_outputs = [users, who, likert_min, likert_max, overlap, guidelines, ranking_guidelines, stats, agreement,
-                       models_table, model_base, prompt_format]
+                       models_table, model_base, prompt_format, selection]
 
     def snapshot(db) -> tuple:
         from labeler.services.projects import get_project
@@ -193,7 +197,7 @@ def build(ctx: UIContext) -> None:
             users_table(db), gr.update(choices=names), project.likert_min, project.likert_max, project.overlap,
             project.guidelines_for("rating"), project.guidelines_for("ranking"),
             stats_table(db, ctx.project), agreement_markdown(db, ctx.project),
-            *models_outputs(db), project.prompt_format,
+            *models_outputs(db), project.prompt_format, project.selection,
         )
 
     @keep_on_error(len(refresh_outputs))
@@ -251,8 +255,10 @@ def build(ctx: UIContext) -> None:
             return snapshot(db)
 
     @keep_on_error(len(refresh_outputs))
-    def admin_save_project(low, high, k, text, ranking_text=None, prompt_format_name=None, request: gr.Request = None):
-        """ranking_text or prompt_format_name None (an API caller that sends the older fields): they stay."""
+    def admin_save_project(low, high, k, text, ranking_text=None, prompt_format_name=None, selection_name=None,
+                           request: gr.Request = None):
+        """ranking_text, prompt_format_name or selection_name None (an API caller that sends the older fields):
+        they stay."""
         from labeler.services import projects
 
         with ctx.connection() as db:
@@ -262,7 +268,8 @@ def build(ctx: UIContext) -> None:
                 if value is None:  # an emptied number box arrives as None
                     raise InputError("enter a whole number", field=field)
             projects.update_project(db, ctx.project, **{f: int(v) for f, v in numbers.items()}, guidelines=text or "",
-                                    ranking_guidelines=ranking_text, prompt_format=prompt_format_name)
+                                    ranking_guidelines=ranking_text, prompt_format=prompt_format_name,
+                                    selection=selection_name)
             gr.Info("Project settings saved.")
             return snapshot(db)
 
@@ -323,7 +330,8 @@ def build(ctx: UIContext) -> None:
     toggle_active.click(admin_toggle_active, [who], refresh_outputs, api_name="admin_toggle_active")
     toggle_role.click(admin_toggle_role, [who], refresh_outputs, api_name="admin_toggle_role")
     save_project.click(
-        admin_save_project, [likert_min, likert_max, overlap, guidelines, ranking_guidelines, prompt_format], refresh_outputs,
+        admin_save_project, [likert_min, likert_max, overlap, guidelines, ranking_guidelines, prompt_format, selection],
+        refresh_outputs,
         api_name="admin_save_project",
     )
     register_model.click(admin_register_model, [model_name, model_path, model_base],
