@@ -23,7 +23,7 @@ import traceback
 from pathlib import Path
 from typing import Callable
 
-from labeler.services import jobs, train_configs
+from labeler.services import hub, jobs, train_configs
 from labeler.services.metrics_sink import MetricsSink
 from labeler.services.stages import RunResult, StageContext
 from storage import open_db
@@ -69,10 +69,12 @@ def register_result(db, ctx: StageContext, result: RunResult) -> dict:
     if db.execute("SELECT 1 FROM models WHERE name = ?", [name]).fetchone():
         name = f"{name}-run{ctx.run_id}"  # a reused output name must not fail a finished training
     metrics = {**ctx.sink.final_metrics(), **result.metrics}
-    return models.register_model(
+    registered = models.register_model(
         db, name, result.path, result.kind, base_model=result.base_model, run_id=ctx.run_id,
         config={"stage": ctx.stage, **json.loads(row[0])}, metrics=metrics, data_snapshot=result.data_snapshot,
     )
+    hub.write_registered_model_card(db, name)  # README.md in the folder: base model, run settings, metrics, data
+    return registered
 
 
 def _heartbeat(db_path: str, run_id: int, stop: threading.Event) -> None:
@@ -91,8 +93,11 @@ def _evaluate(db, ctx, registered: dict) -> None:
     from labeler.services import evaluation
 
     try:
-        evaluation.evaluate_finished_run(db, ctx.run_id, ctx.stage, ctx.project, ctx.job, registered, sink=ctx.sink,
-                                         log=lambda line: print(f"run {ctx.run_id}: {line}", flush=True))
+        after = evaluation.evaluate_finished_run(db, ctx.run_id, ctx.stage, ctx.project, ctx.job, registered,
+                                                 sink=ctx.sink,
+                                                 log=lambda line: print(f"run {ctx.run_id}: {line}", flush=True))
+        if after is not None:  # the cards' evaluation tables gain the model's row and its base's
+            hub.write_model_cards(db, [after.model, after.kl_base or after.model])
     except Exception:  # noqa: BLE001 - see the docstring; Cancelled (a BaseException) still ends the run
         traceback.print_exc()
         print(f"run {ctx.run_id}: evaluation failed (the model is registered; try `rlhf-studio eval --model "

@@ -129,12 +129,14 @@ def run_models_list(args: argparse.Namespace) -> int:
 
 
 def run_models_add(args: argparse.Namespace) -> int:
+    from labeler.services.hub import write_registered_model_card
     from labeler.services.models import register_model
     from storage import open_db
 
     db = open_db(args.db)
     try:
         row = register_model(db, args.name, args.path, args.kind)
+        write_registered_model_card(db, row["name"])  # README.md in the folder, unless it has someone else's
     finally:
         db.conn.close()
     print(f"registered {row['name']} ({row['kind']}): {row['path']}")

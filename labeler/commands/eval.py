@@ -45,7 +45,7 @@ def run_eval(args: argparse.Namespace) -> int:
     from labeler.commands.generate import passive_omp_threads
 
     passive_omp_threads()
-    from labeler.services import evaluation
+    from labeler.services import evaluation, hub
     from storage import open_db
 
     settings = EvalSettings(prompts=args.prompts, reward=args.reward, samples=args.samples,
@@ -55,6 +55,7 @@ def run_eval(args: argparse.Namespace) -> int:
     try:
         results = evaluation.evaluate_models(db, args.model, settings, project=args.project,
                                              log=lambda line: print(line, flush=True))
+        hub.write_model_cards(db, [result.model for result in results])  # their evaluation tables gain a row
     finally:
         db.conn.close()
     print()

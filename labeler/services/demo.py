@@ -335,7 +335,7 @@ def generate_training_answers(db, settings: DemoSettings, project: str = DEMO_PR
 
 
 def _run(db, settings: DemoSettings, project: str, log: Callable[[str], None]) -> DemoReport:
-    from labeler.services import evaluation, labeling, models, train_configs
+    from labeler.services import evaluation, hub, labeling, models, train_configs
     from labeler.services.models import resolve as resolve_model
     from rlhf.reward import RewardScorer
 
@@ -392,6 +392,7 @@ def _run(db, settings: DemoSettings, project: str, log: Callable[[str], None]) -
     before, after = evaluation.evaluate_models(db, [settings.policy, after_model], eval_settings, project,
                                                run_ids={after_model: ppo.id}, reuse=[settings.policy, after_model],
                                                log=lambda line: log(f"   {line}"))
+    hub.write_model_cards(db, [before.model, after.model])  # a model evaluated here gains a row in its card
     queries = [row["prompt"] for row in after.samples]
     scorer = RewardScorer(resolve_model(db, rm_model))
     answers_before, answers_after = [row["answer"] for row in before.samples], [row["answer"] for row in after.samples]

@@ -242,11 +242,7 @@ def _store(db: sqlite_utils.Database, project: str, model: str, base: str | None
             [project_id, model, base, run_id, json.dumps(settings, sort_keys=True), json.dumps(metrics, sort_keys=True),
              json.dumps(rows, ensure_ascii=False)],
         )
-    if _registered(db, model) is not None:
-        from labeler.services.hub import write_registered_model_card
-
-        write_registered_model_card(db, model)  # the card's evaluation table gains this row
-    return get_evaluation(db, cursor.lastrowid)
+    return get_evaluation(db, cursor.lastrowid)  # its caller refreshes the model card (hub.write_model_cards)
 
 
 def _row_to_evaluation(row) -> Evaluation:

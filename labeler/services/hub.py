@@ -2,9 +2,11 @@
 
 Cards are written offline, always: an `export --format hf` folder gets one describing its data (label counts and
 kinds, annotators, agreement, the filters, split sizes), and a registered model's folder gets one with its base
-model, the run's stage and settings, its training metrics, the data snapshot and its evaluations (refreshed when
-an evaluation is stored). A folder that already has someone else's README.md (a model downloaded from the Hub)
-keeps it.
+model, the run's stage and settings, its training metrics, the data snapshot and its evaluations. Whoever
+registers or evaluates a model writes its card afterwards (the worker, the CLI commands, the demo):
+`models.register_model` and the evaluation service only store rows, so this module reads them at import time
+and they never import it.
+A folder that already has someone else's README.md (a model downloaded from the Hub) keeps it.
 
 Pushing needs the network and a token (`HF_TOKEN` or `huggingface-cli login`); every Hub call goes through one
 `HfApi` (passed in, so tests give a fake) and datasets' own `push_to_hub`.
@@ -14,11 +16,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import warnings
+from collections.abc import Iterable
 from pathlib import Path
 
 import sqlite_utils
 
 from labeler.services.errors import InputError
+from labeler.services.evaluation import comparison_rows, list_evaluations
+from labeler.services.models import HUB_ID, get_model, list_models
+from labeler.services.projects import get_project
+from labeler.services.quality import agreement
 from rlhf.cards import CARD_FILE, dataset_card, model_card, write_card
 
 CARD_TAG = "rlhf-studio"  # in the front matter of every card written here: ours to overwrite
@@ -46,8 +53,6 @@ STAGES = {"sft": "supervised fine-tuning (SFTTrainer)", "rm": "reward modelling 
 
 
 def check_repo_id(repo_id: str) -> str:
-    from labeler.services.models import HUB_ID
-
     repo_id = (repo_id or "").strip()
     if not HUB_ID.match(repo_id):
         raise InputError(f"bad Hub repository id {repo_id!r}: owner/name", field="repo_id")
@@ -66,9 +71,6 @@ def _is_ours(folder: Path) -> bool:
 
 def label_facts(db: sqlite_utils.Database, project: str) -> dict:
     """Labels behind a project's exports: counts per label kind, annotators, inter-annotator agreement."""
-    from labeler.services.projects import get_project
-    from labeler.services.quality import agreement
-
     proj = get_project(db, project)
     ratings, raters = db.execute(
         "SELECT COUNT(*), COUNT(DISTINCT r.user_id) FROM ratings r JOIN items i ON i.id = r.item_id"
@@ -124,9 +126,6 @@ def push_export(folder: str | Path, repo_id: str, private: bool = False, token: 
 
 def registered_model_card(db: sqlite_utils.Database, name: str) -> str:
     """A registered model's card from the registry, its run and its stored evaluations."""
-    from labeler.services.evaluation import comparison_rows, list_evaluations
-    from labeler.services.models import get_model
-
     model = get_model(db, name)
     run = (db.execute("SELECT r.*, p.name AS project FROM runs r JOIN projects p ON p.id = r.project_id"
                       " WHERE r.id = ?", [model["run_id"]]).fetchone() if model["run_id"] else None)
@@ -159,9 +158,7 @@ def registered_model_card(db: sqlite_utils.Database, name: str) -> str:
 
 def write_registered_model_card(db: sqlite_utils.Database, name: str) -> Path | None:
     """Write the card into the model's folder; None for hub ids, 'default', or a folder with a README.md not
-    written here. A read-only folder warns instead of failing the registration or evaluation that called it."""
-    from labeler.services.models import get_model
-
+    written here. A read-only folder warns instead of failing the registration or evaluation that asked for it."""
     folder = Path(get_model(db, name)["path"])
     if not folder.is_dir() or not _is_ours(folder):
         return None
@@ -170,6 +167,14 @@ def write_registered_model_card(db: sqlite_utils.Database, name: str) -> Path | 
     except OSError as error:
         warnings.warn(f"{folder}: model card not written ({error})", stacklevel=2)
         return None
+
+
+def write_model_cards(db: sqlite_utils.Database, names: Iterable[str]) -> list[Path]:
+    """write_registered_model_card for each registered model among `names` (after an evaluation: its table gains
+    the new rows); a folder or hub id evaluated without being registered has no card here."""
+    registered = {model["name"] for model in list_models(db)}
+    written = (write_registered_model_card(db, name) for name in dict.fromkeys(names) if name in registered)
+    return [path for path in written if path is not None]
 
 
 # Files a trained folder holds that are not the model: trainer state, pickles, intermediate checkpoints, logs.
@@ -183,8 +188,6 @@ def push_model(db: sqlite_utils.Database, name: str, repo_id: str, private: bool
     and upload that, leaving out value_head.safetensors and replacing the card with its own; uploading the
     saved folder sends the same weights without either loss. Returns the model's URL."""
     from huggingface_hub import HfApi
-
-    from labeler.services.models import get_model
 
     repo_id = check_repo_id(repo_id)
     folder = Path(get_model(db, name)["path"])

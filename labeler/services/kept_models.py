@@ -19,7 +19,7 @@ from pathlib import Path
 
 import sqlite_utils
 
-from labeler.services import checkpoints
+from labeler.services import checkpoints, hub
 from labeler.services.stages import data_snapshot, model_name
 
 KEPT_FROM = "kept_from"
@@ -76,8 +76,10 @@ def keep_newest_checkpoint(db: sqlite_utils.Database, run_id: int) -> dict | Non
     if db.execute("SELECT 1 FROM models WHERE name = ?", [name]).fetchone():
         name = f"{name}-run{run.id}"  # an output name reused by another run
     config = {"stage": run.stage, **run.config, KEPT_FROM: {"run": run.id, "step": step, "status": run.status}}
-    return models.register_model(db, name, str(folder), kind, base_model=job.base_model(run.stage), config=config,
+    kept = models.register_model(db, name, str(folder), kind, base_model=job.base_model(run.stage), config=config,
                                  metrics=_metrics_at(db, run.id, step), data_snapshot=_snapshot(run.stage, output_dir))
+    hub.write_registered_model_card(db, name)
+    return kept
 
 
 def keep_after_cancel(db: sqlite_utils.Database, run_id: int) -> dict | None:

@@ -104,10 +104,7 @@ def register_model(
                 data_snapshot,
             ],
         )
-    from labeler.services.hub import write_registered_model_card
-
-    write_registered_model_card(db, name)  # README.md in the folder: base model, run settings, metrics, data
-    return get_model(db, name)
+    return get_model(db, name)  # its caller writes the model card (hub.write_registered_model_card)
 
 
 def register_policy_from_web(db: sqlite_utils.Database, name: str, folder: str, base_model: str | None = None) -> dict:
@@ -129,7 +126,8 @@ def register_policy_from_web(db: sqlite_utils.Database, name: str, folder: str, 
         get_model(db, base_model)
     path = _check_path(str(local), field="path")
     check_generates_text(path, name)
-    return register_model(db, name, path, "policy", base_model=base_model, config={"registered_from": "web"})
+    row = register_model(db, name, path, "policy", base_model=base_model, config={"registered_from": "web"})
+    return _with_card(db, row)
 
 
 def list_models(db: sqlite_utils.Database, kind: str | None = None) -> list[dict]:
@@ -298,6 +296,16 @@ def merge_adapter_model(db: sqlite_utils.Database, name: str, output_name: str |
         raise
     config = {"merged_from": name, "adapter_path": str(folder), **{k: v for k, v in adapter["config"].items()
                                                                    if k not in ("merged_from", "adapter_path")}}
-    return register_model(db, output_name, str(out), "policy", base_model=adapter["base_model"],
-                          run_id=adapter["run_id"], config=config, metrics=adapter["metrics"],
-                          data_snapshot=adapter["data_snapshot"] or "")
+    row = register_model(db, output_name, str(out), "policy", base_model=adapter["base_model"],
+                         run_id=adapter["run_id"], config=config, metrics=adapter["metrics"],
+                         data_snapshot=adapter["data_snapshot"] or "")
+    return _with_card(db, row)
+
+
+def _with_card(db: sqlite_utils.Database, row: dict) -> dict:
+    """The two registrations the Admin tab calls write the card themselves, the one place this module reaches up
+    to hub: the tab's handlers do not call the card writer yet (register_model's other callers do)."""
+    from labeler.services.hub import write_registered_model_card
+
+    write_registered_model_card(db, row["name"])
+    return row

@@ -162,6 +162,8 @@ def _trained(db, tmp_path) -> Path:
                             " '2026-01-01T10:00', '2026-01-01T10:05')").lastrowid
     models.register_model(db, "tiny-dpo", str(folder), "policy", base_model="default", run_id=run_id,
                           config={"beta": 0.1}, metrics={"train/loss": 0.5}, data_snapshot="preferences:12:abcd1234")
+    assert not (folder / "README.md").exists()  # registering stores a row; the caller writes the card
+    assert hub.write_registered_model_card(db, "tiny-dpo") == folder / "README.md"
     return folder
 
 
@@ -183,6 +185,9 @@ def test_registered_model_gets_a_card_refreshed_by_evaluations(db, tmp_path):
     assert meta.license == "apache-2.0" and meta.pipeline_tag == "text-generation"  # huggingface_hub reads them
 
     evaluation._store(db, "default", "tiny-dpo", None, 1, {"samples": 4}, {"eval/reward_mean": 0.75}, [])
+    assert (folder / "README.md").read_text() == card  # storing an evaluation rewrites no card
+    # The caller refreshes the cards of the models it evaluated; an unregistered folder has none.
+    assert hub.write_model_cards(db, ["tiny-dpo", str(tmp_path / "elsewhere"), "tiny-dpo"]) == [folder / "README.md"]
     card = (folder / "README.md").read_text()
     assert "| mean reward |" in card and "| tiny-dpo | 0.75 |" in card
 
@@ -192,6 +197,7 @@ def test_a_foreign_readme_is_kept(db, tmp_path):
     shutil.copytree(TINY, folder)
     (folder / "README.md").write_text("---\nlicense: apache-2.0\n---\n# Someone's model\n")
     models.register_model(db, "theirs", str(folder), "base")
+    assert hub.write_registered_model_card(db, "theirs") is None
     assert (folder / "README.md").read_text().startswith("---\nlicense: apache-2.0")
 
 
@@ -249,6 +255,7 @@ def test_reward_and_adapter_cards_name_their_pipeline_and_library(db, tmp_path):
     rm = tmp_path / "rm"
     shutil.copytree(TINY, rm)
     models.register_model(db, "tiny-rm", str(rm), "reward", base_model="default-encoder")
+    hub.write_registered_model_card(db, "tiny-rm")
     meta = _front_matter((rm / "README.md").read_text())
     assert meta["pipeline_tag"] == "text-classification" and meta["library_name"] == "transformers"
     assert meta["base_model"] == "sentence-transformers/all-MiniLM-L6-v2" and meta["license"] == "apache-2.0"
@@ -258,5 +265,30 @@ def test_reward_and_adapter_cards_name_their_pipeline_and_library(db, tmp_path):
     adapter = tmp_path / "adapter"
     shutil.copytree(TINY, adapter)
     models.register_model(db, "tiny-lora", str(adapter), "adapter", base_model="default")
+    hub.write_registered_model_card(db, "tiny-lora")
     meta = _front_matter((adapter / "README.md").read_text())
     assert meta["library_name"] == "peft" and meta["pipeline_tag"] == "text-generation"
+
+
+def test_the_callers_of_a_registration_write_the_card(db, db_path, tmp_path, capsys):
+    """register_model only stores the row; `models add`, the worker after a run and the Admin tab's registration
+    write the card (the Admin tab's path: test_models.py, test_models_merge.py)."""
+    from labeler import worker
+    from labeler.services import jobs
+    from labeler.services.metrics_sink import MetricsSink
+    from labeler.services.stages import RunResult, StageContext
+
+    added = tmp_path / "added"
+    shutil.copytree(TINY, added)
+    assert main(["models", "add", "added", str(added), "--db", db_path]) == 0
+    assert _front_matter((added / "README.md").read_text())["model_name"] == "added"
+
+    run = jobs.create_run(db, "sft", {"steps": 1}, runs_dir=tmp_path / "runs", start=False)
+    trained = tmp_path / "trained"
+    shutil.copytree(TINY, trained)
+    ctx = StageContext(run_id=run.id, db_path=db_path, stage="sft", project="default",
+                       job=jobs.train_configs.load_job_config(run.config), trainer_settings={},
+                       output_dir=tmp_path / "runs", sink=MetricsSink(db_path, run.id, writes=False))
+    row = worker.register_result(db, ctx, RunResult(path=str(trained), kind="policy", base_model="default"))
+    card = (trained / "README.md").read_text()
+    assert _front_matter(card)["model_name"] == row["name"] and "supervised fine-tuning (SFTTrainer)" in card

@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 
 import pytest
+import yaml
 
 from labeler.services import models
 from labeler.services.errors import InputError
@@ -117,6 +118,8 @@ def test_register_a_policy_from_the_web(db, tiny_model_dir, tiny_encoder_dir, tm
     assert (row["name"], row["kind"], row["base_model"], row["path"]) == (
         "my-sft", "policy", "default", str(tiny_model_dir.resolve()))
     assert "my-sft" in models.chat_model_names(db)
+    card = yaml.safe_load((tiny_model_dir / "README.md").read_text().split("---")[1])  # the card's front matter
+    assert (card["model_name"], card["base_model"]) == ("my-sft", "HuggingFaceTB/SmolLM2-135M-Instruct")
     (tmp_path / "empty").mkdir()
     refused = [
         (("hub-one", "HuggingFaceTB/SmolLM2-135M"), "path", "no such folder"),  # a hub id: CLI only

@@ -43,6 +43,7 @@ def test_merge_writes_a_plain_model_and_registers_it_with_the_adapters_lineage(d
     assert (row["kind"], row["base_model"], row["path"], row["metrics"], row["data_snapshot"]) == \
         ("policy", "tiny", str(out), {"loss": 0.5}, "sha256:abc")
     assert row["config"]["merged_from"] == "sft-lora" and row["config"]["lr"] == 1e-3
+    assert 'model_name: "sft-lora-merged"' in (out / "README.md").read_text()  # the merge writes the card
     # a second merge of the same adapter: the name is taken
     with pytest.raises(InputError, match="'sft-lora-merged' is already registered"):
         models.merge_adapter_model(db, "sft-lora")

@@ -229,6 +229,7 @@ def test_the_newest_checkpoint_is_kept_as_a_registered_model(ppo_run, tiny_model
     weights = Path(kept["path"]) / "model.safetensors"
     assert weights.stat().st_ino == (checkpoint / "model.safetensors").stat().st_ino
     assert not (Path(kept["path"]) / "trainer_state.pt").exists()
+    assert f'model_name: "{kept["name"]}"' in (Path(kept["path"]) / "README.md").read_text()  # its model card
     AutoModelForCausalLM.from_pretrained(kept["path"])  # loads as a plain model
     assert evaluation.kl_base(db, kept["name"]) == str(tiny_model_dir)
     # Kept once: a second call returns the same row.
