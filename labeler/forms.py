@@ -141,7 +141,7 @@ def parse_value(spec: FieldSpec, value: Any, source: str | None = None) -> Any:
         return str(value)
     except (ValueError, json.JSONDecodeError) as error:
         raise InputError(str(error), **where) from None
-    except TypeError:  # a list or a mapping from a JSON/YAML file where a number goes (issue 25): one line
+    except TypeError:  # a list or a mapping from a JSON/YAML file where a number goes: one line
         raise InputError(f"expected {spec.kind}, got {type(value).__name__}", **where) from None
 
 

@@ -8,7 +8,7 @@ that was killed. After every rank has exited, this records on the run's row whic
 log is, and that `rlhf-studio runs resume N` continues from the last checkpoint (jobs.record_rank_failure).
 
 It also lowers the training's CPU priority before anything starts (lower_priority), so the server's label
-requests are not queued behind the trainer on a machine with few cores (issue 26).
+requests are not queued behind the trainer on a machine with few cores.
 """
 from __future__ import annotations
 

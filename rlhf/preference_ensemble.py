@@ -12,7 +12,7 @@ where the labels say little the heads disagree: that disagreement is what active
     preference_information(scores[:, group])                         # how much a ranking of the group teaches
 
 Why not fine-tune the whole encoder on each label: a refit then takes minutes, not milliseconds, and with tens
-of labels a full fine-tune overfits (issue 9 measured the demo's fine-tuned model flat at 0.80-0.84 accuracy
+of labels a full fine-tune overfits (we measured the demo's fine-tuned model flat at 0.80-0.84 accuracy
 from 108 to 200 rankings); a probe on frozen features is the usual low-label regime (Kumar et al. 2022).
 """
 from __future__ import annotations

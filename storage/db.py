@@ -102,7 +102,7 @@ def _create_private(path: Path) -> None:
 
 def make_private(path: str | Path) -> None:
     """Take group and other permissions off an existing database and its -wal/-shm files (a database created
-    before files were made private, issue 25), when this user owns them; anything else is left as it is."""
+    before files were made private), when this user owns them; anything else is left as it is."""
     for name in (str(path), f"{path}-wal", f"{path}-shm"):
         with contextlib.suppress(OSError):
             info = os.stat(name)
@@ -148,7 +148,7 @@ def open_db(
     may_create = _CREATION_ALLOWED.get() if create is None else create
     if migrate and not may_create and str(path) != ":memory:" and Path(path).is_file() and Path(path).stat().st_size == 0:
         # SQLite takes an empty file for a new database and migrating would make it one: the same typo (or a
-        # `touch`) that a missing file is refused for (issue 25). Without migrating, the schema check refuses it.
+        # `touch`) that a missing file is refused for. Without migrating, the schema check refuses it.
         raise StorageError(f"{path}: an empty file, not a database (a typo in --db?); add --create-db to make it one")
     conn = connect(path, create=create, busy_timeout_ms=busy_timeout_ms)
     db = sqlite_utils.Database(conn)

@@ -29,7 +29,7 @@ from rlhf.configs import GenerationSettings
 from storage import write_transaction
 
 WINNERS = ("a", "b", "tie", "both_bad")
-# Torch threads for a battle's generation on CPU (issue 24 item 7: a battle took 80 s). One answer is decoded a
+# Torch threads for a battle's generation on CPU (with torch's default a battle took 80 s). One answer is decoded a
 # token at a time at batch 1, work too small to share between threads: on the 2-core machine, with the server and
 # a training run beside it, 64 greedy tokens of the default 135M model took 31-51 s with torch's 2 threads and
 # 5.8-7.7 s with 1 (same text; CPU time 16-17 s vs 2.7 s), as the threads wait on each other at every op.

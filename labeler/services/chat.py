@@ -33,7 +33,7 @@ STREAM_TIMEOUT_S = 300.0  # a generation thread silent this long has died
 MAX_MESSAGE_CHARS = 20_000
 MAX_MESSAGES = 200
 # The whole conversation (and the system prompt) at most: the cost of a request grows with it (templating,
-# tokenizing, storing a rated prompt), and 200 messages of 20k characters took minutes of CPU (issue 25).
+# tokenizing, storing a rated prompt), and 200 messages of 20k characters took minutes of CPU.
 # 100k characters is ~25k tokens, more than the default model's context: a longer chat loses nothing it uses.
 MAX_HISTORY_CHARS = 100_000
 
@@ -181,7 +181,7 @@ def _prompt_ids(model, tokenizer, history: Messages, system_prompt: str | None, 
 
     At most three tokenizer passes whatever the length: the whole prompt, then (only when it does not fit)
     every message's tokens counted in one batch to choose how many old turns go, then the kept turns. Dropping
-    one turn and tokenizing again, turn by turn, cost the square of the conversation's length (issue 25).
+    one turn and tokenizing again, turn by turn, cost the square of the conversation's length.
     `chat_template` is build_prompt_ids's use_chat_template: the project's prompt format (Project.chat_template).
     """
     from rlhf.generation import build_prompt_ids

@@ -351,8 +351,8 @@ def _pair_key(prompt_id: int, row: dict) -> tuple:
 
 
 def _merge_rating_pairs(ranked: list[tuple[int, dict]], rated: list[tuple[int, dict]]) -> list[tuple[int, dict]]:
-    """Ranking pairs, then the rating pairs that no ranking already gives (issue 24 item 8: a pair ranked and
-    rated the same way was written twice, margins 0.0 and 2.0). A pair both give keeps its ranking row with
+    """Ranking pairs, then the rating pairs that no ranking already gives (a pair ranked and
+    rated the same way was once written twice, margins 0.0 and 2.0). A pair both give keeps its ranking row with
     the ratings' margin: the same preference, and how strongly the ratings separate its answers. A rating pair
     that orders the answers the other way is not the same pair and stays, as annotators' disagreement does."""
     out = list(ranked)

@@ -436,8 +436,8 @@ def start_queued(db, max_concurrent: int | None = None) -> list[int]:
 
 
 def _spawn(run: Run, command: list[str]) -> int:
-    # Private (issue 25): a run's folder holds its checkpoints and the log of everything it printed; a runs
-    # folder created here is the owner's alone too. Folders and files that exist keep their modes.
+    # Private to the server's user: a run's folder holds its checkpoints and the log of everything it printed;
+    # a runs folder created here is the owner's alone too. Folders and files that exist keep their modes.
     output = Path(run.output_dir)
     if not output.parent.exists():
         output.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
@@ -620,7 +620,7 @@ def poll(db, max_concurrent: int | None = None, now: datetime | None = None) -> 
 
     Alive means any process of the run (run_processes), not only the recorded pid: that is the launcher, and a
     worker whose launcher was killed goes on training and heartbeating. Marking such a run failed let `runs
-    resume` start a second worker on the same folder, and both registered a model (issue 25)."""
+    resume` start a second worker on the same folder, and both registered a model."""
     now = now or datetime.now(timezone.utc)
     dead = []
     for run in list_runs(db, status="running", limit=1000):

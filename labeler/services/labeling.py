@@ -437,7 +437,7 @@ def _replay(db: sqlite_utils.Database, table: str, request_id: str, user, item_i
             same=None) -> LabelResult | None:
     """The stored label for a request_id seen before (a retry), or None for a new request. A reused key with
     other content (`same(row)` False) is refused: a retry sends what the first try sent, and acknowledging a
-    different score while keeping the first one would tell the client its new label was stored (issue 25)."""
+    different score while keeping the first one would tell the client its new label was stored."""
     row = db.execute(f"SELECT * FROM {table} WHERE request_id = ?", [request_id]).fetchone()
     if row is None:
         return None

@@ -5,7 +5,8 @@ Three counters of wrong passwords, each attempt checked against all three:
 - per (account, address): after `free_failures` failures, attempts from that address for that account wait a
   penalty, base_delay_s doubled with every further failure, capped at max_delay_s (OWASP's exponential
   back-off). This is the lock, and it only ever locks the address that guessed: the owner, elsewhere, is not
-  affected (issue 25: 8 wrong passwords from one address answered the owner's right one from another with 429).
+  affected (a lock per account once let 8 wrong passwords from one address turn the owner's right one from
+  another away with 429).
 - per account, from every address: after `account_free_failures`, at most one attempt per base_delay_s. A
   ceiling on the rate, never a growing lock: guesses spread over many addresses stay slow, and the owner waits
   seconds at most.

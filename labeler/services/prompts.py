@@ -81,7 +81,7 @@ def parse_prompt(where: Where, record: dict) -> PromptRecord:
 
 
 # The split of prompts typed by annotators in Chat and Arena: out of the training prompts (PPO's, GRPO's) and of
-# Generate's work until an admin promotes them (promote_prompts), since anyone with a login types them (issue 25).
+# Generate's work until an admin promotes them (promote_prompts), since anyone with a login types them.
 TYPED_SPLIT = "chat"
 
 

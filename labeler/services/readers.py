@@ -85,7 +85,7 @@ def require_regular_file(path: Path) -> None:
 
 
 # JSON nested deeper than this is refused: no record the importers read nests more than a few levels, and
-# Python's parser (and any recursive walk of the result) fails with RecursionError near 1,000 (issue 25: 1,100
+# Python's parser (and any recursive walk of the result) fails with RecursionError near 1,000 (1,100
 # '[' gave a 31-line traceback).
 MAX_JSON_DEPTH = 100
 

@@ -1,4 +1,4 @@
-"""The record browser (issue 14 item 8): prompts with their answers and every label on them, as Argilla and
+"""The record browser: prompts with their answers and every label on them, as Argilla and
 Label Studio show them; and an admin's corrections, each kept in `label_audit`.
 
 A record is one prompt: its answers (responses) and the labels on them (ratings of one answer, rankings of

@@ -1,4 +1,4 @@
-"""How long a PPO run will take on this machine, said before it starts (issue 26), and a time budget fitted
+"""How long a PPO run will take on this machine, said before it starts, and a time budget fitted
 to a number of steps.
 
 The estimate is extrapolated from a measured micro-step: one PPO step of the run's own settings (model, bf16,

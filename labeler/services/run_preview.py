@@ -1,4 +1,4 @@
-"""What a training run will use, before it is launched (issue 14 item 9): rows or pairs after the data filters,
+"""What a training run will use, before it is launched: rows or pairs after the data filters,
 the train/eval split, the epochs that `steps` implies, and the base model.
 
 A 10-step run on a tiny set trained 10 epochs without a word; the preview says so (and warns) before the run
@@ -6,7 +6,7 @@ is queued. It reads the data exactly as the stage runners do: the same settings 
 (train_configs.resolve_run_config), the same export row functions and filters (stage_runners.export_options),
 and the same split by prompt (export.split_by_prompt), without loading a model or building a dataset.
 
-A PPO run's preview also says how long it will take on this machine (issue 26), extrapolated from a micro-step
+A PPO run's preview also says how long it will take on this machine, extrapolated from a micro-step
 measured in a fresh process (labeler/services/run_estimate.py), and with `time_budget` set it fits the number
 of steps to the budget and says what it chose; apply_time_budget makes that choice the run's `steps`.
 """

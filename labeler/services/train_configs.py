@@ -181,9 +181,10 @@ def form_fields(stage: str) -> list[str]:
     return [name for name in FORM_FIELDS[stage] if name in names]
 
 
-# What the web Train form (and its "More settings" box) may set: an allowlist (issue 25). Numbers, switches and
-# choices of the training math and the job, nothing that names a file, a folder, code to import, a tracker or the
-# hub. A field added to a config later stays command-line only (rlhf-studio train --set) until it is listed here.
+# What the web Train form (and its "More settings" box) may set: an allowlist, as anyone with a login can post
+# it. Numbers, switches and choices of the training math and the job, nothing that names a file, a folder, code
+# to import, a tracker or the hub. A field added to a config later stays command-line only (rlhf-studio train
+# --set) until it is listed here.
 WEB_JOB_SETTINGS = (
     "model", "output_name", "steps", "time_budget", "checkpoint_every", "bf16", "lora", "lora_r", "lora_alpha",
     "annotators", "min_annotators", "min_agreement", "include_rating_pairs", "sft_min_score", "test_size",
@@ -256,7 +257,7 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
 
         try:
             data = check_depth(yaml.safe_load(text), lambda message: InputError(message, file=str(path)))
-        except RecursionError:  # deeply nested input: one line, not a traceback (issue 25)
+        except RecursionError:  # deeply nested input: one line, not a traceback
             raise InputError(f"nested more than {MAX_JSON_DEPTH} levels deep", file=str(path)) from None
         except yaml.YAMLError as error:
             mark = getattr(error, "problem_mark", None)
@@ -266,7 +267,7 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
         from labeler.services.readers import load_json
 
         try:
-            data = load_json(text, lambda message: InputError(message, file=str(path)))  # depth capped (issue 25)
+            data = load_json(text, lambda message: InputError(message, file=str(path)))  # depth capped
         except json.JSONDecodeError as error:
             raise InputError(f"not valid JSON: {error.msg}", file=str(path), line=error.lineno) from None
     if not isinstance(data, dict):

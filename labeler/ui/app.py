@@ -111,7 +111,7 @@ def build_app(settings: ServeSettings) -> gr.Blocks:
             )
 
         def first_steps_load(request: gr.Request):
-            """An admin on a project without prompts or labels: what to do first (issue 14 item 11)."""
+            """An admin on a project without prompts or labels: what to do first."""
             from labeler.services import accounts
             from labeler.services.projects import project_counts
 
@@ -126,7 +126,7 @@ def build_app(settings: ServeSettings) -> gr.Blocks:
 
         app.load(whoami_load, None, [whoami, password_panel, main, *hidden], api_name="whoami")
         app.load(first_steps_load, None, [first_steps], api_name="first_steps", show_progress="hidden")
-        # The panel's counts follow the database while it is shown (issue 24 item 3): a timer, started by the
+        # The panel's counts follow the database while it is shown, with no reload: a timer, started by the
         # page load only when the panel is shown, and stopped by the tick that hides it.
         first_steps_timer = gr.Timer(FIRST_STEPS_REFRESH_S, active=False)
 
@@ -145,7 +145,7 @@ def build_app(settings: ServeSettings) -> gr.Blocks:
 
 def _password_panel(ctx: UIContext) -> tuple[gr.Column, gr.Column]:
     """(the first-login panel, the column holding the tabs). The panel is shown instead of the tabs to a user
-    whose password is the one-time one `serve` printed (issue 14 item 10)."""
+    whose password is the one-time one `serve` printed."""
     from labeler.services import accounts
     from labeler.ui.session import ui_errors
 
@@ -215,7 +215,7 @@ STATUS_UPDATE_S = 2.0
 
 
 def quiet_queue(app: gr.Blocks) -> None:
-    """Gradio's queue without the per-event work a labelling server does not use (issue 15; gradio/queueing.py
+    """Gradio's queue without the per-event work a labelling server does not use (gradio/queueing.py
     in 6.31): queue positions every STATUS_UPDATE_S instead of to every waiting client at each job start (20
     annotators: ~19 SSE messages per label), and no monitoring summary, which Gradio rebuilds after every
     event as a pandas DataFrame of the last 10,000 events (2-8 ms of CPU per label, growing with uptime).

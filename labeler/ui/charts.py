@@ -1,4 +1,4 @@
-"""Line charts drawn on the server as SVG text, for the Train tab's live plots (issue 24 item 2).
+"""Line charts drawn on the server as SVG text, for the Train tab's live plots.
 
 Gradio 6.31's gr.LinePlot compiles its Vega-Lite spec once, when it is first given data: a chart mounted
 on an empty frame drew nothing ("Infinite extent for field step"), new series kept the old colour domain,

@@ -505,7 +505,7 @@ def ui_errors(handler: Callable[..., Any]) -> Callable[..., Any]:
         except InputError as error:
             raise gr.Error(str(error), title="Invalid input") from error
         except (DiskFull, sqlite3.OperationalError) as error:
-            # A full disk said so, instead of Gradio's "upstream app has raised an exception" (issue 25); any
+            # A full disk said so, instead of Gradio's "upstream app has raised an exception"; any
             # other database error stays an unexpected one.
             if not isinstance(error, DiskFull) and not is_disk_full(error):
                 raise

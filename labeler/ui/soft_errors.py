@@ -1,4 +1,4 @@
-"""`keep_on_error(n)`: a wrong field is a yellow toast, and the tab keeps what it showed (issue 14 item 7).
+"""`keep_on_error(n)`: a wrong field is a yellow toast, and the tab keeps what it showed.
 
 Raising gr.Error marks every output of the event as failed: Gradio's front end (6.31, StatusTracker) covers
 each one with a red "Error" badge, so one typo in Admin's settings blanked the users table, the settings and
@@ -9,7 +9,7 @@ PermissionDenied still raises: a hidden admin endpoint called by a non-admin mus
 caller has nothing on screen to keep.
 
 A refusal is the user's mistake, not the server's: the terminal gets one log line naming it (`log_refusal`),
-not the traceback Gradio prints for every gr.Error by default (issue 24 item 9). `ui_errors` is
+not the traceback Gradio prints for every gr.Error by default. `ui_errors` is
 labeler.ui.session's (a red toast, the event fails) with that one line instead of the traceback.
 """
 from __future__ import annotations

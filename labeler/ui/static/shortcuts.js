@@ -136,7 +136,7 @@
     if (hit) inFlight = setTimeout(finish, STUCK_MS);
   }, true);
 
-  // An empty queue looks again by itself (issue 24 item 3): while Rate or Rank says "All done" on screen, its
+  // An empty queue looks again by itself: while Rate or Rank says "All done" on screen, its
   // Refresh is pressed every EMPTY_POLL_MS, so answers generated in the background (a run, the Data tab, the
   // CLI) appear without a reload, as Label Studio's and Argilla's queues do. Only the shown tab, only in a
   // visible browser tab, never while a label is in flight; a queue with work is not polled at all.

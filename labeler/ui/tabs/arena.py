@@ -193,7 +193,7 @@ def build(ctx: UIContext):
         )
 
     def on_tab(tab: gr.Tab) -> None:
-        # Opening the tab reads the registry again (issue 24 item 3): a model registered or trained since the
+        # Opening the tab reads the registry again: a model registered or trained since the
         # page loaded is offered, and the "only one model" note goes, without a reload.
         tab.select(quiet_before_password_change(arena_models, 4), None, [model_1, model_2, not_ready, start],
                    api_name="arena_models", show_progress="hidden")

@@ -20,7 +20,7 @@ TITLE = "Chat"
 NEW_MODEL_HINT = "Models come from the registry: `rlhf-studio models add NAME FOLDER`, or train one in the Train tab."
 
 
-# Each answer names the model that wrote it (issue 24 item 8): a small line above the text, in the Chatbot's
+# Each answer names the model that wrote it: a small line above the text, in the Chatbot's
 # message only. plain_history takes it off again, so the model never reads it and a rating stores the answer alone.
 ANSWERED_BY = "<sub>answered by {model}</sub>\n\n"
 _ANSWERED_BY = re.compile(r"\A<sub>answered by [^<]*</sub>\n\n")
@@ -271,7 +271,7 @@ def build(ctx: UIContext):
     clear.click(chat_clear, None, [chatbot, message, scores, rate_status], api_name="chat_clear")
 
     def chat_model_changed():
-        # Another model starts another conversation (issue 24 item 8): the earlier answers were not its own, and
+        # Another model starts another conversation: the earlier answers were not its own, and
         # a rating of the last one would name the wrong model.
         return [], None, ""
 
@@ -292,7 +292,7 @@ def build(ctx: UIContext):
         return gr.update(choices=names), gr.update(choices=rewards)
 
     def on_tab(tab: gr.Tab) -> None:
-        # Opening the tab reads the registry again (issue 24 item 3): no "↻ Models" click needed for a model
+        # Opening the tab reads the registry again: no "↻ Models" click needed for a model
         # registered or trained since the page loaded.
         tab.select(quiet_before_password_change(chat_model_lists, 2), None, [model, reward_model],
                    api_name="chat_model_lists", show_progress="hidden")

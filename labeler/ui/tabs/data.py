@@ -53,7 +53,7 @@ def data_summary(db, project: str) -> str:
 
 
 def _prompt_table(db, project: str) -> list[list]:
-    """The newest prompts first: what an import just added is what the admin looks for (issue 24 item 8)."""
+    """The newest prompts first: what an import just added is what the admin looks for."""
     from labeler.services import prompts
 
     offset = max(0, prompts.count_prompts(db, project) - LATEST_PROMPTS)
@@ -133,7 +133,7 @@ def build(ctx: UIContext) -> None:
             fmt = gr.Radio(EXPORT_FORMATS, value="jsonl", label="Format", info="hf = a saved `datasets` folder (zipped)")
             annotators = gr.Dropdown(choices=[], multiselect=True, label="Only these annotators (empty = all)")
         # The switches get a row of their own, each wide enough for its whole name and help: squeezed between
-        # the number boxes, their labels were cut to "include" and "conver" (issue 14 item 11).
+        # the number boxes, their labels were cut to "include" and "conver".
         export_by_name = {}
         with gr.Row():
             for spec in export_specs:
@@ -302,7 +302,7 @@ def build(ctx: UIContext) -> None:
     labels_button.click(import_labels, [labels_file], [labels_status, summary], api_name="data_import_labels")
     refresh = gr.Button("Refresh", size="sm", elem_id="data-refresh")
     refresh.click(data_refresh, None, refresh_outputs, api_name="data_refresh")
-    # The counts and the latest prompts follow the database by themselves (issue 24 item 3). The timer starts
+    # The counts and the latest prompts follow the database by themselves, with no Refresh click. The timer starts
     # off and the page load turns it on for admins only: an annotator's page sends no ticks.
     timer = gr.Timer(REFRESH_SECONDS, active=False)
 

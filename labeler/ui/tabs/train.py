@@ -104,7 +104,7 @@ def progress_html(run: jobs.Run | None) -> str:
 
 def shown_command(command: str) -> str:
     """The run's command as a person reads it: the interpreter by its name, not the server's absolute path to it
-    (issue 24 item 5); the rest as stored, so it can be run again."""
+    (which tells a reader nothing but the server's layout); the rest as stored, so it can be run again."""
     import os
     import shlex
 
@@ -282,7 +282,7 @@ def build(ctx: UIContext) -> None:
     banner = gr.Markdown(visible=False, elem_id="train-waiting-banner")
     # A short form per trainer: what it trains, from which model, on which labels, with which reward, for how
     # long, in plain words; every other setting (the same fields, through the same forms mapping) is folded
-    # under "Advanced settings" (issue 24).
+    # under "Advanced settings", so a first run needs no knowledge of the rest.
     gr.Markdown("### Start a run")
     with gr.Row():
         stage = gr.Radio([(STAGE_LABELS.get(name, name), name) for name in train_configs.STAGES], value="rm",
@@ -344,7 +344,7 @@ def build(ctx: UIContext) -> None:
     eval_note = gr.Markdown(elem_id="train-eval-note")
     comparison = gr.Dataframe(pd.DataFrame(columns=COMPARISON_COLUMNS), interactive=False,
                               elem_id="train-comparison")
-    # Widths fixed in percent and long texts wrapped (issue 24 item 6): sized by their content, the long answers
+    # Widths fixed in percent and long texts wrapped: sized by their content, the long answers
     # made 1952 px tables in a 1214 px page and pushed "after" and "reward" out of sight.
     comparison_answers = gr.Dataframe(pd.DataFrame(columns=ANSWER_COLUMNS), label="First held-out answers",
                                       interactive=False, wrap=True, column_widths=["30%", "35%", "35%"],
