@@ -38,7 +38,7 @@ COLUMNS = {
     "unpaired": {"prompt": "the prompt", "completion": "the answer", "label": "score >= threshold (KTO's label)"},
 }
 AGREEMENT = {  # quality.agreement's keys, as a reader of the card would name them
-    "ratings_alpha": "ratings: Krippendorff's alpha (interval)", "ratings_items": "ratings: items with 2+ raters",
+    "ratings_alpha": "ratings: Krippendorff's alpha (ordinal)", "ratings_items": "ratings: items with 2+ raters",
     "rankings_pairwise": "rankings: pairwise agreement", "rankings_items": "rankings: items with 2+ rankers",
     "rankings_comparisons": "rankings: pairs compared"}
 TRAINERS = {"preferences": "DPOTrainer or RewardTrainer", "ratings": "a regression reward model",

@@ -1,8 +1,10 @@
 """Quality control: per-annotator statistics, gold accuracy and inter-annotator agreement.
 
-Ratings agree when Krippendorff's alpha (interval metric) is high: it handles any number of coders per
-item and missing values, and corrects for the agreement expected by chance, so a lazy annotator who
-always answers 4 does not look reliable. Rankings agree pairwise: for every pair of responses of an
+Ratings agree when Krippendorff's alpha (ordinal metric, the `krippendorff` package) is high: it handles any
+number of coders per item and missing values, and corrects for the agreement expected by chance, so a lazy
+annotator who always answers 4 does not look reliable. Likert points are ordered but not equally spaced (the
+step from "bad" to "fair" need not equal the one from "good" to "very good"), which is what the ordinal metric
+assumes and the interval metric does not. Rankings agree pairwise: for every pair of responses of an
 item ranked by two people, do they order it the same way (a tie is its own answer)?
 """
 from __future__ import annotations
@@ -10,43 +12,35 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Sequence
+from typing import Literal
 
+import krippendorff
+import numpy as np
 import sqlite_utils
 
 from labeler.services import label_kinds
 from labeler.services.projects import get_project
 
 
-def krippendorff_alpha_interval(units: Sequence[Sequence[float]]) -> float | None:
-    """Krippendorff's alpha with the interval metric delta(c, k) = (c - k)^2.
+def krippendorff_alpha(units: Sequence[Sequence[float]],
+                       level: Literal["nominal", "ordinal", "interval", "ratio"] = "ordinal") -> float | None:
+    """Krippendorff's alpha of `units`, at the given level of measurement (ordinal: Likert ratings).
 
-    `units` holds, per item, the values the coders gave it (any number of coders, missing ones simply
-    left out). Units with fewer than two values cannot be paired and are ignored. With n the number of
-    pairable values and m_u the values in unit u (Krippendorff 2011, "Computing Krippendorff's alpha"):
-
-        D_o = 1/n * sum_u 1/(m_u - 1) * sum_{i != j in u} (v_i - v_j)^2     observed disagreement
-        D_e = 1/(n (n - 1)) * sum_{i != j over all values} (v_i - v_j)^2     expected by chance
-        alpha = 1 - D_o / D_e
-
-    Sums over ordered pairs use sum_{i != j} (v_i - v_j)^2 = 2 m sum v^2 - 2 (sum v)^2, so the cost is
-    linear in the number of values. Returns None when no unit has two values or when all values are
-    equal (D_e = 0: with no variation, agreement cannot be told from chance).
+    `units` holds, per item, the values the coders gave it (any number of coders, missing ones simply left
+    out); units with fewer than two values cannot be paired and are ignored. Returns None when no unit has two
+    values or when all of them are equal (with no variation, agreement cannot be told from chance), where
+    `krippendorff.alpha` raises.
     """
     pairable = [[float(v) for v in unit] for unit in units if len(unit) >= 2]
-    n = sum(len(unit) for unit in pairable)
-    if n < 2:
+    domain = sorted({v for unit in pairable for v in unit})  # ordered: the ordinal metric counts values between
+    if len(domain) < 2:
         return None
-
-    def squared_differences(values: list[float]) -> float:
-        m = len(values)
-        # Exact for integer scores; the clamp stops float rounding of equal values from going negative.
-        return max(0.0, 2 * m * sum(v * v for v in values) - 2 * sum(values) ** 2)
-
-    observed = sum(squared_differences(unit) / (len(unit) - 1) for unit in pairable) / n
-    expected = squared_differences([v for unit in pairable for v in unit]) / (n * (n - 1))
-    if expected <= 1e-12:
-        return None
-    return 1.0 - observed / expected
+    index = {value: i for i, value in enumerate(domain)}
+    counts = np.zeros((len(pairable), len(domain)))  # (units, values): how many coders gave each value
+    for row, unit in enumerate(pairable):
+        for value in unit:
+            counts[row, index[value]] += 1
+    return float(krippendorff.alpha(value_counts=counts, value_domain=domain, level_of_measurement=level))
 
 
 Order = Sequence[Sequence[int]]  # best to worst, ties grouped
@@ -140,7 +134,7 @@ def annotator_stats(db: sqlite_utils.Database, project: str = "default") -> list
 def agreement(db: sqlite_utils.Database, project: str = "default") -> dict:
     """Inter-annotator agreement over the items that at least two annotators labelled.
 
-    ratings_alpha: Krippendorff's alpha (interval) on ratings_items items; rankings_pairwise: pairwise
+    ratings_alpha: Krippendorff's alpha (ordinal) on ratings_items items; rankings_pairwise: pairwise
     agreement over rankings_comparisons comparisons on rankings_items items. None where not computable.
     """
     proj = get_project(db, project)
@@ -157,7 +151,7 @@ def agreement(db: sqlite_utils.Database, project: str = "default") -> dict:
     ranked = [(response_ids[item], item_orders) for item, item_orders in orders.items() if len(item_orders) >= 2]
     pairwise, comparisons = pairwise_agreement(ranked)
     return {
-        "ratings_alpha": krippendorff_alpha_interval(units),
+        "ratings_alpha": krippendorff_alpha(units, "ordinal"),
         "ratings_items": len(units),
         "rankings_pairwise": pairwise,
         "rankings_items": len(ranked),

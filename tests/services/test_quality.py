@@ -1,54 +1,54 @@
-import itertools
-import random
-
 import pytest
 from labeling_helpers import add_prompt, make_users, set_overlap
 
 from labeler.services import labeling, quality
 from labeler.services.labeling import create_items, next_item, submit_ranking, submit_rating
-from labeler.services.quality import krippendorff_alpha_interval, pairwise_agreement
+from labeler.services.quality import krippendorff_alpha, pairwise_agreement
 
 P = "default"
 
 
-def test_alpha_hand_computed():
-    # Units [1, 2], [3, 3], [4, 5, 5]: n = 7 pairable values.
-    # D_o: unit 1: ordered pairs (1,2),(2,1) -> 1 + 1 = 2, / (m-1 = 1) = 2
-    #      unit 2: 0
-    #      unit 3: (4,5) twice and (5,5) once unordered -> 1 + 1 + 0 = 2, ordered 4, / (m-1 = 2) = 2
-    #      D_o = (2 + 0 + 2) / 7 = 4/7
-    # D_e: all 21 unordered pairs of 1,2,3,3,4,5,5: squared differences sum to 94 (from 1: 1+4+4+9+16+16 = 50;
-    #      from 2: 1+1+4+9+9 = 24; from 3: 0+1+4+4 = 9, 1+4+4 = 9; from 4: 1+1 = 2; 5,5: 0 -> 94),
-    #      ordered 188, / (n(n-1) = 42) -> 188/42
-    # alpha = 1 - (4/7) / (188/42) = 1 - 24/188 = 41/47 = 0.87234
-    assert krippendorff_alpha_interval([[1, 2], [3, 3], [4, 5, 5]]) == pytest.approx(41 / 47)
+def test_ordinal_alpha_hand_computed():
+    # Units [1, 2], [3, 3], [4, 5, 5]; value counts n_1..n_5 = 1, 1, 2, 1, 2 (n = 7 pairable values).
+    # Coincidences (each ordered pair within a unit weighs 1/(m_u - 1)): o(1,2) = o(2,1) = 1, o(3,3) = 2,
+    #   o(4,5) = o(5,4) = 2 * 1/2 = 1, o(5,5) = 2 * 1/2 = 1.
+    # Ordinal distance delta(c, k) = (n_c + ... + n_k - (n_c + n_k) / 2)^2:
+    #   delta(1,2) = (2 - 1)^2 = 1, delta(4,5) = (3 - 1.5)^2 = 2.25
+    #   observed: sum o * delta = 1 + 1 + 2.25 + 2.25 = 6.5
+    # Expected: sum over c != k of n_c n_k delta(c, k) / (n - 1). Unordered pairs, n_c n_k * delta:
+    #   (1,2) 1*1 = 1     (1,3) 2*6.25 = 12.5   (1,4) 1*16 = 16     (1,5) 2*30.25 = 60.5  (2,3) 2*2.25 = 4.5
+    #   (2,4) 1*9 = 9     (2,5) 2*20.25 = 40.5  (3,4) 2*2.25 = 4.5  (3,5) 4*9 = 36      (4,5) 2*2.25 = 4.5
+    #   sum 189, ordered 378, / (n - 1 = 6) = 63
+    # alpha = 1 - 6.5 / 63 = 113/126 = 0.89683 (the interval metric gives 41/47 = 0.87234 on the same units)
+    units = [[1, 2], [3, 3], [4, 5, 5]]
+    assert krippendorff_alpha(units) == pytest.approx(113 / 126)
+    assert krippendorff_alpha(units, "interval") == pytest.approx(41 / 47)
 
 
 def test_alpha_published_example():
     # Krippendorff (2011), "Computing Krippendorff's Alpha-Reliability", the 4 coders x 12 units example with
-    # missing values; the paper gives alpha_interval = 0.849. Unit 12 has one value and is not pairable.
+    # missing values; the paper gives alpha_ordinal = 0.815 and alpha_interval = 0.849. Unit 12 has one value
+    # and is not pairable.
     units = [[1, 1, 1], [2, 2, 3, 2], [3, 3, 3, 3], [3, 3, 3, 3], [2, 2, 2, 2], [1, 2, 3, 4],
              [4, 4, 4, 4], [1, 1, 2, 1], [2, 2, 2, 2], [5, 5, 5], [1, 1], [3]]
-    assert round(krippendorff_alpha_interval(units), 3) == 0.849
+    assert round(krippendorff_alpha(units), 3) == 0.815
+    assert round(krippendorff_alpha(units, "interval"), 3) == 0.849
+
+
+def test_ordinal_alpha_reads_only_the_order_of_the_scale_points():
+    # Relabelling 1..5 as 1, 2, 3, 10, 20 keeps their order: the ordinal alpha stays, the interval one moves.
+    units = [[1, 2], [3, 3], [4, 5, 5], [2, 4], [5, 5, 4]]
+    relabelled = [[{1: 1, 2: 2, 3: 3, 4: 10, 5: 20}[v] for v in unit] for unit in units]
+    assert krippendorff_alpha(relabelled) == pytest.approx(krippendorff_alpha(units), abs=1e-12)
+    assert krippendorff_alpha(relabelled, "interval") != pytest.approx(krippendorff_alpha(units, "interval"))
 
 
 def test_alpha_perfect_and_undefined():
-    assert krippendorff_alpha_interval([[1, 1], [3, 3, 3], [7, 7]]) == 1.0
-    assert krippendorff_alpha_interval([[3], [4]]) is None  # nothing pairable
-    assert krippendorff_alpha_interval([[2, 2], [2, 2, 2]]) is None  # no variation at all
+    assert krippendorff_alpha([[1, 1], [3, 3, 3], [7, 7]]) == 1.0
+    assert krippendorff_alpha([[3], [4]]) is None  # nothing pairable
+    assert krippendorff_alpha([[2, 2], [2, 2, 2]]) is None  # no variation at all
     # A single unit with disagreement: observed equals expected, alpha = 0.
-    assert krippendorff_alpha_interval([[6, 4]]) == pytest.approx(0.0)
-
-
-def test_alpha_closed_form_equals_pair_loop():
-    rng = random.Random(0)
-    units = [[rng.randint(1, 7) for _ in range(rng.randint(1, 5))] for _ in range(40)]
-    pairable = [u for u in units if len(u) >= 2]
-    n = sum(len(u) for u in pairable)
-    d_o = sum(sum((a - b) ** 2 for a, b in itertools.permutations(u, 2)) / (len(u) - 1) for u in pairable) / n
-    values = [v for u in pairable for v in u]
-    d_e = sum((a - b) ** 2 for a, b in itertools.permutations(values, 2)) / (n * (n - 1))
-    assert krippendorff_alpha_interval(units) == pytest.approx(1 - d_o / d_e, abs=1e-12)
+    assert krippendorff_alpha([[6, 4]]) == pytest.approx(0.0)
 
 
 def test_pairwise_agreement_hand_computed():
@@ -101,13 +101,14 @@ def test_stats_and_agreement_from_the_database(db):
         {"username": "carol", "ratings": 0, "rankings": 0, "skipped": 0, "gold_items": 0,
          "gold_accuracy": None, "mean_seconds": None},
     ]
-    # Ratings: units i1 [6, 4] and i2 [3, 3] (i3 has one rating). n = 4.
-    #   D_o = ((6-4)^2 * 2 / 1 + 0) / 4 = 2
-    #   D_e: values 6, 4, 3, 3: unordered squared differences 4 + 9 + 9 + 1 + 1 + 0 = 24, ordered 48, / 12 = 4
-    #   alpha = 1 - 2/4 = 0.5
+    # Ratings, ordinal alpha: units i1 [6, 4] and i2 [3, 3] (i3 has one rating). n_3 = 2, n_4 = 1, n_6 = 1, n = 4.
+    #   observed: o(6,4) = o(4,6) = 1, delta(4,6) = (n_4 + n_6 - (n_4 + n_6)/2)^2 = 1 -> 2
+    #   expected: n_c n_k delta over unordered pairs: (3,4) 2 * (3 - 1.5)^2 = 4.5, (3,6) 2 * (4 - 1.5)^2 = 12.5,
+    #             (4,6) 1 * 1 = 1 -> 18, ordered 36, / (n - 1 = 3) = 12
+    #   alpha = 1 - 2/12 = 5/6
     # Rankings: A [[a], [b], [c]] vs B [[a, b], [c]]: (a,b) differ, (a,c) and (b,c) agree -> 2/3.
     assert quality.agreement(db, P) == {
-        "ratings_alpha": pytest.approx(0.5),
+        "ratings_alpha": pytest.approx(5 / 6),
         "ratings_items": 2,
         "rankings_pairwise": pytest.approx(2 / 3),
         "rankings_items": 1,
