@@ -59,12 +59,16 @@ def register_result(db, ctx: StageContext, result: RunResult) -> dict:
     from labeler.services import models
 
     row = db.execute("SELECT config_json FROM runs WHERE id = ?", [ctx.run_id]).fetchone()
-    # A run registers one model, ever: a second worker of the same run (a launcher killed, its worker left
-    # running, the run resumed beside it: issue 25) must not add another model for the same folder.
-    earlier = db.execute("SELECT name FROM models WHERE run_id = ?", [ctx.run_id]).fetchone()
+    # A run registers one model, ever (issue 25: a launcher killed, its worker left running and the run resumed
+    # beside it registered two models for one folder). An attempt killed after registering (during the
+    # evaluation) and resumed finds its own folder registered: that registration stands.
+    earlier = db.execute("SELECT name, path FROM models WHERE run_id = ?", [ctx.run_id]).fetchone()
     if earlier is not None:
-        raise RuntimeError(f"run {ctx.run_id} already registered model {earlier[0]!r}; this worker's output "
-                           f"({result.path}) is not registered")
+        if Path(earlier["path"]).resolve() != Path(result.path).resolve():
+            raise RuntimeError(f"run {ctx.run_id} already registered model {earlier['name']!r} "
+                               f"({earlier['path']}); this worker's output ({result.path}) is not registered")
+        print(f"run {ctx.run_id}: its model is registered already, as {earlier['name']!r}", flush=True)
+        return models.get_model(db, earlier["name"])
     name = ctx.job.output_name or f"{ctx.stage}-run{ctx.run_id}"
     if db.execute("SELECT 1 FROM models WHERE name = ?", [name]).fetchone():
         name = f"{name}-run{ctx.run_id}"  # a reused output name must not fail a finished training

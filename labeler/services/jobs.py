@@ -41,6 +41,7 @@ HEARTBEAT_SECONDS = 5.0
 # with its pid exists (the pid may have been reused after a reboot).
 STALE_SECONDS = 60.0
 SILENT_STOP_GRACE_SECONDS = 5.0  # a silent worker gets this long after SIGTERM before SIGKILL
+KILL_WAIT_SECONDS = 10.0  # longest wait for SIGKILLed processes to be gone
 MAX_RUNS_ENV = "RLHF_STUDIO_MAX_RUNS"
 LAUNCHER_ENV = "RLHF_STUDIO_LAUNCHER"  # "accelerate" (default) or "python" (no accelerate wrapper)
 ACCELERATE_CONFIG_ENV = "RLHF_STUDIO_ACCELERATE_CONFIG"  # the server-wide accelerate config file (YAML)
@@ -706,13 +707,21 @@ def _terminate(run: Run, processes: list[int] | None, grace_seconds: float) -> N
             except (ProcessLookupError, PermissionError):
                 pass
 
+    def gone() -> bool:
+        return not (group and _group_alive(group)) and not any(pid_alive(pid) for pid in members)
+
     signal_all(signal.SIGTERM)
     deadline = time.monotonic() + grace_seconds
     while time.monotonic() < deadline:
-        if not (group and _group_alive(group)) and not any(pid_alive(pid) for pid in members):
+        if gone():
             return
         time.sleep(0.1)
     signal_all(signal.SIGKILL)
+    # SIGKILL is delivered at once, but a busy machine may take a moment to end the process: the caller (a
+    # resume right after a cancel) must find the run's processes gone.
+    deadline = time.monotonic() + KILL_WAIT_SECONDS
+    while not gone() and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _group_alive(pgid: int) -> bool:

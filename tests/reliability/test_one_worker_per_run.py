@@ -149,6 +149,12 @@ def test_a_run_registers_at_most_one_model(db, tmp_path):
                        output_dir=tmp_path, sink=MetricsSink(jobs.db_file(db), run.id, writes=False))
     result = RunResult(path=str(folder), kind="policy", base_model="default")
     first = worker.register_result(db, ctx, result)
+    # The same folder again (an attempt killed after registering, during its evaluation, then resumed): the
+    # registration stands, no second one.
+    assert worker.register_result(db, ctx, result)["name"] == first["name"]
+    other = tmp_path / "other-model"
+    other.mkdir()
+    (other / "model.safetensors").write_bytes(b"")
     with pytest.raises(RuntimeError, match=f"run {run.id} already registered model '{first['name']}'"):
-        worker.register_result(db, ctx, result)
+        worker.register_result(db, ctx, RunResult(path=str(other), kind="policy", base_model="default"))
     assert [r[0] for r in db.execute("SELECT name FROM models WHERE run_id = ?", [run.id])] == [first["name"]]
