@@ -5,16 +5,14 @@ accounts.authenticate, an upload size cap, the shortcut script and the styleshee
 """
 from __future__ import annotations
 
-import contextlib
 import importlib
-import importlib.util
-import sys
 from pathlib import Path
 from typing import Any
 
 import gradio as gr
 
 from labeler.ui.context import ServeSettings, UIContext
+from labeler.ui.gradio_internals import parse_file_size, quiet_queue, replace_session_tokens, skip_missing_matplotlib
 from labeler.ui.session import LOGOUT_JS, RequestGuard, SessionStore, make_auth
 from storage import ConnectionPool
 
@@ -204,39 +202,9 @@ def launch_options(settings: ServeSettings) -> dict[str, Any]:
         # Gradio passes app_kwargs to its FastAPI app; `middleware` there wraps every route.
         "app_kwargs": {"middleware": [Middleware(
             RequestGuard, allowed_origins=settings.allowed_origins,
-            max_upload_bytes=gr.utils._parse_file_size(settings.max_file_size),
+            max_upload_bytes=parse_file_size(settings.max_file_size),
             max_upload_files=settings.max_upload_files)]},
     }
-
-
-# Seconds between Gradio's queue-position messages to waiting clients (its "auto" sends one to every waiting
-# client each time any job starts).
-STATUS_UPDATE_S = 2.0
-
-
-def quiet_queue(app: gr.Blocks) -> None:
-    """Gradio's queue without the per-event work a labelling server does not use (gradio/queueing.py
-    in 6.31): queue positions every STATUS_UPDATE_S instead of to every waiting client at each job start (20
-    annotators: ~19 SSE messages per label), and no monitoring summary, which Gradio rebuilds after every
-    event as a pandas DataFrame of the last 10,000 events (2-8 ms of CPU per label, growing with uptime).
-    Measured with bench/annotators.py: server CPU per label 15 -> 10 ms."""
-    app.queue(status_update_rate=STATUS_UPDATE_S)
-    queue = app._queue
-    queue.ANAYLTICS_CACHE_FREQUENCY = sys.maxsize  # sic: Gradio's spelling; the cached (empty) summary is kept
-    queue.ANALYTICS_MAX_EVENTS = 1
-
-
-def skip_missing_matplotlib() -> bool:
-    """Without matplotlib installed, Gradio's per-event MatplotlibBackendMananger does nothing but try to import
-    it twice per event (entering and leaving, gradio/route_utils.py call_process_api in 6.31), a failed search of
-    every sys.path entry each time: 2-3% of the server's CPU per label (py-spy, 20 annotators). Then it is swapped
-    for a context manager that does nothing, as Gradio's does in that case; True when swapped."""
-    import gradio.utils
-
-    if importlib.util.find_spec("matplotlib") is not None:
-        return False
-    gradio.utils.MatplotlibBackendMananger = contextlib.nullcontext  # sic: Gradio's spelling
-    return True
 
 
 def launch(app: gr.Blocks, settings: ServeSettings, **overrides: Any):
@@ -266,8 +234,8 @@ def launch(app: gr.Blocks, settings: ServeSettings, **overrides: Any):
     from storage import connect
 
     server.state.wal_keeper = connect(settings.db_path, create=False)
-    # Gradio's create_app resets `tokens` to a plain dict; a login in the moment since then is carried over.
-    server.tokens = SessionStore(settings.db_path, settings.session_max_age_s, initial=list(server.tokens.items()))
+    replace_session_tokens(server, lambda sessions: SessionStore(settings.db_path, settings.session_max_age_s,
+                                                                 initial=sessions))
     if block:
         app.block_thread()
     return result
