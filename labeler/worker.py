@@ -59,8 +59,8 @@ def register_result(db, ctx: StageContext, result: RunResult) -> dict:
     from labeler.services import models
 
     row = db.execute("SELECT config_json FROM runs WHERE id = ?", [ctx.run_id]).fetchone()
-    # A run registers one model, ever (issue 25: a launcher killed, its worker left running and the run resumed
-    # beside it registered two models for one folder). An attempt killed after registering (during the
+    # A run registers one model, ever (a launcher killed, its worker left running and the run resumed beside
+    # it once registered two models for one folder). An attempt killed after registering (during the
     # evaluation) and resumed finds its own folder registered: that registration stands.
     earlier = db.execute("SELECT name, path FROM models WHERE run_id = ?", [ctx.run_id]).fetchone()
     if earlier is not None:
