@@ -38,8 +38,10 @@ _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # cursor moves and colours
 FINAL = ("succeeded", "failed", "cancelled")
 HEARTBEAT_SECONDS = 5.0
 # A running row whose worker has not written a heartbeat for this long is considered dead even if a process
-# with its pid exists (the pid may have been reused after a reboot).
-STALE_SECONDS = 60.0
+# with its pid exists (the pid may have been reused after a reboot). Generous: a live worker whose heartbeat
+# lagged past 60 s on a 2-core machine at load 19 was stopped mid-run, and a false kill throws away a run (and
+# with it the labels people gave it); a hung worker waits three minutes longer to be noticed.
+STALE_SECONDS = 180.0
 SILENT_STOP_GRACE_SECONDS = 5.0  # a silent worker gets this long after SIGTERM before SIGKILL
 KILL_WAIT_SECONDS = 10.0  # longest wait for SIGKILLed processes to be gone
 MAX_RUNS_ENV = "RLHF_STUDIO_MAX_RUNS"
