@@ -58,6 +58,7 @@ class WebAnnotator:
     pace: float = 0.0
     labels: dict = field(default_factory=lambda: {"rating": 0, "ranking": 0})
     answers_judged: int = 0
+    errors: int = 0
 
     def __post_init__(self):
         from gradio_client import Client
@@ -106,7 +107,13 @@ def run_team(annotators: list[WebAnnotator], kinds: tuple[str, ...], stop: threa
 
     def work(annotator: WebAnnotator) -> None:
         while not stop.is_set():
-            if not any(annotator.label(kind) for kind in kinds if not stop.is_set()):
+            try:
+                if not any(annotator.label(kind) for kind in kinds if not stop.is_set()):
+                    stop.wait(idle_sleep)
+            except Exception as error:  # a slow server (a read timeout) or a refused submit: look again, as a person would
+                annotator.errors += 1
+                print(f"{annotator.username}: {type(error).__name__}: {str(error)[:120]}; refreshing", flush=True)
+                annotator.refresh()
                 stop.wait(idle_sleep)
 
     threads = [threading.Thread(target=work, args=(a,), daemon=True) for a in annotators]
