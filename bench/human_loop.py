@@ -5,12 +5,12 @@ person's pace, against the same run with the function reward, on the same machin
     python bench/human_loop.py --skip-function      # the human run alone
     python bench/human_loop.py --set steps=10       # shorter runs (any train --set applies to both)
 
-1. function: `rlhf-studio train ppo --set reward=function --wait` on a fresh database with the shipped prompts.
-2. human: a real server (`rlhf-studio serve`) on another fresh database, `rlhf-studio train ppo --set reward=mix
+1. human: a real server (`rlhf-studio serve`) on another fresh database, `rlhf-studio train ppo --set reward=mix
    --wait` (the defaults otherwise: each batch's least certain quarter of answer groups ranked by people, the
    online reward model learning from each ranking and scoring the rest), and `--annotators` simulated annotators
    (bench/simulated_annotators.py: VADER of the answer, ties within 0.1) labelling whatever the run asks through
    the web API, one label per `--pace` seconds each. They never touch the database.
+2. function: `rlhf-studio train ppo --set reward=function --wait` on a fresh database with the shipped prompts.
 
 Printed per run: wall time (the whole `train --wait`, evaluation included), the run's before/after evaluation on
 the held-out prompts (positive share: VADER compound > 0.5; KL to the base in nats per answer; distinct-2), and
@@ -108,12 +108,6 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     results = []
 
-    if not args.skip_function:
-        db = work / "function.db"
-        fresh_database(db)
-        run_id, wall = train(db, ["reward=function", *args.set], work / "function-train.log")
-        results.append(report(db, run_id, wall, "function reward"))
-
     db = work / "human.db"
     fresh_database(db)
     users = [f"annotator{i}" for i in range(args.annotators)]
@@ -132,8 +126,13 @@ def main() -> None:
     results.append(report(db, run_id, wall, f"human reward ({args.annotators} annotators, {args.pace} s/label)"))
     judged = sum(a.answers_judged for a in team)
     print(f"  annotators' own count: {judged} answers judged in {sum(sum(a.labels.values()) for a in team)} labels")
-    if len(results) == 2:
-        print(f"\nhuman / function wall time: {results[1]['wall_s'] / results[0]['wall_s']:.2f}x")
+
+    if not args.skip_function:  # second: the human run's figures come first on a machine shared with others
+        db = work / "function.db"
+        fresh_database(db)
+        run_id, wall = train(db, ["reward=function", *args.set], work / "function-train.log")
+        results.append(report(db, run_id, wall, "function reward"))
+        print(f"\nhuman / function wall time: {results[0]['wall_s'] / results[1]['wall_s']:.2f}x")
     (work / "results.json").write_text(json.dumps(results, indent=2))
     print(f"results in {work / 'results.json'}")
 

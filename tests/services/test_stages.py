@@ -52,8 +52,9 @@ def test_reward_model_stage_registers_with_lineage(db, tmp_path, tiny_encoder_di
     assert (run.step, run.total_steps) == (3, 3)
     model = _check_lineage(db, run, str(tiny_encoder_dir), "reward", "preferences", "loss")
     assert "eval_accuracy" in model["metrics"]
-    # 8 ranking pairs + 8 rating pairs (7 vs 2) with include_rating_pairs: the snapshot counts 16 rows.
-    assert model["data_snapshot"].split(":")[1] == "16"
+    # 8 ranking pairs; the 8 rating pairs (7 vs 2) with include_rating_pairs say the same as the rankings (same
+    # prompt, chosen and rejected), and the export lists a pair once: the snapshot counts 8 rows.
+    assert model["data_snapshot"].split(":")[1] == "8"
     # Same labels, same snapshot: lineage is reproducible.
     again = _run_in_process(db, "rm", {"model": str(tiny_encoder_dir), "steps": 1, "checkpoint_every": 0,
                                        "test_size": 0.25}, tmp_path)
