@@ -19,12 +19,14 @@ import gradio.utils
 
 from labeler.ui.app import launch_options
 from labeler.ui.context import ServeSettings
-from labeler.ui.gradio_internals import (STATUS_UPDATE_S, parse_file_size, quiet_queue, replace_session_tokens,
-                                         skip_missing_matplotlib)
+from labeler.ui.gradio_internals import (STATUS_UPDATE_S, WRITTEN_FOR, parse_file_size, quiet_queue,
+                                         replace_session_tokens, skip_missing_matplotlib)
+
+UPGRADED = f"(read from Gradio {WRITTEN_FOR}; installed {gr.__version__})"
 
 
 def test_parse_file_size_is_gradios_reading_of_max_file_size():
-    assert list(inspect.signature(gradio.utils._parse_file_size).parameters) == ["size"]
+    assert list(inspect.signature(gradio.utils._parse_file_size).parameters) == ["size"], UPGRADED
     assert parse_file_size("2 kb") == 2 * 1024 and parse_file_size("50mb") == 50 * 1024 ** 2
     assert parse_file_size(123) == 123 and parse_file_size(None) is None
 
@@ -88,8 +90,8 @@ def test_session_tokens_are_a_dict_on_the_app_that_login_and_logout_use():
     # reads the login's session epoch from the context the coroutine set), and the two session cookies set.
     routes = inspect.getsource(gradio.routes.App.create_app)
     auth_call, token_write = routes.find("await app.auth(username, password)"), routes.find("app.tokens[token] = username")
-    assert 0 <= auth_call < token_write, "Gradio's login no longer stores the token right after awaiting auth"
+    assert 0 <= auth_call < token_write, f"Gradio's login no longer stores the token right after auth {UPGRADED}"
     for cookie in ('key=f"access-token-{app.cookie_id}"', 'key=f"access-token-unsecure-{app.cookie_id}"'):
-        assert cookie in routes, cookie
+        assert cookie in routes, f"{cookie} {UPGRADED}"
     # The logout route RequestGuard forwards the POST to, and the per-request lookup of the session.
-    assert '@app.get("/logout")' in routes and "app.tokens.get(token)" in routes
+    assert '@app.get("/logout")' in routes and "app.tokens.get(token)" in routes, UPGRADED
