@@ -68,11 +68,13 @@ def test_projects_and_users(capsys, tmp_path):
     guide = tmp_path / "g.md"
     guide.write_text("# Rate kindness\n", encoding="utf-8")
     code, out, _ = run(capsys, "projects", "create", "imdb", "--db", db, "--create-db", "--likert-max", "5", "--overlap", "2", "--guidelines", str(guide))
-    assert (code, out) == (0, "created project imdb: Likert 1..5, overlap 2, prompt format chat, guidelines 16 chars\n")
+    assert (code, out) == (0, "created project imdb: Likert 1..5, overlap 2, prompt format chat, selection arrival, guidelines 16 chars\n")
     assert run(capsys, "projects", "set", "imdb", "--db", db, "--overlap", "3")[1] == (
-        "updated project imdb: Likert 1..5, overlap 3, prompt format chat, guidelines 16 chars\n")
+        "updated project imdb: Likert 1..5, overlap 3, prompt format chat, selection arrival, guidelines 16 chars\n")
+    assert "selection uncertainty" in run(capsys, "projects", "set", "imdb", "--db", db, "--selection", "uncertainty")[1]
+    assert "selection arrival" in run(capsys, "projects", "set", "imdb", "--db", db, "--selection", "arrival")[1]
     assert run(capsys, "projects", "list", "--db", db)[1].splitlines() == [
-        "default: Likert 1..7, overlap 1, prompt format chat, 0 prompts", "imdb: Likert 1..5, overlap 3, prompt format chat, guidelines 16 chars, 0 prompts"]
+        "default: Likert 1..7, overlap 1, prompt format chat, selection arrival, 0 prompts", "imdb: Likert 1..5, overlap 3, prompt format chat, selection arrival, guidelines 16 chars, 0 prompts"]
 
     assert run(capsys, "users", "add", "alice", "--password", "password1", "--db", db)[1] == "added annotator 'alice'\n"
     code, out, _ = run(capsys, "users", "add", "root", "--role", "admin", "--generate", "--db", db)

@@ -195,7 +195,7 @@ def test_bad_settings_are_refused_before_anything_is_written(db, tmp_path):
         jobs.create_run(db, "sft", {"steps": "0"}, runs_dir=tmp_path)
     assert error.value.field == "steps"
     with pytest.raises(InputError, match="stage"):
-        jobs.create_run(db, "grpo", {}, runs_dir=tmp_path)
+        jobs.create_run(db, "ppo-v2", {}, runs_dir=tmp_path)
     assert db["runs"].count == 0
 
 
