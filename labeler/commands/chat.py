@@ -157,12 +157,14 @@ def run_models_push(args: argparse.Namespace) -> int:
 
 
 def run_models_merge(args: argparse.Namespace) -> int:
+    from labeler.services.hub import write_registered_model_card
     from labeler.services.models import merge_adapter_model
     from storage import open_db
 
     db = open_db(args.db)
     try:
         row = merge_adapter_model(db, args.name, output_name=args.output_name, out_dir=args.out)
+        write_registered_model_card(db, row["name"])  # README.md in the merged folder
     finally:
         db.conn.close()
     print(f"merged {args.name} into {row['name']} ({row['kind']}): {row['path']}")

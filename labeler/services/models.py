@@ -127,7 +127,7 @@ def register_policy_from_web(db: sqlite_utils.Database, name: str, folder: str, 
     path = _check_path(str(local), field="path")
     check_generates_text(path, name)
     row = register_model(db, name, path, "policy", base_model=base_model, config={"registered_from": "web"})
-    return _with_card(db, row)
+    return row
 
 
 def list_models(db: sqlite_utils.Database, kind: str | None = None) -> list[dict]:
@@ -299,13 +299,4 @@ def merge_adapter_model(db: sqlite_utils.Database, name: str, output_name: str |
     row = register_model(db, output_name, str(out), "policy", base_model=adapter["base_model"],
                          run_id=adapter["run_id"], config=config, metrics=adapter["metrics"],
                          data_snapshot=adapter["data_snapshot"] or "")
-    return _with_card(db, row)
-
-
-def _with_card(db: sqlite_utils.Database, row: dict) -> dict:
-    """The two registrations the Admin tab calls write the card themselves, the one place this module reaches up
-    to hub: the tab's handlers do not call the card writer yet (register_model's other callers do)."""
-    from labeler.services.hub import write_registered_model_card
-
-    write_registered_model_card(db, row["name"])
     return row

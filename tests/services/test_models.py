@@ -6,7 +6,7 @@ import re
 import pytest
 import yaml
 
-from labeler.services import models
+from labeler.services import hub, models
 from labeler.services.errors import InputError
 
 
@@ -113,11 +113,13 @@ def test_web_chat_resolves_registered_chat_models_only(db, tiny_model_dir, tiny_
 
 
 def test_register_a_policy_from_the_web(db, tiny_model_dir, tiny_encoder_dir, tmp_path):
-    """Issue 14 item 6: admins register chat models from the web app; local policy folders only."""
+    """Admins register chat models from the web app; local policy folders only."""
     row = models.register_policy_from_web(db, "my-sft", str(tiny_model_dir), base_model="default")
     assert (row["name"], row["kind"], row["base_model"], row["path"]) == (
         "my-sft", "policy", "default", str(tiny_model_dir.resolve()))
     assert "my-sft" in models.chat_model_names(db)
+    assert not (tiny_model_dir / "README.md").exists()  # registering stores a row; the caller writes the card
+    hub.write_registered_model_card(db, row["name"])  # as the Admin tab does
     card = yaml.safe_load((tiny_model_dir / "README.md").read_text().split("---")[1])  # the card's front matter
     assert (card["model_name"], card["base_model"]) == ("my-sft", "HuggingFaceTB/SmolLM2-135M-Instruct")
     (tmp_path / "empty").mkdir()

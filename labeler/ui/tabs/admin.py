@@ -82,7 +82,7 @@ def agreement_markdown(db, project: str) -> str:
         return "n/a" if value is None else f"{value:.3f}"
 
     return (
-        f"**Ratings**: Krippendorff's alpha (interval) = **{fmt(result.get('ratings_alpha'))}** over "
+        f"**Ratings**: Krippendorff's alpha (ordinal) = **{fmt(result.get('ratings_alpha'))}** over "
         f"{result.get('ratings_items', 0)} items rated by 2+ people.  \n"
         f"**Rankings**: pairwise agreement = **{fmt(result.get('rankings_pairwise'))}** over "
         f"{result.get('rankings_comparisons', 0)} comparisons on {result.get('rankings_items', 0)} items."
@@ -275,21 +275,23 @@ def build(ctx: UIContext) -> None:
 
     @keep_on_error(len(refresh_outputs) + 2)
     def admin_register_model(name, folder, base, request: gr.Request):
-        from labeler.services import models
+        from labeler.services import hub, models
 
         with ctx.connection() as db:
             require_admin(db, request)
             row = models.register_policy_from_web(db, (name or "").strip(), folder, base or None)
+            hub.write_registered_model_card(db, row["name"])  # README.md in the new folder
             gr.Info(f"Registered policy '{row['name']}': it is in Chat, Generate and the Arena now.")
             return (*snapshot(db), "", "")
 
     @keep_on_error(len(refresh_outputs) + 1)
     def admin_merge_adapter(name, request: gr.Request):
-        from labeler.services import models
+        from labeler.services import hub, models
 
         with ctx.connection() as db:
             require_admin(db, request)
             row = models.merge_adapter_model(db, (name or "").strip())
+            hub.write_registered_model_card(db, row["name"])  # README.md in the new folder
             gr.Info(f"Merged into policy '{row['name']}' ({row['path']}): plain transformers loads it.")
             return (*snapshot(db), "")
 
