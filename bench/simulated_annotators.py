@@ -63,7 +63,14 @@ class WebAnnotator:
     def __post_init__(self):
         from gradio_client import Client
 
-        self.client = Client(self.url, auth=(self.username, PASSWORD), verbose=False, ssl_verify=False)
+        for attempt in range(5):  # a server busy with training may time out the first handshake
+            try:
+                self.client = Client(self.url, auth=(self.username, PASSWORD), verbose=False, ssl_verify=False)
+                break
+            except Exception:
+                if attempt == 4:
+                    raise
+                time.sleep(2.0)
         self._shown = {"rating": None, "ranking": None}
 
     def _current(self, kind: str):
