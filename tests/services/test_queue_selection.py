@@ -26,24 +26,24 @@ def test_uncertainty_selection_serves_the_highest_score_first_and_unscored_last(
     assert served == [c, d, b]  # a was skipped; scored items by score
 
 
-def test_a_runs_items_come_before_an_item_reserved_earlier(db):
+def test_a_runs_items_come_before_an_item_reserved_earlier(db, tmp_path):
     make_users(db, "alice")
     add_prompt(db, "p", 2)
     create_items(db, P, kinds=("rating",))
     first, second = rating_items(db)
     assert next_item(db, P, "alice").item_id == first  # reserved, not yet labelled
-    run = jobs.create_run(db, "ppo", {"reward": "human"}, project=P)
+    run = jobs.create_run(db, "ppo", {"reward": "human"}, project=P, runs_dir=tmp_path, start=False)
     db.execute("UPDATE items SET priority = 100, run_id = ? WHERE id = ?", [run.id, second])
     assert next_item(db, P, "alice").item_id == second  # the run's item jumps ahead of the reservation
     submit_rating(db, P, "alice", second, 5)
     assert next_item(db, P, "alice").item_id == first  # then the reserved one comes back
 
 
-def test_waiting_counts_rankings_and_an_ended_run_releases_its_items(db):
+def test_waiting_counts_rankings_and_an_ended_run_releases_its_items(db, tmp_path):
     make_users(db, "alice")
     add_prompt(db, "p", 4)
     create_items(db, P, kinds=("ranking",))
-    run = jobs.create_run(db, "ppo", {"reward": "human"}, project=P)
+    run = jobs.create_run(db, "ppo", {"reward": "human"}, project=P, runs_dir=tmp_path, start=False)
     db.execute("UPDATE items SET priority = 100, run_id = ?", [run.id])
     assert labeling.waiting_for_run(db, run.id) == 1
     assert labeling.waiting_for_run(db, run.id, "rating") == 0
