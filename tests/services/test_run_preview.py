@@ -16,12 +16,13 @@ def labelled(db):
 
 def test_reward_model_preview_counts_pairs_and_epochs_like_the_trainer(labelled):
     preview = preview_run(labelled, "default", "rm", {"steps": 10})
-    # export_fixtures: 4 ranking pairs (majority per pair, ties dropped, plus the import) + 3 rating pairs = 7.
-    assert (preview.unit, preview.rows, preview.train_rows, preview.eval_rows) == ("pairs", 7, 7, 0)
-    # Batch 8 > 7 rows: every step is a whole pass, so 10 steps are 10 epochs (the silent case).
+    # export_fixtures: 4 ranking pairs (majority per pair, ties dropped, plus the import); its 3 rating pairs order
+    # the same answers the same way, and the export lists a pair once: 4.
+    assert (preview.unit, preview.rows, preview.train_rows, preview.eval_rows) == ("pairs", 4, 4, 0)
+    # Batch 8 > 4 rows: every step is a whole pass, so 10 steps are 10 epochs.
     assert (preview.rows_per_step, preview.epochs) == (8, 10.0)
     assert preview.base_model == "default-encoder" and preview.base_model_known
-    assert "10.0 passes over 7 pairs" in preview.warnings[0] and "lower steps to about 3" in preview.warnings[0]
+    assert "10.0 passes over 4 pairs" in preview.warnings[0] and "lower steps to about 3" in preview.warnings[0]
     assert "**10.0 epochs**" in preview.markdown() and "⚠️" in preview.markdown()
 
 
@@ -35,10 +36,10 @@ def test_filters_change_the_count(labelled):
 
 
 def test_batch_size_and_accumulation(labelled):
-    # 7 rows, batch 2: 4 batches per epoch; accumulating 2 makes 2 optimizer steps per epoch: 3 steps = 1.5 epochs.
+    # 4 rows, batch 2: 2 batches per epoch; accumulating 2 makes 1 optimizer step per epoch: 3 steps = 3 epochs.
     preview = preview_run(labelled, "default", "dpo", {"steps": 3, "per_device_train_batch_size": 2,
                                                         "gradient_accumulation_steps": 2})
-    assert (preview.rows_per_step, preview.epochs, preview.warnings) == (4, 1.5, [])
+    assert (preview.rows, preview.rows_per_step, preview.epochs, preview.warnings) == (4, 4, 3.0, [])
 
 
 def test_sft_counts_well_rated_answers_and_ppo_counts_training_prompts(labelled):
