@@ -110,22 +110,47 @@ def shoot_between(page, path: Path, first: str, last: str) -> None:
     page.screenshot(path=str(path), clip=box, full_page=True)
 
 
-def shoot(url: str, out: Path, model_name: str, chromium: str, run_timeout_s: float) -> None:
+def shoot(url: str, out: Path, model_name: str, chromium: str, run_timeout_s: float, db_path: str) -> None:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium,
                                     args=["--no-sandbox", "--disable-background-networking", "--disable-gpu"])
         try:
-            _shoot(browser, url, out, model_name, run_timeout_s)
+            _shoot(browser, url, out, model_name, run_timeout_s, db_path)
         except Exception:
             for number, page in enumerate([page for context in browser.contexts for page in context.pages]):
-                page.screenshot(path=str(out / f"failed-{number}.png"), full_page=True)  # what the page showed
+                try:
+                    page.screenshot(path=str(out / f"failed-{number}.png"), full_page=True)  # what the page showed
+                except Exception:  # noqa: BLE001 - a crashed page has nothing to show; the first error matters
+                    pass
             raise
         browser.close()
 
 
-def _shoot(browser, url: str, out: Path, model_name: str, run_timeout_s: float) -> None:
+def wait_for_run(db_path: str, timeout_s: float) -> None:
+    """Until the newest run has finished and its held-out evaluation is stored (read from SQLite: a page left
+    open for the whole run is one more thing that can go wrong)."""
+    from storage import open_db
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        db = open_db(db_path)
+        try:
+            run = db.execute("SELECT id, status, error FROM runs ORDER BY id DESC LIMIT 1").fetchone()
+            evaluated = run is not None and db.execute("SELECT COUNT(*) FROM evaluations WHERE run_id = ?",
+                                                       [run["id"]]).fetchone()[0]
+        finally:
+            db.conn.close()
+        if run is not None and run["status"] in ("failed", "cancelled"):
+            raise RuntimeError(f"run {run['id']} {run['status']}: {run['error']}")
+        if evaluated:
+            return
+        time.sleep(5)
+    raise TimeoutError(f"the run did not finish in {timeout_s:.0f} s")
+
+
+def _shoot(browser, url: str, out: Path, model_name: str, run_timeout_s: float, db_path: str) -> None:
     # Rate and Rank, as an annotator sees them.
     page = log_in(browser, url, ANNOTATOR, "#rate-submit")
     page.wait_for_function("() => document.querySelector('#rate-key input, #rate-key textarea')?.value")
@@ -175,7 +200,11 @@ def _shoot(browser, url: str, out: Path, model_name: str, run_timeout_s: float) 
                            timeout=int(run_timeout_s * 1000))
     settle(page, 2500)
     shoot_between(page, out / "train-running.png", "#train-stage", "#train-reward-curve")
-    wait_text(page, "train-status", "succeeded", run_timeout_s)
+    page.close()
+    wait_for_run(db_path, run_timeout_s)
+    page = log_in(browser, url, ADMIN, "button[role=tab]:has-text('Train')", height=1000)
+    page.click("button[role=tab]:has-text('Train')")
+    wait_text(page, "train-status", "succeeded", 60)
     page.wait_for_function("() => (document.getElementById('train-comparison') || {}).innerText?.includes('after')",
                            timeout=120_000)
     settle(page, 2500)
@@ -214,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         launch(app, settings, prevent_thread_lock=True, quiet=True)
         try:
             shoot(f"http://127.0.0.1:{settings.port}/", out, "tiny" if args.model == "tiny" else "default", chromium,
-                  args.run_timeout)
+                  args.run_timeout, db_path)
         finally:
             app.close()
     for name in ("rate", "rank", "chat", "train-running", "train"):
