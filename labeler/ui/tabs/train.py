@@ -11,7 +11,7 @@ import gradio as gr
 import pandas as pd
 
 from labeler import forms
-from labeler.services import evaluation, jobs, labeling, train_configs
+from labeler.services import evaluation, jobs, labeling, run_preview, train_configs
 from labeler.services.errors import InputError, PermissionDenied
 from labeler.ui.context import UIContext
 from labeler.ui.session import quiet_on_load, require_admin
@@ -401,8 +401,6 @@ def build(ctx: UIContext) -> None:
 
     @ui_errors
     def do_preview(data: dict, request: gr.Request):
-        from labeler.services import run_preview
-
         with ctx.connection() as db:
             require_admin(db, request)
             stage_name, settings = form_settings(data)
@@ -413,6 +411,8 @@ def build(ctx: UIContext) -> None:
         with ctx.connection() as db:
             user = require_admin(db, request)
             stage_name, settings = form_settings(data)
+            # A time budget becomes the steps that fit it, as the preview said (the CLI's train does the same).
+            settings, _ = run_preview.apply_time_budget(db, project, stage_name, settings)
             created = jobs.create_run(db, stage_name, settings, project=project, username=user.username,
                                       runs_dir=ctx.settings.runs_dir, from_web=True)
             choices = run_choices(db, project)
