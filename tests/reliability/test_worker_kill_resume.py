@@ -110,7 +110,7 @@ def _silent_process(*args: str) -> subprocess.Popen:
 
 
 def test_a_silent_worker_is_stopped_and_an_unrelated_process_with_its_pid_is_not(db, tmp_path, monkeypatch):
-    """Issue 10: a worker alive but silent for STALE_SECONDS was marked failed and left running, so a resume
+    """A worker alive but silent for STALE_SECONDS was once marked failed and left running, so a resume
     could run two workers on one folder. Now poll stops it; a process that merely has the pid (reused) is left
     alone."""
     from datetime import datetime, timedelta, timezone
@@ -129,7 +129,7 @@ def test_a_silent_worker_is_stopped_and_an_unrelated_process_with_its_pid_is_not
         assert worker.wait(timeout=10) == -signal.SIGKILL  # SIGTERM ignored, then SIGKILL after the grace
         assert stranger.poll() is None  # not ours: never signalled
         assert jobs.get_run(db, silent.id).status == jobs.get_run(db, reused.id).status == "failed"
-        assert "no heartbeat for 60 s, the worker was stopped" in jobs.get_run(db, silent.id).error
+        assert f"no heartbeat for {jobs.STALE_SECONDS:.0f} s, the worker was stopped" in jobs.get_run(db, silent.id).error
         assert "no heartbeat (pid" in jobs.get_run(db, reused.id).error
     finally:
         for process in (worker, stranger):
