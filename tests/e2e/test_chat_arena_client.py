@@ -90,8 +90,10 @@ def test_best_of_n_with_a_registered_reward_model(running_app, erin, tiny_encode
     )
     scores = [row[0] for row in table["data"]]
     assert len(scores) == 3 and scores == sorted(scores, reverse=True)
-    # The answer shown is the best-scored one.
-    assert history[-1]["content"][0]["text"].strip() == table["data"][0][1].strip()
+    # The answer shown is the best-scored one, under the line naming the model that wrote it.
+    shown = history[-1]["content"][0]["text"]
+    assert f"answered by {running_app.model_name}" in shown
+    assert shown.split("</sub>", 1)[-1].strip() == table["data"][0][1].strip()
 
 
 def test_random_prompt_comes_from_the_project(running_app, erin):
