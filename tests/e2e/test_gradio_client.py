@@ -13,6 +13,23 @@ def client(app, credentials) -> Client:
     return Client(app.url, auth=credentials, verbose=False)
 
 
+def _add_ranking_item(db_path: str, prompt: str, answers: int) -> None:
+    from labeler.services import labeling, prompts
+    from labeler.services.responses import insert_response
+    from storage import open_db, write_transaction
+
+    db = open_db(db_path)
+    try:
+        prompts.add_prompts(db, [prompt], source="e2e-buttons")
+        prompt_id = db.execute("SELECT id FROM prompts WHERE text = ?", [prompt]).fetchone()[0]
+        with write_transaction(db):
+            ids = [insert_response(db, prompt_id, f"{prompt}: answer {k}", model="m", source="generated")
+                   for k in range(answers)]
+        labeling.create_items(db, "default", response_ids=ids, ranking_size=answers, kinds=("ranking",))
+    finally:
+        db.conn.close()
+
+
 def test_rate_and_rank_through_the_button_endpoints(running_app, db_rows):
     user = running_app.second_annotator
     c = client(running_app, user)
@@ -37,11 +54,16 @@ def test_rate_and_rank_through_the_button_endpoints(running_app, db_rows):
     assert ratings[0]["seconds"] is not None and ratings[0]["seconds"] >= 0
     assert ratings[0]["request_id"]
 
-    # Rank: 3 answers shown; rank them 2, 1, 2 (answers 1 and 3 tie below answer 2).
+    # Rank the item shown (2 or more answers: earlier tests share this app and its queue, so one more ranking
+    # item is added here in case they emptied this user's): the second answer best, all the others tied below it.
+    _add_ranking_item(running_app.db_path, "A prompt the button test ranks", 3)
     shown = c.predict(api_name="/rank_next")
     item_prompt = shown[2].removeprefix("### Prompt\n")
-    slot_texts = [shown[3 + 2 * k].split("\n\n", 1)[1] for k in range(3)]  # "#### Answer k\n\n<text>"
-    c.predict("", shown[-1], "2", "1", "2", api_name="/rank_submit")  # comment, key, then a rank per answer shown
+    slots = [shown[3 + 2 * k] for k in range(8)]  # "#### Answer k\n\n<text>", "" past the answers shown
+    slot_texts = [text.split("\n\n", 1)[1] for text in slots if isinstance(text, str) and "\n\n" in text]
+    assert len(slot_texts) >= 2
+    ranks = ["2", "1"] + ["2"] * (len(slot_texts) - 2)
+    c.predict("", shown[-1], *ranks, api_name="/rank_submit")  # comment, key, then a rank per answer shown
 
     stored = db_rows(
         running_app.db_path,
@@ -52,8 +74,8 @@ def test_rate_and_rank_through_the_button_endpoints(running_app, db_rows):
     assert len(stored) == 1 and stored[0]["prompt"] == item_prompt
     order = json.loads(stored[0]["order_json"])
     texts = {r["id"]: r["text"] for r in db_rows(running_app.db_path, "SELECT id, text FROM responses")}
-    # Best group: the answer shown second; then the tie of the first and third.
-    assert [sorted(texts[i] for i in group) for group in order] == [[slot_texts[1]], sorted([slot_texts[0], slot_texts[2]])]
+    # Best group: the answer shown second; then the tie of all the others.
+    assert [sorted(texts[i] for i in group) for group in order] == [[slot_texts[1]], sorted([slot_texts[0], *slot_texts[2:]])]
 
 
 def test_undo_puts_the_last_rating_back(running_app, db_rows):
