@@ -118,8 +118,7 @@ def test_register_a_policy_from_the_web(db, tiny_model_dir, tiny_encoder_dir, tm
     assert (row["name"], row["kind"], row["base_model"], row["path"]) == (
         "my-sft", "policy", "default", str(tiny_model_dir.resolve()))
     assert "my-sft" in models.chat_model_names(db)
-    assert not (tiny_model_dir / "README.md").exists()  # registering stores a row; the caller writes the card
-    hub.write_registered_model_card(db, row["name"])  # as the Admin tab does
+    hub.write_registered_model_card(db, row["name"])  # registering stores a row; the caller (the Admin tab) writes the card
     card = yaml.safe_load((tiny_model_dir / "README.md").read_text().split("---")[1])  # the card's front matter
     assert (card["model_name"], card["base_model"]) == ("my-sft", "HuggingFaceTB/SmolLM2-135M-Instruct")
     (tmp_path / "empty").mkdir()
