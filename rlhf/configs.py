@@ -105,6 +105,9 @@ class PPOConfig:
     horizon: int = field(default=512, metadata={
         "help": "Horizon (in rollouts) of the adaptive KL controller: beta changes by at most a factor "
                 "1 + 0.2 * batch_size / horizon per step (TRL's default is 10000, for runs of 100k+ rollouts)."})
+    kl_coef_min: float = field(default=0.0, metadata={
+        "help": "Floor for the adaptive KL coefficient (0: none, as in TRL). At init_kl_coef, beta only rises "
+                "above its start when the KL overshoots `target` (the app's default for runs rewarded by people)."})
     kl_penalty: Literal["kl", "abs", "mse", "full"] = field(
         default="kl",
         metadata={"help": "KL estimate per token: kl (logp - logq), abs, mse (0.5 (logp - logq)^2), full (exact, slower)."},
@@ -220,6 +223,7 @@ class PPOConfig:
                      "rollout_forward_batch_size", "steps", "compare_steps"):
             _check(getattr(self, name) >= 1, name, getattr(self, name), "must be at least 1")
         _check(self.init_kl_coef >= 0, "init_kl_coef", self.init_kl_coef, "must be >= 0")
+        _check(self.kl_coef_min >= 0, "kl_coef_min", self.kl_coef_min, "must be >= 0")
         _check(self.vf_coef >= 0, "vf_coef", self.vf_coef, "must be >= 0")
         _check(0 <= self.gamma <= 1, "gamma", self.gamma, "must be in [0, 1]")
         _check(0 <= self.lam <= 1, "lam", self.lam, "must be in [0, 1]")

@@ -3,6 +3,11 @@
 AdaptiveKLController is Ziegler et al. 2019 ("Fine-Tuning Language Models from Human Preferences"),
 section 2.2: beta_{t+1} = beta_t (1 + K_beta e_t), e_t = clip(KL_t / KL_target - 1, -0.2, 0.2),
 with K_beta = n_steps / horizon.
+
+`min_coef` (default 0: Ziegler's and TRL's controller) keeps beta from falling below a floor. Every run starts
+at KL 0, below any target, so the plain controller spends the first steps lowering beta and has to climb back
+once the KL overshoots; with rewards that never saturate (people's rankings) that climb came too late to hold
+the KL. A floor at the initial coefficient makes the target a budget: beta only rises above its start.
 """
 from __future__ import annotations
 
@@ -26,13 +31,15 @@ class FixedKLController:
 class AdaptiveKLController(FixedKLController):
     """Moves beta so that the observed KL approaches `target` over about `horizon` samples."""
 
-    def __init__(self, init_kl_coef: float, target: float, horizon: int) -> None:
+    def __init__(self, init_kl_coef: float, target: float, horizon: int, min_coef: float = 0.0) -> None:
         if target <= 0 or horizon <= 0:
             raise ValueError(f"AdaptiveKLController: target={target!r} and horizon={horizon!r} must be positive")
+        if min_coef < 0:
+            raise ValueError(f"AdaptiveKLController: min_coef={min_coef!r} must be >= 0")
         super().__init__(init_kl_coef)
-        self.target, self.horizon = float(target), int(horizon)
+        self.target, self.horizon, self.min_coef = float(target), int(horizon), float(min_coef)
 
     def update(self, current_kl: float, n_steps: int) -> None:
         # The clip bounds a single update to +-20% of n_steps / horizon, so one noisy batch can't swing beta.
         proportional_error = min(max(current_kl / self.target - 1.0, -0.2), 0.2)
-        self.value *= 1.0 + proportional_error * n_steps / self.horizon
+        self.value = max(self.value * (1.0 + proportional_error * n_steps / self.horizon), self.min_coef)

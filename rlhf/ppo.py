@@ -242,7 +242,7 @@ class PPOTrainer:
         self.ref_model = ref_model
 
         if config.adap_kl_ctrl:
-            self.kl_ctl = AdaptiveKLController(config.init_kl_coef, config.target, config.horizon)
+            self.kl_ctl = AdaptiveKLController(config.init_kl_coef, config.target, config.horizon, config.kl_coef_min)
         else:
             self.kl_ctl = FixedKLController(config.init_kl_coef)
         self.running = RunningMoments()

@@ -204,7 +204,7 @@ WEB_TRAINER_SETTINGS = (
     "beta", "loss_type", "label_smoothing", "center_rewards_coefficient", "desirable_weight", "undesirable_weight",
     "sync_ref_model", "ref_model_mixup_alpha", "ref_model_sync_steps",
     # PPO
-    "batch_size", "mini_batch_size", "ppo_epochs", "init_kl_coef", "adap_kl_ctrl", "target", "horizon", "gamma",
+    "batch_size", "mini_batch_size", "ppo_epochs", "init_kl_coef", "adap_kl_ctrl", "target", "horizon", "kl_coef_min", "gamma",
     "lam", "cliprange", "cliprange_value", "vf_coef", "kl_penalty", "whiten_rewards", "early_stopping",
     "target_kl", "ratio_threshold", "use_score_scaling", "use_score_norm", "score_clip", "entropy_coef",
     # GRPO / RLOO sampling and clipping

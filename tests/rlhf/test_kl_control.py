@@ -54,3 +54,30 @@ def test_default_horizon_lets_beta_follow_the_target_within_the_default_run():
     before = ctl.value
     ctl.update(3.0, n_steps=config.batch_size)
     assert ctl.value == pytest.approx(before * 0.975)
+
+
+def test_floor_keeps_beta_from_falling_below_its_start_then_it_rises():
+    ctl = AdaptiveKLController(0.03, target=6.0, horizon=128, min_coef=0.03)
+    # KL 1 at the start of a run: error 1/6 - 1 = -0.833 -> -0.2; beta would become 0.03 * (1 - 0.2 * 64 / 128)
+    # = 0.027, but the floor holds it at 0.03.
+    ctl.update(1.0, n_steps=64)
+    assert ctl.value == pytest.approx(0.03)
+    # KL 9: error 0.5 -> 0.2; beta *= 1 + 0.2 * 64 / 128 = 1.1 -> 0.033, then 0.0363.
+    ctl.update(9.0, n_steps=64)
+    assert ctl.value == pytest.approx(0.033)
+    ctl.update(9.0, n_steps=64)
+    assert ctl.value == pytest.approx(0.0363)
+    # KL 5.4: error -0.1; beta *= 1 - 0.1 * 0.5 = 0.95 -> 0.034485 (above the floor: it may come back down).
+    ctl.update(5.4, n_steps=64)
+    assert ctl.value == pytest.approx(0.034485)
+    with pytest.raises(ValueError, match="min_coef=-1"):
+        AdaptiveKLController(0.1, target=6.0, horizon=10, min_coef=-1)
+
+
+def test_runs_rewarded_by_people_get_the_floor_and_the_short_horizon_unless_set():
+    from labeler.services.stage_runners import PEOPLE_KL_HORIZON, kl_settings_for
+
+    assert kl_settings_for("function", {}) == {}
+    assert kl_settings_for("mix", {}) == {"horizon": PEOPLE_KL_HORIZON, "kl_coef_min": 0.03}
+    assert kl_settings_for("human", {"init_kl_coef": 0.1}) == {"horizon": PEOPLE_KL_HORIZON, "kl_coef_min": 0.1}
+    assert kl_settings_for("human", {"horizon": 10000, "kl_coef_min": 0.0}) == {}
