@@ -13,9 +13,11 @@ import gradio as gr
 
 from labeler.services.labeling import MAX_RANKING_SIZE
 from labeler.ui.context import UIContext
-from labeler.ui.session import quiet_before_password_change, require_user, ui_errors
+from labeler.ui.session import quiet_before_password_change, require_user
+from labeler.ui.soft_errors import ui_errors
 from labeler.ui.tabs.rate import (
-    DONE_JS, LABELLING, counter_markdown, guidelines_handler, item_key, parse_key, training_banner, undo_message,
+    DONE_JS, LABELLING, counter_markdown, guidelines_handler, item_key, live_count, parse_key, training_banner,
+    undo_message,
 )
 
 TITLE = "Rank"
@@ -138,6 +140,7 @@ def _submit_signature(handler) -> inspect.Signature:
 def build(ctx: UIContext):
     """The tab's widgets and events; returns the hook app.build_app calls with the gr.Tab (its select event)."""
     from labeler.services import labeling
+    from labeler.services.errors import InputError
 
     state = gr.State(None)
     banner = gr.Markdown(elem_id="rank-banner", elem_classes=["studio-banner"])  # hidden while empty (studio.css)
@@ -187,14 +190,15 @@ def build(ctx: UIContext):
         """
         with ctx.connection() as db:
             user = require_user(db, request)
+            # InputError, not gr.Error: a user's slip is one log line (soft_errors), not a traceback.
             if not current or not key_value:
-                raise gr.Error("There is nothing to rank: click Refresh.")
+                raise InputError("There is nothing to rank: click Refresh.")
             item_id, request_id = parse_key(key_value)
             if int(current["item_id"]) != item_id:
-                raise gr.Error(f"The answers shown belong to item {current['item_id']}, not {item_id}: click Refresh.")
+                raise InputError(f"The answers shown belong to item {current['item_id']}, not {item_id}: click Refresh.")
             response_ids = current["response_ids"]
             if any(rank not in (None, "") for rank in ranks[len(response_ids):]):
-                raise gr.Error(f"This item has {len(response_ids)} answers: only ranks for those are expected.")
+                raise InputError(f"This item has {len(response_ids)} answers: only ranks for those are expected.")
             order = order_from_ranks(response_ids, list(ranks[: len(response_ids)]))
             _, item = labeling.submit_ranking_and_next(
                 db, ctx.project, user.username, item_id, order, comment=(comment_value or "").strip(),
@@ -228,6 +232,7 @@ def build(ctx: UIContext):
     skip.click(rank_skip, [state], outputs, api_name="rank_skip", **fast).then(None, js=DONE_JS, api_name="rank_skip_done")
     undo.click(rank_undo, None, outputs, api_name="rank_undo", **fast).then(None, js=DONE_JS, api_name="rank_undo_done")
     refresh.click(rank_next, None, outputs, api_name="rank_next", concurrency_id=LABELLING, concurrency_limit=1)
+    live_count(ctx, KIND, key, counter, "rank_count")  # the count only: the ranks picked so far stay
     if ctx.app is not None:
         ctx.app.load(quiet_before_password_change(rank_next, len(outputs)), None, outputs, api_name="rank_load",
                      concurrency_id=LABELLING, concurrency_limit=1)

@@ -13,12 +13,16 @@ import sqlite3
 import gradio as gr
 
 from labeler.ui.context import UIContext
-from labeler.ui.session import quiet_before_password_change, require_user, ui_errors
+from labeler.ui.session import quiet_before_password_change, require_user
+from labeler.ui.soft_errors import ui_errors
 
 TITLE = "Rate"
 KIND = "rating"
 # The concurrency group of every Rate and Rank handler (see build).
 LABELLING = "labelling"
+# How often a shown item's "N remaining" is read again (count_handler), and the concurrency group of those reads.
+COUNT_REFRESH_S = 5
+COUNTS = "queue-counts"
 SHORTCUTS = (
     "Keys: **digit** = score and submit, **s** = skip, **u** = undo the last score or skip (not while typing a comment)."
 )
@@ -206,9 +210,45 @@ def guidelines_handler(ctx: UIContext, kind: str):
     return guidelines
 
 
+def count_handler(ctx: UIContext, kind: str):
+    """The counter of the Rate or Rank tab read again while an item is shown: answers generated meanwhile (a run,
+    the Data tab, the CLI) show up in "N remaining" without a reload. Only the count: the item on screen, the
+    score or the half-made ranking stay as they are. The input is the shown item's key; with none ("All done")
+    nothing changes, because shortcuts.js's poll presses Refresh there, which shows the next item and its count
+    together. A refusal (logged out, a one-time password to replace) or a busy database leaves the counter too:
+    every COUNT_REFRESH_S, a toast would bury the page, and the user's next click says what is wrong."""
+    from labeler.services import labeling
+    from labeler.services.errors import InputError, PermissionDenied
+
+    def count(key_value, request: gr.Request):
+        if not key_value:
+            return gr.skip()
+        try:
+            with ctx.connection() as db:
+                user = require_user(db, request)
+                return counter_markdown(*labeling.progress(db, ctx.project, user.username, kind))
+        except (InputError, PermissionDenied, sqlite3.OperationalError):
+            return gr.skip()
+
+    return count
+
+
+def live_count(ctx: UIContext, kind: str, key, counter, api_name: str) -> None:
+    """A gr.Timer that keeps `counter` (the tab's Markdown) current while an item is shown (count_handler).
+
+    A read of the queue's counters (labeling.progress: a few indexed rows), as a plain value: no Gradio pre- or
+    postprocessing. Its own concurrency group, not the labelling one, so labels never wait behind counts;
+    trigger_mode="once" drops a tick while the previous one is still out.
+    """
+    timer = gr.Timer(COUNT_REFRESH_S)
+    timer.tick(count_handler(ctx, kind), [key], [counter], api_name=api_name, show_progress="hidden",
+               trigger_mode="once", preprocess=False, postprocess=False, concurrency_id=COUNTS, concurrency_limit=2)
+
+
 def build(ctx: UIContext):
     """The tab's widgets and events; returns the hook app.build_app calls with the gr.Tab (its select event)."""
     from labeler.services import labeling
+    from labeler.services.errors import InputError
 
     banner = gr.Markdown(elem_id="rate-banner", elem_classes=["studio-banner"])  # hidden while empty (studio.css)
     with gr.Row(equal_height=False):
@@ -253,11 +293,12 @@ def build(ctx: UIContext):
         """
         with ctx.connection() as db:
             user = require_user(db, request)
+            # InputError, not gr.Error: a user's slip is one log line (soft_errors), not a traceback.
             if not key_value:
-                raise gr.Error("There is no item to rate: click Refresh.")
+                raise InputError("There is no item to rate: click Refresh.")
             item_id, request_id = parse_key(str(key_value))
             if score_value is None or score_value == "":
-                raise gr.Error("Pick a score first (or press a digit key).")
+                raise InputError("Pick a score first (or press a digit key).")
             comment_text = str(comment_value or "").strip()
             _, item = labeling.submit_rating_and_next(
                 db, ctx.project, user.username, item_id, score_value, comment=comment_text, request_id=request_id,
@@ -295,6 +336,7 @@ def build(ctx: UIContext):
     undo.click(rate_undo, None, outputs, api_name="rate_undo", **fast).then(
         None, js=DONE_JS, api_name="rate_undo_done")
     refresh.click(rate_next, None, outputs, api_name="rate_next", concurrency_id=LABELLING, concurrency_limit=1)
+    live_count(ctx, KIND, key, counter, "rate_count")
     if ctx.app is not None:
         ctx.app.load(quiet_before_password_change(rate_next, len(outputs)), None, outputs, api_name="rate_load",
                      concurrency_id=LABELLING, concurrency_limit=1)
