@@ -292,3 +292,18 @@ def test_the_callers_of_a_registration_write_the_card(db, db_path, tmp_path, cap
     row = worker.register_result(db, ctx, RunResult(path=str(trained), kind="policy", base_model="default"))
     card = (trained / "README.md").read_text()
     assert _front_matter(card)["model_name"] == row["name"] and "supervised fine-tuning (SFTTrainer)" in card
+
+
+@pytest.mark.parametrize("stage,trainer", [("grpo", "GRPO (GRPOTrainer, TRL 1.x API)"),
+                                           ("rloo", "RLOO (RLOOTrainer, TRL 1.x API)"),
+                                           ("kto", "KTO (KTOTrainer, TRL 1.x API)")])
+def test_cards_of_the_trl_1x_trainers_name_them(db, tmp_path, stage, trainer):
+    folder = tmp_path / f"{stage}-out"
+    shutil.copytree(TINY, folder)
+    with db.conn:
+        run_id = db.execute("INSERT INTO runs (project_id, stage, name, status, config_json)"
+                            " VALUES (1, ?, ?, 'succeeded', '{}')", [stage, f"{stage}-1"]).lastrowid
+    models.register_model(db, f"tiny-{stage}", str(folder), "policy", base_model="default", run_id=run_id)
+    card = hub.write_registered_model_card(db, f"tiny-{stage}").read_text()
+    assert trainer in card  # before: the bare stage name
+    assert f"Run {run_id} ({stage}-1)" in card
