@@ -157,8 +157,14 @@ def refresh_selection(db: sqlite_utils.Database, project: str, encoder, seed: in
     ensemble = fit_ensemble(encoder, pairs, seed=seed)
     items = [item for item in open_items(db, proj.id) if item.answers]
     information = item_information(ensemble, encoder, items) if items else []
-    order = order_with_random_share([i.item_id for i in items], information, RANDOM_SHARE,
-                                    random.Random(f"{proj.id}:{labels}:{seed}"))
+    # One order per kind: each queue serves one kind, and the two measures (BALD nats, score spread) are on
+    # different scales. Ordered together, the rating items' larger spreads took the informative places and the
+    # ranking queue got mostly the random picks (a label-efficiency run served 3 random items in 4).
+    order = []
+    for kind in sorted({item.kind for item in items}):
+        of_kind = [(item.item_id, info) for item, info in zip(items, information) if item.kind == kind]
+        order += order_with_random_share([i for i, _ in of_kind], [v for _, v in of_kind], RANDOM_SHARE,
+                                         random.Random(f"{proj.id}:{kind}:{labels}:{seed}"))
     with write_transaction(db):
         db.execute("UPDATE items SET selection_score = NULL, selection_reason = NULL"
                    " WHERE project_id = ? AND is_open = 1 AND selection_score IS NOT NULL", [proj.id])

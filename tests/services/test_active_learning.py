@@ -73,3 +73,22 @@ def test_refresher_refits_only_with_enough_new_labels(db, encoder):
     assert refresher.tick(db) == []  # 2 new labels < every=3
     add_ranked_pairs(db, 1, first=4, annotator="ann")
     assert [r.labels for r in refresher.tick(db)] == [5]
+
+
+def test_each_kind_gets_its_own_order_with_its_own_random_share(db, encoder):
+    make_users(db, "ann")
+    add_ranked_pairs(db, 12, annotator="ann")
+    for n in range(8):
+        _add(db, f"Review {200 + n}: it was", [f"great fun number {n}", f"a dull chore number {n}"])
+    create_items(db, P, ranking_size=2, kinds=("ranking", "rating"))
+    active_learning.refresh_selection(db, P, encoder)
+    for kind in ("ranking", "rating"):
+        rows = db.execute("SELECT selection_score, selection_reason FROM items WHERE is_open = 1 AND kind = ?"
+                          " ORDER BY selection_score DESC", [kind]).fetchall()
+        assert len(rows) == 8 if kind == "ranking" else len(rows) >= 16  # rating items for every answer
+        # Within the kind's own queue: places 4, 8, ... random, the others by information; scores count down
+        # from the number of the kind's items (mixed with the other kind, the rating items' larger spreads
+        # took the informative places and the ranking queue was mostly random picks).
+        reasons = ["random" if "random" in r["selection_reason"] else "unsure" for r in rows]
+        assert reasons == [("random" if (i + 1) % 4 == 0 else "unsure") for i in range(len(rows))]
+        assert [r["selection_score"] for r in rows] == [float(len(rows) - i) for i in range(len(rows))]
