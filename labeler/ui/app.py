@@ -145,7 +145,7 @@ def _password_panel(ctx: UIContext) -> tuple[gr.Column, gr.Column]:
     """(the first-login panel, the column holding the tabs). The panel is shown instead of the tabs to a user
     whose password is the one-time one `serve` printed."""
     from labeler.services import accounts
-    from labeler.ui.session import ui_errors
+    from labeler.ui.soft_errors import ui_errors  # a wrong entry: one log line, not a traceback
 
     with gr.Column(visible=False, elem_id="studio-password-panel") as panel:
         gr.Markdown(

@@ -83,7 +83,8 @@ def test_rate_count_changes_while_the_item_and_its_picked_score_stay(running_app
     add_user(running_app.db_path, RATER)
     add_items(running_app.db_path, "A rate-count test prompt about a silent film", 1, "rating")
     page = login(running_app.url, *RATER)
-    page.wait_for_function("() => !document.getElementById('rate-prompt').innerText.includes('All done')",
+    # An item is shown (its prompt's heading; the box is empty until the page's load event has answered).
+    page.wait_for_function("() => document.getElementById('rate-prompt').innerText.trim().startsWith('Prompt')",
                            timeout=30_000)
     prompt, answer = page.inner_text("#rate-prompt"), page.inner_text("#rate-response")
     before = remaining(page, "rate-counter")

@@ -40,3 +40,65 @@ def test_input_errors_log_one_line_each(running_app, login, capfd, caplog):
     assert len(lines) == 3 and all("\n" not in line for line in lines), lines
     assert "steps" in lines[0] and "whole number" in lines[1] and "type a message first" in lines[2]
     page.close()
+
+
+QUIET_ANNOTATOR = ("quinn", "quinn-password-1")  # only this test uses these two accounts
+FIRST_LOGIN = ("quiet-first", "one-time-password-2")
+
+
+def _prepare_labelling_and_first_login(db_path: str) -> None:
+    """An annotator with a rating item and a 3-answer ranking item of their own to get wrong (the shared app's
+    queues may be emptied by earlier tests), and a user who must still replace a one-time password."""
+    from labeler.services import accounts, labeling, prompts
+    from labeler.services.responses import insert_response
+    from storage import open_db, write_transaction
+
+    db = open_db(db_path)
+    try:
+        accounts.create_user(db, *QUIET_ANNOTATOR)
+        accounts.create_user(db, *FIRST_LOGIN)
+        # What accounts.ensure_admin does for the admin `serve` creates on the first start.
+        db.execute("UPDATE users SET must_change_password = 1 WHERE username = ?", [FIRST_LOGIN[0]])
+        prompt = "A prompt the quiet-errors test gets wrong"
+        prompts.add_prompts(db, [prompt], source="e2e-quiet")
+        prompt_id = db.execute("SELECT id FROM prompts WHERE text = ?", [prompt]).fetchone()[0]
+        with write_transaction(db):
+            ids = [insert_response(db, prompt_id, f"{prompt}: answer {k}", model="m", source="generated")
+                   for k in range(3)]
+        labeling.create_items(db, "default", response_ids=ids, ranking_size=3)
+    finally:
+        db.conn.close()
+
+
+def test_rate_rank_and_password_form_errors_log_one_line_each(running_app, login, capfd, caplog):
+    caplog.set_level(logging.WARNING, logger="rlhf_studio.ui")
+    _prepare_labelling_and_first_login(running_app.db_path)
+    page = login(running_app.url, *QUIET_ANNOTATOR)
+    # An item is shown (its prompt's heading; the box is empty until the page's load event has answered).
+    page.wait_for_function("() => document.getElementById('rate-prompt').innerText.trim().startsWith('Prompt')",
+                           timeout=30_000)
+    capfd.readouterr()  # what the server printed before: not this test's
+    # Rate: Submit clicked before a score is picked.
+    page.click("#rate-submit")
+    toast(page, "Pick a score first")
+    # Rank: one answer ranked, the others not.
+    page.click("button[role=tab]:has-text('Rank')")
+    page.wait_for_selector("#rank-slot-2", state="visible", timeout=30_000)
+    page.locator("#rank-slot-1 label").filter(has_text="1").first.locator("input").check()
+    page.click("#rank-submit")
+    toast(page, "has no rank")
+    # The first login's password form: the new password typed differently twice.
+    first = login(running_app.url, *FIRST_LOGIN, ready="#studio-password-panel")
+    first.fill("#studio-current-password input", FIRST_LOGIN[1])
+    first.fill("#studio-new-password input", "my-own-password-2")
+    first.fill("#studio-repeat-password input", "my-own-password-3")
+    first.click("#studio-change-password")
+    toast(first, "differ")
+    first.wait_for_timeout(500)
+    printed = capfd.readouterr().err
+    assert "Traceback" not in printed, printed
+    lines = [r.getMessage() for r in caplog.records if r.name == "rlhf_studio.ui"]
+    assert len(lines) == 3 and all("\n" not in line for line in lines), lines
+    assert "Pick a score first" in lines[0] and "has no rank" in lines[1] and "differ" in lines[2], lines
+    page.close()
+    first.close()
