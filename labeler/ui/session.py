@@ -492,6 +492,8 @@ async def _lax_cookies(send, tls: bool, message) -> None:
 def ui_errors(handler: Callable[..., Any]) -> Callable[..., Any]:
     """Show InputError / PermissionDenied as a red toast (gr.Error) with the service's own message.
 
+    Handlers use labeler.ui.soft_errors.ui_errors, which wraps this one and logs a refusal as one line instead
+    of the traceback Gradio prints for every gr.Error (a user's mistake is not the server's).
     functools.wraps keeps the signature, so Gradio still sees `request: gr.Request` and
     `progress=gr.Progress()` parameters and fills them in.
     """
