@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def app_run(steps: int, overrides: dict[str, str]) -> dict:
-    from labeler.services import jobs, prompts
+    from labeler.services import jobs, prompts, run_metrics
     from storage import open_db
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -40,8 +40,8 @@ def app_run(steps: int, overrides: dict[str, str]) -> dict:
         run = jobs.create_run(db, "ppo", settings, runs_dir=Path(tmp) / "runs")
         done = jobs.wait(db, run.id, timeout=3600)
         if done.status != "succeeded":
-            raise SystemExit(f"app run failed: {done.error}\n{jobs.log_tail(done)}")
-        step_times = jobs.metrics_frame(db, run.id, ["time/ppo/total"])["value"].tolist()
+            raise SystemExit(f"app run failed: {done.error}\n{run_metrics.log_tail(done)}")
+        step_times = run_metrics.metrics_frame(db, run.id, ["time/ppo/total"])["value"].tolist()
         stamps = [row[0] for row in db.execute(
             "SELECT MIN(created_at) FROM metrics WHERE run_id = ? GROUP BY step ORDER BY step", [run.id])]
         threads = next((line for line in Path(done.log_path).read_text().splitlines() if "torch threads" in line), "")
@@ -49,9 +49,9 @@ def app_run(steps: int, overrides: dict[str, str]) -> dict:
 
 
 def _gaps(stamps: list[str]) -> list[float]:
-    from labeler.services.jobs import _parse_time
+    from labeler.services.runs import parse_time
 
-    times = [_parse_time(s) for s in stamps]
+    times = [parse_time(s) for s in stamps]
     return [(b - a).total_seconds() for a, b in zip(times, times[1:])]
 
 

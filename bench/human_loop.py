@@ -61,15 +61,15 @@ def train(db: Path, settings: list[str], log: Path) -> tuple[int, float]:
 
 
 def report(db: Path, run_id: int, wall: float, label: str) -> dict:
-    from labeler.services import evaluation, jobs
+    from labeler.services import evaluation, run_metrics, runs
     from storage import open_db
 
     handle = open_db(str(db), migrate=False)
-    run = jobs.get_run(handle, run_id)
+    run = runs.get_run(handle, run_id)
     before, after = evaluation.run_comparison(handle, run_id)
     names = ["human/answers_judged", "human/labels_used", "human/wait_seconds", "rm_online/agreement",
              "objective/kl", "objective/kl_coef"]
-    frame = jobs.metrics_frame(handle, run_id, names)
+    frame = run_metrics.metrics_frame(handle, run_id, names)
     series = {name: rows.sort_values("step")["value"].tolist() for name, rows in frame.groupby("name")}
     handle.conn.close()
     out = {"label": label, "status": run.status, "steps": run.step, "wall_s": wall,

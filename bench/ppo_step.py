@@ -37,7 +37,7 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-# OpenMP threads that sleep instead of spinning while they wait, as the app's worker runs (jobs._spawn): on a
+# OpenMP threads that sleep instead of spinning while they wait, as the app's worker runs (supervision.spawn): on a
 # shared machine (load 10+ on 2 cores) spinning made a 16 x 16-token generate take 40 s instead of 5 s. Every
 # variant, TRL's included, inherits it.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")

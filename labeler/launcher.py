@@ -5,7 +5,7 @@ a training process dies, it is the only process that knows which rank it was and
 agent, or accelerate's single-process launcher, holds the exit status). Rank 0 may have recorded only what it
 saw, e.g. gloo's "Connection closed by peer" when its partner vanished, or nothing at all when it was rank 0
 that was killed. After every rank has exited, this records on the run's row which rank died and how, where its
-log is, and that `rlhf-studio runs resume N` continues from the last checkpoint (jobs.record_rank_failure).
+log is, and that `rlhf-studio runs resume N` continues from the last checkpoint (supervision.record_rank_failure).
 
 It also lowers the training's CPU priority before anything starts (lower_priority), so the server's label
 requests are not queued behind the trainer on a machine with few cores.
@@ -20,7 +20,7 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
-from labeler.services import jobs
+from labeler.services import supervision
 
 # The niceness training runs at (0-19, higher yields more): the environment variable overrides it, 0 turns it off.
 NICENESS_ENV = "RLHF_STUDIO_TRAINING_NICE"
@@ -36,7 +36,7 @@ def lower_priority(niceness: int | None = None) -> int:
     scheduler gives a nice-0 server about 10 times the trainer's weight when both want a core; the trainer still
     gets all the CPU nobody else wants. Two settings, because Linux has two places that decide: the nice value
     of the process (inherited by its threads and children), and, with autogroup scheduling on, the nice value of
-    the session's autogroup (the worker is started in its own session, jobs._spawn), which otherwise competes
+    the session's autogroup (the worker is started in its own session, supervision.spawn), which otherwise competes
     with the server's session at equal weight whatever the process's own nice value."""
     if niceness is None:
         niceness = int(os.environ.get(NICENESS_ENV, DEFAULT_NICENESS))
@@ -77,14 +77,15 @@ def rank_log(log_dir: str | None, local_rank: int) -> Path | None:
     return found[-1] if found else None
 
 
-def _record(script_args: list[str], failure: jobs.RankFailure, others: Sequence[jobs.RankFailure] = ()) -> None:
+def _record(script_args: list[str], failure: supervision.RankFailure,
+            others: Sequence[supervision.RankFailure] = ()) -> None:
     run = _run_of(script_args)
     if run is None:
         return
     from storage import open_db
 
     try:
-        message = jobs.record_rank_failure(open_db(run[0]), run[1], failure, others)
+        message = supervision.record_rank_failure(open_db(run[0]), run[1], failure, others)
     except Exception:  # noqa: BLE001 - the launch failed either way; its exit status still says so
         traceback.print_exc()
         return
@@ -103,14 +104,14 @@ def main(argv: list[str] | None = None) -> int:
         launch_command(args)
     except ChildFailedError as error:  # several processes: torch elastic's agent stopped the others
         # torch's own root cause: the earliest failure; the agent adds the ranks it stopped after it.
-        failures = {rank: jobs.RankFailure(rank=rank, pid=failure.pid, exitcode=failure.exitcode,
+        failures = {rank: supervision.RankFailure(rank=rank, pid=failure.pid, exitcode=failure.exitcode,
                                            log=rank_log(args.log_dir, failure.local_rank))
                     for rank, failure in error.failures.items()}
         first, _ = error.get_first_failure()
         _record(script_args, failures[first], [f for rank, f in failures.items() if rank != first])
         return 1
     except subprocess.CalledProcessError as error:  # one process (accelerate's simple launcher)
-        _record(script_args, jobs.RankFailure(rank=0, pid=None, exitcode=error.returncode, log=None))
+        _record(script_args, supervision.RankFailure(rank=0, pid=None, exitcode=error.returncode, log=None))
         return 1
     return 0
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import os
 import signal
 import sys
@@ -23,7 +22,7 @@ import traceback
 from pathlib import Path
 from typing import Callable
 
-from labeler.services import hub, jobs, train_configs
+from labeler.services import hub, jobs, runs, supervision, train_configs
 from labeler.services.metrics_sink import MetricsSink
 from labeler.services.stages import RunResult, StageContext
 from storage import open_db
@@ -58,7 +57,7 @@ def register_result(db, ctx: StageContext, result: RunResult) -> dict:
     """Register the trained model with its lineage: base model, run, config, final metrics, data snapshot."""
     from labeler.services import models
 
-    row = db.execute("SELECT config_json FROM runs WHERE id = ?", [ctx.run_id]).fetchone()
+    run_config = runs.get_run(db, ctx.run_id).config
     # A run registers one model, ever (a launcher killed, its worker left running and the run resumed beside
     # it once registered two models for one folder). An attempt killed after registering (during the
     # evaluation) and resumed finds its own folder registered: that registration stands.
@@ -75,7 +74,7 @@ def register_result(db, ctx: StageContext, result: RunResult) -> dict:
     metrics = {**ctx.sink.final_metrics(), **result.metrics}
     registered = models.register_model(
         db, name, result.path, result.kind, base_model=result.base_model, run_id=ctx.run_id,
-        config={"stage": ctx.stage, **json.loads(row[0])}, metrics=metrics, data_snapshot=result.data_snapshot,
+        config={"stage": ctx.stage, **run_config}, metrics=metrics, data_snapshot=result.data_snapshot,
     )
     hub.write_registered_model_card(db, name)  # README.md in the folder: base model, run settings, metrics, data
     return registered
@@ -83,7 +82,7 @@ def register_result(db, ctx: StageContext, result: RunResult) -> dict:
 
 def _heartbeat(db_path: str, run_id: int, stop: threading.Event) -> None:
     sink = MetricsSink(db_path, run_id)  # its own connection: one per thread
-    while not stop.wait(jobs.HEARTBEAT_SECONDS):
+    while not stop.wait(supervision.HEARTBEAT_SECONDS):
         try:
             sink.heartbeat()
         except Exception as error:  # a locked database for 30 s: try again next beat
@@ -119,7 +118,7 @@ def run_worker(db_path: str, run_id: int) -> str:
     if process != 0:
         return _run_other_rank(db_path, run_id, process)
     db = open_db(db_path)
-    run = jobs.get_run(db, run_id)
+    run = runs.get_run(db, run_id)
     if run.status != "running":
         print(f"run {run_id} is {run.status}, not running: nothing to do", flush=True)
         return run.status
@@ -132,7 +131,7 @@ def run_worker(db_path: str, run_id: int) -> str:
         import torch
 
         # The thread count is in the log because it decides the speed: accelerate launch gives each process
-        # OMP_NUM_THREADS=1 unless told otherwise (jobs.worker_command tells it).
+        # OMP_NUM_THREADS=1 unless told otherwise (launch.worker_command tells it).
         print(f"run {run_id}: stage {run.stage}, torch threads {torch.get_num_threads()}, config {run.config}",
               flush=True)
         ctx = StageContext(
@@ -144,22 +143,22 @@ def run_worker(db_path: str, run_id: int) -> str:
         registered = register_result(db, ctx, result)
         _evaluate(db, ctx, registered)
         # Only a running row turns into succeeded: a cancel that raced the last step keeps its status.
-        if jobs.finish(db, run_id, "succeeded"):
+        if runs.finish(db, run_id, "succeeded"):
             status = "succeeded"
-        print(f"run {run_id}: {jobs.get_run(db, run_id).status}; model at {result.path}", flush=True)
+        print(f"run {run_id}: {runs.get_run(db, run_id).status}; model at {result.path}", flush=True)
     except Cancelled:
         if world > 1:
             # A user's cancel marks the row before signalling (then this changes nothing); otherwise the
             # launcher is stopping the ranks because one of them failed.
-            jobs.finish(db, run_id, "failed", "stopped by SIGTERM: another training process failed (see the log)")
+            runs.finish(db, run_id, "failed", "stopped by SIGTERM: another training process failed (see the log)")
         else:
-            jobs.finish(db, run_id, "cancelled", "cancelled (SIGTERM)")
-        status = jobs.get_run(db, run_id).status
+            runs.finish(db, run_id, "cancelled", "cancelled (SIGTERM)")
+        status = runs.get_run(db, run_id).status
         print(f"run {run_id}: {status}", flush=True)
     except BaseException as error:  # noqa: BLE001 - every failure must reach the run's row
         traceback.print_exc()
         message = f"{type(error).__name__}: {error}".strip()
-        jobs.finish(db, run_id, "failed", message[-2000:])
+        runs.finish(db, run_id, "failed", message[-2000:])
         status = "failed"
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -174,7 +173,7 @@ def run_worker(db_path: str, run_id: int) -> str:
 def _run_other_rank(db_path: str, run_id: int, process: int) -> str:
     """A rank other than the main process: train (the collectives need every rank) and write nothing. Its
     exit status reaches the launcher, which stops the other ranks when it is not 0."""
-    run = jobs.get_run(open_db(db_path), run_id)
+    run = runs.get_run(open_db(db_path), run_id)
     if run.status != "running":
         return run.status
     ctx = StageContext(

@@ -11,7 +11,7 @@ import sys
 import time
 
 from labeler import forms
-from labeler.services import jobs, train_configs
+from labeler.services import jobs, run_metrics, runs, supervision, train_configs
 from storage import open_db
 
 
@@ -25,7 +25,7 @@ def _print_settings(stage: str) -> None:
         print(f"  {spec.name}={spec.default!r}  {spec.help.splitlines()[0][:160] if spec.help else ''}")
 
 
-def _describe(run: jobs.Run) -> str:
+def _describe(run: runs.Run) -> str:
     eta = run.eta_seconds()
     parts = [f"run {run.id}", run.stage, run.status, f"step {run.step}/{run.total_steps or '?'}"]
     if eta is not None:
@@ -41,10 +41,10 @@ def _follow(db, run_id: int, interval: float = 1.0) -> int:
     try:
         while True:
             jobs.poll(db)
-            run = jobs.get_run(db, run_id)
+            run = runs.get_run(db, run_id)
             if run.finished:  # a failed run's final error comes from its launcher, a moment after rank 0's
-                run = jobs.settled(db, run)
-            frame = jobs.metrics_frame(db, run_id)
+                run = supervision.settled(db, run)
+            frame = run_metrics.metrics_frame(db, run_id)
             latest = ""
             if len(frame):
                 step = frame["step"].max()
@@ -57,7 +57,7 @@ def _follow(db, run_id: int, interval: float = 1.0) -> int:
                 last = (run.status, run.step)
             if run.finished:
                 if run.status != "succeeded":
-                    print(jobs.log_tail(run, 20), file=sys.stderr)
+                    print(run_metrics.log_tail(run, 20), file=sys.stderr)
                 return 0 if run.status == "succeeded" else 1
             time.sleep(interval)
     except KeyboardInterrupt:
@@ -96,10 +96,10 @@ def _plain(markdown: str) -> str:
 def cmd_runs_list(args) -> int:
     db = open_db(args.db)
     jobs.poll(db)
-    runs = jobs.list_runs(db, project=args.project, status=args.status, limit=args.limit)
-    if not runs:
+    listed = runs.list_runs(db, project=args.project, status=args.status, limit=args.limit)
+    if not listed:
         print("no runs")
-    for run in runs:
+    for run in listed:
         print(f"{run.id:>4}  {run.stage:<4} {run.status:<10} step {run.step:>5}/{run.total_steps:<5} "
               f"{run.created_at[:19]}  {run.name}")
     return 0
@@ -108,18 +108,18 @@ def cmd_runs_list(args) -> int:
 def cmd_runs_show(args) -> int:
     db = open_db(args.db)
     jobs.poll(db)
-    run = jobs.get_run(db, args.run_id)
+    run = runs.get_run(db, args.run_id)
     print(_describe(run))
     for key in ("name", "command", "log_path", "output_dir", "created_at", "started_at", "ended_at", "heartbeat_at"):
         print(f"  {key}: {getattr(run, key)}")
     print(f"  config: {run.config}")
-    frame = jobs.metrics_frame(db, run.id)
+    frame = run_metrics.metrics_frame(db, run.id)
     if len(frame):
         last = frame.sort_values("step").groupby("name").tail(1)
         print("  latest metrics:")
         for _, row in last.iterrows():
             print(f"    {row['name']} = {row['value']:.6g} (step {row['step']})")
-    tail = jobs.log_tail(run, args.log_lines)
+    tail = run_metrics.log_tail(run, args.log_lines)
     if tail:
         print("  log tail:\n" + "\n".join("    " + line for line in tail.splitlines()))
     return 0
@@ -152,7 +152,7 @@ def cmd_runs_resume(args) -> int:
 def cmd_demo(args) -> int:
     import os
 
-    # Before torch is imported: OpenMP threads that sleep rather than spin (see jobs._spawn).
+    # Before torch is imported: OpenMP threads that sleep rather than spin (see supervision.spawn).
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from labeler.services import demo
 
@@ -185,11 +185,11 @@ def register(subparsers, common: argparse.ArgumentParser) -> None:
                             "(a micro-step is measured) and the steps a time_budget fits")
     train.set_defaults(func=cmd_train)
 
-    runs = subparsers.add_parser("runs", help="list, inspect, cancel, stop or resume training runs",
-                                 description="Training runs recorded in the database.")
-    sub = runs.add_subparsers(dest="runs_command", required=True, metavar="ACTION")
+    runs_parser = subparsers.add_parser("runs", help="list, inspect, cancel, stop or resume training runs",
+                                        description="Training runs recorded in the database.")
+    sub = runs_parser.add_subparsers(dest="runs_command", required=True, metavar="ACTION")
     p = sub.add_parser("list", parents=[common], help="recent runs, newest first (marks dead runs failed)")
-    p.add_argument("--status", choices=jobs.STATUSES, help="only runs with this status")
+    p.add_argument("--status", choices=runs.STATUSES, help="only runs with this status")
     p.add_argument("--limit", type=int, default=30, help="how many (default: 30)")
     p.set_defaults(func=cmd_runs_list)
     p = sub.add_parser("show", parents=[common], help="one run: command, paths, config, latest metrics, log tail")

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from labeler.services import jobs
+from labeler.services import jobs, run_metrics, runs
 from labeler.services.errors import InputError
 from labeler.services.train_configs import JobConfig
 from rlhf.configs import PPOConfig
@@ -275,18 +275,18 @@ def _rank_all(db, project: str, noise: float, seed: int, prompt_ids: list[int] |
     return done
 
 
-def _wait(db, run_id: int, log: Callable[[str], None]) -> jobs.Run:
+def _wait(db, run_id: int, log: Callable[[str], None]) -> runs.Run:
     last = None
     while True:
         jobs.poll(db)
-        run = jobs.get_run(db, run_id)
+        run = runs.get_run(db, run_id)
         line = f"  run {run.id} ({run.stage}) {run.status} step {run.step}/{run.total_steps or '?'}"
         if line != last:
             log(line)
             last = line
         if run.finished:
             if run.status != "succeeded":
-                raise RuntimeError(f"demo: run {run.id} {run.status}: {run.error}\n{jobs.log_tail(run, 30)}")
+                raise RuntimeError(f"demo: run {run.id} {run.status}: {run.error}\n{run_metrics.log_tail(run, 30)}")
             return run
         time.sleep(1.0)
 

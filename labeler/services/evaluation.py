@@ -28,6 +28,7 @@ from typing import Any, Callable, Sequence
 
 import sqlite_utils
 
+from labeler.services import runs
 from labeler.services.errors import InputError
 from labeler.services.projects import get_project
 from storage import write_transaction
@@ -184,10 +185,8 @@ def _folder_base(db: sqlite_utils.Database, name: str) -> str | None:
         return kl_base(db, row[0])
     from labeler.services.train_configs import load_job_config
 
-    for run in db.execute("SELECT stage, config_json, output_dir FROM runs WHERE output_dir != '' ORDER BY id DESC"):
-        if folder.is_relative_to(Path(run["output_dir"])):
-            return load_job_config(run["config_json"] or "{}").base_model(run["stage"])
-    return None
+    run = runs.run_of_folder(db, folder)
+    return load_job_config(run.config).base_model(run.stage) if run else None
 
 
 def _load_policy(db: sqlite_utils.Database, name: str):
@@ -385,7 +384,7 @@ def evaluate_finished_run(db: sqlite_utils.Database, run_id: int, stage: str, pr
     results = evaluate_models(db, names, settings, project, run_ids={model["name"]: run_id}, reuse=[base], log=log)
     after = results[-1]
     if sink is not None:
-        step = db.execute("SELECT step FROM runs WHERE id = ?", [run_id]).fetchone()[0]
+        step = runs.get_run(db, run_id).step
         sink.log(step, after.metrics)
     log("evaluation: " + format_metrics(after.metrics))
     return after
@@ -412,8 +411,8 @@ def reward_curve(db: sqlite_utils.Database, run_id: int, name: str = "env/reward
                       [int(run_id), name]).fetchall()
     if not rows:
         return pd.DataFrame({"minutes": pd.Series(dtype=float), "reward": pd.Series(dtype=float)})
-    started = db.execute("SELECT started_at FROM runs WHERE id = ?", [int(run_id)]).fetchone()
-    origin = parse(started[0]) if started and started[0] else parse(rows[0]["created_at"])
+    run = runs.find_run(db, run_id)
+    origin = parse(run.started_at) if run and run.started_at else parse(rows[0]["created_at"])
     minutes = [(parse(row["created_at"]) - origin).total_seconds() / 60 for row in rows]
     return pd.DataFrame({"minutes": minutes, "reward": [float(row["value"]) for row in rows]})
 

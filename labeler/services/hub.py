@@ -14,13 +14,13 @@ Pushing needs the network and a token (`HF_TOKEN` or `huggingface-cli login`); e
 from __future__ import annotations
 
 import dataclasses
-import json
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
 
 import sqlite_utils
 
+from labeler.services import runs
 from labeler.services.errors import InputError
 from labeler.services.evaluation import comparison_rows, list_evaluations
 from labeler.services.models import HUB_ID, get_model, list_models
@@ -129,15 +129,14 @@ def push_export(folder: str | Path, repo_id: str, private: bool = False, token: 
 def registered_model_card(db: sqlite_utils.Database, name: str) -> str:
     """A registered model's card from the registry, its run and its stored evaluations."""
     model = get_model(db, name)
-    run = (db.execute("SELECT r.*, p.name AS project FROM runs r JOIN projects p ON p.id = r.project_id"
-                      " WHERE r.id = ?", [model["run_id"]]).fetchone() if model["run_id"] else None)
-    trained_with = STAGES.get(run["stage"], run["stage"]) if run else f"nothing recorded here (a {model['kind']} model)"
-    settings = {k: v for k, v in (json.loads(run["config_json"]) if run else model["config"]).items()
+    run = runs.find_run(db, model["run_id"]) if model["run_id"] else None
+    trained_with = STAGES.get(run.stage, run.stage) if run else f"nothing recorded here (a {model['kind']} model)"
+    settings = {k: v for k, v in (run.config if run else model["config"]).items()
                 if isinstance(v, (int, float, str, bool)) or v is None}
     data = []
     if run:
-        data.append(f"Run {run['id']} ({run['name'] or run['stage']}) in project `{run['project']}`, "
-                    f"{run['status']}, {run['started_at'] or run['created_at']} to {run['ended_at'] or '-'}.")
+        data.append(f"Run {run.id} ({run.name or run.stage}) in project `{run.project}`, "
+                    f"{run.status}, {run.started_at or run.created_at} to {run.ended_at or '-'}.")
     if model["data_snapshot"]:
         kind, rows, digest = (model["data_snapshot"].split(":") + ["", ""])[:3]
         data.append(f"Data snapshot: {rows} {kind} rows (hash `{digest}`); the same labels give the same hash.")
@@ -153,8 +152,8 @@ def registered_model_card(db: sqlite_utils.Database, name: str) -> str:
             pass
     return model_card(name, trained_with, base_model=base, data=" ".join(data) or None, settings=settings,
                       metrics=model["metrics"], evaluation=comparison_rows(evaluations),
-                      tags=[model["kind"], *([run["stage"]] if run else [])],
-                      value_head=run is not None and run["stage"] == "ppo", pipeline_tag=PIPELINES.get(model["kind"]),
+                      tags=[model["kind"], *([run.stage] if run else [])],
+                      value_head=run is not None and run.stage == "ppo", pipeline_tag=PIPELINES.get(model["kind"]),
                       library_name="peft" if model["kind"] == "adapter" else "transformers")
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import sqlite_utils
 
-from labeler.services import checkpoints, hub
+from labeler.services import checkpoints, hub, runs
 from labeler.services.stages import data_snapshot, model_name
 
 KEPT_FROM = "kept_from"
@@ -57,10 +57,10 @@ def keep_newest_checkpoint(db: sqlite_utils.Database, run_id: int) -> dict | Non
     """Register the model of the run's newest complete checkpoint (see the module docstring); its models row,
     or None when the run has no complete checkpoint. Call it once the run's processes are gone (no checkpoint
     is being written). A checkpoint already kept is not kept twice: its row is returned."""
-    from labeler.services import jobs, models
+    from labeler.services import models
     from labeler.services.train_configs import load_job_config
 
-    run = jobs.get_run(db, run_id)
+    run = runs.get_run(db, run_id)
     output_dir = Path(run.output_dir)
     checkpoint = checkpoints.latest_checkpoint(output_dir / "checkpoints")
     if checkpoint is None:
@@ -86,16 +86,12 @@ def keep_after_cancel(db: sqlite_utils.Database, run_id: int) -> dict | None:
     """jobs.cancel_run's step once the run's processes are gone: keep_newest_checkpoint for a run that is now
     cancelled (one that finished meanwhile registered its own model). The cancel stands whatever happens
     here: a checkpoint that cannot be exported (disk full, a folder removed) is said on the run's row."""
-    from labeler.services import jobs
     from labeler.services.errors import InputError
-    from storage import write_transaction
 
-    if jobs.get_run(db, run_id).status != "cancelled":
+    if runs.get_run(db, run_id).status != "cancelled":
         return None
     try:
         return keep_newest_checkpoint(db, run_id)
     except (OSError, InputError) as error:
-        with write_transaction(db):
-            db.conn.execute("UPDATE runs SET error = error || ? WHERE id = ?",
-                            [f"; its newest checkpoint was not kept as a model: {error}", run_id])
+        runs.append_error(db, run_id, f"; its newest checkpoint was not kept as a model: {error}")
         return None

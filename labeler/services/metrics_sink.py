@@ -12,7 +12,7 @@ import numbers
 import time
 from typing import Any
 
-from labeler.services import jobs
+from labeler.services import runs
 from storage import open_db, write_transaction
 
 
@@ -86,12 +86,12 @@ class MetricsSink:
     def progress(self, step: int, total_steps: int | None = None) -> None:
         if not self.writes:
             return
-        jobs.record_progress(self.db, self.run_id, step, total_steps)
+        runs.record_progress(self.db, self.run_id, step, total_steps)
 
     def heartbeat(self) -> None:
         if not self.writes:
             return
-        jobs.record_progress(self.db, self.run_id)
+        runs.record_progress(self.db, self.run_id)
 
     def truncate_after(self, step: int) -> None:
         """Forget metrics and samples logged after `step` (a resume from that checkpoint redoes them)."""
@@ -105,8 +105,7 @@ class MetricsSink:
         """The early-stop flag, read at most every `stop_poll_seconds` (it is checked after every step)."""
         now = time.monotonic()
         if not self._stop and now - self._stop_checked_at >= self.stop_poll_seconds:
-            row = self.db.execute("SELECT stop_requested FROM runs WHERE id = ?", [self.run_id]).fetchone()
-            self._stop = bool(row and row[0])
+            self._stop = runs.stop_requested(self.db, self.run_id)
             self._stop_checked_at = now
         return self._stop
 

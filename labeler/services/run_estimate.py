@@ -134,7 +134,7 @@ class MicroStepSettings:
     advantage_estimator: str
     prompts: tuple[str, ...]  # the run's first prompts: their length decides the passes' cost
     chat_template: bool  # the project's prompt format (longer prompts with it)
-    threads: int  # torch threads, as the worker gets them (jobs.threads_per_process)
+    threads: int  # torch threads, as the worker gets them (launch.threads_per_process)
 
 
 _cache: dict[MicroStepSettings, tuple[float, MicroStep]] = {}
@@ -148,7 +148,7 @@ def measure_micro_step(settings: MicroStepSettings, timeout: float = 600.0) -> M
         return cached[1]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
            "OMP_NUM_THREADS": str(settings.threads)}
-    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as jobs._spawn starts the worker
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as supervision.spawn starts the worker
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
     done = subprocess.run([sys.executable, "-m", "labeler.services.run_estimate"], input=json.dumps(asdict(settings)),

@@ -172,7 +172,7 @@ def _with_estimate(db, project: str, preview: RunPreview, job, trainer, prompts:
     steps given explicitly are kept when they fit (else lowered, with a warning), otherwise the budget decides."""
     from dataclasses import replace
 
-    from labeler.services import jobs, models
+    from labeler.services import launch, models
     from labeler.services.evaluation import heldout_prompts
     from labeler.services.projects import get_project
 
@@ -181,7 +181,7 @@ def _with_estimate(db, project: str, preview: RunPreview, job, trainer, prompts:
         lora_r=job.lora_r, lora_alpha=job.lora_alpha, rows=trainer.mini_batch_size, max_new_tokens=job.max_new_tokens,
         answers_per_prompt=job.answers_per_prompt, advantage_estimator=trainer.advantage_estimator,
         prompts=tuple(prompts[:trainer.mini_batch_size]), chat_template=bool(get_project(db, project).chat_template),
-        threads=jobs.threads_per_process(job.num_processes or 1))
+        threads=launch.threads_per_process(job.num_processes or 1))
     try:
         micro = measure(settings)
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as error:

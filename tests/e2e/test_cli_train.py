@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from labeler.cli import main
-from labeler.services import jobs
+from labeler.services import launch, runs
 
 TOY_DIR = Path(__file__).resolve().parents[1] / "services"
 
@@ -14,7 +14,7 @@ TOY_DIR = Path(__file__).resolve().parents[1] / "services"
 @pytest.fixture(autouse=True)
 def _env(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(TOY_DIR))
-    monkeypatch.setenv(jobs.LAUNCHER_ENV, "python")
+    monkeypatch.setenv(launch.LAUNCHER_ENV, "python")
 
 
 def test_train_wait_list_show_and_errors(db_path, tmp_path, capsys):
@@ -45,7 +45,7 @@ def test_train_wait_list_show_and_errors(db_path, tmp_path, capsys):
     bad.write_text('{"steps": 2,\n "lora": }')
     assert main(["train", "sft", "--db", db_path, "--config", str(bad)]) == 2
     assert "bad.json, line 2" in capsys.readouterr().err
-    assert len(jobs.list_runs(__import__("storage").open_db(db_path))) == 1
+    assert len(runs.list_runs(__import__("storage").open_db(db_path))) == 1
 
 
 def test_list_settings_shows_job_and_trainer_fields(capsys):

@@ -1,5 +1,5 @@
 """Runs of two training processes through the CLI: the real `accelerate launch --multi_gpu --num_processes 2`,
-gloo ranks on this CPU (jobs.launch_env sets ACCELERATE_USE_CPU=1), tiny models. Each launch costs ~10 s of
+gloo ranks on this CPU (launch.launch_env sets ACCELERATE_USE_CPU=1), tiny models. Each launch costs ~10 s of
 start-up on 2 cores, so each test does as few as it can."""
 from __future__ import annotations
 
@@ -15,14 +15,14 @@ import pytest
 from services.labeling_helpers import add_ranked_pairs
 
 from labeler.cli import main
-from labeler.services import accounts, jobs
+from labeler.services import accounts, launch, run_metrics, runs, supervision
 from storage import open_db
 
 
 @pytest.fixture(autouse=True)
 def _env(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # no accelerate default config of this machine's user
-    for name in (jobs.LAUNCHER_ENV, jobs.ACCELERATE_CONFIG_ENV, jobs.NUM_PROCESSES_ENV):
+    for name in (launch.LAUNCHER_ENV, launch.ACCELERATE_CONFIG_ENV, launch.NUM_PROCESSES_ENV):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -50,11 +50,11 @@ def test_train_rm_on_two_processes(db_path, tmp_path, tiny_encoder_dir, capsys):
                                            "checkpoint_every": 2, "per_device_train_batch_size": 2,
                                            "include_rating_pairs": "false", "test_size": 0.25})
     db = open_db(db_path)
-    run = jobs.get_run(db, 1)
-    assert code == 0 and run.status == "succeeded", (run.error, jobs.log_tail(run), capsys.readouterr().out)
+    run = runs.get_run(db, 1)
+    assert code == 0 and run.status == "succeeded", (run.error, run_metrics.log_tail(run), capsys.readouterr().out)
     command = run.command
     assert "--multi_gpu" in command and "--num_processes 2" in command and "--main_process_port" in command
-    log = jobs.log_tail(run, 400)
+    log = run_metrics.log_tail(run, 400)
     assert "rank 1" not in log  # no rank failed
     # One row per step and metric, written by the main process (the Trainer's loss is already the mean
     # over both ranks); the final evaluation once, at the last step.
@@ -90,24 +90,24 @@ def test_ppo_on_two_processes_a_killed_rank_fails_the_run_and_resume_finishes_it
     sets = [x for key, value in settings.items() for x in ("--set", f"{key}={value}")]
     assert main(["train", "ppo", "--db", db_path, *sets, "--runs-dir", str(tmp_path / "runs")]) == 0
     db = open_db(db_path)
-    run = jobs.get_run(db, 1)
+    run = runs.get_run(db, 1)
     # Kill rank 1 once step 1's checkpoint is complete.
     first = Path(run.output_dir) / "checkpoints" / "checkpoint-1" / "manifest.json"
     deadline = time.monotonic() + 240
-    while not first.exists() and time.monotonic() < deadline and jobs.get_run(db, 1).status == "running":
+    while not first.exists() and time.monotonic() < deadline and runs.get_run(db, 1).status == "running":
         time.sleep(0.2)
-    assert first.exists(), jobs.log_tail(jobs.get_run(db, 1))
-    launcher = psutil.Process(jobs.get_run(db, 1).pid)
+    assert first.exists(), run_metrics.log_tail(runs.get_run(db, 1))
+    launcher = psutil.Process(runs.get_run(db, 1).pid)
     ranks = ranks_of(launcher.pid)
     assert sorted(ranks) == [0, 1]
     os.kill(ranks[1].pid, signal.SIGKILL)
-    while jobs.get_run(db, 1).status == "running" and time.monotonic() < deadline:
+    while runs.get_run(db, 1).status == "running" and time.monotonic() < deadline:
         time.sleep(0.2)
     # Rank 0 marked the run failed: either its next collective lost the peer (gloo raises), or the launcher saw
     # rank 1 die first and stopped rank 0 with SIGTERM. Then the launcher, once every rank has exited, recorded
     # which rank died and how (labeler/launcher.py); settled() waits for it.
-    failed = jobs.settled(db, jobs.get_run(db, 1))
-    assert failed.status == "failed", jobs.log_tail(failed)
+    failed = supervision.settled(db, runs.get_run(db, 1))
+    assert failed.status == "failed", run_metrics.log_tail(failed)
     gone, alive = psutil.wait_procs([*ranks.values(), launcher], timeout=60)
     assert not alive
     # The kill lands wherever rank 1 is by then: on this tiny model that can be step 3 or the final save (seen in
@@ -130,14 +130,14 @@ def test_ppo_on_two_processes_a_killed_rank_fails_the_run_and_resume_finishes_it
     assert int(checkpoint.name.split("-")[1]) == complete[-1] <= failed.step
 
     assert main(["runs", "resume", "1", "--db", db_path, "--wait"]) == 0
-    done = jobs.get_run(db, 1)
-    assert done.status == "succeeded", (done.error, jobs.log_tail(done))
-    assert f"resumed from {Path(done.output_dir) / 'checkpoints'}" in jobs.log_tail(done, 400)
+    done = runs.get_run(db, 1)
+    assert done.status == "succeeded", (done.error, run_metrics.log_tail(done))
+    assert f"resumed from {Path(done.output_dir) / 'checkpoints'}" in run_metrics.log_tail(done, 400)
     # Every step's metrics once (the steps after the checkpoint were redone, not added), by the main process.
     assert metric_steps(db, 1, "env/reward_mean") == [1, 2, 3]
     # Each step's samples come from both ranks' batches: 2 answers each, to 4 different prompts, and the
     # ranks move through the prompts together, 4 new prompts a step (position 12 after 3 steps).
-    samples = jobs.samples(db, 1)
+    samples = run_metrics.samples(db, 1)
     assert sorted(s["step"] for s in samples) == [1] * 4 + [2] * 4 + [3] * 4
     for step in (1, 2, 3):
         assert len({s["query"] for s in samples if s["step"] == step}) == 4

@@ -14,7 +14,7 @@ def run_app(tmp_path_factory):
     """A server whose queue holds an older ordinary answer and a running PPO run's answer (priority 100)."""
     from conftest import free_port
 
-    from labeler.services import accounts, jobs, labeling, prompts
+    from labeler.services import accounts, jobs, labeling, prompts, runs
     from labeler.services.responses import insert_response
     from labeler.ui.app import build_app, launch
     from labeler.ui.context import ServeSettings
@@ -28,7 +28,7 @@ def run_app(tmp_path_factory):
     run = jobs.create_run(db, "ppo", {"reward": "human", "human_label": "rating"}, runs_dir=str(root / "runs"),
                           start=False)
     # Running, as a worker that has just claimed it leaves it (a fresh heartbeat: the server's poll keeps it).
-    db.execute("UPDATE runs SET status = 'running', heartbeat_at = ? WHERE id = ?", [jobs.utc_now(), run.id])
+    db.execute("UPDATE runs SET status = 'running', heartbeat_at = ? WHERE id = ?", [runs.utc_now(), run.id])
     with write_transaction(db):
         (ordinary, _), (from_run, _) = db.execute("SELECT id, text FROM prompts ORDER BY id").fetchall()
         first = insert_response(db, ordinary, "an ordinary answer, queued first", model="m", source="generated")
@@ -46,7 +46,7 @@ def run_app(tmp_path_factory):
 
 
 def test_a_cancelled_run_releases_its_items(run_app, login):
-    from labeler.services import jobs, labeling
+    from labeler.services import jobs, labeling, runs
     from storage import open_db
 
     url, db_path, run_id = run_app
@@ -59,7 +59,7 @@ def test_a_cancelled_run_releases_its_items(run_app, login):
 
     db = open_db(db_path)
     try:
-        assert jobs.finish(db, run_id, "cancelled", "cancelled by user")
+        assert runs.finish(db, run_id, "cancelled", "cancelled by user")
         assert labeling.waiting_for_run(db, run_id) == 0
     finally:
         db.conn.close()

@@ -34,10 +34,10 @@ def _lines(page, selector):
 
 
 def test_launch_a_tiny_run_and_watch_the_plot(running_app, login, db_rows, monkeypatch):
-    from labeler.services import jobs, prompts
+    from labeler.services import launch, prompts
     from storage import open_db
 
-    monkeypatch.setenv(jobs.LAUNCHER_ENV, "python")  # the server spawns the worker: skip accelerate's start-up
+    monkeypatch.setenv(launch.LAUNCHER_ENV, "python")  # the server spawns the worker: skip accelerate's start-up
     db = open_db(running_app.db_path)
     prompts.add_prompts(db, ["A held-out opening: the film"], source="e2e-heldout")
     db.execute("UPDATE prompts SET split = 'test' WHERE source = 'e2e-heldout'")  # for the automatic evaluation

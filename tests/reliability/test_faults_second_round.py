@@ -207,7 +207,7 @@ def _mode(path) -> int:
 
 
 def test_database_wal_run_folder_and_log_are_private(tmp_path, monkeypatch):
-    from labeler.services import jobs
+    from labeler.services import jobs, launch, supervision
 
     monkeypatch.setattr(os, "umask", os.umask)  # restored below whatever happens
     old = os.umask(0o022)  # the usual umask, under which files were created 0644
@@ -223,10 +223,11 @@ def test_database_wal_run_folder_and_log_are_private(tmp_path, monkeypatch):
         open_db(legacy).conn.close()
         assert _mode(legacy) == 0o600
 
-        monkeypatch.setenv(jobs.LAUNCHER_ENV, "python")
+        monkeypatch.setenv(launch.LAUNCHER_ENV, "python")
         run = jobs.create_run(db, "sft", {"steps": 1}, runs_dir=tmp_path / "runs", start=False)
-        monkeypatch.setattr(jobs.subprocess, "Popen", lambda *a, **k: type("P", (), {"pid": 1, "wait": lambda s: 0})())
-        jobs._spawn(run, ["true"])
+        monkeypatch.setattr(supervision.subprocess, "Popen",
+                            lambda *a, **k: type("P", (), {"pid": 1, "wait": lambda s: 0})())
+        supervision.spawn(run, ["true"])
         assert (_mode(tmp_path / "runs"), _mode(run.output_dir), _mode(run.log_path)) == (0o700, 0o700, 0o600)
     finally:
         os.umask(old)

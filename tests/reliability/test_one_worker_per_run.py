@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from labeler.services import checkpoints, jobs
+from labeler.services import checkpoints, jobs, launch, run_metrics, runs, supervision
 from labeler.services.errors import InputError
 
 pytestmark = pytest.mark.reliability
@@ -46,44 +46,44 @@ def toy_env(monkeypatch):
 def test_a_killed_launcher_leaves_a_run_that_stays_running_cannot_be_resumed_twice_and_registers_once(
         db, tmp_path, monkeypatch, toy_env):
     # The real launch: labeler.launcher (accelerate launch) starts the worker as its child, in its group.
-    monkeypatch.setenv(jobs.LAUNCHER_ENV, "accelerate")
+    monkeypatch.setenv(launch.LAUNCHER_ENV, "accelerate")
     monkeypatch.setenv("TOY_STEP_SECONDS", "0.25")
     run = jobs.create_run(db, "sft", {**TOY, "steps": 200, "checkpoint_every": 2}, runs_dir=tmp_path / "runs")
-    _wait_until(lambda: jobs.get_run(db, run.id).step >= 3, 180, "step 3")
+    _wait_until(lambda: runs.get_run(db, run.id).step >= 3, 180, "step 3")
     os.kill(run.pid, signal.SIGKILL)  # the launcher alone, as `kill -9 <runs.pid>` does
-    _wait_until(lambda: not jobs.pid_alive(run.pid), 20, "the launcher to die")
-    workers = jobs.run_processes(db, jobs.get_run(db, run.id))
+    _wait_until(lambda: not supervision.pid_alive(run.pid), 20, "the launcher to die")
+    workers = supervision.run_processes(db, runs.get_run(db, run.id))
     assert workers and run.pid not in workers, workers  # its worker trains on
 
     # Liveness sees the worker: the run is not marked failed (which let a resume start a second worker).
     assert jobs.poll(db) == []
-    step = jobs.get_run(db, run.id).step
-    _wait_until(lambda: jobs.get_run(db, run.id).step > step, 60, "the orphaned worker's next step")
-    assert jobs.get_run(db, run.id).status == "running"
+    step = runs.get_run(db, run.id).step
+    _wait_until(lambda: runs.get_run(db, run.id).step > step, 60, "the orphaned worker's next step")
+    assert runs.get_run(db, run.id).status == "running"
 
     # Marked failed anyway (as an older server did): a resume is refused while a process of the run lives.
-    assert jobs.finish(db, run.id, "failed", "marked failed while its worker lives")
+    assert runs.finish(db, run.id, "failed", "marked failed while its worker lives")
     with pytest.raises(InputError, match=r"still has processes running \(pids .*runs cancel"):
         jobs.resume_run(db, run.id)
-    assert jobs.get_run(db, run.id).status == "failed"
+    assert runs.get_run(db, run.id).status == "failed"
     # Cancel reaches the orphaned worker (not only the dead launcher's pid) and keeps the status.
     cancelled = jobs.cancel_run(db, run.id, grace_seconds=10)
-    assert cancelled.status == "failed" and jobs.run_processes(db, cancelled) == []
-    assert all(not jobs.pid_alive(pid) for pid in workers)
+    assert cancelled.status == "failed" and supervision.run_processes(db, cancelled) == []
+    assert all(not supervision.pid_alive(pid) for pid in workers)
     with pytest.raises(InputError, match="already failed"):  # nothing left to cancel
         jobs.cancel_run(db, run.id)
 
     # Now it resumes, finishes once, and one model is registered for it.
     monkeypatch.setenv("TOY_STEP_SECONDS", "0")
-    monkeypatch.setenv(jobs.LAUNCHER_ENV, "python")
+    monkeypatch.setenv(launch.LAUNCHER_ENV, "python")
     jobs.resume_run(db, run.id)
     done = jobs.wait(db, run.id, timeout=120)
-    assert done.status == "succeeded", jobs.log_tail(done)
+    assert done.status == "succeeded", run_metrics.log_tail(done)
     assert db.execute("SELECT COUNT(*) FROM models WHERE run_id = ?", [run.id]).fetchone()[0] == 1
 
 
 def _fake_launch(db_path: str, run_id: int) -> tuple[int, int]:
-    """(launcher pid, worker pid): a process leading its own group, like jobs._spawn's, whose child runs in the
+    """(launcher pid, worker pid): a process leading its own group, like supervision.spawn's, whose child runs in the
     same group with a worker's command line; both ignore SIGTERM (stuck in C code). The launcher is then
     SIGKILLed, leaving the worker."""
     args = ["-m", "labeler.worker", "--db", db_path, "--run-id", str(run_id)]
@@ -103,22 +103,23 @@ def _fake_launch(db_path: str, run_id: int) -> tuple[int, int]:
 
 
 def test_a_silent_run_whose_launcher_is_gone_has_its_worker_stopped(db, tmp_path, monkeypatch):
-    monkeypatch.setattr(jobs, "SILENT_STOP_GRACE_SECONDS", 0.5)
+    monkeypatch.setattr(supervision, "SILENT_STOP_GRACE_SECONDS", 0.5)
     run = jobs.create_run(db, "sft", {"steps": 1}, runs_dir=tmp_path, start=False)
-    launcher, worker = _fake_launch(jobs.db_file(db), run.id)
+    launcher, worker = _fake_launch(runs.db_file(db), run.id)
     try:
-        old = (datetime.now(timezone.utc) - timedelta(seconds=jobs.STALE_SECONDS + 5)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        old = (datetime.now(timezone.utc) - timedelta(seconds=supervision.STALE_SECONDS + 5)
+               ).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         db.execute("UPDATE runs SET status = 'running', pid = ?, heartbeat_at = ? WHERE id = ?",
                    [launcher, old, run.id])
-        assert jobs.run_processes(db, jobs.get_run(db, run.id)) == [worker]
+        assert supervision.run_processes(db, runs.get_run(db, run.id)) == [worker]
         assert jobs.poll(db) == [run.id]
-        failed = jobs.get_run(db, run.id)
-        stopped = f"no heartbeat for {jobs.STALE_SECONDS:.0f} s, the worker was stopped"
+        failed = runs.get_run(db, run.id)
+        stopped = f"no heartbeat for {supervision.STALE_SECONDS:.0f} s, the worker was stopped"
         assert failed.status == "failed" and stopped in failed.error
         # Stopped although the recorded pid was long gone: SIGTERM ignored, so SIGKILL after the grace.
-        _wait_until(lambda: not jobs.pid_alive(worker), 10, "the orphaned worker to be stopped")
+        _wait_until(lambda: not supervision.pid_alive(worker), 10, "the orphaned worker to be stopped")
     finally:
-        if jobs.pid_alive(worker):
+        if supervision.pid_alive(worker):
             os.kill(worker, signal.SIGKILL)
 
 
@@ -129,7 +130,7 @@ def test_a_worker_of_the_same_run_id_on_another_database_is_not_this_runs(db, tm
     launcher, worker = _fake_launch(other, run.id)
     try:
         db.execute("UPDATE runs SET status = 'failed', pid = ? WHERE id = ?", [launcher, run.id])
-        assert jobs.run_processes(db, jobs.get_run(db, run.id)) == []
+        assert supervision.run_processes(db, runs.get_run(db, run.id)) == []
         assert jobs.resume_run(db, run.id).status == "queued"
     finally:
         os.kill(worker, signal.SIGKILL)
@@ -145,9 +146,9 @@ def test_a_run_registers_at_most_one_model(db, tmp_path):
     folder.mkdir()
     (folder / "config.json").write_text("{}")
     (folder / "model.safetensors").write_bytes(b"")
-    ctx = StageContext(run_id=run.id, db_path=jobs.db_file(db), stage="sft", project="default",
+    ctx = StageContext(run_id=run.id, db_path=runs.db_file(db), stage="sft", project="default",
                        job=jobs.train_configs.load_job_config(run.config), trainer_settings={},
-                       output_dir=tmp_path, sink=MetricsSink(jobs.db_file(db), run.id, writes=False))
+                       output_dir=tmp_path, sink=MetricsSink(runs.db_file(db), run.id, writes=False))
     result = RunResult(path=str(folder), kind="policy", base_model="default")
     first = worker.register_result(db, ctx, result)
     # The same folder again (an attempt killed after registering, during its evaluation, then resumed): the

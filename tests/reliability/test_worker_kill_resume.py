@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from labeler.cli import main
-from labeler.services import checkpoints, jobs
+from labeler.services import checkpoints, jobs, launch, run_metrics, runs, supervision
 
 pytestmark = pytest.mark.reliability
 
@@ -45,7 +45,7 @@ def test_sigkilled_worker_fails_then_resumes_from_its_last_checkpoint(db, tmp_pa
                                                                    capsys):
     from labeler.services import prompts
 
-    monkeypatch.setenv(jobs.LAUNCHER_ENV, "python")
+    monkeypatch.setenv(launch.LAUNCHER_ENV, "python")
     monkeypatch.delenv(checkpoints.SLEEP_ENV, raising=False)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     prompts.add_prompts(db, [f"Review {i}: this film was" for i in range(8)], source="test")
@@ -58,18 +58,18 @@ def test_sigkilled_worker_fails_then_resumes_from_its_last_checkpoint(db, tmp_pa
 
     # Kill between two checkpoints, after at least one: the steps since the last checkpoint are lost work.
     def mid_run():
-        step = jobs.get_run(db, run.id).step
+        step = runs.get_run(db, run.id).step
         return step if step > EVERY and step % EVERY and step < STEPS - 1 else None
 
     killed_at = _wait_until(mid_run, 240, "a step between two checkpoints")
     os.killpg(run.pid, signal.SIGKILL)
-    _wait_until(lambda: not jobs._group_alive(run.pid), 20, "the worker's process group to die")
+    _wait_until(lambda: not supervision.group_alive(run.pid), 20, "the worker's process group to die")
 
     # `runs list` notices the dead worker and marks the run failed, naming why.
     capsys.readouterr()
-    assert main(["runs", "list", "--db", jobs.db_file(db)]) == 0
+    assert main(["runs", "list", "--db", runs.db_file(db)]) == 0
     assert re.search(rf"^\s*{run.id}\s+ppo\s+failed", capsys.readouterr().out, re.M)
-    failed = jobs.get_run(db, run.id)
+    failed = runs.get_run(db, run.id)
     assert failed.status == "failed" and "worker process is gone" in failed.error and failed.ended_at
     _consistent(db)
     newest = checkpoints.latest_checkpoint(root)
@@ -81,19 +81,19 @@ def test_sigkilled_worker_fails_then_resumes_from_its_last_checkpoint(db, tmp_pa
     assert max(steps_logged) >= killed_at > resumed_from
 
     capsys.readouterr()
-    assert main(["runs", "resume", str(run.id), "--db", jobs.db_file(db), "--wait"]) == 0, capsys.readouterr()
-    done = jobs.get_run(db, run.id)
-    assert done.status == "succeeded", (done.error, jobs.log_tail(done))
+    assert main(["runs", "resume", str(run.id), "--db", runs.db_file(db), "--wait"]) == 0, capsys.readouterr()
+    done = runs.get_run(db, run.id)
+    assert done.status == "succeeded", (done.error, run_metrics.log_tail(done))
     assert (done.step, done.total_steps) == (STEPS, STEPS)
-    assert f"resumed from {newest} at step {resumed_from}" in jobs.log_tail(done, 400)
+    assert f"resumed from {newest} at step {resumed_from}" in run_metrics.log_tail(done, 400)
     _consistent(db)
     # One point per step and metric, steps 1..STEPS, for every metric the run logs.
     duplicates = db.execute("SELECT name, step, COUNT(*) FROM metrics WHERE run_id = ? GROUP BY name, step"
                             " HAVING COUNT(*) > 1", [run.id]).fetchall()
     assert duplicates == []
-    frame = jobs.metrics_frame(db, run.id, ["ppo/loss/total"])
+    frame = run_metrics.metrics_frame(db, run.id, ["ppo/loss/total"])
     assert frame["step"].tolist() == list(range(1, STEPS + 1))
-    assert [s["step"] for s in jobs.samples(db, run.id, limit=100)] == list(range(STEPS, 0, -1))
+    assert [s["step"] for s in run_metrics.samples(db, run.id, limit=100)] == list(range(STEPS, 0, -1))
     # The trained model is registered once, with the run as its lineage.
     assert db.execute("SELECT COUNT(*) FROM models WHERE run_id = ?", [run.id]).fetchone()[0] == 1
     assert not list(root.glob(".tmp-*"))
@@ -115,22 +115,24 @@ def test_a_silent_worker_is_stopped_and_an_unrelated_process_with_its_pid_is_not
     alone."""
     from datetime import datetime, timedelta, timezone
 
-    monkeypatch.setattr(jobs, "SILENT_STOP_GRACE_SECONDS", 0.5)
+    monkeypatch.setattr(supervision, "SILENT_STOP_GRACE_SECONDS", 0.5)
     silent = jobs.create_run(db, "sft", {"steps": 1}, runs_dir=tmp_path, start=False)
     reused = jobs.create_run(db, "sft", {"steps": 1}, runs_dir=tmp_path, start=False)
-    worker = _silent_process("-m", "labeler.worker", "--db", jobs.db_file(db), "--run-id", str(silent.id))
+    worker = _silent_process("-m", "labeler.worker", "--db", runs.db_file(db), "--run-id", str(silent.id))
     stranger = _silent_process("-m", "something.else", "--run-id", str(reused.id))
     try:
-        old = (datetime.now(timezone.utc) - timedelta(seconds=jobs.STALE_SECONDS + 5)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        old = (datetime.now(timezone.utc) - timedelta(seconds=supervision.STALE_SECONDS + 5)
+               ).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         for run, process in ((silent, worker), (reused, stranger)):
             db.execute("UPDATE runs SET status = 'running', pid = ?, heartbeat_at = ? WHERE id = ?",
                        [process.pid, old, run.id])
         assert sorted(jobs.poll(db)) == [silent.id, reused.id]
         assert worker.wait(timeout=10) == -signal.SIGKILL  # SIGTERM ignored, then SIGKILL after the grace
         assert stranger.poll() is None  # not ours: never signalled
-        assert jobs.get_run(db, silent.id).status == jobs.get_run(db, reused.id).status == "failed"
-        assert f"no heartbeat for {jobs.STALE_SECONDS:.0f} s, the worker was stopped" in jobs.get_run(db, silent.id).error
-        assert "no heartbeat (pid" in jobs.get_run(db, reused.id).error
+        assert runs.get_run(db, silent.id).status == runs.get_run(db, reused.id).status == "failed"
+        stopped = f"no heartbeat for {supervision.STALE_SECONDS:.0f} s, the worker was stopped"
+        assert stopped in runs.get_run(db, silent.id).error
+        assert "no heartbeat (pid" in runs.get_run(db, reused.id).error
     finally:
         for process in (worker, stranger):
             if process.poll() is None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from labeler.services import accounts, jobs, labeling
+from labeler.services import accounts, labeling, launch, runs
 from labeler.services.demo import (
     ANNOTATOR, DEMO_PROJECT, DemoSettings, demo_lock, demo_running, run_demo, simulate_annotator, tie_groups,
 )
@@ -85,13 +85,13 @@ def test_a_failed_demo_deactivates_the_annotator(db, db_path, tmp_path):
 
 
 def test_tiny_demo_runs_the_whole_loop(db, db_path, tmp_path, tiny_model_dir, tiny_encoder_dir, monkeypatch):
-    monkeypatch.setenv(jobs.LAUNCHER_ENV, "python")
+    monkeypatch.setenv(launch.LAUNCHER_ENV, "python")
     settings = DemoSettings(prompts=4, heldout=2, answers=2, rm_steps=2, ppo_steps=1, ppo_batch_size=2, ppo_answers_per_prompt=2, ppo_mini_batch_size=2,
                             ppo_epochs=1, max_new_tokens=4, bf16=False, noise=0.1, policy=str(tiny_model_dir),
                             encoder=str(tiny_encoder_dir), out_dir=str(tmp_path / "demo"), eval_samples=1)
     lines = []
     report = run_demo(db_path, settings, log=lines.append)
-    assert [jobs.get_run(db, i).status for i in (report.rm_run, report.ppo_run)] == ["succeeded", "succeeded"]
+    assert [runs.get_run(db, i).status for i in (report.rm_run, report.ppo_run)] == ["succeeded", "succeeded"]
     # Everything lives in the demo's own project; the default project got nothing.
     demo_id = db.execute("SELECT id FROM projects WHERE name = ?", [DEMO_PROJECT]).fetchone()[0]
     assert {row[0] for row in db.execute("SELECT DISTINCT project_id FROM prompts")} == {demo_id}

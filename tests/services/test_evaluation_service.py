@@ -239,7 +239,7 @@ def test_report_shows_every_model_and_answers_side_by_side(db, tiny_model_dir, t
 
 def test_a_finished_ppo_run_is_evaluated_by_its_worker(db, tmp_path, tiny_model_dir, capsys):
     """The worker's own path: train, register, evaluate against the base on split 'test', log eval/... ."""
-    from labeler.services import jobs
+    from labeler.services import jobs, run_metrics, runs
     from labeler.worker import run_worker
 
     _heldout(db)
@@ -248,13 +248,13 @@ def test_a_finished_ppo_run_is_evaluated_by_its_worker(db, tmp_path, tiny_model_
                                       "ppo_epochs": 1, "max_new_tokens": 3, "checkpoint_every": 0,
                                       "eval_samples": 2}, runs_dir=tmp_path / "runs", start=False)
     db.execute("UPDATE runs SET status = 'running' WHERE id = ?", [run.id])
-    assert run_worker(jobs.db_file(db), run.id) == "succeeded", jobs.log_tail(jobs.get_run(db, run.id))
+    assert run_worker(runs.db_file(db), run.id) == "succeeded", run_metrics.log_tail(runs.get_run(db, run.id))
     before, after = evaluation.run_comparison(db, run.id)
     assert (after.model, after.run_id, after.kl_base) == (f"ppo-run{run.id}", run.id, str(tiny_model_dir))
     assert before.model == str(tiny_model_dir) and before.settings == after.settings
     assert after.settings["reward"] == WORDS and after.settings["samples"] == 2
     assert len(after.samples) == 3 * 2
-    frame = jobs.metrics_frame(db, run.id, ["eval/positive_share", "eval/kl", "eval/distinct_2"])
+    frame = run_metrics.metrics_frame(db, run.id, ["eval/positive_share", "eval/kl", "eval/distinct_2"])
     assert sorted(frame["name"]) == ["eval/distinct_2", "eval/kl", "eval/positive_share"]
     assert set(frame["step"]) == {1}
     assert f"run {run.id}: evaluation: mean reward" in capsys.readouterr().out  # in-process: the run log is stdout

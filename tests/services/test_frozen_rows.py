@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 from labeling_helpers import add_ranked_pairs
 
-from labeler.services import accounts, jobs, models
+from labeler.services import accounts, jobs, models, runs
 from labeler.services.stages import StageContext
 from labeler.services.train_configs import JobConfig
 from labeler.worker import run_worker
@@ -46,7 +46,7 @@ def test_a_resumed_reward_model_run_keeps_its_pairs(db, tmp_path, tiny_encoder_d
                 "test_size": 0.0}
     run = jobs.create_run(db, "rm", settings, runs_dir=tmp_path / "runs", start=False)
     db.execute("UPDATE runs SET status = 'running' WHERE id = ?", [run.id])
-    assert run_worker(jobs.db_file(db), run.id) == "succeeded"
+    assert run_worker(runs.db_file(db), run.id) == "succeeded"
     first = models.get_model(db, f"rm-run{run.id}")["data_snapshot"]
     assert first.split(":")[1] == "6"
 
@@ -54,5 +54,5 @@ def test_a_resumed_reward_model_run_keeps_its_pairs(db, tmp_path, tiny_encoder_d
     add_ranked_pairs(db, 4, first=6)
     db.execute("DELETE FROM models WHERE run_id = ?", [run.id])
     db.execute("UPDATE runs SET status = 'running' WHERE id = ?", [run.id])
-    assert run_worker(jobs.db_file(db), run.id) == "succeeded"
+    assert run_worker(runs.db_file(db), run.id) == "succeeded"
     assert models.get_model(db, f"rm-run{run.id}")["data_snapshot"] == first

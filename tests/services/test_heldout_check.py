@@ -1,6 +1,6 @@
 """During a PPO run the held-out prompts are answered every heldout_every steps and their positive share and mean
 reward logged at that step, scored as the final evaluation scores them (here: the run's reward function)."""
-from labeler.services import jobs, prompts
+from labeler.services import jobs, prompts, run_metrics, runs
 from labeler.worker import run_worker
 
 
@@ -14,8 +14,8 @@ def test_heldout_positive_share_is_logged_during_the_run(db, tmp_path, tiny_mode
                                       "eval_samples": 0, "heldout_every": 1},
                           runs_dir=tmp_path / "runs", start=False)
     db.execute("UPDATE runs SET status = 'running' WHERE id = ?", [run.id])
-    assert run_worker(jobs.db_file(db), run.id) == "succeeded", jobs.log_tail(jobs.get_run(db, run.id))
-    frame = jobs.metrics_frame(db, run.id, ["eval/positive_share", "eval/reward_mean"])
+    assert run_worker(runs.db_file(db), run.id) == "succeeded", run_metrics.log_tail(runs.get_run(db, run.id))
+    frame = run_metrics.metrics_frame(db, run.id, ["eval/positive_share", "eval/reward_mean"])
     rows = {(r.name, int(r.step)): r.value for r in frame.itertuples()}
     # Steps 1 and 2 checked (not 3: the last step is the full evaluation's, off here); words/4 of 4 tokens <= 1.
     assert sorted(rows) == [("eval/positive_share", 1), ("eval/positive_share", 2),

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from labeler.services import accounts, jobs, labeling
+from labeler.services import accounts, jobs, labeling, run_metrics, runs
 from labeler.services.human_reward import HumanRewardQueue, rating_to_reward
 from labeler.services.train_configs import load_job_config, resolve_run_config
 from labeler.worker import run_worker
@@ -93,12 +93,12 @@ def test_next_batch_is_queued_before_the_first_is_rated(db, db_path, tmp_path, t
     thread = threading.Thread(target=annotator)
     thread.start()
     try:
-        status = run_worker(jobs.db_file(db), run.id)
+        status = run_worker(runs.db_file(db), run.id)
     finally:
         stop.set()
         thread.join()
-    done = jobs.get_run(db, run.id)
-    assert status == "succeeded", (done.error, jobs.log_tail(done))
+    done = runs.get_run(db, run.id)
+    assert status == "succeeded", (done.error, run_metrics.log_tail(done))
     assert first_waiting == [4]  # both batches were in the rating queue before the first rating
     # When the first batch's rewards were requested, the second batch was already queued, all unrated.
     items = [r[0] for r in db.execute("SELECT id FROM items WHERE run_id = ? ORDER BY id", [run.id])]
@@ -110,6 +110,6 @@ def test_next_batch_is_queued_before_the_first_is_rated(db, db_path, tmp_path, t
         pytest.approx([rating_to_reward(given[i], 1, 7) for i in batch]) for batch in (items[:2], items[2:])]
     assert all(lp is not None and len(lp) == 2 for _, lp in steps)
     # Batch 1 was sampled by the policy it is stepped with; batch 2 by the policy before step 1's update.
-    staleness = jobs.metrics_frame(db, run.id, ["ppo/policy/staleness_kl"])["value"].tolist()
+    staleness = run_metrics.metrics_frame(db, run.id, ["ppo/policy/staleness_kl"])["value"].tolist()
     assert len(staleness) == 2 and abs(staleness[0]) < 1e-6 and abs(staleness[1]) > 1e-5, staleness
     assert labeling.waiting_for_run(db, run.id) == 0

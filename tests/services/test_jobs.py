@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from labeler.services import checkpoints, jobs
+from labeler.services import checkpoints, jobs, launch, run_metrics, runs, supervision
 from labeler.services.errors import InputError
 
 HERE = Path(__file__).resolve().parent
@@ -27,7 +27,7 @@ TOY = {"runner": "toy_runner:run", "model": "toy-linear"}
 def _toy_on_path(monkeypatch):
     # The worker is a separate process: it finds toy_runner through PYTHONPATH.
     monkeypatch.setenv("PYTHONPATH", str(HERE))
-    monkeypatch.setenv(jobs.LAUNCHER_ENV, "python")  # accelerate launch is covered by one test below
+    monkeypatch.setenv(launch.LAUNCHER_ENV, "python")  # accelerate launch is covered by one test below
     monkeypatch.delenv(checkpoints.SLEEP_ENV, raising=False)
     monkeypatch.delenv("TOY_STEP_SECONDS", raising=False)
 
@@ -43,7 +43,7 @@ def _wait_until(condition, timeout=60.0, what="condition"):
 
 
 def _losses(db, run_id):
-    frame = jobs.metrics_frame(db, run_id, ["loss"])
+    frame = run_metrics.metrics_frame(db, run_id, ["loss"])
     return list(zip(frame["step"].tolist(), frame["value"].tolist()))
 
 
@@ -53,27 +53,27 @@ def _reference_losses(db, runs_dir, steps, every):
 
     run = jobs.create_run(db, "sft", {**TOY, "steps": steps, "checkpoint_every": every}, runs_dir=runs_dir, start=False)
     db.execute("UPDATE runs SET status = 'running' WHERE id = ?", [run.id])
-    assert run_worker(jobs.db_file(db), run.id) == "succeeded"
+    assert run_worker(runs.db_file(db), run.id) == "succeeded"
     return _losses(db, run.id)
 
 
 def test_run_through_accelerate_launch_is_recorded_plotted_and_registered(db, tmp_path, monkeypatch):
-    monkeypatch.setenv(jobs.LAUNCHER_ENV, "accelerate")
+    monkeypatch.setenv(launch.LAUNCHER_ENV, "accelerate")
     run = jobs.create_run(db, "sft", {**TOY, "steps": 6, "checkpoint_every": 3}, runs_dir=tmp_path / "runs")
     assert run.status == "running" and run.pid
     assert "labeler.launcher" in run.command and "labeler.worker" in run.command  # accelerate launch, in-process
     assert f"--run-id {run.id}" in run.command
 
     done = jobs.wait(db, run.id, timeout=120)
-    assert done.status == "succeeded", jobs.log_tail(done)
+    assert done.status == "succeeded", run_metrics.log_tail(done)
     assert (done.step, done.total_steps) == (6, 6)
     assert done.started_at and done.ended_at and done.heartbeat_at and done.error == ""
     assert [step for step, _ in _losses(db, run.id)] == [1, 2, 3, 4, 5, 6]
-    assert set(jobs.metric_names(db, run.id)) == {"loss", "lr"}
-    assert "run {}: succeeded".format(run.id) in jobs.log_tail(done)
+    assert set(run_metrics.metric_names(db, run.id)) == {"loss", "lr"}
+    assert "run {}: succeeded".format(run.id) in run_metrics.log_tail(done)
     # The worker uses every core this process may use (accelerate alone would give it OMP_NUM_THREADS=1).
-    assert "--num_cpu_threads_per_process {}".format(jobs.usable_cores()) in run.command
-    assert "torch threads {},".format(jobs.usable_cores()) in Path(done.log_path).read_text()
+    assert "--num_cpu_threads_per_process {}".format(launch.usable_cores()) in run.command
+    assert "torch threads {},".format(launch.usable_cores()) in Path(done.log_path).read_text()
     # Two complete checkpoints kept (steps 3 and 6), each with a manifest.
     assert [p.name for p in checkpoints.complete_checkpoints(Path(done.output_dir) / "checkpoints")] == [
         "checkpoint-3", "checkpoint-6"]
@@ -94,8 +94,8 @@ def test_queue_runs_one_at_a_time(db, tmp_path, monkeypatch):
     second = jobs.create_run(db, "rm", {**TOY, "steps": 3}, runs_dir=tmp_path / "runs")
     assert (first.status, second.status) == ("running", "queued")
     # The first worker starts the second on its way out; nobody needs to poll.
-    _wait_until(lambda: jobs.get_run(db, second.id).status in jobs.FINAL, 120, "second run")
-    first, second = jobs.get_run(db, first.id), jobs.get_run(db, second.id)
+    _wait_until(lambda: runs.get_run(db, second.id).status in runs.FINAL, 120, "second run")
+    first, second = runs.get_run(db, first.id), runs.get_run(db, second.id)
     assert (first.status, second.status) == ("succeeded", "succeeded")
     assert second.started_at >= first.ended_at
 
@@ -103,23 +103,24 @@ def test_queue_runs_one_at_a_time(db, tmp_path, monkeypatch):
 def test_cancel_then_resume_continues_the_loss_curve(db, tmp_path, monkeypatch):
     reference = _reference_losses(db, tmp_path / "ref", steps=12, every=2)
     monkeypatch.setenv("TOY_STEP_SECONDS", "0.3")
-    monkeypatch.setenv(jobs.LAUNCHER_ENV, "accelerate")  # launcher + worker: cancel must end both
+    monkeypatch.setenv(launch.LAUNCHER_ENV, "accelerate")  # launcher + worker: cancel must end both
     run = jobs.create_run(db, "sft", {**TOY, "steps": 12, "checkpoint_every": 2}, runs_dir=tmp_path / "runs")
-    _wait_until(lambda: jobs.get_run(db, run.id).step >= 5, 90, "step 5")
+    _wait_until(lambda: runs.get_run(db, run.id).step >= 5, 90, "step 5")
     cancelled = jobs.cancel_run(db, run.id, grace_seconds=10)
     assert cancelled.status == "cancelled" and cancelled.ended_at
-    assert not jobs._group_alive(cancelled.pid)  # no process of the run's group is left
-    assert f"run {run.id}: cancelled" in jobs.log_tail(cancelled)  # the worker's SIGTERM handler ran: a clean end
-    stopped_at = jobs.get_run(db, run.id).step
+    assert not supervision.group_alive(cancelled.pid)  # no process of the run's group is left
+    # The worker's SIGTERM handler ran: a clean end.
+    assert f"run {run.id}: cancelled" in run_metrics.log_tail(cancelled)
+    stopped_at = runs.get_run(db, run.id).step
     assert 5 <= stopped_at < 12
-    assert jobs.get_run(db, run.id).status == "cancelled"  # the worker did not overwrite it
+    assert runs.get_run(db, run.id).status == "cancelled"  # the worker did not overwrite it
 
     monkeypatch.setenv("TOY_STEP_SECONDS", "0")
     resumed = jobs.resume_run(db, run.id)
     assert resumed.status == "running"
     done = jobs.wait(db, run.id, timeout=60)
-    assert done.status == "succeeded", jobs.log_tail(done)
-    assert "resumed from" in jobs.log_tail(done, 200)
+    assert done.status == "succeeded", run_metrics.log_tail(done)
+    assert "resumed from" in run_metrics.log_tail(done, 200)
     got = _losses(db, run.id)
     assert [s for s, _ in got] == list(range(1, 13))
     assert got == pytest.approx(reference, abs=1e-6)
@@ -133,10 +134,10 @@ def test_sigkill_inside_checkpoint_writing_leaves_last_good_checkpoint(db, tmp_p
     _wait_until(lambda: any((p / "training_state.pt").exists() for p in root.glob(".tmp-checkpoint-4-*")), 60,
                 "the step-4 checkpoint files")
     os.killpg(run.pid, signal.SIGKILL)
-    _wait_until(lambda: not jobs.pid_alive(run.pid), 10, "the worker to die")
+    _wait_until(lambda: not supervision.pid_alive(run.pid), 10, "the worker to die")
 
     assert jobs.poll(db) == [run.id]
-    failed = jobs.get_run(db, run.id)
+    failed = runs.get_run(db, run.id)
     assert failed.status == "failed" and "gone" in failed.error and failed.ended_at
     assert checkpoints.latest_checkpoint(root).name == "checkpoint-2"
     state = torch.load(root / "checkpoint-2" / "training_state.pt", weights_only=True)
@@ -146,7 +147,7 @@ def test_sigkill_inside_checkpoint_writing_leaves_last_good_checkpoint(db, tmp_p
     monkeypatch.delenv(checkpoints.SLEEP_ENV)
     jobs.resume_run(db, run.id)
     done = jobs.wait(db, run.id, timeout=60)
-    assert done.status == "succeeded", jobs.log_tail(done)
+    assert done.status == "succeeded", run_metrics.log_tail(done)
     assert not list(root.glob(".tmp-*"))  # the half-written folder was cleaned up
     assert _losses(db, run.id) == pytest.approx(reference, abs=1e-6)
 
@@ -154,7 +155,7 @@ def test_sigkill_inside_checkpoint_writing_leaves_last_good_checkpoint(db, tmp_p
 def test_early_stop_ends_after_the_current_step_and_keeps_the_model(db, tmp_path, monkeypatch):
     monkeypatch.setenv("TOY_STEP_SECONDS", "0.2")
     run = jobs.create_run(db, "dpo", {**TOY, "steps": 200, "checkpoint_every": 0}, runs_dir=tmp_path / "runs")
-    _wait_until(lambda: jobs.get_run(db, run.id).step >= 2, 60, "step 2")
+    _wait_until(lambda: runs.get_run(db, run.id).step >= 2, 60, "step 2")
     jobs.request_stop(db, run.id)
     done = jobs.wait(db, run.id, timeout=60)
     assert done.status == "succeeded" and done.step < 200
@@ -171,15 +172,17 @@ def test_dead_worker_is_marked_failed_by_poll(db, tmp_path):
     silent = jobs.create_run(db, "sft", TOY, runs_dir=tmp_path, start=False)
     fresh = jobs.create_run(db, "sft", TOY, runs_dir=tmp_path, start=False)
     now = datetime.now(timezone.utc)
-    old = (now - timedelta(seconds=jobs.STALE_SECONDS + 5)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    db.execute("UPDATE runs SET status='running', pid=?, heartbeat_at=? WHERE id=?", [gone.pid, jobs.utc_now(), dead.id])
+    old = (now - timedelta(seconds=supervision.STALE_SECONDS + 5)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    db.execute("UPDATE runs SET status='running', pid=?, heartbeat_at=? WHERE id=?",
+               [gone.pid, runs.utc_now(), dead.id])
     # Alive pid (this test process) but no heartbeat for over a minute: hung or a reused pid.
     db.execute("UPDATE runs SET status='running', pid=?, heartbeat_at=? WHERE id=?", [os.getpid(), old, silent.id])
-    db.execute("UPDATE runs SET status='running', pid=?, heartbeat_at=? WHERE id=?", [os.getpid(), jobs.utc_now(), fresh.id])
+    db.execute("UPDATE runs SET status='running', pid=?, heartbeat_at=? WHERE id=?",
+               [os.getpid(), runs.utc_now(), fresh.id])
     assert sorted(jobs.poll(db, max_concurrent=5)) == [dead.id, silent.id]
-    assert [jobs.get_run(db, i).status for i in (dead.id, silent.id, fresh.id)] == ["failed", "failed", "running"]
-    assert "gone" in jobs.get_run(db, dead.id).error
-    assert "heartbeat" in jobs.get_run(db, silent.id).error
+    assert [runs.get_run(db, i).status for i in (dead.id, silent.id, fresh.id)] == ["failed", "failed", "running"]
+    assert "gone" in runs.get_run(db, dead.id).error
+    assert "heartbeat" in runs.get_run(db, silent.id).error
 
 
 def test_bad_settings_are_refused_before_anything_is_written(db, tmp_path):
@@ -209,7 +212,7 @@ def test_cancel_queued_run_and_state_errors(db, tmp_path):
 
 
 def test_eta_from_average_pace():
-    run = jobs.Run(id=1, project="default", stage="sft", name="", status="running", config={}, command="", pid=1,
+    run = runs.Run(id=1, project="default", stage="sft", name="", status="running", config={}, command="", pid=1,
                    log_path="", output_dir="", error="", step=5, total_steps=20, stop_requested=False,
                    created_by=None, created_at="", started_at="2026-01-01T00:00:00.000000Z", ended_at=None,
                    heartbeat_at=None)
@@ -246,4 +249,4 @@ def test_log_tail_drops_progress_bar_escapes_and_repeats(db, tmp_path):
         "loss 0.5\n"
         "done\n"
     )
-    assert jobs.log_tail(jobs.get_run(db, run.id)) == "start\n100%|##########| 10/10\nloss 0.5\ndone"
+    assert run_metrics.log_tail(runs.get_run(db, run.id)) == "start\n100%|##########| 10/10\nloss 0.5\ndone"

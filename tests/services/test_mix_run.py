@@ -8,7 +8,7 @@ import time
 
 from labeling_helpers import add_ranked_pairs
 
-from labeler.services import accounts, jobs, labeling
+from labeler.services import accounts, jobs, labeling, run_metrics, runs
 from labeler.worker import run_worker
 from storage import open_db
 
@@ -38,16 +38,16 @@ def test_mix_run_asks_people_about_some_groups_and_learns_from_their_rankings(db
                                           "max_new_tokens": 4, "human_timeout": 60, "eval_samples": 0},
                               runs_dir=tmp_path / "runs", start=False)
         db.execute("UPDATE runs SET status = 'running' WHERE id = ?", [run.id])
-        status = run_worker(jobs.db_file(db), run.id)
+        status = run_worker(runs.db_file(db), run.id)
     finally:
         stop.set()
         thread.join()
-    done = jobs.get_run(db, run.id)
-    assert status == "succeeded", (done.error, jobs.log_tail(done))
+    done = runs.get_run(db, run.id)
+    assert status == "succeeded", (done.error, run_metrics.log_tail(done))
     # 4 groups of 2 answers per batch, half to people: 2 Rank items per step, 2 steps.
     items = db.execute("SELECT kind, priority FROM items WHERE run_id = ?", [run.id]).fetchall()
     assert [tuple(i) for i in items] == [("ranking", 0)] * 4 and len(ranked) == 4
-    frame = jobs.metrics_frame(db, run.id, ["human/answers_judged", "human/labels_used", "reward/from_human",
+    frame = run_metrics.metrics_frame(db, run.id, ["human/answers_judged", "human/labels_used", "reward/from_human",
                                             "reward/from_rm", "rm_online/agreement"])
     by_name = {name: rows["value"].tolist() for name, rows in frame.groupby("name")}
     assert by_name["human/answers_judged"] == [4.0, 8.0] and by_name["human/labels_used"] == [2.0, 4.0]

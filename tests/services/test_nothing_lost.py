@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from labeler.services import checkpoints, evaluation, jobs, kept_models, models, prompts
+from labeler.services import (checkpoints, evaluation, jobs, kept_models, launch, models, prompts, run_metrics, runs,
+                              supervision)
 from labeler.services.evaluation import EvalSettings
 from labeler.services.stages import checkpoint_due, checkpoint_keep
 from labeler.services.train_configs import JobConfig
@@ -164,9 +165,9 @@ def ppo_run(tmp_path_factory, tiny_model_dir):
     db.execute("UPDATE prompts SET split = 'test' WHERE text IN ('The film was', 'I watched it and')")
     run = jobs.create_run(db, "ppo", {"model": str(tiny_model_dir), **TINY_PPO}, runs_dir=root / "runs", start=False)
     db.execute("UPDATE runs SET status = 'running' WHERE id = ?", [run.id])
-    assert run_worker(db_path, run.id) == "succeeded", jobs.log_tail(jobs.get_run(db, run.id))
+    assert run_worker(db_path, run.id) == "succeeded", run_metrics.log_tail(runs.get_run(db, run.id))
     db.conn.close()
-    return db_path, jobs.get_run(open_db(db_path), run.id)
+    return db_path, runs.get_run(open_db(db_path), run.id)
 
 
 def test_eval_of_a_checkpoint_measures_kl_against_the_runs_base(ppo_run, tiny_model_dir, tmp_path):
@@ -224,7 +225,7 @@ def test_the_newest_checkpoint_is_kept_as_a_registered_model(ppo_run, tiny_model
     assert kept["path"] == str(Path(run.output_dir) / "model-step2")
     assert kept["config"]["kept_from"] == {"run": run.id, "step": 2, "status": "succeeded"}
     assert kept["config"]["job"]["steps"] == 2 and kept["run_id"] is None  # the run's one model stays its final
-    assert kept["metrics"]["objective/kl"] == jobs.metrics_frame(db, run.id, ["objective/kl"])["value"].iloc[-1]
+    assert kept["metrics"]["objective/kl"] == run_metrics.metrics_frame(db, run.id, ["objective/kl"])["value"].iloc[-1]
     assert kept["data_snapshot"] == models.get_model(db, f"ppo-run{run.id}")["data_snapshot"]
     weights = Path(kept["path"]) / "model.safetensors"
     assert weights.stat().st_ino == (checkpoint / "model.safetensors").stat().st_ino
@@ -242,7 +243,7 @@ def test_the_newest_checkpoint_is_kept_as_a_registered_model(ppo_run, tiny_model
 @pytest.fixture
 def worker_env(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(HERE))  # the worker finds toy_runner and eval_rewards
-    monkeypatch.setenv(jobs.LAUNCHER_ENV, "python")
+    monkeypatch.setenv(launch.LAUNCHER_ENV, "python")
     monkeypatch.delenv(checkpoints.SLEEP_ENV, raising=False)
     monkeypatch.delenv("TOY_STEP_SECONDS", raising=False)
 
@@ -254,9 +255,9 @@ def test_cancel_keeps_the_newest_checkpoint_and_a_resume_still_finishes(db, tmp_
     monkeypatch.setenv("TOY_STEP_SECONDS", "0.2")
     run = jobs.create_run(db, "sft", {**TOY, "steps": 12, "checkpoint_every": 2}, runs_dir=tmp_path / "runs")
     root = Path(run.output_dir) / "checkpoints"
-    _wait_until(lambda: jobs.get_run(db, run.id).step >= 5, 90, "step 5")
-    assert main(["runs", "cancel", "--db", jobs.db_file(db), str(run.id)]) == 0
-    cancelled = jobs.get_run(db, run.id)
+    _wait_until(lambda: runs.get_run(db, run.id).step >= 5, 90, "step 5")
+    assert main(["runs", "cancel", "--db", runs.db_file(db), str(run.id)]) == 0
+    cancelled = runs.get_run(db, run.id)
     assert cancelled.status == "cancelled" and cancelled.error == "cancelled by user"
     newest = checkpoints.checkpoint_step(checkpoints.latest_checkpoint(root))
     assert 4 <= newest <= cancelled.step
@@ -266,15 +267,15 @@ def test_cancel_keeps_the_newest_checkpoint_and_a_resume_still_finishes(db, tmp_
     assert f"kept model {kept['name']} (step {newest}): {kept['path']}" in capsys.readouterr().out
     assert (Path(kept["path"]) / "model.safetensors").read_bytes() == (root / f"checkpoint-{newest}" /
                                                                        "model.safetensors").read_bytes()
-    frame = jobs.metrics_frame(db, run.id, ["loss"])
+    frame = run_metrics.metrics_frame(db, run.id, ["loss"])
     assert kept["metrics"]["loss"] == dict(zip(frame["step"], frame["value"]))[newest]  # the loss at that step
 
     monkeypatch.setenv("TOY_STEP_SECONDS", "0")
     # A worker that outlived the grace period is SIGKILLed: wait until it is gone (resume refuses while it lives).
-    _wait_until(lambda: not jobs.pid_alive(cancelled.pid), 30, "the cancelled worker to exit")
+    _wait_until(lambda: not supervision.pid_alive(cancelled.pid), 30, "the cancelled worker to exit")
     jobs.resume_run(db, run.id)
     done = jobs.wait(db, run.id, timeout=180)  # seconds alone; minutes on a machine shared with other test runs
-    assert done.status == "succeeded", jobs.log_tail(done)
+    assert done.status == "succeeded", run_metrics.log_tail(done)
     names = [m["name"] for m in models.list_models(db) if m["name"] != "default"]
     assert names == [kept["name"], f"sft-run{run.id}"]  # the kept model, then the run's own
     assert models.get_model(db, f"sft-run{run.id}")["run_id"] == run.id
@@ -295,7 +296,7 @@ def test_a_cancel_during_a_checkpoint_write_keeps_that_checkpoint(db, tmp_path, 
     assert checkpoints.latest_checkpoint(root).name == "checkpoint-4" and not checkpoints.writing(root)
     (kept,) = kept_models.kept_models(db, run.id)
     assert kept["config"]["kept_from"]["step"] == 4
-    assert f"run {run.id}: cancelled" in jobs.log_tail(cancelled)  # a clean end after the write, not SIGKILL
+    assert f"run {run.id}: cancelled" in run_metrics.log_tail(cancelled)  # a clean end after the write, not SIGKILL
 
 
 def test_nothing_to_keep_and_a_checkpoint_that_cannot_be_kept(db, tmp_path):
@@ -310,13 +311,13 @@ def test_nothing_to_keep_and_a_checkpoint_that_cannot_be_kept(db, tmp_path):
                                 lambda folder: (folder / "trainer_state.pt").write_bytes(b"s"))
     db.execute("UPDATE runs SET status = 'cancelled', error = 'cancelled by user' WHERE id = ?", [run.id])
     assert kept_models.keep_after_cancel(db, run.id) is None
-    error = jobs.get_run(db, run.id).error
+    error = runs.get_run(db, run.id).error
     assert error.startswith("cancelled by user; its newest checkpoint was not kept as a model: ")
     assert "checkpoint-2: no *.safetensors weights to export" in error
     assert kept_models.kept_models(db, run.id) == [] and not (Path(run.output_dir) / "model-step2").exists()
     # Only a cancelled run: one that finished registered its own model.
     db.execute("UPDATE runs SET status = 'succeeded' WHERE id = ?", [run.id])
-    assert kept_models.keep_after_cancel(db, run.id) is None and jobs.get_run(db, run.id).error == error
+    assert kept_models.keep_after_cancel(db, run.id) is None and runs.get_run(db, run.id).error == error
 
 
 def test_a_cancelled_tiny_ppo_run_keeps_a_model_of_its_last_checkpointed_step(db, tmp_path, tiny_model_dir,
@@ -327,7 +328,7 @@ def test_a_cancelled_tiny_ppo_run_keeps_a_model_of_its_last_checkpointed_step(db
     root = Path(run.output_dir) / "checkpoints"
     _wait_until(lambda: checkpoints.latest_checkpoint(root), 180, "the step-1 checkpoint")
     cancelled = jobs.cancel_run(db, run.id)
-    assert cancelled.status == "cancelled", jobs.log_tail(cancelled)
+    assert cancelled.status == "cancelled", run_metrics.log_tail(cancelled)
     (kept,) = kept_models.kept_models(db, run.id)
     step = kept["config"]["kept_from"]["step"]
     # checkpoint_every=1: the newest checkpoint is the last completed step, or the one before when the cancel
@@ -358,7 +359,7 @@ def test_stop_while_waiting_for_people_keeps_the_model_of_the_last_completed_ste
     db.execute("UPDATE runs SET status = 'running' WHERE id = ?", [run.id])
 
     def annotator():  # rates the first batch (2 rollouts), then waits for the second and asks the run to stop
-        other = open_db(jobs.db_file(db))
+        other = open_db(runs.db_file(db))
         rated = 0
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -366,17 +367,17 @@ def test_stop_while_waiting_for_people_keeps_the_model_of_the_last_completed_ste
             if item is not None and item.run_id == run.id:
                 labeling.submit_rating(other, "default", "ann", item.item_id, 7 if rated else 2)  # unequal: a step
                 rated += 1
-            elif rated == 2 and jobs.get_run(other, run.id).step == 1 and labeling.waiting_for_run(other, run.id):
+            elif rated == 2 and runs.get_run(other, run.id).step == 1 and labeling.waiting_for_run(other, run.id):
                 jobs.request_stop(other, run.id)
                 return
             time.sleep(0.05)
 
     thread = threading.Thread(target=annotator)
     thread.start()
-    status = run_worker(jobs.db_file(db), run.id)
+    status = run_worker(runs.db_file(db), run.id)
     thread.join()
-    done = jobs.get_run(db, run.id)
-    assert status == "succeeded" and done.step == 1, jobs.log_tail(done)
+    done = runs.get_run(db, run.id)
+    assert status == "succeeded" and done.step == 1, run_metrics.log_tail(done)
     model = models.get_model(db, f"ppo-run{run.id}")
     final = load_file(str(Path(model["path"]) / "model.safetensors"))
     step1 = load_file(str(Path(run.output_dir) / "checkpoints" / "checkpoint-1" / "model.safetensors"))

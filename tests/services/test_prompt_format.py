@@ -122,7 +122,7 @@ def test_shipped_prompts_keep_the_settings_of_a_project_in_use(db):
 @pytest.mark.parametrize("prompt_format, expected", [("chat", None), ("continue", False)])
 def test_ppo_rollouts_render_prompts_in_the_projects_format(db, tmp_path, tiny_model_dir, monkeypatch, prompt_format, expected):
     import rlhf.generation
-    from labeler.services import jobs
+    from labeler.services import jobs, run_metrics, runs
     from labeler.worker import run_worker
 
     seen = []
@@ -140,5 +140,5 @@ def test_ppo_rollouts_render_prompts_in_the_projects_format(db, tmp_path, tiny_m
                                       "checkpoint_every": 0, "eval_samples": 0},
                           runs_dir=tmp_path / "runs", start=False)
     db.execute("UPDATE runs SET status = 'running' WHERE id = ?", [run.id])
-    assert run_worker(jobs.db_file(db), run.id) == "succeeded", jobs.log_tail(jobs.get_run(db, run.id))
+    assert run_worker(runs.db_file(db), run.id) == "succeeded", run_metrics.log_tail(runs.get_run(db, run.id))
     assert seen and set(seen) == {expected}

@@ -2,7 +2,7 @@
 (arrival or uncertainty), and a run's items released when it ends."""
 from labeling_helpers import add_prompt, make_users, rating_items
 
-from labeler.services import jobs, labeling, projects
+from labeler.services import jobs, labeling, projects, runs
 from labeler.services.labeling import create_items, next_item, submit_rating
 
 P = "default"
@@ -48,7 +48,7 @@ def test_waiting_counts_rankings_and_an_ended_run_releases_its_items(db, tmp_pat
     assert labeling.waiting_for_run(db, run.id) == 1
     assert labeling.waiting_for_run(db, run.id, "rating") == 0
     db.execute("UPDATE runs SET status = 'running' WHERE id = ?", [run.id])
-    assert jobs.finish(db, run.id, "cancelled", "cancelled by user")
+    assert runs.finish(db, run.id, "cancelled", "cancelled by user")
     assert labeling.waiting_for_run(db, run.id) == 0
     assert db.execute("SELECT priority FROM items").fetchall()[0][0] == 0
     db.execute("UPDATE items SET priority = 100")

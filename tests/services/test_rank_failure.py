@@ -1,5 +1,5 @@
 """A training process that dies: the run's error says which rank, how (signal or exit code), where its log is,
-and how to resume, however rank 0 learnt of it (labeler/launcher.py, jobs.record_rank_failure). Real launches
+and how to resume, however rank 0 learnt of it (labeler/launcher.py, supervision.record_rank_failure). Real launches
 through accelerate launch (gloo ranks on the CPU) of a tiny stage, tests/services/dying_rank_runner.py."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from labeler.services import jobs
+from labeler.services import jobs, launch, run_metrics, runs, supervision
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -18,12 +18,12 @@ DYING = {"runner": "dying_rank_runner:run", "model": "toy", "steps": 3, "checkpo
 @pytest.fixture(autouse=True)
 def _env(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # no accelerate default config of this machine's user
-    for name in (jobs.LAUNCHER_ENV, jobs.ACCELERATE_CONFIG_ENV, jobs.NUM_PROCESSES_ENV):
+    for name in (launch.LAUNCHER_ENV, launch.ACCELERATE_CONFIG_ENV, launch.NUM_PROCESSES_ENV):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent))  # the worker finds the runner
 
 
-def run_dying(db, tmp_path, monkeypatch, processes: int, rank: int, how: str) -> jobs.Run:
+def run_dying(db, tmp_path, monkeypatch, processes: int, rank: int, how: str) -> runs.Run:
     monkeypatch.setenv("DYING_RANK", str(rank))
     monkeypatch.setenv("DYING_HOW", how)
     run = jobs.create_run(db, "sft", {**DYING, "num_processes": processes}, runs_dir=tmp_path / "runs")
@@ -52,7 +52,7 @@ def test_a_killed_rank_is_named_with_its_signal_log_and_the_resume_command(db, t
     assert error.endswith(f"; `rlhf-studio runs resume {done.id}` continues from {checkpoint}"), error
     assert "\n" not in error
     # The worker log has every rank's lines too, prefixed by torch elastic with the rank.
-    assert "[default1]:rank 1: step 1" in jobs.log_tail(done, 400).splitlines()
+    assert "[default1]:rank 1: step 1" in run_metrics.log_tail(done, 400).splitlines()
 
 
 def test_a_rank_that_exits_is_named_with_its_exit_code(db, tmp_path, monkeypatch):
@@ -74,20 +74,22 @@ def test_a_killed_single_process_is_recorded_not_left_running(db, tmp_path, monk
 
 
 def test_rank_0_keeps_its_own_error_and_a_cancel_is_left_alone(db, tmp_path):
-    failure = jobs.RankFailure(rank=0, pid=11, exitcode=1, log=None)
+    failure = supervision.RankFailure(rank=0, pid=11, exitcode=1, log=None)
     run = jobs.create_run(db, "sft", {**DYING}, runs_dir=tmp_path / "runs", start=False)
     db.execute("UPDATE runs SET status = 'failed', error = 'ValueError: bad row 3' WHERE id = ?", [run.id])
-    assert jobs.record_rank_failure(db, run.id, failure) is None
-    assert jobs.get_run(db, run.id).error == "ValueError: bad row 3"
+    assert supervision.record_rank_failure(db, run.id, failure) is None
+    assert runs.get_run(db, run.id).error == "ValueError: bad row 3"
     db.execute("UPDATE runs SET status = 'cancelled', error = 'cancelled by user' WHERE id = ?", [run.id])
-    assert jobs.record_rank_failure(db, run.id, jobs.RankFailure(rank=1, pid=12, exitcode=-15, log=None)) is None
-    assert (jobs.get_run(db, run.id).status, jobs.get_run(db, run.id).error) == ("cancelled", "cancelled by user")
+    killed = supervision.RankFailure(rank=1, pid=12, exitcode=-15, log=None)
+    assert supervision.record_rank_failure(db, run.id, killed) is None
+    assert (runs.get_run(db, run.id).status, runs.get_run(db, run.id).error) == ("cancelled", "cancelled by user")
     # No checkpoint yet: the resume starts again.
     db.execute("UPDATE runs SET status = 'failed', error = '' WHERE id = ?", [run.id])
-    message = jobs.record_rank_failure(db, run.id, jobs.RankFailure(rank=2, pid=None, exitcode=-11, log=None))
+    crashed = supervision.RankFailure(rank=2, pid=None, exitcode=-11, log=None)
+    message = supervision.record_rank_failure(db, run.id, crashed)
     assert message == (f"training process rank 2 was killed by signal 11 (SIGSEGV); its log: {run.log_path}; "
                        f"`rlhf-studio runs resume {run.id}` starts it again (no complete checkpoint yet)")
-    assert jobs.get_run(db, run.id).error == message
+    assert runs.get_run(db, run.id).error == message
 
 
 def test_a_rank_0_that_only_lost_its_peer_gives_way_to_the_rank_that_died(db, tmp_path):
@@ -96,12 +98,12 @@ def test_a_rank_0_that_only_lost_its_peer_gives_way_to_the_rank_that_died(db, tm
     run = jobs.create_run(db, "sft", {**DYING}, runs_dir=tmp_path / "runs", start=False)
     lost = "RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:23776."
     db.execute("UPDATE runs SET status = 'failed', error = ? WHERE id = ?", [lost, run.id])
-    rank0 = jobs.RankFailure(rank=0, pid=11, exitcode=1, log=None)
-    rank1 = jobs.RankFailure(rank=1, pid=12, exitcode=3, log=None)
-    message = jobs.record_rank_failure(db, run.id, rank0, [rank1])
+    rank0 = supervision.RankFailure(rank=0, pid=11, exitcode=1, log=None)
+    rank1 = supervision.RankFailure(rank=1, pid=12, exitcode=3, log=None)
+    message = supervision.record_rank_failure(db, run.id, rank0, [rank1])
     assert message.startswith("training process rank 1 (pid 12) exited with code 3; its log: "), message
     assert f"the other ranks were stopped (rank 0 recorded: {lost})" in message
     # A rank 0 that failed on its own error stays the root cause, whoever else failed after it.
     db.execute("UPDATE runs SET status = 'failed', error = 'ValueError: bad row 3' WHERE id = ?", [run.id])
-    assert jobs.record_rank_failure(db, run.id, rank0, [rank1]) is None
-    assert jobs.get_run(db, run.id).error == "ValueError: bad row 3"
+    assert supervision.record_rank_failure(db, run.id, rank0, [rank1]) is None
+    assert runs.get_run(db, run.id).error == "ValueError: bad row 3"

@@ -157,7 +157,7 @@ def test_a_micro_step_is_measured_on_the_run_s_own_model(tiny_model_dir):
 def test_cli_dry_run_queues_nothing_and_a_budget_sets_the_steps(labelled, db_path, tiny_model_dir, capsys,
                                                                  monkeypatch):
     from labeler.cli import main
-    from labeler.services import jobs
+    from labeler.services import jobs, runs
 
     monkeypatch.setattr(run_estimate, "measure_micro_step", lambda settings: MICRO)
     common = ["train", "ppo", "--db", db_path, "--set", f"model={tiny_model_dir}", "--set", "reward=function",
@@ -166,11 +166,11 @@ def test_cli_dry_run_queues_nothing_and_a_budget_sets_the_steps(labelled, db_pat
     out = capsys.readouterr().out
     # the default recipe: 64 answers in 4 chunks of 16, 2 epochs -> 36 s a step, 40 steps + 10 s = 24 min 10 s
     assert "About 24 min 10 s on this machine: 40 steps of ~36 s" in out and "**" not in out
-    assert jobs.list_runs(labelled) == []
+    assert runs.list_runs(labelled) == []
     monkeypatch.setattr(jobs, "start_queued", lambda db, *a, **k: [])  # queued, not started: no training here
     assert main([*common, "--set", "time_budget=10m", "--runs-dir", db_path + "-runs"]) == 0
     out = capsys.readouterr().out
     # (600 - 10) / 36 = 16.4 -> 16 steps
     assert "time_budget 10 min 0 s: 16 steps chosen, instead of the 40 asked for" in out
-    (run,) = jobs.list_runs(labelled)
+    (run,) = runs.list_runs(labelled)
     assert run.config["job"]["steps"] == 16 and run.config["job"]["time_budget"] == "10m"

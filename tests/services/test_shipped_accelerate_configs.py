@@ -7,7 +7,7 @@ import pytest
 from accelerate.commands.config.config_args import load_config_from_file
 from accelerate.utils import DistributedType
 
-from labeler.services import jobs
+from labeler.services import launch
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "accelerate"
 EXPECTED = {
@@ -29,7 +29,7 @@ def test_every_shipped_config_is_listed_and_named_in_the_scaling_guide():
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_shipped_config_loads_and_launches_as_written(name, monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    for env in (jobs.ACCELERATE_CONFIG_ENV, jobs.NUM_PROCESSES_ENV, jobs.LAUNCHER_ENV):
+    for env in (launch.ACCELERATE_CONFIG_ENV, launch.NUM_PROCESSES_ENV, launch.LAUNCHER_ENV):
         monkeypatch.delenv(env, raising=False)
     config = load_config_from_file(str(CONFIGS / name))
     kind, stage = EXPECTED[name]
@@ -38,11 +38,11 @@ def test_shipped_config_loads_and_launches_as_written(name, monkeypatch, tmp_pat
         assert config.deepspeed_config["zero_stage"] == stage
     if name.endswith("offload.yaml"):
         assert config.deepspeed_config["offload_optimizer_device"] == config.deepspeed_config["offload_param_device"] == "cpu"
-    command = jobs.worker_command("s.db", 3, num_processes=3, accelerate_config=str(CONFIGS / name))
+    command = launch.worker_command("s.db", 3, num_processes=3, accelerate_config=str(CONFIGS / name))
     assert command[command.index("--config_file") + 1] == str(CONFIGS / name)
     assert command[command.index("--num_processes") + 1] == "3" and "--main_process_port" in command
     import torch
 
     # The DDP file on a machine without a GPU: gloo ranks on the CPU (accelerate needs ACCELERATE_USE_CPU=1).
     on_cpu = kind == DistributedType.MULTI_GPU and not torch.cuda.is_available()
-    assert jobs.launch_env(command) == ({"ACCELERATE_USE_CPU": "1"} if on_cpu else {})
+    assert launch.launch_env(command) == ({"ACCELERATE_USE_CPU": "1"} if on_cpu else {})

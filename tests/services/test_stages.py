@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from labeling_helpers import add_ranked_pairs
 
-from labeler.services import accounts, jobs, labeling, models
+from labeler.services import accounts, jobs, labeling, models, run_metrics, runs
 from labeler.services.human_reward import rating_to_reward
 from labeler.worker import run_worker
 from storage import open_db
@@ -28,9 +28,9 @@ def _seed_labels(db, n_prompts=8):
 def _run_in_process(db, stage, settings, tmp_path):
     run = jobs.create_run(db, stage, settings, runs_dir=tmp_path / "runs", start=False, username="boss")
     db.execute("UPDATE runs SET status = 'running' WHERE id = ?", [run.id])
-    status = run_worker(jobs.db_file(db), run.id)
-    done = jobs.get_run(db, run.id)
-    assert status == "succeeded", (done.error, jobs.log_tail(done))
+    status = run_worker(runs.db_file(db), run.id)
+    done = runs.get_run(db, run.id)
+    assert status == "succeeded", (done.error, run_metrics.log_tail(done))
     return done
 
 
@@ -40,7 +40,7 @@ def _check_lineage(db, run, base, kind, snapshot_kind, metric):
     assert model["data_snapshot"].startswith(f"{snapshot_kind}:")
     assert model["config"]["stage"] == run.stage and model["config"]["job"]["steps"] == run.total_steps
     assert metric in model["metrics"]
-    frame = jobs.metrics_frame(db, run.id, [metric])
+    frame = run_metrics.metrics_frame(db, run.id, [metric])
     assert len(frame) >= 1
     return model
 
@@ -82,8 +82,8 @@ def test_ppo_with_function_reward_logs_samples_and_checkpoints(db, tmp_path, tin
                                       "batch_size": 2, "answers_per_prompt": 1, "mini_batch_size": 2, "ppo_epochs": 1, "max_new_tokens": 4,
                                       "checkpoint_every": 1, "samples_per_step": 1}, tmp_path)
     _check_lineage(db, run, str(tiny_model_dir), "policy", "prompts", "ppo/loss/total")
-    assert set(jobs.metric_names(db, run.id)) >= {"objective/kl", "env/reward_mean", "ppo/mean_scores"}
-    samples = jobs.samples(db, run.id)
+    assert set(run_metrics.metric_names(db, run.id)) >= {"objective/kl", "env/reward_mean", "ppo/mean_scores"}
+    samples = run_metrics.samples(db, run.id)
     assert [s["step"] for s in samples] == [2, 1]  # one per step, newest first
     root = Path(run.output_dir) / "checkpoints"
     assert sorted(p.name for p in root.iterdir()) == ["checkpoint-1", "checkpoint-2"]
@@ -103,7 +103,7 @@ def test_ppo_with_lora_and_rloo_saves_a_full_model_and_samples_groups(db, tmp_pa
     assert not (final / "adapter_config.json").exists()  # the adapter is merged into a full model
     merged = AutoModelForCausalLM.from_pretrained(final)
     assert not any("lora" in name for name, _ in merged.named_parameters())
-    queries = [s["query"] for s in jobs.samples(db, run.id)]
+    queries = [s["query"] for s in run_metrics.samples(db, run.id)]
     # answers_per_prompt=2: each prompt is answered twice in the batch (two prompts, two answers each).
     assert len(queries) == 4 and len(set(queries)) == 2 and all(queries.count(q) == 2 for q in queries)
 
@@ -146,7 +146,7 @@ def test_ppo_step_receives_exactly_the_human_ratings(db, db_path, tmp_path, tiny
         thread.join()
     expected = [rating_to_reward(given[i], 1, 7) for i in sorted(given)]
     assert len(received) == 4 and received == pytest.approx(expected)
-    assert jobs.metrics_frame(db, run.id, ["reward/human_count"])["value"].tolist() == [2.0, 2.0]
+    assert run_metrics.metrics_frame(db, run.id, ["reward/human_count"])["value"].tolist() == [2.0, 2.0]
     assert labeling.waiting_for_run(db, run.id) == 0
 
 
@@ -159,7 +159,7 @@ def test_ppo_human_timeout_skips_unrated_rollouts(db, tmp_path, tiny_model_dir):
     db.execute("UPDATE runs SET status = 'running' WHERE id = ?", [run.id])
     # Ask to stop once two batches went unrated, so the loop ends.
     def stop_later():
-        other = open_db(jobs.db_file(db))
+        other = open_db(runs.db_file(db))
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if other.execute("SELECT COUNT(*) FROM items WHERE run_id = ?", [run.id]).fetchone()[0] >= 4:
@@ -169,8 +169,8 @@ def test_ppo_human_timeout_skips_unrated_rollouts(db, tmp_path, tiny_model_dir):
 
     thread = threading.Thread(target=stop_later)
     thread.start()
-    status = run_worker(jobs.db_file(db), run.id)
+    status = run_worker(runs.db_file(db), run.id)
     thread.join()
     assert status == "succeeded"
-    assert jobs.get_run(db, run.id).step == 0  # no PPO step: nothing was rated
+    assert runs.get_run(db, run.id).step == 0  # no PPO step: nothing was rated
     assert db.execute("SELECT COUNT(*) FROM items WHERE run_id = ? AND priority > 0", [run.id]).fetchone()[0] == 0

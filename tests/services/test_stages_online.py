@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from labeling_helpers import add_ranked_pairs
 
-from labeler.services import accounts, jobs, models, train_configs
+from labeler.services import accounts, jobs, models, run_metrics, runs, train_configs
 from labeler.services.errors import InputError
 from labeler.worker import run_worker
 
@@ -22,9 +22,9 @@ def _seed(db, n_prompts=4):
 def _run(db, stage, settings, tmp_path):
     run = jobs.create_run(db, stage, settings, runs_dir=tmp_path / "runs", start=False, username="boss")
     db.execute("UPDATE runs SET status = 'running' WHERE id = ?", [run.id])
-    status = run_worker(jobs.db_file(db), run.id)
-    done = jobs.get_run(db, run.id)
-    assert status == "succeeded", (done.error, jobs.log_tail(done))
+    status = run_worker(runs.db_file(db), run.id)
+    done = runs.get_run(db, run.id)
+    assert status == "succeeded", (done.error, run_metrics.log_tail(done))
     return done
 
 
@@ -40,7 +40,7 @@ def test_grpo_trains_on_the_job_reward_checkpoints_and_registers(db, tmp_path, t
     model = models.get_model(db, f"grpo-run{run.id}")
     assert (model["kind"], model["base_model"]) == ("policy", str(tiny_model_dir))
     assert model["data_snapshot"].startswith("prompts:")
-    names = set(jobs.metric_names(db, run.id))
+    names = set(run_metrics.metric_names(db, run.id))
     assert {"loss", "reward", "kl", "rewards/function/mean", "completions/mean_length", "reward/function_mean"} <= names
     assert (Path(run.output_dir) / "checkpoints" / "checkpoint-2").exists()
     assert (Path(run.output_dir) / "model" / "model.safetensors").exists()
@@ -55,7 +55,7 @@ def test_rloo_with_lora_saves_a_full_model(db, tmp_path, tiny_model_dir):
     folder = Path(run.output_dir) / "model"
     assert not (folder / "adapter_config.json").exists()
     AutoModelForCausalLM.from_pretrained(folder)  # a plain model, no peft needed
-    assert "kl" in set(jobs.metric_names(db, run.id))
+    assert "kl" in set(run_metrics.metric_names(db, run.id))
 
 
 def test_kto_trains_on_rated_answers(db, tmp_path, tiny_model_dir):
@@ -64,7 +64,7 @@ def test_kto_trains_on_rated_answers(db, tmp_path, tiny_model_dir):
                            "max_length": 64, "checkpoint_every": 0, "eval_samples": 0, "test_size": 0.0}, tmp_path)
     model = models.get_model(db, f"kto-run{run.id}")
     assert model["kind"] == "policy" and model["data_snapshot"].startswith("unpaired:")
-    assert {"loss", "kl", "rewards/chosen", "rewards/rejected"} <= set(jobs.metric_names(db, run.id))
+    assert {"loss", "kl", "rewards/chosen", "rewards/rejected"} <= set(run_metrics.metric_names(db, run.id))
 
 
 def test_settings_are_checked_before_a_run_is_queued():

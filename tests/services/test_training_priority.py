@@ -28,7 +28,7 @@ def _run(first, second, env_nice=None) -> list[int]:
         env["RLHF_STUDIO_TRAINING_NICE"] = env_nice
     env["PYTHONPATH"] = str(ROOT)
     code = CHILD.format(first=first, second=second)
-    # start_new_session: its own autogroup, as jobs._spawn starts the worker
+    # start_new_session: its own autogroup, as supervision.spawn starts the worker
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT,
                          start_new_session=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])

@@ -1,5 +1,5 @@
 """The Train tab's banner names what a running human-reward run waits for, by kind and tab."""
-from labeler.services import jobs, labeling
+from labeler.services import jobs, labeling, runs
 from labeler.ui.tabs.train import waiting_banner
 
 
@@ -16,5 +16,5 @@ def test_banner_counts_rankings_and_ratings_and_disappears_when_the_run_ends(db,
     assert banner["visible"] is True
     assert f"run **#{run.id}** is waiting for **1** rankings in the **Rank** tab and **4** ratings in the **Rate** tab" \
         in banner["value"]
-    jobs.finish(db, run.id, "cancelled", "cancelled by user")
+    runs.finish(db, run.id, "cancelled", "cancelled by user")
     assert waiting_banner(db, "default")["visible"] is False

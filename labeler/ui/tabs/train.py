@@ -11,10 +11,11 @@ import gradio as gr
 import pandas as pd
 
 from labeler import forms
-from labeler.services import evaluation, jobs, labeling, run_preview, train_configs
+from labeler.services import evaluation, jobs, labeling, run_metrics, run_preview, runs, train_configs
 from labeler.services.errors import InputError, PermissionDenied
 from labeler.ui.context import UIContext
-from labeler.ui.session import quiet_on_load, require_admin
+from labeler.ui.roles import check_role, requires
+from labeler.ui.session import quiet_on_load
 from labeler.ui.soft_errors import ui_errors
 
 TITLE = "Train"
@@ -88,7 +89,7 @@ def _duration(seconds: float | None) -> str:
     return f"{seconds // 3600}h {seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m {seconds % 60:02d}s"
 
 
-def progress_html(run: jobs.Run | None) -> str:
+def progress_html(run: runs.Run | None) -> str:
     if run is None:
         return ""
     total = run.total_steps or 0
@@ -117,7 +118,7 @@ def shown_command(command: str) -> str:
     return shlex.join(words)
 
 
-def status_markdown(run: jobs.Run | None) -> str:
+def status_markdown(run: runs.Run | None) -> str:
     if run is None:
         return "No run selected. Launch one above, or pick one from the history."
     line = f"### Run #{run.id} · {run.stage} · **{run.status}**"
@@ -131,18 +132,18 @@ def status_markdown(run: jobs.Run | None) -> str:
 
 def history_frame(db, project: str) -> pd.DataFrame:
     rows = [[r.id, r.stage, r.status, r.step, r.total_steps, r.created_at[:19].replace("T", " "), r.created_by or "",
-             r.name] for r in jobs.list_runs(db, project=project, limit=50)]
+             r.name] for r in runs.list_runs(db, project=project, limit=50)]
     return pd.DataFrame(rows, columns=HISTORY_COLUMNS)
 
 
 def run_choices(db, project: str) -> list[tuple[str, int]]:
-    return [(f"#{r.id} {r.stage} {r.status}", r.id) for r in jobs.list_runs(db, project=project, limit=50)]
+    return [(f"#{r.id} {r.stage} {r.status}", r.id) for r in runs.list_runs(db, project=project, limit=50)]
 
 
 def waiting_banner(db, project: str) -> dict:
     """'Run #N is waiting for K rankings (Rank tab) and J ratings (Rate tab)' while a human-reward run waits."""
     parts = []
-    for run in jobs.list_runs(db, project=project, status="running"):
+    for run in runs.list_runs(db, project=project, status="running"):
         waiting = {kind: labeling.waiting_for_run(db, run.id, kind) for kind in ("ranking", "rating")}
         asks = [f"**{n}** {kind}s in the **{'Rank' if kind == 'ranking' else 'Rate'}** tab"
                 for kind, n in waiting.items() if n]
@@ -373,9 +374,9 @@ def build(ctx: UIContext) -> None:
     job_inputs = [job_widgets[spec.name] for spec in job_specs]
 
     @ui_errors
+    @requires(ctx, "admin")
     def load_choices(request: gr.Request):
         with ctx.connection() as db:
-            require_admin(db, request)
             from labeler.services import models
 
             names = [m["name"] for m in models.list_models(db)]
@@ -400,20 +401,20 @@ def build(ctx: UIContext) -> None:
         return stage_name, settings
 
     @ui_errors
+    @requires(ctx, "admin")
     def do_preview(data: dict, request: gr.Request):
         with ctx.connection() as db:
-            require_admin(db, request)
             stage_name, settings = form_settings(data)
             return run_preview.preview_run(db, project, stage_name, settings).markdown()
 
     @ui_errors
+    @requires(ctx, "admin")
     def do_launch(data: dict, request: gr.Request):
         with ctx.connection() as db:
-            user = require_admin(db, request)
             stage_name, settings = form_settings(data)
             # A time budget becomes the steps that fit it, as the preview said (the CLI's train does the same).
             settings, _ = run_preview.apply_time_budget(db, project, stage_name, settings)
-            created = jobs.create_run(db, stage_name, settings, project=project, username=user.username,
+            created = jobs.create_run(db, stage_name, settings, project=project, username=ctx.username(request),
                                       runs_dir=ctx.settings.runs_dir, from_web=True)
             choices = run_choices(db, project)
         where = "started" if created.status == "running" else "queued (another run is in progress)"
@@ -422,8 +423,8 @@ def build(ctx: UIContext) -> None:
     def refresh(run_id, selected, request: gr.Request):
         """The timer's tick: everything shown about the selected run, read back from SQLite."""
         try:
+            check_role(ctx, request, "admin")  # here, not @requires: a refused tick changes nothing
             with ctx.connection() as db:
-                require_admin(db, request)
                 jobs.poll(db)
                 return _refresh(db, run_id, selected)
         except (PermissionDenied, InputError):
@@ -431,15 +432,16 @@ def build(ctx: UIContext) -> None:
 
     def _refresh(db, run_id, selected):
         if not run_id:  # nothing picked yet: follow the newest run
-            newest = jobs.list_runs(db, project=project, limit=1)
+            newest = runs.list_runs(db, project=project, limit=1)
             run_id = newest[0].id if newest else None
-        current = jobs.get_run(db, run_id) if run_id else None
-        names = jobs.metric_names(db, run_id) if current else []
+        current = runs.get_run(db, run_id) if run_id else None
+        names = run_metrics.metric_names(db, run_id) if current else []
         chosen = [n for n in (selected or []) if n in names] or default_metrics(current.stage if current else "", names)
-        frame = jobs.metrics_frame(db, run_id, chosen) if current else pd.DataFrame(columns=["step", "name", "value"])
+        frame = (run_metrics.metrics_frame(db, run_id, chosen) if current
+                 else pd.DataFrame(columns=["step", "name", "value"]))
         curve = evaluation.reward_curve(db, run_id) if current else None
         metrics_table, answers_table, note = comparison_frame(db, run_id if current and current.finished else None)
-        rows = jobs.samples(db, run_id, 12) if current else []
+        rows = run_metrics.samples(db, run_id, 12) if current else []
         return (
             waiting_banner(db, project),
             status_markdown(current),
@@ -447,7 +449,7 @@ def build(ctx: UIContext) -> None:
             gr.update(choices=names, value=chosen),
             metrics_html(frame, chosen, positive_share(db, run_id if current and current.finished else None)),
             pd.DataFrame(rows, columns=SAMPLE_COLUMNS).round({"reward": 3}),
-            jobs.log_tail(current, 40) if current else "",
+            run_metrics.log_tail(current, 40) if current else "",
             history_frame(db, project),
             # Choices only: a tick that started before a launch finished must not reset the picked run.
             gr.update(choices=run_choices(db, project)),
@@ -459,9 +461,9 @@ def build(ctx: UIContext) -> None:
 
     def _action(action, verb):
         @ui_errors
+        @requires(ctx, "admin")
         def handler(run_id, request: gr.Request):
             with ctx.connection() as db:
-                require_admin(db, request)
                 if not run_id:
                     raise InputError("pick a run first", field="run")
                 result = action(db, int(run_id))
@@ -469,13 +471,12 @@ def build(ctx: UIContext) -> None:
         return handler
 
     @ui_errors
+    @requires(ctx, "admin")
     def do_demo(request: gr.Request):
         from pathlib import Path
 
         from labeler.services import demo
 
-        with ctx.connection() as db:
-            require_admin(db, request)
         out = str(Path(ctx.settings.runs_dir) / "demo")
         pid = demo.launch_demo_process(ctx.db_path, out)
         return (f"Demo started (pid {pid}) in the project `{demo.DEMO_PROJECT}`: it generates answers, labels them "
@@ -483,11 +484,11 @@ def build(ctx: UIContext) -> None:
                 f"or this tab when serving `--project {demo.DEMO_PROJECT}`). Log: `{out}/demo.log`.")
 
     @ui_errors
+    @requires(ctx, "admin")
     def do_score(name, prompt, responses_text, request: gr.Request):
         from labeler.services import reward_inspect
 
         with ctx.connection() as db:
-            require_admin(db, request)
             if not name:
                 raise InputError("pick a reward model", field="reward model")
             scorer = reward_inspect.load_scorer(db, name)
@@ -495,11 +496,11 @@ def build(ctx: UIContext) -> None:
         return pd.DataFrame(rows, columns=["response", "score"])
 
     @ui_errors
+    @requires(ctx, "admin")
     def do_agreement(name, request: gr.Request):
         from labeler.services import reward_inspect
 
         with ctx.connection() as db:
-            require_admin(db, request)
             if not name:
                 raise InputError("pick a reward model", field="reward model")
             scorer = reward_inspect.load_scorer(db, name)
