@@ -1,7 +1,7 @@
 """Admin tab: accounts, the project's labelling settings, annotator quality, gold items, backup.
 
-Every handler starts with require_admin: the tab is hidden from annotators, but its endpoints are not,
-so the role check is the only thing that counts.
+Every handler is decorated @requires(ctx, "admin"): the tab is hidden from annotators, but its endpoints are
+not, so the role check is the only thing that counts.
 """
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from labeler.services.errors import InputError
 from labeler.services.projects import PROMPT_FORMATS, SELECTIONS
 from labeler.ui import downloads
 from labeler.ui.context import UIContext
-from labeler.ui.session import quiet_on_load, require_admin
+from labeler.ui.roles import requires
+from labeler.ui.session import quiet_on_load
 from labeler.ui.soft_errors import keep_on_error
 
 TITLE = "Admin"
@@ -201,29 +202,29 @@ def build(ctx: UIContext) -> None:
         )
 
     @keep_on_error(len(refresh_outputs))
+    @requires(ctx, "admin")
     def admin_refresh(request: gr.Request):
         with ctx.connection() as db:
-            require_admin(db, request)
             return snapshot(db)
 
     # A successful add or password change also empties the form: a password left in a box is one a passer-by
     # can reveal, and a second click would try to add the same user again.
     @keep_on_error(len(refresh_outputs) + 2)
+    @requires(ctx, "admin")
     def admin_add_user(username, password, role, request: gr.Request):
         from labeler.services import accounts
 
         with ctx.connection() as db:
-            require_admin(db, request)
             accounts.create_user(db, (username or "").strip(), password or "", role)
             gr.Info(f"Added {role} '{username}'.")
             return (*snapshot(db), "", "")
 
     @keep_on_error(len(refresh_outputs) + 1)
+    @requires(ctx, "admin")
     def admin_set_password(username, password, request: gr.Request):
         from labeler.services import accounts
 
         with ctx.connection() as db:
-            require_admin(db, request)
             if not username:
                 raise InputError("choose a user", field="username")
             accounts.set_password(db, username, password or "")
@@ -231,11 +232,11 @@ def build(ctx: UIContext) -> None:
             return (*snapshot(db), "")
 
     @keep_on_error(len(refresh_outputs))
+    @requires(ctx, "admin")
     def admin_toggle_active(username, request: gr.Request):
         from labeler.services import accounts
 
         with ctx.connection() as db:
-            require_admin(db, request)
             user = accounts.get_user(db, username or "")
             if user is None:
                 raise InputError(f"no user {username!r}", field="username")
@@ -243,11 +244,11 @@ def build(ctx: UIContext) -> None:
             return snapshot(db)
 
     @keep_on_error(len(refresh_outputs))
+    @requires(ctx, "admin")
     def admin_toggle_role(username, request: gr.Request):
         from labeler.services import accounts
 
         with ctx.connection() as db:
-            require_admin(db, request)
             user = accounts.get_user(db, username or "")
             if user is None:
                 raise InputError(f"no user {username!r}", field="username")
@@ -255,6 +256,7 @@ def build(ctx: UIContext) -> None:
             return snapshot(db)
 
     @keep_on_error(len(refresh_outputs))
+    @requires(ctx, "admin")
     def admin_save_project(low, high, k, text, ranking_text=None, prompt_format_name=None, selection_name=None,
                            request: gr.Request = None):
         """ranking_text, prompt_format_name or selection_name None (an API caller that sends the older fields):
@@ -262,7 +264,6 @@ def build(ctx: UIContext) -> None:
         from labeler.services import projects
 
         with ctx.connection() as db:
-            require_admin(db, request)
             numbers = {"likert_min": low, "likert_max": high, "overlap": k}
             for field, value in numbers.items():
                 if value is None:  # an emptied number box arrives as None
@@ -274,52 +275,52 @@ def build(ctx: UIContext) -> None:
             return snapshot(db)
 
     @keep_on_error(len(refresh_outputs) + 2)
+    @requires(ctx, "admin")
     def admin_register_model(name, folder, base, request: gr.Request):
         from labeler.services import hub, models
 
         with ctx.connection() as db:
-            require_admin(db, request)
             row = models.register_policy_from_web(db, (name or "").strip(), folder, base or None)
             hub.write_registered_model_card(db, row["name"])  # README.md in the new folder
             gr.Info(f"Registered policy '{row['name']}': it is in Chat, Generate and the Arena now.")
             return (*snapshot(db), "", "")
 
     @keep_on_error(len(refresh_outputs) + 1)
+    @requires(ctx, "admin")
     def admin_merge_adapter(name, request: gr.Request):
         from labeler.services import hub, models
 
         with ctx.connection() as db:
-            require_admin(db, request)
             row = models.merge_adapter_model(db, (name or "").strip())
             hub.write_registered_model_card(db, row["name"])  # README.md in the new folder
             gr.Info(f"Merged into policy '{row['name']}' ({row['path']}): plain transformers loads it.")
             return (*snapshot(db), "")
 
     @keep_on_error(1)
+    @requires(ctx, "admin")
     def admin_show_item(item_id, request: gr.Request):
         with ctx.connection() as db:
-            require_admin(db, request)
             if item_id is None:
                 raise InputError("enter an item id", field="item_id")
             return item_preview(db, int(item_id))
 
     @keep_on_error(1)
+    @requires(ctx, "admin")
     def admin_mark_gold(item_id, value, request: gr.Request):
         from labeler.services import labeling
 
         with ctx.connection() as db:
-            require_admin(db, request)
             if item_id is None:
                 raise InputError("enter an item id", field="item_id")
             labeling.set_gold(db, int(item_id), parse_gold(value))
             return item_preview(db, int(item_id))
 
     @keep_on_error(1)
+    @requires(ctx, "admin")
     def admin_backup(request: gr.Request):
         from storage import backup
 
         with ctx.connection() as db:
-            require_admin(db, request)
             stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
             out = downloads.new_folder("backup-") / f"studio-{stamp}.db"
             return str(backup(db, out))

@@ -13,7 +13,8 @@ import re
 import gradio as gr
 
 from labeler.ui.context import UIContext
-from labeler.ui.session import quiet_before_password_change, require_user
+from labeler.ui.roles import check_role, requires
+from labeler.ui.session import quiet_before_password_change
 from labeler.ui.soft_errors import log_refusal, ui_errors
 
 TITLE = "Chat"
@@ -136,11 +137,11 @@ def build(ctx: UIContext):
         return gr.Error(str(error), title="Invalid input", print_exception=False)
 
     @ui_errors
+    @requires(ctx, "user")
     def chat_models(request: gr.Request):
         from labeler.services import projects
 
         with ctx.connection() as db:
-            require_user(db, request)
             names, default = model_choices(ctx, db)
             rewards, reward_default = model_choices(ctx, db, kind="reward")
             project = projects.get_project(db, ctx.project)
@@ -159,8 +160,8 @@ def build(ctx: UIContext):
         try:
             from labeler.services import models, projects
 
+            check_role(ctx, request, "user")  # here, not @requires: a refusal becomes a toast like every error
             with ctx.connection() as db:
-                require_user(db, request)
                 text = (text or "").strip()
                 if not text:
                     raise InputError("type a message first", field="message")
@@ -187,6 +188,7 @@ def build(ctx: UIContext):
             raise errors_as_toasts(error) from error
 
     @ui_errors
+    @requires(ctx, "user")
     def chat_best_of_n(text, history, model_name, reward_name, n_value, system_prompt, tokens, sample, temperature,
                        top_p, top_k, seed, request: gr.Request):
         from labeler.services import models, projects
@@ -194,7 +196,6 @@ def build(ctx: UIContext):
         values = (tokens, sample, temperature, top_p, top_k, seed)
         settings = settings_from(values)
         with ctx.connection() as db:
-            require_user(db, request)
             chat_template = projects.get_project(db, ctx.project).chat_template
             if not reward_name:
                 raise InputError("register or train a reward model first", field="reward_model")
@@ -215,11 +216,11 @@ def build(ctx: UIContext):
         table = [[round(score, 4), answer] for answer, score in sorted(scored, key=lambda pair: -pair[1])]
         return shown + [{"role": "assistant", "content": answered_by(model_name or ctx.settings.model, winner)}], "", table
 
-    def rate_last(history, model_name, score_value, values: tuple, request: gr.Request):
+    def rate_last(history, model_name, score_value, values: tuple, username: str):
+        """`username` rates the last answer: the handlers below checked their role."""
         from labeler.services import models
 
         with ctx.connection() as db:
-            user = require_user(db, request)
             # The stored row names the model that answered: only a model this server can chat with.
             path = models.resolve_chat_model(db, model_name or ctx.settings.model, (ctx.settings.model,))
             history = plain_history(history)
@@ -229,7 +230,7 @@ def build(ctx: UIContext):
                 raise InputError("pick a score first", field="score")
             # The sliders' settings now: those of the answer unless they were moved since.
             rated = chat.rate_answer(
-                db, ctx.project, user.username, history[:-1], history[-1]["content"],
+                db, ctx.project, username, history[:-1], history[-1]["content"],
                 model_name or ctx.settings.model, float(score_value), settings=settings_from(values),
                 # Only an answer this server generated with that model is marked for training exports.
                 generated=cache.generated, generated_by=str(path),
@@ -237,12 +238,14 @@ def build(ctx: UIContext):
         return f"Stored: score **{score_value:g}** for this answer (rating #{rated.rating_id})."
 
     @ui_errors
+    @requires(ctx, "user")
     def chat_rate(history, model_name, score_value, tokens, sample, temperature, top_p, top_k, seed, request: gr.Request):
         values = (tokens, sample, temperature, top_p, top_k, seed)
-        return rate_last(history, model_name, score_value, values, request)
+        return rate_last(history, model_name, score_value, values, ctx.username(request))
 
     def thumbs(up: bool):
         @ui_errors
+        @requires(ctx, "user")
         def handler(history, model_name, tokens, sample, temperature, top_p, top_k, seed, request: gr.Request):
             from labeler.services import projects
 
@@ -250,7 +253,7 @@ def build(ctx: UIContext):
                 project = projects.get_project(db, ctx.project)
             value = project.likert_max if up else project.likert_min
             values = (tokens, sample, temperature, top_p, top_k, seed)
-            return rate_last(history, model_name, value, values, request)
+            return rate_last(history, model_name, value, values, ctx.username(request))
 
         return handler
 
@@ -263,9 +266,8 @@ def build(ctx: UIContext):
     send.click(chat_send, send_inputs, [chatbot, message], api_name="chat_send", concurrency_limit=2)
     message.submit(chat_send, send_inputs, [chatbot, message], api_name="chat_submit", concurrency_limit=2)
     @ui_errors
+    @requires(ctx, "user")
     def chat_clear(request: gr.Request):
-        with ctx.connection() as db:
-            require_user(db, request)
         return [], "", None, ""
 
     clear.click(chat_clear, None, [chatbot, message, scores, rate_status], api_name="chat_clear")
@@ -283,10 +285,10 @@ def build(ctx: UIContext):
     thumbs_down.click(thumbs(False), [chatbot, model, *setting_inputs], rate_status, api_name="chat_thumbs_down", trigger_mode="once")
 
     @ui_errors
+    @requires(ctx, "user")
     def chat_model_lists(request: gr.Request):
         """The model lists read again; the picked models stay picked."""
         with ctx.connection() as db:
-            require_user(db, request)
             names, _ = model_choices(ctx, db)
             rewards, _ = model_choices(ctx, db, kind="reward")
         return gr.update(choices=names), gr.update(choices=rewards)

@@ -14,7 +14,8 @@ from labeler import forms
 from labeler.ui import downloads
 from labeler.ui.context import UIContext
 from labeler.services.errors import InputError, PermissionDenied
-from labeler.ui.session import quiet_on_load, require_admin
+from labeler.ui.roles import check_role, requires
+from labeler.ui.session import quiet_on_load
 from labeler.ui.soft_errors import keep_on_error, ui_errors
 from rlhf.configs import GenerationSettings
 
@@ -165,9 +166,9 @@ def build(ctx: UIContext) -> None:
                                             f"{'0 for z-scores' if zscore else 'the scale midpoint'})")
 
     @ui_errors
+    @requires(ctx, "admin")
     def data_refresh(request: gr.Request):
         with ctx.connection() as db:
-            require_admin(db, request)
             users = [u.username for u in _list_users(db)]
             names = _model_choices(db)
             if ctx.settings.model not in names:
@@ -185,13 +186,13 @@ def build(ctx: UIContext) -> None:
         refresh_outputs.append(export_by_name["threshold"])
 
     @keep_on_error(2)
+    @requires(ctx, "admin")
     def import_prompt_file(path, request: gr.Request):
         from labeler.services import prompts
 
         if not path:
             raise InputError("choose a prompt file first", field="prompt file")
         with ctx.connection() as db:
-            require_admin(db, request)
             try:
                 result = prompts.import_prompts(db, path, ctx.project, source=Path(path).name)
             except InputError as error:
@@ -200,23 +201,23 @@ def build(ctx: UIContext) -> None:
             return data_summary(db, ctx.project), _prompt_table(db, ctx.project)
 
     @keep_on_error(2)
+    @requires(ctx, "admin")
     def import_shipped(request: gr.Request):
         from labeler.services import prompts
 
         with ctx.connection() as db:
-            require_admin(db, request)
             result = prompts.import_shipped_prompts(db, ctx.project)
             gr.Info(f"Imported {result.added} prompts ({result.duplicates} already there).")
             return data_summary(db, ctx.project), _prompt_table(db, ctx.project)
 
     @keep_on_error(2)
+    @requires(ctx, "admin")
     def generate(values: dict, request: gr.Request, progress=gr.Progress()):
         # Inputs given as a set arrive as {component: value}: the form's length can grow with the dataclass.
         from labeler.services import generation
 
         model_name, n, limit_value = values[model], values[n_per_prompt], values[limit]
         with ctx.connection() as db:
-            require_admin(db, request)
             raw = forms.from_widgets(gen_specs, [values[w] for w in gen_widgets])
             settings = forms.build_config(GenerationSettings, raw)
             within = None
@@ -244,12 +245,12 @@ def build(ctx: UIContext) -> None:
             return message, data_summary(db, ctx.project)
 
     @ui_errors
+    @requires(ctx, "admin")
     def export_labels(inputs: dict, request: gr.Request):
         from labeler.services import export
 
         kind_value, fmt_value = inputs[kind], inputs[fmt]
         with ctx.connection() as db:
-            require_admin(db, request)
             values = forms.from_widgets(export_specs, [inputs[w] for w in export_widgets])
             values["annotators"] = list(inputs[annotators] or []) or None
             options = forms.build_config(export.ExportOptions, values)
@@ -262,13 +263,13 @@ def build(ctx: UIContext) -> None:
             return str(path), f"Exported **{result.rows}** {kind_value} rows as {fmt_value}."
 
     @keep_on_error(2)
+    @requires(ctx, "admin")
     def import_labels(path, request: gr.Request):
         from labeler.services import labels_import
 
         if not path:
             raise InputError("choose a preference file first", field="preference file")
         with ctx.connection() as db:
-            require_admin(db, request)
             try:
                 result = labels_import.import_preferences(db, path, ctx.project)
             except InputError as error:
@@ -290,10 +291,10 @@ def build(ctx: UIContext) -> None:
     if "threshold" in export_by_name and "zscore" in export_by_name:
 
         @ui_errors
+        @requires(ctx, "admin")
         def export_threshold(zscore: bool, request: gr.Request):
             # Switching z-scores on or off moves the scale, so the default threshold moves with it.
             with ctx.connection() as db:
-                require_admin(db, request)
                 return threshold_update(db, zscore)
 
         export_by_name["zscore"].change(
@@ -308,8 +309,8 @@ def build(ctx: UIContext) -> None:
 
     def data_tick(request: gr.Request):
         try:
+            check_role(ctx, request, "admin")  # here, not @requires: a refused tick changes nothing
             with ctx.connection() as db:
-                require_admin(db, request)
                 return data_summary(db, ctx.project), _prompt_table(db, ctx.project)
         except (InputError, PermissionDenied):
             return gr.skip(), gr.skip()

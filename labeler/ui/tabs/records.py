@@ -10,7 +10,8 @@ import gradio as gr
 
 from labeler.services.errors import InputError
 from labeler.ui.context import UIContext
-from labeler.ui.session import quiet_on_load, require_admin
+from labeler.ui.roles import requires
+from labeler.ui.session import quiet_on_load
 from labeler.ui.soft_errors import keep_on_error
 from labeler.ui.tabs.admin import parse_gold
 
@@ -181,6 +182,7 @@ def build(ctx: UIContext) -> None:
         # Every input spelled out: Gradio fills `request` only when it is a positional parameter (its
         # special_args stops at *args), so `*args, request` failed every search with a TypeError.
         @keep_on_error(len(list_outputs))
+        @requires(ctx, "admin")
         def handler(project_name, text, annotator_name, state_name, low_text, high_text, split_name, source_name,
                     page, request: gr.Request):
             from labeler.services import records
@@ -188,7 +190,6 @@ def build(ctx: UIContext) -> None:
             values = [project_name, text, annotator_name, state_name, score_bound(low_text, "some rating >="),
                       score_bound(high_text, "some rating <="), split_name, source_name]
             with ctx.connection() as db:
-                require_admin(db, request)
                 if step == 0:
                     return listing(db, values, 1)
                 total_pages = records.list_records(db, filters_from(*values), page=1, page_size=PAGE_SIZE).pages
@@ -197,6 +198,7 @@ def build(ctx: UIContext) -> None:
         return handler
 
     @keep_on_error(1)
+    @requires(ctx, "admin")
     def records_open(prompt_id, request: gr.Request):
         from labeler.services import records
 
@@ -204,7 +206,6 @@ def build(ctx: UIContext) -> None:
         if prompt_id is None:
             raise InputError("enter a record id or click a row", field="record id")
         with ctx.connection() as db:
-            require_admin(db, request)
             return detail_markdown(records.record_detail(db, int(prompt_id)))
 
     @keep_on_error(2)
@@ -222,6 +223,7 @@ def build(ctx: UIContext) -> None:
         return shown, audit_table(db)
 
     @keep_on_error(2)
+    @requires(ctx, "admin")
     def records_correct(kind, label, text, why, prompt_id, request: gr.Request):
         from labeler.services import records
 
@@ -229,12 +231,12 @@ def build(ctx: UIContext) -> None:
         if label is None:
             raise InputError("enter the label's id (shown in the record)", field="label id")
         with ctx.connection() as db:
-            admin = require_admin(db, request)
-            records.correct_label(db, admin.username, kind, int(label), parse_correction(kind, text), why or "")
+            records.correct_label(db, ctx.username(request), kind, int(label), parse_correction(kind, text), why or "")
             gr.Info(f"{kind.capitalize()} {int(label)} corrected.")
             return changed(db, prompt_id)
 
     @keep_on_error(2)
+    @requires(ctx, "admin")
     def records_delete(kind, label, why, prompt_id, request: gr.Request):
         from labeler.services import records
 
@@ -242,12 +244,12 @@ def build(ctx: UIContext) -> None:
         if label is None:
             raise InputError("enter the label's id (shown in the record)", field="label id")
         with ctx.connection() as db:
-            admin = require_admin(db, request)
-            records.delete_label(db, admin.username, kind, int(label), why or "")
+            records.delete_label(db, ctx.username(request), kind, int(label), why or "")
             gr.Info(f"{kind.capitalize()} {int(label)} deleted.")
             return changed(db, prompt_id)
 
     @keep_on_error(1)
+    @requires(ctx, "admin")
     def records_gold(item, text, prompt_id, request: gr.Request):
         from labeler.services import records
 
@@ -255,16 +257,15 @@ def build(ctx: UIContext) -> None:
         if item is None:
             raise InputError("enter the item's id (shown in the record)", field="item id")
         with ctx.connection() as db:
-            admin = require_admin(db, request)
-            records.mark_gold(db, admin.username, int(item), parse_gold(text))
+            records.mark_gold(db, ctx.username(request), int(item), parse_gold(text))
             return changed(db, prompt_id)[0]
 
     @keep_on_error(len(list_outputs) + 5)
+    @requires(ctx, "admin")
     def records_load(request: gr.Request):
         from labeler.services import records
 
         with ctx.connection() as db:
-            require_admin(db, request)
             choices = records.filter_choices(db, ctx.project)
             listed = listing(db, [ctx.project, "", ANY, "any", None, None, ANY, ANY], 1)
             return (
