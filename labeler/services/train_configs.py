@@ -127,7 +127,7 @@ class JobConfig:
         "help": "sft/dpo/ppo: answers per held-out prompt (split 'test') in the automatic evaluation of the "
                 "finished model against its base (0: no evaluation)."})
     runner: str = field(default="", metadata={"help": "Advanced: module:function running the stage instead of the built-in one."})
-    # More than one process: `accelerate launch` with the user's setup (jobs.worker_command, README "More than
+    # More than one process: `accelerate launch` with the user's setup (launch.worker_command, README "More than
     # one GPU or machine"). Blank falls back to the server's RLHF_STUDIO_NUM_PROCESSES / _ACCELERATE_CONFIG,
     # then accelerate's own default config file, then one process.
     num_processes: int | None = field(default=None, metadata={
