@@ -9,15 +9,15 @@ import os
 import re
 from typing import Any
 
+import pandas as pd
+
 from labeler.services.runs import Run
 
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # cursor moves and colours that progress bars write
 
 
-def metrics_frame(db, run_id: int, names: list[str] | None = None):
+def metrics_frame(db, run_id: int, names: list[str] | None = None) -> pd.DataFrame:
     """A pandas DataFrame (step, name, value) of the run's metrics, ordered by step, for gr.LinePlot."""
-    import pandas as pd
-
     query = "SELECT step, name, value FROM metrics WHERE run_id = ?"
     params: list[Any] = [int(run_id)]
     if names:
@@ -28,10 +28,12 @@ def metrics_frame(db, run_id: int, names: list[str] | None = None):
 
 
 def metric_names(db, run_id: int) -> list[str]:
+    """The names of the metrics the run has logged, sorted."""
     return [row[0] for row in db.execute("SELECT DISTINCT name FROM metrics WHERE run_id = ? ORDER BY name", [run_id])]
 
 
 def samples(db, run_id: int, limit: int = 20) -> list[dict]:
+    """The run's newest sampled generations (step, query, response, reward), newest step first."""
     rows = db.execute(
         "SELECT step, query, response, reward FROM run_samples WHERE run_id = ? ORDER BY step DESC, id LIMIT ?",
         [int(run_id), int(limit)],
@@ -40,6 +42,7 @@ def samples(db, run_id: int, limit: int = 20) -> list[dict]:
 
 
 def log_tail(run: Run, lines: int = 40) -> str:
+    """The last `lines` lines of the run's log as a terminal last showed them ("" when there is no log)."""
     try:
         with open(run.log_path, "rb") as handle:
             handle.seek(0, os.SEEK_END)
