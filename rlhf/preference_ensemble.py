@@ -48,6 +48,25 @@ def preference_information(scores: torch.Tensor) -> float:
     return float(information.mean())
 
 
+def expected_centred_ranks(scores: torch.Tensor) -> torch.Tensor:
+    """Each answer's expected centred rank within its group under the ensemble: 2 * w_i - 1, where w_i is the
+    answer's mean probability of beating each other answer of the group, P(i beats j) = mean over members of
+    sigmoid(s_m,i - s_m,j).
+
+    `scores`: (members, K). Returns (K,) in [-1, 1], summing to 0. A sure model gives the centred ranks of its
+    order (best +1, worst -1: the scale of people's rankings, labeler.services.label_kinds.centred_rank_rewards,
+    where a centred rank is 2 * (wins + ties / 2) / (K - 1) - 1). Where the members disagree or the answers look
+    alike to the model, the rewards shrink towards 0: the policy is pushed only as far as the model is sure, and
+    the push fades once a group's answers are equally good (as a function reward saturates), which leaves the
+    KL penalty in charge."""
+    members, size = scores.shape
+    if size < 2:
+        return torch.zeros(size)
+    beats = torch.sigmoid(scores[:, :, None] - scores[:, None, :]).mean(0)  # (K, K), 1/2 on the diagonal
+    wins = (beats.sum(1) - 0.5) / (size - 1)
+    return 2 * wins - 1
+
+
 def bradley_terry_head(chosen: torch.Tensor, rejected: torch.Tensor, init: torch.Tensor, l2: float,
                        weights: torch.Tensor | None = None, iterations: int = 50) -> torch.Tensor:
     """One linear head w minimising the Bradley-Terry loss over pairs plus a pull towards `init`:
@@ -168,4 +187,5 @@ class FrozenTextEncoder:
         return torch.stack([self._cache[k] for k in keys])
 
 
-__all__ = ["FrozenTextEncoder", "PreferenceEnsemble", "bradley_terry_head", "preference_information"]
+__all__ = ["FrozenTextEncoder", "PreferenceEnsemble", "bradley_terry_head", "expected_centred_ranks",
+           "preference_information"]

@@ -7,8 +7,10 @@ Each batch (PPO's answers_per_prompt answers to each prompt, consecutive):
    disagree on most (BALD information), one in four drawn at random instead (active_learning.RANDOM_SHARE), so the
    agreement figure below is measured on a fair sample too;
 3. the run waits for those labels (HumanRewardQueue, with its timeout policy); a group people judged gets their
-   rewards (centred ranks), every other group the model's scores, standardised over the batch and scaled to
-   `score_std` (the size of the KL penalty is tuned against rewards of that spread);
+   rewards (centred ranks), every other group the model's expected centred ranks
+   (rlhf.preference_ensemble.expected_centred_ranks): the same scale, but only as large as the model is sure.
+   Scores standardised over each batch instead kept the same spread however alike the answers became, and the
+   run's KL grew to 22 nats by step 28 (bench/human_loop.py);
 4. the model's agreement with the new labels is measured before it learns from them (an honest online accuracy),
    then it refits on all of the project's labels in a background thread once `refit_every` new labels are in; the
    next batch is scored by the newest fitted model.
@@ -133,22 +135,25 @@ def pick_groups(information: Sequence[float], n_human: int, rng: random.Random) 
     return sorted(index for index, _, _ in order[:n_human])
 
 
-def standardised(values: torch.Tensor, score_std: float) -> list[float]:
-    """Scores scaled to `score_std` over the batch (mean 0); all equal -> all 0 (the model has no opinion yet)."""
-    std = float(values.std()) if len(values) > 1 else 0.0
-    if not std > 1e-8:
-        return [0.0] * len(values)
-    return (((values - values.mean()) / std) * score_std).tolist()
+def same_prompt_runs(queries: Sequence[str]) -> list[list[int]]:
+    """Indices of consecutive rollouts with the same query: each prompt's answers in a PPO batch."""
+    runs: list[list[int]] = []
+    for index, query in enumerate(queries):
+        if runs and queries[runs[-1][0]] == query:
+            runs[-1].append(index)
+        else:
+            runs.append([index])
+    return runs
 
 
 class ActiveMixReward:
     """The reward source of a mixed run (module docstring). `last_stats` carries what the Train tab plots."""
 
     def __init__(self, queue: HumanRewardQueue, model: OnlineRewardModel, human_share: float = 0.25,
-                 timeout: float = 300.0, score_std: float = 0.5, seed: int = 0):
+                 timeout: float = 300.0, seed: int = 0):
         if not 0 <= human_share <= 1:
             raise ValueError(f"human_share={human_share}: must be in [0, 1]")
-        self.queue, self.model, self.human_share, self.timeout, self.score_std = queue, model, human_share, timeout, score_std
+        self.queue, self.model, self.human_share, self.timeout = queue, model, human_share, timeout
         self.rng = random.Random(seed)
         self.answers_judged = 0  # by people, for this run: a ranking of 4 counts as 4
         self.labels_used = 0
@@ -187,7 +192,12 @@ class ActiveMixReward:
             human = self.queue.request_and_wait([queries[i] for i in indices], [responses[i] for i in indices],
                                                 self.timeout)
             self.wait_seconds += time.monotonic() - started  # the trainer idles, waiting for people
-        rewards = standardised(scores.mean(0), self.score_std)
+        from rlhf.preference_ensemble import expected_centred_ranks
+
+        rewards: list[float] = [0.0] * len(responses)
+        for group in same_prompt_runs(queries):  # each prompt's answers, whatever kind of label people give
+            for i, value in zip(group, expected_centred_ranks(scores[:, group]).tolist()):
+                rewards[i] = value
         from_human = 0
         by_index = dict(zip(indices, human))
         for g in picked:

@@ -236,8 +236,7 @@ def active_mix(ctx: StageContext, db, queue):
             warm_start = ""  # none yet: start from the encoder alone
     prior = RewardScorer(models.resolve(db, warm_start)).score if warm_start else None
     model = OnlineRewardModel(ctx.db_path, ctx.project, refit_every=job.rm_refit_every, seed=job.seed, prior=prior)
-    return ActiveMixReward(queue, model, human_share=job.human_share, timeout=job.human_timeout,
-                           score_std=job.rm_score_std or 0.5, seed=job.seed)
+    return ActiveMixReward(queue, model, human_share=job.human_share, timeout=job.human_timeout, seed=job.seed)
 
 
 def ppo_prompts(db, project: str, seed: int) -> list[str]:

@@ -75,3 +75,22 @@ def test_frozen_encoder_features_are_cached_and_normalised():
     assert len(encoder._cache) == 3
     again = encoder.embed(["The plot"], ["great fun"])
     assert torch.equal(again[0], features[2]) and len(encoder._cache) == 3
+
+
+def test_expected_centred_ranks_by_hand():
+    from rlhf.preference_ensemble import expected_centred_ranks
+
+    # One member, two answers ln 3 apart: P(b beats a) = sigmoid(ln 3) = 3/4.
+    # a wins 1/4 of the time -> 2 * 1/4 - 1 = -1/2; b: 2 * 3/4 - 1 = +1/2.
+    assert expected_centred_ranks(torch.tensor([[0.0, math.log(3)]])).tolist() == pytest.approx([-0.5, 0.5])
+    # Two members that disagree exactly: P = (3/4 + 1/4) / 2 = 1/2 -> both 0 (the model is not sure).
+    both = torch.tensor([[0.0, math.log(3)], [math.log(3), 0.0]])
+    assert expected_centred_ranks(both).tolist() == pytest.approx([0.0, 0.0])
+    # A sure model (scores far apart) gives the centred ranks of its order: +1, +1/3, -1/3, -1.
+    sure = torch.tensor([[300.0, 200.0, 100.0, 0.0]])
+    assert expected_centred_ranks(sure).tolist() == pytest.approx([1.0, 1 / 3, -1 / 3, -1.0])
+    # Three answers, scores 0, 0, ln 3: the pair of equal answers is a coin flip.
+    # a: (1/2 + 1/4) / 2 = 3/8 -> -1/4; b the same; c: (3/4 + 3/4) / 2 = 3/4 -> +1/2. The group sums to 0.
+    three = expected_centred_ranks(torch.tensor([[0.0, 0.0, math.log(3)]]))
+    assert three.tolist() == pytest.approx([-0.25, -0.25, 0.5]) and float(three.sum()) == pytest.approx(0.0)
+    assert expected_centred_ranks(torch.zeros(3, 1)).tolist() == [0.0]

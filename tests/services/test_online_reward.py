@@ -8,22 +8,19 @@ import torch
 
 from labeler.services import accounts, jobs, labeling
 from labeler.services.human_reward import HumanRewardQueue
-from labeler.services.online_reward import ActiveMixReward, OnlineRewardModel, pick_groups, standardised
+from labeler.services.online_reward import ActiveMixReward, OnlineRewardModel, pick_groups
 from storage import open_db
 
 GOOD = ["a wonderful, moving film", "brilliant and joyful", "a delightful, lovely story", "great fun, superb cast"]
 BAD = ["a dull, boring mess", "awful and tedious", "a terrible, ugly story", "bad acting, horrible plot"]
 
 
-def test_pick_groups_and_standardised_by_hand():
+def test_pick_groups_by_hand():
     # 8 groups, 2 for people: the two most informative (groups 5 and 2).
     assert pick_groups([0.1, 0.0, 0.3, 0.2, 0.0, 0.9, 0.0, 0.0], 2, random.Random(0)) == [2, 5]
     # 4 for people: the next by information (3), then the 4th place is a random draw among the rest.
     picked = pick_groups([0.1, 0.0, 0.3, 0.2, 0.0, 0.9, 0.0, 0.0], 4, random.Random(0))
     assert len(picked) == 4 and {2, 3, 5} <= set(picked)
-    # [1, 2, 3]: mean 2, std 1 -> -1, 0, 1, times 0.5
-    assert standardised(torch.tensor([1.0, 2.0, 3.0]), 0.5) == pytest.approx([-0.5, 0.0, 0.5])
-    assert standardised(torch.tensor([2.0, 2.0]), 0.5) == [0.0, 0.0]
 
 
 def _ranker(db_path, stop):
