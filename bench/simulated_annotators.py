@@ -108,8 +108,14 @@ class WebAnnotator:
         self.client.close()
 
 
+# An annotator with nothing to label looks again after this many seconds: the Rate and Rank tabs press Refresh
+# every 5 s while "All done" (labeler/ui/static/shortcuts.js, EMPTY_POLL_MS). Polling every 0.5 s instead cost the
+# server and the clients about a quarter of a core, which slowed a PPO step beside them from 13 s to 19 s.
+IDLE_POLL_SECONDS = 5.0
+
+
 def run_team(annotators: list[WebAnnotator], kinds: tuple[str, ...], stop: threading.Event,
-             idle_sleep: float = 0.5) -> list[threading.Thread]:
+             idle_sleep: float = IDLE_POLL_SECONDS) -> list[threading.Thread]:
     """Each annotator in its own thread labels whatever of `kinds` its queue holds until `stop` is set."""
 
     def work(annotator: WebAnnotator) -> None:
