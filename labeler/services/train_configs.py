@@ -111,9 +111,12 @@ class JobConfig:
                 "rate every answer, and rewards are w_human * human + w_rm * rm."})
     rm_refit_every: int = field(default=8, metadata={
         "help": "mix with online_rm: refit the reward model in the background after this many new labels."})
-    human_overlap: bool = field(default=False, metadata={
-        "help": "human/mix: generate the next batch while the current one is rated (one batch of staleness, "
-                "corrected by the PPO ratio against the generating policy)."})
+    # On by default: people label batch k+1 while the trainer steps on batch k. Off, the trainer idled 25% of a
+    # mixed run (five annotators at 2 s a label, bench/human_loop.py) waiting for each batch's rankings.
+    human_overlap: bool = field(default=True, metadata={
+        "help": "human/mix: generate the next batch and queue it for people while the trainer steps on the "
+                "current one (one batch of staleness, corrected by the PPO ratio against the generating policy); "
+                "off: the trainer waits for each batch's labels."})
     heldout_every: int = field(default=10, metadata={
         "help": "PPO: every N steps, answer the held-out prompts once each and log their positive share and mean "
                 "reward (the evaluation's measure), so the Train tab plots progress during the run (0: off)."})
