@@ -15,9 +15,9 @@ from labeler.worker import run_worker
 from storage import open_db
 
 
-def test_human_overlap_is_a_job_setting_off_by_default():
-    assert load_job_config({}).human_overlap is False
-    assert resolve_run_config("ppo", {"human_overlap": "true"})["job"]["human_overlap"] is True
+def test_human_overlap_is_a_job_setting_on_by_default():
+    assert load_job_config({}).human_overlap is True
+    assert resolve_run_config("ppo", {"human_overlap": "false"})["job"]["human_overlap"] is False
 
 
 def test_request_ahead_queues_once_and_release_ahead_unqueues(db, db_path, tmp_path):
