@@ -8,7 +8,8 @@ Each batch (PPO's answers_per_prompt answers to each prompt, consecutive):
    agreement figure below is measured on a fair sample too;
 3. the run waits for those labels (HumanRewardQueue, with its timeout policy); a group people judged gets their
    rewards (centred ranks), every other group the model's expected centred ranks
-   (rlhf.preference_ensemble.expected_centred_ranks): the same scale, but only as large as the model is sure.
+   (rlhf.preference_ensemble.expected_centred_ranks) at the temperature that calibrates it on labels it had not
+   yet seen (calibrated_temperature): the same scale as people's, only as large as the model has proved sure.
    Scores standardised over each batch instead kept the same spread however alike the answers became, and the
    run's KL grew to 22 nats by step 28 (bench/human_loop.py);
 4. the model's agreement with the new labels is measured before it learns from them (an honest online accuracy),
@@ -31,7 +32,11 @@ import torch
 
 from labeler.services import active_learning
 from labeler.services.human_reward import HumanRewardQueue
+from rlhf.preference_ensemble import calibrated_temperature, expected_centred_ranks
 from storage import open_db
+
+
+CALIBRATION_PAIRS = 16  # labels the model is measured on before its scale is calibrated (until then: 1)
 
 
 class OnlineRewardModel:
@@ -59,6 +64,9 @@ class OnlineRewardModel:
         self.refits = 0
         self.agreement: float = math.nan  # on the newest labels, before fitting on them
         self.agreement_pairs = 0
+        # Every label's (members,) margin measured before the ensemble was fitted on it: what calibrates its scale.
+        self._unseen_margins: list[torch.Tensor] = []
+        self.temperature = 1.0
 
     def features(self, queries: Sequence[str], answers: Sequence[str]) -> torch.Tensor:
         features = self.encoder.embed(list(queries), list(answers))
@@ -92,9 +100,12 @@ class OnlineRewardModel:
             prompts = [p for p, _, _ in new]
             with self._lock:
                 ensemble = self.ensemble
-            self.agreement = ensemble.agreement(self.features(prompts, [c for _, c, _ in new]),
-                                                self.features(prompts, [r for _, _, r in new]))
+            chosen_new = self.features(prompts, [c for _, c, _ in new])
+            rejected_new = self.features(prompts, [r for _, _, r in new])
+            self.agreement = ensemble.agreement(chosen_new, rejected_new)
             self.agreement_pairs = len(new)
+            self._unseen_margins.append(ensemble.scores(chosen_new) - ensemble.scores(rejected_new))
+            self.temperature = calibrated_temperature(torch.cat(self._unseen_margins, dim=1), min_pairs=CALIBRATION_PAIRS)
         self._seen.update(new)
         self._labels_at_fit = labels
         # Features in this thread (the encoder's cache is not shared across threads); the fit in the background.
@@ -192,11 +203,10 @@ class ActiveMixReward:
             human = self.queue.request_and_wait([queries[i] for i in indices], [responses[i] for i in indices],
                                                 self.timeout)
             self.wait_seconds += time.monotonic() - started  # the trainer idles, waiting for people
-        from rlhf.preference_ensemble import expected_centred_ranks
-
         rewards: list[float] = [0.0] * len(responses)
+        scale = self.model.temperature  # as sure as the model has proved on labels it had not seen
         for group in same_prompt_runs(queries):  # each prompt's answers, whatever kind of label people give
-            for i, value in zip(group, expected_centred_ranks(scores[:, group]).tolist()):
+            for i, value in zip(group, expected_centred_ranks(scale * scores[:, group]).tolist()):
                 rewards[i] = value
         from_human = 0
         by_index = dict(zip(indices, human))
@@ -215,6 +225,7 @@ class ActiveMixReward:
             "human/answers_judged": float(self.answers_judged),
             "human/labels_used": float(self.labels_used),
             "rm_online/refits": float(self.model.refits),
+            "rm_online/temperature": self.model.temperature,
             "human/wait_seconds": self.wait_seconds,
         }
         if not math.isnan(self.model.agreement):

@@ -94,3 +94,17 @@ def test_expected_centred_ranks_by_hand():
     three = expected_centred_ranks(torch.tensor([[0.0, 0.0, math.log(3)]]))
     assert three.tolist() == pytest.approx([-0.25, -0.25, 0.5]) and float(three.sum()) == pytest.approx(0.0)
     assert expected_centred_ranks(torch.zeros(3, 1)).tolist() == [0.0]
+
+
+def test_calibrated_temperature_by_hand():
+    from rlhf.preference_ensemble import calibrated_temperature
+
+    # One member, margins +1, +1, +1, -1: right 3 times in 4, so the best t has sigmoid(t) = 3/4: t = ln 3.
+    t = calibrated_temperature(torch.tensor([[1.0, 1.0, 1.0, -1.0]]))
+    assert t == pytest.approx(math.log(3), rel=0.02)  # the log grid's step is 1.8%
+    # Margins of 2 with the same record: t = ln 3 / 2 (the scale, not the order, is corrected).
+    assert calibrated_temperature(torch.tensor([[2.0, 2.0, 2.0, -2.0]])) == pytest.approx(math.log(3) / 2, rel=0.02)
+    # Always right: as sure as the grid allows; no opinion at all (every margin 0): 1.
+    assert calibrated_temperature(torch.tensor([[0.5, 0.5]]), high=64.0) == pytest.approx(64.0)
+    assert calibrated_temperature(torch.zeros(8, 5)) == 1.0
+    assert calibrated_temperature(torch.tensor([[1.0, 1.0, 1.0, -1.0]]), min_pairs=5) == 1.0  # too few yet
