@@ -18,6 +18,29 @@ from rlhf.hardware import bf16_is_fast
 ATTENTION_CHOICES = ("auto", "lean_eager", "eager", "sdpa", "model")
 
 
+# ---- the speed and memory settings every trainer applies to its model: one definition each, used by PPOConfig
+# below and by the Trainer-based configs' base (rlhf/trainer_config.py TrainerConfig), so they cannot drift apart.
+def keep_freed_memory_field():
+    return field(default=True, metadata={
+        "help": "On CPU, keep freed memory in the process (no page faults per step; see rlhf/cpu_memory.py)."})
+
+
+def attn_implementation_field(default: str):
+    return field(default=default, metadata={
+        "help": "Attention kernel of the model (and its reference) while training: auto (lean_eager on CPU, see "
+                "rlhf/attention.py), lean_eager, eager, sdpa, model (keep the model's own)."})
+
+
+def share_input_casts_field():
+    return field(default=True, metadata={
+        "help": "Under bf16 autocast, cast each attention/MLP block's input once for all its projections (one bf16 "
+                "copy kept, not 2-3; see rlhf/autocast_inputs.py)."})
+
+
+def check_attn_implementation(value: str) -> None:
+    _check(value in ATTENTION_CHOICES, "attn_implementation", value, f"must be one of {', '.join(ATTENTION_CHOICES)}")
+
+
 # log_with choices that go through accelerate's trackers: the module each imports -> what to pip install
 # (mlflow-skinny is the tracking client alone; the full mlflow adds the server UI and its dependencies).
 TRACKER_PACKAGES = {"wandb": "wandb", "mlflow": "mlflow-skinny", "trackio": "trackio"}
@@ -144,14 +167,10 @@ class PPOConfig:
     bf16: bool = field(default_factory=bf16_is_fast, metadata={
         "help": "bf16 autocast for generation and forward passes (default: on where the hardware runs it fast, "
                 "CPUs with AVX-512 BF16 or AMX and GPUs with bf16; off elsewhere)."})
-    keep_freed_memory: bool = field(
-        default=True, metadata={"help": "On CPU, keep freed memory in the process (no page faults per mini-batch; see rlhf/cpu_memory.py)."}
-    )
+    keep_freed_memory: bool = keep_freed_memory_field()
     # "model" by default: the policy also generates, and eager attention is slower there; in bench/ppo_step.py
     # eager took 2.28x -> 2.02x off the naive baseline's time, so PPO keeps the model's kernel (SDPA).
-    attn_implementation: str = field(
-        default="model", metadata={"help": "Attention kernel of policy and reference: model (keep its own), auto (lean_eager on CPU, see rlhf/attention.py), lean_eager, eager, sdpa."}
-    )
+    attn_implementation: str = attn_implementation_field("model")
     rollout_forward_batch_size: int = field(
         default=16, metadata={"help": "Rollouts per no-grad forward pass (policy and reference logprobs); larger is faster."}
     )
@@ -227,8 +246,7 @@ class PPOConfig:
         _check(self.vf_coef >= 0, "vf_coef", self.vf_coef, "must be >= 0")
         _check(0 <= self.gamma <= 1, "gamma", self.gamma, "must be in [0, 1]")
         _check(0 <= self.lam <= 1, "lam", self.lam, "must be in [0, 1]")
-        _check(self.attn_implementation in ATTENTION_CHOICES, "attn_implementation", self.attn_implementation,
-               f"must be one of {', '.join(ATTENTION_CHOICES)}")
+        check_attn_implementation(self.attn_implementation)
         _check(self.advantage_estimator in ("rloo", "gae"), "advantage_estimator", self.advantage_estimator,
                "must be rloo or gae")
         _check(self.kl_penalty in ("kl", "abs", "mse", "full"), "kl_penalty", self.kl_penalty, "must be kl, abs, mse or full")
@@ -248,6 +266,17 @@ class PPOConfig:
         if self.log_with in TRACKER_PACKAGES and importlib.util.find_spec(self.log_with) is None:
             raise ImportError(f"PPOConfig.log_with={self.log_with!r} needs the {self.log_with} package: pip install "
                               f"{TRACKER_PACKAGES[self.log_with]} (or use log_with='tensorboard' or None)")
+
+    def prompts_per_batch(self, answers_per_prompt: int) -> int:
+        """PPO's rollout rule: each process generates whole groups, all answers_per_prompt answers to a prompt in
+        its own batch_size rollouts, because RLOO's baseline is the other answers to the same prompt on the same
+        process (PPOTrainer.step groups equal queries per process). The prompts a batch samples; ValueError naming
+        both settings when answers_per_prompt does not divide batch_size."""
+        _check(answers_per_prompt >= 1, "answers_per_prompt", answers_per_prompt, "must be at least 1")
+        _check(self.batch_size % answers_per_prompt == 0, "answers_per_prompt", answers_per_prompt,
+               f"must divide batch_size={self.batch_size} (each process generates whole groups of answers to a "
+               "prompt in its batch)")
+        return self.batch_size // answers_per_prompt
 
     def __setattr__(self, name: str, value) -> None:
         """TRL-style `config.field = value`, checked: the config is rebuilt with the new value through __init__

@@ -383,9 +383,9 @@ class PPOTrainer:
         if self.config.advantage_estimator == "rloo":
             sequence_rewards = rewards.sum(dim=1)  # score - beta * KL summed over the answer
             # Groups are the equal queries of this rank's batch only: with several processes each rank must
-            # generate whole groups (all answers_per_prompt answers to a prompt on one rank); answers to one
-            # prompt split over ranks would each lose the others as their baseline. Whitening below is per
-            # rank too, as in TRL.
+            # generate whole groups (all answers_per_prompt answers to a prompt on one rank; the rule is
+            # PPOConfig.prompts_per_batch); answers to one prompt split over ranks would each lose the others as
+            # their baseline. Whitening below is per rank too, as in TRL.
             groups = group_ids(queries).to(sequence_rewards.device)
             advantages = rloo_advantages(sequence_rewards, groups)[:, None] * mask  # (B, R), one value per answer
             returns = values  # no critic is trained: its loss is left out

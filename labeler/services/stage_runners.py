@@ -345,7 +345,7 @@ def run_ppo(ctx: StageContext) -> RunResult:
         nonlocal position
         # answers_per_prompt answers to each prompt (RLOO's groups), batch_size answers in all. The ranks take
         # consecutive shares of the next world * n_prompts prompts: rank r the r-th.
-        n_prompts = config.batch_size // job.answers_per_prompt
+        n_prompts = config.prompts_per_batch(job.answers_per_prompt)  # PPO's rollout rule: ValueError if broken
         first = position + rank * n_prompts
         texts = [prompts[(first + i) % len(prompts)] for i in range(n_prompts) for _ in range(job.answers_per_prompt)]
         position += world * n_prompts

@@ -291,10 +291,11 @@ def resolve_run_config(stage: str, values: dict[str, Any], source: str | None = 
     cls = stage_config_class(stage)
     trainer_config = forms.build_config(cls, _trainer_defaults(stage, cls, trainer_values), source)
     trainer = {k: v for k, v in forms.to_dict(trainer_config).items() if k in trainer_values}
-    if stage == "ppo" and trainer_config.batch_size % job.answers_per_prompt:
-        raise InputError(f"answers_per_prompt={job.answers_per_prompt} must divide batch_size="
-                         f"{trainer_config.batch_size} (each batch holds whole groups of answers to a prompt)",
-                         file=source, field="answers_per_prompt")
+    if stage == "ppo":
+        try:
+            trainer_config.prompts_per_batch(job.answers_per_prompt)  # PPO's rollout rule, checked by the library
+        except ValueError as error:
+            raise InputError(str(error), file=source, field="answers_per_prompt") from None
     # bf16 is stored even at its default: the default depends on the machine, the run must not.
     return {"job": {**forms.changed(job), "bf16": job.bf16}, "trainer": trainer}
 

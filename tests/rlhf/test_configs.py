@@ -73,6 +73,18 @@ def test_ppo_derived_sizes_and_trl_aliases():
         assert dataclasses.replace(aliased, mini_batch_size=4).mini_batch_size == 4
 
 
+def test_ppo_rollout_rule_each_process_generates_whole_answer_groups():
+    # batch 64 in groups of 4 answers: 16 prompts a batch; batch 8 of 8 answers: 1 prompt
+    assert PPOConfig(batch_size=64).prompts_per_batch(4) == 16
+    assert PPOConfig(batch_size=8).prompts_per_batch(8) == 1
+    with pytest.raises(ValueError) as error:
+        PPOConfig(batch_size=6, mini_batch_size=2).prompts_per_batch(4)  # 1.5 prompts: a group split
+    assert str(error.value) == ("answers_per_prompt=4: must divide batch_size=6 (each process generates whole groups "
+                                "of answers to a prompt in its batch)")
+    with pytest.raises(ValueError, match="^answers_per_prompt=0: must be at least 1$"):
+        PPOConfig(batch_size=8).prompts_per_batch(0)
+
+
 def test_generation_kl_safe_only_for_full_distribution_sampling():
     assert GenerationSettings().kl_safe
     for change in ({"top_k": 50}, {"top_p": 0.9}, {"temperature": 0.7}, {"do_sample": False}, {"min_length": 5}):
