@@ -11,7 +11,6 @@ log-probs ride along in the dataset, so each step is a single policy forward pas
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 import inspect
 import os
@@ -20,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
-from torch.utils.data import DataLoader
 from transformers import PreTrainedModel, Trainer
 
 from rlhf.core import logprobs_from_logits, masked_sum
@@ -39,6 +37,7 @@ from rlhf.dpo_losses import (
 from rlhf.losses import dpo_loss
 from rlhf.peft_utils import base_model, is_peft_model, merge_adapter
 from rlhf.distributed import prepare_reference
+from rlhf.reference_logps import reference_model, with_reference_columns
 from rlhf.trainer_config import TrainerConfig
 from rlhf.trainer_setup import prepare_model
 
@@ -343,30 +342,23 @@ class DPOTrainer(Trainer):
                 "DPOTrainer: no reference model is kept (precompute_ref_log_probs with no ref_model): its log-probs were "
                 "computed for the datasets given to the trainer. Pass ref_model=, or give the dataset to the trainer."
             )
-        with torch.no_grad(), self.accelerator.autocast():
-            if self.ref_model is not None:
-                logps = completion_logps(self.ref_model, batch, self.args.share_prompt_forward, self._token_weights(batch))
-            else:  # the policy without its adapter, or the untrained policy itself (see __init__)
-                policy = self.accelerator.unwrap_model(self.model)
-                was_training = policy.training
-                policy.eval()  # no dropout in the reference
-                with policy.disable_adapter() if is_peft_model(policy) else contextlib.nullcontext():
-                    logps = completion_logps(policy, batch, self.args.share_prompt_forward, self._token_weights(batch))
-                policy.train(was_training)
+        # The reference copy, the policy without its adapter, or the untrained policy itself (see __init__).
+        with torch.no_grad(), reference_model(self.ref_model, self.model, self.accelerator) as reference, \
+                self.accelerator.autocast():
+            logps = completion_logps(reference, batch, self.args.share_prompt_forward, self._token_weights(batch))
         return logps.float().chunk(2)
 
     def add_reference_logps(self, dataset):
         """The dataset with ref_chosen_logps and ref_rejected_logps columns (one pass of the reference)."""
         if dataset is None or "ref_chosen_logps" in dataset.column_names:
             return dataset
-        loader = DataLoader(dataset, batch_size=self.args.per_device_eval_batch_size, collate_fn=self.data_collator)
-        chosen, rejected = [], []
-        for batch in loader:
-            batch = {k: v.to(self.args.device) for k, v in batch.items()}
+
+        def columns(batch):
             ref_chosen, ref_rejected = self.reference_logps(batch)
-            chosen.extend(ref_chosen.tolist())
-            rejected.extend(ref_rejected.tolist())
-        return dataset.add_column("ref_chosen_logps", chosen).add_column("ref_rejected_logps", rejected)
+            return {"ref_chosen_logps": ref_chosen, "ref_rejected_logps": ref_rejected}
+
+        return with_reference_columns(dataset, self.data_collator, self.args.per_device_eval_batch_size,
+                                      self.args.device, columns)
 
     def get_train_dataloader(self):
         if self.args.precompute_ref_log_probs:

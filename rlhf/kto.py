@@ -11,7 +11,6 @@ data is tokenised; the sampler is sequential so batches are exactly those rows).
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 import os
 from collections import defaultdict
@@ -38,6 +37,7 @@ from rlhf.grpo import trl_only
 from rlhf.loading import DEFAULT_POLICY, load_causal_lm, load_tokenizer, resolve_model_path
 from rlhf.losses import kto_kl_estimate, kto_loss
 from rlhf.peft_utils import is_peft_model, merge_adapter
+from rlhf.reference_logps import reference_model, with_reference_columns
 from rlhf.trainer_config import TrainerConfig
 from rlhf.trainer_setup import prepare_model
 
@@ -254,21 +254,11 @@ class KTOTrainer(Trainer):
                 self.eval_dataset = self._add_reference_logps(self.eval_dataset, args.precompute_ref_batch_size or args.per_device_eval_batch_size)
 
     # ---- the reference ------------------------------------------------------------------------------------
-    @contextlib.contextmanager
-    def _reference(self):
-        """The model that gives reference log-probs: the reference copy, or the policy with its adapter off (or,
-        before training with precompute_ref_log_probs, the untrained policy itself)."""
-        if self.ref_model is not None:
-            yield self.ref_model
-        elif is_peft_model(self.accelerator.unwrap_model(self.model)):
-            with self.accelerator.unwrap_model(self.model).disable_adapter():
-                yield self.model
-        else:
-            yield self.model
-
     @torch.no_grad()
     def _reference_logps(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
-        with self._reference() as reference, self.accelerator.autocast():
+        # The reference copy, the policy with its adapter off, or (before training, with precompute_ref_log_probs)
+        # the untrained policy itself.
+        with reference_model(self.ref_model, self.model, self.accelerator) as reference, self.accelerator.autocast():
             logps = completion_logps(reference, batch, share_prompt=False).float()
             kl_logps = completion_logps(reference, _kl_batch(batch), share_prompt=False).float() if self.calculate_kl else None
         return logps, kl_logps
@@ -276,19 +266,12 @@ class KTOTrainer(Trainer):
     def _add_reference_logps(self, dataset, batch_size: int):
         if dataset is None:
             return None
-        was_training = self.model.training
-        self.model.eval()
-        ref, ref_kl = [], []
-        for start in range(0, len(dataset), batch_size):
-            batch = self.data_collator([dataset[i] for i in range(start, min(start + batch_size, len(dataset)))])
-            batch = {k: v.to(self.args.device) for k, v in batch.items()}
+
+        def columns(batch):
             logps, kl_logps = self._reference_logps(batch)
-            ref.extend(logps.tolist())
-            if kl_logps is not None:
-                ref_kl.extend(kl_logps.tolist())
-        self.model.train(was_training)
-        dataset = dataset.add_column("ref_logps", ref)
-        return dataset.add_column("ref_KL_logps", ref_kl) if ref_kl else dataset
+            return {"ref_logps": logps, **({"ref_KL_logps": kl_logps} if kl_logps is not None else {})}
+
+        return with_reference_columns(dataset, self.data_collator, batch_size, self.args.device, columns)
 
     # ---- loss ------------------------------------------------------------------------------------------
     def compute_loss(self, model, inputs: dict[str, torch.Tensor], return_outputs: bool = False, num_items_in_batch=None):
