@@ -174,6 +174,13 @@ class OnlineRLConfig(TrainerConfig):
     def epsilon_upper(self) -> float:
         return self.epsilon if self.epsilon_high is None else self.epsilon_high
 
+    @property
+    def needs_old_logps(self) -> bool:
+        """Whether each generation batch gets a no-grad pass for the sampling policy's log-probs. The micro-batches
+        of one generation batch meet an unchanged policy only when the optimizer steps after all of them and they
+        are used once; then the old log-probs are the new ones, detached (TRL skips them too)."""
+        return self.gradient_accumulation_steps % (self.steps_per_generation * self.num_iterations) != 0
+
 
 @dataclass
 class GRPOConfig(OnlineRLConfig):
@@ -571,11 +578,6 @@ class GRPOTrainer(Trainer):
     def _mode(self) -> str:
         return "train" if self.model.training else "eval"
 
-    def needs_old_logps(self) -> bool:
-        # The micro-batches of one generation batch meet an unchanged policy only when the optimizer steps after all
-        # of them and they are used once; then the old log-probs are the new ones, detached (TRL skips them too).
-        return self.args.gradient_accumulation_steps % (self.args.steps_per_generation * self.num_iterations) != 0
-
     def _generate_and_score(self, rows: list[dict]) -> dict:
         mode = self._mode()
         metrics = self._metrics[mode]
@@ -603,7 +605,7 @@ class GRPOTrainer(Trainer):
         # 3. log-probs at sampling time (only where the policy will have moved by the time it trains on them) and the
         # reference's (only with a KL term)
         with torch.no_grad():
-            if self.needs_old_logps():
+            if self.args.needs_old_logps:
                 batch["old_per_token_logps"] = self._logps_in_chunks(self.model, batch)
             if self.args.beta != 0.0:
                 batch["ref_per_token_logps"] = self._reference_logps(batch)

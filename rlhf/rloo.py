@@ -39,6 +39,11 @@ class RLOOConfig(OnlineRLConfig):
                 raise ValueError(f"reward_clip_range={self.reward_clip_range!r}: min must not exceed max")
         super().__post_init__()
 
+    @property
+    def needs_old_logps(self) -> bool:
+        # The KL penalty needs the sampling policy's log-probs whenever there is a reference.
+        return self.beta != 0.0 or super().needs_old_logps
+
 
 class RLOOTrainer(GRPOTrainer):
     """RLOO with TRL 1.16's constructor, config and logged names (reward, reward_std, kl, entropy, clip_ratio/...)."""
@@ -47,10 +52,6 @@ class RLOOTrainer(GRPOTrainer):
     loss_is_scaled_for_ga = False
     config_class = RLOOConfig
     _name = "RLOO"
-
-    def needs_old_logps(self) -> bool:
-        # The KL penalty needs the sampling policy's log-probs whenever there is a reference.
-        return self.args.beta != 0.0 or super().needs_old_logps()
 
     def compute_advantages(self, rewards: torch.Tensor, batch: dict, num_generations: int) -> torch.Tensor:
         metrics = self._metrics[self._mode()]

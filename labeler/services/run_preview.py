@@ -6,8 +6,8 @@ is queued. It reads the data exactly as the stage runners do: the same settings 
 (train_configs.resolve_run_config), the same export row functions and filters (stage_runners.export_options),
 and the same split by prompt (export.split_by_prompt), without loading a model or building a dataset.
 
-A PPO run's preview also says how long it will take on this machine, extrapolated from a micro-step
-measured in a fresh process (labeler/services/run_estimate.py), and with `time_budget` set it fits the number
+A PPO, GRPO or RLOO run's preview also says how long it will take on this machine, extrapolated from a micro-step
+measured in a fresh process (labeler/services/run_estimate.py); for PPO with `time_budget` set it fits the number
 of steps to the budget and says what it chose; apply_time_budget makes that choice the run's `steps`.
 """
 from __future__ import annotations
@@ -29,6 +29,11 @@ from labeler.services.errors import InputError
 # mostly memorises them (reward models in particular; Ouyang et al. 2022 train their RM for one epoch).
 EPOCH_WARNING = 3.0
 MIN_ROWS = 2  # what the stage runners require (stage_runners._require_rows)
+# The stages that train on the project's training prompts, sampling answers to them, rather than on labels; each
+# step's wall time is extrapolated from a measured micro-step. time_budget applies to ppo only.
+ONLINE_STAGES = ("grpo", "rloo")  # GRPOTrainer / RLOOTrainer (labeler/services/stage_runners_online.py)
+PROMPT_STAGES = ("ppo", *ONLINE_STAGES)
+BUDGET_STAGES = ("ppo",)
 
 
 @dataclass(frozen=True)
@@ -40,13 +45,14 @@ class RunPreview:
     rows: int  # after the filters
     train_rows: int
     eval_rows: int
-    rows_per_step: int  # the effective batch: rows (sft/rm/dpo) or prompts (ppo) consumed per optimizer step
+    rows_per_step: int  # the effective batch: rows (sft/rm/dpo/kto) or prompts (ppo/grpo/rloo) consumed per step
     steps: int
-    # sft/rm/dpo: steps / steps per epoch, as transformers' Trainer counts them (a batch larger than the data
-    # is the whole data: 10 steps over 7 rows with batch 8 are 10 epochs); ppo: steps * prompts per step / prompts.
+    # sft/rm/dpo/kto: steps / steps per epoch, as transformers' Trainer counts them (a batch larger than the data
+    # is the whole data: 10 steps over 7 rows with batch 8 are 10 epochs); ppo/grpo/rloo: steps * prompts per step
+    # / prompts.
     epochs: float
     warnings: list[str] = field(default_factory=list)
-    estimate: run_estimate.RunEstimate | None = None  # ppo, when measured: the wall time on this machine
+    estimate: run_estimate.RunEstimate | None = None  # ppo/grpo/rloo, when measured: the wall time on this machine
     budget_seconds: float | None = None  # the job's time_budget
     steps_asked: int | None = None  # the steps the settings gave, when the budget changed them
     budget_error: str | None = None  # why no number of steps fits time_budget (or no estimate could be made)
@@ -84,8 +90,12 @@ def _epoch_warning(steps: int, epochs: float, train_rows: int, unit: str) -> str
             f"Label more, or lower steps to about {fewer}.")
 
 
-def _trainer_config(stage: str, trainer_values: dict[str, Any]):
+def _trainer_config(stage: str, job, trainer_values: dict[str, Any]):
+    """The stage's trainer config as the run builds it (GRPO and RLOO take answers per prompt and answer length
+    from the job, as stage_runners_online does)."""
     cls = train_configs.stage_config_class(stage)
+    if stage in ONLINE_STAGES:
+        trainer_values = cls.job_settings(job, trainer_values)
     return forms.build_config(cls, train_configs._trainer_defaults(stage, cls, trainer_values))
 
 
@@ -100,9 +110,11 @@ def _rows(db: sqlite_utils.Database, project: str, stage: str, job) -> tuple[lis
         rows = [r for r in unpaired_rows(db, project, stage_runners.export_options(ctx, threshold=job.sft_min_score))
                 if r["label"]]
         unit = "answers"
+    elif stage == "kto":  # every rated answer, desirable or not (stage_runners_online.run_kto)
+        rows, unit = unpaired_rows(db, project, stage_runners.export_options(ctx, threshold=job.sft_min_score)), "answers"
     elif stage in ("rm", "dpo"):
         rows, unit = preference_rows(db, project, stage_runners.export_options(ctx)), "pairs"
-    else:  # ppo samples the project's training prompts, not labels
+    else:  # ppo, grpo and rloo sample the project's training prompts, not labels
         project_id = get_project(db, project).id
         texts = [r[0] for r in db.execute(
             "SELECT text FROM prompts WHERE project_id = ? AND split = 'train' ORDER BY id", [project_id])]
@@ -111,13 +123,20 @@ def _rows(db: sqlite_utils.Database, project: str, stage: str, job) -> tuple[lis
     return [(json.dumps(r["prompt"], sort_keys=True, ensure_ascii=False), r) for r in rows], unit
 
 
+def _prompts_per_step(stage: str, job, trainer) -> int:
+    """Prompts a ppo/grpo/rloo step samples answers to (on each rank)."""
+    if stage == "ppo":
+        return trainer.prompts_per_batch(job.answers_per_prompt)
+    return trainer.generation_batch_size // trainer.num_generations  # whole groups (OnlineRLConfig checks it)
+
+
 def preview_run(db: sqlite_utils.Database, project: str, stage: str, values: dict[str, Any],
                 estimate_time: bool = True, measure=None) -> RunPreview:
     """The preview of a run of `stage` with the settings `values` (as the Train form or `--set` give them).
 
-    Bad settings raise the same InputError launching would. For ppo with `estimate_time`, a micro-step is timed
-    for the wall-time estimate by `measure(MicroStepSettings) -> MicroStep` (default: run_estimate's, in a fresh
-    process); without it there is no estimate and time_budget is not applied.
+    Bad settings raise the same InputError launching would. For ppo, grpo and rloo with `estimate_time`, a
+    micro-step is timed for the wall-time estimate by `measure(MicroStepSettings) -> MicroStep` (default:
+    run_estimate's, in a fresh process); without it there is no estimate and time_budget is not applied.
     """
     from labeler.services.export import split_by_prompt
     from labeler.services.models import get_model
@@ -125,18 +144,15 @@ def preview_run(db: sqlite_utils.Database, project: str, stage: str, values: dic
 
     config = train_configs.resolve_run_config(stage, values)
     job = forms.build_config(train_configs.JobConfig, config["job"])
-    trainer = _trainer_config(stage, config["trainer"])
+    trainer = _trainer_config(stage, job, config["trainer"])
     records, unit = _rows(db, project, stage, job)
 
-    if stage == "ppo":
-        batch = getattr(trainer, "batch_size", 1) if trainer is not None else 1
-        # Each PPO batch samples answers_per_prompt answers to batch / answers_per_prompt prompts.
-        rows_per_step = max(1, batch // job.answers_per_prompt)
+    if stage in PROMPT_STAGES:
+        rows_per_step = _prompts_per_step(stage, job, trainer)
         train_rows, eval_rows = len(records), 0
         epochs = job.steps * rows_per_step / train_rows if train_rows else math.inf
     else:
-        per_device = getattr(trainer, "per_device_train_batch_size", 8) if trainer is not None else 8
-        accumulation = getattr(trainer, "gradient_accumulation_steps", 1) if trainer is not None else 1
+        per_device, accumulation = trainer.per_device_train_batch_size, trainer.gradient_accumulation_steps
         rows_per_step = per_device * accumulation
         train, test = split_by_prompt(records, job.test_size, job.seed)
         # stage_runners.split_rows drops an eval side of fewer than 2 rows and trains on everything.
@@ -158,39 +174,69 @@ def preview_run(db: sqlite_utils.Database, project: str, stage: str, values: dic
                         f"(it needs at least {MIN_ROWS}).")
     elif epochs > EPOCH_WARNING:
         warnings.append(_epoch_warning(job.steps, epochs, train_rows, unit))
+    if stage == "kto" and len(records) >= MIN_ROWS:
+        from labeler.services.stage_runners_online import kto_label_problem  # the stage's module, loaded above
+
+        problem = kto_label_problem([bool(row["label"]) for _, row in records])
+        warnings += [f"the run would stop at once: {problem}."] if problem else []
+    if run_estimate.budget_seconds(job.time_budget) is not None and stage not in BUDGET_STAGES:
+        warnings.append(budget_stage_error(stage))
     preview = RunPreview(stage, base, known, unit, len(records), train_rows, eval_rows, rows_per_step, job.steps,
                          epochs, warnings)
-    if stage == "ppo" and estimate_time and records:
-        preview = _with_estimate(db, project, preview, job, trainer, [text for text, _ in records],
+    if stage in PROMPT_STAGES and estimate_time and records:
+        preview = _with_estimate(db, project, stage, preview, job, trainer, [text for text, _ in records],
                                  measure or run_estimate.measure_micro_step, steps_given="steps" in values)
     return preview
 
 
-def _with_estimate(db, project: str, preview: RunPreview, job, trainer, prompts: list[str], measure,
+def budget_stage_error(stage: str) -> str:
+    return f"time_budget is for ppo runs (the stage here is {stage}); set steps instead"
+
+
+def _micro_step_settings(db, project: str, stage: str, job, trainer, prompts: list[str]):
+    """What the run's micro-step is measured with: one mini-batch of its answers, at its answer length."""
+    from labeler.services import launch, models
+    from labeler.services.projects import get_project
+
+    if stage == "ppo":
+        rows, tokens, group, estimator = (trainer.mini_batch_size, job.max_new_tokens, job.answers_per_prompt,
+                                          trainer.advantage_estimator)
+    else:  # grpo, rloo: PPO's leave-one-out step (no value head to train) on one of the Trainer's micro-batches
+        rows, tokens, group, estimator = (trainer.per_device_train_batch_size, trainer.max_completion_length,
+                                          trainer.num_generations, "rloo")
+    return run_estimate.MicroStepSettings(
+        model_path=str(models.resolve(db, job.base_model(stage))), bf16=job.bf16, lora=job.lora, lora_r=job.lora_r,
+        lora_alpha=job.lora_alpha, rows=rows, max_new_tokens=tokens, answers_per_prompt=group,
+        advantage_estimator=estimator, prompts=tuple(prompts[:rows]),
+        chat_template=bool(get_project(db, project).chat_template),
+        threads=launch.threads_per_process(job.num_processes or 1))
+
+
+def _step_seconds(stage: str, micro: run_estimate.MicroStep, trainer) -> float:
+    """One step of the run from its micro-step: a PPO batch, or a GRPO/RLOO generation batch (on each rank)."""
+    if stage == "ppo":
+        return run_estimate.ppo_step_seconds(micro, trainer.batch_size, trainer.ppo_epochs)
+    passes = run_estimate.online_no_grad_passes(trainer.needs_old_logps, trainer.beta)
+    answers = trainer.per_device_train_batch_size * trainer.steps_per_generation
+    return run_estimate.online_step_seconds(micro, answers, trainer.num_iterations, passes)
+
+
+def _with_estimate(db, project: str, stage: str, preview: RunPreview, job, trainer, prompts: list[str], measure,
                    steps_given: bool) -> RunPreview:
-    """The preview with the wall-time estimate, and with steps fitted to job.time_budget when there is one:
+    """The preview with the wall-time estimate, and with steps fitted to job.time_budget when there is one (ppo):
     steps given explicitly are kept when they fit (else lowered, with a warning), otherwise the budget decides."""
     from dataclasses import replace
 
-    from labeler.services import launch, models
     from labeler.services.evaluation import heldout_prompts
-    from labeler.services.projects import get_project
 
-    settings = run_estimate.MicroStepSettings(
-        model_path=str(models.resolve(db, job.base_model("ppo"))), bf16=job.bf16, lora=job.lora,
-        lora_r=job.lora_r, lora_alpha=job.lora_alpha, rows=trainer.mini_batch_size, max_new_tokens=job.max_new_tokens,
-        answers_per_prompt=job.answers_per_prompt, advantage_estimator=trainer.advantage_estimator,
-        prompts=tuple(prompts[:trainer.mini_batch_size]), chat_template=bool(get_project(db, project).chat_template),
-        threads=launch.threads_per_process(job.num_processes or 1))
+    budget = run_estimate.budget_seconds(job.time_budget) if stage in BUDGET_STAGES else None
     try:
-        micro = measure(settings)
+        micro = measure(_micro_step_settings(db, project, stage, job, trainer, prompts))
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as error:
         reason = f"no time estimate: {error}"
-        return replace(preview, warnings=[*preview.warnings, reason],
-                       budget_error=reason if run_estimate.budget_seconds(job.time_budget) else None)
+        return replace(preview, warnings=[*preview.warnings, reason], budget_error=reason if budget else None)
     eval_answers = len(heldout_prompts(db, project)) * job.eval_samples
-    estimate = run_estimate.estimate_run(micro, job.steps, trainer.batch_size, trainer.ppo_epochs, eval_answers)
-    budget = run_estimate.budget_seconds(job.time_budget)
+    estimate = run_estimate.estimate_from_step(micro, job.steps, _step_seconds(stage, micro, trainer), eval_answers)
     if budget is None:
         return replace(preview, estimate=estimate)
     fixed = estimate.setup_seconds + estimate.eval_seconds
@@ -223,9 +269,8 @@ def apply_time_budget(db: sqlite_utils.Database, project: str, stage: str, value
     config = train_configs.resolve_run_config(stage, values)
     if run_estimate.budget_seconds(config["job"].get("time_budget")) is None:
         return values, None
-    if stage != "ppo":
-        raise InputError(f"time_budget is for ppo runs (the stage here is {stage}); set steps instead",
-                         field="time_budget")
+    if stage not in BUDGET_STAGES:
+        raise InputError(budget_stage_error(stage), field="time_budget")
     preview = preview_run(db, project, stage, values, measure=measure)
     if preview.budget_error is not None:
         raise InputError(preview.budget_error, field="time_budget")

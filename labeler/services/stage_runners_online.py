@@ -27,13 +27,13 @@ from rlhf.grpo import GRPOConfig
 from rlhf.kto import KTOConfig
 from rlhf.rloo import RLOOConfig
 
-ONLINE_STAGES = ("grpo", "rloo")
-
 
 # ---- the app's defaults: a CPU run (the library's defaults are TRL's, made for GPUs) --------------------------
 @dataclass
-class StudioGRPOConfig(GRPOConfig):
-    """GRPOConfig with defaults for a CPU run in the app (the fields and their meaning are TRL 1.16's)."""
+class StudioOnlineDefaults:
+    """The CPU defaults GRPO and RLOO share in the app, and how the job's settings feed them. Listed first among a
+    Studio config's bases, so its defaults override the library's (dataclass fields are gathered from the last
+    base to the first); beta differs between the two and stays with each."""
 
     learning_rate: float = field(default=3e-5, metadata={"help": "AdamW learning rate (PPO's tuned CPU value; TRL's default 1e-6 suits long GPU runs)."})
     per_device_train_batch_size: int = field(default=16, metadata={"help": "Answers per mini-batch (one optimizer step)."})
@@ -41,19 +41,25 @@ class StudioGRPOConfig(GRPOConfig):
     num_generations: int = field(default=4, metadata={"help": "Answers per prompt (the job's answers_per_prompt wins when set)."})
     max_completion_length: int = field(default=16, metadata={"help": "Tokens per answer (the job's max_new_tokens wins when set)."})
     num_iterations: int = field(default=2, metadata={"help": "Passes over each generation batch (PPO's ppo_epochs)."})
+
+    @staticmethod
+    def job_settings(job, explicit: dict[str, Any]) -> dict[str, Any]:
+        """The trainer settings of a run: the job's answers per prompt and answer length as num_generations and
+        max_completion_length, unless the trainer settings `explicit` set them."""
+        return {"num_generations": job.answers_per_prompt, "max_completion_length": job.max_new_tokens, **explicit}
+
+
+@dataclass
+class StudioGRPOConfig(StudioOnlineDefaults, GRPOConfig):
+    """GRPOConfig with defaults for a CPU run in the app (the fields and their meaning are TRL 1.16's)."""
+
     beta: float = field(default=0.04, metadata={"help": "k3 KL coefficient to the base model (DeepSeekMath's 0.04; 0: no reference)."})
 
 
 @dataclass
-class StudioRLOOConfig(RLOOConfig):
+class StudioRLOOConfig(StudioOnlineDefaults, RLOOConfig):
     """RLOOConfig with defaults for a CPU run in the app (the fields and their meaning are TRL 1.16's)."""
 
-    learning_rate: float = field(default=3e-5, metadata={"help": "AdamW learning rate (PPO's tuned CPU value; TRL's default 1e-6 suits long GPU runs)."})
-    per_device_train_batch_size: int = field(default=16, metadata={"help": "Answers per mini-batch (one optimizer step)."})
-    steps_per_generation: int | None = field(default=4, metadata={"help": "Mini-batches per generation batch: 4 x 16 = 64 answers, 16 prompts x 4."})
-    num_generations: int = field(default=4, metadata={"help": "Answers per prompt (the job's answers_per_prompt wins when set)."})
-    max_completion_length: int = field(default=16, metadata={"help": "Tokens per answer (the job's max_new_tokens wins when set)."})
-    num_iterations: int = field(default=2, metadata={"help": "Passes over each generation batch (PPO's ppo_epochs)."})
     beta: float = field(default=0.03, metadata={"help": "KL penalty on the reward (PPO's init_kl_coef; 0: no reference)."})
 
 
@@ -88,15 +94,15 @@ def _online_args(ctx: StageContext, config_cls):
     """The trainer config with the job's answers per prompt and answer length, and `steps` generation batches
     (explicit trainer settings win)."""
     job, explicit = ctx.job, dict(ctx.trainer_settings)
-    derived = {"num_generations": job.answers_per_prompt, "max_completion_length": job.max_new_tokens}
-    derived.update({k: explicit[k] for k in derived if k in explicit})
-    if derived["num_generations"] != job.answers_per_prompt and job.reward in ("human", "mix"):
-        raise InputError(f"num_generations={derived['num_generations']}: with reward={job.reward} it must equal "
+    settings = config_cls.job_settings(job, explicit)
+    if settings["num_generations"] != job.answers_per_prompt and job.reward in ("human", "mix"):
+        raise InputError(f"num_generations={settings['num_generations']}: with reward={job.reward} it must equal "
                          f"answers_per_prompt={job.answers_per_prompt} (people rank each prompt's group)",
                          field="num_generations")
-    probe = forms.build_config(config_cls, {"output_dir": "unused", "report_to": "none", **explicit, **derived})
-    derived["max_steps"] = job.steps * probe.steps_per_generation * probe.num_iterations // probe.gradient_accumulation_steps
-    return stage_runners._trainer_args(dataclasses.replace(ctx, trainer_settings={**derived, **explicit}), config_cls)
+    probe = forms.build_config(config_cls, {"output_dir": "unused", "report_to": "none", **settings})
+    settings = {"max_steps": job.steps * probe.steps_per_generation * probe.num_iterations
+                // probe.gradient_accumulation_steps, **settings}  # an explicit max_steps wins
+    return stage_runners._trainer_args(dataclasses.replace(ctx, trainer_settings=settings), config_cls)
 
 
 def _online_rows(ctx: StageContext, db, tokenizer) -> list[dict]:
@@ -156,6 +162,14 @@ def run_rloo(ctx: StageContext) -> RunResult:
 
 
 # ---- KTO -------------------------------------------------------------------------------------------------
+def kto_label_problem(labels: list[bool]) -> str | None:
+    """Why KTO cannot train on rows with these labels (all desirable, or all undesirable), or None."""
+    if labels and (all(labels) or not any(labels)):
+        return (f"all {len(labels)} rated answers are {'desirable' if labels[0] else 'undesirable'} with this "
+                "threshold; KTO needs both (change sft_min_score or rate more)")
+    return None
+
+
 def run_kto(ctx: StageContext) -> RunResult:
     """KTO on the project's rated answers: mean score >= threshold (sft_min_score, default the scale's midpoint)
     is desirable, below it undesirable (export --kind unpaired's rows). Rows are shuffled by the job's seed: KTO
@@ -171,9 +185,9 @@ def run_kto(ctx: StageContext) -> RunResult:
     random.Random(ctx.job.seed).shuffle(rows)
     stage_runners._require_rows(rows, "rated answers", "rate answers (KTO trains on each rated answer, desirable "
                                 "when its mean score is at least sft_min_score)")
-    if all(r["label"] for r in rows) or not any(r["label"] for r in rows):
-        raise InputError(f"all {len(rows)} rated answers are {'desirable' if rows[0]['label'] else 'undesirable'} "
-                         "with this threshold; KTO needs both (change sft_min_score or rate more)", field="sft_min_score")
+    problem = kto_label_problem([r["label"] for r in rows])
+    if problem:
+        raise InputError(problem, field="sft_min_score")
     return stage_runners._train_stage(ctx, db, "kto", rows, KTOTrainer, StudioKTOConfig, "CAUSAL_LM",
                                       stage_runners._policy_kind(ctx), "unpaired")
 

@@ -100,6 +100,23 @@ def test_config_has_trl_defaults_and_refuses_what_cannot_run_here():
     assert GRPOConfig(output_dir="unused", scale_rewards=False).scale_rewards == "none"  # TRL's boolean form
 
 
+def test_old_log_probs_are_computed_only_where_the_policy_moves_within_a_generation_batch():
+    from rlhf.grpo import GRPOConfig
+    from rlhf.rloo import RLOOConfig
+
+    def config(cls, **changes):
+        return cls(output_dir="unused", report_to="none", per_device_train_batch_size=8, num_generations=4, **changes)
+
+    # 1 micro-batch per generation batch, used once, optimizer step after it: the policy that sampled is trained
+    assert not config(GRPOConfig).needs_old_logps
+    assert config(GRPOConfig, num_iterations=2).needs_old_logps  # the 2nd pass meets a moved policy
+    assert config(GRPOConfig, steps_per_generation=4).needs_old_logps  # optimizer steps between micro-batches
+    # accumulating all 4 x 2 micro-steps: one optimizer step per generation batch
+    assert not config(GRPOConfig, steps_per_generation=4, num_iterations=2, gradient_accumulation_steps=8).needs_old_logps
+    # RLOO's KL penalty on the reward needs the sampling policy's log-probs whenever there is a reference
+    assert config(RLOOConfig).needs_old_logps and not config(RLOOConfig, beta=0.0).needs_old_logps
+
+
 # ---- the trainer -------------------------------------------------------------------------------------------
 def reward_len(completions, **kwargs):
     return [-abs(20 - len(completion)) for completion in completions]

@@ -1,6 +1,6 @@
 """The wall-time estimate before a run starts and the time budget (issue 26): the arithmetic from a made-up
-micro-step, the parsing of time_budget, and what the preview and the CLI do with them (no model is loaded:
-the micro-step is injected)."""
+micro-step for PPO, GRPO and RLOO, the parsing of time_budget, and what the preview and the CLI do with them (no
+model is loaded: the micro-step is injected)."""
 from __future__ import annotations
 
 import pytest
@@ -47,6 +47,21 @@ def test_step_time_from_a_micro_step():
     assert run_estimate.eval_seconds(MICRO, answers=40) == 10.0
     estimate = run_estimate.estimate_run(MICRO, steps=40, batch_size=64, ppo_epochs=2, eval_answers=40)
     assert estimate.total_seconds == 10 + 40 * 36 + 10  # 1460 s
+
+
+def test_grpo_and_rloo_step_time_from_the_same_micro_step():
+    # A GRPO/RLOO step is one generation batch; PPO's no-grad time (1 s) is two passes, 0.5 s each.
+    # 64 answers = 4 chunks of 16; each: generate 2 + 2 passes x 0.5 + 2 iterations x train 3 = 9 s -> 36 s.
+    assert run_estimate.online_step_seconds(MICRO, answers=64, num_iterations=2, no_grad_passes=2) == 36.0
+    # 32 answers, 1 iteration, no pass (no reference, policy unchanged within the batch): 2 x (2 + 0 + 3) = 10 s.
+    assert run_estimate.online_step_seconds(MICRO, answers=32, num_iterations=1, no_grad_passes=0) == 10.0
+    # 64 answers, 2 iterations, the reference's pass only: 4 x (2 + 0.5 + 6) = 34 s.
+    assert run_estimate.online_step_seconds(MICRO, answers=64, num_iterations=2, no_grad_passes=1) == 34.0
+    # the passes: the sampling policy's log-probs when it moves within the batch, the reference's when beta > 0
+    assert [run_estimate.online_no_grad_passes(old, beta) for old, beta in
+            [(True, 0.04), (True, 0.0), (False, 0.03), (False, 0.0)]] == [2, 1, 1, 0]
+    estimate = run_estimate.estimate_from_step(MICRO, steps=10, step_seconds=34.0, eval_answers=40)
+    assert estimate.total_seconds == 10 + 10 * 34 + 10  # 360 s: setup, steps, evaluation (as for PPO above)
 
 
 def test_steps_that_fit_a_budget():
@@ -142,6 +157,44 @@ def test_the_epoch_warning_follows_the_fitted_steps(labelled):
         "16.0 passes over 2 prompts: the model will mostly memorise them. Label more, or lower steps to about 1."]
 
 
+def test_grpo_preview_says_how_long_from_its_own_micro_step(labelled):
+    calls = []
+    settings = {"num_iterations": 1, "beta": 0, "answers_per_prompt": 2, "max_new_tokens": 8, "eval_samples": 0,
+                "steps": 10}
+    preview = preview_run(labelled, "default", "grpo", settings, measure=_measured(calls))
+    # The micro-step is one of the Trainer's micro-batches (per_device_train_batch_size 16) of the run's answers
+    # (max_new_tokens 8 -> max_completion_length), groups of answers_per_prompt 2 -> num_generations.
+    assert (calls[0].rows, calls[0].max_new_tokens, calls[0].answers_per_prompt, calls[0].advantage_estimator) == \
+        (16, 8, 2, "rloo")
+    # generation batch 16 x 4 = 64 answers: 4 chunks x (generate 2 + 1 pass (the policy's old log-probs: it moves
+    # within the batch; no reference at beta 0) x 0.5 + 1 iteration x train 3) = 22 s; 10 + 10 x 22 = 230 s.
+    assert (preview.estimate.step_seconds, preview.estimate.total_seconds) == (22.0, 230.0)
+    assert "**About 3 min 50 s on this machine**: 10 steps of ~22 s" in preview.markdown()
+    # 64 answers of 2 per prompt = 32 prompts a step, over 2 training prompts: 10 x 32 / 2 = 160 passes.
+    assert (preview.unit, preview.rows_per_step, preview.epochs) == ("prompts", 32, 160.0)
+
+
+def test_grpo_and_rloo_count_the_no_grad_passes_their_trainers_make(labelled):
+    # Accumulating all 4 x 2 micro-steps of a generation batch: the policy does not move within it, so GRPO
+    # skips the old log-probs (1 pass: the reference at beta 0.04): 4 x (2 + 0.5 + 2 x 3) = 34 s; RLOO's KL
+    # penalty needs them whenever beta > 0 (0.03): 2 passes, 4 x (2 + 1 + 6) = 36 s.
+    values = {"gradient_accumulation_steps": 8, "eval_samples": 0}
+    grpo = preview_run(labelled, "default", "grpo", values, measure=_measured([]))
+    rloo = preview_run(labelled, "default", "rloo", values, measure=_measured([]))
+    assert (grpo.estimate.step_seconds, rloo.estimate.step_seconds) == (34.0, 36.0)
+    assert (grpo.estimate.total_seconds, rloo.estimate.total_seconds) == (10 + 40 * 34, 10 + 40 * 36)
+
+
+def test_time_budget_stays_a_ppo_setting(labelled):
+    preview = preview_run(labelled, "default", "grpo", {"time_budget": "20m", "eval_samples": 0},
+                          measure=_measured([]))
+    assert preview.steps == 40 and preview.budget_seconds is None  # estimated, not fitted
+    assert "time_budget is for ppo runs (the stage here is grpo); set steps instead" in preview.warnings
+    with pytest.raises(InputError, match="for ppo runs") as error:
+        apply_time_budget(labelled, "default", "grpo", {"time_budget": "20m"}, measure=_measured([]))
+    assert error.value.field == "time_budget"
+
+
 def test_a_micro_step_is_measured_on_the_run_s_own_model(tiny_model_dir):
     """The measuring process itself, on the tiny model: every part took time, for the mini-batch asked."""
     settings = run_estimate.MicroStepSettings(
@@ -174,3 +227,24 @@ def test_cli_dry_run_queues_nothing_and_a_budget_sets_the_steps(labelled, db_pat
     assert "time_budget 10 min 0 s: 16 steps chosen, instead of the 40 asked for" in out
     (run,) = runs.list_runs(labelled)
     assert run.config["job"]["steps"] == 16 and run.config["job"]["time_budget"] == "10m"
+
+
+def test_cli_dry_run_of_grpo_says_how_long_and_kto_measures_nothing(labelled, db_path, tiny_model_dir, capsys,
+                                                                   monkeypatch):
+    from labeler.cli import main
+    from labeler.services import runs
+
+    def measure(settings):
+        assert settings.rows == 16  # a GRPO micro-batch, never a KTO one
+        return MICRO
+
+    monkeypatch.setattr(run_estimate, "measure_micro_step", measure)
+    common = ["--db", db_path, "--set", f"model={tiny_model_dir}", "--set", "eval_samples=0", "--dry-run"]
+    assert main(["train", "grpo", *common, "--set", "reward=function", "--set", "num_iterations=1"]) == 0
+    out = capsys.readouterr().out
+    # the app's GRPO defaults, 1 iteration: 4 chunks x (2 + 2 passes x 0.5 + 3) = 24 s; 10 + 40 x 24 = 970 s
+    assert "About 16 min 10 s on this machine: 40 steps of ~24 s" in out
+    assert main(["train", "kto", *common]) == 0
+    out = capsys.readouterr().out
+    assert "This kto run will use" in out and "on this machine" not in out
+    assert runs.list_runs(labelled) == []

@@ -56,3 +56,26 @@ def test_bad_settings_are_refused_like_a_launch(labelled):
     with pytest.raises(InputError) as error:
         preview_run(labelled, "default", "rm", {"stepz": 3})
     assert error.value.field == "stepz"
+
+
+def test_kto_counts_every_rated_answer_and_warns_when_one_label_is_missing(labelled):
+    def no_measurement(settings):
+        raise AssertionError("a kto run has no wall-time estimate")
+
+    kto = preview_run(labelled, "default", "kto", {"steps": 4, "test_size": 0}, measure=no_measurement)
+    # Mean scores 6.5, 3.0, 4.0, 5.0 against the midpoint 4: 3 desirable and 1 undesirable, all trained on.
+    assert (kto.unit, kto.rows, kto.train_rows, kto.eval_rows, kto.estimate) == ("answers", 4, 4, 0, None)
+    # batch 8 > 4 rows: each step is a whole pass, 4 steps = 4 epochs
+    assert (kto.rows_per_step, kto.epochs) == (8, 4.0)
+    one_sided = preview_run(labelled, "default", "kto", {"steps": 1, "test_size": 0, "sft_min_score": 1})
+    assert one_sided.warnings == ["the run would stop at once: all 4 rated answers are desirable with this threshold; "
+                                  "KTO needs both (change sft_min_score or rate more)."]
+
+
+def test_grpo_and_rloo_count_training_prompts_like_ppo(labelled):
+    # 2 training prompts in `default`; a generation batch of 8 answers, 4 per prompt: 2 prompts a step.
+    for stage in ("grpo", "rloo"):
+        preview = preview_run(labelled, "default", stage, {"steps": 3, "per_device_train_batch_size": 4,
+                                                            "steps_per_generation": 2}, estimate_time=False)
+        assert (preview.unit, preview.rows, preview.eval_rows, preview.rows_per_step, preview.epochs) == \
+            ("prompts", 2, 0, 2, 3.0), stage

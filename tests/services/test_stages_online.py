@@ -74,3 +74,22 @@ def test_settings_are_checked_before_a_run_is_queued():
         train_configs.resolve_run_config("grpo", {"use_vllm": "true"})
     assert train_configs.form_fields("kto") == ["learning_rate", "per_device_train_batch_size", "beta",
                                                 "desirable_weight", "undesirable_weight"]
+
+
+def test_grpo_and_rloo_share_the_app_s_cpu_defaults_and_take_the_job_s_settings():
+    import dataclasses
+
+    from labeler.services.stage_runners_online import StudioGRPOConfig, StudioRLOOConfig
+    from rlhf.grpo import GRPOConfig
+
+    shared = ("learning_rate", "per_device_train_batch_size", "steps_per_generation", "num_generations",
+              "max_completion_length", "num_iterations")
+    grpo, rloo = (cls(output_dir="unused", report_to="none") for cls in (StudioGRPOConfig, StudioRLOOConfig))
+    assert [getattr(grpo, n) for n in shared] == [getattr(rloo, n) for n in shared] == [3e-5, 16, 4, 4, 16, 2]
+    assert (grpo.beta, rloo.beta, grpo.generation_batch_size) == (0.04, 0.03, 64)  # 16 prompts x 4 answers
+    # the library's fields, in its order: the app changes defaults only
+    assert [f.name for f in dataclasses.fields(StudioGRPOConfig)] == [f.name for f in dataclasses.fields(GRPOConfig)]
+    job = train_configs.JobConfig(answers_per_prompt=2, max_new_tokens=8)
+    assert StudioRLOOConfig.job_settings(job, {}) == {"num_generations": 2, "max_completion_length": 8}
+    assert StudioGRPOConfig.job_settings(job, {"max_completion_length": 4, "beta": 0.1}) == {
+        "num_generations": 2, "max_completion_length": 4, "beta": 0.1}  # explicit settings win
