@@ -25,7 +25,7 @@ from typing import Any
 from labeler.services import checkpoints, launch, runs, supervision, train_configs
 from labeler.services.errors import InputError
 from labeler.services.kept_models import keep_after_cancel
-from labeler.services.runs import Run, get_run  # get_run: ui/tabs/rate.py still reads it as jobs.get_run
+from labeler.services.runs import Run
 from storage import write_transaction
 
 MAX_RUNS_ENV = "RLHF_STUDIO_MAX_RUNS"

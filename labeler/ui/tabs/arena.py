@@ -5,13 +5,20 @@ random generator per battle; the names reach the browser only in the vote's answ
 """
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import gradio as gr
 
+from labeler.services import arena
+from labeler.services.chat import ModelCache
+from labeler.services.errors import InputError
+from labeler.services.leaderboard import MIN_VOTES_FOR_INTERVAL, LeaderboardCache, leaderboard
 from labeler.ui.context import UIContext
-from labeler.ui.session import quiet_before_password_change, require_user
+from labeler.ui.roles import requires
+from labeler.ui.session import quiet_before_password_change
 from labeler.ui.soft_errors import ui_errors
+from labeler.ui.tabs.chat import model_choices
 
 TITLE = "Arena"
 RANDOM = "(random)"
@@ -26,28 +33,17 @@ NO_INTERVAL = "n/a"
 
 
 def leaderboard_table(db, project: str, cache=None) -> list[list]:
-    from labeler.services.leaderboard import leaderboard
-
     # A missing interval (too few votes) is shown as n/a, not as an empty cell that looks like a bug.
     rows = leaderboard(db, project, cache=cache)
     return [[NO_INTERVAL if row[h] is None else row[h] for h in LEADERBOARD_HEADERS] for row in rows]
 
 
 def leaderboard_note() -> str:
-    from labeler.services.leaderboard import MIN_VOTES_FOR_INTERVAL
-
     return (f"bt_score: Bradley-Terry on the Elo scale; ci_low/ci_high: its 95% bootstrap interval, shown once a "
             f"model has {MIN_VOTES_FOR_INTERVAL} votes (n/a before).")
 
 
 def build(ctx: UIContext):
-    from labeler.services import arena
-    from labeler.services.chat import ModelCache
-    from labeler.services.errors import InputError
-    from labeler.ui.tabs.chat import model_choices
-
-    from labeler.services.leaderboard import LeaderboardCache
-
     cache = ModelCache(max_models=2)
     board_cache = LeaderboardCache()  # page loads reuse the board, votes the bootstrap (see LeaderboardCache)
     battle_state = gr.State(None)
@@ -93,9 +89,9 @@ def build(ctx: UIContext):
         refresh_board = gr.Button("Refresh leaderboard", size="sm", elem_id="arena-refresh")
 
     @ui_errors
+    @requires(ctx, "user")
     def arena_load(request: gr.Request):
         with ctx.connection() as db:
-            require_user(db, request)
             names, _ = model_choices(ctx, db)
             reason = arena.not_ready_reason(db, (ctx.settings.model,))
             table = leaderboard_table(db, ctx.project, board_cache)
@@ -108,17 +104,15 @@ def build(ctx: UIContext):
         )
 
     @ui_errors
+    @requires(ctx, "user")
     def arena_random_prompt(request: gr.Request):
         with ctx.connection() as db:
-            require_user(db, request)
             return arena.random_prompt(db, ctx.project, random.Random())
 
     @ui_errors
+    @requires(ctx, "user")
     def arena_start(prompt_text, first, second, tokens, request: gr.Request):
-        import dataclasses
-
         with ctx.connection() as db:
-            user = require_user(db, request)
             names, _ = model_choices(ctx, db)
             reason = arena.not_ready_reason(db, (ctx.settings.model,))
             if reason:  # the button is off, but the endpoint can be called directly
@@ -134,7 +128,7 @@ def build(ctx: UIContext):
                 chosen.append(picked)
             settings = dataclasses.replace(arena.ARENA_SETTINGS, max_new_tokens=int(tokens))
             battle = arena.start_battle(
-                db, cache, ctx.project, user.username, prompt_text, *chosen, settings, rng,
+                db, cache, ctx.project, ctx.username(request), prompt_text, *chosen, settings, rng,
                 server_models=(ctx.settings.model,),
             )
         buttons = [gr.update(interactive=True) for _ in vote_buttons]
@@ -145,12 +139,12 @@ def build(ctx: UIContext):
 
     def arena_vote(winner: str):
         @ui_errors
+        @requires(ctx, "user")
         def handler(current, request: gr.Request):
             if not current:
                 raise InputError("start a battle first", field="battle_id")
             with ctx.connection() as db:
-                user = require_user(db, request)
-                result = arena.vote(db, int(current["battle_id"]), user.username, winner)
+                result = arena.vote(db, int(current["battle_id"]), ctx.username(request), winner)
                 table = leaderboard_table(db, ctx.project, board_cache)
             verdict = {"a": "you preferred **A**", "b": "you preferred **B**", "tie": "a **tie**", "both_bad": "**both bad**"}[winner]
             text = f"**A** was `{result.model_a}`, **B** was `{result.model_b}`: {verdict}. Thanks, your vote is stored."
@@ -160,9 +154,9 @@ def build(ctx: UIContext):
         return handler
 
     @ui_errors
+    @requires(ctx, "user")
     def arena_leaderboard(request: gr.Request):
         with ctx.connection() as db:
-            require_user(db, request)
             return leaderboard_table(db, ctx.project, board_cache)
 
     if ctx.app is not None:
@@ -180,10 +174,10 @@ def build(ctx: UIContext):
     refresh_board.click(arena_leaderboard, None, board, api_name="arena_leaderboard")
 
     @ui_errors
+    @requires(ctx, "user")
     def arena_models(request: gr.Request):
         """The model lists and the not-ready note read again; the picked models stay picked."""
         with ctx.connection() as db:
-            require_user(db, request)
             names, _ = model_choices(ctx, db)
             reason = arena.not_ready_reason(db, (ctx.settings.model,))
         return (

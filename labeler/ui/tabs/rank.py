@@ -11,9 +11,13 @@ import inspect
 
 import gradio as gr
 
+from labeler.services import labeling
+from labeler.services.errors import InputError
 from labeler.services.labeling import MAX_RANKING_SIZE
+from labeler.services.projects import get_project
 from labeler.ui.context import UIContext
-from labeler.ui.session import quiet_before_password_change, require_user
+from labeler.ui.roles import check_role, requires
+from labeler.ui.session import quiet_before_password_change
 from labeler.ui.soft_errors import ui_errors
 from labeler.ui.tabs.rate import (
     DONE_JS, LABELLING, counter_markdown, guidelines_handler, item_key, live_count, parse_key, training_banner,
@@ -37,8 +41,6 @@ def order_from_ranks(response_ids: list[int], ranks: list) -> list[list[int]]:
     ranks may be gaps or dense (1, 1, 3 and 1, 1, 2 give the same order). A missing rank is an error,
     because an unranked answer would silently fall out of the training pairs.
     """
-    from labeler.services.errors import InputError
-
     if len(ranks) < len(response_ids):
         raise InputError("every answer needs a rank", field="rank")
     groups: dict[int, list[int]] = {}
@@ -100,19 +102,13 @@ def _empty_outputs(done: int, remaining: int, guidelines: str) -> tuple:
 
 
 def outputs_for(db, ctx: UIContext, username: str, item) -> tuple:
-    from labeler.services import labeling
-
     if item is None:
-        from labeler.services.projects import get_project
-
         done, remaining = labeling.progress(db, ctx.project, username, KIND)
         return _empty_outputs(done, remaining, get_project(db, ctx.project).guidelines_for(KIND))
     return item_outputs(item, training_banner(db, item.run_id))
 
 
 def show_next(ctx: UIContext, db, username: str) -> tuple:
-    from labeler.services import labeling
-
     return outputs_for(db, ctx, username, labeling.next_item(db, ctx.project, username, KIND))
 
 
@@ -139,9 +135,6 @@ def _submit_signature(handler) -> inspect.Signature:
 
 def build(ctx: UIContext):
     """The tab's widgets and events; returns the hook app.build_app calls with the gr.Tab (its select event)."""
-    from labeler.services import labeling
-    from labeler.services.errors import InputError
-
     state = gr.State(None)
     banner = gr.Markdown(elem_id="rank-banner", elem_classes=["studio-banner"])  # hidden while empty (studio.css)
     slot_widgets: list = []
@@ -177,10 +170,10 @@ def build(ctx: UIContext):
     outputs = [banner, counter, prompt, *slot_widgets, comment, guidelines, state, key]
 
     @ui_errors
+    @requires(ctx, "user")
     def rank_next(request: gr.Request):
         with ctx.connection() as db:
-            user = require_user(db, request)
-            return show_next(ctx, db, user.username)
+            return show_next(ctx, db, ctx.username(request))
 
     def rank_submit(comment_value, current, key_value, request: gr.Request, *ranks):
         """Rank numbers for the answers in the order shown (`current`), for the item `key_value` names.
@@ -188,8 +181,10 @@ def build(ctx: UIContext):
         `ranks`: one per slot (None past the answers shown); request comes before them because Gradio
         fills a gr.Request only into a positional parameter.
         """
+        # check_role, not @requires: it binds a call to the signature below, whose rank_N stop at the slots, and a
+        # caller sending a rank too many must hear "This item has N answers", not a TypeError.
+        username = check_role(ctx, request, "user").username
         with ctx.connection() as db:
-            user = require_user(db, request)
             # InputError, not gr.Error: a user's slip is one log line (soft_errors), not a traceback.
             if not current or not key_value:
                 raise InputError("There is nothing to rank: click Refresh.")
@@ -201,28 +196,30 @@ def build(ctx: UIContext):
                 raise InputError(f"This item has {len(response_ids)} answers: only ranks for those are expected.")
             order = order_from_ranks(response_ids, list(ranks[: len(response_ids)]))
             _, item = labeling.submit_ranking_and_next(
-                db, ctx.project, user.username, item_id, order, comment=(comment_value or "").strip(),
+                db, ctx.project, username, item_id, order, comment=(comment_value or "").strip(),
                 request_id=request_id,
             )
-            return outputs_for(db, ctx, user.username, item)
+            return outputs_for(db, ctx, username, item)
 
     rank_submit.__signature__ = _submit_signature(rank_submit)
     rank_submit = ui_errors(rank_submit)
 
     @ui_errors
+    @requires(ctx, "user")
     def rank_skip(current, request: gr.Request):
+        username = ctx.username(request)
         with ctx.connection() as db:
-            user = require_user(db, request)
             if current:
-                labeling.skip_item(db, ctx.project, user.username, int(current["item_id"]))
-            return show_next(ctx, db, user.username)
+                labeling.skip_item(db, ctx.project, username, int(current["item_id"]))
+            return show_next(ctx, db, username)
 
     @ui_errors
+    @requires(ctx, "user")
     def rank_undo(request: gr.Request):
+        username = ctx.username(request)
         with ctx.connection() as db:
-            user = require_user(db, request)
-            gr.Info(undo_message(labeling.undo_last_action(db, ctx.project, user.username, KIND), "ranking", "rank"))
-            return show_next(ctx, db, user.username)
+            gr.Info(undo_message(labeling.undo_last_action(db, ctx.project, username, KIND), "ranking", "rank"))
+            return show_next(ctx, db, username)
 
     # As in the Rate tab: no progress overlay, one labelling concurrency group, and shortcuts.js told when a
     # request finished so it sends the next queued key.

@@ -12,9 +12,15 @@ import sqlite3
 
 import gradio as gr
 
+from labeler.services import labeling, runs
+from labeler.services.errors import InputError, PermissionDenied
+from labeler.services.projects import get_project
+from labeler.services.stages import model_name
 from labeler.ui.context import UIContext
-from labeler.ui.session import quiet_before_password_change, require_user
+from labeler.ui.roles import check_role, requires
+from labeler.ui.session import quiet_before_password_change
 from labeler.ui.soft_errors import ui_errors
+from storage import StorageError
 
 TITLE = "Rate"
 KIND = "rating"
@@ -48,10 +54,7 @@ def training_banner(db, run_id: int | None) -> str:
     model its labels train and how many more it waits for; "" for other items and once the run has ended."""
     if run_id is None:
         return ""
-    from labeler.services import jobs, labeling
-    from labeler.services.stages import model_name
-
-    run = jobs.get_run(db, run_id)
+    run = runs.get_run(db, run_id)
     if run.status != "running":
         return ""
     model = model_name(run.stage, run.id, run.config.get("job", {}).get("output_name", ""))
@@ -84,10 +87,6 @@ def startup_choices(ctx: UIContext) -> list[tuple[str, int]]:
     built copy: with no choices built in, every such retry was refused ("Value: 4 ... is not in the list of
     choices: []") until the client fetched a new item. rate_next still sets each item's own scale.
     """
-    from labeler.services.errors import InputError
-    from labeler.services.projects import get_project
-    from storage import StorageError
-
     try:
         with ctx.connection() as db:
             project = get_project(db, ctx.project)
@@ -103,8 +102,6 @@ def item_key(item) -> str:
 
 def parse_key(key: str | None) -> tuple[int, str]:
     """(item_id, request_id) from item_key's text; InputError naming the field when it is not one."""
-    from labeler.services.errors import InputError
-
     item_id, _, request_id = (key or "").strip().partition(":")
     if not item_id.isdigit() or not request_id:
         raise InputError(
@@ -168,11 +165,7 @@ def item_outputs(item, banner: str = "", *, full: bool = True) -> tuple:
 
 
 def outputs_for(db, ctx: UIContext, username: str, item, *, full: bool) -> tuple:
-    from labeler.services import labeling
-
     if item is None:
-        from labeler.services.projects import get_project
-
         done, remaining = labeling.progress(db, ctx.project, username, KIND)
         guidelines = get_project(db, ctx.project).guidelines_for(KIND) if full else ""
         return _empty_outputs(done, remaining, full, guidelines)
@@ -180,8 +173,6 @@ def outputs_for(db, ctx: UIContext, username: str, item, *, full: bool) -> tuple
 
 
 def show_next(ctx: UIContext, db, username: str, *, full: bool = True) -> tuple:
-    from labeler.services import labeling
-
     return outputs_for(db, ctx, username, labeling.next_item(db, ctx.project, username, KIND), full=full)
 
 
@@ -200,11 +191,9 @@ def guidelines_handler(ctx: UIContext, kind: str):
     them with every item, and an admin may have changed them since the page loaded."""
 
     @ui_errors
+    @requires(ctx, "user")
     def guidelines(request: gr.Request):
-        from labeler.services.projects import get_project
-
         with ctx.connection() as db:
-            require_user(db, request)
             return get_project(db, ctx.project).guidelines_for(kind)
 
     return guidelines
@@ -217,15 +206,13 @@ def count_handler(ctx: UIContext, kind: str):
     nothing changes, because shortcuts.js's poll presses Refresh there, which shows the next item and its count
     together. A refusal (logged out, a one-time password to replace) or a busy database leaves the counter too:
     every COUNT_REFRESH_S, a toast would bury the page, and the user's next click says what is wrong."""
-    from labeler.services import labeling
-    from labeler.services.errors import InputError, PermissionDenied
 
     def count(key_value, request: gr.Request):
         if not key_value:
             return gr.skip()
         try:
+            user = check_role(ctx, request, "user")  # here, not @requires: a refusal leaves the counter as it is
             with ctx.connection() as db:
-                user = require_user(db, request)
                 return counter_markdown(*labeling.progress(db, ctx.project, user.username, kind))
         except (InputError, PermissionDenied, sqlite3.OperationalError):
             return gr.skip()
@@ -247,9 +234,6 @@ def live_count(ctx: UIContext, kind: str, key, counter, api_name: str) -> None:
 
 def build(ctx: UIContext):
     """The tab's widgets and events; returns the hook app.build_app calls with the gr.Tab (its select event)."""
-    from labeler.services import labeling
-    from labeler.services.errors import InputError
-
     banner = gr.Markdown(elem_id="rate-banner", elem_classes=["studio-banner"])  # hidden while empty (studio.css)
     with gr.Row(equal_height=False):
         with gr.Column(scale=3):
@@ -279,20 +263,21 @@ def build(ctx: UIContext):
     outputs = [*fast_outputs, submit, skip, guidelines]
 
     @ui_errors
+    @requires(ctx, "user")
     def rate_next(request: gr.Request):
         with ctx.connection() as db:
-            user = require_user(db, request)
-            return show_next(ctx, db, user.username)
+            return show_next(ctx, db, ctx.username(request))
 
     @ui_errors
+    @requires(ctx, "user")
     def rate_submit(score_value, comment_value, key_value, request: gr.Request):
         """Store the score of the item `key_value` names and return the next item: one round trip per label.
 
         The inputs arrive as sent (no Gradio preprocessing): the service validates the score (a number on
         the project's scale) and the comment, parse_key the key.
         """
+        username = ctx.username(request)
         with ctx.connection() as db:
-            user = require_user(db, request)
             # InputError, not gr.Error: a user's slip is one log line (soft_errors), not a traceback.
             if not key_value:
                 raise InputError("There is no item to rate: click Refresh.")
@@ -301,24 +286,26 @@ def build(ctx: UIContext):
                 raise InputError("Pick a score first (or press a digit key).")
             comment_text = str(comment_value or "").strip()
             _, item = labeling.submit_rating_and_next(
-                db, ctx.project, user.username, item_id, score_value, comment=comment_text, request_id=request_id,
+                db, ctx.project, username, item_id, score_value, comment=comment_text, request_id=request_id,
             )
-            return outputs_for(db, ctx, user.username, item, full=False)
+            return outputs_for(db, ctx, username, item, full=False)
 
     @ui_errors
+    @requires(ctx, "user")
     def rate_skip(key_value, request: gr.Request):
+        username = ctx.username(request)
         with ctx.connection() as db:
-            user = require_user(db, request)
             if key_value:
-                labeling.skip_item(db, ctx.project, user.username, parse_key(str(key_value))[0])
-            return show_next(ctx, db, user.username, full=False)
+                labeling.skip_item(db, ctx.project, username, parse_key(str(key_value))[0])
+            return show_next(ctx, db, username, full=False)
 
     @ui_errors
+    @requires(ctx, "user")
     def rate_undo(request: gr.Request):
+        username = ctx.username(request)
         with ctx.connection() as db:
-            user = require_user(db, request)
-            gr.Info(undo_message(labeling.undo_last_action(db, ctx.project, user.username, KIND), "score", "rate"))
-            return show_next(ctx, db, user.username)
+            gr.Info(undo_message(labeling.undo_last_action(db, ctx.project, username, KIND), "score", "rate"))
+            return show_next(ctx, db, username)
 
     # The keyboard handlers: no progress overlay (it flashed "processing" over every component per key);
     # one concurrency group for all labelling handlers, so requests queue in Gradio instead of spinning in
