@@ -1,5 +1,6 @@
-"""The Train tab's charts (server-drawn SVG, one per metric) and its before/after table, through the refresh
-endpoint the browser's timer calls."""
+"""The Train tab's parts called as the browser's events call them: the monitor's refresh (server-drawn SVG charts,
+one per metric, and the before/after table), the form's preview and launch, the page-load pickers, the
+reward-model inspector. Each handler is a named function of its part, called with the app's UIContext."""
 from __future__ import annotations
 
 import json
@@ -10,7 +11,11 @@ import gradio as gr
 import pandas as pd
 import pytest
 
-from labeler.ui.tabs.train import COMPARISON_COLUMNS, default_metrics
+from labeler.services import jobs
+from labeler.ui.context import ServeSettings, UIContext
+from labeler.ui.tabs import train
+from labeler.ui.tabs.train import form, inspector, monitor
+from labeler.ui.tabs.train.run_views import COMPARISON_COLUMNS, default_metrics
 
 ADMIN = "root"
 
@@ -26,24 +31,29 @@ def test_default_plots_are_reward_kl_and_the_human_metrics_a_run_has():
 
 
 @pytest.fixture
-def train_app(db_path, tmp_path, tiny_model_dir):
+def ctx(db_path, tmp_path, tiny_model_dir):
+    """The UIContext the tab's handlers get: a database with an admin."""
     from labeler.services import accounts
-    from labeler.ui.app import build_app
-    from labeler.ui.context import ServeSettings
     from storage import open_db
 
     db = open_db(db_path)
     accounts.create_user(db, ADMIN, "root-password-1", role="admin")
     db.conn.close()
-    return build_app(ServeSettings(db_path=db_path, model=str(tiny_model_dir), runs_dir=str(tmp_path / "runs")))
+    return UIContext(ServeSettings(db_path=db_path, model=str(tiny_model_dir), runs_dir=str(tmp_path / "runs")))
 
 
-def _refresh(app, *args):
-    fn = next(fn for fn in app.fns.values() if fn.api_name == "train_refresh")
-    return fn.fn(*args, request=gr.Request(username=ADMIN))
+@pytest.fixture
+def launch_form(ctx):
+    """The form's widgets as they first show (built in a Blocks, as the tab builds them)."""
+    with gr.Blocks():
+        return form.build_form()
 
 
-def test_refresh_shows_the_before_after_table_and_the_reward_curve(train_app, db_path):
+def _refresh(ctx, *args):
+    return monitor.refresh(ctx, *args, request=gr.Request(username=ADMIN))
+
+
+def test_refresh_shows_the_before_after_table_and_the_reward_curve(ctx, db_path):
     from storage import open_db
 
     db = open_db(db_path)
@@ -64,7 +74,7 @@ def test_refresh_shows_the_before_after_table_and_the_reward_curve(train_app, db
                                                      json.dumps([{"prompt": "The film", "answer": answer, "reward": reward,
                                                                   "kl": 0.0, "length": 4}])])
     db.conn.close()
-    out = _refresh(train_app, run_id, [])
+    out = _refresh(ctx, run_id, [])
     plot, curve, table, answers, note = out[4], out[9], out[10], out[11], out[12]
     # One chart, the reward, with its two steps; then the held-out positive share, 0% before and 100% after.
     assert re.findall(r'data-series="([^"]+)"[^>]* points="([^"]+)"', plot) == [("env/reward_mean", "56.0,200.0 548.0,40.0")]
@@ -80,71 +90,78 @@ def test_refresh_shows_the_before_after_table_and_the_reward_curve(train_app, db
     assert "1 held-out prompts x 1 answers" in note and "`default`" in note
 
 
-def test_refresh_without_metrics_or_evaluation_sends_no_plot_data(train_app, db_path):
+def test_refresh_without_metrics_or_evaluation_sends_no_plot_data(ctx, db_path):
     from storage import open_db
 
     db = open_db(db_path)
     run_id = db.execute("INSERT INTO runs (project_id, stage, status) VALUES (1, 'rm', 'succeeded')").lastrowid
     db.conn.close()
-    out = _refresh(train_app, run_id, [])
+    out = _refresh(ctx, run_id, [])
     assert "No metrics yet" in out[4] and "<polyline" not in out[4] and "No rewards yet" in out[9]
     assert len(out[10]) == 0 and "No held-out evaluation" in out[12]
 
 
-def test_preview_says_what_a_run_would_use_before_launch(train_app):
-    fn = next(fn for fn in train_app.fns.values() if fn.api_name == "train_preview")
-    data = {component: component.value for component in fn.inputs}  # the form as it first shows
-    out = fn.fn(data, request=gr.Request(username=ADMIN))
+def test_refresh_changes_nothing_for_a_caller_who_is_not_an_admin(ctx):
+    out = monitor.refresh(ctx, None, [], request=gr.Request(username="nobody"))  # every 2 s: no toast
+    assert out == tuple(gr.update() for _ in monitor.REFRESHED)
+    assert _refresh(ctx, None, [])[1].startswith("No run selected")
+
+
+def test_preview_says_what_a_run_would_use_before_launch(ctx, launch_form):
+    data = {component: component.value for component in launch_form.inputs}  # the form as it first shows
+    out = form.preview_run(ctx, launch_form, data, request=gr.Request(username=ADMIN))
     assert out.startswith("**This rm run will use** 0 ")  # no labels yet: the preview says so before a launch
     assert "`default-encoder`" in out
     with pytest.raises(gr.Error):
-        fn.fn(data, request=gr.Request(username="nobody"))  # admins only, as launching
+        form.preview_run(ctx, launch_form, data, request=gr.Request(username="nobody"))  # admins only, as launching
 
 
-def _endpoint(app, name):
-    return next(fn for fn in app.fns.values() if fn.api_name == name).fn
-
-
-def test_choices_load_is_quiet_for_an_annotator_and_fills_the_pickers_for_an_admin(train_app, db_path):
+def test_choices_load_is_quiet_for_an_annotator_and_fills_the_pickers_for_an_admin(ctx, db_path):
     from labeler.services import accounts
+    from labeler.ui.app import build_app
     from storage import open_db
 
     db = open_db(db_path)
     accounts.create_user(db, "ann", "ann-password-1")
     db.conn.close()
-    load = _endpoint(train_app, "train_choices")
+    # The page-load event as the app registers it (quiet_on_load around the named handler).
+    [event] = [fn for fn in build_app(ctx.settings).fns.values() if fn.api_name == "train_choices"]
+    load = event.fn
     assert load(request=gr.Request(username="ann")) == tuple(gr.update() for _ in range(4))  # no toast, no change
-    model, reward_model, inspect_model, run = load(request=gr.Request(username=ADMIN))
+    model, reward_model, inspect_model, run = train.load_choices(ctx, request=gr.Request(username=ADMIN))
     assert "default" in model["choices"] and model["choices"][-1] == "default-encoder"
     assert reward_model["choices"] == inspect_model["choices"] == [] and inspect_model["value"] is None
     assert run["choices"] == [] and run["value"] is None
 
 
-def test_reward_agreement_needs_a_reward_model(train_app):
-    agreement = _endpoint(train_app, "reward_agreement")
+def test_reward_agreement_needs_a_reward_model(ctx):
     with pytest.raises(gr.Error, match="pick a reward model"):
-        agreement("", request=gr.Request(username=ADMIN))
+        inspector.agreement_and_scores(ctx, "", request=gr.Request(username=ADMIN))
+    with pytest.raises(gr.Error, match="pick a reward model"):
+        inspector.score_answers(ctx, None, "p", "a\nb", request=gr.Request(username=ADMIN))
     with pytest.raises(gr.Error):
-        agreement("some-rm", request=gr.Request(username="nobody"))  # admins only
+        inspector.agreement_and_scores(ctx, "some-rm", request=gr.Request(username="nobody"))  # admins only
 
 
-def _form(app, api_name):
-    """The endpoint's handler and its form as it first shows, keyed by elem_id (the ids the browser tests use)."""
-    fn = next(fn for fn in app.fns.values() if fn.api_name == api_name)
-    return fn.fn, {component: component.value for component in fn.inputs}, {c.elem_id: c for c in fn.inputs}
+def test_run_actions_need_a_picked_run(ctx):
+    with pytest.raises(gr.Error, match="pick a run first"):
+        monitor.run_action(ctx, jobs.cancel_run, "cancelled", None, request=gr.Request(username=ADMIN))
 
 
-def test_the_reward_widgets_come_from_job_config_and_are_sent_only_for_ppo(train_app, monkeypatch):
-    from labeler.ui.tabs import train
-
+def test_the_reward_widgets_come_from_job_config_and_are_sent_only_for_ppo(ctx, launch_form, monkeypatch):
     launched = []
 
     def create_run(db, stage, settings, **kwargs):
         launched.append((stage, settings))
         return SimpleNamespace(id=len(launched), status="queued")
 
-    monkeypatch.setattr(train.jobs, "create_run", create_run)  # the settings the form sends, no worker started
-    launch, data, by_id = _form(train_app, "train_launch")
+    monkeypatch.setattr(jobs, "create_run", create_run)  # the settings the form sends, no worker started
+    data = {component: component.value for component in launch_form.inputs}  # the form as it first shows
+    by_id = {component.elem_id: component for component in launch_form.inputs}  # the ids the browser tests use
+
+    def launch(data, request):
+        return form.launch_run(ctx, launch_form, data, request)
+
     reward, reward_model = by_id["train-reward"], by_id["train-reward-model"]
     assert isinstance(reward, gr.Radio) and [v for _, v in reward.choices] == ["rm", "human", "mix", "function"]
     assert isinstance(reward_model, gr.Dropdown) and reward_model.allow_custom_value and reward_model.value is None

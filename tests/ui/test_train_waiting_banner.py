@@ -1,6 +1,6 @@
 """The Train tab's banner names what a running human-reward run waits for, by kind and tab."""
 from labeler.services import jobs, labeling, runs
-from labeler.ui.tabs.train import waiting_banner
+from labeler.ui.tabs.train.run_views import waiting_banner
 
 
 def test_banner_counts_rankings_and_ratings_and_disappears_when_the_run_ends(db, tmp_path):

@@ -1,0 +1,237 @@
+"""The Train tab's launch form: what to train, from which model, on which labels, with which reward, for how long.
+
+Built from the config dataclasses (labeler/forms.py: the same fields as `rlhf-studio train --set`): a short form
+in plain words, every other setting of the same fields folded under "Advanced settings". Its handlers preview a
+run and queue it (labeler.services.jobs).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gradio as gr
+
+from labeler import forms
+from labeler.services import jobs, run_preview, train_configs
+from labeler.ui.binding import bind
+from labeler.ui.context import UIContext
+from labeler.ui.roles import check_role
+from labeler.ui.soft_errors import ui_errors
+from labeler.ui.tabs.train.run_views import run_choices
+
+# Shown beside the stage picker; each stage's own trainer fields come from its config class.
+JOB_FIELDS = ["steps", "checkpoint_every", "lora", "bf16", "num_processes"]
+DATA_FIELDS = ["annotators", "min_annotators", "min_agreement", "include_rating_pairs", "test_size"]
+# The "PPO rewards" group, shown (and sent) only for a PPO run; the first row is where the reward comes from.
+PPO_SOURCE_FIELDS = ["reward", "reward_model"]
+PPO_FIELDS = ["reward_function", "subtract_query_score", "human_label", "human_share", "online_rm", "w_human", "w_rm",
+              "human_timeout", "timeout_policy", "human_overlap", "max_new_tokens"]
+# The stages in plain words (the Radio shows these, and sends the stage's name).
+STAGE_LABELS = {"sft": "Imitate good answers (SFT)", "rm": "Reward model", "dpo": "Learn from preferences (DPO)",
+                "ppo": "Reinforce with a reward (PPO)", "grpo": "Group-relative RL (GRPO)", "rloo": "Leave-one-out RL (RLOO)",
+                "kto": "Learn from good/bad labels (KTO)"}
+STAGE_NOTES = {
+    "sft": "Fine-tunes the model on the answers people rated well.",
+    "rm": "Trains a scorer on the rankings (and, if you like, the ratings): the reward that PPO, GRPO and RLOO use.",
+    "dpo": "Tunes the model straight from the preference pairs, with no reward model.",
+    "ppo": "Generates answers, scores them with the reward below, and moves the model towards higher rewards while "
+           "staying close to where it started (KL).",
+    "grpo": "Like PPO, but compares several answers to the same prompt instead of learning a value function.",
+    "rloo": "Like GRPO, with each answer compared to the mean of the others.",
+    "kto": "Tunes the model from answers labelled good or bad (ratings above or below the scale's midpoint).",
+}
+# The few settings of the short form besides the model and the steps: which labels it learns from.
+SHORT_DATA_FIELDS = ["min_annotators", "include_rating_pairs"]
+# Plain words for the settings a person meets; any other field is its name in words ("warmup steps").
+PLAIN_LABELS = {
+    "steps": "How long (training steps)", "checkpoint_every": "Save a checkpoint every N steps",
+    "lora": "LoRA adapters (train a small add-on)", "bf16": "bfloat16 (faster on recent CPUs)",
+    "num_processes": "Processes (CPU cores or GPUs)", "annotators": "Only these annotators' labels",
+    "min_annotators": "Labelled by at least N people", "min_agreement": "Minimum agreement between annotators",
+    "include_rating_pairs": "Also turn ratings into preference pairs", "test_size": "Share held out for testing",
+    "reward": "Reward from", "reward_model": "Reward model", "reward_function": "Reward function",
+    "subtract_query_score": "Score the answer alone (subtract the prompt's score)", "w_human": "Weight of people's ratings",
+    "w_rm": "Weight of the reward model", "human_timeout": "Wait for people at most (seconds)",
+    "timeout_policy": "When nobody answers in time", "human_overlap": "People per answer",
+    "max_new_tokens": "Answer length (new tokens)", "learning_rate": "Learning rate",
+    "per_device_train_batch_size": "Batch size", "batch_size": "Answers per step", "mini_batch_size": "Mini-batch size",
+    "max_length": "Longest example (tokens)", "beta": "Stay close to the starting model (beta)",
+    "init_kl_coef": "Stay close to the starting model (KL weight)", "adap_kl_ctrl": "Adapt the KL weight",
+    "target": "Target KL", "ppo_epochs": "Passes over each batch", "loss_type": "Loss",
+    "completion_only_loss": "Learn the answers only (not the prompts)", "packing": "Pack short examples together",
+    "center_rewards_coefficient": "Keep rewards centred (weight)", "num_iterations": "Passes over each batch",
+    "scale_rewards": "Scale rewards", "epsilon": "Clipping range", "normalize_advantages": "Normalise advantages",
+    "desirable_weight": "Weight of good answers", "undesirable_weight": "Weight of bad answers",
+}
+# Stages whose rewards come from the "PPO rewards" group (reward source, model, people, function).
+REWARD_STAGES = ("ppo", "grpo", "rloo")
+
+
+def plain_label(name: str) -> str:
+    return PLAIN_LABELS.get(name) or name.replace("_", " ").capitalize()
+
+
+def form_specs() -> dict[str, list[forms.FieldSpec]]:
+    """The form's fields: "job" (JobConfig's, in the order JOB_FIELDS, DATA_FIELDS, PPO_SOURCE_FIELDS, PPO_FIELDS)
+    and each stage's trainer fields (train_configs.form_fields)."""
+    specs = {"job": forms.field_specs(train_configs.JobConfig,
+                                      JOB_FIELDS + DATA_FIELDS + PPO_SOURCE_FIELDS + PPO_FIELDS)}
+    for stage in train_configs.STAGES:
+        specs[stage] = forms.field_specs(train_configs.stage_config_class(stage), train_configs.form_fields(stage))
+    return specs
+
+
+def collect_settings(stage: str, specs_by_stage: dict, values: list, advanced: str) -> dict:
+    """Form values -> raw settings (only what differs from a default), plus the advanced key=value lines."""
+    settings = {}
+    ppo_only = set(PPO_SOURCE_FIELDS + PPO_FIELDS)
+    job_values = forms.from_widgets(specs_by_stage["job"], values[: len(specs_by_stage["job"])])
+    settings.update({name: value for name, value in job_values.items() if stage in REWARD_STAGES or name not in ppo_only})
+    offset = len(specs_by_stage["job"])
+    for name in train_configs.STAGES:
+        specs = specs_by_stage[name]
+        chunk = values[offset: offset + len(specs)]
+        offset += len(specs)
+        if name == stage:
+            settings.update(forms.from_widgets(specs, chunk))
+    defaults = {spec.name: spec.default for key in ("job", stage) for spec in specs_by_stage[key]}
+    settings = {k: v for k, v in settings.items() if not _same(v, defaults.get(k))}
+    lines = [line.strip() for line in (advanced or "").splitlines() if line.strip() and not line.strip().startswith("#")]
+    settings.update(forms.parse_sets(lines))
+    return settings
+
+
+def _same(value, default) -> bool:
+    if value in ("", None) and default in ("", None):
+        return True
+    try:
+        return value == default or (isinstance(default, (int, float)) and float(value) == float(default))
+    except (TypeError, ValueError):
+        return False
+
+
+@dataclass(frozen=True)
+class LaunchForm:
+    """The form's widgets. Its inputs reach the handlers as one {component: value} dict (`inputs`), since the
+    number of fields differs by stage and grows with the configs."""
+    specs_by_stage: dict[str, list[forms.FieldSpec]]
+    stage: gr.Radio
+    stage_note: gr.Markdown
+    model: gr.Dropdown
+    job_widgets: dict[str, gr.components.Component]  # JobConfig's fields by name
+    ppo_group: gr.Group  # where the reward comes from: shown for REWARD_STAGES
+    ppo_advanced: gr.Group  # the rest of the reward settings, under "Advanced settings"
+    stage_groups: dict[str, gr.Group]  # each stage's trainer settings, shown for that stage
+    stage_widgets: dict[str, list[gr.components.Component]]
+    advanced: gr.Textbox  # "More settings": setting=value lines
+
+    @property
+    def job_inputs(self) -> list:
+        return [self.job_widgets[spec.name] for spec in self.specs_by_stage["job"]]
+
+    @property
+    def trainer_inputs(self) -> list:
+        return [widget for name in train_configs.STAGES for widget in self.stage_widgets[name]]
+
+    @property
+    def inputs(self) -> set:
+        return {self.stage, self.model, self.advanced, *self.job_inputs, *self.trainer_inputs}
+
+    def settings(self, data: dict) -> tuple[str, dict]:
+        """(stage, raw settings) from the form's values, as collect_settings reads them, plus the base model."""
+        stage_name = data[self.stage]
+        settings = collect_settings(stage_name, self.specs_by_stage,
+                                    [data[w] for w in self.job_inputs + self.trainer_inputs], data[self.advanced])
+        settings["model"] = data[self.model] or ""
+        return stage_name, settings
+
+
+def build_form() -> LaunchForm:
+    """The form's widgets, in the order they show (the Launch and Preview buttons are the tab's, in one row with
+    the demo's)."""
+    specs_by_stage = form_specs()
+    job_spec_by_name = {spec.name: spec for spec in specs_by_stage["job"]}
+    # A short form per trainer: what it trains, from which model, on which labels, with which reward, for how
+    # long, in plain words; every other setting (the same fields, through the same forms mapping) is folded
+    # under "Advanced settings", so a first run needs no knowledge of the rest.
+    gr.Markdown("### Start a run")
+    with gr.Row():
+        stage = gr.Radio([(STAGE_LABELS.get(name, name), name) for name in train_configs.STAGES], value="rm",
+                         label="What to train", scale=3, elem_id="train-stage")
+    stage_note = gr.Markdown(STAGE_NOTES["rm"], elem_id="train-stage-note", elem_classes=["studio-hint"])
+    job_widgets = {}
+
+    def job_row(names: list[str]) -> None:
+        with gr.Row():
+            for name in names:  # elem_id "train-reward" for the field reward, etc.: what the browser tests find
+                job_widgets[name] = forms.widget(job_spec_by_name[name], label=plain_label(name),
+                                                 elem_id="train-" + name.replace("_", "-"))
+
+    with gr.Row():
+        model = gr.Dropdown([], value="default-encoder", label="Start from model", allow_custom_value=True,
+                            info="a registered model, 'default' (the embedded chat model) or 'default-encoder'",
+                            scale=2, elem_id="train-model")
+        job_widgets["steps"] = forms.widget(job_spec_by_name["steps"], label=plain_label("steps"), scale=1,
+                                            elem_id="train-steps")
+    job_row(SHORT_DATA_FIELDS)
+    with gr.Group(visible=False) as ppo_group:
+        gr.Markdown("**Where the reward comes from**")
+        job_row(PPO_SOURCE_FIELDS + ["reward_function"])
+    stage_groups, stage_widgets = {}, {}
+    with gr.Accordion("Advanced settings", open=False, elem_id="train-advanced-settings"):
+        job_row([name for name in JOB_FIELDS if name != "steps"])
+        job_row([name for name in DATA_FIELDS if name not in SHORT_DATA_FIELDS])
+        with gr.Group(visible=False) as ppo_advanced:
+            job_row([name for name in PPO_FIELDS if name != "reward_function"])
+        gr.Markdown("**Trainer settings**")
+        for name in train_configs.STAGES:
+            with gr.Group(visible=name == "rm") as group:
+                with gr.Row():
+                    stage_widgets[name] = [forms.widget(spec, label=plain_label(spec.name))
+                                           for spec in specs_by_stage[name]]
+            stage_groups[name] = group
+        advanced = gr.Textbox(label="More settings (one setting=value per line; any field of the stage's config)",
+                              lines=2, placeholder="warmup_steps=5\nweight_decay=0.01", elem_id="train-advanced")
+    return LaunchForm(specs_by_stage, stage, stage_note, model, job_widgets, ppo_group, ppo_advanced, stage_groups,
+                      stage_widgets, advanced)
+
+
+def show_stage(name: str) -> tuple:
+    """The form for stage `name`: its default base model, the reward groups for a policy stage, the stage's note
+    and its trainer settings (outputs: model, ppo_group, ppo_advanced, stage_note, each stage's group)."""
+    return (gr.update(value="default-encoder" if name == "rm" else "default"), gr.update(visible=name in REWARD_STAGES),
+            gr.update(visible=name in REWARD_STAGES), STAGE_NOTES.get(name, ""),
+            *[gr.update(visible=name == s) for s in train_configs.STAGES])
+
+
+@ui_errors
+def preview_run(ctx: UIContext, form: LaunchForm, data: dict, request: gr.Request) -> str:
+    """What a run with the form's settings would use (labels, base model, steps), before it is launched."""
+    check_role(ctx, request, "admin")
+    with ctx.connection() as db:
+        stage_name, settings = form.settings(data)
+        return run_preview.preview_run(db, ctx.project, stage_name, settings).markdown()
+
+
+@ui_errors
+def launch_run(ctx: UIContext, form: LaunchForm, data: dict, request: gr.Request) -> tuple:
+    """Queue a run with the form's settings (jobs.create_run, the web allowlist); (notice, the run picker
+    showing it)."""
+    check_role(ctx, request, "admin")
+    with ctx.connection() as db:
+        stage_name, settings = form.settings(data)
+        # A time budget becomes the steps that fit it, as the preview said (the CLI's train does the same).
+        settings, _ = run_preview.apply_time_budget(db, ctx.project, stage_name, settings)
+        created = jobs.create_run(db, stage_name, settings, project=ctx.project, username=ctx.username(request),
+                                  runs_dir=ctx.settings.runs_dir, from_web=True)
+        choices = run_choices(db, ctx.project)
+    where = "started" if created.status == "running" else "queued (another run is in progress)"
+    return f"Run **#{created.id}** {where}.", gr.update(choices=choices, value=created.id)
+
+
+def wire(ctx: UIContext, form: LaunchForm, launch: gr.Button, preview: gr.Button, notice: gr.Markdown,
+         run: gr.Dropdown) -> None:
+    """The form's events: a stage shows its fields; Launch queues a run (picked in the monitor's `run`)."""
+    form.stage.change(show_stage, form.stage, [form.model, form.ppo_group, form.ppo_advanced, form.stage_note,
+                                               *form.stage_groups.values()], api_name=False)
+    launch.click(bind(launch_run, ctx, form), form.inputs, [notice, run], api_name="train_launch")
+    preview.click(bind(preview_run, ctx, form), form.inputs, notice, api_name="train_preview")

@@ -1,0 +1,165 @@
+"""The Train tab's run monitor: the picked run's status, progress, charts, samples, before/after evaluation, log
+and the run history, read back from SQLite by a gr.Timer every REFRESH_SECONDS (so a refresh, a second admin or
+a server restart all see the same thing); and its Early stop, Cancel and Resume buttons.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import gradio as gr
+import pandas as pd
+
+from labeler.services import evaluation, jobs, run_metrics, runs
+from labeler.services.errors import InputError, PermissionDenied
+from labeler.ui.binding import bind
+from labeler.ui.context import UIContext
+from labeler.ui.roles import check_role
+from labeler.ui.soft_errors import ui_errors
+from labeler.ui.tabs.train.run_views import (
+    ANSWER_COLUMNS, COMPARISON_COLUMNS, HISTORY_COLUMNS, SAMPLE_COLUMNS, comparison_frame, default_metrics,
+    history_frame, metrics_html, positive_share, progress_html, reward_curve_html, run_choices, status_markdown,
+    waiting_banner,
+)
+
+REFRESH_SECONDS = 2.0
+LONG_TEXT_CHARS = 600  # a table cell shows at most this much of a prompt or an answer
+# The widgets a refresh sets, in read_run's order.
+REFRESHED = ("banner", "status", "progress", "metric_names", "plot", "samples", "log", "history", "run", "reward_curve",
+             "comparison", "comparison_answers", "eval_note")
+
+
+@dataclass(frozen=True)
+class RunMonitor:
+    banner: gr.Markdown  # 'run #N is waiting for labels', at the top of the tab
+    run: gr.Dropdown  # the picked run (none: the newest)
+    stop: gr.Button
+    cancel: gr.Button
+    resume: gr.Button
+    status: gr.Markdown
+    progress: gr.HTML
+    plot: gr.HTML
+    metric_names: gr.CheckboxGroup  # the metrics plotted ("All metrics")
+    reward_curve: gr.HTML
+    eval_note: gr.Markdown
+    comparison: gr.Dataframe
+    comparison_answers: gr.Dataframe
+    samples: gr.Dataframe
+    log: gr.Code
+    history: gr.Dataframe
+
+    @property
+    def outputs(self) -> list:
+        return [getattr(self, name) for name in REFRESHED]
+
+    @property
+    def inputs(self) -> list:
+        return [self.run, self.metric_names]
+
+
+def build_banner() -> gr.Markdown:
+    return gr.Markdown(visible=False, elem_id="train-waiting-banner")
+
+
+def build_monitor(banner: gr.Markdown) -> RunMonitor:
+    """The monitor's widgets below the form (the banner is built first, at the top of the tab)."""
+    gr.Markdown("## Runs")
+    with gr.Row():
+        run = gr.Dropdown([], value=None, label="Run", scale=3, elem_id="train-run")
+        stop = gr.Button("Early stop (keep model)", scale=1)
+        cancel = gr.Button("Cancel", variant="stop", scale=1)
+        resume = gr.Button("Resume", scale=1)
+    status = gr.Markdown(elem_id="train-status")
+    progress = gr.HTML()
+    # Drawn on the server as SVG (metrics_html): the default plots, or those picked under "All metrics".
+    plot = gr.HTML(metrics_html(pd.DataFrame(columns=["step", "name", "value"]), []), elem_id="train-plot")
+    with gr.Accordion("All metrics (pick which to plot)", open=False):
+        metric_names = gr.CheckboxGroup([], value=[], label="Metrics", elem_id="train-metrics")
+    reward_curve = gr.HTML(reward_curve_html(None), elem_id="train-reward-curve")
+    gr.Markdown("**Held-out evaluation: the base model before, the trained model after**")
+    eval_note = gr.Markdown(elem_id="train-eval-note")
+    comparison = gr.Dataframe(pd.DataFrame(columns=COMPARISON_COLUMNS), interactive=False,
+                              elem_id="train-comparison")
+    # Widths fixed in percent and long texts wrapped: sized by their content, the long answers
+    # made 1952 px tables in a 1214 px page and pushed "after" and "reward" out of sight.
+    comparison_answers = gr.Dataframe(pd.DataFrame(columns=ANSWER_COLUMNS), label="First held-out answers",
+                                      interactive=False, wrap=True, column_widths=["30%", "35%", "35%"],
+                                      max_chars=LONG_TEXT_CHARS, elem_id="train-answers")
+    samples = gr.Dataframe(pd.DataFrame(columns=SAMPLE_COLUMNS), label="Samples (latest steps)", wrap=True,
+                           interactive=False, column_widths=["8%", "35%", "45%", "12%"], max_chars=LONG_TEXT_CHARS,
+                           elem_id="train-samples")
+    log = gr.Code(label="Log (tail)", language=None, lines=12, interactive=False)
+    history = gr.Dataframe(pd.DataFrame(columns=HISTORY_COLUMNS), label="Run history", interactive=False)
+    return RunMonitor(banner, run, stop, cancel, resume, status, progress, plot, metric_names, reward_curve, eval_note,
+                      comparison, comparison_answers, samples, log, history)
+
+
+def read_run(db, project: str, run_id: int | None, selected: list[str] | None) -> tuple:
+    """Everything shown about run `run_id` (none: the newest of `project`), one value per REFRESHED widget;
+    `selected`: the metrics picked under "All metrics" (none or none logged: default_metrics)."""
+    if not run_id:  # nothing picked yet: follow the newest run
+        newest = runs.list_runs(db, project=project, limit=1)
+        run_id = newest[0].id if newest else None
+    current = runs.get_run(db, run_id) if run_id else None
+    names = run_metrics.metric_names(db, run_id) if current else []
+    chosen = [n for n in (selected or []) if n in names] or default_metrics(current.stage if current else "", names)
+    frame = (run_metrics.metrics_frame(db, run_id, chosen) if current
+             else pd.DataFrame(columns=["step", "name", "value"]))
+    curve = evaluation.reward_curve(db, run_id) if current else None
+    metrics_table, answers_table, note = comparison_frame(db, run_id if current and current.finished else None)
+    rows = run_metrics.samples(db, run_id, 12) if current else []
+    return (
+        waiting_banner(db, project),
+        status_markdown(current),
+        progress_html(current),
+        gr.update(choices=names, value=chosen),
+        metrics_html(frame, chosen, positive_share(db, run_id if current and current.finished else None)),
+        pd.DataFrame(rows, columns=SAMPLE_COLUMNS).round({"reward": 3}),
+        run_metrics.log_tail(current, 40) if current else "",
+        history_frame(db, project),
+        # Choices only: a tick that started before a launch finished must not reset the picked run.
+        gr.update(choices=run_choices(db, project)),
+        reward_curve_html(curve),
+        metrics_table,
+        answers_table,
+        note,
+    )
+
+
+def refresh(ctx: UIContext, run_id, selected, request: gr.Request) -> tuple:
+    """The timer's tick (and a run or metrics picked): read_run after marking dead runs failed (jobs.poll)."""
+    try:
+        check_role(ctx, request, "admin")  # a refused tick changes nothing (no toast every REFRESH_SECONDS)
+        with ctx.connection() as db:
+            jobs.poll(db)
+            return read_run(db, ctx.project, run_id, selected)
+    except (PermissionDenied, InputError):
+        return tuple(gr.update() for _ in REFRESHED)
+
+
+@ui_errors
+def run_action(ctx: UIContext, action: Callable, verb: str, run_id, request: gr.Request) -> str:
+    """`action(db, run_id)` (jobs.request_stop, cancel_run, resume_run) on the picked run; the notice says
+    what became of it."""
+    check_role(ctx, request, "admin")
+    with ctx.connection() as db:
+        if not run_id:
+            raise InputError("pick a run first", field="run")
+        result = action(db, int(run_id))
+    return f"Run **#{result.id}** {verb}: {result.status}."
+
+
+def wire(ctx: UIContext, monitor: RunMonitor, notice: gr.Markdown) -> None:
+    """The timer (built here: a gr.Timer is a component of the page) and the run buttons' events."""
+    timer = gr.Timer(REFRESH_SECONDS)
+    tick = bind(refresh, ctx)
+    timer.tick(tick, monitor.inputs, monitor.outputs, api_name="train_refresh", show_progress="hidden")
+    monitor.run.input(tick, monitor.inputs, monitor.outputs, api_name="train_select", show_progress="hidden")
+    monitor.metric_names.input(tick, monitor.inputs, monitor.outputs, api_name="train_metrics",
+                               show_progress="hidden")
+    monitor.stop.click(bind(run_action, ctx, jobs.request_stop, "asked to stop after the current step"), monitor.run,
+                       notice, api_name="train_stop")
+    monitor.cancel.click(bind(run_action, ctx, jobs.cancel_run, "cancelled"), monitor.run, notice,
+                         api_name="train_cancel")
+    monitor.resume.click(bind(run_action, ctx, jobs.resume_run, "resumed"), monitor.run, notice,
+                         api_name="train_resume")

@@ -1,0 +1,173 @@
+"""What the Train tab's run monitor shows, as plain values: a run's status line and progress bar, its charts
+(server-drawn SVG), its before/after evaluation, the run history and the 'waiting for labels' banner.
+
+Functions of a run row or of the database and a run id; the monitor (monitor.py) puts them into its widgets.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+
+import gradio as gr
+import pandas as pd
+
+from labeler.services import evaluation, labeling, runs
+from labeler.ui.charts import Series, bar_chart_svg, line_chart_svg
+
+DEFAULT_METRICS = {"sft": ["loss"], "rm": ["loss", "accuracy"], "dpo": ["loss", "rewards/margins"],
+                   "ppo": ["env/reward_mean", "objective/kl"], "grpo": ["reward", "kl"], "rloo": ["reward", "kl"],
+                   "kto": ["loss", "kl"]}
+HISTORY_COLUMNS = ["id", "stage", "status", "step", "total", "created", "by", "name"]
+SAMPLE_COLUMNS = ["step", "query", "response", "reward"]
+COMPARISON_COLUMNS = ["", "model", *evaluation.METRIC_LABELS.values()]
+ANSWER_COLUMNS = ["prompt", "before", "after"]
+# The default plots, each the first of its names that the run logged (stages name the same thing differently),
+# in plain words: what a person watches during a run. The full list is one click away ("All metrics").
+DEFAULT_PLOTS = [
+    ("Reward", ["env/reward_mean", "reward", "rewards/margins"]),
+    ("KL to the starting model", ["objective/kl", "kl"]),
+    ("Human labels used", ["human/labels_used"]),
+    ("Online reward model agrees with people", ["rm_online/agreement"]),
+]
+# Plain titles for metrics a person knows by another name; any other metric is titled by its own name.
+METRIC_TITLES = {
+    "env/reward_mean": "Reward (mean per answer)", "reward": "Reward (mean per answer)",
+    "objective/kl": "KL to the starting model", "kl": "KL to the starting model", "loss": "Training loss",
+    "accuracy": "Reward model accuracy (chosen above rejected)", "rewards/margins": "Reward margin (chosen - rejected)",
+    "human/labels_used": "Human labels used", "rm_online/agreement": "Online reward model agrees with people",
+}
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    seconds = int(seconds)
+    return f"{seconds // 3600}h {seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m {seconds % 60:02d}s"
+
+
+def progress_html(run: runs.Run | None) -> str:
+    if run is None:
+        return ""
+    total = run.total_steps or 0
+    eta = run.eta_seconds()
+    text = f"step {run.step} / {total or '?'}"
+    if run.status == "running":
+        text += f" · elapsed {_duration(run.elapsed_seconds())} · ETA {_duration(eta)}"
+    elif run.finished and run.started_at:
+        text += f" · took {_duration(run.elapsed_seconds())}"
+    return (f"<div id='train-progress'><progress max='{max(total, 1)}' value='{min(run.step, max(total, 1))}' "
+            f"style='width:100%'></progress><div>{text}</div></div>")
+
+
+def shown_command(command: str) -> str:
+    """The run's command as a person reads it: the interpreter by its name, not the server's absolute path to it
+    (which tells a reader nothing but the server's layout); the rest as stored, so it can be run again."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return command
+    if words and os.path.isabs(words[0]):
+        words[0] = os.path.basename(words[0])
+    return shlex.join(words)
+
+
+def status_markdown(run: runs.Run | None) -> str:
+    if run is None:
+        return "No run selected. Launch one above, or pick one from the history."
+    line = f"### Run #{run.id} · {run.stage} · **{run.status}**"
+    if run.stop_requested and run.status == "running":
+        line += " (stopping after this step)"
+    details = [f"command: `{shown_command(run.command)}`" if run.command else "", f"output: `{run.output_dir}`"]
+    if run.error:
+        details.append(f"**error:** {run.error.splitlines()[-1]}")
+    return "\n\n".join([line, *filter(None, details)])
+
+
+def history_frame(db, project: str) -> pd.DataFrame:
+    rows = [[r.id, r.stage, r.status, r.step, r.total_steps, r.created_at[:19].replace("T", " "), r.created_by or "",
+             r.name] for r in runs.list_runs(db, project=project, limit=50)]
+    return pd.DataFrame(rows, columns=HISTORY_COLUMNS)
+
+
+def run_choices(db, project: str) -> list[tuple[str, int]]:
+    return [(f"#{r.id} {r.stage} {r.status}", r.id) for r in runs.list_runs(db, project=project, limit=50)]
+
+
+def waiting_banner(db, project: str) -> dict:
+    """'Run #N is waiting for K rankings (Rank tab) and J ratings (Rate tab)' while a human-reward run waits."""
+    parts = []
+    for run in runs.list_runs(db, project=project, status="running"):
+        waiting = {kind: labeling.waiting_for_run(db, run.id, kind) for kind in ("ranking", "rating")}
+        asks = [f"**{n}** {kind}s in the **{'Rank' if kind == 'ranking' else 'Rate'}** tab"
+                for kind, n in waiting.items() if n]
+        if asks:
+            parts.append(f"⏳ Training run **#{run.id}** is waiting for {' and '.join(asks)}.")
+    return gr.update(value="\n\n".join(parts), visible=bool(parts))
+
+
+def default_metrics(stage: str, names: list[str]) -> list[str]:
+    """The metrics plotted when nobody picked any: the DEFAULT_PLOTS the run has and the stage's own (a reward
+    model's loss and accuracy), else the first two."""
+    chosen = [next(n for n in group if n in names) for _, group in DEFAULT_PLOTS if any(n in names for n in group)]
+    chosen += [n for n in DEFAULT_METRICS.get(stage, []) if n in names and n not in chosen]
+    return chosen or names[:2]
+
+
+def metrics_html(frame: pd.DataFrame, names: list[str], positive_share: tuple[float | None, float | None] = (None, None)) -> str:
+    """One small chart per metric (each on its own scale: a loss of 0.7 and a KL of 0.01 share no axis), titled
+    in plain words with the metric's name in the legend; then the held-out positive share before and after,
+    once the run's evaluation exists. Every refresh sends the whole thing, so it never shows a blank chart."""
+    panels = []
+    for name in names:
+        rows = frame[frame["name"] == name] if len(frame) else frame
+        points = tuple((float(step), float(value)) for step, value in zip(rows["step"], rows["value"]))
+        panels.append(line_chart_svg([Series(name, points)], title=METRIC_TITLES.get(name, name)))
+    before, after = positive_share
+    if after is not None:
+        bars = ([("before (base)", before)] if before is not None else []) + [("after", after)]
+        panels.append(bar_chart_svg(bars, title="Positive share on held-out prompts", percent=True))
+    if not panels:
+        panels.append(line_chart_svg([], title="Metrics", empty_text="No metrics yet: they appear after the first step"))
+    return "<div class='studio-charts'>" + "".join(f"<div class='studio-chart-panel'>{p}</div>" for p in panels) + "</div>"
+
+
+def reward_curve_html(curve: pd.DataFrame | None) -> str:
+    points = () if curve is None else tuple(zip(curve["minutes"].astype(float), curve["reward"].astype(float)))
+    return line_chart_svg([Series("env/reward_mean", points)], title="Mean reward by wall time",
+                          x_title="minutes since the run started", x_integer=False,
+                          empty_text="No rewards yet (policy runs log them)")
+
+
+def positive_share(db, run_id: int | None) -> tuple[float | None, float | None]:
+    """(before, after) held-out positive share of a finished run's evaluation; (None, None) without one."""
+    if not run_id:
+        return None, None
+    before, after = evaluation.run_comparison(db, run_id)
+    if after is None:
+        return None, None
+    return (before.metrics.get("eval/positive_share") if before else None), after.metrics.get("eval/positive_share")
+
+
+def comparison_frame(db, run_id: int | None) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+    """The run's before/after evaluation (the base vs the trained model on the held-out prompts): metrics,
+    the first answers side by side, and a line saying what was measured (or why there is nothing)."""
+    empty = pd.DataFrame(columns=COMPARISON_COLUMNS), pd.DataFrame(columns=ANSWER_COLUMNS)
+    if not run_id:
+        return (*empty, "")
+    before, after = evaluation.run_comparison(db, run_id)
+    if after is None:
+        return (*empty, "No held-out evaluation for this run (policy runs are evaluated when they finish, on the "
+                        "project's split 'test'; `rlhf-studio eval` evaluates any model).")
+    rows = evaluation.comparison_rows([before, after], ["before (base)", "after"])
+    metrics = pd.DataFrame(rows, columns=COMPARISON_COLUMNS).round(3)
+    settings = after.settings
+    n = settings["samples"]
+    answers = []
+    for p in range(min(5, settings["prompts_n"])):
+        row = after.samples[p * n]
+        prompt = row["prompt"][-1]["content"] if isinstance(row["prompt"], list) else row["prompt"]
+        answers.append([prompt, before.samples[p * n]["answer"] if before else "", row["answer"]])
+    note = (f"{settings['prompts_n']} held-out prompts x {n} answers, {settings['max_new_tokens']} new tokens, "
+            f"reward `{settings['reward']}`, positive: reward > {settings['threshold']:g}; KL to "
+            f"`{after.kl_base}` in nats per answer.")
+    return metrics, pd.DataFrame(answers, columns=ANSWER_COLUMNS), note
