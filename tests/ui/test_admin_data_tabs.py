@@ -8,7 +8,7 @@ import pytest
 from test_tabs import ADMIN, ANNOTATOR, app, app_db, call, endpoint, query  # noqa: F401 - fixtures
 
 from labeler.services.errors import InputError
-from labeler.ui.tabs.data import _without_upload_path
+from labeler.ui.tabs.data.prompts import without_upload_path
 
 
 def test_a_wrong_setting_warns_and_skips_every_output(app, app_db):
@@ -43,7 +43,7 @@ def test_data_tab_warnings_keep_the_tab(app, app_db):
 def test_upload_errors_name_the_file_not_the_server_path():
     upload = "/tmp/gradio/" + "ab" * 32 + "/prompts.json"
     error = InputError(f"invalid JSON in {upload}", file=upload, line=3)
-    cleaned = _without_upload_path(error, upload)
+    cleaned = without_upload_path(error, upload)
     assert str(cleaned) == "prompts.json, line 3: invalid JSON in prompts.json"
     assert "ab" * 32 not in str(cleaned)
 
@@ -140,3 +140,27 @@ def test_generate_for_the_last_import_batch_keeps_the_model_loaded(app, app_db, 
     message, _ = fn.fn(values, request=gr.Request(username=ADMIN))
     assert "Generated **2** answers;" in message  # prompts 1 and 2 now
     assert len(loads) == 1  # the model stayed loaded for the second run
+
+
+def test_the_parts_handlers_are_called_with_the_context_alone(app_db):
+    """Each part's handlers are module functions taking the UIContext: no app to build, no endpoint to find."""
+    from labeler.ui.context import ServeSettings, UIContext
+    from labeler.ui.tabs import admin, data
+    from labeler.ui.tabs.admin import quality
+    from labeler.ui.tabs.admin.snapshot import SHOWN
+    from labeler.ui.tabs.data import prompts
+
+    ctx = UIContext(ServeSettings(db_path=app_db, model="default"))
+    admin_request = gr.Request(username=ADMIN)
+    shown = admin.refresh(ctx, admin_request)
+    assert len(shown) == len(SHOWN) and shown[0] == [[ADMIN, "admin", "yes"], [ANNOTATOR, "annotator", "yes"]]
+    assert "Gold now: `{\"score\": 5}`" in quality.mark_gold(ctx, 1, "5", admin_request)
+    assert query(app_db, "SELECT gold_json FROM items WHERE id = 1") == [('{"score": 5}',)]
+    summary, table, models, annotators, threshold = data.refresh(ctx, admin_request)
+    assert summary.startswith("Project **default**: **2** prompts · **6** answers")
+    assert [row[1] for row in table] == ["Prompt two", "Prompt one"]  # newest first
+    assert models["choices"][0] == "default" and annotators["choices"] == [ADMIN, ANNOTATOR]
+    assert threshold["value"] == 4  # the 1..7 scale's midpoint
+    with pytest.raises(gr.Error, match="not an admin"):  # the role check is the handler's own
+        prompts.import_shipped(ctx, gr.Request(username=ANNOTATOR))
+    assert data.tick(ctx, gr.Request(username=ANNOTATOR)) == (gr.skip(), gr.skip())

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from labeler.services.errors import InputError
-from labeler.ui.tabs.admin import parse_gold
+from labeler.ui.tabs.admin.quality import parse_gold
 from labeler.ui.tabs.rank import order_from_ranks
 
 ADMIN, ANNOTATOR = "root", "ann"

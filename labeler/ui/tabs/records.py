@@ -13,7 +13,7 @@ from labeler.ui.context import UIContext
 from labeler.ui.roles import requires
 from labeler.ui.session import quiet_on_load
 from labeler.ui.soft_errors import keep_on_error
-from labeler.ui.tabs.admin import parse_gold
+from labeler.ui.tabs.admin.quality import parse_gold
 
 TITLE = "Records"
 ANY = "(any)"

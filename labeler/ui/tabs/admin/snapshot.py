@@ -1,0 +1,63 @@
+"""What the Admin tab shows from the database, read again after every change: the accounts, the project's
+settings, the annotators' quality and agreement, and the model registry (`snapshot`, in SHOWN's order)."""
+from __future__ import annotations
+
+import gradio as gr
+
+from labeler.services import accounts, models, quality
+from labeler.services.projects import get_project
+
+USER_HEADERS = ["username", "role", "active"]
+MODEL_HEADERS = ["name", "kind", "base_model", "run_id", "created_at"]
+STATS_COLUMNS = ["username", "ratings", "rankings", "skipped", "gold_items", "gold_accuracy", "mean_seconds"]
+# The widgets `snapshot` fills, by the name each part gives them; the tab lists them in this order.
+SHOWN = ("users", "who", "likert_min", "likert_max", "overlap", "guidelines", "ranking_guidelines", "stats",
+         "agreement", "models_table", "model_base", "prompt_format", "selection")
+
+
+def users_table(db) -> list[list]:
+    return [[u.username, u.role, "yes" if u.active else "no"] for u in accounts.list_users(db)]
+
+
+def stats_table(db, project: str) -> list[list]:
+    rows = []
+    for stat in quality.annotator_stats(db, project):
+        row = []
+        for column in STATS_COLUMNS:
+            value = stat.get(column)
+            row.append(round(value, 3) if isinstance(value, float) else value)
+        rows.append(row)
+    return rows
+
+
+def agreement_markdown(db, project: str) -> str:
+    result = quality.agreement(db, project)
+
+    def fmt(value) -> str:
+        return "n/a" if value is None else f"{value:.3f}"
+
+    return (
+        f"**Ratings**: Krippendorff's alpha (ordinal) = **{fmt(result.get('ratings_alpha'))}** over "
+        f"{result.get('ratings_items', 0)} items rated by 2+ people.  \n"
+        f"**Rankings**: pairwise agreement = **{fmt(result.get('rankings_pairwise'))}** over "
+        f"{result.get('rankings_comparisons', 0)} comparisons on {result.get('rankings_items', 0)} items."
+    )
+
+
+def models_outputs(db) -> tuple[list[list], dict]:
+    """The registry table and the base-model choices."""
+    listed = models.list_models(db)
+    table = [[m[h] if m[h] is not None else "" for h in MODEL_HEADERS] for m in listed]
+    return table, gr.update(choices=["", *[m["name"] for m in listed if m["kind"] != "reward"]])
+
+
+def snapshot(db, project_name: str) -> tuple:
+    """One value per SHOWN widget."""
+    project = get_project(db, project_name)
+    names = [row[0] for row in users_table(db)]
+    return (
+        users_table(db), gr.update(choices=names), project.likert_min, project.likert_max, project.overlap,
+        project.guidelines_for("rating"), project.guidelines_for("ranking"),
+        stats_table(db, project_name), agreement_markdown(db, project_name),
+        *models_outputs(db), project.prompt_format, project.selection,
+    )

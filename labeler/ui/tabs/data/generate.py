@@ -1,0 +1,111 @@
+"""The Data tab's "2. Generate answers": a model's answers to the project's prompts, queued for rating and ranking.
+
+The generating model stays loaded between clicks (the Chat tab keeps its models the same way): one model, in a
+ModelCache owned by the app, never a module global.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gradio as gr
+
+from labeler import forms
+from labeler.services import generation, models
+from labeler.services.chat import ModelCache
+from labeler.services.errors import InputError
+from labeler.ui.binding import bind
+from labeler.ui.context import UIContext
+from labeler.ui.roles import check_role
+from labeler.ui.soft_errors import keep_on_error
+from labeler.ui.tabs.data.summary import data_summary
+from rlhf.configs import GenerationSettings
+
+TARGET_ALL = "all without enough answers"
+TARGET_LAST_IMPORT = "the last import batch"
+
+
+@dataclass(frozen=True)
+class GeneratePart:
+    model: gr.Dropdown
+    n_per_prompt: gr.Number
+    limit: gr.Number  # prompts at most (0: all that need answers)
+    target: gr.Radio  # TARGET_ALL or TARGET_LAST_IMPORT
+    specs: list[forms.FieldSpec]  # GenerationSettings' fields, one widget each
+    settings: list[gr.components.Component]
+    button: gr.Button
+    status: gr.Markdown
+
+    @property
+    def inputs(self) -> set:
+        return {self.model, self.n_per_prompt, self.limit, self.target, *self.settings}
+
+
+def build_generate(ctx: UIContext) -> GeneratePart:
+    gen_specs = forms.field_specs(GenerationSettings)
+    with gr.Accordion("2. Generate answers", open=True):
+        with gr.Row():
+            model = gr.Dropdown(
+                choices=[ctx.settings.model], value=ctx.settings.model, allow_custom_value=True,
+                label="Model", info="A registered model, 'default', or a local safetensors folder",
+            )
+            n_per_prompt = gr.Number(value=2, precision=0, minimum=1, maximum=8, label="Answers per prompt")
+            limit = gr.Number(value=0, precision=0, minimum=0, label="Prompts (0 = all that need answers)")
+            target = gr.Radio(
+                [TARGET_ALL, TARGET_LAST_IMPORT], value=TARGET_ALL, label="Which prompts",
+                info="Prompts with fewer answers than asked from this model; or only those of the latest upload",
+                elem_id="data-generate-target",
+            )
+        with gr.Accordion("Sampling settings", open=False):
+            with gr.Row():
+                gen_widgets = [forms.widget(spec) for spec in gen_specs]
+        generate_button = gr.Button("Generate responses", variant="primary", elem_id="data-generate")
+        generate_status = gr.Markdown()
+    return GeneratePart(model, n_per_prompt, limit, target, gen_specs, gen_widgets, generate_button, generate_status)
+
+
+def model_choices(ctx: UIContext, db) -> list[str]:
+    """The models the picker offers: the registered chat models, and the server's own model first if it is not
+    one of them."""
+    names = models.chat_model_names(db)
+    return names if ctx.settings.model in names else [ctx.settings.model, *names]
+
+
+@keep_on_error(2)
+def generate_answers(ctx: UIContext, part: GeneratePart, cache: ModelCache, values: dict, request: gr.Request,
+                     progress=gr.Progress()) -> tuple:
+    """Answers from the picked model for the prompts that need them (or the last import's); (status, summary)."""
+    check_role(ctx, request, "admin")
+    # Inputs given as a set arrive as {component: value}: the form's length can grow with the dataclass.
+    model_name, n, limit_value = values[part.model], values[part.n_per_prompt], values[part.limit]
+    with ctx.connection() as db:
+        raw = forms.from_widgets(part.specs, [values[w] for w in part.settings])
+        settings = forms.build_config(GenerationSettings, raw)
+        within = None
+        if values[part.target] == TARGET_LAST_IMPORT:
+            within = generation.last_import_prompt_ids(db, ctx.project)
+            if not within:
+                raise InputError("the project has no imported prompts yet", field="which prompts")
+        progress(0, desc="Loading the model (kept loaded for the next run)")
+
+        def report(done: int, total: int) -> None:
+            batches = -(-total // settings.batch_size)
+            batch = min(batches, done // settings.batch_size + 1)
+            desc = (f"Generating batch {batch} of {batches}" if done < total else "Queueing the last answers")
+            progress(done / total, desc=f"{desc} ({done} of {total} answers done)")
+
+        ids = generation.generate_responses(
+            db, ctx.project, model=(model_name or ctx.settings.model).strip(), n_per_prompt=int(n or 1),
+            settings=settings, limit=int(limit_value) if limit_value else None, progress=report,
+            within_prompt_ids=within, loader=cache.get,
+        )
+        scope = f" for the last import batch ({len(within)} prompts)" if within is not None else ""
+        message = f"Generated **{len(ids)}** answers{scope}; they are in the Rate and Rank queues now."
+        if not ids:
+            message = f"Nothing to generate{scope}: every prompt already has that many answers from this model."
+        return message, data_summary(db, ctx.project)
+
+
+def wire(ctx: UIContext, part: GeneratePart, summary: gr.Markdown) -> None:
+    cache = ModelCache(max_models=1)  # this app's generating model, kept loaded between clicks
+    part.button.click(bind(generate_answers, ctx, part, cache), part.inputs, [part.status, summary],
+                      api_name="data_generate", trigger_mode="once", concurrency_limit=1)

@@ -1,0 +1,90 @@
+"""The Data tab's "1. Prompts": a prompt file or the shipped movie-review prompts imported, the latest shown."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import gradio as gr
+
+from labeler.services import prompts
+from labeler.services.errors import InputError
+from labeler.ui.binding import bind
+from labeler.ui.context import UIContext
+from labeler.ui.roles import check_role
+from labeler.ui.soft_errors import keep_on_error
+from labeler.ui.tabs.data.summary import data_summary
+
+PROMPT_FILE_TYPES = [".csv", ".jsonl", ".json", ".txt", ".parquet"]
+LATEST_PROMPTS = 20
+
+
+@dataclass(frozen=True)
+class PromptsPart:
+    file: gr.File
+    import_button: gr.Button
+    shipped_button: gr.Button
+    table: gr.Dataframe  # the latest prompts, newest first
+
+
+def build_prompts() -> PromptsPart:
+    with gr.Accordion("1. Prompts", open=True):
+        with gr.Row():
+            prompt_file = gr.File(
+                label="Prompt file (CSV with a 'prompt' column, JSONL, .txt one per line, Parquet)",
+                file_types=PROMPT_FILE_TYPES, elem_id="data-prompt-file",
+            )
+            with gr.Column():
+                import_button = gr.Button("Import prompt file", variant="primary", elem_id="data-import-prompts")
+                shipped_button = gr.Button("Import the shipped movie-review prompts", elem_id="data-import-shipped")
+        prompt_table = gr.Dataframe(
+            headers=["id", "prompt", "source"], label="Latest prompts (newest first)", interactive=False, wrap=True,
+            elem_id="data-prompts",
+        )
+    return PromptsPart(prompt_file, import_button, shipped_button, prompt_table)
+
+
+def prompt_table(db, project: str) -> list[list]:
+    """The newest prompts first: what an import just added is what the admin looks for."""
+    offset = max(0, prompts.count_prompts(db, project) - LATEST_PROMPTS)
+    rows = prompts.list_prompts(db, project, LATEST_PROMPTS, offset)
+    return [[row["id"], row["text"][:200], row.get("source", "")] for row in reversed(rows)]
+
+
+def without_upload_path(error: InputError, path: str) -> InputError:
+    """The same error naming the uploaded file by its own name: Gradio stores an upload as
+    <cache>/<64 hex digits>/<name>, and that server path means nothing to the user (and should not be shown)."""
+    full, name = str(path), Path(path).name
+    message = error.message.replace(str(Path(full).parent) + "/", "").replace(full, name)
+    file = None if error.file is None else str(error.file).replace(str(Path(full).parent) + "/", "")
+    return InputError(message, file=file, line=error.line, field=error.field)
+
+
+@keep_on_error(2)
+def import_prompt_file(ctx: UIContext, path: str | None, request: gr.Request) -> tuple:
+    """The uploaded prompt file imported (duplicates skipped); (summary, latest prompts)."""
+    check_role(ctx, request, "admin")
+    if not path:
+        raise InputError("choose a prompt file first", field="prompt file")
+    with ctx.connection() as db:
+        try:
+            result = prompts.import_prompts(db, path, ctx.project, source=Path(path).name)
+        except InputError as error:
+            raise without_upload_path(error, path) from None
+        gr.Info(f"Imported {result.added} prompts ({result.duplicates} duplicates skipped).")
+        return data_summary(db, ctx.project), prompt_table(db, ctx.project)
+
+
+@keep_on_error(2)
+def import_shipped(ctx: UIContext, request: gr.Request) -> tuple:
+    """The shipped movie-review prompts imported; (summary, latest prompts)."""
+    check_role(ctx, request, "admin")
+    with ctx.connection() as db:
+        result = prompts.import_shipped_prompts(db, ctx.project)
+        gr.Info(f"Imported {result.added} prompts ({result.duplicates} already there).")
+        return data_summary(db, ctx.project), prompt_table(db, ctx.project)
+
+
+def wire(ctx: UIContext, part: PromptsPart, summary: gr.Markdown) -> None:
+    part.import_button.click(bind(import_prompt_file, ctx), [part.file], [summary, part.table],
+                             api_name="data_import_prompts")
+    part.shipped_button.click(bind(import_shipped, ctx), None, [summary, part.table], api_name="data_import_shipped")

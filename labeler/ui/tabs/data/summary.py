@@ -1,0 +1,19 @@
+"""The Data tab's summary line: the project's counts and what to do next."""
+from __future__ import annotations
+
+from labeler.services.projects import project_counts
+
+
+def data_summary(db, project: str) -> str:
+    """Counts an admin needs to decide what to do next (import, generate, or label)."""
+    counts = project_counts(db, project)
+    prompts, responses, ratings, rankings = (counts[k] for k in ("prompts", "responses", "ratings", "rankings"))
+    hint = ""
+    if prompts == 0:
+        hint = "\n\n➡ No prompts yet: upload a file or import the shipped movie-review prompts."
+    elif responses == 0:
+        hint = "\n\n➡ No answers yet: generate responses below so annotators have work."
+    return (
+        f"Project **{project}**: **{prompts}** prompts · **{responses}** answers · "
+        f"**{ratings}** ratings · **{rankings}** rankings{hint}"
+    )
