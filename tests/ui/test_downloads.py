@@ -56,17 +56,20 @@ def app(db_path, tmp_path, monkeypatch, tiny_model_dir):
     return build_app(ServeSettings(db_path=db_path, model=str(tiny_model_dir), runs_dir=str(tmp_path / "runs")))
 
 
-def _call(app, api_name: str, *args):
-    fn = next(fn for fn in app.fns.values() if fn.api_name == api_name)
-    return fn.fn(*args, request=gr.Request(username=ADMIN))
+def _backup(db_path: str) -> Path:
+    """The Admin tab's backup button's handler, called as its event calls it."""
+    from labeler.ui.context import ServeSettings, UIContext
+    from labeler.ui.tabs.admin.backup import download_backup
+
+    return Path(download_backup(UIContext(ServeSettings(db_path=db_path)), gr.Request(username=ADMIN)))
 
 
-def test_web_backups_leave_no_folders_behind(app, tmp_path):
+def test_web_backups_leave_no_folders_behind(app, db_path, tmp_path):
     root = tmp_path / "tmp" / f"rlhf-studio-downloads-{os.getuid()}"
-    first = Path(_call(app, "admin_backup"))
+    first = _backup(db_path)
     assert first.parent.parent == root and stat.S_IMODE(first.stat().st_mode) == 0o600
     _age(first.parent, downloads.KEEP_S + 1)
-    second = Path(_call(app, "admin_backup"))
+    second = _backup(db_path)
     assert [p.name for p in root.iterdir()] == [second.parent.name]  # the old download's folder is gone
     # Nothing under the system temp folder's old names either.
     assert not list((tmp_path / "tmp").glob("rlhf-studio-backup-*"))
