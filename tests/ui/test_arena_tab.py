@@ -1,5 +1,5 @@
-"""The Arena tab's handlers in-process on two registered copies of the tiny model: a battle, a vote that reveals
-the names and is stored as a ranking, and the refusals."""
+"""The Arena tab's handlers (module functions, called as their events call them) on two registered copies of the
+tiny model: a battle, a vote that reveals the names and is stored as a ranking, and the refusals."""
 from __future__ import annotations
 
 import json
@@ -7,14 +7,19 @@ import json
 import gradio as gr
 import pytest
 
+from labeler.ui.tabs import arena
+
 USER = "vic"
 
 
 @pytest.fixture
-def arena_app(db_path, tmp_path, tiny_model_dir):
+def tab(db_path, tmp_path, tiny_model_dir):
+    """What the tab's handlers take first (the UIContext and the tab's caches), on a database with a user and
+    two registered copies of the tiny model."""
     from labeler.services import accounts, models
-    from labeler.ui.app import build_app
-    from labeler.ui.context import ServeSettings
+    from labeler.services.chat import ModelCache
+    from labeler.services.leaderboard import LeaderboardCache
+    from labeler.ui.context import ServeSettings, UIContext
     from storage import open_db
 
     db = open_db(db_path)
@@ -22,23 +27,20 @@ def arena_app(db_path, tmp_path, tiny_model_dir):
     for name in ("left", "right"):
         models.register_model(db, name, str(tiny_model_dir), "policy")
     db.conn.close()
-    return build_app(ServeSettings(db_path=db_path, model=str(tiny_model_dir), runs_dir=str(tmp_path / "runs")))
+    ctx = UIContext(ServeSettings(db_path=db_path, model=str(tiny_model_dir), runs_dir=str(tmp_path / "runs")))
+    return ctx, arena.ArenaCaches(ModelCache(max_models=2), LeaderboardCache())
 
 
-def fn(app, api_name):
-    return next(f for f in app.fns.values() if f.api_name == api_name).fn
-
-
-def test_battle_then_vote_reveals_the_models_and_stores_a_ranking(arena_app, db_path):
+def test_battle_then_vote_reveals_the_models_and_stores_a_ranking(tab, db_path):
     from storage import open_db
 
     request = gr.Request(username=USER)
-    model_1, model_2, board, note, start = fn(arena_app, "arena_load")(request=request)
+    model_1, model_2, board, note, start = arena.load(*tab, request=request)
     assert {"left", "right"} <= set(model_1["choices"]) and start["interactive"] is True and note["visible"] is False
-    answer_a, answer_b, reveal, identical, state, *buttons = fn(arena_app, "arena_start")(
-        "Tell me about a film", "left", "right", 8, request=request)
+    answer_a, answer_b, reveal, identical, state, *buttons = arena.start_battle(
+        *tab, "Tell me about a film", "left", "right", 8, request=request)
     assert reveal == "" and all(b["interactive"] for b in buttons) and "left" not in answer_a + answer_b
-    text, *_ = fn(arena_app, "arena_vote_a")(state, request=request)
+    text, *_ = arena.vote(*tab, "a", state, request=request)
     db = open_db(db_path)
     try:
         battle = db.execute("SELECT model_a, model_b, winner, response_a, response_b, ranking_id FROM battles").fetchone()
@@ -50,16 +52,16 @@ def test_battle_then_vote_reveals_the_models_and_stores_a_ranking(arena_app, db_
     assert json.loads(ranking["order_json"]) == [[battle["response_a"]], [battle["response_b"]]]
     assert ranking["source"] == "arena"
     with pytest.raises(gr.Error, match="already has a vote"):  # a different vote on the same battle
-        fn(arena_app, "arena_vote_b")(state, request=request)
+        arena.vote(*tab, "b", state, request=request)
 
 
-def test_refusals(arena_app):
+def test_refusals(tab):
     request = gr.Request(username=USER)
     with pytest.raises(gr.Error, match="start a battle first"):
-        fn(arena_app, "arena_vote_a")(None, request=request)
+        arena.vote(*tab, "a", None, request=request)
     with pytest.raises(gr.Error, match="pick two different models"):
-        fn(arena_app, "arena_start")("Hi", "left", "left", 8, request=request)
+        arena.start_battle(*tab, "Hi", "left", "left", 8, request=request)
     with pytest.raises(gr.Error, match="is empty"):
-        fn(arena_app, "arena_start")("  ", "left", "right", 8, request=request)
+        arena.start_battle(*tab, "  ", "left", "right", 8, request=request)
     with pytest.raises(gr.Error):
-        fn(arena_app, "arena_start")("Hi", "left", "right", 8, request=gr.Request(username="nobody"))
+        arena.start_battle(*tab, "Hi", "left", "right", 8, request=gr.Request(username="nobody"))

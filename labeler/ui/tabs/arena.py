@@ -1,12 +1,14 @@
 """Arena tab: one prompt, two anonymous answers (A and B), a vote, then the names; and the leaderboard.
 
 The gr.State holds the battle id only. Which model is A is decided by the arena service with a fresh
-random generator per battle; the names reach the browser only in the vote's answer.
+random generator per battle; the names reach the browser only in the vote's answer. The handlers are module
+functions taking the UIContext and the tab's caches (ArenaCaches) first, bound to their events in `build`.
 """
 from __future__ import annotations
 
 import dataclasses
 import random
+from dataclasses import dataclass
 
 import gradio as gr
 
@@ -14,8 +16,9 @@ from labeler.services import arena
 from labeler.services.chat import ModelCache
 from labeler.services.errors import InputError
 from labeler.services.leaderboard import MIN_VOTES_FOR_INTERVAL, LeaderboardCache, leaderboard
+from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
-from labeler.ui.roles import requires
+from labeler.ui.roles import check_role
 from labeler.ui.session import quiet_before_password_change
 from labeler.ui.soft_errors import ui_errors
 from labeler.ui.tabs.chat import model_choices
@@ -28,6 +31,9 @@ HOW = (
     "in random order. Vote, and the names are revealed. Each vote is stored as a ranking, so it trains reward "
     "models and DPO like any other label; the leaderboard fits a Bradley-Terry model to all votes."
 )
+# The vote buttons: (winner sent to arena.vote, button text, what the reveal says was voted).
+VOTES = (("a", "👈 A is better", "you preferred **A**"), ("b", "👉 B is better", "you preferred **B**"),
+         ("tie", "🤝 Tie", "a **tie**"), ("both_bad", "👎 Both bad", "**both bad**"))
 IDENTICAL = "⚠️ **The two answers are identical**: there is nothing to prefer, so **Tie** is the honest vote."
 NO_INTERVAL = "n/a"
 
@@ -43,9 +49,107 @@ def leaderboard_note() -> str:
             f"model has {MIN_VOTES_FOR_INTERVAL} votes (n/a before).")
 
 
+@dataclass(frozen=True)
+class ArenaCaches:
+    """What the tab keeps between requests: the two battling models loaded, and the leaderboard (page loads reuse
+    the board, votes the bootstrap: see LeaderboardCache)."""
+    models: ModelCache
+    board: LeaderboardCache
+
+
+def not_ready_updates(reason: str | None) -> tuple[dict, dict]:
+    """The not-ready note and the Battle button: fewer than two models, say why and how to get a second one,
+    and leave Battle off instead of an error."""
+    return gr.update(value=f"ℹ️ {reason}" if reason else "", visible=bool(reason)), gr.update(interactive=reason is None)
+
+
+@ui_errors
+def load(ctx: UIContext, caches: ArenaCaches, request: gr.Request) -> tuple:
+    """The page load: both model pickers (random picked), the leaderboard, the not-ready note and Battle."""
+    check_role(ctx, request, "user")
+    with ctx.connection() as db:
+        names, _ = model_choices(ctx, db)
+        reason = arena.not_ready_reason(db, (ctx.settings.model,))
+        table = leaderboard_table(db, ctx.project, caches.board)
+    choices = [RANDOM, *names]
+    return (gr.update(choices=choices, value=RANDOM), gr.update(choices=choices, value=RANDOM), table,
+            *not_ready_updates(reason))
+
+
+@ui_errors
+def random_prompt(ctx: UIContext, request: gr.Request) -> str:
+    check_role(ctx, request, "user")
+    with ctx.connection() as db:
+        return arena.random_prompt(db, ctx.project, random.Random())
+
+
+@ui_errors
+def start_battle(ctx: UIContext, caches: ArenaCaches, prompt_text, first, second, tokens, request: gr.Request) -> tuple:
+    """Two models' answers to `prompt_text`, shown as A and B in random order; `first`/`second` RANDOM (or
+    blank): drawn from the registered models. Outputs: both answers, the reveal emptied, the identical-answers
+    note, the battle's state, the vote buttons on."""
+    check_role(ctx, request, "user")
+    with ctx.connection() as db:
+        names, _ = model_choices(ctx, db)
+        reason = arena.not_ready_reason(db, (ctx.settings.model,))
+        if reason:  # the button is off, but the endpoint can be called directly
+            raise InputError(reason, field="model")
+        rng = random.Random()  # fresh entropy per battle: the A/B order must not be guessable
+        chosen = []
+        for picked in (first, second):
+            if not picked or picked == RANDOM:
+                pool = [n for n in names if n not in chosen and n not in (first, second)]
+                if not pool:
+                    raise InputError("register at least two models to battle", field="model")
+                picked = rng.choice(pool)
+            chosen.append(picked)
+        settings = dataclasses.replace(arena.ARENA_SETTINGS, max_new_tokens=int(tokens))
+        battle = arena.start_battle(
+            db, caches.models, ctx.project, ctx.username(request), prompt_text, *chosen, settings, rng,
+            server_models=(ctx.settings.model,),
+        )
+    buttons = [gr.update(interactive=True) for _ in VOTES]
+    return (
+        battle.answer_a or "*(empty answer)*", battle.answer_b or "*(empty answer)*", "",
+        IDENTICAL if battle.identical else "", {"battle_id": battle.id}, *buttons,
+    )
+
+
+@ui_errors
+def vote(ctx: UIContext, caches: ArenaCaches, winner: str, current, request: gr.Request) -> tuple:
+    """The vote `winner` (a VOTES key) on the battle in `current`, stored as a ranking; the names revealed.
+    Outputs: the reveal, the identical-answers note emptied, the state cleared, the leaderboard, the buttons off."""
+    check_role(ctx, request, "user")
+    if not current:
+        raise InputError("start a battle first", field="battle_id")
+    with ctx.connection() as db:
+        result = arena.vote(db, int(current["battle_id"]), ctx.username(request), winner)
+        table = leaderboard_table(db, ctx.project, caches.board)
+    verdict = {key: said for key, _, said in VOTES}[winner]
+    text = f"**A** was `{result.model_a}`, **B** was `{result.model_b}`: {verdict}. Thanks, your vote is stored."
+    buttons = [gr.update(interactive=False) for _ in VOTES]
+    return (text, "", None, table, *buttons)
+
+
+@ui_errors
+def show_leaderboard(ctx: UIContext, caches: ArenaCaches, request: gr.Request) -> list[list]:
+    check_role(ctx, request, "user")
+    with ctx.connection() as db:
+        return leaderboard_table(db, ctx.project, caches.board)
+
+
+@ui_errors
+def reload_models(ctx: UIContext, request: gr.Request) -> tuple:
+    """The model lists and the not-ready note read again; the picked models stay picked."""
+    check_role(ctx, request, "user")
+    with ctx.connection() as db:
+        names, _ = model_choices(ctx, db)
+        reason = arena.not_ready_reason(db, (ctx.settings.model,))
+    return (gr.update(choices=[RANDOM, *names]), gr.update(choices=[RANDOM, *names]), *not_ready_updates(reason))
+
+
 def build(ctx: UIContext):
-    cache = ModelCache(max_models=2)
-    board_cache = LeaderboardCache()  # page loads reuse the board, votes the bootstrap (see LeaderboardCache)
+    caches = ArenaCaches(ModelCache(max_models=2), LeaderboardCache())
     battle_state = gr.State(None)
 
     gr.Markdown(HOW)
@@ -75,12 +179,8 @@ def build(ctx: UIContext):
             gr.Markdown("### Answer B")
             answer_b = gr.Markdown(container=True, elem_id="arena-answer-b", elem_classes=["studio-response"])
     with gr.Row():
-        vote_buttons = [
-            gr.Button("👈 A is better", interactive=False, elem_id="arena-vote-a"),
-            gr.Button("👉 B is better", interactive=False, elem_id="arena-vote-b"),
-            gr.Button("🤝 Tie", interactive=False, elem_id="arena-vote-tie"),
-            gr.Button("👎 Both bad", interactive=False, elem_id="arena-vote-both-bad"),
-        ]
+        vote_buttons = [gr.Button(text, interactive=False, elem_id=f"arena-vote-{key.replace('_', '-')}")
+                        for key, text, _ in VOTES]
     identical = gr.Markdown(elem_id="arena-identical")
     reveal = gr.Markdown(elem_id="arena-reveal")
     with gr.Accordion("Leaderboard", open=True):
@@ -88,108 +188,25 @@ def build(ctx: UIContext):
         gr.Markdown(leaderboard_note())
         refresh_board = gr.Button("Refresh leaderboard", size="sm", elem_id="arena-refresh")
 
-    @ui_errors
-    @requires(ctx, "user")
-    def arena_load(request: gr.Request):
-        with ctx.connection() as db:
-            names, _ = model_choices(ctx, db)
-            reason = arena.not_ready_reason(db, (ctx.settings.model,))
-            table = leaderboard_table(db, ctx.project, board_cache)
-        choices = [RANDOM, *names]
-        # Fewer than two models: say why and how to get a second one, and leave Battle off instead of an error.
-        return (
-            gr.update(choices=choices, value=RANDOM), gr.update(choices=choices, value=RANDOM), table,
-            gr.update(value=f"ℹ️ {reason}" if reason else "", visible=bool(reason)),
-            gr.update(interactive=reason is None),
-        )
-
-    @ui_errors
-    @requires(ctx, "user")
-    def arena_random_prompt(request: gr.Request):
-        with ctx.connection() as db:
-            return arena.random_prompt(db, ctx.project, random.Random())
-
-    @ui_errors
-    @requires(ctx, "user")
-    def arena_start(prompt_text, first, second, tokens, request: gr.Request):
-        with ctx.connection() as db:
-            names, _ = model_choices(ctx, db)
-            reason = arena.not_ready_reason(db, (ctx.settings.model,))
-            if reason:  # the button is off, but the endpoint can be called directly
-                raise InputError(reason, field="model")
-            rng = random.Random()  # fresh entropy per battle: the A/B order must not be guessable
-            chosen = []
-            for picked in (first, second):
-                if not picked or picked == RANDOM:
-                    pool = [n for n in names if n not in chosen and n not in (first, second)]
-                    if not pool:
-                        raise InputError("register at least two models to battle", field="model")
-                    picked = rng.choice(pool)
-                chosen.append(picked)
-            settings = dataclasses.replace(arena.ARENA_SETTINGS, max_new_tokens=int(tokens))
-            battle = arena.start_battle(
-                db, cache, ctx.project, ctx.username(request), prompt_text, *chosen, settings, rng,
-                server_models=(ctx.settings.model,),
-            )
-        buttons = [gr.update(interactive=True) for _ in vote_buttons]
-        return (
-            battle.answer_a or "*(empty answer)*", battle.answer_b or "*(empty answer)*", "",
-            IDENTICAL if battle.identical else "", {"battle_id": battle.id}, *buttons,
-        )
-
-    def arena_vote(winner: str):
-        @ui_errors
-        @requires(ctx, "user")
-        def handler(current, request: gr.Request):
-            if not current:
-                raise InputError("start a battle first", field="battle_id")
-            with ctx.connection() as db:
-                result = arena.vote(db, int(current["battle_id"]), ctx.username(request), winner)
-                table = leaderboard_table(db, ctx.project, board_cache)
-            verdict = {"a": "you preferred **A**", "b": "you preferred **B**", "tie": "a **tie**", "both_bad": "**both bad**"}[winner]
-            text = f"**A** was `{result.model_a}`, **B** was `{result.model_b}`: {verdict}. Thanks, your vote is stored."
-            buttons = [gr.update(interactive=False) for _ in vote_buttons]
-            return (text, "", None, table, *buttons)
-
-        return handler
-
-    @ui_errors
-    @requires(ctx, "user")
-    def arena_leaderboard(request: gr.Request):
-        with ctx.connection() as db:
-            return leaderboard_table(db, ctx.project, board_cache)
-
     if ctx.app is not None:
-        ctx.app.load(quiet_before_password_change(arena_load, 5), None, [model_1, model_2, board, not_ready, start],
-                     api_name="arena_load")
-    draw.click(arena_random_prompt, None, prompt, api_name="arena_random_prompt")
+        ctx.app.load(quiet_before_password_change(bind(load, ctx, caches), 5), None,
+                     [model_1, model_2, board, not_ready, start], api_name="arena_load")
+    draw.click(bind(random_prompt, ctx), None, prompt, api_name="arena_random_prompt")
     start.click(
-        arena_start, [prompt, model_1, model_2, max_new_tokens],
+        bind(start_battle, ctx, caches), [prompt, model_1, model_2, max_new_tokens],
         [answer_a, answer_b, reveal, identical, battle_state, *vote_buttons],
         api_name="arena_start", concurrency_limit=1,
     )
-    for winner, button in zip(["a", "b", "tie", "both_bad"], vote_buttons):
-        button.click(arena_vote(winner), [battle_state], [reveal, identical, battle_state, board, *vote_buttons],
+    for (winner, _, _), button in zip(VOTES, vote_buttons):
+        button.click(bind(vote, ctx, caches, winner), [battle_state],
+                     [reveal, identical, battle_state, board, *vote_buttons],
                      api_name=f"arena_vote_{winner}", trigger_mode="once")
-    refresh_board.click(arena_leaderboard, None, board, api_name="arena_leaderboard")
-
-    @ui_errors
-    @requires(ctx, "user")
-    def arena_models(request: gr.Request):
-        """The model lists and the not-ready note read again; the picked models stay picked."""
-        with ctx.connection() as db:
-            names, _ = model_choices(ctx, db)
-            reason = arena.not_ready_reason(db, (ctx.settings.model,))
-        return (
-            gr.update(choices=[RANDOM, *names]), gr.update(choices=[RANDOM, *names]),
-            gr.update(value=f"ℹ️ {reason}" if reason else "", visible=bool(reason)),
-            gr.update(interactive=reason is None),
-        )
+    refresh_board.click(bind(show_leaderboard, ctx, caches), None, board, api_name="arena_leaderboard")
 
     def on_tab(tab: gr.Tab) -> None:
         # Opening the tab reads the registry again: a model registered or trained since the
         # page loaded is offered, and the "only one model" note goes, without a reload.
-        tab.select(quiet_before_password_change(arena_models, 4), None, [model_1, model_2, not_ready, start],
+        tab.select(quiet_before_password_change(bind(reload_models, ctx), 4), None, [model_1, model_2, not_ready, start],
                    api_name="arena_models", show_progress="hidden")
 
     return on_tab
