@@ -516,20 +516,7 @@ def ui_errors(handler: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def require_user(db, request: gr.Request | None):
-    """The logged-in, active user (accounts.User), or PermissionDenied."""
-    from labeler.services import accounts
-    from labeler.ui.context import UIContext
 
-    return accounts.require_user(db, UIContext.username(request))
-
-
-def require_admin(db, request: gr.Request | None):
-    """The logged-in admin, or PermissionDenied: called first by every admin-only handler."""
-    from labeler.services import accounts
-    from labeler.ui.context import UIContext
-
-    return accounts.require_admin(db, UIContext.username(request))
 
 
 def quiet_before_password_change(handler: Callable[[gr.Request], tuple],
