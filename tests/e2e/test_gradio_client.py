@@ -7,27 +7,11 @@ import pytest
 
 gradio_client = pytest.importorskip("gradio_client")
 from gradio_client import Client  # noqa: E402
+from service_seed import add_answered_prompt  # noqa: E402
 
 
 def client(app, credentials) -> Client:
     return Client(app.url, auth=credentials, verbose=False)
-
-
-def _add_ranking_item(db_path: str, prompt: str, answers: int) -> None:
-    from labeler.services import labeling, prompts
-    from labeler.services.responses import insert_response
-    from storage import open_db, write_transaction
-
-    db = open_db(db_path)
-    try:
-        prompts.add_prompts(db, [prompt], source="e2e-buttons")
-        prompt_id = db.execute("SELECT id FROM prompts WHERE text = ?", [prompt]).fetchone()[0]
-        with write_transaction(db):
-            ids = [insert_response(db, prompt_id, f"{prompt}: answer {k}", model="m", source="generated")
-                   for k in range(answers)]
-        labeling.create_items(db, "default", response_ids=ids, ranking_size=answers, kinds=("ranking",))
-    finally:
-        db.conn.close()
 
 
 def test_rate_and_rank_through_the_button_endpoints(running_app, db_rows):
@@ -56,7 +40,7 @@ def test_rate_and_rank_through_the_button_endpoints(running_app, db_rows):
 
     # Rank the item shown (2 or more answers: earlier tests share this app and its queue, so one more ranking
     # item is added here in case they emptied this user's): the second answer best, all the others tied below it.
-    _add_ranking_item(running_app.db_path, "A prompt the button test ranks", 3)
+    add_answered_prompt(running_app.db_path, "A prompt the button test ranks", 3, "ranking", source="e2e-buttons")
     shown = c.predict(api_name="/rank_next")
     item_prompt = shown[2].removeprefix("### Prompt\n")
     slots = [shown[3 + 2 * k] for k in range(8)]  # "#### Answer k\n\n<text>", "" past the answers shown

@@ -1,4 +1,4 @@
-"""Issue 24 item 3 in a real browser (headless Chromium): while an item is shown, Rate's and Rank's "N remaining"
+"""In a real browser (headless Chromium): while an item is shown, Rate's and Rank's "N remaining"
 follow the queue when another source adds items (a run, the Data tab, the CLI), without a reload, and the item on
 screen stays, with the score or the ranks already picked, which a submit then stores."""
 from __future__ import annotations
@@ -7,6 +7,7 @@ import json
 import re
 
 import pytest
+from service_seed import add_answered_prompt
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 RATER = ("rosa", "rosa-password-1")  # only this module uses these two, so their queues and labels are their own
@@ -27,23 +28,8 @@ def add_user(db_path: str, user: tuple[str, str]) -> None:
 
 
 def add_items(db_path: str, prompt: str, answers: int, kind: str) -> list[int]:
-    """What a background generation leaves: a prompt, its answers and their items of `kind` (one rating item per
-    answer, or one ranking item of all of them), written by the services as any other source would."""
-    from labeler.services import labeling, prompts
-    from labeler.services.responses import insert_response
-    from storage import open_db, write_transaction
-
-    db = open_db(db_path)
-    try:
-        prompts.add_prompts(db, [prompt], source="e2e-live-counts")
-        prompt_id = db.execute("SELECT id FROM prompts WHERE text = ?", [prompt]).fetchone()[0]
-        with write_transaction(db):
-            ids = [insert_response(db, prompt_id, f"{prompt}: answer {k + 1}", model="m", source="generated")
-                   for k in range(answers)]
-        labeling.create_items(db, "default", response_ids=ids, ranking_size=max(answers, 2), kinds=(kind,))
-        return ids
-    finally:
-        db.conn.close()
+    """What a background generation leaves: a prompt, its answers and their items of `kind`."""
+    return add_answered_prompt(db_path, prompt, answers, kind, source="e2e-live-counts")
 
 
 def remaining(page, counter_id: str) -> int:

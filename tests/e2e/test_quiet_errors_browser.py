@@ -14,6 +14,16 @@ def toast(page, text: str) -> None:
                            timeout=30_000)
 
 
+
+def assert_one_log_line_each(page, capfd, caplog, expected: list[str]) -> None:
+    """No traceback on the server's stderr, and one one-line ui log entry per mistake, in order, each naming it."""
+    page.wait_for_timeout(500)
+    printed = capfd.readouterr().err
+    assert "Traceback" not in printed, printed
+    lines = [r.getMessage() for r in caplog.records if r.name == "rlhf_studio.ui"]
+    assert len(lines) == len(expected) and all("\n" not in line for line in lines), lines
+    assert all(words in line for words, line in zip(expected, lines)), lines
+
 def test_input_errors_log_one_line_each(running_app, login, capfd, caplog):
     caplog.set_level(logging.WARNING, logger="rlhf_studio.ui")
     page = login(running_app.url, *running_app.admin, ready="button[role=tab]:has-text('Train')", height=1600)
@@ -33,12 +43,7 @@ def test_input_errors_log_one_line_each(running_app, login, capfd, caplog):
     page.click("button[role=tab]:has-text('Chat')")
     page.click("#chat-send")
     toast(page, "type a message first")
-    page.wait_for_timeout(500)
-    printed = capfd.readouterr().err
-    assert "Traceback" not in printed, printed
-    lines = [r.getMessage() for r in caplog.records if r.name == "rlhf_studio.ui"]
-    assert len(lines) == 3 and all("\n" not in line for line in lines), lines
-    assert "steps" in lines[0] and "whole number" in lines[1] and "type a message first" in lines[2]
+    assert_one_log_line_each(page, capfd, caplog, ["steps", "whole number", "type a message first"])
     page.close()
 
 
@@ -94,11 +99,6 @@ def test_rate_rank_and_password_form_errors_log_one_line_each(running_app, login
     first.fill("#studio-repeat-password input", "my-own-password-3")
     first.click("#studio-change-password")
     toast(first, "differ")
-    first.wait_for_timeout(500)
-    printed = capfd.readouterr().err
-    assert "Traceback" not in printed, printed
-    lines = [r.getMessage() for r in caplog.records if r.name == "rlhf_studio.ui"]
-    assert len(lines) == 3 and all("\n" not in line for line in lines), lines
-    assert "Pick a score first" in lines[0] and "has no rank" in lines[1] and "differ" in lines[2], lines
+    assert_one_log_line_each(first, capfd, caplog, ["Pick a score first", "has no rank", "differ"])
     page.close()
     first.close()
