@@ -28,7 +28,7 @@ import json
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Sequence
 
 from labeler.services.label_kinds import centred_rank_rewards
 from labeler.services.labeling import MAX_RANKING_SIZE, MIN_RANKING_SIZE, insert_item
@@ -181,16 +181,23 @@ class HumanRewardQueue:
         return self.wait(item_ids, timeout)
 
 
-def group_rollouts(queries: list[str], group_size: int | None = None) -> list[list[int]]:
-    """Each prompt's group of answers (one Rank item each): consecutive chunks of `group_size` rollouts, or, without
-    it, runs of consecutive rollouts with the same query. ValueError when a group cannot be one ranking (fewer than
-    2 or more than MAX_RANKING_SIZE answers, or a chunk mixing queries)."""
+def same_prompt_runs(queries: Sequence[str], group_size: int | None = None) -> list[list[int]]:
+    """Indices of consecutive rollouts with the same query (each prompt's answers in a PPO batch), cut into chunks
+    of at most `group_size`; no check of the sizes."""
     groups: list[list[int]] = []
     for index, query in enumerate(queries):
         if groups and queries[groups[-1][0]] == query and (group_size is None or len(groups[-1]) < group_size):
             groups[-1].append(index)
         else:
             groups.append([index])
+    return groups
+
+
+def group_rollouts(queries: list[str], group_size: int | None = None) -> list[list[int]]:
+    """Each prompt's group of answers (one Rank item each): consecutive chunks of `group_size` rollouts, or, without
+    it, runs of consecutive rollouts with the same query. ValueError when a group cannot be one ranking (fewer than
+    2 or more than MAX_RANKING_SIZE answers, or a chunk mixing queries)."""
+    groups = same_prompt_runs(queries, group_size)
     if group_size is not None and any(len(group) != group_size for group in groups):
         raise ValueError(f"rollouts come in groups of {group_size} answers to one prompt (answers_per_prompt); "
                          f"got groups of {sorted({len(g) for g in groups})}")

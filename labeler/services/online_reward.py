@@ -31,7 +31,7 @@ from typing import Callable, Sequence
 import torch
 
 from labeler.services import active_learning
-from labeler.services.human_reward import HumanRewardQueue
+from labeler.services.human_reward import HumanRewardQueue, same_prompt_runs
 from rlhf.preference_ensemble import calibrated_temperature, expected_centred_ranks
 from storage import open_db
 
@@ -144,17 +144,6 @@ def pick_groups(information: Sequence[float], n_human: int, rng: random.Random) 
     order = active_learning.order_with_random_share(list(range(len(information))), information,
                                                     active_learning.RANDOM_SHARE, rng)
     return sorted(index for index, _, _ in order[:n_human])
-
-
-def same_prompt_runs(queries: Sequence[str]) -> list[list[int]]:
-    """Indices of consecutive rollouts with the same query: each prompt's answers in a PPO batch."""
-    runs: list[list[int]] = []
-    for index, query in enumerate(queries):
-        if runs and queries[runs[-1][0]] == query:
-            runs[-1].append(index)
-        else:
-            runs.append([index])
-    return runs
 
 
 class ActiveMixReward:
