@@ -1,0 +1,124 @@
+"""What the Rate and Rank tabs share (this module is not a tab): the shown item's key, the counter, the training
+banner, the undo message, the guidelines read again on select and the live "N remaining" count, and how their
+labelling events run.
+
+The handlers here are module functions taking the UIContext and the label kind first, bound to their events
+by the tabs (binding.bind).
+"""
+from __future__ import annotations
+
+import sqlite3
+
+import gradio as gr
+
+from labeler.services import labeling, runs
+from labeler.services.errors import InputError, PermissionDenied
+from labeler.services.projects import get_project
+from labeler.services.stages import model_name
+from labeler.ui.binding import bind
+from labeler.ui.context import UIContext
+from labeler.ui.roles import check_role
+from labeler.ui.soft_errors import ui_errors
+
+# The concurrency group of every Rate and Rank handler (see FAST).
+LABELLING = "labelling"
+# How often a shown item's "N remaining" is read again (count), and the concurrency group of those reads.
+COUNT_REFRESH_S = 5
+COUNTS = "queue-counts"
+# The keyboard handlers' event options: no progress overlay (it flashed "processing" over every component per
+# key); one concurrency group for all labelling handlers, so requests queue in Gradio instead of spinning in
+# SQLite's busy handler. shortcuts.js sends one request at a time and queues the keys typed meanwhile;
+# trigger_mode="once" drops a second mouse click while one runs (the key makes a repeat harmless anyway).
+FAST = {"show_progress": "hidden", "trigger_mode": "once", "concurrency_id": LABELLING, "concurrency_limit": 1}
+# Tells shortcuts.js that the request finished (success or error), so it sends the next queued key.
+DONE_JS = """() => { if (window.__rlhfStudioDone) window.__rlhfStudioDone(); }"""
+
+
+def counter_markdown(done: int, remaining: int) -> str:
+    return f"**{done}** done · **{remaining}** remaining"
+
+
+def banner_text(run_id: int | None, waiting: int | None = None, model: str | None = None) -> str:
+    """The banner's Markdown; "" hides it (studio.css hides an empty banner, so no visibility update is sent)."""
+    # A PPO run with human rewards is paused until these rollouts are labelled: say so in plain words (the
+    # annotator's labels are its rewards now), it changes priorities.
+    if run_id is None:
+        return ""
+    count = f", waiting for **{waiting}** more labels" if waiting else ""
+    return (f"⏳ Your labels are training the model{f' **{model}**' if model else ''} right now (training run "
+            f"**#{run_id}**{count}): its answers come first.")
+
+
+def training_banner(db, run_id: int | None) -> str:
+    """The banner for an item of training run `run_id` (rating or ranking): while the run is running, which
+    model its labels train and how many more it waits for; "" for other items and once the run has ended."""
+    if run_id is None:
+        return ""
+    run = runs.get_run(db, run_id)
+    if run.status != "running":
+        return ""
+    model = model_name(run.stage, run.id, run.config.get("job", {}).get("output_name", ""))
+    return banner_text(run_id, labeling.waiting_for_run(db, run_id), model)
+
+
+def item_key(item) -> str:
+    """What the page (or an API client) sends back with a label: the item and this showing's idempotency key."""
+    return f"{item.item_id}:{item.request_id}"
+
+
+def parse_key(key: str | None) -> tuple[int, str]:
+    """(item_id, request_id) from item_key's text; InputError naming the field when it is not one."""
+    item_id, _, request_id = (key or "").strip().partition(":")
+    if not item_id.isdigit() or not request_id:
+        raise InputError(
+            f"expected the key of the item shown, '<item id>:<request id>' as rate_next returned it, got {key!r}",
+            field="key",
+        )
+    return int(item_id), request_id
+
+
+def undo_message(undone, label: str, verb: str) -> str:
+    """What Undo did, said every time: a skip is taken back like a label (the skipped item comes back first)."""
+    if undone is None:
+        return "Nothing to undo."
+    if undone.action == "skip":
+        return f"Undid your skip of item {undone.item_id}: it is back, {verb} it or skip it again."
+    return f"Undid your {label} of item {undone.item_id}: it is back, {verb} it again."
+
+
+@ui_errors
+def guidelines(ctx: UIContext, kind: str, request: gr.Request) -> str:
+    """The project's guidelines for `kind`, read again when the tab is selected: the keyboard path does not resend
+    them with every item, and an admin may have changed them since the page loaded."""
+    check_role(ctx, request, "user")
+    with ctx.connection() as db:
+        return get_project(db, ctx.project).guidelines_for(kind)
+
+
+def count(ctx: UIContext, kind: str, key_value, request: gr.Request):
+    """The counter of the Rate or Rank tab read again while an item is shown: answers generated meanwhile (a run,
+    the Data tab, the CLI) show up in "N remaining" without a reload. Only the count: the item on screen, the
+    score or the half-made ranking stay as they are. The input is the shown item's key; with none ("All done")
+    nothing changes, because shortcuts.js's poll presses Refresh there, which shows the next item and its count
+    together. A refusal (logged out, a one-time password to replace) or a busy database leaves the counter too:
+    every COUNT_REFRESH_S, a toast would bury the page, and the user's next click says what is wrong."""
+    if not key_value:
+        return gr.skip()
+    try:
+        user = check_role(ctx, request, "user")  # here, not ui_errors: a refusal leaves the counter as it is
+        with ctx.connection() as db:
+            return counter_markdown(*labeling.progress(db, ctx.project, user.username, kind))
+    except (InputError, PermissionDenied, sqlite3.OperationalError):
+        return gr.skip()
+
+
+def live_count(ctx: UIContext, kind: str, key, counter, api_name: str) -> None:
+    """A gr.Timer that keeps `counter` (the tab's Markdown) current while an item is shown (count).
+
+    A read of the queue's counters (labeling.progress: a few indexed rows), as a plain value: no Gradio pre- or
+    postprocessing. Its own concurrency group, not the labelling one, so labels never wait behind counts;
+    trigger_mode="once" drops a tick while the previous one is still out.
+    """
+    timer = gr.Timer(COUNT_REFRESH_S)
+    timer.tick(bind(count, ctx, kind), [key], [counter], api_name=api_name, show_progress="hidden",
+               trigger_mode="once", preprocess=False, postprocess=False, concurrency_id=COUNTS, concurrency_limit=2)

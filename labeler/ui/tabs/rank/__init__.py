@@ -1,0 +1,95 @@
+"""Rank tab: 2 to 8 answers to one prompt (labeling.MAX_RANKING_SIZE), ordered best to worst, ties allowed.
+
+Each answer gets a rank number (1 = best); equal numbers are a tie. The ranks become one ranking,
+`order` best to worst with tied response ids grouped: ranks {a: 2, b: 1, c: 2} -> [[b], [a, c]] (ranks.py).
+Keyboard: type the answer numbers best to worst ("3 1 2"), "=" before a number ties it with the
+previous one, Enter submits (labeler/ui/static/shortcuts.js).
+
+Built from parts: ranks.py (rank numbers to an order), item_view.py (what an item shows, as widget values),
+handlers.py (show, submit, skip, undo: module functions taking the UIContext first), and what Rank shares with
+Rate (tabs/labelling.py).
+"""
+from __future__ import annotations
+
+import gradio as gr
+
+from labeler.ui.binding import bind
+from labeler.ui.context import UIContext
+from labeler.ui.session import quiet_before_password_change
+from labeler.ui.tabs import labelling
+from labeler.ui.tabs.labelling import DONE_JS, FAST, LABELLING
+from labeler.ui.tabs.rank.handlers import next_item, skip, submit, undo
+from labeler.ui.tabs.rank.item_view import KIND, MAX_RESPONSES
+from labeler.ui.tabs.rank.ranks import order_from_ranks  # noqa: F401 - the tab's rule, imported from here by tests
+
+TITLE = "Rank"
+SLOTS_PER_ROW = 4  # 8 answers side by side are too narrow to read: the slots wrap in rows of 4
+SHORTCUTS = (
+    "Keys: type the answer numbers **best to worst** (e.g. `3 1 2`), **=** before a number ties it with the "
+    "previous one (`1 = 2 3`), **Enter** submits, **Esc** starts over, **s** skips, **u** undoes the last ranking or skip."
+)
+# The keyboard path (shortcuts.js): the ranks typed go straight into the submit (see the Rate tab's SUBMIT_JS).
+# The ranks come last and as a rest parameter, so this needs no change when MAX_RESPONSES does; the typed list
+# only covers the slots typed, the rest are null (unranked).
+SUBMIT_JS = """(comment, current, key, ...ranks) => {
+  const typed = window.__rlhfStudioTake ? window.__rlhfStudioTake("rank") : null;
+  return [comment, current, key, ...(typed === null ? ranks : ranks.map((_, i) => typed[i] ?? null))];
+}"""
+
+
+def build(ctx: UIContext):
+    """The tab's widgets and events; returns the hook app.build_app calls with the gr.Tab (its select event)."""
+    state = gr.State(None)
+    banner = gr.Markdown(elem_id="rank-banner", elem_classes=["studio-banner"])  # hidden while empty (studio.css)
+    slot_widgets: list = []
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=4):
+            counter = gr.Markdown(elem_id="rank-counter")
+            prompt = gr.Markdown(elem_id="rank-prompt", elem_classes=["studio-prompt"])
+            for row_start in range(1, MAX_RESPONSES + 1, SLOTS_PER_ROW):
+                with gr.Row(equal_height=False, elem_classes=["studio-rank-row"]):
+                    for index in range(row_start, min(row_start + SLOTS_PER_ROW, MAX_RESPONSES + 1)):
+                        with gr.Column(visible=False, min_width=220, elem_classes=["studio-response"]) as column:
+                            text = gr.Markdown(elem_id=f"rank-text-{index}")
+                            # Built with every rank, so a submit from a session the server has not seen (a retry
+                            # after a restart) reaches the submit handler, which asks for a Refresh (the shown
+                            # order is session state), instead of Gradio's "not in the list of choices: []"
+                            # (rate.item_view.startup_choices).
+                            rank = gr.Radio(choices=[str(r) for r in range(1, MAX_RESPONSES + 1)],
+                                            label="Rank (1 = best)", elem_id=f"rank-slot-{index}")
+                        slot_widgets += [column, text, rank]
+            comment = gr.Textbox(label="Comment (optional)", lines=1, max_lines=4, elem_id="rank-comment")
+            key = gr.Textbox(visible="hidden", elem_id="rank-key", label="Item key")  # see the Rate tab's key
+            with gr.Row():
+                submit_button = gr.Button("Submit ranking", variant="primary", elem_id="rank-submit")
+                skip_button = gr.Button("Skip", elem_id="rank-skip")
+                undo_button = gr.Button("Undo last", elem_id="rank-undo")
+                refresh = gr.Button("Refresh", elem_id="rank-refresh")
+            gr.Markdown(SHORTCUTS, elem_classes=["studio-hint"])
+        with gr.Column(scale=1, min_width=240):
+            with gr.Accordion("Guidelines", open=True):
+                guidelines = gr.Markdown(elem_id="rank-guidelines")
+
+    rank_radios = slot_widgets[2::3]
+    outputs = [banner, counter, prompt, *slot_widgets, comment, guidelines, state, key]
+
+    # As in the Rate tab: no progress overlay, one labelling concurrency group, and shortcuts.js told when a
+    # request finished so it sends the next queued key (labelling.FAST, DONE_JS).
+    submit_button.click(bind(submit, ctx), [comment, state, key, *rank_radios], outputs, api_name="rank_submit",
+                        js=SUBMIT_JS, **FAST).then(None, js=DONE_JS, api_name="rank_submit_done")
+    skip_button.click(bind(skip, ctx), [state], outputs, api_name="rank_skip", **FAST).then(
+        None, js=DONE_JS, api_name="rank_skip_done")
+    undo_button.click(bind(undo, ctx), None, outputs, api_name="rank_undo", **FAST).then(
+        None, js=DONE_JS, api_name="rank_undo_done")
+    refresh.click(bind(next_item, ctx), None, outputs, api_name="rank_next", concurrency_id=LABELLING,
+                  concurrency_limit=1)
+    labelling.live_count(ctx, KIND, key, counter, "rank_count")  # the count only: the ranks picked so far stay
+    if ctx.app is not None:
+        ctx.app.load(quiet_before_password_change(bind(next_item, ctx), len(outputs)), None, outputs,
+                     api_name="rank_load", concurrency_id=LABELLING, concurrency_limit=1)
+
+    def on_tab(tab: gr.Tab) -> None:
+        tab.select(quiet_before_password_change(bind(labelling.guidelines, ctx, KIND), 1), None, [guidelines],
+                   api_name="rank_guidelines", show_progress="hidden")
+
+    return on_tab

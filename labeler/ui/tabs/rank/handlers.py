@@ -1,0 +1,88 @@
+"""The Rank tab's handlers: show the next item, submit a ranking, skip, undo. Module functions taking the
+UIContext first (bound to their events by the tab's build), each checking the caller's role itself."""
+from __future__ import annotations
+
+import inspect
+
+import gradio as gr
+
+from labeler.services import labeling
+from labeler.services.errors import InputError
+from labeler.ui.context import UIContext
+from labeler.ui.roles import check_role
+from labeler.ui.soft_errors import ui_errors
+from labeler.ui.tabs.labelling import parse_key, undo_message
+from labeler.ui.tabs.rank.item_view import KIND, MAX_RESPONSES, outputs_for, show_next
+from labeler.ui.tabs.rank.ranks import order_from_ranks
+
+
+@ui_errors
+def next_item(ctx: UIContext, request: gr.Request) -> tuple:
+    """The user's pending item, or the next one (page load and Refresh)."""
+    check_role(ctx, request, "user")
+    with ctx.connection() as db:
+        return show_next(ctx, db, ctx.username(request))
+
+
+def submit_signature(handler) -> inspect.Signature:
+    """submit's signature as Gradio and gradio_client should see it: rank_1..rank_N defaulting to None.
+
+    The handler takes `*ranks` (one per slot), which Gradio cannot name or give defaults; with named,
+    optional ranks an API caller ranking 3 answers passes 3 ranks, not 3 and 5 Nones.
+    """
+    fixed = list(inspect.signature(handler).parameters.values())[:5]  # ctx, comment_value, current, key_value, request
+    ranks = [inspect.Parameter(f"rank_{slot}", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)
+             for slot in range(1, MAX_RESPONSES + 1)]
+    return inspect.Signature([*fixed, *ranks])
+
+
+def submit(ctx: UIContext, comment_value, current, key_value, request: gr.Request, *ranks) -> tuple:
+    """Rank numbers for the answers in the order shown (`current`), for the item `key_value` names.
+
+    `ranks`: one per slot (None past the answers shown); request comes before them because Gradio
+    fills a gr.Request only into a positional parameter.
+    """
+    # The role is checked before anything, as everywhere; the extra ranks are checked here, not by the signature
+    # below (whose rank_N stop at the slots): a caller sending a rank too many must hear "This item has N
+    # answers", not a TypeError.
+    check_role(ctx, request, "user")
+    username = ctx.username(request)
+    with ctx.connection() as db:
+        # InputError, not gr.Error: a user's slip is one log line (soft_errors), not a traceback.
+        if not current or not key_value:
+            raise InputError("There is nothing to rank: click Refresh.")
+        item_id, request_id = parse_key(key_value)
+        if int(current["item_id"]) != item_id:
+            raise InputError(f"The answers shown belong to item {current['item_id']}, not {item_id}: click Refresh.")
+        response_ids = current["response_ids"]
+        if any(rank not in (None, "") for rank in ranks[len(response_ids):]):
+            raise InputError(f"This item has {len(response_ids)} answers: only ranks for those are expected.")
+        order = order_from_ranks(response_ids, list(ranks[: len(response_ids)]))
+        _, item = labeling.submit_ranking_and_next(
+            db, ctx.project, username, item_id, order, comment=(comment_value or "").strip(),
+            request_id=request_id,
+        )
+        return outputs_for(db, ctx, username, item)
+
+
+submit.__signature__ = submit_signature(submit)
+submit = ui_errors(submit)
+
+
+@ui_errors
+def skip(ctx: UIContext, current, request: gr.Request) -> tuple:
+    check_role(ctx, request, "user")
+    username = ctx.username(request)
+    with ctx.connection() as db:
+        if current:
+            labeling.skip_item(db, ctx.project, username, int(current["item_id"]))
+        return show_next(ctx, db, username)
+
+
+@ui_errors
+def undo(ctx: UIContext, request: gr.Request) -> tuple:
+    check_role(ctx, request, "user")
+    username = ctx.username(request)
+    with ctx.connection() as db:
+        gr.Info(undo_message(labeling.undo_last_action(db, ctx.project, username, KIND), "ranking", "rank"))
+        return show_next(ctx, db, username)

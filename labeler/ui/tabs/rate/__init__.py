@@ -1,0 +1,85 @@
+"""Rate tab: one prompt and one answer at a time, scored on the project's Likert scale.
+
+Built from parts: item_view.py (what an item shows, as widget values), handlers.py (show, submit, skip, undo:
+module functions taking the UIContext first), and what Rate shares with Rank (tabs/labelling.py: the item key,
+the counter, the live count, the guidelines on select). The page holds only the shown item's key (its id and
+idempotency key); the queue itself lives in SQLite, so a refresh shows the same pending item. A submit stores
+the label and returns the next item in one round trip. Every event has an api_name, so gradio_client drives
+exactly these handlers.
+"""
+from __future__ import annotations
+
+import gradio as gr
+
+from labeler.ui.binding import bind
+from labeler.ui.context import UIContext
+from labeler.ui.session import quiet_before_password_change
+from labeler.ui.tabs import labelling
+from labeler.ui.tabs.labelling import DONE_JS, FAST, LABELLING
+from labeler.ui.tabs.rate.handlers import next_item, skip, submit, undo
+from labeler.ui.tabs.rate.item_view import KIND, startup_choices
+
+TITLE = "Rate"
+SHORTCUTS = (
+    "Keys: **digit** = score and submit, **s** = skip, **u** = undo the last score or skip (not while typing a comment)."
+)
+# The keyboard path (shortcuts.js): the score a digit key chose goes straight into the submit, without
+# waiting for the Radio's change to reach Gradio's store; the mouse path leaves the inputs as they are.
+SUBMIT_JS = """(score, comment, key) => {
+  const typed = window.__rlhfStudioTake ? window.__rlhfStudioTake("rate") : null;
+  return [typed === null ? score : typed, comment, key];
+}"""
+# Submit and skip also skip Gradio's pre- and postprocessing (item_view.item_outputs says why): with 20 annotators
+# that and the pooled connections took the server from ~9 to ~4 ms of CPU per label (bench/annotators.py).
+RAW = {"preprocess": False, "postprocess": False}
+
+
+def build(ctx: UIContext):
+    """The tab's widgets and events; returns the hook app.build_app calls with the gr.Tab (its select event)."""
+    banner = gr.Markdown(elem_id="rate-banner", elem_classes=["studio-banner"])  # hidden while empty (studio.css)
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=3):
+            counter = gr.Markdown(elem_id="rate-counter")
+            prompt = gr.Markdown(elem_id="rate-prompt", elem_classes=["studio-prompt"])
+            response = gr.Markdown(
+                elem_id="rate-response", elem_classes=["studio-response"]
+            )
+            score = gr.Radio(choices=startup_choices(ctx), label="Score", elem_id="rate-score")
+            comment = gr.Textbox(label="Comment (optional)", lines=1, max_lines=4, elem_id="rate-comment")
+            # The shown item's key ('<item id>:<request id>'): sent back with the label, so a retried or
+            # doubled submit stores one label and a submit names the item it labels. In the page, not in
+            # server-side session state, so gradio_client sees it and sends it as the browser does.
+            key = gr.Textbox(visible="hidden", elem_id="rate-key", label="Item key")
+            with gr.Row():
+                submit_button = gr.Button("Submit", variant="primary", elem_id="rate-submit")
+                skip_button = gr.Button("Skip", elem_id="rate-skip")
+                undo_button = gr.Button("Undo last", elem_id="rate-undo")
+                refresh = gr.Button("Refresh", elem_id="rate-refresh")
+            gr.Markdown(SHORTCUTS, elem_classes=["studio-hint"])
+        with gr.Column(scale=2):
+            with gr.Accordion("Guidelines", open=True):
+                guidelines = gr.Markdown(elem_id="rate-guidelines")
+
+    # The keyboard path's outputs are the first seven of the full ones, so the key is [6] in both.
+    fast_outputs = [banner, counter, prompt, response, score, comment, key]
+    outputs = [*fast_outputs, submit_button, skip_button, guidelines]
+
+    submit_button.click(bind(submit, ctx), [score, comment, key], fast_outputs, api_name="rate_submit",
+                        js=SUBMIT_JS, **FAST, **RAW).then(None, js=DONE_JS, api_name="rate_submit_done")
+    skip_button.click(bind(skip, ctx), [key], fast_outputs, api_name="rate_skip", **FAST, **RAW).then(
+        None, js=DONE_JS, api_name="rate_skip_done")
+    # Undo can bring an item back to the "all done" screen: it re-enables the buttons (full outputs).
+    undo_button.click(bind(undo, ctx), None, outputs, api_name="rate_undo", **FAST).then(
+        None, js=DONE_JS, api_name="rate_undo_done")
+    refresh.click(bind(next_item, ctx), None, outputs, api_name="rate_next", concurrency_id=LABELLING,
+                  concurrency_limit=1)
+    labelling.live_count(ctx, KIND, key, counter, "rate_count")
+    if ctx.app is not None:
+        ctx.app.load(quiet_before_password_change(bind(next_item, ctx), len(outputs)), None, outputs,
+                     api_name="rate_load", concurrency_id=LABELLING, concurrency_limit=1)
+
+    def on_tab(tab: gr.Tab) -> None:
+        tab.select(quiet_before_password_change(bind(labelling.guidelines, ctx, KIND), 1), None, [guidelines],
+                   api_name="rate_guidelines", show_progress="hidden")
+
+    return on_tab

@@ -1,0 +1,68 @@
+"""The Rate tab's handlers: show the next item, submit a score, skip, undo. Module functions taking the UIContext
+first (bound to their events by the tab's build), each checking the caller's role itself.
+
+Submit and skip answer in the keyboard path's shape (item_view.item_outputs, full=False); show and undo in the
+full one, since undo can bring an item back to the "all done" screen and must turn the buttons on again.
+"""
+from __future__ import annotations
+
+import gradio as gr
+
+from labeler.services import labeling
+from labeler.services.errors import InputError
+from labeler.ui.context import UIContext
+from labeler.ui.roles import check_role
+from labeler.ui.soft_errors import ui_errors
+from labeler.ui.tabs.labelling import parse_key, undo_message
+from labeler.ui.tabs.rate.item_view import KIND, outputs_for, show_next
+
+
+@ui_errors
+def next_item(ctx: UIContext, request: gr.Request) -> tuple:
+    """The user's pending item, or the next one (page load and Refresh)."""
+    check_role(ctx, request, "user")
+    username = ctx.username(request)
+    with ctx.connection() as db:
+        return show_next(ctx, db, username)
+
+
+@ui_errors
+def submit(ctx: UIContext, score_value, comment_value, key_value, request: gr.Request) -> tuple:
+    """Store the score of the item `key_value` names and return the next item: one round trip per label.
+
+    The inputs arrive as sent (no Gradio preprocessing): the service validates the score (a number on
+    the project's scale) and the comment, parse_key the key.
+    """
+    check_role(ctx, request, "user")
+    username = ctx.username(request)
+    with ctx.connection() as db:
+        # InputError, not gr.Error: a user's slip is one log line (soft_errors), not a traceback.
+        if not key_value:
+            raise InputError("There is no item to rate: click Refresh.")
+        item_id, request_id = parse_key(str(key_value))
+        if score_value is None or score_value == "":
+            raise InputError("Pick a score first (or press a digit key).")
+        comment_text = str(comment_value or "").strip()
+        _, item = labeling.submit_rating_and_next(
+            db, ctx.project, username, item_id, score_value, comment=comment_text, request_id=request_id,
+        )
+        return outputs_for(db, ctx, username, item, full=False)
+
+
+@ui_errors
+def skip(ctx: UIContext, key_value, request: gr.Request) -> tuple:
+    check_role(ctx, request, "user")
+    username = ctx.username(request)
+    with ctx.connection() as db:
+        if key_value:
+            labeling.skip_item(db, ctx.project, username, parse_key(str(key_value))[0])
+        return show_next(ctx, db, username, full=False)
+
+
+@ui_errors
+def undo(ctx: UIContext, request: gr.Request) -> tuple:
+    check_role(ctx, request, "user")
+    username = ctx.username(request)
+    with ctx.connection() as db:
+        gr.Info(undo_message(labeling.undo_last_action(db, ctx.project, username, KIND), "score", "rate"))
+        return show_next(ctx, db, username)
