@@ -1,38 +1,40 @@
-"""The Chat tab's handlers in-process (the same functions its buttons call), on the tiny model: a streamed
-answer, rating it, and the refusals, without a browser."""
+"""The Chat tab's handlers (module functions, called as their events call them) on the tiny model: a streamed
+answer, rating it, and the refusals, without a browser or a built app."""
 from __future__ import annotations
 
 import gradio as gr
 import pytest
+
+from labeler.ui.tabs.chat import conversation, model_lists, rating
+from labeler.ui.tabs.chat.best_of_n import best_of_n
 
 USER = "cara"
 SETTINGS = (6, True, 1.0, 1.0, 0, 0)  # tokens, sample, temperature, top_p, top_k, seed (greedy gives only newlines)
 
 
 @pytest.fixture
-def chat_app(db_path, tmp_path, tiny_model_dir):
+def tab(db_path, tmp_path, tiny_model_dir):
+    """What the tab's handlers take first (the UIContext and the tab's ModelCache), on a database with a user."""
     from labeler.services import accounts
-    from labeler.ui.app import build_app
-    from labeler.ui.context import ServeSettings
+    from labeler.services.chat import ModelCache
+    from labeler.ui.context import ServeSettings, UIContext
     from storage import open_db
 
     db = open_db(db_path)
     accounts.create_user(db, USER, "cara-password-1")
     db.conn.close()
-    return build_app(ServeSettings(db_path=db_path, model=str(tiny_model_dir), runs_dir=str(tmp_path / "runs")))
+    return UIContext(ServeSettings(db_path=db_path, model=str(tiny_model_dir), runs_dir=str(tmp_path / "runs"))), \
+        ModelCache(max_models=2)
 
 
-def fn(app, api_name):
-    return next(f for f in app.fns.values() if f.api_name == api_name).fn
-
-
-def test_send_streams_an_answer_that_a_thumbs_up_stores_as_a_top_rating(chat_app, db_path, tiny_model_dir):
+def test_send_streams_an_answer_that_a_thumbs_up_stores_as_a_top_rating(tab, db_path, tiny_model_dir):
     from storage import open_db
 
-    models, rewards, score = fn(chat_app, "chat_models")(request=gr.Request(username=USER))
+    ctx, _ = tab
+    models, rewards, score = model_lists.load(ctx, request=gr.Request(username=USER))
     assert models["value"] == str(tiny_model_dir) and rewards["choices"] == []
     assert [value for _, value in score["choices"]] == list(range(1, 8))  # the project's 1..7 scale
-    steps = list(fn(chat_app, "chat_send")("Hello there", [], "", "", *SETTINGS, request=gr.Request(username=USER)))
+    steps = list(conversation.send(*tab, "Hello there", [], "", "", *SETTINGS, request=gr.Request(username=USER)))
     first_history, first_box = steps[0]
     # The answer's bubble names the model that writes it (issue 24 item 8), from the first streamed piece on.
     tag = f"<sub>answered by {tiny_model_dir}</sub>\n\n"
@@ -43,7 +45,7 @@ def test_send_streams_an_answer_that_a_thumbs_up_stores_as_a_top_rating(chat_app
     answer = shown.removeprefix(tag)
     assert history[:-1] == first_history[:-1] and history[-1]["role"] == "assistant" and shown.startswith(tag)
     assert answer.strip()  # the answer itself, stored below without the tag
-    note = fn(chat_app, "chat_thumbs_up")(history, "", *SETTINGS, request=gr.Request(username=USER))
+    note = rating.thumb(*tab, True, history, "", *SETTINGS, request=gr.Request(username=USER))
     assert note.startswith("Stored: score **7**")
     db = open_db(db_path)
     try:
@@ -56,18 +58,18 @@ def test_send_streams_an_answer_that_a_thumbs_up_stores_as_a_top_rating(chat_app
     assert rows == [("Hello there", answer, "chat", 1, 7.0)]
 
 
-def test_refusals_are_toasts_that_store_nothing(chat_app, db_path):
+def test_refusals_are_toasts_that_store_nothing(tab, db_path):
     with pytest.raises(gr.Error, match="type a message first"):
-        list(fn(chat_app, "chat_send")("  ", [], "", "", *SETTINGS, request=gr.Request(username=USER)))
+        list(conversation.send(*tab, "  ", [], "", "", *SETTINGS, request=gr.Request(username=USER)))
     with pytest.raises(gr.Error):
-        list(fn(chat_app, "chat_send")("Hi", [], "", "", *SETTINGS, request=gr.Request(username="nobody")))
+        list(conversation.send(*tab, "Hi", [], "", "", *SETTINGS, request=gr.Request(username="nobody")))
     with pytest.raises(gr.Error, match="no answer to rate yet"):
-        fn(chat_app, "chat_rate")([], "", 5, *SETTINGS, request=gr.Request(username=USER))
+        rating.rate(*tab, [], "", 5, *SETTINGS, request=gr.Request(username=USER))
     answered = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]
     with pytest.raises(gr.Error, match="pick a score first"):
-        fn(chat_app, "chat_rate")(answered, "", None, *SETTINGS, request=gr.Request(username=USER))
+        rating.rate(*tab, answered, "", None, *SETTINGS, request=gr.Request(username=USER))
     with pytest.raises(gr.Error, match="reward model first"):
-        fn(chat_app, "chat_best_of_n")("Hi", [], "", "", 2, "", *SETTINGS, request=gr.Request(username=USER))
+        best_of_n(*tab, "Hi", [], "", "", 2, "", *SETTINGS, request=gr.Request(username=USER))
     from storage import open_db
 
     db = open_db(db_path)
@@ -75,3 +77,23 @@ def test_refusals_are_toasts_that_store_nothing(chat_app, db_path):
         assert db.execute("SELECT COUNT(*) FROM ratings").fetchone()[0] == 0
     finally:
         db.conn.close()
+
+
+def test_the_send_event_is_a_generator_function_with_the_widgets_parameters(tab):
+    """Gradio streams an event's answer only when inspect.isgeneratorfunction says so; bind's plain wrapper is
+    not one, so the tab wraps it again (chat.streamed), keeping the parameters Gradio fills by name."""
+    import inspect
+    import typing
+
+    from labeler.ui.binding import bind
+    from labeler.ui.tabs import chat
+
+    bound = bind(conversation.send, *tab)
+    event = chat.streamed(bound)
+    assert not inspect.isgeneratorfunction(bound) and inspect.isgeneratorfunction(event)
+    assert list(inspect.signature(event).parameters) == [
+        "text", "history", "model_name", "system_prompt", "tokens", "sample", "temperature", "top_p", "top_k", "seed",
+        "request"]
+    assert typing.get_type_hints(event)["request"] is gr.Request  # how Gradio finds where the request goes
+    with pytest.raises(gr.Error, match="type a message first"):
+        list(event("  ", [], "", "", *SETTINGS, request=gr.Request(username=USER)))

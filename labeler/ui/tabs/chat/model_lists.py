@@ -1,0 +1,48 @@
+"""The Chat tab's model pickers (chat models and reward models, from the registry) and the score's scale, read
+on page load, by "↻ Models" and when the tab is opened."""
+from __future__ import annotations
+
+import gradio as gr
+
+from labeler.services import models, projects
+from labeler.ui.context import UIContext
+from labeler.ui.roles import check_role
+from labeler.ui.soft_errors import ui_errors
+
+
+def model_choices(ctx: UIContext, db, kind: str = "chat") -> tuple[list[str], str | None]:
+    """(choices, default) for a model dropdown; the server's --model is offered even when unregistered."""
+    if kind == "reward":
+        names = [m["name"] for m in models.list_models(db, kind="reward")]
+        return names, (names[-1] if names else None)
+    names = models.chat_model_names(db)
+    default = ctx.settings.model
+    if default not in names:
+        names.append(default)
+    return names, default
+
+
+@ui_errors
+def load(ctx: UIContext, request: gr.Request) -> tuple:
+    """Both model pickers (the defaults picked) and the score's choices on the project's scale."""
+    check_role(ctx, request, "user")
+    with ctx.connection() as db:
+        names, default = model_choices(ctx, db)
+        rewards, reward_default = model_choices(ctx, db, kind="reward")
+        project = projects.get_project(db, ctx.project)
+    scale = [(str(s), s) for s in range(project.likert_min, project.likert_max + 1)]
+    return (
+        gr.update(choices=names, value=default),
+        gr.update(choices=rewards, value=reward_default),
+        gr.update(choices=scale, value=None, label=f"Score ({project.likert_min} = very bad … {project.likert_max} = excellent)"),
+    )
+
+
+@ui_errors
+def reload_lists(ctx: UIContext, request: gr.Request) -> tuple:
+    """The model lists read again; the picked models stay picked."""
+    check_role(ctx, request, "user")
+    with ctx.connection() as db:
+        names, _ = model_choices(ctx, db)
+        rewards, _ = model_choices(ctx, db, kind="reward")
+    return gr.update(choices=names), gr.update(choices=rewards)
