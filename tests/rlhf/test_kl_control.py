@@ -74,10 +74,11 @@ def test_floor_keeps_beta_from_falling_below_its_start_then_it_rises():
         AdaptiveKLController(0.1, target=6.0, horizon=10, min_coef=-1)
 
 
-def test_runs_rewarded_by_people_get_the_floor_and_the_short_horizon_unless_set():
-    from labeler.services.stage_runners import PEOPLE_KL_HORIZON, kl_settings_for
+def test_app_ppo_runs_get_the_floor_and_the_short_horizon_unless_set():
+    from labeler.services.stage_runners import APP_KL_HORIZON, kl_settings_for
 
-    assert kl_settings_for("function", {}) == {}
-    assert kl_settings_for("mix", {}) == {"horizon": PEOPLE_KL_HORIZON, "kl_coef_min": 0.03}
-    assert kl_settings_for("human", {"init_kl_coef": 0.1}) == {"horizon": PEOPLE_KL_HORIZON, "kl_coef_min": 0.1}
-    assert kl_settings_for("human", {"horizon": 10000, "kl_coef_min": 0.0}) == {}
+    assert APP_KL_HORIZON == 64
+    assert kl_settings_for({}) == {"horizon": 64, "kl_coef_min": 0.03}
+    assert kl_settings_for({"init_kl_coef": 0.1}) == {"horizon": 64, "kl_coef_min": 0.1}
+    assert kl_settings_for({"horizon": 512}) == {"kl_coef_min": 0.03}
+    assert kl_settings_for({"horizon": 10000, "kl_coef_min": 0.0}) == {}
