@@ -25,8 +25,9 @@ def register(subparsers, common: argparse.ArgumentParser) -> None:
                         help="'heldout': the project's prompts in split 'test' (default); or a prompt file "
                              "(CSV, JSONL, .txt, Parquet, ... as `prompts import` reads)")
     parser.add_argument("--reward", default=defaults.reward, metavar="vader|rm:NAME|module:function",
-                        help="'vader': VADER compound of the answer alone (default); 'rm:NAME': a registered reward "
-                             "model; module:function taking (prompts, answers) and returning floats")
+                        help="'vader': VADER compound of the answer alone (default); 'vader-with-prompt'; 'rm:NAME': "
+                             "a registered reward model; module:function taking (prompts, answers) and returning "
+                             "floats (the same spec as `train ppo --set reward=...`)")
     parser.add_argument("--samples", type=int, default=defaults.samples,
                         help=f"answers per prompt (default: {defaults.samples})")
     parser.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens,

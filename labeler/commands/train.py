@@ -11,16 +11,20 @@ import sys
 import time
 
 from labeler import forms
-from labeler.services import jobs, run_metrics, runs, supervision, train_configs
+from labeler.services import job_settings, jobs, run_metrics, runs, supervision, train_configs
 from storage import open_db
 
 
 def _print_settings(stage: str) -> None:
-    print(f"Job settings (any stage):")
-    for spec in forms.field_specs(train_configs.JobConfig):
-        print(f"  {spec.name}={spec.default!r}  [{spec.kind}{': ' + '|'.join(map(str, spec.choices)) if spec.choices else ''}]  {spec.help}")
+    """The job's settings, section by section, then the stage trainer's."""
+    for section in job_settings.SECTIONS:
+        only = "" if section.STAGES == job_settings.ALL_STAGES else f"; {', '.join(section.STAGES)} runs"
+        print(f"{section.TITLE} settings ({section.__doc__.splitlines()[0].rstrip('.').lower()}{only}):")
+        for spec in forms.field_specs(section):
+            print(f"  {spec.name}={spec.default!r}  [{spec.kind}{': ' + '|'.join(map(str, spec.choices)) if spec.choices else ''}]  {spec.help}")
+        print()
     cls = train_configs.stage_config_class(stage)
-    print(f"\n{cls.__name__} settings ({stage}; a job setting of the same name takes precedence):")
+    print(f"{cls.__name__} settings ({stage}; a job setting of the same name takes precedence):")
     for spec in forms.field_specs(cls):
         print(f"  {spec.name}={spec.default!r}  {spec.help.splitlines()[0][:160] if spec.help else ''}")
 

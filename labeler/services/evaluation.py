@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 
 import sqlite_utils
 
-from labeler.services import runs
+from labeler.services import reward_spec, runs
 from labeler.services.errors import InputError
 from labeler.services.projects import get_project
 from storage import write_transaction
@@ -52,8 +52,8 @@ class EvalSettings:
     prompts: str = field(default=HELDOUT, metadata={
         "help": "'heldout' (the project's prompts in split 'test') or a prompt file (CSV, JSONL, .txt, ...)."})
     reward: str = field(default="vader", metadata={
-        "help": "'vader' (VADER compound of the answer alone), 'rm:NAME' (a registered reward model) or "
-                "module:function taking (prompts, answers)."})
+        "help": "'vader' (VADER compound of the answer alone), 'vader-with-prompt', 'rm:NAME' (a registered reward "
+                "model) or module:function taking (prompts, answers): training's reward= spec (reward_spec.py)."})
     samples: int = field(default=4, metadata={"help": "Answers sampled per prompt."})
     max_new_tokens: int = field(default=16, metadata={"help": "Tokens per answer."})
     threshold: float = field(default=0.5, metadata={"help": "An answer counts as positive when its reward is above this."})
@@ -113,34 +113,24 @@ def _prompts_hash(prompts: Sequence[str | list[dict]]) -> str:
 
 
 def reward_function(db: sqlite_utils.Database, spec: str) -> RewardFunction:
-    """'vader' (the answer alone, so the prompt's own words do not count), 'rm:NAME' or 'module:function'."""
-    spec = (spec or "").strip()
-    if spec == "vader":
-        from rlhf.evaluation import answer_vader
+    """The reward a spec names (labeler/services/reward_spec.py's grammar, as training's `reward=` takes it):
+    'vader' (the answer alone, so the prompt's own words do not count), 'vader-with-prompt', 'rm:NAME' or
+    'module:function'. People (human, mix) exist only in a run, and an evaluation names its reward model
+    (evaluations are compared by their settings, and "the newest" changes)."""
+    parsed = reward_spec.parse(spec, field="reward")
+    if parsed.source in ("human", "mix"):
+        raise InputError(f"reward {parsed.source!r}: people's labels reach only a training run; evaluate with "
+                         "rm:NAME, vader, vader-with-prompt or module:function", field="reward")
+    if parsed.source == "rm":
+        if not parsed.model:
+            raise InputError("reward 'rm': name the reward model, e.g. rm:rm-run3 (evaluations are compared by "
+                             "their settings)", field="reward")
+        return _reward_model(db, parsed.model)
+    if parsed.function in reward_spec.BUILTIN_FUNCTIONS:  # 'vader' is rlhf.evaluation.answer_vader
+        from rlhf.rewards import BUILTIN_FUNCTIONS
 
-        return answer_vader
-    if spec.startswith("rm:"):
-        from labeler.services import models
-        from labeler.services.models import resolve as resolve_model
-        from rlhf.reward import RewardScorer
-
-        name = spec[3:].strip()
-        if not name:
-            raise InputError("rm: needs a reward model name, e.g. rm:rm-run3", field="reward")
-        registered = _registered(db, name)
-        if registered is not None and registered["kind"] != "reward":
-            raise InputError(f"{name!r} is a {registered['kind']} model, not a reward model", field="reward")
-        try:
-            path = resolve_model(db, name)
-        except InputError as error:
-            raise InputError(f"reward model {name!r}: {error.message}", field="reward") from None
-        if registered is None and not Path(path).is_dir():
-            names = ", ".join(m["name"] for m in models.list_models(db, kind="reward")) or "none registered"
-            raise InputError(f"no reward model named {name!r} (reward models: {names})", field="reward")
-        return RewardScorer(path).score
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise InputError(f"unknown reward {spec!r}: use vader, rm:NAME or module:function", field="reward")
+        return BUILTIN_FUNCTIONS[parsed.function]
+    module_name, _, attr = parsed.function.partition(":")
     try:
         function = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as error:
@@ -148,6 +138,24 @@ def reward_function(db: sqlite_utils.Database, spec: str) -> RewardFunction:
     if not callable(function):
         raise InputError(f"reward {spec!r} is not a function", field="reward")
     return function
+
+
+def _reward_model(db: sqlite_utils.Database, name: str) -> RewardFunction:
+    from labeler.services import models
+    from labeler.services.models import resolve as resolve_model
+    from rlhf.reward import RewardScorer
+
+    registered = _registered(db, name)
+    if registered is not None and registered["kind"] != "reward":
+        raise InputError(f"{name!r} is a {registered['kind']} model, not a reward model", field="reward")
+    try:
+        path = resolve_model(db, name)
+    except InputError as error:
+        raise InputError(f"reward model {name!r}: {error.message}", field="reward") from None
+    if registered is None and not Path(path).is_dir():
+        names = ", ".join(m["name"] for m in models.list_models(db, kind="reward")) or "none registered"
+        raise InputError(f"no reward model named {name!r} (reward models: {names})", field="reward")
+    return RewardScorer(path).score
 
 
 def _registered(db: sqlite_utils.Database, name: str) -> dict | None:

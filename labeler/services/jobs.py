@@ -22,7 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from labeler.services import checkpoints, launch, runs, supervision, train_configs
+from labeler.services import checkpoints, launch, reward_spec, runs, supervision, train_configs
 from labeler.services.errors import InputError
 from labeler.services.kept_models import keep_after_cancel
 from labeler.services.runs import Run
@@ -48,8 +48,7 @@ def create_run(db, stage: str, settings: dict[str, Any] | None = None, project: 
     if from_web:
         allowed = train_configs.web_settings(stage)
         refused = sorted(key for key in (settings or {}) if key not in allowed)
-        if ":" in str((settings or {}).get("reward_function", "")):
-            refused.append("reward_function")  # a module:function names code to import
+        refused += reward_spec.names_code(settings or {})  # a module:function reward names code to import
         if refused:
             raise InputError("can only be set from the command line (rlhf-studio train --set), not the web app",
                              field=", ".join(refused))

@@ -135,7 +135,7 @@ def test_prompts_from_a_file(db, tmp_path, tiny_model_dir):
 
 @pytest.mark.parametrize("kwargs, field, words", [
     ({"names": ["no-such-model"]}, "model", "no model named 'no-such-model'"),
-    ({"settings": EvalSettings(reward="sentiment")}, "reward", "use vader, rm:NAME or module:function"),
+    ({"settings": EvalSettings(reward="sentiment")}, "reward", "unknown reward 'sentiment': use rm, rm:NAME, "),
     ({"settings": EvalSettings(reward="rm:nothing")}, "reward", "nothing"),
     ({"settings": EvalSettings(reward="eval_rewards:missing")}, "reward", "missing"),
     ({"settings": EvalSettings(reward="eval_rewards:NOT_A_FUNCTION")}, "reward", "not a function"),

@@ -139,3 +139,50 @@ def test_job_data_filters_are_exports_fields():
     assert (job["min_annotators"].default, job["min_agreement"].default) == (1, None)
     assert (export["min_annotators"].default, export["min_agreement"].default) == (1, None)
     assert (job["include_rating_pairs"].default, export["include_rating_pairs"].default) == (True, False)
+
+
+def test_every_job_setting_is_in_exactly_one_section_which_validates_it():
+    from labeler.services import job_settings
+
+    names = [spec.name for spec in forms.field_specs(JobConfig)]
+    by_section = [name for section in job_settings.SECTIONS for name in job_settings.section_names(section)]
+    assert names == by_section and len(set(names)) == len(names)  # JobConfig is the sections, in their order
+    assert job_settings.section_of("reward_model") is job_settings.RewardSettings
+    assert job_settings.section_of("min_agreement") is job_settings.DataSettings
+    assert job_settings.section_of("num_processes") is job_settings.LaunchSettings
+    assert job_settings.section_of("steps") is job_settings.RunSettings
+    with pytest.raises(KeyError):
+        job_settings.section_of("learning_rate")  # a trainer setting
+    # A section checks its own fields on its own, and JobConfig runs the same check.
+    with pytest.raises(ValueError, match="test_size=1.0: must be in"):
+        job_settings.DataSettings(test_size=1.0)
+    with pytest.raises(ValueError, match="test_size=1.0: must be in"):
+        JobConfig(test_size=1.0)
+    # A rule across sections (launch x rewards) is JobConfig's.
+    assert job_settings.LaunchSettings(num_processes=2).num_processes == 2
+    with pytest.raises(ValueError, match="reward=human needs one process"):
+        JobConfig(num_processes=2, reward="human")
+
+
+def test_stored_runs_configs_load_as_before():
+    # config_json as runs stored it before the sections: flat changed fields under "job".
+    stored = {"job": {"steps": 3, "reward": "function", "reward_function": "vader-with-prompt", "annotators": "ann",
+                      "num_processes": 1, "bf16": False, "human_overlap": False},
+              "trainer": {"batch_size": 8}}
+    job = train_configs.load_job_config(stored)
+    assert (job.steps, job.reward, job.reward_function, job.annotators, job.num_processes, job.bf16,
+            job.human_overlap) == (3, "function", "vader-with-prompt", "ann", 1, False, False)
+    assert train_configs.load_job_config('{"job": {}}') == JobConfig()
+
+
+def test_a_reward_spec_resolves_to_what_the_old_spelling_stores():
+    spec = train_configs.resolve_run_config("ppo", {"reward": "rm:rm-run3"})
+    old = train_configs.resolve_run_config("ppo", {"reward": "rm", "reward_model": "rm-run3"})
+    assert spec == old and spec["job"]["reward_model"] == "rm-run3" and "reward" not in spec["job"]  # rm: default
+    spec = train_configs.resolve_run_config("grpo", {"reward": "vader-with-prompt"})
+    assert spec == train_configs.resolve_run_config("grpo", {"reward": "function",
+                                                             "reward_function": "vader-with-prompt"})
+    assert spec["job"]["reward"] == "function" and spec["job"]["reward_function"] == "vader-with-prompt"
+    with pytest.raises(InputError) as error:  # a typo fails in one line naming the source and field
+        train_configs.resolve_run_config("ppo", {"reward": "vadr"}, source="--set")
+    assert error.value.file == "--set" and error.value.field == "reward" and "unknown reward 'vadr'" in str(error.value)

@@ -180,3 +180,21 @@ def test_the_reward_widgets_come_from_job_config_and_are_sent_only_for_ppo(ctx, 
                         ("ppo", {"reward": "mix", "reward_model": "rm-run2", "model": "default-encoder"}),
                         ("rm", {"model": "default-encoder"}),
                         ("rm", {"model": "default-encoder"})]
+
+
+def test_the_form_groups_are_the_job_sections_and_a_section_is_sent_for_its_stages(launch_form):
+    # Every section's settings the web may set have a widget, grouped by section; code and files do not.
+    assert list(launch_form.section_groups) == ["Run", "Data", "Rewards", "Launch"]
+    assert {"lora_r", "seed", "sft_min_score", "rm_score_std", "heldout_every", "num_processes"} <= set(launch_form.job_widgets)
+    assert not {"model", "runner", "accelerate_config"} & set(launch_form.job_widgets)  # model: its own picker
+    # Picking a stage shows the reward row and the sections it reads: outputs model, reward row, 4 sections, ...
+    for stage, rewards in (("ppo", True), ("grpo", True), ("rm", False), ("kto", False)):
+        shown = form.show_stage(stage)
+        assert shown[1]["visible"] is rewards and [g["visible"] for g in shown[2:6]] == [True, True, rewards, True]
+    data = {component: component.value for component in launch_form.inputs}
+    widgets = launch_form.job_widgets
+    data[widgets["lora_r"]], data[widgets["rm_score_std"]], data[widgets["test_size"]] = 4, 1.0, 0.2
+    for stage, sent in (("rm", {"lora_r": 4, "test_size": 0.2}),
+                        ("ppo", {"lora_r": 4, "test_size": 0.2, "rm_score_std": 1.0})):
+        data[launch_form.stage] = stage
+        assert launch_form.settings(data) == (stage, {**sent, "model": "default-encoder"})

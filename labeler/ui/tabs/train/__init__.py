@@ -18,8 +18,6 @@ from labeler.ui.soft_errors import ui_errors
 from labeler.ui.binding import bind
 from labeler.ui.tabs.train import demo, form, inspector, monitor
 from labeler.ui.tabs.train.run_views import run_choices
-# The fields the form sends, read by the allowlist's tests (tests/security/test_run_settings.py).
-from labeler.ui.tabs.train.form import DATA_FIELDS, JOB_FIELDS, PPO_FIELDS, PPO_SOURCE_FIELDS  # noqa: F401
 
 TITLE = "Train"
 

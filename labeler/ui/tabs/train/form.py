@@ -11,20 +11,19 @@ from dataclasses import dataclass
 import gradio as gr
 
 from labeler import forms
-from labeler.services import jobs, run_preview, train_configs
+from labeler.services import job_settings, jobs, run_preview, train_configs
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
 from labeler.ui.roles import check_role
 from labeler.ui.soft_errors import ui_errors
 from labeler.ui.tabs.train.run_views import run_choices
 
-# Shown beside the stage picker; each stage's own trainer fields come from its config class.
-JOB_FIELDS = ["steps", "checkpoint_every", "lora", "bf16", "num_processes"]
-DATA_FIELDS = ["annotators", "min_annotators", "min_agreement", "include_rating_pairs", "test_size"]
-# The "PPO rewards" group, shown (and sent) only for a PPO run; the first row is where the reward comes from.
-PPO_SOURCE_FIELDS = ["reward", "reward_model"]
-PPO_FIELDS = ["reward_function", "subtract_query_score", "human_label", "human_share", "online_rm", "w_human", "w_rm",
-              "human_timeout", "timeout_policy", "human_overlap", "max_new_tokens"]
+# The short form: besides the model and the steps, which labels a run learns from and where its reward comes
+# from. Every other setting of the job's sections (job_settings.SECTIONS) that the web may set is folded under
+# "Advanced settings", one group per section, shown for the stages that read it.
+SHORT_DATA_FIELDS = ["min_annotators", "include_rating_pairs"]
+SHORT_REWARD_FIELDS = ["reward", "reward_model", "reward_function"]
+SHORT_FIELDS = ["steps", *SHORT_DATA_FIELDS, *SHORT_REWARD_FIELDS]
 # The stages in plain words (the Radio shows these, and sends the stage's name).
 STAGE_LABELS = {"sft": "Imitate good answers (SFT)", "rm": "Reward model", "dpo": "Learn from preferences (DPO)",
                 "ppo": "Reinforce with a reward (PPO)", "grpo": "Group-relative RL (GRPO)", "rloo": "Leave-one-out RL (RLOO)",
@@ -39,8 +38,6 @@ STAGE_NOTES = {
     "rloo": "Like GRPO, with each answer compared to the mean of the others.",
     "kto": "Tunes the model from answers labelled good or bad (ratings above or below the scale's midpoint).",
 }
-# The few settings of the short form besides the model and the steps: which labels it learns from.
-SHORT_DATA_FIELDS = ["min_annotators", "include_rating_pairs"]
 # Plain words for the settings a person meets; any other field is its name in words ("warmup steps").
 PLAIN_LABELS = {
     "steps": "How long (training steps)", "checkpoint_every": "Save a checkpoint every N steps",
@@ -51,8 +48,15 @@ PLAIN_LABELS = {
     "reward": "Reward from", "reward_model": "Reward model", "reward_function": "Reward function",
     "subtract_query_score": "Score the answer alone (subtract the prompt's score)", "w_human": "Weight of people's ratings",
     "w_rm": "Weight of the reward model", "human_timeout": "Wait for people at most (seconds)",
-    "timeout_policy": "When nobody answers in time", "human_overlap": "People per answer",
-    "max_new_tokens": "Answer length (new tokens)", "learning_rate": "Learning rate",
+    "timeout_policy": "When nobody answers in time",
+    "human_overlap": "People label the next batch while the model trains", "max_new_tokens": "Answer length (new tokens)",
+    "output_name": "Name of the trained model", "time_budget": "Time budget (e.g. 20m)", "lora_r": "LoRA rank",
+    "lora_alpha": "LoRA alpha", "seed": "Random seed", "eval_samples": "Answers per held-out prompt in the final check",
+    "sft_min_score": "Lowest mean score kept (SFT)", "rm_score_std": "Spread of reward-model scores (std)",
+    "human_label": "People judge by", "human_share": "Share of answers people judge",
+    "online_rm": "Reward model learns during the run", "rm_refit_every": "Refit the reward model every N labels",
+    "heldout_every": "Check held-out prompts every N steps", "answers_per_prompt": "Answers per prompt",
+    "samples_per_step": "Samples kept per step", "learning_rate": "Learning rate",
     "per_device_train_batch_size": "Batch size", "batch_size": "Answers per step", "mini_batch_size": "Mini-batch size",
     "max_length": "Longest example (tokens)", "beta": "Stay close to the starting model (beta)",
     "init_kl_coef": "Stay close to the starting model (KL weight)", "adap_kl_ctrl": "Adapt the KL weight",
@@ -62,30 +66,36 @@ PLAIN_LABELS = {
     "scale_rewards": "Scale rewards", "epsilon": "Clipping range", "normalize_advantages": "Normalise advantages",
     "desirable_weight": "Weight of good answers", "undesirable_weight": "Weight of bad answers",
 }
-# Stages whose rewards come from the "PPO rewards" group (reward source, model, people, function).
-REWARD_STAGES = ("ppo", "grpo", "rloo")
+# Stages that ask where their reward comes from (the short form's reward row).
+REWARD_STAGES = job_settings.RewardSettings.STAGES
 
 
 def plain_label(name: str) -> str:
     return PLAIN_LABELS.get(name) or name.replace("_", " ").capitalize()
 
 
+def section_fields(section) -> list[str]:
+    """The section's settings the form shows: those the web may set (train_configs.WEB_JOB_SETTINGS), but the
+    base model, which has its own picker."""
+    return [name for name in job_settings.section_names(section)
+            if name in train_configs.WEB_JOB_SETTINGS and name != "model"]
+
+
 def form_specs() -> dict[str, list[forms.FieldSpec]]:
-    """The form's fields: "job" (JobConfig's, in the order JOB_FIELDS, DATA_FIELDS, PPO_SOURCE_FIELDS, PPO_FIELDS)
-    and each stage's trainer fields (train_configs.form_fields)."""
-    specs = {"job": forms.field_specs(train_configs.JobConfig,
-                                      JOB_FIELDS + DATA_FIELDS + PPO_SOURCE_FIELDS + PPO_FIELDS)}
+    """The form's fields: "job" (each section's section_fields, in job_settings.SECTIONS' order) and each stage's
+    trainer fields (train_configs.form_fields)."""
+    specs = {"job": [spec for section in job_settings.SECTIONS
+                     for spec in forms.field_specs(section, section_fields(section))]}
     for stage in train_configs.STAGES:
         specs[stage] = forms.field_specs(train_configs.stage_config_class(stage), train_configs.form_fields(stage))
     return specs
 
 
 def collect_settings(stage: str, specs_by_stage: dict, values: list, advanced: str) -> dict:
-    """Form values -> raw settings (only what differs from a default), plus the advanced key=value lines."""
-    settings = {}
-    ppo_only = set(PPO_SOURCE_FIELDS + PPO_FIELDS)
+    """Form values -> raw settings (only what differs from a default), plus the advanced key=value lines.
+    A job setting is sent only for the stages its section is read by (a hidden reward group sends nothing)."""
     job_values = forms.from_widgets(specs_by_stage["job"], values[: len(specs_by_stage["job"])])
-    settings.update({name: value for name, value in job_values.items() if stage in REWARD_STAGES or name not in ppo_only})
+    settings = {name: value for name, value in job_values.items() if stage in job_settings.section_of(name).STAGES}
     offset = len(specs_by_stage["job"])
     for name in train_configs.STAGES:
         specs = specs_by_stage[name]
@@ -118,8 +128,8 @@ class LaunchForm:
     stage_note: gr.Markdown
     model: gr.Dropdown
     job_widgets: dict[str, gr.components.Component]  # JobConfig's fields by name
-    ppo_group: gr.Group  # where the reward comes from: shown for REWARD_STAGES
-    ppo_advanced: gr.Group  # the rest of the reward settings, under "Advanced settings"
+    reward_group: gr.Group  # where the reward comes from: shown for REWARD_STAGES
+    section_groups: dict[str, gr.Group]  # each job section's advanced settings, by title, shown for its STAGES
     stage_groups: dict[str, gr.Group]  # each stage's trainer settings, shown for that stage
     stage_widgets: dict[str, list[gr.components.Component]]
     advanced: gr.Textbox  # "More settings": setting=value lines
@@ -173,15 +183,16 @@ def build_form() -> LaunchForm:
         job_widgets["steps"] = forms.widget(job_spec_by_name["steps"], label=plain_label("steps"), scale=1,
                                             elem_id="train-steps")
     job_row(SHORT_DATA_FIELDS)
-    with gr.Group(visible=False) as ppo_group:
+    with gr.Group(visible=False) as reward_group:
         gr.Markdown("**Where the reward comes from**")
-        job_row(PPO_SOURCE_FIELDS + ["reward_function"])
-    stage_groups, stage_widgets = {}, {}
+        job_row(SHORT_REWARD_FIELDS)
+    section_groups, stage_groups, stage_widgets = {}, {}, {}
     with gr.Accordion("Advanced settings", open=False, elem_id="train-advanced-settings"):
-        job_row([name for name in JOB_FIELDS if name != "steps"])
-        job_row([name for name in DATA_FIELDS if name not in SHORT_DATA_FIELDS])
-        with gr.Group(visible=False) as ppo_advanced:
-            job_row([name for name in PPO_FIELDS if name != "reward_function"])
+        for section in job_settings.SECTIONS:
+            with gr.Group(visible="rm" in section.STAGES) as group:
+                gr.Markdown(f"**{section.TITLE} settings**")
+                job_row([name for name in section_fields(section) if name not in SHORT_FIELDS])
+            section_groups[section.TITLE] = group
         gr.Markdown("**Trainer settings**")
         for name in train_configs.STAGES:
             with gr.Group(visible=name == "rm") as group:
@@ -191,15 +202,16 @@ def build_form() -> LaunchForm:
             stage_groups[name] = group
         advanced = gr.Textbox(label="More settings (one setting=value per line; any field of the stage's config)",
                               lines=2, placeholder="warmup_steps=5\nweight_decay=0.01", elem_id="train-advanced")
-    return LaunchForm(specs_by_stage, stage, stage_note, model, job_widgets, ppo_group, ppo_advanced, stage_groups,
-                      stage_widgets, advanced)
+    return LaunchForm(specs_by_stage, stage, stage_note, model, job_widgets, reward_group, section_groups,
+                      stage_groups, stage_widgets, advanced)
 
 
 def show_stage(name: str) -> tuple:
-    """The form for stage `name`: its default base model, the reward groups for a policy stage, the stage's note
-    and its trainer settings (outputs: model, ppo_group, ppo_advanced, stage_note, each stage's group)."""
+    """The form for stage `name`: its default base model, the reward row for a policy stage, the job sections it
+    reads, the stage's note and its trainer settings (outputs: model, reward_group, each section's group,
+    stage_note, each stage's group)."""
     return (gr.update(value="default-encoder" if name == "rm" else "default"), gr.update(visible=name in REWARD_STAGES),
-            gr.update(visible=name in REWARD_STAGES), STAGE_NOTES.get(name, ""),
+            *[gr.update(visible=name in section.STAGES) for section in job_settings.SECTIONS], STAGE_NOTES.get(name, ""),
             *[gr.update(visible=name == s) for s in train_configs.STAGES])
 
 
@@ -231,7 +243,7 @@ def launch_run(ctx: UIContext, form: LaunchForm, data: dict, request: gr.Request
 def wire(ctx: UIContext, form: LaunchForm, launch: gr.Button, preview: gr.Button, notice: gr.Markdown,
          run: gr.Dropdown) -> None:
     """The form's events: a stage shows its fields; Launch queues a run (picked in the monitor's `run`)."""
-    form.stage.change(show_stage, form.stage, [form.model, form.ppo_group, form.ppo_advanced, form.stage_note,
-                                               *form.stage_groups.values()], api_name=False)
+    form.stage.change(show_stage, form.stage, [form.model, form.reward_group, *form.section_groups.values(),
+                                               form.stage_note, *form.stage_groups.values()], api_name=False)
     launch.click(bind(launch_run, ctx, form), form.inputs, [notice, run], api_name="train_launch")
     preview.click(bind(preview_run, ctx, form), form.inputs, notice, api_name="train_preview")
