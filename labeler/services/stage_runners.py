@@ -264,7 +264,7 @@ class Rollout:
 # to 20% a step with the recipe's 64 answers. Every run starts at KL 0, below any target, so the plain controller
 # first lowers beta and then climbs back too late. Measured (40 steps, the shipped task, CPU with bf16): with the
 # plain controller (horizon 512, no floor) the function-reward run's KL sat at 9-12 from step 19 against a target of
-# 6 (beta 0.030 -> 0.035; held-out 88% positive, KL 8.2); with these settings 5.3-7.3 over the last 15 steps (beta
+# 6 (beta 0.030 -> 0.035; held-out 88% positive, KL 8.2); with these settings 5.4-7.3 over the last 10 steps (beta
 # 0.030 -> 0.053; held-out 91% positive, KL 6.9). Rewards from people (centred ranks) and the online reward model
 # keep the same spread however good the answers get, so only the controller can hold their KL: with the plain
 # controller a mix run's KL reached 22 nats by step 28.
