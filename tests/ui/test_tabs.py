@@ -83,6 +83,19 @@ def app(app_db, tiny_model_dir, tmp_path):
     return build_app(ServeSettings(db_path=app_db, model=str(tiny_model_dir), runs_dir=str(tmp_path / "runs")))
 
 
+@pytest.fixture
+def ctx(app_db, tiny_model_dir, tmp_path):
+    """What every tab handler takes first: the UIContext (settings as build_app gets them; no app, no pool)."""
+    from labeler.ui.context import ServeSettings, UIContext
+
+    return UIContext(ServeSettings(db_path=app_db, model=str(tiny_model_dir), runs_dir=str(tmp_path / "runs")))
+
+
+def as_user(username: str | None) -> gr.Request:
+    """The request Gradio passes a handler after a login: the user name is all that login adds."""
+    return gr.Request(username=username)
+
+
 def endpoint(app, api_name: str):
     matches = [fn for fn in app.fns.values() if fn.api_name == api_name]
     assert len(matches) == 1, f"{api_name}: {len(matches)} events"

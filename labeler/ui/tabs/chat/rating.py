@@ -46,7 +46,7 @@ def rate(ctx: UIContext, cache: ModelCache, history, model_name, score_value, to
 @ui_errors
 def thumb(ctx: UIContext, cache: ModelCache, up: bool, history, model_name, tokens, sample, temperature, top_p,
           top_k, seed, request: gr.Request) -> str:
-    """👍 (`up`) rates the last answer the top of the project's scale, 👎 its bottom."""
+    """Rates the last answer the top of the project's scale (👍, `up` bound by the tab's build) or its bottom (👎)."""
     check_role(ctx, request, "user")
     with ctx.connection() as db:
         project = projects.get_project(db, ctx.project)

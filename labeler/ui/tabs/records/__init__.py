@@ -1,0 +1,108 @@
+"""Records tab (admins): browse prompts, answers and labels; open one to see every label on it; correct or
+delete a label (each change kept in the audit log) and mark gold there instead of typing an internal item id.
+
+Built from parts: filters.py (the filter boxes read as RecordFilters), listing.py (a page of records: search,
+previous, next), detail.py (the open record), corrections.py (correct, delete, mark gold, the audit log).
+Handlers are module functions taking the UIContext first, adapters over labeler.services.records; each checks
+the admin role itself. The page number lives in its own widget, so nothing but widget values travels between
+calls.
+"""
+from __future__ import annotations
+
+import gradio as gr
+
+from labeler.services import records
+from labeler.ui.binding import bind
+from labeler.ui.context import UIContext
+from labeler.ui.roles import check_role
+from labeler.ui.session import quiet_on_load
+from labeler.ui.soft_errors import keep_on_error
+from labeler.ui.tabs.records import corrections, detail, listing
+from labeler.ui.tabs.records.corrections import AUDIT_HEADERS, audit_table
+from labeler.ui.tabs.records.filters import ANY
+from labeler.ui.tabs.records.listing import LIST_HEADERS, LIST_OUTPUTS
+
+TITLE = "Records"
+LOAD_OUTPUTS = LIST_OUTPUTS + 5  # the list, the project, annotator, split and source choices, the audit log
+
+
+@keep_on_error(LOAD_OUTPUTS)
+def load(ctx: UIContext, request: gr.Request) -> tuple:
+    """The first page of every record, the filters' choices and the audit log (page load and Refresh)."""
+    check_role(ctx, request, "admin")
+    with ctx.connection() as db:
+        choices = records.filter_choices(db, ctx.project)
+        listed = listing.listing(db, [ctx.project, "", ANY, "any", None, None, ANY, ANY], 1)
+        return (
+            *listed, gr.update(choices=choices["projects"]), gr.update(choices=[ANY, *choices["annotators"]]),
+            gr.update(choices=[ANY, *choices["splits"]]), gr.update(choices=[ANY, *choices["sources"]]),
+            audit_table(db),
+        )
+
+
+def build(ctx: UIContext) -> None:
+    with gr.Row():
+        search = gr.Textbox(label="Search prompts and answers", scale=3, elem_id="records-search")
+        project = gr.Dropdown(choices=[ctx.project], value=ctx.project, label="Project", elem_id="records-project")
+        annotator = gr.Dropdown(choices=[ANY], value=ANY, label="Labelled by", elem_id="records-annotator")
+        state = gr.Dropdown(choices=["any", "unlabelled", "labelled", "gold"], value="any", label="Label state",
+                            elem_id="records-state")
+    with gr.Row():
+        # Text, not gr.Number: a number box cannot be blank in the browser (it showed and sent 0), and blank
+        # is "no filter".
+        low = gr.Textbox(value="", label="Some rating >=", placeholder="any", elem_id="records-min-score")
+        high = gr.Textbox(value="", label="Some rating <=", placeholder="any", elem_id="records-max-score")
+        split = gr.Dropdown(choices=[ANY], value=ANY, label="Split", elem_id="records-split")
+        source = gr.Dropdown(choices=[ANY], value=ANY, label="Source", elem_id="records-source")
+        page_number = gr.Number(value=1, precision=0, minimum=1, label="Page", elem_id="records-page")
+    with gr.Row():
+        search_button = gr.Button("Search", variant="primary", elem_id="records-search-button")
+        previous = gr.Button("◀ Previous page", elem_id="records-previous")
+        following = gr.Button("Next page ▶", elem_id="records-next")
+    note = gr.Markdown(elem_id="records-note")
+    table = gr.Dataframe(headers=LIST_HEADERS, interactive=False, wrap=True, elem_id="records-table",
+                         label="Records (click a row to open it)")
+    with gr.Row():
+        # Id boxes are text for the same reason as the score filters: blank until a row is picked, not 0.
+        record_id = gr.Textbox(value="", label="Record (prompt) id", placeholder="click a row or type an id",
+                               elem_id="records-open-id")
+        open_button = gr.Button("Open record", elem_id="records-open")
+    shown = gr.Markdown(elem_id="records-detail")
+    with gr.Accordion("Correct or delete a label (kept in the audit log)", open=True):
+        with gr.Row():
+            label_kind = gr.Radio(["rating", "ranking"], value="rating", label="Label kind", elem_id="records-label-kind")
+            label_id = gr.Textbox(value="", label="Label id (from the record)", elem_id="records-label-id")
+            value = gr.Textbox(label="Corrected value", info="rating: a score; ranking: '3 > 1 = 2' (answer ids)",
+                               elem_id="records-value")
+            reason = gr.Textbox(label="Reason", elem_id="records-reason")
+        with gr.Row():
+            correct_button = gr.Button("Correct label", elem_id="records-correct")
+            delete_button = gr.Button("Delete label", variant="stop", elem_id="records-delete")
+    with gr.Accordion("Mark gold", open=False):
+        with gr.Row():
+            gold_item = gr.Textbox(value="", label="Item id (from the record)", elem_id="records-gold-item")
+            gold_value = gr.Textbox(label="Gold answer", info="rating: a score; ranking: '3 > 1 = 2'; blank clears",
+                                    elem_id="records-gold-value")
+            gold_button = gr.Button("Mark gold", elem_id="records-gold")
+    with gr.Accordion("Audit log", open=False):
+        audit = gr.Dataframe(headers=AUDIT_HEADERS, interactive=False, wrap=True, elem_id="records-audit")
+
+    search_inputs = [project, search, annotator, state, low, high, split, source, page_number]
+    list_outputs = [table, note, page_number]
+    search_button.click(bind(listing.search, ctx, 0), search_inputs, list_outputs, api_name="records_search")
+    search.submit(bind(listing.search, ctx, 0), search_inputs, list_outputs, api_name="records_search_submit")
+    previous.click(bind(listing.search, ctx, -1), search_inputs, list_outputs, api_name="records_previous")
+    following.click(bind(listing.search, ctx, +1), search_inputs, list_outputs, api_name="records_next")
+    open_button.click(bind(detail.open_record, ctx), [record_id], [shown], api_name="records_open")
+    table.select(bind(detail.select, ctx), None, [record_id, shown], api_name="records_select")
+    correct_button.click(bind(corrections.correct, ctx), [label_kind, label_id, value, reason, record_id],
+                         [shown, audit], api_name="records_correct")
+    delete_button.click(bind(corrections.delete, ctx), [label_kind, label_id, reason, record_id], [shown, audit],
+                        api_name="records_delete")
+    gold_button.click(bind(corrections.mark_gold, ctx), [gold_item, gold_value, record_id], [shown],
+                      api_name="records_gold")
+    load_outputs = [*list_outputs, project, annotator, split, source, audit]
+    refresh = gr.Button("Refresh", size="sm", elem_id="records-refresh")
+    refresh.click(bind(load, ctx), None, load_outputs, api_name="records_refresh")
+    if ctx.app is not None:
+        ctx.app.load(quiet_on_load(bind(load, ctx), len(load_outputs)), None, load_outputs, api_name="records_load")
