@@ -92,8 +92,8 @@ class RewardSettings:
     STAGES: ClassVar[tuple[str, ...]] = ("ppo", "grpo", "rloo")
 
     reward: Literal["rm", "human", "mix", "function"] = field(default="rm", metadata={
-        "help": "Reward source: rm: the reward model · human: the Rate tab · mix: both · function: e.g. VADER. "
-                "Also takes one spec: rm:NAME, mix:NAME, vader, vader-with-prompt or module:function.",
+        "help": "Reward source: rm: the reward model · human: the Rate tab · mix: both · function: e.g. VADER "
+                "(--set reward= also takes one spec: rm:NAME, mix:NAME, vader, vader-with-prompt, module:function).",
         "widget": "radio"})
     reward_model: str = field(default="", metadata={
         "help": "Reward model (registry name or folder) for rm/mix; blank: the newest registered one.",

@@ -198,3 +198,11 @@ def test_the_form_groups_are_the_job_sections_and_a_section_is_sent_for_its_stag
                         ("ppo", {"lora_r": 4, "test_size": 0.2, "rm_score_std": 1.0})):
         data[launch_form.stage] = stage
         assert launch_form.settings(data) == (stage, {**sent, "model": "default-encoder"})
+
+
+def test_every_form_label_is_in_plain_words(launch_form):
+    # What the browser test checks on a rendered page (tests/e2e/test_train_form_browser.py), for every widget.
+    raw_name = re.compile(r"\b[a-z]+_[a-z0-9_]+\b")  # a config field's name, e.g. per_device_train_batch_size
+    labels = [component.label for component in launch_form.inputs if component.label]
+    assert "Answers per prompt" in labels and "LoRA rank" in labels and "Reward from" in labels
+    assert [label for label in labels if raw_name.search(label)] == []
