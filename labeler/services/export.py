@@ -67,6 +67,8 @@ class ExportOptions:
     min_annotators: int = _help(1, "judgements needed: rankings containing the pair, or ratings of the response")
     min_agreement: float | None = _help(None, "0..1; pairs: share of annotators agreeing, ratings: 1 - std / scale range")
     include_rating_pairs: bool = _help(False, "preferences: also pairs of ratings with different means, with a margin column")
+    training: bool = _help(False, "rows to train on: leave out labels of held-out prompts (split 'test'), which "
+                                  "evaluation answers and the reward-model inspector scores")
     conversational: bool = _help(False, "message lists ({role, content}) instead of plain text")
     zscore: bool = _help(False, "z-score each annotator's ratings (over the project) before averaging")
     threshold: float | None = _help(None, "unpaired: label = score >= threshold (default: scale midpoint, 0 with zscore)")
@@ -150,6 +152,10 @@ def _time_filter(column: str, options: ExportOptions) -> tuple[str, list]:
     return "".join(f" AND {c}" for c in clauses), params
 
 
+def _heldout_filter(options: ExportOptions) -> str:
+    return " AND p.split != 'test'" if options.training else ""
+
+
 def _annotator_filter(options: ExportOptions) -> tuple[str, list]:
     if options.annotators is None:
         return "", []
@@ -214,7 +220,8 @@ def _rated_responses(db: sqlite_utils.Database, project: Project, options: Expor
         " p.messages_json FROM ratings ra"
         " JOIN items i ON i.id = ra.item_id JOIN responses r ON r.id = ra.response_id"
         " JOIN prompts p ON p.id = r.prompt_id JOIN users u ON u.id = ra.user_id"
-        f" WHERE i.project_id = ? AND p.project_id = ? AND {_TRUSTED_RESPONSE}{who}{when} ORDER BY p.id, r.id, ra.id",
+        f" WHERE i.project_id = ? AND p.project_id = ? AND {_TRUSTED_RESPONSE}{who}{when}{_heldout_filter(options)}"
+        " ORDER BY p.id, r.id, ra.id",
         [project.id, project.id, *who_params, *when_params],
     ).fetchall()
     moments = _annotator_moments(db, project) if options.zscore else {}
@@ -289,7 +296,7 @@ def _ranking_records(db, project: Project, options: ExportOptions) -> list[tuple
         # CROSS JOIN fixes the loop order: one scan of rankings, each item looked up by primary key.
         "SELECT rk.item_id, rk.prompt_id, rk.order_json FROM rankings rk CROSS JOIN items i ON i.id = rk.item_id"
         " JOIN prompts p ON p.id = rk.prompt_id LEFT JOIN users u ON u.id = rk.user_id"
-        f" WHERE i.project_id = ? AND p.project_id = ?{who}{when} ORDER BY rk.item_id, rk.id",
+        f" WHERE i.project_id = ? AND p.project_id = ?{who}{when}{_heldout_filter(options)} ORDER BY rk.item_id, rk.id",
         [project.id, project.id, *who_params, *when_params],
     ).fetchall()
     orders: dict[int, list[list[list[int]]]] = defaultdict(list)  # item id -> its rankings, oldest first

@@ -31,7 +31,7 @@ def export_options(ctx: StageContext, **overrides):
     job = ctx.job
     annotators = tuple(a.strip() for a in job.annotators.split(",") if a.strip()) or None
     return ExportOptions(annotators=annotators, min_annotators=job.min_annotators, min_agreement=job.min_agreement,
-                         include_rating_pairs=job.include_rating_pairs, seed=job.seed, **overrides)
+                         include_rating_pairs=job.include_rating_pairs, seed=job.seed, training=True, **overrides)
 
 
 def peft_config(ctx: StageContext, task_type: str):

@@ -235,3 +235,15 @@ def test_client_written_chat_and_arena_responses_are_not_exported(labelled, sour
     assert len(rating_rows(labelled)) == len(before_ratings) - 1
     labelled.execute("UPDATE responses SET server_generated = 1 WHERE id IN (1, 5)")
     assert (preference_rows(labelled), rating_rows(labelled)) == (before_prefs, before_ratings)
+
+
+def test_rows_to_train_on_leave_out_the_held_out_prompts(labelled):
+    # Prompt 2 ("Review Heat.") held out: evaluation answers it, so no label of it may reach training.
+    labelled.execute("UPDATE prompts SET split = 'test' WHERE id = 2")
+    training = ExportOptions(training=True)
+    assert preference_rows(labelled, options=training) == ALL_PAIRS[:3]
+    assert [r["completion"] for r in unpaired_rows(labelled, options=training)] == ["great", "bad", "okay"]
+    assert [r["completion"] for r in rating_rows(labelled, options=training)] == ["great", "bad", "okay"]
+    # An export for people (the default) still has every label.
+    assert preference_rows(labelled) == ALL_PAIRS
+    assert len(unpaired_rows(labelled)) == 4
