@@ -3,13 +3,14 @@ each rated answer into a desirable or undesirable row, and `train kto` with its 
 
     python bench/kto_learning.py                      # 4 answers per training prompt, 5 annotators, defaults
     python bench/kto_learning.py --set steps=20       # any train --set applies
+    python bench/kto_learning.py --rated /tmp/kto/kto.db  # a copy of a database rated before: steps 3-4 only
 
 1. a fresh database with the shipped prompts (the held-out fifth is never generated for or rated);
    `rlhf-studio generate --n ANSWERS --max-new-tokens 16` (the length the evaluation writes)
 2. a real server (`rlhf-studio serve`) and `--annotators` simulated annotators (bench/simulated_annotators.py:
    VADER compound of the answer mapped onto the 1-7 scale) rate every answer through the web API
-3. `rlhf-studio export --kind unpaired --format jsonl`: the rows KTO reads (desirable: mean score >= the scale's
-   midpoint), counted
+3. `rlhf-studio export --kind unpaired --training --format jsonl`: the rows KTO reads (desirable: mean score >= the
+   scale's midpoint; the held-out prompts' ratings left out, as training does), counted
 4. `rlhf-studio train kto --wait`, defaults otherwise: the run's automatic before/after evaluation on the held-out
    prompts (positive share: VADER compound > 0.5; KL to the base in nats per answer; distinct-2)
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -85,17 +87,22 @@ def main() -> None:
     parser.add_argument("--annotators", type=int, default=5)
     parser.add_argument("--set", action="append", default=[], help="a train setting (key=value)")
     parser.add_argument("--keep", default="", help="folder for the database and logs")
+    parser.add_argument("--rated", default="", help="start from a copy of this database, its answers rated before")
     args = parser.parse_args()
     work = Path(args.keep or tempfile.mkdtemp(prefix="kto-learning-"))
     work.mkdir(parents=True, exist_ok=True)
     db = work / "kto.db"
-    fresh_database(db)
-    seconds = studio(db, "generate", "--n", str(args.answers), "--max-new-tokens", "16", "--autocast")
-    print(f"generated: {count(db, 'SELECT COUNT(*) FROM responses')} answers in {seconds:.0f} s", flush=True)
-    rate_everything(db, work, args.annotators)
+    if args.rated:
+        shutil.copy(args.rated, db)
+        print(f"rated before: {count(db, 'SELECT COUNT(*) FROM ratings')} ratings ({args.rated})", flush=True)
+    else:
+        fresh_database(db)
+        seconds = studio(db, "generate", "--n", str(args.answers), "--max-new-tokens", "16", "--autocast")
+        print(f"generated: {count(db, 'SELECT COUNT(*) FROM responses')} answers in {seconds:.0f} s", flush=True)
+        rate_everything(db, work, args.annotators)
 
     export = work / "unpaired.jsonl"
-    studio(db, "export", "--kind", "unpaired", "--format", "jsonl", "--out", str(export))
+    studio(db, "export", "--kind", "unpaired", "--training", "--format", "jsonl", "--out", str(export))
     rows = [json.loads(line) for line in export.read_text().splitlines()]
     desirable = sum(bool(row["label"]) for row in rows)
     print(f"unpaired export: {len(rows)} rows, {desirable} desirable, {len(rows) - desirable} undesirable", flush=True)
