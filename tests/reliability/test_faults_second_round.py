@@ -160,8 +160,9 @@ def test_a_full_disk_rolls_back_and_says_so(labelled):
 def test_the_web_says_the_disk_is_full_and_recovers(labelled, db_path, tmp_path, tiny_model_dir, monkeypatch):
     import storage.db
 
-    from labeler.ui.app import build_app
-    from labeler.ui.context import ServeSettings
+    from labeler.ui.context import ServeSettings, UIContext
+    from labeler.ui.tabs import rate
+    from storage import ConnectionPool
 
     opened, real_connect, lock, state = [], storage.db.connect, threading.Lock(), {"full": False}
 
@@ -186,18 +187,18 @@ def test_the_web_says_the_disk_is_full_and_recovers(labelled, db_path, tmp_path,
                 limit(conn)
 
     monkeypatch.setattr(storage.db, "connect", connect)
-    app = build_app(ServeSettings(db_path=db_path, model=str(tiny_model_dir), runs_dir=str(tmp_path / "runs")))
-    [submit] = [fn for fn in app.fns.values() if fn.api_name == "rate_submit"]
-    [show] = [fn for fn in app.fns.values() if fn.api_name == "rate_next"]
+    # The Rate tab's handlers with the context build_app gives them (pooled connections, as the server's).
+    ctx = UIContext(ServeSettings(db_path=db_path, model=str(tiny_model_dir), runs_dir=str(tmp_path / "runs")),
+                    pool=ConnectionPool(db_path))
     request = gr.Request(username="ann")
-    key = show.fn(request=request)[6]
+    key = rate.next_item(ctx, request=request)[6]
     disk(full=True)
     with pytest.raises(gr.Error) as error:
-        submit.fn(5, "y" * 4_900, key, request=request)
+        rate.submit(ctx, 5, "y" * 4_900, key, request=request)
     assert error.value.message.startswith("the disk is full; nothing was saved")
     assert open_db(db_path).execute("SELECT COUNT(*) FROM ratings").fetchone()[0] == 0
     disk(full=False)
-    after = submit.fn(5, "y" * 4_900, key, request=request)
+    after = rate.submit(ctx, 5, "y" * 4_900, key, request=request)
     assert after[1].startswith("**1** done")
     assert open_db(db_path).execute("SELECT COUNT(*) FROM ratings").fetchone()[0] == 1
 

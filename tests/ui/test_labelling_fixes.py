@@ -2,40 +2,41 @@
 project and label kind, shown in Admin and reread by Rate and Rank without a reload."""
 from __future__ import annotations
 
-from test_tabs import ADMIN, ANNOTATOR, app, app_db, call, endpoint, query  # noqa: F401 - fixtures
+from test_tabs import ADMIN, ANNOTATOR, app, app_db, as_user, call, ctx, endpoint, query  # noqa: F401 - fixtures
 
 from labeler.services.projects import DEFAULT_GUIDELINES
+from labeler.ui.tabs import labelling, rank, rate
 
 
-def test_rate_undo_takes_back_a_skip_and_says_so(app, app_db, capsys):
-    first = call(app, "rate_next", user=ANNOTATOR)
-    second = call(app, "rate_skip", first[6], user=ANNOTATOR)
+def test_rate_undo_takes_back_a_skip_and_says_so(app_db, capsys, ctx):
+    first = rate.next_item(ctx, request=as_user(ANNOTATOR))
+    second = rate.skip(ctx, first[6], request=as_user(ANNOTATOR))
     assert second[3] != first[3]
     capsys.readouterr()
-    back = call(app, "rate_undo", user=ANNOTATOR)  # gr.Info prints outside a running server
+    back = rate.undo(ctx, request=as_user(ANNOTATOR))  # gr.Info prints outside a running server
     item_id = int(first[6].split(":")[0])
     assert capsys.readouterr().out.strip() == f"Undid your skip of item {item_id}: it is back, rate it or skip it again."
     assert back[3] == first[3]  # the skipped answer is shown again
     assert query(app_db, "SELECT status FROM assignments WHERE item_id = ?", [item_id]) == [("pending",)]
     # Scored, then undone: the message names the score.
-    call(app, "rate_submit", 4, "", back[6], user=ANNOTATOR)
-    call(app, "rate_undo", user=ANNOTATOR)
+    rate.submit(ctx, 4, "", back[6], request=as_user(ANNOTATOR))
+    rate.undo(ctx, request=as_user(ANNOTATOR))
     assert capsys.readouterr().out.strip() == f"Undid your score of item {item_id}: it is back, rate it again."
-    call(app, "rate_undo", user=ANNOTATOR)
+    rate.undo(ctx, request=as_user(ANNOTATOR))
     assert capsys.readouterr().out.strip() == "Nothing to undo."
 
 
-def test_rank_undo_takes_back_a_skip_and_says_so(app, app_db, capsys):
-    first = call(app, "rank_next", user=ANNOTATOR)
-    call(app, "rank_skip", first[-2], user=ANNOTATOR)
+def test_rank_undo_takes_back_a_skip_and_says_so(app_db, capsys, ctx):
+    first = rank.next_item(ctx, request=as_user(ANNOTATOR))
+    rank.skip(ctx, first[-2], request=as_user(ANNOTATOR))
     capsys.readouterr()
-    back = call(app, "rank_undo", user=ANNOTATOR)
+    back = rank.undo(ctx, request=as_user(ANNOTATOR))
     item_id = first[-2]["item_id"]
     assert capsys.readouterr().out.strip() == f"Undid your skip of item {item_id}: it is back, rank it or skip it again."
     assert back[-2] == first[-2]
 
 
-def test_guidelines_one_text_per_kind_shown_in_admin_and_reread_by_rate_and_rank(app, app_db):
+def test_guidelines_one_text_per_kind_shown_in_admin_and_reread_by_rate_and_rank(app, app_db, ctx):
     rating_default, ranking_default = DEFAULT_GUIDELINES["rating"], DEFAULT_GUIDELINES["ranking"]
     assert rating_default != ranking_default
     outputs = endpoint(app, "admin_refresh").outputs
@@ -44,10 +45,10 @@ def test_guidelines_one_text_per_kind_shown_in_admin_and_reread_by_rate_and_rank
     # Admin shows the texts annotators see now: the defaults in full, not an empty box.
     snapshot = call(app, "admin_refresh", user=ADMIN)
     assert [snapshot[i] for i in boxes] == [rating_default, ranking_default]
-    assert call(app, "rate_next", user=ANNOTATOR)[-1] == rating_default
-    rank = call(app, "rank_next", user=ANNOTATOR)
+    assert rate.next_item(ctx, request=as_user(ANNOTATOR))[-1] == rating_default
+    ranked = rank.next_item(ctx, request=as_user(ANNOTATOR))
     guidelines_index = [getattr(b, "elem_id", None) for b in endpoint(app, "rank_next").outputs].index("rank-guidelines")
-    assert rank[guidelines_index] == ranking_default  # not the rating text
+    assert ranked[guidelines_index] == ranking_default  # not the rating text
 
     # Saved unchanged, the defaults stay defaults ("" in the database); then new texts per kind.
     call(app, "admin_save_project", 1, 7, 1, rating_default, ranking_default, user=ADMIN)
@@ -55,18 +56,18 @@ def test_guidelines_one_text_per_kind_shown_in_admin_and_reread_by_rate_and_rank
     snapshot = call(app, "admin_save_project", 1, 7, 1, "Rate **strictly**.", "Rank **carefully**.", user=ADMIN)
     assert [snapshot[i] for i in boxes] == ["Rate **strictly**.", "Rank **carefully**."]
     # Without a reload: selecting the tab rereads them (and so does the next ranking item).
-    assert call(app, "rate_guidelines", user=ANNOTATOR) == "Rate **strictly**."
-    assert call(app, "rank_guidelines", user=ANNOTATOR) == "Rank **carefully**."
-    assert call(app, "rank_next", user=ANNOTATOR)[guidelines_index] == "Rank **carefully**."
+    assert labelling.guidelines(ctx, "rating", request=as_user(ANNOTATOR)) == "Rate **strictly**."
+    assert labelling.guidelines(ctx, "ranking", request=as_user(ANNOTATOR)) == "Rank **carefully**."
+    assert rank.next_item(ctx, request=as_user(ANNOTATOR))[guidelines_index] == "Rank **carefully**."
     for api_name in ("rate_guidelines", "rank_guidelines"):
         assert endpoint(app, api_name).show_progress == "hidden"
     # An API caller sending the four older fields leaves the ranking text alone; emptied, a box is the default.
     call(app, "admin_save_project", 1, 7, 1, "", user=ADMIN)
     assert query(app_db, "SELECT guidelines, ranking_guidelines FROM projects") == [("", "Rank **carefully**.")]
-    assert call(app, "rate_guidelines", user=ANNOTATOR) == rating_default
+    assert labelling.guidelines(ctx, "rating", request=as_user(ANNOTATOR)) == rating_default
 
 
-def test_first_steps_panel_for_an_admin_until_the_project_has_prompts_and_labels(app, app_db):
+def test_first_steps_panel_for_an_admin_until_the_project_has_prompts_and_labels(app, app_db, ctx):
     import gradio as gr
 
     whoami = endpoint(app, "first_steps")
@@ -79,8 +80,8 @@ def test_first_steps_panel_for_an_admin_until_the_project_has_prompts_and_labels
     assert "**Import prompts**" in lines[1] and "(2 so far)" in lines[1] and "**Train**" in lines[4]
     # Never for an annotator.
     assert whoami.fn(request=gr.Request(username=ANNOTATOR)) == {"__type__": "update", "visible": False}
-    first = call(app, "rate_next", user=ANNOTATOR)
-    call(app, "rate_submit", 4, "", first[6], user=ANNOTATOR)
+    first = rate.next_item(ctx, request=as_user(ANNOTATOR))
+    rate.submit(ctx, 4, "", first[6], request=as_user(ANNOTATOR))
     assert whoami.fn(request=gr.Request(username=ADMIN)) == {"__type__": "update", "visible": False}
 
 

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from labeler.services.errors import InputError
+from labeler.ui.tabs import labelling, rank, rate
 from labeler.ui.tabs.admin.quality import parse_gold
 from labeler.ui.tabs.rank import order_from_ranks
 
@@ -83,12 +84,16 @@ def app(app_db, tiny_model_dir, tmp_path):
     return build_app(ServeSettings(db_path=app_db, model=str(tiny_model_dir), runs_dir=str(tmp_path / "runs")))
 
 
-@pytest.fixture
-def ctx(app_db, tiny_model_dir, tmp_path):
+def context(db_path, tiny_model_dir, tmp_path):
     """What every tab handler takes first: the UIContext (settings as build_app gets them; no app, no pool)."""
     from labeler.ui.context import ServeSettings, UIContext
 
-    return UIContext(ServeSettings(db_path=app_db, model=str(tiny_model_dir), runs_dir=str(tmp_path / "runs")))
+    return UIContext(ServeSettings(db_path=db_path, model=str(tiny_model_dir), runs_dir=str(tmp_path / "runs")))
+
+
+@pytest.fixture
+def ctx(app_db, tiny_model_dir, tmp_path):
+    return context(app_db, tiny_model_dir, tmp_path)
 
 
 def as_user(username: str | None) -> gr.Request:
@@ -106,9 +111,9 @@ def call(app, api_name: str, *args, user: str | None):
     return endpoint(app, api_name).fn(*args, request=gr.Request(username=user))
 
 
-def rank(app, state, key, *ranks, comment: str = "", user: str = ANNOTATOR):
-    """rank_submit as Gradio calls it: the request comes before the ranks (rank.rank_submit's docstring)."""
-    return endpoint(app, "rank_submit").fn(comment, state, key, gr.Request(username=user), *ranks)
+def submit_ranks(ctx, state, key, *ranks, comment: str = "", user: str = ANNOTATOR):
+    """The Rank tab's submit as Gradio calls it: the request comes before the ranks (rank.handlers.submit)."""
+    return rank.submit(ctx, comment, state, key, as_user(user), *ranks)
 
 
 def query(db_path: str, sql: str, params=()) -> list[tuple]:
@@ -132,31 +137,31 @@ def test_admin_tabs_start_hidden(app):
     assert not tabs["admin"].visible and not tabs["data"].visible
 
 
-def test_rate_submit_stores_one_label_per_request_id_and_returns_the_next_item(app, app_db):
-    shown = call(app, "rate_next", user=ANNOTATOR)
+def test_rate_submit_stores_one_label_per_request_id_and_returns_the_next_item(app_db, ctx):
+    shown = rate.next_item(ctx, request=as_user(ANNOTATOR))
     key = shown[6]
     assert shown[3] == "answer 1.0" and key.startswith("1:")
-    after = call(app, "rate_submit", 4, " fine ", key, user=ANNOTATOR)
+    after = rate.submit(ctx, 4, " fine ", key, request=as_user(ANNOTATOR))
     # One round trip: the answer is the next item, with its own key, and the counter counts the label.
     assert after[3] == "answer 1.1" and after[6].startswith("2:") and after[1].startswith("**1** done")
     # A double click or a retry sends the same key again: still one label, no error, the same next item.
-    again = call(app, "rate_submit", 4, " fine ", key, user=ANNOTATOR)
+    again = rate.submit(ctx, 4, " fine ", key, request=as_user(ANNOTATOR))
     assert again[3] == "answer 1.1" and again[1].startswith("**1** done")
     assert query(app_db, "SELECT response_id, score, comment FROM ratings") == [(1, 4.0, "fine")]
     # seconds: the time since the item was shown, measured on the server.
     assert query(app_db, "SELECT seconds >= 0 FROM ratings") == [(1,)]
 
 
-def test_rate_submit_refuses_an_item_not_shown_to_the_user_and_a_bad_key(app, app_db):
-    call(app, "rate_next", user=ANNOTATOR)  # item 1 is shown
+def test_rate_submit_refuses_an_item_not_shown_to_the_user_and_a_bad_key(app_db, ctx):
+    rate.next_item(ctx, request=as_user(ANNOTATOR))  # item 1 is shown
     with pytest.raises(gr.Error, match="item 3 is not assigned to 'ann'"):
-        call(app, "rate_submit", 4, "", "3:made-up-key", user=ANNOTATOR)
+        rate.submit(ctx, 4, "", "3:made-up-key", request=as_user(ANNOTATOR))
     with pytest.raises(gr.Error, match="expected the key of the item shown"):
-        call(app, "rate_submit", 4, "", "not a key", user=ANNOTATOR)
+        rate.submit(ctx, 4, "", "not a key", request=as_user(ANNOTATOR))
     assert query(app_db, "SELECT COUNT(*) FROM ratings") == [(0,)]
 
 
-def test_keyboard_handlers_hide_the_progress_overlay_and_send_only_the_item(app, app_db):
+def test_keyboard_handlers_hide_the_progress_overlay_and_send_only_the_item(app, app_db, ctx):
     for api_name in ["rate_submit", "rate_skip", "rate_undo", "rank_submit", "rank_skip", "rank_undo"]:
         assert endpoint(app, api_name).show_progress == "hidden", api_name
     # Rate's submit and skip bypass Gradio's pre/postprocessing and update the first seven widgets only.
@@ -164,33 +169,33 @@ def test_keyboard_handlers_hide_the_progress_overlay_and_send_only_the_item(app,
         event = endpoint(app, api_name)
         assert (event.preprocess, event.postprocess) == (False, False), api_name
         assert [b.elem_id for b in event.outputs] == [b.elem_id for b in endpoint(app, "rate_next").outputs[:7]]
-    shown = call(app, "rate_next", user=ANNOTATOR)
-    after = call(app, "rate_submit", 5, "", shown[6], user=ANNOTATOR)
+    shown = rate.next_item(ctx, request=as_user(ANNOTATOR))
+    after = rate.submit(ctx, 5, "", shown[6], request=as_user(ANNOTATOR))
     # Plain values only: no banner to show, no score picked, an empty comment box, the next item's key.
     assert after == ("", "**1** done · **5** remaining", "### Prompt\nPrompt one", "answer 1.1", None, "", after[6])
     assert after[6].startswith("2:")
 
 
-def test_rate_submit_takes_the_score_as_sent_and_the_service_checks_it(app, app_db):
+def test_rate_submit_takes_the_score_as_sent_and_the_service_checks_it(app_db, ctx):
     """No Gradio preprocessing: a score off the scale, a text or a fraction is refused by the service's check."""
-    key = call(app, "rate_next", user=ANNOTATOR)[6]
+    key = rate.next_item(ctx, request=as_user(ANNOTATOR))[6]
     for bad, message in [(9, "between 1 and 7"), ("4", "must be a number"), (4.5, "whole number")]:
         with pytest.raises(gr.Error, match=message):
-            call(app, "rate_submit", bad, "", key, user=ANNOTATOR)
+            rate.submit(ctx, bad, "", key, request=as_user(ANNOTATOR))
     with pytest.raises(gr.Error, match="expected the key"):
-        call(app, "rate_submit", 4, "", 17, user=ANNOTATOR)
+        rate.submit(ctx, 4, "", 17, request=as_user(ANNOTATOR))
     assert query(app_db, "SELECT COUNT(*) FROM ratings") == [(0,)]
-    call(app, "rate_submit", 4.0, "", key, user=ANNOTATOR)  # a slider's float
+    rate.submit(ctx, 4.0, "", key, request=as_user(ANNOTATOR))  # a slider's float
     assert query(app_db, "SELECT score FROM ratings") == [(4.0,)]
 
 
-def test_rank_submit_turns_rank_numbers_into_one_ranking(app, app_db):
-    shown = call(app, "rank_next", user=ANNOTATOR)
+def test_rank_submit_turns_rank_numbers_into_one_ranking(app_db, ctx):
+    shown = rank.next_item(ctx, request=as_user(ANNOTATOR))
     state, key = shown[-2], shown[-1]
     ids = state["response_ids"]  # in the order shown
     assert sorted(ids) == [1, 2, 3]
-    rank(app, state, key, "3", "1", "1")
-    rank(app, state, key, "3", "1", "1")  # a retry: still one ranking
+    submit_ranks(ctx, state, key, "3", "1", "1")
+    submit_ranks(ctx, state, key, "3", "1", "1")  # a retry: still one ranking
     # Shown second and third tie for best, shown first is worst.
     assert [json.loads(row[0]) for row in query(app_db, "SELECT order_json FROM rankings")] == [
         [sorted(ids[1:]), [ids[0]]]
@@ -216,11 +221,12 @@ def app_eight(db_path, tiny_model_dir, tmp_path):
     return build_app(ServeSettings(db_path=db_path, model=str(tiny_model_dir), runs_dir=str(tmp_path / "runs")))
 
 
-def test_rank_view_shows_and_stores_a_ranking_of_eight(app_eight, db_path):
+def test_rank_view_shows_and_stores_a_ranking_of_eight(app_eight, db_path, tiny_model_dir, tmp_path):
     from labeler.ui.tabs.rank import MAX_RESPONSES
 
+    ctx_eight = context(db_path, tiny_model_dir, tmp_path)
     assert MAX_RESPONSES == 8
-    shown = call(app_eight, "rank_next", user=ANNOTATOR)
+    shown = rank.next_item(ctx_eight, request=as_user(ANNOTATOR))
     outputs = [getattr(b, "elem_id", None) for b in endpoint(app_eight, "rank_next").outputs]
     state, key = shown[-2], shown[-1]
     ids = state["response_ids"]
@@ -231,12 +237,12 @@ def test_rank_view_shows_and_stores_a_ranking_of_eight(app_eight, db_path):
         assert shown[outputs.index(f"rank-text-{slot}")].startswith(f"#### Answer {slot}")
     # A rank for a ninth slot that does not exist is refused; so is a missing one.
     with pytest.raises(gr.Error, match="has 8 answers"):
-        rank(app_eight, state, key, *"12345678", "1")
+        submit_ranks(ctx_eight, state, key, *"12345678", "1")
     with pytest.raises(gr.Error, match="answer 8 has no rank"):
-        rank(app_eight, state, key, *"1234567", None)  # as Gradio sends an unpicked radio
+        submit_ranks(ctx_eight, state, key, *"1234567", None)  # as Gradio sends an unpicked radio
     assert query(db_path, "SELECT COUNT(*) FROM rankings") == [(0,)]
     # Shown 1st and 2nd tie for worst (rank 8), the others best to worst in the order shown.
-    rank(app_eight, state, key, "8", "8", "1", "2", "3", "4", "5", "6")
+    submit_ranks(ctx_eight, state, key, "8", "8", "1", "2", "3", "4", "5", "6")
     assert [json.loads(row[0]) for row in query(db_path, "SELECT order_json FROM rankings")] == [
         [[ids[2]], [ids[3]], [ids[4]], [ids[5]], [ids[6]], [ids[7]], sorted(ids[:2])]
     ]
@@ -251,16 +257,16 @@ def test_rank_submit_api_names_its_eight_ranks_and_only_the_shown_ones_are_neede
     ]
 
 
-def test_rank_submit_refuses_ranks_for_answers_not_shown(app, app_db):
-    *_, state, key = call(app, "rank_next", user=ANNOTATOR)  # 3 answers
+def test_rank_submit_refuses_ranks_for_answers_not_shown(app_db, ctx):
+    *_, state, key = rank.next_item(ctx, request=as_user(ANNOTATOR))  # 3 answers
     with pytest.raises(gr.Error, match="has 3 answers"):
-        rank(app, state, key, "1", "2", "3", "4")
+        submit_ranks(ctx, state, key, "1", "2", "3", "4")
     assert query(app_db, "SELECT COUNT(*) FROM rankings") == [(0,)]
 
 
-def test_handlers_refuse_anonymous_and_annotators_on_admin_actions(app, app_db):
+def test_handlers_refuse_anonymous_and_annotators_on_admin_actions(app, app_db, ctx):
     with pytest.raises(gr.Error, match="not logged in"):
-        call(app, "rate_next", user=None)
+        rate.next_item(ctx, request=as_user(None))
     for api_name, args in [("admin_add_user", ("eve", "eve-password-1", "admin")), ("admin_backup", ()),
                            ("data_import_shipped", ()), ("admin_mark_gold", (1, "5"))]:
         with pytest.raises(gr.Error, match="not an admin"):
@@ -303,10 +309,10 @@ def test_generate_with_the_tiny_model_fills_the_queues(app, app_db, tiny_model_d
     assert new_items == 6 + 4
 
 
-def test_export_preferences_downloads_the_ranking_pairs(app, app_db):
-    *_, state, key = call(app, "rank_next", user=ANNOTATOR)
+def test_export_preferences_downloads_the_ranking_pairs(app, app_db, ctx):
+    *_, state, key = rank.next_item(ctx, request=as_user(ANNOTATOR))
     ids = state["response_ids"]
-    rank(app, state, key, "1", "2", "3")
+    submit_ranks(ctx, state, key, "1", "2", "3")
     fn = endpoint(app, "data_export")
     values = {block: block.value for block in fn.inputs}
     by_label = {getattr(block, "label", None): block for block in fn.inputs}
@@ -321,12 +327,12 @@ def test_export_preferences_downloads_the_ranking_pairs(app, app_db):
     assert "**3** preferences rows" in message
 
 
-def test_admin_settings_gold_and_backup(app, app_db):
+def test_admin_settings_gold_and_backup(app, app_db, ctx):
     snapshot = call(app, "admin_save_project", 1, 5, 2, "Be **strict**.", user=ADMIN)
     assert snapshot[2:6] == (1, 5, 2, "Be **strict**.")
     assert query(app_db, "SELECT likert_min, likert_max, overlap, guidelines FROM projects") == [(1, 5, 2, "Be **strict**.")]
     # The Rate tab now offers 1..5 and shows the new guidelines.
-    shown = call(app, "rate_next", user=ANNOTATOR)
+    shown = rate.next_item(ctx, request=as_user(ANNOTATOR))
     assert [value for _, value in shown[4]["choices"]] == [1, 2, 3, 4, 5]
     assert shown[9] == "Be **strict**."
     # An inverted scale is refused and nothing changes.
@@ -341,9 +347,9 @@ def test_admin_settings_gold_and_backup(app, app_db):
     assert query(backup_path, "SELECT username FROM users ORDER BY id") == [(ADMIN,), (ANNOTATOR,)]
 
 
-def test_export_filters_and_labels_import(app, app_db, tmp_path):
-    *_, state, key = call(app, "rank_next", user=ANNOTATOR)
-    rank(app, state, key, "1", "2", "3")
+def test_export_filters_and_labels_import(app, app_db, tmp_path, ctx):
+    *_, state, key = rank.next_item(ctx, request=as_user(ANNOTATOR))
+    submit_ranks(ctx, state, key, "1", "2", "3")
     fn = endpoint(app, "data_export")
     by_label = {getattr(block, "label", None): block for block in fn.inputs}
     values = {block: block.value for block in fn.inputs}
@@ -375,14 +381,14 @@ def test_export_filters_and_labels_import(app, app_db, tmp_path):
     assert "**3** prompts" in summary and "**2** rankings" in summary
 
 
-def test_refresh_resumes_and_a_waiting_run_shows_a_banner(app, app_db):
+def test_refresh_resumes_and_a_waiting_run_shows_a_banner(app_db, ctx):
     from labeler.services import labeling
     from storage import open_db, write_transaction
 
-    first = call(app, "rate_next", user=ANNOTATOR)
+    first = rate.next_item(ctx, request=as_user(ANNOTATOR))
     assert first[0] == ""  # no banner (studio.css hides it while empty)
     # A page refresh (a new session) gets the same pending item back from SQLite.
-    assert call(app, "rate_next", user=ANNOTATOR)[3] == first[3]
+    assert rate.next_item(ctx, request=as_user(ANNOTATOR))[3] == first[3]
 
     db = open_db(app_db)
     with write_transaction(db):
@@ -393,13 +399,13 @@ def test_refresh_resumes_and_a_waiting_run_shows_a_banner(app, app_db):
     labeling.create_items(db, "default", [response_id], kinds=("rating",), priority=10, run_id=run_id)
     db.conn.close()
     # Skip the pending item: the run's rollout comes next (higher priority), with the banner.
-    shown = call(app, "rate_skip", first[6], user=ANNOTATOR)
+    shown = rate.skip(ctx, first[6], request=as_user(ANNOTATOR))
     assert shown[3] == "a rollout"
     assert shown[0] == (f"⏳ Your labels are training the model **ppo-run{run_id}** right now (training run "
                         f"**#{run_id}**, waiting for **1** more labels): its answers come first.")
 
 
-def test_a_ranking_of_a_running_run_says_which_model_it_trains_until_the_run_ends(app, app_db):
+def test_a_ranking_of_a_running_run_says_which_model_it_trains_until_the_run_ends(app_db, ctx):
     from labeler.services import labeling
     from storage import open_db, write_transaction
 
@@ -411,7 +417,7 @@ def test_a_ranking_of_a_running_run_says_which_model_it_trains_until_the_run_end
         ids = [db.execute("INSERT INTO responses (prompt_id, text, model, run_id) VALUES (2, ?, 'policy', ?)",
                           [f"rollout {k}", run_id]).lastrowid for k in range(2)]
     labeling.create_items(db, "default", ids, kinds=("ranking",), priority=10, run_id=run_id)
-    shown = call(app, "rank_next", user=ANNOTATOR)
+    shown = rank.next_item(ctx, request=as_user(ANNOTATOR))
     assert {r["text"] for r in labeling.next_item(db, "default", ANNOTATOR, "ranking").responses} == {"rollout 0",
                                                                                                       "rollout 1"}
     assert shown[0].startswith(f"⏳ Your labels are training the model **kind-reviewer** right now (training run "
@@ -419,7 +425,7 @@ def test_a_ranking_of_a_running_run_says_which_model_it_trains_until_the_run_end
     # The run ended (cancelled, finished): its items are ordinary ones, no banner.
     db.execute("UPDATE runs SET status = 'cancelled' WHERE id = ?", [run_id])
     db.conn.close()
-    assert call(app, "rank_next", user=ANNOTATOR)[0] == ""
+    assert rank.next_item(ctx, request=as_user(ANNOTATOR))[0] == ""
 
 
 def test_unpaired_export_threshold_defaults_to_the_scale_midpoint_like_the_cli(app, app_db):
