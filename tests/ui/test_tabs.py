@@ -1,7 +1,9 @@
 """The tabs' handlers called in-process (no server): the same functions the buttons and api_names reach.
 
-`call(app, api_name, ..., user=)` finds the event by its api_name and calls its handler with a
-gr.Request carrying the user name, which is all Gradio's login adds.
+Rate and Rank handlers are module functions called directly with the `ctx` fixture (a UIContext) and
+`as_user(name)`, a gr.Request carrying the user name, which is all Gradio's login adds. `endpoint(app,
+api_name)` reads an event's wiring (outputs, progress, processing); `call(app, api_name, ..., user=)` still finds
+the Admin and Data handlers, and app.py's own, by api_name.
 """
 from __future__ import annotations
 

@@ -1,0 +1,12 @@
+"""What the login's parts hand each other within one request, since Gradio gives each only part of it: context
+variables, so that concurrent requests never see each other's values."""
+from __future__ import annotations
+
+import contextvars
+
+# The client address of the request being handled, set by RequestGuard for the auth coroutine (Gradio passes
+# the auth callable only the username and password).
+CLIENT_ADDRESS: contextvars.ContextVar[str | None] = contextvars.ContextVar("rlhf_studio_client", default=None)
+# (username, session epoch) of a login that just succeeded, read by SessionStore when Gradio stores the new
+# token in the same request (`app.tokens[token] = username` right after `await auth(...)`).
+LOGIN_EPOCH: contextvars.ContextVar[tuple[str, int] | None] = contextvars.ContextVar("rlhf_studio_login", default=None)
