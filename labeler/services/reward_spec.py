@@ -39,12 +39,6 @@ class RewardSpec:
     model: str = ""
     function: str = ""
 
-    def text(self) -> str:
-        """The spec in the grammar (parse(spec.text()) == spec)."""
-        if self.source == "function":
-            return self.function or "function"
-        return f"{self.source}:{self.model}" if self.model else self.source
-
     @property
     def imports_code(self) -> bool:
         """A module:function reward: code the run imports (the web form may not name one)."""
@@ -143,10 +137,3 @@ def names_code(values: dict[str, Any]) -> list[str]:
         if spec.imports_code:
             found.append(key)
     return found
-
-
-def from_job(job) -> RewardSpec:
-    """A JobConfig's reward as a spec (what `reward=` would be set to for it)."""
-    if job.reward == "function":
-        return RewardSpec("function", function=job.reward_function)
-    return RewardSpec(job.reward, model=job.reward_model)
