@@ -67,6 +67,16 @@ def test_kto_trains_on_rated_answers(db, tmp_path, tiny_model_dir):
     assert {"loss", "kl", "rewards/chosen", "rewards/rejected"} <= set(run_metrics.metric_names(db, run.id))
 
 
+def test_kto_weights_make_the_rarer_kind_count_as_much_as_the_other():
+    from labeler.services.stage_runners_online import kto_balanced_weights
+
+    # 64 desirable, 368 undesirable (the shipped task at threshold 6): 368 / 64 = 5.75 on each desirable answer.
+    assert kto_balanced_weights([True] * 64 + [False] * 368) == {"desirable_weight": 5.75}
+    assert kto_balanced_weights([True] * 3 + [False]) == {"undesirable_weight": 3.0}
+    assert kto_balanced_weights([True, False]) == {}
+    assert kto_balanced_weights([True, True]) == {}  # one kind only: refused before (kto_label_problem)
+
+
 def test_settings_are_checked_before_a_run_is_queued():
     config = train_configs.resolve_run_config("grpo", {"reward": "function", "loss_type": "bnpo"})
     assert config["trainer"] == {"loss_type": "bnpo"}
