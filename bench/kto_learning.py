@@ -102,7 +102,9 @@ def main() -> None:
         rate_everything(db, work, args.annotators)
 
     export = work / "unpaired.jsonl"
-    studio(db, "export", "--kind", "unpaired", "--training", "--format", "jsonl", "--out", str(export))
+    threshold = [s.split("=", 1)[1] for s in args.set if s.startswith("sft_min_score=")]  # KTO's threshold
+    studio(db, "export", "--kind", "unpaired", "--training", "--format", "jsonl", "--out", str(export),
+           *(["--threshold", threshold[-1]] if threshold else []))
     rows = [json.loads(line) for line in export.read_text().splitlines()]
     desirable = sum(bool(row["label"]) for row in rows)
     print(f"unpaired export: {len(rows)} rows, {desirable} desirable, {len(rows) - desirable} undesirable", flush=True)
