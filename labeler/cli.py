@@ -10,6 +10,7 @@ import importlib
 import os
 import sqlite3
 import sys
+from importlib.metadata import PackageNotFoundError, version
 
 from labeler.services.errors import InputError, PermissionDenied
 from storage import StorageError, creation
@@ -31,8 +32,6 @@ COMMAND_MODULES = [
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("rlhf-studio")
     except PackageNotFoundError:  # run from a checkout that was never installed

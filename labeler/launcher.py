@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from labeler.services import supervision
+from storage import open_db
 
 # The niceness training runs at (0-19, higher yields more): the environment variable overrides it, 0 turns it off.
 NICENESS_ENV = "RLHF_STUDIO_TRAINING_NICE"
@@ -82,7 +83,6 @@ def _record(script_args: list[str], failure: supervision.RankFailure,
     run = _run_of(script_args)
     if run is None:
         return
-    from storage import open_db
 
     try:
         message = supervision.record_rank_failure(open_db(run[0]), run[1], failure, others)

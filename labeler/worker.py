@@ -22,7 +22,8 @@ import traceback
 from pathlib import Path
 from typing import Callable
 
-from labeler.services import hub, jobs, runs, supervision, train_configs
+from labeler.launcher import lower_priority
+from labeler.services import evaluation, hub, jobs, models, runs, supervision, train_configs
 from labeler.services.metrics_sink import MetricsSink
 from labeler.services.stages import RunResult, StageContext
 from storage import open_db
@@ -55,13 +56,11 @@ def run_stage(ctx: StageContext) -> RunResult:
 
 def register_result(db, ctx: StageContext, result: RunResult) -> dict:
     """Register the trained model with its lineage: base model, run, config, final metrics, data snapshot."""
-    from labeler.services import models
-
     run_config = runs.get_run(db, ctx.run_id).config
     # A run registers one model, ever (a launcher killed, its worker left running and the run resumed beside
     # it once registered two models for one folder). An attempt killed after registering (during the
     # evaluation) and resumed finds its own folder registered: that registration stands.
-    earlier = db.execute("SELECT name, path FROM models WHERE run_id = ?", [ctx.run_id]).fetchone()
+    earlier = models.model_of_run(db, ctx.run_id)
     if earlier is not None:
         if Path(earlier["path"]).resolve() != Path(result.path).resolve():
             raise RuntimeError(f"run {ctx.run_id} already registered model {earlier['name']!r} "
@@ -69,7 +68,7 @@ def register_result(db, ctx: StageContext, result: RunResult) -> dict:
         print(f"run {ctx.run_id}: its model is registered already, as {earlier['name']!r}", flush=True)
         return models.get_model(db, earlier["name"])
     name = ctx.job.output_name or f"{ctx.stage}-run{ctx.run_id}"
-    if db.execute("SELECT 1 FROM models WHERE name = ?", [name]).fetchone():
+    if models.model_exists(db, name):
         name = f"{name}-run{ctx.run_id}"  # a reused output name must not fail a finished training
     metrics = {**ctx.sink.final_metrics(), **result.metrics}
     registered = models.register_model(
@@ -93,8 +92,6 @@ def _evaluate(db, ctx, registered: dict) -> None:
     """The automatic held-out evaluation of a finished policy run (labeler/services/evaluation.py), before the
     run turns succeeded so the Train tab's before/after table is there when it does. A failure is logged and
     does not fail the run: the model is trained and registered, and `rlhf-studio eval` can evaluate it later."""
-    from labeler.services import evaluation
-
     try:
         after = evaluation.evaluate_finished_run(db, ctx.run_id, ctx.stage, ctx.project, ctx.job, registered,
                                                  sink=ctx.sink,
@@ -195,7 +192,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--db", required=True, help="SQLite database file")
     parser.add_argument("--run-id", type=int, required=True, help="id of the run (status running)")
     args = parser.parse_args(argv)
-    from labeler.launcher import lower_priority
 
     lower_priority()  # started without the launcher (RLHF_STUDIO_LAUNCHER=python) too; see launcher.lower_priority
     status = run_worker(str(Path(args.db).resolve()), args.run_id)

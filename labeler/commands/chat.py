@@ -8,7 +8,10 @@ import sys
 from typing import TextIO
 
 from labeler.commands.generate import add_settings_flags, passive_omp_threads, settings_from_args
-from labeler.services.chat import CHAT_SETTINGS
+from labeler.services.chat import CHAT_SETTINGS, ModelCache, stream_reply
+from labeler.services.hub import push_model, write_registered_model_card
+from labeler.services.models import list_models, merge_adapter_model, register_model, resolve
+from storage import open_db
 
 HELP_LINE = "Type a message; /reset starts over, /exit (or Ctrl-D) quits."
 
@@ -62,9 +65,6 @@ def register(subparsers, common: argparse.ArgumentParser) -> None:
 
 def run_chat(args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
     passive_omp_threads()
-    from labeler.services.chat import ModelCache, stream_reply
-    from labeler.services.models import resolve
-    from storage import open_db
 
     stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
     settings = settings_from_args(args, CHAT_SETTINGS)
@@ -109,9 +109,6 @@ def run_chat(args: argparse.Namespace, stdin: TextIO | None = None, stdout: Text
 
 
 def run_models_list(args: argparse.Namespace) -> int:
-    from labeler.services.models import list_models
-    from storage import open_db
-
     db = open_db(args.db)
     try:
         rows = list_models(db, kind=args.kind)
@@ -129,10 +126,6 @@ def run_models_list(args: argparse.Namespace) -> int:
 
 
 def run_models_add(args: argparse.Namespace) -> int:
-    from labeler.services.hub import write_registered_model_card
-    from labeler.services.models import register_model
-    from storage import open_db
-
     db = open_db(args.db)
     try:
         row = register_model(db, args.name, args.path, args.kind)
@@ -144,9 +137,6 @@ def run_models_add(args: argparse.Namespace) -> int:
 
 
 def run_models_push(args: argparse.Namespace) -> int:
-    from labeler.services.hub import push_model
-    from storage import open_db
-
     db = open_db(args.db)
     try:
         url = push_model(db, args.name, args.repo, private=args.private)
@@ -157,10 +147,6 @@ def run_models_push(args: argparse.Namespace) -> int:
 
 
 def run_models_merge(args: argparse.Namespace) -> int:
-    from labeler.services.hub import write_registered_model_card
-    from labeler.services.models import merge_adapter_model
-    from storage import open_db
-
     db = open_db(args.db)
     try:
         row = merge_adapter_model(db, args.name, output_name=args.output_name, out_dir=args.out)

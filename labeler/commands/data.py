@@ -9,26 +9,32 @@ import argparse
 import dataclasses
 from pathlib import Path
 
+from labeler.forms import build_config, field_specs
+from labeler.services.active_learning import refresh_selection
 from labeler.services.errors import InputError
-from labeler.services.projects import PROMPT_FORMATS, SELECTIONS
+from labeler.services.export import FORMATS, KINDS, ExportOptions, export
+from labeler.services.hub import check_repo_id, push_export
+from labeler.services.labels_import import import_preferences
+from labeler.services.projects import PROMPT_FORMATS, SELECTIONS, create_project, list_projects, update_project
+from labeler.services.prompts import count_prompts, import_prompts, import_shipped_prompts, list_prompts, promote_prompts
+from labeler.services.readers import decode_text
+from storage import backup, open_db
 
 
 def register(subparsers, common: argparse.ArgumentParser) -> None:
     _register_prompts(subparsers, common)
     _register_labels(subparsers, common)
     _register_export(subparsers, common)
-    backup = subparsers.add_parser(
+    backup_parser = subparsers.add_parser(
         "backup", parents=[common], help="copy the live database to a file (safe while the app runs)",
         description="A consistent copy of the database through SQLite's backup API, even while the app writes.",
     )
-    backup.add_argument("--out", required=True, help="file to write, e.g. backups/studio-2025-01-31.db")
-    backup.set_defaults(func=run_backup)
+    backup_parser.add_argument("--out", required=True, help="file to write, e.g. backups/studio-2025-01-31.db")
+    backup_parser.set_defaults(func=run_backup)
     _register_projects(subparsers, common)
 
 
 def _open(args):
-    from storage import open_db
-
     return open_db(args.db)
 
 
@@ -71,8 +77,6 @@ def _register_prompts(subparsers, common) -> None:
 
 
 def run_prompts_promote(args) -> int:
-    from labeler.services.prompts import promote_prompts
-
     moved = promote_prompts(_open(args), args.project, args.ids or None)
     print(f"{moved} typed prompts moved to the training prompts of project '{args.project}'")
     return 0
@@ -84,22 +88,16 @@ def _print_import(result, what: str, project: str) -> None:
 
 
 def run_prompts_import(args) -> int:
-    from labeler.services.prompts import import_prompts
-
     _print_import(import_prompts(_open(args), args.file, project=args.project, source=args.source), "prompts", args.project)
     return 0
 
 
 def run_prompts_import_shipped(args) -> int:
-    from labeler.services.prompts import import_shipped_prompts
-
     _print_import(import_shipped_prompts(_open(args), project=args.project), "prompts", args.project)
     return 0
 
 
 def run_prompts_list(args) -> int:
-    from labeler.services.prompts import count_prompts, list_prompts
-
     db = _open(args)
     rows = list_prompts(db, project=args.project, limit=args.limit, offset=args.offset)
     for row in rows:
@@ -128,8 +126,6 @@ def _register_labels(subparsers, common) -> None:
 
 
 def run_labels_import(args) -> int:
-    from labeler.services.labels_import import import_preferences
-
     _print_import(import_preferences(_open(args), args.file, project=args.project), "preference pairs", args.project)
     return 0
 
@@ -138,9 +134,6 @@ def run_labels_import(args) -> int:
 
 
 def _register_export(subparsers, common) -> None:
-    from labeler.forms import field_specs
-    from labeler.services.export import FORMATS, KINDS, ExportOptions
-
     parser = subparsers.add_parser(
         "export", parents=[common], help="write labels as a TRL dataset (preferences, ratings, unpaired)",
         description=(
@@ -171,32 +164,23 @@ def _register_export(subparsers, common) -> None:
 
 
 def run_export(args) -> int:
-    from labeler.forms import build_config
-    from labeler.services.export import ExportOptions, export
-
     values = {key[4:]: value for key, value in vars(args).items() if key.startswith("opt_") and value not in (None, False)}
     annotators = values.pop("annotators", None)  # comma-separated text, split by ExportOptions itself
     options = build_config(ExportOptions, values)
     if annotators is not None:
         options = dataclasses.replace(options, annotators=annotators)
     if args.push_to_hub is not None:  # refuse before exporting, not after
-        from labeler.services.hub import check_repo_id
-
         check_repo_id(args.push_to_hub)
         if args.fmt != "hf":
             raise InputError("--push-to-hub needs --format hf (a datasets folder with its card)", field="format")
     result = export(_open(args), args.project, args.kind, args.fmt, args.out, options)
     print(f"wrote {result.rows} {args.kind} rows to {result.path}")
     if args.push_to_hub is not None:
-        from labeler.services.hub import push_export
-
         print(f"pushed to {push_export(result.path, args.push_to_hub, private=args.private)}")
     return 0
 
 
 def run_backup(args) -> int:
-    from storage import backup
-
     print(f"backed up {args.db} to {backup(_open(args), args.out)}")
     return 0
 
@@ -252,8 +236,6 @@ def _register_projects(subparsers, common) -> None:
 def _guidelines(path: str | None) -> str | None:
     if path is None:
         return None
-    from labeler.services.readers import decode_text
-
     if not Path(path).is_file():
         raise InputError("guidelines file not found", file=path)
     return decode_text(Path(path))
@@ -266,8 +248,6 @@ def _describe(project) -> str:
 
 
 def run_projects_create(args) -> int:
-    from labeler.services.projects import create_project
-
     project = create_project(_open(args), args.name, likert_min=args.likert_min, likert_max=args.likert_max,
                              overlap=args.overlap, guidelines=_guidelines(args.guidelines) or "",
                              ranking_guidelines=_guidelines(args.ranking_guidelines), prompt_format=args.prompt_format)
@@ -276,7 +256,6 @@ def run_projects_create(args) -> int:
 
 
 def run_projects_rescore(args) -> int:
-    from labeler.services.active_learning import refresh_selection
     from rlhf.preference_ensemble import FrozenTextEncoder
 
     report = refresh_selection(_open(args), args.name, FrozenTextEncoder())
@@ -286,8 +265,6 @@ def run_projects_rescore(args) -> int:
 
 
 def run_projects_set(args) -> int:
-    from labeler.services.projects import update_project
-
     project = update_project(_open(args), args.name, likert_min=args.likert_min, likert_max=args.likert_max,
                              overlap=args.overlap, guidelines=_guidelines(args.guidelines),
                              ranking_guidelines=_guidelines(args.ranking_guidelines or args.guidelines),
@@ -297,9 +274,6 @@ def run_projects_set(args) -> int:
 
 
 def run_projects_list(args) -> int:
-    from labeler.services.projects import list_projects
-    from labeler.services.prompts import count_prompts
-
     db = _open(args)
     for project in list_projects(db):
         print(f"{_describe(project)}, {count_prompts(db, project.name)} prompts")

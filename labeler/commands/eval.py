@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 
+from labeler.commands.generate import passive_omp_threads
+from labeler.services import evaluation, hub
 from labeler.services.evaluation import HELDOUT, EvalSettings
+from storage import open_db
 
 
 def register(subparsers, common: argparse.ArgumentParser) -> None:
@@ -43,11 +46,7 @@ def register(subparsers, common: argparse.ArgumentParser) -> None:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from labeler.commands.generate import passive_omp_threads
-
     passive_omp_threads()
-    from labeler.services import evaluation, hub
-    from storage import open_db
 
     settings = EvalSettings(prompts=args.prompts, reward=args.reward, samples=args.samples,
                             max_new_tokens=args.max_new_tokens, threshold=args.threshold, seed=args.seed,

@@ -9,9 +9,13 @@ import argparse
 import dataclasses
 import os
 
+from tqdm import tqdm
+
 from labeler import forms
 from labeler.services.errors import InputError
+from labeler.services.generation import generate_responses
 from rlhf.configs import GenerationSettings
+from storage import open_db
 
 
 def _flag(name: str) -> str:
@@ -73,10 +77,6 @@ def passive_omp_threads() -> None:
 
 def run_generate(args: argparse.Namespace) -> int:
     passive_omp_threads()
-    from tqdm import tqdm
-
-    from labeler.services.generation import generate_responses
-    from storage import open_db
 
     settings = settings_from_args(args)
     db = open_db(args.db)

@@ -11,6 +11,12 @@ import os
 import sys
 import threading
 
+from labeler.services import accounts, generation, models, projects, prompts
+from labeler.services.active_learning import SelectionRefresher
+from labeler.services.errors import InputError
+from rlhf.loading import default_model_path
+from storage import open_db
+
 FIRST_PROMPTS = 16  # prompts answered in the background on the first start (x2 answers: ratings and rankings)
 SESSION_DAYS = 7
 
@@ -19,8 +25,6 @@ def go_offline() -> None:
     """No hub downloads from this process: a hub id in the registry loads from the local cache or fails at once,
     instead of a web request waiting on the network (it once held the model cache's lock for 47 s).
     huggingface_hub reads HF_HUB_OFFLINE when imported, so the constant is set too if it already is."""
-    import os
-
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
     if "huggingface_hub.constants" in sys.modules:
@@ -76,10 +80,6 @@ def register(subparsers, common: argparse.ArgumentParser) -> None:
 
 def prepare(db_path: str, project: str, model: str) -> tuple[str | None, bool]:
     """Make the database ready to serve. Returns (one-time admin password or None, project has no answers)."""
-    from labeler.services import accounts, models, projects, prompts
-    from labeler.services.errors import InputError
-    from storage import open_db
-
     # The one place the web app creates and migrates the database; its requests then open it as is.
     db = open_db(db_path, create=True)
     try:
@@ -94,8 +94,6 @@ def prepare(db_path: str, project: str, model: str) -> tuple[str | None, bool]:
             print("Preparing the default model (converted to safetensors once, then cached)...", flush=True)
         models.resolve(db, model)  # an unknown name fails here, before the server starts
         if model == "default":
-            from rlhf.loading import default_model_path
-
             default_model_path()
         password = accounts.ensure_admin(db)
         no_answers = projects.project_counts(db, project)["responses"] == 0
@@ -106,9 +104,6 @@ def prepare(db_path: str, project: str, model: str) -> tuple[str | None, bool]:
 
 def generate_first_answers(db_path: str, project: str, model: str, limit: int) -> None:
     """Runs in a background thread with its own connection; failures are printed, never fatal to the server."""
-    from labeler.services import generation
-    from storage import open_db
-
     db = open_db(db_path)
     try:
         ids = generation.generate_responses(db, project, model=model, n_per_prompt=2, limit=limit)
@@ -120,8 +115,6 @@ def generate_first_answers(db_path: str, project: str, model: str, limit: int) -
 
 
 def run(args: argparse.Namespace) -> int:
-    from labeler.services.errors import InputError
-
     if args.session_days <= 0:
         raise InputError(f"must be more than 0, got {args.session_days!r}", field="--session-days")
     if args.max_upload_files < 1:
@@ -159,8 +152,6 @@ def run(args: argparse.Namespace) -> int:
             name="first-answers", daemon=True,
         ).start()
     # Projects with selection 'uncertainty' get their queue re-ordered every few labels, in the background.
-    from labeler.services.active_learning import SelectionRefresher
-
     SelectionRefresher(args.db).start()
     launch(app, settings, quiet=True)
     return 0

@@ -7,7 +7,9 @@ import getpass
 import secrets
 import sys
 
+from labeler.services.accounts import create_user, list_users, set_active, set_password
 from labeler.services.errors import InputError
+from storage import open_db
 
 
 def register(subparsers, common: argparse.ArgumentParser) -> None:
@@ -42,8 +44,6 @@ def register(subparsers, common: argparse.ArgumentParser) -> None:
 
 
 def _open(args):
-    from storage import open_db
-
     return open_db(args.db)
 
 
@@ -60,8 +60,6 @@ def _password(args) -> tuple[str, bool]:
 
 
 def run_add(args) -> int:
-    from labeler.services.accounts import create_user
-
     password, generated = _password(args)
     user = create_user(_open(args), args.name, password, role=args.role)
     print(f"added {user.role} '{user.username}'" + (f" with password: {password}" if generated else ""))
@@ -69,16 +67,12 @@ def run_add(args) -> int:
 
 
 def run_list(args) -> int:
-    from labeler.services.accounts import list_users
-
     for user in list_users(_open(args)):
         print(f"{user.username:<24} {user.role:<10} {'active' if user.active else 'deactivated'}")
     return 0
 
 
 def run_passwd(args) -> int:
-    from labeler.services.accounts import set_password
-
     password, generated = _password(args)
     set_password(_open(args), args.name, password)
     print(f"password of '{args.name}' changed" + (f" to: {password}" if generated else ""))
@@ -86,8 +80,6 @@ def run_passwd(args) -> int:
 
 
 def run_set_active(args) -> int:
-    from labeler.services.accounts import set_active
-
     user = set_active(_open(args), args.name, args.active)
     print(f"'{user.username}' is now {'active' if user.active else 'deactivated'}")
     return 0

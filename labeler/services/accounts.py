@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import sqlite_utils
 
 from labeler.services.errors import InputError, PermissionDenied
+from labeler.services.login_guard import Throttled
 from storage import write_transaction
 
 ROLES = ("admin", "annotator")
@@ -159,8 +160,6 @@ def change_own_password(db: sqlite_utils.Database, username: str, current: str, 
     wrong current password like a wrong login from `address`, and refuses (login_guard.Throttled) before
     checking once the account or the address is throttled: a hijacked session cannot guess it at full speed.
     """
-    from labeler.services.login_guard import Throttled
-
     row = db.execute("SELECT password_hash, salt, active FROM users WHERE username = ?", [username]).fetchone()
     if row is None or not row["active"]:
         raise PermissionDenied(f"user '{username}' is unknown or deactivated")
@@ -206,6 +205,16 @@ def set_active(db: sqlite_utils.Database, username: str, active: bool) -> User:
             raise InputError(f"unknown user '{username}'", field="username")
         _check_an_admin_remains(db)
     return get_user(db, username)
+
+
+def set_simulated_active(db: sqlite_utils.Database, username: str, active: bool) -> None:
+    """A simulated annotator's account (the demo's) on or off: the change set_active makes (deactivating ends
+    its sessions), without its "an active admin remains" check, since a demo's database may have no admin at
+    all; an admin's account is never changed, and one already in that state is left as it is."""
+    with write_transaction(db):
+        db.execute("UPDATE users SET active = ?, session_epoch = session_epoch + (? = 0)"
+                   " WHERE username = ? AND role != 'admin' AND active != ?",
+                   [int(bool(active)), int(bool(active)), username, int(bool(active))])
 
 
 def session_epoch(db: sqlite_utils.Database, username: str) -> int | None:

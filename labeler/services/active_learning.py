@@ -12,7 +12,7 @@ uncertainty selection has `REFIT_EVERY` new labels; `rlhf-studio projects rescor
 """
 from __future__ import annotations
 
-import json
+import logging
 import random
 import threading
 from dataclasses import dataclass, field
@@ -20,21 +20,15 @@ from typing import Sequence
 
 import sqlite_utils
 
+from labeler.services import labeling
+from labeler.services.export import ExportOptions, preference_rows
 from labeler.services.projects import Project, get_project, list_projects
+from labeler.services.responses import response_texts
 from storage import open_db, write_transaction
 
 RANDOM_SHARE = 0.25  # every 4th item served is a random one
 REFIT_EVERY = 10  # labels between two refits in the background
 MAX_CANDIDATES = 2000  # open items scored per refresh (the oldest; the rest keep arrival order after them)
-
-
-def label_count(db: sqlite_utils.Database, project_id: int) -> int:
-    """Ratings and rankings stored in the project (what a refit learns from)."""
-    return db.execute(
-        "SELECT (SELECT COUNT(*) FROM ratings r JOIN items i ON i.id = r.item_id WHERE i.project_id = :p)"
-        " + (SELECT COUNT(*) FROM rankings k JOIN items i ON i.id = k.item_id WHERE i.project_id = :p)",
-        {"p": project_id},
-    ).fetchone()[0]
 
 
 def _prompt_text(prompt) -> str:
@@ -54,8 +48,6 @@ def _answer_text(answer) -> str:
 def preference_texts(db: sqlite_utils.Database, project: str) -> list[tuple[str, str, str]]:
     """(prompt, chosen, rejected) texts of every preference the project's labels imply: rankings, and pairs of
     rated answers to one prompt (the export's majority rules decide contested pairs)."""
-    from labeler.services.export import ExportOptions, preference_rows
-
     rows = preference_rows(db, project, ExportOptions(include_rating_pairs=True))
     return [(_prompt_text(r["prompt"]), _answer_text(r["chosen"]), _answer_text(r["rejected"])) for r in rows]
 
@@ -81,20 +73,9 @@ class OpenItem:
 
 def open_items(db: sqlite_utils.Database, project_id: int, limit: int = MAX_CANDIDATES) -> list[OpenItem]:
     """The oldest open items that are not gold and no run waits for, with their texts."""
-    rows = db.execute(
-        "SELECT i.id, i.kind, i.response_ids_json, p.text FROM items i JOIN prompts p ON p.id = i.prompt_id"
-        " WHERE i.project_id = ? AND i.is_open = 1 AND i.gold_json IS NULL AND i.priority = 0 ORDER BY i.id LIMIT ?",
-        [project_id, limit],
-    ).fetchall()
-    ids = {r for row in rows for r in json.loads(row["response_ids_json"])}
-    texts: dict[int, str] = {}
-    ordered = sorted(ids)
-    for start in range(0, len(ordered), 900):
-        chunk = ordered[start : start + 900]
-        texts.update(db.execute(f"SELECT id, text FROM responses WHERE id IN ({', '.join('?' * len(chunk))})",
-                                chunk).fetchall())
-    return [OpenItem(row["id"], row["kind"], row["text"],
-                     [texts[r] for r in json.loads(row["response_ids_json"]) if r in texts]) for row in rows]
+    rows = labeling.selectable_items(db, project_id, limit)
+    texts = response_texts(db, {r for _, _, _, ids in rows for r in ids})
+    return [OpenItem(item_id, kind, prompt, [texts[r] for r in ids if r in texts]) for item_id, kind, prompt, ids in rows]
 
 
 def item_information(ensemble, encoder, items: Sequence[OpenItem]) -> list[float]:
@@ -152,7 +133,7 @@ def refresh_selection(db: sqlite_utils.Database, project: str, encoder, seed: in
     (one transaction). Runs whatever the project's selection setting; the queue reads the scores only under
     'uncertainty'."""
     proj = get_project(db, project)
-    labels = label_count(db, proj.id)
+    labels = labeling.label_count(db, proj.id)
     pairs = preference_texts(db, project)
     ensemble = fit_ensemble(encoder, pairs, seed=seed)
     items = [item for item in open_items(db, proj.id) if item.answers]
@@ -166,10 +147,7 @@ def refresh_selection(db: sqlite_utils.Database, project: str, encoder, seed: in
         order += order_with_random_share([i for i, _ in of_kind], [v for _, v in of_kind], RANDOM_SHARE,
                                          random.Random(f"{proj.id}:{kind}:{labels}:{seed}"))
     with write_transaction(db):
-        db.execute("UPDATE items SET selection_score = NULL, selection_reason = NULL"
-                   " WHERE project_id = ? AND is_open = 1 AND selection_score IS NOT NULL", [proj.id])
-        db.conn.executemany("UPDATE items SET selection_score = ?, selection_reason = ? WHERE id = ?",
-                            [(score, reason, item_id) for item_id, score, reason in order])
+        labeling.set_selection_order(db, proj.id, order)
     return SelectionReport(project, labels, len(pairs), len(order))
 
 
@@ -203,7 +181,7 @@ class SelectionRefresher:
     def tick(self, db) -> list[SelectionReport]:
         reports = []
         for project in list_projects(db):
-            labels = label_count(db, project.id)
+            labels = labeling.label_count(db, project.id)
             if self.due(project, labels):
                 if self._encoder is None:
                     from rlhf.preference_ensemble import FrozenTextEncoder
@@ -214,8 +192,6 @@ class SelectionRefresher:
         return reports
 
     def _loop(self) -> None:
-        import logging
-
         db = open_db(self.db_path)
         while not self._stop.wait(self.interval):
             try:

@@ -17,11 +17,11 @@ from typing import Iterator
 
 import sqlite_utils
 
-from labeler.services import label_kinds, labeling
+from labeler.services import label_kinds, labeling, prompts
 from labeler.services.accounts import require_user
 from labeler.services.chat import ModelCache, check_length, reply
 from labeler.services.errors import InputError, PermissionDenied
-from labeler.services.models import resolve_chat_model
+from labeler.services.models import chat_model_names, resolve_chat_model
 from labeler.services.projects import get_project
 from labeler.services.prompts import TYPED_SPLIT, PromptRecord, insert_prompt
 from labeler.services.responses import insert_response
@@ -72,8 +72,6 @@ MIN_MODELS = 2
 
 def battle_models(db: sqlite_utils.Database, server_models: tuple[str, ...] = ()) -> list[str]:
     """The models a battle can pick from: registered chat models and the server's own (`serve --model`)."""
-    from labeler.services.models import chat_model_names
-
     names = chat_model_names(db)
     return names + [name for name in server_models if name not in names]
 
@@ -106,13 +104,11 @@ class VoteResult:
 
 def random_prompt(db: sqlite_utils.Database, project: str, rng: random.Random) -> str:
     """A prompt of the project, picked with the caller's generator. InputError if there are none."""
-    project_id = get_project(db, project).id
     # Not one another annotator typed in Chat or Arena (unreviewed: prompts.TYPED_SPLIT).
-    ids = [row[0] for row in db.execute("SELECT id FROM prompts WHERE project_id = ? AND split != ? ORDER BY id",
-                                        [project_id, TYPED_SPLIT])]
+    ids = prompts.reviewed_prompt_ids(db, get_project(db, project).id)
     if not ids:
         raise InputError(f"project '{project}' has no prompts yet; import some or type one", field="prompt")
-    return db.execute("SELECT text FROM prompts WHERE id = ?", [rng.choice(ids)]).fetchone()[0]
+    return prompts.prompt_text(db, rng.choice(ids))
 
 
 def start_battle(
@@ -164,6 +160,15 @@ def start_battle(
             [proj.id, prompt_id, first, second, *response_ids, user.id],
         ).lastrowid
     return Battle(battle_id, prompt, answers[first], answers[second])
+
+
+def voted_battles(db: sqlite_utils.Database, project_id: int) -> list[tuple[str, str, str]]:
+    """(model_a, model_b, winner) of every voted battle of the project, oldest vote first."""
+    rows = db.execute(
+        "SELECT model_a, model_b, winner FROM battles WHERE project_id = ? AND winner IS NOT NULL ORDER BY voted_at, id",
+        [project_id],
+    )
+    return [(row[0], row[1], row[2]) for row in rows]
 
 
 def vote(db: sqlite_utils.Database, battle_id: int, username: str, winner: str) -> VoteResult:

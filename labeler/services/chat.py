@@ -19,10 +19,12 @@ import sqlite_utils
 from labeler.services import label_kinds, labeling
 from labeler.services.accounts import require_user
 from labeler.services.errors import InputError
+from labeler.services.models import check_generates_text
 from labeler.services.projects import get_project
 from labeler.services.prompts import TYPED_SPLIT, PromptRecord, insert_prompt
 from labeler.services.responses import insert_response
 from rlhf.configs import GenerationSettings
+from rlhf.loading import load_causal_lm, load_tokenizer, resolve_model_path
 from storage import write_transaction
 
 Messages = list[dict]
@@ -136,8 +138,6 @@ def _load(name_or_path: str, kind: str) -> Any:
         return RewardScorer(name_or_path)
     if kind != "causal":
         raise ValueError(f"kind={kind!r}: 'causal' or 'reward'")
-    from labeler.services.models import check_generates_text
-    from rlhf.loading import load_causal_lm, load_tokenizer, resolve_model_path
 
     check_generates_text(resolve_model_path(name_or_path))  # an encoder would answer from a random head
     model = load_causal_lm(name_or_path).eval()
@@ -391,9 +391,6 @@ def rate_answer(
         response_id = insert_response(db, prompt_id, answer, model=model, source=source, settings_json=settings_json,
                                       server_generated=server_generated)
     labeling.create_items(db, project, [response_id], kinds=("rating",))
-    item_id = db.execute(
-        "SELECT id FROM items WHERE project_id = ? AND kind = 'rating' AND response_ids_json = ?",
-        [proj.id, labeling.response_ids_json([response_id])],
-    ).fetchone()[0]
+    item_id = labeling.find_item(db, proj.id, "rating", [response_id])
     result = labeling.submit_rating(db, project, username, item_id, score, claim=True)
     return RatedAnswer(prompt_id, response_id, item_id, result.label_id)

@@ -29,16 +29,33 @@ import os
 import random
 import secrets
 import statistics
+import subprocess
+import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from labeler.services import jobs, run_metrics, runs
+from labeler.services import (
+    accounts,
+    evaluation,
+    generation,
+    hub,
+    jobs,
+    labeling,
+    models,
+    projects,
+    prompts,
+    run_metrics,
+    runs,
+    train_configs,
+)
 from labeler.services.errors import InputError
 from labeler.services.train_configs import JobConfig
-from rlhf.configs import PPOConfig
+from rlhf.configs import GenerationSettings, PPOConfig
 from rlhf.hardware import bf16_is_fast
+from rlhf.rewards import vader_answer
 from storage import open_db, write_transaction
 
 ANNOTATOR = "simulated-annotator"
@@ -116,9 +133,7 @@ class DemoReport:
         lines.append(f"VADER of the answer alone mean before {s['vader_before_mean']:.3f}, "
                      f"after {s['vader_after_mean']:.3f} (over all {len(self.rows)} answers)")
         if self.evaluations:
-            from labeler.services.evaluation import format_report
-
-            lines += ["", format_report(self.evaluations, examples=0)]
+            lines += ["", evaluation.format_report(self.evaluations, examples=0)]
         lines.append("timings: " + ", ".join(f"{k} {v:.0f}s" for k, v in self.timings.items()))
         return "\n".join(lines)
 
@@ -127,18 +142,14 @@ def _split_prompts(db, project: str, settings: DemoSettings) -> tuple[list[int],
     """(held-out ids, training ids). The held-out prompts are the project's split 'test' (the shipped set's
     fixed fifth); a project without any gets `heldout` prompts, drawn with the seed, moved there. The training
     prompts are the first `prompts` of the others, shuffled with the seed."""
-    from labeler.services.projects import get_project
-    from labeler.services.prompts import hold_out
-
-    project_id = get_project(db, project).id
-    rows = db.execute("SELECT id, split FROM prompts WHERE project_id = ? ORDER BY id", [project_id]).fetchall()
-    heldout = [row[0] for row in rows if row[1] == "test"]
-    ids = [row[0] for row in rows if row[1] != "test"]
+    splits = prompts.prompt_splits(db, projects.get_project(db, project).id)
+    heldout = [prompt_id for prompt_id, split in splits if split == "test"]
+    ids = [prompt_id for prompt_id, split in splits if split != "test"]
     random.Random(settings.seed).shuffle(ids)
     if not heldout:
         heldout, ids = sorted(ids[: settings.heldout]), ids[settings.heldout:]
         with write_transaction(db):
-            hold_out(db, heldout)
+            prompts.hold_out(db, heldout)
     return heldout, ids[: settings.prompts or None]
 
 
@@ -196,8 +207,6 @@ def demo_running(db_path: str) -> bool:
 def _activate_annotator(db) -> None:
     """The simulated annotator's account, active, with a fresh random password that is never shown: labels
     need an account, but nobody should be able to log in as it (a seeded password could be computed)."""
-    from labeler.services import accounts
-
     password = secrets.token_urlsafe(32)
     user = accounts.get_user(db, ANNOTATOR)
     if user is None:
@@ -207,17 +216,11 @@ def _activate_annotator(db) -> None:
                          field="username")
     else:
         accounts.set_password(db, ANNOTATOR, password)
-        # Not accounts.set_active: see _deactivate_annotator.
-        with write_transaction(db):
-            db.execute("UPDATE users SET active = 1 WHERE username = ?", [ANNOTATOR])
+        accounts.set_simulated_active(db, ANNOTATOR, True)
 
 
 def _deactivate_annotator(db) -> None:
-    # The same change as accounts.set_active(False) (inactive, sessions ended), without its "an active admin
-    # remains" check: a demo's database may have no admin at all, and this account is never one.
-    with write_transaction(db):
-        db.execute("UPDATE users SET active = 0, session_epoch = session_epoch + 1"
-                   " WHERE username = ? AND role != 'admin' AND active = 1", [ANNOTATOR])
+    accounts.set_simulated_active(db, ANNOTATOR, False)
 
 
 def simulate_annotator(db, project: str, noise: float, seed: int, prompt_ids: list[int] | None = None) -> int:
@@ -257,9 +260,6 @@ def tie_groups(ids: list[int], scores: list[float], margin: float) -> list[list[
 
 
 def _rank_all(db, project: str, noise: float, seed: int, prompt_ids: list[int] | None) -> int:
-    from labeler.services import labeling
-    from rlhf.rewards import vader_answer
-
     rng = random.Random(seed)
     wanted = set(prompt_ids) if prompt_ids is not None else None
     done = 0
@@ -292,14 +292,12 @@ def _wait(db, run_id: int, log: Callable[[str], None]) -> runs.Run:
 
 
 def _ensure_project(db, project: str) -> None:
-    from labeler.services import projects
-
     if not any(p.name == project for p in projects.list_projects(db)):
         projects.create_project(db, project, guidelines="The demo's simulated annotator ranks answers by VADER "
                                                          "sentiment: the more positive review is better.")
 
 
-def run_demo(db_path: str, settings: DemoSettings = DemoSettings(), project: str = DEMO_PROJECT,
+def run_demo(db_path: str, settings: DemoSettings, project: str = DEMO_PROJECT,
              log: Callable[[str], None] = print) -> DemoReport:
     """The whole loop (module docstring) in `project`, created with the shipped prompts when missing.
     Raises InputError when another demo is running on this database."""
@@ -320,9 +318,6 @@ def generate_training_answers(db, settings: DemoSettings, project: str = DEMO_PR
     """Steps 1-2: the project (created when missing) with the shipped prompts, split into held-out and training
     prompts, and `settings.answers` answers per training prompt queued as one ranking item each. Returns (held-out
     ids, training ids)."""
-    from labeler.services import generation, labeling, prompts
-    from rlhf.configs import GenerationSettings
-
     _ensure_project(db, project)
     prompts.import_shipped_prompts(db, project)
     heldout, train = _split_prompts(db, project, settings)
@@ -335,8 +330,6 @@ def generate_training_answers(db, settings: DemoSettings, project: str = DEMO_PR
 
 
 def _run(db, settings: DemoSettings, project: str, log: Callable[[str], None]) -> DemoReport:
-    from labeler.services import evaluation, hub, labeling, models, train_configs
-    from labeler.services.models import resolve as resolve_model
     from rlhf.reward import RewardScorer
 
     if settings.answers > labeling.MAX_RANKING_SIZE:
@@ -363,7 +356,7 @@ def _run(db, settings: DemoSettings, project: str, log: Callable[[str], None]) -
                          project=project, name="demo reward model", runs_dir=runs_dir)
     log(f"4. training the reward model (run {rm.id}, log {rm.log_path})")
     rm = _wait(db, rm.id, log)
-    rm_model = db.execute("SELECT name FROM models WHERE run_id = ?", [rm.id]).fetchone()[0]
+    rm_model = models.model_of_run(db, rm.id)["name"]
     rm_metrics = models.get_model(db, rm_model)["metrics"]
     timings["reward model"] = time.monotonic() - t
     log(f"   reward model {rm_model}: eval accuracy {rm_metrics.get('eval_accuracy', float('nan')):.2f}")
@@ -383,7 +376,7 @@ def _run(db, settings: DemoSettings, project: str, log: Callable[[str], None]) -
     timings["ppo"] = time.monotonic() - t
 
     t = time.monotonic()
-    after_model = db.execute("SELECT name FROM models WHERE run_id = ?", [ppo.id]).fetchone()[0]
+    after_model = models.model_of_run(db, ppo.id)["name"]
     # The PPO worker already evaluated both models with exactly these settings (evaluation.auto_settings):
     # reuse those; evaluate only what is missing (eval_samples=0, or an evaluation that failed).
     eval_settings = evaluation.auto_settings(train_configs.load_job_config(ppo.config))
@@ -394,7 +387,7 @@ def _run(db, settings: DemoSettings, project: str, log: Callable[[str], None]) -
                                                log=lambda line: log(f"   {line}"))
     hub.write_model_cards(db, [before.model, after.model])  # a model evaluated here gains a row in its card
     queries = [row["prompt"] for row in after.samples]
-    scorer = RewardScorer(resolve_model(db, rm_model))
+    scorer = RewardScorer(models.resolve(db, rm_model))
     answers_before, answers_after = [row["answer"] for row in before.samples], [row["answer"] for row in after.samples]
     r_before, r_after = scorer.score(queries, answers_before), scorer.score(queries, answers_after)
     v_before, v_after = [row["reward"] for row in before.samples], [row["reward"] for row in after.samples]
@@ -411,9 +404,6 @@ def _run(db, settings: DemoSettings, project: str, log: Callable[[str], None]) -
 def launch_demo_process(db_path: str, out_dir: str = "runs/demo", extra_args: list[str] | None = None) -> int:
     """Start `rlhf-studio demo` as its own process (the Train tab's button) in the `demo` project; returns its
     pid. Its log is <out_dir>/demo.log; the reward-model and PPO runs it queues show up in the runs table as usual."""
-    import subprocess
-    import sys
-
     # The demo process checks again under its lock; asking first gives the button a clear error instead of
     # a second process that fails in the log.
     if demo_running(db_path):
@@ -426,8 +416,6 @@ def launch_demo_process(db_path: str, out_dir: str = "runs/demo", extra_args: li
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                start_new_session=True)
     log.close()
-    import threading
-
     threading.Thread(target=process.wait, daemon=True).start()
     return process.pid
 

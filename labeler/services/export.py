@@ -16,6 +16,10 @@ Standard form uses text; conversational form uses message lists: prompt = the st
 user turn), chosen/rejected/completion = [{"role": "assistant", "content": ...}]. Standard form of a
 multi-turn prompt keeps only its last user message, so export such projects with conversational=True.
 Gold items' labels are real labels and are exported; labels of other projects' items never are.
+
+The export is a view over the label tables: its reads join ratings or rankings with their items, prompts, answers
+and annotators in one query each (and apply the trust rule on answers, `_TRUSTED_RESPONSE`, inside them), so
+they stay here rather than in the modules that write those tables; prompt texts come from `prompts`.
 """
 from __future__ import annotations
 
@@ -37,8 +41,10 @@ from typing import Literal
 import sqlite_utils
 
 from labeler.services.errors import InputError
+from labeler.services.hub import export_card
 from labeler.services.label_kinds import majority_pairs
 from labeler.services.projects import Project, get_project
+from labeler.services.prompts import prompts_by_id
 
 KINDS = ("preferences", "ratings", "unpaired")
 FORMATS = ("jsonl", "parquet", "hf", "csv")
@@ -306,7 +312,7 @@ def _ranking_records(db, project: Project, options: ExportOptions) -> list[tuple
         orders[ranking["item_id"]].append(json.loads(ranking["order_json"]))
     majorities = {item_id: majority_pairs(item_orders) for item_id, item_orders in sorted(orders.items())}
     texts = _texts(db, {i for pairs in majorities.values() for p in pairs for i in (p.chosen, p.rejected)})
-    prompts = _prompts(db, set(prompt_of.values()))
+    prompts = prompts_by_id(db, prompt_of.values())
     records = []
     for item_id, pairs in majorities.items():
         for pair in pairs:
@@ -397,11 +403,6 @@ def _texts(db, ids: set[int]) -> dict[int, str]:
     return {row[0]: row[1] for row in _by_ids(db, sql, ids)}
 
 
-def _prompts(db, ids: set[int]) -> dict[int, tuple[str, str | None]]:
-    rows = _by_ids(db, "SELECT id, text, messages_json FROM prompts WHERE id IN ({marks})", ids)
-    return {row[0]: (row[1], row[2]) for row in rows}
-
-
 # --- writers -----------------------------------------------------------------------------------------------
 
 _RECORDS = {"preferences": _preference_records, "ratings": _rating_records, "unpaired": _unpaired_records}
@@ -436,8 +437,6 @@ def export(
     out.parent.mkdir(parents=True, exist_ok=True)
     rows = [row for _, row in records]
     if fmt == "hf":
-        from labeler.services.hub import export_card
-
         _write_hf(records, out, options, card=lambda splits: export_card(db, project, kind, options, splits))
     else:
         writer = {"jsonl": _write_jsonl, "parquet": _write_parquet, "csv": _write_csv}[fmt]

@@ -14,13 +14,15 @@ from typing import Callable, Sequence
 
 import sqlite_utils
 
-from labeler.services import labeling
-from labeler.services.prompts import TYPED_SPLIT
+from labeler.services import labeling, prompts, responses
 from labeler.services.errors import InputError
 from labeler.services.models import resolve
 from labeler.services.projects import get_project
+# The Data tab calls generation.last_import_prompt_ids; the prompts module owns the query.
+from labeler.services.prompts import last_import_prompt_ids  # noqa: F401
 from labeler.services.responses import insert_response
 from rlhf.configs import GenerationSettings
+from rlhf.loading import load_causal_lm, load_tokenizer
 from storage import write_transaction
 
 Progress = Callable[[int, int], None]
@@ -31,24 +33,6 @@ def prompt_messages(row) -> str | list[dict]:
     return json.loads(row["messages_json"]) if row["messages_json"] else row["text"]
 
 
-def last_import_prompt_ids(db: sqlite_utils.Database, project: str = "default") -> list[int]:
-    """The prompts of the project's latest import: the newest prompts that share the newest prompt's source.
-
-    An import inserts its prompts together under one source (the file name), so the trailing run of ids with
-    that source is the batch just uploaded (duplicates of earlier prompts are skipped on import, not re-added).
-    """
-    project_id = get_project(db, project).id
-    newest = db.execute("SELECT id, source FROM prompts WHERE project_id = ? ORDER BY id DESC LIMIT 1",
-                        [project_id]).fetchone()
-    if newest is None:
-        return []
-    before = db.execute("SELECT MAX(id) FROM prompts WHERE project_id = ? AND source != ?",
-                        [project_id, newest["source"]]).fetchone()[0] or 0
-    return [row[0] for row in db.execute(
-        "SELECT id FROM prompts WHERE project_id = ? AND source = ? AND id > ? ORDER BY id",
-        [project_id, newest["source"], before])]
-
-
 def _work_list(
     db: sqlite_utils.Database, project_id: int, model: str, n_per_prompt: int, prompt_ids: Sequence[int] | None,
     limit: int | None, within: Sequence[int] | None = None,
@@ -56,25 +40,16 @@ def _work_list(
     """One entry per response to generate: the prompt row, repeated as many times as it needs."""
     if prompt_ids is not None:
         ids = [int(i) for i in prompt_ids]
-        rows = db.execute(
-            f"SELECT id, text, messages_json FROM prompts WHERE project_id = ? AND id IN ({','.join('?' * len(ids))})",
-            [project_id, *ids],
-        ).fetchall() if ids else []
-        found = {row["id"]: row for row in rows}
+        found = prompts.project_prompt_rows(db, project_id, ids)
         missing = [i for i in ids if i not in found]
         if missing:
             raise InputError(f"prompts {missing} are not in this project", field="prompt_ids")
         chosen = [(found[i], n_per_prompt) for i in dict.fromkeys(ids)]
     else:
         # Prompts short of n responses from this model, topped up: re-running resumes, never duplicates work.
-        rows = db.execute(
-            "SELECT p.id, p.text, p.messages_json,"
-            " (SELECT COUNT(*) FROM responses r WHERE r.prompt_id = p.id AND r.model = ?) AS have"
-            # Prompts typed in Chat or Arena wait for an admin's review (prompts.promote_prompts) before anyone
-            # is shown answers to them.
-            " FROM prompts p WHERE p.project_id = ? AND p.split != ? ORDER BY p.id",
-            [model, project_id, TYPED_SPLIT],
-        ).fetchall()
+        # Prompts typed in Chat or Arena wait for an admin's review (prompts.promote_prompts) before anyone is
+        # shown answers to them, so only reviewed prompts are answered.
+        rows = prompts.reviewed_prompts_with_answers(db, project_id, model)
         allowed = None if within is None else {int(i) for i in within}
         chosen = [(row, n_per_prompt - row["have"]) for row in rows
                   if row["have"] < n_per_prompt and (allowed is None or row["id"] in allowed)]
@@ -123,7 +98,7 @@ def generate_responses(
         progress(0, len(work))
     # Seeds differ per batch and per run (offset by the responses already stored), so topping a prompt up
     # later never repeats an earlier sample; the seed actually used is stored with each response.
-    seed_offset = db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+    seed_offset = responses.count_responses(db)
     response_ids: list[int] = []
     left = collections.Counter(row["id"] for row in work)  # answers still to generate, per prompt
     unqueued: list[tuple[int, int]] = []  # (response id, prompt id) not yet in items
@@ -159,8 +134,6 @@ def generate_responses(
 
 
 def _load(path: str) -> tuple:
-    from rlhf.loading import load_causal_lm, load_tokenizer
-
     tokenizer = load_tokenizer(path, padding_side="left")
     lm = load_causal_lm(path)
     if _cuda_available():

@@ -7,6 +7,7 @@ registers or evaluates a model writes its card afterwards (the worker, the CLI c
 `models.register_model` and the evaluation service only store rows, so this module reads them at import time
 and they never import it.
 A folder that already has someone else's README.md (a model downloaded from the Hub) keeps it.
+A dataset card's label counts join the label tables with their items and prompts (a view, kept here).
 
 Pushing needs the network and a token (`HF_TOKEN` or `huggingface-cli login`); every Hub call goes through one
 `HfApi` (passed in, so tests give a fake) and datasets' own `push_to_hub`.

@@ -24,17 +24,25 @@ rollouts then waits for those items instead of queuing them twice.
 """
 from __future__ import annotations
 
-import json
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from labeler.services.label_kinds import centred_rank_rewards
-from labeler.services.labeling import MAX_RANKING_SIZE, MIN_RANKING_SIZE, insert_item
+from labeler.services.labeling import (
+    MAX_RANKING_SIZE,
+    MIN_RANKING_SIZE,
+    insert_item,
+    item_response_ids,
+    ranking_orders,
+    rating_means,
+    release_items,
+    unreleased_run_items,
+)
 from labeler.services.projects import get_project
 from labeler.services.prompts import PromptRecord, insert_prompt
-from labeler.services.responses import insert_response
+from labeler.services.responses import insert_response, response_texts
 from storage import open_db, write_transaction
 
 PPO_PRIORITY = 100
@@ -95,12 +103,7 @@ class HumanRewardQueue:
         if self.label_kind == "ranking":
             return self._collect_rankings(item_ids)
         project = get_project(self.db, self.project)
-        marks = ", ".join("?" * len(item_ids))
-        rows = self.db.execute(
-            f"SELECT item_id, AVG(score) AS mean, COUNT(*) AS n FROM ratings WHERE item_id IN ({marks}) GROUP BY item_id",
-            list(item_ids),
-        ).fetchall()
-        by_item = {row["item_id"]: (row["mean"], row["n"]) for row in rows}
+        by_item = rating_means(self.db, item_ids)
         out: list[float | None] = []
         for item_id in item_ids:
             mean, n = by_item.get(item_id, (None, 0))
@@ -108,13 +111,8 @@ class HumanRewardQueue:
         return out
 
     def _collect_rankings(self, item_ids: list[int]) -> list[float | None]:
-        marks = ", ".join("?" * len(item_ids))
-        members = {row[0]: json.loads(row[1]) for row in self.db.execute(
-            f"SELECT id, response_ids_json FROM items WHERE id IN ({marks})", list(item_ids)).fetchall()}
-        orders: dict[int, list] = {}
-        for row in self.db.execute(f"SELECT item_id, order_json FROM rankings WHERE item_id IN ({marks}) ORDER BY id",
-                                   list(item_ids)).fetchall():
-            orders.setdefault(row[0], []).append(json.loads(row[1]))
+        members = item_response_ids(self.db, item_ids)
+        orders = ranking_orders(self.db, item_ids)
         out: list[float | None] = []
         for item_id in item_ids:
             # Response ids were inserted in rollout order, so the item's sorted ids are its rollouts' order.
@@ -143,22 +141,16 @@ class HumanRewardQueue:
     def pending(self) -> list[tuple[int, str, list[str]]]:
         """The run's items still waited for (queued, not yet released), oldest first: (item id, prompt text, the
         answers in rollout order). A resumed worker waits for these instead of asking people again."""
-        rows = self.db.execute(
-            "SELECT i.id, i.response_ids_json, p.text FROM items i JOIN prompts p ON p.id = i.prompt_id"
-            " WHERE i.run_id = ? AND i.priority > 0 ORDER BY i.id", [self.run_id]).fetchall()
         out = []
-        for row in rows:
-            ids = json.loads(row["response_ids_json"])
-            texts = dict(self.db.execute(f"SELECT id, text FROM responses WHERE id IN ({', '.join('?' * len(ids))})",
-                                         ids).fetchall())
-            out.append((row["id"], row["text"], [texts[i] for i in ids if i in texts]))
+        for item_id, prompt, ids in unreleased_run_items(self.db, self.run_id):
+            texts = response_texts(self.db, ids)
+            out.append((item_id, prompt, [texts[i] for i in ids if i in texts]))
         return out
 
     def release(self, item_ids: list[int]) -> None:
         """The run no longer waits for these items: back to normal priority."""
-        marks = ", ".join("?" * len(item_ids))
         with write_transaction(self.db):
-            self.db.conn.execute(f"UPDATE items SET priority = 0 WHERE id IN ({marks})", list(item_ids))
+            release_items(self.db, item_ids)
 
     def request_ahead(self, queries: list[str], responses: list[str]) -> list[int]:
         """Queue rollouts now and wait for them later: the next request_and_wait with the same rollouts (in

@@ -19,8 +19,10 @@ from pathlib import Path
 
 import sqlite_utils
 
-from labeler.services import checkpoints, hub, runs
+from labeler.services import checkpoints, hub, models, run_metrics, runs
+from labeler.services.errors import InputError
 from labeler.services.stages import data_snapshot, model_name
+from labeler.services.train_configs import load_job_config
 
 KEPT_FROM = "kept_from"
 # The rows a stage froze in its folder at its first start (StageContext.frozen_rows) and the snapshot kind its
@@ -31,18 +33,7 @@ FROZEN_ROWS = {"ppo": ("prompts", "prompts"), "sft": ("train_rows", "sft"), "rm"
 
 def kept_models(db: sqlite_utils.Database, run_id: int) -> list[dict]:
     """The models kept from a run's checkpoints (cancels), oldest first."""
-    from labeler.services import models
-
     return [m for m in models.list_models(db) if (m["config"].get(KEPT_FROM) or {}).get("run") == int(run_id)]
-
-
-def _metrics_at(db: sqlite_utils.Database, run_id: int, step: int) -> dict[str, float]:
-    """The last value of every metric of the run logged at or before `step`."""
-    rows = db.execute(
-        "SELECT m.name, m.value FROM metrics m JOIN (SELECT name, MAX(step) AS step FROM metrics WHERE run_id = ?"
-        " AND step <= ? GROUP BY name) last ON last.name = m.name AND last.step = m.step WHERE m.run_id = ?",
-        [run_id, step, run_id]).fetchall()
-    return {row[0]: row[1] for row in rows}
 
 
 def _snapshot(stage: str, output_dir: Path) -> str:
@@ -57,9 +48,6 @@ def keep_newest_checkpoint(db: sqlite_utils.Database, run_id: int) -> dict | Non
     """Register the model of the run's newest complete checkpoint (see the module docstring); its models row,
     or None when the run has no complete checkpoint. Call it once the run's processes are gone (no checkpoint
     is being written). A checkpoint already kept is not kept twice: its row is returned."""
-    from labeler.services import models
-    from labeler.services.train_configs import load_job_config
-
     run = runs.get_run(db, run_id)
     output_dir = Path(run.output_dir)
     checkpoint = checkpoints.latest_checkpoint(output_dir / "checkpoints")
@@ -73,11 +61,11 @@ def keep_newest_checkpoint(db: sqlite_utils.Database, run_id: int) -> dict | Non
     job = load_job_config(run.config)
     kind = "adapter" if (folder / "adapter_config.json").exists() else "reward" if run.stage == "rm" else "policy"
     name = f"{model_name(run.stage, run.id, job.output_name)}-step{step}"
-    if db.execute("SELECT 1 FROM models WHERE name = ?", [name]).fetchone():
+    if models.model_exists(db, name):
         name = f"{name}-run{run.id}"  # an output name reused by another run
     config = {"stage": run.stage, **run.config, KEPT_FROM: {"run": run.id, "step": step, "status": run.status}}
     kept = models.register_model(db, name, str(folder), kind, base_model=job.base_model(run.stage), config=config,
-                                 metrics=_metrics_at(db, run.id, step), data_snapshot=_snapshot(run.stage, output_dir))
+                                 metrics=run_metrics.metrics_at(db, run.id, step), data_snapshot=_snapshot(run.stage, output_dir))
     hub.write_registered_model_card(db, name)
     return kept
 
@@ -86,8 +74,6 @@ def keep_after_cancel(db: sqlite_utils.Database, run_id: int) -> dict | None:
     """jobs.cancel_run's step once the run's processes are gone: keep_newest_checkpoint for a run that is now
     cancelled (one that finished meanwhile registered its own model). The cancel stands whatever happens
     here: a checkpoint that cannot be exported (disk full, a folder removed) is said on the run's row."""
-    from labeler.services.errors import InputError
-
     if runs.get_run(db, run_id).status != "cancelled":
         return None
     try:

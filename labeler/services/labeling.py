@@ -20,12 +20,17 @@ and submit_*_and_next store a label and serve the next item in one transaction (
 
 Cost: which items are still open and the per-user counts are kept by triggers (storage/migrations.py,
 QUEUE_COUNTERS), so serving an item and counting done/remaining do not grow with the number of items.
+
+This module owns items, assignments, ratings and rankings: it is their one writer, and human rewards, active
+selection, the arena, chat, the labels import, runs and the record browser's corrections read and change them
+through the functions here (a view joining them with other tables says so in its own module docstring).
 """
 from __future__ import annotations
 
 import json
 import math
 import random
+import sqlite3
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,6 +42,7 @@ from labeler.services import label_kinds
 from labeler.services.accounts import require_user
 from labeler.services.errors import InputError, PermissionDenied
 from labeler.services.projects import Project, get_project
+from labeler.services.responses import response_prompts, response_rows, response_texts
 from storage import write_transaction
 
 Kind = Literal["rating", "ranking"]
@@ -111,12 +117,120 @@ def insert_ranking(db: sqlite_utils.Database, item_id: int, prompt_id: int, user
     ).lastrowid
 
 
+LABEL_TABLES = {"rating": "ratings", "ranking": "rankings"}
+
+
+def label_row(db: sqlite_utils.Database, kind: str, label_id: int) -> dict | None:
+    """A rating's or a ranking's row as stored (kind 'rating' or 'ranking'), or None."""
+    row = db.execute(f"SELECT * FROM {LABEL_TABLES[kind]} WHERE id = ?", [label_id]).fetchone()
+    return None if row is None else dict(row)
+
+
+def set_rating_score(db: sqlite_utils.Database, rating_id: int, score: float) -> None:
+    """An admin's correction of a rating, inside the caller's transaction (records writes its audit row)."""
+    db.execute("UPDATE ratings SET score = ? WHERE id = ?", [score, rating_id])
+
+
+def set_ranking_order(db: sqlite_utils.Database, ranking_id: int, order: list[list[int]]) -> None:
+    """An admin's correction of a ranking, inside the caller's transaction (records writes its audit row)."""
+    db.execute("UPDATE rankings SET order_json = ? WHERE id = ?", [json.dumps(order), ranking_id])
+
+
+def delete_label_row(db: sqlite_utils.Database, kind: str, label_id: int) -> None:
+    """Delete a rating or a ranking, inside the caller's transaction (its assignment is the caller's to drop)."""
+    db.execute(f"DELETE FROM {LABEL_TABLES[kind]} WHERE id = ?", [label_id])
+
+
 def add_assignment(db: sqlite_utils.Database, item_id: int, user_id: int, status: str = "pending") -> None:
     db.execute("INSERT INTO assignments (item_id, user_id, status) VALUES (?, ?, ?)", [item_id, user_id, status])
 
 
 def drop_assignment(db: sqlite_utils.Database, item_id: int, user_id: int) -> None:
     db.execute("DELETE FROM assignments WHERE item_id = ? AND user_id = ?", [item_id, user_id])
+
+
+def set_selection_order(db: sqlite_utils.Database, project_id: int, order: Sequence[tuple[int, float, str]]) -> None:
+    """Active selection's queue order, inside the caller's transaction: the project's open items lose their old
+    score, then each (item id, score, reason) of `order` gets its own."""
+    db.execute("UPDATE items SET selection_score = NULL, selection_reason = NULL"
+               " WHERE project_id = ? AND is_open = 1 AND selection_score IS NOT NULL", [project_id])
+    db.conn.executemany("UPDATE items SET selection_score = ?, selection_reason = ? WHERE id = ?",
+                        [(score, reason, item_id) for item_id, score, reason in order])
+
+
+def release_items(db: sqlite_utils.Database, item_ids: Sequence[int]) -> None:
+    """Items a run no longer waits for go back to normal priority, inside the caller's transaction."""
+    db.conn.execute(f"UPDATE items SET priority = 0 WHERE id IN ({', '.join('?' * len(item_ids))})",
+                    [int(i) for i in item_ids])
+
+
+def release_ended_run(db: sqlite_utils.Database, run_id: int) -> int:
+    """Every item of an ended run back to normal priority, inside the caller's transaction; how many."""
+    return db.conn.execute("UPDATE items SET priority = 0 WHERE run_id = ? AND priority > 0", [int(run_id)]).rowcount
+
+
+# Reads of items and labels for the other services (human rewards, chat, the labels import).
+def find_item(db: sqlite_utils.Database, project_id: int, kind: str, response_ids: Sequence[int]) -> int | None:
+    """The project's item of this kind over exactly these responses, or None."""
+    row = db.execute("SELECT id FROM items WHERE project_id = ? AND kind = ? AND response_ids_json = ?",
+                     [project_id, kind, response_ids_json(response_ids)]).fetchone()
+    return None if row is None else row[0]
+
+
+def item_response_ids(db: sqlite_utils.Database, item_ids: Sequence[int]) -> dict[int, list[int]]:
+    """{item id: its response ids, sorted} of the items among `item_ids`."""
+    marks = ", ".join("?" * len(item_ids))
+    return {row[0]: json.loads(row[1]) for row in db.execute(
+        f"SELECT id, response_ids_json FROM items WHERE id IN ({marks})", [int(i) for i in item_ids])}
+
+
+def rating_means(db: sqlite_utils.Database, item_ids: Sequence[int]) -> dict[int, tuple[float, int]]:
+    """{item id: (mean score, number of ratings)} of the rated items among `item_ids`."""
+    marks = ", ".join("?" * len(item_ids))
+    return {row[0]: (row[1], row[2]) for row in db.execute(
+        f"SELECT item_id, AVG(score), COUNT(*) FROM ratings WHERE item_id IN ({marks}) GROUP BY item_id",
+        [int(i) for i in item_ids])}
+
+
+def ranking_orders(db: sqlite_utils.Database, item_ids: Sequence[int]) -> dict[int, list[list[list[int]]]]:
+    """{item id: its rankings' orders (lists of tied groups of response ids), oldest first} among `item_ids`."""
+    orders: dict[int, list] = {}
+    marks = ", ".join("?" * len(item_ids))
+    for row in db.execute(f"SELECT item_id, order_json FROM rankings WHERE item_id IN ({marks}) ORDER BY id",
+                          [int(i) for i in item_ids]):
+        orders.setdefault(row[0], []).append(json.loads(row[1]))
+    return orders
+
+
+def unreleased_run_items(db: sqlite_utils.Database, run_id: int) -> list[tuple[int, str, list[int]]]:
+    """(item id, prompt text, response ids) of the run's items not yet released (priority > 0), oldest first."""
+    rows = db.execute("SELECT i.id, p.text, i.response_ids_json FROM items i JOIN prompts p ON p.id = i.prompt_id"
+                      " WHERE i.run_id = ? AND i.priority > 0 ORDER BY i.id", [int(run_id)])
+    return [(row[0], row[1], json.loads(row[2])) for row in rows]
+
+
+def label_count(db: sqlite_utils.Database, project_id: int) -> int:
+    """Ratings and rankings stored in the project (what a reward model refit learns from)."""
+    return db.execute(
+        "SELECT (SELECT COUNT(*) FROM ratings r JOIN items i ON i.id = r.item_id WHERE i.project_id = :p)"
+        " + (SELECT COUNT(*) FROM rankings k JOIN items i ON i.id = k.item_id WHERE i.project_id = :p)",
+        {"p": project_id},
+    ).fetchone()[0]
+
+
+def selectable_items(db: sqlite_utils.Database, project_id: int, limit: int) -> list[tuple[int, str, str, list[int]]]:
+    """(item id, kind, prompt text, response ids) of the oldest `limit` open items active selection may order:
+    not gold, and no run waits for them (priority 0)."""
+    rows = db.execute(
+        "SELECT i.id, i.kind, p.text, i.response_ids_json FROM items i JOIN prompts p ON p.id = i.prompt_id"
+        " WHERE i.project_id = ? AND i.is_open = 1 AND i.gold_json IS NULL AND i.priority = 0 ORDER BY i.id LIMIT ?",
+        [project_id, limit])
+    return [(row[0], row[1], row[2], json.loads(row[3])) for row in rows]
+
+
+def rankings_from(db: sqlite_utils.Database, source: str) -> set[tuple[int, str]]:
+    """(item id, order_json) of every ranking stored with this source (the labels import's, say)."""
+    return {(row[0], row[1]) for row in db.execute("SELECT item_id, order_json FROM rankings WHERE source = ?", [source])}
 
 
 def _check_kind(kind: str) -> None:
@@ -185,12 +299,7 @@ def create_items(
     created = 0
     with write_transaction(db):
         proj = get_project(db, project)
-        rows = db.execute(
-            "SELECT r.id, r.prompt_id FROM responses r JOIN prompts p ON p.id = r.prompt_id"
-            " WHERE p.project_id = ? ORDER BY r.prompt_id, r.id",
-            [proj.id],
-        ).fetchall()
-        prompt_of = {row[0]: row[1] for row in rows}
+        prompt_of = response_prompts(db, proj.id)
         wanted = None
         if response_ids is not None:
             wanted = {int(r) for r in response_ids}
@@ -316,12 +425,8 @@ def _queue_item(db: sqlite_utils.Database, proj: Project, user_id: int, item_id:
         [item_id],
     ).fetchone()
     ids = json.loads(item["response_ids_json"])
-    by_id = {
-        row["id"]: {"id": row["id"], "text": row["text"], "model": row["model"]}
-        for row in db.execute(
-            f"SELECT id, text, model FROM responses WHERE id IN ({', '.join('?' * len(ids))})", ids
-        ).fetchall()
-    }
+    by_id = {row["id"]: {"id": row["id"], "text": row["text"], "model": row["model"]}
+             for row in response_rows(db, ids).values()}
     responses = [by_id[r] for r in ids if r in by_id]  # a deleted response drops out, the rest stay
     if item["kind"] == "ranking":
         # Position bias is real (annotators favour the first answer); a per-(item, user) seed shuffles
@@ -653,14 +758,16 @@ def undo_last_action(db: sqlite_utils.Database, project: str, username: str, kin
         return undone
 
 
+def item_on_scale(db: sqlite_utils.Database, item_id: int) -> sqlite3.Row | None:
+    """The item's kind and response_ids_json with its project's likert_min and likert_max, or None."""
+    return db.execute("SELECT i.kind, i.response_ids_json, p.likert_min, p.likert_max FROM items i"
+                      " JOIN projects p ON p.id = i.project_id WHERE i.id = ?", [item_id]).fetchone()
+
+
 def set_gold(db: sqlite_utils.Database, item_id: int, gold: dict | None) -> None:
     """Give an item a known answer ({"score": s} or {"order": [[id], ...]}), or None to clear it."""
     with write_transaction(db):
-        item = db.execute(
-            "SELECT i.kind, i.response_ids_json, p.likert_min, p.likert_max FROM items i"
-            " JOIN projects p ON p.id = i.project_id WHERE i.id = ?",
-            [item_id],
-        ).fetchone()
+        item = item_on_scale(db, item_id)
         if item is None:
             raise InputError(f"no item {item_id!r}", field="item_id")
         gold_json = None
@@ -691,7 +798,7 @@ def release_run_items(db: sqlite_utils.Database, run_id: int) -> int:
     """The run no longer waits for any label (it finished, failed or was cancelled): its items go back to normal
     priority at once, so they stop jumping the queue and no banner claims people for it. Returns how many."""
     with write_transaction(db):
-        return db.execute("UPDATE items SET priority = 0 WHERE run_id = ? AND priority > 0", [int(run_id)]).rowcount
+        return release_ended_run(db, run_id)
 
 
 def item_detail(db: sqlite_utils.Database, item_id: int) -> dict:
@@ -705,6 +812,6 @@ def item_detail(db: sqlite_utils.Database, item_id: int) -> dict:
     if row is None:
         raise InputError(f"no item {item_id}", field="item_id")
     ids = json.loads(row["response_ids_json"])
-    texts = dict(db.execute(f"SELECT id, text FROM responses WHERE id IN ({', '.join('?' * len(ids))})", ids).fetchall())
+    texts = response_texts(db, ids)
     return {"kind": row["kind"], "prompt": row["text"], "responses": [(i, texts[i]) for i in ids],
             "gold_json": row["gold_json"], "selection_reason": row["selection_reason"]}

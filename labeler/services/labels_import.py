@@ -19,11 +19,11 @@ from pathlib import Path
 import sqlite_utils
 
 from labeler.services.errors import InputError
-from labeler.services.labeling import insert_item, insert_ranking, response_ids_json
+from labeler.services.labeling import find_item, insert_item, insert_ranking, rankings_from
 from labeler.services.projects import get_project
 from labeler.services.prompts import ImportResult, PromptRecord, insert_prompt, parse_prompt
 from labeler.services.readers import Where, check_messages, require_text, read_records
-from labeler.services.responses import insert_response
+from labeler.services.responses import find_response, insert_response
 from storage import write_transaction
 
 SOURCE = "import"
@@ -72,11 +72,9 @@ def parse_pair(where: Where, record: dict) -> PreferencePair:
 
 def _response_id(db: sqlite_utils.Database, prompt_id: int, text: str) -> int:
     """An identical answer to the same prompt is the same response (whatever produced it)."""
-    row = db.execute(
-        "SELECT id FROM responses WHERE prompt_id = ? AND text = ? ORDER BY id LIMIT 1", [prompt_id, text]
-    ).fetchone()
-    if row:
-        return row[0]
+    found = find_response(db, prompt_id, text)
+    if found is not None:
+        return found
     return insert_response(db, prompt_id, text, model=SOURCE, source=SOURCE)
 
 
@@ -90,10 +88,7 @@ def _store_pair(db: sqlite_utils.Database, project_id: int, pair: PreferencePair
     chosen, rejected = _response_id(db, prompt_id, pair.chosen), _response_id(db, prompt_id, pair.rejected)
     item_id = insert_item(db, project_id, "ranking", prompt_id, [chosen, rejected], priority=IMPORT_PRIORITY, if_new=True)
     if item_id is None:
-        item_id = db.execute(
-            "SELECT id FROM items WHERE project_id = ? AND kind = 'ranking' AND response_ids_json = ?",
-            [project_id, response_ids_json([chosen, rejected])],
-        ).fetchone()[0]
+        item_id = find_item(db, project_id, "ranking", [chosen, rejected])
     order_json = json.dumps([[chosen], [rejected]])
     if (item_id, order_json) in known:
         return False
@@ -111,7 +106,7 @@ def import_preferences(db: sqlite_utils.Database, path: str | Path, project: str
     useful = [pair for pair in pairs if pair.chosen != pair.rejected]
     added = 0
     with write_transaction(db):
-        known = {tuple(row) for row in db.execute("SELECT item_id, order_json FROM rankings WHERE source = ?", [SOURCE])}
+        known = rankings_from(db, SOURCE)
         for pair in useful:
             added += _store_pair(db, project_id, pair, f"import:{Path(path).name}", known)
     return ImportResult(added=added, duplicates=len(useful) - added, skipped=len(pairs) - len(useful))

@@ -16,6 +16,7 @@ from typing import Iterable, Sequence
 
 import sqlite_utils
 
+from labeler.services.arena import voted_battles
 from labeler.services.projects import get_project
 
 Vote = tuple[str, str, str]  # (model_a, model_b, winner: 'a' | 'b' | 'tie' | 'both_bad')
@@ -133,12 +134,7 @@ def bootstrap_ci(
 
 def arena_votes(db: sqlite_utils.Database, project: str = "default") -> list[Vote]:
     """Every voted battle of the project, oldest first."""
-    project_id = get_project(db, project).id
-    rows = db.execute(
-        "SELECT model_a, model_b, winner FROM battles WHERE project_id = ? AND winner IS NOT NULL ORDER BY voted_at, id",
-        [project_id],
-    ).fetchall()
-    return [(row[0], row[1], row[2]) for row in rows]
+    return voted_battles(db, get_project(db, project).id)
 
 
 # A bootstrap interval over a handful of votes is not an interval: after one vote every resample is that same

@@ -27,6 +27,7 @@ Owned by the app (one per `launch`), never a module global; the login form and t
 """
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -201,7 +202,5 @@ class Throttled(PermissionDenied):
     """An attempt refused by the throttle before its password was checked; `retry_after` whole seconds (>= 1)."""
 
     def __init__(self, retry_after: float):
-        import math
-
         self.retry_after = max(1, math.ceil(retry_after))
         super().__init__(f"Too many wrong passwords: try again in {self.retry_after} s.")

@@ -9,14 +9,16 @@ registered on first use, so a fresh database already lists one model.
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
 import sqlite_utils
 
 from labeler.services.errors import InputError
-from rlhf.loading import DEFAULT_POLICY, SHORT_NAMES, resolve_model_path
+from rlhf.loading import DEFAULT_POLICY, SHORT_NAMES, load_causal_lm, load_tokenizer, resolve_model_path
 from storage import write_transaction
 
 KINDS = ("base", "policy", "reward", "adapter")
@@ -224,6 +226,16 @@ def get_model(db: sqlite_utils.Database, name: str) -> dict:
     return _row_to_dict(dict(row))
 
 
+def model_exists(db: sqlite_utils.Database, name: str) -> bool:
+    return db.execute("SELECT 1 FROM models WHERE name = ?", [name]).fetchone() is not None
+
+
+def model_of_run(db: sqlite_utils.Database, run_id: int) -> dict | None:
+    """{"name", "path"} of the model a training run registered, or None when it registered none (yet)."""
+    row = db.execute("SELECT name, path FROM models WHERE run_id = ?", [int(run_id)]).fetchone()
+    return None if row is None else {"name": row["name"], "path": row["path"]}
+
+
 def resolve(db: sqlite_utils.Database, name: str) -> str:
     """What the loaders open for `name`: a registry name, a short name ('default', 'default-encoder'), a local
     folder or a hub id. The one resolver of the training stages, evaluation, the demo and the CLI."""
@@ -258,9 +270,6 @@ def merge_adapter_model(db: sqlite_utils.Database, name: str, output_name: str |
     the merge starts; the folder is written under a temporary name and renamed when complete, so a failed merge
     leaves no folder and no registry row.
     """
-    import os
-    import shutil
-
     adapter = get_model(db, name)
     if adapter["kind"] != "adapter":
         raise InputError(f"{name!r} is a {adapter['kind']} model, not a LoRA adapter: nothing to merge", field="name")
@@ -278,7 +287,6 @@ def merge_adapter_model(db: sqlite_utils.Database, name: str, output_name: str |
     if out.exists():
         raise InputError(f"{out}: already exists; choose another folder with --out", field="out")
 
-    from rlhf.loading import load_causal_lm, load_tokenizer
     from rlhf.value_head import VALUE_HEAD_FILE
 
     partial = out.with_name(f".{out.name}.partial-{os.getpid()}")

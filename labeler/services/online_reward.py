@@ -30,8 +30,9 @@ from typing import Callable, Sequence
 
 import torch
 
-from labeler.services import active_learning
+from labeler.services import active_learning, labeling
 from labeler.services.human_reward import HumanRewardQueue, same_prompt_runs
+from labeler.services.projects import get_project
 from rlhf.preference_ensemble import calibrated_temperature, expected_centred_ranks
 from storage import open_db
 
@@ -89,7 +90,7 @@ class OnlineRewardModel:
         background when `refit_every` labels arrived since the last fit. Returns the project's label count."""
         db = open_db(self.db_path)
         try:
-            labels = active_learning.label_count(db, _project_id(db, self.project))
+            labels = labeling.label_count(db, _project_id(db, self.project))
             if labels - self._labels_at_fit < self.refit_every or (self._fitting and not self._fitting.done()):
                 return labels
             pairs = active_learning.preference_texts(db, self.project)
@@ -133,8 +134,6 @@ class OnlineRewardModel:
 
 
 def _project_id(db, project: str) -> int:
-    from labeler.services.projects import get_project
-
     return get_project(db, project).id
 
 

@@ -4,6 +4,9 @@ Projects are addressed by name everywhere (CLI --project, UI settings); the id i
 Guidelines are kept per label kind (`guidelines` for ratings, `ranking_guidelines` for rankings); an empty
 text means the kind's default (DEFAULT_GUIDELINES), and `Project.guidelines_for(kind)` is the one place that
 resolves it, for the Rate and Rank tabs and the Admin form alike.
+
+`project_counts` and the Likert-scale check read other tables (counts of prompts, answers and labels, the range
+of stored ratings) in joins on the project; they stay here because `prompts` and `labeling` import this module.
 """
 from __future__ import annotations
 

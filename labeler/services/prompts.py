@@ -8,14 +8,18 @@ A conversation that is a single user turn is stored as plain text, so "Hi" from 
 Duplicates are prompts with the same hash in the project (exact text, or exact conversation); they are
 skipped and counted, within the file as well. An import is all-or-nothing: every record is validated
 before the first INSERT, and the INSERTs share one transaction.
+
+This module owns the prompts table: it is its one writer, and the other services read it through the functions
+here (a view joining it with other tables says so in its own module docstring).
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Literal
 
 import sqlite_utils
 
@@ -121,6 +125,97 @@ def promote_prompts(db: sqlite_utils.Database, project: str = "default", prompt_
         db.conn.executemany("UPDATE prompts SET split = 'train' WHERE id = ?", [(i,) for i in ids])
         return len(ids)
 
+
+# ---- reads: the other services read the prompts table through these -------------------------------------
+
+def prompt_text(db: sqlite_utils.Database, prompt_id: int) -> str:
+    return db.execute("SELECT text FROM prompts WHERE id = ?", [prompt_id]).fetchone()[0]
+
+
+def prompts_by_id(db: sqlite_utils.Database, ids: Iterable[int]) -> dict[int, tuple[str, str | None]]:
+    """{id: (text, messages_json)} of the prompts among `ids`, read in chunks under SQLite's variable limit."""
+    ordered, found = sorted({int(i) for i in ids}), {}
+    for start in range(0, len(ordered), 900):
+        chunk = ordered[start : start + 900]
+        found.update((row[0], (row[1], row[2])) for row in db.execute(
+            f"SELECT id, text, messages_json FROM prompts WHERE id IN ({', '.join('?' * len(chunk))})", chunk))
+    return found
+
+
+def project_prompt_rows(db: sqlite_utils.Database, project_id: int, ids: Iterable[int]) -> dict[int, sqlite3.Row]:
+    """{id: row (id, text, messages_json)} of those of `ids` that are prompts of the project."""
+    ids = [int(i) for i in ids]
+    if not ids:
+        return {}
+    marks = ", ".join("?" * len(ids))
+    rows = db.execute(f"SELECT id, text, messages_json FROM prompts WHERE project_id = ? AND id IN ({marks})",
+                      [project_id, *ids])
+    return {row["id"]: row for row in rows}
+
+
+def prompt_splits(db: sqlite_utils.Database, project_id: int) -> list[tuple[int, str]]:
+    """(id, split) of every prompt of the project, oldest first."""
+    return [(row[0], row[1]) for row in db.execute("SELECT id, split FROM prompts WHERE project_id = ? ORDER BY id",
+                                                    [project_id])]
+
+
+def reviewed_prompt_ids(db: sqlite_utils.Database, project_id: int) -> list[int]:
+    """Ids of the project's prompts that were imported or promoted, not typed by an annotator (TYPED_SPLIT),
+    oldest first."""
+    return [row[0] for row in db.execute("SELECT id FROM prompts WHERE project_id = ? AND split != ? ORDER BY id",
+                                         [project_id, TYPED_SPLIT])]
+
+
+def reviewed_prompts_with_answers(db: sqlite_utils.Database, project_id: int, model: str) -> list[sqlite3.Row]:
+    """Rows (id, text, messages_json, have) of the project's reviewed prompts (see reviewed_prompt_ids), oldest
+    first, `have` counting the responses `model` gave each."""
+    return db.execute(
+        "SELECT p.id, p.text, p.messages_json,"
+        " (SELECT COUNT(*) FROM responses r WHERE r.prompt_id = p.id AND r.model = ?) AS have"
+        " FROM prompts p WHERE p.project_id = ? AND p.split != ? ORDER BY p.id",
+        [model, project_id, TYPED_SPLIT],
+    ).fetchall()
+
+
+def split_texts(db: sqlite_utils.Database, project_id: int, split: str) -> list[str]:
+    """The texts of the project's prompts in `split` ('train', 'test' or TYPED_SPLIT), oldest first."""
+    return [row[0] for row in db.execute("SELECT text FROM prompts WHERE project_id = ? AND split = ? ORDER BY id",
+                                         [project_id, split])]
+
+
+def prompt_column_values(db: sqlite_utils.Database, project_id: int, column: Literal["split", "source"]) -> list[str]:
+    """The distinct values of the column among the project's prompts, sorted."""
+    if column not in ("split", "source"):
+        raise ValueError(f"not a prompts column to list: {column!r}")
+    return [row[0] for row in db.execute(f"SELECT DISTINCT {column} FROM prompts WHERE project_id = ? ORDER BY {column}",
+                                         [project_id])]
+
+
+def has_heldout(db: sqlite_utils.Database, project_id: int) -> bool:
+    """Whether the project holds any prompt out of training (split 'test')."""
+    return db.execute("SELECT 1 FROM prompts WHERE project_id = ? AND split = 'test' LIMIT 1",
+                      [project_id]).fetchone() is not None
+
+
+def last_import_prompt_ids(db: sqlite_utils.Database, project: str = "default") -> list[int]:
+    """The prompts of the project's latest import: the newest prompts that share the newest prompt's source.
+
+    An import inserts its prompts together under one source (the file name), so the trailing run of ids with
+    that source is the batch just uploaded (duplicates of earlier prompts are skipped on import, not re-added).
+    """
+    project_id = get_project(db, project).id
+    newest = db.execute("SELECT id, source FROM prompts WHERE project_id = ? ORDER BY id DESC LIMIT 1",
+                        [project_id]).fetchone()
+    if newest is None:
+        return []
+    before = db.execute("SELECT MAX(id) FROM prompts WHERE project_id = ? AND source != ?",
+                        [project_id, newest["source"]]).fetchone()[0] or 0
+    return [row[0] for row in db.execute(
+        "SELECT id FROM prompts WHERE project_id = ? AND source = ? AND id > ? ORDER BY id",
+        [project_id, newest["source"], before])]
+
+
+# ---- writes -------------------------------------------------------------------------------------------------
 
 def hold_out(db: sqlite_utils.Database, prompt_ids: Iterable[int]) -> None:
     """Move prompts to split 'test' (held out of training, used by evaluation), inside the caller's transaction."""

@@ -6,6 +6,8 @@ annotator who always answers 4 does not look reliable. Likert points are ordered
 step from "bad" to "fair" need not equal the one from "good" to "very good"), which is what the ordinal metric
 assumes and the interval metric does not. Rankings agree pairwise: for every pair of responses of an
 item ranked by two people, do they order it the same way (a tie is its own answer)?
+
+Its reads are views: labels joined with their items (gold answers) and annotators, one query per statistic.
 """
 from __future__ import annotations
 

@@ -13,6 +13,7 @@ import csv
 import io
 import json
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -72,8 +73,6 @@ def read_records(path: str | Path, txt_field: str = "prompt") -> Iterator[tuple[
 def require_regular_file(path: Path) -> None:
     """InputError for a FIFO, a device or a socket: reading one blocks forever (a FIFO nobody writes to) or never
     ends (/dev/zero), where a file that is being written or a typo was meant."""
-    import stat
-
     try:
         mode = path.stat().st_mode
     except OSError as error:

@@ -7,7 +7,9 @@ EXISTS on indexed columns (prompts by project/split/source, responses by prompt,
 rankings and items by prompt), and the per-row counts are computed for the page's rows only.
 
 Correcting or deleting a label changes the label table itself (exports, agreement and training read it), so
-the audit row, written in the same transaction, holds the label as it was and as it became.
+the audit row, written in the same transaction, holds the label as it was and as it became. The labels are
+changed through `labeling`, their one writer; this module writes only `label_audit`. Its reads are the
+browser's view (prompts joined with their answers, items, labels and annotators), kept here.
 """
 from __future__ import annotations
 
@@ -19,9 +21,10 @@ from typing import Literal
 import sqlite_utils
 
 from labeler.services import label_kinds, labeling
-from labeler.services.accounts import require_admin
+from labeler.services.accounts import get_user, list_users, require_admin
 from labeler.services.errors import InputError
-from labeler.services.projects import get_project
+from labeler.services.projects import get_project, list_projects
+from labeler.services.prompts import prompt_column_values
 from storage import write_transaction
 
 LabelState = Literal["any", "unlabelled", "labelled", "gold"]
@@ -90,7 +93,7 @@ def _where(db: sqlite_utils.Database, filters: RecordFilters) -> tuple[str, list
         )
         params += [_like(search), _like(search)]
     if filters.annotator:
-        user = db.execute("SELECT id FROM users WHERE username = ?", [filters.annotator]).fetchone()
+        user = get_user(db, filters.annotator)
         if user is None:
             raise InputError(f"no user {filters.annotator!r}", field="annotator")
         # Not correlated: the user's labelled prompts are collected once (ratings_user, rankings_user), instead
@@ -99,7 +102,7 @@ def _where(db: sqlite_utils.Database, filters: RecordFilters) -> tuple[str, list
             "p.id IN (SELECT s.prompt_id FROM ratings r JOIN responses s ON s.id = r.response_id WHERE r.user_id = ?"
             " UNION SELECT k.prompt_id FROM rankings k WHERE k.user_id = ?)"
         )
-        params += [user["id"], user["id"]]
+        params += [user.id, user.id]
     if filters.label_state == "unlabelled":
         clauses.append(f"NOT {_HAS_RATING.format('')} AND NOT {_HAS_RANKING.format('')}")
     elif filters.label_state == "labelled":
@@ -175,11 +178,10 @@ def record_detail(db: sqlite_utils.Database, prompt_id: int) -> dict:
 def _label_row(db: sqlite_utils.Database, kind: str, label_id: int) -> dict:
     if kind not in LABEL_KINDS:
         raise InputError(f"must be rating or ranking, got {kind!r}", field="kind")
-    table = "ratings" if kind == "rating" else "rankings"
-    row = db.execute(f"SELECT * FROM {table} WHERE id = ?", [label_id]).fetchone()
+    row = labeling.label_row(db, kind, label_id)
     if row is None:
         raise InputError(f"no {kind} {label_id!r}", field="label_id")
-    return dict(row)
+    return row
 
 
 def _audit(db, kind: str, before: dict, after: dict | None, action: str, admin_id: int, reason: str) -> None:
@@ -199,15 +201,13 @@ def correct_label(
     with write_transaction(db):
         user = require_admin(db, admin)
         before = _label_row(db, kind, label_id)
-        item = db.execute(
-            "SELECT i.response_ids_json, p.likert_min, p.likert_max FROM items i JOIN projects p ON p.id = i.project_id"
-            " WHERE i.id = ?", [before["item_id"]]).fetchone()
+        item = labeling.item_on_scale(db, before["item_id"])
         if kind == "rating":
             score = label_kinds.validate_score(value, item["likert_min"], item["likert_max"], field="score")
-            db.execute("UPDATE ratings SET score = ? WHERE id = ?", [score, label_id])
+            labeling.set_rating_score(db, label_id, score)
         else:
             order = label_kinds.validate_order(value, json.loads(item["response_ids_json"]), field="order")
-            db.execute("UPDATE rankings SET order_json = ? WHERE id = ?", [json.dumps(order), label_id])
+            labeling.set_ranking_order(db, label_id, order)
         after = _label_row(db, kind, label_id)
         _audit(db, kind, before, after, "correct", user.id, reason)
     return after
@@ -219,8 +219,7 @@ def delete_label(db: sqlite_utils.Database, admin: str, kind: str, label_id: int
     with write_transaction(db):
         user = require_admin(db, admin)
         before = _label_row(db, kind, label_id)
-        table = "ratings" if kind == "rating" else "rankings"
-        db.execute(f"DELETE FROM {table} WHERE id = ?", [label_id])
+        labeling.delete_label_row(db, kind, label_id)
         if before["user_id"] is not None:
             labeling.drop_assignment(db, before["item_id"], before["user_id"])
         _audit(db, kind, before, None, "delete", user.id, reason)
@@ -251,10 +250,9 @@ def audit_log(db: sqlite_utils.Database, limit: int = 50) -> list[dict]:
 def filter_choices(db: sqlite_utils.Database, project: str) -> dict[str, list[str]]:
     """The values the browser's dropdowns offer: projects, annotators with labels, splits and sources."""
     project_id = get_project(db, project).id
-    column = lambda sql, params=(): [r[0] for r in db.execute(sql, params).fetchall()]  # noqa: E731
     return {
-        "projects": column("SELECT name FROM projects ORDER BY id"),
-        "annotators": column("SELECT username FROM users ORDER BY username"),
-        "splits": column("SELECT DISTINCT split FROM prompts WHERE project_id = ? ORDER BY split", [project_id]),
-        "sources": column("SELECT DISTINCT source FROM prompts WHERE project_id = ? ORDER BY source", [project_id]),
+        "projects": [p.name for p in list_projects(db)],
+        "annotators": sorted(user.username for user in list_users(db)),
+        "splits": prompt_column_values(db, project_id, "split"),
+        "sources": prompt_column_values(db, project_id, "source"),
     }

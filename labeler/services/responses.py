@@ -1,10 +1,13 @@
-"""Responses: the one writer of the `responses` table.
+"""Responses: the one writer of the `responses` table, and its readers for the other services.
 
 Every answer that is stored (generated for labelling, written in chat or the arena, a PPO rollout waiting
 for a human score, an imported chosen/rejected text) goes through `insert_response`, so the columns and
 their meaning are set in one place.
 """
 from __future__ import annotations
+
+import sqlite3
+from typing import Iterable
 
 import sqlite_utils
 
@@ -31,3 +34,39 @@ def insert_response(
         " VALUES (?, ?, ?, ?, ?, ?, ?)",
         [prompt_id, text, model, settings_json, source, run_id, int(server_generated)],
     ).lastrowid
+
+
+def count_responses(db: sqlite_utils.Database) -> int:
+    """All stored responses, of every project."""
+    return db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+
+
+def response_rows(db: sqlite_utils.Database, ids: Iterable[int]) -> dict[int, sqlite3.Row]:
+    """{id: row (id, prompt_id, text, model, source, server_generated)} of the responses among `ids`, read in
+    chunks under SQLite's variable limit."""
+    ordered, found = sorted({int(i) for i in ids}), {}
+    for start in range(0, len(ordered), 900):
+        chunk = ordered[start : start + 900]
+        found.update((row["id"], row) for row in db.execute(
+            "SELECT id, prompt_id, text, model, source, server_generated FROM responses"
+            f" WHERE id IN ({', '.join('?' * len(chunk))})", chunk))
+    return found
+
+
+def response_texts(db: sqlite_utils.Database, ids: Iterable[int]) -> dict[int, str]:
+    """{id: text} of the responses among `ids`."""
+    return {response_id: row["text"] for response_id, row in response_rows(db, ids).items()}
+
+
+def find_response(db: sqlite_utils.Database, prompt_id: int, text: str) -> int | None:
+    """The oldest response to the prompt with exactly this text, or None."""
+    row = db.execute("SELECT id FROM responses WHERE prompt_id = ? AND text = ? ORDER BY id LIMIT 1",
+                     [prompt_id, text]).fetchone()
+    return None if row is None else row[0]
+
+
+def response_prompts(db: sqlite_utils.Database, project_id: int) -> dict[int, int]:
+    """{response id: its prompt id} of every response to the project's prompts, by prompt then response."""
+    return {row[0]: row[1] for row in db.execute(
+        "SELECT r.id, r.prompt_id FROM responses r JOIN prompts p ON p.id = r.prompt_id"
+        " WHERE p.project_id = ? ORDER BY r.prompt_id, r.id", [project_id])}

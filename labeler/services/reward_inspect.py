@@ -3,17 +3,25 @@ over the project's answers, and measure its agreement with human labels it was n
 
 `scorer` arguments are callables (prompts, responses) -> scores, e.g. rlhf.reward.RewardScorer(path).score;
 `load_scorer(db, name)` builds one from a registry name.
+
+The score distribution and the agreement read answers or rankings joined with their prompts (and the mean
+rating), views kept here; answer texts come from `responses`, whether prompts are held out from `prompts`.
 """
 from __future__ import annotations
 
+import json
 import statistics
 from typing import Callable
+
+from labeler.services.models import resolve as resolve_model
+from labeler.services.projects import get_project
+from labeler.services.prompts import has_heldout
+from labeler.services.responses import response_texts
 
 Scorer = Callable[[list, list], list]
 
 
 def load_scorer(db, name: str) -> Scorer:
-    from labeler.services.models import resolve as resolve_model
     from rlhf.reward import RewardScorer
 
     return RewardScorer(resolve_model(db, name)).score
@@ -29,14 +37,11 @@ def score_side_by_side(scorer: Scorer, prompt: str, responses: list[str]) -> lis
 def _heldout_clause(db, project_id: int) -> tuple[str, bool]:
     """Restrict to held-out prompts (split 'test') when the project has any, so the agreement is measured on
     labels the reward model was not trained on; otherwise all prompts (and the result says so)."""
-    has_test = db.execute("SELECT 1 FROM prompts WHERE project_id = ? AND split = 'test' LIMIT 1", [project_id]).fetchone()
-    return (" AND p.split = 'test'", True) if has_test else ("", False)
+    return (" AND p.split = 'test'", True) if has_heldout(db, project_id) else ("", False)
 
 
 def score_distribution(db, scorer: Scorer, project: str = "default", limit: int = 500) -> list[dict]:
     """Reward-model score of up to `limit` answers of the project, with their mean human rating if any."""
-    from labeler.services.projects import get_project
-
     rows = db.execute(
         "SELECT r.id, p.text AS prompt, r.text AS response, (SELECT AVG(score) FROM ratings x WHERE x.response_id = r.id)"
         " AS human FROM responses r JOIN prompts p ON p.id = r.prompt_id WHERE p.project_id = ? ORDER BY r.id LIMIT ?",
@@ -49,10 +54,6 @@ def score_distribution(db, scorer: Scorer, project: str = "default", limit: int 
 def agreement(db, scorer: Scorer, project: str = "default") -> dict:
     """How often the reward model orders a human-ranked pair the same way (pairwise accuracy), on held-out
     prompts when there are any. Pairs come from rankings (ties skipped), the same pairs export produces."""
-    import json
-
-    from labeler.services.projects import get_project
-
     project_id = get_project(db, project).id
     clause, heldout = _heldout_clause(db, project_id)
     rankings = db.execute(
@@ -69,7 +70,7 @@ def agreement(db, scorer: Scorer, project: str = "default") -> dict:
     if not pairs:
         return {"pairs": 0, "accuracy": None, "heldout": heldout}
     ids = sorted({r for _, b, w in pairs for r in (b, w)})
-    texts = {r[0]: r[1] for r in db.execute(f"SELECT id, text FROM responses WHERE id IN ({', '.join('?' * len(ids))})", ids)}
+    texts = response_texts(db, ids)
     chosen = scorer([p for p, _, _ in pairs], [texts[b] for _, b, _ in pairs])
     rejected = scorer([p for p, _, _ in pairs], [texts[w] for _, _, w in pairs])
     correct = [c > r for c, r in zip(chosen, rejected)]

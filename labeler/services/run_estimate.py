@@ -28,6 +28,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from rlhf.configs import PPOConfig
+from rlhf.loading import load_tokenizer
+
 # A cached measurement is reused this long: the machine's load changes, and so does the micro-step.
 CACHE_SECONDS = 600.0
 _NUMBER = r"(\d+(?:\.\d+)?)"
@@ -197,9 +200,7 @@ def _micro_step_in_this_process(settings: MicroStepSettings) -> MicroStep:
     t0 = time.perf_counter()
     import torch
 
-    from rlhf.configs import PPOConfig
     from rlhf.generation import build_prompt_ids
-    from rlhf.loading import load_tokenizer
     from rlhf.ppo import PPOTrainer
     from rlhf.value_head import AutoModelForCausalLMWithValueHead
 

@@ -32,6 +32,15 @@ def metric_names(db, run_id: int) -> list[str]:
     return [row[0] for row in db.execute("SELECT DISTINCT name FROM metrics WHERE run_id = ? ORDER BY name", [run_id])]
 
 
+def metrics_at(db, run_id: int, step: int) -> dict[str, float]:
+    """The last value of every metric of the run logged at or before `step`."""
+    rows = db.execute(
+        "SELECT m.name, m.value FROM metrics m JOIN (SELECT name, MAX(step) AS step FROM metrics WHERE run_id = ?"
+        " AND step <= ? GROUP BY name) last ON last.name = m.name AND last.step = m.step WHERE m.run_id = ?",
+        [run_id, step, run_id]).fetchall()
+    return {row[0]: row[1] for row in rows}
+
+
 def samples(db, run_id: int, limit: int = 20) -> list[dict]:
     """The run's newest sampled generations (step, query, response, reward), newest step first."""
     rows = db.execute(

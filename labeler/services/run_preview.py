@@ -15,15 +15,20 @@ from __future__ import annotations
 import json
 import math
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 from typing import Any
 
 import sqlite_utils
 
 from labeler import forms
-from labeler.services import run_estimate, train_configs
+from labeler.services import launch, models, run_estimate, train_configs
 from labeler.services.errors import InputError
+from labeler.services.evaluation import heldout_prompts
+from labeler.services.export import preference_rows, split_by_prompt, unpaired_rows
+from labeler.services.projects import get_project
+from labeler.services.prompts import split_texts
+from rlhf.loading import SHORT_NAMES
 
 # More passes than this over the training rows and the preview warns: with a few hundred labels the model then
 # mostly memorises them (reward models in particular; Ouyang et al. 2022 train their RM for one epoch).
@@ -102,8 +107,6 @@ def _trainer_config(stage: str, job, trainer_values: dict[str, Any]):
 def _rows(db: sqlite_utils.Database, project: str, stage: str, job) -> tuple[list[tuple[str, dict]], str]:
     """(prompt key, row) pairs of the stage's training data, and what a row is called."""
     from labeler.services import stage_runners
-    from labeler.services.export import preference_rows, unpaired_rows
-    from labeler.services.projects import get_project
 
     ctx = SimpleNamespace(job=job)  # export_options reads only the job's data filters
     if stage == "sft":
@@ -115,9 +118,7 @@ def _rows(db: sqlite_utils.Database, project: str, stage: str, job) -> tuple[lis
     elif stage in ("rm", "dpo"):
         rows, unit = preference_rows(db, project, stage_runners.export_options(ctx)), "pairs"
     else:  # ppo, grpo and rloo sample the project's training prompts, not labels
-        project_id = get_project(db, project).id
-        texts = [r[0] for r in db.execute(
-            "SELECT text FROM prompts WHERE project_id = ? AND split = 'train' ORDER BY id", [project_id])]
+        texts = split_texts(db, get_project(db, project).id, "train")
         return [(text, {"prompt": text}) for text in texts], "prompts"
     # The key the stage runners split on: the prompt itself (prompts are unique per project).
     return [(json.dumps(r["prompt"], sort_keys=True, ensure_ascii=False), r) for r in rows], unit
@@ -138,10 +139,6 @@ def preview_run(db: sqlite_utils.Database, project: str, stage: str, values: dic
     micro-step is timed for the wall-time estimate by `measure(MicroStepSettings) -> MicroStep` (default:
     run_estimate's, in a fresh process); without it there is no estimate and time_budget is not applied.
     """
-    from labeler.services.export import split_by_prompt
-    from labeler.services.models import get_model
-    from rlhf.loading import SHORT_NAMES
-
     config = train_configs.resolve_run_config(stage, values)
     job = forms.build_config(train_configs.JobConfig, config["job"])
     trainer = _trainer_config(stage, job, config["trainer"])
@@ -164,7 +161,7 @@ def preview_run(db: sqlite_utils.Database, project: str, stage: str, values: dic
         epochs = job.steps / steps_per_epoch if train_rows else math.inf
     base = job.base_model(stage)
     try:
-        known = base in SHORT_NAMES or bool(get_model(db, base))
+        known = base in SHORT_NAMES or bool(models.get_model(db, base))
     except InputError:
         known = False
 
@@ -195,9 +192,6 @@ def budget_stage_error(stage: str) -> str:
 
 def _micro_step_settings(db, project: str, stage: str, job, trainer, prompts: list[str]):
     """What the run's micro-step is measured with: one mini-batch of its answers, at its answer length."""
-    from labeler.services import launch, models
-    from labeler.services.projects import get_project
-
     if stage == "ppo":
         rows, tokens, group, estimator = (trainer.mini_batch_size, job.max_new_tokens, job.answers_per_prompt,
                                           trainer.advantage_estimator)
@@ -225,10 +219,6 @@ def _with_estimate(db, project: str, stage: str, preview: RunPreview, job, train
                    steps_given: bool) -> RunPreview:
     """The preview with the wall-time estimate, and with steps fitted to job.time_budget when there is one (ppo):
     steps given explicitly are kept when they fit (else lowered, with a warning), otherwise the budget decides."""
-    from dataclasses import replace
-
-    from labeler.services.evaluation import heldout_prompts
-
     budget = run_estimate.budget_seconds(job.time_budget) if stage in BUDGET_STAGES else None
     try:
         micro = measure(_micro_step_settings(db, project, stage, job, trainer, prompts))

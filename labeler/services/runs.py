@@ -4,6 +4,7 @@ A run's status goes queued -> running -> succeeded | failed | cancelled. `jobs` 
 start, stop, cancel, resume), `supervision` watches the processes behind it; both change the row only through the
 functions here. Functions documented "inside the caller's write_transaction" write with `db.conn` and open no
 transaction of their own, so a claim (read, then write) stays one BEGIN IMMEDIATE.
+A `Run` carries its project's and creator's names, joined in the one query that reads a run.
 """
 from __future__ import annotations
 
@@ -14,7 +15,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from labeler.services.accounts import get_user
 from labeler.services.errors import InputError, PermissionDenied
+from labeler.services.labeling import release_ended_run
+from labeler.services.projects import get_project
 from storage import write_transaction
 
 STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
@@ -155,27 +159,20 @@ def oldest_queued(db) -> int | None:
 
 # ---- writes -------------------------------------------------------------------------------------------------
 
-def _project_id(db, project: str) -> int:
-    row = db.execute("SELECT id FROM projects WHERE name = ?", [project]).fetchone()
-    if row is None:
-        raise InputError(f"unknown project {project!r}", field="project")
-    return row[0]
-
-
 def _user_id(db, username: str | None) -> int | None:
     if username is None:
         return None
-    row = db.execute("SELECT id FROM users WHERE username = ?", [username]).fetchone()
-    if row is None:
+    user = get_user(db, username)
+    if user is None:
         raise PermissionDenied(f"unknown user {username!r}")
-    return row[0]
+    return user.id
 
 
 def insert_run(db, stage: str, config: dict[str, Any], project: str, username: str | None, name: str,
                runs_dir: str | Path) -> int:
     """A queued row with its output folder (inside `runs_dir`) and log path; returns its id. An unknown project
     is an InputError and an unknown user PermissionDenied, before anything is written."""
-    project_id = _project_id(db, project)
+    project_id = get_project(db, project).id
     user_id = _user_id(db, username)
     with write_transaction(db):
         cursor = db.conn.execute(
@@ -237,7 +234,7 @@ def finish(db, run_id: int, status: str, error: str = "", only_if: str = "runnin
         )
         if cursor.rowcount == 1:
             # An ended run waits for no label: its rollouts stop jumping the queue at once (same transaction).
-            db.conn.execute("UPDATE items SET priority = 0 WHERE run_id = ? AND priority > 0", [run_id])
+            release_ended_run(db, run_id)
     return cursor.rowcount == 1
 
 

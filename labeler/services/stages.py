@@ -17,6 +17,7 @@ from typing import Any, Callable
 from labeler.services import checkpoints
 from labeler.services.metrics_sink import MetricsSink
 from labeler.services.train_configs import JobConfig
+from storage import open_db
 
 
 @dataclass
@@ -86,8 +87,6 @@ class StageContext:
         return rows
 
     def open_db(self):
-        from storage import open_db
-
         return open_db(self.db_path)
 
 

@@ -11,10 +11,14 @@ from typing import Any
 
 import gradio as gr
 
+from labeler.services import accounts
+from labeler.services.login_guard import LoginThrottle
+from labeler.services.projects import project_counts
 from labeler.ui.context import ServeSettings, UIContext
 from labeler.ui.gradio_internals import parse_file_size, quiet_queue, replace_session_tokens, skip_missing_matplotlib
-from labeler.ui.session import LOGOUT_JS, RequestGuard, SessionStore, make_auth
-from storage import ConnectionPool
+from labeler.ui.session import LOGOUT_JS, RequestGuard, SessionStore, login_throttle, make_auth
+from labeler.ui.soft_errors import ui_errors  # a wrong entry: one log line, not a traceback
+from storage import ConnectionPool, connect
 
 # A tab module exposes TITLE and build(ctx) and is called inside its gr.Tab. build may return a hook that is
 # called with that gr.Tab once built, to wire the tab's own events (Rate and Rank reread guidelines on select).
@@ -93,8 +97,6 @@ def build_app(settings: ServeSettings) -> gr.Blocks:
         hidden = [tabs[name] for name in sorted(ADMIN_TABS & tabs.keys())]
 
         def whoami_load(request: gr.Request):
-            from labeler.services import accounts
-
             with ctx.connection() as db:
                 user = accounts.get_user(db, getattr(request, "username", None) or "")
             if user is None:
@@ -110,9 +112,6 @@ def build_app(settings: ServeSettings) -> gr.Blocks:
 
         def first_steps_load(request: gr.Request):
             """An admin on a project without prompts or labels: what to do first."""
-            from labeler.services import accounts
-            from labeler.services.projects import project_counts
-
             with ctx.connection() as db:
                 user = accounts.get_user(db, getattr(request, "username", None) or "")
                 if user is None or user.role != "admin":
@@ -144,9 +143,6 @@ def build_app(settings: ServeSettings) -> gr.Blocks:
 def _password_panel(ctx: UIContext) -> tuple[gr.Column, gr.Column]:
     """(the first-login panel, the column holding the tabs). The panel is shown instead of the tabs to a user
     whose password is the one-time one `serve` printed."""
-    from labeler.services import accounts
-    from labeler.ui.soft_errors import ui_errors  # a wrong entry: one log line, not a traceback
-
     with gr.Column(visible=False, elem_id="studio-password-panel") as panel:
         gr.Markdown(
             "### Choose your own password\nYou logged in with the one-time password printed by `rlhf-studio serve`. "
@@ -163,8 +159,6 @@ def _password_panel(ctx: UIContext) -> tuple[gr.Column, gr.Column]:
     # ui_errors (a red toast, the event fails): .success below must not run after a refusal.
     @ui_errors
     def change_password(current_value, new_value, repeat_value, request: gr.Request):
-        from labeler.ui.session import login_throttle
-
         throttle, address = login_throttle(request)  # wrong current passwords count like wrong logins
         with ctx.connection() as db:
             accounts.change_own_password(db, UIContext.username(request), current_value, new_value, repeat_value,
@@ -182,8 +176,6 @@ def _password_panel(ctx: UIContext) -> tuple[gr.Column, gr.Column]:
 def launch_options(settings: ServeSettings) -> dict[str, Any]:
     """Everything launch() needs besides the app, so the CLI and the tests start the app identically."""
     from starlette.middleware import Middleware
-
-    from labeler.services.login_guard import LoginThrottle
 
     return {
         "auth": make_auth(settings.db_path, LoginThrottle(settings.login_throttle)),
@@ -231,8 +223,6 @@ def launch(app: gr.Blocks, settings: ServeSettings, **overrides: Any):
     server = app.server_app
     # An idle connection held while the server runs: without one, each request's close is the database's
     # last and SQLite checkpoints and deletes the WAL every time (20 of the 22 ms a rate_submit took).
-    from storage import connect
-
     server.state.wal_keeper = connect(settings.db_path, create=False)
     replace_session_tokens(server, lambda sessions: SessionStore(settings.db_path, settings.session_max_age_s,
                                                                  initial=sessions))

@@ -21,6 +21,7 @@ from typing import Any, Callable
 import gradio as gr
 
 from labeler.services.errors import InputError, PermissionDenied
+from labeler.ui.session import ui_errors as toasts
 
 WARNING_TITLE = "Invalid input"
 LOG = logging.getLogger("rlhf_studio.ui")
@@ -37,8 +38,6 @@ def log_refusal(handler: Callable[..., Any], error: Exception) -> None:
 def ui_errors(handler: Callable[..., Any]) -> Callable[..., Any]:
     """labeler.ui.session.ui_errors (InputError / PermissionDenied become a red toast), logging a refusal as
     one line: the gr.Error it raises is marked so that Gradio does not print its traceback."""
-    from labeler.ui.session import ui_errors as toasts
-
     inner = toasts(handler)
 
     @functools.wraps(handler)

@@ -114,7 +114,7 @@ def test_a_prompt_split_across_batches_is_ranked_in_one_item_of_ranking_size(tin
 def test_the_last_import_batch_and_a_kept_model(tiny_db, tiny_model_dir, tmp_path, monkeypatch):
     """Issue 14 item 5: generate for the prompts just uploaded, with a model loaded once for several calls."""
     from labeler.services.chat import ModelCache
-    from labeler.services.generation import last_import_prompt_ids
+    from labeler.services.prompts import last_import_prompt_ids
 
     db = tiny_db
     generate_responses(db, "default", "tiny", n_per_prompt=1, settings=SETTINGS, limit=1)  # prompt 1 answered
