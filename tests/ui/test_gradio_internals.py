@@ -1,4 +1,4 @@
-"""Gradio's private names that labeler/ui/gradio_internals.py (and the login code in labeler/ui/session.py) use.
+"""Gradio's private names that labeler/ui/gradio_internals.py (and the login code in labeler/ui/session/) use.
 
 Each test reads the installed Gradio on purpose: a release that renames or removes one of them would otherwise
 switch a fix off silently (quiet_queue setting an attribute nobody reads, SessionStore never consulted, the
@@ -75,7 +75,7 @@ def test_without_matplotlib_gradio_no_longer_tries_to_import_it_per_event(monkey
 
 def test_session_tokens_are_a_dict_on_the_app_that_login_and_logout_use():
     server = gradio.routes.App()
-    assert server.tokens == {} and server.auth is None  # App.tokens and App.auth, as session.py reads them
+    assert server.tokens == {} and server.auth is None  # App.tokens and App.auth, as ui/session reads them
     server.tokens["earlier"] = "alice"
     made = []
 

@@ -1,9 +1,10 @@
 """The tabs' handlers called in-process (no server): the same functions the buttons and api_names reach.
 
-Rate and Rank handlers are module functions called directly with the `ctx` fixture (a UIContext) and
-`as_user(name)`, a gr.Request carrying the user name, which is all Gradio's login adds. `endpoint(app,
-api_name)` reads an event's wiring (outputs, progress, processing); `call(app, api_name, ..., user=)` still finds
-the Admin and Data handlers, and app.py's own, by api_name.
+Handlers are module functions called directly with the `ctx` fixture (a UIContext) and `as_user(name)`, a
+gr.Request carrying the user name, which is all Gradio's login adds. `endpoint(app, api_name)` reads an event's
+wiring (outputs, progress, processing) and drives the Data tab's generate and export, whose handlers take the
+form's widgets (built with the app). `call(app, api_name, ..., user=)` finds a handler by api_name for the test
+modules that still use it (app.py's own handlers are closures).
 """
 from __future__ import annotations
 
@@ -17,8 +18,12 @@ import pytest
 import yaml
 
 from labeler.services.errors import InputError
-from labeler.ui.tabs import labelling, rank, rate
+from labeler.ui.tabs import data, labelling, rank, rate
+from labeler.ui.tabs.admin import backup, project_settings, quality, users
 from labeler.ui.tabs.admin.quality import parse_gold
+from labeler.ui.tabs.data import export as data_export
+from labeler.ui.tabs.data import label_files
+from labeler.ui.tabs.data import prompts as data_prompts
 from labeler.ui.tabs.rank import order_from_ranks
 
 ADMIN, ANNOTATOR = "root", "ann"
@@ -266,29 +271,29 @@ def test_rank_submit_refuses_ranks_for_answers_not_shown(app_db, ctx):
     assert query(app_db, "SELECT COUNT(*) FROM rankings") == [(0,)]
 
 
-def test_handlers_refuse_anonymous_and_annotators_on_admin_actions(app, app_db, ctx):
+def test_handlers_refuse_anonymous_and_annotators_on_admin_actions(app_db, ctx):
     with pytest.raises(gr.Error, match="not logged in"):
         rate.next_item(ctx, request=as_user(None))
-    for api_name, args in [("admin_add_user", ("eve", "eve-password-1", "admin")), ("admin_backup", ()),
-                           ("data_import_shipped", ()), ("admin_mark_gold", (1, "5"))]:
+    for handler, args in [(users.add_user, ("eve", "eve-password-1", "admin")), (backup.download_backup, ()),
+                          (data_prompts.import_shipped, ()), (quality.mark_gold, (1, "5"))]:
         with pytest.raises(gr.Error, match="not an admin"):
-            call(app, api_name, *args, user=ANNOTATOR)
+            handler(ctx, *args, request=as_user(ANNOTATOR))
     assert query(app_db, "SELECT COUNT(*) FROM users WHERE username = 'eve'") == [(0,)]
     assert query(app_db, "SELECT COUNT(*) FROM prompts") == [(2,)]
     assert query(app_db, "SELECT gold_json FROM items WHERE id = 1") == [(None,)]
 
 
-def test_prompt_upload_bad_file_names_the_line_and_writes_nothing(app, app_db, tmp_path):
+def test_prompt_upload_bad_file_names_the_line_and_writes_nothing(app_db, tmp_path, ctx):
     bad = tmp_path / "prompts.jsonl"
     bad.write_text('{"prompt": "fine"}\n{"prompt": 3}\n', encoding="utf-8")
     # A warning toast, not an error: the tab's tables stay (issue 14 item 7); the name is the upload's own.
     with pytest.warns(UserWarning, match="prompts.jsonl, line 2"):
-        assert call(app, "data_import_prompts", str(bad), user=ADMIN) == (gr.skip(), gr.skip())
+        assert data_prompts.import_prompt_file(ctx, str(bad), request=as_user(ADMIN)) == (gr.skip(), gr.skip())
     assert query(app_db, "SELECT COUNT(*) FROM prompts") == [(2,)]
 
     good = tmp_path / "more.txt"
     good.write_text("A third prompt\nPrompt one\n", encoding="utf-8")
-    summary, table = call(app, "data_import_prompts", str(good), user=ADMIN)
+    summary, table = data_prompts.import_prompt_file(ctx, str(good), request=as_user(ADMIN))
     assert "**3** prompts" in summary
     assert query(app_db, "SELECT text, source FROM prompts WHERE id = 3") == [("A third prompt", "more.txt")]
 
@@ -329,8 +334,8 @@ def test_export_preferences_downloads_the_ranking_pairs(app, app_db, ctx):
     assert "**3** preferences rows" in message
 
 
-def test_admin_settings_gold_and_backup(app, app_db, ctx):
-    snapshot = call(app, "admin_save_project", 1, 5, 2, "Be **strict**.", user=ADMIN)
+def test_admin_settings_gold_and_backup(app_db, ctx):
+    snapshot = project_settings.save_project(ctx, 1, 5, 2, "Be **strict**.", request=as_user(ADMIN))
     assert snapshot[2:6] == (1, 5, 2, "Be **strict**.")
     assert query(app_db, "SELECT likert_min, likert_max, overlap, guidelines FROM projects") == [(1, 5, 2, "Be **strict**.")]
     # The Rate tab now offers 1..5 and shows the new guidelines.
@@ -339,13 +344,13 @@ def test_admin_settings_gold_and_backup(app, app_db, ctx):
     assert shown[9] == "Be **strict**."
     # An inverted scale is refused and nothing changes.
     with pytest.warns(UserWarning, match="likert"):
-        call(app, "admin_save_project", 5, 1, 1, "", user=ADMIN)
+        project_settings.save_project(ctx, 5, 1, 1, "", request=as_user(ADMIN))
     assert query(app_db, "SELECT likert_min, likert_max FROM projects") == [(1, 5)]
 
-    call(app, "admin_mark_gold", 1, "4", user=ADMIN)
+    quality.mark_gold(ctx, 1, "4", request=as_user(ADMIN))
     assert query(app_db, "SELECT gold_json FROM items WHERE id = 1") == [(json.dumps({"score": 4}),)]
 
-    backup_path = call(app, "admin_backup", user=ADMIN)
+    backup_path = backup.download_backup(ctx, request=as_user(ADMIN))
     assert query(backup_path, "SELECT username FROM users ORDER BY id") == [(ADMIN,), (ANNOTATOR,)]
 
 
@@ -377,7 +382,7 @@ def test_export_filters_and_labels_import(app, app_db, tmp_path, ctx):
         '{"prompt": "Imported prompt", "chosen": "same", "rejected": "same"}\n',
         encoding="utf-8",
     )
-    message, summary = call(app, "data_import_labels", str(pairs), user=ADMIN)
+    message, summary = label_files.import_labels(ctx, str(pairs), request=as_user(ADMIN))
     assert "Imported **1** preference pairs" in message and "1 with chosen = rejected dropped" in message
     assert query(app_db, "SELECT COUNT(*) FROM rankings WHERE source != 'annotator'") == [(1,)]
     assert "**3** prompts" in summary and "**2** rankings" in summary
@@ -430,7 +435,7 @@ def test_a_ranking_of_a_running_run_says_which_model_it_trains_until_the_run_end
     assert rank.next_item(ctx, request=as_user(ANNOTATOR))[0] == ""
 
 
-def test_unpaired_export_threshold_defaults_to_the_scale_midpoint_like_the_cli(app, app_db):
+def test_unpaired_export_threshold_defaults_to_the_scale_midpoint_like_the_cli(app, app_db, ctx):
     """Issue 14 item 2: the form's threshold box showed 0 and every answer came out good."""
     from labeler.services import export, labeling
     from storage import open_db
@@ -445,7 +450,7 @@ def test_unpaired_export_threshold_defaults_to_the_scale_midpoint_like_the_cli(a
 
     fn = endpoint(app, "data_export")
     by_label = {getattr(block, "label", None): block for block in fn.inputs}
-    loaded = endpoint(app, "data_load").fn(request=gr.Request(username=ADMIN))
+    loaded = data.load(ctx, request=as_user(ADMIN))
     assert loaded[-1]["value"] == 4.0 and "midpoint" in loaded[-1]["info"]
     values = {block: block.value for block in fn.inputs}
     values[by_label["threshold"]] = loaded[-1]["value"]  # what the page shows after loading, sent back
@@ -453,5 +458,5 @@ def test_unpaired_export_threshold_defaults_to_the_scale_midpoint_like_the_cli(a
     path, _ = fn.fn(values, request=gr.Request(username=ADMIN))
     assert [json.loads(line) for line in Path(path).read_text().splitlines()] == cli_rows
     # z-scores move the scale, and the default with it (0); back off, the midpoint again.
-    assert call(app, "data_export_threshold", True, user=ADMIN)["value"] == 0.0
-    assert call(app, "data_export_threshold", False, user=ADMIN)["value"] == 4.0
+    assert data_export.export_threshold(ctx, True, request=as_user(ADMIN))["value"] == 0.0
+    assert data_export.export_threshold(ctx, False, request=as_user(ADMIN))["value"] == 4.0
