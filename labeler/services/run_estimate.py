@@ -126,11 +126,6 @@ def eval_seconds(micro: MicroStep, answers: int, models: int = 2) -> float:
     return models * answers / micro.rows * micro.generate_seconds
 
 
-def estimate_run(micro: MicroStep, steps: int, batch_size: int, ppo_epochs: int, eval_answers: int = 0) -> RunEstimate:
-    """A PPO run of `steps` batches (see ppo_step_seconds) and its evaluation of `eval_answers` answers."""
-    return estimate_from_step(micro, steps, ppo_step_seconds(micro, batch_size, ppo_epochs), eval_answers)
-
-
 def estimate_from_step(micro: MicroStep, steps: int, step_seconds: float, eval_answers: int = 0) -> RunEstimate:
     """A run of `steps` steps of step_seconds each, the micro-step's setup and the evaluation."""
     return RunEstimate(step_seconds, steps, micro.setup_seconds, eval_seconds(micro, eval_answers) if eval_answers else 0.0)

@@ -45,7 +45,8 @@ def test_step_time_from_a_micro_step():
     assert run_estimate.ppo_step_seconds(MICRO, batch_size=32, ppo_epochs=4) == 30.0
     # evaluation: 40 held-out answers by 2 models at 16 answers per 2 s = 2 x 40 / 16 x 2 = 10 s.
     assert run_estimate.eval_seconds(MICRO, answers=40) == 10.0
-    estimate = run_estimate.estimate_run(MICRO, steps=40, batch_size=64, ppo_epochs=2, eval_answers=40)
+    step = run_estimate.ppo_step_seconds(MICRO, batch_size=64, ppo_epochs=2)
+    estimate = run_estimate.estimate_from_step(MICRO, steps=40, step_seconds=step, eval_answers=40)
     assert estimate.total_seconds == 10 + 40 * 36 + 10  # 1460 s
 
 
