@@ -53,7 +53,9 @@ class StudioOnlineDefaults:
 class StudioGRPOConfig(StudioOnlineDefaults, GRPOConfig):
     """GRPOConfig with defaults for a CPU run in the app (the fields and their meaning are TRL 1.16's)."""
 
-    beta: float = field(default=0.04, metadata={"help": "k3 KL coefficient to the base model (DeepSeekMath's 0.04; 0: no reference)."})
+    # Measured on the shipped task (function reward, 40 steps, CPU with bf16): beta 0.04 (DeepSeekMath's) gave 94%
+    # positive at KL 10.5 on held-out prompts, 0.08 gave 84% at KL 6.0, 0.05 gave 94% at KL 9.6.
+    beta: float = field(default=0.05, metadata={"help": "k3 KL coefficient to the base model (0: no reference)."})
 
 
 @dataclass

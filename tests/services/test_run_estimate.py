@@ -177,7 +177,7 @@ def test_grpo_preview_says_how_long_from_its_own_micro_step(labelled):
 
 def test_grpo_and_rloo_count_the_no_grad_passes_their_trainers_make(labelled):
     # Accumulating all 4 x 2 micro-steps of a generation batch: the policy does not move within it, so GRPO
-    # skips the old log-probs (1 pass: the reference at beta 0.04): 4 x (2 + 0.5 + 2 x 3) = 34 s; RLOO's KL
+    # skips the old log-probs (1 pass: the reference at beta 0.05): 4 x (2 + 0.5 + 2 x 3) = 34 s; RLOO's KL
     # penalty needs them whenever beta > 0 (0.03): 2 passes, 4 x (2 + 1 + 6) = 36 s.
     values = {"gradient_accumulation_steps": 8, "eval_samples": 0}
     grpo = preview_run(labelled, "default", "grpo", values, measure=_measured([]))

@@ -96,7 +96,7 @@ def test_grpo_and_rloo_share_the_app_s_cpu_defaults_and_take_the_job_s_settings(
               "max_completion_length", "num_iterations")
     grpo, rloo = (cls(output_dir="unused", report_to="none") for cls in (StudioGRPOConfig, StudioRLOOConfig))
     assert [getattr(grpo, n) for n in shared] == [getattr(rloo, n) for n in shared] == [3e-5, 16, 4, 4, 16, 2]
-    assert (grpo.beta, rloo.beta, grpo.generation_batch_size) == (0.04, 0.03, 64)  # 16 prompts x 4 answers
+    assert (grpo.beta, rloo.beta, grpo.generation_batch_size) == (0.05, 0.03, 64)  # 16 prompts x 4 answers
     # the library's fields, in its order: the app changes defaults only
     assert [f.name for f in dataclasses.fields(StudioGRPOConfig)] == [f.name for f in dataclasses.fields(GRPOConfig)]
     job = train_configs.JobConfig(answers_per_prompt=2, max_new_tokens=8)
