@@ -22,7 +22,7 @@ from typing import Any
 import sqlite_utils
 
 from labeler import forms
-from labeler.services import launch, models, run_estimate, train_configs
+from labeler.services import launch, models, run_estimate, stage_runners, train_configs
 from labeler.services.errors import InputError
 from labeler.services.evaluation import heldout_prompts
 from labeler.services.export import preference_rows, split_by_prompt, unpaired_rows
@@ -106,8 +106,6 @@ def _trainer_config(stage: str, job, trainer_values: dict[str, Any]):
 
 def _rows(db: sqlite_utils.Database, project: str, stage: str, job) -> tuple[list[tuple[str, dict]], str]:
     """(prompt key, row) pairs of the stage's training data, and what a row is called."""
-    from labeler.services import stage_runners
-
     ctx = SimpleNamespace(job=job)  # export_options reads only the job's data filters
     if stage == "sft":
         rows = [r for r in unpaired_rows(db, project, stage_runners.export_options(ctx, threshold=job.sft_min_score))
