@@ -3,6 +3,7 @@ items in arrival order vs by the reward model's uncertainty (projects set --sele
 
     python bench/label_efficiency.py --keep /tmp/le          # builds the pool once (1,080 answers), 2 x 5 runs
     python bench/label_efficiency.py --seeds 0,1 --pace 0.5  # a quicker look
+    python bench/label_efficiency.py --pool POOL --ceiling   # the learner alone: random labels up to every pair
 
 The pool: the shipped movie openings, `--answers` answers of the default policy per prompt, queued as ranking
 items of `--ranking-size` answers (default 2: each label is one comparison), in the order they were generated. For each seed, 27 prompts are held
@@ -105,6 +106,45 @@ def accuracy(encoder, train: list, test: list, seed: int = 0) -> float:
     return ensemble.agreement(encoder.embed(prompts, [c for _, c, _ in test]), encoder.embed(prompts, [r for _, _, r in test]))
 
 
+def learner_ceiling(pool: str, seeds: list[int]) -> None:
+    """How far more labels move the learner itself, no server and no order: the ensemble fitted on random samples of
+    the pool's pair items (labelled by VADER, as the annotators label), and of every pair of a prompt's answers, up to
+    all of them. Where 10x the labels add little, no order of the same labels can halve them."""
+    import itertools
+
+    from rlhf.preference_ensemble import FrozenTextEncoder
+    from storage import open_db
+
+    encoder, db = FrozenTextEncoder(), open_db(pool, migrate=False)
+    for seed in seeds:
+        held = heldout_prompt_ids(db, seed)
+        test, items, all_pairs = heldout_pairs(db, held), [], []
+        for prompt_id, prompt in db.execute("SELECT id, text FROM prompts ORDER BY id").fetchall():
+            if prompt_id in held:
+                continue
+            texts = [r[0] for r in db.execute("SELECT text FROM responses WHERE prompt_id = ? ORDER BY id", [prompt_id])]
+            scores = vader_scores(texts)
+
+            def labelled(i: int, j: int):
+                if abs(scores[i] - scores[j]) < TIE_MARGIN:
+                    return None
+                return (prompt, texts[i], texts[j]) if scores[i] > scores[j] else (prompt, texts[j], texts[i])
+
+            items += filter(None, (labelled(i, i + 1) for i in range(0, len(texts) - 1, 2)))
+            all_pairs += filter(None, (labelled(i, j) for i, j in itertools.combinations(range(len(texts)), 2)))
+        rng = random.Random(seed)
+        rng.shuffle(items)
+        rng.shuffle(all_pairs)
+
+        def curve(pairs: list, sizes: list[int]) -> str:
+            return "  ".join(f"{n}: {accuracy(encoder, pairs[:n], test):.3f}" for n in sizes)
+
+        print(f"seed {seed} ({len(test)} held-out pairs)\n  pair items, random order: "
+              f"{curve(items, [100, 200, len(items)])}\n  every pair of a prompt's answers: "
+              f"{curve(all_pairs, [200, 400, 800, 1600, len(all_pairs)])}", flush=True)
+    db.conn.close()
+
+
 def one_run(pool: str, work: Path, strategy: str, seed: int, args) -> Path:
     """A server on a copy of the pool; annotators rank until args.labels rankings are stored. Returns the copy."""
     from storage import open_db
@@ -155,6 +195,8 @@ def main() -> None:
     parser.add_argument("--pace", type=float, default=1.0, help="seconds each annotator takes per label")
     parser.add_argument("--strategies", default="arrival,uncertainty")
     parser.add_argument("--keep", default="", help="folder to keep the run databases in")
+    parser.add_argument("--ceiling", action="store_true", help="only the learner's own curve on the pool, up to "
+                        "every pair (offline: no server, no order)")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     args.labels = max(sizes)
@@ -165,6 +207,9 @@ def main() -> None:
     pool = args.pool or str(work / "pool.db")
     if not Path(pool).exists():
         build_pool(pool, args.answers, args.ranking_size)
+    if args.ceiling:
+        learner_ceiling(pool, seeds)
+        return
 
     from rlhf.preference_ensemble import FrozenTextEncoder
     from storage import open_db
