@@ -28,7 +28,11 @@ from typing import Any, Callable, Sequence
 
 import sqlite_utils
 
-from labeler.services import reward_spec, runs
+from labeler.services import models, reward_spec, run_metrics, runs
+from labeler.services.models import model_name_at
+from labeler.services.models import resolve as resolve_model
+from labeler.services.prompts import parse_prompt, split_prompts
+from labeler.services.readers import read_records
 from labeler.services.errors import InputError
 from labeler.services.projects import get_project
 from storage import write_transaction
@@ -84,10 +88,7 @@ class Evaluation:
 
 def heldout_prompts(db: sqlite_utils.Database, project: str = "default") -> list[str | list[dict]]:
     """The project's held-out prompts (split 'test'), oldest first: text, or the conversation for chat prompts."""
-    project_id = get_project(db, project).id
-    rows = db.execute("SELECT text, messages_json FROM prompts WHERE project_id = ? AND split = 'test' ORDER BY id",
-                      [project_id]).fetchall()
-    return [json.loads(row[1]) if row[1] else row[0] for row in rows]
+    return split_prompts(db, get_project(db, project).id, "test")
 
 
 def load_prompts(db: sqlite_utils.Database, spec: str, project: str = "default") -> list[str | list[dict]]:
@@ -98,8 +99,6 @@ def load_prompts(db: sqlite_utils.Database, spec: str, project: str = "default")
             raise InputError(f"project '{project}' has no held-out prompts (split 'test'): import the shipped set "
                              "(`rlhf-studio prompts import-shipped`) or pass --prompts FILE", field="prompts")
         return prompts
-    from labeler.services.prompts import parse_prompt
-    from labeler.services.readers import read_records
 
     records = [parse_prompt(where, record) for where, record in read_records(spec, txt_field="prompt")]
     if not records:
@@ -141,8 +140,6 @@ def reward_function(db: sqlite_utils.Database, spec: str) -> RewardFunction:
 
 
 def _reward_model(db: sqlite_utils.Database, name: str) -> RewardFunction:
-    from labeler.services import models
-    from labeler.services.models import resolve as resolve_model
     from rlhf.reward import RewardScorer
 
     registered = _registered(db, name)
@@ -159,7 +156,6 @@ def _reward_model(db: sqlite_utils.Database, name: str) -> RewardFunction:
 
 
 def _registered(db: sqlite_utils.Database, name: str) -> dict | None:
-    from labeler.services import models
 
     try:
         return models.get_model(db, name)
@@ -188,10 +184,10 @@ def _folder_base(db: sqlite_utils.Database, name: str) -> str | None:
     if not folder.is_dir():
         return None
     folder = folder.resolve()
-    row = db.execute("SELECT name FROM models WHERE path = ? ORDER BY id LIMIT 1", [str(folder)]).fetchone()
-    if row is not None:
-        return kl_base(db, row[0])
-    from labeler.services.train_configs import load_job_config
+    registered = model_name_at(db, str(folder))
+    if registered is not None:
+        return kl_base(db, registered)
+    from labeler.services.train_configs import load_job_config  # train_configs -> export -> hub -> this module
 
     run = runs.run_of_folder(db, folder)
     return load_job_config(run.config).base_model(run.stage) if run else None
@@ -200,7 +196,6 @@ def _folder_base(db: sqlite_utils.Database, name: str) -> str | None:
 def _load_policy(db: sqlite_utils.Database, name: str):
     """(model, tokenizer) in eval mode; a LoRA adapter is merged into its base (plain transformers model, faster
     sampling). An unknown name or a folder without weights is an InputError naming the model."""
-    from labeler.services.models import resolve as resolve_model
     from rlhf.loading import SHORT_NAMES, load_causal_lm, load_tokenizer
 
     registered = _registered(db, name)
@@ -415,14 +410,13 @@ def reward_curve(db: sqlite_utils.Database, run_id: int, name: str = "env/reward
     def parse(text: str) -> datetime:
         return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
-    rows = db.execute("SELECT step, value, created_at FROM metrics WHERE run_id = ? AND name = ? ORDER BY step",
-                      [int(run_id), name]).fetchall()
+    rows = run_metrics.metric_history(db, run_id, name)
     if not rows:
         return pd.DataFrame({"minutes": pd.Series(dtype=float), "reward": pd.Series(dtype=float)})
     run = runs.find_run(db, run_id)
-    origin = parse(run.started_at) if run and run.started_at else parse(rows[0]["created_at"])
-    minutes = [(parse(row["created_at"]) - origin).total_seconds() / 60 for row in rows]
-    return pd.DataFrame({"minutes": minutes, "reward": [float(row["value"]) for row in rows]})
+    origin = parse(run.started_at) if run and run.started_at else parse(rows[0][2])
+    minutes = [(parse(created_at) - origin).total_seconds() / 60 for _, _, created_at in rows]
+    return pd.DataFrame({"minutes": minutes, "reward": [value for _, value, _ in rows]})
 
 
 def comparison_rows(evaluations: Sequence[Evaluation | None], labels: Sequence[str] | None = None) -> list[dict]:

@@ -230,6 +230,12 @@ def model_exists(db: sqlite_utils.Database, name: str) -> bool:
     return db.execute("SELECT 1 FROM models WHERE name = ?", [name]).fetchone() is not None
 
 
+def model_name_at(db: sqlite_utils.Database, folder: str) -> str | None:
+    """The name of the (oldest) model registered with this folder as its path, or None."""
+    row = db.execute("SELECT name FROM models WHERE path = ? ORDER BY id LIMIT 1", [str(folder)]).fetchone()
+    return None if row is None else row[0]
+
+
 def model_of_run(db: sqlite_utils.Database, run_id: int) -> dict | None:
     """{"name", "path"} of the model a training run registered, or None when it registered none (yet)."""
     row = db.execute("SELECT name, path FROM models WHERE run_id = ?", [int(run_id)]).fetchone()

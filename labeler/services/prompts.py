@@ -183,6 +183,13 @@ def split_texts(db: sqlite_utils.Database, project_id: int, split: str) -> list[
                                          [project_id, split])]
 
 
+def split_prompts(db: sqlite_utils.Database, project_id: int, split: str) -> list[str | list[dict]]:
+    """The project's prompts in `split`, oldest first: the text, or the conversation for a chat prompt."""
+    rows = db.execute("SELECT text, messages_json FROM prompts WHERE project_id = ? AND split = ? ORDER BY id",
+                      [project_id, split]).fetchall()
+    return [json.loads(row[1]) if row[1] else row[0] for row in rows]
+
+
 def prompt_column_values(db: sqlite_utils.Database, project_id: int, column: Literal["split", "source"]) -> list[str]:
     """The distinct values of the column among the project's prompts, sorted."""
     if column not in ("split", "source"):

@@ -32,6 +32,13 @@ def metric_names(db, run_id: int) -> list[str]:
     return [row[0] for row in db.execute("SELECT DISTINCT name FROM metrics WHERE run_id = ? ORDER BY name", [run_id])]
 
 
+def metric_history(db, run_id: int, name: str) -> list[tuple[int, float, str]]:
+    """(step, value, created_at) of one metric of the run, by step."""
+    return [(row[0], float(row[1]), row[2]) for row in db.execute(
+        "SELECT step, value, created_at FROM metrics WHERE run_id = ? AND name = ? ORDER BY step",
+        [int(run_id), name]).fetchall()]
+
+
 def metrics_at(db, run_id: int, step: int) -> dict[str, float]:
     """The last value of every metric of the run logged at or before `step`."""
     rows = db.execute(

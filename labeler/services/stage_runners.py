@@ -18,6 +18,7 @@ from labeler.services import checkpoints, models
 from labeler.services.errors import InputError
 from labeler.services.metrics_sink import main_process_decides
 from labeler.services.projects import get_project
+from labeler.services.prompts import split_texts
 from labeler.services.stages import RunResult, StageContext, checkpoint_due, data_snapshot
 
 JOB_STATE_FILE = "job_state.json"
@@ -241,11 +242,9 @@ def active_mix(ctx: StageContext, db, queue):
 
 def ppo_prompts(db, project: str, seed: int) -> list[str]:
     # Held-out prompts (split 'test') are never trained on.
-    rows = db.execute("SELECT text FROM prompts WHERE project_id = ? AND split = 'train' ORDER BY id",
-                      [get_project(db, project).id]).fetchall()
-    prompts = [row[0] for row in rows]
-    random.Random(seed).shuffle(prompts)
-    return prompts
+    texts = split_texts(db, get_project(db, project).id, "train")
+    random.Random(seed).shuffle(texts)
+    return texts
 
 
 @dataclass

@@ -31,6 +31,10 @@ def test_prompt_readers(db):
         held: (held, "two", None)}
     assert prompts.project_prompt_rows(db, 2, [held]) == {}
     assert prompts.last_import_prompt_ids(db) == [last]
+    with write_transaction(db):
+        insert_prompt(db, 1, PromptRecord("hi", [{"role": "user", "content": "hi"}]), "c.jsonl", split="test")
+    assert prompts.split_prompts(db, 1, "test") == ["two", [{"role": "user", "content": "hi"}]]
+    assert prompts.split_prompts(db, 2, "test") == []
 
 
 def test_reviewed_prompts_count_one_models_answers(db):
@@ -92,6 +96,8 @@ def test_models_battles_and_metrics_readers(db, tmp_path):
     models.register_model(db, "mine", str(folder), "policy", run_id=run_id)
     assert models.model_of_run(db, run_id) == {"name": "mine", "path": str(folder.resolve())}
     assert models.model_exists(db, "mine") and not models.model_exists(db, "other")
+    assert models.model_name_at(db, str(folder.resolve())) == "mine"
+    assert models.model_name_at(db, str(tmp_path)) is None
 
     prompt_id = _prompt(db, "one")
     with write_transaction(db):
@@ -109,3 +115,6 @@ def test_models_battles_and_metrics_readers(db, tmp_path):
     assert arena.voted_battles(db, 2) == []
     assert run_metrics.metrics_at(db, run_id, 3) == {"loss": 2.0, "lr": 0.1}
     assert run_metrics.metrics_at(db, run_id, 0) == {}
+    assert [(step, value) for step, value, _ in run_metrics.metric_history(db, run_id, "loss")] == [
+        (1, 3.0), (2, 2.0), (4, 1.0)]
+    assert run_metrics.metric_history(db, run_id, "missing") == []
