@@ -52,7 +52,7 @@ KINDS = ("rating", "ranking")
 PENDING_TTL_MINUTES = 30
 MAX_COMMENT_CHARS = 5_000  # a note on a label, typed by a person
 # A ranking of K answers gives up to K(K-1)/2 preference pairs for one read of the prompt: 8 answers give 28
-# (4 gave 6), and the Rank tab shows one slot per answer up to MAX_RANKING_SIZE (ui/tabs/rank.py).
+# (4 gave 6), and the Rank tab shows one slot per answer up to MAX_RANKING_SIZE (ui/tabs/rank/item_view.py).
 MIN_RANKING_SIZE, MAX_RANKING_SIZE = 2, 8
 
 _NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"

@@ -12,13 +12,13 @@ Used through this module's functions (labeler/ui/app.py calls them):
   skip_missing_matplotlib.
 - `App.tokens` (gradio.routes.App, cookie token -> username): replace_session_tokens.
 
-Used by labeler/ui/session.py where they are read (left there, in the login code; the test covers them too):
+Used by labeler/ui/session/ where they are read (left there, in the login code; the test covers them too):
 - `App.tokens`, reached as scope["app"].tokens by RequestGuard, and `App.auth` (login_throttle reads the
   throttle make_auth hangs on the auth coroutine);
 - Gradio's `POST /login` storing `app.tokens[token] = username` right after awaiting the auth coroutine, in the
   same context: SessionStore reads the login's session epoch from a context variable the coroutine set;
 - the session cookies `access-token-<cookie id>` and `access-token-unsecure-<cookie id>` (RequestGuard,
-  _lax_cookies) and the `GET /logout` route (RequestGuard turns the logout POST into it).
+  cookies.lax_cookies) and the `GET /logout` route (RequestGuard turns the logout POST into it).
 """
 from __future__ import annotations
 
