@@ -16,6 +16,8 @@ from typing import Any
 from labeler import forms
 from labeler.services import checkpoints, models
 from labeler.services.errors import InputError
+from labeler.services.export import ExportOptions, preference_rows, split_by_prompt, unpaired_rows
+from labeler.services.human_reward import HumanRewardQueue
 from labeler.services.metrics_sink import main_process_decides
 from labeler.services.projects import get_project
 from labeler.services.prompts import split_texts
@@ -27,8 +29,6 @@ JOB_STATE_FILE = "job_state.json"
 # ---- shared pieces -----------------------------------------------------------------------------------
 
 def export_options(ctx: StageContext, **overrides):
-    from labeler.services.export import ExportOptions
-
     job = ctx.job
     annotators = tuple(a.strip() for a in job.annotators.split(",") if a.strip()) or None
     return ExportOptions(annotators=annotators, min_annotators=job.min_annotators, min_agreement=job.min_agreement,
@@ -49,8 +49,6 @@ def split_rows(rows: list[dict], test_size: float, seed: int):
     the same side, so eval_accuracy measures unseen prompts (a row-level shuffle put pairs of one prompt on both
     sides and inflated it). Too few rows on either side for a meaningful eval -> no eval split."""
     from datasets import Dataset
-
-    from labeler.services.export import split_by_prompt
 
     # The rows carry the prompt itself (text, or a message list), not its id; prompts are unique per project
     # (text hash), so the prompt's canonical JSON identifies it as well as the id would.
@@ -143,7 +141,6 @@ def _policy_rows_options(ctx: StageContext, db, stage: str, **overrides):
 
 
 def run_sft(ctx: StageContext) -> RunResult:
-    from labeler.services.export import unpaired_rows
     from rlhf.sft import SFTConfig, SFTTrainer
 
     db = ctx.open_db()
@@ -156,8 +153,6 @@ def run_sft(ctx: StageContext) -> RunResult:
 
 
 def _preference_pairs(ctx: StageContext, db, options=None) -> list[dict]:
-    from labeler.services.export import preference_rows
-
     rows = preference_rows(db, ctx.project, options or export_options(ctx))
     _require_rows(rows, "preference pairs", "rank answers (or rate two answers per prompt with include_rating_pairs)")
     return rows
@@ -183,8 +178,6 @@ def run_dpo(ctx: StageContext) -> RunResult:
 
 def human_queue(ctx: StageContext):
     """The run's rating queue when the job's rewards come from people (human, mix), else None."""
-    from labeler.services.human_reward import HumanRewardQueue
-
     if ctx.job.reward not in ("human", "mix"):
         return None
     return HumanRewardQueue(ctx.db_path, ctx.project, ctx.run_id, policy=ctx.job.timeout_policy,

@@ -21,6 +21,7 @@ from typing import Any
 from labeler import forms
 from labeler.services import models, stage_runners
 from labeler.services.errors import InputError
+from labeler.services.export import unpaired_rows
 from labeler.services.projects import get_project
 from labeler.services.stages import RunResult, StageContext, data_snapshot
 from rlhf.grpo import GRPOConfig
@@ -191,7 +192,6 @@ def run_kto(ctx: StageContext) -> RunResult:
     is desirable, below it undesirable (export --kind unpaired's rows). Rows are shuffled by the job's seed: KTO
     reads its batches in order (its KL pairs are made within them), and the export lists a prompt's answers
     together."""
-    from labeler.services.export import unpaired_rows
     from rlhf.kto import KTOTrainer
 
     db = ctx.open_db()

@@ -19,6 +19,7 @@ from labeler.services import reward_spec
 from labeler.services.errors import InputError
 from labeler.services.job_settings import ALL_STAGES as STAGES
 from labeler.services.job_settings import JobConfig
+from labeler.services.readers import MAX_JSON_DEPTH, check_depth, decode_text, load_json
 
 # The trainer config class of each stage, imported lazily (torch/transformers are slow to import).
 STAGE_CONFIG_CLASSES = {
@@ -120,8 +121,6 @@ def split_settings(stage: str, values: dict[str, Any], source: str | None = None
 def read_config_file(path: str | Path) -> dict[str, Any]:
     """Settings from a JSON or YAML file (.yaml/.yml): flat {"key": value}, or {"job": {...}, "trainer": {...}} as
     stored on a run."""
-    from labeler.services.readers import decode_text
-
     path = Path(path)
     if not path.exists() or path.is_dir():
         raise InputError("config file not found" if not path.exists() else "is a folder, not a config file",
@@ -129,9 +128,7 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     # Strict UTF-8, NUL bytes refused, a FIFO or a device refused by name: errors name the line, never a traceback.
     text = decode_text(path)
     if path.suffix.lower() in (".yaml", ".yml"):
-        import yaml
-
-        from labeler.services.readers import MAX_JSON_DEPTH, check_depth
+        import yaml  # only for .yaml files
 
         try:
             data = check_depth(yaml.safe_load(text), lambda message: InputError(message, file=str(path)))
@@ -142,8 +139,6 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
             raise InputError(f"not valid YAML: {getattr(error, 'problem', error)}", file=str(path),
                              line=mark.line + 1 if mark else None) from None
     else:
-        from labeler.services.readers import load_json
-
         try:
             data = load_json(text, lambda message: InputError(message, file=str(path)))  # depth capped
         except json.JSONDecodeError as error:
