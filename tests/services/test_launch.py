@@ -91,10 +91,10 @@ def test_a_two_process_run_writes_its_row_and_metrics_once(db, tmp_path, monkeyp
 
 def test_run_settings_are_stored_refused_from_the_web_and_checked_when_queued(db, tmp_path):
     from labeler.services import accounts
-    from labeler.ui.tabs.train import JOB_FIELDS
+    from labeler.ui.tabs.train.form import form_specs
 
     accounts.create_user(db, "boss", "a-long-password", role="admin")
-    assert "num_processes" in JOB_FIELDS  # the Train tab's form offers it
+    assert "num_processes" in [spec.name for spec in form_specs()["job"]]  # the Train tab's form offers it
     run = jobs.create_run(db, "rm", {"num_processes": "2"}, username="boss", runs_dir=tmp_path, start=False,
                           from_web=True)
     assert run.config["job"]["num_processes"] == 2
