@@ -14,6 +14,18 @@ def toast(page, text: str) -> None:
                            timeout=30_000)
 
 
+def fill_and_keep(page, selector: str, text: str) -> None:
+    """Type into a box of a tab just opened. On a loaded machine Gradio may still be mounting the tab when the text
+    lands, and the mount then resets the box (a CI run lost 'abc' that way and refused an empty id): type again,
+    as a person who saw the box empty would."""
+    box = page.locator(selector).first
+    for _ in range(5):
+        box.fill(text)
+        page.wait_for_timeout(300)
+        if box.input_value() == text:
+            return
+    raise AssertionError(f"{selector} did not keep {text!r}")
+
 
 def assert_one_log_line_each(page, capfd, caplog, expected: list[str]) -> None:
     """No traceback on the server's stderr, and one one-line ui log entry per mistake, in order, each naming it."""
@@ -31,12 +43,12 @@ def test_input_errors_log_one_line_each(running_app, login, capfd, caplog):
     # Train: a setting that is not a number (a red toast).
     page.click("button[role=tab]:has-text('Train')")
     page.click("text=Advanced settings")
-    page.fill("#train-advanced textarea", "steps=many")
+    fill_and_keep(page, "#train-advanced textarea", "steps=many")
     page.click("#train-preview")
     toast(page, "steps")
     # Records: an id that is not a number (a yellow warning, the tab kept).
     page.click("button[role=tab]:has-text('Records')")
-    page.fill("#records-open-id textarea, #records-open-id input", "abc")
+    fill_and_keep(page, "#records-open-id textarea, #records-open-id input", "abc")
     page.click("#records-open")
     toast(page, "whole number")
     # Chat: an empty message.
