@@ -5,6 +5,9 @@
     python bench/annotators.py --sizes 10000 --annotators 1,20 --duration 5 --labels 50   # a quick look
     git archive HEAD | tar -x -C /tmp/before && python bench/annotators.py --baseline /tmp/before --rounds 3
                                                                  # this tree against a checkout, interleaved
+    python bench/annotators.py --sizes 10000 --annotators 20 --duration 40 --think 2
+                                                                 # people who read before they label (2 s mean):
+                                                                 # how long one label waits, not the throughput
 
 For each size it builds a fresh database (prompts and answers imported as plain rows, no generation; `--overlap`
 labels per item), starts a real server (`rlhf-studio serve` in its own process, as a user starts it) and drives
@@ -34,6 +37,7 @@ import argparse
 import hashlib
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -204,17 +208,25 @@ class ServiceAnnotator(Annotator):
         self.db.conn.close()
 
 
-def run_group(people: list[Annotator], labels: int | None, seconds: float) -> tuple[float, list[BaseException]]:
-    """Everyone labels at once, `labels` each or for `seconds`; (elapsed seconds, errors)."""
+def run_group(people: list[Annotator], labels: int | None, seconds: float,
+              think: float = 0.0) -> tuple[float, list[BaseException]]:
+    """Everyone labels at once, `labels` each or for `seconds`; (elapsed seconds, errors). With `think` > 0 each
+    person pauses between labels for a random time of that mean (exponential, seeded by their name), as people
+    reading an answer do; at 0 they submit back to back, which measures the server's throughput rather than how long
+    one label waits."""
     barrier = threading.Barrier(len(people) + 1)
     errors: list[BaseException] = []
     deadline = [0.0]
 
     def work(person: Annotator) -> None:
+        pause = random.Random(person.username)
         barrier.wait()
+        if think > 0:  # people arrive at their own moments, not all on one click
+            time.sleep(pause.uniform(0, think))
         try:
             while (len(person.latencies) < labels if labels else time.monotonic() < deadline[0]) and person.label():
-                pass
+                if think > 0:
+                    time.sleep(min(pause.expovariate(1 / think), max(0.0, deadline[0] - time.monotonic())))
         except BaseException as error:  # reported: a failed request is a finding, not a crash
             errors.append(error)
 
@@ -293,7 +305,7 @@ def measure(size: int, path: str, count: int, make, args, server: Server | None,
     # labels --labels in a row, a group for --duration seconds.
     labels = max(20, args.labels // count) if path == "service" else (args.labels if count == 1 else None)
     server_cpu, client_cpu = (server.cpu_s() if server else 0.0), time.process_time()
-    elapsed, errors = run_group(people, labels, args.duration)
+    elapsed, errors = run_group(people, labels, args.duration, think=0.0 if path == "service" else args.think)
     server_cpu = (server.cpu_s() - server_cpu) if server else float("nan")
     client_cpu = time.process_time() - client_cpu
     for person in people:
@@ -359,6 +371,8 @@ def main() -> None:
     parser.add_argument("--overlap", type=int, default=3, help="labels per item (the project's overlap)")
     parser.add_argument("--baseline", metavar="DIR", help="a checkout of other code whose server is measured too, "
                         "interleaved with this tree's (e.g. `git archive HEAD | tar -x -C DIR`)")
+    parser.add_argument("--think", type=float, default=0.0,
+                        help="mean seconds a web annotator pauses between labels (0: back to back, a throughput test)")
     parser.add_argument("--rounds", type=int, default=1, help="times each group is measured (alternating servers)")
     args = parser.parse_args()
     counts = [int(c) for c in args.annotators.split(",")]
