@@ -7,13 +7,15 @@ so the CLI and the services never import it.
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import enum
+import functools
 import json
 import types
 import typing
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 from labeler.services.errors import InputError
 
@@ -26,7 +28,10 @@ class FieldSpec:
 
     name: str
     kind: str  # "bool" | "int" | "float" | "str" | "choice" | "json"
-    default: Any
+    # Makes the field's default (its dataclass default_factory, or a function returning its default), called
+    # only when `default` is read: bf16's factory asks the hardware, torch included, which help and settings
+    # listings must not import (they print `shown_default`).
+    make_default: Callable[[], Any]
     help: str
     choices: tuple = ()
     optional: bool = False  # None is an accepted value
@@ -34,6 +39,19 @@ class FieldSpec:
     # "radio": a choice shown as buttons, every option in view (a few options that change what else matters);
     # "dropdown": text picked from options the app fills when a page loads (registry names), or typed.
     widget: str = ""
+    # Words for a default that a factory works out when a config is built (its `default_text` attribute, e.g.
+    # rlhf.hardware.bf16_is_fast's); blank: the default's value says it.
+    default_text: str = ""
+
+    @functools.cached_property
+    def default(self) -> Any:
+        value = self.make_default()
+        return value.value if isinstance(value, enum.Enum) else value
+
+    @property
+    def shown_default(self) -> str:
+        """The default as help and settings listings print it, without calling a described factory."""
+        return self.default_text or repr(self.default)
 
 
 # metadata["widget"] -> the field kind it draws.
@@ -66,14 +84,23 @@ def _kind_of(annotation) -> tuple[str, tuple, bool]:
     return "json", (), False
 
 
-def _default(f: dataclasses.Field):
+def _default_maker(f: dataclasses.Field) -> tuple[Callable[[], Any], str]:
+    """(what makes the field's default, the words that describe it where its factory has them)."""
     if f.default is not dataclasses.MISSING:
-        value = f.default
-    elif f.default_factory is not dataclasses.MISSING:
-        value = f.default_factory()
-    else:
-        return None
-    return value.value if isinstance(value, enum.Enum) else value
+        return _Constant(f.default), ""
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory, getattr(f.default_factory, "default_text", "")
+    return _Constant(None), ""
+
+
+@dataclass(frozen=True)
+class _Constant:
+    """A plain default as a maker (equal by value, so two specs of one field compare equal)."""
+
+    value: Any
+
+    def __call__(self) -> Any:
+        return self.value
 
 
 def field_specs(cls, only: list[str] | tuple[str, ...] | None = None) -> list[FieldSpec]:
@@ -88,7 +115,9 @@ def field_specs(cls, only: list[str] | tuple[str, ...] | None = None) -> list[Fi
         if control and WIDGET_KINDS.get(control) != kind:
             raise TypeError(f"{cls.__name__}.{f.name}: metadata widget={control!r} does not fit a field of kind {kind} "
                             f"(radio: a Literal or Enum; dropdown: a str)")
-        by_name[f.name] = FieldSpec(f.name, kind, _default(f), f.metadata.get("help", ""), choices, optional, control)
+        make_default, default_text = _default_maker(f)
+        by_name[f.name] = FieldSpec(f.name, kind, make_default, f.metadata.get("help", ""), choices, optional, control,
+                                    default_text)
     if only is None:
         return list(by_name.values())
     missing = [name for name in only if name not in by_name]
@@ -149,11 +178,9 @@ def add_flags(parser, cls) -> None:
     """One `--field-name VALUE` flag per field of `cls` (bools: `--name` / `--no-name`), defaults and help from
     the field; `flag_values` reads them back. For commands whose few settings read better as flags than as
     `--set key=value`."""
-    import argparse
-
     for spec in field_specs(cls):
         flag = "--" + spec.name.replace("_", "-")
-        help_text = f"{spec.help} (default: {spec.default})"
+        help_text = f"{spec.help} (default: {spec.default_text or spec.default})"
         if spec.kind == "bool":
             parser.add_argument(flag, dest=spec.name, action=argparse.BooleanOptionalAction, default=None,
                                 help=help_text)

@@ -39,3 +39,8 @@ def bf16_is_fast(device_type: str | None = None) -> bool:
     if device_type == "cpu":
         return bool(cpu_flags() & BF16_CPU_FLAGS)
     return False
+
+
+# What the default is, in words, for help and settings listings (labeler/forms.py prints these rather than call
+# the function, which imports torch to ask about a GPU): the value is worked out when a config is built.
+bf16_is_fast.default_text = "auto: on where the hardware runs bf16 fast"

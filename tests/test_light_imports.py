@@ -46,3 +46,43 @@ def test_cli_services_and_app_import_no_torch():
 
 def test_the_check_sees_a_heavy_import():
     assert heavy_imports_of(["json", "torch", "labeler.cli"]) == {"json": [], "torch": ["torch"], "labeler.cli": []}
+
+
+# Printing help or the settings builds every subcommand's parser and lists every field's default; bf16's default
+# asks the hardware (torch, for a GPU) and must be shown in words instead. `train ppo`: the other stages' configs
+# are transformers' TrainingArguments, whose listing needs transformers itself.
+HELP_COMMANDS = (["--help"], ["train", "--help"], ["train", "ppo", "--help"], ["train", "ppo", "--list-settings"],
+                 ["demo", "--help"])
+
+
+def heavy_imports_of_commands(commands: list[list[str]]) -> dict[str, list[str]]:
+    """{command line: the heavy packages that running `rlhf-studio <command line>` loaded}, in one interpreter."""
+    script = (
+        "import contextlib, io, json, sys\n"
+        "import labeler.cli\n"
+        f"heavy = {HEAVY!r}\n"
+        "found = {}\n"
+        f"for argv in {commands!r}:\n"
+        "    before = {m for m in heavy if m in sys.modules}\n"
+        "    with contextlib.redirect_stdout(io.StringIO()) as printed:\n"
+        "        try:\n"
+        "            labeler.cli.main(argv)\n"
+        "        except SystemExit:\n"
+        "            pass\n"
+        "    assert printed.getvalue().strip(), argv  # the command printed its help, not an error\n"
+        "    found[' '.join(argv)] = sorted(m for m in heavy if m in sys.modules and m not in before)\n"
+        "print(json.dumps(found))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def test_help_and_settings_listing_import_no_torch():
+    found = heavy_imports_of_commands([list(argv) for argv in HELP_COMMANDS])
+    assert found == {" ".join(argv): [] for argv in HELP_COMMANDS}
+
+
+def test_the_help_check_sees_a_heavy_import():
+    # The sft trainer's config is a TrainingArguments: listing it imports transformers and torch.
+    assert heavy_imports_of_commands([["train", "sft", "--list-settings"]])["train sft --list-settings"] != []

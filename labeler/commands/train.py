@@ -7,11 +7,13 @@ with their help. A run is queued in the database and executed by its own worker 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
 from labeler import forms
-from labeler.services import job_settings, jobs, run_metrics, runs, supervision, train_configs
+from labeler.services import demo, job_settings, jobs, run_metrics, run_preview, runs, supervision, train_configs
+from labeler.services.kept_models import KEPT_FROM, kept_models
 from storage import open_db
 
 
@@ -21,12 +23,12 @@ def _print_settings(stage: str) -> None:
         only = "" if section.STAGES == job_settings.ALL_STAGES else f"; {', '.join(section.STAGES)} runs"
         print(f"{section.TITLE} settings ({section.__doc__.splitlines()[0].rstrip('.').lower()}{only}):")
         for spec in forms.field_specs(section):
-            print(f"  {spec.name}={spec.default!r}  [{spec.kind}{': ' + '|'.join(map(str, spec.choices)) if spec.choices else ''}]  {spec.help}")
+            print(f"  {spec.name}={spec.shown_default}  [{spec.kind}{': ' + '|'.join(map(str, spec.choices)) if spec.choices else ''}]  {spec.help}")
         print()
     cls = train_configs.stage_config_class(stage)
     print(f"{cls.__name__} settings ({stage}; a job setting of the same name takes precedence):")
     for spec in forms.field_specs(cls):
-        print(f"  {spec.name}={spec.default!r}  {spec.help.splitlines()[0][:160] if spec.help else ''}")
+        print(f"  {spec.name}={spec.shown_default}  {spec.help.splitlines()[0][:160] if spec.help else ''}")
 
 
 def _describe(run: runs.Run) -> str:
@@ -78,8 +80,6 @@ def cmd_train(args) -> int:
     values.update(forms.parse_sets(args.set))
     db = open_db(args.db)
     if args.dry_run or values.get("time_budget"):
-        from labeler.services import run_preview
-
         if args.dry_run:  # what the run would use and how long it would take; nothing is queued
             print(_plain(run_preview.preview_run(db, args.project, args.stage, values).markdown()))
             return 0
@@ -130,8 +130,6 @@ def cmd_runs_show(args) -> int:
 
 
 def cmd_runs_cancel(args) -> int:
-    from labeler.services.kept_models import KEPT_FROM, kept_models
-
     db = open_db(args.db)
     run = jobs.cancel_run(db, args.run_id)
     print(_describe(run))
@@ -154,12 +152,9 @@ def cmd_runs_resume(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    import os
-
-    # Before torch is imported: OpenMP threads that sleep rather than spin (see supervision.spawn).
+    # Before torch is imported (run_demo imports it; the demo module does not): OpenMP threads that sleep rather
+    # than spin (see supervision.spawn).
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    from labeler.services import demo
-
     settings = forms.build_config(demo.DemoSettings, forms.flag_values(demo.DemoSettings, args), source="demo")
     # Never the project people label in: the demo adds rankings and may move prompts to the held-out split.
     # The shared --project flag defaults to 'default', so that value means "not given" here (set_defaults on
@@ -213,7 +208,7 @@ def register(subparsers, common: argparse.ArgumentParser) -> None:
     p.add_argument("--wait", action="store_true", help="follow the run's progress until it ends")
     p.set_defaults(func=cmd_runs_resume)
 
-    demo = subparsers.add_parser(
+    demo_parser = subparsers.add_parser(
         "demo", parents=[common], help="the whole loop on the embedded models: generate, simulated labels, RM, PPO",
         description="Generate answers to the shipped prompts, rank them with a simulated annotator (VADER "
                     "sentiment), train the MiniLM reward model, run PPO on the default policy with it, and print "
@@ -221,7 +216,5 @@ def register(subparsers, common: argparse.ArgumentParser) -> None:
                     "in its own project ('demo', or another that --project names, never 'default'; created with "
                     "the shipped prompts), and one demo runs per database at a time.",
     )
-    from labeler.services.demo import DemoSettings  # no torch: the settings are plain dataclasses
-
-    forms.add_flags(demo, DemoSettings)
-    demo.set_defaults(func=cmd_demo)
+    forms.add_flags(demo_parser, demo.DemoSettings)
+    demo_parser.set_defaults(func=cmd_demo)
