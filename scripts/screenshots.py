@@ -187,7 +187,8 @@ def _shoot(browser, url: str, out: Path, model_name: str, run_timeout_s: float, 
     page.click("button[role=tab]:has-text('Train')")
     page.click("#train-stage label:has-text('PPO')")
     page.wait_for_selector("#train-reward", state="visible")
-    page.click("#train-reward label:has-text('function')")
+    page.click("#train-reward input")  # the Reward picker: VADER's sentiment of the answer
+    page.click("ul[role=listbox] li:has-text('Sentiment (VADER)')")
     model_input = page.locator("#train-model input")
     model_input.fill(model_name)
     model_input.press("Enter")

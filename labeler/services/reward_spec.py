@@ -98,6 +98,24 @@ def parse(text: Any, field: str = "reward") -> RewardSpec:
     return RewardSpec("function", function=checked)
 
 
+# The words a person reads for each spec a form offers (choices()).
+CHOICE_LABELS = {"vader": "Sentiment (VADER)", "vader-with-prompt": "Sentiment of prompt + answer (VADER)",
+                 "human": "People rate the answers"}
+
+
+def choices(reward_models: list[str]) -> list[tuple[str, str]]:
+    """The specs a form offers, as (label, spec) pairs: the built-in functions, people, the newest reward model
+    and each of `reward_models` (registry names, oldest first, as models.list_models gives them; listed newest
+    first), alone and with people. Never a module:function: that names code to import (RewardSpec.imports_code),
+    which only the command line may."""
+    newest = f" ({reward_models[-1]})" if reward_models else ""
+    named = list(reversed(reward_models))
+    return [*((CHOICE_LABELS[name], name) for name in (*BUILTIN_FUNCTIONS, "human")),
+            (f"Newest reward model{newest}", "rm"), *((f"Reward model {name}", f"rm:{name}") for name in named),
+            (f"People + newest reward model{newest}", "mix"),
+            *((f"People + reward model {name}", f"mix:{name}") for name in named)]
+
+
 def job_settings(values: dict[str, Any]) -> dict[str, Any]:
     """Raw run settings with a `reward` spec spelled out as JobConfig's fields (reward, reward_model,
     reward_function), the way a run stores it; settings already in that form are returned unchanged.

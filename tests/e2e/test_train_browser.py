@@ -48,7 +48,8 @@ def test_launch_a_tiny_run_and_watch_the_plot(running_app, login, db_rows, monke
 
     page.click("#train-stage label:has-text('ppo')")
     page.wait_for_selector("#train-reward", state="visible")
-    page.click("#train-reward label:has-text('function')")
+    page.click("#train-reward input")  # the Reward picker: VADER's sentiment of the answer
+    page.click("ul[role=listbox] li:has-text('Sentiment (VADER)')")
     model_input = page.locator("#train-model input")
     model_input.fill(running_app.model_name)
     model_input.press("Enter")

@@ -31,8 +31,14 @@ def test_a_short_form_in_plain_words_with_the_rest_folded(running_app, login):
     page.wait_for_selector("#train-reward", state="visible")
     assert "Generates answers, scores them" in page.inner_text("#train-stage-note")
     labels = page.evaluate(SHOWN_LABELS)
-    assert "Reward from" in labels and "Reward function" in labels
+    assert "Reward" in labels and "Reward function" not in labels  # one picker says where rewards come from
     assert [label for label in labels if RAW_NAME.search(label)] == []
+    # Its options are in plain words; each sends a reward spec (tests/ui/test_train_tab.py checks the values).
+    page.click("#train-reward input")
+    options = [text.replace("✓", "").strip() for text in page.locator("ul[role=listbox] li").all_inner_texts()]
+    assert options == ["Sentiment (VADER)", "Sentiment of prompt + answer (VADER)", "People rate the answers",
+                       "Newest reward model", "People + newest reward model"]  # the e2e app has no reward model
+    page.keyboard.press("Escape")
     page.screenshot(path=SCREENSHOT, full_page=True)
     # One click shows the rest, still in plain words.
     page.click("text=Advanced settings")

@@ -89,3 +89,17 @@ def test_evaluation_takes_the_same_spec_and_refuses_what_only_a_run_has(db):
         with pytest.raises(InputError, match=words) as error:
             evaluation.reward_function(db, spec)
         assert error.value.field == "reward"
+
+
+def test_the_choices_a_form_offers_are_specs_that_parse_and_name_no_code():
+    assert reward_spec.choices([]) == [("Sentiment (VADER)", "vader"),
+                                       ("Sentiment of prompt + answer (VADER)", "vader-with-prompt"),
+                                       ("People rate the answers", "human"), ("Newest reward model", "rm"),
+                                       ("People + newest reward model", "mix")]
+    offered = reward_spec.choices(["rm-run1", "rm-run3"])  # oldest first, as the registry lists them
+    assert [value for _, value in offered] == ["vader", "vader-with-prompt", "human", "rm", "rm:rm-run3", "rm:rm-run1",
+                                               "mix", "mix:rm-run3", "mix:rm-run1"]
+    assert dict((value, label) for label, value in offered)["mix:rm-run1"] == "People + reward model rm-run1"
+    parsed = [reward_spec.parse(value) for _, value in offered]
+    assert [spec.model for spec in parsed] == ["", "", "", "", "rm-run3", "rm-run1", "", "rm-run3", "rm-run1"]
+    assert not any(spec.imports_code for spec in parsed)

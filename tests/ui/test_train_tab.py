@@ -128,10 +128,27 @@ def test_choices_load_is_quiet_for_an_annotator_and_fills_the_pickers_for_an_adm
     [event] = [fn for fn in build_app(ctx.settings).fns.values() if fn.api_name == "train_choices"]
     load = event.fn
     assert load(request=gr.Request(username="ann")) == tuple(gr.update() for _ in range(4))  # no toast, no change
-    model, reward_model, inspect_model, run = train.load_choices(ctx, request=gr.Request(username=ADMIN))
+    model, reward, inspect_model, run = train.load_choices(ctx, request=gr.Request(username=ADMIN))
     assert "default" in model["choices"] and model["choices"][-1] == "default-encoder"
-    assert reward_model["choices"] == inspect_model["choices"] == [] and inspect_model["value"] is None
+    assert [value for _, value in reward["choices"]] == ["vader", "vader-with-prompt", "human", "rm", "mix"]
+    assert inspect_model["choices"] == [] and inspect_model["value"] is None
     assert run["choices"] == [] and run["value"] is None
+    # Reward models registered since: the Reward picker names each (newest first), alone and with people.
+    from labeler.services import models
+
+    db = open_db(db_path)
+    for name in ("rm-run1", "rm-run3"):
+        models.register_model(db, name, str(ctx.settings.model), kind="reward")
+    db.conn.close()
+    _, reward, inspect_model, _ = train.load_choices(ctx, request=gr.Request(username=ADMIN))
+    assert reward["choices"] == [("Sentiment (VADER)", "vader"), ("Sentiment of prompt + answer (VADER)", "vader-with-prompt"),
+                                 ("People rate the answers", "human"), ("Newest reward model (rm-run3)", "rm"),
+                                 ("Reward model rm-run3", "rm:rm-run3"), ("Reward model rm-run1", "rm:rm-run1"),
+                                 ("People + newest reward model (rm-run3)", "mix"),
+                                 ("People + reward model rm-run3", "mix:rm-run3"),
+                                 ("People + reward model rm-run1", "mix:rm-run1")]
+    assert "value" not in reward  # a refresh keeps what the admin picked
+    assert inspect_model["choices"] == ["rm-run1", "rm-run3"] and inspect_model["value"] == "rm-run3"
 
 
 def test_reward_agreement_needs_a_reward_model(ctx):
@@ -148,7 +165,7 @@ def test_run_actions_need_a_picked_run(ctx):
         monitor.run_action(ctx, jobs.cancel_run, "cancelled", None, request=gr.Request(username=ADMIN))
 
 
-def test_the_reward_widgets_come_from_job_config_and_are_sent_only_for_ppo(ctx, launch_form, monkeypatch):
+def test_the_reward_is_one_spec_picker_sent_only_for_policy_stages(ctx, launch_form, monkeypatch):
     launched = []
 
     def create_run(db, stage, settings, **kwargs):
@@ -162,24 +179,74 @@ def test_the_reward_widgets_come_from_job_config_and_are_sent_only_for_ppo(ctx, 
     def launch(data, request):
         return form.launch_run(ctx, launch_form, data, request)
 
-    reward, reward_model = by_id["train-reward"], by_id["train-reward-model"]
-    assert isinstance(reward, gr.Radio) and [v for _, v in reward.choices] == ["rm", "human", "mix", "function"]
-    assert isinstance(reward_model, gr.Dropdown) and reward_model.allow_custom_value and reward_model.value is None
+    reward = by_id["train-reward"]
+    # One picker whose values are reward specs; no widget of its own for what a spec says.
+    assert isinstance(reward, gr.Dropdown) and reward.value == "rm" and reward.label == "Reward"
+    assert [value for _, value in reward.choices] == ["vader", "vader-with-prompt", "human", "rm", "mix"]
+    assert not {"train-reward-model", "train-reward-function"} & set(by_id)
+    assert not set(form.SPELLED_BY_REWARD) & set(launch_form.job_widgets)
     data[by_id["train-stage"]] = "ppo"
-    data[reward], data[reward_model] = "function", None  # nothing picked in the dropdown: blank
+    data[reward] = "vader"
     launch(data, request=gr.Request(username=ADMIN))
-    data[reward], data[reward_model] = "mix", "rm-run2"
+    data[reward] = "mix:rm-run2"
     launch(data, request=gr.Request(username=ADMIN))
-    data[reward], data[by_id["train-stage"]] = "rm", "rm"  # the default source: nothing to send
+    data[reward] = "rm"  # the default: nothing to send
     launch(data, request=gr.Request(username=ADMIN))
-    # A reward-model run ignores the hidden PPO group (reward=human would refuse num_processes > 1).
-    data[reward], data[by_id["train-reward-function"]] = "human", "vader-with-prompt"
+    # A reward-model run ignores the hidden reward row (reward=human would refuse num_processes > 1).
+    data[reward], data[by_id["train-stage"]] = "human", "rm"
     launch(data, request=gr.Request(username=ADMIN))
-    # Only what differs from JobConfig's defaults is sent, plus the base model picker's value.
-    assert launched == [("ppo", {"reward": "function", "model": "default-encoder"}),
-                        ("ppo", {"reward": "mix", "reward_model": "rm-run2", "model": "default-encoder"}),
-                        ("rm", {"model": "default-encoder"}),
+    # Only what differs from JobConfig's defaults is sent, as `--set reward=SPEC`, plus the base model picker's value.
+    assert launched == [("ppo", {"reward": "vader", "model": "default-encoder"}),
+                        ("ppo", {"reward": "mix:rm-run2", "model": "default-encoder"}),
+                        ("ppo", {"model": "default-encoder"}),
                         ("rm", {"model": "default-encoder"})]
+
+
+@pytest.mark.parametrize("spec, job", [
+    ("vader", {"reward": "function"}),  # vader is reward_function's default: not stored
+    ("vader-with-prompt", {"reward": "function", "reward_function": "vader-with-prompt"}),
+    ("human", {"reward": "human"}),
+    ("rm", {}),  # the default source, the newest reward model
+    ("rm:rm-run3", {"reward_model": "rm-run3"}),
+    ("mix", {"reward": "mix"}),
+    ("mix:rm-run3", {"reward": "mix", "reward_model": "rm-run3"}),
+])
+def test_a_run_queued_from_the_form_stores_what_train_set_reward_stores(ctx, launch_form, db_path, tmp_path,
+                                                                       monkeypatch, spec, job):
+    from labeler.cli import main
+    from labeler.services import runs
+    from storage import open_db
+
+    monkeypatch.setattr(jobs, "start_queued", lambda db, *a, **k: [])  # queued, not started: no worker here
+    by_id = {component.elem_id: component for component in launch_form.inputs}
+    data = {component: component.value for component in launch_form.inputs}
+    data[by_id["train-stage"]], data[by_id["train-model"]], data[by_id["train-reward"]] = "ppo", "default", spec
+    notice, _ = form.launch_run(ctx, launch_form, data, request=gr.Request(username=ADMIN))
+    assert notice.startswith("Run **#1**")
+    assert main(["train", "ppo", "--db", db_path, "--set", "model=default", "--set", f"reward={spec}",
+                 "--runs-dir", str(tmp_path / "cli-runs")]) == 0
+    db = open_db(db_path)
+    web, cli = sorted(runs.list_runs(db), key=lambda run: run.id)
+    db.conn.close()
+    assert web.config == cli.config
+    stored = {key: value for key, value in web.config["job"].items() if key.startswith("reward")}
+    assert stored == job and web.config["trainer"] == {}
+
+
+def test_the_form_may_not_name_code_to_import_as_the_reward(ctx, launch_form, db_path):
+    from storage import open_db
+
+    by_id = {component.elem_id: component for component in launch_form.inputs}
+    data = {component: component.value for component in launch_form.inputs}
+    data[by_id["train-stage"]], data[by_id["train-reward"]] = "ppo", "os:system"  # typed: the picker takes a spec
+    with pytest.raises(gr.Error, match="only be set from the command line"):
+        form.launch_run(ctx, launch_form, data, request=gr.Request(username=ADMIN))
+    data[by_id["train-reward"]] = "crowd"
+    with pytest.raises(gr.Error, match="unknown reward 'crowd'"):
+        form.preview_run(ctx, launch_form, data, request=gr.Request(username=ADMIN))
+    db = open_db(db_path)
+    assert db["runs"].count == 0
+    db.conn.close()
 
 
 def test_the_form_groups_are_the_job_sections_and_a_section_is_sent_for_its_stages(launch_form):
@@ -204,5 +271,5 @@ def test_every_form_label_is_in_plain_words(launch_form):
     # What the browser test checks on a rendered page (tests/e2e/test_train_form_browser.py), for every widget.
     raw_name = re.compile(r"\b[a-z]+_[a-z0-9_]+\b")  # a config field's name, e.g. per_device_train_batch_size
     labels = [component.label for component in launch_form.inputs if component.label]
-    assert "Answers per prompt" in labels and "LoRA rank" in labels and "Reward from" in labels
+    assert "Answers per prompt" in labels and "LoRA rank" in labels and "Reward" in labels
     assert [label for label in labels if raw_name.search(label)] == []

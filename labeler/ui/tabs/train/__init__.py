@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from labeler.services import jobs, models
+from labeler.services import jobs, models, reward_spec
 from labeler.ui.context import UIContext
 from labeler.ui.roles import check_role
 from labeler.ui.session import quiet_on_load
@@ -24,14 +24,15 @@ TITLE = "Train"
 
 @ui_errors
 def load_choices(ctx: UIContext, request: gr.Request) -> tuple:
-    """The pickers filled on page load: base models (the form's model), reward models (the form's and the
-    inspector's, the newest picked there) and runs (the monitor's, the newest picked)."""
+    """The pickers filled on page load: base models (the form's model), the form's Reward (reward specs naming
+    each registered reward model), the inspector's reward models (the newest picked) and runs (the monitor's, the
+    newest picked)."""
     check_role(ctx, request, "admin")
     with ctx.connection() as db:
         names = [m["name"] for m in models.list_models(db)]
         rewards = [m["name"] for m in models.list_models(db, kind="reward")]
         runs = run_choices(db, ctx.project)
-    return (gr.update(choices=[*names, "default-encoder"]), gr.update(choices=rewards),
+    return (gr.update(choices=[*names, "default-encoder"]), gr.update(choices=reward_spec.choices(rewards)),
             gr.update(choices=rewards, value=rewards[-1] if rewards else None),
             gr.update(choices=runs, value=runs[0][1] if runs else None))
 
@@ -52,7 +53,7 @@ def build(ctx: UIContext) -> None:
 
     if ctx.app is not None:
         ctx.app.load(quiet_on_load(bind(load_choices, ctx), 4), None,
-                     [launch_form.model, launch_form.job_widgets["reward_model"], reward_inspector.model,
+                     [launch_form.model, launch_form.job_widgets["reward"], reward_inspector.model,
                       run_monitor.run], api_name="train_choices")
     form.wire(ctx, launch_form, launch, preview, notice, run_monitor.run)
     monitor.wire(ctx, run_monitor, notice)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import gradio as gr
 
 from labeler import forms
-from labeler.services import job_settings, jobs, run_preview, train_configs
+from labeler.services import job_settings, jobs, reward_spec, run_preview, train_configs
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
 from labeler.ui.roles import check_role
@@ -22,8 +22,12 @@ from labeler.ui.tabs.train.run_views import run_choices
 # from. Every other setting of the job's sections (job_settings.SECTIONS) that the web may set is folded under
 # "Advanced settings", one group per section, shown for the stages that read it.
 SHORT_DATA_FIELDS = ["min_annotators", "include_rating_pairs"]
-SHORT_REWARD_FIELDS = ["reward", "reward_model", "reward_function"]
+SHORT_REWARD_FIELDS = ["reward"]
 SHORT_FIELDS = ["steps", *SHORT_DATA_FIELDS, *SHORT_REWARD_FIELDS]
+# Where the reward comes from is one widget, "Reward", whose values are reward_spec's specs (rm:NAME, vader, ...),
+# sent as `--set reward=SPEC` sends them: the service spells a spec out into these two fields, so the form has
+# no widget of its own for them (one still given in "More settings" is checked against the spec).
+SPELLED_BY_REWARD = ("reward_model", "reward_function")
 # The stages in plain words (the Radio shows these, and sends the stage's name).
 STAGE_LABELS = {"sft": "Imitate good answers (SFT)", "rm": "Reward model", "dpo": "Learn from preferences (DPO)",
                 "ppo": "Reinforce with a reward (PPO)", "grpo": "Group-relative RL (GRPO)", "rloo": "Leave-one-out RL (RLOO)",
@@ -45,7 +49,7 @@ PLAIN_LABELS = {
     "num_processes": "Processes (CPU cores or GPUs)", "annotators": "Only these annotators' labels",
     "min_annotators": "Labelled by at least N people", "min_agreement": "Minimum agreement between annotators",
     "include_rating_pairs": "Also turn ratings into preference pairs", "test_size": "Share held out for testing",
-    "reward": "Reward from", "reward_model": "Reward model", "reward_function": "Reward function",
+    "reward": "Reward",
     "subtract_query_score": "Score the answer alone (subtract the prompt's score)", "w_human": "Weight of people's ratings",
     "w_rm": "Weight of the reward model", "human_timeout": "Wait for people at most (seconds)",
     "timeout_policy": "When nobody answers in time",
@@ -76,9 +80,9 @@ def plain_label(name: str) -> str:
 
 def section_fields(section) -> list[str]:
     """The section's settings the form shows: those the web may set (train_configs.WEB_JOB_SETTINGS), but the
-    base model, which has its own picker."""
+    base model, which has its own picker, and the fields the Reward spec says (SPELLED_BY_REWARD)."""
     return [name for name in job_settings.section_names(section)
-            if name in train_configs.WEB_JOB_SETTINGS and name != "model"]
+            if name in train_configs.WEB_JOB_SETTINGS and name != "model" and name not in SPELLED_BY_REWARD]
 
 
 def form_specs() -> dict[str, list[forms.FieldSpec]]:
@@ -155,6 +159,14 @@ class LaunchForm:
         return stage_name, settings
 
 
+def reward_widget(spec: forms.FieldSpec) -> gr.Dropdown:
+    """The one "Reward" picker: its values are reward specs (reward_spec.choices; the tab adds the registered reward
+    models on load). A typed spec is accepted as `--set reward=` takes it, a module:function refused on launch."""
+    return gr.Dropdown(reward_spec.choices([]), value=spec.default, label=plain_label("reward"), allow_custom_value=True,
+                       info="Where the rewards come from: a built-in function, people, or a reward model",
+                       elem_id="train-reward")
+
+
 def build_form() -> LaunchForm:
     """The form's widgets, in the order they show (the Launch and Preview buttons are the tab's, in one row with
     the demo's)."""
@@ -185,7 +197,8 @@ def build_form() -> LaunchForm:
     job_row(SHORT_DATA_FIELDS)
     with gr.Group(visible=False) as reward_group:
         gr.Markdown("**Where the reward comes from**")
-        job_row(SHORT_REWARD_FIELDS)
+        with gr.Row():
+            job_widgets["reward"] = reward_widget(job_spec_by_name["reward"])
     section_groups, stage_groups, stage_widgets = {}, {}, {}
     with gr.Accordion("Advanced settings", open=False, elem_id="train-advanced-settings"):
         for section in job_settings.SECTIONS:
