@@ -35,6 +35,7 @@ from labeler.services.prompts import parse_prompt, split_prompts
 from labeler.services.readers import read_records
 from labeler.services.errors import InputError
 from labeler.services.projects import get_project
+from labeler.services.train_configs import load_job_config
 from storage import write_transaction
 
 HELDOUT = "heldout"
@@ -187,8 +188,6 @@ def _folder_base(db: sqlite_utils.Database, name: str) -> str | None:
     registered = model_name_at(db, str(folder))
     if registered is not None:
         return kl_base(db, registered)
-    from labeler.services.train_configs import load_job_config  # train_configs -> export -> hub -> this module
-
     run = runs.run_of_folder(db, folder)
     return load_job_config(run.config).base_model(run.stage) if run else None
 

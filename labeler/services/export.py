@@ -40,8 +40,8 @@ from typing import Literal
 
 import sqlite_utils
 
+from labeler.services.dataset_card import export_card
 from labeler.services.errors import InputError
-from labeler.services.hub import export_card
 from labeler.services.label_kinds import majority_pairs
 from labeler.services.projects import Project, get_project
 from labeler.services.prompts import prompts_by_id

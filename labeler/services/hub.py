@@ -1,20 +1,17 @@
-"""README cards for exported datasets and registered models, and pushing both to the Hugging Face Hub.
+"""README cards for registered models, and pushing models and exported datasets to the Hugging Face Hub.
 
-Cards are written offline, always: an `export --format hf` folder gets one describing its data (label counts and
-kinds, annotators, agreement, the filters, split sizes), and a registered model's folder gets one with its base
-model, the run's stage and settings, its training metrics, the data snapshot and its evaluations. Whoever
-registers or evaluates a model writes its card afterwards (the worker, the CLI commands, the demo):
-`models.register_model` and the evaluation service only store rows, so this module reads them at import time
-and they never import it.
+Cards are written offline, always: a registered model's folder gets one with its base model, the run's stage and
+settings, its training metrics, the data snapshot and its evaluations. Whoever registers or evaluates a model
+writes its card afterwards (the worker, the CLI commands, the demo): `models.register_model` and the evaluation
+service only store rows, so this module reads them at import time and they never import it. (An `export --format
+hf` folder's own card is labeler/services/dataset_card.py's, written by the export.)
 A folder that already has someone else's README.md (a model downloaded from the Hub) keeps it.
-A dataset card's label counts join the label tables with their items and prompts (a view, kept here).
 
 Pushing needs the network and a token (`HF_TOKEN` or `huggingface-cli login`); every Hub call goes through one
 `HfApi` (passed in, so tests give a fake) and datasets' own `push_to_hub`.
 """
 from __future__ import annotations
 
-import dataclasses
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
@@ -25,27 +22,9 @@ from labeler.services import runs
 from labeler.services.errors import InputError
 from labeler.services.evaluation import comparison_rows, list_evaluations
 from labeler.services.models import HUB_ID, get_model, list_models
-from labeler.services.projects import get_project
-from labeler.services.quality import agreement
-from rlhf.cards import CARD_FILE, dataset_card, model_card, write_card
+from rlhf.cards import CARD_FILE, model_card, write_card
 
 CARD_TAG = "rlhf-studio"  # in the front matter of every card written here: ours to overwrite
-COLUMNS = {
-    "preferences": {"prompt": "the prompt (text, or a message list in conversational form)",
-                    "chosen": "the answer the annotators preferred", "rejected": "the answer they ranked lower",
-                    "margin": "difference of mean ratings (rating pairs only)"},
-    "ratings": {"prompt": "the prompt", "completion": "the answer", "score": "mean rating over annotators",
-                "n": "number of ratings", "std": "population std of the ratings"},
-    "unpaired": {"prompt": "the prompt", "completion": "the answer", "label": "score >= threshold (KTO's label)"},
-}
-AGREEMENT = {  # quality.agreement's keys, as a reader of the card would name them
-    "ratings_alpha": "ratings: Krippendorff's alpha (ordinal)", "ratings_items": "ratings: items with 2+ raters",
-    "rankings_pairwise": "rankings: pairwise agreement", "rankings_items": "rankings: items with 2+ rankers",
-    "rankings_comparisons": "rankings: pairs compared"}
-TRAINERS = {"preferences": "DPOTrainer or RewardTrainer", "ratings": "a regression reward model",
-            "unpaired": "KTOTrainer"}
-# The Hub's task_categories: preference and KTO rows train a text generator; mean ratings train a scorer.
-TASKS = {"preferences": ["text-generation"], "ratings": ["text-classification"], "unpaired": ["text-generation"]}
 # Model kind -> the Hub's pipeline_tag (a reward model scores a text: a one-label sequence classifier).
 PIPELINES = {"base": "text-generation", "policy": "text-generation", "adapter": "text-generation",
              "reward": "text-classification"}
@@ -71,41 +50,6 @@ def _is_ours(folder: Path) -> bool:
 
 
 # ---- datasets ---------------------------------------------------------------------------------------------
-
-def label_facts(db: sqlite_utils.Database, project: str) -> dict:
-    """Labels behind a project's exports: counts per label kind, annotators, inter-annotator agreement."""
-    proj = get_project(db, project)
-    ratings, raters = db.execute(
-        "SELECT COUNT(*), COUNT(DISTINCT r.user_id) FROM ratings r JOIN items i ON i.id = r.item_id"
-        " WHERE i.project_id = ?", [proj.id]).fetchone()
-    rankings, rankers = db.execute(
-        "SELECT COUNT(*), COUNT(DISTINCT k.user_id) FROM rankings k JOIN prompts p ON p.id = k.prompt_id"
-        " WHERE p.project_id = ?", [proj.id]).fetchone()
-    annotators = db.execute(
-        "SELECT COUNT(*) FROM (SELECT r.user_id FROM ratings r JOIN items i ON i.id = r.item_id WHERE i.project_id = ?"
-        " UNION SELECT k.user_id FROM rankings k JOIN prompts p ON p.id = k.prompt_id"
-        " WHERE p.project_id = ? AND k.user_id IS NOT NULL)", [proj.id, proj.id]).fetchone()[0]
-    return {"project": proj.name, "likert scale": f"{proj.likert_min}-{proj.likert_max}", "ratings": ratings,
-            "raters": raters, "rankings (incl. pairwise votes)": rankings, "rankers": rankers,
-            "annotators": annotators, **{AGREEMENT[k]: v for k, v in agreement(db, project).items() if k in AGREEMENT}}
-
-
-def export_card(db: sqlite_utils.Database, project: str, kind: str, options, splits: dict[str, int]) -> str:
-    """The README.md of an export folder: what the rows are, where they came from, how they were filtered."""
-    defaults = type(options)()
-    filters = {f.name: getattr(options, f.name) for f in dataclasses.fields(options)
-               if f.name != "license" and getattr(options, f.name) != getattr(defaults, f.name)}
-    summary = (f"{kind.capitalize()} exported by RLHF Studio from project `{project}`, in TRL's column format "
-               f"(for {TRAINERS[kind]}). Splits are made by prompt: no prompt is in both.")
-    columns = dict(COLUMNS[kind])
-    if kind == "preferences" and not options.include_rating_pairs:
-        columns.pop("margin")
-    return dataset_card(f"{project}: {kind}", summary, columns, splits, tags=[kind], task_categories=TASKS[kind],
-                        license=options.license, sections={
-                            "Labels": label_facts(db, project),
-                            "Filters": filters or "None: every label of the project (the export defaults).",
-                        })
-
 
 def push_export(folder: str | Path, repo_id: str, private: bool = False, token: str | None = None, api=None) -> str:
     """Push an `export --format hf` folder: its card first, then the splits with datasets' push_to_hub, which
