@@ -1,43 +1,51 @@
 """Admin and Data tab handlers in-process: a wrong field is a warning that leaves every output as it was
 (issue 14 item 7), forms empty after use, upload errors name the file not the server path (item 11), and the
-first-login password panel (item 10)."""
+first-login password panel (item 10). The handlers are called directly; test_tabs.WIRED ties each to its api_name
+and checks that a refusal's gr.skip() tuple is as long as the event's outputs."""
 from __future__ import annotations
 
 import gradio as gr
 import pytest
-from test_tabs import ADMIN, ANNOTATOR, app, app_db, call, endpoint, query  # noqa: F401 - fixtures
+from test_tabs import ADMIN, ANNOTATOR, app_db, as_user, ctx, generate_form, query  # noqa: F401 - fixtures
 
+from labeler.services.chat import ModelCache
 from labeler.services.errors import InputError
+from labeler.ui import header
+from labeler.ui.tabs.admin import model_registry, project_settings, users
+from labeler.ui.tabs.admin.snapshot import SHOWN
+from labeler.ui.tabs.data import generate, label_files
+from labeler.ui.tabs.data import prompts as data_prompts
 from labeler.ui.tabs.data.prompts import without_upload_path
 
+ADMIN_TABS = 4  # data, records, train, admin: whoami's last outputs
 
-def test_a_wrong_setting_warns_and_skips_every_output(app, app_db):
-    n_outputs = len(endpoint(app, "admin_save_project").outputs)
+
+def test_a_wrong_setting_warns_and_skips_every_output(app_db, ctx):
     for args, field in [((5, 1, 1, ""), "likert_max"), ((None, 5, 1, ""), "likert_min"), ((1, 5, 0, ""), "overlap")]:
         with pytest.warns(UserWarning, match=f"field '{field}'"):
-            result = call(app, "admin_save_project", *args, user=ADMIN)
-        assert result == tuple(gr.skip() for _ in range(n_outputs))
+            result = project_settings.save_project(ctx, *args, request=as_user(ADMIN))
+        assert result == tuple(gr.skip() for _ in SHOWN)  # the admin snapshot's widgets, each left as it is
     assert query(app_db, "SELECT likert_min, likert_max, overlap FROM projects") == [(1, 7, 1)]
     # A non-admin is still refused loudly: there is nothing on their screen to keep.
     with pytest.raises(gr.Error, match="not an admin"):
-        call(app, "admin_save_project", 1, 5, 1, "", user=ANNOTATOR)
+        project_settings.save_project(ctx, 1, 5, 1, "", request=as_user(ANNOTATOR))
 
 
-def test_add_user_empties_the_form_after_success_and_keeps_it_after_a_refusal(app, app_db):
-    outputs = endpoint(app, "admin_add_user").outputs
-    result = call(app, "admin_add_user", "carol", "carol-password-1", "annotator", user=ADMIN)
-    assert len(result) == len(outputs) and result[-2:] == ("", "")
+def test_add_user_empties_the_form_after_success_and_keeps_it_after_a_refusal(app_db, ctx):
+    n_outputs = len(SHOWN) + 2  # the admin snapshot, then the name and password boxes
+    result = users.add_user(ctx, "carol", "carol-password-1", "annotator", request=as_user(ADMIN))
+    assert len(result) == n_outputs and result[-2:] == ("", "")
     assert ["carol", "annotator", "yes"] in result[0]
     with pytest.warns(UserWarning, match="already exists"):
-        again = call(app, "admin_add_user", "carol", "carol-password-1", "annotator", user=ADMIN)
-    assert again == tuple(gr.skip() for _ in outputs)  # the typed name and password stay to be fixed
+        again = users.add_user(ctx, "carol", "carol-password-1", "annotator", request=as_user(ADMIN))
+    assert again == tuple(gr.skip() for _ in range(n_outputs))  # the typed name and password stay to be fixed
 
 
-def test_data_tab_warnings_keep_the_tab(app, app_db):
+def test_data_tab_warnings_keep_the_tab(app_db, ctx):
     with pytest.warns(UserWarning, match="choose a prompt file first"):
-        assert call(app, "data_import_prompts", None, user=ADMIN) == (gr.skip(), gr.skip())
+        assert data_prompts.import_prompt_file(ctx, None, request=as_user(ADMIN)) == (gr.skip(), gr.skip())
     with pytest.warns(UserWarning, match="choose a preference file first"):
-        assert call(app, "data_import_labels", None, user=ADMIN) == (gr.skip(), gr.skip())
+        assert label_files.import_labels(ctx, None, request=as_user(ADMIN)) == (gr.skip(), gr.skip())
 
 
 def test_upload_errors_name_the_file_not_the_server_path():
@@ -48,75 +56,92 @@ def test_upload_errors_name_the_file_not_the_server_path():
     assert "ab" * 32 not in str(cleaned)
 
 
-def test_first_login_shows_only_the_password_panel(app, app_db):
+def test_first_login_shows_only_the_password_panel(app_db, ctx):
     from labeler.services import accounts
+    from labeler.services.accounts import PasswordChangeRequired
+    from labeler.services.leaderboard import LeaderboardCache
+    from labeler.ui.binding import bind
+    from labeler.ui.session import quiet_before_password_change
+    from labeler.ui.tabs import admin, arena, labelling, rank, rate
+    from labeler.ui.tabs.chat import model_lists
     from storage import open_db
 
     db = open_db(app_db)
     db.execute("UPDATE users SET must_change_password = 1 WHERE username = ?", [ADMIN])
     db.conn.close()
-    whoami = endpoint(app, "whoami")
-    text, panel, main, *admin_tabs = whoami.fn(request=gr.Request(username=ADMIN))
+    text, panel, main, *admin_tabs = header.whoami(ctx, ADMIN_TABS, request=as_user(ADMIN))
     assert panel["visible"] is True and main["visible"] is False
     # The server refuses everything else, whatever the browser shows.
     with pytest.raises(gr.Error, match="one-time password"):
-        call(app, "admin_refresh", user=ADMIN)
-    # The user tabs' page loads change nothing instead of a toast each (the page shows only the password form);
-    # their buttons still refuse.
-    for load in ("rate_load", "rank_load", "chat_load", "arena_load"):
-        outputs = call(app, load, user=ADMIN)
-        assert len(outputs) == len(endpoint(app, load).outputs) and all(o == gr.update() for o in outputs), load
-    for select in ("rate_guidelines", "rank_guidelines"):  # the Rate tab is selected as the page opens
-        assert call(app, select, user=ADMIN) == gr.update(), select
+        admin.refresh(ctx, request=as_user(ADMIN))
+    # The user tabs' page loads and tab selects (the Rate tab is selected as the page opens) are refused with
+    # PasswordChangeRequired, which quiet_before_password_change (their wiring: test_tabs.QUIET_BEFORE_PASSWORD_CHANGE)
+    # turns into no change instead of a toast each: the page shows only the password form.
+    caches = arena.ArenaCaches(ModelCache(max_models=2), LeaderboardCache())
+    loads = [bind(rate.next_item, ctx), bind(rank.next_item, ctx), bind(model_lists.load, ctx),
+             bind(arena.load, ctx, caches)]
+    selects = [bind(labelling.guidelines, ctx, "rating"), bind(labelling.guidelines, ctx, "ranking")]
+    for handler, n_outputs in [*[(load, 3) for load in loads], *[(select, 1) for select in selects]]:
+        with pytest.raises(gr.Error, match="one-time password") as refused:
+            handler(as_user(ADMIN))
+        assert isinstance(refused.value.__cause__, PasswordChangeRequired), handler
+        quiet = quiet_before_password_change(handler, n_outputs)(as_user(ADMIN))
+        assert quiet == (gr.update() if n_outputs == 1 else (gr.update(),) * n_outputs), handler
+    # Their buttons still refuse.
     with pytest.raises(gr.Error, match="one-time password"):
-        call(app, "rate_skip", "", user=ADMIN)
+        rate.skip(ctx, "", request=as_user(ADMIN))
     with pytest.raises(gr.Error, match="current password"):
-        call(app, "change_own_password", "wrong", "new-password-1", "new-password-1", user=ADMIN)
-    assert "Log in again" in call(app, "change_own_password", "root-password-1", "new-password-1",
-                                  "new-password-1", user=ADMIN)
-    text, panel, main, *admin_tabs = whoami.fn(request=gr.Request(username=ADMIN))
-    assert panel["visible"] is False and main["visible"] is True and all(t["visible"] for t in admin_tabs)
+        header.change_own_password(ctx, "wrong", "new-password-1", "new-password-1", request=as_user(ADMIN))
+    assert "Log in again" in header.change_own_password(ctx, "root-password-1", "new-password-1", "new-password-1",
+                                                        request=as_user(ADMIN))
+    text, panel, main, *admin_tabs = header.whoami(ctx, ADMIN_TABS, request=as_user(ADMIN))
+    assert panel["visible"] is False and main["visible"] is True
+    assert len(admin_tabs) == ADMIN_TABS and all(t["visible"] for t in admin_tabs)
     db = open_db(app_db)
     assert accounts.authenticate(db, ADMIN, "new-password-1") is not None
     db.conn.close()
 
 
 @pytest.fixture
-def fresh_app(db_path, tmp_path):
-    """A fresh install: one admin, the shipped model 'default' only."""
+def fresh_ctx(db_path, tmp_path):
+    """The context of a fresh install: one admin, the shipped model 'default' only."""
     from labeler.services import accounts
-    from labeler.ui.app import build_app
-    from labeler.ui.context import ServeSettings
+    from labeler.ui.context import ServeSettings, UIContext
     from storage import open_db
 
     db = open_db(db_path)
     accounts.create_user(db, ADMIN, "root-password-1", role="admin")
     db.conn.close()
-    return build_app(ServeSettings(db_path=db_path, model="default", runs_dir=str(tmp_path / "runs")))
+    return UIContext(ServeSettings(db_path=db_path, model="default", runs_dir=str(tmp_path / "runs")))
 
 
-def test_arena_waits_for_a_second_model_that_an_admin_registers(fresh_app, db_path, tiny_model_dir):
+def test_arena_waits_for_a_second_model_that_an_admin_registers(fresh_ctx, db_path, tiny_model_dir):
     """Issue 14 item 6: explain and disable Battle until two chat models exist; register one from Admin."""
-    model_1, model_2, board, note, start = endpoint(fresh_app, "arena_load").fn(request=gr.Request(username=ADMIN))
+    from labeler.services.leaderboard import LeaderboardCache
+    from labeler.ui.tabs import arena
+
+    caches = arena.ArenaCaches(ModelCache(max_models=2), LeaderboardCache())
+    model_1, model_2, board, note, start = arena.load(fresh_ctx, caches, request=as_user(ADMIN))
     assert start["interactive"] is False and note["visible"] is True and "only one is registered" in note["value"]
     assert model_1["value"] == model_2["value"] == "(random)"  # no model name on screen before a vote
     with pytest.raises(gr.Error, match="only one is registered"):  # the endpoint refuses too
-        call(fresh_app, "arena_start", "Hi", "(random)", "(random)", 8, user=ADMIN)
+        arena.start_battle(fresh_ctx, caches, "Hi", "(random)", "(random)", 8, request=as_user(ADMIN))
 
-    outputs = endpoint(fresh_app, "admin_register_model").outputs
+    n_outputs = len(SHOWN) + 2  # the admin snapshot, then the name and folder boxes
     with pytest.warns(UserWarning, match="no such folder"):
-        assert call(fresh_app, "admin_register_model", "mine", "owner/hub-model", "", user=ADMIN) == tuple(
-            gr.skip() for _ in outputs)
-    result = call(fresh_app, "admin_register_model", "mine", str(tiny_model_dir), "default", user=ADMIN)
-    assert ["mine", "policy", "default"] == result[9][-1][:3] and result[-2:] == ("", "")
+        assert model_registry.register_model(fresh_ctx, "mine", "owner/hub-model", "", request=as_user(ADMIN)) == tuple(
+            gr.skip() for _ in range(n_outputs))
+    result = model_registry.register_model(fresh_ctx, "mine", str(tiny_model_dir), "default", request=as_user(ADMIN))
+    assert len(result) == n_outputs and result[-2:] == ("", "")
+    assert ["mine", "policy", "default"] == result[SHOWN.index("models_table")][-1][:3]
     assert query(db_path, "SELECT name, kind, base_model FROM models ORDER BY id") == [
         ("default", "base", None), ("mine", "policy", "default")]
-    model_1, model_2, board, note, start = endpoint(fresh_app, "arena_load").fn(request=gr.Request(username=ADMIN))
+    model_1, model_2, board, note, start = arena.load(fresh_ctx, caches, request=as_user(ADMIN))
     assert start["interactive"] is True and note["visible"] is False
     assert model_1["choices"] == ["(random)", "default", "mine"]
 
 
-def test_generate_for_the_last_import_batch_keeps_the_model_loaded(app, app_db, tiny_model_dir, tmp_path, monkeypatch):
+def test_generate_for_the_last_import_batch_keeps_the_model_loaded(app_db, ctx, tiny_model_dir, tmp_path, monkeypatch):
     """Issue 14 item 5: the prompts just uploaded get the answers, and a second run loads nothing."""
     from labeler.services import chat
 
@@ -124,20 +149,19 @@ def test_generate_for_the_last_import_batch_keeps_the_model_loaded(app, app_db, 
     monkeypatch.setattr(chat, "_load", lambda path, kind: (loads.append(path), real_load(path, kind))[1])
     upload = tmp_path / "fresh.txt"
     upload.write_text("Fresh prompt A\nFresh prompt B\n", encoding="utf-8")
-    call(app, "data_import_prompts", str(upload), user=ADMIN)  # prompts 3 and 4; 1 and 2 have no tiny answers
+    data_prompts.import_prompt_file(ctx, str(upload), request=as_user(ADMIN))  # prompts 3, 4; 1, 2 have no tiny answers
 
-    fn = endpoint(app, "data_generate")
-    by_label = {getattr(block, "label", None): block for block in fn.inputs}
-    values = {block: block.value for block in fn.inputs}
-    values[by_label["Model"]] = str(tiny_model_dir)
-    values[by_label["Answers per prompt"]] = 1
-    values[by_label["max_new_tokens"]] = 4
-    values[by_label["Which prompts"]] = "the last import batch"
-    message, _ = fn.fn(values, request=gr.Request(username=ADMIN))
+    part, values, sampling = generate_form(ctx)
+    cache = ModelCache(max_models=1)  # as generate.wire keeps one for the app
+    values[part.model] = str(tiny_model_dir)
+    values[part.n_per_prompt] = 1
+    values[sampling["max_new_tokens"]] = 4
+    values[part.target] = generate.TARGET_LAST_IMPORT
+    message, _ = generate.generate_answers(ctx, part, cache, values, request=as_user(ADMIN))
     assert "Generated **2** answers for the last import batch (2 prompts)" in message
     assert query(app_db, "SELECT prompt_id FROM responses WHERE model != 'fixed' ORDER BY id") == [(3,), (4,)]
-    values[by_label["Which prompts"]] = "all without enough answers"
-    message, _ = fn.fn(values, request=gr.Request(username=ADMIN))
+    values[part.target] = generate.TARGET_ALL
+    message, _ = generate.generate_answers(ctx, part, cache, values, request=as_user(ADMIN))
     assert "Generated **2** answers;" in message  # prompts 1 and 2 now
     assert len(loads) == 1  # the model stayed loaded for the second run
 

@@ -3,13 +3,15 @@ from __future__ import annotations
 
 import gradio as gr
 import pytest
-from test_tabs import ADMIN, ANNOTATOR, app, app_db, call, endpoint, query  # noqa: F401 - fixtures
+from test_tabs import ADMIN, ANNOTATOR, app_db, as_user, ctx, query  # noqa: F401 - fixtures
 
 from labeler.services import models
 from labeler.services.errors import PermissionDenied
+from labeler.ui.tabs.admin import model_registry
+from labeler.ui.tabs.admin.snapshot import SHOWN
 
 
-def test_admin_merges_a_registered_adapter_and_sees_it_listed(app, app_db, tiny_model_dir, tmp_path):
+def test_admin_merges_a_registered_adapter_and_sees_it_listed(app_db, ctx, tiny_model_dir, tmp_path):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
@@ -20,14 +22,15 @@ def test_admin_merges_a_registered_adapter_and_sees_it_listed(app, app_db, tiny_
     db = open_db(app_db)
     models.register_model(db, "sft-lora", str(tmp_path / "lora"), "adapter")
     db.conn.close()
-    outputs = endpoint(app, "admin_merge_adapter").outputs
+    n_outputs = len(SHOWN) + 1  # the admin snapshot, then the adapter name box
     with pytest.warns(UserWarning, match="not a LoRA adapter"):  # 'default' is a base model: warned, nothing changes
-        assert call(app, "admin_merge_adapter", "default", user=ADMIN) == tuple(gr.skip() for _ in outputs)
+        assert model_registry.merge_adapter(ctx, "default", request=as_user(ADMIN)) == tuple(
+            gr.skip() for _ in range(n_outputs))
     with pytest.raises((PermissionDenied, gr.Error)):
-        call(app, "admin_merge_adapter", "sft-lora", user=ANNOTATOR)
-    result = call(app, "admin_merge_adapter", "sft-lora", user=ADMIN)
-    assert result[-1] == ""  # the name box is emptied
-    assert ["sft-lora-merged", "policy"] == result[9][-1][:2]  # the registry table, refreshed
+        model_registry.merge_adapter(ctx, "sft-lora", request=as_user(ANNOTATOR))
+    result = model_registry.merge_adapter(ctx, "sft-lora", request=as_user(ADMIN))
+    assert len(result) == n_outputs and result[-1] == ""  # the name box is emptied
+    assert ["sft-lora-merged", "policy"] == result[SHOWN.index("models_table")][-1][:2]  # the registry, refreshed
     assert query(app_db, "SELECT name, kind, path FROM models WHERE name = 'sft-lora-merged'") == [
         ("sft-lora-merged", "policy", str(tmp_path / "lora-merged"))]
     assert (tmp_path / "lora-merged" / "model.safetensors").exists()

@@ -2,10 +2,13 @@
 project and label kind, shown in Admin and reread by Rate and Rank without a reload."""
 from __future__ import annotations
 
-from test_tabs import ADMIN, ANNOTATOR, app, app_db, as_user, call, ctx, endpoint, query  # noqa: F401 - fixtures
+from test_tabs import ADMIN, ANNOTATOR, RANK_GUIDELINES, app_db, as_user, ctx, query  # noqa: F401 - fixtures
 
 from labeler.services.projects import DEFAULT_GUIDELINES
-from labeler.ui.tabs import labelling, rank, rate
+from labeler.ui import header
+from labeler.ui.tabs import admin, labelling, rank, rate
+from labeler.ui.tabs.admin import project_settings
+from labeler.ui.tabs.admin.snapshot import SHOWN
 
 
 def test_rate_undo_takes_back_a_skip_and_says_so(app_db, capsys, ctx):
@@ -36,57 +39,48 @@ def test_rank_undo_takes_back_a_skip_and_says_so(app_db, capsys, ctx):
     assert back[-2] == first[-2]
 
 
-def test_guidelines_one_text_per_kind_shown_in_admin_and_reread_by_rate_and_rank(app, app_db, ctx):
+def test_guidelines_one_text_per_kind_shown_in_admin_and_reread_by_rate_and_rank(app_db, ctx):
+    """The selects' wiring (quiet, no progress overlay) and the output positions read here: test_tabs.WIRED."""
     rating_default, ranking_default = DEFAULT_GUIDELINES["rating"], DEFAULT_GUIDELINES["ranking"]
     assert rating_default != ranking_default
-    outputs = endpoint(app, "admin_refresh").outputs
-    boxes = [i for i, block in enumerate(outputs) if getattr(block, "elem_id", None)
-             in ("admin-guidelines", "admin-ranking-guidelines")]
+    boxes = [SHOWN.index("guidelines"), SHOWN.index("ranking_guidelines")]
     # Admin shows the texts annotators see now: the defaults in full, not an empty box.
-    snapshot = call(app, "admin_refresh", user=ADMIN)
+    snapshot = admin.refresh(ctx, request=as_user(ADMIN))
     assert [snapshot[i] for i in boxes] == [rating_default, ranking_default]
     assert rate.next_item(ctx, request=as_user(ANNOTATOR))[-1] == rating_default
     ranked = rank.next_item(ctx, request=as_user(ANNOTATOR))
-    guidelines_index = [getattr(b, "elem_id", None) for b in endpoint(app, "rank_next").outputs].index("rank-guidelines")
-    assert ranked[guidelines_index] == ranking_default  # not the rating text
+    assert ranked[RANK_GUIDELINES] == ranking_default  # not the rating text
 
     # Saved unchanged, the defaults stay defaults ("" in the database); then new texts per kind.
-    call(app, "admin_save_project", 1, 7, 1, rating_default, ranking_default, user=ADMIN)
+    project_settings.save_project(ctx, 1, 7, 1, rating_default, ranking_default, request=as_user(ADMIN))
     assert query(app_db, "SELECT guidelines, ranking_guidelines FROM projects") == [("", "")]
-    snapshot = call(app, "admin_save_project", 1, 7, 1, "Rate **strictly**.", "Rank **carefully**.", user=ADMIN)
+    snapshot = project_settings.save_project(ctx, 1, 7, 1, "Rate **strictly**.", "Rank **carefully**.",
+                                             request=as_user(ADMIN))
     assert [snapshot[i] for i in boxes] == ["Rate **strictly**.", "Rank **carefully**."]
     # Without a reload: selecting the tab rereads them (and so does the next ranking item).
     assert labelling.guidelines(ctx, "rating", request=as_user(ANNOTATOR)) == "Rate **strictly**."
     assert labelling.guidelines(ctx, "ranking", request=as_user(ANNOTATOR)) == "Rank **carefully**."
-    assert rank.next_item(ctx, request=as_user(ANNOTATOR))[guidelines_index] == "Rank **carefully**."
-    for api_name in ("rate_guidelines", "rank_guidelines"):
-        assert endpoint(app, api_name).show_progress == "hidden"
+    assert rank.next_item(ctx, request=as_user(ANNOTATOR))[RANK_GUIDELINES] == "Rank **carefully**."
     # An API caller sending the four older fields leaves the ranking text alone; emptied, a box is the default.
-    call(app, "admin_save_project", 1, 7, 1, "", user=ADMIN)
+    project_settings.save_project(ctx, 1, 7, 1, "", request=as_user(ADMIN))
     assert query(app_db, "SELECT guidelines, ranking_guidelines FROM projects") == [("", "Rank **carefully**.")]
     assert labelling.guidelines(ctx, "rating", request=as_user(ANNOTATOR)) == rating_default
 
 
-def test_first_steps_panel_for_an_admin_until_the_project_has_prompts_and_labels(app, app_db, ctx):
-    import gradio as gr
-
-    whoami = endpoint(app, "first_steps")
-    assert [getattr(block, "elem_id", None) for block in whoami.outputs] == ["studio-first-steps"]
+def test_first_steps_panel_for_an_admin_until_the_project_has_prompts_and_labels(app_db, ctx):
     # Prompts and answers but no labels yet: the panel, with the first two steps ticked.
-    steps = whoami.fn(request=gr.Request(username=ADMIN))
+    steps = header.first_steps(ctx, request=as_user(ADMIN))
     assert steps["visible"] is True
     lines = steps["value"].splitlines()
     assert [line[:3] for line in lines[1:5]] == ["- ✅", "- ✅", "- ⬜", "- ⬜"]
     assert "**Import prompts**" in lines[1] and "(2 so far)" in lines[1] and "**Train**" in lines[4]
     # Never for an annotator.
-    assert whoami.fn(request=gr.Request(username=ANNOTATOR)) == {"__type__": "update", "visible": False}
+    assert header.first_steps(ctx, request=as_user(ANNOTATOR)) == {"__type__": "update", "visible": False}
     first = rate.next_item(ctx, request=as_user(ANNOTATOR))
     rate.submit(ctx, 4, "", first[6], request=as_user(ANNOTATOR))
-    assert whoami.fn(request=gr.Request(username=ADMIN)) == {"__type__": "update", "visible": False}
+    assert header.first_steps(ctx, request=as_user(ADMIN)) == {"__type__": "update", "visible": False}
 
 
 def test_first_steps_on_an_empty_project_tick_nothing():
-    from labeler.ui.app import first_steps_markdown
-
-    text = first_steps_markdown({"prompts": 0, "responses": 0, "ratings": 0, "rankings": 0}, "default")
+    text = header.first_steps_markdown({"prompts": 0, "responses": 0, "ratings": 0, "rankings": 0}, "default")
     assert text.count("- ⬜") == 4 and "✅" not in text and "Data > 1. Prompts" in text

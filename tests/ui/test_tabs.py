@@ -1,13 +1,14 @@
 """The tabs' handlers called in-process (no server): the same functions the buttons and api_names reach.
 
 Handlers are module functions called directly with the `ctx` fixture (a UIContext) and `as_user(name)`, a
-gr.Request carrying the user name, which is all Gradio's login adds. `endpoint(app, api_name)` reads an event's
-wiring (outputs, progress, processing) and drives the Data tab's generate and export, whose handlers take the
-form's widgets (built with the app). `call(app, api_name, ..., user=)` finds a handler by api_name for the test
-modules that still use it (app.py's own handlers are closures).
+gr.Request carrying the user name, which is all Gradio's login adds; the Data tab's generate and export also take
+their form (a part built in a bare gr.Blocks). Only the wiring tests build the app and read its events
+(`events(app)`): every event has an api_name, each api_name the tests' handlers stand for runs that handler
+(WIRED), and the outputs are those the handlers return.
 """
 from __future__ import annotations
 
+import inspect
 import json
 import sqlite3
 import zipfile
@@ -17,14 +18,19 @@ import gradio as gr
 import pytest
 import yaml
 
+from labeler.services.chat import ModelCache
 from labeler.services.errors import InputError
-from labeler.ui.tabs import data, labelling, rank, rate
-from labeler.ui.tabs.admin import backup, project_settings, quality, users
+from labeler.ui import header
+from labeler.ui.session import quiet_before_password_change
+from labeler.ui.tabs import admin, arena, data, labelling, rank, rate
+from labeler.ui.tabs.admin import backup, model_registry, project_settings, quality, users
 from labeler.ui.tabs.admin.quality import parse_gold
+from labeler.ui.tabs.admin.snapshot import SHOWN
+from labeler.ui.tabs.chat import model_lists
 from labeler.ui.tabs.data import export as data_export
-from labeler.ui.tabs.data import label_files
+from labeler.ui.tabs.data import generate, label_files
 from labeler.ui.tabs.data import prompts as data_prompts
-from labeler.ui.tabs.rank import order_from_ranks
+from labeler.ui.tabs.rank import MAX_RESPONSES, order_from_ranks
 
 ADMIN, ANNOTATOR = "root", "ann"
 
@@ -108,14 +114,24 @@ def as_user(username: str | None) -> gr.Request:
     return gr.Request(username=username)
 
 
-def endpoint(app, api_name: str):
-    matches = [fn for fn in app.fns.values() if fn.api_name == api_name]
-    assert len(matches) == 1, f"{api_name}: {len(matches)} events"
-    return matches[0]
+def events(app) -> dict:
+    """The built app's events by api_name: for the wiring tests only (the others call the handlers directly)."""
+    by_name = {fn.api_name: fn for fn in app.fns.values()}
+    assert len(by_name) == len(app.fns), "two events share an api_name"
+    return by_name
 
 
-def call(app, api_name: str, *args, user: str | None):
-    return endpoint(app, api_name).fn(*args, request=gr.Request(username=user))
+# Where a Rank item's values are (rank/item_view.item_outputs, in rank_next's output order, checked by
+# test_each_api_name_runs_the_handler_the_tests_call): banner, counter, prompt, then per answer slot its column,
+# text and rank radio, then comment, guidelines, state, key.
+RANK_FIRST_SLOT = 3
+RANK_GUIDELINES = -3
+
+
+def rank_slot(shown: tuple, slot: int) -> tuple:
+    """(column, text, rank radio) of answer slot `slot` (1-based) in a Rank handler's outputs."""
+    start = RANK_FIRST_SLOT + 3 * (slot - 1)
+    return shown[start:start + 3]
 
 
 def submit_ranks(ctx, state, key, *ranks, comment: str = "", user: str = ANNOTATOR):
@@ -135,6 +151,73 @@ def test_every_event_has_an_explicit_api_name(app):
                      "rank_skip", "rank_undo", "data_import_prompts", "data_generate", "data_export",
                      "data_import_labels", "admin_add_user", "admin_save_project", "admin_mark_gold", "admin_backup"]:
         assert expected in names
+
+
+# The handler each event runs, for every api_name these tests (and test_header, test_admin_data_tabs,
+# test_labelling_fixes, test_admin_merge) call a handler for directly: so those calls test what the browser calls.
+WIRED = {
+    "rate_next": rate.next_item, "rate_load": rate.next_item, "rate_submit": rate.submit, "rate_skip": rate.skip,
+    "rate_undo": rate.undo, "rate_guidelines": labelling.guidelines,
+    "rank_next": rank.next_item, "rank_load": rank.next_item, "rank_submit": rank.submit, "rank_skip": rank.skip,
+    "rank_undo": rank.undo, "rank_guidelines": labelling.guidelines,
+    "arena_load": arena.load, "arena_start": arena.start_battle, "chat_load": model_lists.load,
+    "data_import_prompts": data_prompts.import_prompt_file,
+    "data_import_shipped": data_prompts.import_shipped, "data_generate": generate.generate_answers,
+    "data_export": data_export.export_labels, "data_export_threshold": data_export.export_threshold,
+    "data_import_labels": label_files.import_labels,
+    "admin_refresh": admin.refresh, "admin_add_user": users.add_user,
+    "admin_save_project": project_settings.save_project,
+    "admin_mark_gold": quality.mark_gold, "admin_backup": backup.download_backup,
+    "admin_register_model": model_registry.register_model, "admin_merge_adapter": model_registry.merge_adapter,
+    "whoami": header.whoami, "first_steps": header.first_steps, "first_steps_timer": header.first_steps_tick,
+    "first_steps_tick": header.first_steps_tick, "change_own_password": header.change_own_password,
+}
+# The user tabs' page loads and tab selects: quiet (no toast) while the password is a one-time one.
+QUIET_BEFORE_PASSWORD_CHANGE = ["rate_load", "rank_load", "chat_load", "arena_load", "rate_guidelines",
+                                "rank_guidelines"]
+
+
+def wrapped_chain(fn) -> list:
+    """fn, then what it wraps (functools.wraps' __wrapped__), down to the handler: decorators, bind, the handler."""
+    chain = [fn]
+    while hasattr(chain[-1], "__wrapped__"):
+        chain.append(chain[-1].__wrapped__)
+    return chain
+
+
+def test_each_api_name_runs_the_handler_the_tests_call(app):
+    by_name = events(app)
+    for api_name, handler in WIRED.items():
+        assert inspect.unwrap(by_name[api_name].fn) is inspect.unwrap(handler), api_name
+    # Every decorator wrapper made by quiet_before_password_change shares its inner function's code.
+    quiet_code = quiet_before_password_change(rate.next_item, 1).__code__
+    for api_name in QUIET_BEFORE_PASSWORD_CHANGE:
+        assert by_name[api_name].fn.__code__ is quiet_code, api_name
+    # bind's leading arguments: the guidelines of the tab's own label kind.
+    for api_name, kind in [("rate_guidelines", "rating"), ("rank_guidelines", "ranking")]:
+        bound = wrapped_chain(by_name[api_name].fn)[1]
+        assert inspect.getclosurevars(bound).nonlocals["leading"][1:] == (kind,), api_name
+    # A wrapper that stands in for the outputs when it refuses (keep_on_error, quiet_*) answers as many as the
+    # event has: a direct call's gr.skip() tuple is then what the browser gets.
+    for event in app.fns.values():
+        for fn in wrapped_chain(event.fn) if inspect.isfunction(event.fn) else []:
+            n_outputs = inspect.getclosurevars(fn).nonlocals.get("n_outputs") if inspect.isfunction(fn) else None
+            if n_outputs is not None:
+                assert n_outputs == len(event.outputs), event.api_name
+    # The output positions the direct tests read.
+    rank_ids = [getattr(block, "elem_id", None) for block in by_name["rank_next"].outputs]
+    for slot in range(1, MAX_RESPONSES + 1):
+        assert rank_slot(rank_ids, slot)[1:] == [f"rank-text-{slot}", f"rank-slot-{slot}"], slot
+    assert rank_ids[RANK_GUIDELINES] == "rank-guidelines"
+    admin_ids = [getattr(block, "elem_id", None) for block in by_name["admin_refresh"].outputs]
+    assert [admin_ids[SHOWN.index(name)] for name in ("guidelines", "ranking_guidelines")] == [
+        "admin-guidelines", "admin-ranking-guidelines"]
+    assert [getattr(block, "elem_id", None) for block in by_name["first_steps"].outputs] == ["studio-first-steps"]
+    assert [getattr(block, "elem_id", None) for block in by_name["whoami"].outputs[:3]] == [
+        "studio-whoami", "studio-password-panel", "studio-main"]
+    assert {block.id for block in by_name["whoami"].outputs[3:]} == {"admin", "data", "records", "train"}
+    for api_name in ("rate_guidelines", "rank_guidelines", "first_steps", "first_steps_tick"):
+        assert by_name[api_name].show_progress == "hidden", api_name
 
 
 def test_admin_tabs_start_hidden(app):
@@ -169,13 +252,14 @@ def test_rate_submit_refuses_an_item_not_shown_to_the_user_and_a_bad_key(app_db,
 
 
 def test_keyboard_handlers_hide_the_progress_overlay_and_send_only_the_item(app, app_db, ctx):
+    by_name = events(app)
     for api_name in ["rate_submit", "rate_skip", "rate_undo", "rank_submit", "rank_skip", "rank_undo"]:
-        assert endpoint(app, api_name).show_progress == "hidden", api_name
+        assert by_name[api_name].show_progress == "hidden", api_name
     # Rate's submit and skip bypass Gradio's pre/postprocessing and update the first seven widgets only.
     for api_name in ["rate_submit", "rate_skip"]:
-        event = endpoint(app, api_name)
+        event = by_name[api_name]
         assert (event.preprocess, event.postprocess) == (False, False), api_name
-        assert [b.elem_id for b in event.outputs] == [b.elem_id for b in endpoint(app, "rate_next").outputs[:7]]
+        assert [b.elem_id for b in event.outputs] == [b.elem_id for b in by_name["rate_next"].outputs[:7]]
     shown = rate.next_item(ctx, request=as_user(ANNOTATOR))
     after = rate.submit(ctx, 5, "", shown[6], request=as_user(ANNOTATOR))
     # Plain values only: no banner to show, no score picked, an empty comment box, the next item's key.
@@ -210,11 +294,9 @@ def test_rank_submit_turns_rank_numbers_into_one_ranking(app_db, ctx):
 
 
 @pytest.fixture
-def app_eight(db_path, tiny_model_dir, tmp_path):
-    """An app whose one ranking item holds 8 answers (labeling.MAX_RANKING_SIZE)."""
+def ctx_eight(db_path, tiny_model_dir, tmp_path):
+    """The context of a database whose one ranking item holds 8 answers (labeling.MAX_RANKING_SIZE)."""
     from labeler.services import accounts, labeling, prompts
-    from labeler.ui.app import build_app
-    from labeler.ui.context import ServeSettings
     from storage import open_db, write_transaction
 
     db = open_db(db_path)
@@ -225,23 +307,19 @@ def app_eight(db_path, tiny_model_dir, tmp_path):
             db.execute("INSERT INTO responses (prompt_id, text, model) VALUES (1, ?, 'fixed')", [f"answer {k}"])
     labeling.create_items(db, "default", ranking_size=8, kinds=("ranking",))
     db.conn.close()
-    return build_app(ServeSettings(db_path=db_path, model=str(tiny_model_dir), runs_dir=str(tmp_path / "runs")))
+    return context(db_path, tiny_model_dir, tmp_path)
 
 
-def test_rank_view_shows_and_stores_a_ranking_of_eight(app_eight, db_path, tiny_model_dir, tmp_path):
-    from labeler.ui.tabs.rank import MAX_RESPONSES
-
-    ctx_eight = context(db_path, tiny_model_dir, tmp_path)
+def test_rank_view_shows_and_stores_a_ranking_of_eight(ctx_eight, db_path):
     assert MAX_RESPONSES == 8
     shown = rank.next_item(ctx_eight, request=as_user(ANNOTATOR))
-    outputs = [getattr(b, "elem_id", None) for b in endpoint(app_eight, "rank_next").outputs]
     state, key = shown[-2], shown[-1]
     ids = state["response_ids"]
     assert sorted(ids) == list(range(1, 9))
     for slot in range(1, 9):  # every slot shown, each offering ranks 1..8
-        radio = shown[outputs.index(f"rank-slot-{slot}")]
-        assert radio["choices"] == [str(r) for r in range(1, 9)], slot
-        assert shown[outputs.index(f"rank-text-{slot}")].startswith(f"#### Answer {slot}")
+        column, text, radio = rank_slot(shown, slot)
+        assert column["visible"] is True and radio["choices"] == [str(r) for r in range(1, 9)], slot
+        assert text.startswith(f"#### Answer {slot}")
     # A rank for a ninth slot that does not exist is refused; so is a missing one.
     with pytest.raises(gr.Error, match="has 8 answers"):
         submit_ranks(ctx_eight, state, key, *"12345678", "1")
@@ -298,33 +376,46 @@ def test_prompt_upload_bad_file_names_the_line_and_writes_nothing(app_db, tmp_pa
     assert query(app_db, "SELECT text, source FROM prompts WHERE id = 3") == [("A third prompt", "more.txt")]
 
 
-def test_generate_with_the_tiny_model_fills_the_queues(app, app_db, tiny_model_dir):
-    fn = endpoint(app, "data_generate")
-    by_label = {getattr(block, "label", None): block for block in fn.inputs}
-    values = {block: block.value for block in fn.inputs}
-    values[by_label["Answers per prompt"]] = 2
-    values[by_label["max_new_tokens"]] = 4
-    values[by_label["Model"]] = "tiny-dir"
+def generate_form(ctx) -> tuple[generate.GeneratePart, dict, dict]:
+    """The Data tab's generate form built alone, its values as the browser sends them by default ({widget: value})
+    and its sampling widgets by field name."""
+    with gr.Blocks():
+        part = generate.build_generate(ctx)
+    sampling = dict(zip([spec.name for spec in part.specs], part.settings))
+    return part, {widget: widget.value for widget in part.inputs}, sampling
+
+
+def export_form() -> tuple[data_export.ExportPart, dict]:
+    """The Data tab's export form built alone and its default values ({widget: value})."""
+    with gr.Blocks():
+        part = data_export.build_export()
+    return part, {widget: widget.value for widget in part.inputs}
+
+
+def test_generate_with_the_tiny_model_fills_the_queues(app_db, tiny_model_dir, ctx):
+    part, values, sampling = generate_form(ctx)
+    cache = ModelCache(max_models=1)
+    values[part.n_per_prompt] = 2
+    values[sampling["max_new_tokens"]] = 4
+    values[part.model] = "tiny-dir"
     # An unknown model name is refused before anything is loaded.
     with pytest.warns(UserWarning, match="tiny-dir"):
-        fn.fn(values, request=gr.Request(username=ADMIN))
-    values[by_label["Model"]] = str(tiny_model_dir)
-    message, summary = fn.fn(values, request=gr.Request(username=ADMIN))
+        generate.generate_answers(ctx, part, cache, values, request=as_user(ADMIN))
+    values[part.model] = str(tiny_model_dir)
+    message, summary = generate.generate_answers(ctx, part, cache, values, request=as_user(ADMIN))
     assert "Generated **4** answers" in message  # 2 prompts x 2 answers
     assert query(app_db, "SELECT COUNT(*) FROM responses WHERE model != 'fixed'") == [(4,)]
     new_items = query(app_db, "SELECT COUNT(*) FROM items WHERE kind = 'rating'")[0][0]
     assert new_items == 6 + 4
 
 
-def test_export_preferences_downloads_the_ranking_pairs(app, app_db, ctx):
+def test_export_preferences_downloads_the_ranking_pairs(app_db, ctx):
     *_, state, key = rank.next_item(ctx, request=as_user(ANNOTATOR))
     ids = state["response_ids"]
     submit_ranks(ctx, state, key, "1", "2", "3")
-    fn = endpoint(app, "data_export")
-    values = {block: block.value for block in fn.inputs}
-    by_label = {getattr(block, "label", None): block for block in fn.inputs}
-    values[by_label["Kind"]], values[by_label["Format"]] = "preferences", "jsonl"
-    path, message = fn.fn(values, request=gr.Request(username=ADMIN))
+    part, values = export_form()
+    values[part.kind], values[part.fmt] = "preferences", "jsonl"
+    path, message = data_export.export_labels(ctx, part, values, request=as_user(ADMIN))
     rows = [json.loads(line) for line in Path(path).read_text().splitlines()]
     text = dict(query(app_db, "SELECT id, text FROM responses"))
     # A strict order of 3 gives 3 pairs: 1st > 2nd, 1st > 3rd, 2nd > 3rd.
@@ -354,23 +445,21 @@ def test_admin_settings_gold_and_backup(app_db, ctx):
     assert query(backup_path, "SELECT username FROM users ORDER BY id") == [(ADMIN,), (ANNOTATOR,)]
 
 
-def test_export_filters_and_labels_import(app, app_db, tmp_path, ctx):
+def test_export_filters_and_labels_import(app_db, tmp_path, ctx):
     *_, state, key = rank.next_item(ctx, request=as_user(ANNOTATOR))
     submit_ranks(ctx, state, key, "1", "2", "3")
-    fn = endpoint(app, "data_export")
-    by_label = {getattr(block, "label", None): block for block in fn.inputs}
-    values = {block: block.value for block in fn.inputs}
+    part, values = export_form()
     # Only the admin's labels: the admin labelled nothing, so there is nothing to export.
-    values[by_label["Only these annotators (empty = all)"]] = [ADMIN]
+    values[part.annotators] = [ADMIN]
     with pytest.raises(gr.Error, match="nothing to export"):
-        fn.fn(values, request=gr.Request(username=ADMIN))
-    values[by_label["Only these annotators (empty = all)"]] = [ANNOTATOR]
-    values[by_label["Format"]] = "hf"
-    values[by_label["license"]] = "CC BY 4.0"  # not a Hub license id: refused, naming the field
+        data_export.export_labels(ctx, part, values, request=as_user(ADMIN))
+    values[part.annotators] = [ANNOTATOR]
+    values[part.fmt] = "hf"
+    values[part.options["license"]] = "CC BY 4.0"  # not a Hub license id: refused, naming the field
     with pytest.raises(gr.Error, match="license"):
-        fn.fn(values, request=gr.Request(username=ADMIN))
-    values[by_label["license"]] = "cc-by-4.0"
-    path, message = fn.fn(values, request=gr.Request(username=ADMIN))
+        data_export.export_labels(ctx, part, values, request=as_user(ADMIN))
+    values[part.options["license"]] = "cc-by-4.0"
+    path, message = data_export.export_labels(ctx, part, values, request=as_user(ADMIN))
     assert path.endswith(".zip") and "**3** preferences rows" in message  # a saved datasets folder, zipped
     with zipfile.ZipFile(path) as archive:
         card = next(archive.read(name).decode() for name in archive.namelist() if name.endswith("README.md"))
@@ -435,7 +524,7 @@ def test_a_ranking_of_a_running_run_says_which_model_it_trains_until_the_run_end
     assert rank.next_item(ctx, request=as_user(ANNOTATOR))[0] == ""
 
 
-def test_unpaired_export_threshold_defaults_to_the_scale_midpoint_like_the_cli(app, app_db, ctx):
+def test_unpaired_export_threshold_defaults_to_the_scale_midpoint_like_the_cli(app_db, ctx):
     """Issue 14 item 2: the form's threshold box showed 0 and every answer came out good."""
     from labeler.services import export, labeling
     from storage import open_db
@@ -448,14 +537,12 @@ def test_unpaired_export_threshold_defaults_to_the_scale_midpoint_like_the_cli(a
     db.conn.close()
     assert [row["label"] for row in cli_rows] == [False, False, True]
 
-    fn = endpoint(app, "data_export")
-    by_label = {getattr(block, "label", None): block for block in fn.inputs}
     loaded = data.load(ctx, request=as_user(ADMIN))
     assert loaded[-1]["value"] == 4.0 and "midpoint" in loaded[-1]["info"]
-    values = {block: block.value for block in fn.inputs}
-    values[by_label["threshold"]] = loaded[-1]["value"]  # what the page shows after loading, sent back
-    values[by_label["Kind"]], values[by_label["Format"]] = "unpaired", "jsonl"
-    path, _ = fn.fn(values, request=gr.Request(username=ADMIN))
+    part, values = export_form()
+    values[part.options["threshold"]] = loaded[-1]["value"]  # what the page shows after loading, sent back
+    values[part.kind], values[part.fmt] = "unpaired", "jsonl"
+    path, _ = data_export.export_labels(ctx, part, values, request=as_user(ADMIN))
     assert [json.loads(line) for line in Path(path).read_text().splitlines()] == cli_rows
     # z-scores move the scale, and the default with it (0); back off, the midpoint again.
     assert data_export.export_threshold(ctx, True, request=as_user(ADMIN))["value"] == 0.0
