@@ -1,6 +1,7 @@
 """What the Rate and Rank tabs share (this module is not a tab): the shown item's key, the counter, the training
-banner, the undo message, the guidelines read again on select and the live "N remaining" count, and how their
-labelling events run.
+banner, undo, the guidelines read again on select and the live "N remaining" count, the row of buttons under an
+item and the wiring of their events (`wire`), so each tab says only what is its own: its widgets, its submit and
+skip.
 
 The handlers here are module functions taking the UIContext and the label kind first, bound to their events
 by the tabs (binding.bind).
@@ -8,6 +9,8 @@ by the tabs (binding.bind).
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import gradio as gr
 
@@ -18,6 +21,7 @@ from labeler.services.stages import model_name
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
 from labeler.ui.roles import check_role
+from labeler.ui.session import quiet_before_password_change
 from labeler.ui.soft_errors import ui_errors
 
 # The concurrency group of every Rate and Rank handler (see FAST).
@@ -77,6 +81,10 @@ def parse_key(key: str | None) -> tuple[int, str]:
     return int(item_id), request_id
 
 
+# What a label of each kind is called, and what the user does with an item, in Undo's message.
+UNDO_WORDS = {"rating": ("score", "rate"), "ranking": ("ranking", "rank")}
+
+
 def undo_message(undone, label: str, verb: str) -> str:
     """What Undo did, said every time: a skip is taken back like a label (the skipped item comes back first)."""
     if undone is None:
@@ -84,6 +92,17 @@ def undo_message(undone, label: str, verb: str) -> str:
     if undone.action == "skip":
         return f"Undid your skip of item {undone.item_id}: it is back, {verb} it or skip it again."
     return f"Undid your {label} of item {undone.item_id}: it is back, {verb} it again."
+
+
+def undo(ctx: UIContext, kind: str, show_next: Callable[..., tuple], request: gr.Request) -> tuple:
+    """Take back the user's last label or skip of `kind`, say which (a toast), and show the item it brings back
+    (`show_next(ctx, db, username)`: the tab's full outputs, as undo can leave the "all done" screen). The
+    body of each tab's undo handler, which is what its event binds."""
+    check_role(ctx, request, "user")
+    username = ctx.username(request)
+    with ctx.connection() as db:
+        gr.Info(undo_message(labeling.undo_last_action(db, ctx.project, username, kind), *UNDO_WORDS[kind]))
+        return show_next(ctx, db, username)
 
 
 @ui_errors
@@ -122,3 +141,60 @@ def live_count(ctx: UIContext, kind: str, key, counter, api_name: str) -> None:
     timer = gr.Timer(COUNT_REFRESH_S)
     timer.tick(bind(count, ctx, kind), [key], [counter], api_name=api_name, show_progress="hidden",
                trigger_mode="once", preprocess=False, postprocess=False, concurrency_id=COUNTS, concurrency_limit=2)
+
+
+@dataclass(frozen=True)
+class Buttons:
+    """The row under an item: Submit, Skip, Undo last, Refresh."""
+
+    submit: gr.Button
+    skip: gr.Button
+    undo: gr.Button
+    refresh: gr.Button
+
+
+def buttons(name: str, submit_label: str) -> Buttons:
+    """The tab `name`'s row of buttons (elem_ids <name>-submit, -skip, -undo, -refresh: the keyboard script and the
+    browser tests find them by these)."""
+    with gr.Row():
+        return Buttons(gr.Button(submit_label, variant="primary", elem_id=f"{name}-submit"),
+                       gr.Button("Skip", elem_id=f"{name}-skip"), gr.Button("Undo last", elem_id=f"{name}-undo"),
+                       gr.Button("Refresh", elem_id=f"{name}-refresh"))
+
+
+@dataclass(frozen=True)
+class Event:
+    """A tab's own event on one of its buttons: the handler (a module function taking the UIContext first), what
+    it reads and what it shows, and its options besides FAST (a keyboard path's js, raw payloads)."""
+
+    handler: Callable[..., Any]
+    inputs: list
+    outputs: list
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def wire(ctx: UIContext, name: str, kind: str, row: Buttons, *, submit: Event, skip: Event, undo: Callable,
+         next_item: Callable, outputs: list, key, counter, guidelines_box) -> Callable[[gr.Tab], None]:
+    """The events Rate and Rank share, each named `<name>_<event>` (gradio_client calls these names):
+
+    submit, skip and undo (FAST, each followed by DONE_JS so shortcuts.js sends the next queued key; undo shows
+    the full `outputs`, as it can bring an item back to the "all done" screen), refresh (`<name>_next`) and the
+    page load (`<name>_load`, quiet while the password is a one-time one) showing `next_item`, in the labelling
+    concurrency group, and the live count of `counter` while `key` names a shown item. Returns the hook
+    app.build_app calls with the gr.Tab: its select reads the guidelines of `kind` again into `guidelines_box`."""
+    own = {"submit": (row.submit, submit), "skip": (row.skip, skip), "undo": (row.undo, Event(undo, None, outputs))}
+    for event, (button, spec) in own.items():
+        button.click(bind(spec.handler, ctx), spec.inputs, spec.outputs, api_name=f"{name}_{event}", **FAST,
+                     **spec.options).then(None, js=DONE_JS, api_name=f"{name}_{event}_done")
+    row.refresh.click(bind(next_item, ctx), None, outputs, api_name=f"{name}_next", concurrency_id=LABELLING,
+                      concurrency_limit=1)
+    live_count(ctx, kind, key, counter, f"{name}_count")  # the count only: what the user picked so far stays
+    if ctx.app is not None:
+        ctx.app.load(quiet_before_password_change(bind(next_item, ctx), len(outputs)), None, outputs,
+                     api_name=f"{name}_load", concurrency_id=LABELLING, concurrency_limit=1)
+
+    def on_tab(tab: gr.Tab) -> None:
+        tab.select(quiet_before_password_change(bind(guidelines, ctx, kind), 1), None, [guidelines_box],
+                   api_name=f"{name}_guidelines", show_progress="hidden")
+
+    return on_tab

@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import gradio as gr
 
-from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
-from labeler.ui.session import quiet_before_password_change
 from labeler.ui.tabs import labelling
-from labeler.ui.tabs.labelling import DONE_JS, FAST, LABELLING
+from labeler.ui.tabs.labelling import Event
 from labeler.ui.tabs.rank.handlers import next_item, skip, submit, undo
 from labeler.ui.tabs.rank.item_view import KIND, MAX_RESPONSES
 from labeler.ui.tabs.rank.ranks import order_from_ranks  # noqa: F401 - the tab's rule, imported from here by tests
@@ -60,11 +58,7 @@ def build(ctx: UIContext):
                         slot_widgets += [column, text, rank]
             comment = gr.Textbox(label="Comment (optional)", lines=1, max_lines=4, elem_id="rank-comment")
             key = gr.Textbox(visible="hidden", elem_id="rank-key", label="Item key")  # see the Rate tab's key
-            with gr.Row():
-                submit_button = gr.Button("Submit ranking", variant="primary", elem_id="rank-submit")
-                skip_button = gr.Button("Skip", elem_id="rank-skip")
-                undo_button = gr.Button("Undo last", elem_id="rank-undo")
-                refresh = gr.Button("Refresh", elem_id="rank-refresh")
+            row = labelling.buttons("rank", "Submit ranking")
             gr.Markdown(SHORTCUTS, elem_classes=["studio-hint"])
         with gr.Column(scale=1, min_width=240):
             with gr.Accordion("Guidelines", open=True):
@@ -72,24 +66,9 @@ def build(ctx: UIContext):
 
     rank_radios = slot_widgets[2::3]
     outputs = [banner, counter, prompt, *slot_widgets, comment, guidelines, state, key]
-
-    # As in the Rate tab: no progress overlay, one labelling concurrency group, and shortcuts.js told when a
-    # request finished so it sends the next queued key (labelling.FAST, DONE_JS).
-    submit_button.click(bind(submit, ctx), [comment, state, key, *rank_radios], outputs, api_name="rank_submit",
-                        js=SUBMIT_JS, **FAST).then(None, js=DONE_JS, api_name="rank_submit_done")
-    skip_button.click(bind(skip, ctx), [state], outputs, api_name="rank_skip", **FAST).then(
-        None, js=DONE_JS, api_name="rank_skip_done")
-    undo_button.click(bind(undo, ctx), None, outputs, api_name="rank_undo", **FAST).then(
-        None, js=DONE_JS, api_name="rank_undo_done")
-    refresh.click(bind(next_item, ctx), None, outputs, api_name="rank_next", concurrency_id=LABELLING,
-                  concurrency_limit=1)
-    labelling.live_count(ctx, KIND, key, counter, "rank_count")  # the count only: the ranks picked so far stay
-    if ctx.app is not None:
-        ctx.app.load(quiet_before_password_change(bind(next_item, ctx), len(outputs)), None, outputs,
-                     api_name="rank_load", concurrency_id=LABELLING, concurrency_limit=1)
-
-    def on_tab(tab: gr.Tab) -> None:
-        tab.select(quiet_before_password_change(bind(labelling.guidelines, ctx, KIND), 1), None, [guidelines],
-                   api_name="rank_guidelines", show_progress="hidden")
-
-    return on_tab
+    # As in the Rate tab (labelling.wire): no progress overlay, one labelling concurrency group, shortcuts.js told
+    # when a request finished; every Rank event shows the full outputs.
+    return labelling.wire(ctx, "rank", KIND, row,
+                          submit=Event(submit, [comment, state, key, *rank_radios], outputs, {"js": SUBMIT_JS}),
+                          skip=Event(skip, [state], outputs), undo=undo, next_item=next_item, outputs=outputs,
+                          key=key, counter=counter, guidelines_box=guidelines)

@@ -11,7 +11,8 @@ from labeler.services.errors import InputError
 from labeler.ui.context import UIContext
 from labeler.ui.roles import check_role
 from labeler.ui.soft_errors import ui_errors
-from labeler.ui.tabs.labelling import parse_key, undo_message
+from labeler.ui.tabs import labelling
+from labeler.ui.tabs.labelling import parse_key
 from labeler.ui.tabs.rank.item_view import KIND, MAX_RESPONSES, outputs_for, show_next
 from labeler.ui.tabs.rank.ranks import order_from_ranks
 
@@ -81,8 +82,5 @@ def skip(ctx: UIContext, current, request: gr.Request) -> tuple:
 
 @ui_errors
 def undo(ctx: UIContext, request: gr.Request) -> tuple:
-    check_role(ctx, request, "user")
-    username = ctx.username(request)
-    with ctx.connection() as db:
-        gr.Info(undo_message(labeling.undo_last_action(db, ctx.project, username, KIND), "ranking", "rank"))
-        return show_next(ctx, db, username)
+    """Take back the user's last ranking or skip and show that item again (labelling.undo)."""
+    return labelling.undo(ctx, KIND, show_next, request)

@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import gradio as gr
 
-from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
-from labeler.ui.session import quiet_before_password_change
 from labeler.ui.tabs import labelling
-from labeler.ui.tabs.labelling import DONE_JS, FAST, LABELLING
+from labeler.ui.tabs.labelling import Event
 from labeler.ui.tabs.rate.handlers import next_item, skip, submit, undo
 from labeler.ui.tabs.rate.item_view import KIND, startup_choices
 
@@ -50,11 +48,7 @@ def build(ctx: UIContext):
             # doubled submit stores one label and a submit names the item it labels. In the page, not in
             # server-side session state, so gradio_client sees it and sends it as the browser does.
             key = gr.Textbox(visible="hidden", elem_id="rate-key", label="Item key")
-            with gr.Row():
-                submit_button = gr.Button("Submit", variant="primary", elem_id="rate-submit")
-                skip_button = gr.Button("Skip", elem_id="rate-skip")
-                undo_button = gr.Button("Undo last", elem_id="rate-undo")
-                refresh = gr.Button("Refresh", elem_id="rate-refresh")
+            row = labelling.buttons("rate", "Submit")
             gr.Markdown(SHORTCUTS, elem_classes=["studio-hint"])
         with gr.Column(scale=2):
             with gr.Accordion("Guidelines", open=True):
@@ -62,24 +56,9 @@ def build(ctx: UIContext):
 
     # The keyboard path's outputs are the first seven of the full ones, so the key is [6] in both.
     fast_outputs = [banner, counter, prompt, response, score, comment, key]
-    outputs = [*fast_outputs, submit_button, skip_button, guidelines]
-
-    submit_button.click(bind(submit, ctx), [score, comment, key], fast_outputs, api_name="rate_submit",
-                        js=SUBMIT_JS, **FAST, **RAW).then(None, js=DONE_JS, api_name="rate_submit_done")
-    skip_button.click(bind(skip, ctx), [key], fast_outputs, api_name="rate_skip", **FAST, **RAW).then(
-        None, js=DONE_JS, api_name="rate_skip_done")
-    # Undo can bring an item back to the "all done" screen: it re-enables the buttons (full outputs).
-    undo_button.click(bind(undo, ctx), None, outputs, api_name="rate_undo", **FAST).then(
-        None, js=DONE_JS, api_name="rate_undo_done")
-    refresh.click(bind(next_item, ctx), None, outputs, api_name="rate_next", concurrency_id=LABELLING,
-                  concurrency_limit=1)
-    labelling.live_count(ctx, KIND, key, counter, "rate_count")
-    if ctx.app is not None:
-        ctx.app.load(quiet_before_password_change(bind(next_item, ctx), len(outputs)), None, outputs,
-                     api_name="rate_load", concurrency_id=LABELLING, concurrency_limit=1)
-
-    def on_tab(tab: gr.Tab) -> None:
-        tab.select(quiet_before_password_change(bind(labelling.guidelines, ctx, KIND), 1), None, [guidelines],
-                   api_name="rate_guidelines", show_progress="hidden")
-
-    return on_tab
+    outputs = [*fast_outputs, row.submit, row.skip, guidelines]
+    # Submit and skip answer in the keyboard path's shape; the rest (undo, refresh, load) is labelling.wire's.
+    return labelling.wire(ctx, "rate", KIND, row,
+                          submit=Event(submit, [score, comment, key], fast_outputs, {"js": SUBMIT_JS, **RAW}),
+                          skip=Event(skip, [key], fast_outputs, RAW), undo=undo, next_item=next_item,
+                          outputs=outputs, key=key, counter=counter, guidelines_box=guidelines)

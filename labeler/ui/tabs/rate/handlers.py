@@ -13,7 +13,8 @@ from labeler.services.errors import InputError
 from labeler.ui.context import UIContext
 from labeler.ui.roles import check_role
 from labeler.ui.soft_errors import ui_errors
-from labeler.ui.tabs.labelling import parse_key, undo_message
+from labeler.ui.tabs import labelling
+from labeler.ui.tabs.labelling import parse_key
 from labeler.ui.tabs.rate.item_view import KIND, outputs_for, show_next
 
 
@@ -61,8 +62,5 @@ def skip(ctx: UIContext, key_value, request: gr.Request) -> tuple:
 
 @ui_errors
 def undo(ctx: UIContext, request: gr.Request) -> tuple:
-    check_role(ctx, request, "user")
-    username = ctx.username(request)
-    with ctx.connection() as db:
-        gr.Info(undo_message(labeling.undo_last_action(db, ctx.project, username, KIND), "score", "rate"))
-        return show_next(ctx, db, username)
+    """Take back the user's last score or skip and show that item again (labelling.undo)."""
+    return labelling.undo(ctx, KIND, show_next, request)
