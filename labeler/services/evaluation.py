@@ -26,6 +26,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+import pandas as pd
 import sqlite_utils
 
 from labeler.services import models, reward_spec, run_metrics, runs
@@ -36,6 +37,8 @@ from labeler.services.readers import read_records
 from labeler.services.errors import InputError
 from labeler.services.projects import get_project
 from labeler.services.train_configs import load_job_config
+from rlhf.loading import SHORT_NAMES, load_causal_lm, load_tokenizer
+from rlhf.rewards import BUILTIN_FUNCTIONS
 from storage import write_transaction
 
 HELDOUT = "heldout"
@@ -127,8 +130,6 @@ def reward_function(db: sqlite_utils.Database, spec: str) -> RewardFunction:
                              "their settings)", field="reward")
         return _reward_model(db, parsed.model)
     if parsed.function in reward_spec.BUILTIN_FUNCTIONS:  # 'vader' is rlhf.evaluation.answer_vader
-        from rlhf.rewards import BUILTIN_FUNCTIONS
-
         return BUILTIN_FUNCTIONS[parsed.function]
     module_name, _, attr = parsed.function.partition(":")
     try:
@@ -141,7 +142,7 @@ def reward_function(db: sqlite_utils.Database, spec: str) -> RewardFunction:
 
 
 def _reward_model(db: sqlite_utils.Database, name: str) -> RewardFunction:
-    from rlhf.reward import RewardScorer
+    from rlhf.reward import RewardScorer  # the reward trainer's module: torch and transformers
 
     registered = _registered(db, name)
     if registered is not None and registered["kind"] != "reward":
@@ -195,8 +196,6 @@ def _folder_base(db: sqlite_utils.Database, name: str) -> str | None:
 def _load_policy(db: sqlite_utils.Database, name: str):
     """(model, tokenizer) in eval mode; a LoRA adapter is merged into its base (plain transformers model, faster
     sampling). An unknown name or a folder without weights is an InputError naming the model."""
-    from rlhf.loading import SHORT_NAMES, load_causal_lm, load_tokenizer
-
     registered = _registered(db, name)
     if registered is not None and registered["kind"] == "reward":
         raise InputError(f"{name!r} is a reward model; evaluate a policy (models list shows the kinds)", field="model")
@@ -292,10 +291,9 @@ def evaluate_models(
     and store each result. Inputs are all checked (prompts, reward, every model name) before any model is
     loaded. A model named in `reuse` with a stored evaluation of equal settings is not evaluated again (a base
     model's weights never change)."""
-    from rlhf.evaluation import evaluate_policy
-
     if not names:
         raise InputError("name at least one model to evaluate", field="model")
+    from rlhf.evaluation import evaluate_policy  # these two import torch
     from rlhf.generation import build_prompt_ids
 
     prompts = load_prompts(db, settings.prompts, project)
@@ -404,8 +402,6 @@ def reward_curve(db: sqlite_utils.Database, run_id: int, name: str = "env/reward
     """A pandas DataFrame (minutes, reward): the run's `name` metric against the wall time it was logged at,
     in minutes since the run started (its first metric when the start is unknown). A resumed run's redone
     steps replace the old rows (MetricsSink.log), so the curve has one point per step."""
-    import pandas as pd
-
     def parse(text: str) -> datetime:
         return datetime.fromisoformat(text.replace("Z", "+00:00"))
 

@@ -33,7 +33,13 @@ import torch
 from labeler.services import active_learning, labeling
 from labeler.services.human_reward import HumanRewardQueue, same_prompt_runs
 from labeler.services.projects import get_project
-from rlhf.preference_ensemble import calibrated_temperature, expected_centred_ranks
+from rlhf.preference_ensemble import (
+    FrozenTextEncoder,
+    PreferenceEnsemble,
+    calibrated_temperature,
+    expected_centred_ranks,
+    preference_information,
+)
 from storage import open_db
 
 
@@ -45,8 +51,6 @@ class OnlineRewardModel:
 
     def __init__(self, db_path: str, project: str, encoder=None, refit_every: int = 8, members: int = 8,
                  seed: int = 0, prior: Callable[[list, list], list[float]] | None = None):
-        from rlhf.preference_ensemble import FrozenTextEncoder, PreferenceEnsemble
-
         self.db_path, self.project, self.refit_every, self.members, self.seed = db_path, project, refit_every, members, seed
         self.encoder = encoder or FrozenTextEncoder()
         self.prior = prior
@@ -117,8 +121,6 @@ class OnlineRewardModel:
         return labels
 
     def _fit(self, chosen: torch.Tensor, rejected: torch.Tensor) -> None:
-        from rlhf.preference_ensemble import PreferenceEnsemble
-
         ensemble = PreferenceEnsemble(self.dim, members=self.members, seed=self.seed, init=self.init)
         ensemble.fit(chosen, rejected)
         with self._lock:
@@ -163,8 +165,6 @@ class ActiveMixReward:
     def _select(self, queries: list[str], responses: list[str]):
         groups = self.queue.groups(queries)
         scores = self.model.scores(queries, responses)  # (members, N)
-        from rlhf.preference_ensemble import preference_information
-
         if self.queue.label_kind == "ranking":
             information = [preference_information(scores[:, group]) for group in groups]
         else:

@@ -13,6 +13,8 @@ import json
 import statistics
 from typing import Callable
 
+import pandas as pd
+
 from labeler.services.models import resolve as resolve_model
 from labeler.services.projects import get_project
 from labeler.services.prompts import has_heldout
@@ -22,7 +24,7 @@ Scorer = Callable[[list, list], list]
 
 
 def load_scorer(db, name: str) -> Scorer:
-    from rlhf.reward import RewardScorer
+    from rlhf.reward import RewardScorer  # the reward trainer's module: torch and transformers
 
     return RewardScorer(resolve_model(db, name)).score
 
@@ -82,8 +84,6 @@ def agreement(db, scorer: Scorer, project: str = "default") -> dict:
 def score_histogram(scores: list[float], max_bins: int = 20) -> list[tuple[float, int]]:
     """(bin midpoint, count) of equal-width bins over the scores, about 5 scores a bin and at most `max_bins`
     (pandas.cut: the lowest edge moved down by 0.1% of the range so the minimum falls inside)."""
-    import pandas as pd
-
     if not scores:
         return []
     values = pd.Series(scores, dtype=float)

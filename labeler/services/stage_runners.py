@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from labeler import forms
-from labeler.services import checkpoints, models
+from labeler.services import checkpoints, evaluation, models
 from labeler.services.errors import InputError
 from labeler.services.export import ExportOptions, preference_rows, split_by_prompt, unpaired_rows
 from labeler.services.human_reward import HumanRewardQueue
@@ -22,6 +22,9 @@ from labeler.services.metrics_sink import main_process_decides
 from labeler.services.projects import get_project
 from labeler.services.prompts import split_texts
 from labeler.services.stages import RunResult, StageContext, checkpoint_due, data_snapshot
+from rlhf.configs import PPOConfig
+from rlhf.loading import load_tokenizer
+from rlhf.rewards import FunctionReward, HumanReward, MixReward, RewardModelReward
 
 JOB_STATE_FILE = "job_state.json"
 
@@ -109,8 +112,6 @@ def _callbacks(ctx: StageContext) -> list:
 def _train_stage(ctx: StageContext, db, stage: str, rows: list[dict], trainer_cls, config_cls, task_type: str,
                  kind: str, snapshot: str) -> RunResult:
     """The part SFT, RM and DPO share: split the rows, train with the stage's Trainer, save, describe."""
-    from rlhf.loading import load_tokenizer
-
     rows = ctx.frozen_rows("train_rows", rows)  # a resumed run keeps the rows it started with
     base = ctx.job.base_model(stage)
     path = models.resolve(db, base)
@@ -131,8 +132,6 @@ def _policy_rows_options(ctx: StageContext, db, stage: str, **overrides):
     """Export options for the rows a policy trains on (SFT, DPO): conversations when the project's prompts
     go through the chat template and the base model's tokenizer has one (its template then renders them, as
     generation did), plain prompt + answer text otherwise (prompt format 'continue')."""
-    from rlhf.loading import load_tokenizer
-
     chat = get_project(db, ctx.project).prompt_format == "chat"
     if chat:
         tokenizer = load_tokenizer(models.resolve(db, ctx.job.base_model(stage)))
@@ -188,8 +187,6 @@ def human_queue(ctx: StageContext):
 def reward_source(ctx: StageContext, db, queue=None):
     """The PPO reward callable chosen by the job: rm, human, mix or function (human/mix wait on `queue`, or
     on a new human_queue)."""
-    from rlhf.rewards import FunctionReward, HumanReward, MixReward, RewardModelReward
-
     job = ctx.job
     if job.reward == "function":
         return FunctionReward.from_spec(job.reward_function)
@@ -265,8 +262,6 @@ APP_KL_HORIZON = 64
 
 def kl_settings_for(trainer_settings: dict) -> dict:
     """The KL controller settings a PPO run gets unless the user set them."""
-    from rlhf.configs import PPOConfig
-
     start = trainer_settings.get("init_kl_coef", PPOConfig.__dataclass_fields__["init_kl_coef"].default)
     defaults = {"horizon": APP_KL_HORIZON, "kl_coef_min": start}
     return {name: value for name, value in defaults.items() if name not in trainer_settings}
@@ -279,9 +274,7 @@ def run_ppo(ctx: StageContext) -> RunResult:
     alone writes the database, the checkpoints and the final model. N=1 is the same code."""
     import torch
 
-    from rlhf.configs import PPOConfig
     from rlhf.generation import build_prompt_ids
-    from rlhf.loading import load_tokenizer
     from rlhf.ppo import PPOTrainer
     from rlhf.value_head import AutoModelForCausalLMWithValueHead
 
@@ -439,7 +432,6 @@ def heldout_check(ctx: StageContext, db, trainer, tokenizer, chat_template):
     as the final evaluation scores them (evaluation.auto_settings: the run's reward function, else VADER), logged
     as eval/positive_share and eval/reward_mean at that step. None when off or there is nothing to check on (no
     held-out prompts, or several processes: the policy's weights are sharded or replicated across ranks)."""
-    from labeler.services import evaluation
     from rlhf.evaluation import evaluate_policy
     from rlhf.generation import build_prompt_ids
 
