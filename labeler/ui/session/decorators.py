@@ -44,7 +44,7 @@ def quiet_before_password_change(handler: Callable[[gr.Request], tuple],
                                  n_outputs: int) -> Callable[[gr.Request], tuple]:
     """A user tab's page-load (or tab-select) handler that changes nothing, instead of a 'Not allowed' toast,
     while the user must first replace a one-time password: the page then shows only that form
-    (app.whoami_load), and a click is still refused by the handler itself. Every other error still shows."""
+    (header.whoami), and a click is still refused by the handler itself. Every other error still shows."""
 
     @functools.wraps(handler)
     def load(request: gr.Request):
@@ -62,6 +62,7 @@ def quiet_on_load(handler: Callable[[gr.Request], tuple], n_outputs: int) -> Cal
     """A page-load version of an admin handler: for an annotator it changes nothing instead of showing a
     'Permission denied' toast about a tab they cannot even see."""
 
+    @functools.wraps(handler)
     def load(request: gr.Request):
         try:
             return handler(request)
