@@ -256,7 +256,7 @@ def run_projects_create(args) -> int:
 
 
 def run_projects_rescore(args) -> int:
-    from rlhf.preference_ensemble import FrozenTextEncoder
+    from rlhf.preference_ensemble import FrozenTextEncoder  # a sentence encoder: torch
 
     report = refresh_selection(_open(args), args.name, FrozenTextEncoder())
     print(f"{report.project}: ensemble fitted on {report.pairs} preference pairs from {report.labels} labels; "

@@ -54,7 +54,7 @@ def preference_texts(db: sqlite_utils.Database, project: str) -> list[tuple[str,
 
 def fit_ensemble(encoder, pairs: Sequence[tuple[str, str, str]], members: int = 8, seed: int = 0, init=None):
     """A PreferenceEnsemble fitted on (prompt, chosen, rejected) texts."""
-    from rlhf.preference_ensemble import PreferenceEnsemble
+    from rlhf.preference_ensemble import PreferenceEnsemble  # imports torch
 
     ensemble = PreferenceEnsemble(encoder.dim, members=members, seed=seed, init=init)
     if pairs:
@@ -81,7 +81,7 @@ def open_items(db: sqlite_utils.Database, project_id: int, limit: int = MAX_CAND
 def item_information(ensemble, encoder, items: Sequence[OpenItem]) -> list[float]:
     """How much labelling each item would teach the ensemble: BALD information of a ranking item's order; for a
     rating item (one answer), the members' spread of its score."""
-    from rlhf.preference_ensemble import preference_information
+    from rlhf.preference_ensemble import preference_information  # imports torch
 
     prompts = [item.prompt for item in items for _ in item.answers]
     features = encoder.embed(prompts, [a for item in items for a in item.answers])
@@ -184,7 +184,7 @@ class SelectionRefresher:
             labels = labeling.label_count(db, project.id)
             if self.due(project, labels):
                 if self._encoder is None:
-                    from rlhf.preference_ensemble import FrozenTextEncoder
+                    from rlhf.preference_ensemble import FrozenTextEncoder  # torch
 
                     self._encoder = FrozenTextEncoder(self.encoder_name)
                 reports.append(refresh_selection(db, project.name, self._encoder))

@@ -133,7 +133,7 @@ def _load(name_or_path: str, kind: str) -> Any:
     import torch
 
     if kind == "reward":
-        from rlhf.reward import RewardScorer
+        from rlhf.reward import RewardScorer  # torch and transformers
 
         return RewardScorer(name_or_path)
     if kind != "causal":
@@ -184,7 +184,7 @@ def _prompt_ids(model, tokenizer, history: Messages, system_prompt: str | None, 
     one turn and tokenizing again, turn by turn, cost the square of the conversation's length.
     `chat_template` is build_prompt_ids's use_chat_template: the project's prompt format (Project.chat_template).
     """
-    from rlhf.generation import build_prompt_ids
+    from rlhf.generation import build_prompt_ids  # imports torch
 
     def build(messages: Messages):
         return build_prompt_ids(tokenizer, messages, system_prompt=system_prompt or None, use_chat_template=chat_template)
@@ -223,7 +223,7 @@ def stream_reply(
     import torch
     from transformers import StoppingCriteria, StoppingCriteriaList, TextIteratorStreamer
 
-    from rlhf.generation import autocast_context, eos_token_ids, generation_kwargs
+    from rlhf.generation import autocast_context, eos_token_ids, generation_kwargs  # imports torch
 
     messages = check_history(history, system_prompt)
     model, tokenizer = cache.get(model_name_or_path)
@@ -281,7 +281,7 @@ def reply(
     chat_template: bool | None = None,
 ) -> str:
     """The whole answer at once."""
-    from rlhf.generation import decode_responses, generate_batch
+    from rlhf.generation import decode_responses, generate_batch  # imports torch
 
     messages = check_history(history, system_prompt)
     model, tokenizer = cache.get(model_name_or_path)
@@ -315,7 +315,7 @@ def best_of_n(
     """
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 64:
         raise InputError(f"must be between 1 and 64, got {n!r}", field="n")
-    from rlhf.generation import decode_responses, generate_batch
+    from rlhf.generation import decode_responses, generate_batch  # imports torch
 
     messages = check_history(history, system_prompt)
     lm, tokenizer = cache.get(model)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import os
 import random
 import secrets
@@ -160,8 +161,6 @@ def lock_path(db_path: str) -> Path:
 
 def _try_lock(db_path: str):
     """An open file holding the demo's exclusive flock, or None when another process holds it."""
-    import fcntl
-
     path = lock_path(db_path)
     path.parent.mkdir(parents=True, exist_ok=True)
     handle = open(path, "a+")
@@ -330,7 +329,7 @@ def generate_training_answers(db, settings: DemoSettings, project: str = DEMO_PR
 
 
 def _run(db, settings: DemoSettings, project: str, log: Callable[[str], None]) -> DemoReport:
-    from rlhf.reward import RewardScorer
+    from rlhf.reward import RewardScorer  # torch and transformers
 
     if settings.answers > labeling.MAX_RANKING_SIZE:
         raise InputError(f"at most {labeling.MAX_RANKING_SIZE} (they are ranked in one label), got {settings.answers}",

@@ -463,7 +463,7 @@ def _write_jsonl(rows: list[dict], path: Path) -> None:
 
 
 def _write_parquet(rows: list[dict], path: Path) -> None:
-    import pyarrow as pa
+    import pyarrow as pa  # optional here: only --format parquet needs it
     import pyarrow.parquet as pq
 
     pq.write_table(pa.Table.from_pylist(rows), path)

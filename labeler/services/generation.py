@@ -91,7 +91,7 @@ def generate_responses(
     if not work:
         return []
 
-    from rlhf.generation import build_prompt_ids, decode_responses, generate_batch
+    from rlhf.generation import build_prompt_ids, decode_responses, generate_batch  # imports torch
 
     lm, tokenizer = (loader or _load)(path)
     if progress is not None:

@@ -55,7 +55,7 @@ def push_export(folder: str | Path, repo_id: str, private: bool = False, token: 
     """Push an `export --format hf` folder: its card first, then the splits with datasets' push_to_hub, which
     keeps the card's text and adds its own metadata. Returns the dataset's URL."""
     import datasets
-    from huggingface_hub import HfApi
+    from huggingface_hub import HfApi  # only pushing needs the Hub client
 
     repo_id, folder = check_repo_id(repo_id), Path(folder)
     if not (folder / "dataset_dict.json").exists():
@@ -133,7 +133,7 @@ def push_model(db: sqlite_utils.Database, name: str, repo_id: str, private: bool
     the refreshed card). transformers' push_to_hub would reload the weights, save them to a temporary folder
     and upload that, leaving out value_head.safetensors and replacing the card with its own; uploading the
     saved folder sends the same weights without either loss. Returns the model's URL."""
-    from huggingface_hub import HfApi
+    from huggingface_hub import HfApi  # only pushing needs the Hub client
 
     repo_id = check_repo_id(repo_id)
     folder = Path(get_model(db, name)["path"])

@@ -293,7 +293,7 @@ def merge_adapter_model(db: sqlite_utils.Database, name: str, output_name: str |
     if out.exists():
         raise InputError(f"{out}: already exists; choose another folder with --out", field="out")
 
-    from rlhf.value_head import VALUE_HEAD_FILE
+    from rlhf.value_head import VALUE_HEAD_FILE  # rlhf.value_head imports torch
 
     partial = out.with_name(f".{out.name}.partial-{os.getpid()}")
     try:

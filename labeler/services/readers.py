@@ -228,7 +228,7 @@ def _read_csv(path: Path, text: str, delimiter: str) -> Iterator[tuple[Where, di
 
 
 def _read_parquet(path: Path) -> Iterator[tuple[Where, dict]]:
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # optional here: only .parquet files need it
 
     try:
         parquet = pq.ParquetFile(path)
