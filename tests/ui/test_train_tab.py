@@ -141,7 +141,8 @@ def test_choices_load_is_quiet_for_an_annotator_and_fills_the_pickers_for_an_adm
         models.register_model(db, name, str(ctx.settings.model), kind="reward")
     db.conn.close()
     _, reward, inspect_model, _ = train.load_choices(ctx, request=gr.Request(username=ADMIN))
-    assert reward["choices"] == [("Sentiment (VADER)", "vader"), ("Sentiment of prompt + answer (VADER)", "vader-with-prompt"),
+    assert reward["choices"] == [("Sentiment (VADER)", "vader"),
+                                 ("Sentiment of prompt + answer (VADER)", "vader-with-prompt"),
                                  ("People rate the answers", "human"), ("Newest reward model (rm-run3)", "rm"),
                                  ("Reward model rm-run3", "rm:rm-run3"), ("Reward model rm-run1", "rm:rm-run1"),
                                  ("People + newest reward model (rm-run3)", "mix"),

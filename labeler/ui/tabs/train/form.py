@@ -162,9 +162,9 @@ class LaunchForm:
 def reward_widget(spec: forms.FieldSpec) -> gr.Dropdown:
     """The one "Reward" picker: its values are reward specs (reward_spec.choices; the tab adds the registered reward
     models on load). A typed spec is accepted as `--set reward=` takes it, a module:function refused on launch."""
-    return gr.Dropdown(reward_spec.choices([]), value=spec.default, label=plain_label("reward"), allow_custom_value=True,
-                       info="Where the rewards come from: a built-in function, people, or a reward model",
-                       elem_id="train-reward")
+    return gr.Dropdown(reward_spec.choices([]), value=spec.default, label=plain_label("reward"),
+                       allow_custom_value=True, elem_id="train-reward",
+                       info="Where the rewards come from: a built-in function, people, or a reward model")
 
 
 def build_form() -> LaunchForm:
@@ -184,7 +184,7 @@ def build_form() -> LaunchForm:
 
     def job_row(names: list[str]) -> None:
         with gr.Row():
-            for name in names:  # elem_id "train-reward" for the field reward, etc.: what the browser tests find
+            for name in names:  # elem_id "train-min-annotators" for min_annotators, etc.: what browser tests find
                 job_widgets[name] = forms.widget(job_spec_by_name[name], label=plain_label(name),
                                                  elem_id="train-" + name.replace("_", "-"))
 
