@@ -110,9 +110,11 @@ def _callbacks(ctx: StageContext) -> list:
 # ---- SFT, reward model, DPO ----------------------------------------------------------------------------
 
 def _train_stage(ctx: StageContext, db, stage: str, rows: list[dict], trainer_cls, config_cls, task_type: str,
-                 kind: str, snapshot: str) -> RunResult:
-    """The part SFT, RM and DPO share: split the rows, train with the stage's Trainer, save, describe."""
-    rows = ctx.frozen_rows("train_rows", rows)  # a resumed run keeps the rows it started with
+                 kind: str, snapshot: str, *, frozen: bool = False) -> RunResult:
+    """The part SFT, RM, DPO and KTO share: split the rows, train with the stage's Trainer, save, describe.
+    `frozen`: the caller has already frozen `rows` (ctx.frozen_rows; KTO weighs its classes on them first)."""
+    if not frozen:
+        rows = ctx.frozen_rows("train_rows", rows)  # a resumed run keeps the rows it started with
     base = ctx.job.base_model(stage)
     path = models.resolve(db, base)
     train, test = split_rows(rows, ctx.job.test_size, ctx.job.seed)

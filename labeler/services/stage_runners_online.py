@@ -210,7 +210,7 @@ def run_kto(ctx: StageContext) -> RunResult:
         print(f"KTO weights balanced to the rows: {weights or 'both 1'}", flush=True)
         ctx = dataclasses.replace(ctx, trainer_settings={**ctx.trainer_settings, **weights})
     return stage_runners._train_stage(ctx, db, "kto", rows, KTOTrainer, StudioKTOConfig, "CAUSAL_LM",
-                                      stage_runners._policy_kind(ctx), "unpaired")
+                                      stage_runners._policy_kind(ctx), "unpaired", frozen=True)
 
 
 RUNNERS = {"grpo": run_grpo, "rloo": run_rloo, "kto": run_kto}
