@@ -2,6 +2,8 @@
 
     python bench/dpo.py                    # 64 pairs, batch 4, max length 128, 3 rounds
     python bench/dpo.py --trl-python /tmp/trl1venv/bin/python   # also TRL 1.x's DPOTrainer, bf16 (README)
+    python bench/dpo.py --only no-bf16 --trl-python /tmp/trl1venv/bin/python
+                                           # ours and TRL's both in fp32, as on a CPU without fast bf16
     python bench/dpo.py --variants no-bf16,no-eager-attention   # also our trainer with these levers off
     python bench/dpo.py --variants gradient-checkpointing        # also ours with gradient checkpointing on
     python bench/dpo.py --ablations        # every lever off in turn (~4 GB per variant: 7 need ~30 GB)
@@ -147,28 +149,47 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's choice).")
     headline = lambda args: (f"DPO on the default model: {args.pairs} pairs per epoch, batch {args.batch_size}, "  # noqa: E731
                              f"max length {args.max_length}; {args.rounds} rounds after a warm-up")
-    trl = lambda args: {"trl-bf16": [  # noqa: E731
-        "dpo", "--model", resolve_model_path(args.model), "--bf16", "--pairs", str(args.pairs), "--batch-size", str(args.batch_size),
-        "--ref-batch-size", str(args.ref_batch_size), "--max-length", str(args.max_length), "--threads", str(args.threads)]}
+    def trl(args):
+        common = ["dpo", "--model", resolve_model_path(args.model), "--pairs", str(args.pairs), "--batch-size",
+                  str(args.batch_size), "--ref-batch-size", str(args.ref_batch_size), "--max-length", str(args.max_length),
+                  "--threads", str(args.threads)]
+        # TRL in fp32 only beside our fp32 variant: what both do on a CPU without fast bf16.
+        fp32 = {"trl-fp32": common} if "no-bf16" in (args.variants + "," + args.only).split(",") else {}
+        return {"trl-bf16": [*common, "--bf16"], **fp32}
+
     run = run_from_command_line(parser, VARIANTS, setup, __file__, 4.5, headline, trl)
     if run is None:  # this process was a child serving one variant
         return
     args, variants, results, peaks = run
-    naive = results["naive"]
+    # The first variant is the reference column: naive unless --only chose others.
+    base_name = "naive" if "naive" in results else variants[0]
+    base = results[base_name]
     # CPU seconds as well as wall seconds: on a shared machine the wall clock also measures the neighbours.
-    print(f"\n{'median of rounds':28}{'pairs/s':>9}{'cpu s':>8}{'peak RSS MB':>13}{'x naive (paired)':>18}")
+    print(f"\n{'median of rounds':28}{'pairs/s':>9}{'cpu s':>8}{'peak RSS MB':>13}{'x ' + base_name + ' (paired)':>22}")
     for name in variants:
         r = results[name]
         print(f"{name:28}{args.pairs / median(r, 'seconds'):9.2f}{median(r, 'cpu'):8.1f}{peaks[name]:13.0f}"
-              f"{paired_ratio(naive, r, 'seconds'):18.2f}")
-    opt = results["optimised"]
-    print(f"\nspeed-up of our DPOTrainer over the fp32 loop, median of per-round ratios: "
-          f"x{paired_ratio(naive, opt, 'seconds'):.2f} pairs/s (target >= 2), x{paired_ratio(naive, opt, 'cpu'):.2f} cpu time")
-    if "trl-bf16" in results:
-        trl = results["trl-bf16"]
+              f"{paired_ratio(base, r, 'seconds'):22.2f}")
+    if "naive" in results and "optimised" in results:
+        naive, opt = results["naive"], results["optimised"]
+        print(f"\nspeed-up of our DPOTrainer over the fp32 loop, median of per-round ratios: "
+              f"x{paired_ratio(naive, opt, 'seconds'):.2f} pairs/s (target >= 2), x{paired_ratio(naive, opt, 'cpu'):.2f} cpu time")
+    if "trl-bf16" in results and "optimised" in results:
+        trl, opt = results["trl-bf16"], results["optimised"]
         print(f"ours vs TRL's DPOTrainer (bf16, precomputed reference), median of per-round ratios: "
               f"x{paired_ratio(trl, opt, 'seconds'):.2f} pairs/s (target >= 2), x{paired_ratio(trl, opt, 'cpu'):.2f} cpu time; "
               f"peak RSS {peaks['optimised']:.0f} MB vs {peaks['trl-bf16']:.0f} MB: x{peaks['optimised'] / peaks['trl-bf16']:.2f} (target <= 1)")
+    print_fp32_comparison(results, peaks, "DPOTrainer", target=2)
+
+
+def print_fp32_comparison(results: dict, peaks: dict, trainer: str, target: float) -> None:
+    """Ours with bf16 off against TRL in fp32, when both ran: a CPU without fast bf16 runs exactly these."""
+    if "no-bf16" in results and "trl-fp32" in results:
+        ours, trl = results["no-bf16"], results["trl-fp32"]
+        print(f"ours vs TRL's {trainer}, both fp32 (bf16 off), median of per-round ratios: "
+              f"x{paired_ratio(trl, ours, 'seconds'):.2f} pairs/s (target >= {target}), "
+              f"x{paired_ratio(trl, ours, 'cpu'):.2f} cpu time; peak RSS {peaks['no-bf16']:.0f} MB vs "
+              f"{peaks['trl-fp32']:.0f} MB: x{peaks['no-bf16'] / peaks['trl-fp32']:.2f} (target <= 1)")
 
 
 if __name__ == "__main__":

@@ -105,6 +105,10 @@ def main() -> None:
         print(f"\nours vs TRL's RewardTrainer at its fastest here ({fastest}), median of per-round ratios: "
               f"x{paired_ratio(trl, opt, 'seconds'):.2f} pairs/s (target >= 1.5), x{paired_ratio(trl, opt, 'cpu'):.2f} cpu time; "
               f"peak RSS {peaks['optimised']:.0f} MB vs {peaks[fastest]:.0f} MB: x{peaks['optimised'] / peaks[fastest]:.2f} (target <= 1)")
+        if "no-bf16" in results and "trl-fp32" in results:  # both fp32: what a CPU without fast bf16 runs
+            print(f"ours vs TRL's RewardTrainer, both fp32 (bf16 off), median of per-round ratios: "
+                  f"x{paired_ratio(results['trl-fp32'], results['no-bf16'], 'seconds'):.2f} pairs/s (target >= 1.5); "
+                  f"peak RSS x{peaks['no-bf16'] / peaks['trl-fp32']:.2f} (target <= 1)")
         for name in variants:  # every other variant of ours (ablations) against the same TRL rounds
             if name not in ("optimised", *trl_names):
                 print(f"  {name:20} x{paired_ratio(trl, results[name], 'seconds'):.2f} pairs/s, "
