@@ -46,3 +46,17 @@ def test_a_resumed_kto_run_keeps_its_rows_and_freezes_them_once_per_start(db, tm
     assert models.get_model(db, f"kto-run{run.id}")["data_snapshot"] == first
     assert frozen == [("train_rows", 10)]  # once: the database's 10 rows given, the saved 6 trained on
     assert "resuming on the 6 train_rows this run started with; the database now gives 10" in capsys.readouterr().out
+
+
+def test_grpo_and_rloo_take_every_cpu_default_from_one_place():
+    import dataclasses
+
+    from labeler.services.stage_runners_online import StudioGRPOConfig, StudioOnlineDefaults, StudioRLOOConfig
+
+    grpo, rloo = (cls(output_dir="unused", report_to="none") for cls in (StudioGRPOConfig, StudioRLOOConfig))
+    shared = {f.name: f.default for f in dataclasses.fields(StudioOnlineDefaults)}
+    assert {name: getattr(grpo, name) for name in shared} == {name: getattr(rloo, name) for name in shared} == shared
+    assert shared["learning_rate"] == 3e-5 and (grpo.beta, rloo.beta) == (0.05, 0.03)  # beta: each its own
+    # Neither config repeats a shared field: each declares beta only, the rest comes from the bases.
+    for cls in (StudioGRPOConfig, StudioRLOOConfig):
+        assert [name for name in cls.__annotations__] == ["beta"], cls.__name__
