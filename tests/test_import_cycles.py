@@ -32,28 +32,38 @@ def _runs_at_import(body: list[ast.stmt]):
                 yield from _runs_at_import([child for child in children if isinstance(child, ast.AST)])
 
 
+def imported_by(node: ast.Import | ast.ImportFrom, package: str, known: set[str]) -> list[str]:
+    """The modules one import statement imports, by absolute name (`from pkg import sub` imports pkg.sub when
+    that is one of the `known` modules; a package that Python imports before its named submodule is left
+    out, being an __init__ that re-exports at most)."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    base = node.module or ""
+    if node.level:  # relative: from . import x / from .y import z
+        anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+        base = ".".join([*anchor, *([base] if base else [])])
+    return [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names]
+
+
 def top_level_imports(source: str, name: str, is_package: bool, known: set[str]) -> set[str]:
-    """The modules among `known` that module `name` imports when it is imported (the modules named; a package
-    that Python imports before its named submodule is left out, being an __init__ that re-exports at most)."""
+    """Every module (ours or not) that module `name` imports when it is imported."""
     package = name if is_package else name.rpartition(".")[0]
     found = set()
     for node in _runs_at_import(ast.parse(source).body):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:  # relative: from . import x / from .y import z
-                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                base = ".".join([*anchor, *([base] if base else [])])
-            for alias in node.names:  # `from pkg import sub` imports the submodule pkg.sub
-                found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base)
-    return {module for module in found if module in known and module != name}
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.update(imported_by(node, package, known))
+    return found - {name}
+
+
+def module_files(root: Path, packages=PACKAGES) -> dict[str, Path]:
+    return {module_name(path, root): path for package in packages for path in sorted((root / package).rglob("*.py"))}
 
 
 def import_graph(root: Path, packages=PACKAGES) -> dict[str, set[str]]:
-    files = {module_name(path, root): path for package in packages for path in sorted((root / package).rglob("*.py"))}
+    """{module: the modules of ours it imports when it is imported}."""
+    files = module_files(root, packages)
     known = set(files)
-    return {name: top_level_imports(path.read_text(encoding="utf-8"), name, path.name == "__init__.py", known)
+    return {name: top_level_imports(path.read_text(encoding="utf-8"), name, path.name == "__init__.py", known) & known
             for name, path in files.items()}
 
 

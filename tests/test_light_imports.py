@@ -3,10 +3,14 @@ or labeler.ui.app loads no torch, transformers or the trainers' libraries; those
 train, generate or score (docs/ARCHITECTURE.md, Layers)."""
 from __future__ import annotations
 
+import ast
+import functools
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+from test_import_cycles import imported_by, module_files, top_level_imports
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "transformers", "accelerate", "peft", "datasets", "sentence_transformers")
@@ -86,3 +90,90 @@ def test_help_and_settings_listing_import_no_torch():
 def test_the_help_check_sees_a_heavy_import():
     # The sft trainer's config is a TrainingArguments: listing it imports transformers and torch.
     assert heavy_imports_of_commands([["train", "sft", "--list-settings"]])["train sft --list-settings"] != []
+
+
+# ---- late imports -------------------------------------------------------------------------------------------
+# A function imports a module only when importing it at the top would cost what the rule spares the light paths:
+# a heavy package, an optional one that a single feature needs (yaml for .yaml files, pyarrow for parquet, the
+# Hub client for pushing), or a module of ours that imports a heavy package when it is imported.
+HEAVY_AT_IMPORT = {*HEAVY, "gradio"}
+LATE_PACKAGES = {*HEAVY_AT_IMPORT, "yaml", "pyarrow", "huggingface_hub"}
+# Light modules a function imports late on purpose, with the reason.
+LATE_ON_PURPOSE = {
+    ("labeler/services/stage_runners.py", "labeler.services.stage_runners_online"):
+        "it imports stage_runners: the cycle is broken on this side, and it is heavy anyway",
+}
+# Files owned by others in the change that moved every other light import to the top; listed for them.
+LATE_TO_MOVE = {
+    ("labeler/ui/app.py", "starlette.middleware"),  # gradio, imported at the top there, loads starlette
+    ("labeler/ui/gradio_internals.py", "gradio.utils"),  # `import gradio` at the top loads gradio.utils
+    ("labeler/services/stage_runners_online.py", "rlhf.loading"),  # light
+    # imported at the top already (their configs)
+    *(("labeler/services/stage_runners_online.py", f"rlhf.{stage}") for stage in ("grpo", "rloo", "kto")),
+}
+
+
+def late_imports(source: str, name: str, is_package: bool, known: set[str]) -> list[tuple[int, str]]:
+    """(line, module) of every import inside a function of the module."""
+    package = name if is_package else name.rpartition(".")[0]
+    found = set()
+    for function in ast.walk(ast.parse(source)):
+        if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(function):
+                if isinstance(node, (ast.Import, ast.ImportFrom)):
+                    found.update((node.lineno, module) for module in imported_by(node, package, known))
+    return sorted(found)
+
+
+def misplaced_late_imports(root: Path, packages=("labeler",), on_purpose=()) -> list[str]:
+    """'file:line imports X in a function' for each late import of a module that is light, or that the file
+    already imports at its top: either belongs at the top."""
+    files = module_files(root, ("labeler", "storage", "rlhf"))
+    known = set(files)
+    top = {name: top_level_imports(path.read_text(encoding="utf-8"), name, path.name == "__init__.py", known)
+           for name, path in files.items()}
+
+    @functools.lru_cache(maxsize=None)
+    def heavy(module: str) -> bool:
+        if module not in known:
+            return module.split(".")[0] in HEAVY_AT_IMPORT
+        return any(heavy(imported) for imported in top[module])
+
+    wrong = []
+    for name, path in files.items():
+        where = path.relative_to(root).as_posix()
+        if not where.startswith(tuple(f"{package}/" for package in packages)):
+            continue
+        for line, module in late_imports(path.read_text(encoding="utf-8"), name, path.name == "__init__.py", known):
+            at_top = module in top[name] or (module not in known and module.split(".")[0] in
+                                             {imported.split(".")[0] for imported in top[name]})
+            if (where, module) in on_purpose:
+                continue
+            if at_top:
+                wrong.append(f"{where}:{line} imports {module} in a function, and at the top already")
+            elif not (heavy(module) or module not in known and module.split(".")[0] in LATE_PACKAGES):
+                wrong.append(f"{where}:{line} imports {module} in a function, but it is light")
+    return wrong
+
+
+def test_functions_import_only_heavy_or_optional_modules():
+    assert misplaced_late_imports(ROOT, on_purpose={*LATE_ON_PURPOSE, *LATE_TO_MOVE}) == []
+
+
+def test_the_late_import_check_sees_light_and_repeated_imports(tmp_path):
+    package = tmp_path / "labeler"
+    package.mkdir()
+    for folder in ("storage", "rlhf"):
+        (tmp_path / folder).mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "light.py").write_text("import json\n")
+    (package / "heavy.py").write_text("import torch\n")
+    (package / "user.py").write_text(
+        "import os\nfrom labeler import light\n"
+        "def f():\n    import torch\n    from labeler import heavy\n    import fcntl\n"
+        "    from labeler.light import json\n    import os.path\n")
+    assert misplaced_late_imports(tmp_path) == [
+        "labeler/user.py:6 imports fcntl in a function, but it is light",
+        "labeler/user.py:7 imports labeler.light in a function, and at the top already",
+        "labeler/user.py:8 imports os.path in a function, and at the top already",
+    ]
