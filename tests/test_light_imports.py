@@ -108,8 +108,6 @@ LATE_ON_PURPOSE = {
 }
 # Files owned by others in the change that moved every other light import to the top; listed for them.
 LATE_TO_MOVE = {
-    ("labeler/ui/app.py", "starlette.middleware"),  # gradio, imported at the top there, loads starlette
-    ("labeler/ui/gradio_internals.py", "gradio.utils"),  # `import gradio` at the top loads gradio.utils
     ("labeler/services/stage_runners_online.py", "rlhf.loading"),  # light
     # imported at the top already (their configs)
     *(("labeler/services/stage_runners_online.py", f"rlhf.{stage}") for stage in ("grpo", "rloo", "kto")),

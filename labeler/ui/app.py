@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import gradio as gr
+from starlette.middleware import Middleware
 
 from labeler.services.login_guard import LoginThrottle
 from labeler.ui import header
@@ -78,8 +79,6 @@ def build_app(settings: ServeSettings) -> gr.Blocks:
 
 def launch_options(settings: ServeSettings) -> dict[str, Any]:
     """Everything launch() needs besides the app, so the CLI and the tests start the app identically."""
-    from starlette.middleware import Middleware
-
     return {
         "auth": make_auth(settings.db_path, LoginThrottle(settings.login_throttle)),
         "auth_message": AUTH_MESSAGE,

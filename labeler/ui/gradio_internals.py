@@ -28,6 +28,7 @@ import sys
 from typing import Callable
 
 import gradio as gr
+import gradio.utils
 
 WRITTEN_FOR = "6.31"  # the Gradio release these were read from (gradio/queueing.py, routes.py, route_utils.py)
 
@@ -60,8 +61,6 @@ def skip_missing_matplotlib() -> bool:
     sys.path entry each time: 2-3% of the server's CPU per label (py-spy, 20 annotators). Then it is swapped for
     a context manager that does nothing, as Gradio's does in that case; True when swapped. Process-wide: every
     Gradio app of this process gets it, which is harmless as the swapped class does nothing here either."""
-    import gradio.utils
-
     if importlib.util.find_spec("matplotlib") is not None:
         return False
     gradio.utils.MatplotlibBackendMananger = contextlib.nullcontext  # sic: Gradio's spelling
