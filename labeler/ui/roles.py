@@ -1,4 +1,5 @@
-"""`check_role(ctx, request, "admin")`: the role check every UI handler makes before it does anything.
+"""`@requires("admin")`: the role check every UI handler makes before it does anything (`check_role`, its body,
+for the one handler that needs the user it returns).
 
 Hiding a tab from annotators hides nothing from a client that calls its endpoint, so each handler checks the
 caller itself, first thing, from the `gr.Request` Gradio passes to its parameter annotated `gr.Request`, and
@@ -8,7 +9,9 @@ replace, not an admin). Handlers sit under the decorator that turns errors into 
 """
 from __future__ import annotations
 
-from typing import Callable, Literal
+import functools
+import inspect
+from typing import Any, Callable, Literal
 
 import gradio as gr
 
@@ -25,3 +28,33 @@ def check_role(ctx: UIContext, request: gr.Request | None, role: Role) -> accoun
         raise ValueError(f"role must be one of {sorted(CHECKS)}, got {role!r}")
     with ctx.connection() as db:
         return CHECKS[role](db, UIContext.username(request))
+
+
+def requires(role: Role) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator: `check_role(ctx, request, role)` before the handler's body, for a handler `f(ctx, ..., request)`
+    (the parameters must be called so: the check finds them by name). Put it under ui_errors / keep_on_error, which
+    turn its PermissionDenied into a toast. The wrapper keeps the handler's signature, which Gradio reads."""
+    if role not in CHECKS:
+        raise ValueError(f"role must be one of {sorted(CHECKS)}, got {role!r}")
+
+    def decorate(handler: Callable[..., Any]) -> Callable[..., Any]:
+        if inspect.isgeneratorfunction(handler) or inspect.iscoroutinefunction(handler):
+            # Gradio streams a generator only when inspect says the event function is one, which a plain
+            # wrapper is not: such a handler calls check_role in its body.
+            raise TypeError(f"@requires({role!r}) on {handler.__qualname__}: a generator or coroutine handler calls "
+                            f"check_role itself")
+        signature = inspect.signature(handler)
+        if not {"ctx", "request"} <= set(signature.parameters):
+            raise TypeError(f"@requires({role!r}) on {handler.__qualname__}{signature}: needs parameters named ctx "
+                            f"and request")
+
+        @functools.wraps(handler)
+        def checked(*args: Any, **kwargs: Any) -> Any:
+            arguments = signature.bind_partial(*args, **kwargs).arguments
+            check_role(arguments["ctx"], arguments.get("request"), role)
+            return handler(*args, **kwargs)
+
+        checked.required_role = role  # tests/ui/test_roles.py checks that every handler has one
+        return checked
+
+    return decorate

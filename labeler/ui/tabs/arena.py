@@ -18,7 +18,7 @@ from labeler.services.errors import InputError
 from labeler.services.leaderboard import MIN_VOTES_FOR_INTERVAL, LeaderboardCache, leaderboard
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
-from labeler.ui.roles import check_role
+from labeler.ui.roles import requires
 from labeler.ui.session import quiet_before_password_change
 from labeler.ui.soft_errors import ui_errors
 from labeler.ui.tabs.chat import model_choices
@@ -64,9 +64,9 @@ def not_ready_updates(reason: str | None) -> tuple[dict, dict]:
 
 
 @ui_errors
+@requires("user")
 def load(ctx: UIContext, caches: ArenaCaches, request: gr.Request) -> tuple:
     """The page load: both model pickers (random picked), the leaderboard, the not-ready note and Battle."""
-    check_role(ctx, request, "user")
     with ctx.connection() as db:
         names, _ = model_choices(ctx, db)
         reason = arena.not_ready_reason(db, (ctx.settings.model,))
@@ -77,18 +77,18 @@ def load(ctx: UIContext, caches: ArenaCaches, request: gr.Request) -> tuple:
 
 
 @ui_errors
+@requires("user")
 def random_prompt(ctx: UIContext, request: gr.Request) -> str:
-    check_role(ctx, request, "user")
     with ctx.connection() as db:
         return arena.random_prompt(db, ctx.project, random.Random())
 
 
 @ui_errors
+@requires("user")
 def start_battle(ctx: UIContext, caches: ArenaCaches, prompt_text, first, second, tokens, request: gr.Request) -> tuple:
     """Two models' answers to `prompt_text`, shown as A and B in random order; `first`/`second` RANDOM (or
     blank): drawn from the registered models. Outputs: both answers, the reveal emptied, the identical-answers
     note, the battle's state, the vote buttons on."""
-    check_role(ctx, request, "user")
     with ctx.connection() as db:
         names, _ = model_choices(ctx, db)
         reason = arena.not_ready_reason(db, (ctx.settings.model,))
@@ -116,10 +116,10 @@ def start_battle(ctx: UIContext, caches: ArenaCaches, prompt_text, first, second
 
 
 @ui_errors
+@requires("user")
 def vote(ctx: UIContext, caches: ArenaCaches, winner: str, current, request: gr.Request) -> tuple:
     """The vote `winner` (a VOTES key) on the battle in `current`, stored as a ranking; the names revealed.
     Outputs: the reveal, the identical-answers note emptied, the state cleared, the leaderboard, the buttons off."""
-    check_role(ctx, request, "user")
     if not current:
         raise InputError("start a battle first", field="battle_id")
     with ctx.connection() as db:
@@ -132,16 +132,16 @@ def vote(ctx: UIContext, caches: ArenaCaches, winner: str, current, request: gr.
 
 
 @ui_errors
+@requires("user")
 def show_leaderboard(ctx: UIContext, caches: ArenaCaches, request: gr.Request) -> list[list]:
-    check_role(ctx, request, "user")
     with ctx.connection() as db:
         return leaderboard_table(db, ctx.project, caches.board)
 
 
 @ui_errors
+@requires("user")
 def reload_models(ctx: UIContext, request: gr.Request) -> tuple:
     """The model lists and the not-ready note read again; the picked models stay picked."""
-    check_role(ctx, request, "user")
     with ctx.connection() as db:
         names, _ = model_choices(ctx, db)
         reason = arena.not_ready_reason(db, (ctx.settings.model,))

@@ -12,7 +12,7 @@ import gradio as gr
 
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
-from labeler.ui.roles import check_role
+from labeler.ui.roles import requires
 from labeler.ui.session import quiet_on_load
 from labeler.ui.soft_errors import keep_on_error
 from labeler.ui.tabs.admin import backup, model_registry, project_settings, quality, users
@@ -22,9 +22,9 @@ TITLE = "Admin"
 
 
 @keep_on_error(len(SHOWN))
+@requires("admin")
 def refresh(ctx: UIContext, request: gr.Request) -> tuple:
     """Everything the tab shows, read again (snapshot)."""
-    check_role(ctx, request, "admin")
     with ctx.connection() as db:
         return snapshot(db, ctx.project)
 

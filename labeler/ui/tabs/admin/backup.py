@@ -9,7 +9,7 @@ import gradio as gr
 from labeler.ui import downloads
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
-from labeler.ui.roles import check_role
+from labeler.ui.roles import requires
 from labeler.ui.soft_errors import keep_on_error
 from storage import backup
 
@@ -28,9 +28,9 @@ def build_backup() -> BackupPart:
 
 
 @keep_on_error(1)
+@requires("admin")
 def download_backup(ctx: UIContext, request: gr.Request) -> str:
     """The database copied (storage.backup) into a new download folder; the copy's path."""
-    check_role(ctx, request, "admin")
     with ctx.connection() as db:
         stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
         out = downloads.new_folder("backup-") / f"studio-{stamp}.db"

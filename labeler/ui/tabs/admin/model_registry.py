@@ -9,7 +9,7 @@ import gradio as gr
 from labeler.services import hub, models
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
-from labeler.ui.roles import check_role
+from labeler.ui.roles import requires
 from labeler.ui.soft_errors import keep_on_error
 from labeler.ui.tabs.admin.snapshot import MODEL_HEADERS, SHOWN, snapshot
 
@@ -47,8 +47,8 @@ def build_models() -> ModelsPart:
 
 
 @keep_on_error(len(SHOWN) + 2)
+@requires("admin")
 def register_model(ctx: UIContext, name, folder, base, request: gr.Request) -> tuple:
-    check_role(ctx, request, "admin")
     with ctx.connection() as db:
         row = models.register_policy_from_web(db, (name or "").strip(), folder, base or None)
         hub.write_registered_model_card(db, row["name"])  # README.md in the new folder
@@ -57,8 +57,8 @@ def register_model(ctx: UIContext, name, folder, base, request: gr.Request) -> t
 
 
 @keep_on_error(len(SHOWN) + 1)
+@requires("admin")
 def merge_adapter(ctx: UIContext, name, request: gr.Request) -> tuple:
-    check_role(ctx, request, "admin")
     with ctx.connection() as db:
         row = models.merge_adapter_model(db, (name or "").strip())
         hub.write_registered_model_card(db, row["name"])  # README.md in the new folder

@@ -11,7 +11,7 @@ from labeler.services.errors import InputError
 from labeler.services.projects import PROMPT_FORMATS, SELECTIONS
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
-from labeler.ui.roles import check_role
+from labeler.ui.roles import requires
 from labeler.ui.soft_errors import keep_on_error
 from labeler.ui.tabs.admin.snapshot import SHOWN, snapshot
 
@@ -65,11 +65,11 @@ def build_project_settings() -> ProjectPart:
 
 
 @keep_on_error(len(SHOWN))
+@requires("admin")
 def save_project(ctx: UIContext, low, high, k, text, ranking_text=None, prompt_format_name=None, selection_name=None,
                  request: gr.Request = None) -> tuple:
     """ranking_text, prompt_format_name or selection_name None (an API caller that sends the older fields):
     they stay."""
-    check_role(ctx, request, "admin")
     with ctx.connection() as db:
         numbers = {"likert_min": low, "likert_max": high, "overlap": k}
         for field, value in numbers.items():

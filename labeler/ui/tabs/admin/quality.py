@@ -11,7 +11,7 @@ from labeler.services import labeling
 from labeler.services.errors import InputError
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
-from labeler.ui.roles import check_role
+from labeler.ui.roles import requires
 from labeler.ui.soft_errors import keep_on_error
 from labeler.ui.tabs.admin.snapshot import STATS_COLUMNS
 
@@ -82,8 +82,8 @@ def item_preview(db, item_id: int) -> str:
 
 
 @keep_on_error(1)
+@requires("admin")
 def show_item(ctx: UIContext, item_id, request: gr.Request) -> str:
-    check_role(ctx, request, "admin")
     with ctx.connection() as db:
         if item_id is None:
             raise InputError("enter an item id", field="item_id")
@@ -91,8 +91,8 @@ def show_item(ctx: UIContext, item_id, request: gr.Request) -> str:
 
 
 @keep_on_error(1)
+@requires("admin")
 def mark_gold(ctx: UIContext, item_id, value, request: gr.Request) -> str:
-    check_role(ctx, request, "admin")
     with ctx.connection() as db:
         if item_id is None:
             raise InputError("enter an item id", field="item_id")

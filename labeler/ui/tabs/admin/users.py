@@ -10,7 +10,7 @@ from labeler.services import accounts
 from labeler.services.errors import InputError
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
-from labeler.ui.roles import check_role
+from labeler.ui.roles import requires
 from labeler.ui.soft_errors import keep_on_error
 from labeler.ui.tabs.admin.snapshot import SHOWN, USER_HEADERS, snapshot
 
@@ -50,8 +50,8 @@ def build_users() -> UsersPart:
 # A successful add or password change also empties the form: a password left in a box is one a passer-by
 # can reveal, and a second click would try to add the same user again.
 @keep_on_error(len(SHOWN) + 2)
+@requires("admin")
 def add_user(ctx: UIContext, username, password, role, request: gr.Request) -> tuple:
-    check_role(ctx, request, "admin")
     with ctx.connection() as db:
         accounts.create_user(db, (username or "").strip(), password or "", role)
         gr.Info(f"Added {role} '{username}'.")
@@ -59,8 +59,8 @@ def add_user(ctx: UIContext, username, password, role, request: gr.Request) -> t
 
 
 @keep_on_error(len(SHOWN) + 1)
+@requires("admin")
 def set_password(ctx: UIContext, username, password, request: gr.Request) -> tuple:
-    check_role(ctx, request, "admin")
     with ctx.connection() as db:
         if not username:
             raise InputError("choose a user", field="username")
@@ -77,8 +77,8 @@ def _user(db, username) -> accounts.User:
 
 
 @keep_on_error(len(SHOWN))
+@requires("admin")
 def toggle_active(ctx: UIContext, username, request: gr.Request) -> tuple:
-    check_role(ctx, request, "admin")
     with ctx.connection() as db:
         user = _user(db, username)
         accounts.set_active(db, user.username, not user.active)
@@ -86,8 +86,8 @@ def toggle_active(ctx: UIContext, username, request: gr.Request) -> tuple:
 
 
 @keep_on_error(len(SHOWN))
+@requires("admin")
 def toggle_role(ctx: UIContext, username, request: gr.Request) -> tuple:
-    check_role(ctx, request, "admin")
     with ctx.connection() as db:
         user = _user(db, username)
         accounts.set_role(db, user.username, "annotator" if user.role == "admin" else "admin")

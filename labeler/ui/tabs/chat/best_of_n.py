@@ -7,18 +7,18 @@ from labeler.services import chat, models, projects
 from labeler.services.chat import ModelCache
 from labeler.services.errors import InputError
 from labeler.ui.context import UIContext
-from labeler.ui.roles import check_role
+from labeler.ui.roles import requires
 from labeler.ui.soft_errors import ui_errors
 from labeler.ui.tabs.chat.messages import answered_by, plain_history
 from labeler.ui.tabs.chat.sampling import settings_from
 
 
 @ui_errors
+@requires("user")
 def best_of_n(ctx: UIContext, cache: ModelCache, text, history, model_name, reward_name, n_value, system_prompt,
               tokens, sample, temperature, top_p, top_k, seed, request: gr.Request) -> tuple:
     """(the conversation with the best answer, the message box emptied, [score, answer] best first). With no new
     message, the last answer is answered again."""
-    check_role(ctx, request, "user")
     values = (tokens, sample, temperature, top_p, top_k, seed)
     settings = settings_from(values)
     with ctx.connection() as db:

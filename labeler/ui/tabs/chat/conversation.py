@@ -12,7 +12,7 @@ from labeler.services import chat, models, projects
 from labeler.services.chat import ModelCache
 from labeler.services.errors import InputError, PermissionDenied
 from labeler.ui.context import UIContext
-from labeler.ui.roles import check_role
+from labeler.ui.roles import check_role, requires
 from labeler.ui.soft_errors import log_refusal, ui_errors
 from labeler.ui.tabs.chat.messages import answered_by, plain_history
 from labeler.ui.tabs.chat.sampling import settings_from
@@ -64,9 +64,9 @@ def send(ctx: UIContext, cache: ModelCache, text, history, model_name, system_pr
 
 
 @ui_errors
+@requires("user")
 def clear(ctx: UIContext, request: gr.Request) -> tuple:
     """The conversation, the message box, the best-of-N scores and the rating note emptied."""
-    check_role(ctx, request, "user")
     return [], "", None, ""
 
 

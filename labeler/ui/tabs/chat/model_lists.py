@@ -6,7 +6,7 @@ import gradio as gr
 
 from labeler.services import models, projects
 from labeler.ui.context import UIContext
-from labeler.ui.roles import check_role
+from labeler.ui.roles import requires
 from labeler.ui.soft_errors import ui_errors
 
 
@@ -23,9 +23,9 @@ def model_choices(ctx: UIContext, db, kind: str = "chat") -> tuple[list[str], st
 
 
 @ui_errors
+@requires("user")
 def load(ctx: UIContext, request: gr.Request) -> tuple:
     """Both model pickers (the defaults picked) and the score's choices on the project's scale."""
-    check_role(ctx, request, "user")
     with ctx.connection() as db:
         names, default = model_choices(ctx, db)
         rewards, reward_default = model_choices(ctx, db, kind="reward")
@@ -39,9 +39,9 @@ def load(ctx: UIContext, request: gr.Request) -> tuple:
 
 
 @ui_errors
+@requires("user")
 def reload_lists(ctx: UIContext, request: gr.Request) -> tuple:
     """The model lists read again; the picked models stay picked."""
-    check_role(ctx, request, "user")
     with ctx.connection() as db:
         names, _ = model_choices(ctx, db)
         rewards, _ = model_choices(ctx, db, kind="reward")

@@ -8,7 +8,7 @@ from labeler.services import chat, models, projects
 from labeler.services.chat import ModelCache
 from labeler.services.errors import InputError
 from labeler.ui.context import UIContext
-from labeler.ui.roles import check_role
+from labeler.ui.roles import requires
 from labeler.ui.soft_errors import ui_errors
 from labeler.ui.tabs.chat.messages import plain_history
 from labeler.ui.tabs.chat.sampling import settings_from
@@ -36,18 +36,18 @@ def rate_last(ctx: UIContext, cache: ModelCache, history, model_name, score_valu
 
 
 @ui_errors
+@requires("user")
 def rate(ctx: UIContext, cache: ModelCache, history, model_name, score_value, tokens, sample, temperature, top_p,
          top_k, seed, request: gr.Request) -> str:
-    check_role(ctx, request, "user")
     values = (tokens, sample, temperature, top_p, top_k, seed)
     return rate_last(ctx, cache, history, model_name, score_value, values, ctx.username(request))
 
 
 @ui_errors
+@requires("user")
 def thumb(ctx: UIContext, cache: ModelCache, up: bool, history, model_name, tokens, sample, temperature, top_p,
           top_k, seed, request: gr.Request) -> str:
     """Rates the last answer the top of the project's scale (👍, `up` bound by the tab's build) or its bottom (👎)."""
-    check_role(ctx, request, "user")
     with ctx.connection() as db:
         project = projects.get_project(db, ctx.project)
     value = project.likert_max if up else project.likert_min

@@ -14,7 +14,7 @@ from labeler.services import accounts
 from labeler.services.errors import InputError, PermissionDenied
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
-from labeler.ui.roles import check_role
+from labeler.ui.roles import check_role, requires
 from labeler.ui.session import quiet_on_load
 from labeler.ui.soft_errors import ui_errors
 from labeler.ui.tabs.data import export, generate, label_files, prompts
@@ -28,10 +28,10 @@ REFRESH_SECONDS = 5.0
 
 
 @ui_errors
+@requires("admin")
 def refresh(ctx: UIContext, request: gr.Request) -> tuple:
     """Everything the tab reads from the database: the summary, the latest prompts, the model and annotator
     pickers' choices and the export threshold's default (outputs: refresh_outputs)."""
-    check_role(ctx, request, "admin")
     with ctx.connection() as db:
         users = [u.username for u in accounts.list_users(db)]
         return (

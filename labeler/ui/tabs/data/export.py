@@ -14,7 +14,7 @@ from labeler.services.projects import get_project
 from labeler.ui import downloads
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
-from labeler.ui.roles import check_role
+from labeler.ui.roles import requires
 from labeler.ui.soft_errors import ui_errors
 
 EXPORT_KINDS = ["preferences", "ratings", "unpaired"]
@@ -85,9 +85,9 @@ def zip_folder(folder: Path) -> Path:
 
 
 @ui_errors
+@requires("admin")
 def export_labels(ctx: UIContext, part: ExportPart, inputs: dict, request: gr.Request) -> tuple[str, str]:
     """The labels exported into a new download folder; (the file to download, a line saying how many rows)."""
-    check_role(ctx, request, "admin")
     kind_value, fmt_value = inputs[part.kind], inputs[part.fmt]
     with ctx.connection() as db:
         values = forms.from_widgets(part.specs, [inputs[w] for w in part.option_widgets])
@@ -103,9 +103,9 @@ def export_labels(ctx: UIContext, part: ExportPart, inputs: dict, request: gr.Re
 
 
 @ui_errors
+@requires("admin")
 def export_threshold(ctx: UIContext, zscore: bool, request: gr.Request) -> dict:
     """Switching z-scores on or off moves the scale, so the default threshold moves with it."""
-    check_role(ctx, request, "admin")
     with ctx.connection() as db:
         return threshold_update(db, ctx.project, zscore)
 

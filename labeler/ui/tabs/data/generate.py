@@ -15,7 +15,7 @@ from labeler.services.chat import ModelCache
 from labeler.services.errors import InputError
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
-from labeler.ui.roles import check_role
+from labeler.ui.roles import requires
 from labeler.ui.soft_errors import keep_on_error
 from labeler.ui.tabs.data.summary import data_summary
 from rlhf.configs import GenerationSettings
@@ -71,10 +71,10 @@ def model_choices(ctx: UIContext, db) -> list[str]:
 
 
 @keep_on_error(2)
+@requires("admin")
 def generate_answers(ctx: UIContext, part: GeneratePart, cache: ModelCache, values: dict, request: gr.Request,
                      progress=gr.Progress()) -> tuple:
     """Answers from the picked model for the prompts that need them (or the last import's); (status, summary)."""
-    check_role(ctx, request, "admin")
     # Inputs given as a set arrive as {component: value}: the form's length can grow with the dataclass.
     model_name, n, limit_value = values[part.model], values[part.n_per_prompt], values[part.limit]
     with ctx.connection() as db:

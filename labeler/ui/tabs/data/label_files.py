@@ -9,7 +9,7 @@ from labeler.services import labels_import
 from labeler.services.errors import InputError
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
-from labeler.ui.roles import check_role
+from labeler.ui.roles import requires
 from labeler.ui.soft_errors import keep_on_error
 from labeler.ui.tabs.data.prompts import without_upload_path
 from labeler.ui.tabs.data.summary import data_summary
@@ -32,9 +32,9 @@ def build_label_file() -> LabelFilePart:
 
 
 @keep_on_error(2)
+@requires("admin")
 def import_labels(ctx: UIContext, path: str | None, request: gr.Request) -> tuple[str, str]:
     """The uploaded preference file imported (duplicates and chosen = rejected pairs skipped); (status, summary)."""
-    check_role(ctx, request, "admin")
     if not path:
         raise InputError("choose a preference file first", field="preference file")
     with ctx.connection() as db:

@@ -10,7 +10,7 @@ from labeler.services import prompts
 from labeler.services.errors import InputError
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
-from labeler.ui.roles import check_role
+from labeler.ui.roles import requires
 from labeler.ui.soft_errors import keep_on_error
 from labeler.ui.tabs.data.summary import data_summary
 
@@ -60,9 +60,9 @@ def without_upload_path(error: InputError, path: str) -> InputError:
 
 
 @keep_on_error(2)
+@requires("admin")
 def import_prompt_file(ctx: UIContext, path: str | None, request: gr.Request) -> tuple:
     """The uploaded prompt file imported (duplicates skipped); (summary, latest prompts)."""
-    check_role(ctx, request, "admin")
     if not path:
         raise InputError("choose a prompt file first", field="prompt file")
     with ctx.connection() as db:
@@ -75,9 +75,9 @@ def import_prompt_file(ctx: UIContext, path: str | None, request: gr.Request) ->
 
 
 @keep_on_error(2)
+@requires("admin")
 def import_shipped(ctx: UIContext, request: gr.Request) -> tuple:
     """The shipped movie-review prompts imported; (summary, latest prompts)."""
-    check_role(ctx, request, "admin")
     with ctx.connection() as db:
         result = prompts.import_shipped_prompts(db, ctx.project)
         gr.Info(f"Imported {result.added} prompts ({result.duplicates} already there).")

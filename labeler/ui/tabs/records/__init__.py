@@ -14,7 +14,7 @@ import gradio as gr
 from labeler.services import records
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
-from labeler.ui.roles import check_role
+from labeler.ui.roles import requires
 from labeler.ui.session import quiet_on_load
 from labeler.ui.soft_errors import keep_on_error
 from labeler.ui.tabs.records import corrections, detail, listing
@@ -27,9 +27,9 @@ LOAD_OUTPUTS = LIST_OUTPUTS + 5  # the list, the project, annotator, split and s
 
 
 @keep_on_error(LOAD_OUTPUTS)
+@requires("admin")
 def load(ctx: UIContext, request: gr.Request) -> tuple:
     """The first page of every record, the filters' choices and the audit log (page load and Refresh)."""
-    check_role(ctx, request, "admin")
     with ctx.connection() as db:
         choices = records.filter_choices(db, ctx.project)
         listed = listing.listing(db, [ctx.project, "", ANY, "any", None, None, ANY, ANY], 1)

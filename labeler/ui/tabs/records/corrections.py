@@ -7,7 +7,7 @@ import gradio as gr
 from labeler.services import records
 from labeler.services.errors import InputError
 from labeler.ui.context import UIContext
-from labeler.ui.roles import check_role
+from labeler.ui.roles import requires
 from labeler.ui.soft_errors import keep_on_error
 from labeler.ui.tabs.admin.quality import parse_gold
 from labeler.ui.tabs.records.detail import detail_markdown
@@ -55,8 +55,8 @@ def label_id(text) -> int:
 
 
 @keep_on_error(2)
+@requires("admin")
 def correct(ctx: UIContext, kind, label, text, why, prompt_id, request: gr.Request) -> tuple:
-    check_role(ctx, request, "admin")
     label = label_id(label)
     with ctx.connection() as db:
         records.correct_label(db, ctx.username(request), kind, int(label), parse_correction(kind, text), why or "")
@@ -65,8 +65,8 @@ def correct(ctx: UIContext, kind, label, text, why, prompt_id, request: gr.Reque
 
 
 @keep_on_error(2)
+@requires("admin")
 def delete(ctx: UIContext, kind, label, why, prompt_id, request: gr.Request) -> tuple:
-    check_role(ctx, request, "admin")
     label = label_id(label)
     with ctx.connection() as db:
         records.delete_label(db, ctx.username(request), kind, int(label), why or "")
@@ -75,8 +75,8 @@ def delete(ctx: UIContext, kind, label, why, prompt_id, request: gr.Request) -> 
 
 
 @keep_on_error(1)
+@requires("admin")
 def mark_gold(ctx: UIContext, item, text, prompt_id, request: gr.Request) -> str:
-    check_role(ctx, request, "admin")
     item = whole_number(item, "item id")
     if item is None:
         raise InputError("enter the item's id (shown in the record)", field="item id")

@@ -6,7 +6,7 @@ import gradio as gr
 from labeler.services import records
 from labeler.services.errors import InputError
 from labeler.ui.context import UIContext
-from labeler.ui.roles import check_role
+from labeler.ui.roles import requires
 from labeler.ui.soft_errors import keep_on_error
 from labeler.ui.tabs.records.filters import whole_number
 
@@ -37,8 +37,8 @@ def detail_markdown(detail: dict) -> str:
 
 
 @keep_on_error(1)
+@requires("admin")
 def open_record(ctx: UIContext, prompt_id, request: gr.Request) -> str:
-    check_role(ctx, request, "admin")
     prompt_id = whole_number(prompt_id, "record id")
     if prompt_id is None:
         raise InputError("enter a record id or click a row", field="record id")

@@ -6,7 +6,7 @@ import gradio as gr
 
 from labeler.services import records
 from labeler.ui.context import UIContext
-from labeler.ui.roles import check_role
+from labeler.ui.roles import requires
 from labeler.ui.soft_errors import keep_on_error
 from labeler.ui.tabs.records.filters import filters_from, score_bound
 
@@ -36,12 +36,12 @@ def listing(db, values, page: int) -> tuple:
 # Every input spelled out: Gradio fills `request` only when it is a positional parameter (its special_args stops
 # at *args), so `*args, request` failed every search with a TypeError.
 @keep_on_error(LIST_OUTPUTS)
+@requires("admin")
 def search(ctx: UIContext, step: int, project_name, text, annotator_name, state_name, low_text, high_text,
            split_name, source_name, page, request: gr.Request) -> tuple:
     """One page of the records matching the filters: the first (Search), or the one before or after `page`
     (Previous, Next; clamped to the pages)."""
     # `step` (bound by the tab's build): 0 searches from page 1, -1 / +1 move from the page shown.
-    check_role(ctx, request, "admin")
     values = [project_name, text, annotator_name, state_name, score_bound(low_text, "some rating >="),
               score_bound(high_text, "some rating <="), split_name, source_name]
     with ctx.connection() as db:
