@@ -24,9 +24,10 @@ from labeler.services.errors import InputError
 from labeler.services.export import unpaired_rows
 from labeler.services.projects import get_project
 from labeler.services.stages import RunResult, StageContext, data_snapshot
-from rlhf.grpo import GRPOConfig
-from rlhf.kto import KTOConfig
-from rlhf.rloo import RLOOConfig
+from rlhf.grpo import GRPOConfig, GRPOTrainer
+from rlhf.kto import KTOConfig, KTOTrainer
+from rlhf.loading import load_tokenizer
+from rlhf.rloo import RLOOConfig, RLOOTrainer
 
 
 # ---- the app's defaults: a CPU run (the library's defaults are TRL's, made for GPUs) --------------------------
@@ -121,7 +122,6 @@ def _online_rows(ctx: StageContext, db, tokenizer) -> list[dict]:
 def _run_online(ctx: StageContext, stage: str, trainer_cls, config_cls) -> RunResult:
     from datasets import Dataset
 
-    from rlhf.loading import load_tokenizer
     from rlhf.peft_utils import is_peft_model
 
     job = ctx.job
@@ -153,14 +153,10 @@ def _run_online(ctx: StageContext, stage: str, trainer_cls, config_cls) -> RunRe
 
 
 def run_grpo(ctx: StageContext) -> RunResult:
-    from rlhf.grpo import GRPOTrainer
-
     return _run_online(ctx, "grpo", GRPOTrainer, StudioGRPOConfig)
 
 
 def run_rloo(ctx: StageContext) -> RunResult:
-    from rlhf.rloo import RLOOTrainer
-
     return _run_online(ctx, "rloo", RLOOTrainer, StudioRLOOConfig)
 
 
@@ -192,8 +188,6 @@ def run_kto(ctx: StageContext) -> RunResult:
     is desirable, below it undesirable (export --kind unpaired's rows). Rows are shuffled by the job's seed: KTO
     reads its batches in order (its KL pairs are made within them), and the export lists a prompt's answers
     together."""
-    from rlhf.kto import KTOTrainer
-
     db = ctx.open_db()
     options = stage_runners._policy_rows_options(ctx, db, "kto", threshold=ctx.job.sft_min_score)
     rows: list[dict[str, Any]] = [{"prompt": r["prompt"], "completion": r["completion"], "label": bool(r["label"])}
