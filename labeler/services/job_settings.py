@@ -96,8 +96,7 @@ class RewardSettings:
                 "(--set reward= also takes one spec: rm:NAME, mix:NAME, vader, vader-with-prompt, module:function).",
         "widget": "radio"})
     reward_model: str = field(default="", metadata={
-        "help": "Reward model (registry name or folder) for rm/mix; blank: the newest registered one.",
-        "widget": "dropdown"})  # the Train tab lists the registered reward models
+        "help": "Reward model (registry name or folder) for rm/mix; blank: the newest registered one."})
     reward_function: str = field(default="vader", metadata={"help": "For reward=function: 'vader' (VADER sentiment of the answer alone), 'vader-with-prompt' or module:function taking (queries, responses)."})
     subtract_query_score: bool = field(default=False, metadata={"help": "Reward model: subtract the query's own score."})
     # A reward model's scores have an arbitrary offset and scale; standardised on its training answers (the base

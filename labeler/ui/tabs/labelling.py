@@ -20,7 +20,7 @@ from labeler.services.projects import get_project
 from labeler.services.stages import model_name
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
-from labeler.ui.roles import check_role
+from labeler.ui.roles import check_role, requires
 from labeler.ui.session import quiet_before_password_change
 from labeler.ui.soft_errors import ui_errors
 
@@ -94,11 +94,11 @@ def undo_message(undone, label: str, verb: str) -> str:
     return f"Undid your {label} of item {undone.item_id}: it is back, {verb} it again."
 
 
+@requires("user")
 def undo(ctx: UIContext, kind: str, show_next: Callable[..., tuple], request: gr.Request) -> tuple:
     """Take back the user's last label or skip of `kind`, say which (a toast), and show the item it brings back
     (`show_next(ctx, db, username)`: the tab's full outputs, as undo can leave the "all done" screen). The
     body of each tab's undo handler, which is what its event binds."""
-    check_role(ctx, request, "user")
     username = ctx.username(request)
     with ctx.connection() as db:
         gr.Info(undo_message(labeling.undo_last_action(db, ctx.project, username, kind), *UNDO_WORDS[kind]))
@@ -106,10 +106,10 @@ def undo(ctx: UIContext, kind: str, show_next: Callable[..., tuple], request: gr
 
 
 @ui_errors
+@requires("user")
 def guidelines(ctx: UIContext, kind: str, request: gr.Request) -> str:
     """The project's guidelines for `kind`, read again when the tab is selected: the keyboard path does not resend
     them with every item, and an admin may have changed them since the page loaded."""
-    check_role(ctx, request, "user")
     with ctx.connection() as db:
         return get_project(db, ctx.project).guidelines_for(kind)
 

@@ -9,7 +9,7 @@ import gradio as gr
 from labeler.services import labeling
 from labeler.services.errors import InputError
 from labeler.ui.context import UIContext
-from labeler.ui.roles import check_role
+from labeler.ui.roles import requires
 from labeler.ui.soft_errors import ui_errors
 from labeler.ui.tabs import labelling
 from labeler.ui.tabs.labelling import parse_key
@@ -18,9 +18,9 @@ from labeler.ui.tabs.rank.ranks import order_from_ranks
 
 
 @ui_errors
+@requires("user")
 def next_item(ctx: UIContext, request: gr.Request) -> tuple:
     """The user's pending item, or the next one (page load and Refresh)."""
-    check_role(ctx, request, "user")
     with ctx.connection() as db:
         return show_next(ctx, db, ctx.username(request))
 
@@ -37,6 +37,7 @@ def submit_signature(handler) -> inspect.Signature:
     return inspect.Signature([*fixed, *ranks])
 
 
+@requires("user")
 def submit(ctx: UIContext, comment_value, current, key_value, request: gr.Request, *ranks) -> tuple:
     """Rank numbers for the answers in the order shown (`current`), for the item `key_value` names.
 
@@ -46,7 +47,6 @@ def submit(ctx: UIContext, comment_value, current, key_value, request: gr.Reques
     # The role is checked before anything, as everywhere; the extra ranks are checked here, not by the signature
     # below (whose rank_N stop at the slots): a caller sending a rank too many must hear "This item has N
     # answers", not a TypeError.
-    check_role(ctx, request, "user")
     username = ctx.username(request)
     with ctx.connection() as db:
         # InputError, not gr.Error: a user's slip is one log line (soft_errors), not a traceback.
@@ -71,8 +71,8 @@ submit = ui_errors(submit)
 
 
 @ui_errors
+@requires("user")
 def skip(ctx: UIContext, current, request: gr.Request) -> tuple:
-    check_role(ctx, request, "user")
     username = ctx.username(request)
     with ctx.connection() as db:
         if current:

@@ -11,7 +11,7 @@ import gradio as gr
 from labeler.services import labeling
 from labeler.services.errors import InputError
 from labeler.ui.context import UIContext
-from labeler.ui.roles import check_role
+from labeler.ui.roles import requires
 from labeler.ui.soft_errors import ui_errors
 from labeler.ui.tabs import labelling
 from labeler.ui.tabs.labelling import parse_key
@@ -19,22 +19,22 @@ from labeler.ui.tabs.rate.item_view import KIND, outputs_for, show_next
 
 
 @ui_errors
+@requires("user")
 def next_item(ctx: UIContext, request: gr.Request) -> tuple:
     """The user's pending item, or the next one (page load and Refresh)."""
-    check_role(ctx, request, "user")
     username = ctx.username(request)
     with ctx.connection() as db:
         return show_next(ctx, db, username)
 
 
 @ui_errors
+@requires("user")
 def submit(ctx: UIContext, score_value, comment_value, key_value, request: gr.Request) -> tuple:
     """Store the score of the item `key_value` names and return the next item: one round trip per label.
 
     The inputs arrive as sent (no Gradio preprocessing): the service validates the score (a number on
     the project's scale) and the comment, parse_key the key.
     """
-    check_role(ctx, request, "user")
     username = ctx.username(request)
     with ctx.connection() as db:
         # InputError, not gr.Error: a user's slip is one log line (soft_errors), not a traceback.
@@ -51,8 +51,8 @@ def submit(ctx: UIContext, score_value, comment_value, key_value, request: gr.Re
 
 
 @ui_errors
+@requires("user")
 def skip(ctx: UIContext, key_value, request: gr.Request) -> tuple:
-    check_role(ctx, request, "user")
     username = ctx.username(request)
     with ctx.connection() as db:
         if key_value:

@@ -12,7 +12,7 @@ import gradio as gr
 
 from labeler.services import jobs, models, reward_spec
 from labeler.ui.context import UIContext
-from labeler.ui.roles import check_role
+from labeler.ui.roles import requires
 from labeler.ui.session import quiet_on_load
 from labeler.ui.soft_errors import ui_errors
 from labeler.ui.binding import bind
@@ -23,11 +23,11 @@ TITLE = "Train"
 
 
 @ui_errors
+@requires("admin")
 def load_choices(ctx: UIContext, request: gr.Request) -> tuple:
     """The pickers filled on page load: base models (the form's model), the form's Reward (reward specs naming
     each registered reward model), the inspector's reward models (the newest picked) and runs (the monitor's, the
     newest picked)."""
-    check_role(ctx, request, "admin")
     with ctx.connection() as db:
         names = [m["name"] for m in models.list_models(db)]
         rewards = [m["name"] for m in models.list_models(db, kind="reward")]

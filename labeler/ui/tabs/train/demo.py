@@ -9,7 +9,7 @@ import gradio as gr
 from labeler.services import demo
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
-from labeler.ui.roles import check_role
+from labeler.ui.roles import requires
 from labeler.ui.soft_errors import ui_errors
 
 
@@ -18,9 +18,9 @@ def build_button() -> gr.Button:
 
 
 @ui_errors
+@requires("admin")
 def start_demo(ctx: UIContext, request: gr.Request) -> str:
     """Start the demo process (its output and log under the runs folder's demo/); the notice says where to look."""
-    check_role(ctx, request, "admin")
     out = str(Path(ctx.settings.runs_dir) / "demo")
     pid = demo.launch_demo_process(ctx.db_path, out)
     return (f"Demo started (pid {pid}) in the project `{demo.DEMO_PROJECT}`: it generates answers, labels them "

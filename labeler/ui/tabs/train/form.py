@@ -14,7 +14,7 @@ from labeler import forms
 from labeler.services import job_settings, jobs, reward_spec, run_preview, train_configs
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
-from labeler.ui.roles import check_role
+from labeler.ui.roles import requires
 from labeler.ui.soft_errors import ui_errors
 from labeler.ui.tabs.train.run_views import run_choices
 
@@ -229,19 +229,19 @@ def show_stage(name: str) -> tuple:
 
 
 @ui_errors
+@requires("admin")
 def preview_run(ctx: UIContext, form: LaunchForm, data: dict, request: gr.Request) -> str:
     """What a run with the form's settings would use (labels, base model, steps), before it is launched."""
-    check_role(ctx, request, "admin")
     with ctx.connection() as db:
         stage_name, settings = form.settings(data)
         return run_preview.preview_run(db, ctx.project, stage_name, settings).markdown()
 
 
 @ui_errors
+@requires("admin")
 def launch_run(ctx: UIContext, form: LaunchForm, data: dict, request: gr.Request) -> tuple:
     """Queue a run with the form's settings (jobs.create_run, the web allowlist); (notice, the run picker
     showing it)."""
-    check_role(ctx, request, "admin")
     with ctx.connection() as db:
         stage_name, settings = form.settings(data)
         # A time budget becomes the steps that fit it, as the preview said (the CLI's train does the same).

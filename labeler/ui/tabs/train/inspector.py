@@ -11,7 +11,7 @@ from labeler.services import reward_inspect
 from labeler.services.errors import InputError
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
-from labeler.ui.roles import check_role
+from labeler.ui.roles import requires
 from labeler.ui.soft_errors import ui_errors
 
 
@@ -50,10 +50,10 @@ def _scorer(db, name: str | None) -> reward_inspect.Scorer:
 
 
 @ui_errors
+@requires("admin")
 def score_answers(ctx: UIContext, name: str | None, prompt: str, responses_text: str | None,
                   request: gr.Request) -> pd.DataFrame:
     """Reward model `name`'s score of each line of `responses_text` as an answer to `prompt`."""
-    check_role(ctx, request, "admin")
     with ctx.connection() as db:
         scorer = _scorer(db, name)
     rows = reward_inspect.score_side_by_side(scorer, prompt, (responses_text or "").splitlines())
@@ -61,10 +61,10 @@ def score_answers(ctx: UIContext, name: str | None, prompt: str, responses_text:
 
 
 @ui_errors
+@requires("admin")
 def agreement_and_scores(ctx: UIContext, name: str | None, request: gr.Request) -> tuple[str, pd.DataFrame]:
     """How often reward model `name` agrees with people's rankings (held-out prompts where there is a split), and
     the histogram of its scores over the project's answers."""
-    check_role(ctx, request, "admin")
     with ctx.connection() as db:
         scorer = _scorer(db, name)
         result = reward_inspect.agreement(db, scorer, ctx.project)

@@ -14,7 +14,7 @@ from labeler.services import evaluation, jobs, run_metrics, runs
 from labeler.services.errors import InputError, PermissionDenied
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
-from labeler.ui.roles import check_role
+from labeler.ui.roles import check_role, requires
 from labeler.ui.soft_errors import ui_errors
 from labeler.ui.tabs.train.run_views import (
     ANSWER_COLUMNS, COMPARISON_COLUMNS, HISTORY_COLUMNS, SAMPLE_COLUMNS, comparison_frame, default_metrics,
@@ -138,10 +138,10 @@ def refresh(ctx: UIContext, run_id, selected, request: gr.Request) -> tuple:
 
 
 @ui_errors
+@requires("admin")
 def run_action(ctx: UIContext, action: Callable, verb: str, run_id, request: gr.Request) -> str:
     """`action(db, run_id)` (jobs.request_stop, cancel_run, resume_run) on the picked run; the notice says
     what became of it."""
-    check_role(ctx, request, "admin")
     with ctx.connection() as db:
         if not run_id:
             raise InputError("pick a run first", field="run")
