@@ -3,17 +3,28 @@ rating stores the answer without that line, and picking another model starts a n
 from __future__ import annotations
 
 import pytest
-from test_chat_arena_browser import ANSWER_TOKENS, ask_for_short_answers, wait_for_finished_answer
+from test_chat_arena_browser import wait_for_finished_answer
 from test_smaller_browser import make_user
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 SECOND_MODEL = "tiny-b"
+ANSWER_TOKENS = 16
 BUBBLES = "() => document.querySelectorAll('#chat-chatbot [data-testid=bot], #chat-chatbot [data-testid=user]').length"
 
 
 def pick_model(page, name: str) -> None:
     page.click("#chat-model input")
     page.click(f"ul[role=listbox] li:text-is('{name}')")
+
+
+def ask_for_short_answers(page, tokens: int) -> None:
+    """Sets the chat's max_new_tokens (in the folded Sampling settings): the default 256 tokens, streamed one by
+    one into the page, made each answer of the random tiny model take tens of seconds; what this test checks
+    (the model line, the stored text, a new conversation) does not depend on the answer's length."""
+    page.click("text=Sampling settings")
+    box = "#chat-max-new-tokens input[type=number]"
+    page.fill(box, str(tokens))
+    page.press(box, "Enter")
 
 
 def test_answers_name_their_model_and_a_new_model_clears_the_chat(running_app, login, db_rows):
