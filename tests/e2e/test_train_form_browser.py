@@ -7,6 +7,9 @@ import re
 
 import pytest
 
+from labeler.services import models, reward_spec
+from storage import open_db
+
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 SCREENSHOT = "/tmp/rlhf-studio-train-form.png"
 RAW_NAME = re.compile(r"\b[a-z]+_[a-z0-9_]+\b")  # a config field's name, e.g. per_device_train_batch_size
@@ -36,8 +39,16 @@ def test_a_short_form_in_plain_words_with_the_rest_folded(running_app, login):
     # Its options are in plain words; each sends a reward spec (tests/ui/test_train_tab.py checks the values).
     page.click("#train-reward input")
     options = [text.replace("✓", "").strip() for text in page.locator("ul[role=listbox] li").all_inner_texts()]
-    assert options == ["Sentiment (VADER)", "Sentiment of prompt + answer (VADER)", "People rate the answers",
-                       "Newest reward model", "People + newest reward model"]  # the e2e app has no reward model
+    # The shared e2e app's registry holds whatever reward models earlier tests registered: each one is offered,
+    # alone and with people, after the three that need none.
+    db = open_db(running_app.db_path)
+    try:
+        rewards = [m["name"] for m in models.list_models(db, kind="reward")]
+    finally:
+        db.conn.close()
+    assert options[:3] == ["Sentiment (VADER)", "Sentiment of prompt + answer (VADER)", "People rate the answers"]
+    assert options == [label for label, _ in reward_spec.choices(rewards)]
+    assert options[3].startswith("Newest reward model") and any(o.startswith("People + newest") for o in options)
     page.keyboard.press("Escape")
     page.screenshot(path=SCREENSHOT, full_page=True)
     # One click shows the rest, still in plain words.
