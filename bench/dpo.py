@@ -45,7 +45,7 @@ from rlhf.data import PreferenceCollator, tokenize_preference_causal  # noqa: E4
 from rlhf.dpo import DPOConfig, DPOTrainer, completion_logps  # noqa: E402
 from rlhf.loading import load_causal_lm, load_tokenizer, resolve_model_path  # noqa: E402
 from rlhf.losses import dpo_loss  # noqa: E402
-from interleave import median, paired_ratio, run_from_command_line  # noqa: E402
+from interleave import median, paired_ratio, print_against_trl, run_from_command_line  # noqa: E402
 from pairs import synthetic_rows  # noqa: E402
 
 def synthetic_pairs(n: int, seed: int) -> Dataset:
@@ -175,21 +175,9 @@ def main() -> None:
         print(f"\nspeed-up of our DPOTrainer over the fp32 loop, median of per-round ratios: "
               f"x{paired_ratio(naive, opt, 'seconds'):.2f} pairs/s (target >= 2), x{paired_ratio(naive, opt, 'cpu'):.2f} cpu time")
     if "trl-bf16" in results and "optimised" in results:
-        trl, opt = results["trl-bf16"], results["optimised"]
-        print(f"ours vs TRL's DPOTrainer (bf16, precomputed reference), median of per-round ratios: "
-              f"x{paired_ratio(trl, opt, 'seconds'):.2f} pairs/s (target >= 2), x{paired_ratio(trl, opt, 'cpu'):.2f} cpu time; "
-              f"peak RSS {peaks['optimised']:.0f} MB vs {peaks['trl-bf16']:.0f} MB: x{peaks['optimised'] / peaks['trl-bf16']:.2f} (target <= 1)")
-    print_fp32_comparison(results, peaks, "DPOTrainer", target=2)
-
-
-def print_fp32_comparison(results: dict, peaks: dict, trainer: str, target: float) -> None:
-    """Ours with bf16 off against TRL in fp32, when both ran: a CPU without fast bf16 runs exactly these."""
-    if "no-bf16" in results and "trl-fp32" in results:
-        ours, trl = results["no-bf16"], results["trl-fp32"]
-        print(f"ours vs TRL's {trainer}, both fp32 (bf16 off), median of per-round ratios: "
-              f"x{paired_ratio(trl, ours, 'seconds'):.2f} pairs/s (target >= {target}), "
-              f"x{paired_ratio(trl, ours, 'cpu'):.2f} cpu time; peak RSS {peaks['no-bf16']:.0f} MB vs "
-              f"{peaks['trl-fp32']:.0f} MB: x{peaks['no-bf16'] / peaks['trl-fp32']:.2f} (target <= 1)")
+        print_against_trl(results, peaks, "optimised", "trl-bf16", "DPOTrainer (bf16, precomputed reference)", 2)
+    if "trl-fp32" in results and "no-bf16" in results:  # both fp32: what a CPU without fast bf16 runs
+        print_against_trl(results, peaks, "no-bf16", "trl-fp32", "DPOTrainer, both fp32 (bf16 off)", 2)
 
 
 if __name__ == "__main__":

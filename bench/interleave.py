@@ -129,3 +129,12 @@ def median(results: list[dict], key: str) -> float:
 def paired_ratio(baseline: list[dict], candidate: list[dict], key: str) -> float:
     """Median over rounds of baseline/candidate: how many times faster the candidate is, round by round."""
     return statistics.median(b[key] / c[key] for b, c in zip(baseline, candidate))
+
+
+def print_against_trl(results: dict, peaks: dict, ours: str, trl: str, what: str, target: float) -> None:
+    """One line: our variant `ours` against the TRL variant `trl` of the same run (pairs/s and CPU time as medians
+    of per-round ratios, peak RSS); `what` names the trainer and the setting compared."""
+    mine, theirs = results[ours], results[trl]
+    print(f"ours vs TRL's {what}, median of per-round ratios: x{paired_ratio(theirs, mine, 'seconds'):.2f} pairs/s "
+          f"(target >= {target}), x{paired_ratio(theirs, mine, 'cpu'):.2f} cpu time; peak RSS {peaks[ours]:.0f} MB "
+          f"vs {peaks[trl]:.0f} MB: x{peaks[ours] / peaks[trl]:.2f} (target <= 1)")

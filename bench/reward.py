@@ -27,7 +27,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from interleave import median, paired_ratio, run_from_command_line  # noqa: E402
+from interleave import median, paired_ratio, print_against_trl, run_from_command_line  # noqa: E402
 from pairs import synthetic_rows  # noqa: E402
 
 OPTIMISED = {"bf16": True, "keep_freed_memory": True, "disable_dropout": True, "share_input_casts": True,
@@ -97,18 +97,14 @@ def main() -> None:
         r = results[name]
         print(f"{name:20}{args.pairs / median(r, 'seconds'):9.2f}{median(r, 'cpu'):8.1f}{peaks[name]:13.0f}"
               f"{paired_ratio(naive, r, 'seconds'):18.2f}")
-    opt = results["optimised"]
     trl_names = [name for name in ("trl-fp32", "trl-bf16") if name in results]
     if trl_names:
         fastest = min(trl_names, key=lambda name: median(results[name], "seconds"))
         trl = results[fastest]
-        print(f"\nours vs TRL's RewardTrainer at its fastest here ({fastest}), median of per-round ratios: "
-              f"x{paired_ratio(trl, opt, 'seconds'):.2f} pairs/s (target >= 1.5), x{paired_ratio(trl, opt, 'cpu'):.2f} cpu time; "
-              f"peak RSS {peaks['optimised']:.0f} MB vs {peaks[fastest]:.0f} MB: x{peaks['optimised'] / peaks[fastest]:.2f} (target <= 1)")
+        print()
+        print_against_trl(results, peaks, "optimised", fastest, f"RewardTrainer at its fastest here ({fastest})", 1.5)
         if "no-bf16" in results and "trl-fp32" in results:  # both fp32: what a CPU without fast bf16 runs
-            print(f"ours vs TRL's RewardTrainer, both fp32 (bf16 off), median of per-round ratios: "
-                  f"x{paired_ratio(results['trl-fp32'], results['no-bf16'], 'seconds'):.2f} pairs/s (target >= 1.5); "
-                  f"peak RSS x{peaks['no-bf16'] / peaks['trl-fp32']:.2f} (target <= 1)")
+            print_against_trl(results, peaks, "no-bf16", "trl-fp32", "RewardTrainer, both fp32 (bf16 off)", 1.5)
         for name in variants:  # every other variant of ours (ablations) against the same TRL rounds
             if name not in ("optimised", *trl_names):
                 print(f"  {name:20} x{paired_ratio(trl, results[name], 'seconds'):.2f} pairs/s, "
