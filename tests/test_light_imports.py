@@ -8,6 +8,7 @@ import functools
 import json
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 from test_import_cycles import imported_by, module_files, top_level_imports
@@ -25,22 +26,26 @@ def light_modules() -> list[str]:
     return ["labeler.cli", *(f"labeler.services.{name}" for name in services), "labeler.ui.app"]
 
 
-def heavy_imports_of(modules: list[str]) -> dict[str, list[str]]:
-    """{module: the heavy packages that importing it loaded}. One interpreter imports the modules in turn (a
-    fresh one per module would cost seconds each), so a package is put on the first module that loaded it."""
+def newly_loaded(items: list, step: str, heavy: tuple[str, ...] = HEAVY, prelude: str = "") -> list[list[str]]:
+    """For each item in turn, in one interpreter (after `prelude`): the `heavy` modules that running `step` (Python
+    lines using `item`) loaded. A fresh interpreter per item would cost seconds each, so a module is put on the
+    first item that loaded it."""
     script = (
-        "import importlib, json, sys\n"
-        f"heavy = {HEAVY!r}\n"
-        "found = {}\n"
-        f"for name in {modules!r}:\n"
+        "import contextlib, importlib, io, json, sys\n" + prelude
+        + f"heavy = {heavy!r}\nfound = []\nfor item in {items!r}:\n"
         "    before = {m for m in heavy if m in sys.modules}\n"
-        "    importlib.import_module(name)\n"
-        "    found[name] = sorted(m for m in heavy if m in sys.modules and m not in before)\n"
+        + textwrap.indent(step, "    ")
+        + "    found.append(sorted(m for m in heavy if m in sys.modules and m not in before))\n"
         "print(json.dumps(found))\n"
     )
     out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.splitlines()[-1])
+
+
+def heavy_imports_of(modules: list[str]) -> dict[str, list[str]]:
+    """{module: the heavy packages that importing it loaded}."""
+    return dict(zip(modules, newly_loaded(modules, "importlib.import_module(item)\n")))
 
 
 def test_cli_services_and_app_import_no_torch():
@@ -61,25 +66,16 @@ HELP_COMMANDS = (["--help"], ["train", "--help"], ["train", "ppo", "--help"], ["
 
 def heavy_imports_of_commands(commands: list[list[str]], heavy: tuple[str, ...] = HEAVY) -> dict[str, list[str]]:
     """{command line: the `heavy` modules that running `rlhf-studio <command line>` loaded}, in one interpreter."""
-    script = (
-        "import contextlib, io, json, sys\n"
-        "import labeler.cli\n"
-        f"heavy = {heavy!r}\n"
-        "found = {}\n"
-        f"for argv in {commands!r}:\n"
-        "    before = {m for m in heavy if m in sys.modules}\n"
-        "    with contextlib.redirect_stdout(io.StringIO()) as printed:\n"
-        "        try:\n"
-        "            labeler.cli.main(argv)\n"
-        "        except SystemExit:\n"
-        "            pass\n"
-        "    assert printed.getvalue().strip(), argv  # the command printed its help, not an error\n"
-        "    found[' '.join(argv)] = sorted(m for m in heavy if m in sys.modules and m not in before)\n"
-        "print(json.dumps(found))\n"
+    run_command = (
+        "with contextlib.redirect_stdout(io.StringIO()) as printed:\n"
+        "    try:\n"
+        "        labeler.cli.main(item)\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "assert printed.getvalue().strip(), item  # the command printed its help, not an error\n"
     )
-    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout.splitlines()[-1])
+    loaded = newly_loaded(commands, run_command, heavy, prelude="import labeler.cli\n")
+    return {" ".join(argv): modules for argv, modules in zip(commands, loaded)}
 
 
 def test_help_and_settings_listing_import_no_torch():
