@@ -7,6 +7,7 @@ from storage.db import (
     creation,
     migrate,
     open_db,
+    rows_by_ids,
     schema_version,
     write_transaction,
 )
@@ -19,6 +20,7 @@ __all__ = [
     "creation",
     "migrate",
     "open_db",
+    "rows_by_ids",
     "schema_version",
     "write_transaction",
 ]

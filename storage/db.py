@@ -18,7 +18,7 @@ import sqlite3
 import tempfile
 import threading
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import sqlite_utils
 
@@ -269,6 +269,20 @@ def write_transaction(db: sqlite_utils.Database) -> Iterator[sqlite_utils.Databa
             if is_disk_full(error):
                 raise DiskFull() from error
             raise
+
+
+# Ids bound per statement by rows_by_ids: under SQLite's default variable limit of old builds (999).
+IDS_PER_STATEMENT = 900
+
+
+def rows_by_ids(db: sqlite_utils.Database, sql: str, ids: Iterable[int]) -> list[sqlite3.Row]:
+    """Rows of `sql`, whose one `IN ({marks})` takes the ids, for all of `ids` (deduplicated, ascending), read in
+    chunks of IDS_PER_STATEMENT."""
+    ordered, rows = sorted({int(i) for i in ids}), []
+    for start in range(0, len(ordered), IDS_PER_STATEMENT):
+        chunk = ordered[start : start + IDS_PER_STATEMENT]
+        rows += db.execute(sql.format(marks=", ".join("?" * len(chunk))), chunk).fetchall()
+    return rows
 
 
 def schema_version(db: sqlite_utils.Database) -> int:

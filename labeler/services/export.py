@@ -45,6 +45,7 @@ from labeler.services.errors import InputError
 from labeler.services.label_kinds import majority_pairs
 from labeler.services.projects import Project, get_project
 from labeler.services.prompts import prompts_by_id
+from storage import rows_by_ids
 
 KINDS = ("preferences", "ratings", "unpaired")
 FORMATS = ("jsonl", "parquet", "hf", "csv")
@@ -388,19 +389,10 @@ def preference_rows(
     return [row for _, row in _preference_records(db, get_project(db, project), options)]
 
 
-def _by_ids(db, sql: str, ids: set[int]) -> list:
-    """Rows of `sql` (with one IN (...) placeholder list) for all ids, in chunks under SQLite's variable limit."""
-    ordered, rows = sorted(ids), []
-    for start in range(0, len(ordered), 900):
-        chunk = ordered[start : start + 900]
-        rows += db.execute(sql.format(marks=", ".join("?" * len(chunk))), chunk).fetchall()
-    return rows
-
-
 def _texts(db, ids: set[int]) -> dict[int, str]:
     """Texts of the responses among `ids` that may be trained on (a pair missing one is dropped)."""
     sql = f"SELECT r.id, r.text FROM responses r WHERE r.id IN ({{marks}}) AND {_TRUSTED_RESPONSE}"
-    return {row[0]: row[1] for row in _by_ids(db, sql, ids)}
+    return {row[0]: row[1] for row in rows_by_ids(db, sql, ids)}
 
 
 # --- writers -----------------------------------------------------------------------------------------------

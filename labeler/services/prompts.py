@@ -26,7 +26,7 @@ import sqlite_utils
 from labeler.services.errors import InputError
 from labeler.services.projects import get_project, update_project
 from labeler.services.readers import Where, check_messages, check_text, read_records
-from storage import write_transaction
+from storage import rows_by_ids, write_transaction
 
 SHIPPED_PROMPTS = Path(__file__).resolve().parent.parent / "data" / "movie_prompts.txt"
 
@@ -133,13 +133,9 @@ def prompt_text(db: sqlite_utils.Database, prompt_id: int) -> str:
 
 
 def prompts_by_id(db: sqlite_utils.Database, ids: Iterable[int]) -> dict[int, tuple[str, str | None]]:
-    """{id: (text, messages_json)} of the prompts among `ids`, read in chunks under SQLite's variable limit."""
-    ordered, found = sorted({int(i) for i in ids}), {}
-    for start in range(0, len(ordered), 900):
-        chunk = ordered[start : start + 900]
-        found.update((row[0], (row[1], row[2])) for row in db.execute(
-            f"SELECT id, text, messages_json FROM prompts WHERE id IN ({', '.join('?' * len(chunk))})", chunk))
-    return found
+    """{id: (text, messages_json)} of the prompts among `ids` (storage.rows_by_ids: in chunks)."""
+    rows = rows_by_ids(db, "SELECT id, text, messages_json FROM prompts WHERE id IN ({marks})", ids)
+    return {row[0]: (row[1], row[2]) for row in rows}
 
 
 def project_prompt_rows(db: sqlite_utils.Database, project_id: int, ids: Iterable[int]) -> dict[int, sqlite3.Row]:

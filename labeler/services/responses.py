@@ -11,6 +11,8 @@ from typing import Iterable
 
 import sqlite_utils
 
+from storage import rows_by_ids
+
 
 def insert_response(
     db: sqlite_utils.Database,
@@ -42,15 +44,11 @@ def count_responses(db: sqlite_utils.Database) -> int:
 
 
 def response_rows(db: sqlite_utils.Database, ids: Iterable[int]) -> dict[int, sqlite3.Row]:
-    """{id: row (id, prompt_id, text, model, source, server_generated)} of the responses among `ids`, read in
-    chunks under SQLite's variable limit."""
-    ordered, found = sorted({int(i) for i in ids}), {}
-    for start in range(0, len(ordered), 900):
-        chunk = ordered[start : start + 900]
-        found.update((row["id"], row) for row in db.execute(
-            "SELECT id, prompt_id, text, model, source, server_generated FROM responses"
-            f" WHERE id IN ({', '.join('?' * len(chunk))})", chunk))
-    return found
+    """{id: row (id, prompt_id, text, model, source, server_generated)} of the responses among `ids`
+    (storage.rows_by_ids: in chunks)."""
+    rows = rows_by_ids(db, "SELECT id, prompt_id, text, model, source, server_generated FROM responses"
+                           " WHERE id IN ({marks})", ids)
+    return {row["id"]: row for row in rows}
 
 
 def response_texts(db: sqlite_utils.Database, ids: Iterable[int]) -> dict[int, str]:
