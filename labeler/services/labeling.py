@@ -43,7 +43,7 @@ from labeler.services.accounts import require_user
 from labeler.services.errors import InputError, PermissionDenied
 from labeler.services.projects import Project, get_project
 from labeler.services.responses import response_prompts, response_rows, response_texts
-from storage import write_transaction
+from storage import rows_by_ids, write_transaction
 
 Kind = Literal["rating", "ranking"]
 KINDS = ("rating", "ranking")
@@ -179,25 +179,22 @@ def find_item(db: sqlite_utils.Database, project_id: int, kind: str, response_id
 
 def item_response_ids(db: sqlite_utils.Database, item_ids: Sequence[int]) -> dict[int, list[int]]:
     """{item id: its response ids, sorted} of the items among `item_ids`."""
-    marks = ", ".join("?" * len(item_ids))
-    return {row[0]: json.loads(row[1]) for row in db.execute(
-        f"SELECT id, response_ids_json FROM items WHERE id IN ({marks})", [int(i) for i in item_ids])}
+    return {row[0]: json.loads(row[1]) for row in rows_by_ids(
+        db, "SELECT id, response_ids_json FROM items WHERE id IN ({marks})", item_ids)}
 
 
 def rating_means(db: sqlite_utils.Database, item_ids: Sequence[int]) -> dict[int, tuple[float, int]]:
     """{item id: (mean score, number of ratings)} of the rated items among `item_ids`."""
-    marks = ", ".join("?" * len(item_ids))
-    return {row[0]: (row[1], row[2]) for row in db.execute(
-        f"SELECT item_id, AVG(score), COUNT(*) FROM ratings WHERE item_id IN ({marks}) GROUP BY item_id",
-        [int(i) for i in item_ids])}
+    return {row[0]: (row[1], row[2]) for row in rows_by_ids(
+        db, "SELECT item_id, AVG(score), COUNT(*) FROM ratings WHERE item_id IN ({marks}) GROUP BY item_id", item_ids)}
 
 
 def ranking_orders(db: sqlite_utils.Database, item_ids: Sequence[int]) -> dict[int, list[list[list[int]]]]:
     """{item id: its rankings' orders (lists of tied groups of response ids), oldest first} among `item_ids`."""
     orders: dict[int, list] = {}
-    marks = ", ".join("?" * len(item_ids))
-    for row in db.execute(f"SELECT item_id, order_json FROM rankings WHERE item_id IN ({marks}) ORDER BY id",
-                          [int(i) for i in item_ids]):
+    # An item's rankings all fall in one chunk of rows_by_ids (chunks split the item ids), so ORDER BY id holds.
+    for row in rows_by_ids(db, "SELECT item_id, order_json FROM rankings WHERE item_id IN ({marks}) ORDER BY id",
+                           item_ids):
         orders.setdefault(row[0], []).append(json.loads(row[1]))
     return orders
 
