@@ -111,14 +111,14 @@ def build_database(path: str, n_items: int, users: list[str], overlap: int) -> N
 class Server:
     """`rlhf-studio serve` on a free port, as a user starts it (migrations at start-up, then plain requests)."""
 
-    def __init__(self, db_path: str, log_path: str, code_dir: str | None = None):
+    def __init__(self, db_path: str, log_path: str, code_dir: str | None = None, project: str = PROJECT):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
         env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "OMP_NUM_THREADS": "1"}
         self.log = open(log_path, "w")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "labeler", "serve", "--db", db_path, "--port", str(self.port),
-             "--first-prompts", "0", "--project", PROJECT],
+             "--first-prompts", "0", "--project", project],
             stdout=self.log, stderr=subprocess.STDOUT, env=env,
             # `python -m labeler` imports from its working directory first: code_dir's labeler and storage.
             cwd=code_dir,

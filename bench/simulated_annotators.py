@@ -5,13 +5,19 @@ task's reward): a ranking puts answers within 0.1 of their group's best in one t
 tie_groups), a rating maps compound [-1, 1] onto the project's 1..7 scale. `pace` seconds of "thinking" pass
 before each submit, so five annotators at pace 2 give what five people at one label per 2 s each give.
 
-Shared by bench/label_efficiency.py and bench/human_loop.py; bench/annotators.py's Server starts the app.
+Another task's people judge by that task's judge instead (`judge`: a function (prompts, answers) -> scores, as
+bench/tasks/*/judge.py; the prompt is read from the item shown), with its own tie margin and score range. A
+team's `Budget` of answers judged stops them all once spent (a ranking of 4 takes 4).
+
+Shared by bench/label_efficiency.py, bench/human_loop.py and bench/own_task.py; bench/annotators.py's Server
+starts the app.
 """
 from __future__ import annotations
 
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Callable, Sequence
 
 PASSWORD = "bench-password-1"
 TIE_MARGIN = 0.1  # as labeler.services.demo.TIE_MARGIN
@@ -32,9 +38,40 @@ def ranks_from_scores(scores: list[float], margin: float = TIE_MARGIN) -> list[s
     return [str(rank_of[i]) for i in range(len(scores))]
 
 
-def rating_from_score(score: float, low: int = 1, high: int = 7) -> int:
-    """VADER compound in [-1, 1] onto the Likert scale: -1 -> low, 0 -> the middle, +1 -> high."""
-    return int(round(low + (score + 1) / 2 * (high - low)))
+def rating_from_score(score: float, low: int = 1, high: int = 7, score_range: tuple[float, float] = (-1.0, 1.0)) -> int:
+    """A score in `score_range` (VADER's compound: [-1, 1]) onto the Likert scale: its ends -> low and high,
+    linearly between; a score outside the range counts as its nearer end."""
+    lowest, highest = score_range
+    share = min(1.0, max(0.0, (score - lowest) / (highest - lowest)))
+    return int(round(low + share * (high - low)))
+
+
+def prompt_shown(value) -> str:
+    """The prompt's text from the Rate or Rank tab's prompt widget ("### Prompt\n<text>"; a dict with a value
+    when Gradio sends an update)."""
+    text = value.get("value", "") if isinstance(value, dict) else (value or "")
+    return text.split("\n", 1)[1] if text.startswith("### Prompt") and "\n" in text else text
+
+
+class Budget:
+    """Answers a team may judge in all, shared by its annotators' threads: `take(n)` reserves n, or refuses
+    (False) when fewer than n are left, so the team never judges more than `total`."""
+
+    def __init__(self, total: int):
+        self.total, self.used = int(total), 0
+        self._lock = threading.Lock()
+
+    def take(self, n: int) -> bool:
+        with self._lock:
+            if self.used + n > self.total:
+                return False
+            self.used += n
+            return True
+
+    @property
+    def spent(self) -> bool:
+        with self._lock:
+            return self.used >= self.total
 
 
 def add_users(db_path: str, names: list[str]) -> None:
@@ -56,6 +93,11 @@ class WebAnnotator:
     url: str
     username: str
     pace: float = 0.0
+    # Another task's judge (prompts, answers) -> scores; None: VADER of the answer alone (the shipped task's).
+    judge: Callable[[Sequence, Sequence[str]], Sequence[float]] | None = None
+    margin: float = TIE_MARGIN  # answers within this of their group's best tie in a ranking
+    score_range: tuple[float, float] = (-1.0, 1.0)  # the judge's scores, mapped onto the Likert scale
+    budget: Budget | None = None  # the team's answers left to judge (None: no limit)
     labels: dict = field(default_factory=lambda: {"rating": 0, "ranking": 0})
     answers_judged: int = 0
     errors: int = 0
@@ -81,6 +123,11 @@ class WebAnnotator:
     def refresh(self) -> None:
         self._shown = {"rating": None, "ranking": None}
 
+    def scores(self, prompt: str, answers: list[str]) -> list[float]:
+        if self.judge is None:
+            return vader_scores(answers)
+        return [float(s) for s in self.judge([prompt] * len(answers), answers)]
+
     def label(self, kind: str) -> bool:
         """Label the item shown; False when this user's queue of that kind is empty."""
         shown = self._current(kind)
@@ -88,17 +135,22 @@ class WebAnnotator:
         if not key:
             self._shown[kind] = None  # ask again next time: new items may have arrived
             return False
-        if self.pace:
-            time.sleep(self.pace)
+        prompt = prompt_shown(shown[2])
         if kind == "ranking":
             texts = [shown[3 + 2 * k] for k in range(8)]
             texts = [t.split("\n\n", 1)[1] for t in texts if isinstance(t, str) and "\n\n" in t]
-            ranks = ranks_from_scores(vader_scores(texts))
+        else:
+            texts = [shown[3] if isinstance(shown[3], str) else ""]
+        if self.budget is not None and not self.budget.take(len(texts)):
+            return False  # the team's budget is spent: the item stays for someone else
+        if self.pace:
+            time.sleep(self.pace)
+        if kind == "ranking":
+            ranks = ranks_from_scores(self.scores(prompt, texts), self.margin)
             self._shown[kind] = self.client.predict("", key, *ranks, api_name="/rank_submit")
             self.answers_judged += len(texts)
         else:
-            answer = shown[3] if isinstance(shown[3], str) else ""
-            score = rating_from_score(vader_scores([answer])[0])
+            score = rating_from_score(self.scores(prompt, texts)[0], score_range=self.score_range)
             self._shown[kind] = self.client.predict(score, "", key, api_name="/rate_submit")
             self.answers_judged += 1
         self.labels[kind] += 1

@@ -1,0 +1,508 @@
+"""A team's own task, end to end through the path a team uses: the CLI and the web app, on an example task that is
+not sentiment (bench/tasks/: a prompt file and a simulated judge of its own), then each tuned model measured by
+that judge against the base on held-out prompts, beside the app's own evaluation.
+
+    python bench/own_task.py --task concise                 # the full recipe (hours on a CPU)
+    python bench/own_task.py --task formal --skip-mix       # the offline path only (people label once, up front)
+    nice -n 10 python bench/own_task.py --task concise --limit 12 --n 2 --set steps=1 --ppo-set batch_size=8 \\
+        --judged-answers 16 --annotators 2 --pace 0 --answer-tokens 32 --set eval_samples=1   # a smoke run
+
+The recipe, one `rlhf-studio` subprocess per step, on a fresh database in a temporary folder (--keep: a folder):
+
+1. `projects create TASK --prompt-format chat --answer-tokens N`
+2. `prompts import tasks/TASK/prompts.txt --project TASK --heldout-share 0.1` (a share of the prompts, chosen by
+   a hash of each prompt, is held out: never labelled or trained on; evaluation answers them)
+3. `generate --n 4 --project TASK`: answers to the training prompts, queued as ranking items
+4. `serve --project TASK` and `--annotators` simulated people (bench/simulated_annotators.py) who log in and rank
+   through the web API (gradio_client) by the task's judge, ties within --margin, one ranking per --pace
+   seconds each, until `--judged-answers` answers are judged or the queue is empty
+5. `train rm`: a reward model from those rankings (the project's measure from here on, where the app has one)
+6. `train ppo --set reward=rm`
+7. `train dpo` on the same rankings
+8. `train ppo --set reward=mix`: the same people rank online while the run asks (up to --mix-judged-answers)
+9. after each policy run, on the held-out prompts: the app's evaluation of the run (stored in the evaluations
+   table: its measure's mean and win rate, KL, length, distinct-2), and the judge's verdict on the same answers
+   (each tuned answer against the base's answer to the same prompt with the same sample index: the win rate,
+   ties within --margin counted half, with a 95% Wilson interval)
+
+Printed: one table per task with item 5's targets (issue 33) marked met or not: judge's win rate >= 70%, KL <= 10,
+distinct-2 >= 0.45, answers judged by people <= 400 for the offline path (800 for the online mix run: item 7),
+and the app's win rate within 15 points of the judge's. --set applies to every train, --ppo-set to PPO alone.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE))
+
+from bench.tasks import TASKS, Task  # noqa: E402
+
+# Item 5's targets (issue 33).
+TARGETS = {"win_rate": 0.70, "kl": 10.0, "distinct_2": 0.45, "judged_offline": 400, "judged_mix": 800,
+           "app_vs_judge": 0.15}
+Z95 = 1.959964
+
+
+# ---- the judge's verdict: pure functions (tests/bench/test_own_task.py) ---------------------------------------
+
+@dataclass(frozen=True)
+class WinRate:
+    wins: int
+    ties: int
+    losses: int
+
+    @property
+    def n(self) -> int:
+        return self.wins + self.ties + self.losses
+
+    @property
+    def rate(self) -> float:
+        """Ties count half."""
+        return (self.wins + 0.5 * self.ties) / self.n if self.n else float("nan")
+
+    def interval(self, z: float = Z95) -> tuple[float, float]:
+        return wilson_interval(self.rate, self.n, z)
+
+
+def wilson_interval(p: float, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson's score interval for a share p of n trials (Wilson 1927): unlike p +- z*se it stays inside [0, 1]
+    and is not empty at p = 0 or 1. Pairs from one prompt are not independent, so at several samples per prompt
+    it is somewhat narrower than the truth."""
+    if n == 0:
+        return float("nan"), float("nan")
+    denominator = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denominator
+    half = z / denominator * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def win_rate(tuned: Sequence[float], base: Sequence[float], margin: float = 0.0) -> WinRate:
+    """Tuned against base, pair by pair (the same prompt): a win when tuned scores more than `margin` above base,
+    a loss when more than `margin` below, else a tie."""
+    if len(tuned) != len(base):
+        raise ValueError(f"win_rate: {len(tuned)} tuned scores but {len(base)} base scores")
+    wins = sum(t - b > margin for t, b in zip(tuned, base))
+    losses = sum(b - t > margin for t, b in zip(tuned, base))
+    return WinRate(wins, len(tuned) - wins - losses, losses)
+
+
+def paired_answers(base_samples: list[dict], tuned_samples: list[dict]) -> tuple[list, list[str], list[str]]:
+    """(prompts, base answers, tuned answers) from two stored evaluations with equal settings: their rows are the
+    same prompts in the same order (prompt by prompt, `samples` rows each), so row i of one pairs with row i of
+    the other. Refused when they are not."""
+    if len(base_samples) != len(tuned_samples):
+        raise ValueError(f"the evaluations differ: {len(base_samples)} base rows, {len(tuned_samples)} tuned rows")
+    for index, (b, t) in enumerate(zip(base_samples, tuned_samples)):
+        if b["prompt"] != t["prompt"]:
+            raise ValueError(f"row {index}: the evaluations answer different prompts")
+    return ([row["prompt"] for row in tuned_samples], [row["answer"] for row in base_samples],
+            [row["answer"] for row in tuned_samples])
+
+
+@dataclass
+class Row:
+    """One tuned model's line of the table."""
+
+    run: str
+    model: str
+    judge_base: float  # the judge's mean score of the base's answers
+    judge_tuned: float
+    judge_win: WinRate
+    app_measure: str  # what the app's evaluation scored with
+    app_base: float
+    app_tuned: float
+    app_win: float  # the app's win rate (its own figure where it stores one, else from its stored scores)
+    kl: float
+    distinct_2: float
+    distinct_2_base: float
+    length: float
+    length_base: float
+    judged: int  # answers judged by people for this run's data (offline: the rankings before it; mix: online)
+    online: bool = False
+
+    def targets(self) -> dict[str, bool]:
+        judged_cap = TARGETS["judged_mix"] if self.online else TARGETS["judged_offline"]
+        return {"win_rate": self.judge_win.rate >= TARGETS["win_rate"], "kl": self.kl <= TARGETS["kl"],
+                "distinct_2": self.distinct_2 >= TARGETS["distinct_2"], "judged": self.judged <= judged_cap,
+                "app_vs_judge": abs(self.app_win - self.judge_win.rate) <= TARGETS["app_vs_judge"]}
+
+
+def mark(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+def format_table(task: str, rows: list[Row]) -> str:
+    header = ["run", "judge win rate (95% CI)", "W/T/L", "judge mean base -> tuned", "app win rate",
+              "app measure", "KL", "distinct-2 base -> tuned", "length base -> tuned", "judged answers"]
+    lines = [f"### {task}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        low, high = row.judge_win.interval()
+        met = row.targets()
+        cap = TARGETS["judged_mix"] if row.online else TARGETS["judged_offline"]
+        cells = [f"{row.run} ({row.model})",
+                 f"{row.judge_win.rate:.0%} ({low:.0%}-{high:.0%}) {mark(met['win_rate'])}",
+                 f"{row.judge_win.wins}/{row.judge_win.ties}/{row.judge_win.losses}",
+                 f"{row.judge_base:.3f} -> {row.judge_tuned:.3f}",
+                 f"{row.app_win:.0%} ({row.app_win - row.judge_win.rate:+.0%} vs judge: {mark(met['app_vs_judge'])})",
+                 f"{row.app_measure}: {row.app_base:.3f} -> {row.app_tuned:.3f}",
+                 f"{row.kl:.2f} {mark(met['kl'])}",
+                 f"{row.distinct_2_base:.2f} -> {row.distinct_2:.2f} {mark(met['distinct_2'])}",
+                 f"{row.length_base:.0f} -> {row.length:.0f}",
+                 f"{row.judged} (<= {cap}: {mark(met['judged'])})"]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append(f"targets (issue 33, item 5): judge's win rate >= {TARGETS['win_rate']:.0%}, KL <= {TARGETS['kl']:g}, "
+                 f"distinct-2 >= {TARGETS['distinct_2']}, answers judged <= {TARGETS['judged_offline']} offline "
+                 f"({TARGETS['judged_mix']} online mix), app within {TARGETS['app_vs_judge']:.0%} of the judge")
+    return "\n".join(lines)
+
+
+# ---- the CLI, as a team runs it ------------------------------------------------------------------------------
+
+@dataclass
+class Studio:
+    """`python -m labeler ...` against one database and project, each command's output in a log of its own."""
+
+    db: Path
+    project: str
+    work: Path
+
+    def env(self) -> dict:
+        # The repository root first: this tree's labeler, and bench.tasks.* importable by a run's worker.
+        path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+        return {**os.environ, "PYTHONPATH": path}
+
+    def run(self, *args: str, log: str, project: bool = True, check: bool = True) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "labeler", *args, "--db", str(self.db)]
+        if project:
+            command += ["--project", self.project]
+        print(f"$ rlhf-studio {' '.join(args)}", flush=True)
+        with open(self.work / log, "a") as out:
+            out.write(f"$ {' '.join(command)}\n")
+            out.flush()
+            done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=self.env(), cwd=ROOT)
+        if check and done.returncode != 0:
+            tail = (self.work / log).read_text().splitlines()[-15:]
+            raise SystemExit(f"`rlhf-studio {' '.join(args)}` failed ({done.returncode}); {self.work / log}:\n"
+                             + "\n".join(tail))
+        return done
+
+    def supports(self, command: Sequence[str], flag: str) -> bool:
+        """Whether this tree's CLI has `flag` on `command` (the lead's issue-33 options arrive on another branch)."""
+        done = subprocess.run([sys.executable, "-m", "labeler", *command, "--help"], capture_output=True, text=True,
+                              env=self.env(), cwd=ROOT)
+        return flag in done.stdout
+
+    def db_handle(self):
+        from storage import open_db
+
+        return open_db(str(self.db), migrate=False)
+
+
+# 1.
+def create_project(studio: Studio, answer_tokens: int) -> int | None:
+    """The project. Returns the answer length each later command must be given: None where the project holds
+    one of its own (generate, train and eval then use it), else `answer_tokens`."""
+    own_length = studio.supports(["projects", "create"], "--answer-tokens")
+    extra = ["--answer-tokens", str(answer_tokens)] if own_length else []
+    studio.run("projects", "create", studio.project, "--prompt-format", "chat", "--create-db", *extra,
+               log="setup.log", project=False)
+    return None if own_length else answer_tokens
+
+
+def tokens_flag(tokens: int | None) -> list[str]:
+    """generate's and eval's answer length where the project holds none."""
+    return [] if tokens is None else ["--max-new-tokens", str(tokens)]
+
+
+def tokens_setting(tokens: int | None) -> list[str]:
+    """A training run's answer length where the project holds none."""
+    return [] if tokens is None else [f"max_new_tokens={tokens}"]
+
+
+# 2.
+def import_prompts(studio: Studio, task: Task, heldout_share: float, limit: int | None) -> Path:
+    source = task.prompts
+    if limit:
+        lines = [line for line in source.read_text().splitlines() if line.strip()][:limit]
+        source = studio.work / f"{task.name}-prompts.txt"
+        source.write_text("\n".join(lines) + "\n")
+    if studio.supports(["prompts", "import"], "--heldout-share"):
+        studio.run("prompts", "import", str(source), "--heldout-share", str(heldout_share), log="setup.log")
+    else:
+        studio.run("prompts", "import", str(source), log="setup.log")
+        hold_out_by_hash(studio, heldout_share)
+    return source
+
+
+def heldout_ids(prompts: list[tuple[int, str]], share: float, minimum: int = 2) -> list[int]:
+    """The ids of the prompts whose sha256 falls in the lowest `share` of hashes (at least `minimum`): a choice
+    that does not depend on the file's order, as the lead's `--heldout-share` makes it."""
+    import hashlib
+
+    ranked = sorted(prompts, key=lambda p: hashlib.sha256(p[1].encode("utf-8")).hexdigest())
+    count = min(len(ranked) - 1, max(minimum, round(share * len(ranked))))
+    return sorted(prompt_id for prompt_id, _ in ranked[:count])
+
+
+def hold_out_by_hash(studio: Studio, share: float) -> None:
+    """Stand-in for `prompts import --heldout-share` on a tree without it: the same share, by hash."""
+    from labeler.services import prompts
+    from labeler.services.projects import get_project
+    from storage import write_transaction
+
+    db = studio.db_handle()
+    try:
+        project_id = get_project(db, studio.project).id
+        rows = [(row[0], row[1]) for row in db.execute(
+            "SELECT id, text FROM prompts WHERE project_id = ? ORDER BY id", [project_id]).fetchall()]
+        ids = heldout_ids(rows, share)
+        with write_transaction(db):
+            prompts.hold_out(db, ids)
+    finally:
+        db.conn.close()
+    print(f"  held out {len(ids)} prompts by hash (this tree's `prompts import` has no --heldout-share)", flush=True)
+
+
+# 3.
+def generate(studio: Studio, n: int, tokens: int | None, seed: int) -> None:
+    studio.run("generate", "--n", str(n), "--seed", str(seed), *tokens_flag(tokens), log="generate.log")
+
+
+# 4. and 8.
+class People:
+    """The server and the simulated people who rank through it: `label_until_done` up front, `online` around a
+    run that asks them as it goes."""
+
+    def __init__(self, studio: Studio, task: Task, count: int, pace: float, margin: float):
+        from annotators import Server
+        from simulated_annotators import WebAnnotator, add_users
+
+        users = [f"person{i}" for i in range(count)]
+        add_users(str(studio.db), users)
+        self.studio = studio
+        self.server = Server(str(studio.db), str(studio.work / "server.log"), project=studio.project)
+        judge = task.judge()
+        self.team = [WebAnnotator(self.server.url, name, pace=pace, judge=judge, margin=margin,
+                                  score_range=(0.0, 1.0)) for name in users]
+
+    def judged(self) -> int:
+        return sum(a.answers_judged for a in self.team)
+
+    def _start(self, budget: int):
+        from simulated_annotators import Budget, run_team
+
+        spend = Budget(budget)
+        for annotator in self.team:
+            annotator.budget = spend
+            annotator.refresh()
+        stop = threading.Event()
+        return spend, stop, run_team(self.team, ("ranking", "rating"), stop, idle_sleep=1.0)
+
+    @staticmethod
+    def _stop(stop: threading.Event, threads: list[threading.Thread]) -> None:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=60)
+
+    def remaining(self) -> int:
+        from labeler.services import labeling
+
+        db = self.studio.db_handle()
+        try:
+            return sum(labeling.progress(db, self.studio.project, a.username, "ranking")[1] for a in self.team)
+        finally:
+            db.conn.close()
+
+    def label_until_done(self, budget: int, timeout: float = 6 * 3600) -> int:
+        """Rank the queued answers until `budget` answers are judged or nothing is left; answers judged."""
+        before = self.judged()
+        spend, stop, threads = self._start(budget)
+        deadline = time.monotonic() + timeout
+        try:
+            while not spend.spent and time.monotonic() < deadline:
+                if self.remaining() == 0:
+                    break
+                time.sleep(2.0)
+        finally:
+            self._stop(stop, threads)
+        return self.judged() - before
+
+    def online(self, budget: int, work: Callable[[], object]):
+        """Run `work` (a training run) while the people label what it asks; (its result, answers judged)."""
+        before = self.judged()
+        _, stop, threads = self._start(budget)
+        try:
+            result = work()
+        finally:
+            self._stop(stop, threads)
+        return result, self.judged() - before
+
+    def close(self) -> None:
+        for annotator in self.team:
+            annotator.close()
+        self.server.close()
+
+
+# 5.-8.
+def train(studio: Studio, stage: str, settings: list[str], log: str) -> tuple[int, str, float]:
+    """`train STAGE --wait`; (run id, the model it registered, wall seconds)."""
+    from labeler.services import models, runs
+
+    start = time.perf_counter()
+    args = ["train", stage, "--wait"]
+    for setting in settings:
+        args += ["--set", setting]
+    studio.run(*args, log=log)
+    db = studio.db_handle()
+    try:
+        run = runs.list_runs(db, studio.project, limit=1)[0]
+        model = models.model_of_run(db, run.id)
+    finally:
+        db.conn.close()
+    if run.status != "succeeded" or model is None:
+        raise SystemExit(f"{stage} run #{run.id} ended {run.status} without a model; see {studio.work / log}")
+    return run.id, model["name"], time.perf_counter() - start
+
+
+def set_measure(studio: Studio, reward_model: str) -> str:
+    """The project's measure: its reward model (item 2's default once it has one). Returns the eval --reward
+    to pass where the app cannot keep a measure of its own ('' where it can)."""
+    if studio.supports(["projects", "set"], "--measure"):
+        studio.run("projects", "set", studio.project, "--measure", f"rm:{reward_model}", log="setup.log",
+                   project=False)
+        return ""
+    return f"rm:{reward_model}"
+
+
+# 9.
+def app_evaluation(studio: Studio, run_id: int, model: str, eval_reward: str, tokens: int | None):
+    """(base, tuned) evaluations of a run as the app stored them: the automatic one after the run where its
+    measure is the project's, else `eval --model BASE --model MODEL` with it."""
+    from labeler.services import evaluation
+
+    db = studio.db_handle()
+    try:
+        before, after = evaluation.run_comparison(db, run_id)
+        base = evaluation.kl_base(db, model)
+    finally:
+        db.conn.close()
+    wanted = eval_reward or None
+    if before is None or after is None or (wanted and after.settings.get("reward") != wanted):
+        args = ["eval", "--model", base, "--model", model]
+        if eval_reward:
+            args += ["--reward", eval_reward]
+        studio.run(*args, *tokens_flag(tokens), log="eval.log")
+        db = studio.db_handle()
+        try:
+            after = evaluation.list_evaluations(db, model=model, limit=1)[0]
+            before = evaluation.list_evaluations(db, model=base, limit=1)[0]
+        finally:
+            db.conn.close()
+    return before, after
+
+
+def measure(run: str, model: str, before, after, judge, margin: float, judged: int, online: bool = False) -> Row:
+    prompts, base_answers, tuned_answers = paired_answers(before.samples, after.samples)
+    base_scores = [float(s) for s in judge(prompts, base_answers)]
+    tuned_scores = [float(s) for s in judge(prompts, tuned_answers)]
+    app_win = after.metrics.get("eval/win_rate")
+    if app_win is None:  # a tree whose evaluation has no win rate: the same pairing on its stored scores
+        app_win = win_rate([r["reward"] for r in after.samples], [r["reward"] for r in before.samples]).rate
+    mean = lambda values: sum(values) / len(values)  # noqa: E731
+    return Row(run=run, model=model, judge_base=mean(base_scores), judge_tuned=mean(tuned_scores),
+               judge_win=win_rate(tuned_scores, base_scores, margin), app_measure=str(after.settings.get("reward")),
+               app_base=before.metrics["eval/reward_mean"], app_tuned=after.metrics["eval/reward_mean"],
+               app_win=float(app_win), kl=float(after.metrics.get("eval/kl") or 0.0),
+               distinct_2=after.metrics["eval/distinct_2"], distinct_2_base=before.metrics["eval/distinct_2"],
+               length=after.metrics["eval/length_mean"], length_base=before.metrics["eval/length_mean"],
+               judged=judged, online=online)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--task", action="append", choices=sorted(TASKS), help="repeatable (default: every task)")
+    parser.add_argument("--n", type=int, default=4, help="answers per training prompt for people to rank")
+    parser.add_argument("--limit", type=int, default=None, help="use only the task's first N prompts (smoke runs)")
+    parser.add_argument("--heldout-share", type=float, default=0.1)
+    parser.add_argument("--answer-tokens", type=int, default=128, help="the project's answer length")
+    parser.add_argument("--judged-answers", type=int, default=400, help="people's budget up front (offline path)")
+    parser.add_argument("--mix-judged-answers", type=int, default=800, help="people's budget in the mix run")
+    parser.add_argument("--annotators", type=int, default=5)
+    parser.add_argument("--pace", type=float, default=2.0, help="seconds each person takes per label")
+    parser.add_argument("--margin", type=float, default=0.05, help="people tie answers within this of each other's "
+                        "judge score, and the judge's win rate counts a pair within it as a tie")
+    parser.add_argument("--set", action="append", default=[], help="a setting for every train (key=value)")
+    parser.add_argument("--ppo-set", action="append", default=[], help="a setting for the PPO runs alone")
+    parser.add_argument("--seed", type=int, default=0, help="the runs' and generation's seed")
+    parser.add_argument("--skip-mix", action="store_true", help="no online run with people")
+    parser.add_argument("--skip-dpo", action="store_true")
+    parser.add_argument("--keep", default="", help="folder for the databases, logs and results (default: a temp one)")
+    args = parser.parse_args()
+    root = Path(args.keep or tempfile.mkdtemp(prefix="own-task-"))
+    tables = []
+    for name in args.task or sorted(TASKS):
+        rows = run_task(TASKS[name], args, root / name)
+        tables.append(format_table(name, rows))
+        print("\n" + tables[-1], flush=True)
+    (root / "tables.md").write_text("\n\n".join(tables) + "\n")
+    print(f"\ntables in {root / 'tables.md'}; databases and logs under {root}")
+
+
+def run_task(task: Task, args, work: Path) -> list[Row]:
+    work.mkdir(parents=True, exist_ok=True)
+    studio = Studio(work / "studio.db", task.name, work)
+    common = [f"seed={args.seed}", *tokens_setting(tokens), *args.set]
+    judge = task.judge()
+    tokens = create_project(studio, args.answer_tokens)                               # 1.
+    import_prompts(studio, task, args.heldout_share, args.limit)                      # 2.
+    generate(studio, args.n, tokens, args.seed)                                       # 3.
+    people = People(studio, task, args.annotators, args.pace, args.margin)
+    rows, results = [], []
+    try:
+        judged = people.label_until_done(args.judged_answers)                         # 4.
+        print(f"  people judged {judged} answers up front", flush=True)
+        _, reward_model, _ = train(studio, "rm", common, "rm.log")       # 5.
+        eval_reward = set_measure(studio, reward_model)
+        offline = [("ppo reward=rm", "ppo", ["reward=rm", *args.ppo_set]),           # 6.
+                   *([] if args.skip_dpo else [("dpo", "dpo", [])])]                 # 7.
+        for label, stage, settings in offline:
+            run_id, model, wall = train(studio, stage, [*common, *settings], f"{stage}.log")
+            rows.append(measure(label, model, *app_evaluation(studio, run_id, model, eval_reward, tokens),
+                                judge, args.margin, judged))
+            results.append({"run": label, "run_id": run_id, "wall_s": wall})
+        if not args.skip_mix:                                                         # 8.
+            settings = [*common, "reward=mix", *args.ppo_set]
+            (run_id, model, wall), online = people.online(
+                args.mix_judged_answers, lambda: train(studio, "ppo", settings, "ppo-mix.log"))
+            rows.append(measure("ppo reward=mix", model, *app_evaluation(studio, run_id, model, eval_reward, tokens),
+                                judge, args.margin, online, online=True))
+            results.append({"run": "ppo reward=mix", "run_id": run_id, "wall_s": wall})
+    finally:
+        people.close()
+    for result, row in zip(results, rows):
+        result.update({k: v for k, v in asdict(row).items() if k != "judge_win"},
+                      judge_win=asdict(row.judge_win), judge_win_rate=row.judge_win.rate,
+                      judge_win_interval=row.judge_win.interval(), targets=row.targets())
+    (work / "results.json").write_text(json.dumps(results, indent=2))
+    return rows
+
+
+if __name__ == "__main__":
+    main()
