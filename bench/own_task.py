@@ -468,9 +468,9 @@ def main() -> None:
 def run_task(task: Task, args, work: Path) -> list[Row]:
     work.mkdir(parents=True, exist_ok=True)
     studio = Studio(work / "studio.db", task.name, work)
-    common = [f"seed={args.seed}", *tokens_setting(tokens), *args.set]
     judge = task.judge()
     tokens = create_project(studio, args.answer_tokens)                               # 1.
+    common = [f"seed={args.seed}", *tokens_setting(tokens), *args.set]               # every train's settings
     import_prompts(studio, task, args.heldout_share, args.limit)                      # 2.
     generate(studio, args.n, tokens, args.seed)                                       # 3.
     people = People(studio, task, args.annotators, args.pace, args.margin)

@@ -1,0 +1,159 @@
+"""bench/own_task.py's pure parts (the judge's win rate and its interval, pairing stored evaluations, the held-out
+choice, the targets) and the judge-driven simulated annotators' pure parts (bench/simulated_annotators.py)."""
+from __future__ import annotations
+
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))  # bench scripts import their siblings by plain name
+
+import own_task  # noqa: E402
+import simulated_annotators as people  # noqa: E402
+from own_task import Row, WinRate, format_table, heldout_ids, paired_answers, win_rate, wilson_interval  # noqa: E402
+
+
+def test_wilson_interval_by_hand():
+    # p = 0.8, n = 10, z = 1.96: z^2/n = 0.38416; centre = (0.8 + 0.19208) / 1.38416 = 0.71674;
+    # half = 1.96 / 1.38416 * sqrt(0.016 + 0.009604) = 1.41602 * 0.160012 = 0.226581 -> (0.49016, 0.94332)
+    low, high = wilson_interval(0.8, 10, z=1.96)
+    assert (low, high) == (pytest.approx(0.49016, abs=1e-5), pytest.approx(0.94332, abs=1e-5))
+    # p = 1 stays below 1 at the top and is not a point: n = 4 -> centre (1 + 0.4802) / 1.9604 = 0.75500,
+    # half = 1.96 / 1.9604 * sqrt(0 + 3.8416 / 64) = 0.99980 * 0.245 = 0.24495 -> (0.51005, 0.99995 -> 1.0)
+    low, high = wilson_interval(1.0, 4, z=1.96)
+    assert low == pytest.approx(0.51005, abs=1e-4) and high == pytest.approx(1.0, abs=1e-4)
+    assert all(v != v for v in wilson_interval(0.5, 0))  # nan: nothing compared
+
+
+def test_win_rate_counts_ties_within_the_margin_as_half():
+    tuned = [0.90, 0.50, 0.53, 0.10, 0.70]
+    base = [0.50, 0.52, 0.50, 0.30, 0.70]
+    # differences +0.40 win, -0.02 tie, +0.03 tie, -0.20 loss, 0 tie (margin 0.05)
+    result = win_rate(tuned, base, margin=0.05)
+    assert result == WinRate(wins=1, ties=3, losses=1)
+    assert result.n == 5 and result.rate == pytest.approx((1 + 1.5) / 5)
+    # without a margin only the exact equality ties: +0.40, +0.03 win; -0.02, -0.20 lose
+    assert win_rate(tuned, base) == WinRate(wins=2, ties=1, losses=2)
+    with pytest.raises(ValueError, match="2 tuned scores but 1 base"):
+        win_rate([1.0, 0.0], [0.5])
+
+
+def test_paired_answers_pairs_rows_of_equal_prompts_and_refuses_others():
+    base = [{"prompt": "q1", "answer": "b1"}, {"prompt": "q1", "answer": "b2"}, {"prompt": "q2", "answer": "b3"}]
+    tuned = [{"prompt": "q1", "answer": "t1"}, {"prompt": "q1", "answer": "t2"}, {"prompt": "q2", "answer": "t3"}]
+    assert paired_answers(base, tuned) == (["q1", "q1", "q2"], ["b1", "b2", "b3"], ["t1", "t2", "t3"])
+    with pytest.raises(ValueError, match="row 2: the evaluations answer different prompts"):
+        paired_answers(base, [*tuned[:2], {"prompt": "q3", "answer": "t3"}])
+    with pytest.raises(ValueError, match="3 base rows, 2 tuned rows"):
+        paired_answers(base, tuned[:2])
+
+
+def test_heldout_ids_depend_on_the_prompts_not_their_order():
+    prompts = [(i, f"question number {i}") for i in range(1, 41)]
+    chosen = heldout_ids(prompts, 0.1)
+    assert len(chosen) == 4 and chosen == sorted(chosen)
+    assert heldout_ids(list(reversed(prompts)), 0.1) == chosen
+    assert len(heldout_ids(prompts[:5], 0.1)) == 2  # at least the minimum
+    assert len(heldout_ids(prompts[:2], 0.9)) == 1  # never every prompt
+
+
+def _row(**changes) -> Row:
+    values = dict(run="ppo reward=rm", model="ppo-run3", judge_base=0.40, judge_tuned=0.70,
+                  judge_win=WinRate(wins=30, ties=4, losses=6), app_measure="rm:rm-run2", app_base=0.0, app_tuned=1.2,
+                  app_win=0.70, kl=5.0, distinct_2=0.60, distinct_2_base=0.80, length=40.0, length_base=60.0,
+                  judged=360)
+    values.update(changes)
+    return Row(**values)
+
+
+def test_targets_of_item_5():
+    # judge: (30 + 2) / 40 = 0.80 >= 0.70; app 0.70 is 10 points off (<= 15)
+    assert _row().targets() == {"win_rate": True, "kl": True, "distinct_2": True, "judged": True,
+                                "app_vs_judge": True}
+    missed = _row(judge_win=WinRate(20, 0, 20), kl=12.0, distinct_2=0.30, judged=480, app_win=0.70).targets()
+    assert missed == {"win_rate": False, "kl": False, "distinct_2": False, "judged": False, "app_vs_judge": False}
+    # the online mix run is held to item 7's 800 answers, not the offline path's 400
+    assert _row(judged=640, online=True).targets()["judged"] is True
+
+
+def test_format_table_marks_each_target():
+    table = format_table("concise", [_row(), _row(run="dpo", kl=12.0)])
+    lines = table.splitlines()
+    assert lines[0] == "### concise"
+    assert "| ppo reward=rm (ppo-run3) | 80% (" in lines[4] and "NOT met" not in lines[4]
+    assert "12.00 NOT met" in lines[5]
+    assert "win rate >= 70%" in table and "KL <= 10" in table
+
+
+def test_ranks_and_ratings_of_a_judge_on_zero_to_one():
+    # ties within the margin share a rank: 0.80 and 0.77 tie at the top (margin 0.05), 0.50 is next
+    assert people.ranks_from_scores([0.50, 0.80, 0.77], margin=0.05) == ["2", "1", "1"]
+    assert people.rating_from_score(0.5, score_range=(0.0, 1.0)) == 4  # 1 + 0.5 * 6
+    assert people.rating_from_score(1.3, score_range=(0.0, 1.0)) == 7  # outside the range: its end
+    # VADER's [-1, 1] by default, as before: -0.6 -> 1 + 0.2 * 6 = 2.2 -> 2; 0 -> 4; 1 -> 7
+    assert [people.rating_from_score(s) for s in (-0.6, 0.0, 1.0)] == [2, 4, 7]
+
+
+def test_the_prompt_is_read_from_the_item_shown():
+    assert people.prompt_shown("### Prompt\nHow do I reset my password?") == "How do I reset my password?"
+    assert people.prompt_shown({"value": "### Prompt\nLine one\nline two"}) == "Line one\nline two"
+    assert people.prompt_shown(None) == ""
+
+
+def test_a_budget_shared_by_threads_is_never_overspent():
+    budget = people.Budget(10)
+    assert budget.take(4) and budget.take(4)
+    assert not budget.take(4)  # 8 + 4 > 10: refused, nothing reserved
+    assert budget.take(2) and budget.spent
+    shared, taken = people.Budget(100), []
+
+    def grab() -> None:
+        while shared.take(3):
+            taken.append(3)
+
+    threads = [threading.Thread(target=grab) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sum(taken) == 99 and shared.used == 99  # 33 rankings of 3 fit in 100, a 34th would not
+
+
+class _FakeClient:
+    """gradio_client's Client as the Rank tab answers: one item of three answers, then the empty queue."""
+
+    def __init__(self):
+        self.submitted = []
+
+    def predict(self, *args, api_name):
+        if api_name == "/rank_submit":
+            self.submitted.append(args)
+            return ("",) * 21 + ("",)
+        slots = []
+        for text in ("Yes.", "Open Settings, choose Reset password and follow the link we email you.", "To reset"):
+            slots += [f"#### Answer\n\n{text}", None]
+        slots += ["", None] * 5  # the 8 slots' answer and rank widgets; a slot's group sends no value
+        return ("", "0 done", "### Prompt\nHow do I reset my password?", *slots[:16], "", "", {}, "7:req")
+
+
+def test_a_judge_driven_annotator_ranks_by_the_judge_and_spends_the_budget():
+    from bench.tasks.concise.judge import judge
+
+    annotator = people.WebAnnotator.__new__(people.WebAnnotator)  # no server: the fields as __init__ sets them
+    for name, value in dict(url="", username="p", pace=0.0, judge=judge, margin=0.05, score_range=(0.0, 1.0),
+                            budget=people.Budget(5), labels={"rating": 0, "ranking": 0}, answers_judged=0,
+                            errors=0).items():
+        setattr(annotator, name, value)
+    annotator.client, annotator._shown = _FakeClient(), {"rating": None, "ranking": None}
+    assert annotator.label("ranking") is True
+    (comment, key, *ranks), = annotator.client.submitted
+    # "Yes." 0.075, the complete answer ~1.0, "To reset" (2 words, unfinished) low: the complete one ranks first
+    assert key == "7:req" and ranks[1] == "1" and ranks[0] != "1"
+    assert annotator.answers_judged == 3 and annotator.budget.used == 3
+    annotator._shown["ranking"] = None
+    assert annotator.label("ranking") is False  # 3 more would pass the budget of 5: left for someone else
+    assert len(annotator.client.submitted) == 1
