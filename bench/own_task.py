@@ -305,7 +305,7 @@ class People:
     def judged(self) -> int:
         return sum(a.answers_judged for a in self.team)
 
-    def _start(self, budget: int):
+    def _start(self, budget: int, kinds: tuple[str, ...]):
         from simulated_annotators import Budget, run_team
 
         spend = Budget(budget)
@@ -313,7 +313,7 @@ class People:
             annotator.budget = spend
             annotator.refresh()
         stop = threading.Event()
-        return spend, stop, run_team(self.team, ("ranking", "rating"), stop, idle_sleep=1.0)
+        return spend, stop, run_team(self.team, kinds, stop, idle_sleep=1.0)
 
     @staticmethod
     def _stop(stop: threading.Event, threads: list[threading.Thread]) -> None:
@@ -331,9 +331,10 @@ class People:
             db.conn.close()
 
     def label_until_done(self, budget: int, timeout: float = 6 * 3600) -> int:
-        """Rank the queued answers until `budget` answers are judged or nothing is left; answers judged."""
+        """Rank the queued answers until `budget` answers are judged or nothing is left; answers judged. (generate
+        also queues each answer for rating: the recipe's people rank only.)"""
         before = self.judged()
-        spend, stop, threads = self._start(budget)
+        spend, stop, threads = self._start(budget, ("ranking",))
         deadline = time.monotonic() + timeout
         try:
             while not spend.spent and time.monotonic() < deadline:
@@ -344,10 +345,11 @@ class People:
             self._stop(stop, threads)
         return self.judged() - before
 
-    def online(self, budget: int, work: Callable[[], object]):
-        """Run `work` (a training run) while the people label what it asks; (its result, answers judged)."""
+    def online(self, budget: int, kind: str, work: Callable[[], object]):
+        """Run `work` (a training run) while the people label items of `kind` (what the run asks, and any left
+        over from before, as people would); (its result, answers the people judged meanwhile)."""
         before = self.judged()
-        _, stop, threads = self._start(budget)
+        _, stop, threads = self._start(budget, (kind,))
         try:
             result = work()
         finally:
@@ -366,7 +368,7 @@ def train(studio: Studio, stage: str, settings: list[str], log: str) -> tuple[in
     from labeler.services import models, runs
 
     start = time.perf_counter()
-    args = ["train", stage, "--wait"]
+    args = ["train", stage, "--wait", "--runs-dir", str(studio.work / "runs")]
     for setting in settings:
         args += ["--set", setting]
     studio.run(*args, log=log)
@@ -379,6 +381,18 @@ def train(studio: Studio, stage: str, settings: list[str], log: str) -> tuple[in
     if run.status != "succeeded" or model is None:
         raise SystemExit(f"{stage} run #{run.id} ended {run.status} without a model; see {studio.work / log}")
     return run.id, model["name"], time.perf_counter() - start
+
+
+def answers_judged_in_run(studio: Studio, run_id: int) -> int | None:
+    """The answers people judged for a run with people online, as the run logged them (human/answers_judged)."""
+    from labeler.services import run_metrics
+
+    db = studio.db_handle()
+    try:
+        frame = run_metrics.metrics_frame(db, run_id, ["human/answers_judged"])
+    finally:
+        db.conn.close()
+    return None if frame.empty else int(frame.sort_values("step")["value"].iloc[-1])
 
 
 def set_measure(studio: Studio, reward_model: str) -> str:
@@ -489,11 +503,15 @@ def run_task(task: Task, args, work: Path) -> list[Row]:
             results.append({"run": label, "run_id": run_id, "wall_s": wall})
         if not args.skip_mix:                                                         # 8.
             settings = [*common, "reward=mix", *args.ppo_set]
-            (run_id, model, wall), online = people.online(
-                args.mix_judged_answers, lambda: train(studio, "ppo", settings, "ppo-mix.log"))
+            kind = "rating" if "human_label=rating" in settings else "ranking"
+            (run_id, model, wall), by_team = people.online(
+                args.mix_judged_answers, kind, lambda: train(studio, "ppo", settings, "ppo-mix.log"))
+            by_run = answers_judged_in_run(studio, run_id)
+            print(f"  people judged {by_team} answers during the mix run; the run counts {by_run} of its own",
+                  flush=True)
             rows.append(measure("ppo reward=mix", model, *app_evaluation(studio, run_id, model, eval_reward, tokens),
-                                judge, args.margin, online, online=True))
-            results.append({"run": "ppo reward=mix", "run_id": run_id, "wall_s": wall})
+                                judge, args.margin, by_run if by_run is not None else by_team, online=True))
+            results.append({"run": "ppo reward=mix", "run_id": run_id, "wall_s": wall, "judged_by_team": by_team})
     finally:
         people.close()
     for result, row in zip(results, rows):

@@ -58,20 +58,22 @@ class Budget:
     (False) when fewer than n are left, so the team never judges more than `total`."""
 
     def __init__(self, total: int):
-        self.total, self.used = int(total), 0
+        self.total, self.used, self.refused = int(total), 0, False
         self._lock = threading.Lock()
 
     def take(self, n: int) -> bool:
         with self._lock:
             if self.used + n > self.total:
+                self.refused = True
                 return False
             self.used += n
             return True
 
     @property
     def spent(self) -> bool:
+        """All used, or an item did not fit in what is left (a budget of 10 and rankings of 4 ends at 8)."""
         with self._lock:
-            return self.used >= self.total
+            return self.used >= self.total or self.refused
 
 
 def add_users(db_path: str, names: list[str]) -> None:

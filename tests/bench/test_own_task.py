@@ -106,9 +106,10 @@ def test_the_prompt_is_read_from_the_item_shown():
 
 def test_a_budget_shared_by_threads_is_never_overspent():
     budget = people.Budget(10)
-    assert budget.take(4) and budget.take(4)
-    assert not budget.take(4)  # 8 + 4 > 10: refused, nothing reserved
-    assert budget.take(2) and budget.spent
+    assert budget.take(4) and budget.take(4) and not budget.spent
+    assert not budget.take(4)  # 8 + 4 > 10: refused, nothing reserved; the team stops there
+    assert budget.used == 8 and budget.spent
+    assert budget.take(2) and budget.used == 10  # a smaller item still fits
     shared, taken = people.Budget(100), []
 
     def grab() -> None:
