@@ -23,7 +23,7 @@ The recipe, one `rlhf-studio` subprocess per step, on a fresh database in a temp
 9. after each policy run, on the held-out prompts: the app's evaluation of the run (stored in the evaluations
    table: its measure's mean and win rate, KL, length, distinct-2), and the judge's verdict on the same answers
    (each tuned answer against the base's answer to the same prompt with the same sample index: the win rate,
-   ties within --margin counted half, with a 95% Wilson interval)
+   ties within --win-margin counted half, with a 95% Wilson interval)
 
 Printed: one table per task with item 5's targets (issue 33) marked met or not: judge's win rate >= 70%, KL <= 10,
 distinct-2 >= 0.45, answers judged by people <= 400 for the offline path (800 for the online mix run: item 7),
@@ -460,8 +460,10 @@ def main() -> None:
     parser.add_argument("--mix-judged-answers", type=int, default=800, help="people's budget in the mix run")
     parser.add_argument("--annotators", type=int, default=5)
     parser.add_argument("--pace", type=float, default=2.0, help="seconds each person takes per label")
-    parser.add_argument("--margin", type=float, default=0.05, help="people tie answers within this of each other's "
-                        "judge score, and the judge's win rate counts a pair within it as a tie")
+    parser.add_argument("--margin", type=float, default=0.05,
+                        help="people tie answers whose judge scores are within this of their group's best")
+    parser.add_argument("--win-margin", type=float, default=0.0, help="the judge's win rate counts a pair within "
+                        "this as a tie (0: equal scores only, as the app's win rate counts)")
     parser.add_argument("--set", action="append", default=[], help="a setting for every train (key=value)")
     parser.add_argument("--ppo-set", action="append", default=[], help="a setting for the PPO runs alone")
     parser.add_argument("--seed", type=int, default=0, help="the runs' and generation's seed")
@@ -499,7 +501,7 @@ def run_task(task: Task, args, work: Path) -> list[Row]:
         for label, stage, settings in offline:
             run_id, model, wall = train(studio, stage, [*common, *settings], f"{stage}.log")
             rows.append(measure(label, model, *app_evaluation(studio, run_id, model, eval_reward, tokens),
-                                judge, args.margin, judged))
+                                judge, args.win_margin, judged))
             results.append({"run": label, "run_id": run_id, "wall_s": wall})
         if not args.skip_mix:                                                         # 8.
             settings = [*common, "reward=mix", *args.ppo_set]
@@ -510,7 +512,7 @@ def run_task(task: Task, args, work: Path) -> list[Row]:
             print(f"  people judged {by_team} answers during the mix run; the run counts {by_run} of its own",
                   flush=True)
             rows.append(measure("ppo reward=mix", model, *app_evaluation(studio, run_id, model, eval_reward, tokens),
-                                judge, args.margin, by_run if by_run is not None else by_team, online=True))
+                                judge, args.win_margin, by_run if by_run is not None else by_team, online=True))
             results.append({"run": "ppo reward=mix", "run_id": run_id, "wall_s": wall, "judged_by_team": by_team})
     finally:
         people.close()
