@@ -131,7 +131,9 @@ class RewardSettings:
     heldout_every: int = field(default=10, metadata={
         "help": "PPO: every N steps, answer the held-out prompts once each and log their positive share and mean "
                 "reward (the evaluation's measure), so the Train tab plots progress during the run (0: off)."})
-    max_new_tokens: int = field(default=16, metadata={"help": "PPO: tokens generated per rollout."})
+    max_new_tokens: int = field(default=16, metadata={
+        "help": "Tokens per answer, in rollouts (PPO, GRPO, RLOO) and the evaluation of every policy run; a run "
+                "takes its project's answer length unless this is set (16 is the shipped task's)."})
     answers_per_prompt: int = field(default=4, metadata={
         "help": "PPO: answers sampled per prompt in each batch; RLOO compares each with the others (must divide "
                 "batch_size)."})

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from labeler.services import evaluation, models, prompts
+from labeler.services import evaluation, models, projects, prompts
 from labeler.services.errors import InputError
 from labeler.services.evaluation import EvalSettings
 from labeler.services.stage_runners import split_rows
@@ -197,7 +197,10 @@ def test_finished_run_is_evaluated_against_its_base_and_logged(db, tiny_model_di
     assert again.id == after.id and before.model == str(tiny_model_dir) and before.settings == after.settings
     rows = evaluation.comparison_rows([before, after], ["before", "after"])
     assert [r[""] for r in rows] == ["before", "after"] and rows[0]["KL to base"] == 0.0
-    assert any(line.startswith("evaluation: mean reward") for line in lines)
+    assert any(line.startswith(f"evaluation (function {WORDS}): mean score") for line in lines)
+    # Its base was evaluated first with the same settings: the model's answers are compared with the base's.
+    assert 0 <= after.metrics["eval/win_low"] <= after.metrics["eval/win_rate"] <= after.metrics["eval/win_high"] <= 1
+    assert "eval/win_rate" not in before.metrics
 
     # A second run on the same base reuses the base's evaluation (its weights never change).
     run2 = _finished_run(db, "dpo")
@@ -209,15 +212,19 @@ def test_finished_run_is_evaluated_against_its_base_and_logged(db, tiny_model_di
 
 
 def test_auto_evaluation_reward_and_skips(db, tiny_model_dir):
-    # Not a function reward: VADER of the answer alone, the task's measure.
-    assert evaluation.auto_settings(JobConfig(reward="rm")).reward == "vader"
-    assert evaluation.auto_settings(JobConfig(reward="function", reward_function="vader")).reward == "vader"
+    # The project's measure; without one (no measure set, no reward model trained on it) a function-rewarded run
+    # is scored by its function, any other by nothing (KL, length and diversity only).
+    assert evaluation.auto_settings(db, "default", JobConfig(reward="rm")).reward == ""
+    assert evaluation.auto_settings(db, "default", JobConfig(reward="function", reward_function=WORDS)).reward == WORDS
+    projects.update_project(db, "default", measure="vader")
+    assert evaluation.auto_settings(db, "default", JobConfig(reward="rm")).reward == "vader"
+    assert evaluation.auto_settings(db, "default", JobConfig(reward="function", reward_function=WORDS)).reward == "vader"
     model = {"name": "m", "kind": "policy"}
     lines = []
     job = JobConfig()
     assert evaluation.evaluate_finished_run(db, 1, "rm", "default", job, {"name": "r", "kind": "reward"}) is None
     assert evaluation.evaluate_finished_run(db, 1, "ppo", "default", job, model, log=lines.append) is None
-    assert lines == ["evaluation: skipped, project 'default' has no held-out prompts (split 'test')"]
+    assert len(lines) == 1 and lines[0].startswith("evaluation: skipped, project 'default' has no held-out prompts")
     _heldout(db)
     off = JobConfig(eval_samples=0)
     assert evaluation.evaluate_finished_run(db, 1, "sft", "default", off, model, log=lines.append) is None
@@ -257,7 +264,7 @@ def test_a_finished_ppo_run_is_evaluated_by_its_worker(db, tmp_path, tiny_model_
     frame = run_metrics.metrics_frame(db, run.id, ["eval/positive_share", "eval/kl", "eval/distinct_2"])
     assert sorted(frame["name"]) == ["eval/distinct_2", "eval/kl", "eval/positive_share"]
     assert set(frame["step"]) == {1}
-    assert f"run {run.id}: evaluation: mean reward" in capsys.readouterr().out  # in-process: the run log is stdout
+    assert f"run {run.id}: evaluation (function {WORDS}): mean score" in capsys.readouterr().out  # the run log is stdout
 
 
 def test_reward_curve_is_the_reward_against_minutes_since_the_start(db):
