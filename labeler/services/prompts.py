@@ -329,13 +329,12 @@ def choose_heldout(db: sqlite_utils.Database, project_id: int, prompts: list[Pro
     if not explicit_share and total < HELDOUT_FROM:
         return set(), (f"the project has {total} prompts: {HELDOUT_FROM} or more are needed before "
                        f"{share:.0%} of them is held out for evaluation")
-    target = heldout_target(total, share)
-    if explicit_share and (target > counts["test"] + len(new) or total - target < MIN_TRAIN):
-        raise InputError(f"held-out share {share:g} of {total} prompts leaves {min(target, counts['test'] + len(new))} "
-                         f"held out and {total - target} to train on: each needs at least "
-                         f"{MIN_HELDOUT if total - target >= MIN_TRAIN else MIN_TRAIN}", file=file or None,
-                         field="heldout_share")
-    wanted = max(0, target - counts["test"])
+    # Prompts already stored keep their split: only new ones can be held out.
+    wanted = min(len(new), max(0, heldout_target(total, share) - counts["test"]))
+    held, left = counts["test"] + wanted, total - counts["test"] - wanted
+    if explicit_share and new and (held < MIN_HELDOUT or left < MIN_TRAIN):
+        raise InputError(f"held-out share {share:g} of {total} prompts leaves {held} held out and {left} to train on: "
+                         f"at least {MIN_HELDOUT} and {MIN_TRAIN} are needed", file=file or None, field="heldout_share")
     ranked = sorted(new, key=lambda i: hash_fraction(prompts[i].text_hash))
     return set(ranked[:wanted]), ""
 
