@@ -214,3 +214,20 @@ def test_the_data_tab_sets_the_held_out_share_before_the_first_label(app_db, ctx
     with pytest.warns(UserWarning, match="has labels"):
         assert data_prompts.apply_heldout_share(ctx, 0.1, request=as_user(ADMIN)) == (gr.skip(), gr.skip())
     assert query(app_db, "SELECT COUNT(*) FROM prompts WHERE split = 'test'")[0][0] == 13
+
+
+def test_admin_sets_the_answer_length_and_the_measure(app_db, ctx):
+    """Issue 33: the project's answer length and measure from the Admin tab; a measure naming a missing reward
+    model is refused naming those there are, and code (module:function) only from the command line."""
+    base = (1, 7, 1, "", "", "chat", "arrival")
+    shown = project_settings.save_project(ctx, *base, 96, "vader", request=as_user(ADMIN))
+    assert shown[SHOWN.index("answer_tokens")] == 96 and shown[SHOWN.index("measure")]["value"] == "vader"
+    assert ("people's blind comparisons", "people") in shown[SHOWN.index("measure")]["choices"]
+    assert query(app_db, "SELECT answer_tokens, measure FROM projects") == [(96, "vader")]
+    with pytest.warns(UserWarning, match="no reward model named 'rm-x'"):
+        project_settings.save_project(ctx, *base, 96, "rm:rm-x", request=as_user(ADMIN))
+    with pytest.warns(UserWarning, match="command line"):
+        project_settings.save_project(ctx, *base, 96, "json:dumps", request=as_user(ADMIN))
+    with pytest.warns(UserWarning, match="answer_tokens"):
+        project_settings.save_project(ctx, *base, 0, "vader", request=as_user(ADMIN))
+    assert query(app_db, "SELECT answer_tokens, measure FROM projects") == [(96, "vader")]
