@@ -404,7 +404,7 @@ MIGRATIONS.append(("runs: grpo, rloo and kto stages", [
     "PRAGMA writable_schema = RESET",
 ]))
 
-# A team's own task (issue 33): how long a project's answers are, what "better" means for it, and the share of its
+# A team's own task: how long a project's answers are, what "better" means for it, and the share of its
 # prompts set aside for evaluation.
 # - answer_tokens: the new tokens of an answer in generation, every policy trainer, evaluation, chat and the arena
 #   (a run may override it). A continuation of a movie-review opening needs 16; an answer to a question ~128.

@@ -31,7 +31,7 @@ from typing import Any, Callable, Sequence
 import pandas as pd
 import sqlite_utils
 
-from labeler.services import measures, models, reward_spec, run_metrics, runs
+from labeler.services import measures, models, people_eval, reward_spec, run_metrics, runs
 from labeler.services.models import model_name_at
 from labeler.services.models import resolve as resolve_model
 from labeler.services.prompts import parse_prompt, split_prompts
@@ -449,6 +449,10 @@ def evaluate_finished_run(db: sqlite_utils.Database, run_id: int, stage: str, pr
         step = runs.get_run(db, run_id).step
         sink.log(step, after.metrics)
     log(f"evaluation ({measures.describe(after.settings['reward'])}): " + format_metrics(after.metrics))
+    if after.settings["reward"] == measures.PEOPLE and len(results) == 2:
+        queued = people_eval.queue_comparisons(db, project, run_id, base, model["name"], results[0].samples,
+                                               after.samples, after.settings["samples"])
+        log(f"evaluation: {queued} blind comparisons of the base's and the model's answers queued for people (Rank)")
     if after.metrics.get("eval/truncated_share", 0) > TRUNCATED_WARNING:
         log(truncation_warning(after))
     return after

@@ -294,3 +294,45 @@ def test_a_lora_adapter_is_evaluated_on_its_base(db, tmp_path, tiny_model_dir):
     ev = evaluation.evaluate_models(db, ["sft-lora"], EvalSettings(reward=WORDS, samples=1, max_new_tokens=3))[0]
     assert (ev.model, ev.kl_base) == ("sft-lora", str(tiny_model_dir)) and len(ev.samples) == 3
     assert ev.metrics["eval/kl"] != 0.0  # random LoRA weights: not the base
+
+
+def test_people_judge_a_run_blind_and_its_page_fills_in(db, tiny_model_dir, tuned_model_dir):
+    """Issue 33: measure `people`: the finished run's and its base's answers to each held-out prompt become one
+    blind ranking of two for annotators; their rankings give the run's win rate as they come in."""
+    from labeler.services import accounts, labeling, people_eval
+
+    texts = _heldout(db)
+    projects.update_project(db, "default", measure="people")
+    run_id = _finished_run(db)
+    model = models.register_model(db, "ppo-run1", str(tuned_model_dir), "policy", base_model=str(tiny_model_dir),
+                                  run_id=run_id)
+    lines = []
+    after = evaluation.evaluate_finished_run(db, run_id, "ppo", "default", JobConfig(eval_samples=2, max_new_tokens=3),
+                                             model, log=lines.append)
+    assert after.settings["reward"] == "people" and "eval/reward_mean" not in after.metrics
+    assert any(line.startswith(f"evaluation: {len(texts)} blind comparisons") for line in lines)
+    assert people_eval.people_win_rate(db, run_id, "ppo-run1") is None  # nobody has ranked yet
+    accounts.create_user(db, "ann", "a long enough password")
+    outcomes = []
+    for want in ("model", "base", "tie"):
+        item = labeling.next_item(db, "default", "ann", "ranking")
+        assert len(item.responses) == 2 and item.prompt in texts  # a held-out prompt, only for this comparison
+        by_model = {r["model"]: r["id"] for r in item.responses}
+        tuned, base = by_model["ppo-run1"], by_model[str(tiny_model_dir)]
+        order = {"model": [[tuned], [base]], "base": [[base], [tuned]], "tie": [[tuned, base]]}[want]
+        labeling.submit_ranking(db, "default", "ann", item.item_id, order)
+        outcomes.append(want)
+    result = people_eval.people_win_rate(db, run_id, "ppo-run1")
+    assert (result.wins, result.ties, result.losses, result.prompts) == (1, 1, 1, 3)
+    assert result.rate == pytest.approx((1 + 0.5) / 3)
+    # Re-evaluating the same run queues nothing twice.
+    assert people_eval.queue_comparisons(db, "default", run_id, "b", "ppo-run1", after.samples, after.samples, 2) == 0
+
+
+def test_pair_outcome_by_hand():
+    from labeler.services.people_eval import pair_outcome
+
+    assert pair_outcome([[7], [3]], model_response=7, base_response=3) == 1.0
+    assert pair_outcome([[3], [7]], model_response=7, base_response=3) == 0.0
+    assert pair_outcome([[3, 7]], model_response=7, base_response=3) == 0.5
+    assert pair_outcome([[3]], model_response=7, base_response=3) is None

@@ -11,7 +11,7 @@ import shlex
 import gradio as gr
 import pandas as pd
 
-from labeler.services import evaluation, labeling, measures, runs
+from labeler.services import evaluation, labeling, measures, people_eval, runs
 from labeler.ui.charts import Series, bar_chart_svg, line_chart_svg
 
 DEFAULT_METRICS = {"sft": ["loss"], "rm": ["loss", "accuracy"], "dpo": ["loss", "rewards/margins"],
@@ -174,6 +174,8 @@ def comparison_frame(db, run_id: int | None) -> tuple[pd.DataFrame, pd.DataFrame
             f"judged by {measures.describe(settings['reward'])}; win rate: the model's answers against its base's "
             f"to the same prompts (ties half, 95% interval {_interval(after.metrics)}); KL to `{after.kl_base}` in "
             "nats per answer.")
+    if settings["reward"] == measures.PEOPLE:
+        note += "\n\n" + people_line(db, run_id, after.model)
     warnings = [evaluation.run_judge_note(db, run_id, after)]
     if after.metrics.get("eval/truncated_share", 0) > evaluation.TRUNCATED_WARNING:
         warnings.append(evaluation.truncation_warning(after))
@@ -185,3 +187,13 @@ def _interval(metrics: dict) -> str:
     if "eval/win_low" not in metrics:
         return "n/a"
     return f"{metrics['eval/win_low']:.0%} to {metrics['eval/win_high']:.0%}"
+
+
+def people_line(db, run_id: int, model: str) -> str:
+    """People's win rate so far, for a run judged by people (it fills in as they rank the blind pairs)."""
+    result = people_eval.people_win_rate(db, run_id, model)
+    if result is None:
+        return "People's verdict: waiting for the first ranking of the blind pairs (Rank tab)."
+    return (f"People's verdict: the model won **{result.rate:.0%}** of {result.wins + result.ties + result.losses} "
+            f"blind comparisons with its base (95% interval {result.low:.0%} to {result.high:.0%}; {result.wins} won, "
+            f"{result.ties} tied, {result.losses} lost, on {result.prompts} prompts).")
