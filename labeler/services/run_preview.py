@@ -22,7 +22,7 @@ from typing import Any
 import sqlite_utils
 
 from labeler import forms
-from labeler.services import launch, models, run_estimate, stage_runners, train_configs
+from labeler.services import jobs, launch, models, run_estimate, stage_runners, train_configs
 from labeler.services.errors import InputError
 from labeler.services.evaluation import heldout_prompts
 from labeler.services.export import preference_rows, split_by_prompt, unpaired_rows
@@ -138,6 +138,7 @@ def preview_run(db: sqlite_utils.Database, project: str, stage: str, values: dic
     run_estimate's, in a fresh process); without it there is no estimate and time_budget is not applied.
     """
     config = train_configs.resolve_run_config(stage, values)
+    jobs.pin_project_defaults(db, config, stage, project)  # the project's answer length, as the run will store it
     job = forms.build_config(train_configs.JobConfig, config["job"])
     trainer = _trainer_config(stage, job, config["trainer"])
     records, unit = _rows(db, project, stage, job)
