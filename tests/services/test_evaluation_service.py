@@ -336,3 +336,21 @@ def test_pair_outcome_by_hand():
     assert pair_outcome([[3], [7]], model_response=7, base_response=3) == 0.0
     assert pair_outcome([[3, 7]], model_response=7, base_response=3) == 0.5
     assert pair_outcome([[3]], model_response=7, base_response=3) is None
+
+
+def test_eval_of_a_tuned_model_evaluates_its_base_and_reports_the_win_rate(db, tiny_model_dir, tuned_model_dir):
+    _heldout(db)
+    models.register_model(db, "tuned", str(tuned_model_dir), "policy", base_model=str(tiny_model_dir))
+    base, tuned = evaluation.evaluate_models(db, ["tuned"], EvalSettings(reward=WORDS, samples=2, max_new_tokens=3),
+                                             with_bases=True)
+    assert (base.model, tuned.model) == (str(tiny_model_dir), "tuned")
+    # By hand from the stored answers: answer i of the model against answer i of the base (rows grouped by prompt).
+    pairs = [(m["reward"], b["reward"]) for m, b in zip(tuned.samples, base.samples)]
+    expected = sum(1.0 if m > b else 0.5 if m == b else 0.0 for m, b in pairs) / len(pairs)
+    assert tuned.metrics["eval/win_rate"] == pytest.approx(expected)
+    text = evaluation.format_report([base, tuned])
+    assert "win rate vs base" in text and f"{expected:4.0%}" in text
+    # Asked again, the base's evaluation is reused, not redone.
+    again = evaluation.evaluate_models(db, ["tuned"], EvalSettings(reward=WORDS, samples=2, max_new_tokens=3),
+                                       with_bases=True)
+    assert again[0].id == base.id
