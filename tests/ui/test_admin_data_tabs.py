@@ -121,7 +121,7 @@ def test_arena_waits_for_a_second_model_that_an_admin_registers(fresh_ctx, db_pa
     from labeler.ui.tabs import arena
 
     caches = arena.ArenaCaches(ModelCache(max_models=2), LeaderboardCache())
-    model_1, model_2, board, note, start = arena.load(fresh_ctx, caches, request=as_user(ADMIN))
+    model_1, model_2, board, note, start, _ = arena.load(fresh_ctx, caches, request=as_user(ADMIN))
     assert start["interactive"] is False and note["visible"] is True and "only one is registered" in note["value"]
     assert model_1["value"] == model_2["value"] == "(random)"  # no model name on screen before a vote
     with pytest.raises(gr.Error, match="only one is registered"):  # the endpoint refuses too
@@ -136,7 +136,7 @@ def test_arena_waits_for_a_second_model_that_an_admin_registers(fresh_ctx, db_pa
     assert ["mine", "policy", "default"] == result[SHOWN.index("models_table")][-1][:3]
     assert query(db_path, "SELECT name, kind, base_model FROM models ORDER BY id") == [
         ("default", "base", None), ("mine", "policy", "default")]
-    model_1, model_2, board, note, start = arena.load(fresh_ctx, caches, request=as_user(ADMIN))
+    model_1, model_2, board, note, start, _ = arena.load(fresh_ctx, caches, request=as_user(ADMIN))
     assert start["interactive"] is True and note["visible"] is False
     assert model_1["choices"] == ["(random)", "default", "mine"]
 
