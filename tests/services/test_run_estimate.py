@@ -103,7 +103,8 @@ def test_preview_says_how_long_and_fits_the_budget(labelled):
     assert plain.estimate.total_seconds == 1450 and plain.steps == 40
     assert "About 24 min 10 s on this machine" in plain.markdown()
     # The micro-step is the run's own: its mini-batch, precision and tokens.
-    assert (calls[0].rows, calls[0].bf16, calls[0].max_new_tokens, calls[0].lora) == (16, False, 16, False)
+    # The project's answer length (a chat project's 128), as the run would store it.
+    assert (calls[0].rows, calls[0].bf16, calls[0].max_new_tokens, calls[0].lora) == (16, False, 128, False)
 
     fitted = preview_run(labelled, "default", "ppo", {**settings, "time_budget": "20m"}, measure=_measured(calls))
     # (1200 - 10) / 36 = 33.05 -> 33 steps: 10 + 33 x 36 = 1198 s.
