@@ -205,7 +205,7 @@ def _micro_step_in_this_process(settings: MicroStepSettings) -> MicroStep:
         from peft import LoraConfig
 
         peft_config = LoraConfig(r=settings.lora_r, lora_alpha=settings.lora_alpha, lora_dropout=0.0,
-                                 task_type="CAUSAL_LM", target_modules="all-linear")  # as stage_runners.peft_config
+                                 task_type="CAUSAL_LM", target_modules="all-linear")  # as runners.common.peft_config
     tokenizer = load_tokenizer(settings.model_path, padding_side="left")
     model = AutoModelForCausalLMWithValueHead.from_pretrained(settings.model_path, peft_config=peft_config, seed=0)
     groups = max(1, settings.answers_per_prompt if settings.rows % settings.answers_per_prompt == 0 else 1)
