@@ -4,7 +4,6 @@ with overlap (people rate batch k while the trainer steps on batch k-1), held-ou
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,23 +14,10 @@ from labeler.services.errors import InputError
 from labeler.services.metrics_sink import main_process_decides
 from labeler.services.projects import get_project
 from labeler.services.runners.common import human_queue, peft_config, policy_prompts, reward_source
+from labeler.services.runners.rollouts import Rollout, RolloutStream, resumed_rollouts
 from labeler.services.stages import RunResult, StageContext, checkpoint_due, data_snapshot
 from rlhf.configs import PPOConfig
 from rlhf.loading import load_tokenizer
-
-JOB_STATE_FILE = "job_state.json"
-
-
-@dataclass
-class Rollout:
-    """One sampled answer on its way to a PPO step."""
-
-    query: Any  # prompt token ids (1-D tensor)
-    response: Any  # answer token ids (1-D tensor), up to and including EOS
-    prompt: str
-    answer: str
-    behaviour_logprobs: Any = None  # overlap only: the answer's log-probs under the policy that sampled it
-    score: float | None = None  # None: no reward (nobody rated it in time), dropped before the step
 
 
 # The app's KL controller for every PPO run, unless the user sets it: beta never falls below its start and moves up
@@ -57,15 +43,13 @@ def run_ppo(ctx: StageContext) -> RunResult:
     own batch_size answers to its own share of the prompts (the global batch is N * batch_size), and every
     decision that ends a loop (a full batch, the stop flag) is taken by all ranks together; the main process
     alone writes the database, the checkpoints and the final model. N=1 is the same code."""
-    import torch
-
-    from rlhf.generation import build_prompt_ids
     from rlhf.ppo import PPOTrainer
     from rlhf.value_head import AutoModelForCausalLMWithValueHead
 
     job = ctx.job
     db = ctx.open_db()
-    prompts = ctx.frozen_rows("prompts", policy_prompts(db, ctx.project, job.seed))  # a resume keeps them
+    # 1. the prompts (a resume keeps them), the policy with its value head, the trainer
+    prompts = ctx.frozen_rows("prompts", policy_prompts(db, ctx.project, job.seed))
     chat_template = get_project(db, ctx.project).chat_template  # the project's prompt format
     if not prompts:
         raise InputError("the project has no prompts: import some first", field="data")
@@ -77,50 +61,103 @@ def run_ppo(ctx: StageContext) -> RunResult:
     model = AutoModelForCausalLMWithValueHead.from_pretrained(path, peft_config=peft_config(ctx, "CAUSAL_LM"),
                                                               seed=job.seed)
     trainer = PPOTrainer(config, model, None, tokenizer, callback=_samples_limited(ctx))
-    accelerator = trainer.accelerator
-    rank, world = accelerator.process_index, accelerator.num_processes
-    if world > 1 and job.reward in ("human", "mix"):
+    ranks = Ranks(trainer.accelerator, ctx)
+    if ranks.world > 1 and job.reward in ("human", "mix"):
         raise InputError(f"reward={job.reward} needs one process (the rating queue is the main process's); "
-                         f"this run has {world}", field="num_processes")
+                         f"this run has {ranks.world}", field="num_processes")
 
-    def should_stop() -> bool:
-        """The main process's stop flag on every rank (a broadcast): call it at the same point on all ranks."""
-        return main_process_decides(ctx.should_stop())
-
-    def any_rank(flag: bool) -> bool:
-        """True on every rank when it is True on one (a sum over ranks; N=1: the flag itself)."""
-        if world == 1:
-            return flag
-        return bool(accelerator.reduce(torch.tensor([float(flag)], device=accelerator.device), "sum")[0] > 0)
-
+    # 2. the rewards, and the stream of rollouts they score. Overlap: batch k+1 is generated and queued for rating
+    # before waiting for batch k's ratings, so people rate while the trainer steps and the trainer steps while
+    # people rate. Batch k+1 is then one update stale; the PPO ratio is taken against the log-probs of the policy
+    # that sampled it.
     queue = human_queue(ctx)
     reward = reward_source(ctx, db, queue)
-    # Overlap: batch k+1 is generated and queued for rating before waiting for batch k's ratings, so people
-    # rate while the trainer steps and the trainer steps while people rate. Batch k+1 is then one update
-    # stale; the PPO ratio is taken against the log-probs of the policy that sampled it.
     overlap = job.human_overlap and queue is not None
+    stream = RolloutStream(
+        prompts, answers_per_prompt=job.answers_per_prompt, rank=ranks.rank, world=ranks.world,
+        prompts_per_batch=lambda: config.prompts_per_batch(job.answers_per_prompt),  # ValueError if broken
+        sample=sampler(trainer, tokenizer, chat_template, job, overlap), reward=reward,
+        request_ahead=getattr(reward, "request_ahead", queue.request_ahead) if overlap else None)
 
-    position = 0
+    # 3. resume: the trainer's state, the stream's position, and the answers people were rating
     resume = ctx.resume_checkpoint()
     if resume is not None:
         trainer.load_checkpoint(resume)
-        position = json.loads((resume / JOB_STATE_FILE).read_text())["position"]
+        stream.read_state(resume)
         ctx.sink.truncate_after(trainer.current_step)
         print(f"resumed from {resume} at step {trainer.current_step}", flush=True)
     ctx.sink.progress(trainer.current_step, job.steps)
+    check_heldout = heldout_check(ctx, db, trainer, tokenizer, chat_template) if ranks.is_main else None
+    if resume is not None and queue is not None:
+        stream.buffer = resumed_rollouts(queue, tokenizer, chat_template, job.human_timeout)
+
+    # 4. the loop: a full batch, a step, its metrics, a held-out check and a checkpoint when due, the stop flag
+    try:
+        while trainer.current_step < job.steps:
+            if not stream.fill(config.batch_size, any_rank=ranks.any, should_stop=ranks.should_stop,
+                               look_ahead=lambda: trainer.current_step + 1 < job.steps and not ranks.should_stop()):
+                break
+            ppo_step(trainer, stream.take(config.batch_size), reward, overlap)
+            ctx.sink.progress(trainer.current_step, job.steps)
+            if check_heldout is not None:
+                check_heldout(trainer.current_step)
+            if checkpoint_due(job, trainer.current_step):  # every step when people's labels went into it
+                save_checkpoint(ctx, trainer, stream)
+            if ranks.should_stop():
+                print(f"early stop after step {trainer.current_step}", flush=True)
+                break
+    finally:
+        if queue is not None:
+            queue.release_ahead()
+
+    # 5. the final model
+    save_policy(ctx, trainer, tokenizer)
+    return RunResult(str(ctx.final_dir), "policy", base, {}, data_snapshot("prompts", prompts))
+
+
+@dataclass
+class Ranks:
+    """The decisions every rank of a run takes together (each a collective: call it at the same point on all)."""
+
+    accelerator: Any
+    ctx: StageContext
+
+    @property
+    def rank(self) -> int:
+        return self.accelerator.process_index
+
+    @property
+    def world(self) -> int:
+        return self.accelerator.num_processes
+
+    @property
+    def is_main(self) -> bool:
+        return self.accelerator.is_main_process
+
+    def should_stop(self) -> bool:
+        """The main process's stop flag on every rank (a broadcast)."""
+        return main_process_decides(self.ctx.should_stop())
+
+    def any(self, flag: bool) -> bool:
+        """True on every rank when it is True on one (a sum over ranks; N=1: the flag itself)."""
+        if self.world == 1:
+            return flag
+        import torch
+
+        device = self.accelerator.device
+        return bool(self.accelerator.reduce(torch.tensor([float(flag)], device=device), "sum")[0] > 0)
+
+
+def sampler(trainer, tokenizer, chat_template, job, overlap: bool):
+    """`sample(texts)`: the policy's answers to prompt texts as Rollouts (with overlap, with the log-probs of the
+    policy that sampled them)."""
+    from rlhf.generation import build_prompt_ids
+
     generation = {"max_new_tokens": job.max_new_tokens, "do_sample": True, "top_k": 0, "top_p": 1.0}
 
-    def rollout_batch() -> list[Rollout]:
-        """The next batch: answers_per_prompt answers to each of the next prompts, batch_size in all."""
-        nonlocal position
-        # answers_per_prompt answers to each prompt (RLOO's groups), batch_size answers in all. The ranks take
-        # consecutive shares of the next world * n_prompts prompts: rank r the r-th.
-        n_prompts = config.prompts_per_batch(job.answers_per_prompt)  # PPO's rollout rule: ValueError if broken
-        first = position + rank * n_prompts
-        texts = [prompts[(first + i) % len(prompts)] for i in range(n_prompts) for _ in range(job.answers_per_prompt)]
-        position += world * n_prompts
+    def sample(texts: list[str]) -> list[Rollout]:
         queries = [build_prompt_ids(tokenizer, text, use_chat_template=chat_template) for text in texts]
-        responses = trainer.generate(queries, return_prompt=False, batch_size=config.batch_size, **generation)
+        responses = trainer.generate(queries, return_prompt=False, batch_size=trainer.config.batch_size, **generation)
         answers = tokenizer.batch_decode(responses, skip_special_tokens=True)
         rollouts = [Rollout(q, r, t, a) for q, r, t, a in zip(queries, responses, texts, answers)]
         if overlap:
@@ -129,87 +166,41 @@ def run_ppo(ctx: StageContext) -> RunResult:
                 computed = trainer.behaviour_logprobs([r.query for r in kept], [r.response for r in kept])
                 for rollout, logprobs in zip(kept, computed):
                     rollout.behaviour_logprobs = logprobs
-            getattr(reward, "request_ahead", queue.request_ahead)(texts, answers)  # a mix picks its groups first
         return rollouts
+    return sample
 
-    check_heldout = heldout_check(ctx, db, trainer, tokenizer, chat_template) if accelerator.is_main_process else None
-    ahead: list[Rollout] = []  # overlap: the next batch, generated and already in the rating queue
-    buffer: list[Rollout] = []  # scored rollouts waiting for a full batch
-    if resume is not None and queue is not None:
-        buffer = resumed_rollouts(queue, tokenizer, chat_template, job.human_timeout)
-    try:
-        while trainer.current_step < job.steps:
-            # Rollouts whose reward is None (nobody rated them in time, policy "skip") or empty are dropped;
-            # kept ones wait in the buffer until a full batch is there, on every rank: a rank whose buffer is
-            # full generates along with the others (its extra rollouts wait for the next step), so every rank
-            # makes the same generate() calls (collectives under ZeRO-3) and steps together.
-            while any_rank(len(buffer) < config.batch_size):
-                rollouts, ahead = ahead or rollout_batch(), []
-                if overlap and trainer.current_step + 1 < job.steps and not should_stop():
-                    ahead = rollout_batch()  # at most one batch ahead
-                scores = reward([r.prompt for r in rollouts], [r.answer for r in rollouts])
-                for rollout, score in zip(rollouts, scores):
-                    rollout.score = score
-                buffer += [r for r in rollouts if r.score is not None and len(r.response) > 0]
-                if should_stop():
-                    break
-            if any_rank(len(buffer) < config.batch_size):
-                break
-            batch, buffer = buffer[: config.batch_size], buffer[config.batch_size:]
-            score_tensors = [torch.tensor(float(r.score)) for r in batch]
-            stats = trainer.step([r.query for r in batch], [r.response for r in batch], score_tensors,
-                                 old_logprobs=[r.behaviour_logprobs for r in batch] if overlap else None)
-            stats.update(trainer.gather_stats(dict(reward.last_stats)))  # the mean over ranks, as step()'s
-            trainer.log_stats(stats, {"query": [r.prompt for r in batch], "response": [r.answer for r in batch]},
-                              score_tensors)
-            ctx.sink.progress(trainer.current_step, job.steps)
-            if check_heldout is not None:
-                check_heldout(trainer.current_step)
-            if checkpoint_due(job, trainer.current_step):  # every step when people's labels went into it
-                # The batch generated ahead is not trained on yet: a resumed run generates it again.
-                def write(folder: Path, position=position - world * (len(ahead) // job.answers_per_prompt)):
-                    trainer.save_checkpoint(folder)  # every rank: it gathers their RNG states
-                    (folder / JOB_STATE_FILE).write_text(json.dumps({"position": position}))
-                ctx.save_checkpoint(trainer.current_step, write)  # the main process's folder is the checkpoint
-            if should_stop():
-                print(f"early stop after step {trainer.current_step}", flush=True)
-                break
-    finally:
-        if queue is not None:
-            queue.release_ahead()
-    # A full model that AutoModelForCausalLM.from_pretrained loads (a LoRA adapter merged into its base), so
-    # chat, eval and other tools take it as it is; the value head is saved beside it for a later resume.
-    # Saved by the main process once every rank has finished stepping (under DDP its weights are everyone's;
-    # ZeRO-3 / FSDP shards are gathered first, a collective every rank enters: None when not sharded).
-    accelerator.wait_for_everyone()
+
+def ppo_step(trainer, batch: list[Rollout], reward, overlap: bool) -> None:
+    """One PPOTrainer step on a batch of scored rollouts, its stats (the reward source's too) logged."""
+    import torch
+
+    score_tensors = [torch.tensor(float(r.score)) for r in batch]
+    stats = trainer.step([r.query for r in batch], [r.response for r in batch], score_tensors,
+                         old_logprobs=[r.behaviour_logprobs for r in batch] if overlap else None)
+    stats.update(trainer.gather_stats(dict(reward.last_stats)))  # the mean over ranks, as step()'s
+    trainer.log_stats(stats, {"query": [r.prompt for r in batch], "response": [r.answer for r in batch]},
+                      score_tensors)
+
+
+def save_checkpoint(ctx: StageContext, trainer, stream: RolloutStream) -> None:
+    """A resumable checkpoint: the trainer's state and the stream's position (the batch generated ahead is not
+    trained on yet: a resumed run generates it again)."""
+    def write(folder: Path, position=stream.resume_position):
+        trainer.save_checkpoint(folder)  # every rank: it gathers their RNG states
+        stream.write_state(folder, position)
+    ctx.save_checkpoint(trainer.current_step, write)  # the main process's folder is the checkpoint
+
+
+def save_policy(ctx: StageContext, trainer, tokenizer) -> None:
+    """A full model that AutoModelForCausalLM.from_pretrained loads (a LoRA adapter merged into its base), so chat,
+    eval and other tools take it as it is; the value head is saved beside it for a later resume. Saved by the main
+    process once every rank has finished stepping (under DDP its weights are everyone's; ZeRO-3 / FSDP shards are
+    gathered first, a collective every rank enters: None when not sharded)."""
+    trainer.accelerator.wait_for_everyone()
     weights = trainer.gathered_state_dict()
-    if accelerator.is_main_process:
+    if trainer.accelerator.is_main_process:
         trainer.unwrapped_model.save_merged(ctx.final_dir, state_dict=weights)
         tokenizer.save_pretrained(ctx.final_dir)
-    return RunResult(str(ctx.final_dir), "policy", base, {}, data_snapshot("prompts", prompts))
-
-
-def resumed_rollouts(queue, tokenizer, chat_template, timeout: float) -> list[Rollout]:
-    """A resumed run's first rollouts: the answers it had put before people when it stopped, waited for on the
-    same items (their labels are not asked for twice, nor lost), as rollouts with their rewards. Token ids come
-    from the stored text (the sampled ids were not kept); rollouts nobody labelled in time are dropped."""
-    from rlhf.generation import build_prompt_ids
-
-    pending = queue.pending()
-    if not pending:
-        return []
-    item_ids = [item_id for item_id, _, _ in pending]
-    texts = [(prompt, answer) for _, prompt, answers in pending for answer in answers]
-    rewards = queue.wait(item_ids, timeout)
-    rollouts = []
-    for (prompt, answer), reward in zip(texts, rewards):
-        response = tokenizer(answer, add_special_tokens=False, return_tensors="pt").input_ids[0]
-        if reward is not None and len(response) > 0:
-            query = build_prompt_ids(tokenizer, prompt, use_chat_template=chat_template)
-            rollouts.append(Rollout(query, response, prompt, answer, score=reward))
-    print(f"resumed: {len(rollouts)} answers labelled while the run was down (or since) join the next step",
-          flush=True)
-    return rollouts
 
 
 def heldout_check(ctx: StageContext, db, trainer, tokenizer, chat_template):
