@@ -191,4 +191,29 @@ def test_the_private_name_check_sees_both_forms(tmp_path):
     (package / "user.py").write_text(
         "from labeler.shared import _helper, helper\nfrom labeler import shared\n"
         "def f():\n    return shared._helper(), shared.helper(), helper()\n")
-    assert private_names_imported(tmp_path, ("labeler",)) == ["labeler/user.py:1 _helper", "labeler/user.py:4 shared._helper"]
+    assert private_names_imported(tmp_path, ("labeler",)) == ["labeler/user.py:1 _helper",
+                                                              "labeler/user.py:4 shared._helper"]
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    """The modules `start` imports, directly or through others."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for target in graph.get(todo.pop(), ()):
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen
+
+
+def test_job_settings_stand_on_the_ground_floor():
+    # Settings declare and check values: they reach no exporter with its writers and no timing code (the label
+    # filters' fields are label_filters', the "20m" parsing durations'), at import time or in a function.
+    files = module_files(ROOT)
+    known = set(files)
+    ours = reachable(import_graph(ROOT), "labeler.services.job_settings") | {"labeler.services.job_settings"}
+    assert ours & {"labeler.services.export", "labeler.services.run_estimate"} == set()
+    theirs = {imported.split(".")[0] for name in ours for imported in top_level_imports(
+        files[name].read_text(encoding="utf-8"), name, files[name].name == "__init__.py", known, functions=True)}
+    assert theirs & {"subprocess", "csv", "sqlite_utils", "pyarrow", "time"} == set()
