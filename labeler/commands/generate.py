@@ -12,10 +12,10 @@ import os
 from tqdm import tqdm
 
 from labeler import forms
+from labeler.commands import database
 from labeler.services.errors import InputError
 from labeler.services.generation import generate_responses
 from rlhf.configs import GenerationSettings
-from storage import open_db
 
 
 def _flag(name: str) -> str:
@@ -79,21 +79,20 @@ def run_generate(args: argparse.Namespace) -> int:
     passive_omp_threads()
 
     settings = settings_from_args(args)
-    db = open_db(args.db)
-    bar = tqdm(total=0, unit="answer", desc=f"generating with {args.model}")
+    with database(args.db) as db:
+        bar = tqdm(total=0, unit="answer", desc=f"generating with {args.model}")
 
-    def progress(done: int, total: int) -> None:
-        bar.total = total
-        bar.update(done - bar.n)
+        def progress(done: int, total: int) -> None:
+            bar.total = total
+            bar.update(done - bar.n)
 
-    try:
-        ids = generate_responses(
-            db, args.project, model=args.model, n_per_prompt=args.n, settings=settings,
-            prompt_ids=args.prompt_ids, limit=args.limit, progress=progress,
-        )
-    finally:
-        bar.close()
-        db.conn.close()
+        try:
+            ids = generate_responses(
+                db, args.project, model=args.model, n_per_prompt=args.n, settings=settings,
+                prompt_ids=args.prompt_ids, limit=args.limit, progress=progress,
+            )
+        finally:
+            bar.close()
     if not ids:
         print(f"nothing to do: every prompt already has {args.n} answer(s) from {args.model}")
     else:
