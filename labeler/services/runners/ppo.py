@@ -43,9 +43,6 @@ def run_ppo(ctx: StageContext) -> RunResult:
     own batch_size answers to its own share of the prompts (the global batch is N * batch_size), and every
     decision that ends a loop (a full batch, the stop flag) is taken by all ranks together; the main process
     alone writes the database, the checkpoints and the final model. N=1 is the same code."""
-    from rlhf.ppo import PPOTrainer
-    from rlhf.value_head import AutoModelForCausalLMWithValueHead
-
     job = ctx.job
     db = ctx.open_db()
     # 1. the prompts (a resume keeps them), the policy with its value head, the trainer
@@ -56,11 +53,8 @@ def run_ppo(ctx: StageContext) -> RunResult:
     base = job.base_model("ppo")
     path = models.resolve(db, base)
     tokenizer = load_tokenizer(path, padding_side="left")
-    config = forms.build_config(PPOConfig, {"seed": job.seed, "bf16": job.bf16,
-                                            **kl_settings_for(ctx.trainer_settings), **ctx.trainer_settings})
-    model = AutoModelForCausalLMWithValueHead.from_pretrained(path, peft_config=peft_config(ctx, "CAUSAL_LM"),
-                                                              seed=job.seed)
-    trainer = PPOTrainer(config, model, None, tokenizer, callback=_samples_limited(ctx))
+    trainer = ppo_trainer(ctx, path, tokenizer)
+    config = trainer.config
     ranks = Ranks(trainer.accelerator, ctx)
     if ranks.world > 1 and job.reward in ("human", "mix"):
         raise InputError(f"reward={job.reward} needs one process (the rating queue is the main process's); "
@@ -113,6 +107,20 @@ def run_ppo(ctx: StageContext) -> RunResult:
     # 5. the final model
     save_policy(ctx, trainer, tokenizer)
     return RunResult(str(ctx.final_dir), "policy", base, {}, data_snapshot("prompts", prompts))
+
+
+def ppo_trainer(ctx: StageContext, path: str, tokenizer):
+    """The PPOTrainer of a run: the job's seed and bf16, the app's KL controller settings unless the user set them,
+    the policy with its value head (LoRA when asked), metrics to the run's sink."""
+    from rlhf.ppo import PPOTrainer
+    from rlhf.value_head import AutoModelForCausalLMWithValueHead
+
+    job = ctx.job
+    config = forms.build_config(PPOConfig, {"seed": job.seed, "bf16": job.bf16,
+                                            **kl_settings_for(ctx.trainer_settings), **ctx.trainer_settings})
+    model = AutoModelForCausalLMWithValueHead.from_pretrained(path, peft_config=peft_config(ctx, "CAUSAL_LM"),
+                                                              seed=job.seed)
+    return PPOTrainer(config, model, None, tokenizer, callback=_samples_limited(ctx))
 
 
 @dataclass
