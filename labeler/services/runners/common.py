@@ -20,6 +20,7 @@ from labeler.services.stages import RunResult, StageContext, data_snapshot
 from rlhf.loading import load_tokenizer
 from rlhf.rewards import FunctionReward, HumanReward, MixReward, RewardModelReward
 
+
 # ---- shared pieces -----------------------------------------------------------------------------------
 
 def export_options(ctx: StageContext, **overrides):
@@ -98,7 +99,7 @@ def trainer_callbacks(ctx: StageContext) -> list:
     return [ctx.sink.trainer_callback(ctx.job.steps), checkpoints.manifest_callback()]
 
 
-# ---- the stages on transformers.Trainer (SFT, RM, DPO, KTO) ----------------------------------------------------------------------------
+# ---- the stages on transformers.Trainer (SFT, RM, DPO, KTO) --------------------------------------------
 
 def train_stage(ctx: StageContext, db, stage: str, rows: list[dict], trainer_cls, config_cls, task_type: str,
                  kind: str, snapshot: str, *, frozen: bool = False) -> RunResult:
@@ -132,7 +133,7 @@ def policy_rows_options(ctx: StageContext, db, stage: str, **overrides):
     return export_options(ctx, conversational=chat, **overrides)
 
 
-# ---- a policy run's rewards and prompts (PPO, GRPO, RLOO)-----------------------------------------------------------------------------------------------
+# ---- a policy run's rewards and prompts (PPO, GRPO, RLOO) ----------------------------------------------
 
 def human_queue(ctx: StageContext):
     """The run's rating queue when the job's rewards come from people (human, mix), else None."""
