@@ -391,7 +391,7 @@ MIGRATIONS.append(("active selection", [
     "CREATE INDEX items_open_selection ON items (project_id, kind, priority DESC, selection_score DESC, id) WHERE is_open = 1",
 ]))
 
-# The TRL 1.x stages (GRPO, RLOO, KTO; labeler/services/stage_runners_online.py). SQLite cannot change a CHECK
+# The TRL 1.x stages (GRPO, RLOO, KTO; labeler/services/runners/online.py). SQLite cannot change a CHECK
 # constraint in place and rebuilding `runs` would cascade-delete its metrics (foreign keys are on, and cannot be
 # turned off inside the migration's transaction), so the constraint's text is edited in the schema itself: a
 # change of a CHECK constraint leaves the stored rows' format as it is (SQLite's documented use of

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 
+from labeler.commands import database
 from labeler.commands.generate import passive_omp_threads
 from labeler.services import evaluation, hub
 from labeler.services.evaluation import HELDOUT, EvalSettings
-from storage import open_db
 
 
 def register(subparsers, common: argparse.ArgumentParser) -> None:
@@ -54,13 +54,10 @@ def run_eval(args: argparse.Namespace) -> int:
     settings = EvalSettings(prompts=args.prompts, reward=args.reward, samples=args.samples,
                             max_new_tokens=args.max_new_tokens, threshold=args.threshold, seed=args.seed,
                             bf16=args.bf16, batch_size=args.batch_size)
-    db = open_db(args.db)
-    try:
+    with database(args.db) as db:
         results = evaluation.evaluate_models(db, args.model, settings, project=args.project,
                                              log=lambda line: print(line, flush=True), with_bases=True)
         hub.write_model_cards(db, [result.model for result in results])  # their evaluation tables gain a row
-    finally:
-        db.conn.close()
     print()
     print(evaluation.format_report(results, examples=args.examples))
     return 0

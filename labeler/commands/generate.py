@@ -12,11 +12,11 @@ import os
 from tqdm import tqdm
 
 from labeler import forms
+from labeler.commands import database
 from labeler.services.errors import InputError
 from labeler.services.generation import generate_responses
 from labeler.services.projects import get_project
 from rlhf.configs import GenerationSettings
-from storage import open_db
 
 
 def _flag(name: str) -> str:
@@ -81,29 +81,24 @@ def passive_omp_threads() -> None:
 def run_generate(args: argparse.Namespace) -> int:
     passive_omp_threads()
 
-    db = open_db(args.db)
-    # The project's answer length unless --max-new-tokens says otherwise: answers to questions need room, a
-    # continuation of the shipped task's review openings does not.
-    try:
+    with database(args.db) as db:
+        # The project's answer length unless --max-new-tokens says otherwise: answers to questions need room, a
+        # continuation of the shipped task's review openings does not.
         base = GenerationSettings(max_new_tokens=get_project(db, args.project).answer_tokens)
         settings = settings_from_args(args, base)
-    except InputError:
-        db.conn.close()
-        raise
-    bar = tqdm(total=0, unit="answer", desc=f"generating with {args.model}")
+        bar = tqdm(total=0, unit="answer", desc=f"generating with {args.model}")
 
-    def progress(done: int, total: int) -> None:
-        bar.total = total
-        bar.update(done - bar.n)
+        def progress(done: int, total: int) -> None:
+            bar.total = total
+            bar.update(done - bar.n)
 
-    try:
-        ids = generate_responses(
-            db, args.project, model=args.model, n_per_prompt=args.n, settings=settings,
-            prompt_ids=args.prompt_ids, limit=args.limit, progress=progress,
-        )
-    finally:
-        bar.close()
-        db.conn.close()
+        try:
+            ids = generate_responses(
+                db, args.project, model=args.model, n_per_prompt=args.n, settings=settings,
+                prompt_ids=args.prompt_ids, limit=args.limit, progress=progress,
+            )
+        finally:
+            bar.close()
     if not ids:
         print(f"nothing to do: every prompt already has {args.n} answer(s) from {args.model}")
     else:

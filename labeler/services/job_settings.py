@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import ClassVar, Literal
 
-from labeler.services.export import data_field
-from labeler.services.run_estimate import budget_seconds
+from labeler.services.durations import budget_seconds
+from labeler.services.label_filters import filter_field
 from rlhf.hardware import bf16_is_fast
 
 ALL_STAGES = ("sft", "rm", "dpo", "ppo", "grpo", "rloo", "kto")
@@ -69,10 +69,10 @@ class DataSettings:
     STAGES: ClassVar[tuple[str, ...]] = ALL_STAGES
 
     annotators: str = field(default="", metadata={"help": "Comma-separated annotators whose labels are used (blank: all)."})
-    min_annotators: int = data_field("min_annotators")
-    min_agreement: float | None = data_field("min_agreement")
+    min_annotators: int = filter_field("min_annotators")
+    min_agreement: float | None = filter_field("min_agreement")
     # On for training (export's default is off): an RM or DPO run on a project with ratings only still has pairs.
-    include_rating_pairs: bool = data_field("include_rating_pairs", default=True)
+    include_rating_pairs: bool = filter_field("include_rating_pairs", default=True)
     sft_min_score: float | None = field(default=None, metadata={"help": "SFT: keep rated answers with a mean score at least this (blank: the scale's midpoint)."})
     test_size: float = field(default=0.1, metadata={"help": "Held-out fraction for evaluation."})
 

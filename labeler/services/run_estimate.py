@@ -13,63 +13,27 @@ so the estimate errs on the long side. Not included: a reward model's scoring (r
 human ratings (reward=human/mix), which depend on people. The stages trained by transformers' Trainer on
 labels (sft, rm, dpo, kto) have no estimate.
 
-The arithmetic (micro-step -> seconds -> steps) is pure and tested with made-up micro-step times; parsing a
-duration ("20m", "1h30m") too. Only the measurement loads a model.
+The arithmetic (micro-step -> seconds -> steps) is pure and tested with made-up micro-step times (parsing a
+duration, "20m" or "1h30m", is durations.py's). Only the measurement loads a model.
 """
 from __future__ import annotations
 
 import json
 import math
 import os
-import re
 import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+# budget_seconds: run_preview reads it here too, with format_duration.
+from labeler.services.durations import budget_seconds, format_duration  # noqa: F401
 from rlhf.configs import PPOConfig
 from rlhf.loading import load_tokenizer
 
 # A cached measurement is reused this long: the machine's load changes, and so does the micro-step.
 CACHE_SECONDS = 600.0
-_NUMBER = r"(\d+(?:\.\d+)?)"
-_DURATION = re.compile(rf"(?:{_NUMBER}h)?(?:{_NUMBER}m(?:in)?)?(?:{_NUMBER}s)?")  # hours, minutes, seconds in order
-
-
-def parse_duration(text: str, name: str = "time_budget") -> float:
-    """'20m', '1h30m', '90s', '1.5h' (or a bare number of minutes, '20') -> seconds. ValueError naming `name`."""
-    cleaned = str(text).strip().lower().replace(" ", "")
-    match = _DURATION.fullmatch(cleaned)
-    if re.fullmatch(_NUMBER, cleaned):
-        seconds = float(cleaned) * 60.0
-    elif cleaned and match:
-        hours, minutes, secs = (float(g) if g else 0.0 for g in match.groups())
-        seconds = hours * 3600 + minutes * 60 + secs
-    else:
-        raise ValueError(f"{name}={text!r}: expected a duration such as 20m, 1h30m or 90s (a bare number is minutes)")
-    if seconds <= 0:
-        raise ValueError(f"{name}={text!r}: must be more than zero")
-    return seconds
-
-
-def budget_seconds(text: str | None) -> float | None:
-    """A time_budget setting in seconds; None when it is not set (None or blank)."""
-    if text is None or not str(text).strip():
-        return None
-    return parse_duration(text)
-
-
-def format_duration(seconds: float) -> str:
-    """1234 -> '20 min 34 s'; 75 -> '1 min 15 s'; 42 -> '42 s'; 3700 -> '1 h 1 min'."""
-    seconds = int(round(seconds))
-    if seconds >= 3600:
-        return f"{seconds // 3600} h {seconds % 3600 // 60} min"
-    if seconds >= 60:
-        return f"{seconds // 60} min {seconds % 60} s"
-    return f"{seconds} s"
-
-
 # PPOTrainer.step's no-grad passes over a mini-batch, which MicroStep.forward_seconds times together: the policy's
 # (log-probs and values) and the reference's (PPOTrainer._rollout_forward).
 PPO_NO_GRAD_PASSES = 2
@@ -205,7 +169,7 @@ def _micro_step_in_this_process(settings: MicroStepSettings) -> MicroStep:
         from peft import LoraConfig
 
         peft_config = LoraConfig(r=settings.lora_r, lora_alpha=settings.lora_alpha, lora_dropout=0.0,
-                                 task_type="CAUSAL_LM", target_modules="all-linear")  # as stage_runners.peft_config
+                                 task_type="CAUSAL_LM", target_modules="all-linear")  # as runners.common.peft_config
     tokenizer = load_tokenizer(settings.model_path, padding_side="left")
     model = AutoModelForCausalLMWithValueHead.from_pretrained(settings.model_path, peft_config=peft_config, seed=0)
     groups = max(1, settings.answers_per_prompt if settings.rows % settings.answers_per_prompt == 0 else 1)

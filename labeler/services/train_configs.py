@@ -27,10 +27,10 @@ STAGE_CONFIG_CLASSES = {
     "rm": "rlhf.reward:RewardConfig",
     "dpo": "rlhf.dpo:DPOConfig",
     "ppo": "rlhf.configs:PPOConfig",
-    # TRL 1.x trainers, with the app's CPU defaults (labeler/services/stage_runners_online.py)
-    "grpo": "labeler.services.stage_runners_online:StudioGRPOConfig",
-    "rloo": "labeler.services.stage_runners_online:StudioRLOOConfig",
-    "kto": "labeler.services.stage_runners_online:StudioKTOConfig",
+    # TRL 1.x trainers, with the app's CPU defaults (labeler/services/runners/online.py)
+    "grpo": "labeler.services.runners.online:StudioGRPOConfig",
+    "rloo": "labeler.services.runners.online:StudioRLOOConfig",
+    "kto": "labeler.services.runners.online:StudioKTOConfig",
 }
 # The trainer fields the Train tab shows; every other field is still settable with --set or a JSON file.
 # (steps, seed and bf16 are job settings, passed on to the trainer: max_steps, seed, bf16.)

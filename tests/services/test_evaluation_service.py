@@ -10,7 +10,7 @@ import pytest
 from labeler.services import evaluation, models, projects, prompts
 from labeler.services.errors import InputError
 from labeler.services.evaluation import EvalSettings
-from labeler.services.stage_runners import split_rows
+from labeler.services.runners.common import split_rows
 from labeler.services.train_configs import JobConfig
 
 WORDS = "eval_rewards:words"

@@ -7,7 +7,7 @@ import pytest
 from export_fixtures import build_labelled_db
 
 from labeler import forms
-from labeler.services import run_estimate
+from labeler.services import durations, run_estimate
 from labeler.services.errors import InputError
 from labeler.services.run_estimate import MicroStep
 from labeler.services.run_preview import apply_time_budget, preview_run
@@ -20,18 +20,18 @@ MICRO = MicroStep(rows=16, generate_seconds=2.0, forward_seconds=1.0, train_seco
 @pytest.mark.parametrize("text, seconds", [("20m", 1200), ("1h30m", 5400), ("90s", 90), ("1.5h", 5400),
                                            ("20", 1200), ("2min", 120), ("1h 5m 3s", 3903)])
 def test_durations(text, seconds):
-    assert run_estimate.parse_duration(text) == seconds
+    assert durations.parse_duration(text) == seconds
 
 
 @pytest.mark.parametrize("text", ["abc", "20x", "m", "0", "-5m", "5m1h"])
 def test_bad_durations_name_the_setting(text):
     with pytest.raises(ValueError, match=r"time_budget="):
-        run_estimate.parse_duration(text)
+        durations.parse_duration(text)
 
 
 def test_time_budget_is_a_job_setting_checked_like_the_others():
     assert forms.build_config(JobConfig, {"time_budget": "20m"}).time_budget == "20m"
-    assert run_estimate.budget_seconds(forms.build_config(JobConfig, {"time_budget": ""}).time_budget) is None
+    assert durations.budget_seconds(forms.build_config(JobConfig, {"time_budget": ""}).time_budget) is None
     assert resolve_run_config("ppo", {"time_budget": "1h"})["job"]["time_budget"] == "1h"
     with pytest.raises(InputError) as error:
         resolve_run_config("ppo", {"time_budget": "20 minutes please"})
@@ -74,8 +74,8 @@ def test_steps_that_fit_a_budget():
 
 
 def test_format_duration():
-    assert [run_estimate.format_duration(s) for s in (42, 75, 1234, 3700)] == ["42 s", "1 min 15 s", "20 min 34 s",
-                                                                             "1 h 1 min"]
+    assert [durations.format_duration(s) for s in (42, 75, 1234, 3700)] == ["42 s", "1 min 15 s", "20 min 34 s",
+                                                                          "1 h 1 min"]
 
 
 @pytest.fixture

@@ -21,10 +21,10 @@ import yaml
 from labeler.services.chat import ModelCache
 from labeler.services.errors import InputError
 from labeler.ui import header
+from labeler.ui.gold import parse_gold
 from labeler.ui.session import quiet_before_password_change
 from labeler.ui.tabs import admin, arena, data, labelling, rank, rate
 from labeler.ui.tabs.admin import backup, model_registry, project_settings, quality, users
-from labeler.ui.tabs.admin.quality import parse_gold
 from labeler.ui.tabs.admin.snapshot import SHOWN
 from labeler.ui.tabs.chat import model_lists
 from labeler.ui.tabs.data import export as data_export

@@ -19,10 +19,10 @@ from labeler.services.errors import InputError
 from labeler.services.leaderboard import MIN_VOTES_FOR_INTERVAL, LeaderboardCache, leaderboard
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
+from labeler.ui.model_choices import model_choices
 from labeler.ui.roles import requires
 from labeler.ui.session import quiet_before_password_change
 from labeler.ui.soft_errors import ui_errors
-from labeler.ui.tabs.chat import model_choices
 
 TITLE = "Arena"
 RANDOM = "(random)"

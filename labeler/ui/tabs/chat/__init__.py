@@ -21,7 +21,6 @@ from labeler.ui.context import UIContext
 from labeler.ui.session import quiet_before_password_change
 from labeler.ui.tabs.chat import conversation, model_lists, rating
 from labeler.ui.tabs.chat.best_of_n import best_of_n
-from labeler.ui.tabs.chat.model_lists import model_choices  # noqa: F401 - the Arena tab's model pickers use it
 from labeler.ui.tabs.chat.sampling import settings_widgets
 
 TITLE = "Chat"

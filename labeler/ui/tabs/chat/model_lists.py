@@ -6,20 +6,9 @@ import gradio as gr
 
 from labeler.services import models, projects
 from labeler.ui.context import UIContext
+from labeler.ui.model_choices import model_choices
 from labeler.ui.roles import requires
 from labeler.ui.soft_errors import ui_errors
-
-
-def model_choices(ctx: UIContext, db, kind: str = "chat") -> tuple[list[str], str | None]:
-    """(choices, default) for a model dropdown; the server's --model is offered even when unregistered."""
-    if kind == "reward":
-        names = [m["name"] for m in models.list_models(db, kind="reward")]
-        return names, (names[-1] if names else None)
-    names = models.chat_model_names(db)
-    default = ctx.settings.model
-    if default not in names:
-        names.append(default)
-    return names, default
 
 
 @ui_errors
