@@ -14,7 +14,8 @@ from labeler.ui.soft_errors import ui_errors
 @ui_errors
 @requires("user")
 def load(ctx: UIContext, request: gr.Request) -> tuple:
-    """Both model pickers (the defaults picked) and the score's choices on the project's scale."""
+    """Both model pickers (the defaults picked), the score's choices on the project's scale, and the answer
+    length set to the project's."""
     with ctx.connection() as db:
         names, default = model_choices(ctx, db)
         rewards, reward_default = model_choices(ctx, db, kind="reward")
@@ -24,6 +25,7 @@ def load(ctx: UIContext, request: gr.Request) -> tuple:
         gr.update(choices=names, value=default),
         gr.update(choices=rewards, value=reward_default),
         gr.update(choices=scale, value=None, label=f"Score ({project.likert_min} = very bad … {project.likert_max} = excellent)"),
+        project.answer_tokens,
     )
 
 
