@@ -43,6 +43,7 @@ from rlhf.losses import (
     k3_kl,
     nan_std,
 )
+from rlhf.precision import model_load_kwargs
 from rlhf.peft_utils import base_model, is_peft_model, merge_adapter
 from rlhf.trainer_config import TrainerConfig
 from rlhf.trainer_setup import prepare_model
@@ -65,8 +66,6 @@ class OnlineRLConfig(TrainerConfig):
         default=DEFAULT_POLICY, metadata={"help": "Policy when the trainer is given no model: 'default', a folder, an adapter folder."})
     learning_rate: float = field(default=1e-6, metadata={"help": "AdamW learning rate (TRL's default 1e-6)."})
     logging_steps: float = field(default=10, metadata={"help": "Log metrics every this many optimizer steps."})
-    model_init_kwargs: dict | None = field(
-        default=None, metadata={"help": "Keyword arguments for from_pretrained when the model is given by name."})
     disable_dropout: bool = field(
         default=False, metadata={"help": "Set every dropout probability to 0 (same log-probs for the same input)."})
     remove_unused_columns: bool = field(
@@ -356,7 +355,7 @@ class GRPOTrainer(Trainer):
         # 1. the policy and its tokenizer (left padding: generation continues from the last prompt token)
         if model is None or isinstance(model, (str, os.PathLike)):
             name = resolve_model_path(model if model is not None else args.model_name_or_path)
-            model = merge_adapter(load_causal_lm(name, **(args.model_init_kwargs or {})))
+            model = merge_adapter(load_causal_lm(name, **model_load_kwargs(args, lora=peft_config is not None)))
             if processing_class is None:
                 processing_class = load_tokenizer(name, padding_side="left")
         if processing_class is None:

@@ -278,6 +278,7 @@ def run_ppo(ctx: StageContext) -> RunResult:
 
     from rlhf.generation import build_prompt_ids
     from rlhf.ppo import PPOTrainer
+    from rlhf.precision import model_load_kwargs
     from rlhf.value_head import AutoModelForCausalLMWithValueHead
 
     job = ctx.job
@@ -292,7 +293,7 @@ def run_ppo(ctx: StageContext) -> RunResult:
     config = forms.build_config(PPOConfig, {"seed": job.seed, "bf16": job.bf16,
                                             **kl_settings_for(ctx.trainer_settings), **ctx.trainer_settings})
     model = AutoModelForCausalLMWithValueHead.from_pretrained(path, peft_config=peft_config(ctx, "CAUSAL_LM"),
-                                                              seed=job.seed)
+                                                              seed=job.seed, **model_load_kwargs(config, job.lora))
     trainer = PPOTrainer(config, model, None, tokenizer, callback=_samples_limited(ctx))
     accelerator = trainer.accelerator
     rank, world = accelerator.process_index, accelerator.num_processes
