@@ -55,21 +55,87 @@ def clip_by_value(x: torch.Tensor, low: torch.Tensor | float, high: torch.Tensor
     return torch.max(torch.min(x, torch.as_tensor(high, dtype=x.dtype)), torch.as_tensor(low, dtype=x.dtype))
 
 
-def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """log p(label) per position: logits (B, T, V), labels (B, T) -> (B, T).
+# Rows (positions) per chunk of the vocabulary-wide passes: a chunk's fp32 copy is at most ~64 MB (110 rows of
+# Qwen's 151,936 tokens, 340 of SmolLM2's 49,152), whatever the batch.
+LOGSOFTMAX_CHUNK_ELEMENTS = 1 << 24
 
-    log_softmax is taken in fp32 even under bf16 autocast: the PPO ratio exp(new - old) amplifies
-    rounding error, and bf16 has only 8 bits of mantissa.
+
+def _chunk_rows(vocab_size: int) -> int:
+    return max(1, LOGSOFTMAX_CHUNK_ELEMENTS // max(vocab_size, 1))
+
+
+class _SelectiveLogSoftmax(torch.autograd.Function):
+    """log softmax(logits / temperature)[label] per row, computed a chunk of rows at a time in fp32, keeping
+    nothing vocabulary-wide but the logits themselves (which the LM head's output already is).
+
+    Forward: picked - logsumexp per chunk. Backward: d/dz = (onehot - softmax(z / t)) / t, recomputed per chunk
+    from the saved logits and logsumexp. log_softmax(logits.float()) + gather instead kept a fp32 (N, V) copy for
+    its backward and made two more in it: 5 GB each at 16 x 512 tokens of a 151,936-token vocabulary."""
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, labels: torch.Tensor, temperature: float) -> torch.Tensor:
+        rows = _chunk_rows(logits.shape[-1])
+        out = torch.empty(logits.shape[0], dtype=torch.float32, device=logits.device)
+        lse = torch.empty_like(out)
+        for start in range(0, logits.shape[0], rows):
+            z = logits[start : start + rows].float()  # (n, V), fp32 one chunk at a time
+            if temperature != 1.0:
+                z = z / temperature
+            lse[start : start + rows] = torch.logsumexp(z, dim=-1)
+            out[start : start + rows] = z.gather(-1, labels[start : start + rows, None]).squeeze(-1)
+        ctx.save_for_backward(logits, labels, lse)
+        ctx.temperature = temperature
+        return out - lse
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):
+        logits, labels, lse = ctx.saved_tensors
+        t = ctx.temperature
+        grad = torch.empty_like(logits)
+        rows = _chunk_rows(logits.shape[-1])
+        for start in range(0, logits.shape[0], rows):
+            end = start + rows
+            g = grad_out[start:end, None].float()  # (n, 1)
+            z = logits[start:end].float()
+            if t != 1.0:
+                z = z / t
+            chunk = torch.exp(z - lse[start:end, None]).mul_(-g)  # -g * softmax
+            chunk.scatter_add_(-1, labels[start:end, None], g)  # + g at the label
+            if t != 1.0:
+                chunk.div_(t)
+            grad[start:end] = chunk
+        return grad, None, None
+
+
+def selective_log_softmax(logits: torch.Tensor, labels: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """log softmax(logits / temperature) at `labels`: logits (..., V), labels (...) -> fp32 (...).
+
+    In fp32 whatever the logits' dtype (under bf16 autocast they are bf16): the PPO ratio exp(new - old) amplifies
+    rounding error, and bf16 has 8 bits of mantissa. Chunked over positions, so no fp32 (..., V) tensor is kept
+    (TRL's selective_log_softmax does the same for fp32 logits; here bf16 logits are upcast per chunk too).
     """
-    logp = F.log_softmax(logits.float(), dim=-1)  # (B, T, V)
-    return torch.gather(logp, 2, labels.unsqueeze(-1)).squeeze(-1)
+    shape = labels.shape
+    flat = _SelectiveLogSoftmax.apply(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), float(temperature))
+    return flat.reshape(shape)
 
 
-def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
-    """Entropy of the softmax per position: (B, T, V) -> (B, T). H = logsumexp(z) - sum p z."""
-    logits = logits.float()
-    p = F.softmax(logits, dim=-1)
-    return torch.logsumexp(logits, dim=-1) - (p * logits).sum(dim=-1)
+def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """log p(label) per position: logits (B, T, V), labels (B, T) -> (B, T), fp32 (selective_log_softmax)."""
+    return selective_log_softmax(logits, labels)
+
+
+def entropy_from_logits(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Entropy of softmax(logits / temperature) per position: (..., V) -> fp32 (...). H = logsumexp(z) - sum p z,
+    in fp32 a chunk of positions at a time (no fp32 copy of the whole logits)."""
+    flat = logits.reshape(-1, logits.shape[-1])
+    rows = _chunk_rows(flat.shape[-1])
+    parts = []
+    for start in range(0, flat.shape[0], rows):
+        z = flat[start : start + rows].float()
+        if temperature != 1.0:
+            z = z / temperature
+        parts.append(torch.logsumexp(z, dim=-1) - (F.softmax(z, dim=-1) * z).sum(dim=-1))
+    return torch.cat(parts).reshape(logits.shape[:-1]) if parts else flat.new_zeros(logits.shape[:-1], dtype=torch.float32)
 
 
 def response_mask_after_eos(

@@ -30,6 +30,7 @@ from torch.utils.data import Sampler
 from transformers import Trainer
 
 from rlhf.attention import use_attention
+from rlhf.core import entropy_from_logits, selective_log_softmax
 from rlhf.cpu_memory import keep_freed_memory
 from rlhf.data import is_conversational, pad_token_lists, render_prompt_completion, tokenize_for_reward
 from rlhf.distributed import prepare_reference, unwrap_model_for_generation
@@ -522,14 +523,12 @@ class GRPOTrainer(Trainer):
                 logits = model(input_ids=input_ids, attention_mask=attention_mask,
                                position_ids=position_ids).logits[:, -(keep + 1):]
             logits = logits[:, :-1]  # (B, C, V)
-        # One fp32 log-softmax serves both the sampled tokens' log-probs and the entropy (-sum p log p), so the
-        # vocabulary-wide pass (49k wide for the default model) is made once.
-        all_logps = torch.log_softmax(logits.float() / self.args.temperature, dim=-1)  # (B, C, V)
-        logps = all_logps.gather(-1, batch["completion_ids"].unsqueeze(-1)).squeeze(-1)  # (B, C)
+        # fp32 a chunk of positions at a time: no fp32 (B, C, V) copy is kept (rlhf/core.py selective_log_softmax).
+        logps = selective_log_softmax(logits, batch["completion_ids"], self.args.temperature)  # (B, C)
         entropy = None
         if with_entropy:
             with torch.no_grad():
-                entropy = -(all_logps.exp() * all_logps).sum(-1)
+                entropy = entropy_from_logits(logits, self.args.temperature)  # (B, C)
         return logps, entropy
 
     @torch.no_grad()

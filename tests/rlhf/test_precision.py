@@ -204,3 +204,16 @@ def test_a_qlora_adapter_is_merged_into_the_unquantised_base(bf16_model_dir):
     assert {p.dtype for p in merged.parameters()} == {torch.bfloat16}
     for key, value in merged.state_dict().items():
         torch.testing.assert_close(value, expected[key])
+
+
+def test_flash_attention_2_is_a_choice_refused_clearly_where_flash_attn_is_missing(monkeypatch):
+    from rlhf.attention import training_attention
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "flash_attn" else real_find_spec(name, *a))
+    assert PPOConfig(attn_implementation="flash_attention_2").attn_implementation == "flash_attention_2"
+    with pytest.raises(ValueError, match="needs the flash-attn package"):
+        training_attention("flash_attention_2", "cuda")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "flash_attn" else real_find_spec(name, *a))
+    assert training_attention("flash_attention_2", "cuda") == "flash_attention_2"
+    assert training_attention("sdpa", "cpu") == "sdpa" and training_attention("eager", "cpu") == "eager"
