@@ -14,7 +14,11 @@ def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
     """Activation checkpointing of a transformers model (also under a peft wrapper): each block's activations are
     recomputed in the backward pass. Non-reentrant (torch's recommended variant): it needs no input that
     requires grad, so LoRA's frozen embeddings need no enable_input_require_grads."""
-    base_model(model).gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model = base_model(model)
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.2's name; the old one warns
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
 def prepare_model(model: torch.nn.Module, args, peft_config=None) -> torch.nn.Module:
