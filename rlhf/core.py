@@ -64,25 +64,33 @@ def _chunk_rows(vocab_size: int) -> int:
     return max(1, LOGSOFTMAX_CHUNK_ELEMENTS // max(vocab_size, 1))
 
 
+def _row_chunks(logits: torch.Tensor):
+    """(b, slice) over a (B, T, V) tensor, a few rows of one sequence at a time. Never reshaped: logits[:, :-1]
+    (what every trainer passes) is not contiguous, and flattening it would copy the whole logits."""
+    rows = _chunk_rows(logits.shape[-1])
+    for b in range(logits.shape[0]):
+        for start in range(0, logits.shape[1], rows):
+            yield b, slice(start, start + rows)
+
+
 class _SelectiveLogSoftmax(torch.autograd.Function):
-    """log softmax(logits / temperature)[label] per row, computed a chunk of rows at a time in fp32, keeping
-    nothing vocabulary-wide but the logits themselves (which the LM head's output already is).
+    """log softmax(logits / temperature)[label] per position of (B, T, V) logits, computed a few rows at a time
+    in fp32, keeping nothing vocabulary-wide but the logits themselves (the LM head's output, which exists anyway).
 
     Forward: picked - logsumexp per chunk. Backward: d/dz = (onehot - softmax(z / t)) / t, recomputed per chunk
-    from the saved logits and logsumexp. log_softmax(logits.float()) + gather instead kept a fp32 (N, V) copy for
-    its backward and made two more in it: 5 GB each at 16 x 512 tokens of a 151,936-token vocabulary."""
+    from the saved logits and logsumexp. log_softmax(logits.float()) + gather instead kept a fp32 (B, T, V) copy
+    for its backward and made two more in it: 5 GB each at 16 x 512 tokens of a 151,936-token vocabulary."""
 
     @staticmethod
     def forward(ctx, logits: torch.Tensor, labels: torch.Tensor, temperature: float) -> torch.Tensor:
-        rows = _chunk_rows(logits.shape[-1])
-        out = torch.empty(logits.shape[0], dtype=torch.float32, device=logits.device)
+        out = torch.empty(labels.shape, dtype=torch.float32, device=logits.device)  # (B, T)
         lse = torch.empty_like(out)
-        for start in range(0, logits.shape[0], rows):
-            z = logits[start : start + rows].float()  # (n, V), fp32 one chunk at a time
+        for b, rows in _row_chunks(logits):
+            z = logits[b, rows].float()  # (n, V), fp32 one chunk at a time
             if temperature != 1.0:
                 z = z / temperature
-            lse[start : start + rows] = torch.logsumexp(z, dim=-1)
-            out[start : start + rows] = z.gather(-1, labels[start : start + rows, None]).squeeze(-1)
+            lse[b, rows] = torch.logsumexp(z, dim=-1)
+            out[b, rows] = z.gather(-1, labels[b, rows, None]).squeeze(-1)
         ctx.save_for_backward(logits, labels, lse)
         ctx.temperature = temperature
         return out - lse
@@ -91,19 +99,17 @@ class _SelectiveLogSoftmax(torch.autograd.Function):
     def backward(ctx, grad_out: torch.Tensor):
         logits, labels, lse = ctx.saved_tensors
         t = ctx.temperature
-        grad = torch.empty_like(logits)
-        rows = _chunk_rows(logits.shape[-1])
-        for start in range(0, logits.shape[0], rows):
-            end = start + rows
-            g = grad_out[start:end, None].float()  # (n, 1)
-            z = logits[start:end].float()
+        grad = torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
+        for b, rows in _row_chunks(logits):
+            g = grad_out[b, rows, None].float()  # (n, 1)
+            z = logits[b, rows].float()
             if t != 1.0:
                 z = z / t
-            chunk = torch.exp(z - lse[start:end, None]).mul_(-g)  # -g * softmax
-            chunk.scatter_add_(-1, labels[start:end, None], g)  # + g at the label
+            chunk = torch.exp(z - lse[b, rows, None]).mul_(-g)  # -g * softmax
+            chunk.scatter_add_(-1, labels[b, rows, None], g)  # + g at the label
             if t != 1.0:
                 chunk.div_(t)
-            grad[start:end] = chunk
+            grad[b, rows] = chunk
         return grad, None, None
 
 
@@ -114,9 +120,12 @@ def selective_log_softmax(logits: torch.Tensor, labels: torch.Tensor, temperatur
     rounding error, and bf16 has 8 bits of mantissa. Chunked over positions, so no fp32 (..., V) tensor is kept
     (TRL's selective_log_softmax does the same for fp32 logits; here bf16 logits are upcast per chunk too).
     """
+    if labels.dim() == 1:  # (T,): one sequence
+        return _SelectiveLogSoftmax.apply(logits[None], labels[None], float(temperature))[0]
     shape = labels.shape
-    flat = _SelectiveLogSoftmax.apply(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), float(temperature))
-    return flat.reshape(shape)
+    if labels.dim() > 2:
+        logits, labels = logits.flatten(0, -3), labels.flatten(0, -2)  # (..., T, V) -> (B', T, V)
+    return _SelectiveLogSoftmax.apply(logits, labels, float(temperature)).reshape(shape)
 
 
 def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

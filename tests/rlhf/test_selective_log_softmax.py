@@ -72,3 +72,16 @@ def test_keeps_no_fp32_copy_of_the_vocabulary_for_backward():
     new = saved_bytes(lambda: selective_log_softmax(logits, labels))  # the bf16 logits + (64,) logsumexp
     assert old >= 64 * 4096 * 4
     assert new <= 64 * 4096 * 2 + 64 * 16 and new <= 0.5 * old
+
+
+def test_any_leading_shape_and_a_non_contiguous_slice_without_a_copy(chunk_elements):
+    g = torch.Generator().manual_seed(2)
+    full = torch.randn(2, 3, 6, 11, generator=g)
+    labels = torch.randint(0, 11, (2, 3, 5), generator=g)
+    sliced = full[:, :, :-1]  # as trainers pass logits[:, :-1]: not contiguous
+    torch.testing.assert_close(selective_log_softmax(sliced, labels), old_way(sliced, labels), atol=1e-5, rtol=0)
+    torch.testing.assert_close(selective_log_softmax(full[0, 0], labels[0, 0, :6].new_tensor([1, 2, 3, 4, 5, 6])),
+                               old_way(full[0, 0], labels[0, 0, :6].new_tensor([1, 2, 3, 4, 5, 6])), atol=1e-5, rtol=0)
+    logits = full[0].clone().requires_grad_(True)
+    kept = saved_bytes(lambda: selective_log_softmax(logits[:, :-1], labels[0]))
+    assert kept <= logits.numel() * 4 + 3 * 5 * 16  # the logits' own storage (a view), not a flattened copy
