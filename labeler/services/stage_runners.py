@@ -24,6 +24,7 @@ from labeler.services.prompts import split_texts
 from labeler.services.stages import RunResult, StageContext, checkpoint_due, data_snapshot
 from rlhf.configs import PPOConfig
 from rlhf.loading import load_tokenizer
+from rlhf.precision import model_load_kwargs
 from rlhf.rewards import FunctionReward, HumanReward, MixReward, RewardModelReward
 
 JOB_STATE_FILE = "job_state.json"
@@ -278,7 +279,6 @@ def run_ppo(ctx: StageContext) -> RunResult:
 
     from rlhf.generation import build_prompt_ids
     from rlhf.ppo import PPOTrainer
-    from rlhf.precision import model_load_kwargs
     from rlhf.value_head import AutoModelForCausalLMWithValueHead
 
     job = ctx.job
