@@ -216,7 +216,7 @@ class PPOConfig:
                 "policy's backbone, which the value head reads too): much less activation memory for about a third "
                 "more compute per mini-batch; for large models or long answers on a GPU."})
     # How the app's PPO stage loads the policy (rlhf/precision.py model_load_kwargs); PPOTrainer itself takes a model.
-    dtype: str | None = dtype_field()
+    dtype: Literal["float32", "bfloat16", "float16", "auto"] | None = dtype_field()
     model_init_kwargs: dict | None = model_init_kwargs_field()
     load_in_4bit: bool = load_in_4bit_field()
     compare_steps: int = field(default=1, metadata={"help": "Steps between best-model comparisons for push_to_hub_if_best_kwargs (TRL); recorded only."})

@@ -336,7 +336,7 @@ class GRPOTrainer(Trainer):
         environment_factory=None,
     ):
         for name, value, why in [
-            ("quantization_config", quantization_config, "bitsandbytes quantisation needs a CUDA GPU"),
+            ("quantization_config", quantization_config, "for QLoRA set load_in_4bit=True in the config, with a peft_config"),
             ("tools", tools, "tool calling is not supported"),
             ("rollout_func", rollout_func, "custom rollouts are not supported; generation is transformers' generate()"),
             ("environment_factory", environment_factory, "environments are not supported"),

@@ -5,6 +5,7 @@ themselves are defined once in rlhf/configs.py, where PPOConfig (not a TrainingA
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from transformers import TrainingArguments
@@ -32,7 +33,7 @@ class TrainerConfig(TrainingArguments):
     keep_freed_memory: bool = keep_freed_memory_field()
     attn_implementation: str = attn_implementation_field("auto")
     share_input_casts: bool = share_input_casts_field()
-    dtype: str | None = dtype_field()
+    dtype: Literal["float32", "bfloat16", "float16", "auto"] | None = dtype_field()
     model_init_kwargs: dict | None = model_init_kwargs_field()
     load_in_4bit: bool = load_in_4bit_field()
 

@@ -141,6 +141,8 @@ WEB_TRAINER_SETTINGS = (
     "num_iterations", "num_generations", "epsilon", "epsilon_high", "scale_rewards", "normalize_advantages",
     "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "mask_truncated_completions",
     "steps_per_generation", "generation_batch_size",
+    # precision and memory (rlhf/precision.py): choices and switches, nothing that names a file
+    "dtype", "load_in_4bit",
 )
 
 

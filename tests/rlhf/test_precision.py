@@ -217,3 +217,18 @@ def test_flash_attention_2_is_a_choice_refused_clearly_where_flash_attn_is_missi
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "flash_attn" else real_find_spec(name, *a))
     assert training_attention("flash_attention_2", "cuda") == "flash_attention_2"
     assert training_attention("sdpa", "cpu") == "sdpa" and training_attention("eager", "cpu") == "eager"
+
+
+def test_half_precision_is_the_default_on_any_gpu(monkeypatch):
+    """bf16's default (hardware.bf16_is_fast) is on for every CUDA GPU: where bf16 is missing, autocast_dtype then
+    picks fp16 with a gradient scaler, rather than the run falling back to fp32."""
+    from rlhf.hardware import bf16_is_fast
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    bf16_is_fast.cache_clear()
+    try:
+        assert bf16_is_fast("cuda") is True
+        assert autocast_dtype(bf16_is_fast("cuda"), "cuda") == torch.float16
+    finally:
+        bf16_is_fast.cache_clear()
