@@ -299,8 +299,12 @@ def memory_text(model_path: str, stage: str, job, trainer, recipe_for=None) -> s
     except Exception as error:  # an unknown model, a config transformers cannot read: the preview still shows
         return f"No memory estimate: {str(error).splitlines()[0] if str(error) else type(error).__name__}."
     name, total = device_memory()
-    text = (f"**Memory: about {estimate.total / GIB:.1f} GiB** of {name}'s {total / GIB:.0f} GiB for "
-            f"{shape.parameters / 1e9:.2f}B parameters, vocabulary {shape.vocab_size:,}: {estimate.summary()}.")
+    vocabulary = f", vocabulary {shape.vocab_size:,}" if shape.vocab_size else ""
+    text = (f"**Memory: about {estimate.total / GIB:.1f} GiB** of {total / GIB:.0f} GiB ({name}) for "
+            f"{shape.parameters / 1e9:.2f}B parameters{vocabulary}: {estimate.summary()}")
+    if stage not in ("ppo", "grpo", "rloo"):  # label stages: batches are as long as their longest row
+        text += f", with every sequence at max_length {getattr(trainer, 'max_length', None) or 512} (an upper bound)"
+    text += "."
     if estimate.total > 0.9 * total:
         text += (" ⚠️ More than this device holds: set lora=true (load_in_4bit=true on a GPU), "
                  "gradient_checkpointing=true, a smaller mini-batch or shorter answers.")

@@ -77,17 +77,17 @@ def test_an_update_below_bf16_resolution_moves_the_fp32_master_weights(bf16_mode
 
 
 def test_sft_loads_full_fine_tuning_in_float32_and_lora_base_in_the_compute_dtype(bf16_model_dir, tiny_model_dir):
+    from datasets import Dataset
+    from peft import LoraConfig
+
+    from rlhf.loading import load_tokenizer
     from rlhf.sft import SFTConfig, SFTTrainer
 
-    rows = __import__("datasets").Dataset.from_list([{"prompt": "a", "completion": " b"}] * 2)
-    from rlhf.loading import load_tokenizer
-
+    rows = Dataset.from_list([{"prompt": "a", "completion": " b"}] * 2)
     tokenizer = load_tokenizer(tiny_model_dir, padding_side="right")
     args = dict(output_dir="unused", report_to="none", max_steps=1, bf16=True)
     full = SFTTrainer(str(bf16_model_dir), args=SFTConfig(**args), train_dataset=rows, processing_class=tokenizer)
     assert {p.dtype for p in full.model.parameters()} == {torch.float32}
-    from peft import LoraConfig
-
     lora = SFTTrainer(str(bf16_model_dir), args=SFTConfig(**args), train_dataset=rows, processing_class=tokenizer,
                       peft_config=LoraConfig(r=2, target_modules="all-linear", task_type="CAUSAL_LM"))
     dtypes = {n: p.dtype for n, p in lora.model.named_parameters()}
@@ -189,6 +189,8 @@ def test_the_4bit_config_reaches_from_pretrained(monkeypatch, bf16_model_dir):
 def test_a_qlora_adapter_is_merged_into_the_unquantised_base(bf16_model_dir):
     """merged_model: a 4-bit base cannot hold merged weights, so the adapter goes onto the base reloaded from its
     folder; the result equals the adapter merged in place (here the base is not really 4-bit: only flagged)."""
+    import copy
+
     from peft import LoraConfig, get_peft_model
 
     from rlhf.peft_utils import merged_model
@@ -196,7 +198,7 @@ def test_a_qlora_adapter_is_merged_into_the_unquantised_base(bf16_model_dir):
     torch.manual_seed(1)
     peft_model = get_peft_model(load_causal_lm(bf16_model_dir, dtype="bfloat16"),
                                 LoraConfig(r=2, target_modules="all-linear", init_lora_weights=False))
-    expected = {k: v.clone() for k, v in merged_model(__import__("copy").deepcopy(peft_model)).state_dict().items()}
+    expected = {k: v.clone() for k, v in merged_model(copy.deepcopy(peft_model)).state_dict().items()}
     peft_model.get_base_model().is_loaded_in_4bit = True
     peft_model.get_base_model().config.quantization_config = {"bnb_4bit_compute_dtype": "bfloat16"}
     merged = merged_model(peft_model)

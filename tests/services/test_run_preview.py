@@ -86,7 +86,10 @@ def test_memory_estimate_for_the_chosen_model_and_a_recipe_for_its_size(labelled
     alone: a 1.5B-shape Qwen2 folder with no weights is enough, and its size suggests recipe 1.5b."""
     from transformers import Qwen2Config
 
+    from labeler import forms
+    from labeler.services import train_configs
     from labeler.services.run_estimate import train_shape
+    from labeler.services.run_preview import _trainer_config
     from rlhf.memory_estimate import GIB, estimate_training_memory, model_shape
 
     folder = tmp_path / "qwen-1.5b-shape"
@@ -97,10 +100,6 @@ def test_memory_estimate_for_the_chosen_model_and_a_recipe_for_its_size(labelled
                                                         "answers_per_prompt": 4}, estimate_time=False)
     shape = model_shape(str(folder))
     assert 1.5e9 < shape.parameters < 1.6e9 and shape.vocab_size == 151936
-    from labeler.services.run_preview import _trainer_config
-    from labeler.services import train_configs
-    from labeler import forms
-
     config = train_configs.resolve_run_config("ppo", {"model": str(folder), "batch_size": 8, "mini_batch_size": 4,
                                                       "answers_per_prompt": 4})
     job = forms.build_config(train_configs.JobConfig, config["job"])
