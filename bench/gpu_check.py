@@ -163,9 +163,9 @@ def run_model(name: str, path: str, sizes: Sizes, args, meter: Meter, work: Path
         pairs = Dataset.from_list([{"prompt": p, "chosen": " great, I loved it.", "rejected": " awful."}
                                    for p in PROMPTS[: max(2, sizes.dpo_pairs)]])
         rm_tokenizer = load_tokenizer(path, padding_side="right")
-        trainer = RewardTrainer(path, args=RewardConfig(output_dir=str(work / f"{name}-rm"), max_length=sizes.dpo_length,
-                                                        per_device_train_batch_size=max(2, sizes.dpo_pairs // 2), **common),
-                                train_dataset=pairs, processing_class=rm_tokenizer,
+        config = RewardConfig(output_dir=str(work / f"{name}-rm"), max_length=sizes.dpo_length,
+                              per_device_train_batch_size=max(2, sizes.dpo_pairs // 2), **common)
+        trainer = RewardTrainer(path, args=config, train_dataset=pairs, processing_class=rm_tokenizer,
                                 peft_config=_task(lora, "SEQ_CLS"))
         trainer.train()
         row["note"] = f"loss {trainer.state.log_history[-1].get('train_loss', float('nan')):.3f}"
@@ -213,8 +213,8 @@ def run_model(name: str, path: str, sizes: Sizes, args, meter: Meter, work: Path
                                     "rejected": " it was bad" + filler} for i in range(max(2, sizes.dpo_pairs))])
         config = DPOConfig(output_dir=str(work / f"{name}-dpo"), max_length=sizes.dpo_length, learning_rate=1e-6,
                            per_device_train_batch_size=max(1, sizes.dpo_pairs // 2), **common)
-        trainer = DPOTrainer(path, args=config, train_dataset=pairs, processing_class=load_tokenizer(path, padding_side="right"),
-                             peft_config=lora)
+        trainer = DPOTrainer(path, args=config, train_dataset=pairs, peft_config=lora,
+                             processing_class=load_tokenizer(path, padding_side="right"))
         trainer.train()
         row["note"] = f"loss {trainer.state.log_history[-1].get('train_loss', float('nan')):.3f}"
         del trainer
@@ -280,7 +280,9 @@ def main(argv=None) -> list[dict]:
                     row["note"] = "random weights from Qwen2.5-1.5B's config, saved in bf16"
             run_model(name, path, sizes, args, meter, work)
     failed = [r for r in meter.rows if r["status"] != "ok"]
-    print(f"\n{len(meter.rows) - len(failed)} of {len(meter.rows)} stages ran" + (f"; failed: {[(r['model'], r['stage']) for r in failed]}" if failed else ""))
+    names_failed = [(r["model"], r["stage"]) for r in failed]
+    print(f"\n{len(meter.rows) - len(failed)} of {len(meter.rows)} stages ran"
+          + (f"; failed: {names_failed}" if failed else ""))
     if args.json:
         Path(args.json).write_text(json.dumps(meter.rows, indent=2))
     return meter.rows

@@ -144,7 +144,9 @@ def entropy_from_logits(logits: torch.Tensor, temperature: float = 1.0) -> torch
         if temperature != 1.0:
             z = z / temperature
         parts.append(torch.logsumexp(z, dim=-1) - (F.softmax(z, dim=-1) * z).sum(dim=-1))
-    return torch.cat(parts).reshape(logits.shape[:-1]) if parts else flat.new_zeros(logits.shape[:-1], dtype=torch.float32)
+    if not parts:
+        return flat.new_zeros(logits.shape[:-1], dtype=torch.float32)
+    return torch.cat(parts).reshape(logits.shape[:-1])
 
 
 def response_mask_after_eos(

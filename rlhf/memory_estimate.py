@@ -81,7 +81,8 @@ class MemoryEstimate:
     def summary(self) -> str:
         parts = [("weights", self.weights), ("gradients", self.gradients), ("Adam", self.optimizer),
                  ("reference", self.reference), ("activations and logits", self.activations)]
-        return f"{self.total / GIB:.1f} GiB (" + ", ".join(f"{name} {value / GIB:.2f}" for name, value in parts if value) + ")"
+        listed = ", ".join(f"{name} {value / GIB:.2f}" for name, value in parts if value)
+        return f"{self.total / GIB:.1f} GiB ({listed})"
 
 
 def layer_activation_bytes(shape: ModelShape, compute_bytes: int) -> float:
@@ -128,6 +129,7 @@ def model_shape(name_or_path: str) -> ModelShape:
         model = (AutoModelForCausalLM if causal else AutoModelForSequenceClassification).from_config(config)
     parameters = sum(p.numel() for p in model.parameters())  # tied weights are one parameter: counted once
     heads = getattr(text, "num_attention_heads", 1)
-    return ModelShape(parameters=parameters, vocab_size=text.vocab_size if causal else 0,
-                      hidden_size=text.hidden_size, intermediate_size=getattr(text, "intermediate_size", 4 * text.hidden_size),
-                      layers=text.num_hidden_layers, heads=heads, kv_heads=getattr(text, "num_key_value_heads", None) or heads)
+    return ModelShape(parameters=parameters, vocab_size=text.vocab_size if causal else 0, hidden_size=text.hidden_size,
+                      intermediate_size=getattr(text, "intermediate_size", 4 * text.hidden_size),
+                      layers=text.num_hidden_layers, heads=heads,
+                      kv_heads=getattr(text, "num_key_value_heads", None) or heads)

@@ -202,7 +202,8 @@ class PPOTrainer:
         # bf16 autocast, or fp16 with a gradient scaler on a GPU without bf16 (the scaler keeps small fp16
         # gradients from flushing to zero); None: accelerate's own mixed precision, if it was launched with one.
         self.autocast_dtype = autocast_dtype(config.bf16, self.accelerator.device.type)
-        self.scaler = torch.amp.GradScaler(self.accelerator.device.type) if self.autocast_dtype == torch.float16 else None
+        fp16 = self.autocast_dtype == torch.float16
+        self.scaler = torch.amp.GradScaler(self.accelerator.device.type) if fp16 else None
         copied_reference = ref_model is None and not self.is_peft
         if num_shared_layers is not None and not copied_reference:
             warnings.warn("PPOTrainer: num_shared_layers is ignored when ref_model is given or the model is a peft "

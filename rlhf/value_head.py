@@ -186,7 +186,8 @@ class AutoModelForCausalLMWithValueHead(nn.Module):
 
         path = resolve_model_path(pretrained_model_name_or_path)
         # dtype None: float32 master weights, not transformers 5's "auto" (rlhf/precision.py)
-        load = dict(dtype=torch.float32 if dtype is None else dtype, use_safetensors=True, trust_remote_code=trust_remote_code, **kwargs)
+        load = dict(dtype=torch.float32 if dtype is None else dtype, use_safetensors=True,
+                    trust_remote_code=trust_remote_code, **kwargs)
         adapter_config = Path(path) / "adapter_config.json"
         if adapter_config.exists():
             from peft import PeftModel
