@@ -25,7 +25,13 @@ def apply_peft(model: torch.nn.Module, peft_config, gradient_checkpointing: bool
     elif gradient_checkpointing:
         # With frozen embeddings no input requires grad, and checkpointed blocks would then get no gradient.
         model.enable_input_require_grads()
-    return get_peft_model(model, peft_config)
+    model = get_peft_model(model, peft_config)
+    # peft keeps the adapters in fp32, but a trainable copy it makes of a half-precision base's module (a reward
+    # model's score head, modules_to_save) stays half: give every trained weight an fp32 master (rlhf/precision.py).
+    for parameter in model.parameters():
+        if parameter.requires_grad and parameter.dtype in (torch.bfloat16, torch.float16):
+            parameter.data = parameter.data.float()
+    return model
 
 
 def is_quantized(model: torch.nn.Module) -> bool:

@@ -234,3 +234,23 @@ def test_half_precision_is_the_default_on_any_gpu(monkeypatch):
         assert autocast_dtype(bf16_is_fast("cuda"), "cuda") == torch.float16
     finally:
         bf16_is_fast.cache_clear()
+
+
+def test_lora_reward_model_on_a_bf16_base_trains_every_weight_in_fp32(tiny_encoder_dir):
+    """A sequence classifier's score head is trained whole beside the adapters (peft's modules_to_save): on a base
+    loaded in bf16 (LoRA's compute dtype) it gets an fp32 master too, so no weight trains in pure bf16."""
+    from datasets import Dataset
+    from peft import LoraConfig
+
+    from rlhf.reward import RewardConfig, RewardTrainer
+
+    rows = Dataset.from_list([{"prompt": "a", "chosen": " good", "rejected": " bad"}] * 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PureHalfPrecisionWarning)
+        trainer = RewardTrainer(str(tiny_encoder_dir), train_dataset=rows,
+                                args=RewardConfig(output_dir="unused", report_to="none", max_steps=1, bf16=True),
+                                peft_config=LoraConfig(r=2, target_modules=["query", "value"], task_type="SEQ_CLS"))
+    trained = {n: p.dtype for n, p in trainer.model.named_parameters() if p.requires_grad}
+    assert any("classifier" in n or "score" in n for n in trained) and set(trained.values()) == {torch.float32}
+    frozen = {p.dtype for p in trainer.model.parameters() if not p.requires_grad}
+    assert frozen == {torch.bfloat16}  # the base: the compute dtype
