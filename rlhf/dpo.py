@@ -278,7 +278,7 @@ class DPOTrainer(Trainer):
             if processing_class is None:
                 processing_class = load_tokenizer(name, padding_side="right")
         if isinstance(ref_model, (str, os.PathLike)):
-            ref_model = merge_adapter(load_causal_lm(ref_model, **model_load_kwargs(args, lora=False)))
+            ref_model = merge_adapter(load_causal_lm(ref_model, **model_load_kwargs(args, lora=False, frozen=True)))
         if ref_model is not None:
             use_attention(ref_model, args.attn_implementation, args.device)
         if processing_class is None:

@@ -199,7 +199,8 @@ class KTOTrainer(Trainer):
         if processing_class.pad_token is None:
             processing_class.pad_token = processing_class.eos_token
         if isinstance(ref_model, (str, os.PathLike)):
-            ref_model = merge_adapter(load_causal_lm(resolve_model_path(ref_model), **model_load_kwargs(args, lora=False)))
+            ref = resolve_model_path(ref_model)
+            ref_model = merge_adapter(load_causal_lm(ref, **model_load_kwargs(args, lora=False, frozen=True)))
         if args.disable_dropout:
             for module in [*model.modules(), *(ref_model.modules() if ref_model is not None else [])]:
                 if isinstance(module, torch.nn.Dropout):

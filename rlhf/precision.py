@@ -63,10 +63,11 @@ def compute_dtype_name(bf16: bool, fp16: bool = False) -> str:
     return "bfloat16" if bf16 else "float16" if fp16 else "float32"
 
 
-def model_load_kwargs(args, lora: bool) -> dict:
+def model_load_kwargs(args, lora: bool, frozen: bool = False) -> dict:
     """from_pretrained keyword arguments for the model a trainer trains, from its config: `dtype` (or TRL's
     model_init_kwargs["dtype"] / ["torch_dtype"]), the rest of model_init_kwargs, and with load_in_4bit a
-    bitsandbytes quantization_config. Unset dtype: float32 for full fine-tuning, the compute dtype for LoRA."""
+    bitsandbytes quantization_config. Unset dtype: float32 for full fine-tuning, the compute dtype for LoRA.
+    `frozen`: a reference model given by name, loaded as TRL does with the same arguments (4-bit allowed)."""
     kwargs = dict(getattr(args, "model_init_kwargs", None) or {})
     kwargs.pop("attn_implementation", None)  # the attn_implementation setting: applied after loading (rlhf/attention.py)
     asked = dtype_name(kwargs.pop("torch_dtype", None))
@@ -79,7 +80,7 @@ def model_load_kwargs(args, lora: bool) -> dict:
     compute = compute_dtype_name(bool(getattr(args, "bf16", False)), bool(getattr(args, "fp16", False)))
     kwargs["dtype"] = asked or (compute if lora else "float32")
     if getattr(args, "load_in_4bit", False) or kwargs.pop("load_in_4bit", False):
-        if not lora:
+        if not lora and not frozen:
             raise ValueError("load_in_4bit=True needs lora=True: a 4-bit base cannot be trained, its LoRA adapters are")
         kwargs["quantization_config"] = bnb_4bit_config(compute)
         kwargs["dtype"] = asked or compute

@@ -150,6 +150,11 @@ def test_attn_implementation_from_model_init_kwargs_is_the_same_setting():
 def test_load_in_4bit_needs_lora_then_bitsandbytes_then_a_gpu(monkeypatch):
     with pytest.raises(ValueError, match="load_in_4bit=True needs lora=True"):
         model_load_kwargs(PPOConfig(load_in_4bit=True), lora=False)
+    monkeypatch.setattr("rlhf.precision.bnb_4bit_config", lambda compute: ("nf4", compute))
+    # a frozen reference given by name takes the same arguments (TRL's way): 4-bit without LoRA is fine there
+    assert model_load_kwargs(PPOConfig(load_in_4bit=True, bf16=True), lora=False, frozen=True) == {
+        "dtype": "bfloat16", "quantization_config": ("nf4", "bfloat16")}
+    monkeypatch.undo()
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "bitsandbytes" else real_find_spec(name, *a))
     with pytest.raises(ImportError, match=r"pip install 'rlhf-studio\[qlora\]'"):
