@@ -219,6 +219,9 @@ def resolve_run_config(stage: str, values: dict[str, Any], source: str | None = 
     cls = stage_config_class(stage)
     trainer_config = forms.build_config(cls, _trainer_defaults(stage, cls, trainer_values), source)
     trainer = {k: v for k, v in forms.to_dict(trainer_config).items() if k in trainer_values}
+    if getattr(trainer_config, "load_in_4bit", False) and not job.lora:
+        raise InputError("load_in_4bit=true (QLoRA) trains LoRA adapters on the 4-bit base: set lora=true too",
+                         file=source, field="load_in_4bit")
     if stage == "ppo":
         try:
             trainer_config.prompts_per_batch(job.answers_per_prompt)  # PPO's rollout rule, checked by the library

@@ -138,3 +138,12 @@ def test_recipes_give_size_settings_and_explicit_settings_win():
     with pytest.raises(InputError) as error:
         resolve_run_config("ppo", {"recipe": "70b"})
     assert error.value.field == "recipe"
+
+
+def test_qlora_without_lora_is_refused_when_queued():
+    from labeler.services.train_configs import resolve_run_config
+
+    with pytest.raises(InputError) as error:
+        resolve_run_config("dpo", {"load_in_4bit": True})
+    assert error.value.field == "load_in_4bit" and "set lora=true too" in error.value.message
+    assert resolve_run_config("dpo", {"load_in_4bit": True, "lora": True})["trainer"] == {"load_in_4bit": True}
