@@ -142,7 +142,7 @@ WEB_TRAINER_SETTINGS = (
     "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "mask_truncated_completions",
     "steps_per_generation", "generation_batch_size",
     # precision and memory (rlhf/precision.py): choices and switches, nothing that names a file
-    "dtype", "load_in_4bit",
+    "dtype", "load_in_4bit", "attn_implementation",
 )
 
 
