@@ -8,6 +8,10 @@ over the process's RSS before the step. Memory figures are valid on a loaded mac
 
     python bench/vocab_memory.py                       # 16 x 512 tokens: the old way needs ~18 GB
     python bench/vocab_memory.py --batch 4             # the same ratio with a quarter of the memory
+
+Measured on a 2-core AVX-512 BF16 CPU (under load; memory only): 16 x 512, bf16: old 14,285 MiB, new 4,994 MiB,
+x0.35; 8 x 512: x0.37; 2 x 512: x0.45; 16 x 512 fp32 (--no-bf16): 14,279 -> 9,634 MiB, x0.67 (the logits and
+their gradient are fp32 then, and both must exist in backward).
 """
 from __future__ import annotations
 
