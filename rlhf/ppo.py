@@ -47,6 +47,8 @@ from rlhf.core import (
     trim_response,
 )
 from rlhf.attention import use_attention
+from rlhf.precision import autocast_dtype, warn_if_no_master_weights
+from rlhf.trainer_setup import enable_gradient_checkpointing
 from rlhf.cpu_memory import keep_freed_memory
 from rlhf.distributed import (
     all_reduce_gradients,
@@ -193,6 +195,12 @@ class PPOTrainer(PPOCheckpointing):
         # The reference policy: given, or the adapter-disabled model under peft, or a frozen copy.
         self.is_peft = model.is_peft_model
         use_attention(model.pretrained_model, config.attn_implementation, self.accelerator.device)
+        warn_if_no_master_weights(model)
+        # bf16 autocast, or fp16 with a gradient scaler on a GPU without bf16 (the scaler keeps small fp16
+        # gradients from flushing to zero); None: accelerate's own mixed precision, if it was launched with one.
+        self.autocast_dtype = autocast_dtype(config.bf16, self.accelerator.device.type)
+        fp16 = self.autocast_dtype == torch.float16
+        self.scaler = torch.amp.GradScaler(self.accelerator.device.type) if fp16 else None
         copied_reference = ref_model is None and not self.is_peft
         if num_shared_layers is not None and not copied_reference:
             warnings.warn("PPOTrainer: num_shared_layers is ignored when ref_model is given or the model is a peft "
@@ -205,6 +213,8 @@ class PPOTrainer(PPOCheckpointing):
         if copied_reference:
             # before prepare(): accelerate patches model.forward
             ref_model = create_reference_model(model, num_shared_layers=num_shared_layers)
+        if config.gradient_checkpointing:  # after the copy: the reference never runs a backward pass
+            enable_gradient_checkpointing(model.pretrained_model)
         if config.advantage_estimator == "rloo":
             # RLOO trains no critic: the value head gets no gradient, and under DDP a parameter that takes part
             # in the forward pass but not in the loss stalls the gradient all-reduce. Freeze it (its weights
@@ -250,9 +260,8 @@ class PPOTrainer(PPOCheckpointing):
                                       enabled=self.accelerator.is_main_process)
 
     def _autocast(self):
-        device_type = self.accelerator.device.type
-        if self.config.bf16:
-            return torch.autocast(device_type=device_type, dtype=torch.bfloat16)
+        if self.autocast_dtype is not None:
+            return torch.autocast(device_type=self.accelerator.device.type, dtype=self.autocast_dtype)
         return self.accelerator.autocast()  # whatever `accelerate launch --mixed_precision` asked for
 
     @property
@@ -556,9 +565,15 @@ class PPOTrainer(PPOCheckpointing):
                         synced = mb_start == last
                 if not synced:  # the last micro-batch was skipped: the gradients before it were never averaged
                     all_reduce_gradients(self.accelerator, self.model)
+                if self.scaler is not None:
+                    self.scaler.unscale_(self.optimizer)  # clip the true gradients, not the scaled ones
                 if cfg.max_grad_norm is not None:
                     self.accelerator.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
-                self.optimizer.step()
+                if self.scaler is not None:
+                    self.scaler.step(self.optimizer)  # skipped when a gradient overflowed; the scale then halves
+                    self.scaler.update()
+                else:
+                    self.optimizer.step()
                 self.optimizer.zero_grad()
                 optimizer_steps += 1
             # TRL 0.11's early stopping, at the epoch level: the last mini-batch's policy KL, mean over ranks so
@@ -582,7 +597,8 @@ class PPOTrainer(PPOCheckpointing):
         # Decided on the mean over ranks: a rank that skipped backward() alone would stall DDP's all-reduce.
         skipped = bool(self._mean_over_ranks(pg_stats["ratio"]) > cfg.ratio_threshold)
         if not skipped:
-            self.accelerator.backward(loss / cfg.gradient_accumulation_steps)
+            scaled = loss if self.scaler is None else self.scaler.scale(loss)
+            self.accelerator.backward(scaled / cfg.gradient_accumulation_steps)
         with torch.no_grad():
             return {
                 "loss/policy": pg_loss.detach(), "loss/value": vf_loss.detach(), "loss/total": loss.detach(),

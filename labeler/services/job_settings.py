@@ -32,6 +32,10 @@ class RunSettings:
 
     model: str = field(default="", metadata={"help": "Base model: a registry name, 'default', a folder or a hub id "
                                                      "(blank: 'default-encoder' for rm, 'default' otherwise)."})
+    recipe: Literal["", "0.5b", "1.5b", "3b", "8b"] = field(default="", metadata={
+        "help": "Settings for a model of this size on a GPU (answer length, learning rate, mini-batch, LoRA from 3b, "
+                "gradient checkpointing; train_configs.RECIPES, docs/GPU.md); settings given explicitly win. Blank: "
+                "the 2-core CPU defaults. train --dry-run suggests one from the model's parameter count."})
     output_name: str = field(default="", metadata={"help": "Registry name of the trained model (blank: <stage>-run<id>)."})
     steps: int = field(default=40, metadata={"help": "Optimizer steps (sft/rm/dpo: max_steps; ppo: PPO batches of 64 answers: 40 take about 12 minutes on 2 CPU cores; grpo/rloo: generation batches; kto: max_steps)."})
     time_budget: str | None = field(default=None, metadata={

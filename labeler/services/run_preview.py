@@ -62,6 +62,7 @@ class RunPreview:
     budget_seconds: float | None = None  # the job's time_budget
     steps_asked: int | None = None  # the steps the settings gave, when the budget changed them
     budget_error: str | None = None  # why no number of steps fits time_budget (or no estimate could be made)
+    memory: str | None = None  # the memory estimate's line (run_estimate.memory_text)
 
     def markdown(self) -> str:
         base = f"`{self.base_model}`" + ("" if self.base_model_known else " (not registered: a folder or hub id)")
@@ -74,6 +75,8 @@ class RunPreview:
         ]
         if self.estimate is not None:
             lines.append(estimate_line(self.estimate, self.budget_seconds, self.steps_asked))
+        if self.memory:
+            lines.append(self.memory)
         lines += [f"⚠️ {warning}" for warning in self.warnings]
         return "  \n".join(lines)
 
@@ -180,6 +183,9 @@ def preview_run(db: sqlite_utils.Database, project: str, stage: str, values: dic
         warnings.append(budget_stage_error(stage))
     preview = RunPreview(stage, base, known, unit, len(records), train_rows, eval_rows, rows_per_step, job.steps,
                          epochs, warnings)
+    path = str(models.resolve(db, base)) if known else base  # a folder or hub id: read from where it is
+    preview = replace(preview, memory=run_estimate.memory_text(path, stage, job, trainer,
+                                                               train_configs.recipe_for_parameters))
     if stage in PROMPT_STAGES and estimate_time and records:
         preview = _with_estimate(db, project, stage, preview, job, trainer, [text for text, _ in records],
                                  measure or run_estimate.measure_micro_step, steps_given="steps" in values)

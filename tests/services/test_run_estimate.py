@@ -221,6 +221,8 @@ def test_cli_dry_run_queues_nothing_and_a_budget_sets_the_steps(labelled, db_pat
     out = capsys.readouterr().out
     # the default recipe: 64 answers in 4 chunks of 16, 2 epochs -> 36 s a step, 40 steps + 10 s = 24 min 10 s
     assert "About 24 min 10 s on this machine: 40 steps of ~36 s" in out and "**" not in out
+    # and the memory the run will take on this device, from the tiny model's config (rlhf/memory_estimate.py)
+    assert "Memory: about " in out and "GiB (this machine's RAM)" in out and "vocabulary 49,152" in out
     assert runs.list_runs(labelled) == []
     monkeypatch.setattr(jobs, "start_queued", lambda db, *a, **k: [])  # queued, not started: no training here
     assert main([*common, "--set", "time_budget=10m", "--runs-dir", db_path + "-runs"]) == 0

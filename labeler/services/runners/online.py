@@ -125,7 +125,7 @@ def _online_rows(ctx: StageContext, db, tokenizer) -> list[dict]:
 def _run_online(ctx: StageContext, stage: str, trainer_cls, config_cls) -> RunResult:
     from datasets import Dataset
 
-    from rlhf.peft_utils import is_peft_model
+    from rlhf.peft_utils import is_peft_model, merged_model
 
     job = ctx.job
     db = ctx.open_db()
@@ -149,7 +149,7 @@ def _run_online(ctx: StageContext, stage: str, trainer_cls, config_cls) -> RunRe
     if trainer.accelerator.is_main_process:
         policy = trainer.accelerator.unwrap_model(trainer.model)
         if is_peft_model(policy):
-            policy = policy.merge_and_unload()
+            policy = merged_model(policy)  # a QLoRA adapter goes into the unquantised base
         policy.save_pretrained(ctx.final_dir, safe_serialization=True)
         tokenizer.save_pretrained(ctx.final_dir)
     return RunResult(str(ctx.final_dir), "policy", base, {}, data_snapshot("prompts", [r["prompt_text"] for r in rows]))

@@ -18,6 +18,7 @@ from labeler.services.runners.rollouts import Rollout, RolloutStream, resumed_ro
 from labeler.services.stages import RunResult, StageContext, checkpoint_due, data_snapshot
 from rlhf.configs import PPOConfig
 from rlhf.loading import load_tokenizer
+from rlhf.precision import model_load_kwargs
 
 
 # The app's KL controller for every PPO run, unless the user sets it: beta never falls below its start and moves up
@@ -119,7 +120,7 @@ def ppo_trainer(ctx: StageContext, path: str, tokenizer):
     config = forms.build_config(PPOConfig, {"seed": job.seed, "bf16": job.bf16,
                                             **kl_settings_for(ctx.trainer_settings), **ctx.trainer_settings})
     model = AutoModelForCausalLMWithValueHead.from_pretrained(path, peft_config=peft_config(ctx, "CAUSAL_LM"),
-                                                              seed=job.seed)
+                                                              seed=job.seed, **model_load_kwargs(config, job.lora))
     return PPOTrainer(config, model, None, tokenizer, callback=_samples_limited(ctx))
 
 
