@@ -4,7 +4,7 @@
     python bench/app_vs_library.py --steps 6 --set batch_size=32
 
 The app's run goes through everything a user's does: `jobs.create_run` -> `accelerate launch -m labeler.worker`
--> stage_runners.run_ppo, with metrics written to SQLite. The library's loop runs the same PPOConfig, prompts and
+-> runners.ppo.run_ppo, with metrics written to SQLite. The library's loop runs the same PPOConfig, prompts and
 reward in a plain Python process (`python bench/app_vs_library.py --library`). Compared: the median of
 `time/ppo/total` (the PPO step) and of the whole step (generate + score + step, from the step timestamps) over
 the steps after the first. The app is run before and after the library (A B A), so a drift in the machine's
@@ -56,7 +56,7 @@ def _gaps(stamps: list[str]) -> list[float]:
 
 
 def library_run(steps: int, overrides: dict[str, str]) -> dict:
-    """The same loop as stage_runners.run_ppo, written with the library alone."""
+    """The same loop as runners.ppo.run_ppo, written with the library alone."""
     import torch
 
     from labeler import forms

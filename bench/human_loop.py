@@ -4,6 +4,7 @@ person's pace, against the same run with the function reward, on the same machin
     python bench/human_loop.py                      # both runs, defaults (~2 x 15 min on a CPU with bf16)
     python bench/human_loop.py --skip-function      # the human run alone
     python bench/human_loop.py --set steps=10       # shorter runs (any train --set applies to both)
+    python bench/human_loop.py --seeds 0,1,2 --tie-margins 0.05,0.1 --skip-function   # is the recipe robust?
 
 1. human: a real server (`rlhf-studio serve`) on another fresh database, `rlhf-studio train ppo --set reward=mix
    --wait` (the defaults otherwise: each batch's least certain quarter of answer groups ranked by people, the
@@ -96,43 +97,71 @@ def report(db: Path, run_id: int, wall: float, label: str) -> dict:
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--annotators", type=int, default=5)
-    parser.add_argument("--pace", type=float, default=2.0, help="seconds each annotator takes per label")
-    parser.add_argument("--set", action="append", default=[], help="a train setting for both runs (key=value)")
-    parser.add_argument("--skip-function", action="store_true")
-    parser.add_argument("--keep", default="", help="folder for the databases and logs")
-    args = parser.parse_args()
-    work = Path(args.keep or tempfile.mkdtemp(prefix="human-loop-"))
-    work.mkdir(parents=True, exist_ok=True)
-    results = []
-
-    db = work / "human.db"
+def human_run(work: Path, args, seed: int, margin: float) -> dict:
+    """One run with people in the loop: a fresh database and server, the team ranking at `margin`, PPO with
+    `reward=mix` and `seed`."""
+    tag = f"seed{seed}-margin{margin:g}"
+    db = work / f"human-{tag}.db"
     fresh_database(db)
     users = [f"annotator{i}" for i in range(args.annotators)]
     add_users(str(db), users)
-    server = Server(str(db), str(work / "server.log"))
+    server = Server(str(db), str(work / f"server-{tag}.log"))
     stop = threading.Event()
-    team = [WebAnnotator(server.url, name, pace=args.pace) for name in users]
+    team = [WebAnnotator(server.url, name, pace=args.pace, margin=margin) for name in users]
     threads = run_team(team, ("ranking", "rating"), stop)
     try:
-        run_id, wall = train(db, ["reward=mix", *args.set], work / "human-train.log")
+        run_id, wall = train(db, ["reward=mix", f"seed={seed}", *args.set], work / f"human-train-{tag}.log")
     finally:
         stop.set()
         for thread in threads:
             thread.join(timeout=60)
         server.close()
-    results.append(report(db, run_id, wall, f"human reward ({args.annotators} annotators, {args.pace} s/label)"))
+    result = report(db, run_id, wall, f"human reward ({args.annotators} annotators, {args.pace} s/label, "
+                                      f"seed {seed}, ties within {margin:g})")
     judged = sum(a.answers_judged for a in team)
     print(f"  annotators' own count: {judged} answers judged in {sum(sum(a.labels.values()) for a in team)} labels")
+    return {**result, "seed": seed, "margin": margin, "judged_by_team": judged}
 
-    if not args.skip_function:  # second: the human run's figures come first on a machine shared with others
+
+def print_sweep(results: list[dict], target: float, budget: int) -> None:
+    """One line per (seed, tie margin): held-out positive share, KL, answers judged, and whether the recipe held."""
+    print(f"\n{'seed':>4} | {'ties':>5} | {'positive':>8} | {'KL':>5} | {'judged':>6} | target >= {target:.0%} with <= {budget}")
+    for r in results:
+        after = r["after"]
+        share, judged = after.get("eval/positive_share"), r["judged_by_team"]
+        met = share is not None and share >= target and judged <= budget
+        print(f"{r['seed']:>4} | {r['margin']:>5g} | {share if share is None else f'{share:.0%}':>8} | "
+              f"{after.get('eval/kl', float('nan')):5.2f} | {judged:>6} | {'met' if met else 'NOT met'}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--annotators", type=int, default=5)
+    parser.add_argument("--pace", type=float, default=2.0, help="seconds each annotator takes per label")
+    parser.add_argument("--set", action="append", default=[], help="a train setting for both runs (key=value)")
+    parser.add_argument("--seeds", default="0", help="comma-separated seeds: one human run each (e.g. 0,1,2)")
+    parser.add_argument("--tie-margins", default="0.1",
+                        help="comma-separated tie margins of the simulated people: answers within this of their "
+                             "group's best VADER score tie (e.g. 0.05,0.1); one human run per seed and margin")
+    parser.add_argument("--target", type=float, default=0.8, help="held-out positive share each run must reach")
+    parser.add_argument("--budget", type=int, default=800, help="most answers people may judge per run")
+    parser.add_argument("--skip-function", action="store_true")
+    parser.add_argument("--keep", default="", help="folder for the databases and logs")
+    args = parser.parse_args()
+    work = Path(args.keep or tempfile.mkdtemp(prefix="human-loop-"))
+    work.mkdir(parents=True, exist_ok=True)
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    margins = [float(m) for m in args.tie_margins.split(",") if m.strip()]
+    results = [human_run(work, args, seed, margin) for seed in seeds for margin in margins]
+    if len(results) > 1:
+        print_sweep(results, args.target, args.budget)
+
+    if not args.skip_function:  # last: the human runs' figures come first on a machine shared with others
         db = work / "function.db"
         fresh_database(db)
         run_id, wall = train(db, ["reward=function", *args.set], work / "function-train.log")
         results.append(report(db, run_id, wall, "function reward"))
-        print(f"\nhuman / function wall time: {results[0]['wall_s'] / results[1]['wall_s']:.2f}x")
+        print(f"\nhuman / function wall time: {results[0]['wall_s'] / results[-1]['wall_s']:.2f}x")
     (work / "results.json").write_text(json.dumps(results, indent=2))
     print(f"results in {work / 'results.json'}")
 

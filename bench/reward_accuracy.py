@@ -48,14 +48,14 @@ def build_labels(db_path: str) -> None:
 
 def load_split(db_path: str):
     """(train rows, held-out rows) exactly as the demo's reward-model run splits them."""
-    from labeler.services import stage_runners
+    from labeler.services.runners import common
     from labeler.services.demo import DEMO_PROJECT, RM_TEST_SIZE, DemoSettings
     from labeler.services.export import ExportOptions, preference_rows
     from storage import open_db
 
     seed = DemoSettings().seed
     rows = preference_rows(open_db(db_path), DEMO_PROJECT, ExportOptions(seed=seed))
-    return stage_runners.split_rows(rows, RM_TEST_SIZE, seed)
+    return common.split_rows(rows, RM_TEST_SIZE, seed)
 
 
 def train_and_score(variant: str, seed: int, train, test, encoder: str):

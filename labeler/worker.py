@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable
 
 from labeler.launcher import lower_priority
-from labeler.services import evaluation, hub, jobs, models, runs, stage_runners, supervision, train_configs
+from labeler.services import evaluation, hub, jobs, models, runners, runs, supervision, train_configs
 from labeler.services.metrics_sink import MetricsSink
 from labeler.services.stages import RunResult, StageContext
 from storage import open_db
@@ -44,7 +44,7 @@ def runner_for(ctx: StageContext) -> Callable[[StageContext], RunResult]:
     if ctx.job.runner:
         module_name, _, function = ctx.job.runner.partition(":")
         return getattr(importlib.import_module(module_name), function)
-    return stage_runners.RUNNERS[ctx.stage]
+    return runners.RUNNERS[ctx.stage]
 
 
 def run_stage(ctx: StageContext) -> RunResult:

@@ -14,6 +14,8 @@ compute dtype; the CPU softmax kernel accumulates in fp32 either way). In fp32 t
 """
 from __future__ import annotations
 
+import importlib.util
+
 import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
@@ -63,6 +65,9 @@ def training_attention(requested: str, device: torch.device | str) -> str | None
         raise ValueError(f"attn_implementation={requested!r}: must be one of {', '.join(CHOICES)}")
     if requested == "model":
         return None
+    if requested == "flash_attention_2" and importlib.util.find_spec("flash_attn") is None:
+        raise ValueError("attn_implementation='flash_attention_2' needs the flash-attn package and a CUDA GPU "
+                         "(pip install flash-attn --no-build-isolation); sdpa is the kernel to use without it")
     if requested == "auto":
         return LEAN_EAGER if torch.device(device).type == "cpu" else None
     return requested

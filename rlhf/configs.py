@@ -13,9 +13,10 @@ from dataclasses import dataclass, field, fields
 from typing import Literal
 
 from rlhf.hardware import bf16_is_fast
+from rlhf.precision import check_dtype, dtype_field, load_in_4bit_field, model_init_kwargs_field
 
 # attn_implementation's values for every trainer (rlhf/attention.py; here so a config imports no transformers).
-ATTENTION_CHOICES = ("auto", "lean_eager", "eager", "sdpa", "model")
+ATTENTION_CHOICES = ("auto", "lean_eager", "eager", "sdpa", "flash_attention_2", "model")
 
 
 # ---- the speed and memory settings every trainer applies to its model: one definition each, used by PPOConfig
@@ -27,14 +28,27 @@ def keep_freed_memory_field():
 
 def attn_implementation_field(default: str):
     return field(default=default, metadata={
-        "help": "Attention kernel of the model (and its reference) while training: auto (lean_eager on CPU, see "
-                "rlhf/attention.py), lean_eager, eager, sdpa, model (keep the model's own)."})
+        "help": "Attention kernel of the model (and its reference) while training (TRL's attn_implementation; "
+                "model_init_kwargs' attn_implementation sets it too): auto (lean_eager on CPU, see rlhf/attention.py), "
+                "lean_eager, eager, sdpa, flash_attention_2 (GPU, needs the flash-attn package), model (keep the "
+                "model's own)."})
 
 
 def share_input_casts_field():
     return field(default=True, metadata={
         "help": "Under bf16 autocast, cast each attention/MLP block's input once for all its projections (one bf16 "
                 "copy kept, not 2-3; see rlhf/autocast_inputs.py)."})
+
+
+def attention_from_init_kwargs(value: str, default: str, model_init_kwargs: dict | None) -> str:
+    """The attention kernel when TRL's model_init_kwargs={"attn_implementation": ...} names one: it counts as the
+    attn_implementation setting (one setting, two spellings); both set to different kernels is an error."""
+    asked = (model_init_kwargs or {}).get("attn_implementation")
+    if asked is None or asked == value:
+        return value
+    _check(value == default, "attn_implementation", value,
+           f"disagrees with model_init_kwargs' attn_implementation={asked!r}: set one of them")
+    return asked
 
 
 def check_attn_implementation(value: str) -> None:
@@ -197,7 +211,14 @@ class PPOConfig:
         "help": "Deprecated alias of mini_batch_size (as in TRL 0.11); rollout_forward_batch_size is the no-grad chunk size."})
     optimize_device_cache: bool = field(default=False, metadata={"help": "TRL's cache emptying between steps; not needed here (a warning says so when set)."})
     optimize_cuda_cache: bool | None = field(default=None, metadata={"help": "Deprecated alias of optimize_device_cache (TRL)."})
-    gradient_checkpointing: bool = field(default=False, metadata={"help": "TRL's flag; here call model.gradient_checkpointing_enable() yourself (a warning says so when set)."})
+    gradient_checkpointing: bool = field(default=False, metadata={
+        "help": "Recompute each transformer block's activations in the backward pass instead of keeping them (the "
+                "policy's backbone, which the value head reads too): much less activation memory for about a third "
+                "more compute per mini-batch; for large models or long answers on a GPU."})
+    # How the app's PPO stage loads the policy (rlhf/precision.py model_load_kwargs); PPOTrainer itself takes a model.
+    dtype: Literal["float32", "bfloat16", "float16", "auto"] | None = dtype_field()
+    model_init_kwargs: dict | None = model_init_kwargs_field()
+    load_in_4bit: bool = load_in_4bit_field()
     compare_steps: int = field(default=1, metadata={"help": "Steps between best-model comparisons for push_to_hub_if_best_kwargs (TRL); recorded only."})
     dataset_num_proc: int | None = field(default=None, metadata={"help": "Processes for dataset mapping (TRL); PPOTrainer maps no dataset, so unused."})
     # TRL fills these at runtime; passing them has no effect there either.
@@ -229,9 +250,6 @@ class PPOConfig:
         if self.optimize_device_cache:
             warnings.warn("PPOConfig: optimize_device_cache does not apply here (PPOTrainer frees its activations "
                           "itself; see keep_freed_memory); ignored", stacklevel=3)
-        if self.gradient_checkpointing:
-            warnings.warn("PPOConfig: gradient_checkpointing is not applied by PPOTrainer; call "
-                          "model.gradient_checkpointing_enable() before building the trainer", stacklevel=3)
         _check(self.log_with in (None, "tensorboard", *TRACKER_PACKAGES), "log_with", self.log_with,
                "must be 'tensorboard', 'wandb', 'mlflow', 'trackio' or None")
         if self.log_with == "tensorboard" and self.log_dir is None:
@@ -246,7 +264,10 @@ class PPOConfig:
         _check(self.vf_coef >= 0, "vf_coef", self.vf_coef, "must be >= 0")
         _check(0 <= self.gamma <= 1, "gamma", self.gamma, "must be in [0, 1]")
         _check(0 <= self.lam <= 1, "lam", self.lam, "must be in [0, 1]")
+        object.__setattr__(self, "attn_implementation",
+                           attention_from_init_kwargs(self.attn_implementation, "model", self.model_init_kwargs))
         check_attn_implementation(self.attn_implementation)
+        check_dtype(self.dtype)
         _check(self.advantage_estimator in ("rloo", "gae"), "advantage_estimator", self.advantage_estimator,
                "must be rloo or gae")
         _check(self.kl_penalty in ("kl", "abs", "mse", "full"), "kl_penalty", self.kl_penalty, "must be kl, abs, mse or full")

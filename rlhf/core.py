@@ -55,21 +55,98 @@ def clip_by_value(x: torch.Tensor, low: torch.Tensor | float, high: torch.Tensor
     return torch.max(torch.min(x, torch.as_tensor(high, dtype=x.dtype)), torch.as_tensor(low, dtype=x.dtype))
 
 
-def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """log p(label) per position: logits (B, T, V), labels (B, T) -> (B, T).
+# Rows (positions) per chunk of the vocabulary-wide passes: a chunk's fp32 copy is at most ~64 MB (110 rows of
+# Qwen's 151,936 tokens, 340 of SmolLM2's 49,152), whatever the batch.
+LOGSOFTMAX_CHUNK_ELEMENTS = 1 << 24
 
-    log_softmax is taken in fp32 even under bf16 autocast: the PPO ratio exp(new - old) amplifies
-    rounding error, and bf16 has only 8 bits of mantissa.
+
+def _chunk_rows(vocab_size: int) -> int:
+    return max(1, LOGSOFTMAX_CHUNK_ELEMENTS // max(vocab_size, 1))
+
+
+def _row_chunks(logits: torch.Tensor):
+    """(b, slice) over a (B, T, V) tensor, a few rows of one sequence at a time. Never reshaped: logits[:, :-1]
+    (what every trainer passes) is not contiguous, and flattening it would copy the whole logits."""
+    rows = _chunk_rows(logits.shape[-1])
+    for b in range(logits.shape[0]):
+        for start in range(0, logits.shape[1], rows):
+            yield b, slice(start, start + rows)
+
+
+class _SelectiveLogSoftmax(torch.autograd.Function):
+    """log softmax(logits / temperature)[label] per position of (B, T, V) logits, computed a few rows at a time
+    in fp32, keeping nothing vocabulary-wide but the logits themselves (the LM head's output, which exists anyway).
+
+    Forward: picked - logsumexp per chunk. Backward: d/dz = (onehot - softmax(z / t)) / t, recomputed per chunk
+    from the saved logits and logsumexp. log_softmax(logits.float()) + gather instead kept a fp32 (B, T, V) copy
+    for its backward and made two more in it: 5 GB each at 16 x 512 tokens of a 151,936-token vocabulary."""
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, labels: torch.Tensor, temperature: float) -> torch.Tensor:
+        out = torch.empty(labels.shape, dtype=torch.float32, device=logits.device)  # (B, T)
+        lse = torch.empty_like(out)
+        for b, rows in _row_chunks(logits):
+            z = logits[b, rows].float()  # (n, V), fp32 one chunk at a time
+            if temperature != 1.0:
+                z = z / temperature
+            lse[b, rows] = torch.logsumexp(z, dim=-1)
+            out[b, rows] = z.gather(-1, labels[b, rows, None]).squeeze(-1)
+        ctx.save_for_backward(logits, labels, lse)
+        ctx.temperature = temperature
+        return out - lse
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):
+        logits, labels, lse = ctx.saved_tensors
+        t = ctx.temperature
+        grad = torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
+        for b, rows in _row_chunks(logits):
+            g = grad_out[b, rows, None].float()  # (n, 1)
+            z = logits[b, rows].float()
+            if t != 1.0:
+                z = z / t
+            chunk = torch.exp(z - lse[b, rows, None]).mul_(-g)  # -g * softmax
+            chunk.scatter_add_(-1, labels[b, rows, None], g)  # + g at the label
+            if t != 1.0:
+                chunk.div_(t)
+            grad[b, rows] = chunk
+        return grad, None, None
+
+
+def selective_log_softmax(logits: torch.Tensor, labels: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """log softmax(logits / temperature) at `labels`: logits (..., V), labels (...) -> fp32 (...).
+
+    In fp32 whatever the logits' dtype (under bf16 autocast they are bf16): the PPO ratio exp(new - old) amplifies
+    rounding error, and bf16 has 8 bits of mantissa. Chunked over positions, so no fp32 (..., V) tensor is kept
+    (TRL's selective_log_softmax does the same for fp32 logits; here bf16 logits are upcast per chunk too).
     """
-    logp = F.log_softmax(logits.float(), dim=-1)  # (B, T, V)
-    return torch.gather(logp, 2, labels.unsqueeze(-1)).squeeze(-1)
+    if labels.dim() == 1:  # (T,): one sequence
+        return _SelectiveLogSoftmax.apply(logits[None], labels[None], float(temperature))[0]
+    shape = labels.shape
+    if labels.dim() > 2:
+        logits, labels = logits.flatten(0, -3), labels.flatten(0, -2)  # (..., T, V) -> (B', T, V)
+    return _SelectiveLogSoftmax.apply(logits, labels, float(temperature)).reshape(shape)
 
 
-def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
-    """Entropy of the softmax per position: (B, T, V) -> (B, T). H = logsumexp(z) - sum p z."""
-    logits = logits.float()
-    p = F.softmax(logits, dim=-1)
-    return torch.logsumexp(logits, dim=-1) - (p * logits).sum(dim=-1)
+def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """log p(label) per position: logits (B, T, V), labels (B, T) -> (B, T), fp32 (selective_log_softmax)."""
+    return selective_log_softmax(logits, labels)
+
+
+def entropy_from_logits(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Entropy of softmax(logits / temperature) per position: (..., V) -> fp32 (...). H = logsumexp(z) - sum p z,
+    in fp32 a chunk of positions at a time (no fp32 copy of the whole logits)."""
+    flat = logits.reshape(-1, logits.shape[-1])
+    rows = _chunk_rows(flat.shape[-1])
+    parts = []
+    for start in range(0, flat.shape[0], rows):
+        z = flat[start : start + rows].float()
+        if temperature != 1.0:
+            z = z / temperature
+        parts.append(torch.logsumexp(z, dim=-1) - (F.softmax(z, dim=-1) * z).sum(dim=-1))
+    if not parts:
+        return flat.new_zeros(logits.shape[:-1], dtype=torch.float32)
+    return torch.cat(parts).reshape(logits.shape[:-1])
 
 
 def response_mask_after_eos(

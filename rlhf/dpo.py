@@ -25,6 +25,7 @@ from rlhf.core import logprobs_from_logits, masked_sum
 from rlhf.attention import LEAN_EAGER, use_attention
 from rlhf.cpu_memory import keep_freed_memory
 from rlhf.data import PreferenceCollator, check_preference_rows, tokenize_preference_causal, tokenizer_alias
+from rlhf.precision import model_load_kwargs
 from rlhf.loading import DEFAULT_POLICY, load_causal_lm, load_tokenizer, resolve_model_path
 from rlhf.dpo_losses import (
     DPO_LOSS_TYPES,
@@ -273,11 +274,11 @@ class DPOTrainer(Trainer):
             keep_freed_memory()
         if model is None or isinstance(model, (str, os.PathLike)):
             name = resolve_model_path(model if model is not None else args.model_name_or_path)
-            model = merge_adapter(load_causal_lm(name))
+            model = merge_adapter(load_causal_lm(name, **model_load_kwargs(args, lora=peft_config is not None)))
             if processing_class is None:
                 processing_class = load_tokenizer(name, padding_side="right")
         if isinstance(ref_model, (str, os.PathLike)):
-            ref_model = merge_adapter(load_causal_lm(ref_model))
+            ref_model = merge_adapter(load_causal_lm(ref_model, **model_load_kwargs(args, lora=False, frozen=True)))
         if ref_model is not None:
             use_attention(ref_model, args.attn_implementation, args.device)
         if processing_class is None:

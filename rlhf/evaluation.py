@@ -11,6 +11,7 @@ generation ran in.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -32,6 +33,45 @@ def distinct_n(texts: Sequence[str], n: int = 2) -> float:
         words = text.lower().split()
         grams.extend(tuple(words[i : i + n]) for i in range(len(words) - n + 1))
     return len(set(grams)) / len(grams) if grams else 0.0
+
+
+@dataclass(frozen=True)
+class WinRate:
+    rate: float  # share of comparisons the model won, ties counted half
+    low: float  # 95% interval (Wilson score, over prompts)
+    high: float
+    wins: int
+    ties: int
+    losses: int
+    prompts: int
+
+
+def wilson_interval(rate: float, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score interval of a proportion `rate` over `n` independent trials (Wilson 1927): unlike rate +- z*se
+    it stays inside [0, 1] and is not of zero width at 0% or 100%. (0, 1) for n = 0."""
+    if n <= 0:
+        return 0.0, 1.0
+    denominator = 1 + z * z / n
+    centre = (rate + z * z / (2 * n)) / denominator
+    half = z * math.sqrt(rate * (1 - rate) / n + z * z / (4 * n * n)) / denominator
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def win_rate(scores: Sequence[float], base_scores: Sequence[float], prompt_index: Sequence[int]) -> WinRate:
+    """Answer i of a model against answer i of its base to the same prompt (`prompt_index[i]`): a win when it
+    scores higher, half when equal. The interval counts prompts, not answers, as the independent trials: answers
+    to one prompt are alike, and counting each would claim more certainty than the prompts give."""
+    if not len(scores) == len(base_scores) == len(prompt_index):
+        raise ValueError(f"win_rate: {len(scores)} scores, {len(base_scores)} base scores and {len(prompt_index)} "
+                         "prompt indices: one each per comparison")
+    if not scores:
+        raise ValueError("win_rate: no comparisons")
+    wins = sum(a > b for a, b in zip(scores, base_scores))
+    ties = sum(a == b for a, b in zip(scores, base_scores))
+    rate = (wins + 0.5 * ties) / len(scores)
+    prompts = len(set(prompt_index))
+    low, high = wilson_interval(rate, prompts)
+    return WinRate(rate, low, high, wins, ties, len(scores) - wins - ties, prompts)
 
 
 # VADER compound sentiment of the answer alone: the held-out "positive answer" measure (> 0.5).
@@ -73,8 +113,8 @@ def response_logprob_sums(model, queries: Sequence[torch.Tensor], responses: Seq
 class EvalResult:
     prompts: int
     samples: int
-    mean_reward: float
-    positive_share: float  # share of answers whose reward is above `threshold`
+    mean_reward: float | None  # None without a reward function (a measure of people's, or none)
+    positive_share: float | None  # share of answers whose reward is above `threshold`
     threshold: float
     mean_kl: float | None  # nats per answer; None without a base model
     mean_length: float  # tokens per answer
@@ -82,8 +122,9 @@ class EvalResult:
     rows: list[dict] = field(repr=False, default_factory=list)  # prompt, answer, reward, kl, length
 
     def metrics(self) -> dict[str, float]:
-        out = {"eval/reward_mean": self.mean_reward, "eval/positive_share": self.positive_share,
-               "eval/length_mean": self.mean_length, "eval/distinct_2": self.distinct_2}
+        out = {"eval/length_mean": self.mean_length, "eval/distinct_2": self.distinct_2}
+        if self.mean_reward is not None:
+            out.update({"eval/reward_mean": self.mean_reward, "eval/positive_share": self.positive_share})
         if self.mean_kl is not None:
             out["eval/kl"] = self.mean_kl
         return out
@@ -93,7 +134,7 @@ def evaluate_policy(
     model,
     tokenizer,
     prompts: Sequence[str],
-    reward_fn: RewardFunction,
+    reward_fn: RewardFunction | None,
     ref_model=None,
     samples: int = 4,
     max_new_tokens: int = 16,
@@ -104,7 +145,8 @@ def evaluate_policy(
     build_query: Callable[[str], torch.Tensor] | None = None,
 ) -> EvalResult:
     """Sample `samples` answers per prompt from the full distribution (temperature 1, no top-k/top-p, the
-    way the policy is trained), score them with `reward_fn(prompts, answers)`, and measure KL to `ref_model`.
+    way the policy is trained), score them with `reward_fn(prompts, answers)` (None: no scores, e.g. when people
+    judge), and measure KL to `ref_model`.
 
     `build_query(prompt) -> token ids` formats a prompt as training did (default: the chat template)."""
     if not prompts:
@@ -117,7 +159,7 @@ def evaluate_policy(
     settings = GenerationSettings(max_new_tokens=max_new_tokens, batch_size=batch_size, seed=seed, autocast=bf16)
     responses = generate_batch(model, tokenizer, query_ids, settings)
     answers = decode_responses(tokenizer, responses)
-    rewards = [float(r) for r in reward_fn(texts, answers)]
+    rewards = [float(r) for r in reward_fn(texts, answers)] if reward_fn is not None else [None] * len(answers)
     if len(rewards) != len(answers):
         raise ValueError(f"evaluate_policy: the reward function gave {len(rewards)} scores for {len(answers)} answers")
     kls: list[float] | None = None
@@ -131,8 +173,8 @@ def evaluate_policy(
     n = len(rows)
     return EvalResult(
         prompts=len(prompts), samples=samples,
-        mean_reward=sum(rewards) / n,
-        positive_share=sum(r > threshold for r in rewards) / n,
+        mean_reward=None if reward_fn is None else sum(rewards) / n,
+        positive_share=None if reward_fn is None else sum(r > threshold for r in rewards) / n,
         threshold=threshold,
         mean_kl=None if kls is None else sum(kls) / n,
         mean_length=sum(len(t) for t in responses) / n,

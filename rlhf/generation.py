@@ -13,6 +13,7 @@ from typing import Callable, Sequence
 import torch
 
 from rlhf.configs import GenerationSettings
+from rlhf.precision import autocast_dtype
 
 Message = dict  # {"role": "system" | "user" | "assistant", "content": str}
 Progress = Callable[[int, int], None]
@@ -104,11 +105,11 @@ def generation_kwargs(settings: GenerationSettings, eos_ids: list[int], pad_id: 
 
 
 def autocast_context(model, enabled: bool):
-    """bfloat16 autocast on the model's device type when enabled, else nothing."""
+    """bfloat16 autocast on the model's device type when enabled (fp16 on a GPU without bf16), else nothing."""
     if not enabled:
         return contextlib.nullcontext()
     device_type = next(model.parameters()).device.type
-    return torch.autocast(device_type=device_type, dtype=torch.bfloat16)
+    return torch.autocast(device_type=device_type, dtype=autocast_dtype(True, device_type))
 
 
 def left_pad(prompt_ids: Sequence[torch.Tensor], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -30,6 +30,7 @@ from torch.utils.data import Sampler
 from transformers import Trainer
 
 from rlhf.attention import use_attention
+from rlhf.core import entropy_from_logits, selective_log_softmax
 from rlhf.cpu_memory import keep_freed_memory
 from rlhf.data import is_conversational, pad_token_lists, render_prompt_completion, tokenize_for_reward
 from rlhf.distributed import prepare_reference, unwrap_model_for_generation
@@ -43,6 +44,7 @@ from rlhf.losses import (
     k3_kl,
     nan_std,
 )
+from rlhf.precision import model_load_kwargs
 from rlhf.peft_utils import base_model, is_peft_model, merge_adapter
 from rlhf.trainer_config import TrainerConfig
 from rlhf.trainer_setup import prepare_model
@@ -65,8 +67,6 @@ class OnlineRLConfig(TrainerConfig):
         default=DEFAULT_POLICY, metadata={"help": "Policy when the trainer is given no model: 'default', a folder, an adapter folder."})
     learning_rate: float = field(default=1e-6, metadata={"help": "AdamW learning rate (TRL's default 1e-6)."})
     logging_steps: float = field(default=10, metadata={"help": "Log metrics every this many optimizer steps."})
-    model_init_kwargs: dict | None = field(
-        default=None, metadata={"help": "Keyword arguments for from_pretrained when the model is given by name."})
     disable_dropout: bool = field(
         default=False, metadata={"help": "Set every dropout probability to 0 (same log-probs for the same input)."})
     remove_unused_columns: bool = field(
@@ -336,7 +336,7 @@ class GRPOTrainer(Trainer):
         environment_factory=None,
     ):
         for name, value, why in [
-            ("quantization_config", quantization_config, "bitsandbytes quantisation needs a CUDA GPU"),
+            ("quantization_config", quantization_config, "for QLoRA set load_in_4bit=True in the config, with a peft_config"),
             ("tools", tools, "tool calling is not supported"),
             ("rollout_func", rollout_func, "custom rollouts are not supported; generation is transformers' generate()"),
             ("environment_factory", environment_factory, "environments are not supported"),
@@ -356,7 +356,7 @@ class GRPOTrainer(Trainer):
         # 1. the policy and its tokenizer (left padding: generation continues from the last prompt token)
         if model is None or isinstance(model, (str, os.PathLike)):
             name = resolve_model_path(model if model is not None else args.model_name_or_path)
-            model = merge_adapter(load_causal_lm(name, **(args.model_init_kwargs or {})))
+            model = merge_adapter(load_causal_lm(name, **model_load_kwargs(args, lora=peft_config is not None)))
             if processing_class is None:
                 processing_class = load_tokenizer(name, padding_side="left")
         if processing_class is None:
@@ -523,14 +523,12 @@ class GRPOTrainer(Trainer):
                 logits = model(input_ids=input_ids, attention_mask=attention_mask,
                                position_ids=position_ids).logits[:, -(keep + 1):]
             logits = logits[:, :-1]  # (B, C, V)
-        # One fp32 log-softmax serves both the sampled tokens' log-probs and the entropy (-sum p log p), so the
-        # vocabulary-wide pass (49k wide for the default model) is made once.
-        all_logps = torch.log_softmax(logits.float() / self.args.temperature, dim=-1)  # (B, C, V)
-        logps = all_logps.gather(-1, batch["completion_ids"].unsqueeze(-1)).squeeze(-1)  # (B, C)
+        # fp32 a chunk of positions at a time: no fp32 (B, C, V) copy is kept (rlhf/core.py selective_log_softmax).
+        logps = selective_log_softmax(logits, batch["completion_ids"], self.args.temperature)  # (B, C)
         entropy = None
         if with_entropy:
             with torch.no_grad():
-                entropy = -(all_logps.exp() * all_logps).sum(-1)
+                entropy = entropy_from_logits(logits, self.args.temperature)  # (B, C)
         return logps, entropy
 
     @torch.no_grad()

@@ -24,9 +24,10 @@ def cpu_flags(cpuinfo: str | None = None) -> frozenset[str]:
 
 @functools.lru_cache(maxsize=None)
 def bf16_is_fast(device_type: str | None = None) -> bool:
-    """True where bf16 autocast speeds training and generation up: a CUDA GPU that supports bf16 (Ampere and
-    newer), or a CPU with AVX-512 BF16 or AMX (measured here: bf16 matrix products about 4x fp32). On any
-    other CPU bf16 is emulated and slower, so the default there is fp32.
+    """True where half-precision autocast speeds training and generation up: any CUDA GPU (one without bf16, a T4
+    or V100, then runs fp16 autocast with a gradient scaler in its place: rlhf/precision.py autocast_dtype), or a
+    CPU with AVX-512 BF16 or AMX (measured here: bf16 matrix products about 4x fp32). On any other CPU bf16 is
+    emulated and slower, so the default there is fp32.
 
     device_type None means the device training will use: CUDA when available, else the CPU.
     """
@@ -35,7 +36,7 @@ def bf16_is_fast(device_type: str | None = None) -> bool:
     if device_type is None:
         device_type = "cuda" if torch.cuda.is_available() else "cpu"
     if device_type == "cuda":
-        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+        return torch.cuda.is_available()
     if device_type == "cpu":
         return bool(cpu_flags() & BF16_CPU_FLAGS)
     return False

@@ -38,6 +38,7 @@ from rlhf.loading import DEFAULT_POLICY, load_causal_lm, load_tokenizer, resolve
 from rlhf.losses import kto_kl_estimate, kto_loss
 from rlhf.peft_utils import is_peft_model, merge_adapter
 from rlhf.reference_logps import reference_model, with_reference_columns
+from rlhf.precision import model_load_kwargs
 from rlhf.trainer_config import TrainerConfig
 from rlhf.trainer_setup import prepare_model
 
@@ -54,8 +55,6 @@ class KTOConfig(TrainerConfig):
     logging_steps: float = field(default=10, metadata={"help": "Log metrics every this many optimizer steps."})
     train_sampling_strategy: str = field(default="sequential", metadata={
         "help": "sequential (TRL's KTO default): batches are the rows the KL pairs were rotated within."})
-    model_init_kwargs: dict | None = field(
-        default=None, metadata={"help": "Keyword arguments for from_pretrained when the model is given by name."})
     disable_dropout: bool = field(default=True, metadata={"help": "Set every dropout probability to 0."})
     dataset_num_proc: int | None = field(default=None, metadata={"help": "Processes for tokenising the dataset."})
     max_length: int | None = field(default=1024, metadata={"help": "Tokens per prompt + completion; the completion is cut at the end."})
@@ -192,7 +191,7 @@ class KTOTrainer(Trainer):
             keep_freed_memory()
         if model is None or isinstance(model, (str, os.PathLike)):
             name = resolve_model_path(model if model is not None else args.model_name_or_path)
-            model = merge_adapter(load_causal_lm(name, **(args.model_init_kwargs or {})))
+            model = merge_adapter(load_causal_lm(name, **model_load_kwargs(args, lora=peft_config is not None)))
             if processing_class is None:
                 processing_class = load_tokenizer(name, padding_side="right")
         if processing_class is None:
@@ -200,7 +199,8 @@ class KTOTrainer(Trainer):
         if processing_class.pad_token is None:
             processing_class.pad_token = processing_class.eos_token
         if isinstance(ref_model, (str, os.PathLike)):
-            ref_model = merge_adapter(load_causal_lm(resolve_model_path(ref_model)))
+            ref = resolve_model_path(ref_model)
+            ref_model = merge_adapter(load_causal_lm(ref, **model_load_kwargs(args, lora=False, frozen=True)))
         if args.disable_dropout:
             for module in [*model.modules(), *(ref_model.modules() if ref_model is not None else [])]:
                 if isinstance(module, torch.nn.Dropout):

@@ -111,9 +111,14 @@ def load_tokenizer(name_or_path: str | os.PathLike, padding_side: str = "left", 
 
 
 def load_causal_lm(name_or_path: str | os.PathLike, dtype=None, trust_remote_code: bool = False, **kwargs):
-    """A causal LM from safetensors only; a PEFT adapter folder is loaded on its base model."""
+    """A causal LM from safetensors only; a PEFT adapter folder is loaded on its base model.
+
+    dtype None means float32, not the checkpoint's dtype (transformers 5 reads None as "auto"): a model saved in
+    bf16 would otherwise train without fp32 master weights (rlhf/precision.py). "auto" keeps the checkpoint's."""
+    import torch
     from transformers import AutoModelForCausalLM
 
+    dtype = torch.float32 if dtype is None else dtype
     path = resolve_model_path(name_or_path)
     if (Path(path) / "adapter_config.json").exists():
         from peft import PeftModel

@@ -166,9 +166,13 @@ class FrozenTextEncoder:
     """Mean-pooled sentence features of (prompt, answer) from a frozen encoder (the embedded MiniLM by default).
 
     Features: [pool(answer) ; pool(prompt [SEP] answer)], each half L2-normalised: the answer alone (what the
-    answer says) and the pair (whether it fits its prompt). Cached by text, so a refit never encodes twice."""
+    answer says) and the pair (whether it fits its prompt). Cached by text, so a refit never encodes twice.
 
-    def __init__(self, name_or_path: str = "default-encoder", max_length: int = 128, batch_size: int = 32,
+    `max_length` None reads as much as the encoder can (its position limit: 512 tokens for MiniLM), so answers
+    that differ only late (a 128-token answer to a question) still look different; batches pad to their longest
+    text, so short answers cost no more than before."""
+
+    def __init__(self, name_or_path: str = "default-encoder", max_length: int | None = None, batch_size: int = 32,
                  dtype: torch.dtype | None = None):
         from transformers import AutoModel
 
@@ -177,7 +181,9 @@ class FrozenTextEncoder:
         path = resolve_model_path(name_or_path)
         self.model = AutoModel.from_pretrained(path, dtype=dtype, use_safetensors=True).eval().requires_grad_(False)
         self.tokenizer = load_tokenizer(path, padding_side="right")
-        self.max_length, self.batch_size = max_length, batch_size
+        limit = getattr(self.model.config, "max_position_embeddings", None) or 512
+        self.max_length = min(max_length or limit, limit)
+        self.batch_size = batch_size
         self.dim = 2 * self.model.config.hidden_size
         self._cache: dict[tuple[str, str], torch.Tensor] = {}
 

@@ -34,6 +34,7 @@ from rlhf.data import (
 from rlhf.loading import DEFAULT_ENCODER, load_tokenizer, resolve_model_path
 from rlhf.losses import pairwise_reward_loss
 from rlhf.peft_utils import merge_adapter
+from rlhf.precision import model_load_kwargs
 from rlhf.trainer_config import TrainerConfig
 from rlhf.trainer_setup import prepare_model
 
@@ -94,19 +95,22 @@ def reward_accuracy(pred: EvalPrediction) -> dict[str, float]:
     return {"accuracy": float(np.mean(chosen > rejected)), "margin": float(np.mean(chosen - rejected))}
 
 
-def load_reward_model(name_or_path: str | os.PathLike, dtype=None) -> torch.nn.Module:
-    """A one-output sequence classifier from safetensors; an adapter folder is loaded on its base."""
+def load_reward_model(name_or_path: str | os.PathLike, dtype=None, **kwargs) -> torch.nn.Module:
+    """A one-output sequence classifier from safetensors; an adapter folder is loaded on its base. dtype None:
+    float32 (not the checkpoint's dtype, transformers 5's reading of None; rlhf/precision.py says why)."""
     path = Path(resolve_model_path(name_or_path))
+    dtype = torch.float32 if dtype is None else dtype
     adapter_config = path / "adapter_config.json"
     if adapter_config.exists():
         from peft import PeftModel
 
         base_name = json.loads(adapter_config.read_text())["base_model_name_or_path"]
         base = AutoModelForSequenceClassification.from_pretrained(
-            resolve_model_path(base_name), num_labels=1, dtype=dtype, use_safetensors=True
+            resolve_model_path(base_name), num_labels=1, dtype=dtype, use_safetensors=True, **kwargs
         )
         return PeftModel.from_pretrained(base, path)
-    return AutoModelForSequenceClassification.from_pretrained(str(path), num_labels=1, dtype=dtype, use_safetensors=True)
+    return AutoModelForSequenceClassification.from_pretrained(str(path), num_labels=1, dtype=dtype, use_safetensors=True,
+                                                              **kwargs)
 
 
 class RewardTrainer(Trainer):
@@ -143,7 +147,7 @@ class RewardTrainer(Trainer):
             keep_freed_memory()
         if model is None or isinstance(model, (str, os.PathLike)):
             name = resolve_model_path(model if model is not None else args.model_name_or_path)
-            model = merge_adapter(load_reward_model(name))
+            model = merge_adapter(load_reward_model(name, **model_load_kwargs(args, lora=peft_config is not None)))
             if processing_class is None:
                 processing_class = load_tokenizer(name, padding_side="right")
         if processing_class is None:

@@ -19,6 +19,7 @@ from transformers import Trainer
 
 from rlhf.cpu_memory import keep_freed_memory
 from rlhf.data import SFTCollator, check_sft_rows, pack_examples, tokenize_sft, tokenizer_alias
+from rlhf.precision import model_load_kwargs
 from rlhf.loading import DEFAULT_POLICY, load_causal_lm, load_tokenizer, resolve_model_path
 from rlhf.peft_utils import merge_adapter
 from rlhf.trainer_config import TrainerConfig
@@ -107,7 +108,7 @@ class SFTTrainer(Trainer):
             keep_freed_memory()
         if model is None or isinstance(model, (str, os.PathLike)):
             name = resolve_model_path(model if model is not None else args.model_name_or_path)
-            model = merge_adapter(load_causal_lm(name))
+            model = merge_adapter(load_causal_lm(name, **model_load_kwargs(args, lora=peft_config is not None)))
             if processing_class is None:
                 processing_class = load_tokenizer(name, padding_side="right")
         if processing_class is None:

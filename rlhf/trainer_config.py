@@ -5,15 +5,24 @@ themselves are defined once in rlhf/configs.py, where PPOConfig (not a TrainingA
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from transformers import TrainingArguments
 
 from rlhf.configs import (
     attn_implementation_field,
+    attention_from_init_kwargs,
     check_attn_implementation,
     keep_freed_memory_field,
     share_input_casts_field,
+)
+from rlhf.precision import (
+    check_dtype,
+    dtype_field,
+    load_in_4bit_field,
+    model_init_kwargs_field,
+    trainer_precision_flags,
 )
 
 
@@ -24,9 +33,17 @@ class TrainerConfig(TrainingArguments):
     keep_freed_memory: bool = keep_freed_memory_field()
     attn_implementation: str = attn_implementation_field("auto")
     share_input_casts: bool = share_input_casts_field()
+    dtype: Literal["float32", "bfloat16", "float16", "auto"] | None = dtype_field()
+    model_init_kwargs: dict | None = model_init_kwargs_field()
+    load_in_4bit: bool = load_in_4bit_field()
 
     def __post_init__(self):
+        self.attn_implementation = attention_from_init_kwargs(self.attn_implementation, "auto", self.model_init_kwargs)
         check_attn_implementation(self.attn_implementation)
+        check_dtype(self.dtype)
+        if torch.cuda.is_available() and not self.use_cpu:
+            # bf16=True on a GPU without bf16 (T4, V100): fp16 autocast with accelerate's gradient scaler instead.
+            self.bf16, self.fp16 = trainer_precision_flags(bool(self.bf16), bool(self.fp16), "cuda")
         if not torch.cuda.is_available():
             # bf16 on CPU is torch.autocast("cpu"), which TrainingArguments allows only with use_cpu.
             self.use_cpu = self.use_cpu or bool(self.bf16)

@@ -6,7 +6,19 @@ import torch
 
 from rlhf.attention import use_attention
 from rlhf.autocast_inputs import share_input_casts
-from rlhf.peft_utils import apply_peft
+from rlhf.peft_utils import apply_peft, base_model
+from rlhf.precision import warn_if_no_master_weights
+
+
+def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
+    """Activation checkpointing of a transformers model (also under a peft wrapper): each block's activations are
+    recomputed in the backward pass. Non-reentrant (torch's recommended variant): it needs no input that
+    requires grad, so LoRA's frozen embeddings need no enable_input_require_grads."""
+    model = base_model(model)
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.2's name; the old one warns
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
 def prepare_model(model: torch.nn.Module, args, peft_config=None) -> torch.nn.Module:
@@ -14,6 +26,7 @@ def prepare_model(model: torch.nn.Module, args, peft_config=None) -> torch.nn.Mo
     and, with `args.share_input_casts`, one bf16 input cast per attention/MLP block. The order matters: the
     kernel and the cast hooks must see the modules that will run, i.e. the adapter-wrapped model."""
     model = apply_peft(model, peft_config, args.gradient_checkpointing)
+    warn_if_no_master_weights(model)
     use_attention(model, args.attn_implementation, args.device)
     if args.share_input_casts:
         share_input_casts(model)

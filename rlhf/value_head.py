@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from rlhf.loading import resolve_model_path
-from rlhf.peft_utils import is_peft_model
+from rlhf.peft_utils import apply_peft, is_peft_model, merged_model
 
 VALUE_HEAD_FILE = "value_head.safetensors"
 TRL_PREFIX = "v_head."  # TRL 0.11 saves the head inside the model's weights as v_head.summary.{weight,bias}
@@ -185,7 +185,9 @@ class AutoModelForCausalLMWithValueHead(nn.Module):
             return cls(backbone, v_head_dropout, v_head_init, v_head_init_std, seed)
 
         path = resolve_model_path(pretrained_model_name_or_path)
-        load = dict(dtype=dtype, use_safetensors=True, trust_remote_code=trust_remote_code, **kwargs)
+        # dtype None: float32 master weights, not transformers 5's "auto" (rlhf/precision.py)
+        load = dict(dtype=torch.float32 if dtype is None else dtype, use_safetensors=True,
+                    trust_remote_code=trust_remote_code, **kwargs)
         adapter_config = Path(path) / "adapter_config.json"
         if adapter_config.exists():
             from peft import PeftModel
@@ -194,11 +196,7 @@ class AutoModelForCausalLMWithValueHead(nn.Module):
             backbone = AutoModelForCausalLM.from_pretrained(resolve_model_path(base), **load)
             backbone = PeftModel.from_pretrained(backbone, path, is_trainable=is_trainable)
         else:
-            backbone = AutoModelForCausalLM.from_pretrained(path, **load)
-            if peft_config is not None:
-                from peft import get_peft_model
-
-                backbone = get_peft_model(backbone, peft_config)
+            backbone = apply_peft(AutoModelForCausalLM.from_pretrained(path, **load), peft_config)
         model = cls(backbone, v_head_dropout, v_head_init, v_head_init_std, seed)
         state = load_value_head_state(path)
         if state is not None:
@@ -282,8 +280,7 @@ class AutoModelForCausalLMWithValueHead(nn.Module):
 
     def merge_and_unload(self) -> nn.Module:
         """Merge a LoRA adapter into the backbone; returns the plain transformers model (also kept here)."""
-        if self.is_peft_model:
-            self.pretrained_model = self.pretrained_model.merge_and_unload()
+        self.pretrained_model = merged_model(self.pretrained_model)
         return self.pretrained_model
 
     # ---- the model ----------------------------------------------------------------------------------

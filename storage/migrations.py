@@ -391,7 +391,7 @@ MIGRATIONS.append(("active selection", [
     "CREATE INDEX items_open_selection ON items (project_id, kind, priority DESC, selection_score DESC, id) WHERE is_open = 1",
 ]))
 
-# The TRL 1.x stages (GRPO, RLOO, KTO; labeler/services/stage_runners_online.py). SQLite cannot change a CHECK
+# The TRL 1.x stages (GRPO, RLOO, KTO; labeler/services/runners/online.py). SQLite cannot change a CHECK
 # constraint in place and rebuilding `runs` would cascade-delete its metrics (foreign keys are on, and cannot be
 # turned off inside the migration's transaction), so the constraint's text is edited in the schema itself: a
 # change of a CHECK constraint leaves the stored rows' format as it is (SQLite's documented use of
@@ -402,4 +402,21 @@ MIGRATIONS.append(("runs: grpo, rloo and kto stages", [
     "'CHECK (stage IN (''sft'', ''rm'', ''dpo'', ''ppo'', ''grpo'', ''rloo'', ''kto''))') "
     "WHERE type = 'table' AND name = 'runs'",
     "PRAGMA writable_schema = RESET",
+]))
+
+# A team's own task: how long a project's answers are, what "better" means for it, and the share of its
+# prompts set aside for evaluation.
+# - answer_tokens: the new tokens of an answer in generation, every policy trainer, evaluation, chat and the arena
+#   (a run may override it). A continuation of a movie-review opening needs 16; an answer to a question ~128.
+# - measure: how a finished run is judged on the held-out prompts: 'vader', 'vader-with-prompt', 'rm:NAME',
+#   'module:function' or 'people'; '' follows the newest reward model trained on the project (labeler/services/
+#   measures.py). Projects holding the shipped movie-review prompts were judged by VADER so far and keep it.
+# - heldout_share: the share of imported prompts held out of training (split 'test'), chosen by a hash of each
+#   prompt (labeler/services/prompts.py).
+MIGRATIONS.append(("projects answer length, measure and held-out share", [
+    "ALTER TABLE projects ADD COLUMN answer_tokens INTEGER NOT NULL DEFAULT 128 CHECK (answer_tokens >= 1)",
+    "UPDATE projects SET answer_tokens = 16 WHERE prompt_format = 'continue'",
+    "ALTER TABLE projects ADD COLUMN measure TEXT NOT NULL DEFAULT ''",
+    "UPDATE projects SET measure = 'vader' WHERE id IN (SELECT project_id FROM prompts WHERE source = 'shipped:movie_prompts')",
+    "ALTER TABLE projects ADD COLUMN heldout_share REAL NOT NULL DEFAULT 0.1 CHECK (heldout_share >= 0 AND heldout_share < 1)",
 ]))

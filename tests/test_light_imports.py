@@ -15,15 +15,18 @@ from test_import_cycles import imported_by, module_files, top_level_imports
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "transformers", "accelerate", "peft", "datasets", "sentence_transformers")
-# Service modules that load torch when imported, being tensor work themselves; stage_runners imports them inside
-# the function that needs them.
-HEAVY_SERVICES = {"online_reward", "stage_runners_online"}
+# Service modules that load torch when imported, being tensor work themselves; their callers import them inside
+# the function that needs them (runners/__init__.py the online runners, common.py the online reward model).
+HEAVY_SERVICES = {"online_reward", "runners.online"}
 
 
 def light_modules() -> list[str]:
-    services = sorted(path.stem for path in (ROOT / "labeler" / "services").glob("*.py")
-                      if path.stem not in HEAVY_SERVICES | {"__init__"})
-    return ["labeler.cli", *(f"labeler.services.{name}" for name in services), "labeler.ui.app"]
+    """labeler.cli, the app, and every labeler/services module (in its packages too) but the heavy ones."""
+    services_dir = ROOT / "labeler" / "services"
+    services = sorted(".".join(path.relative_to(services_dir).with_suffix("").parts).removesuffix(".__init__")
+                      for path in services_dir.rglob("*.py"))
+    return ["labeler.cli", *(f"labeler.services.{name}" for name in services
+                             if name not in HEAVY_SERVICES | {"__init__"}), "labeler.ui.app"]
 
 
 def newly_loaded(items: list, step: str, heavy: tuple[str, ...] = HEAVY, prelude: str = "") -> list[list[str]]:
@@ -97,13 +100,6 @@ def test_the_help_check_sees_what_a_command_loads():
 # Hub client for pushing), or a module of ours that imports a heavy package when it is imported.
 HEAVY_AT_IMPORT = {*HEAVY, "gradio"}
 LATE_PACKAGES = {*HEAVY_AT_IMPORT, "yaml", "pyarrow", "huggingface_hub"}
-# Light modules a function imports late on purpose, with the reason.
-LATE_ON_PURPOSE = {
-    ("labeler/services/stage_runners.py", "labeler.services.stage_runners_online"):
-        "it imports stage_runners: the cycle is broken on this side, and it is heavy anyway",
-}
-# Files owned by others in the change that moved every other light import to the top; listed for them.
-LATE_TO_MOVE: set[tuple[str, str]] = set()  # (file, module) a file's owner has yet to move to its top
 
 
 def late_imports(source: str, name: str, is_package: bool, known: set[str]) -> list[tuple[int, str]]:
@@ -118,7 +114,7 @@ def late_imports(source: str, name: str, is_package: bool, known: set[str]) -> l
     return sorted(found)
 
 
-def misplaced_late_imports(root: Path, packages=("labeler",), on_purpose=()) -> list[str]:
+def misplaced_late_imports(root: Path, packages=("labeler",)) -> list[str]:
     """'file:line imports X in a function' for each late import of a module that is light, or that the file
     already imports at its top: either belongs at the top."""
     files = module_files(root, ("labeler", "storage", "rlhf"))
@@ -140,8 +136,6 @@ def misplaced_late_imports(root: Path, packages=("labeler",), on_purpose=()) -> 
         for line, module in late_imports(path.read_text(encoding="utf-8"), name, path.name == "__init__.py", known):
             at_top = module in top[name] or (module not in known and module.split(".")[0] in
                                              {imported.split(".")[0] for imported in top[name]})
-            if (where, module) in on_purpose:
-                continue
             if at_top:
                 wrong.append(f"{where}:{line} imports {module} in a function, and at the top already")
             elif not (heavy(module) or module not in known and module.split(".")[0] in LATE_PACKAGES):
@@ -150,7 +144,8 @@ def misplaced_late_imports(root: Path, packages=("labeler",), on_purpose=()) -> 
 
 
 def test_functions_import_only_heavy_or_optional_modules():
-    assert misplaced_late_imports(ROOT, ("labeler", "storage"), on_purpose={*LATE_ON_PURPOSE, *LATE_TO_MOVE}) == []
+    # No exceptions: docs/ARCHITECTURE.md's rule has none (a cycle is not one, test_import_cycles reads these too).
+    assert misplaced_late_imports(ROOT, ("labeler", "storage")) == []
 
 
 def test_the_late_import_check_sees_light_and_repeated_imports(tmp_path):

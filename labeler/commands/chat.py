@@ -7,11 +7,11 @@ import json
 import sys
 from typing import TextIO
 
+from labeler.commands import database
 from labeler.commands.generate import add_settings_flags, passive_omp_threads, settings_from_args
 from labeler.services.chat import CHAT_SETTINGS, ModelCache, stream_reply
 from labeler.services.hub import push_model, write_registered_model_card
 from labeler.services.models import list_models, merge_adapter_model, register_model, resolve
-from storage import open_db
 
 HELP_LINE = "Type a message; /reset starts over, /exit (or Ctrl-D) quits."
 
@@ -68,11 +68,8 @@ def run_chat(args: argparse.Namespace, stdin: TextIO | None = None, stdout: Text
 
     stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
     settings = settings_from_args(args, CHAT_SETTINGS)
-    db = open_db(args.db)
-    try:
+    with database(args.db) as db:
         path = resolve(db, args.model)
-    finally:
-        db.conn.close()
     cache = ModelCache(max_models=1)
     cache.get(path)  # load before the first prompt, so the wait is not mistaken for a slow answer
     print(f"chatting with {args.model}. {HELP_LINE}", file=stdout)
@@ -109,11 +106,8 @@ def run_chat(args: argparse.Namespace, stdin: TextIO | None = None, stdout: Text
 
 
 def run_models_list(args: argparse.Namespace) -> int:
-    db = open_db(args.db)
-    try:
+    with database(args.db) as db:
         rows = list_models(db, kind=args.kind)
-    finally:
-        db.conn.close()
     if args.json:
         for row in rows:
             print(json.dumps(row, sort_keys=True))
@@ -126,32 +120,23 @@ def run_models_list(args: argparse.Namespace) -> int:
 
 
 def run_models_add(args: argparse.Namespace) -> int:
-    db = open_db(args.db)
-    try:
+    with database(args.db) as db:
         row = register_model(db, args.name, args.path, args.kind)
         write_registered_model_card(db, row["name"])  # README.md in the folder, unless it has someone else's
-    finally:
-        db.conn.close()
     print(f"registered {row['name']} ({row['kind']}): {row['path']}")
     return 0
 
 
 def run_models_push(args: argparse.Namespace) -> int:
-    db = open_db(args.db)
-    try:
+    with database(args.db) as db:
         url = push_model(db, args.name, args.repo, private=args.private)
-    finally:
-        db.conn.close()
     print(f"pushed {args.name} to {url}")
     return 0
 
 
 def run_models_merge(args: argparse.Namespace) -> int:
-    db = open_db(args.db)
-    try:
+    with database(args.db) as db:
         row = merge_adapter_model(db, args.name, output_name=args.output_name, out_dir=args.out)
         write_registered_model_card(db, row["name"])  # README.md in the merged folder
-    finally:
-        db.conn.close()
     print(f"merged {args.name} into {row['name']} ({row['kind']}): {row['path']}")
     return 0

@@ -15,8 +15,12 @@ from labeler.services.errors import InputError
 from labeler.services.export import FORMATS, KINDS, ExportOptions, export
 from labeler.services.hub import check_repo_id, push_export
 from labeler.services.labels_import import import_preferences
-from labeler.services.projects import PROMPT_FORMATS, SELECTIONS, create_project, list_projects, update_project
-from labeler.services.prompts import count_prompts, import_prompts, import_shipped_prompts, list_prompts, promote_prompts
+from labeler.services.measures import GRAMMAR as MEASURES
+from labeler.services.measures import check_measure
+from labeler.services.projects import (DEFAULT_ANSWER_TOKENS, DEFAULT_HELDOUT_SHARE, PROMPT_FORMATS, SELECTIONS,
+                                       create_project, list_projects, update_project)
+from labeler.services.prompts import (change_heldout_share, count_prompts, import_prompts, import_shipped_prompts,
+                                      list_prompts, promote_prompts, split_counts)
 from labeler.services.readers import decode_text
 from storage import backup, open_db
 
@@ -51,11 +55,18 @@ def _register_prompts(subparsers, common) -> None:
         description=(
             "Import prompts from CSV (a 'prompt' column), JSONL ({\"prompt\": ...} or {\"messages\": [...]}), JSON, "
             ".txt (one per line), Parquet or a saved datasets folder (every split). Duplicates are skipped; "
-            "a bad row stops the import with its file, line and field, and nothing is written."
+            "a bad row stops the import with its file, line and field, and nothing is written. A share of the "
+            "project's prompts is held out of training and labelling to evaluate runs on (split 'test', chosen "
+            "by a hash of each prompt); a 'split' column or a dataset's test/validation split is honoured."
         ),
     )
     imp.add_argument("file", help="the file (or datasets folder) to import")
     imp.add_argument("--source", default=None, help="label stored with each prompt (default: the file name)")
+    imp.add_argument("--heldout-share", type=float, default=None, metavar="SHARE",
+                     help="share of the project's prompts held out for evaluation, e.g. 0.1 (default: the project's, "
+                          "10%% for a new project; a project holds none out until it has 20 prompts)")
+    imp.add_argument("--split", choices=["train", "test"], default=None,
+                     help="put every prompt of the file in this split (test: a file of evaluation prompts)")
     imp.set_defaults(func=run_prompts_import)
     shipped = actions.add_parser(
         "import-shipped", parents=[common], help="import the shipped movie-review openings",
@@ -87,8 +98,18 @@ def _print_import(result, what: str, project: str) -> None:
     print(f"{result.added} {what} added to project '{project}', {result.duplicates} duplicates skipped{skipped}")
 
 
+def _print_splits(db, project: str, result) -> None:
+    counts = split_counts(db, project)
+    print(f"{result.heldout} of them held out for evaluation; the project has {counts['train']} training and "
+          f"{counts['test']} held-out prompts" + (f" ({result.note})" if result.note else ""))
+
+
 def run_prompts_import(args) -> int:
-    _print_import(import_prompts(_open(args), args.file, project=args.project, source=args.source), "prompts", args.project)
+    db = _open(args)
+    result = import_prompts(db, args.file, project=args.project, source=args.source,
+                            heldout_share=args.heldout_share, split=args.split)
+    _print_import(result, "prompts", args.project)
+    _print_splits(db, args.project, result)
     return 0
 
 
@@ -213,11 +234,23 @@ def _register_projects(subparsers, common) -> None:
     formats = "; ".join(f"{name}: {text}" for name, text in PROMPT_FORMATS.items())
     create.add_argument("--prompt-format", choices=list(PROMPT_FORMATS), default="chat",
                         help=f"how prompts reach the model in generation, training and evaluation ({formats}; default chat)")
+    create.add_argument("--answer-tokens", type=int, default=None,
+                        help="answer length in tokens for generation, training, evaluation, chat and the arena "
+                             f"(default: {DEFAULT_ANSWER_TOKENS['chat']} for chat, {DEFAULT_ANSWER_TOKENS['continue']} "
+                             "for continue)")
+    update.add_argument("--answer-tokens", type=int, default=None, help="answer length in tokens (default: unchanged)")
+    update.add_argument("--measure", default=None,
+                        help=f"how runs are judged on the held-out prompts: {MEASURES} (default: unchanged)")
+    update.add_argument("--heldout-share", type=float, default=None, metavar="SHARE",
+                        help="share of the prompts held out for evaluation; re-splits the prompts there are, only "
+                             "before the first label (default: unchanged)")
     update.add_argument("--prompt-format", choices=list(PROMPT_FORMATS), default=None,
                         help=f"how prompts reach the model ({formats}; default: unchanged)")
     selections = "; ".join(f"{name}: {text}" for name, text in SELECTIONS.items())
     update.add_argument("--selection", choices=list(SELECTIONS), default=None,
                         help=f"which item annotators get next ({selections}; default: unchanged)")
+    create.add_argument("--heldout-share", type=float, default=DEFAULT_HELDOUT_SHARE, metavar="SHARE",
+                        help=f"share of imported prompts held out for evaluation (default {DEFAULT_HELDOUT_SHARE:g})")
     create.set_defaults(func=run_projects_create)
     update.set_defaults(func=run_projects_set)
     listing = actions.add_parser(
@@ -243,14 +276,17 @@ def _guidelines(path: str | None) -> str | None:
 
 def _describe(project) -> str:
     guidelines = f", guidelines {len(project.guidelines)} chars" if project.guidelines else ""
+    measure = project.measure or "the newest reward model"
     return (f"{project.name}: Likert {project.likert_min}..{project.likert_max}, overlap {project.overlap}, "
-            f"prompt format {project.prompt_format}, selection {project.selection}{guidelines}")
+            f"prompt format {project.prompt_format}, selection {project.selection}, answers of "
+            f"{project.answer_tokens} tokens, measure {measure}, held-out share {project.heldout_share:g}{guidelines}")
 
 
 def run_projects_create(args) -> int:
     project = create_project(_open(args), args.name, likert_min=args.likert_min, likert_max=args.likert_max,
                              overlap=args.overlap, guidelines=_guidelines(args.guidelines) or "",
-                             ranking_guidelines=_guidelines(args.ranking_guidelines), prompt_format=args.prompt_format)
+                             ranking_guidelines=_guidelines(args.ranking_guidelines), prompt_format=args.prompt_format,
+                             answer_tokens=args.answer_tokens, heldout_share=args.heldout_share)
     print(f"created project {_describe(project)}")
     return 0
 
@@ -265,10 +301,16 @@ def run_projects_rescore(args) -> int:
 
 
 def run_projects_set(args) -> int:
-    project = update_project(_open(args), args.name, likert_min=args.likert_min, likert_max=args.likert_max,
+    db = _open(args)
+    measure = None if args.measure is None else check_measure(db, args.measure)  # refused before anything changes
+    if args.heldout_share is not None:
+        counts = change_heldout_share(db, args.name, args.heldout_share)
+        print(f"held-out share {args.heldout_share:g}: {counts['train']} training and {counts['test']} held-out prompts")
+    project = update_project(db, args.name, likert_min=args.likert_min, likert_max=args.likert_max,
                              overlap=args.overlap, guidelines=_guidelines(args.guidelines),
                              ranking_guidelines=_guidelines(args.ranking_guidelines or args.guidelines),
-                             prompt_format=args.prompt_format, selection=args.selection)
+                             prompt_format=args.prompt_format, selection=args.selection,
+                             answer_tokens=args.answer_tokens, measure=measure)
     print(f"updated project {_describe(project)}")
     return 0
 
@@ -276,5 +318,6 @@ def run_projects_set(args) -> int:
 def run_projects_list(args) -> int:
     db = _open(args)
     for project in list_projects(db):
-        print(f"{_describe(project)}, {count_prompts(db, project.name)} prompts")
+        counts = split_counts(db, project.name)
+        print(f"{_describe(project)}, {count_prompts(db, project.name)} prompts ({counts['test']} held out)")
     return 0

@@ -12,21 +12,24 @@ import os
 from tqdm import tqdm
 
 from labeler import forms
+from labeler.commands import database
 from labeler.services.errors import InputError
 from labeler.services.generation import generate_responses
+from labeler.services.projects import get_project
 from rlhf.configs import GenerationSettings
-from storage import open_db
 
 
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def add_settings_flags(parser: argparse.ArgumentParser, base: GenerationSettings = GenerationSettings()) -> None:
-    """One flag per GenerationSettings field; unset flags keep `base`'s value (shown in the help)."""
+def add_settings_flags(parser: argparse.ArgumentParser, base: GenerationSettings = GenerationSettings(),
+                       shown: dict[str, str] | None = None) -> None:
+    """One flag per GenerationSettings field; unset flags keep `base`'s value (shown in the help, or the text in
+    `shown` for a default that is not a constant)."""
     group = parser.add_argument_group("generation settings")
     for spec in forms.field_specs(GenerationSettings):
-        default = getattr(base, spec.name)
+        default = (shown or {}).get(spec.name, getattr(base, spec.name))
         if spec.kind == "bool":
             group.add_argument(
                 _flag(spec.name), dest=spec.name, action=argparse.BooleanOptionalAction, default=None,
@@ -65,7 +68,7 @@ def register(subparsers, common: argparse.ArgumentParser) -> None:
     parser.add_argument("--n", type=int, default=2, help="answers per prompt (default: 2)")
     parser.add_argument("--limit", type=int, default=None, help="at most this many prompts (default: all)")
     parser.add_argument("--prompt-ids", type=int, nargs="+", default=None, metavar="ID", help="only these prompts")
-    add_settings_flags(parser)
+    add_settings_flags(parser, shown={"max_new_tokens": "the project's answer length (projects set --answer-tokens)"})
     parser.set_defaults(func=run_generate)
 
 
@@ -78,22 +81,24 @@ def passive_omp_threads() -> None:
 def run_generate(args: argparse.Namespace) -> int:
     passive_omp_threads()
 
-    settings = settings_from_args(args)
-    db = open_db(args.db)
-    bar = tqdm(total=0, unit="answer", desc=f"generating with {args.model}")
+    with database(args.db) as db:
+        # The project's answer length unless --max-new-tokens says otherwise: answers to questions need room, a
+        # continuation of the shipped task's review openings does not.
+        base = GenerationSettings(max_new_tokens=get_project(db, args.project).answer_tokens)
+        settings = settings_from_args(args, base)
+        bar = tqdm(total=0, unit="answer", desc=f"generating with {args.model}")
 
-    def progress(done: int, total: int) -> None:
-        bar.total = total
-        bar.update(done - bar.n)
+        def progress(done: int, total: int) -> None:
+            bar.total = total
+            bar.update(done - bar.n)
 
-    try:
-        ids = generate_responses(
-            db, args.project, model=args.model, n_per_prompt=args.n, settings=settings,
-            prompt_ids=args.prompt_ids, limit=args.limit, progress=progress,
-        )
-    finally:
-        bar.close()
-        db.conn.close()
+        try:
+            ids = generate_responses(
+                db, args.project, model=args.model, n_per_prompt=args.n, settings=settings,
+                prompt_ids=args.prompt_ids, limit=args.limit, progress=progress,
+            )
+        finally:
+            bar.close()
     if not ids:
         print(f"nothing to do: every prompt already has {args.n} answer(s) from {args.model}")
     else:

@@ -11,11 +11,11 @@ import os
 import sys
 import threading
 
+from labeler.commands import database
 from labeler.services import accounts, generation, models, projects, prompts
 from labeler.services.active_learning import SelectionRefresher
 from labeler.services.errors import InputError
 from rlhf.loading import default_model_path
-from storage import open_db
 
 FIRST_PROMPTS = 16  # prompts answered in the background on the first start (x2 answers: ratings and rankings)
 SESSION_DAYS = 7
@@ -81,8 +81,7 @@ def register(subparsers, common: argparse.ArgumentParser) -> None:
 def prepare(db_path: str, project: str, model: str) -> tuple[str | None, bool]:
     """Make the database ready to serve. Returns (one-time admin password or None, project has no answers)."""
     # The one place the web app creates and migrates the database; its requests then open it as is.
-    db = open_db(db_path, create=True)
-    try:
+    with database(db_path, create=True) as db:
         try:
             projects.get_project(db, project)
         except InputError:
@@ -97,21 +96,17 @@ def prepare(db_path: str, project: str, model: str) -> tuple[str | None, bool]:
             default_model_path()
         password = accounts.ensure_admin(db)
         no_answers = projects.project_counts(db, project)["responses"] == 0
-    finally:
-        db.conn.close()
     return password, no_answers
 
 
 def generate_first_answers(db_path: str, project: str, model: str, limit: int) -> None:
     """Runs in a background thread with its own connection; failures are printed, never fatal to the server."""
-    db = open_db(db_path)
-    try:
-        ids = generation.generate_responses(db, project, model=model, n_per_prompt=2, limit=limit)
-        print(f"Generated {len(ids)} first answers with '{model}': the Rate and Rank tabs have work.", flush=True)
-    except Exception as error:  # noqa: BLE001 - a background helper must not take the server down
-        print(f"Could not generate the first answers ({error}); use Data > Generate responses.", file=sys.stderr)
-    finally:
-        db.conn.close()
+    with database(db_path) as db:
+        try:
+            ids = generation.generate_responses(db, project, model=model, n_per_prompt=2, limit=limit)
+            print(f"Generated {len(ids)} first answers with '{model}': the Rate and Rank tabs have work.", flush=True)
+        except Exception as error:  # noqa: BLE001 - a background helper must not take the server down
+            print(f"Could not generate the first answers ({error}); use Data > Generate responses.", file=sys.stderr)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -378,7 +378,7 @@ def _run(db, settings: DemoSettings, project: str, log: Callable[[str], None]) -
     after_model = models.model_of_run(db, ppo.id)["name"]
     # The PPO worker already evaluated both models with exactly these settings (evaluation.auto_settings):
     # reuse those; evaluate only what is missing (eval_samples=0, or an evaluation that failed).
-    eval_settings = evaluation.auto_settings(train_configs.load_job_config(ppo.config))
+    eval_settings = evaluation.auto_settings(db, project, train_configs.load_job_config(ppo.config))
     if settings.eval_samples < 1:
         eval_settings = dataclasses.replace(eval_settings, samples=1)
     before, after = evaluation.evaluate_models(db, [settings.policy, after_model], eval_settings, project,

@@ -1,11 +1,13 @@
 """Evaluating policies on prompts they never trained on: `rlhf-studio eval`, the automatic evaluation of every
 finished policy run, the Train tab's before/after table and the demo's.
 
-The numbers come from rlhf.evaluation.evaluate_policy (mean reward, share above a threshold, KL to the base in
-nats per answer, answer length in tokens, distinct-2); this module picks the prompts, the reward and the KL
-reference from the database, loads the models and stores every result in the `evaluations` table.
+The numbers come from rlhf.evaluation.evaluate_policy (mean score, share above a threshold, KL to the base in
+nats per answer, answer length in tokens, distinct-2) and rlhf.evaluation.win_rate (the model's answers against
+its base's on the same prompts, by the measure); this module picks the prompts, the measure (the project's,
+labeler/services/measures.py) and the KL reference from the database, loads the models and stores every result
+in the `evaluations` table.
 
-    settings = EvalSettings(prompts="heldout", reward="vader", samples=4)
+    settings = EvalSettings(prompts="heldout", samples=4)  # the project's measure and answer length
     results = evaluate_models(db, ["default", "ppo-run3"], settings)
     print(format_report(results))
 
@@ -21,7 +23,7 @@ import hashlib
 import importlib
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -29,7 +31,7 @@ from typing import Any, Callable, Sequence
 import pandas as pd
 import sqlite_utils
 
-from labeler.services import models, reward_spec, run_metrics, runs
+from labeler.services import measures, models, people_eval, reward_spec, run_metrics, runs
 from labeler.services.models import model_name_at
 from labeler.services.models import resolve as resolve_model
 from labeler.services.prompts import parse_prompt, split_prompts
@@ -45,8 +47,11 @@ HELDOUT = "heldout"
 # Policy stages whose finished model is evaluated automatically (a reward model writes no answers).
 POLICY_STAGES = ("sft", "dpo", "ppo", "grpo", "rloo", "kto")
 POLICY_KINDS = ("base", "policy", "adapter")
-METRIC_LABELS = {"eval/reward_mean": "mean reward", "eval/positive_share": "positive share", "eval/kl": "KL to base",
-                 "eval/length_mean": "answer length", "eval/distinct_2": "distinct-2"}
+METRIC_LABELS = {"eval/reward_mean": "mean score", "eval/positive_share": "positive share",
+                 "eval/win_rate": "win rate vs base", "eval/kl": "KL to base", "eval/length_mean": "answer length",
+                 "eval/truncated_share": "cut at the limit", "eval/distinct_2": "distinct-2"}
+# The share of answers that filled the whole answer length, past which a run's summary says its answers are cut.
+TRUNCATED_WARNING = 0.5
 RewardFunction = Callable[[Sequence[Any], Sequence[str]], Sequence[float]]
 
 
@@ -59,11 +64,13 @@ def _check(condition: bool, name: str, value, why: str) -> None:
 class EvalSettings:
     prompts: str = field(default=HELDOUT, metadata={
         "help": "'heldout' (the project's prompts in split 'test') or a prompt file (CSV, JSONL, .txt, ...)."})
-    reward: str = field(default="vader", metadata={
-        "help": "'vader' (VADER compound of the answer alone), 'vader-with-prompt', 'rm:NAME' (a registered reward "
-                "model) or module:function taking (prompts, answers): training's reward= spec (reward_spec.py)."})
+    reward: str = field(default="", metadata={
+        "help": "The measure: blank for the project's (projects set --measure; else its newest reward model), "
+                "'vader' (VADER compound of the answer alone), 'vader-with-prompt', 'rm:NAME' (a registered "
+                "reward model) or module:function taking (prompts, answers)."})
     samples: int = field(default=4, metadata={"help": "Answers sampled per prompt."})
-    max_new_tokens: int = field(default=16, metadata={"help": "Tokens per answer."})
+    max_new_tokens: int | None = field(default=None, metadata={
+        "help": "Tokens per answer (blank: the project's answer length)."})
     threshold: float = field(default=0.5, metadata={"help": "An answer counts as positive when its reward is above this."})
     seed: int = field(default=0, metadata={"help": "Sampling seed (the same seed gives the same answers)."})
     bf16: bool = field(default=False, metadata={"help": "Generate under bf16 autocast (KL is computed in float32)."})
@@ -71,7 +78,8 @@ class EvalSettings:
 
     def __post_init__(self):
         _check(self.samples >= 1, "samples", self.samples, "must be at least 1")
-        _check(self.max_new_tokens >= 1, "max_new_tokens", self.max_new_tokens, "must be at least 1")
+        _check(self.max_new_tokens is None or self.max_new_tokens >= 1, "max_new_tokens", self.max_new_tokens,
+               "must be at least 1")
         _check(self.batch_size >= 1, "batch_size", self.batch_size, "must be at least 1")
         _check(math.isfinite(self.threshold), "threshold", self.threshold, "must be a finite number")
 
@@ -115,11 +123,22 @@ def _prompts_hash(prompts: Sequence[str | list[dict]]) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
 
 
-def reward_function(db: sqlite_utils.Database, spec: str) -> RewardFunction:
+def resolve_settings(db: sqlite_utils.Database, settings: EvalSettings, project: str) -> EvalSettings:
+    """`settings` with the project's measure and answer length where they are blank (stored so, since "the
+    project's" changes)."""
+    current = get_project(db, project)
+    return replace(settings, reward=settings.reward or measures.resolve_measure(db, project),
+                   max_new_tokens=settings.max_new_tokens or current.answer_tokens)
+
+
+def reward_function(db: sqlite_utils.Database, spec: str) -> RewardFunction | None:
     """The reward a spec names (labeler/services/reward_spec.py's grammar, as training's `reward=` takes it):
     'vader' (the answer alone, so the prompt's own words do not count), 'vader-with-prompt', 'rm:NAME' or
-    'module:function'. People (human, mix) exist only in a run, and an evaluation names its reward model
-    (evaluations are compared by their settings, and "the newest" changes)."""
+    'module:function'; None for no measure ('') or people's (measures.PEOPLE). People's rewards (human, mix)
+    exist only in a run, and an evaluation names its reward model (evaluations are compared by their settings,
+    and "the newest" changes)."""
+    if spec in ("", measures.PEOPLE):  # no measure yet, or people's comparisons: answers are not scored here
+        return None
     parsed = reward_spec.parse(spec, field="reward")
     if parsed.source in ("human", "mix"):
         raise InputError(f"reward {parsed.source!r}: people's labels reach only a training run; evaluate with "
@@ -286,16 +305,20 @@ def evaluate_models(
     run_ids: dict[str, int] | None = None,
     reuse: Sequence[str] = (),
     log: Callable[[str], None] = lambda line: None,
+    with_bases: bool = False,
 ) -> list[Evaluation]:
-    """Evaluate each model on the same prompts with the same reward and seed, against its own KL reference,
-    and store each result. Inputs are all checked (prompts, reward, every model name) before any model is
+    """Evaluate each model on the same prompts with the same measure and seed, against its own KL reference,
+    and store each result. Inputs are all checked (prompts, measure, every model name) before any model is
     loaded. A model named in `reuse` with a stored evaluation of equal settings is not evaluated again (a base
-    model's weights never change)."""
+    model's weights never change). A model whose base was evaluated with the same settings (in this call or
+    before) gets its win rate against the base (eval/win_rate, eval/win_low, eval/win_high); `with_bases`
+    evaluates each model's base first where it is not named (reused when stored)."""
     if not names:
         raise InputError("name at least one model to evaluate", field="model")
     from rlhf.evaluation import evaluate_policy  # these two import torch
     from rlhf.generation import build_prompt_ids
 
+    settings = resolve_settings(db, settings, project)
     prompts = load_prompts(db, settings.prompts, project)
     reward = reward_function(db, settings.reward)
     # Prompts are rendered in the project's format, as generation and PPO rollouts render them.
@@ -306,6 +329,8 @@ def evaluate_models(
         registered = _registered(db, name)
         if registered is not None and registered["kind"] not in POLICY_KINDS:
             raise InputError(f"{name!r} is a {registered['kind']} model; evaluate a policy", field="model")
+    if with_bases:
+        names, reuse = _with_bases(db, names, reuse)
     run_ids = dict(run_ids or {})
     loaded: dict[str, tuple] = {}
 
@@ -344,9 +369,44 @@ def evaluate_models(
             rows = [{**row, "kl": 0.0} for row in rows]
         metrics["eval/prompts"] = float(result.prompts)
         metrics["eval/samples"] = float(result.samples)
+        metrics["eval/truncated_share"] = truncated_share(rows, settings.max_new_tokens)
+        base_evaluation = _find(db, base, record) if base != name else None
+        if base_evaluation is not None and reward is not None:
+            metrics.update(win_metrics(rows, base_evaluation.samples, settings.samples))
         run_id = run_ids.get(name, registered_run(db, name))
         results.append(_store(db, project, name, base, run_id, record, metrics, rows))
     return results
+
+
+def _with_bases(db: sqlite_utils.Database, names: Sequence[str], reuse: Sequence[str]) -> tuple[list[str], list[str]]:
+    """`names` with each model's KL base before it (where not named already), the added bases reused."""
+    ordered, reused = [], list(reuse)
+    for name in names:
+        base = kl_base(db, name)
+        if base != name and base not in ordered and base not in names:
+            ordered.append(base)
+            reused.append(base)
+        if name not in ordered:
+            ordered.append(name)
+    return ordered, reused
+
+
+def truncated_share(rows: Sequence[dict], max_new_tokens: int) -> float:
+    """Share of answers that used the whole answer length: most likely cut mid-sentence."""
+    return sum(row["length"] >= max_new_tokens for row in rows) / len(rows) if rows else 0.0
+
+
+def win_metrics(rows: Sequence[dict], base_rows: Sequence[dict], samples: int) -> dict[str, float]:
+    """eval/win_rate, eval/win_low, eval/win_high, eval/win_ties of a model's scored answers against its base's:
+    answer i against answer i, rows grouped by prompt (`samples` a prompt) in the same prompt order."""
+    from rlhf.evaluation import win_rate
+
+    if len(rows) != len(base_rows) or any(r["reward"] is None for r in [*rows, *base_rows]):
+        return {}
+    result = win_rate([r["reward"] for r in rows], [r["reward"] for r in base_rows],
+                      [i // samples for i in range(len(rows))])
+    return {"eval/win_rate": result.rate, "eval/win_low": result.low, "eval/win_high": result.high,
+            "eval/win_ties": float(result.ties)}
 
 
 def registered_run(db: sqlite_utils.Database, name: str) -> int | None:
@@ -356,12 +416,14 @@ def registered_run(db: sqlite_utils.Database, name: str) -> int | None:
 
 # ---- runs -----------------------------------------------------------------------------------------------
 
-def auto_settings(job) -> EvalSettings:
-    """What a finished run is evaluated with: its own reward when it is a function, else VADER of the answer
-    alone (the task's measure: reward-model and human scores are not comparable across runs); the answer
-    length it was trained with; its seed and precision."""
-    reward = job.reward_function if job.reward == "function" else "vader"
-    return EvalSettings(prompts=HELDOUT, reward=reward, samples=job.eval_samples,
+def auto_settings(db: sqlite_utils.Database, project: str, job) -> EvalSettings:
+    """What a finished run is evaluated with: the project's measure (measures.resolve_measure), else the run's own
+    reward when it is a function (so a function-rewarded run on a project without a measure is still scored);
+    the answer length it was trained with; its seed and precision."""
+    measure = measures.resolve_measure(db, project)
+    if not measure and job.reward == "function":
+        measure = job.reward_function
+    return EvalSettings(prompts=HELDOUT, reward=measure, samples=job.eval_samples,
                         max_new_tokens=job.max_new_tokens, seed=job.seed, bf16=job.bf16)
 
 
@@ -376,9 +438,9 @@ def evaluate_finished_run(db: sqlite_utils.Database, run_id: int, stage: str, pr
         log("evaluation: off (eval_samples=0)")
         return None
     if not heldout_prompts(db, project):
-        log(f"evaluation: skipped, project '{project}' has no held-out prompts (split 'test')")
+        log(f"evaluation: skipped, {NO_HELDOUT.format(project=project)}")
         return None
-    settings = auto_settings(job)
+    settings = auto_settings(db, project, job)
     base = kl_base(db, model["name"])
     names = [base, model["name"]] if base != model["name"] else [model["name"]]
     results = evaluate_models(db, names, settings, project, run_ids={model["name"]: run_id}, reuse=[base], log=log)
@@ -386,8 +448,36 @@ def evaluate_finished_run(db: sqlite_utils.Database, run_id: int, stage: str, pr
     if sink is not None:
         step = runs.get_run(db, run_id).step
         sink.log(step, after.metrics)
-    log("evaluation: " + format_metrics(after.metrics))
+    log(f"evaluation ({measures.describe(after.settings['reward'])}): " + format_metrics(after.metrics))
+    if after.settings["reward"] == measures.PEOPLE and len(results) == 2:
+        queued = people_eval.queue_comparisons(db, project, run_id, base, model["name"], results[0].samples,
+                                               after.samples, after.settings["samples"])
+        log(f"evaluation: {queued} blind comparisons of the base's and the model's answers queued for people (Rank)")
+    if after.metrics.get("eval/truncated_share", 0) > TRUNCATED_WARNING:
+        log(truncation_warning(after))
     return after
+
+
+NO_HELDOUT = ("project '{project}' has no held-out prompts (split 'test'): import prompts with a held-out share "
+              "(prompts import --heldout-share, or --split test for a file of evaluation prompts)")
+
+
+def truncation_warning(evaluation: Evaluation) -> str:
+    """The warning a run's summary gives when most of its answers filled the answer length."""
+    share = evaluation.metrics.get("eval/truncated_share", 0)
+    return (f"{share:.0%} of the answers were cut at the answer length ({evaluation.settings['max_new_tokens']} "
+            "tokens): raise it (projects set --answer-tokens, or --set max_new_tokens=...)")
+
+
+def run_judge_note(db: sqlite_utils.Database, run_id: int, evaluation: Evaluation) -> str:
+    """measures.OPTIMISTIC when the evaluation's measure is the reward model the run optimised, else ''."""
+    run = runs.find_run(db, run_id)
+    if run is None:
+        return ""
+    job = load_job_config(run.config)
+    project_id = get_project(db, run.project).id
+    newest = models.newest_of_project(db, "reward", project_id, before=run.created_at) if not job.reward_model else None
+    return measures.judge_note(evaluation.settings.get("reward", ""), job, newest)
 
 
 def run_comparison(db: sqlite_utils.Database, run_id: int) -> tuple[Evaluation | None, Evaluation | None]:
@@ -433,7 +523,12 @@ def format_metrics(metrics: dict[str, float]) -> str:
     for key, label in METRIC_LABELS.items():
         if key in metrics:
             value = metrics[key]
-            parts.append(f"{label} {value:.0%}" if key == "eval/positive_share" else f"{label} {value:.3f}")
+            if key == "eval/win_rate" and "eval/win_low" in metrics:
+                parts.append(f"{label} {value:.0%} [{metrics['eval/win_low']:.0%}, {metrics['eval/win_high']:.0%}]")
+            elif key in ("eval/positive_share", "eval/win_rate", "eval/truncated_share"):
+                parts.append(f"{label} {value:.0%}")
+            else:
+                parts.append(f"{label} {value:.3f}")
     return ", ".join(parts)
 
 
@@ -446,23 +541,32 @@ def _prompt_text(prompt) -> str:
     return prompt[-1]["content"] if isinstance(prompt, list) else str(prompt)
 
 
+def _cell(value, spec: str, width: int) -> str:
+    return f"{'-':>{width}}" if value is None else f"{value:{width}{spec}}"
+
+
 def format_report(results: Sequence[Evaluation], examples: int = 3, width: int = 40) -> str:
     """The metrics table (one row per model) and the first `examples` prompts' first answers side by side."""
     if not results:
         return "no evaluations"
     settings = results[0].settings
     lines = [f"{settings['prompts_n']} prompts ({settings['prompts']}) x {settings['samples']} samples, "
-             f"{settings['max_new_tokens']} new tokens, reward {settings['reward']}, positive: reward > "
-             f"{settings['threshold']:g}, seed {settings['seed']}", ""]
+             f"{settings['max_new_tokens']} new tokens, measure: {measures.describe(settings['reward'])}, "
+             f"positive: score > {settings['threshold']:g}, seed {settings['seed']}", ""]
     name_width = max(10, *(len(r.model) for r in results))
-    header = f"{'model':<{name_width}} | {'reward':>7} | {'positive':>8} | {'KL':>7} | {'length':>6} | {'distinct-2':>10} | KL base"
+    header = (f"{'model':<{name_width}} | {'score':>7} | {'win rate vs base':>16} | {'positive':>8} | {'KL':>7} | "
+              f"{'length':>6} | {'distinct-2':>10} | KL base")
     lines += [header, "-" * len(header)]
     for r in results:
         m = r.metrics
-        kl = f"{m['eval/kl']:7.3f}" if m.get("eval/kl") is not None else f"{'-':>7}"
+        win = (f"{m['eval/win_rate']:4.0%} [{m['eval/win_low']:.0%}-{m['eval/win_high']:.0%}]"
+               if "eval/win_rate" in m else "-")
         base = "(itself)" if r.kl_base == r.model else (r.kl_base or "-")
-        lines.append(f"{r.model:<{name_width}} | {m['eval/reward_mean']:7.3f} | {m['eval/positive_share']:8.0%} | {kl} | "
+        lines.append(f"{r.model:<{name_width}} | {_cell(m.get('eval/reward_mean'), '.3f', 7)} | {win:>16} | "
+                     f"{_cell(m.get('eval/positive_share'), '.0%', 8)} | {_cell(m.get('eval/kl'), '.3f', 7)} | "
                      f"{m['eval/length_mean']:6.1f} | {m['eval/distinct_2']:10.3f} | {base}")
+    cut = [r for r in results if r.metrics.get("eval/truncated_share", 0) > TRUNCATED_WARNING]
+    lines += [f"{r.model}: {truncation_warning(r)}" for r in cut]
     samples_per_prompt = settings["samples"]
     shown = min(examples, settings["prompts_n"])
     if shown:
@@ -473,8 +577,13 @@ def format_report(results: Sequence[Evaluation], examples: int = 3, width: int =
         for p in range(shown):
             index = p * samples_per_prompt  # the first sample of prompt p (rows are grouped by prompt)
             prompt = _prompt_text(results[0].samples[index]["prompt"])
-            cells = [prompt] + [f"[{r.samples[index]['reward']:+.2f}] {r.samples[index]['answer']}" for r in results]
+            cells = [prompt] + [_sample_cell(r.samples[index]) for r in results]
             lines.append(" | ".join(f"{_cut(c, width):<{width}}" for c in cells))
     stored = ", ".join(f"#{r.id}" for r in results)
     lines.append(f"\nstored as evaluation {stored}")
     return "\n".join(lines)
+
+
+def _sample_cell(sample: dict) -> str:
+    score = sample.get("reward")
+    return sample["answer"] if score is None else f"[{score:+.2f}] {sample['answer']}"

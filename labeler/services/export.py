@@ -32,7 +32,7 @@ import re
 import shutil
 import tempfile
 from collections import defaultdict
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from itertools import combinations
 from pathlib import Path
@@ -42,6 +42,7 @@ import sqlite_utils
 
 from labeler.services.dataset_card import export_card
 from labeler.services.errors import InputError
+from labeler.services.label_filters import filter_field
 from labeler.services.label_kinds import majority_pairs
 from labeler.services.projects import Project, get_project
 from labeler.services.prompts import prompts_by_id
@@ -68,12 +69,12 @@ def _help(default, text: str):
 
 @dataclass(frozen=True)
 class ExportOptions:
-    annotators: tuple[str, ...] | None = _help(None, "only these usernames' labels (None: everyone, imported labels included)")
-    since: str | None = _help(None, "only labels created at or after this ISO date or datetime (UTC)")
-    until: str | None = _help(None, "only labels created up to this ISO datetime, or to the end of this ISO date (UTC)")
-    min_annotators: int = _help(1, "judgements needed: rankings containing the pair, or ratings of the response")
-    min_agreement: float | None = _help(None, "0..1; pairs: share of annotators agreeing, ratings: 1 - std / scale range")
-    include_rating_pairs: bool = _help(False, "preferences: also pairs of ratings with different means, with a margin column")
+    annotators: tuple[str, ...] | None = filter_field("annotators")
+    since: str | None = filter_field("since")
+    until: str | None = filter_field("until")
+    min_annotators: int = filter_field("min_annotators")
+    min_agreement: float | None = filter_field("min_agreement")
+    include_rating_pairs: bool = filter_field("include_rating_pairs")
     training: bool = _help(False, "rows to train on: leave out labels of held-out prompts (split 'test'), which "
                                   "evaluation answers and the reward-model inspector scores")
     conversational: bool = _help(False, "message lists ({role, content}) instead of plain text")
@@ -100,13 +101,6 @@ class ExportOptions:
         if self.license is not None and not LICENSE_ID.fullmatch(self.license):
             raise InputError(f"must be a Hub license id such as cc-by-4.0, apache-2.0 or other (lowercase letters, "
                              f"digits, '.' and '-'), got {self.license!r}", field="license")
-
-
-def data_field(name: str, default=MISSING):
-    """ExportOptions' field `name` (its default and help) for a config that passes it on to ExportOptions
-    (train_configs.JobConfig): one definition of the label filters, whether exporting or training."""
-    spec = {f.name: f for f in fields(ExportOptions)}[name]
-    return field(default=spec.default if default is MISSING else default, metadata=dict(spec.metadata))
 
 
 @dataclass(frozen=True)

@@ -48,8 +48,9 @@ def _work_list(
     else:
         # Prompts short of n responses from this model, topped up: re-running resumes, never duplicates work.
         # Prompts typed in Chat or Arena wait for an admin's review (prompts.promote_prompts) before anyone is
-        # shown answers to them, so only reviewed prompts are answered.
-        rows = prompts.reviewed_prompts_with_answers(db, project_id, model)
+        # shown answers to them, so only reviewed prompts are answered; held-out prompts (split 'test') are for
+        # evaluation, not labelling (`prompt_ids` names them when an admin wants them answered).
+        rows = prompts.reviewed_prompts_with_answers(db, project_id, model, include_heldout=False)
         allowed = None if within is None else {int(i) for i in within}
         chosen = [(row, n_per_prompt - row["have"]) for row in rows
                   if row["have"] < n_per_prompt and (allowed is None or row["id"] in allowed)]
@@ -63,7 +64,7 @@ def generate_responses(
     project: str = "default",
     model: str = "default",
     n_per_prompt: int = 2,
-    settings: GenerationSettings = GenerationSettings(),
+    settings: GenerationSettings | None = None,
     prompt_ids: Sequence[int] | None = None,
     limit: int | None = None,
     progress: Progress | None = None,
@@ -73,7 +74,8 @@ def generate_responses(
 ) -> list[int]:
     """Generate `n_per_prompt` responses per prompt with `model` (a registry name, 'default' or a folder).
 
-    `limit` caps the number of prompts. `within_prompt_ids` tops up only those prompts (e.g. the last import
+    `settings` None: GenerationSettings' defaults with the project's answer length. `limit` caps the number of
+    prompts. `within_prompt_ids` tops up only those prompts (e.g. the last import
     batch); `prompt_ids` generates `n_per_prompt` more for each, whatever they have. Returns the new response
     ids, after creating their rating and ranking items (a prompt's new answers in rankings of at most
     `ranking_size`). `progress(done, total)` counts responses: (0, total) once the model is loaded, then after
@@ -86,6 +88,8 @@ def generate_responses(
     labeling.check_ranking_size(ranking_size)  # before any generation: a bad size must write nothing
     project_row = get_project(db, project)
     project_id = project_row.id
+    if settings is None:  # the project's answer length, the other sampling settings at their defaults
+        settings = GenerationSettings(max_new_tokens=project_row.answer_tokens)
     path = resolve(db, model)  # before any loading: an unknown name fails fast
     work = _work_list(db, project_id, model, n_per_prompt, prompt_ids, limit, within_prompt_ids)
     if not work:

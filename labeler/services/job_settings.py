@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import ClassVar, Literal
 
-from labeler.services.export import data_field
-from labeler.services.run_estimate import budget_seconds
+from labeler.services.durations import budget_seconds
+from labeler.services.label_filters import filter_field
 from rlhf.hardware import bf16_is_fast
 
 ALL_STAGES = ("sft", "rm", "dpo", "ppo", "grpo", "rloo", "kto")
@@ -32,6 +32,10 @@ class RunSettings:
 
     model: str = field(default="", metadata={"help": "Base model: a registry name, 'default', a folder or a hub id "
                                                      "(blank: 'default-encoder' for rm, 'default' otherwise)."})
+    recipe: Literal["", "0.5b", "1.5b", "3b", "8b"] = field(default="", metadata={
+        "help": "Settings for a model of this size on a GPU (answer length, learning rate, mini-batch, LoRA from 3b, "
+                "gradient checkpointing; train_configs.RECIPES, docs/GPU.md); settings given explicitly win. Blank: "
+                "the 2-core CPU defaults. train --dry-run suggests one from the model's parameter count."})
     output_name: str = field(default="", metadata={"help": "Registry name of the trained model (blank: <stage>-run<id>)."})
     steps: int = field(default=40, metadata={"help": "Optimizer steps (sft/rm/dpo: max_steps; ppo: PPO batches of 64 answers: 40 take about 12 minutes on 2 CPU cores; grpo/rloo: generation batches; kto: max_steps)."})
     time_budget: str | None = field(default=None, metadata={
@@ -69,10 +73,10 @@ class DataSettings:
     STAGES: ClassVar[tuple[str, ...]] = ALL_STAGES
 
     annotators: str = field(default="", metadata={"help": "Comma-separated annotators whose labels are used (blank: all)."})
-    min_annotators: int = data_field("min_annotators")
-    min_agreement: float | None = data_field("min_agreement")
+    min_annotators: int = filter_field("min_annotators")
+    min_agreement: float | None = filter_field("min_agreement")
     # On for training (export's default is off): an RM or DPO run on a project with ratings only still has pairs.
-    include_rating_pairs: bool = data_field("include_rating_pairs", default=True)
+    include_rating_pairs: bool = filter_field("include_rating_pairs", default=True)
     sft_min_score: float | None = field(default=None, metadata={"help": "SFT: keep rated answers with a mean score at least this (blank: the scale's midpoint)."})
     test_size: float = field(default=0.1, metadata={"help": "Held-out fraction for evaluation."})
 
@@ -131,7 +135,9 @@ class RewardSettings:
     heldout_every: int = field(default=10, metadata={
         "help": "PPO: every N steps, answer the held-out prompts once each and log their positive share and mean "
                 "reward (the evaluation's measure), so the Train tab plots progress during the run (0: off)."})
-    max_new_tokens: int = field(default=16, metadata={"help": "PPO: tokens generated per rollout."})
+    max_new_tokens: int = field(default=16, metadata={
+        "help": "Tokens per answer, in rollouts (PPO, GRPO, RLOO) and the evaluation of every policy run; a run "
+                "takes its project's answer length unless this is set (16 is the shipped task's)."})
     answers_per_prompt: int = field(default=4, metadata={
         "help": "PPO: answers sampled per prompt in each batch; RLOO compares each with the others (must divide "
                 "batch_size)."})

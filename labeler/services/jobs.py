@@ -25,6 +25,7 @@ from typing import Any
 from labeler.services import checkpoints, launch, reward_spec, runs, supervision, train_configs
 from labeler.services.errors import InputError
 from labeler.services.kept_models import keep_after_cancel
+from labeler.services.projects import get_project
 from labeler.services.runs import Run
 from storage import write_transaction
 
@@ -53,6 +54,7 @@ def create_run(db, stage: str, settings: dict[str, Any] | None = None, project: 
             raise InputError("can only be set from the command line (rlhf-studio train --set), not the web app",
                              field=", ".join(refused))
     config = train_configs.resolve_run_config(stage, settings or {}, source)
+    pin_project_defaults(db, config, stage, project)
     if config["job"].get("accelerate_config"):  # a missing, unreadable or unrunnable file fails now, not at start
         job = config["job"]
         launch.refuse_unrunnable(launch.launch_settings(job.get("num_processes"), job["accelerate_config"])[1])
@@ -60,6 +62,18 @@ def create_run(db, stage: str, settings: dict[str, Any] | None = None, project: 
     if start:
         start_queued(db, max_concurrent)
     return runs.get_run(db, run_id)
+
+
+# Stages whose runs write answers: PPO, GRPO and RLOO generate them to train, and every one is evaluated on the
+# held-out prompts when it finishes.
+ANSWERING_STAGES = ("sft", "dpo", "ppo", "grpo", "rloo", "kto")
+
+
+def pin_project_defaults(db, config: dict, stage: str, project: str) -> None:
+    """The project's answer length as the run's max_new_tokens unless the run sets it: stored with the run, so
+    the run keeps it if the project's changes later (the job's own default, 16, is the shipped task's)."""
+    if stage in ANSWERING_STAGES and "max_new_tokens" not in config["job"]:
+        config["job"]["max_new_tokens"] = get_project(db, project).answer_tokens
 
 
 # Settings that hold credentials: never stored with a run (its config is a database row, shown in `runs show` and

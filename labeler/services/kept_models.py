@@ -26,7 +26,7 @@ from labeler.services.train_configs import load_job_config
 
 KEPT_FROM = "kept_from"
 # The rows a stage froze in its folder at its first start (StageContext.frozen_rows) and the snapshot kind its
-# final model is registered with (stage_runners): the kept model gets the same lineage.
+# final model is registered with (labeler/services/runners/): the kept model gets the same lineage.
 FROZEN_ROWS = {"ppo": ("prompts", "prompts"), "sft": ("train_rows", "sft"), "rm": ("train_rows", "preferences"),
                "dpo": ("train_rows", "preferences")}
 

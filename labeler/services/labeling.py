@@ -297,6 +297,9 @@ def create_items(
     with write_transaction(db):
         proj = get_project(db, project)
         prompt_of = response_prompts(db, proj.id)
+        if run_id is None:  # held-out prompts are for evaluation: their answers are labelled only when a run asks
+            held_out = _heldout_prompt_ids(db, proj.id)
+            prompt_of = {r: p for r, p in prompt_of.items() if p not in held_out}
         wanted = None
         if response_ids is not None:
             wanted = {int(r) for r in response_ids}
@@ -329,6 +332,26 @@ def create_items(
                     created += insert("ranking", prompt_id, free[start : start + size])
                     start += size
     return created
+
+
+def _heldout_prompt_ids(db: sqlite_utils.Database, project_id: int) -> set[int]:
+    return {row[0] for row in db.execute("SELECT id FROM prompts WHERE project_id = ? AND split = 'test'", [project_id])}
+
+
+def requeue_prompts(db: sqlite_utils.Database, project: str, prompt_ids: Sequence[int]) -> None:
+    """After prompts changed split (prompts.change_heldout_share, before any label): their unlabelled items go,
+    and items are made again for the answers of those now in training (create_items skips held-out prompts)."""
+    ids = sorted({int(i) for i in prompt_ids})
+    if not ids:
+        return
+    proj = get_project(db, project)
+    with write_transaction(db):
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            db.execute(f"DELETE FROM items WHERE project_id = ? AND run_id IS NULL AND prompt_id IN ({', '.join('?' * len(chunk))})"
+                       " AND id NOT IN (SELECT item_id FROM ratings) AND id NOT IN (SELECT item_id FROM rankings WHERE item_id IS NOT NULL)",
+                       [proj.id, *chunk])
+    create_items(db, project)
 
 
 # ---------------------------------------------------------------------------------------------

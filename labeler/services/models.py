@@ -265,6 +265,15 @@ def newest(db: sqlite_utils.Database, kind: str) -> str:
     return row[0]
 
 
+def newest_of_project(db: sqlite_utils.Database, kind: str, project_id: int, before: str | None = None) -> str | None:
+    """The newest model of `kind` trained by a run of the project (registered before `before`, an ISO time, when
+    given), or None."""
+    sql = ("SELECT m.name FROM models m JOIN runs r ON r.id = m.run_id WHERE m.kind = ? AND r.project_id = ?"
+           + (" AND m.created_at < ?" if before else "") + " ORDER BY m.id DESC LIMIT 1")
+    row = db.execute(sql, [kind, project_id, *([before] if before else [])]).fetchone()
+    return None if row is None else row[0]
+
+
 def merge_adapter_model(db: sqlite_utils.Database, name: str, output_name: str | None = None,
                         out_dir: str | None = None) -> dict:
     """Merge the registered LoRA adapter `name` (kind 'adapter') into its base weights and register the result.

@@ -18,12 +18,20 @@ from labeler.services.errors import InputError
 from storage import write_transaction
 
 # Columns that update_project may change; the name is the key and stays fixed.
-EDITABLE_FIELDS = ("likert_min", "likert_max", "overlap", "guidelines", "ranking_guidelines", "prompt_format", "selection")
+EDITABLE_FIELDS = ("likert_min", "likert_max", "overlap", "guidelines", "ranking_guidelines", "prompt_format", "selection",
+                   "answer_tokens", "measure", "heldout_share")
+COLUMNS = ("id", "name", *EDITABLE_FIELDS)
 # How a project's prompts reach the model, in generation, PPO rollouts, evaluation and SFT/DPO training alike.
 PROMPT_FORMATS = {
     "chat": "the prompt is a user message; the model answers it through its chat template",
     "continue": "the prompt is the start of a text; the model continues it (no chat template)",
 }
+# A new project's answer length by prompt format: an answer to a question needs room (cut at 16 tokens it stops
+# mid-sentence and people rank truncated answers); a continuation of the shipped task's review openings does not.
+DEFAULT_ANSWER_TOKENS = {"chat": 128, "continue": 16}
+MAX_ANSWER_TOKENS = 4096
+# Share of a project's imported prompts held out of training for evaluation (split 'test').
+DEFAULT_HELDOUT_SHARE = 0.1
 # Which open item annotators get next (labeler/services/active_learning.py).
 SELECTIONS = {
     "arrival": "the oldest item first",
@@ -54,6 +62,9 @@ class Project:
     ranking_guidelines: str = ""  # for rankings ("" = DEFAULT_GUIDELINES["ranking"])
     prompt_format: str = "chat"  # a PROMPT_FORMATS key
     selection: str = "arrival"  # a SELECTIONS key
+    answer_tokens: int = 128  # new tokens per answer: generation, training, evaluation, chat, arena
+    measure: str = ""  # how runs are judged (labeler/services/measures.py); "" = the newest reward model
+    heldout_share: float = DEFAULT_HELDOUT_SHARE  # share of imported prompts held out (split 'test')
 
     @property
     def chat_template(self) -> bool | None:
@@ -72,23 +83,11 @@ class Project:
 
 
 def _from_row(row) -> Project:
-    return Project(
-        id=row["id"],
-        name=row["name"],
-        likert_min=row["likert_min"],
-        likert_max=row["likert_max"],
-        overlap=row["overlap"],
-        guidelines=row["guidelines"],
-        ranking_guidelines=row["ranking_guidelines"],
-        prompt_format=row["prompt_format"],
-        selection=row["selection"],
-    )
+    return Project(**{column: row[column] for column in COLUMNS})
 
 
 def _select(db: sqlite_utils.Database, name: str):
-    return db.execute(
-        "SELECT id, name, likert_min, likert_max, overlap, guidelines, ranking_guidelines, prompt_format, selection FROM projects WHERE name = ?", [name]
-    ).fetchone()
+    return db.execute(f"SELECT {', '.join(COLUMNS)} FROM projects WHERE name = ?", [name]).fetchone()
 
 
 def get_project(db: sqlite_utils.Database, name: str = "default") -> Project:
@@ -100,18 +99,20 @@ def get_project(db: sqlite_utils.Database, name: str = "default") -> Project:
 
 
 def list_projects(db: sqlite_utils.Database) -> list[Project]:
-    rows = db.execute("SELECT id, name, likert_min, likert_max, overlap, guidelines, ranking_guidelines, prompt_format, selection FROM projects ORDER BY id")
+    rows = db.execute(f"SELECT {', '.join(COLUMNS)} FROM projects ORDER BY id")
     return [_from_row(row) for row in rows.fetchall()]
 
 
 def _validate(
     name: str, likert_min: int, likert_max: int, overlap: int, guidelines: str, ranking_guidelines: str = "",
-    prompt_format: str = "chat", selection: str = "arrival",
+    prompt_format: str = "chat", selection: str = "arrival", answer_tokens: int = 128, measure: str = "",
+    heldout_share: float = DEFAULT_HELDOUT_SHARE,
 ) -> None:
     # Checked here as well as by the table's CHECKs so the user sees which field is wrong, not an IntegrityError.
     if not isinstance(name, str) or not name.strip():
         raise InputError("a project needs a non-empty name", field="name")
-    for field, value in (("likert_min", likert_min), ("likert_max", likert_max), ("overlap", overlap)):
+    for field, value in (("likert_min", likert_min), ("likert_max", likert_max), ("overlap", overlap),
+                         ("answer_tokens", answer_tokens)):
         if isinstance(value, bool) or not isinstance(value, int):
             raise InputError(f"must be an integer, got {value!r}", field=field)
     if likert_max <= likert_min:
@@ -125,6 +126,12 @@ def _validate(
         raise InputError(f"unknown selection {selection!r} (known: {', '.join(SELECTIONS)})", field="selection")
     if prompt_format not in PROMPT_FORMATS:
         raise InputError(f"unknown prompt format {prompt_format!r} (known: {', '.join(PROMPT_FORMATS)})", field="prompt_format")
+    if not 1 <= answer_tokens <= MAX_ANSWER_TOKENS:
+        raise InputError(f"answer length must be 1 to {MAX_ANSWER_TOKENS} tokens, got {answer_tokens}", field="answer_tokens")
+    if not isinstance(measure, str):
+        raise InputError(f"must be text, got {measure!r}", field="measure")
+    if isinstance(heldout_share, bool) or not isinstance(heldout_share, (int, float)) or not 0 <= heldout_share < 1:
+        raise InputError(f"must be a share in [0, 1), got {heldout_share!r}", field="heldout_share")
 
 
 def create_project(
@@ -136,25 +143,34 @@ def create_project(
     guidelines: str = "",
     ranking_guidelines: str | None = None,
     prompt_format: str = "chat",
+    answer_tokens: int | None = None,
+    heldout_share: float = DEFAULT_HELDOUT_SHARE,
 ) -> Project:
-    """A new project; `ranking_guidelines` None: the same text as `guidelines` for both kinds."""
+    """A new project; `ranking_guidelines` None: the same text as `guidelines` for both kinds; `answer_tokens`
+    None: the prompt format's DEFAULT_ANSWER_TOKENS. The measure starts as "" (the newest reward model); set it
+    with measures.set_measure, which checks that what it names exists."""
     ranking_guidelines = guidelines if ranking_guidelines is None else ranking_guidelines
-    _validate(name, likert_min, likert_max, overlap, guidelines, ranking_guidelines, prompt_format)
+    if answer_tokens is None:
+        answer_tokens = DEFAULT_ANSWER_TOKENS.get(prompt_format, DEFAULT_ANSWER_TOKENS["chat"])
+    _validate(name, likert_min, likert_max, overlap, guidelines, ranking_guidelines, prompt_format,
+              answer_tokens=answer_tokens, heldout_share=heldout_share)
     name = name.strip()
     with write_transaction(db):
         if _select(db, name) is not None:
             raise InputError(f"project '{name}' already exists", field="name")
         db.execute(
-            "INSERT INTO projects (name, likert_min, likert_max, overlap, guidelines, ranking_guidelines, prompt_format)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [name, likert_min, likert_max, overlap, guidelines, ranking_guidelines, prompt_format],
+            "INSERT INTO projects (name, likert_min, likert_max, overlap, guidelines, ranking_guidelines, prompt_format,"
+            " answer_tokens, heldout_share) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [name, likert_min, likert_max, overlap, guidelines, ranking_guidelines, prompt_format, answer_tokens,
+             float(heldout_share)],
         )
     return get_project(db, name)
 
 
 def update_project(db: sqlite_utils.Database, name: str, **fields) -> Project:
-    """Change likert_min, likert_max, overlap, guidelines, ranking_guidelines, prompt_format and/or selection; fields left out (or None)
-    keep their value. A guidelines text equal to its kind's default is stored as "" (= follow the default)."""
+    """Change any of EDITABLE_FIELDS; fields left out (or None) keep their value. `measure` is checked for syntax
+    only here (measures.set_measure checks that the model or function it names exists); `heldout_share` only
+    sets the share of later imports (prompts.change_heldout_share re-splits the prompts there are). A guidelines text equal to its kind's default is stored as "" (= follow the default)."""
     unknown = sorted(set(fields) - set(EDITABLE_FIELDS))
     if unknown:
         raise InputError(f"cannot change {', '.join(unknown)} (editable: {', '.join(EDITABLE_FIELDS)})", field=unknown[0])

@@ -9,6 +9,12 @@ Duplicates are prompts with the same hash in the project (exact text, or exact c
 skipped and counted, within the file as well. An import is all-or-nothing: every record is validated
 before the first INSERT, and the INSERTs share one transaction.
 
+Every project holds some prompts out of training (split 'test') to evaluate runs on. A file's own split is
+honoured (`--split`, a `split` column, a dataset's test or validation split); otherwise the project's
+`heldout_share` of its prompts is held out, chosen by a hash of each prompt (`hash_fraction`), so the choice does
+not depend on a file's order and importing the same file again changes nothing. Held-out prompts never reach
+training rows nor, by default, the labelling queues (generation skips them).
+
 This module owns the prompts table: it is its one writer, and the other services read it through the functions
 here (a view joining it with other tables says so in its own module docstring).
 """
@@ -17,12 +23,13 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Literal
 
 import sqlite_utils
 
+from labeler.services import labeling
 from labeler.services.errors import InputError
 from labeler.services.projects import get_project, update_project
 from labeler.services.readers import Where, check_messages, check_text, read_records
@@ -36,6 +43,45 @@ class ImportResult:
     added: int
     duplicates: int
     skipped: int = 0  # records dropped for a stated reason (labels import: pairs with chosen == rejected)
+    heldout: int = 0  # of `added`, prompts held out of training (split 'test')
+    note: str = field(default="", compare=False)  # why no prompt was held out, when none was (for people)
+
+
+# Held-out prompts: at least a handful (fewer says little about a run), at most a cap (each is answered
+# `eval_samples` times by the model and its base in every evaluation), and a project too small for both splits
+# holds none out by default until it grows.
+MIN_HELDOUT = 5
+MIN_TRAIN = 5
+MAX_HELDOUT = 200
+HELDOUT_FROM = 20  # prompts a project needs before its default share holds any out
+SPLIT_NAMES = {"train": "train", "training": "train", "test": "test", "validation": "test", "valid": "test",
+               "eval": "test", "heldout": "test", "held-out": "test", "dev": "test"}
+SPLITS = ("train", "test")
+
+
+def hash_fraction(text_hash: str) -> float:
+    """A prompt's place in [0, 1), from its sha256 hash: uniform, fixed, and independent of the file's order."""
+    return int(text_hash[:13], 16) / 16 ** 13
+
+
+def heldout_target(total: int, share: float) -> int:
+    """How many of `total` prompts a project holds out at `share`: round(share * total), at least MIN_HELDOUT and
+    at most MAX_HELDOUT (0 when share is 0 or there are none)."""
+    if share <= 0 or total <= 0:
+        return 0
+    return min(MAX_HELDOUT, max(MIN_HELDOUT, round(share * total)))
+
+
+def split_of_name(where: Where, name: str, field: str) -> str:
+    """'train' or 'test' for a split name in a file (a `split` column, a dataset's split): test, validation,
+    eval, dev and heldout are held out; a dataset's split named after one of them (test_prefs) too."""
+    key = str(name).strip().lower()
+    if key in SPLIT_NAMES:
+        return SPLIT_NAMES[key]
+    for prefix, split in (("train", "train"), ("test", "test"), ("valid", "test"), ("eval", "test")):
+        if key.startswith(prefix):
+            return split
+    raise where.error(f"unknown split {name!r} (train, or test / validation / eval / dev / heldout)", field)
 
 
 @dataclass(frozen=True)
@@ -162,14 +208,17 @@ def reviewed_prompt_ids(db: sqlite_utils.Database, project_id: int) -> list[int]
                                          [project_id, TYPED_SPLIT])]
 
 
-def reviewed_prompts_with_answers(db: sqlite_utils.Database, project_id: int, model: str) -> list[sqlite3.Row]:
+def reviewed_prompts_with_answers(db: sqlite_utils.Database, project_id: int, model: str,
+                                  include_heldout: bool = True) -> list[sqlite3.Row]:
     """Rows (id, text, messages_json, have) of the project's reviewed prompts (see reviewed_prompt_ids), oldest
-    first, `have` counting the responses `model` gave each."""
+    first, `have` counting the responses `model` gave each; without the held-out ones (split 'test') unless
+    `include_heldout`."""
+    skipped = [TYPED_SPLIT] if include_heldout else [TYPED_SPLIT, "test"]
     return db.execute(
         "SELECT p.id, p.text, p.messages_json,"
         " (SELECT COUNT(*) FROM responses r WHERE r.prompt_id = p.id AND r.model = ?) AS have"
-        " FROM prompts p WHERE p.project_id = ? AND p.split != ? ORDER BY p.id",
-        [model, project_id, TYPED_SPLIT],
+        f" FROM prompts p WHERE p.project_id = ? AND p.split NOT IN ({', '.join('?' * len(skipped))}) ORDER BY p.id",
+        [model, project_id, *skipped],
     ).fetchall()
 
 
@@ -226,7 +275,7 @@ def hold_out(db: sqlite_utils.Database, prompt_ids: Iterable[int]) -> None:
 
 
 def _store(db: sqlite_utils.Database, project: str, prompts: list[PromptRecord], source: str,
-           test: set[int] | frozenset[int] = frozenset()) -> ImportResult:
+           test: set[int] | frozenset[int] = frozenset(), heldout: int = 0, note: str = "") -> ImportResult:
     """Insert in one transaction; the prompts at the indices in `test` go to split 'test', the rest 'train'.
     An existing identical prompt is left as it is (split included)."""
     project_id = get_project(db, project).id
@@ -237,29 +286,149 @@ def _store(db: sqlite_utils.Database, project: str, prompts: list[PromptRecord],
             if created and index in test:
                 hold_out(db, [prompt_id])
             added += created
-    return ImportResult(added=added, duplicates=len(prompts) - added)
+    return ImportResult(added=added, duplicates=len(prompts) - added, heldout=heldout, note=note)
+
+
+def _split_counts(db: sqlite_utils.Database, project_id: int) -> dict[str, int]:
+    counts = dict.fromkeys(SPLITS, 0)
+    for split, count in db.execute("SELECT split, COUNT(*) FROM prompts WHERE project_id = ? AND split != ?"
+                                   " GROUP BY split", [project_id, TYPED_SPLIT]):
+        counts[split] = count
+    return counts
+
+
+def _new_indices(db: sqlite_utils.Database, project_id: int, prompts: list[PromptRecord]) -> list[int]:
+    """Indices of the prompts an import would add: not in the project yet, first of their duplicates in the file."""
+    hashes = [p.text_hash for p in prompts]
+    stored = {row[0] for row in db.execute("SELECT text_hash FROM prompts WHERE project_id = ?", [project_id])}
+    seen, new = set(), []
+    for index, text_hash in enumerate(hashes):
+        if text_hash not in stored and text_hash not in seen:
+            new.append(index)
+        seen.add(text_hash)
+    return new
+
+
+def choose_heldout(db: sqlite_utils.Database, project_id: int, prompts: list[PromptRecord],
+                   given: list[str | None], share: float, explicit_share: bool,
+                   file: str = "") -> tuple[set[int], str]:
+    """(indices of `prompts` to hold out, a note when none are) for an import into the project.
+
+    `given` is each record's own split ('train', 'test' or None): where the file says, it is honoured as it is.
+    Otherwise new prompts are held out, lowest hash_fraction first, until the project holds heldout_target of
+    its prompts out. With the project's default share, a project of fewer than HELDOUT_FROM prompts holds none
+    out yet; an explicit share that leaves fewer than MIN_HELDOUT held out or MIN_TRAIN to train on is an
+    InputError (nothing is written)."""
+    if any(split is not None for split in given):
+        return {i for i, split in enumerate(given) if split == "test"}, ""
+    new = _new_indices(db, project_id, prompts)
+    counts = _split_counts(db, project_id)
+    total = counts["train"] + counts["test"] + len(new)
+    if share <= 0:
+        return set(), "held-out share 0: no prompt held out"
+    if not explicit_share and total < HELDOUT_FROM:
+        return set(), (f"the project has {total} prompts: {HELDOUT_FROM} or more are needed before "
+                       f"{share:.0%} of them is held out for evaluation")
+    # Prompts already stored keep their split: only new ones can be held out.
+    wanted = min(len(new), max(0, heldout_target(total, share) - counts["test"]))
+    held, left = counts["test"] + wanted, total - counts["test"] - wanted
+    if explicit_share and new and (held < MIN_HELDOUT or left < MIN_TRAIN):
+        raise InputError(f"held-out share {share:g} of {total} prompts leaves {held} held out and {left} to train on: "
+                         f"at least {MIN_HELDOUT} and {MIN_TRAIN} are needed", file=file or None, field="heldout_share")
+    ranked = sorted(new, key=lambda i: hash_fraction(prompts[i].text_hash))
+    return set(ranked[:wanted]), ""
+
+
+def _given_splits(records: list[tuple[Where, dict]], split: str | None) -> list[str | None]:
+    """Each record's own split: all `split` when given; else a `split` column; else a dataset's split names when
+    one of them is held out (a dataset of a train split alone is split by the project's share)."""
+    if split is not None:
+        if split not in SPLITS:
+            raise InputError(f"unknown split {split!r} (train or test)", field="split")
+        return [split] * len(records)
+    if any("split" in record for _, record in records):
+        return [split_of_name(where, record.get("split"), "split") if record.get("split") is not None
+                else _missing_split(where) for where, record in records]
+    names = [split_of_name(where, where.split, "split") if where.split else None for where, _ in records]
+    return names if "test" in names else [None] * len(records)
+
+
+def _missing_split(where: Where):
+    raise where.error("is empty, while other rows have a split: give every row one (train or test)", "split")
 
 
 def import_prompts(
-    db: sqlite_utils.Database, path: str | Path, project: str = "default", source: str | None = None
+    db: sqlite_utils.Database, path: str | Path, project: str = "default", source: str | None = None,
+    heldout_share: float | None = None, split: str | None = None,
 ) -> ImportResult:
-    """Import every prompt of a file or saved datasets folder (see module docstring). Writes nothing on error."""
-    get_project(db, project)  # an unknown project fails before the file is read
-    prompts = [parse_prompt(where, record) for where, record in read_records(path, txt_field="prompt")]
+    """Import every prompt of a file or saved datasets folder (see module docstring). Writes nothing on error.
+
+    `split` ('train' or 'test') puts the whole file in one split; `heldout_share` overrides the project's share
+    for this import (and is then held to the minimums, see choose_heldout)."""
+    current = get_project(db, project)  # an unknown project fails before the file is read
+    if heldout_share is not None and not 0 <= heldout_share < 1:
+        raise InputError(f"must be a share in [0, 1), got {heldout_share!r}", field="heldout_share")
+    records = list(read_records(path, txt_field="prompt"))
+    prompts = [parse_prompt(where, record) for where, record in records]
     if not prompts:
         raise InputError("no prompts found", file=str(path))
-    return _store(db, project, prompts, source if source is not None else Path(path).name)
+    given = _given_splits(records, split)
+    share = current.heldout_share if heldout_share is None else float(heldout_share)
+    test, note = choose_heldout(db, current.id, prompts, given, share, heldout_share is not None, str(path))
+    new = set(_new_indices(db, current.id, prompts))
+    return _store(db, project, prompts, source if source is not None else Path(path).name, test,
+                  heldout=len(test & new), note=note)
 
 
 def add_prompts(db: sqlite_utils.Database, texts: Iterable[str], project: str = "default", source: str = "") -> ImportResult:
-    """Plain-text prompts from code or a text box; the same checks and dedupe as a file import."""
+    """Plain-text prompts from code or a text box; the same checks, dedupe and held-out share as a file import."""
+    current = get_project(db, project)
     prompts = []
     for number, text in enumerate(texts, start=1):
         where = Where("prompts", number, unit="row")
         if not isinstance(text, str):
             raise where.error(f"must be a string, got {type(text).__name__}", "prompt")
         prompts.append(PromptRecord(check_text(where, text, "prompt"), None))
-    return _store(db, project, prompts, source)
+    test, note = choose_heldout(db, current.id, prompts, [None] * len(prompts), current.heldout_share, False)
+    new = set(_new_indices(db, current.id, prompts))
+    return _store(db, project, prompts, source, test, heldout=len(test & new), note=note)
+
+
+def split_counts(db: sqlite_utils.Database, project: str = "default") -> dict[str, int]:
+    """{'train': n, 'test': n, 'chat': n}: the project's prompts per split (TYPED_SPLIT: typed in Chat/Arena)."""
+    project_id = get_project(db, project).id
+    counts = {**_split_counts(db, project_id), TYPED_SPLIT: 0}
+    counts[TYPED_SPLIT] = db.execute("SELECT COUNT(*) FROM prompts WHERE project_id = ? AND split = ?",
+                                     [project_id, TYPED_SPLIT]).fetchone()[0]
+    return counts
+
+
+def change_heldout_share(db: sqlite_utils.Database, project: str, share: float) -> dict[str, int]:
+    """Set the project's held-out share and re-split its prompts by it (lowest hash_fraction held out), before any
+    label exists: after that, moving a prompt would move labels between training and evaluation. Answers of
+    prompts that become held out leave the labelling queues; those of prompts that join training enter them.
+    Returns the new split_counts."""
+    current = get_project(db, project)
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share < 1:
+        raise InputError(f"must be a share in [0, 1), got {share!r}", field="heldout_share")
+    with write_transaction(db):
+        if labeling.label_count(db, current.id):
+            raise InputError(f"project '{project}' has labels: its held-out prompts can change only before the first "
+                             "label (a label's prompt would move between training and evaluation)", field="heldout_share")
+        rows = db.execute("SELECT id, text_hash, split FROM prompts WHERE project_id = ? AND split != ?",
+                          [current.id, TYPED_SPLIT]).fetchall()
+        target = heldout_target(len(rows), float(share))
+        if target and len(rows) - target < MIN_TRAIN:
+            raise InputError(f"held-out share {share:g} of {len(rows)} prompts leaves {len(rows) - target} to train on "
+                             f"(at least {MIN_TRAIN})", field="heldout_share")
+        ranked = sorted(rows, key=lambda row: hash_fraction(row["text_hash"]))
+        test = {row["id"] for row in ranked[:target]}
+        moved = [row["id"] for row in rows if (row["id"] in test) != (row["split"] == "test")]
+        db.conn.executemany("UPDATE prompts SET split = ? WHERE id = ?",
+                            [("test" if i in test else "train", i) for i in moved])
+        db.execute("UPDATE projects SET heldout_share = ? WHERE id = ?", [float(share), current.id])
+    labeling.requeue_prompts(db, project, moved)
+    return split_counts(db, project)
 
 
 def shipped_heldout(line_index: int) -> bool:
@@ -290,8 +459,9 @@ def import_shipped_prompts(db: sqlite_utils.Database, project: str = "default") 
     fixed held-out set in split 'test' (`shipped_heldout`) for evaluation.
 
     A project that has no prompts yet becomes the movie task: prompt format 'continue' (the model continues
-    the review, as the guidelines say; through the chat template it would answer the opening as a message)
-    and, where its guidelines are still the defaults, SHIPPED_GUIDELINES. A project that already has prompts
+    the review, as the guidelines say; through the chat template it would answer the opening as a message),
+    16-token answers, VADER as its measure (unless it has one) and, where its guidelines are still the
+    defaults, SHIPPED_GUIDELINES. A project that already has prompts
     keeps its settings."""
     current = get_project(db, project)
     records = list(read_records(SHIPPED_PROMPTS, txt_field="prompt"))
@@ -300,7 +470,8 @@ def import_shipped_prompts(db: sqlite_utils.Database, project: str = "default") 
     fresh = db.execute("SELECT COUNT(*) FROM prompts WHERE project_id = ?", [current.id]).fetchone()[0] == 0
     result = _store(db, project, prompts, "shipped:movie_prompts", test)
     if fresh:
-        update_project(db, project, prompt_format="continue",
+        # The seeds' task: 16-token continuations judged by VADER sentiment of the answer.
+        update_project(db, project, prompt_format="continue", answer_tokens=16, measure=current.measure or "vader",
                        guidelines=current.guidelines or SHIPPED_GUIDELINES["rating"],
                        ranking_guidelines=current.ranking_guidelines or SHIPPED_GUIDELINES["ranking"])
     return result

@@ -13,63 +13,28 @@ so the estimate errs on the long side. Not included: a reward model's scoring (r
 human ratings (reward=human/mix), which depend on people. The stages trained by transformers' Trainer on
 labels (sft, rm, dpo, kto) have no estimate.
 
-The arithmetic (micro-step -> seconds -> steps) is pure and tested with made-up micro-step times; parsing a
-duration ("20m", "1h30m") too. Only the measurement loads a model.
+The arithmetic (micro-step -> seconds -> steps) is pure and tested with made-up micro-step times (parsing a
+duration, "20m" or "1h30m", is durations.py's). Only the measurement loads a model.
 """
 from __future__ import annotations
 
 import json
 import math
 import os
-import re
 import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+# budget_seconds: run_preview reads it here too, with format_duration.
+from labeler.services.durations import budget_seconds, format_duration  # noqa: F401
 from rlhf.configs import PPOConfig
 from rlhf.loading import load_tokenizer
+from rlhf.memory_estimate import GIB, TrainShape, estimate_training_memory, model_shape
 
 # A cached measurement is reused this long: the machine's load changes, and so does the micro-step.
 CACHE_SECONDS = 600.0
-_NUMBER = r"(\d+(?:\.\d+)?)"
-_DURATION = re.compile(rf"(?:{_NUMBER}h)?(?:{_NUMBER}m(?:in)?)?(?:{_NUMBER}s)?")  # hours, minutes, seconds in order
-
-
-def parse_duration(text: str, name: str = "time_budget") -> float:
-    """'20m', '1h30m', '90s', '1.5h' (or a bare number of minutes, '20') -> seconds. ValueError naming `name`."""
-    cleaned = str(text).strip().lower().replace(" ", "")
-    match = _DURATION.fullmatch(cleaned)
-    if re.fullmatch(_NUMBER, cleaned):
-        seconds = float(cleaned) * 60.0
-    elif cleaned and match:
-        hours, minutes, secs = (float(g) if g else 0.0 for g in match.groups())
-        seconds = hours * 3600 + minutes * 60 + secs
-    else:
-        raise ValueError(f"{name}={text!r}: expected a duration such as 20m, 1h30m or 90s (a bare number is minutes)")
-    if seconds <= 0:
-        raise ValueError(f"{name}={text!r}: must be more than zero")
-    return seconds
-
-
-def budget_seconds(text: str | None) -> float | None:
-    """A time_budget setting in seconds; None when it is not set (None or blank)."""
-    if text is None or not str(text).strip():
-        return None
-    return parse_duration(text)
-
-
-def format_duration(seconds: float) -> str:
-    """1234 -> '20 min 34 s'; 75 -> '1 min 15 s'; 42 -> '42 s'; 3700 -> '1 h 1 min'."""
-    seconds = int(round(seconds))
-    if seconds >= 3600:
-        return f"{seconds // 3600} h {seconds % 3600 // 60} min"
-    if seconds >= 60:
-        return f"{seconds // 60} min {seconds % 60} s"
-    return f"{seconds} s"
-
-
 # PPOTrainer.step's no-grad passes over a mini-batch, which MicroStep.forward_seconds times together: the policy's
 # (log-probs and values) and the reference's (PPOTrainer._rollout_forward).
 PPO_NO_GRAD_PASSES = 2
@@ -205,7 +170,7 @@ def _micro_step_in_this_process(settings: MicroStepSettings) -> MicroStep:
         from peft import LoraConfig
 
         peft_config = LoraConfig(r=settings.lora_r, lora_alpha=settings.lora_alpha, lora_dropout=0.0,
-                                 task_type="CAUSAL_LM", target_modules="all-linear")  # as stage_runners.peft_config
+                                 task_type="CAUSAL_LM", target_modules="all-linear")  # as runners.common.peft_config
     tokenizer = load_tokenizer(settings.model_path, padding_side="left")
     model = AutoModelForCausalLMWithValueHead.from_pretrained(settings.model_path, peft_config=peft_config, seed=0)
     groups = max(1, settings.answers_per_prompt if settings.rows % settings.answers_per_prompt == 0 else 1)
@@ -236,3 +201,78 @@ if __name__ == "__main__":  # the measuring process: settings as JSON on stdin, 
     raw = json.loads(sys.stdin.read())
     raw["prompts"] = tuple(raw["prompts"])
     print(json.dumps(asdict(_micro_step_in_this_process(MicroStepSettings(**raw)))), flush=True)
+
+
+# ---- memory: how much the run will hold, from the model's config and the run's shapes (rlhf/memory_estimate.py) --
+PROMPT_TOKENS = 64  # a typical prompt's length in tokens (the estimate does not tokenise the project's prompts)
+
+
+def train_shape(stage: str, job, trainer, device_type: str):
+    """The run's TrainShape: rows and tokens per forward/backward, precision, LoRA, the reference copy."""
+    from rlhf.attention import training_attention
+
+    compute = 2 if job.bf16 else 4
+    dtype = getattr(trainer, "dtype", None)
+    if getattr(trainer, "load_in_4bit", False):
+        load = 0.56  # NF4 with double quantisation: 4 bits and a little per weight
+    elif dtype in ("bfloat16", "float16"):
+        load = 2
+    elif job.lora and not dtype:
+        load = compute  # LoRA's frozen base in the compute dtype (rlhf/precision.py)
+    else:
+        load = 4
+    attention = training_attention(getattr(trainer, "attn_implementation", "model"), device_type)
+    common = dict(lora_r=job.lora_r if job.lora else 0, load_bytes=load, compute_bytes=compute,
+                  gradient_checkpointing=bool(trainer.gradient_checkpointing),
+                  eager_attention=attention in ("eager", "lean_eager"))
+    if stage == "ppo":
+        tokens = PROMPT_TOKENS + job.max_new_tokens
+        return TrainShape(rows=trainer.mini_batch_size, tokens=tokens, logit_tokens=job.max_new_tokens,
+                          reference=not job.lora, no_grad_rows=trainer.rollout_forward_batch_size,
+                          generation_rows=trainer.batch_size, **common)
+    if stage in ("grpo", "rloo"):
+        answer = trainer.max_completion_length
+        return TrainShape(rows=trainer.per_device_train_batch_size, tokens=PROMPT_TOKENS + answer, logit_tokens=answer,
+                          reference=trainer.beta != 0 and not job.lora, no_grad_rows=trainer.per_device_train_batch_size,
+                          generation_rows=trainer.generation_batch_size or trainer.per_device_train_batch_size, **common)
+    tokens = trainer.max_length or 512
+    rows = trainer.per_device_train_batch_size * (1 if stage == "sft" else 2)  # pairs / KTO's KL rows: 2 sequences
+    logit_tokens = {"sft": tokens, "rm": 0}.get(stage, max(1, tokens - PROMPT_TOKENS))
+    reference = stage in ("dpo", "kto") and not job.lora and not getattr(trainer, "precompute_ref_log_probs", False)
+    return TrainShape(rows=rows, tokens=tokens, logit_tokens=logit_tokens, reference=reference, **common)
+
+
+def device_memory() -> tuple[str, float]:
+    """(what trains, its memory in bytes): the first CUDA GPU, or this machine's RAM."""
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_name(0), float(torch.cuda.get_device_properties(0).total_memory)
+    return "this machine's RAM", float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def memory_text(model_path: str, stage: str, job, trainer, recipe_for=None) -> str:
+    """The preview's memory line: the estimate for the run's model on this device, what it is made of, a warning
+    when it exceeds the device, and the recipe the model's size suggests (`recipe_for(parameters) -> name`)."""
+    import torch
+
+    try:
+        shape = model_shape(model_path)
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        estimate = estimate_training_memory(shape, train_shape(stage, job, trainer, device))
+    except Exception as error:  # an unknown model, a config transformers cannot read: the preview still shows
+        return f"No memory estimate: {str(error).splitlines()[0] if str(error) else type(error).__name__}."
+    name, total = device_memory()
+    vocabulary = f", vocabulary {shape.vocab_size:,}" if shape.vocab_size else ""
+    text = (f"**Memory: about {estimate.total / GIB:.1f} GiB** of {total / GIB:.0f} GiB ({name}) for "
+            f"{shape.parameters / 1e9:.2f}B parameters{vocabulary}: {estimate.summary()}")
+    if stage not in ("ppo", "grpo", "rloo"):  # label stages: batches are as long as their longest row
+        text += f", with every sequence at max_length {getattr(trainer, 'max_length', None) or 512} (an upper bound)"
+    text += "."
+    if estimate.total > 0.9 * total:
+        text += (" ⚠️ More than this device holds: set lora=true (load_in_4bit=true on a GPU), "
+                 "gradient_checkpointing=true, a smaller mini-batch or shorter answers.")
+    suggested = recipe_for(shape.parameters) if recipe_for else ""
+    if suggested and suggested != getattr(job, "recipe", ""):
+        text += f" For a model of this size: --set recipe={suggested} (docs/GPU.md)."
+    return text

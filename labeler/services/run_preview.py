@@ -3,7 +3,7 @@ the train/eval split, the epochs that `steps` implies, and the base model.
 
 A 10-step run on a tiny set trained 10 epochs without a word; the preview says so (and warns) before the run
 is queued. It reads the data exactly as the stage runners do: the same settings resolution
-(train_configs.resolve_run_config), the same export row functions and filters (stage_runners.export_options),
+(train_configs.resolve_run_config), the same export row functions and filters (runners.common.export_options),
 and the same split by prompt (export.split_by_prompt), without loading a model or building a dataset.
 
 A PPO, GRPO or RLOO run's preview also says how long it will take on this machine, extrapolated from a micro-step
@@ -22,21 +22,22 @@ from typing import Any
 import sqlite_utils
 
 from labeler import forms
-from labeler.services import launch, models, run_estimate, stage_runners, train_configs
+from labeler.services import jobs, launch, models, run_estimate, train_configs
 from labeler.services.errors import InputError
 from labeler.services.evaluation import heldout_prompts
 from labeler.services.export import preference_rows, split_by_prompt, unpaired_rows
 from labeler.services.projects import get_project
 from labeler.services.prompts import split_texts
+from labeler.services.runners.common import export_options
 from rlhf.loading import SHORT_NAMES
 
 # More passes than this over the training rows and the preview warns: with a few hundred labels the model then
 # mostly memorises them (reward models in particular; Ouyang et al. 2022 train their RM for one epoch).
 EPOCH_WARNING = 3.0
-MIN_ROWS = 2  # what the stage runners require (stage_runners._require_rows)
+MIN_ROWS = 2  # what the stage runners require (runners.common.require_rows)
 # The stages that train on the project's training prompts, sampling answers to them, rather than on labels; each
 # step's wall time is extrapolated from a measured micro-step. time_budget applies to ppo only.
-ONLINE_STAGES = ("grpo", "rloo")  # GRPOTrainer / RLOOTrainer (labeler/services/stage_runners_online.py)
+ONLINE_STAGES = ("grpo", "rloo")  # GRPOTrainer / RLOOTrainer (labeler/services/runners/online.py)
 PROMPT_STAGES = ("ppo", *ONLINE_STAGES)
 BUDGET_STAGES = ("ppo",)
 
@@ -61,6 +62,7 @@ class RunPreview:
     budget_seconds: float | None = None  # the job's time_budget
     steps_asked: int | None = None  # the steps the settings gave, when the budget changed them
     budget_error: str | None = None  # why no number of steps fits time_budget (or no estimate could be made)
+    memory: str | None = None  # the memory estimate's line (run_estimate.memory_text)
 
     def markdown(self) -> str:
         base = f"`{self.base_model}`" + ("" if self.base_model_known else " (not registered: a folder or hub id)")
@@ -73,6 +75,8 @@ class RunPreview:
         ]
         if self.estimate is not None:
             lines.append(estimate_line(self.estimate, self.budget_seconds, self.steps_asked))
+        if self.memory:
+            lines.append(self.memory)
         lines += [f"⚠️ {warning}" for warning in self.warnings]
         return "  \n".join(lines)
 
@@ -97,7 +101,7 @@ def _epoch_warning(steps: int, epochs: float, train_rows: int, unit: str) -> str
 
 def _trainer_config(stage: str, job, trainer_values: dict[str, Any]):
     """The stage's trainer config as the run builds it (GRPO and RLOO take answers per prompt and answer length
-    from the job, as stage_runners_online does)."""
+    from the job, as runners.online does)."""
     cls = train_configs.stage_config_class(stage)
     if stage in ONLINE_STAGES:
         trainer_values = cls.job_settings(job, trainer_values)
@@ -108,13 +112,13 @@ def _rows(db: sqlite_utils.Database, project: str, stage: str, job) -> tuple[lis
     """(prompt key, row) pairs of the stage's training data, and what a row is called."""
     ctx = SimpleNamespace(job=job)  # export_options reads only the job's data filters
     if stage == "sft":
-        rows = [r for r in unpaired_rows(db, project, stage_runners.export_options(ctx, threshold=job.sft_min_score))
+        rows = [r for r in unpaired_rows(db, project, export_options(ctx, threshold=job.sft_min_score))
                 if r["label"]]
         unit = "answers"
-    elif stage == "kto":  # every rated answer, desirable or not (stage_runners_online.run_kto)
-        rows, unit = unpaired_rows(db, project, stage_runners.export_options(ctx, threshold=job.sft_min_score)), "answers"
+    elif stage == "kto":  # every rated answer, desirable or not (runners.online.run_kto)
+        rows, unit = unpaired_rows(db, project, export_options(ctx, threshold=job.sft_min_score)), "answers"
     elif stage in ("rm", "dpo"):
-        rows, unit = preference_rows(db, project, stage_runners.export_options(ctx)), "pairs"
+        rows, unit = preference_rows(db, project, export_options(ctx)), "pairs"
     else:  # ppo, grpo and rloo sample the project's training prompts, not labels
         texts = split_texts(db, get_project(db, project).id, "train")
         return [(text, {"prompt": text}) for text in texts], "prompts"
@@ -138,6 +142,7 @@ def preview_run(db: sqlite_utils.Database, project: str, stage: str, values: dic
     run_estimate's, in a fresh process); without it there is no estimate and time_budget is not applied.
     """
     config = train_configs.resolve_run_config(stage, values)
+    jobs.pin_project_defaults(db, config, stage, project)  # the project's answer length, as the run will store it
     job = forms.build_config(train_configs.JobConfig, config["job"])
     trainer = _trainer_config(stage, job, config["trainer"])
     records, unit = _rows(db, project, stage, job)
@@ -150,7 +155,7 @@ def preview_run(db: sqlite_utils.Database, project: str, stage: str, values: dic
         per_device, accumulation = trainer.per_device_train_batch_size, trainer.gradient_accumulation_steps
         rows_per_step = per_device * accumulation
         train, test = split_by_prompt(records, job.test_size, job.seed)
-        # stage_runners.split_rows drops an eval side of fewer than 2 rows and trains on everything.
+        # runners.common.split_rows drops an eval side of fewer than 2 rows and trains on everything.
         if len(train) < 2 or len(test) < 2:
             train, test = [row for _, row in records], []
         train_rows, eval_rows = len(train), len(test)
@@ -170,7 +175,7 @@ def preview_run(db: sqlite_utils.Database, project: str, stage: str, values: dic
     elif epochs > EPOCH_WARNING:
         warnings.append(_epoch_warning(job.steps, epochs, train_rows, unit))
     if stage == "kto" and len(records) >= MIN_ROWS:
-        from labeler.services.stage_runners_online import kto_label_problem  # the stage's module, loaded above
+        from labeler.services.runners.online import kto_label_problem  # the stage's module, loaded above
 
         problem = kto_label_problem([bool(row["label"]) for _, row in records])
         warnings += [f"the run would stop at once: {problem}."] if problem else []
@@ -178,6 +183,9 @@ def preview_run(db: sqlite_utils.Database, project: str, stage: str, values: dic
         warnings.append(budget_stage_error(stage))
     preview = RunPreview(stage, base, known, unit, len(records), train_rows, eval_rows, rows_per_step, job.steps,
                          epochs, warnings)
+    path = str(models.resolve(db, base)) if known else base  # a folder or hub id: read from where it is
+    preview = replace(preview, memory=run_estimate.memory_text(path, stage, job, trainer,
+                                                               train_configs.recipe_for_parameters))
     if stage in PROMPT_STAGES and estimate_time and records:
         preview = _with_estimate(db, project, stage, preview, job, trainer, [text for text, _ in records],
                                  measure or run_estimate.measure_micro_step, steps_given="steps" in values)

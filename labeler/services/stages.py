@@ -1,7 +1,7 @@
 """What the worker runs for each stage: data from the database, the rlhf trainer, checkpoints, the result.
 
 A stage runner is a function `run(ctx: StageContext) -> RunResult`. The built-in ones (sft, rm, dpo, ppo) live
-in labeler/services/stage_runners.py; a run whose JobConfig names a `runner` (module:function) uses that
+in labeler/services/runners/; a run whose JobConfig names a `runner` (module:function) uses that
 instead, which is how tests inject a tiny job and how a user plugs in a custom one.
 """
 from __future__ import annotations

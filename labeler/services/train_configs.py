@@ -27,10 +27,10 @@ STAGE_CONFIG_CLASSES = {
     "rm": "rlhf.reward:RewardConfig",
     "dpo": "rlhf.dpo:DPOConfig",
     "ppo": "rlhf.configs:PPOConfig",
-    # TRL 1.x trainers, with the app's CPU defaults (labeler/services/stage_runners_online.py)
-    "grpo": "labeler.services.stage_runners_online:StudioGRPOConfig",
-    "rloo": "labeler.services.stage_runners_online:StudioRLOOConfig",
-    "kto": "labeler.services.stage_runners_online:StudioKTOConfig",
+    # TRL 1.x trainers, with the app's CPU defaults (labeler/services/runners/online.py)
+    "grpo": "labeler.services.runners.online:StudioGRPOConfig",
+    "rloo": "labeler.services.runners.online:StudioRLOOConfig",
+    "kto": "labeler.services.runners.online:StudioKTOConfig",
 }
 # The trainer fields the Train tab shows; every other field is still settable with --set or a JSON file.
 # (steps, seed and bf16 are job settings, passed on to the trainer: max_steps, seed, bf16.)
@@ -45,6 +45,57 @@ FORM_FIELDS = {
     "rloo": ["learning_rate", "per_device_train_batch_size", "num_iterations", "beta", "normalize_advantages"],
     "kto": ["learning_rate", "per_device_train_batch_size", "beta", "desirable_weight", "undesirable_weight"],
 }
+
+
+# ---- recipes: settings by model size ------------------------------------------------------------------------
+# The defaults above are the 2-core CPU's with the embedded 135M model (16-token answers, lr 3e-5). A recipe sets
+# what changes with the model's size on a GPU (docs/GPU.md): answer length, learning rate per stage (full
+# fine-tuning: TRL's and its papers' usual values at this size; LoRA: about 10x, as its adapters start at zero),
+# the mini-batch (smaller, with gradient accumulation keeping the batch) and gradient checkpointing where the
+# activations would not fit; LoRA on from 3B (full fine-tuning of 3B in fp32 with Adam needs 48 GB before any
+# activation). Settings given explicitly win over the recipe's. `train --dry-run` says which recipe a model's
+# parameter count suggests and how much memory the run will take.
+_FULL_LR = {"sft": 2e-5, "rm": 1e-5, "dpo": 1e-6, "kto": 1e-6, "ppo": 3e-6, "grpo": 1e-6, "rloo": 1e-6}
+_LORA_LR = {"sft": 2e-4, "rm": 1e-4, "dpo": 5e-6, "kto": 5e-6, "ppo": 1.4e-5, "grpo": 1e-5, "rloo": 1e-5}
+RECIPES: dict[str, dict[str, Any]] = {
+    # size: job settings, then per-stage batch shape; mini-batch x accumulation keeps PPO's 64 and GRPO's 64 answers
+    "0.5b": {"lora": False, "max_new_tokens": 64, "gradient_checkpointing": False, "mini": 16, "accumulation": 1},
+    "1.5b": {"lora": False, "max_new_tokens": 128, "gradient_checkpointing": True, "mini": 8, "accumulation": 2},
+    "3b": {"lora": True, "max_new_tokens": 128, "gradient_checkpointing": True, "mini": 8, "accumulation": 2},
+    "8b": {"lora": True, "max_new_tokens": 128, "gradient_checkpointing": True, "mini": 4, "accumulation": 4},
+}
+RECIPE_CHOICES = ("", *RECIPES)
+
+
+def recipe_for_parameters(parameters: int) -> str:
+    """The recipe a model of this many parameters takes (the nearest size at or above it; tiny models: none)."""
+    if parameters < 300e6:
+        return ""
+    for name, limit in (("0.5b", 1e9), ("1.5b", 2.5e9), ("3b", 5e9)):
+        if parameters < limit:
+            return name
+    return "8b"
+
+
+def recipe_settings(stage: str, recipe: str) -> dict[str, Any]:
+    """The settings `recipe` gives a run of `stage` (job and trainer fields together, as --set takes them)."""
+    if not recipe:
+        return {}
+    if recipe not in RECIPES:
+        raise InputError(f"recipe={recipe!r}: choose one of {', '.join(RECIPES)} (or blank for the CPU defaults)",
+                         field="recipe")
+    r = RECIPES[recipe]
+    lr = (_LORA_LR if r["lora"] else _FULL_LR)[stage]
+    out: dict[str, Any] = {"lora": r["lora"], "max_new_tokens": r["max_new_tokens"], "learning_rate": lr,
+                           "gradient_checkpointing": r["gradient_checkpointing"]}
+    if stage == "ppo":
+        out.update(mini_batch_size=r["mini"], gradient_accumulation_steps=r["accumulation"])
+    elif stage in ("grpo", "rloo"):
+        # (answer length: the job's max_new_tokens, which becomes max_completion_length)
+        out.update(per_device_train_batch_size=r["mini"], steps_per_generation=64 // r["mini"])
+    else:  # sft, rm, dpo, kto: the same examples per optimizer step, fewer per forward pass
+        out.update(per_device_train_batch_size=max(1, r["mini"] // 2), gradient_accumulation_steps=r["accumulation"])
+    return out
 
 
 def stage_config_class(stage: str):
@@ -65,7 +116,7 @@ def form_fields(stage: str) -> list[str]:
 # to import, a tracker or the hub. A field added to a config later stays command-line only (rlhf-studio train
 # --set) until it is listed here.
 WEB_JOB_SETTINGS = (
-    "model", "output_name", "steps", "time_budget", "checkpoint_every", "bf16", "lora", "lora_r", "lora_alpha",
+    "model", "recipe", "output_name", "steps", "time_budget", "checkpoint_every", "bf16", "lora", "lora_r", "lora_alpha",
     "annotators", "min_annotators", "min_agreement", "include_rating_pairs", "sft_min_score", "test_size",
     "reward", "reward_model", "reward_function", "subtract_query_score", "rm_score_std", "w_human", "w_rm",
     "human_timeout", "timeout_policy", "human_label", "human_share", "online_rm", "rm_refit_every", "heldout_every",
@@ -90,6 +141,8 @@ WEB_TRAINER_SETTINGS = (
     "num_iterations", "num_generations", "epsilon", "epsilon_high", "scale_rewards", "normalize_advantages",
     "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "mask_truncated_completions",
     "steps_per_generation", "generation_batch_size",
+    # precision and memory (rlhf/precision.py): choices and switches, nothing that names a file
+    "dtype", "load_in_4bit", "attn_implementation",
 )
 
 
@@ -156,6 +209,7 @@ def resolve_run_config(stage: str, values: dict[str, Any], source: str | None = 
     Trainer settings are validated by building the trainer config once here (not only in the worker), so a
     bad value is refused before a run is queued.
     """
+    values = {**recipe_settings(stage, str(values.get("recipe") or "")), **values}  # explicit settings win
     job_values, trainer_values = split_settings(stage, values, source)
     try:
         job_values = reward_spec.job_settings(job_values)  # reward=rm:NAME, vader, ... as reward, reward_model, ...
@@ -165,6 +219,9 @@ def resolve_run_config(stage: str, values: dict[str, Any], source: str | None = 
     cls = stage_config_class(stage)
     trainer_config = forms.build_config(cls, _trainer_defaults(stage, cls, trainer_values), source)
     trainer = {k: v for k, v in forms.to_dict(trainer_config).items() if k in trainer_values}
+    if getattr(trainer_config, "load_in_4bit", False) and not job.lora:
+        raise InputError("load_in_4bit=true (QLoRA) trains LoRA adapters on the 4-bit base: set lora=true too",
+                         file=source, field="load_in_4bit")
     if stage == "ppo":
         try:
             trainer_config.prompts_per_batch(job.answers_per_prompt)  # PPO's rollout rule, checked by the library

@@ -9,19 +9,20 @@ PermissionDenied still raises: a hidden admin endpoint called by a non-admin mus
 caller has nothing on screen to keep.
 
 A refusal is the user's mistake, not the server's: the terminal gets one log line naming it (`log_refusal`),
-not the traceback Gradio prints for every gr.Error by default. `ui_errors` is
-labeler.ui.session's (a red toast, the event fails) with that one line instead of the traceback.
+not the traceback Gradio prints for every gr.Error by default. `ui_errors` is the other way to show one: a red
+toast, the event fails (and a full disk says so).
 """
 from __future__ import annotations
 
 import functools
 import logging
+import sqlite3
 from typing import Any, Callable
 
 import gradio as gr
 
 from labeler.services.errors import InputError, PermissionDenied
-from labeler.ui.session import ui_errors as toasts
+from storage.db import DiskFull, is_disk_full
 
 WARNING_TITLE = "Invalid input"
 LOG = logging.getLogger("rlhf_studio.ui")
@@ -36,19 +37,27 @@ def log_refusal(handler: Callable[..., Any], error: Exception) -> None:
 
 
 def ui_errors(handler: Callable[..., Any]) -> Callable[..., Any]:
-    """labeler.ui.session.ui_errors (InputError / PermissionDenied become a red toast), logging a refusal as
-    one line: the gr.Error it raises is marked so that Gradio does not print its traceback."""
-    inner = toasts(handler)
+    """Show InputError / PermissionDenied as a red toast (gr.Error, the service's error as its __cause__) with the
+    service's own message, logged as one line: Gradio does not print its traceback (a user's mistake is not the
+    server's). A full disk says so instead of Gradio's "upstream app has raised an exception".
+    functools.wraps keeps the signature, so Gradio still sees `request: gr.Request` and `progress=gr.Progress()`
+    parameters and fills them in."""
 
     @functools.wraps(handler)
     def wrapper(*args, **kwargs):
         try:
-            return inner(*args, **kwargs)
-        except gr.Error as error:
-            if isinstance(error.__cause__, (InputError, PermissionDenied)):
-                error.print_exception = False
-                log_refusal(handler, error.__cause__)
-            raise
+            return handler(*args, **kwargs)
+        except PermissionDenied as error:
+            log_refusal(handler, error)
+            raise gr.Error(f"Not allowed: {error}", title="Permission denied", print_exception=False) from error
+        except InputError as error:
+            log_refusal(handler, error)
+            raise gr.Error(str(error), title="Invalid input", print_exception=False) from error
+        except (DiskFull, sqlite3.OperationalError) as error:
+            # Any other database error stays an unexpected one.
+            if not isinstance(error, DiskFull) and not is_disk_full(error):
+                raise
+            raise gr.Error(f"{DiskFull()}", title="Disk full") from error
 
     return wrapper
 

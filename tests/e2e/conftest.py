@@ -5,10 +5,10 @@ shared queues and read their own rows back by user, so they do not depend on eac
 """
 from __future__ import annotations
 
-import socket
 from dataclasses import dataclass
 
 import pytest
+from helpers import serving
 
 ADMIN = ("admin", "admin-password-1")
 ANNOTATOR = ("alice", "alice-password-1")
@@ -41,12 +41,6 @@ class RunningApp:
     project: str = "default"
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def seed(db_path: str, model_dir: str) -> None:
     """Users, prompts, 3 answers per prompt (fixed texts: tests need no generation), rating and ranking items."""
     from labeler.services import accounts, labeling, models, prompts
@@ -74,21 +68,12 @@ def seed(db_path: str, model_dir: str) -> None:
 
 @pytest.fixture(scope="session")
 def running_app(tmp_path_factory, tiny_model_dir):
-    from labeler.ui.app import build_app, launch
-    from labeler.ui.context import ServeSettings
-
     root = tmp_path_factory.mktemp("e2e-app")
     db_path = str(root / "studio.db")
     seed(db_path, str(tiny_model_dir))
-    port = free_port()
-    settings = ServeSettings(
-        db_path=db_path, port=port, model=str(tiny_model_dir), runs_dir=str(root / "runs"), max_file_size="2mb"
-    )
-    app = build_app(settings)
-    launch(app, settings, prevent_thread_lock=True, quiet=True)
-    try:
+    with serving(db_path, root, model=str(tiny_model_dir), max_file_size="2mb") as server:
         yield RunningApp(
-            url=f"http://127.0.0.1:{port}/",
+            url=server.url,
             db_path=db_path,
             admin=ADMIN,
             annotator=ANNOTATOR,
@@ -97,8 +82,6 @@ def running_app(tmp_path_factory, tiny_model_dir):
             model_name=TINY_MODEL,
             model_dir=str(tiny_model_dir),
         )
-    finally:
-        app.close()
 
 
 @pytest.fixture(scope="session")

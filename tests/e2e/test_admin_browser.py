@@ -4,6 +4,7 @@ is replaced at the first login (item 10), and the Arena of a fresh install expla
 from __future__ import annotations
 
 import pytest
+from helpers import serving
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 SCREENSHOT = "/tmp/rlhf-studio-admin-warning.png"
@@ -74,25 +75,15 @@ def test_the_one_time_password_must_be_replaced_at_the_first_login(running_app, 
 @pytest.fixture(scope="module")
 def fresh_install(tmp_path_factory):
     """A second server as `serve` leaves a fresh install: one admin and the embedded 'default' model only."""
-    from conftest import free_port
-
     from labeler.services import accounts
-    from labeler.ui.app import build_app, launch
-    from labeler.ui.context import ServeSettings
     from storage import open_db
 
     root = tmp_path_factory.mktemp("fresh-install")
     db = open_db(str(root / "studio.db"))
     accounts.create_user(db, "admin", "admin-password-1", role="admin")
     db.conn.close()
-    settings = ServeSettings(db_path=str(root / "studio.db"), port=free_port(), model="default",
-                             runs_dir=str(root / "runs"))
-    app = build_app(settings)
-    launch(app, settings, prevent_thread_lock=True, quiet=True)
-    try:
-        yield f"http://127.0.0.1:{settings.port}/"
-    finally:
-        app.close()
+    with serving(root / "studio.db", root, model="default") as server:
+        yield server.url
 
 
 def test_arena_on_a_fresh_install_explains_and_disables_battle(fresh_install, login):

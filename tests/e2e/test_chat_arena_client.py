@@ -26,7 +26,8 @@ def erin(running_app):
 
 
 def test_chat_turn_and_thumbs_up(running_app, erin, db_rows):
-    models, rewards, _ = erin.predict(api_name="/chat_models")
+    models, rewards, _, answer_tokens = erin.predict(api_name="/chat_models")
+    assert answer_tokens == 128  # the project's answer length
     # Settings: max_new_tokens, do_sample, temperature, top_p, top_k, seed.
     # Sampled (a random tiny model's greedy answer can be all special tokens, i.e. empty text).
     settings = [5, True, 1.0, 1.0, 0, 1]
@@ -81,7 +82,7 @@ def test_best_of_n_with_a_registered_reward_model(running_app, erin, tiny_encode
             models.register_model(db, "client-rm", str(tiny_encoder_dir), "reward")
     finally:
         db.conn.close()
-    _, rewards, _ = erin.predict(api_name="/chat_models")
+    _, rewards, _, _ = erin.predict(api_name="/chat_models")
     # The newest reward model is offered and preselected.
     assert rewards["value"] == "client-rm" and ["client-rm", "client-rm"] in rewards["choices"]
     settings = [6, True, 1.0, 1.0, 0, 2]

@@ -42,7 +42,9 @@ def test_prompts_labels_export_backup(capsys, tmp_path):
     prompts = tmp_path / "p.txt"
     prompts.write_text("one\ntwo\none\n", encoding="utf-8")
     assert run(capsys, "prompts", "import", str(prompts), "--db", db, "--create-db")[:2] == (
-        0, "2 prompts added to project 'default', 1 duplicates skipped\n")
+        0, "2 prompts added to project 'default', 1 duplicates skipped\n0 of them held out for evaluation; the "
+           "project has 2 training and 0 held-out prompts (the project has 2 prompts: 20 or more are needed before "
+           "10% of them is held out for evaluation)\n")
     code, out, _ = run(capsys, "prompts", "import-shipped", "--db", db)
     assert code == 0 and out.startswith("135 prompts added")
     code, out, _ = run(capsys, "prompts", "list", "--db", db, "--limit", "2")
@@ -63,18 +65,23 @@ def test_prompts_labels_export_backup(capsys, tmp_path):
     assert open_db(tmp_path / "b.db")["prompts"].count == 137
 
 
+# A new chat project's answer length, measure and held-out share, as `projects` prints them.
+OWN = "answers of 128 tokens, measure the newest reward model, held-out share 0.1, "
+
+
 def test_projects_and_users(capsys, tmp_path):
     db = str(tmp_path / "s.db")
     guide = tmp_path / "g.md"
     guide.write_text("# Rate kindness\n", encoding="utf-8")
     code, out, _ = run(capsys, "projects", "create", "imdb", "--db", db, "--create-db", "--likert-max", "5", "--overlap", "2", "--guidelines", str(guide))
-    assert (code, out) == (0, "created project imdb: Likert 1..5, overlap 2, prompt format chat, selection arrival, guidelines 16 chars\n")
+    assert (code, out) == (0, "created project imdb: Likert 1..5, overlap 2, prompt format chat, selection arrival, " + OWN + "guidelines 16 chars\n")
     assert run(capsys, "projects", "set", "imdb", "--db", db, "--overlap", "3")[1] == (
-        "updated project imdb: Likert 1..5, overlap 3, prompt format chat, selection arrival, guidelines 16 chars\n")
+        "updated project imdb: Likert 1..5, overlap 3, prompt format chat, selection arrival, " + OWN + "guidelines 16 chars\n")
     assert "selection uncertainty" in run(capsys, "projects", "set", "imdb", "--db", db, "--selection", "uncertainty")[1]
     assert "selection arrival" in run(capsys, "projects", "set", "imdb", "--db", db, "--selection", "arrival")[1]
     assert run(capsys, "projects", "list", "--db", db)[1].splitlines() == [
-        "default: Likert 1..7, overlap 1, prompt format chat, selection arrival, 0 prompts", "imdb: Likert 1..5, overlap 3, prompt format chat, selection arrival, guidelines 16 chars, 0 prompts"]
+        "default: Likert 1..7, overlap 1, prompt format chat, selection arrival, " + OWN.rstrip(", ") + ", 0 prompts (0 held out)",
+        "imdb: Likert 1..5, overlap 3, prompt format chat, selection arrival, " + OWN + "guidelines 16 chars, 0 prompts (0 held out)"]
 
     assert run(capsys, "users", "add", "alice", "--password", "password1", "--db", db)[1] == "added annotator 'alice'\n"
     code, out, _ = run(capsys, "users", "add", "root", "--role", "admin", "--generate", "--db", db)
@@ -139,3 +146,25 @@ def test_output_piped_into_a_reader_that_leaves_early_is_no_error(tmp_path):
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "0", out.stderr
     assert "Traceback" not in out.stderr and "BrokenPipe" not in out.stderr
+
+
+def test_a_teams_own_project_from_the_command_line(capsys, tmp_path):
+    """Issue 33: a chat project with room for answers, held-out prompts at import, a measure checked when set."""
+    db = str(tmp_path / "s.db")
+    questions = tmp_path / "q.txt"
+    questions.write_text("".join(f"How do I export invoice {i} as a PDF?\n" for i in range(40)), encoding="utf-8")
+    code, out, _ = run(capsys, "projects", "create", "support", "--prompt-format", "chat", "--db", db, "--create-db")
+    assert code == 0 and "answers of 128 tokens" in out and "held-out share 0.1" in out
+    code, out, _ = run(capsys, "prompts", "import", str(questions), "--project", "support", "--db", db)
+    assert code == 0 and "5 of them held out for evaluation; the project has 35 training and 5 held-out" in out
+    code, _, err = run(capsys, "prompts", "import", str(questions), "--project", "other-too-small", "--db", db)
+    assert code == 2 and "unknown project 'other-too-small'" in err
+    small = tmp_path / "small.txt"
+    small.write_text("a?\nb?\nc?\nd?\ne?\nf?\n", encoding="utf-8")
+    code, _, err = run(capsys, "prompts", "import", str(small), "--project", "support", "--heldout-share", "0.5",
+                       "--db", db)
+    assert code == 0  # 46 prompts: 23 would be held out, only the 6 new ones can move: 11 held out, 35 to train
+    code, _, err = run(capsys, "projects", "set", "support", "--measure", "rm:nope", "--db", db)
+    assert code == 2 and "no reward model named 'nope'" in err
+    code, out, _ = run(capsys, "projects", "set", "support", "--measure", "vader", "--answer-tokens", "96", "--db", db)
+    assert code == 0 and "answers of 96 tokens, measure vader" in out

@@ -1,12 +1,16 @@
 """--db mistakes through the CLI: one line on stderr, exit 2, nothing created by accident."""
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
 
 import pytest
 
 from labeler.cli import main
+from labeler.commands import chat, database
+from labeler.services.errors import InputError
+from storage import open_db
 
 
 def test_a_file_that_is_not_a_database_is_one_line_and_exit_2_in_a_real_process(tmp_path):
@@ -44,3 +48,23 @@ def test_a_db_under_a_file_or_a_folder_as_db_is_one_line(tmp_path, capsys):
     assert main(["users", "list", "--db", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "is a folder, not a database file" in err
+
+
+def test_a_command_closes_its_connection_also_on_an_error(tmp_path, monkeypatch):
+    path = tmp_path / "studio.db"
+    open_db(path, create=True).conn.close()
+    with database(path) as db:
+        assert db.execute("SELECT COUNT(*) FROM models").fetchone()[0] == 0
+    with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+        db.execute("SELECT 1")
+    # `models list` through main(): the service fails, the command answers exit 2, and the connection is closed.
+    opened = []
+
+    def failing(db, kind=None):
+        opened.append(db)
+        raise InputError("no such kind", field="kind")
+
+    monkeypatch.setattr(chat, "list_models", failing)
+    assert main(["models", "list", "--db", str(path)]) == 2
+    with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+        opened[0].execute("SELECT 1")

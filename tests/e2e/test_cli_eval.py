@@ -38,10 +38,10 @@ def test_eval_prints_metrics_and_answers_and_stores_them(capsys, heldout_db, tin
     code, out, err = run(capsys, "eval", "--db", heldout_db, "--model", str(tiny_model_dir), "--samples", "2",
                          "--max-new-tokens", "3", "--reward", "my_rewards:words", "--examples", "2")
     assert code == 0, err
-    assert "2 prompts (heldout) x 2 samples, 3 new tokens, reward my_rewards:words" in out
+    assert "2 prompts (heldout) x 2 samples, 3 new tokens, measure: function my_rewards:words" in out
     header = next(line for line in out.splitlines() if line.startswith("model"))
-    assert re.findall(r"reward|positive|KL|length|distinct-2", header)[:5] == ["reward", "positive", "KL", "length",
-                                                                            "distinct-2"]
+    assert re.findall(r"score|win rate vs base|positive|KL|length|distinct-2", header)[:6] == [
+        "score", "win rate vs base", "positive", "KL", "length", "distinct-2"]
     assert "The film was" in out and "I watched it and" in out and "A train prompt" not in out
     db = open_db(heldout_db)
     rows = db.execute("SELECT model, samples_json FROM evaluations").fetchall()
@@ -52,6 +52,7 @@ def test_eval_prints_metrics_and_answers_and_stores_them(capsys, heldout_db, tin
 @pytest.mark.parametrize("args, words", [
     (["--model", "nope"], "field 'model': no model named 'nope'"),
     (["--model", "default", "--reward", "positivity"], "field 'reward': unknown reward 'positivity'"),
+    (["--model", "default", "--measure", "rm:missing"], "field 'reward'"),
     (["--model", "default", "--reward", "rm:missing"], "field 'reward'"),
     (["--model", "default", "--prompts", "missing.jsonl"], "missing.jsonl: file not found"),
     (["--model", "default", "--samples", "0"], "field 'samples'"),

@@ -6,7 +6,6 @@ from, and they change passwords.
 """
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import textwrap
@@ -14,6 +13,7 @@ import time
 
 import pytest
 import requests
+from helpers import serving
 
 gradio_client = pytest.importorskip("gradio_client")
 from gradio_client import Client  # noqa: E402
@@ -30,17 +30,9 @@ ALLOWED_ORIGIN = "https://studio.example.org"
 POLICY = ThrottlePolicy(free_failures=5, base_delay_s=0.4, max_delay_s=1.6)
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def app(tmp_path_factory, tiny_model_dir):
     from labeler.services import accounts, models
-    from labeler.ui.app import build_app, launch
-    from labeler.ui.context import ServeSettings
     from storage import open_db
 
     root = tmp_path_factory.mktemp("hardening")
@@ -53,17 +45,8 @@ def app(tmp_path_factory, tiny_model_dir):
         models.register_model(db, "tiny", str(tiny_model_dir), "policy")
     finally:
         db.conn.close()
-    port = free_port()
-    settings = ServeSettings(
-        db_path=db_path, port=port, model="tiny", runs_dir=str(root / "runs"),
-        allowed_origins=(ALLOWED_ORIGIN,), login_throttle=POLICY,
-    )
-    blocks = build_app(settings)
-    launch(blocks, settings, prevent_thread_lock=True, quiet=True)
-    try:
-        yield {"url": f"http://127.0.0.1:{port}", "db_path": db_path, "root": root}
-    finally:
-        blocks.close()
+    with serving(db_path, root, model="tiny", allowed_origins=(ALLOWED_ORIGIN,), login_throttle=POLICY) as server:
+        yield {"url": server.origin, "db_path": db_path, "root": root}
 
 
 def login(url: str, credentials: tuple[str, str], session: requests.Session | None = None) -> requests.Response:

@@ -5,6 +5,7 @@ when their tab is opened."""
 from __future__ import annotations
 
 import pytest
+from helpers import serving
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 ADMIN = ("admin", "admin-password-1")
@@ -16,11 +17,7 @@ PROMPTS = ["A film about a lighthouse keeper and", "The sequel nobody asked for"
 def quiet_app(tmp_path_factory, tiny_model_dir):
     """A server with prompts but no answers yet, one admin and one annotator; --model is the embedded default
     (never loaded here), so the arena starts with one model."""
-    from conftest import free_port
-
     from labeler.services import accounts, prompts
-    from labeler.ui.app import build_app, launch
-    from labeler.ui.context import ServeSettings
     from storage import open_db
 
     root = tmp_path_factory.mktemp("live-views")
@@ -30,13 +27,8 @@ def quiet_app(tmp_path_factory, tiny_model_dir):
     accounts.create_user(db, *ANNOTATOR)
     prompts.add_prompts(db, PROMPTS, source="live")
     db.conn.close()
-    settings = ServeSettings(db_path=db_path, port=free_port(), model="default", runs_dir=str(root / "runs"))
-    app = build_app(settings)
-    launch(app, settings, prevent_thread_lock=True, quiet=True)
-    try:
-        yield f"http://127.0.0.1:{settings.port}/", db_path, str(tiny_model_dir)
-    finally:
-        app.close()
+    with serving(db_path, root, model="default") as server:
+        yield server.url, db_path, str(tiny_model_dir)
 
 
 def add_answers(db_path: str) -> None:

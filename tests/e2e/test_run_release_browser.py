@@ -4,6 +4,7 @@ queue (they stay labellable, in arrival order)."""
 from __future__ import annotations
 
 import pytest
+from helpers import serving
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 ANNOTATOR = ("rhea", "rhea-password-1")
@@ -12,12 +13,8 @@ ANNOTATOR = ("rhea", "rhea-password-1")
 @pytest.fixture(scope="module")
 def run_app(tmp_path_factory):
     """A server whose queue holds an older ordinary answer and a running PPO run's answer (priority 100)."""
-    from conftest import free_port
-
     from labeler.services import accounts, jobs, labeling, prompts, runs
     from labeler.services.responses import insert_response
-    from labeler.ui.app import build_app, launch
-    from labeler.ui.context import ServeSettings
     from storage import open_db, write_transaction
 
     root = tmp_path_factory.mktemp("run-release")
@@ -36,13 +33,8 @@ def run_app(tmp_path_factory):
         labeling.insert_item(db, 1, "rating", ordinary, [first])
         labeling.insert_item(db, 1, "rating", from_run, [second], priority=100, run_id=run.id)
     db.conn.close()
-    settings = ServeSettings(db_path=db_path, port=free_port(), model="default", runs_dir=str(root / "runs"))
-    app = build_app(settings)
-    launch(app, settings, prevent_thread_lock=True, quiet=True)
-    try:
-        yield f"http://127.0.0.1:{settings.port}/", db_path, run.id
-    finally:
-        app.close()
+    with serving(db_path, root, model="default") as server:
+        yield server.url, db_path, run.id
 
 
 def test_a_cancelled_run_releases_its_items(run_app, login):

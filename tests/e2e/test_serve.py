@@ -5,19 +5,13 @@ import os
 import queue
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from helpers import free_port, wait_until
 
 
 def _read_lines(stream, lines: queue.Queue) -> None:
@@ -25,22 +19,12 @@ def _read_lines(stream, lines: queue.Queue) -> None:
         lines.put(line)
 
 
-def _wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
 def test_serve_first_start(tmp_path, tiny_model_dir):
     from labeler.services import accounts
     from storage import open_db
 
     db_path = tmp_path / "studio.db"
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
     process = subprocess.Popen(
         [sys.executable, "-m", "labeler", "serve", "--db", str(db_path), "--port", str(port),
@@ -65,8 +49,8 @@ def test_serve_first_start(tmp_path, tiny_model_dir):
             return False
 
     try:
-        password = _wait_for(password_printed, 120, "the admin password")
-        assert _wait_for(http_ok, 120, "HTTP 200")
+        password = wait_until(password_printed, 120, "the admin password", interval=0.5)
+        assert wait_until(http_ok, 120, "HTTP 200", interval=0.5)
         db = open_db(db_path)
         try:
             # The printed password is the admin's, and it is not stored in clear text.
@@ -76,8 +60,8 @@ def test_serve_first_start(tmp_path, tiny_model_dir):
             assert db.execute("SELECT COUNT(*) FROM users WHERE password_hash LIKE ?", [f"%{password}%"]).fetchone()[0] == 0
             assert db.execute("SELECT COUNT(*) FROM prompts").fetchone()[0] >= 100  # the shipped prompts
             # 3 prompts x 2 answers generated in the background, queued for rating.
-            _wait_for(lambda: db.execute("SELECT COUNT(*) FROM items WHERE kind = 'rating'").fetchone()[0] >= 6,
-                      180, "first answers")
+            wait_until(lambda: db.execute("SELECT COUNT(*) FROM items WHERE kind = 'rating'").fetchone()[0] >= 6,
+                       180, "first answers", interval=0.5)
             assert db.execute("SELECT COUNT(*) FROM responses").fetchone()[0] == 6
         finally:
             db.conn.close()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 import os
 import random
-import socket
 import subprocess
 import sys
 import threading
@@ -21,6 +20,7 @@ import urllib.request
 from dataclasses import dataclass, field
 
 import pytest
+from helpers import free_port
 
 gradio_client = pytest.importorskip("gradio_client")
 from gradio_client import Client  # noqa: E402
@@ -38,12 +38,6 @@ OVERLAP = 2
 PROMPTS, ANSWERS = 120, 3  # 360 rating items x overlap 2: far more than the two phases label
 PASSWORD = "annotator-password-1"
 CALL_TIMEOUT = 30
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _seed(db_path: str, model_dir: str) -> None:
@@ -215,7 +209,7 @@ def test_twenty_annotators_through_a_server_kill_lose_and_double_nothing(tmp_pat
 
     db_path = str(tmp_path / "studio.db")
     _seed(db_path, str(tiny_model_dir))
-    server = Server(db_path, _free_port(), tmp_path)
+    server = Server(db_path, free_port(), tmp_path)
     server.start()
     try:
         server.wait_ready()

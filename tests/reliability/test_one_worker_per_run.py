@@ -16,6 +16,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from helpers import wait_until
 
 from labeler.services import checkpoints, jobs, launch, run_metrics, runs, supervision
 from labeler.services.errors import InputError
@@ -24,16 +25,6 @@ pytestmark = pytest.mark.reliability
 
 SERVICES = Path(__file__).resolve().parents[1] / "services"  # toy_runner.py: a stage that trains in seconds
 TOY = {"runner": "toy_runner:run", "model": "toy-linear"}
-
-
-def _wait_until(condition, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 @pytest.fixture
@@ -49,16 +40,16 @@ def test_a_killed_launcher_leaves_a_run_that_stays_running_cannot_be_resumed_twi
     monkeypatch.setenv(launch.LAUNCHER_ENV, "accelerate")
     monkeypatch.setenv("TOY_STEP_SECONDS", "0.25")
     run = jobs.create_run(db, "sft", {**TOY, "steps": 200, "checkpoint_every": 2}, runs_dir=tmp_path / "runs")
-    _wait_until(lambda: runs.get_run(db, run.id).step >= 3, 180, "step 3")
+    wait_until(lambda: runs.get_run(db, run.id).step >= 3, 180, "step 3", interval=0.05)
     os.kill(run.pid, signal.SIGKILL)  # the launcher alone, as `kill -9 <runs.pid>` does
-    _wait_until(lambda: not supervision.pid_alive(run.pid), 20, "the launcher to die")
+    wait_until(lambda: not supervision.pid_alive(run.pid), 20, "the launcher to die", interval=0.05)
     workers = supervision.run_processes(db, runs.get_run(db, run.id))
     assert workers and run.pid not in workers, workers  # its worker trains on
 
     # Liveness sees the worker: the run is not marked failed (which let a resume start a second worker).
     assert jobs.poll(db) == []
     step = runs.get_run(db, run.id).step
-    _wait_until(lambda: runs.get_run(db, run.id).step > step, 60, "the orphaned worker's next step")
+    wait_until(lambda: runs.get_run(db, run.id).step > step, 60, "the orphaned worker's next step", interval=0.05)
     assert runs.get_run(db, run.id).status == "running"
 
     # Marked failed anyway (as an older server did): a resume is refused while a process of the run lives.
@@ -117,7 +108,7 @@ def test_a_silent_run_whose_launcher_is_gone_has_its_worker_stopped(db, tmp_path
         stopped = f"no heartbeat for {supervision.STALE_SECONDS:.0f} s, the worker was stopped"
         assert failed.status == "failed" and stopped in failed.error
         # Stopped although the recorded pid was long gone: SIGTERM ignored, so SIGKILL after the grace.
-        _wait_until(lambda: not supervision.pid_alive(worker), 10, "the orphaned worker to be stopped")
+        wait_until(lambda: not supervision.pid_alive(worker), 10, "the orphaned worker to be stopped", interval=0.05)
     finally:
         if supervision.pid_alive(worker):
             os.kill(worker, signal.SIGKILL)

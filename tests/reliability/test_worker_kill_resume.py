@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import wait_until
 
 from labeler.cli import main
 from labeler.services import checkpoints, jobs, launch, run_metrics, runs, supervision
@@ -24,16 +25,6 @@ pytestmark = pytest.mark.reliability
 
 STEPS = 14
 EVERY = 3
-
-
-def _wait_until(condition, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def _consistent(db) -> None:
@@ -61,9 +52,9 @@ def test_sigkilled_worker_fails_then_resumes_from_its_last_checkpoint(db, tmp_pa
         step = runs.get_run(db, run.id).step
         return step if step > EVERY and step % EVERY and step < STEPS - 1 else None
 
-    killed_at = _wait_until(mid_run, 240, "a step between two checkpoints")
+    killed_at = wait_until(mid_run, 240, "a step between two checkpoints", interval=0.05)
     os.killpg(run.pid, signal.SIGKILL)
-    _wait_until(lambda: not supervision.group_alive(run.pid), 20, "the worker's process group to die")
+    wait_until(lambda: not supervision.group_alive(run.pid), 20, "the worker's process group to die", interval=0.05)
 
     # `runs list` notices the dead worker and marks the run failed, naming why.
     capsys.readouterr()

@@ -33,11 +33,11 @@ def test_ppo_config_is_mutable_as_trls_and_checked_on_assignment():
     assert config.batch_size == 16
     with pytest.raises(AttributeError, match="PPOConfig has no field 'batchsize'"):
         config.batchsize = 8
-    with pytest.warns(UserWarning, match="gradient_checkpointing is not applied"):
-        config.gradient_checkpointing = True
+    with pytest.warns(UserWarning, match="optimize_device_cache does not apply"):
+        config.optimize_device_cache = True
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        config.seed = 3  # the gradient_checkpointing warning is not repeated for another field
+        config.seed = 3  # the optimize_device_cache warning is not repeated for another field
     assert config == dataclasses.replace(config) and config.seed == 3
     # TRL's runtime field is accepted and, as in TRL, replaced by the derived value
     assert PPOConfig(batch_size=8, mini_batch_size=2, gradient_accumulation_steps=2, backward_batch_size=99).backward_batch_size == 4

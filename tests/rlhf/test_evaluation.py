@@ -74,3 +74,35 @@ def test_evaluate_policy_against_itself_and_a_changed_copy(tiny):
     assert seen == [prompts[0]] * 2
     with pytest.raises(ValueError, match="no prompts"):
         evaluate_policy(model, tokenizer, [], reward)
+
+
+def test_win_rate_by_hand():
+    from rlhf.evaluation import win_rate
+
+    # Two prompts, two answers each: win (0.9 > 0.1), tie (0.5 = 0.5), loss (0.2 < 0.3), win (1.0 > -1.0).
+    result = win_rate([0.9, 0.5, 0.2, 1.0], [0.1, 0.5, 0.3, -1.0], [0, 0, 1, 1])
+    assert (result.wins, result.ties, result.losses, result.prompts) == (2, 1, 1, 2)
+    assert result.rate == pytest.approx((2 + 0.5) / 4)  # ties count half: 0.625
+    with pytest.raises(ValueError, match="one each"):
+        win_rate([1.0], [0.0, 1.0], [0])
+
+
+def test_wilson_interval_by_hand():
+    from rlhf.evaluation import wilson_interval
+
+    # p = 0.75, n = 4, z = 1.96: denominator 1 + 3.8416/4 = 1.9604; centre (0.75 + 3.8416/8) / 1.9604 = 0.62753;
+    # half-width 1.96 * sqrt(0.75*0.25/4 + 3.8416/64) / 1.9604 = 1.96 * 0.326956 / 1.9604 = 0.326888.
+    low, high = wilson_interval(0.75, 4)
+    assert low == pytest.approx(0.30064, abs=1e-4) and high == pytest.approx(0.95442, abs=1e-4)
+    # All won: the interval still has width (p +- z*se would give [1, 1]); nothing known from no trials.
+    low, high = wilson_interval(1.0, 30)
+    assert high == 1.0 and 0.88 < low < 0.89
+    assert wilson_interval(0.5, 0) == (0.0, 1.0)
+
+
+def test_evaluate_policy_without_a_measure_reports_no_score(tiny):
+    model, tokenizer = tiny
+    result = evaluate_policy(model, tokenizer, ["Hello there"], None, samples=2, max_new_tokens=3)
+    assert result.mean_reward is None and "eval/reward_mean" not in result.metrics()
+    assert set(result.metrics()) == {"eval/length_mean", "eval/distinct_2"}
+    assert [row["reward"] for row in result.rows] == [None, None]

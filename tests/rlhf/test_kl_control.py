@@ -75,7 +75,7 @@ def test_floor_keeps_beta_from_falling_below_its_start_then_it_rises():
 
 
 def test_app_ppo_runs_get_the_floor_and_the_short_horizon_unless_set():
-    from labeler.services.stage_runners import APP_KL_HORIZON, kl_settings_for
+    from labeler.services.runners.ppo import APP_KL_HORIZON, kl_settings_for
 
     assert APP_KL_HORIZON == 64
     assert kl_settings_for({}) == {"horizon": 64, "kl_coef_min": 0.03}

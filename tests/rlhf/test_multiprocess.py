@@ -3,22 +3,16 @@ gloo ranks (DistributedType.MULTI_CPU) on a CPU-only machine; without ACCELERATE
 import json
 import math
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from helpers import free_port
 
 HERE = Path(__file__).parent / "multiprocess"
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def launch(script: Path, *args: str, num_processes: int = 2, timeout: int = 180,

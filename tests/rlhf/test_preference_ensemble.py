@@ -108,3 +108,16 @@ def test_calibrated_temperature_by_hand():
     assert calibrated_temperature(torch.tensor([[0.5, 0.5]]), high=64.0) == pytest.approx(64.0)
     assert calibrated_temperature(torch.zeros(8, 5)) == 1.0
     assert calibrated_temperature(torch.tensor([[1.0, 1.0, 1.0, -1.0]]), min_pairs=5) == 1.0  # too few yet
+
+
+def test_the_encoder_reads_answers_past_128_tokens(tiny_encoder_dir):
+    """Two answers equal for their first ~200 tokens and different after: the online reward model's features
+    must tell them apart (it read only the first 128 tokens before)."""
+    encoder = FrozenTextEncoder(str(tiny_encoder_dir))
+    common = " ".join(["the invoice export works from the billing page"] * 25)  # ~200 tokens
+    first, second = common + " and then it emails you the file.", common + " but only admins can open it."
+    assert len(encoder.tokenizer(first)["input_ids"]) > 200
+    features = encoder.embed(["How do I export an invoice?"] * 2, [first, second])
+    assert not torch.allclose(features[0], features[1])
+    assert encoder.max_length == 512  # the encoder's own limit
+    assert FrozenTextEncoder(str(tiny_encoder_dir), max_length=128).max_length == 128

@@ -31,13 +31,14 @@ def test_bf16_scorer_is_inference_only_and_half_the_bytes(tiny_encoder_dir):
 
 
 def test_ppo_loads_its_reward_model_in_the_runs_precision(db, tiny_encoder_dir):
-    from labeler.services import models, stage_runners
+    from labeler.services import models
+    from labeler.services.runners import common
     from labeler.services.train_configs import JobConfig
 
     models.register_model(db, "rm-tiny", str(tiny_encoder_dir), "reward")
     for bf16, dtype in ((True, torch.bfloat16), (False, torch.float32)):
         ctx = SimpleNamespace(job=JobConfig(reward="rm", reward_model="rm-tiny", rm_score_std=None, bf16=bf16))
-        reward = stage_runners.reward_source(ctx, db)
+        reward = common.reward_source(ctx, db)
         assert isinstance(reward, RewardModelReward)
         model = reward.scorer.__self__.model  # the RewardScorer whose score() it calls
         assert {p.dtype for p in model.parameters()} == {dtype} and not model.training

@@ -37,7 +37,7 @@ def test_every_trainer_config_has_the_one_definition_of_the_shared_settings():
 def test_a_bad_attention_kernel_is_refused_the_same_way_by_both():
     from rlhf.dpo import DPOConfig
 
-    message = "attn_implementation='flash': must be one of auto, lean_eager, eager, sdpa, model"
+    message = "attn_implementation='flash': must be one of auto, lean_eager, eager, sdpa, flash_attention_2, model"
     with pytest.raises(ValueError) as ppo_error:
         PPOConfig(attn_implementation="flash")
     with pytest.raises(ValueError) as trainer_error:

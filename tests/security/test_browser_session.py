@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 
 import pytest
+from helpers import serving
 
 pytestmark = [pytest.mark.reliability, pytest.mark.browser]
 
@@ -40,8 +40,6 @@ def chromium():
 @pytest.fixture(scope="module")
 def url(tmp_path_factory, tiny_model_dir):
     from labeler.services import accounts, models
-    from labeler.ui.app import build_app, launch
-    from labeler.ui.context import ServeSettings
     from storage import open_db
 
     root = tmp_path_factory.mktemp("browser-session")
@@ -53,16 +51,8 @@ def url(tmp_path_factory, tiny_model_dir):
         models.register_model(db, "tiny", str(tiny_model_dir), "policy")
     finally:
         db.conn.close()
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    settings = ServeSettings(db_path=db_path, port=port, model="tiny", runs_dir=str(root / "runs"))
-    blocks = build_app(settings)
-    launch(blocks, settings, prevent_thread_lock=True, quiet=True)
-    try:
-        yield f"http://127.0.0.1:{port}/"
-    finally:
-        blocks.close()
+    with serving(db_path, root, model="tiny") as server:
+        yield server.url
 
 
 def _log_in(chromium, url: str, credentials: tuple[str, str]):

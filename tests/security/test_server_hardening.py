@@ -14,6 +14,7 @@ import time
 
 import pytest
 import requests
+from helpers import serving
 from requests.adapters import HTTPAdapter
 
 gradio_client = pytest.importorskip("gradio_client")
@@ -35,17 +36,9 @@ POLICY = ThrottlePolicy(free_failures=5, base_delay_s=60.0, max_delay_s=600.0)
 UPLOAD_BYTES = 2_000_000
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def app(tmp_path_factory, tiny_model_dir):
     from labeler.services import accounts, models
-    from labeler.ui.app import build_app, launch
-    from labeler.ui.context import ServeSettings
     from storage import open_db
 
     root = tmp_path_factory.mktemp("server-hardening")
@@ -58,15 +51,9 @@ def app(tmp_path_factory, tiny_model_dir):
         models.register_model(db, "tiny", str(tiny_model_dir), "policy")
     finally:
         db.conn.close()
-    port = free_port()
-    settings = ServeSettings(db_path=db_path, port=port, model="tiny", runs_dir=str(root / "runs"),
-                             login_throttle=POLICY, max_file_size=f"{UPLOAD_BYTES}b", max_upload_files=1)
-    blocks = build_app(settings)
-    launch(blocks, settings, prevent_thread_lock=True, quiet=True)
-    try:
-        yield {"url": f"http://127.0.0.1:{port}", "port": port, "db_path": db_path}
-    finally:
-        blocks.close()
+    with serving(db_path, root, model="tiny", login_throttle=POLICY, max_file_size=f"{UPLOAD_BYTES}b",
+                 max_upload_files=1) as server:
+        yield {"url": server.origin, "port": server.port, "db_path": db_path}
 
 
 class FromAddress(HTTPAdapter):

@@ -7,10 +7,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from labeler.services import evaluation, models, prompts
+from labeler.services import evaluation, models, projects, prompts
 from labeler.services.errors import InputError
 from labeler.services.evaluation import EvalSettings
-from labeler.services.stage_runners import split_rows
+from labeler.services.runners.common import split_rows
 from labeler.services.train_configs import JobConfig
 
 WORDS = "eval_rewards:words"
@@ -197,7 +197,10 @@ def test_finished_run_is_evaluated_against_its_base_and_logged(db, tiny_model_di
     assert again.id == after.id and before.model == str(tiny_model_dir) and before.settings == after.settings
     rows = evaluation.comparison_rows([before, after], ["before", "after"])
     assert [r[""] for r in rows] == ["before", "after"] and rows[0]["KL to base"] == 0.0
-    assert any(line.startswith("evaluation: mean reward") for line in lines)
+    assert any(line.startswith(f"evaluation (function {WORDS}): mean score") for line in lines)
+    # Its base was evaluated first with the same settings: the model's answers are compared with the base's.
+    assert 0 <= after.metrics["eval/win_low"] <= after.metrics["eval/win_rate"] <= after.metrics["eval/win_high"] <= 1
+    assert "eval/win_rate" not in before.metrics
 
     # A second run on the same base reuses the base's evaluation (its weights never change).
     run2 = _finished_run(db, "dpo")
@@ -209,15 +212,19 @@ def test_finished_run_is_evaluated_against_its_base_and_logged(db, tiny_model_di
 
 
 def test_auto_evaluation_reward_and_skips(db, tiny_model_dir):
-    # Not a function reward: VADER of the answer alone, the task's measure.
-    assert evaluation.auto_settings(JobConfig(reward="rm")).reward == "vader"
-    assert evaluation.auto_settings(JobConfig(reward="function", reward_function="vader")).reward == "vader"
+    # The project's measure; without one (no measure set, no reward model trained on it) a function-rewarded run
+    # is scored by its function, any other by nothing (KL, length and diversity only).
+    assert evaluation.auto_settings(db, "default", JobConfig(reward="rm")).reward == ""
+    assert evaluation.auto_settings(db, "default", JobConfig(reward="function", reward_function=WORDS)).reward == WORDS
+    projects.update_project(db, "default", measure="vader")
+    assert evaluation.auto_settings(db, "default", JobConfig(reward="rm")).reward == "vader"
+    assert evaluation.auto_settings(db, "default", JobConfig(reward="function", reward_function=WORDS)).reward == "vader"
     model = {"name": "m", "kind": "policy"}
     lines = []
     job = JobConfig()
     assert evaluation.evaluate_finished_run(db, 1, "rm", "default", job, {"name": "r", "kind": "reward"}) is None
     assert evaluation.evaluate_finished_run(db, 1, "ppo", "default", job, model, log=lines.append) is None
-    assert lines == ["evaluation: skipped, project 'default' has no held-out prompts (split 'test')"]
+    assert len(lines) == 1 and lines[0].startswith("evaluation: skipped, project 'default' has no held-out prompts")
     _heldout(db)
     off = JobConfig(eval_samples=0)
     assert evaluation.evaluate_finished_run(db, 1, "sft", "default", off, model, log=lines.append) is None
@@ -257,7 +264,7 @@ def test_a_finished_ppo_run_is_evaluated_by_its_worker(db, tmp_path, tiny_model_
     frame = run_metrics.metrics_frame(db, run.id, ["eval/positive_share", "eval/kl", "eval/distinct_2"])
     assert sorted(frame["name"]) == ["eval/distinct_2", "eval/kl", "eval/positive_share"]
     assert set(frame["step"]) == {1}
-    assert f"run {run.id}: evaluation: mean reward" in capsys.readouterr().out  # in-process: the run log is stdout
+    assert f"run {run.id}: evaluation (function {WORDS}): mean score" in capsys.readouterr().out  # the run log is stdout
 
 
 def test_reward_curve_is_the_reward_against_minutes_since_the_start(db):
@@ -287,3 +294,63 @@ def test_a_lora_adapter_is_evaluated_on_its_base(db, tmp_path, tiny_model_dir):
     ev = evaluation.evaluate_models(db, ["sft-lora"], EvalSettings(reward=WORDS, samples=1, max_new_tokens=3))[0]
     assert (ev.model, ev.kl_base) == ("sft-lora", str(tiny_model_dir)) and len(ev.samples) == 3
     assert ev.metrics["eval/kl"] != 0.0  # random LoRA weights: not the base
+
+
+def test_people_judge_a_run_blind_and_its_page_fills_in(db, tiny_model_dir, tuned_model_dir):
+    """Issue 33: measure `people`: the finished run's and its base's answers to each held-out prompt become one
+    blind ranking of two for annotators; their rankings give the run's win rate as they come in."""
+    from labeler.services import accounts, labeling, people_eval
+
+    texts = _heldout(db)
+    projects.update_project(db, "default", measure="people")
+    run_id = _finished_run(db)
+    model = models.register_model(db, "ppo-run1", str(tuned_model_dir), "policy", base_model=str(tiny_model_dir),
+                                  run_id=run_id)
+    lines = []
+    after = evaluation.evaluate_finished_run(db, run_id, "ppo", "default", JobConfig(eval_samples=2, max_new_tokens=3),
+                                             model, log=lines.append)
+    assert after.settings["reward"] == "people" and "eval/reward_mean" not in after.metrics
+    assert any(line.startswith(f"evaluation: {len(texts)} blind comparisons") for line in lines)
+    assert people_eval.people_win_rate(db, run_id, "ppo-run1") is None  # nobody has ranked yet
+    accounts.create_user(db, "ann", "a long enough password")
+    outcomes = []
+    for want in ("model", "base", "tie"):
+        item = labeling.next_item(db, "default", "ann", "ranking")
+        assert len(item.responses) == 2 and item.prompt in texts  # a held-out prompt, only for this comparison
+        by_model = {r["model"]: r["id"] for r in item.responses}
+        tuned, base = by_model["ppo-run1"], by_model[str(tiny_model_dir)]
+        order = {"model": [[tuned], [base]], "base": [[base], [tuned]], "tie": [[tuned, base]]}[want]
+        labeling.submit_ranking(db, "default", "ann", item.item_id, order)
+        outcomes.append(want)
+    result = people_eval.people_win_rate(db, run_id, "ppo-run1")
+    assert (result.wins, result.ties, result.losses, result.prompts) == (1, 1, 1, 3)
+    assert result.rate == pytest.approx((1 + 0.5) / 3)
+    # Re-evaluating the same run queues nothing twice.
+    assert people_eval.queue_comparisons(db, "default", run_id, "b", "ppo-run1", after.samples, after.samples, 2) == 0
+
+
+def test_pair_outcome_by_hand():
+    from labeler.services.people_eval import pair_outcome
+
+    assert pair_outcome([[7], [3]], model_response=7, base_response=3) == 1.0
+    assert pair_outcome([[3], [7]], model_response=7, base_response=3) == 0.0
+    assert pair_outcome([[3, 7]], model_response=7, base_response=3) == 0.5
+    assert pair_outcome([[3]], model_response=7, base_response=3) is None
+
+
+def test_eval_of_a_tuned_model_evaluates_its_base_and_reports_the_win_rate(db, tiny_model_dir, tuned_model_dir):
+    _heldout(db)
+    models.register_model(db, "tuned", str(tuned_model_dir), "policy", base_model=str(tiny_model_dir))
+    base, tuned = evaluation.evaluate_models(db, ["tuned"], EvalSettings(reward=WORDS, samples=2, max_new_tokens=3),
+                                             with_bases=True)
+    assert (base.model, tuned.model) == (str(tiny_model_dir), "tuned")
+    # By hand from the stored answers: answer i of the model against answer i of the base (rows grouped by prompt).
+    pairs = [(m["reward"], b["reward"]) for m, b in zip(tuned.samples, base.samples)]
+    expected = sum(1.0 if m > b else 0.5 if m == b else 0.0 for m, b in pairs) / len(pairs)
+    assert tuned.metrics["eval/win_rate"] == pytest.approx(expected)
+    text = evaluation.format_report([base, tuned])
+    assert "win rate vs base" in text and f"{expected:4.0%}" in text
+    # Asked again, the base's evaluation is reused, not redone.
+    again = evaluation.evaluate_models(db, ["tuned"], EvalSettings(reward=WORDS, samples=2, max_new_tokens=3),
+                                       with_bases=True)
+    assert again[0].id == base.id

@@ -189,7 +189,7 @@ def test_registered_model_gets_a_card_refreshed_by_evaluations(db, tmp_path):
     # The caller refreshes the cards of the models it evaluated; an unregistered folder has none.
     assert hub.write_model_cards(db, ["tiny-dpo", str(tmp_path / "elsewhere"), "tiny-dpo"]) == [folder / "README.md"]
     card = (folder / "README.md").read_text()
-    assert "| mean reward |" in card and "| tiny-dpo | 0.75 |" in card
+    assert "| mean score |" in card and "| tiny-dpo | 0.75 |" in card
 
 
 def test_a_foreign_readme_is_kept(db, tmp_path):

@@ -1,7 +1,7 @@
 """A resumed human-reward run waits for the items it had queued before it stopped: the same items, labelled once."""
 from labeler.services import accounts, jobs, labeling
 from labeler.services.human_reward import HumanRewardQueue
-from labeler.services.stage_runners import resumed_rollouts
+from labeler.services.runners.rollouts import resumed_rollouts
 
 
 def test_a_resumed_worker_waits_for_the_same_items(db, db_path, tmp_path, tiny_model_dir):

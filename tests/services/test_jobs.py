@@ -10,10 +10,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from helpers import wait_until
 import torch
 
 from labeler.services import checkpoints, jobs, launch, run_metrics, runs, supervision
@@ -30,16 +30,6 @@ def _toy_on_path(monkeypatch):
     monkeypatch.setenv(launch.LAUNCHER_ENV, "python")  # accelerate launch is covered by one test below
     monkeypatch.delenv(checkpoints.SLEEP_ENV, raising=False)
     monkeypatch.delenv("TOY_STEP_SECONDS", raising=False)
-
-
-def _wait_until(condition, timeout=60.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _losses(db, run_id):
@@ -94,7 +84,7 @@ def test_queue_runs_one_at_a_time(db, tmp_path, monkeypatch):
     second = jobs.create_run(db, "rm", {**TOY, "steps": 3}, runs_dir=tmp_path / "runs")
     assert (first.status, second.status) == ("running", "queued")
     # The first worker starts the second on its way out; nobody needs to poll.
-    _wait_until(lambda: runs.get_run(db, second.id).status in runs.FINAL, 120, "second run")
+    wait_until(lambda: runs.get_run(db, second.id).status in runs.FINAL, 120, "second run")
     first, second = runs.get_run(db, first.id), runs.get_run(db, second.id)
     assert (first.status, second.status) == ("succeeded", "succeeded")
     assert second.started_at >= first.ended_at
@@ -105,7 +95,7 @@ def test_cancel_then_resume_continues_the_loss_curve(db, tmp_path, monkeypatch):
     monkeypatch.setenv("TOY_STEP_SECONDS", "0.3")
     monkeypatch.setenv(launch.LAUNCHER_ENV, "accelerate")  # launcher + worker: cancel must end both
     run = jobs.create_run(db, "sft", {**TOY, "steps": 12, "checkpoint_every": 2}, runs_dir=tmp_path / "runs")
-    _wait_until(lambda: runs.get_run(db, run.id).step >= 5, 90, "step 5")
+    wait_until(lambda: runs.get_run(db, run.id).step >= 5, 90, "step 5")
     cancelled = jobs.cancel_run(db, run.id, grace_seconds=10)
     assert cancelled.status == "cancelled" and cancelled.ended_at
     assert not supervision.group_alive(cancelled.pid)  # no process of the run's group is left
@@ -131,10 +121,10 @@ def test_sigkill_inside_checkpoint_writing_leaves_last_good_checkpoint(db, tmp_p
     monkeypatch.setenv(checkpoints.SLEEP_ENV, "60@4")  # the worker sleeps inside the step-4 checkpoint
     run = jobs.create_run(db, "sft", {**TOY, "steps": 8, "checkpoint_every": 2}, runs_dir=tmp_path / "runs")
     root = Path(run.output_dir) / "checkpoints"
-    _wait_until(lambda: any((p / "training_state.pt").exists() for p in root.glob(".tmp-checkpoint-4-*")), 60,
+    wait_until(lambda: any((p / "training_state.pt").exists() for p in root.glob(".tmp-checkpoint-4-*")), 60,
                 "the step-4 checkpoint files")
     os.killpg(run.pid, signal.SIGKILL)
-    _wait_until(lambda: not supervision.pid_alive(run.pid), 10, "the worker to die")
+    wait_until(lambda: not supervision.pid_alive(run.pid), 10, "the worker to die")
 
     assert jobs.poll(db) == [run.id]
     failed = runs.get_run(db, run.id)
@@ -155,7 +145,7 @@ def test_sigkill_inside_checkpoint_writing_leaves_last_good_checkpoint(db, tmp_p
 def test_early_stop_ends_after_the_current_step_and_keeps_the_model(db, tmp_path, monkeypatch):
     monkeypatch.setenv("TOY_STEP_SECONDS", "0.2")
     run = jobs.create_run(db, "dpo", {**TOY, "steps": 200, "checkpoint_every": 0}, runs_dir=tmp_path / "runs")
-    _wait_until(lambda: runs.get_run(db, run.id).step >= 2, 60, "step 2")
+    wait_until(lambda: runs.get_run(db, run.id).step >= 2, 60, "step 2")
     jobs.request_stop(db, run.id)
     done = jobs.wait(db, run.id, timeout=60)
     assert done.status == "succeeded" and done.step < 200

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import wait_until
 
 from labeler.services import (checkpoints, evaluation, jobs, kept_models, launch, models, prompts, run_metrics, runs,
                               supervision)
@@ -23,16 +24,6 @@ WORDS = "eval_rewards:words"
 TOY = {"runner": "toy_runner:run", "model": "toy-linear"}
 TINY_PPO = {"steps": 2, "reward": "function", "reward_function": WORDS, "batch_size": 2, "answers_per_prompt": 1,
             "mini_batch_size": 2, "ppo_epochs": 1, "max_new_tokens": 4, "checkpoint_every": 1, "eval_samples": 0}
-
-
-def _wait_until(condition, timeout=60.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 # ---- when to checkpoint, how many to keep ----------------------------------------------------------------
@@ -255,7 +246,7 @@ def test_cancel_keeps_the_newest_checkpoint_and_a_resume_still_finishes(db, tmp_
     monkeypatch.setenv("TOY_STEP_SECONDS", "0.2")
     run = jobs.create_run(db, "sft", {**TOY, "steps": 12, "checkpoint_every": 2}, runs_dir=tmp_path / "runs")
     root = Path(run.output_dir) / "checkpoints"
-    _wait_until(lambda: runs.get_run(db, run.id).step >= 5, 90, "step 5")
+    wait_until(lambda: runs.get_run(db, run.id).step >= 5, 90, "step 5")
     assert main(["runs", "cancel", "--db", runs.db_file(db), str(run.id)]) == 0
     cancelled = runs.get_run(db, run.id)
     assert cancelled.status == "cancelled" and cancelled.error == "cancelled by user"
@@ -272,7 +263,7 @@ def test_cancel_keeps_the_newest_checkpoint_and_a_resume_still_finishes(db, tmp_
 
     monkeypatch.setenv("TOY_STEP_SECONDS", "0")
     # A worker that outlived the grace period is SIGKILLed: wait until it is gone (resume refuses while it lives).
-    _wait_until(lambda: not supervision.pid_alive(cancelled.pid), 30, "the cancelled worker to exit")
+    wait_until(lambda: not supervision.pid_alive(cancelled.pid), 30, "the cancelled worker to exit")
     jobs.resume_run(db, run.id)
     done = jobs.wait(db, run.id, timeout=180)  # seconds alone; minutes on a machine shared with other test runs
     assert done.status == "succeeded", run_metrics.log_tail(done)
@@ -288,7 +279,7 @@ def test_a_cancel_during_a_checkpoint_write_keeps_that_checkpoint(db, tmp_path, 
     monkeypatch.setenv(checkpoints.SLEEP_ENV, "4@4")
     run = jobs.create_run(db, "sft", {**TOY, "steps": 50, "checkpoint_every": 2}, runs_dir=tmp_path / "runs")
     root = Path(run.output_dir) / "checkpoints"
-    _wait_until(lambda: any((p / "training_state.pt").exists() for p in root.glob(".tmp-checkpoint-4-*")), 90,
+    wait_until(lambda: any((p / "training_state.pt").exists() for p in root.glob(".tmp-checkpoint-4-*")), 90,
                 "the step-4 checkpoint files")
     assert checkpoints.writing(root)
     cancelled = jobs.cancel_run(db, run.id, grace_seconds=1)
@@ -326,7 +317,7 @@ def test_a_cancelled_tiny_ppo_run_keeps_a_model_of_its_last_checkpointed_step(db
     run = jobs.create_run(db, "ppo", {"model": str(tiny_model_dir), **TINY_PPO, "steps": 1000},
                           runs_dir=tmp_path / "runs")
     root = Path(run.output_dir) / "checkpoints"
-    _wait_until(lambda: checkpoints.latest_checkpoint(root), 180, "the step-1 checkpoint")
+    wait_until(lambda: checkpoints.latest_checkpoint(root), 180, "the step-1 checkpoint")
     cancelled = jobs.cancel_run(db, run.id)
     assert cancelled.status == "cancelled", run_metrics.log_tail(cancelled)
     (kept,) = kept_models.kept_models(db, run.id)

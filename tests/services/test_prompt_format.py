@@ -11,7 +11,7 @@ from labeler.services import evaluation, models, projects, prompts
 from labeler.services.errors import InputError
 from labeler.services.evaluation import EvalSettings
 from labeler.services.generation import generate_responses
-from labeler.services.stage_runners import _policy_rows_options
+from labeler.services.runners.common import policy_rows_options
 from labeler.services.train_configs import JobConfig
 from rlhf.configs import GenerationSettings
 
@@ -91,9 +91,9 @@ def test_evaluation_renders_prompts_in_the_projects_format_and_keeps_formats_apa
 def test_policy_training_rows_are_conversations_only_for_chat_projects(db, tiny_model_dir):
     models.register_model(db, "tiny", str(tiny_model_dir), "policy")
     ctx = SimpleNamespace(project="default", job=JobConfig(model="tiny"))
-    assert _policy_rows_options(ctx, db, "dpo").conversational is True  # the tiny tokenizer has a template
+    assert policy_rows_options(ctx, db, "dpo").conversational is True  # the tiny tokenizer has a template
     projects.update_project(db, "default", prompt_format="continue")
-    options = _policy_rows_options(ctx, db, "sft", threshold=3.0)
+    options = policy_rows_options(ctx, db, "sft", threshold=3.0)
     assert (options.conversational, options.threshold) == (False, 3.0)
 
 

@@ -73,9 +73,10 @@ def test_json_array_parquet_and_datasets_folder(db, tmp_path):
     datasets.Dataset.from_list([{"prompt": "single split"}]).save_to_disk(str(tmp_path / "ds"))
     assert import_prompts(db, tmp_path / "a.json") == ImportResult(1, 0)
     assert import_prompts(db, tmp_path / "b.parquet") == ImportResult(1, 1)
-    assert import_prompts(db, tmp_path / "dd") == ImportResult(3, 0)
+    assert import_prompts(db, tmp_path / "dd") == ImportResult(3, 0, heldout=1)  # the dataset's own test split
     assert import_prompts(db, tmp_path / "ds") == ImportResult(1, 0)
     assert [t for t, _, _ in stored(db)] == ["from json", "from parquet", "train one", "train two", "test one", "single split"]
+    assert [row[0] for row in db.execute("SELECT text FROM prompts WHERE split = 'test'")] == ["test one"]
 
 
 @pytest.mark.parametrize(

@@ -21,8 +21,9 @@ def labelled(db):
     add_prompt(db, "A film about cats", 2)
     add_prompt(db, "A 100% true story_", 2)
     add_prompt(db, "Nothing labelled here", 2)
-    db.execute("UPDATE prompts SET split = 'test', source = 'held.csv' WHERE id = 3")
     labeling.create_items(db, "default", ranking_size=2)
+    # Held out after its items were made (create_items queues no held-out prompt's answers).
+    db.execute("UPDATE prompts SET split = 'test', source = 'held.csv' WHERE id = 3")
     for score in (2, 6):
         item = labeling.next_item(db, "default", "alice")
         labeling.submit_rating(db, "default", "alice", item.item_id, score)

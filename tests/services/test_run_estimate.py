@@ -7,7 +7,7 @@ import pytest
 from export_fixtures import build_labelled_db
 
 from labeler import forms
-from labeler.services import run_estimate
+from labeler.services import durations, run_estimate
 from labeler.services.errors import InputError
 from labeler.services.run_estimate import MicroStep
 from labeler.services.run_preview import apply_time_budget, preview_run
@@ -20,18 +20,18 @@ MICRO = MicroStep(rows=16, generate_seconds=2.0, forward_seconds=1.0, train_seco
 @pytest.mark.parametrize("text, seconds", [("20m", 1200), ("1h30m", 5400), ("90s", 90), ("1.5h", 5400),
                                            ("20", 1200), ("2min", 120), ("1h 5m 3s", 3903)])
 def test_durations(text, seconds):
-    assert run_estimate.parse_duration(text) == seconds
+    assert durations.parse_duration(text) == seconds
 
 
 @pytest.mark.parametrize("text", ["abc", "20x", "m", "0", "-5m", "5m1h"])
 def test_bad_durations_name_the_setting(text):
     with pytest.raises(ValueError, match=r"time_budget="):
-        run_estimate.parse_duration(text)
+        durations.parse_duration(text)
 
 
 def test_time_budget_is_a_job_setting_checked_like_the_others():
     assert forms.build_config(JobConfig, {"time_budget": "20m"}).time_budget == "20m"
-    assert run_estimate.budget_seconds(forms.build_config(JobConfig, {"time_budget": ""}).time_budget) is None
+    assert durations.budget_seconds(forms.build_config(JobConfig, {"time_budget": ""}).time_budget) is None
     assert resolve_run_config("ppo", {"time_budget": "1h"})["job"]["time_budget"] == "1h"
     with pytest.raises(InputError) as error:
         resolve_run_config("ppo", {"time_budget": "20 minutes please"})
@@ -74,8 +74,8 @@ def test_steps_that_fit_a_budget():
 
 
 def test_format_duration():
-    assert [run_estimate.format_duration(s) for s in (42, 75, 1234, 3700)] == ["42 s", "1 min 15 s", "20 min 34 s",
-                                                                             "1 h 1 min"]
+    assert [durations.format_duration(s) for s in (42, 75, 1234, 3700)] == ["42 s", "1 min 15 s", "20 min 34 s",
+                                                                          "1 h 1 min"]
 
 
 @pytest.fixture
@@ -103,7 +103,8 @@ def test_preview_says_how_long_and_fits_the_budget(labelled):
     assert plain.estimate.total_seconds == 1450 and plain.steps == 40
     assert "About 24 min 10 s on this machine" in plain.markdown()
     # The micro-step is the run's own: its mini-batch, precision and tokens.
-    assert (calls[0].rows, calls[0].bf16, calls[0].max_new_tokens, calls[0].lora) == (16, False, 16, False)
+    # The project's answer length (a chat project's 128), as the run would store it.
+    assert (calls[0].rows, calls[0].bf16, calls[0].max_new_tokens, calls[0].lora) == (16, False, 128, False)
 
     fitted = preview_run(labelled, "default", "ppo", {**settings, "time_budget": "20m"}, measure=_measured(calls))
     # (1200 - 10) / 36 = 33.05 -> 33 steps: 10 + 33 x 36 = 1198 s.
@@ -220,6 +221,8 @@ def test_cli_dry_run_queues_nothing_and_a_budget_sets_the_steps(labelled, db_pat
     out = capsys.readouterr().out
     # the default recipe: 64 answers in 4 chunks of 16, 2 epochs -> 36 s a step, 40 steps + 10 s = 24 min 10 s
     assert "About 24 min 10 s on this machine: 40 steps of ~36 s" in out and "**" not in out
+    # and the memory the run will take on this device, from the tiny model's config (rlhf/memory_estimate.py)
+    assert "Memory: about " in out and "GiB (this machine's RAM)" in out and "vocabulary 49,152" in out
     assert runs.list_runs(labelled) == []
     monkeypatch.setattr(jobs, "start_queued", lambda db, *a, **k: [])  # queued, not started: no training here
     assert main([*common, "--set", "time_budget=10m", "--runs-dir", db_path + "-runs"]) == 0

@@ -79,3 +79,71 @@ def test_grpo_and_rloo_count_training_prompts_like_ppo(labelled):
                                                             "steps_per_generation": 2}, estimate_time=False)
         assert (preview.unit, preview.rows, preview.eval_rows, preview.rows_per_step, preview.epochs) == \
             ("prompts", 2, 0, 2, 3.0), stage
+
+
+def test_memory_estimate_for_the_chosen_model_and_a_recipe_for_its_size(labelled, tmp_path):
+    """The preview (train --dry-run, the Train tab) says how much memory the run takes, from the model's config
+    alone: a 1.5B-shape Qwen2 folder with no weights is enough, and its size suggests recipe 1.5b."""
+    from transformers import Qwen2Config
+
+    from labeler import forms
+    from labeler.services import train_configs
+    from labeler.services.run_estimate import train_shape
+    from labeler.services.run_preview import _trainer_config
+    from rlhf.memory_estimate import GIB, estimate_training_memory, model_shape
+
+    folder = tmp_path / "qwen-1.5b-shape"
+    Qwen2Config(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
+                num_attention_heads=12, num_key_value_heads=2, tie_word_embeddings=True,
+                architectures=["Qwen2ForCausalLM"]).save_pretrained(folder)
+    preview = preview_run(labelled, "default", "ppo", {"model": str(folder), "batch_size": 8, "mini_batch_size": 4,
+                                                        "answers_per_prompt": 4}, estimate_time=False)
+    shape = model_shape(str(folder))
+    assert 1.5e9 < shape.parameters < 1.6e9 and shape.vocab_size == 151936
+    config = train_configs.resolve_run_config("ppo", {"model": str(folder), "batch_size": 8, "mini_batch_size": 4,
+                                                      "answers_per_prompt": 4})
+    job = forms.build_config(train_configs.JobConfig, config["job"])
+    run = train_shape("ppo", job, _trainer_config("ppo", job, config["trainer"]), "cpu")
+    assert (run.rows, run.tokens, run.logit_tokens, run.lora_r, run.load_bytes, run.reference) == (4, 64 + 16, 16, 0, 4, True)
+    expected = estimate_training_memory(shape, run).total / GIB
+    assert f"**Memory: about {expected:.1f} GiB**" in preview.markdown()
+    assert "1.54B parameters, vocabulary 151,936" in preview.memory
+    assert "--set recipe=1.5b" in preview.memory
+    # full fine-tuning of 1.5B: 16 bytes a parameter (fp32 weights, gradients, Adam) + the reference, > 23 GiB
+    assert expected > 1.54e9 * 20 / GIB
+    # with LoRA the base is held in the compute dtype and only adapters train: far less
+    lora = preview_run(labelled, "default", "ppo", {"model": str(folder), "batch_size": 8, "mini_batch_size": 4,
+                                                     "answers_per_prompt": 4, "lora": True, "recipe": "1.5b"},
+                       estimate_time=False)
+    assert float(lora.memory.split("about ")[1].split(" GiB")[0]) < expected / 3
+    assert "recipe=" not in lora.memory  # the recipe asked for is the one suggested
+
+
+def test_memory_line_says_when_there_is_no_estimate(labelled):
+    preview = preview_run(labelled, "default", "sft", {"steps": 1, "model": "nope"})
+    assert preview.memory.startswith("No memory estimate:")
+
+
+def test_recipes_give_size_settings_and_explicit_settings_win():
+    from labeler.services.train_configs import recipe_for_parameters, resolve_run_config
+
+    config = resolve_run_config("ppo", {"recipe": "8b", "learning_rate": 1e-4})
+    assert config["job"]["lora"] is True and config["job"]["max_new_tokens"] == 128
+    assert config["trainer"] == {"learning_rate": 1e-4, "mini_batch_size": 4, "gradient_accumulation_steps": 4,
+                                 "gradient_checkpointing": True}
+    grpo = resolve_run_config("grpo", {"recipe": "1.5b"})["trainer"]
+    assert (grpo["per_device_train_batch_size"], grpo["steps_per_generation"], grpo["learning_rate"]) == (8, 8, 1e-6)
+    assert resolve_run_config("dpo", {"recipe": "3b"})["trainer"]["learning_rate"] == 5e-6  # LoRA's rate
+    assert [recipe_for_parameters(n) for n in (135e6, 494e6, 1.54e9, 3.1e9, 8e9)] == ["", "0.5b", "1.5b", "3b", "8b"]
+    with pytest.raises(InputError) as error:
+        resolve_run_config("ppo", {"recipe": "70b"})
+    assert error.value.field == "recipe"
+
+
+def test_qlora_without_lora_is_refused_when_queued():
+    from labeler.services.train_configs import resolve_run_config
+
+    with pytest.raises(InputError) as error:
+        resolve_run_config("dpo", {"load_in_4bit": True})
+    assert error.value.field == "load_in_4bit" and "set lora=true too" in error.value.message
+    assert resolve_run_config("dpo", {"load_in_4bit": True, "lora": True})["trainer"] == {"load_in_4bit": True}

@@ -1,5 +1,5 @@
 """KTO's rows are frozen once per start, and a resumed KTO run trains on the rows (and so the balanced weights) it
-started with (labeler/services/stage_runners_online.py run_kto)."""
+started with (labeler/services/runners/online.py run_kto)."""
 from __future__ import annotations
 
 from labeling_helpers import add_ranked_pairs
@@ -51,7 +51,7 @@ def test_a_resumed_kto_run_keeps_its_rows_and_freezes_them_once_per_start(db, tm
 def test_grpo_and_rloo_take_every_cpu_default_from_one_place():
     import dataclasses
 
-    from labeler.services.stage_runners_online import StudioGRPOConfig, StudioOnlineDefaults, StudioRLOOConfig
+    from labeler.services.runners.online import StudioGRPOConfig, StudioOnlineDefaults, StudioRLOOConfig
 
     grpo, rloo = (cls(output_dir="unused", report_to="none") for cls in (StudioGRPOConfig, StudioRLOOConfig))
     shared = {f.name: f.default for f in dataclasses.fields(StudioOnlineDefaults)}

@@ -121,7 +121,7 @@ def test_arena_waits_for_a_second_model_that_an_admin_registers(fresh_ctx, db_pa
     from labeler.ui.tabs import arena
 
     caches = arena.ArenaCaches(ModelCache(max_models=2), LeaderboardCache())
-    model_1, model_2, board, note, start = arena.load(fresh_ctx, caches, request=as_user(ADMIN))
+    model_1, model_2, board, note, start, _ = arena.load(fresh_ctx, caches, request=as_user(ADMIN))
     assert start["interactive"] is False and note["visible"] is True and "only one is registered" in note["value"]
     assert model_1["value"] == model_2["value"] == "(random)"  # no model name on screen before a vote
     with pytest.raises(gr.Error, match="only one is registered"):  # the endpoint refuses too
@@ -136,7 +136,7 @@ def test_arena_waits_for_a_second_model_that_an_admin_registers(fresh_ctx, db_pa
     assert ["mine", "policy", "default"] == result[SHOWN.index("models_table")][-1][:3]
     assert query(db_path, "SELECT name, kind, base_model FROM models ORDER BY id") == [
         ("default", "base", None), ("mine", "policy", "default")]
-    model_1, model_2, board, note, start = arena.load(fresh_ctx, caches, request=as_user(ADMIN))
+    model_1, model_2, board, note, start, _ = arena.load(fresh_ctx, caches, request=as_user(ADMIN))
     assert start["interactive"] is True and note["visible"] is False
     assert model_1["choices"] == ["(random)", "default", "mine"]
 
@@ -180,11 +180,54 @@ def test_the_parts_handlers_are_called_with_the_context_alone(app_db):
     assert len(shown) == len(SHOWN) and shown[0] == [[ADMIN, "admin", "yes"], [ANNOTATOR, "annotator", "yes"]]
     assert "Gold now: `{\"score\": 5}`" in quality.mark_gold(ctx, 1, "5", admin_request)
     assert query(app_db, "SELECT gold_json FROM items WHERE id = 1") == [('{"score": 5}',)]
-    summary, table, models, annotators, threshold = data.refresh(ctx, admin_request)
-    assert summary.startswith("Project **default**: **2** prompts · **6** answers")
+    summary, table, models, annotators, threshold, share, answer_tokens = data.refresh(ctx, admin_request)
+    assert summary.startswith("Project **default**: **2** prompts (**2** to train on, **0** held out for evaluation)"
+                              " · **6** answers")
+    assert "No held-out prompts" in summary and (share, answer_tokens) == (0.1, 128)  # a chat project's length
     assert [row[1] for row in table] == ["Prompt two", "Prompt one"]  # newest first
     assert models["choices"][0] == "default" and annotators["choices"] == [ADMIN, ANNOTATOR]
     assert threshold["value"] == 4  # the 1..7 scale's midpoint
     with pytest.raises(gr.Error, match="not an admin"):  # the role check is the handler's own
         prompts.import_shipped(ctx, gr.Request(username=ANNOTATOR))
     assert data.tick(ctx, gr.Request(username=ANNOTATOR)) == (gr.skip(), gr.skip())
+
+
+def test_the_data_tab_sets_the_held_out_share_before_the_first_label(app_db, ctx):
+    """Issue 33: an admin sees how many prompts are held out and changes the share; labels freeze it."""
+    from labeler.services import labeling
+    from labeler.services import prompts as prompt_service
+    from storage import open_db
+
+    db = open_db(app_db)
+    prompt_service.add_prompts(db, [f"Question number {i} about invoices?" for i in range(40)])
+    db.conn.close()
+    with pytest.raises(gr.Error, match="not an admin"):
+        data_prompts.apply_heldout_share(ctx, 0.3, request=as_user(ANNOTATOR))
+    summary, table = data_prompts.apply_heldout_share(ctx, 0.3, request=as_user(ADMIN))
+    held = query(app_db, "SELECT COUNT(*) FROM prompts WHERE split = 'test'")[0][0]
+    assert held == 13 and f"**{held}** held out for evaluation" in summary  # round(0.3 * 42)
+    assert {row[3] for row in table} <= {"train", "held out"} and "held out" in {row[3] for row in table}
+    db = open_db(app_db)
+    item = labeling.next_item(db, "default", ANNOTATOR, "rating")
+    labeling.submit_rating(db, "default", ANNOTATOR, item.item_id, 5)
+    db.conn.close()
+    with pytest.warns(UserWarning, match="has labels"):
+        assert data_prompts.apply_heldout_share(ctx, 0.1, request=as_user(ADMIN)) == (gr.skip(), gr.skip())
+    assert query(app_db, "SELECT COUNT(*) FROM prompts WHERE split = 'test'")[0][0] == 13
+
+
+def test_admin_sets_the_answer_length_and_the_measure(app_db, ctx):
+    """Issue 33: the project's answer length and measure from the Admin tab; a measure naming a missing reward
+    model is refused naming those there are, and code (module:function) only from the command line."""
+    base = (1, 7, 1, "", "", "chat", "arrival")
+    shown = project_settings.save_project(ctx, *base, 96, "vader", request=as_user(ADMIN))
+    assert shown[SHOWN.index("answer_tokens")] == 96 and shown[SHOWN.index("measure")]["value"] == "vader"
+    assert ("people's blind comparisons", "people") in shown[SHOWN.index("measure")]["choices"]
+    assert query(app_db, "SELECT answer_tokens, measure FROM projects") == [(96, "vader")]
+    with pytest.warns(UserWarning, match="no reward model named 'rm-x'"):
+        project_settings.save_project(ctx, *base, 96, "rm:rm-x", request=as_user(ADMIN))
+    with pytest.warns(UserWarning, match="command line"):
+        project_settings.save_project(ctx, *base, 96, "json:dumps", request=as_user(ADMIN))
+    with pytest.warns(UserWarning, match="answer_tokens"):
+        project_settings.save_project(ctx, *base, 0, "vader", request=as_user(ADMIN))
+    assert query(app_db, "SELECT answer_tokens, measure FROM projects") == [(96, "vader")]

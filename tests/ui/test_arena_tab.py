@@ -35,7 +35,8 @@ def test_battle_then_vote_reveals_the_models_and_stores_a_ranking(tab, db_path):
     from storage import open_db
 
     request = gr.Request(username=USER)
-    model_1, model_2, board, note, start = arena.load(*tab, request=request)
+    model_1, model_2, board, note, start, tokens = arena.load(*tab, request=request)
+    assert tokens == 128  # the project's answer length (a chat project)
     assert {"left", "right"} <= set(model_1["choices"]) and start["interactive"] is True and note["visible"] is False
     answer_a, answer_b, reveal, identical, state, *buttons = arena.start_battle(
         *tab, "Tell me about a film", "left", "right", 8, request=request)

@@ -31,7 +31,8 @@ def test_send_streams_an_answer_that_a_thumbs_up_stores_as_a_top_rating(tab, db_
     from storage import open_db
 
     ctx, _ = tab
-    models, rewards, score = model_lists.load(ctx, request=gr.Request(username=USER))
+    models, rewards, score, answer_tokens = model_lists.load(ctx, request=gr.Request(username=USER))
+    assert answer_tokens == 128  # the project's answer length (a chat project)
     assert models["value"] == str(tiny_model_dir) and rewards["choices"] == []
     assert [value for _, value in score["choices"]] == list(range(1, 8))  # the project's 1..7 scale
     steps = list(conversation.send(*tab, "Hello there", [], "", "", *SETTINGS, request=gr.Request(username=USER)))

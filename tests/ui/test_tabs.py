@@ -21,10 +21,10 @@ import yaml
 from labeler.services.chat import ModelCache
 from labeler.services.errors import InputError
 from labeler.ui import header
+from labeler.ui.gold import parse_gold
 from labeler.ui.session import quiet_before_password_change
 from labeler.ui.tabs import admin, arena, data, labelling, rank, rate
 from labeler.ui.tabs.admin import backup, model_registry, project_settings, quality, users
-from labeler.ui.tabs.admin.quality import parse_gold
 from labeler.ui.tabs.admin.snapshot import SHOWN
 from labeler.ui.tabs.chat import model_lists
 from labeler.ui.tabs.data import export as data_export
@@ -163,6 +163,7 @@ WIRED = {
     "arena_load": arena.load, "arena_start": arena.start_battle, "chat_load": model_lists.load,
     "data_import_prompts": data_prompts.import_prompt_file,
     "data_import_shipped": data_prompts.import_shipped, "data_generate": generate.generate_answers,
+    "data_apply_heldout_share": data_prompts.apply_heldout_share,
     "data_export": data_export.export_labels, "data_export_threshold": data_export.export_threshold,
     "data_import_labels": label_files.import_labels,
     "admin_refresh": admin.refresh, "admin_add_user": users.add_user,
@@ -538,9 +539,9 @@ def test_unpaired_export_threshold_defaults_to_the_scale_midpoint_like_the_cli(a
     assert [row["label"] for row in cli_rows] == [False, False, True]
 
     loaded = data.load(ctx, request=as_user(ADMIN))
-    assert loaded[-1]["value"] == 4.0 and "midpoint" in loaded[-1]["info"]
+    assert loaded[-3]["value"] == 4.0 and "midpoint" in loaded[-3]["info"]
     part, values = export_form()
-    values[part.options["threshold"]] = loaded[-1]["value"]  # what the page shows after loading, sent back
+    values[part.options["threshold"]] = loaded[-3]["value"]  # what the page shows after loading, sent back
     values[part.kind], values[part.fmt] = "unpaired", "jsonl"
     path, _ = data_export.export_labels(ctx, part, values, request=as_user(ADMIN))
     assert [json.loads(line) for line in Path(path).read_text().splitlines()] == cli_rows

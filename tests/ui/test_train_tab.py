@@ -68,7 +68,9 @@ def test_refresh_shows_the_before_after_table_and_the_reward_curve(ctx, db_path)
     for model, base, run, reward, answer in [("default", "default", None, 0.2, "meh"),
                                               ("ppo-run1", "default", run_id, 0.9, "great")]:
         metrics = {"eval/reward_mean": reward, "eval/positive_share": float(reward > 0.5), "eval/kl": 0.0 if run is None
-                   else 3.0, "eval/length_mean": 4.0, "eval/distinct_2": 1.0}
+                   else 3.0, "eval/length_mean": 4.0, "eval/distinct_2": 1.0, "eval/truncated_share": 1.0}
+        if run is not None:  # against its base: won its one comparison
+            metrics.update({"eval/win_rate": 1.0, "eval/win_low": 0.21, "eval/win_high": 1.0})
         db.execute("INSERT INTO evaluations (project_id, model, kl_base, run_id, settings_json, metrics_json, samples_json)"
                    " VALUES (1, ?, ?, ?, ?, ?, ?)", [model, base, run, settings, json.dumps(metrics),
                                                      json.dumps([{"prompt": "The film", "answer": answer, "reward": reward,
@@ -84,10 +86,13 @@ def test_refresh_shows_the_before_after_table_and_the_reward_curve(ctx, db_path)
     # The curve: minutes 1 and 2 (x ticks 1.0..2.0), rewards 0.1 and 0.4 (y ticks 0.1..0.4).
     assert re.findall(r'points="([^"]+)"', curve) == ["56.0,200.0 548.0,40.0"]
     assert list(table.columns) == COMPARISON_COLUMNS
-    assert table.values.tolist() == [["before (base)", "default", 0.2, 0.0, 0.0, 4.0, 1.0],
-                                     ["after", "ppo-run1", 0.9, 1.0, 3.0, 4.0, 1.0]]
+    # mean score, positive share, win rate vs base, KL, length, cut at the limit, distinct-2
+    assert table.astype(object).where(table.notna(), None).values.tolist() == [
+        ["before (base)", "default", 0.2, 0.0, None, 0.0, 4.0, 1.0, 1.0],
+        ["after", "ppo-run1", 0.9, 1.0, 1.0, 3.0, 4.0, 1.0, 1.0]]
     assert answers.values.tolist() == [["The film", "meh", "great"]]
-    assert "1 held-out prompts x 1 answers" in note and "`default`" in note
+    assert "1 held-out prompts x 1 answers" in note and "`default`" in note and "vader (sentiment)" in note
+    assert "95% interval 21% to 100%" in note and "100% of the answers were cut at the answer length (4 tokens)" in note
 
 
 def test_refresh_without_metrics_or_evaluation_sends_no_plot_data(ctx, db_path):
@@ -99,6 +104,11 @@ def test_refresh_without_metrics_or_evaluation_sends_no_plot_data(ctx, db_path):
     out = _refresh(ctx, run_id, [])
     assert "No metrics yet" in out[4] and "<polyline" not in out[4] and "No rewards yet" in out[9]
     assert len(out[10]) == 0 and "No held-out evaluation" in out[12]
+    # A policy run on a project without held-out prompts says so on its page, not only in its log.
+    db = open_db(db_path)
+    ppo = db.execute("INSERT INTO runs (project_id, stage, status) VALUES (1, 'ppo', 'succeeded')").lastrowid
+    db.conn.close()
+    assert "⚠ No held-out evaluation: project 'default' has no held-out prompts" in _refresh(ctx, ppo, [])[12]
 
 
 def test_refresh_changes_nothing_for_a_caller_who_is_not_an_admin(ctx):

@@ -12,12 +12,12 @@ per job:
 - guard.py: the ASGI middleware in front of every route (RequestGuard): foreign origins refused, bodies capped,
   uploads for admins only, logout POST-only, the deactivated-account page; cookies.py rewrites the login
   cookie it passes on to SameSite=Lax;
-- decorators.py: handler decorators (ui_errors, quiet_before_password_change, quiet_on_load);
+- decorators.py: page-load handler decorators (quiet_before_password_change, quiet_on_load);
 - handoff.py (what those parts hand each other within a request) and web_db.py (the request path's database
   connection).
 The public names are importable from labeler.ui.session, as callers do.
 """
-from labeler.ui.session.decorators import quiet_before_password_change, quiet_on_load, ui_errors
+from labeler.ui.session.decorators import quiet_before_password_change, quiet_on_load
 from labeler.ui.session.guard import API_BODY_LIMIT, DEACTIVATED_PAGE, LOGOUT_JS, RequestGuard
 from labeler.ui.session.handoff import CLIENT_ADDRESS
 from labeler.ui.session.login import AUTH_QUEUE, AUTH_WAIT_S, AUTH_WORKERS, BUSY_MESSAGE, login_throttle, make_auth
@@ -27,5 +27,5 @@ from labeler.ui.session.web_db import DB_WAIT_MS
 __all__ = [
     "API_BODY_LIMIT", "AUTH_QUEUE", "AUTH_WAIT_S", "AUTH_WORKERS", "BUSY_MESSAGE", "CLIENT_ADDRESS", "DB_WAIT_MS",
     "DEACTIVATED_PAGE", "ENDED_KEEP", "LOGOUT_JS", "RequestGuard", "SessionStore", "login_throttle", "make_auth",
-    "quiet_before_password_change", "quiet_on_load", "ui_errors",
+    "quiet_before_password_change", "quiet_on_load",
 ]

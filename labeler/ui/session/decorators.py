@@ -1,43 +1,13 @@
-"""Decorators for UI handlers: service refusals as red toasts (`ui_errors`), and page-load handlers that stay
-quiet where a toast would only confuse (`quiet_before_password_change`, `quiet_on_load`)."""
+"""Decorators for page-load handlers that stay quiet where a toast would only confuse
+(`quiet_before_password_change`, `quiet_on_load`); a refusal becomes a toast in labeler.ui.soft_errors."""
 from __future__ import annotations
 
 import functools
-import sqlite3
-from typing import Any, Callable
+from typing import Callable
 
 import gradio as gr
 
 from labeler.services.accounts import PasswordChangeRequired
-from labeler.services.errors import InputError, PermissionDenied
-from storage.db import DiskFull, is_disk_full
-
-
-def ui_errors(handler: Callable[..., Any]) -> Callable[..., Any]:
-    """Show InputError / PermissionDenied as a red toast (gr.Error) with the service's own message.
-
-    Handlers use labeler.ui.soft_errors.ui_errors, which wraps this one and logs a refusal as one line instead
-    of the traceback Gradio prints for every gr.Error (a user's mistake is not the server's).
-    functools.wraps keeps the signature, so Gradio still sees `request: gr.Request` and
-    `progress=gr.Progress()` parameters and fills them in.
-    """
-
-    @functools.wraps(handler)
-    def wrapper(*args, **kwargs):
-        try:
-            return handler(*args, **kwargs)
-        except PermissionDenied as error:
-            raise gr.Error(f"Not allowed: {error}", title="Permission denied") from error
-        except InputError as error:
-            raise gr.Error(str(error), title="Invalid input") from error
-        except (DiskFull, sqlite3.OperationalError) as error:
-            # A full disk said so, instead of Gradio's "upstream app has raised an exception"; any
-            # other database error stays an unexpected one.
-            if not isinstance(error, DiskFull) and not is_disk_full(error):
-                raise
-            raise gr.Error(f"{DiskFull()}", title="Disk full") from error
-
-    return wrapper
 
 
 def quiet_before_password_change(handler: Callable[[gr.Request], tuple],

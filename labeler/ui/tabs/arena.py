@@ -13,15 +13,16 @@ from dataclasses import dataclass
 import gradio as gr
 
 from labeler.services import arena
+from labeler.services.projects import get_project
 from labeler.services.chat import ModelCache
 from labeler.services.errors import InputError
 from labeler.services.leaderboard import MIN_VOTES_FOR_INTERVAL, LeaderboardCache, leaderboard
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
+from labeler.ui.model_choices import model_choices
 from labeler.ui.roles import requires
 from labeler.ui.session import quiet_before_password_change
 from labeler.ui.soft_errors import ui_errors
-from labeler.ui.tabs.chat import model_choices
 
 TITLE = "Arena"
 RANDOM = "(random)"
@@ -66,14 +67,16 @@ def not_ready_updates(reason: str | None) -> tuple[dict, dict]:
 @ui_errors
 @requires("user")
 def load(ctx: UIContext, caches: ArenaCaches, request: gr.Request) -> tuple:
-    """The page load: both model pickers (random picked), the leaderboard, the not-ready note and Battle."""
+    """The page load: both model pickers (random picked), the leaderboard, the not-ready note, Battle, and the
+    answer length (the project's, within the slider's range)."""
     with ctx.connection() as db:
         names, _ = model_choices(ctx, db)
         reason = arena.not_ready_reason(db, (ctx.settings.model,))
         table = leaderboard_table(db, ctx.project, caches.board)
+        tokens = get_project(db, ctx.project).answer_tokens
     choices = [RANDOM, *names]
     return (gr.update(choices=choices, value=RANDOM), gr.update(choices=choices, value=RANDOM), table,
-            *not_ready_updates(reason))
+            *not_ready_updates(reason), min(512, max(8, round(tokens / 8) * 8)))
 
 
 @ui_errors
@@ -189,8 +192,8 @@ def build(ctx: UIContext):
         refresh_board = gr.Button("Refresh leaderboard", size="sm", elem_id="arena-refresh")
 
     if ctx.app is not None:
-        ctx.app.load(quiet_before_password_change(bind(load, ctx, caches), 5), None,
-                     [model_1, model_2, board, not_ready, start], api_name="arena_load")
+        ctx.app.load(quiet_before_password_change(bind(load, ctx, caches), 6), None,
+                     [model_1, model_2, board, not_ready, start, max_new_tokens], api_name="arena_load")
     draw.click(bind(random_prompt, ctx), None, prompt, api_name="arena_random_prompt")
     start.click(
         bind(start_battle, ctx, caches), [prompt, model_1, model_2, max_new_tokens],

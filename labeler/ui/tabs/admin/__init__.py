@@ -41,7 +41,8 @@ def build(ctx: UIContext) -> None:
                "guidelines": project_part.guidelines, "ranking_guidelines": project_part.ranking_guidelines,
                "stats": quality_part.stats, "agreement": quality_part.agreement, "models_table": models_part.table,
                "model_base": models_part.base, "prompt_format": project_part.prompt_format,
-               "selection": project_part.selection}
+               "selection": project_part.selection, "answer_tokens": project_part.answer_tokens,
+               "measure": project_part.measure}
     shown = [widgets[name] for name in SHOWN]
 
     refresh_button.click(bind(refresh, ctx), None, shown, api_name="admin_refresh")

@@ -2,15 +2,14 @@
 its gold answer set)."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 import gradio as gr
 
 from labeler.services import labeling
-from labeler.services.errors import InputError
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
+from labeler.ui.gold import parse_gold
 from labeler.ui.roles import requires
 from labeler.ui.soft_errors import keep_on_error
 from labeler.ui.tabs.admin.snapshot import STATS_COLUMNS
@@ -38,37 +37,6 @@ def build_quality() -> QualityPart:
             mark_gold = gr.Button("Mark gold", elem_id="admin-mark-gold")
         gold_preview = gr.Markdown()
     return QualityPart(stats, agreement, gold_item, gold_value, show_item, mark_gold, gold_preview)
-
-
-def parse_gold(text: str) -> dict | None:
-    """The gold answer typed by an admin: '5' for a rating, '3 > 1 = 2' (best first, = ties) or JSON.
-
-    '3 > 1 = 2' means response 3 is best, 1 and 2 tie below it: {"order": [[3], [1, 2]]}. Blank clears.
-    """
-    text = (text or "").strip()
-    if not text:
-        return None
-    if text.startswith("{"):
-        try:
-            gold = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise InputError(f"not valid JSON: {error.msg}", field="gold") from None
-        if not isinstance(gold, dict):
-            raise InputError("expected a JSON object like {\"score\": 5}", field="gold")
-        return gold
-    if ">" not in text and "=" not in text:
-        try:
-            return {"score": float(text) if "." in text else int(text)}
-        except ValueError:
-            raise InputError(f"{text!r} is neither a score nor an order like '3 > 1 = 2'", field="gold") from None
-    order = []
-    for group in text.split(">"):
-        try:
-            ids = [int(part) for part in group.split("=")]
-        except ValueError:
-            raise InputError(f"{group.strip()!r}: response ids must be whole numbers", field="gold") from None
-        order.append(ids)
-    return {"order": order}
 
 
 def item_preview(db, item_id: int) -> str:

@@ -12,7 +12,7 @@ MODEL_HEADERS = ["name", "kind", "base_model", "run_id", "created_at"]
 STATS_COLUMNS = ["username", "ratings", "rankings", "skipped", "gold_items", "gold_accuracy", "mean_seconds"]
 # The widgets `snapshot` fills, by the name each part gives them; the tab lists them in this order.
 SHOWN = ("users", "who", "likert_min", "likert_max", "overlap", "guidelines", "ranking_guidelines", "stats",
-         "agreement", "models_table", "model_base", "prompt_format", "selection")
+         "agreement", "models_table", "model_base", "prompt_format", "selection", "answer_tokens", "measure")
 
 
 def users_table(db) -> list[list]:
@@ -59,5 +59,13 @@ def snapshot(db, project_name: str) -> tuple:
         users_table(db), gr.update(choices=names), project.likert_min, project.likert_max, project.overlap,
         project.guidelines_for("rating"), project.guidelines_for("ranking"),
         stats_table(db, project_name), agreement_markdown(db, project_name),
-        *models_outputs(db), project.prompt_format, project.selection,
+        *models_outputs(db), project.prompt_format, project.selection, project.answer_tokens,
+        gr.update(choices=measure_choices(db), value=project.measure),
     )
+
+
+def measure_choices(db) -> list[tuple[str, str]]:
+    """The measures an admin can pick: the newest reward model (the default), each reward model, VADER, people."""
+    rewards = [m["name"] for m in models.list_models(db, kind="reward")]
+    return [("the newest reward model trained on the project", ""), *[(f"reward model {n}", f"rm:{n}") for n in rewards],
+            ("VADER sentiment of the answer", "vader"), ("people's blind comparisons", "people")]

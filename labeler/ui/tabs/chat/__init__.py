@@ -21,8 +21,7 @@ from labeler.ui.context import UIContext
 from labeler.ui.session import quiet_before_password_change
 from labeler.ui.tabs.chat import conversation, model_lists, rating
 from labeler.ui.tabs.chat.best_of_n import best_of_n
-from labeler.ui.tabs.chat.model_lists import model_choices  # noqa: F401 - the Arena tab's model pickers use it
-from labeler.ui.tabs.chat.sampling import settings_widgets
+from labeler.ui.tabs.chat.sampling import SETTING_NAMES, settings_widgets
 
 TITLE = "Chat"
 NEW_MODEL_HINT = "Models come from the registry: `rlhf-studio models add NAME FOLDER`, or train one in the Train tab."
@@ -74,7 +73,7 @@ def build(ctx: UIContext):
                 scores = gr.Dataframe(headers=["score", "answer"], datatype=["number", "str"], interactive=False,
                                       wrap=True, elem_id="chat-best-scores")
 
-    load_outputs = [model, reward_model, score]
+    load_outputs = [model, reward_model, score, setting_inputs[SETTING_NAMES.index("max_new_tokens")]]
     reload_models.click(bind(model_lists.load, ctx), None, load_outputs, api_name="chat_models")
     if ctx.app is not None:
         ctx.app.load(quiet_before_password_change(bind(model_lists.load, ctx), len(load_outputs)), None, load_outputs,

@@ -6,26 +6,16 @@ import gradio as gr
 
 from labeler.services import models, projects
 from labeler.ui.context import UIContext
+from labeler.ui.model_choices import model_choices
 from labeler.ui.roles import requires
 from labeler.ui.soft_errors import ui_errors
-
-
-def model_choices(ctx: UIContext, db, kind: str = "chat") -> tuple[list[str], str | None]:
-    """(choices, default) for a model dropdown; the server's --model is offered even when unregistered."""
-    if kind == "reward":
-        names = [m["name"] for m in models.list_models(db, kind="reward")]
-        return names, (names[-1] if names else None)
-    names = models.chat_model_names(db)
-    default = ctx.settings.model
-    if default not in names:
-        names.append(default)
-    return names, default
 
 
 @ui_errors
 @requires("user")
 def load(ctx: UIContext, request: gr.Request) -> tuple:
-    """Both model pickers (the defaults picked) and the score's choices on the project's scale."""
+    """Both model pickers (the defaults picked), the score's choices on the project's scale, and the answer
+    length set to the project's."""
     with ctx.connection() as db:
         names, default = model_choices(ctx, db)
         rewards, reward_default = model_choices(ctx, db, kind="reward")
@@ -35,6 +25,7 @@ def load(ctx: UIContext, request: gr.Request) -> tuple:
         gr.update(choices=names, value=default),
         gr.update(choices=rewards, value=reward_default),
         gr.update(choices=scale, value=None, label=f"Score ({project.likert_min} = very bad … {project.likert_max} = excellent)"),
+        project.answer_tokens,
     )
 
 

@@ -13,6 +13,7 @@ from labeler import forms
 from labeler.services import generation, models
 from labeler.services.chat import ModelCache
 from labeler.services.errors import InputError
+from labeler.services.projects import get_project
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
 from labeler.ui.roles import requires
@@ -38,6 +39,15 @@ class GeneratePart:
     @property
     def inputs(self) -> set:
         return {self.model, self.n_per_prompt, self.limit, self.target, *self.settings}
+
+    @property
+    def answer_tokens(self) -> gr.components.Component:
+        """The max_new_tokens widget: set to the project's answer length when the tab loads."""
+        return self.settings[[spec.name for spec in self.specs].index("max_new_tokens")]
+
+
+def answer_tokens_value(db, project: str) -> int:
+    return get_project(db, project).answer_tokens
 
 
 def build_generate(ctx: UIContext) -> GeneratePart:

@@ -8,6 +8,7 @@ import gradio as gr
 
 from labeler.services import prompts
 from labeler.services.errors import InputError
+from labeler.services.projects import DEFAULT_HELDOUT_SHARE, get_project
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
 from labeler.ui.roles import requires
@@ -23,6 +24,8 @@ class PromptsPart:
     file: gr.File
     import_button: gr.Button
     shipped_button: gr.Button
+    heldout_share: gr.Slider  # the project's share of prompts held out for evaluation
+    apply_share: gr.Button
     table: gr.Dataframe  # the latest prompts, newest first
 
 
@@ -36,18 +39,36 @@ def build_prompts() -> PromptsPart:
             with gr.Column():
                 import_button = gr.Button("Import prompt file", variant="primary", elem_id="data-import-prompts")
                 shipped_button = gr.Button("Import the shipped movie-review prompts", elem_id="data-import-shipped")
+        with gr.Row():
+            heldout_share = gr.Slider(
+                0, 0.5, value=DEFAULT_HELDOUT_SHARE, step=0.05, label="Held-out share",
+                info="Prompts set aside to evaluate runs on (chosen by a hash of each prompt): never trained on "
+                     "nor labelled. Imports use it; Apply re-splits the prompts there are, before the first label. "
+                     "A file's own 'split' column (train/test) wins.", elem_id="data-heldout-share",
+            )
+            apply_share = gr.Button("Apply held-out share", elem_id="data-apply-heldout-share")
         prompt_table = gr.Dataframe(
-            headers=["id", "prompt", "source"], label="Latest prompts (newest first)", interactive=False, wrap=True,
-            elem_id="data-prompts",
+            headers=["id", "prompt", "source", "split"], label="Latest prompts (newest first)", interactive=False,
+            wrap=True, elem_id="data-prompts",
         )
-    return PromptsPart(prompt_file, import_button, shipped_button, prompt_table)
+    return PromptsPart(prompt_file, import_button, shipped_button, heldout_share, apply_share, prompt_table)
 
 
 def prompt_table(db, project: str) -> list[list]:
     """The newest prompts first: what an import just added is what the admin looks for."""
     offset = max(0, prompts.count_prompts(db, project) - LATEST_PROMPTS)
     rows = prompts.list_prompts(db, project, LATEST_PROMPTS, offset)
-    return [[row["id"], row["text"][:200], row.get("source", "")] for row in reversed(rows)]
+    return [[row["id"], row["text"][:200], row.get("source", ""), _SPLIT_NAMES.get(row["split"], row["split"])]
+            for row in reversed(rows)]
+
+
+_SPLIT_NAMES = {"train": "train", "test": "held out", prompts.TYPED_SPLIT: "typed in Chat"}
+
+
+def import_message(result: prompts.ImportResult) -> str:
+    """What an import did, held-out prompts included."""
+    held = f"{result.heldout} held out for evaluation" if result.heldout else (result.note or "none held out")
+    return f"Imported {result.added} prompts ({result.duplicates} duplicates skipped; {held})."
 
 
 def without_upload_path(error: InputError, path: str) -> InputError:
@@ -70,7 +91,7 @@ def import_prompt_file(ctx: UIContext, path: str | None, request: gr.Request) ->
             result = prompts.import_prompts(db, path, ctx.project, source=Path(path).name)
         except InputError as error:
             raise without_upload_path(error, path) from None
-        gr.Info(f"Imported {result.added} prompts ({result.duplicates} duplicates skipped).")
+        gr.Info(import_message(result))
         return data_summary(db, ctx.project), prompt_table(db, ctx.project)
 
 
@@ -84,7 +105,25 @@ def import_shipped(ctx: UIContext, request: gr.Request) -> tuple:
         return data_summary(db, ctx.project), prompt_table(db, ctx.project)
 
 
+@keep_on_error(2)
+@requires("admin")
+def apply_heldout_share(ctx: UIContext, share: float | None, request: gr.Request) -> tuple:
+    """The project's prompts re-split at `share` (refused once labels exist); (summary, latest prompts)."""
+    if share is None:
+        raise InputError("choose a share", field="held-out share")
+    with ctx.connection() as db:
+        counts = prompts.change_heldout_share(db, ctx.project, float(share))
+        gr.Info(f"Held-out share {float(share):.0%}: {counts['train']} prompts to train on, {counts['test']} held out.")
+        return data_summary(db, ctx.project), prompt_table(db, ctx.project)
+
+
+def heldout_share_value(db, project: str) -> float:
+    return get_project(db, project).heldout_share
+
+
 def wire(ctx: UIContext, part: PromptsPart, summary: gr.Markdown) -> None:
+    part.apply_share.click(bind(apply_heldout_share, ctx), [part.heldout_share], [summary, part.table],
+                           api_name="data_apply_heldout_share")
     part.import_button.click(bind(import_prompt_file, ctx), [part.file], [summary, part.table],
                              api_name="data_import_prompts")
     part.shipped_button.click(bind(import_shipped, ctx), None, [summary, part.table], api_name="data_import_shipped")

@@ -2,18 +2,23 @@
 from __future__ import annotations
 
 from labeler.services.projects import project_counts
+from labeler.services.prompts import split_counts
 
 
 def data_summary(db, project: str) -> str:
     """Counts an admin needs to decide what to do next (import, generate, or label)."""
     counts = project_counts(db, project)
     prompts, responses, ratings, rankings = (counts[k] for k in ("prompts", "responses", "ratings", "rankings"))
+    splits = split_counts(db, project)
     hint = ""
     if prompts == 0:
         hint = "\n\n➡ No prompts yet: upload a file or import the shipped movie-review prompts."
     elif responses == 0:
         hint = "\n\n➡ No answers yet: generate responses below so annotators have work."
+    if prompts and not splits["test"]:
+        hint += ("\n\n⚠ No held-out prompts: finished runs cannot be evaluated. Set a held-out share below (the "
+                 "project needs 20 prompts), or upload a file of evaluation prompts.")
     return (
-        f"Project **{project}**: **{prompts}** prompts · **{responses}** answers · "
-        f"**{ratings}** ratings · **{rankings}** rankings{hint}"
+        f"Project **{project}**: **{prompts}** prompts (**{splits['train']}** to train on, **{splits['test']}** "
+        f"held out for evaluation) · **{responses}** answers · **{ratings}** ratings · **{rankings}** rankings{hint}"
     )

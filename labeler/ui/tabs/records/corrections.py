@@ -7,9 +7,9 @@ import gradio as gr
 from labeler.services import records
 from labeler.services.errors import InputError
 from labeler.ui.context import UIContext
+from labeler.ui.gold import parse_gold
 from labeler.ui.roles import requires
 from labeler.ui.soft_errors import keep_on_error
-from labeler.ui.tabs.admin.quality import parse_gold
 from labeler.ui.tabs.records.detail import detail_markdown
 from labeler.ui.tabs.records.filters import whole_number
 

@@ -11,7 +11,7 @@ import shlex
 import gradio as gr
 import pandas as pd
 
-from labeler.services import evaluation, labeling, runs
+from labeler.services import evaluation, labeling, measures, people_eval, runs
 from labeler.ui.charts import Series, bar_chart_svg, line_chart_svg
 
 DEFAULT_METRICS = {"sft": ["loss"], "rm": ["loss", "accuracy"], "dpo": ["loss", "rewards/margins"],
@@ -156,6 +156,9 @@ def comparison_frame(db, run_id: int | None) -> tuple[pd.DataFrame, pd.DataFrame
         return (*empty, "")
     before, after = evaluation.run_comparison(db, run_id)
     if after is None:
+        run = runs.find_run(db, run_id)
+        if run is not None and run.stage in evaluation.POLICY_STAGES and not evaluation.heldout_prompts(db, run.project):
+            return (*empty, "⚠ No held-out evaluation: " + evaluation.NO_HELDOUT.format(project=run.project) + ".")
         return (*empty, "No held-out evaluation for this run (policy runs are evaluated when they finish, on the "
                         "project's split 'test'; `rlhf-studio eval` evaluates any model).")
     rows = evaluation.comparison_rows([before, after], ["before (base)", "after"])
@@ -168,6 +171,29 @@ def comparison_frame(db, run_id: int | None) -> tuple[pd.DataFrame, pd.DataFrame
         prompt = row["prompt"][-1]["content"] if isinstance(row["prompt"], list) else row["prompt"]
         answers.append([prompt, before.samples[p * n]["answer"] if before else "", row["answer"]])
     note = (f"{settings['prompts_n']} held-out prompts x {n} answers, {settings['max_new_tokens']} new tokens, "
-            f"reward `{settings['reward']}`, positive: reward > {settings['threshold']:g}; KL to "
-            f"`{after.kl_base}` in nats per answer.")
+            f"judged by {measures.describe(settings['reward'])}; win rate: the model's answers against its base's "
+            f"to the same prompts (ties half, 95% interval {_interval(after.metrics)}); KL to `{after.kl_base}` in "
+            "nats per answer.")
+    if settings["reward"] == measures.PEOPLE:
+        note += "\n\n" + people_line(db, run_id, after.model)
+    warnings = [evaluation.run_judge_note(db, run_id, after)]
+    if after.metrics.get("eval/truncated_share", 0) > evaluation.TRUNCATED_WARNING:
+        warnings.append(evaluation.truncation_warning(after))
+    note += "".join(f"\n\n⚠ {warning[0].upper()}{warning[1:]}." for warning in warnings if warning)
     return metrics, pd.DataFrame(answers, columns=ANSWER_COLUMNS), note
+
+
+def _interval(metrics: dict) -> str:
+    if "eval/win_low" not in metrics:
+        return "n/a"
+    return f"{metrics['eval/win_low']:.0%} to {metrics['eval/win_high']:.0%}"
+
+
+def people_line(db, run_id: int, model: str) -> str:
+    """People's win rate so far, for a run judged by people (it fills in as they rank the blind pairs)."""
+    result = people_eval.people_win_rate(db, run_id, model)
+    if result is None:
+        return "People's verdict: waiting for the first ranking of the blind pairs (Rank tab)."
+    return (f"People's verdict: the model won **{result.rate:.0%}** of {result.wins + result.ties + result.losses} "
+            f"blind comparisons with its base (95% interval {result.low:.0%} to {result.high:.0%}; {result.wins} won, "
+            f"{result.ties} tied, {result.losses} lost, on {result.prompts} prompts).")

@@ -1,7 +1,7 @@
 """The TRL 1.x stages: GRPO and RLOO (online: the policy samples groups of answers to the project's prompts and
 learns from their rewards) and KTO (offline, on the project's rated answers as desirable / undesirable rows).
 
-GRPO and RLOO take their rewards from the job's reward source, the same as PPO's (stage_runners.reward_source:
+GRPO and RLOO take their rewards from the job's reward source, the same as PPO's (common.reward_source:
 a function, a reward model, people rating or ranking each prompt's group of answers in the app, or a mix),
 wrapped as a TRL reward function. Like the other stages they report through the MetricsSink, checkpoint every
 `checkpoint_every` steps through transformers' Trainer and resume from the newest complete checkpoint.
@@ -19,10 +19,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from labeler import forms
-from labeler.services import models, stage_runners
+from labeler.services import models
 from labeler.services.errors import InputError
 from labeler.services.export import unpaired_rows
 from labeler.services.projects import get_project
+from labeler.services.runners.common import (human_queue, peft_config, policy_kind, policy_prompts,
+                                             policy_rows_options, require_rows, reward_source, train_stage,
+                                             train_with_trainer, trainer_args, trainer_callbacks)
 from labeler.services.stages import RunResult, StageContext, data_snapshot
 from rlhf.grpo import GRPOConfig, GRPOTrainer
 from rlhf.kto import KTOConfig, KTOTrainer
@@ -106,13 +109,13 @@ def _online_args(ctx: StageContext, config_cls):
     probe = forms.build_config(config_cls, {"output_dir": "unused", "report_to": "none", **settings})
     settings = {"max_steps": job.steps * probe.steps_per_generation * probe.num_iterations
                 // probe.gradient_accumulation_steps, **settings}  # an explicit max_steps wins
-    return stage_runners._trainer_args(dataclasses.replace(ctx, trainer_settings=settings), config_cls)
+    return trainer_args(dataclasses.replace(ctx, trainer_settings=settings), config_cls)
 
 
 def _online_rows(ctx: StageContext, db, tokenizer) -> list[dict]:
     """The project's training prompts (shuffled by the job's seed; a resumed run keeps its list), as TRL rows:
     conversational when the project sends prompts through the chat template, plain text otherwise."""
-    prompts = ctx.frozen_rows("prompts", stage_runners.ppo_prompts(db, ctx.project, ctx.job.seed))
+    prompts = ctx.frozen_rows("prompts", policy_prompts(db, ctx.project, ctx.job.seed))
     if not prompts:
         raise InputError("the project has no prompts: import some first", field="data")
     chat = get_project(db, ctx.project).chat_template is not False and getattr(tokenizer, "chat_template", None) is not None
@@ -122,7 +125,7 @@ def _online_rows(ctx: StageContext, db, tokenizer) -> list[dict]:
 def _run_online(ctx: StageContext, stage: str, trainer_cls, config_cls) -> RunResult:
     from datasets import Dataset
 
-    from rlhf.peft_utils import is_peft_model
+    from rlhf.peft_utils import is_peft_model, merged_model
 
     job = ctx.job
     db = ctx.open_db()
@@ -131,13 +134,13 @@ def _run_online(ctx: StageContext, stage: str, trainer_cls, config_cls) -> RunRe
     tokenizer = load_tokenizer(path, padding_side="left")
     rows = _online_rows(ctx, db, tokenizer)
     args = _online_args(ctx, config_cls)
-    queue = stage_runners.human_queue(ctx)
-    reward = app_reward_function(stage_runners.reward_source(ctx, db, queue), job.reward)
+    queue = human_queue(ctx)
+    reward = app_reward_function(reward_source(ctx, db, queue), job.reward)
     trainer = trainer_cls(path, reward_funcs=reward, args=args, train_dataset=Dataset.from_list(rows),
-                          processing_class=tokenizer, peft_config=stage_runners.peft_config(ctx, "CAUSAL_LM"),
-                          callbacks=stage_runners._callbacks(ctx))
+                          processing_class=tokenizer, peft_config=peft_config(ctx, "CAUSAL_LM"),
+                          callbacks=trainer_callbacks(ctx))
     try:
-        stage_runners._train_with_trainer(ctx, trainer)
+        train_with_trainer(ctx, trainer)
     finally:
         if queue is not None and hasattr(queue, "release_ahead"):
             queue.release_ahead()
@@ -146,7 +149,7 @@ def _run_online(ctx: StageContext, stage: str, trainer_cls, config_cls) -> RunRe
     if trainer.accelerator.is_main_process:
         policy = trainer.accelerator.unwrap_model(trainer.model)
         if is_peft_model(policy):
-            policy = policy.merge_and_unload()
+            policy = merged_model(policy)  # a QLoRA adapter goes into the unquantised base
         policy.save_pretrained(ctx.final_dir, safe_serialization=True)
         tokenizer.save_pretrained(ctx.final_dir)
     return RunResult(str(ctx.final_dir), "policy", base, {}, data_snapshot("prompts", [r["prompt_text"] for r in rows]))
@@ -189,12 +192,12 @@ def run_kto(ctx: StageContext) -> RunResult:
     reads its batches in order (its KL pairs are made within them), and the export lists a prompt's answers
     together."""
     db = ctx.open_db()
-    options = stage_runners._policy_rows_options(ctx, db, "kto", threshold=ctx.job.sft_min_score)
+    options = policy_rows_options(ctx, db, "kto", threshold=ctx.job.sft_min_score)
     rows: list[dict[str, Any]] = [{"prompt": r["prompt"], "completion": r["completion"], "label": bool(r["label"])}
                                   for r in unpaired_rows(db, ctx.project, options)]
     random.Random(ctx.job.seed).shuffle(rows)
-    stage_runners._require_rows(rows, "rated answers", "rate answers (KTO trains on each rated answer, desirable "
-                                "when its mean score is at least sft_min_score)")
+    require_rows(rows, "rated answers", "rate answers (KTO trains on each rated answer, desirable "
+                 "when its mean score is at least sft_min_score)")
     problem = kto_label_problem([r["label"] for r in rows])
     if problem:
         raise InputError(problem, field="sft_min_score")
@@ -203,8 +206,8 @@ def run_kto(ctx: StageContext) -> RunResult:
         weights = kto_balanced_weights([r["label"] for r in rows])
         print(f"KTO weights balanced to the rows: {weights or 'both 1'}", flush=True)
         ctx = dataclasses.replace(ctx, trainer_settings={**ctx.trainer_settings, **weights})
-    return stage_runners._train_stage(ctx, db, "kto", rows, KTOTrainer, StudioKTOConfig, "CAUSAL_LM",
-                                      stage_runners._policy_kind(ctx), "unpaired", frozen=True)
+    return train_stage(ctx, db, "kto", rows, KTOTrainer, StudioKTOConfig, "CAUSAL_LM", policy_kind(ctx), "unpaired",
+                       frozen=True)
 
 
 RUNNERS = {"grpo": run_grpo, "rloo": run_rloo, "kto": run_kto}

@@ -1,0 +1,63 @@
+"""Helpers every test folder shares (tests/ is on sys.path through tests/conftest.py): a free port, waiting for a
+condition, and the app served in this process.
+
+    from helpers import free_port, serving, wait_until
+"""
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_until(condition, timeout: float = 60.0, what: str = "condition", interval: float = 0.1):
+    """condition()'s first truthy value, asked every `interval` seconds; AssertionError naming `what` after
+    `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+@dataclass(frozen=True)
+class Served:
+    port: int
+
+    @property
+    def url(self) -> str:
+        """The app's page: http://127.0.0.1:PORT/"""
+        return f"http://127.0.0.1:{self.port}/"
+
+    @property
+    def origin(self) -> str:
+        """http://127.0.0.1:PORT, for joining paths such as /login."""
+        return f"http://127.0.0.1:{self.port}"
+
+
+@contextlib.contextmanager
+def serving(db_path, root, **settings) -> Iterator[Served]:
+    """The app on `db_path`, served from this process on a free port (runs under `root`/runs; `settings`: more
+    ServeSettings fields), closed on leaving."""
+    from labeler.ui.app import build_app, launch
+    from labeler.ui.context import ServeSettings
+
+    config = ServeSettings(db_path=str(db_path), port=free_port(), runs_dir=str(Path(root) / "runs"), **settings)
+    app = build_app(config)
+    launch(app, config, prevent_thread_lock=True, quiet=True)
+    try:
+        yield Served(config.port)
+    finally:
+        app.close()

@@ -1,0 +1,61 @@
+"""labeler/ui/soft_errors.py's `ui_errors`, the one decorator that turns a service's refusal into a red toast:
+the message, the title, the service's error as the cause, one log line and no traceback; a full disk said so."""
+from __future__ import annotations
+
+import ast
+import logging
+import sqlite3
+from pathlib import Path
+
+import gradio as gr
+import pytest
+
+from labeler.services.errors import InputError, PermissionDenied
+from labeler.ui.soft_errors import ui_errors
+
+
+def raising(error: Exception):
+    @ui_errors
+    def handler(value, request=None):
+        """A handler's docstring."""
+        raise error
+    return handler
+
+
+def test_a_refused_input_is_a_toast_with_one_log_line(caplog):
+    refusal = InputError("must be 1..7, got 9", field="score")
+    with caplog.at_level(logging.WARNING, logger="rlhf_studio.ui"), pytest.raises(gr.Error) as error:
+        raising(refusal)(9)
+    assert (error.value.message, error.value.title) == (str(refusal), "Invalid input")
+    assert error.value.__cause__ is refusal and error.value.print_exception is False
+    assert [record.getMessage() for record in caplog.records] == [f"input refused in handler: {refusal}"]
+
+
+def test_a_refused_permission_says_not_allowed():
+    with pytest.raises(gr.Error) as error:
+        raising(PermissionDenied("admins only"))(1)
+    assert (error.value.message, error.value.title) == ("Not allowed: admins only", "Permission denied")
+    assert error.value.print_exception is False
+
+
+def test_a_full_disk_says_so_and_other_database_errors_stay_unexpected():
+    with pytest.raises(gr.Error) as error:
+        raising(sqlite3.OperationalError("database or disk is full"))(1)
+    assert error.value.title == "Disk full" and error.value.message.startswith("the disk is full; nothing was saved")
+    with pytest.raises(sqlite3.OperationalError, match="database is locked"):
+        raising(sqlite3.OperationalError("database is locked"))(1)
+
+
+def test_the_handler_keeps_its_name_and_signature():
+    handler = raising(ValueError("a bug"))
+    assert handler.__name__ == "handler" and handler.__doc__ == "A handler's docstring."
+    with pytest.raises(ValueError, match="a bug"):  # not the user's: Gradio's own error path
+        handler(1)
+
+
+def test_one_decorator_is_named_ui_errors():
+    ui = Path(__file__).resolve().parents[2] / "labeler" / "ui"
+    defined = [path.relative_to(ui).as_posix() for path in sorted(ui.rglob("*.py"))
+               for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+               if isinstance(node, ast.FunctionDef) and node.name == "ui_errors"]
+    assert defined == ["soft_errors.py"]
