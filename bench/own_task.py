@@ -5,25 +5,26 @@ that judge against the base on held-out prompts, beside the app's own evaluation
     python bench/own_task.py --task concise                 # the full recipe (hours on a CPU)
     python bench/own_task.py --task formal --skip-mix       # the offline path only (people label once, up front)
     nice -n 10 python bench/own_task.py --task concise --limit 12 --n 2 --set steps=1 --ppo-set batch_size=8 \\
-        --judged-answers 16 --annotators 2 --pace 0 --answer-tokens 32 --set eval_samples=1   # a smoke run
+        --annotators 2 --pace 0 --answer-tokens 32 --set eval_samples=1 --mix-judged-answers 16   # a smoke run
 
 The recipe, one `rlhf-studio` subprocess per step, on a fresh database in a temporary folder (--keep: a folder):
 
-1. `projects create TASK --prompt-format chat --answer-tokens N`
+1. `projects create TASK --prompt-format chat --answer-tokens 128 --heldout-share 0.1`
 2. `prompts import tasks/TASK/prompts.txt --project TASK --heldout-share 0.1` (a share of the prompts, chosen by
    a hash of each prompt, is held out: never labelled or trained on; evaluation answers them)
 3. `generate --n 4 --project TASK`: answers to the training prompts, queued as ranking items
 4. `serve --project TASK` and `--annotators` simulated people (bench/simulated_annotators.py) who log in and rank
    through the web API (gradio_client) by the task's judge, ties within --margin, one ranking per --pace
    seconds each, until `--judged-answers` answers are judged or the queue is empty
-5. `train rm`: a reward model from those rankings (the project's measure from here on, where the app has one)
+5. `train rm`: a reward model from those rankings; `projects set TASK --measure rm:NAME` makes it the project's
+   measure, so the app judges every run below by it
 6. `train ppo --set reward=rm`
 7. `train dpo` on the same rankings
 8. `train ppo --set reward=mix`: the same people rank online while the run asks (up to --mix-judged-answers)
 9. after each policy run, on the held-out prompts: the app's evaluation of the run (stored in the evaluations
    table: its measure's mean and win rate, KL, length, distinct-2), and the judge's verdict on the same answers
    (each tuned answer against the base's answer to the same prompt with the same sample index: the win rate,
-   ties within --win-margin counted half, with a 95% Wilson interval)
+   ties within --win-margin counted half, with the app's 95% Wilson interval over prompts)
 
 Printed: one table per task with item 5's targets (issue 33) marked met or not: judge's win rate >= 70%, KL <= 10,
 distinct-2 >= 0.45, answers judged by people <= 400 for the offline path (800 for the online mix run: item 7),
@@ -33,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
@@ -42,7 +42,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -53,53 +53,27 @@ sys.path.insert(0, str(HERE))
 
 from bench.tasks import TASKS, Task  # noqa: E402
 
+if TYPE_CHECKING:
+    from rlhf.evaluation import WinRate
+
 # Item 5's targets (issue 33).
 TARGETS = {"win_rate": 0.70, "kl": 10.0, "distinct_2": 0.45, "judged_offline": 400, "judged_mix": 800,
            "app_vs_judge": 0.15}
-Z95 = 1.959964
 
 
 # ---- the judge's verdict: pure functions (tests/bench/test_own_task.py) ---------------------------------------
 
-@dataclass(frozen=True)
-class WinRate:
-    wins: int
-    ties: int
-    losses: int
+def judge_win_rate(tuned: Sequence[float], base: Sequence[float], samples: int, margin: float = 0.0):
+    """rlhf.evaluation.win_rate (the app's own: ties count half, a 95% Wilson interval over prompts) of the
+    tuned answers against the base's, pair by pair, rows grouped by prompt (`samples` a prompt), where a pair
+    within `margin` of each other is a tie: each pair is reduced to +1 (tuned ahead by more than `margin`),
+    -1 (behind by more) or 0 against a base of 0."""
+    from rlhf.evaluation import win_rate
 
-    @property
-    def n(self) -> int:
-        return self.wins + self.ties + self.losses
-
-    @property
-    def rate(self) -> float:
-        """Ties count half."""
-        return (self.wins + 0.5 * self.ties) / self.n if self.n else float("nan")
-
-    def interval(self, z: float = Z95) -> tuple[float, float]:
-        return wilson_interval(self.rate, self.n, z)
-
-
-def wilson_interval(p: float, n: int, z: float = Z95) -> tuple[float, float]:
-    """Wilson's score interval for a share p of n trials (Wilson 1927): unlike p +- z*se it stays inside [0, 1]
-    and is not empty at p = 0 or 1. Pairs from one prompt are not independent, so at several samples per prompt
-    it is somewhat narrower than the truth."""
-    if n == 0:
-        return float("nan"), float("nan")
-    denominator = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denominator
-    half = z / denominator * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def win_rate(tuned: Sequence[float], base: Sequence[float], margin: float = 0.0) -> WinRate:
-    """Tuned against base, pair by pair (the same prompt): a win when tuned scores more than `margin` above base,
-    a loss when more than `margin` below, else a tie."""
     if len(tuned) != len(base):
-        raise ValueError(f"win_rate: {len(tuned)} tuned scores but {len(base)} base scores")
-    wins = sum(t - b > margin for t, b in zip(tuned, base))
-    losses = sum(b - t > margin for t, b in zip(tuned, base))
-    return WinRate(wins, len(tuned) - wins - losses, losses)
+        raise ValueError(f"judge_win_rate: {len(tuned)} tuned scores but {len(base)} base scores")
+    outcome = [(t - b > margin) - (b - t > margin) for t, b in zip(tuned, base)]
+    return win_rate(outcome, [0] * len(outcome), [i // samples for i in range(len(outcome))])
 
 
 def paired_answers(base_samples: list[dict], tuned_samples: list[dict]) -> tuple[list, list[str], list[str]]:
@@ -123,16 +97,17 @@ class Row:
     model: str
     judge_base: float  # the judge's mean score of the base's answers
     judge_tuned: float
-    judge_win: WinRate
-    app_measure: str  # what the app's evaluation scored with
+    judge_win: "WinRate"
+    app_measure: str  # what the app's evaluation scored with (the project's measure)
     app_base: float
     app_tuned: float
-    app_win: float  # the app's win rate (its own figure where it stores one, else from its stored scores)
+    app_win: tuple[float, float, float]  # the app's win rate against the base and its 95% interval
     kl: float
     distinct_2: float
     distinct_2_base: float
     length: float
     length_base: float
+    truncated: float  # share of the tuned model's answers cut at the answer length
     judged: int  # answers judged by people for this run's data (offline: the rankings before it; mix: online)
     online: bool = False
 
@@ -140,7 +115,7 @@ class Row:
         judged_cap = TARGETS["judged_mix"] if self.online else TARGETS["judged_offline"]
         return {"win_rate": self.judge_win.rate >= TARGETS["win_rate"], "kl": self.kl <= TARGETS["kl"],
                 "distinct_2": self.distinct_2 >= TARGETS["distinct_2"], "judged": self.judged <= judged_cap,
-                "app_vs_judge": abs(self.app_win - self.judge_win.rate) <= TARGETS["app_vs_judge"]}
+                "app_vs_judge": abs(self.app_win[0] - self.judge_win.rate) <= TARGETS["app_vs_judge"]}
 
 
 def mark(ok: bool) -> str:
@@ -148,28 +123,31 @@ def mark(ok: bool) -> str:
 
 
 def format_table(task: str, rows: list[Row]) -> str:
-    header = ["run", "judge win rate (95% CI)", "W/T/L", "judge mean base -> tuned", "app win rate",
-              "app measure", "KL", "distinct-2 base -> tuned", "length base -> tuned", "judged answers"]
+    header = ["run", "judge's win rate (95% CI)", "W/T/L", "judge's mean base -> tuned", "app's win rate (95% CI)",
+              "app's measure base -> tuned", "KL", "distinct-2 base -> tuned", "length base -> tuned (cut)",
+              "answers judged by people"]
     lines = [f"### {task}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
-        low, high = row.judge_win.interval()
         met = row.targets()
         cap = TARGETS["judged_mix"] if row.online else TARGETS["judged_offline"]
         cells = [f"{row.run} ({row.model})",
-                 f"{row.judge_win.rate:.0%} ({low:.0%}-{high:.0%}) {mark(met['win_rate'])}",
+                 f"{row.judge_win.rate:.0%} ({row.judge_win.low:.0%}-{row.judge_win.high:.0%}) "
+                 f"{mark(met['win_rate'])}",
                  f"{row.judge_win.wins}/{row.judge_win.ties}/{row.judge_win.losses}",
                  f"{row.judge_base:.3f} -> {row.judge_tuned:.3f}",
-                 f"{row.app_win:.0%} ({row.app_win - row.judge_win.rate:+.0%} vs judge: {mark(met['app_vs_judge'])})",
+                 f"{row.app_win[0]:.0%} ({row.app_win[1]:.0%}-{row.app_win[2]:.0%}); "
+                 f"{100 * (row.app_win[0] - row.judge_win.rate):+.0f} points vs the judge: {mark(met['app_vs_judge'])}",
                  f"{row.app_measure}: {row.app_base:.3f} -> {row.app_tuned:.3f}",
                  f"{row.kl:.2f} {mark(met['kl'])}",
                  f"{row.distinct_2_base:.2f} -> {row.distinct_2:.2f} {mark(met['distinct_2'])}",
-                 f"{row.length_base:.0f} -> {row.length:.0f}",
+                 f"{row.length_base:.0f} -> {row.length:.0f} ({row.truncated:.0%})",
                  f"{row.judged} (<= {cap}: {mark(met['judged'])})"]
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     lines.append(f"targets (issue 33, item 5): judge's win rate >= {TARGETS['win_rate']:.0%}, KL <= {TARGETS['kl']:g}, "
                  f"distinct-2 >= {TARGETS['distinct_2']}, answers judged <= {TARGETS['judged_offline']} offline "
-                 f"({TARGETS['judged_mix']} online mix), app within {TARGETS['app_vs_judge']:.0%} of the judge")
+                 f"({TARGETS['judged_mix']} online mix), the app's win rate within {100 * TARGETS['app_vs_judge']:.0f} "
+                 "points of the judge's")
     return "\n".join(lines)
 
 
@@ -203,12 +181,6 @@ class Studio:
                              + "\n".join(tail))
         return done
 
-    def supports(self, command: Sequence[str], flag: str) -> bool:
-        """Whether this tree's CLI has `flag` on `command` (the lead's issue-33 options arrive on another branch)."""
-        done = subprocess.run([sys.executable, "-m", "labeler", *command, "--help"], capture_output=True, text=True,
-                              env=self.env(), cwd=ROOT)
-        return flag in done.stdout
-
     def db_handle(self):
         from storage import open_db
 
@@ -216,24 +188,9 @@ class Studio:
 
 
 # 1.
-def create_project(studio: Studio, answer_tokens: int) -> int | None:
-    """The project. Returns the answer length each later command must be given: None where the project holds
-    one of its own (generate, train and eval then use it), else `answer_tokens`."""
-    own_length = studio.supports(["projects", "create"], "--answer-tokens")
-    extra = ["--answer-tokens", str(answer_tokens)] if own_length else []
-    studio.run("projects", "create", studio.project, "--prompt-format", "chat", "--create-db", *extra,
-               log="setup.log", project=False)
-    return None if own_length else answer_tokens
-
-
-def tokens_flag(tokens: int | None) -> list[str]:
-    """generate's and eval's answer length where the project holds none."""
-    return [] if tokens is None else ["--max-new-tokens", str(tokens)]
-
-
-def tokens_setting(tokens: int | None) -> list[str]:
-    """A training run's answer length where the project holds none."""
-    return [] if tokens is None else [f"max_new_tokens={tokens}"]
+def create_project(studio: Studio, answer_tokens: int, heldout_share: float) -> None:
+    studio.run("projects", "create", studio.project, "--prompt-format", "chat", "--answer-tokens", str(answer_tokens),
+               "--heldout-share", str(heldout_share), "--create-db", log="setup.log", project=False)
 
 
 # 2.
@@ -243,46 +200,13 @@ def import_prompts(studio: Studio, task: Task, heldout_share: float, limit: int 
         lines = [line for line in source.read_text().splitlines() if line.strip()][:limit]
         source = studio.work / f"{task.name}-prompts.txt"
         source.write_text("\n".join(lines) + "\n")
-    if studio.supports(["prompts", "import"], "--heldout-share"):
-        studio.run("prompts", "import", str(source), "--heldout-share", str(heldout_share), log="setup.log")
-    else:
-        studio.run("prompts", "import", str(source), log="setup.log")
-        hold_out_by_hash(studio, heldout_share)
+    studio.run("prompts", "import", str(source), "--heldout-share", str(heldout_share), log="setup.log")
     return source
 
 
-def heldout_ids(prompts: list[tuple[int, str]], share: float, minimum: int = 2) -> list[int]:
-    """The ids of the prompts whose sha256 falls in the lowest `share` of hashes (at least `minimum`): a choice
-    that does not depend on the file's order, as the lead's `--heldout-share` makes it."""
-    import hashlib
-
-    ranked = sorted(prompts, key=lambda p: hashlib.sha256(p[1].encode("utf-8")).hexdigest())
-    count = min(len(ranked) - 1, max(minimum, round(share * len(ranked))))
-    return sorted(prompt_id for prompt_id, _ in ranked[:count])
-
-
-def hold_out_by_hash(studio: Studio, share: float) -> None:
-    """Stand-in for `prompts import --heldout-share` on a tree without it: the same share, by hash."""
-    from labeler.services import prompts
-    from labeler.services.projects import get_project
-    from storage import write_transaction
-
-    db = studio.db_handle()
-    try:
-        project_id = get_project(db, studio.project).id
-        rows = [(row[0], row[1]) for row in db.execute(
-            "SELECT id, text FROM prompts WHERE project_id = ? ORDER BY id", [project_id]).fetchall()]
-        ids = heldout_ids(rows, share)
-        with write_transaction(db):
-            prompts.hold_out(db, ids)
-    finally:
-        db.conn.close()
-    print(f"  held out {len(ids)} prompts by hash (this tree's `prompts import` has no --heldout-share)", flush=True)
-
-
 # 3.
-def generate(studio: Studio, n: int, tokens: int | None, seed: int) -> None:
-    studio.run("generate", "--n", str(n), "--seed", str(seed), *tokens_flag(tokens), log="generate.log")
+def generate(studio: Studio, n: int, seed: int) -> None:
+    studio.run("generate", "--n", str(n), "--seed", str(seed), log="generate.log")
 
 
 # 4. and 8.
@@ -395,57 +319,50 @@ def answers_judged_in_run(studio: Studio, run_id: int) -> int | None:
     return None if frame.empty else int(frame.sort_values("step")["value"].iloc[-1])
 
 
-def set_measure(studio: Studio, reward_model: str) -> str:
-    """The project's measure: its reward model (item 2's default once it has one). Returns the eval --reward
-    to pass where the app cannot keep a measure of its own ('' where it can)."""
-    if studio.supports(["projects", "set"], "--measure"):
-        studio.run("projects", "set", studio.project, "--measure", f"rm:{reward_model}", log="setup.log",
-                   project=False)
-        return ""
-    return f"rm:{reward_model}"
+def set_measure(studio: Studio, reward_model: str) -> None:
+    """The project's measure: the reward model of step 5, named, so every run is judged by the same one (a mix
+    run's online reward model would otherwise be the newest)."""
+    studio.run("projects", "set", studio.project, "--measure", f"rm:{reward_model}", log="setup.log", project=False)
 
 
 # 9.
-def app_evaluation(studio: Studio, run_id: int, model: str, eval_reward: str, tokens: int | None):
-    """(base, tuned) evaluations of a run as the app stored them: the automatic one after the run where its
-    measure is the project's, else `eval --model BASE --model MODEL` with it."""
+def app_evaluation(studio: Studio, run_id: int, model: str):
+    """(base, tuned) evaluations of a run as the app stored them: the automatic one after the run, else (a run
+    with eval_samples=0) `eval --model MODEL`, which evaluates its base beside it, by the project's measure."""
     from labeler.services import evaluation
 
     db = studio.db_handle()
     try:
         before, after = evaluation.run_comparison(db, run_id)
-        base = evaluation.kl_base(db, model)
     finally:
         db.conn.close()
-    wanted = eval_reward or None
-    if before is None or after is None or (wanted and after.settings.get("reward") != wanted):
-        args = ["eval", "--model", base, "--model", model]
-        if eval_reward:
-            args += ["--reward", eval_reward]
-        studio.run(*args, *tokens_flag(tokens), log="eval.log")
+    if before is None or after is None:
+        studio.run("eval", "--model", model, log="eval.log")
         db = studio.db_handle()
         try:
             after = evaluation.list_evaluations(db, model=model, limit=1)[0]
-            before = evaluation.list_evaluations(db, model=base, limit=1)[0]
+            before = evaluation.list_evaluations(db, model=after.kl_base, limit=1)[0]
         finally:
             db.conn.close()
     return before, after
 
 
 def measure(run: str, model: str, before, after, judge, margin: float, judged: int, online: bool = False) -> Row:
+    """The table's row: the judge's verdict on the answers the app's evaluation stored, beside its figures."""
     prompts, base_answers, tuned_answers = paired_answers(before.samples, after.samples)
     base_scores = [float(s) for s in judge(prompts, base_answers)]
     tuned_scores = [float(s) for s in judge(prompts, tuned_answers)]
-    app_win = after.metrics.get("eval/win_rate")
-    if app_win is None:  # a tree whose evaluation has no win rate: the same pairing on its stored scores
-        app_win = win_rate([r["reward"] for r in after.samples], [r["reward"] for r in before.samples]).rate
-    mean = lambda values: sum(values) / len(values)  # noqa: E731
-    return Row(run=run, model=model, judge_base=mean(base_scores), judge_tuned=mean(tuned_scores),
-               judge_win=win_rate(tuned_scores, base_scores, margin), app_measure=str(after.settings.get("reward")),
-               app_base=before.metrics["eval/reward_mean"], app_tuned=after.metrics["eval/reward_mean"],
-               app_win=float(app_win), kl=float(after.metrics.get("eval/kl") or 0.0),
-               distinct_2=after.metrics["eval/distinct_2"], distinct_2_base=before.metrics["eval/distinct_2"],
-               length=after.metrics["eval/length_mean"], length_base=before.metrics["eval/length_mean"],
+    m = after.metrics
+    return Row(run=run, model=model, judge_base=sum(base_scores) / len(base_scores),
+               judge_tuned=sum(tuned_scores) / len(tuned_scores),
+               judge_win=judge_win_rate(tuned_scores, base_scores, int(after.settings["samples"]), margin),
+               app_measure=str(after.settings.get("reward")), app_base=before.metrics["eval/reward_mean"],
+               app_tuned=m["eval/reward_mean"],
+               app_win=(m.get("eval/win_rate", float("nan")), m.get("eval/win_low", float("nan")),
+                        m.get("eval/win_high", float("nan"))),
+               kl=float(m.get("eval/kl") or 0.0), distinct_2=m["eval/distinct_2"],
+               distinct_2_base=before.metrics["eval/distinct_2"], length=m["eval/length_mean"],
+               length_base=before.metrics["eval/length_mean"], truncated=m.get("eval/truncated_share", float("nan")),
                judged=judged, online=online)
 
 
@@ -485,22 +402,22 @@ def run_task(task: Task, args, work: Path) -> list[Row]:
     work.mkdir(parents=True, exist_ok=True)
     studio = Studio(work / "studio.db", task.name, work)
     judge = task.judge()
-    tokens = create_project(studio, args.answer_tokens)                               # 1.
-    common = [f"seed={args.seed}", *tokens_setting(tokens), *args.set]               # every train's settings
+    create_project(studio, args.answer_tokens, args.heldout_share)                    # 1.
     import_prompts(studio, task, args.heldout_share, args.limit)                      # 2.
-    generate(studio, args.n, tokens, args.seed)                                       # 3.
+    generate(studio, args.n, args.seed)                                               # 3.
+    common = [f"seed={args.seed}", *args.set]                                         # every train's settings
     people = People(studio, task, args.annotators, args.pace, args.margin)
     rows, results = [], []
     try:
         judged = people.label_until_done(args.judged_answers)                         # 4.
         print(f"  people judged {judged} answers up front", flush=True)
         _, reward_model, _ = train(studio, "rm", common, "rm.log")       # 5.
-        eval_reward = set_measure(studio, reward_model)
+        set_measure(studio, reward_model)
         offline = [("ppo reward=rm", "ppo", ["reward=rm", *args.ppo_set]),           # 6.
                    *([] if args.skip_dpo else [("dpo", "dpo", [])])]                 # 7.
         for label, stage, settings in offline:
             run_id, model, wall = train(studio, stage, [*common, *settings], f"{stage}.log")
-            rows.append(measure(label, model, *app_evaluation(studio, run_id, model, eval_reward, tokens),
+            rows.append(measure(label, model, *app_evaluation(studio, run_id, model),
                                 judge, args.win_margin, judged))
             results.append({"run": label, "run_id": run_id, "wall_s": wall})
         if not args.skip_mix:                                                         # 8.
@@ -511,15 +428,13 @@ def run_task(task: Task, args, work: Path) -> list[Row]:
             by_run = answers_judged_in_run(studio, run_id)
             print(f"  people judged {by_team} answers during the mix run; the run counts {by_run} of its own",
                   flush=True)
-            rows.append(measure("ppo reward=mix", model, *app_evaluation(studio, run_id, model, eval_reward, tokens),
+            rows.append(measure("ppo reward=mix", model, *app_evaluation(studio, run_id, model),
                                 judge, args.win_margin, by_run if by_run is not None else by_team, online=True))
             results.append({"run": "ppo reward=mix", "run_id": run_id, "wall_s": wall, "judged_by_team": by_team})
     finally:
         people.close()
     for result, row in zip(results, rows):
-        result.update({k: v for k, v in asdict(row).items() if k != "judge_win"},
-                      judge_win=asdict(row.judge_win), judge_win_rate=row.judge_win.rate,
-                      judge_win_interval=row.judge_win.interval(), targets=row.targets())
+        result.update(asdict(row), targets=row.targets())
     (work / "results.json").write_text(json.dumps(results, indent=2))
     return rows
 

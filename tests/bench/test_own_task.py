@@ -1,5 +1,5 @@
-"""bench/own_task.py's pure parts (the judge's win rate and its interval, pairing stored evaluations, the held-out
-choice, the targets) and the judge-driven simulated annotators' pure parts (bench/simulated_annotators.py)."""
+"""bench/own_task.py's pure parts (the judge's win rate with a tie margin, pairing stored evaluations, the targets,
+the table) and the judge-driven simulated annotators' pure parts (bench/simulated_annotators.py)."""
 from __future__ import annotations
 
 import sys
@@ -14,32 +14,31 @@ sys.path.insert(0, str(ROOT / "bench"))  # bench scripts import their siblings b
 
 import own_task  # noqa: E402
 import simulated_annotators as people  # noqa: E402
-from own_task import Row, WinRate, format_table, heldout_ids, paired_answers, win_rate, wilson_interval  # noqa: E402
+from own_task import Row, format_table, paired_answers  # noqa: E402
+from rlhf.evaluation import WinRate  # noqa: E402
 
 
-def test_wilson_interval_by_hand():
-    # p = 0.8, n = 10, z = 1.96: z^2/n = 0.38416; centre = (0.8 + 0.19208) / 1.38416 = 0.71674;
-    # half = 1.96 / 1.38416 * sqrt(0.016 + 0.009604) = 1.41602 * 0.160012 = 0.226581 -> (0.49016, 0.94332)
-    low, high = wilson_interval(0.8, 10, z=1.96)
-    assert (low, high) == (pytest.approx(0.49016, abs=1e-5), pytest.approx(0.94332, abs=1e-5))
-    # p = 1 stays below 1 at the top and is not a point: n = 4 -> centre (1 + 0.4802) / 1.9604 = 0.75500,
-    # half = 1.96 / 1.9604 * sqrt(0 + 3.8416 / 64) = 0.99980 * 0.245 = 0.24495 -> (0.51005, 0.99995 -> 1.0)
-    low, high = wilson_interval(1.0, 4, z=1.96)
-    assert low == pytest.approx(0.51005, abs=1e-4) and high == pytest.approx(1.0, abs=1e-4)
-    assert all(v != v for v in wilson_interval(0.5, 0))  # nan: nothing compared
+def _win(wins: int, ties: int, losses: int, low: float = 0.5, high: float = 0.9) -> WinRate:
+    return WinRate((wins + ties / 2) / (wins + ties + losses), low, high, wins, ties, losses, 10)
 
 
-def test_win_rate_counts_ties_within_the_margin_as_half():
-    tuned = [0.90, 0.50, 0.53, 0.10, 0.70]
-    base = [0.50, 0.52, 0.50, 0.30, 0.70]
-    # differences +0.40 win, -0.02 tie, +0.03 tie, -0.20 loss, 0 tie (margin 0.05)
-    result = win_rate(tuned, base, margin=0.05)
-    assert result == WinRate(wins=1, ties=3, losses=1)
-    assert result.n == 5 and result.rate == pytest.approx((1 + 1.5) / 5)
-    # without a margin only the exact equality ties: +0.40, +0.03 win; -0.02, -0.20 lose
-    assert win_rate(tuned, base) == WinRate(wins=2, ties=1, losses=2)
+def test_judge_win_rate_ties_within_the_margin_and_counts_prompts_for_the_interval():
+    tuned = [0.90, 0.50, 0.53, 0.10, 0.70, 0.80]
+    base = [0.50, 0.52, 0.50, 0.30, 0.70, 0.60]
+    # differences +0.40 win, -0.02 tie, +0.03 tie, -0.20 loss, 0 tie, +0.20 win (margin 0.05)
+    # rate (2 + 3 / 2) / 6 = 0.58333; 3 prompts of 2 samples: Wilson over n = 3 at z = 1.96:
+    # z^2/n = 1.28053, centre = (0.58333 + 0.64027) / 2.28053 = 0.53654,
+    # half = 1.96 * sqrt(0.24306 / 3 + 3.8416 / 36) / 2.28053 = 1.96 * 0.43328 / 2.28053 = 0.37238
+    # -> (0.16416, 0.90892)
+    result = own_task.judge_win_rate(tuned, base, samples=2, margin=0.05)
+    assert (result.wins, result.ties, result.losses, result.prompts) == (2, 3, 1, 3)
+    assert result.rate == pytest.approx(3.5 / 6)
+    assert (result.low, result.high) == (pytest.approx(0.16416, abs=1e-4), pytest.approx(0.90892, abs=1e-4))
+    # without a margin only the exact equality ties: +0.40, +0.03, +0.20 win; -0.02, -0.20 lose
+    exact = own_task.judge_win_rate(tuned, base, samples=2)
+    assert (exact.wins, exact.ties, exact.losses) == (3, 1, 2)
     with pytest.raises(ValueError, match="2 tuned scores but 1 base"):
-        win_rate([1.0, 0.0], [0.5])
+        own_task.judge_win_rate([1.0, 0.0], [0.5], samples=1)
 
 
 def test_paired_answers_pairs_rows_of_equal_prompts_and_refuses_others():
@@ -52,20 +51,11 @@ def test_paired_answers_pairs_rows_of_equal_prompts_and_refuses_others():
         paired_answers(base, tuned[:2])
 
 
-def test_heldout_ids_depend_on_the_prompts_not_their_order():
-    prompts = [(i, f"question number {i}") for i in range(1, 41)]
-    chosen = heldout_ids(prompts, 0.1)
-    assert len(chosen) == 4 and chosen == sorted(chosen)
-    assert heldout_ids(list(reversed(prompts)), 0.1) == chosen
-    assert len(heldout_ids(prompts[:5], 0.1)) == 2  # at least the minimum
-    assert len(heldout_ids(prompts[:2], 0.9)) == 1  # never every prompt
-
-
 def _row(**changes) -> Row:
     values = dict(run="ppo reward=rm", model="ppo-run3", judge_base=0.40, judge_tuned=0.70,
-                  judge_win=WinRate(wins=30, ties=4, losses=6), app_measure="rm:rm-run2", app_base=0.0, app_tuned=1.2,
-                  app_win=0.70, kl=5.0, distinct_2=0.60, distinct_2_base=0.80, length=40.0, length_base=60.0,
-                  judged=360)
+                  judge_win=_win(30, 4, 6), app_measure="rm:rm-run2", app_base=0.0, app_tuned=1.2,
+                  app_win=(0.70, 0.5, 0.85), kl=5.0, distinct_2=0.60, distinct_2_base=0.80, length=40.0,
+                  length_base=60.0, truncated=0.1, judged=360)
     values.update(changes)
     return Row(**values)
 
@@ -74,7 +64,7 @@ def test_targets_of_item_5():
     # judge: (30 + 2) / 40 = 0.80 >= 0.70; app 0.70 is 10 points off (<= 15)
     assert _row().targets() == {"win_rate": True, "kl": True, "distinct_2": True, "judged": True,
                                 "app_vs_judge": True}
-    missed = _row(judge_win=WinRate(20, 0, 20), kl=12.0, distinct_2=0.30, judged=480, app_win=0.70).targets()
+    missed = _row(judge_win=_win(20, 0, 20), kl=12.0, distinct_2=0.30, judged=480).targets()
     assert missed == {"win_rate": False, "kl": False, "distinct_2": False, "judged": False, "app_vs_judge": False}
     # the online mix run is held to item 7's 800 answers, not the offline path's 400
     assert _row(judged=640, online=True).targets()["judged"] is True
