@@ -166,7 +166,7 @@ class Studio:
         path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
         return {**os.environ, "PYTHONPATH": path}
 
-    def run(self, *args: str, log: str, project: bool = True, check: bool = True) -> subprocess.CompletedProcess:
+    def run(self, *args: str, log: str, project: bool = True) -> None:
         command = [sys.executable, "-m", "labeler", *args, "--db", str(self.db)]
         if project:
             command += ["--project", self.project]
@@ -175,11 +175,10 @@ class Studio:
             out.write(f"$ {' '.join(command)}\n")
             out.flush()
             done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=self.env(), cwd=ROOT)
-        if check and done.returncode != 0:
+        if done.returncode != 0:
             tail = (self.work / log).read_text().splitlines()[-15:]
             raise SystemExit(f"`rlhf-studio {' '.join(args)}` failed ({done.returncode}); {self.work / log}:\n"
                              + "\n".join(tail))
-        return done
 
     def db_handle(self):
         from storage import open_db
@@ -319,10 +318,11 @@ def answers_judged_in_run(studio: Studio, run_id: int) -> int | None:
     return None if frame.empty else int(frame.sort_values("step")["value"].iloc[-1])
 
 
-def set_measure(studio: Studio, reward_model: str) -> None:
-    """The project's measure: the reward model of step 5, named, so every run is judged by the same one (a mix
-    run's online reward model would otherwise be the newest)."""
-    studio.run("projects", "set", studio.project, "--measure", f"rm:{reward_model}", log="setup.log", project=False)
+def set_measure(studio: Studio, measure: str, reward_model: str) -> None:
+    """The project's measure: `measure`, where 'rm' is the reward model of step 5, named, so every run is judged
+    by the same one (a mix run's online reward model would otherwise be the newest)."""
+    spec = f"rm:{reward_model}" if measure == "rm" else measure
+    studio.run("projects", "set", studio.project, "--measure", spec, log="setup.log", project=False)
 
 
 # 9.
@@ -381,6 +381,9 @@ def main() -> None:
                         help="people tie answers whose judge scores are within this of their group's best")
     parser.add_argument("--win-margin", type=float, default=0.0, help="the judge's win rate counts a pair within "
                         "this as a tie (0: equal scores only, as the app's win rate counts)")
+    parser.add_argument("--measure", default="rm", help="the project's measure, which the app evaluates runs by: "
+                        "rm (the reward model trained in step 5), or any `projects set --measure` value, e.g. "
+                        "bench.tasks.concise.judge:judge (default: rm)")
     parser.add_argument("--set", action="append", default=[], help="a setting for every train (key=value)")
     parser.add_argument("--ppo-set", action="append", default=[], help="a setting for the PPO runs alone")
     parser.add_argument("--seed", type=int, default=0, help="the runs' and generation's seed")
@@ -412,7 +415,7 @@ def run_task(task: Task, args, work: Path) -> list[Row]:
         judged = people.label_until_done(args.judged_answers)                         # 4.
         print(f"  people judged {judged} answers up front", flush=True)
         _, reward_model, _ = train(studio, "rm", common, "rm.log")       # 5.
-        set_measure(studio, reward_model)
+        set_measure(studio, args.measure, reward_model)
         offline = [("ppo reward=rm", "ppo", ["reward=rm", *args.ppo_set]),           # 6.
                    *([] if args.skip_dpo else [("dpo", "dpo", [])])]                 # 7.
         for label, stage, settings in offline:

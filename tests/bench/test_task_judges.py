@@ -97,8 +97,9 @@ def test_every_task_has_a_hundred_questions_and_a_deterministic_judge_with_the_r
         judge(lines[:1], answers)
 
 
-def test_the_app_imports_a_judge_by_its_module_function_spec():
-    from labeler.services import reward_spec
+def test_the_app_imports_a_judge_by_its_module_function_spec(db):
+    from labeler.services import measures, reward_spec
+    from labeler.services.errors import InputError
     from rlhf.rewards import FunctionReward
 
     spec = TASKS["concise"].judge_spec
@@ -106,6 +107,10 @@ def test_the_app_imports_a_judge_by_its_module_function_spec():
     reward = FunctionReward.from_spec(spec)
     scores = reward([QUESTION], ["Yes."])
     assert [float(s) for s in scores] == [pytest.approx(0.075)]
+    # as a project's measure (projects set --measure): accepted, and a misspelt function refused by name
+    assert measures.check_measure(db, spec) == spec
+    with pytest.raises(InputError, match="has no attribute 'judgee'"):
+        measures.check_measure(db, spec + "e")
 
 
 def test_the_question_is_found_in_a_conversation_or_a_templated_query():
