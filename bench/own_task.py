@@ -4,6 +4,7 @@ that judge against the base on held-out prompts, beside the app's own evaluation
 
     python bench/own_task.py --task concise                 # the full recipe (hours on a CPU)
     python bench/own_task.py --task formal --skip-mix       # the offline path only (people label once, up front)
+    python bench/own_task.py --task concise --seeds 0,1,2 --tie-margins 0.05,0.1   # item 7: is it robust?
     nice -n 10 python bench/own_task.py --task concise --limit 12 --n 2 --set steps=1 --ppo-set batch_size=8 \\
         --annotators 2 --pace 0 --answer-tokens 32 --set eval_samples=1 --mix-judged-answers 16   # a smoke run
 
@@ -14,7 +15,7 @@ The recipe, one `rlhf-studio` subprocess per step, on a fresh database in a temp
    a hash of each prompt, is held out: never labelled or trained on; evaluation answers them)
 3. `generate --n 4 --project TASK`: answers to the training prompts, queued as ranking items
 4. `serve --project TASK` and `--annotators` simulated people (bench/simulated_annotators.py) who log in and rank
-   through the web API (gradio_client) by the task's judge, ties within --margin, one ranking per --pace
+   through the web API (gradio_client) by the task's judge, ties within --tie-margins, one ranking per --pace
    seconds each, until `--judged-answers` answers are judged or the queue is empty
 5. `train rm`: a reward model from those rankings; `projects set TASK --measure rm:NAME` makes it the project's
    measure, so the app judges every run below by it
@@ -377,8 +378,9 @@ def main() -> None:
     parser.add_argument("--mix-judged-answers", type=int, default=800, help="people's budget in the mix run")
     parser.add_argument("--annotators", type=int, default=5)
     parser.add_argument("--pace", type=float, default=2.0, help="seconds each person takes per label")
-    parser.add_argument("--margin", type=float, default=0.05,
-                        help="people tie answers whose judge scores are within this of their group's best")
+    parser.add_argument("--tie-margins", default="0.05", help="comma-separated: people tie answers whose judge "
+                        "scores are within this of their group's best; the whole recipe runs once per margin and "
+                        "seed (item 7: the recipe must not depend on how people break ties)")
     parser.add_argument("--win-margin", type=float, default=0.0, help="the judge's win rate counts a pair within "
                         "this as a tie (0: equal scores only, as the app's win rate counts)")
     parser.add_argument("--measure", default="rm", help="the project's measure, which the app evaluates runs by: "
@@ -386,35 +388,43 @@ def main() -> None:
                         "bench.tasks.concise.judge:judge (default: rm)")
     parser.add_argument("--set", action="append", default=[], help="a setting for every train (key=value)")
     parser.add_argument("--ppo-set", action="append", default=[], help="a setting for the PPO runs alone")
-    parser.add_argument("--seed", type=int, default=0, help="the runs' and generation's seed")
+    parser.add_argument("--seeds", default="0", help="comma-separated seeds of generation and every run: the "
+                        "whole recipe runs once per seed and tie margin")
     parser.add_argument("--skip-mix", action="store_true", help="no online run with people")
     parser.add_argument("--skip-dpo", action="store_true")
     parser.add_argument("--keep", default="", help="folder for the databases, logs and results (default: a temp one)")
     args = parser.parse_args()
     root = Path(args.keep or tempfile.mkdtemp(prefix="own-task-"))
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    margins = [float(m) for m in args.tie_margins.split(",") if m.strip()]
     tables = []
     for name in args.task or sorted(TASKS):
-        rows = run_task(TASKS[name], args, root / name)
-        tables.append(format_table(name, rows))
-        print("\n" + tables[-1], flush=True)
+        for seed in seeds:
+            for margin in margins:
+                title = name if len(seeds) * len(margins) == 1 else f"{name}, seed {seed}, ties within {margin:g}"
+                rows = run_task(TASKS[name], args, seed, margin, root / title.replace(", ", "-").replace(" ", "-"))
+                tables.append(format_table(title, rows))
+                print("\n" + tables[-1], flush=True)
     (root / "tables.md").write_text("\n\n".join(tables) + "\n")
     print(f"\ntables in {root / 'tables.md'}; databases and logs under {root}")
 
 
-def run_task(task: Task, args, work: Path) -> list[Row]:
+def run_task(task: Task, args, seed: int, margin: float, work: Path) -> list[Row]:
+    """The recipe (1.-9.) on a fresh database in `work`, with generation and every run at `seed` and people
+    tying within `margin`; one table row per policy run."""
     work.mkdir(parents=True, exist_ok=True)
     studio = Studio(work / "studio.db", task.name, work)
     judge = task.judge()
     create_project(studio, args.answer_tokens, args.heldout_share)                    # 1.
     import_prompts(studio, task, args.heldout_share, args.limit)                      # 2.
-    generate(studio, args.n, args.seed)                                               # 3.
-    common = [f"seed={args.seed}", *args.set]                                         # every train's settings
-    people = People(studio, task, args.annotators, args.pace, args.margin)
+    generate(studio, args.n, seed)                                                    # 3.
+    common = [f"seed={seed}", *args.set]                                              # every train's settings
+    people = People(studio, task, args.annotators, args.pace, margin)
     rows, results = [], []
     try:
         judged = people.label_until_done(args.judged_answers)                         # 4.
         print(f"  people judged {judged} answers up front", flush=True)
-        _, reward_model, _ = train(studio, "rm", common, "rm.log")       # 5.
+        _, reward_model, _ = train(studio, "rm", common, "rm.log")                   # 5.
         set_measure(studio, args.measure, reward_model)
         offline = [("ppo reward=rm", "ppo", ["reward=rm", *args.ppo_set]),           # 6.
                    *([] if args.skip_dpo else [("dpo", "dpo", [])])]                 # 7.
