@@ -87,7 +87,7 @@ def test_memory_estimate_for_the_chosen_model_and_a_recipe_for_its_size(labelled
     from transformers import Qwen2Config
 
     from labeler import forms
-    from labeler.services import train_configs
+    from labeler.services import jobs, train_configs
     from labeler.services.run_estimate import train_shape
     from labeler.services.run_preview import _trainer_config
     from rlhf.memory_estimate import GIB, estimate_training_memory, model_shape
@@ -102,9 +102,11 @@ def test_memory_estimate_for_the_chosen_model_and_a_recipe_for_its_size(labelled
     assert 1.5e9 < shape.parameters < 1.6e9 and shape.vocab_size == 151936
     config = train_configs.resolve_run_config("ppo", {"model": str(folder), "batch_size": 8, "mini_batch_size": 4,
                                                       "answers_per_prompt": 4})
+    jobs.pin_project_defaults(labelled, config, "ppo", "default")  # the project's answer length, as the preview
     job = forms.build_config(train_configs.JobConfig, config["job"])
     run = train_shape("ppo", job, _trainer_config("ppo", job, config["trainer"]), "cpu")
-    assert (run.rows, run.tokens, run.logit_tokens, run.lora_r, run.load_bytes, run.reference) == (4, 64 + 16, 16, 0, 4, True)
+    assert (run.rows, run.tokens, run.logit_tokens, run.lora_r, run.load_bytes, run.reference) == (
+        4, 64 + 128, 128, 0, 4, True)  # a chat project's 128-token answers
     expected = estimate_training_memory(shape, run).total / GIB
     assert f"**Memory: about {expected:.1f} GiB**" in preview.markdown()
     assert "1.54B parameters, vocabulary 151,936" in preview.memory
