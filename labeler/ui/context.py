@@ -30,6 +30,8 @@ class ServeSettings:
     allowed_origins: tuple[str, ...] = ()
     session_max_age_s: float = SESSION_DAYS * 86400.0
     login_throttle: ThrottlePolicy = field(default_factory=ThrottlePolicy)
+    # Proxies whose X-Forwarded-For / X-Forwarded-Proto are believed (addresses or networks); none by default.
+    forwarded_allow_ips: tuple[str, ...] = ()
     root_path: str = ""  # the URL path behind a reverse proxy ("/studio"); "" when served at the root
     extra: dict = field(default_factory=dict)
 

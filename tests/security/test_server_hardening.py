@@ -60,7 +60,8 @@ def app(tmp_path_factory, tiny_model_dir):
         db.conn.close()
     port = free_port()
     settings = ServeSettings(db_path=db_path, port=port, model="tiny", runs_dir=str(root / "runs"),
-                             login_throttle=POLICY, max_file_size=f"{UPLOAD_BYTES}b", max_upload_files=1)
+                             login_throttle=POLICY, max_file_size=f"{UPLOAD_BYTES}b", max_upload_files=1,
+                             forwarded_allow_ips=("127.0.0.1",))  # the TLS test's proxy is on this machine
     blocks = build_app(settings)
     launch(blocks, settings, prevent_thread_lock=True, quiet=True)
     try:
@@ -211,11 +212,11 @@ def test_logout_is_post_only_and_not_from_another_site(app):
 def test_the_plain_http_cookie_twin_is_not_set_over_tls(app):
     url = app["url"]
     plain = login(url, ANNOTATOR, requests.Session())
-    names = [c.split("=", 1)[0] for c in plain.raw.headers.getlist("set-cookie")]
+    names = [c.split("=", 1)[0] for c in plain.raw.headers.getlist("set-cookie") if c.startswith("access-token")]
     assert len(names) == 2 and any(n.startswith("access-token-unsecure-") for n in names)
-    # Behind a TLS proxy on this machine (uvicorn trusts X-Forwarded-Proto from 127.0.0.1), or TLS itself.
+    # Behind a TLS proxy on this machine (named with forwarded_allow_ips), or TLS itself.
     tls = requests.post(f"{url}/login", data={"username": ANNOTATOR[0], "password": ANNOTATOR[1]},
                         headers={"X-Forwarded-Proto": "https"}, timeout=30)
-    cookies = tls.raw.headers.getlist("set-cookie")
+    cookies = [c for c in tls.raw.headers.getlist("set-cookie") if c.startswith("access-token")]
     assert tls.status_code == 200 and len(cookies) == 1, cookies
     assert cookies[0].startswith("access-token-") and "Secure" in cookies[0] and "unsecure" not in cookies[0]

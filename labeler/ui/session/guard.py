@@ -4,12 +4,17 @@ the login cookie, the deactivated-account page).
 Gradio's CORS middleware echoes any Origin with credentials when the host is not localhost, and its login cookie
 is `SameSite=None`: the guard refuses foreign origins (403) and rewrites the cookie to Lax (cookies.py). A user
 whose session ended because an admin deactivated them got a bare login form (or, within the epoch recheck, red
-Error badges) on reload: the guard answers the page with "account deactivated".
+Error badges) on reload: the guard answers the page with "account deactivated". It also hands the login a
+device id (DEVICE_COOKIE, for login_guard's known clients) and puts LOGIN_SCRIPT in the page, so that the login
+form says why a login was refused.
 """
 from __future__ import annotations
 
 import functools
 import html
+import re
+import secrets
+from pathlib import Path
 from typing import Iterable
 from urllib.parse import urlsplit
 
@@ -19,10 +24,19 @@ from starlette.responses import HTMLResponse, PlainTextResponse
 
 from labeler.services import accounts
 from labeler.ui.session.cookies import lax_cookies
-from labeler.ui.session.handoff import CLIENT_ADDRESS
+from labeler.ui.session.handoff import CLIENT_ADDRESS, CLIENT_DEVICE
 from labeler.ui.session.store import SessionStore
 from labeler.ui.session.web_db import web_db
 
+# A random id per browser, set by the login form's answer: a device that logged in to an account before gets
+# its own lane past strangers guessing at that account (login_guard). It proves nothing by itself (the server
+# remembers which ids logged in where, in memory), so it is neither signed nor secret beyond HttpOnly.
+DEVICE_COOKIE = "rlhf-studio-device"
+DEVICE_PATTERN = re.compile(r"^[A-Za-z0-9_-]{16,64}$")
+DEVICE_MAX_AGE_S = 365 * 86400
+# Added to the app's page: the login form then shows why a login was refused (429 locked out, 403 deactivated,
+# 503 busy), where Gradio's own form shows nothing but "Incorrect Credentials" for a wrong password.
+LOGIN_SCRIPT = b"<script>" + (Path(__file__).parents[1] / "static" / "login.js").read_bytes() + b"</script>"
 API_BODY_LIMIT = 1_000_000  # bytes of any request but an upload: a labelling event is a few kB
 DEACTIVATED_PAGE = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>RLHF Studio: account deactivated</title>
 <style>body{{font-family:system-ui,sans-serif;max-width:36em;margin:4em auto;padding:0 1em;line-height:1.5}}</style></head>
@@ -102,14 +116,39 @@ class RequestGuard:
             scope = {**scope, "method": "GET"}  # Gradio's own logout route, which is a GET
         if scope["type"] == "http" and scope.get("method") == "GET" and await self._deactivated_page(scope, receive, send):
             return
+        if scope["type"] == "http" and scope.get("method") == "GET" and is_page(scope):
+            send = with_login_script(send)
         client = scope.get("client")
         CLIENT_ADDRESS.set(client[0] if client else None)
         if scope["type"] == "http":
             send = functools.partial(lax_cookies, send, scope.get("scheme") == "https")
+            if is_route(scope, "login"):
+                send = self._with_device(scope, send)
             if scope.get("method") not in ("GET", "HEAD", "OPTIONS"):
                 await self._limited(scope, receive, send, headers)
                 return
         await self.app(scope, receive, send)
+
+    @staticmethod
+    def _with_device(scope, send):
+        """Tell the auth coroutine this browser's device id (CLIENT_DEVICE), and give a browser without one a new
+        id with the login form's answer."""
+        device = HTTPConnection(scope).cookies.get(DEVICE_COOKIE, "")
+        if DEVICE_PATTERN.match(device):
+            CLIENT_DEVICE.set(device)
+            return send
+        CLIENT_DEVICE.set(None)
+        path = (scope.get("root_path") or "").rstrip("/") or "/"
+        secure = "; Secure" if scope.get("scheme") == "https" else ""
+        cookie = (f"{DEVICE_COOKIE}={secrets.token_urlsafe(16)}; Path={path}; Max-Age={DEVICE_MAX_AGE_S}; "
+                  f"HttpOnly; SameSite=Lax{secure}").encode("latin-1")
+
+        async def send_with_device(message):
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), (b"set-cookie", cookie)]}
+            await send(message)
+
+        return send_with_device
 
     async def _limited(self, scope, receive, send, headers) -> None:
         """Run the app with the request body capped (and an upload refused to non-admins): 413 / 403 before a
@@ -221,6 +260,37 @@ def is_route(scope, name: str) -> bool:
     """Whether the request is for Gradio's own /<name> route (under a --root-path too)."""
     root = (scope.get("root_path") or "").rstrip("/")
     return scope.get("path", "").rstrip("/") in (f"/{name}", f"{root}/{name}")
+
+
+def is_page(scope) -> bool:
+    """Whether the request is for the app's page (the login form when not logged in)."""
+    root = (scope.get("root_path") or "").rstrip("/")
+    return scope.get("path", "").rstrip("/") in ("", root)
+
+
+def with_login_script(send):
+    """`send` for the app's page with LOGIN_SCRIPT in its <head>. The body is held until its last part so that
+    the new length is known (the page is a few kB)."""
+    page: dict = {"start": None, "chunks": []}
+
+    async def send_page(message) -> None:
+        if message["type"] == "http.response.start":
+            headers = message.get("headers", [])
+            if any(k.lower() == b"content-type" and v.startswith(b"text/html") for k, v in headers):
+                page["start"] = message
+                return
+        if page["start"] is None or message["type"] != "http.response.body":
+            await send(message)
+            return
+        page["chunks"].append(message.get("body", b""))
+        if message.get("more_body"):
+            return
+        body = b"".join(page["chunks"]).replace(b"</head>", LOGIN_SCRIPT + b"</head>", 1)
+        headers = [(k, v) for k, v in page["start"].get("headers", []) if k.lower() != b"content-length"]
+        await send({**page["start"], "headers": [*headers, (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
+    return send_page
 
 
 def is_logout(scope) -> bool:
