@@ -4,7 +4,8 @@ the login cookie, the deactivated-account page).
 Gradio's CORS middleware echoes any Origin with credentials when the host is not localhost, and its login cookie
 is `SameSite=None`: the guard refuses foreign origins (403) and rewrites the cookie to Lax (cookies.py). A user
 whose session ended because an admin deactivated them got a bare login form (or, within the epoch recheck, red
-Error badges) on reload: the guard answers the page with "account deactivated". It also hands the login a
+Error badges) on reload: the guard answers the page with "account deactivated". A non-admin's request naming a
+file by URL (a FileData whose path is http://...) is refused before Gradio fetches it. It also hands the login a
 device id (DEVICE_COOKIE, for login_guard's known clients) and puts LOGIN_SCRIPT in the page, so that the login
 form says why a login was refused.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import html
+import json
 import re
 import secrets
 from pathlib import Path
@@ -171,6 +173,18 @@ class RequestGuard:
         if declared is not None and (not declared.isdigit() or int(declared) > limit):
             await too_large(scope, receive, send)
             return
+        if not upload and not is_route(scope, "login"):
+            # Read here (it is at most `limit`), so that a file given by URL is refused before Gradio fetches it.
+            body = await read_body(receive, limit)
+            if body is None:
+                await too_large(scope, receive, send)
+                return
+            if file_urls(body) and not self._is_admin(scope):
+                await PlainTextResponse(
+                    "A file given by URL is refused: only an admin's request may name a file, by uploading it.",
+                    status_code=403)(scope, receive, send)
+                return
+            receive = replay(body, receive)
         counted = {"bytes": 0, "parts": 0, "tail": b""}
         delimiter = b"--" + boundary if boundary else None
         state = {"started": False, "refused": False}
@@ -254,6 +268,59 @@ class RequestGuard:
                 await HTMLResponse(page, status_code=403)(scope, receive, send)
                 return True
         return False
+
+
+async def read_body(receive, limit: int) -> bytes | None:
+    """The whole request body, or None once it passes `limit` bytes (or the client went away)."""
+    chunks, size, more = [], 0, True
+    while more:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+        more = message.get("more_body", False)
+    return b"".join(chunks)
+
+
+def replay(body: bytes, receive):
+    """`receive` for the app: the body read already, then the client's own messages (a disconnect)."""
+    sent = [False]
+
+    async def replayed():
+        if not sent[0]:
+            sent[0] = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed
+
+
+def file_urls(body: bytes) -> list[str]:
+    """The URLs named as a Gradio FileData's path in a JSON body: Gradio fetches such a file (resolving its host)
+    while it prepares an event's inputs, before any handler checks the caller's role. Parsed, not searched for,
+    since JSON may spell "gradio.FileData" with escapes."""
+    if not body.lstrip()[:1] in (b"{", b"["):
+        return []
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        return []  # not JSON Gradio could read either
+    found, stack = [], [data]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            meta, path = value.get("meta"), value.get("path")
+            if (isinstance(meta, dict) and meta.get("_type") == "gradio.FileData" and isinstance(path, str)
+                    and path.strip().lower().startswith(("http://", "https://", "//"))):
+                found.append(path)
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return found
 
 
 def is_route(scope, name: str) -> bool:
