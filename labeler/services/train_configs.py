@@ -20,6 +20,7 @@ from labeler.services.errors import InputError
 from labeler.services.job_settings import ALL_STAGES as STAGES
 from labeler.services.job_settings import JobConfig
 from labeler.services.readers import MAX_JSON_DEPTH, check_depth, decode_text, load_json
+from labeler.services.run_secrets import refuse_secrets
 
 # The trainer config class of each stage, imported lazily (torch/transformers are slow to import).
 STAGE_CONFIG_CLASSES = {
@@ -156,6 +157,7 @@ def resolve_run_config(stage: str, values: dict[str, Any], source: str | None = 
     Trainer settings are validated by building the trainer config once here (not only in the worker), so a
     bad value is refused before a run is queued.
     """
+    refuse_secrets(values, source)  # before anything else: a dry run or a preview refuses them as a launch does
     job_values, trainer_values = split_settings(stage, values, source)
     try:
         job_values = reward_spec.job_settings(job_values)  # reward=rm:NAME, vader, ... as reward, reward_model, ...
