@@ -13,16 +13,25 @@ from typing import Any
 from labeler.services.errors import InputError
 
 SECRET_SETTINGS = ("hub_token",)
-# A key that names a credential, at any depth of a mapping (tracker_kwargs, accelerator_kwargs, project_kwargs):
+# Words of a key that names a credential, inside a mapping (tracker_kwargs, accelerator_kwargs, project_kwargs):
 # {"wandb": {"key": ...}}, {"mlflow": {"pwd": ...}}, private_key and passphrase were stored before.
-SECRET_KEY = re.compile(
-    r"(token|secret|passw|passphrase|pwd|api[_-]?key|private|credential|auth|cookie|bearer|signature|"
-    r"(^|[_\-.])key($|[_\-.]))", re.IGNORECASE)
+SECRET_WORDS = frozenset({
+    "token", "secret", "password", "passwd", "pwd", "pass", "passphrase", "key", "apikey", "private",
+    "credential", "credentials", "auth", "authorization", "cookie", "bearer", "signature",
+})
+_WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether a mapping's key names a credential: one of its words (split at _ - . and camelCase) is in
+    SECRET_WORDS. Words, not substrings: max_new_tokens and keyboard are not secrets."""
+    return any(word.lower() in SECRET_WORDS for word in _WORD.findall(str(key)))
 
 
 def secret_paths(settings: dict[str, Any]) -> list[str]:
-    """Where `settings` hold a secret: a SECRET_SETTINGS key with a value, or a key that looks like a credential
-    (SECRET_KEY) with a value, at the top or inside a mapping, also one given as JSON text."""
+    """Where `settings` hold a secret: a SECRET_SETTINGS key with a value, or a text value under a key that names
+    a credential (is_secret_key) inside a mapping, also one given as JSON text. Top-level keys are the declared
+    settings (an unknown one is refused by its name anyway); numbers and switches are never secrets."""
     found = [key for key in SECRET_SETTINGS if settings.get(key) not in (None, "", "null", "None")]
 
     def walk(value: Any, path: str) -> None:
@@ -33,8 +42,8 @@ def secret_paths(settings: dict[str, Any]) -> list[str]:
                 return
         if isinstance(value, dict):
             for key, item in value.items():
-                where = f"{path}.{key}" if path else str(key)
-                if SECRET_KEY.search(str(key)) and item not in (None, "", "null", "None"):
+                where = f"{path}.{key}"
+                if is_secret_key(key) and isinstance(item, str) and item.strip() not in ("", "null", "None"):
                     found.append(where)
                 else:
                     walk(item, where)
@@ -42,7 +51,9 @@ def secret_paths(settings: dict[str, Any]) -> list[str]:
             for index, item in enumerate(value):
                 walk(item, f"{path}[{index}]")
 
-    walk({key: value for key, value in settings.items() if key not in SECRET_SETTINGS}, "")
+    for key, value in settings.items():
+        if key not in SECRET_SETTINGS:
+            walk(value, key)
     return found
 
 

@@ -95,5 +95,8 @@ def test_a_dry_run_refuses_secrets_as_a_run_does_and_names_the_config_file(db_pa
 def test_ordinary_settings_are_not_taken_for_secrets():
     from labeler.services.run_secrets import secret_paths
 
-    assert secret_paths({"steps": 3, "tracker_kwargs": {"wandb": {"project": "p", "monkey": 1, "keyboard": 2}},
-                         "reward": "vader", "kl_coef": 0.1}) == []
+    assert secret_paths({"steps": 3, "max_new_tokens": 16, "reward": "vader", "kl_coef": 0.1,
+                         "tracker_kwargs": {"wandb": {"project": "p", "monkey": "m", "keyboard": "k"}},
+                         "generation_kwargs": {"pad_token_id": 0, "private": True}}) == []
+    assert secret_paths({"tracker_kwargs": {"wandb": {"apiKey": "x"}, "hub": {"Private-Key": "y"}}}) == [
+        "tracker_kwargs.wandb.apiKey", "tracker_kwargs.hub.Private-Key"]
