@@ -12,6 +12,7 @@ from transformers import TrainingArguments
 from rlhf.configs import (
     attn_implementation_field,
     check_attn_implementation,
+    check_learning_rate,
     keep_freed_memory_field,
     share_input_casts_field,
 )
@@ -27,6 +28,7 @@ class TrainerConfig(TrainingArguments):
 
     def __post_init__(self):
         check_attn_implementation(self.attn_implementation)
+        check_learning_rate(self.learning_rate)
         if not torch.cuda.is_available():
             # bf16 on CPU is torch.autocast("cpu"), which TrainingArguments allows only with use_cpu.
             self.use_cpu = self.use_cpu or bool(self.bf16)

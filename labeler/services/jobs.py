@@ -20,7 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from labeler.services import checkpoints, launch, reward_spec, runs, supervision, train_configs
+from labeler.services import checkpoints, launch, models, reward_spec, runs, supervision, train_configs
 from labeler.services.errors import InputError
 from labeler.services.kept_models import keep_after_cancel
 from labeler.services.run_secrets import SECRET_SETTINGS, refuse_secrets  # noqa: F401 - callers import them here
@@ -52,6 +52,7 @@ def create_run(db, stage: str, settings: dict[str, Any] | None = None, project: 
             raise InputError("can only be set from the command line (rlhf-studio train --set), not the web app",
                              field=", ".join(refused))
     config = train_configs.resolve_run_config(stage, settings or {}, source)
+    launch.refuse_unloadable(config["job"], lambda name: models.resolve(db, name))  # not 5 minutes later in the worker
     if config["job"].get("accelerate_config"):  # a missing, unreadable or unrunnable file fails now, not at start
         job = config["job"]
         launch.refuse_unrunnable(launch.launch_settings(job.get("num_processes"), job["accelerate_config"])[1])
