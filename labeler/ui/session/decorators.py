@@ -3,6 +3,7 @@ quiet where a toast would only confuse (`quiet_before_password_change`, `quiet_o
 from __future__ import annotations
 
 import functools
+import logging
 import sqlite3
 from typing import Any, Callable
 
@@ -11,6 +12,8 @@ import gradio as gr
 from labeler.services.accounts import PasswordChangeRequired
 from labeler.services.errors import InputError, PermissionDenied
 from storage.db import DiskFull, is_disk_full
+
+LOG = logging.getLogger("rlhf_studio.ui")  # soft_errors' logger: a refusal is one line there
 
 
 def ui_errors(handler: Callable[..., Any]) -> Callable[..., Any]:
@@ -35,7 +38,10 @@ def ui_errors(handler: Callable[..., Any]) -> Callable[..., Any]:
             # other database error stays an unexpected one.
             if not isinstance(error, DiskFull) and not is_disk_full(error):
                 raise
-            raise gr.Error(f"{DiskFull()}", title="Disk full") from error
+            # One log line, the sentence the user sees: Gradio printed the chained traceback (3 exceptions) for
+            # every refused label, 660 lines for 220 labels on a full disk.
+            LOG.warning("disk full: %s refused: %s", getattr(handler, "__name__", "?"), DiskFull())
+            raise gr.Error(f"{DiskFull()}", title="Disk full", print_exception=False) from error
 
     return wrapper
 
