@@ -27,8 +27,10 @@ from labeler.ui.session.handoff import CLIENT_ADDRESS, CLIENT_DEVICE, LOGIN_EPOC
 from labeler.ui.session.web_db import web_db
 
 AUTH_WAIT_S = 30.0  # longest a login waits for its password check before answering "busy, retry"
-# scrypt checks at once (16 MiB and ~50 ms each): one per core, 2 at least, 8 at most (128 MiB).
-AUTH_WORKERS = min(8, max(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2))
+# scrypt checks at once (16 MiB and ~50 ms each; hashlib releases the GIL): one per core, 4 at least (on a
+# machine busy with other work, each runnable thread gets its share of the CPU: 20 logins at once at load 9 took
+# 8.0 s with 2 workers on 2 cores), 8 at most (128 MiB).
+AUTH_WORKERS = min(8, max(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 4))
 AUTH_QUEUE = 256  # checks waiting at most before new logins are told "busy" at once (a flood of random names)
 BUSY_MESSAGE = "The server is busy; retry the login in a few seconds."
 DEACTIVATED_MESSAGE = "This account is deactivated: ask an admin to reactivate it."
