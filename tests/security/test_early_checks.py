@@ -33,6 +33,11 @@ def test_a_huge_max_new_tokens_is_refused_by_a_dry_run_at_once(db_file, capsys):
     assert time.monotonic() - start < 10  # no answer in 120 s before (the estimate generated that many tokens)
 
 
+def test_a_huge_completion_length_is_refused_for_grpo_too(db_file, capsys):
+    assert main(["train", "grpo", "--dry-run", "--db", db_file, "--set", "max_completion_length=1000000000000"]) == 2
+    assert "max_completion_length=1000000000000: must be between 1 and 32,768" in _one_error_line(capsys)
+
+
 def test_a_yaml_alias_bomb_is_refused_before_it_expands(db_file, tmp_path, capsys):
     lines = ['a0: &a0 ["x", "x", "x", "x", "x", "x", "x", "x", "x", "x"]']
     lines += [f"a{k}: &a{k} [{', '.join([f'*a{k - 1}'] * 10)}]" for k in range(1, 10)]  # 10**10 leaves
