@@ -251,3 +251,13 @@ def test_serve_takes_trusted_proxies_as_addresses_or_networks_only():
     with pytest.raises(InputError, match="'proxy.example' is not an IP address or network") as error:
         proxy_addresses(["127.0.0.1,proxy.example"])
     assert error.value.field == "--forwarded-allow-ips"
+
+
+def test_the_launch_trusts_exactly_the_named_proxies(server, monkeypatch):
+    from labeler.ui.gradio_internals import trusted_proxies, trusted_proxies_of
+
+    assert trusted_proxies_of(server["blocks"]) == []  # uvicorn's default was 127.0.0.1 and ::1
+    monkeypatch.setenv("FORWARDED_ALLOW_IPS", "*")
+    with trusted_proxies(("10.0.0.0/8", "::1")):
+        assert os.environ["FORWARDED_ALLOW_IPS"] == "10.0.0.0/8,::1"
+    assert os.environ["FORWARDED_ALLOW_IPS"] == "*"  # the process's own value is back
