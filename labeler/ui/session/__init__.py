@@ -11,7 +11,8 @@ per job:
   (login_throttle);
 - store.py: session tokens that expire and end with a password change or a deactivation (SessionStore);
 - guard.py: the ASGI middleware in front of every route (RequestGuard): foreign origins refused, bodies capped,
-  uploads for admins only, logout POST-only, the deactivated-account page; cookies.py rewrites the login
+  uploads (and files named by URL) for admins only, logout POST-only, the deactivated-account page, the login's
+  device cookie and the login page's refusal messages; cookies.py rewrites the login
   cookie it passes on to SameSite=Lax;
 - decorators.py: handler decorators (ui_errors, quiet_before_password_change, quiet_on_load);
 - handoff.py (what those parts hand each other within a request) and web_db.py (the request path's database
