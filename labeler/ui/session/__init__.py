@@ -14,14 +14,16 @@ per job:
   uploads (and files named by URL) for admins only, logout POST-only, the deactivated-account page, the login's
   device cookie and the login page's refusal messages; cookies.py rewrites the login
   cookie it passes on to SameSite=Lax;
+- login_page.py: the login's device cookie and the login page's script; bodies.py: a body read ahead;
 - decorators.py: handler decorators (ui_errors, quiet_before_password_change, quiet_on_load);
 - handoff.py (what those parts hand each other within a request) and web_db.py (the request path's database
   connection).
 The public names are importable from labeler.ui.session, as callers do.
 """
 from labeler.ui.session.decorators import quiet_before_password_change, quiet_on_load, ui_errors
-from labeler.ui.session.guard import API_BODY_LIMIT, DEACTIVATED_PAGE, DEVICE_COOKIE, LOGOUT_JS, RequestGuard
+from labeler.ui.session.guard import API_BODY_LIMIT, DEACTIVATED_PAGE, LOGOUT_JS, RequestGuard
 from labeler.ui.session.handoff import CLIENT_ADDRESS, CLIENT_DEVICE
+from labeler.ui.session.login_page import DEVICE_COOKIE
 from labeler.ui.session.login import (
     AUTH_QUEUE, AUTH_WAIT_S, AUTH_WORKERS, BUSY_MESSAGE, DEACTIVATED_MESSAGE, CheckQueue, login_throttle, make_auth,
 )

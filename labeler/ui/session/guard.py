@@ -7,16 +7,12 @@ whose session ended because an admin deactivated them got a bare login form (or,
 Error badges) on reload: the guard answers the page with "account deactivated". A non-admin's request naming a
 file by URL (a FileData whose path is http://...) is refused before Gradio fetches it. It also hands the login a
 device id (DEVICE_COOKIE, for login_guard's known clients) and puts LOGIN_SCRIPT in the page, so that the login
-form says why a login was refused.
+form says why a login was refused (login_page.py); bodies.py reads a body ahead for the URL check.
 """
 from __future__ import annotations
 
 import functools
 import html
-import json
-import re
-import secrets
-from pathlib import Path
 from typing import Iterable
 from urllib.parse import urlsplit
 
@@ -25,20 +21,13 @@ from starlette.requests import HTTPConnection
 from starlette.responses import HTMLResponse, PlainTextResponse
 
 from labeler.services import accounts
+from labeler.ui.session.bodies import file_urls, read_body, replay
 from labeler.ui.session.cookies import lax_cookies
-from labeler.ui.session.handoff import CLIENT_ADDRESS, CLIENT_DEVICE
+from labeler.ui.session.handoff import CLIENT_ADDRESS
+from labeler.ui.session.login_page import with_device, with_login_script
 from labeler.ui.session.store import SessionStore
 from labeler.ui.session.web_db import web_db
 
-# A random id per browser, set by the login form's answer: a device that logged in to an account before gets
-# its own lane past strangers guessing at that account (login_guard). It proves nothing by itself (the server
-# remembers which ids logged in where, in memory), so it is neither signed nor secret beyond HttpOnly.
-DEVICE_COOKIE = "rlhf-studio-device"
-DEVICE_PATTERN = re.compile(r"^[A-Za-z0-9_-]{16,64}$")
-DEVICE_MAX_AGE_S = 365 * 86400
-# Added to the app's page: the login form then shows why a login was refused (429 locked out, 403 deactivated,
-# 503 busy), where Gradio's own form shows nothing but "Incorrect Credentials" for a wrong password.
-LOGIN_SCRIPT = b"<script>" + (Path(__file__).parents[1] / "static" / "login.js").read_bytes() + b"</script>"
 API_BODY_LIMIT = 1_000_000  # bytes of any request but an upload: a labelling event is a few kB
 DEACTIVATED_PAGE = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>RLHF Studio: account deactivated</title>
 <style>body{{font-family:system-ui,sans-serif;max-width:36em;margin:4em auto;padding:0 1em;line-height:1.5}}</style></head>
@@ -125,32 +114,11 @@ class RequestGuard:
         if scope["type"] == "http":
             send = functools.partial(lax_cookies, send, scope.get("scheme") == "https")
             if is_route(scope, "login"):
-                send = self._with_device(scope, send)
+                send = with_device(scope, send)
             if scope.get("method") not in ("GET", "HEAD", "OPTIONS"):
                 await self._limited(scope, receive, send, headers)
                 return
         await self.app(scope, receive, send)
-
-    @staticmethod
-    def _with_device(scope, send):
-        """Tell the auth coroutine this browser's device id (CLIENT_DEVICE), and give a browser without one a new
-        id with the login form's answer."""
-        device = HTTPConnection(scope).cookies.get(DEVICE_COOKIE, "")
-        if DEVICE_PATTERN.match(device):
-            CLIENT_DEVICE.set(device)
-            return send
-        CLIENT_DEVICE.set(None)
-        path = (scope.get("root_path") or "").rstrip("/") or "/"
-        secure = "; Secure" if scope.get("scheme") == "https" else ""
-        cookie = (f"{DEVICE_COOKIE}={secrets.token_urlsafe(16)}; Path={path}; Max-Age={DEVICE_MAX_AGE_S}; "
-                  f"HttpOnly; SameSite=Lax{secure}").encode("latin-1")
-
-        async def send_with_device(message):
-            if message["type"] == "http.response.start":
-                message = {**message, "headers": [*message.get("headers", []), (b"set-cookie", cookie)]}
-            await send(message)
-
-        return send_with_device
 
     async def _limited(self, scope, receive, send, headers) -> None:
         """Run the app with the request body capped (and an upload refused to non-admins): 413 / 403 before a
@@ -270,59 +238,6 @@ class RequestGuard:
         return False
 
 
-async def read_body(receive, limit: int) -> bytes | None:
-    """The whole request body, or None once it passes `limit` bytes (or the client went away)."""
-    chunks, size, more = [], 0, True
-    while more:
-        message = await receive()
-        if message["type"] != "http.request":
-            return None
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-        more = message.get("more_body", False)
-    return b"".join(chunks)
-
-
-def replay(body: bytes, receive):
-    """`receive` for the app: the body read already, then the client's own messages (a disconnect)."""
-    sent = [False]
-
-    async def replayed():
-        if not sent[0]:
-            sent[0] = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replayed
-
-
-def file_urls(body: bytes) -> list[str]:
-    """The URLs named as a Gradio FileData's path in a JSON body: Gradio fetches such a file (resolving its host)
-    while it prepares an event's inputs, before any handler checks the caller's role. Parsed, not searched for,
-    since JSON may spell "gradio.FileData" with escapes."""
-    if not body.lstrip()[:1] in (b"{", b"["):
-        return []
-    try:
-        data = json.loads(body)
-    except (ValueError, RecursionError):
-        return []  # not JSON Gradio could read either
-    found, stack = [], [data]
-    while stack:
-        value = stack.pop()
-        if isinstance(value, dict):
-            meta, path = value.get("meta"), value.get("path")
-            if (isinstance(meta, dict) and meta.get("_type") == "gradio.FileData" and isinstance(path, str)
-                    and path.strip().lower().startswith(("http://", "https://", "//"))):
-                found.append(path)
-            stack.extend(value.values())
-        elif isinstance(value, list):
-            stack.extend(value)
-    return found
-
-
 def is_route(scope, name: str) -> bool:
     """Whether the request is for Gradio's own /<name> route (under a --root-path too)."""
     root = (scope.get("root_path") or "").rstrip("/")
@@ -333,31 +248,6 @@ def is_page(scope) -> bool:
     """Whether the request is for the app's page (the login form when not logged in)."""
     root = (scope.get("root_path") or "").rstrip("/")
     return scope.get("path", "").rstrip("/") in ("", root)
-
-
-def with_login_script(send):
-    """`send` for the app's page with LOGIN_SCRIPT in its <head>. The body is held until its last part so that
-    the new length is known (the page is a few kB)."""
-    page: dict = {"start": None, "chunks": []}
-
-    async def send_page(message) -> None:
-        if message["type"] == "http.response.start":
-            headers = message.get("headers", [])
-            if any(k.lower() == b"content-type" and v.startswith(b"text/html") for k, v in headers):
-                page["start"] = message
-                return
-        if page["start"] is None or message["type"] != "http.response.body":
-            await send(message)
-            return
-        page["chunks"].append(message.get("body", b""))
-        if message.get("more_body"):
-            return
-        body = b"".join(page["chunks"]).replace(b"</head>", LOGIN_SCRIPT + b"</head>", 1)
-        headers = [(k, v) for k, v in page["start"].get("headers", []) if k.lower() != b"content-length"]
-        await send({**page["start"], "headers": [*headers, (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body, "more_body": False})
-
-    return send_page
 
 
 def is_logout(scope) -> bool:
