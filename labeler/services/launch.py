@@ -98,8 +98,8 @@ def refuse_unloadable(job: dict, resolve_model: Callable[[str], str]) -> None:
     reward_function=nosuchmodule:fn was accepted and failed in the worker, 5 minutes later on a busy machine):
     the base model through `resolve_model` (the registry's resolver: a registry name, a folder with weights or a
     hub id; unless a `runner` of one's own reads it), and module:function code (reward_function, runner) whose module the worker cannot find. The worker
-    runs `python -m` in this process's folder, so its path is that folder and this process's sys.path. The
-    module is looked up, never imported here."""
+    runs `python -m` in this process's folder with its environment, so its path is that folder, $PYTHONPATH and
+    this process's sys.path. The module is looked up, never imported here."""
     model = str(job.get("model") or "").strip()
     if model not in SHORT_MODEL_NAMES and not job.get("runner"):  # a runner of one's own reads `model` its own way
         resolve_model(model)
@@ -108,7 +108,8 @@ def refuse_unloadable(job: dict, resolve_model: Callable[[str], str]) -> None:
         if ":" not in spec:
             continue
         top = spec.partition(":")[0].strip().split(".")[0]
-        if not top or importlib.machinery.PathFinder.find_spec(top, [os.getcwd(), *sys.path]) is None and \
+        path = [os.getcwd(), *os.environ.get("PYTHONPATH", "").split(os.pathsep), *sys.path]
+        if not top or importlib.machinery.PathFinder.find_spec(top, [p for p in path if p]) is None and \
                 top not in sys.builtin_module_names:
             raise InputError(f"{spec!r}: no module {top!r} in this folder or on the Python path (PYTHONPATH) the "
                              "training worker will have", field=key)

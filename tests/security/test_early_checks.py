@@ -86,6 +86,11 @@ def test_a_reward_module_the_worker_finds_is_accepted(db, tmp_path, monkeypatch)
     monkeypatch.chdir(tmp_path)  # the worker runs `python -m` here: this folder is on its path
     launch.refuse_unloadable({"reward_function": "my_rewards:score"}, resolve_model=lambda name: name)
     launch.refuse_unloadable({"runner": "json:loads", "model": "default"}, resolve_model=None)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "far_rewards.py").write_text("def score(queries, responses):\n    return []\n")
+    monkeypatch.setenv("PYTHONPATH", str(elsewhere))  # the worker inherits this process's environment
+    launch.refuse_unloadable({"reward_function": "far_rewards:score"}, resolve_model=None)
 
 
 def _closed_port() -> int:
