@@ -81,7 +81,7 @@ def cmd_train(args) -> int:
     db = open_db(args.db)
     if args.dry_run or values.get("time_budget"):
         if args.dry_run:  # what the run would use and how long it would take; nothing is queued
-            print(_plain(run_preview.preview_run(db, args.project, args.stage, values).markdown()))
+            print(_plain(run_preview.preview_run(db, args.project, args.stage, values, source=args.config).markdown()))
             return 0
         values, preview = run_preview.apply_time_budget(db, args.project, args.stage, values)
         if preview is not None and preview.estimate is not None:

@@ -134,14 +134,14 @@ def _prompts_per_step(stage: str, job, trainer) -> int:
 
 
 def preview_run(db: sqlite_utils.Database, project: str, stage: str, values: dict[str, Any],
-                estimate_time: bool = True, measure=None) -> RunPreview:
+                estimate_time: bool = True, measure=None, source: str | None = None) -> RunPreview:
     """The preview of a run of `stage` with the settings `values` (as the Train form or `--set` give them).
 
     Bad settings raise the same InputError launching would. For ppo, grpo and rloo with `estimate_time`, a
     micro-step is timed for the wall-time estimate by `measure(MicroStepSettings) -> MicroStep` (default:
     run_estimate's, in a fresh process); without it there is no estimate and time_budget is not applied.
     """
-    config = train_configs.resolve_run_config(stage, values)
+    config = train_configs.resolve_run_config(stage, values, source)  # source: the --config file, named in errors
     jobs.pin_project_defaults(db, config, stage, project)  # the project's answer length, as the run will store it
     job = forms.build_config(train_configs.JobConfig, config["job"])
     trainer = _trainer_config(stage, job, config["trainer"])

@@ -72,9 +72,9 @@ def test_arena_prompts_are_typed_prompts_and_follow_the_prompt_format(studio, ti
     seen = []
     real = chat._prompt_ids
 
-    def recording(model, tokenizer, history, system_prompt, max_new_tokens, chat_template=None):
+    def recording(model, tokenizer, history, system_prompt, max_new_tokens, chat_template=None, *args):
         seen.append(chat_template)
-        return real(model, tokenizer, history, system_prompt, max_new_tokens, chat_template)
+        return real(model, tokenizer, history, system_prompt, max_new_tokens, chat_template, *args)
 
     monkeypatch.setattr(chat, "_prompt_ids", recording)
     arena.start_battle(db, chat.ModelCache(), "default", "alice", "The film opens with", "tiny", "tiny-too", SETTINGS,

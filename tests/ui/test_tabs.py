@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import json
 import sqlite3
+import stat
 import zipfile
 from pathlib import Path
 
@@ -462,6 +463,10 @@ def test_export_filters_and_labels_import(app_db, tmp_path, ctx):
     values[part.options["license"]] = "cc-by-4.0"
     path, message = data_export.export_labels(ctx, part, values, request=as_user(ADMIN))
     assert path.endswith(".zip") and "**3** preferences rows" in message  # a saved datasets folder, zipped
+    folder = Path(path[:-len(".zip")])
+    # Private like the CSV exports (issue 36 item 8: the zip was 0644, its folders 0755).
+    assert {stat.S_IMODE(p.stat().st_mode) for p in [folder, *folder.rglob("*")] if p.is_dir()} == {0o700}
+    assert {stat.S_IMODE(p.stat().st_mode) for p in [Path(path), *folder.rglob("*")] if p.is_file()} == {0o600}
     with zipfile.ZipFile(path) as archive:
         card = next(archive.read(name).decode() for name in archive.namelist() if name.endswith("README.md"))
     assert yaml.safe_load(card.split("---")[1])["license"] == "cc-by-4.0"  # the dataset card's front matter

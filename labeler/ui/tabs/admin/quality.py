@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import gradio as gr
 
 from labeler.services import labeling
+from labeler.services.errors import InputError
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
 from labeler.ui.gold import parse_gold

@@ -80,8 +80,11 @@ def threshold_update(db, project: str, zscore: bool) -> dict:
 
 
 def zip_folder(folder: Path) -> Path:
-    # A saved `datasets` folder is several files: ship it as one zip the browser can download.
-    return Path(shutil.make_archive(str(folder), "zip", root_dir=folder))
+    # A saved `datasets` folder is several files: ship it as one zip the browser can download. Private (0600,
+    # like the other exports' files), also the copy Gradio keeps in its cache (it copies the mode).
+    archive = Path(shutil.make_archive(str(folder), "zip", root_dir=folder))
+    archive.chmod(0o600)
+    return archive
 
 
 @ui_errors
