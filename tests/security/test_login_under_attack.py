@@ -15,7 +15,6 @@ import asyncio
 import hashlib
 import multiprocessing
 import os
-import socket
 import statistics
 import threading
 import time
@@ -23,6 +22,7 @@ import time
 import httpx
 import pytest
 import requests
+from helpers import free_port
 from requests.adapters import HTTPAdapter
 
 from labeler.services import accounts
@@ -37,12 +37,6 @@ VICTIM = ("vera", "vera-password-1")  # the forged X-Forwarded-For test
 POLICY = ThrottlePolicy(free_failures=5, base_delay_s=2.0, max_delay_s=60.0, account_free_failures=20,
                         address_free_failures=20)
 ATTACK_ADDRESSES = [f"127.0.0.{k}" for k in range(10, 70)]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
