@@ -61,6 +61,7 @@ class RunPreview:
     budget_seconds: float | None = None  # the job's time_budget
     steps_asked: int | None = None  # the steps the settings gave, when the budget changed them
     budget_error: str | None = None  # why no number of steps fits time_budget (or no estimate could be made)
+    blocker: str | None = None  # why the run would stop at once for want of data (refuse_without_data refuses it)
 
     def markdown(self) -> str:
         base = f"`{self.base_model}`" + ("" if self.base_model_known else " (not registered: a folder or hub id)")
@@ -163,24 +164,37 @@ def preview_run(db: sqlite_utils.Database, project: str, stage: str, values: dic
     except InputError:
         known = False
 
-    warnings = []
+    warnings, blocker = [], None
     if len(records) < MIN_ROWS:
-        warnings.append(f"only {len(records)} {unit} with these filters: the run would stop at once "
-                        f"(it needs at least {MIN_ROWS}).")
+        blocker = (f"only {len(records)} {unit} with these filters: the run would stop at once "
+                   f"(it needs at least {MIN_ROWS}).")
+        warnings.append(blocker)
     elif epochs > EPOCH_WARNING:
         warnings.append(_epoch_warning(job.steps, epochs, train_rows, unit))
     if stage == "kto" and len(records) >= MIN_ROWS:
         from labeler.services.stage_runners_online import kto_label_problem  # the stage's module, loaded above
 
         problem = kto_label_problem([bool(row["label"]) for _, row in records])
-        warnings += [f"the run would stop at once: {problem}."] if problem else []
+        if problem:
+            blocker = f"the run would stop at once: {problem}."
+            warnings.append(blocker)
     if run_estimate.budget_seconds(job.time_budget) is not None and stage not in BUDGET_STAGES:
         warnings.append(budget_stage_error(stage))
     preview = RunPreview(stage, base, known, unit, len(records), train_rows, eval_rows, rows_per_step, job.steps,
-                         epochs, warnings)
+                         epochs, warnings, blocker=blocker)
     if stage in PROMPT_STAGES and estimate_time and records:
         preview = _with_estimate(db, project, stage, preview, job, trainer, [text for text, _ in records],
                                  measure or run_estimate.measure_micro_step, steps_given="steps" in values)
+    return preview
+
+
+def refuse_without_data(db: sqlite_utils.Database, project: str, stage: str, values: dict[str, Any]) -> RunPreview:
+    """The preview (no time estimate) of a run about to be queued; InputError with the preview's reason when the
+    run would stop at once for want of data. An SFT run with annotators=nobody was queued, took the worker slot
+    and failed minutes later with "only 0 well-rated answers", which the preview knew before the launch."""
+    preview = preview_run(db, project, stage, values, estimate_time=False)
+    if preview.blocker is not None:
+        raise InputError(f"not launched: {preview.blocker} Change the data settings, or label more first.")
     return preview
 
 

@@ -43,6 +43,28 @@ def ctx(db_path, tmp_path, tiny_model_dir):
 
 
 @pytest.fixture
+def labels(ctx, db_path):
+    """3 training prompts and the admin's ranking of each one's two answers: data a launch accepts (one with no
+    data is refused: run_preview.refuse_without_data)."""
+    from labeler.services import labeling, prompts
+    from labeler.services.responses import insert_response
+    from storage import open_db, write_transaction
+
+    db = open_db(db_path)
+    texts = [f"Train tab prompt {k}" for k in range(3)]
+    prompts.add_prompts(db, texts, source="test")
+    with write_transaction(db):
+        for prompt_id in [row[0] for row in db.execute("SELECT id FROM prompts ORDER BY id")]:
+            for answer in ("good", "bad"):
+                insert_response(db, prompt_id, f"a {answer} answer to {prompt_id}", model="m", source="test")
+    labeling.create_items(db, "default", ranking_size=2, kinds=("ranking",))
+    for item in db.execute("SELECT id, response_ids_json FROM items").fetchall():
+        good, bad = json.loads(item[1])
+        labeling.submit_ranking(db, "default", ADMIN, item[0], [[good], [bad]], claim=True)
+    db.conn.close()
+
+
+@pytest.fixture
 def launch_form(ctx):
     """The form's widgets as they first show (built in a Blocks, as the tab builds them)."""
     with gr.Blocks():
@@ -116,6 +138,33 @@ def test_preview_says_what_a_run_would_use_before_launch(ctx, launch_form):
         form.preview_run(ctx, launch_form, data, request=gr.Request(username="nobody"))  # admins only, as launching
 
 
+def test_a_run_the_preview_knows_has_no_data_is_refused_at_launch(ctx, labels, launch_form, db_path, monkeypatch):
+    """Issue 37 item 8: SFT with annotators=nobody was queued, took the worker slot and failed minutes later with
+    "only 0 well-rated answers"; the launch now refuses it with the preview's reason, and nothing is queued."""
+    from storage import open_db
+
+    monkeypatch.setattr(jobs, "start_queued", lambda db, *a, **k: [])  # queued, not started: no worker here
+    by_id = {component.elem_id: component for component in launch_form.inputs}
+    data = {component: component.value for component in launch_form.inputs}
+    data[by_id["train-stage"]], data[by_id["train-model"]] = "sft", "default"
+    data[launch_form.job_widgets["annotators"]] = "nobody"
+    preview = form.preview_run(ctx, launch_form, data, request=gr.Request(username=ADMIN))
+    assert "only 0 answers with these filters: the run would stop at once" in preview
+    with pytest.raises(gr.Error, match="not launched: only 0 answers with these filters: the run would stop at once"):
+        form.launch_run(ctx, launch_form, data, request=gr.Request(username=ADMIN))
+    # The same form with the annotator who labelled: 3 rankings, no ratings, so SFT still has no answer to imitate;
+    # a reward model has its 3 pairs and is queued.
+    data[launch_form.job_widgets["annotators"]] = ADMIN
+    with pytest.raises(gr.Error, match="only 0 answers"):
+        form.launch_run(ctx, launch_form, data, request=gr.Request(username=ADMIN))
+    data[by_id["train-stage"]], data[by_id["train-model"]] = "rm", "default-encoder"
+    notice, _ = form.launch_run(ctx, launch_form, data, request=gr.Request(username=ADMIN))
+    assert notice.startswith("Run **#1**")
+    db = open_db(db_path)
+    assert [row["stage"] for row in db.execute("SELECT stage FROM runs")] == ["rm"]
+    db.conn.close()
+
+
 def test_choices_load_is_quiet_for_an_annotator_and_fills_the_pickers_for_an_admin(ctx, db_path):
     from labeler.services import accounts
     from labeler.ui.app import build_app
@@ -166,7 +215,7 @@ def test_run_actions_need_a_picked_run(ctx):
         monitor.run_action(ctx, jobs.cancel_run, "cancelled", None, request=gr.Request(username=ADMIN))
 
 
-def test_the_reward_is_one_spec_picker_sent_only_for_policy_stages(ctx, launch_form, monkeypatch):
+def test_the_reward_is_one_spec_picker_sent_only_for_policy_stages(ctx, labels, launch_form, monkeypatch):
     launched = []
 
     def create_run(db, stage, settings, **kwargs):
@@ -212,7 +261,7 @@ def test_the_reward_is_one_spec_picker_sent_only_for_policy_stages(ctx, launch_f
     ("mix", {"reward": "mix"}),
     ("mix:rm-run3", {"reward": "mix", "reward_model": "rm-run3"}),
 ])
-def test_a_run_queued_from_the_form_stores_what_train_set_reward_stores(ctx, launch_form, db_path, tmp_path,
+def test_a_run_queued_from_the_form_stores_what_train_set_reward_stores(ctx, labels, launch_form, db_path, tmp_path,
                                                                        monkeypatch, spec, job):
     from labeler.cli import main
     from labeler.services import runs

@@ -246,8 +246,11 @@ def launch_run(ctx: UIContext, form: LaunchForm, data: dict, request: gr.Request
         stage_name, settings = form.settings(data)
         # A time budget becomes the steps that fit it, as the preview said (the CLI's train does the same).
         settings, _ = run_preview.apply_time_budget(db, ctx.project, stage_name, settings)
+        # A run that would stop at once for want of data is refused, with the preview's reason (after the web
+        # allowlist's own refusals: check runs just before the run would be stored).
         created = jobs.create_run(db, stage_name, settings, project=ctx.project, username=ctx.username(request),
-                                  runs_dir=ctx.settings.runs_dir, from_web=True)
+                                  runs_dir=ctx.settings.runs_dir, from_web=True,
+                                  check=lambda: run_preview.refuse_without_data(db, ctx.project, stage_name, settings))
         choices = run_choices(db, ctx.project)
     where = "started" if created.status == "running" else "queued (another run is in progress)"
     return f"Run **#{created.id}** {where}.", gr.update(choices=choices, value=created.id)
