@@ -323,3 +323,52 @@ def test_every_form_label_is_in_plain_words(launch_form):
     labels = [component.label for component in launch_form.inputs if component.label]
     assert "Answers per prompt" in labels and "LoRA rank" in labels and "Reward" in labels
     assert [label for label in labels if raw_name.search(label)] == []
+
+
+def test_switching_runs_shows_the_new_run_s_own_plots_and_reward_curve(ctx, db_path):
+    """Issue 37 item 5: after an SFT run, a GRPO run picked showed only "Training loss" (the SFT run's plot was
+    the timer's input), never filled "Mean reward by wall time" (GRPO logs `reward`, not env/reward_mean), and
+    reported "4 / 4" for 2 steps asked (its trainer counts optimizer steps)."""
+    from storage import open_db
+
+    db = open_db(db_path)
+    sft = db.execute("INSERT INTO runs (project_id, stage, status, step, total_steps) VALUES (1, 'sft', 'succeeded',"
+                     " 2, 2)").lastrowid
+    grpo = db.execute("INSERT INTO runs (project_id, stage, status, started_at, step, total_steps, config_json)"
+                      " VALUES (1, 'grpo', 'succeeded', '2025-01-01T10:00:00.000000Z', 4, 4, ?)",
+                      [json.dumps({"job": {"steps": 2}, "trainer": {}})]).lastrowid
+    db.execute("INSERT INTO metrics (run_id, step, name, value) VALUES (?, 1, 'loss', 0.5)", [sft])
+    for step, minute in [(1, 1), (2, 2)]:
+        for name, value in [("loss", 0.3), ("reward", 0.1 * step), ("kl", 0.01)]:
+            db.execute("INSERT INTO metrics (run_id, step, name, value, created_at) VALUES (?, ?, ?, ?, ?)",
+                       [grpo, step, name, value, f"2025-01-01T10:0{minute}:00.000Z"])
+    db.conn.close()
+    shown_sft = _refresh(ctx, sft, None)
+    assert shown_sft[3]["value"] == ["loss"]
+    # The GRPO run picked while the SFT run's plots were shown: the GRPO run's default plots.
+    after_pick = _refresh(ctx, grpo, {"run": sft, "metrics": ["loss"]})
+    assert after_pick[3]["value"] == ["reward", "kl"]
+    assert re.findall(r'data-series="([^"]+)"', after_pick[4]) == ["reward", "kl"]
+    assert re.findall(r'points="([^"]+)"', after_pick[9]) == ["56.0,200.0 548.0,40.0"]  # the reward by wall time
+    assert "step 4 / 4 (optimizer steps: the 2 steps asked are generation batches)" in after_pick[2]
+    # Metrics picked for the GRPO run stay for it (and only for it).
+    picked = monitor.pick_metrics(ctx, grpo, ["loss"], request=gr.Request(username=ADMIN))
+    assert picked[-1] == {"run": grpo, "metrics": ["loss"]} and picked[3]["value"] == ["loss"]
+    assert _refresh(ctx, grpo, picked[-1])[3]["value"] == ["loss"]
+    assert _refresh(ctx, sft, picked[-1])[3]["value"] == ["loss"]  # the SFT run's own default
+
+
+def test_the_monitor_s_events_take_the_picker_values_as_sent(app_db_for_monitor):
+    """The timer's input is the run and the remembered pick, not the checkboxes; none is checked against the
+    session's copy of a picker's choices (Gradio logged "Value: 'reward' ... not in the list of choices: []")."""
+    by_name = {fn.api_name: fn for fn in app_db_for_monitor.fns.values()}
+    for api_name in ("train_refresh", "train_select", "train_metrics"):
+        assert by_name[api_name].preprocess is False, api_name
+    assert [type(block).__name__ for block in by_name["train_refresh"].inputs] == ["Dropdown", "State"]
+
+
+@pytest.fixture
+def app_db_for_monitor(ctx, db_path, tiny_model_dir, tmp_path):
+    from labeler.ui.app import build_app
+
+    return build_app(ServeSettings(db_path=db_path, model=str(tiny_model_dir), runs_dir=str(tmp_path / "runs")))

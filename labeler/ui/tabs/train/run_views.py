@@ -12,11 +12,14 @@ import gradio as gr
 import pandas as pd
 
 from labeler.services import evaluation, labeling, runs
+from labeler.services.job_settings import JobConfig
 from labeler.ui.charts import Series, bar_chart_svg, line_chart_svg
 
 DEFAULT_METRICS = {"sft": ["loss"], "rm": ["loss", "accuracy"], "dpo": ["loss", "rewards/margins"],
                    "ppo": ["env/reward_mean", "objective/kl"], "grpo": ["reward", "kl"], "rloo": ["reward", "kl"],
                    "kto": ["loss", "kl"]}
+ONLINE_STAGES = ("grpo", "rloo")
+JOB_STEPS_DEFAULT = JobConfig.__dataclass_fields__["steps"].default
 HISTORY_COLUMNS = ["id", "stage", "status", "step", "total", "created", "by", "name"]
 SAMPLE_COLUMNS = ["step", "query", "response", "reward"]
 COMPARISON_COLUMNS = ["", "model", *evaluation.METRIC_LABELS.values()]
@@ -45,12 +48,24 @@ def _duration(seconds: float | None) -> str:
     return f"{seconds // 3600}h {seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m {seconds % 60:02d}s"
 
 
+def asked_steps_note(run: runs.Run) -> str:
+    """GRPO and RLOO count `steps` in generation batches, and their trainer reports optimizer steps (steps x
+    mini-batches per generation x iterations / accumulation): 2 steps asked showed "4 / 4" without a word."""
+    if run.stage not in ONLINE_STAGES:
+        return ""
+    asked = (run.config or {}).get("job", {}).get("steps", JOB_STEPS_DEFAULT)
+    total = run.total_steps or 0
+    if not isinstance(asked, int) or asked <= 0 or total == asked:
+        return ""
+    return f" (optimizer steps: the {asked} steps asked are generation batches)"
+
+
 def progress_html(run: runs.Run | None) -> str:
     if run is None:
         return ""
     total = run.total_steps or 0
     eta = run.eta_seconds()
-    text = f"step {run.step} / {total or '?'}"
+    text = f"step {run.step} / {total or '?'}{asked_steps_note(run)}"
     if run.status == "running":
         text += f" · elapsed {_duration(run.elapsed_seconds())} · ETA {_duration(eta)}"
     elif run.finished and run.started_at:
