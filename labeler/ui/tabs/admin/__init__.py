@@ -29,7 +29,8 @@ def refresh(ctx: UIContext, request: gr.Request) -> tuple:
         return snapshot(db, ctx.project)
 
 
-def build(ctx: UIContext) -> None:
+def build(ctx: UIContext):
+    """The tab's widgets and events; returns the hook app.build_app calls with the gr.Tab (its select event)."""
     users_part = users.build_users()
     project_part = project_settings.build_project_settings()
     quality_part = quality.build_quality()
@@ -52,3 +53,9 @@ def build(ctx: UIContext) -> None:
     backup.wire(ctx, backup_part)
     if ctx.app is not None:
         ctx.app.load(quiet_on_load(bind(refresh, ctx), len(shown)), None, shown, api_name="admin_load")
+
+    def on_tab(tab: gr.Tab) -> None:
+        tab.select(quiet_on_load(bind(model_registry.models_view, ctx), 2), None, [models_part.table, models_part.base],
+                   api_name="admin_models_view", show_progress="hidden")
+
+    return on_tab
