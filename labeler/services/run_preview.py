@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
@@ -83,11 +84,31 @@ def estimate_line(estimate: run_estimate.RunEstimate, budget_seconds: float | No
     text = (f"**About {fmt(estimate.total_seconds)} on this machine**: {estimate.steps} steps of ~"
             f"{fmt(estimate.step_seconds)} + {fmt(estimate.setup_seconds)} to load"
             + (f" + {fmt(estimate.eval_seconds)} of evaluation" if estimate.eval_seconds else "")
-            + " (from a micro-step measured now; a reward model's scoring and human ratings not included).")
+            + " (from a micro-step measured now; a reward model's scoring and human ratings not included). "
+            + idle_machine_note())
     if budget_seconds is not None:
         chosen = ("" if steps_asked is None else f", instead of the {steps_asked} asked for")
         text += f" time_budget {fmt(budget_seconds)}: {estimate.steps} steps chosen{chosen}."
     return text
+
+
+def idle_machine_note(load: float | None = None, cores: int | None = None) -> str:
+    """What the estimate assumes: a machine doing nothing else. The worker runs at a lower priority than everything
+    else (launcher.lower_priority), so other work takes the cores first: an estimate of ~5 min became 34 min at
+    load 7-18 on 2 cores. `load` (default: the 1-minute load average) and `cores` (default: those
+    this process may use) say how busy the machine is now."""
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except OSError:  # not available on this platform
+            load = None
+    cores = cores or launch.usable_cores()
+    text = "It assumes an otherwise idle machine: training runs at a lower priority than other work"
+    if load is not None and load > cores / 2:
+        # No factor is promised: a niced run gets what the other work leaves, from most of the CPU to a tenth.
+        text += (f", and the load now is {load:.1f} on {cores} cores: the run gets what that work leaves, so it "
+                 "may take several times longer")
+    return text + "."
 
 
 def _epoch_warning(steps: int, epochs: float, train_rows: int, unit: str) -> str:

@@ -79,3 +79,13 @@ def test_grpo_and_rloo_count_training_prompts_like_ppo(labelled):
                                                             "steps_per_generation": 2}, estimate_time=False)
         assert (preview.unit, preview.rows, preview.eval_rows, preview.rows_per_step, preview.epochs) == \
             ("prompts", 2, 0, 2, 3.0), stage
+
+
+def test_the_estimate_says_it_assumes_an_idle_machine_and_names_the_load():
+    """Issue 37 item 9: ~5 min estimated, 34 min taken at load 7-18 (the worker runs niced)."""
+    from labeler.services.run_preview import idle_machine_note
+
+    assert idle_machine_note(0.4, 2) == ("It assumes an otherwise idle machine: training runs at a lower priority "
+                                         "than other work.")
+    busy = idle_machine_note(7.0, 2)
+    assert "the load now is 7.0 on 2 cores" in busy and "several times longer" in busy

@@ -372,3 +372,78 @@ def app_db_for_monitor(ctx, db_path, tiny_model_dir, tmp_path):
     from labeler.ui.app import build_app
 
     return build_app(ServeSettings(db_path=db_path, model=str(tiny_model_dir), runs_dir=str(tmp_path / "runs")))
+
+
+def test_launch_says_so_at_once_and_then_the_run(ctx, labels, launch_form, db_path, monkeypatch):
+    """Issue 37 item 9: the Launch button said nothing for 35-122 s on a loaded machine (the first launch imports
+    the trainers' code). Its first answer is now "Launching", before any work; seconds so far while it runs."""
+    import threading
+
+    from labeler.ui.tabs.train import waiting
+
+    monkeypatch.setattr(jobs, "start_queued", lambda db, *a, **k: [])
+    monkeypatch.setattr(waiting, "WAIT_TICK_S", 0.05)
+    release = threading.Event()
+    real = form.launch_run
+
+    def slow_launch(*args):
+        release.wait(5)  # the work starts only once the first answer is out
+        return real(*args)
+
+    monkeypatch.setattr(form, "launch_run", slow_launch)
+    data = {component: component.value for component in launch_form.inputs}  # rm on the 3 pairs of `labels`
+    answers = form.launch_streamed(ctx, launch_form, data, gr.Request(username=ADMIN))
+    first = next(answers)
+    assert first[0].startswith("⏳ Launching") and first[1] == gr.skip()
+    waited = next(answers)
+    assert re.fullmatch(r"⏳ Launching: .* \(\d+ s so far\)", waited[0])
+    release.set()
+    *_, last = answers
+    assert last[0].startswith("Run **#1**") and last[1]["value"] == 1
+    # A refused launch: the notice is emptied and the refusal raised (its toast).
+    data[launch_form.job_widgets["annotators"]] = "nobody"
+    refused = form.launch_streamed(ctx, launch_form, data, gr.Request(username=ADMIN))
+    assert next(refused)[0].startswith("⏳ Launching")
+    rest = []
+    with pytest.raises(gr.Error, match="not launched: only 0 pairs"):
+        for answer in refused:
+            rest.append(answer)
+    assert rest[-1] == ("", gr.skip())
+
+
+def test_preview_shows_the_data_first_and_the_time_estimate_with_its_progress(ctx, labels, launch_form, monkeypatch):
+    from labeler.services import run_preview
+    from labeler.ui.tabs.train import waiting
+
+    monkeypatch.setattr(waiting, "WAIT_TICK_S", 0.05)
+    asked = []
+
+    def fake_preview(db, project, stage, settings, estimate_time=True):
+        asked.append(estimate_time)
+        if estimate_time:
+            import time
+            time.sleep(0.3)
+        return SimpleNamespace(markdown=lambda: f"{stage} preview, estimate={estimate_time}")
+
+    monkeypatch.setattr(run_preview, "preview_run", fake_preview)
+    by_id = {component.elem_id: component for component in launch_form.inputs}
+    data = {component: component.value for component in launch_form.inputs}
+    data[by_id["train-stage"]] = "grpo"
+    shown = list(form.preview_streamed(ctx, launch_form, data, gr.Request(username=ADMIN)))
+    assert shown[0].startswith("⏳ Reading")
+    assert shown[-1] == "grpo preview, estimate=True" and asked == [False, True]
+    measuring = [text for text in shown if "Measuring a training micro-step" in text]
+    assert measuring[0].startswith("grpo preview, estimate=False  \n⏳ Measuring")
+    assert any(re.search(r"\(\d+ s so far\)$", text) for text in measuring)
+    # A reward model has no time estimate: the data part is the answer.
+    data[by_id["train-stage"]] = "rm"
+    assert list(form.preview_streamed(ctx, launch_form, data, gr.Request(username=ADMIN)))[-1] == (
+        "rm preview, estimate=False")
+
+
+def test_the_launch_and_preview_events_stream(app_db_for_monitor):
+    import inspect
+
+    by_name = {fn.api_name: fn for fn in app_db_for_monitor.fns.values()}
+    for api_name in ("train_launch", "train_preview"):
+        assert inspect.isgeneratorfunction(by_name[api_name].fn), api_name

@@ -16,6 +16,7 @@ from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
 from labeler.ui.roles import requires
 from labeler.ui.soft_errors import ui_errors
+from labeler.ui.tabs.train import waiting
 from labeler.ui.tabs.train.run_views import run_choices
 
 # The short form: besides the model and the steps, which labels a run learns from and where its reward comes
@@ -230,11 +231,29 @@ def show_stage(name: str) -> tuple:
 
 @ui_errors
 @requires("admin")
-def preview_run(ctx: UIContext, form: LaunchForm, data: dict, request: gr.Request) -> str:
-    """What a run with the form's settings would use (labels, base model, steps), before it is launched."""
+def preview_run(ctx: UIContext, form: LaunchForm, data: dict, request: gr.Request, estimate: bool = True) -> str:
+    """What a run with the form's settings would use (labels, base model, steps), before it is launched; with
+    `estimate`, a PPO/GRPO/RLOO run's time estimate too (a micro-step measured in a fresh process)."""
     with ctx.connection() as db:
         stage_name, settings = form.settings(data)
-        return run_preview.preview_run(db, ctx.project, stage_name, settings).markdown()
+        return run_preview.preview_run(db, ctx.project, stage_name, settings, estimate_time=estimate).markdown()
+
+
+READING = "⏳ Reading the labels and prompts this run would use"
+MEASURING = "⏳ Measuring a training micro-step for the time estimate, in a fresh process"
+
+
+def preview_streamed(ctx: UIContext, form: LaunchForm, data: dict, request: gr.Request):
+    """The preview button: said at once, the data part as soon as it is read, then the time estimate (PPO, GRPO,
+    RLOO) with the seconds it has taken so far (waiting.in_background)."""
+    yield READING + "…"
+    quick = yield from waiting.in_background(lambda: preview_run(ctx, form, data, request, estimate=False), READING)
+    if data[form.stage] not in run_preview.PROMPT_STAGES or "the run would stop at once" in quick:
+        yield quick
+        return
+    yield f"{quick}  \n{MEASURING}…"
+    yield (yield from waiting.in_background(lambda: preview_run(ctx, form, data, request), MEASURING,
+                                            lambda text: f"{quick}  \n{text}"))
 
 
 @ui_errors
@@ -256,10 +275,25 @@ def launch_run(ctx: UIContext, form: LaunchForm, data: dict, request: gr.Request
     return f"Run **#{created.id}** {where}.", gr.update(choices=choices, value=created.id)
 
 
+LAUNCHING = "⏳ Launching: checking the settings and the data, then queueing the run"
+
+
+def launch_streamed(ctx: UIContext, form: LaunchForm, data: dict, request: gr.Request):
+    """The Launch button: "Launching" at once (it took 35-122 s to say anything on a loaded machine), the seconds
+    so far while launch_run checks and queues, then its notice. A refusal empties the notice and shows its toast."""
+    yield LAUNCHING + "…", gr.skip()
+    try:
+        yield (yield from waiting.in_background(lambda: launch_run(ctx, form, data, request), LAUNCHING,
+                                                lambda text: (text, gr.skip())))
+    except gr.Error:
+        yield "", gr.skip()
+        raise
+
+
 def wire(ctx: UIContext, form: LaunchForm, launch: gr.Button, preview: gr.Button, notice: gr.Markdown,
          run: gr.Dropdown) -> None:
     """The form's events: a stage shows its fields; Launch queues a run (picked in the monitor's `run`)."""
     form.stage.change(show_stage, form.stage, [form.model, form.reward_group, *form.section_groups.values(),
                                                form.stage_note, *form.stage_groups.values()], api_name=False)
-    launch.click(bind(launch_run, ctx, form), form.inputs, [notice, run], api_name="train_launch")
-    preview.click(bind(preview_run, ctx, form), form.inputs, notice, api_name="train_preview")
+    launch.click(bind(launch_streamed, ctx, form), form.inputs, [notice, run], api_name="train_launch")
+    preview.click(bind(preview_streamed, ctx, form), form.inputs, notice, api_name="train_preview")
