@@ -214,6 +214,12 @@ def ranking_orders(db: sqlite_utils.Database, item_ids: Sequence[int]) -> dict[i
     return orders
 
 
+def run_of_item(db: sqlite_utils.Database, item_id: int) -> int | None:
+    """The training run an item was queued for (None: an ordinary item, or no such item)."""
+    row = db.execute("SELECT run_id FROM items WHERE id = ?", [int(item_id)]).fetchone()
+    return None if row is None else row[0]
+
+
 def unreleased_run_items(db: sqlite_utils.Database, run_id: int) -> list[tuple[int, str, list[int]]]:
     """(item id, prompt text, response ids) of the run's items not yet released (priority > 0), oldest first."""
     rows = db.execute("SELECT i.id, p.text, i.response_ids_json FROM items i JOIN prompts p ON p.id = i.prompt_id"

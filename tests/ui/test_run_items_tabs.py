@@ -47,7 +47,7 @@ def test_the_live_count_renews_the_hold_on_a_run_item(app_db, ctx, tmp_path):
     assert shown[-2]["item_id"] == run_item
     with sqlite3.connect(app_db) as conn:
         conn.execute("UPDATE assignments SET assigned_at = '2000-01-01T00:00:00.000Z' WHERE item_id = ?", [run_item])
-    assert labelling.count(ctx, "ranking", shown[-1], as_user(ANNOTATOR)).startswith("**0** done")
+    assert labelling.count(ctx, "ranking", shown[-1], as_user(ANNOTATOR))[0].startswith("**0** done")
     assert query(app_db, "SELECT assigned_at > '2001' FROM assignments WHERE item_id = ?", [run_item]) == [(1,)]
 
 
@@ -64,3 +64,18 @@ def test_every_keyboard_event_signals_done_after_a_success_and_after_a_refusal(a
     # The live count asks shortcuts.js whether the user is active on its own tab (COUNT_JS).
     assert "window.__rlhfStudioActive" in deps["rate_count"]["js"] and 'active("rate")' in deps["rate_count"]["js"]
     assert 'active("rank")' in deps["rank_count"]["js"]
+
+
+def test_the_live_count_drops_the_banner_of_a_run_that_ended(app_db, ctx, tmp_path):
+    """Issue 36 item 11: after a run was cancelled the Rank banner still said the annotator's labels trained it,
+    until a Refresh; the live count (every 5 s) reads the banner again."""
+    run_id, run_item = _run_item(app_db, tmp_path)
+    with sqlite3.connect(app_db) as conn:
+        conn.execute("UPDATE runs SET status = 'running' WHERE id = ?", [run_id])
+    shown = rank.next_item(ctx, request=as_user(ANNOTATOR))
+    assert f"training run **#{run_id}**" in shown[0]
+    counter, banner = labelling.count(ctx, "ranking", shown[-1], as_user(ANNOTATOR))
+    assert f"training run **#{run_id}**" in banner and counter.startswith("**0** done")
+    with sqlite3.connect(app_db) as conn:
+        conn.execute("UPDATE runs SET status = 'cancelled' WHERE id = ?", [run_id])
+    assert labelling.count(ctx, "ranking", shown[-1], as_user(ANNOTATOR))[1] == ""

@@ -447,3 +447,20 @@ def test_the_launch_and_preview_events_stream(app_db_for_monitor):
     by_name = {fn.api_name: fn for fn in app_db_for_monitor.fns.values()}
     for api_name in ("train_launch", "train_preview"):
         assert inspect.isgeneratorfunction(by_name[api_name].fn), api_name
+
+
+def test_the_command_and_output_folder_are_in_a_fold_below_the_status(ctx, db_path):
+    """Issue 36 item 11: the launcher's command line and the output folder were the monitor's first lines."""
+    from storage import open_db
+
+    db = open_db(db_path)
+    run_id = db.execute("INSERT INTO runs (project_id, stage, status, command, output_dir, error) VALUES (1, 'rm',"
+                        " 'failed', '/usr/bin/python3 -m labeler.worker --run-id 1', '/srv/runs/run-1',"
+                        " 'Traceback ...\nValueError: a <bad> value')").lastrowid
+    db.conn.close()
+    status = _refresh(ctx, run_id, None)[1]
+    head, fold = status.split("<details", 1)
+    assert head.startswith(f"### Run #{run_id} · rm · **failed**") and "ValueError: a &lt;bad&gt; value" in head
+    assert "labeler.worker" not in head and "/srv/runs" not in head
+    assert "<summary>Command and output folder</summary>" in fold
+    assert "<code>python3 -m labeler.worker --run-id 1</code>" in fold and "<code>/srv/runs/run-1</code>" in fold

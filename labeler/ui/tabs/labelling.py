@@ -128,20 +128,23 @@ def count(ctx: UIContext, kind: str, key_value, request: gr.Request):
     """The counter of the Rate or Rank tab read again while an item is shown: answers generated meanwhile (a run,
     the Data tab, the CLI) show up in "N remaining" without a reload. Only the count: the item on screen, the
     score or the half-made ranking stay as they are. The user is active on the item (COUNT_JS), so an item a
-    training run waits for stays theirs (labeling.keep_holding). The input is the shown item's key; with none ("All done")
+    training run waits for stays theirs (labeling.keep_holding). The training banner is read again with it: once
+    the run has ended it goes (it said the labels were training a cancelled run until a Refresh). The input is the shown item's key; with none ("All done")
     nothing changes, because shortcuts.js's poll presses Refresh there, which shows the next item and its count
     together. A refusal (logged out, a one-time password to replace) or a busy database leaves the counter too:
     every COUNT_REFRESH_S, a toast would bury the page, and the user's next click says what is wrong."""
     if not key_value:
-        return gr.skip()
+        return gr.skip(), gr.skip()
     try:
         user = check_role(ctx, request, "user")  # here, not ui_errors: a refusal leaves the counter as it is
         item_id, _ = parse_key(str(key_value))
         with ctx.connection() as db:
             labeling.keep_holding(db, ctx.project, user.username, item_id)
-            return counter_markdown(*labeling.progress(db, ctx.project, user.username, kind))
+            # The banner too: a run that ended (finished, cancelled) no longer claims the annotator's labels.
+            return (counter_markdown(*labeling.progress(db, ctx.project, user.username, kind)),
+                    training_banner(db, labeling.run_of_item(db, item_id)))
     except (InputError, PermissionDenied, sqlite3.OperationalError):
-        return gr.skip()
+        return gr.skip(), gr.skip()
 
 
 def on_select(ctx: UIContext, kind: str, show_item: Callable[..., tuple], n_outputs: int, key_value,
@@ -163,15 +166,15 @@ def on_select(ctx: UIContext, kind: str, show_item: Callable[..., tuple], n_outp
         return show_item(ctx, db, user.username, item)
 
 
-def live_count(ctx: UIContext, kind: str, key, counter, api_name: str) -> None:
-    """A gr.Timer that keeps `counter` (the tab's Markdown) current while an item is shown (count).
+def live_count(ctx: UIContext, kind: str, key, counter, banner, api_name: str) -> None:
+    """A gr.Timer that keeps `counter` and `banner` (the tab's Markdowns) current while an item is shown (count).
 
     A read of the queue's counters (labeling.progress: a few indexed rows), as a plain value: no Gradio pre- or
     postprocessing. Its own concurrency group, not the labelling one, so labels never wait behind counts;
     trigger_mode="once" drops a tick while the previous one is still out.
     """
     timer = gr.Timer(COUNT_REFRESH_S)
-    timer.tick(bind(count, ctx, kind), [key], [counter], api_name=api_name, show_progress="hidden",
+    timer.tick(bind(count, ctx, kind), [key], [counter, banner], api_name=api_name, show_progress="hidden",
                js=COUNT_JS.format(name=api_name.split("_")[0]),
                trigger_mode="once", preprocess=False, postprocess=False, concurrency_id=COUNTS, concurrency_limit=2)
 
@@ -207,7 +210,7 @@ class Event:
 
 
 def wire(ctx: UIContext, name: str, kind: str, row: Buttons, *, submit: Event, skip: Event, undo: Callable,
-         next_item: Callable, load_item: Callable, show_item: Callable, outputs: list, key, counter,
+         next_item: Callable, load_item: Callable, show_item: Callable, outputs: list, key, counter, banner,
          guidelines_box) -> Callable[[gr.Tab], None]:
     """The events Rate and Rank share, each named `<name>_<event>` (gradio_client calls these names):
 
@@ -215,7 +218,7 @@ def wire(ctx: UIContext, name: str, kind: str, row: Buttons, *, submit: Event, s
     the full `outputs`, as it can bring an item back to the "all done" screen), refresh (`<name>_next`, showing
     `next_item`) and the page load (`<name>_load`, quiet while the password is a one-time one, showing
     `load_item`: no item a training run waits for), in the labelling concurrency group, and the live count of
-    `counter` while `key` names a shown item. Returns the hook app.build_app calls with the gr.Tab: its select
+    `counter` and the training `banner` while `key` names a shown item. Returns the hook app.build_app calls with the gr.Tab: its select
     reads the guidelines of `kind` again into `guidelines_box`, and shows a run's item first (`<name>_select`,
     on_select with `show_item`)."""
     own = {"submit": (row.submit, submit), "skip": (row.skip, skip), "undo": (row.undo, Event(undo, None, outputs))}
@@ -226,7 +229,7 @@ def wire(ctx: UIContext, name: str, kind: str, row: Buttons, *, submit: Event, s
         sent.failure(None, js=DONE_JS, api_name=f"{name}_{event}_refused")
     row.refresh.click(bind(next_item, ctx), None, outputs, api_name=f"{name}_next", concurrency_id=LABELLING,
                       concurrency_limit=1)
-    live_count(ctx, kind, key, counter, f"{name}_count")  # the count only: what the user picked so far stays
+    live_count(ctx, kind, key, counter, banner, f"{name}_count")  # not the item: what the user picked stays
     if ctx.app is not None:
         ctx.app.load(quiet_before_password_change(bind(load_item, ctx), len(outputs)), None, outputs,
                      api_name=f"{name}_load", concurrency_id=LABELLING, concurrency_limit=1)

@@ -71,4 +71,5 @@ def build(ctx: UIContext):
     return labelling.wire(ctx, "rank", KIND, row,
                           submit=Event(submit, [comment, state, key, *rank_radios], outputs, {"js": SUBMIT_JS}),
                           skip=Event(skip, [state], outputs), undo=undo, next_item=next_item, load_item=load_item,
-                          show_item=show_item, outputs=outputs, key=key, counter=counter, guidelines_box=guidelines)
+                          show_item=show_item, outputs=outputs, key=key, counter=counter, banner=banner,
+                          guidelines_box=guidelines)

@@ -62,4 +62,5 @@ def build(ctx: UIContext):
                           submit=Event(submit, [score, comment, key], fast_outputs, {"js": SUBMIT_JS, **RAW}),
                           skip=Event(skip, [key], fast_outputs, RAW), undo=undo, next_item=next_item,
                           load_item=load_item, show_item=show_item,
-                          outputs=outputs, key=key, counter=counter, guidelines_box=guidelines)
+                          outputs=outputs, key=key, counter=counter, banner=banner,
+                          guidelines_box=guidelines)

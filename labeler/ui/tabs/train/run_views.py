@@ -5,6 +5,7 @@ Functions of a run row or of the database and a run id; the monitor (monitor.py)
 """
 from __future__ import annotations
 
+import html
 import os
 import shlex
 
@@ -92,10 +93,13 @@ def status_markdown(run: runs.Run | None) -> str:
     line = f"### Run #{run.id} · {run.stage} · **{run.status}**"
     if run.stop_requested and run.status == "running":
         line += " (stopping after this step)"
-    details = [f"command: `{shown_command(run.command)}`" if run.command else "", f"output: `{run.output_dir}`"]
-    if run.error:
-        details.append(f"**error:** {run.error.splitlines()[-1]}")
-    return "\n\n".join([line, *filter(None, details)])
+    error = f"**error:** {html.escape(run.error.splitlines()[-1])}" if run.error else ""
+    # The launcher's command line and the run's folder in a fold: they were the first lines every admin read,
+    # above what the run is doing. Escaped, as the fold is HTML (Markdown's backticks do not apply inside it).
+    command = f"<p>command: <code>{html.escape(shown_command(run.command))}</code></p>" if run.command else ""
+    fold = (f"<details class='studio-run-details'><summary>Command and output folder</summary>{command}"
+            f"<p>output: <code>{html.escape(str(run.output_dir))}</code></p></details>")
+    return "\n\n".join(filter(None, [line, error, fold]))
 
 
 def history_frame(db, project: str) -> pd.DataFrame:
