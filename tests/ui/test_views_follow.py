@@ -1,12 +1,12 @@
 """Issue 37 item 4, in-process: views that follow what happened since the page loaded. The Train tab's pickers and
-Admin > Models read the registry again when their tab is selected; the "Run #N queued" notice goes once the run
-has ended. (Records' Refresh with the filters shown: test_records_tab.)"""
+Admin > Models read the registry again when their tab is selected. (Records' Refresh with the filters shown:
+test_records_tab; the "Run #N queued" notice that goes once the run has ended: test_train_form_layout_browser.)"""
 from __future__ import annotations
 
 import gradio as gr
-from test_tabs import ADMIN, ANNOTATOR, app, app_db, as_user, ctx, events  # noqa: F401 - fixtures
+from test_tabs import ADMIN, app, app_db, as_user, ctx, events  # noqa: F401 - fixtures
 
-from labeler.services import models, runs
+from labeler.services import models
 from labeler.ui.tabs import train
 from labeler.ui.tabs.admin import model_registry
 from labeler.ui.tabs.train import monitor
@@ -40,24 +40,8 @@ def test_the_tab_selects_are_wired(app):
     assert [b.elem_id for b in by_name["admin_models_view"].outputs] == ["admin-models", "admin-model-base"]
     assert [b.elem_id for b in by_name["train_refresh_choices"].outputs] == [
         b.elem_id for b in by_name["train_choices"].outputs]
+    # The launch notice's fade runs in the browser only (monitor.FADE_NOTICE_JS; tested in
+    # tests/e2e/test_train_form_layout_browser.py).
     assert [b.elem_id for b in by_name["train_notice"].outputs] == ["train-notice"]
+    assert by_name["train_notice"].fn is None and by_name["train_notice"].js == monitor.FADE_NOTICE_JS
 
-
-def test_the_launch_notice_goes_once_its_run_has_ended(ctx, app_db):
-    from storage import open_db
-
-    db = open_db(app_db)
-    run_id = db.execute("INSERT INTO runs (project_id, stage, status) VALUES (1, 'rm', 'running')").lastrowid
-    db.conn.close()
-    notice = f"Run **#{run_id}** queued (another run is in progress)."
-    assert isinstance(monitor.fade_notice(ctx, notice, as_user(ADMIN)), type(gr.skip()))
-    db = open_db(app_db)
-    db.execute("UPDATE runs SET status = 'succeeded' WHERE id = ?", [run_id])
-    db.conn.commit()
-    assert runs.get_run(db, run_id).finished
-    db.conn.close()
-    assert monitor.fade_notice(ctx, notice, as_user(ADMIN)) == ""
-    # Other notices (a cancel's, an error) stay; an annotator's tick changes nothing.
-    assert isinstance(monitor.fade_notice(ctx, f"Run **#{run_id}** cancelled: cancelled.", as_user(ADMIN)),
-                      type(gr.skip()))
-    assert isinstance(monitor.fade_notice(ctx, notice, as_user(ANNOTATOR)), type(gr.skip()))

@@ -71,6 +71,9 @@ PLAIN_LABELS = {
     "scale_rewards": "Scale rewards", "epsilon": "Clipping range", "normalize_advantages": "Normalise advantages",
     "desirable_weight": "Weight of good answers", "undesirable_weight": "Weight of bad answers",
 }
+# Every setting's widget: studio.css gives it a minimum width (Gradio 6.31 gives a Checkbox none, so bfloat16 and
+# LoRA were squeezed to 30 px in a row of numbers, their help one word a line).
+SETTING = ["studio-setting"]
 # Stages that ask where their reward comes from (the short form's reward row).
 REWARD_STAGES = job_settings.RewardSettings.STAGES
 
@@ -187,7 +190,7 @@ def build_form() -> LaunchForm:
         with gr.Row():
             for name in names:  # elem_id "train-min-annotators" for min_annotators, etc.: what browser tests find
                 job_widgets[name] = forms.widget(job_spec_by_name[name], label=plain_label(name),
-                                                 elem_id="train-" + name.replace("_", "-"))
+                                                 elem_id="train-" + name.replace("_", "-"), elem_classes=SETTING)
 
     with gr.Row():
         model = gr.Dropdown([], value="default-encoder", label="Start from model", allow_custom_value=True,
@@ -211,7 +214,7 @@ def build_form() -> LaunchForm:
         for name in train_configs.STAGES:
             with gr.Group(visible=name == "rm") as group:
                 with gr.Row():
-                    stage_widgets[name] = [forms.widget(spec, label=plain_label(spec.name))
+                    stage_widgets[name] = [forms.widget(spec, label=plain_label(spec.name), elem_classes=SETTING)
                                            for spec in specs_by_stage[name]]
             stage_groups[name] = group
         advanced = gr.Textbox(label="More settings (one setting=value per line; any field of the stage's config)",

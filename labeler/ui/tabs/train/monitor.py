@@ -4,7 +4,6 @@ a server restart all see the same thing); and its Early stop, Cancel and Resume 
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Callable
 
@@ -160,22 +159,15 @@ def pick_metrics(ctx: UIContext, run_id, selected, request: gr.Request) -> tuple
     return (*refresh(ctx, run_id, picked, request), picked)
 
 
-# The launch's notice ("Run **#N** started." / "... queued ..."): gone once that run has ended, when the status
-# line says what became of it (it stayed, saying "queued", after the run had finished).
-LAUNCH_NOTICE = re.compile(r"Run \*\*#(\d+)\*\* (?:started|queued)")
-
-
-def fade_notice(ctx: UIContext, text, request: gr.Request):
-    """The timer's check of the launch notice: "" once the run it names has ended, else unchanged."""
-    match = LAUNCH_NOTICE.match(str(text or "").strip())
-    if not match:
-        return gr.skip()
-    try:
-        check_role(ctx, request, "admin")
-        with ctx.connection() as db:
-            return "" if runs.get_run(db, int(match.group(1))).finished else gr.skip()
-    except (PermissionDenied, InputError):
-        return gr.skip()
+# The launch's notice ("Run **#N** started." / "... queued ..."): emptied in the browser once the status line shows
+# that run ended (it stayed, saying "queued", after the run had finished). A js-only tick: no request, and no
+# progress timer flickering in the notice every REFRESH_SECONDS as a server event's would.
+FADE_NOTICE_JS = """(notice) => {{
+  const launched = /^Run \\*\\*#(\\d+)\\*\\* (started|queued)/.exec(notice || "");
+  const status = (document.getElementById("train-status") || {{}}).innerText || "";
+  const ended = launched && new RegExp("^Run #" + launched[1] + " · .* · ({final})").test(status);
+  return ended ? "" : notice;
+}}""".format(final="|".join(runs.FINAL))
 
 
 @ui_errors
@@ -202,7 +194,7 @@ def wire(ctx: UIContext, monitor: RunMonitor, notice: gr.Markdown) -> None:
     monitor.run.input(tick, monitor.inputs, monitor.outputs, api_name="train_select", **raw)
     monitor.metric_names.input(bind(pick_metrics, ctx), [monitor.run, monitor.metric_names],
                                [*monitor.outputs, monitor.picked], api_name="train_metrics", **raw)
-    timer.tick(bind(fade_notice, ctx), [notice], [notice], api_name="train_notice", show_progress="hidden")
+    timer.tick(None, [notice], [notice], js=FADE_NOTICE_JS, api_name="train_notice")
     monitor.stop.click(bind(run_action, ctx, jobs.request_stop, "asked to stop after the current step"), monitor.run,
                        notice, api_name="train_stop")
     monitor.cancel.click(bind(run_action, ctx, jobs.cancel_run, "cancelled"), monitor.run, notice,
