@@ -523,7 +523,8 @@ def _item_row(db: sqlite_utils.Database, proj: Project, item_id: object, kind: s
     row = None
     if isinstance(item_id, int) and not isinstance(item_id, bool):
         row = db.execute(
-            "SELECT id, kind, prompt_id, response_ids_json, gold_json, priority FROM items WHERE id = ? AND project_id = ?",
+            "SELECT id, kind, prompt_id, response_ids_json, gold_json, priority FROM items"
+            " WHERE id = ? AND project_id = ?",
             [item_id, proj.id],
         ).fetchone()
     if row is None:

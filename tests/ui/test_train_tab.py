@@ -464,3 +464,10 @@ def test_the_command_and_output_folder_are_in_a_fold_below_the_status(ctx, db_pa
     assert "labeler.worker" not in head and "/srv/runs" not in head
     assert "<summary>Command and output folder</summary>" in fold
     assert "<code>python3 -m labeler.worker --run-id 1</code>" in fold and "<code>/srv/runs/run-1</code>" in fold
+
+
+def test_the_streamed_handlers_refuse_an_annotator_before_their_first_answer(ctx, launch_form):
+    data = {component: component.value for component in launch_form.inputs}
+    for handler in (form.launch_streamed, form.preview_streamed):
+        with pytest.raises(gr.Error, match="Not allowed"):
+            next(handler(ctx, launch_form, data, gr.Request(username="nobody")))

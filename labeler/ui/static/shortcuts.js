@@ -4,8 +4,8 @@
   //
   // Keys are queued, never dropped: a key that needs the server (a digit in Rate, Enter, s, u) sends one
   // request and the keys typed while it is in flight wait in `queue`, in order, until the tab's
-  // `.success/.failure(js=DONE_JS)` calls window.__rlhfStudioDone() (on success and on a refusal alike). A fast typist's
-  // ten digits are ten labels, each on the item that was on screen when its turn came.
+  // `.success/.failure(js=DONE_JS)` calls window.__rlhfStudioDone() (on success and on a refusal alike). A fast
+  // typist's ten digits are ten labels, each on the item that was on screen when its turn came.
   if (window.__rlhfStudioShortcuts) return;
   window.__rlhfStudioShortcuts = true;
 

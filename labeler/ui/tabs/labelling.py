@@ -99,9 +99,10 @@ def undo_message(undone, label: str, verb: str) -> str:
     """What Undo did, said every time: a skip is taken back like a label (the skipped item comes back first)."""
     if undone is None:
         return "Nothing to undo."
+    # No item id: it means nothing to an annotator, who sees the item itself come back.
     if undone.action == "skip":
-        return f"Undid your skip of item {undone.item_id}: it is back, {verb} it or skip it again."
-    return f"Undid your {label} of item {undone.item_id}: it is back, {verb} it again."
+        return f"Undid your last skip: that item is back, {verb} it or skip it again."
+    return f"Undid your last {label}: that item is back, {verb} it again."
 
 
 @requires("user")
@@ -125,14 +126,15 @@ def guidelines(ctx: UIContext, kind: str, request: gr.Request) -> str:
 
 
 def count(ctx: UIContext, kind: str, key_value, request: gr.Request):
-    """The counter of the Rate or Rank tab read again while an item is shown: answers generated meanwhile (a run,
-    the Data tab, the CLI) show up in "N remaining" without a reload. Only the count: the item on screen, the
-    score or the half-made ranking stay as they are. The user is active on the item (COUNT_JS), so an item a
-    training run waits for stays theirs (labeling.keep_holding). The training banner is read again with it: once
-    the run has ended it goes (it said the labels were training a cancelled run until a Refresh). The input is the shown item's key; with none ("All done")
-    nothing changes, because shortcuts.js's poll presses Refresh there, which shows the next item and its count
-    together. A refusal (logged out, a one-time password to replace) or a busy database leaves the counter too:
-    every COUNT_REFRESH_S, a toast would bury the page, and the user's next click says what is wrong."""
+    """The counter of the Rate or Rank tab read again while an item is shown: answers generated meanwhile (a run, the
+    Data tab, the CLI) show up in "N remaining" without a reload. Only the count: the item on screen, the score or
+    the half-made ranking stay as they are. The user is active on the item (COUNT_JS), so an item a training run
+    waits for stays theirs (labeling.keep_holding). The training banner is read again with it: once the run has
+    ended it goes (it said the labels were training a cancelled run until a Refresh). The input is the shown
+    item's key; with none ("All done") nothing changes, because shortcuts.js's poll presses Refresh there, which
+    shows the next item and its count together. A refusal (logged out, a one-time password to replace) or a busy
+    database leaves the counter too: every COUNT_REFRESH_S, a toast would bury the page, and the user's next click
+    says what is wrong."""
     if not key_value:
         return gr.skip(), gr.skip()
     try:
@@ -218,9 +220,9 @@ def wire(ctx: UIContext, name: str, kind: str, row: Buttons, *, submit: Event, s
     the full `outputs`, as it can bring an item back to the "all done" screen), refresh (`<name>_next`, showing
     `next_item`) and the page load (`<name>_load`, quiet while the password is a one-time one, showing
     `load_item`: no item a training run waits for), in the labelling concurrency group, and the live count of
-    `counter` and the training `banner` while `key` names a shown item. Returns the hook app.build_app calls with the gr.Tab: its select
-    reads the guidelines of `kind` again into `guidelines_box`, and shows a run's item first (`<name>_select`,
-    on_select with `show_item`)."""
+    `counter` and the training `banner` while `key` names a shown item. Returns the hook app.build_app calls with
+    the gr.Tab: its select reads the guidelines of `kind` again into `guidelines_box`, and shows a run's item
+    first (`<name>_select`, on_select with `show_item`)."""
     own = {"submit": (row.submit, submit), "skip": (row.skip, skip), "undo": (row.undo, Event(undo, None, outputs))}
     for event, (button, spec) in own.items():
         sent = button.click(bind(spec.handler, ctx), spec.inputs, spec.outputs, api_name=f"{name}_{event}", **FAST,

@@ -12,9 +12,10 @@ import gradio as gr
 
 from labeler import forms
 from labeler.services import job_settings, jobs, reward_spec, run_preview, train_configs
+from labeler.services.errors import PermissionDenied
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
-from labeler.ui.roles import requires
+from labeler.ui.roles import check_role, requires
 from labeler.ui.soft_errors import ui_errors
 from labeler.ui.tabs.train import waiting
 from labeler.ui.tabs.train.run_views import run_choices
@@ -242,6 +243,14 @@ def preview_run(ctx: UIContext, form: LaunchForm, data: dict, request: gr.Reques
         return run_preview.preview_run(db, ctx.project, stage_name, settings, estimate_time=estimate).markdown()
 
 
+def refuse_unless_admin(ctx: UIContext, request: gr.Request) -> None:
+    """A streamed handler's role check, before its first answer (@requires cannot wrap a generator)."""
+    try:
+        check_role(ctx, request, "admin")
+    except PermissionDenied as error:
+        raise gr.Error(f"Not allowed: {error}", title="Permission denied") from error
+
+
 READING = "⏳ Reading the labels and prompts this run would use"
 MEASURING = "⏳ Measuring a training micro-step for the time estimate, in a fresh process"
 
@@ -249,6 +258,7 @@ MEASURING = "⏳ Measuring a training micro-step for the time estimate, in a fre
 def preview_streamed(ctx: UIContext, form: LaunchForm, data: dict, request: gr.Request):
     """The preview button: said at once, the data part as soon as it is read, then the time estimate (PPO, GRPO,
     RLOO) with the seconds it has taken so far (waiting.in_background)."""
+    refuse_unless_admin(ctx, request)
     yield READING + "…"
     quick = yield from waiting.in_background(lambda: preview_run(ctx, form, data, request, estimate=False), READING)
     if data[form.stage] not in run_preview.PROMPT_STAGES or "the run would stop at once" in quick:
@@ -284,6 +294,7 @@ LAUNCHING = "⏳ Launching: checking the settings and the data, then queueing th
 def launch_streamed(ctx: UIContext, form: LaunchForm, data: dict, request: gr.Request):
     """The Launch button: "Launching" at once (it took 35-122 s to say anything on a loaded machine), the seconds
     so far while launch_run checks and queues, then its notice. A refusal empties the notice and shows its toast."""
+    refuse_unless_admin(ctx, request)
     yield LAUNCHING + "…", gr.skip()
     try:
         yield (yield from waiting.in_background(lambda: launch_run(ctx, form, data, request), LAUNCHING,

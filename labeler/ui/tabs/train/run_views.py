@@ -42,6 +42,14 @@ METRIC_TITLES = {
 }
 
 
+# What a chart's legend calls its line (the title says what is measured; the legend, in short, which line).
+METRIC_LEGENDS = {
+    "env/reward_mean": "mean reward", "reward": "mean reward", "objective/kl": "KL", "kl": "KL", "loss": "loss",
+    "accuracy": "accuracy", "rewards/margins": "margin", "human/labels_used": "labels used",
+    "rm_online/agreement": "agreement",
+}
+
+
 def _duration(seconds: float | None) -> str:
     if seconds is None:
         return "?"
@@ -140,7 +148,9 @@ def metrics_html(frame: pd.DataFrame, names: list[str], positive_share: tuple[fl
     for name in names:
         rows = frame[frame["name"] == name] if len(frame) else frame
         points = tuple((float(step), float(value)) for step, value in zip(rows["step"], rows["value"]))
-        panels.append(line_chart_svg([Series(name, points)], title=METRIC_TITLES.get(name, name)))
+        # The legend in words too (it read env/reward_mean); a metric with no plain title keeps its name.
+        panels.append(line_chart_svg([Series(name, points, METRIC_LEGENDS.get(name, name))],
+                                     title=METRIC_TITLES.get(name, name)))
     before, after = positive_share
     if after is not None:
         bars = ([("before (base)", before)] if before is not None else []) + [("after", after)]
@@ -152,7 +162,8 @@ def metrics_html(frame: pd.DataFrame, names: list[str], positive_share: tuple[fl
 
 def reward_curve_html(curve: pd.DataFrame | None) -> str:
     points = () if curve is None else tuple(zip(curve["minutes"].astype(float), curve["reward"].astype(float)))
-    return line_chart_svg([Series("env/reward_mean", points)], title="Mean reward by wall time",
+    return line_chart_svg([Series("env/reward_mean", points, "mean reward per answer")],
+                          title="Mean reward by wall time",
                           x_title="minutes since the run started", x_integer=False,
                           empty_text="No rewards yet (policy runs log them)")
 
