@@ -108,7 +108,8 @@ def test_export_switches_show_their_whole_names(running_app, login):
              return {text, width: box.width, fits: box.right <= block.right + 1 && label.scrollWidth <= label.clientWidth + 1};
            })"""
     )
-    assert {entry["text"] for entry in labels} >= {"include_rating_pairs", "conversational", "zscore"}
+    assert {entry["text"] for entry in labels} >= {"Also turn ratings into preference pairs", "Chat format (messages)",
+                                                   "Standardise each annotator's scores (z-scores)"}
     assert all(entry["fits"] for entry in labels), labels
     page.close()
 
