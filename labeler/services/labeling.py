@@ -498,8 +498,13 @@ def next_item(db: sqlite_utils.Database, project: str, username: str, kind: Kind
 def keep_holding(db: sqlite_utils.Database, project: str, username: str, item_id: int) -> bool:
     """The user is active on the run item they were shown: renew its hold (RUN_ITEM_IDLE_SECONDS). False (and
     nothing changed) unless it is their pending assignment of an item a run waits for in this project."""
+    proj = get_project(db, project)
+    # A read first: the Rate/Rank tabs ask every few seconds per annotator, almost always about an ordinary item,
+    # and a write transaction each time would queue behind (and hold up) people's labels.
+    if db.execute("SELECT 1 FROM items WHERE id = ? AND project_id = ? AND priority > 0",
+                  [int(item_id), proj.id]).fetchone() is None:
+        return False
     with write_transaction(db):
-        proj = get_project(db, project)
         user = require_user(db, username)
         return db.execute(
             f"UPDATE assignments SET assigned_at = {_NOW} WHERE item_id = ? AND user_id = ? AND status = 'pending'"
