@@ -158,9 +158,9 @@ def on_select(ctx: UIContext, kind: str, show_item: Callable[..., tuple], n_outp
     (a one-time password to replace) changes nothing, as the page load does."""
     try:
         user = check_role(ctx, request, "user")
+        shown = parse_key(str(key_value))[0] if key_value else None
     except (InputError, PermissionDenied):
         return tuple(gr.skip() for _ in range(n_outputs))
-    shown = parse_key(str(key_value))[0] if key_value else None
     with ctx.connection() as db:
         item = labeling.next_item(db, ctx.project, user.username, kind)
         if item is not None and item.item_id == shown:
