@@ -73,3 +73,9 @@ def replace_session_tokens(server, make_store: Callable[[list[tuple[str, str]]],
     up; a login in the moment since then is carried over by passing the sessions it holds."""
     server.tokens = make_store(list(server.tokens.items()))
     return server.tokens
+
+
+# Events that run by themselves (a tab select, a timer): no progress of any kind on their outputs. Gradio 6.31
+# still draws a timer ("0.1s") in each output of a show_progress="hidden" event while it runs; with no
+# show_progress_on component there is none (its front end draws progress on show_progress_on, else the outputs).
+QUIET = {"show_progress": "hidden", "show_progress_on": []}

@@ -20,6 +20,7 @@ from labeler.services.projects import get_project
 from labeler.services.stages import model_name
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
+from labeler.ui.gradio_internals import QUIET
 from labeler.ui.roles import check_role, requires
 from labeler.ui.session import quiet_before_password_change
 from labeler.ui.soft_errors import ui_errors
@@ -176,7 +177,7 @@ def live_count(ctx: UIContext, kind: str, key, counter, banner, api_name: str) -
     trigger_mode="once" drops a tick while the previous one is still out.
     """
     timer = gr.Timer(COUNT_REFRESH_S)
-    timer.tick(bind(count, ctx, kind), [key], [counter, banner], api_name=api_name, show_progress="hidden",
+    timer.tick(bind(count, ctx, kind), [key], [counter, banner], api_name=api_name, **QUIET,
                js=COUNT_JS.format(name=api_name.split("_")[0]),
                trigger_mode="once", preprocess=False, postprocess=False, concurrency_id=COUNTS, concurrency_limit=2)
 
@@ -240,6 +241,6 @@ def wire(ctx: UIContext, name: str, kind: str, row: Buttons, *, submit: Event, s
         tab.select(quiet_before_password_change(bind(guidelines, ctx, kind), 1), None, [guidelines_box],
                    api_name=f"{name}_guidelines", show_progress="hidden")
         tab.select(bind(on_select, ctx, kind, show_item, len(outputs)), [key], outputs, api_name=f"{name}_select",
-                   show_progress="hidden", concurrency_id=LABELLING, concurrency_limit=1)
+                   **QUIET, concurrency_id=LABELLING, concurrency_limit=1)
 
     return on_tab

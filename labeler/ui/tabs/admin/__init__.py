@@ -12,6 +12,7 @@ import gradio as gr
 
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
+from labeler.ui.gradio_internals import QUIET
 from labeler.ui.roles import requires
 from labeler.ui.session import quiet_on_load
 from labeler.ui.soft_errors import keep_on_error
@@ -56,6 +57,6 @@ def build(ctx: UIContext):
 
     def on_tab(tab: gr.Tab) -> None:
         tab.select(quiet_on_load(bind(model_registry.models_view, ctx), 2), None, [models_part.table, models_part.base],
-                   api_name="admin_models_view", show_progress="hidden")
+                   api_name="admin_models_view", **QUIET)
 
     return on_tab

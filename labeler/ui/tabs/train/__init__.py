@@ -12,6 +12,7 @@ import gradio as gr
 
 from labeler.services import jobs, models, reward_spec
 from labeler.ui.context import UIContext
+from labeler.ui.gradio_internals import QUIET
 from labeler.ui.roles import requires
 from labeler.ui.session import quiet_on_load
 from labeler.ui.soft_errors import ui_errors
@@ -75,6 +76,6 @@ def build(ctx: UIContext):
 
     def on_tab(tab: gr.Tab) -> None:
         tab.select(quiet_on_load(bind(refresh_choices, ctx), 4), None, pickers, api_name="train_refresh_choices",
-                   show_progress="hidden")
+                   **QUIET)
 
     return on_tab
