@@ -18,7 +18,7 @@ import shlex
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from labeler.services import checkpoints, launch, models, reward_spec, runs, supervision, train_configs
 from labeler.services.errors import InputError
@@ -34,7 +34,7 @@ MAX_RUNS_ENV = "RLHF_STUDIO_MAX_RUNS"
 def create_run(db, stage: str, settings: dict[str, Any] | None = None, project: str = "default",
                username: str | None = None, name: str = "", runs_dir: str | Path = "runs",
                start: bool = True, max_concurrent: int | None = None, source: str | None = None,
-               from_web: bool = False) -> Run:
+               from_web: bool = False, check: Callable[[], None] | None = None) -> Run:
     """Queue a run after validating its settings (InputError before anything is written); start it when a
     slot is free (unless `start=False`).
 
@@ -58,6 +58,8 @@ def create_run(db, stage: str, settings: dict[str, Any] | None = None, project: 
     if config["job"].get("accelerate_config"):  # a missing, unreadable or unrunnable file fails now, not at start
         job = config["job"]
         launch.refuse_unrunnable(launch.launch_settings(job.get("num_processes"), job["accelerate_config"])[1])
+    if check is not None:  # the caller's own refusal (the Train tab: a run with no data), after the checks above
+        check()
     run_id = runs.insert_run(db, stage, config, project, username, name, runs_dir)
     if start:
         start_queued(db, max_concurrent)

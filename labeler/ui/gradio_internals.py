@@ -109,3 +109,7 @@ def trusted_proxies_of(app: gr.Blocks) -> list[str]:
     value = app.server.config.forwarded_allow_ips
     items = value.split(",") if isinstance(value, str) else list(value)
     return [item.strip() for item in items if item.strip()]
+# Events that run by themselves (a tab select, a timer): no progress of any kind on their outputs. Gradio 6.31
+# still draws a timer ("0.1s") in each output of a show_progress="hidden" event while it runs; with no
+# show_progress_on component there is none (its front end draws progress on show_progress_on, else the outputs).
+QUIET = {"show_progress": "hidden", "show_progress_on": []}

@@ -149,3 +149,11 @@ def test_qlora_without_lora_is_refused_when_queued():
         resolve_run_config("dpo", {"load_in_4bit": True})
     assert error.value.field == "load_in_4bit" and "set lora=true too" in error.value.message
     assert resolve_run_config("dpo", {"load_in_4bit": True, "lora": True})["trainer"] == {"load_in_4bit": True}
+def test_the_estimate_says_it_assumes_an_idle_machine_and_names_the_load():
+    """Issue 37 item 9: ~5 min estimated, 34 min taken at load 7-18 (the worker runs niced)."""
+    from labeler.services.run_preview import idle_machine_note
+
+    assert idle_machine_note(0.4, 2) == ("It assumes an otherwise idle machine: training runs at a lower priority "
+                                         "than other work.")
+    busy = idle_machine_note(7.0, 2)
+    assert "the load now is 7.0 on 2 cores" in busy and "several times longer" in busy

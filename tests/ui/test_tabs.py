@@ -157,10 +157,11 @@ def test_every_event_has_an_explicit_api_name(app):
 # The handler each event runs, for every api_name these tests (and test_header, test_admin_data_tabs,
 # test_labelling_fixes, test_admin_merge) call a handler for directly: so those calls test what the browser calls.
 WIRED = {
-    "rate_next": rate.next_item, "rate_load": rate.next_item, "rate_submit": rate.submit, "rate_skip": rate.skip,
+    "rate_next": rate.next_item, "rate_load": rate.load_item, "rate_submit": rate.submit, "rate_skip": rate.skip,
     "rate_undo": rate.undo, "rate_guidelines": labelling.guidelines,
-    "rank_next": rank.next_item, "rank_load": rank.next_item, "rank_submit": rank.submit, "rank_skip": rank.skip,
+    "rank_next": rank.next_item, "rank_load": rank.load_item, "rank_submit": rank.submit, "rank_skip": rank.skip,
     "rank_undo": rank.undo, "rank_guidelines": labelling.guidelines,
+    "rate_select": labelling.on_select, "rank_select": labelling.on_select,
     "arena_load": arena.load, "arena_start": arena.start_battle, "chat_load": model_lists.load,
     "data_import_prompts": data_prompts.import_prompt_file,
     "data_import_shipped": data_prompts.import_shipped, "data_generate": generate.generate_answers,
