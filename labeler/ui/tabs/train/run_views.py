@@ -13,7 +13,6 @@ import gradio as gr
 import pandas as pd
 
 from labeler.services import evaluation, labeling, measures, people_eval, runs
-
 from labeler.services.job_settings import JobConfig
 from labeler.ui.charts import Series, bar_chart_svg, line_chart_svg
 
