@@ -14,7 +14,7 @@ import pytest
 from labeler.services import jobs
 from labeler.ui.context import ServeSettings, UIContext
 from labeler.ui.tabs import train
-from labeler.ui.tabs.train import form, inspector, monitor
+from labeler.ui.tabs.train import form, inspector, monitor, run_views
 from labeler.ui.tabs.train.run_views import COMPARISON_COLUMNS, default_metrics
 
 ADMIN = "root"
@@ -100,11 +100,18 @@ def test_refresh_shows_the_before_after_table_and_the_reward_curve(ctx, db_path)
     db.conn.close()
     out = _refresh(ctx, run_id, [])
     plot, curve, table, answers, note = out[4], out[9], out[10], out[11], out[12]
-    # One chart, the reward, with its two steps; then the held-out positive share, 0% before and 100% after.
+    # One chart, the reward, with its two steps; then the held-out win rate against the base: the base against
+    # itself 50%, the model 100% (half the height).
     assert re.findall(r'data-series="([^"]+)"[^>]* points="([^"]+)"', plot) == [("env/reward_mean", "56.0,200.0 548.0,40.0")]
-    assert "Reward (mean per answer)" in plot and "Positive share on held-out prompts" in plot
+    assert "Reward (mean per answer)" in plot and "Win rate against the base on held-out prompts" in plot
     assert re.findall(r'class="studio-chart-bar" data-label="([^"]+)"[^>]* height="([^"]+)"', plot) == [
-        ("before (base)", "0.0"), ("after", "160.0")]
+        ("base (itself)", "80.0"), ("after", "160.0")]
+    # Without a win rate (an evaluation stored before it existed): the positive share before and after.
+    db = open_db(db_path)
+    db.execute("UPDATE evaluations SET metrics_json = json_remove(metrics_json, '$.\"eval/win_rate\"')")
+    assert run_views.heldout_bars(db, run_id) == ("Positive share on held-out prompts",
+                                                  [("before (base)", 0.0), ("after", 1.0)])
+    db.conn.close()
     # The curve: minutes 1 and 2 (x ticks 1.0..2.0), rewards 0.1 and 0.4 (y ticks 0.1..0.4).
     assert re.findall(r'points="([^"]+)"', curve) == ["56.0,200.0 548.0,40.0"]
     assert list(table.columns) == COMPARISON_COLUMNS

@@ -140,10 +140,10 @@ def default_metrics(stage: str, names: list[str]) -> list[str]:
     return chosen or names[:2]
 
 
-def metrics_html(frame: pd.DataFrame, names: list[str], positive_share: tuple[float | None, float | None] = (None, None)) -> str:
+def metrics_html(frame: pd.DataFrame, names: list[str], heldout: tuple[str, list[tuple[str, float]]] = ("", [])) -> str:
     """One small chart per metric (each on its own scale: a loss of 0.7 and a KL of 0.01 share no axis), titled
-    in plain words with the metric's name in the legend; then the held-out positive share before and after,
-    once the run's evaluation exists. Every refresh sends the whole thing, so it never shows a blank chart."""
+    in plain words with the metric's name in the legend; then the held-out bars (`heldout_bars`), once the run's
+    evaluation exists. Every refresh sends the whole thing, so it never shows a blank chart."""
     panels = []
     for name in names:
         rows = frame[frame["name"] == name] if len(frame) else frame
@@ -151,10 +151,9 @@ def metrics_html(frame: pd.DataFrame, names: list[str], positive_share: tuple[fl
         # The legend in words too (it read env/reward_mean); a metric with no plain title keeps its name.
         panels.append(line_chart_svg([Series(name, points, METRIC_LEGENDS.get(name, name))],
                                      title=METRIC_TITLES.get(name, name)))
-    before, after = positive_share
-    if after is not None:
-        bars = ([("before (base)", before)] if before is not None else []) + [("after", after)]
-        panels.append(bar_chart_svg(bars, title="Positive share on held-out prompts", percent=True))
+    title, bars = heldout
+    if bars:
+        panels.append(bar_chart_svg(bars, title=title, percent=True))
     if not panels:
         panels.append(line_chart_svg([], title="Metrics", empty_text="No metrics yet: they appear after the first step"))
     return "<div class='studio-charts'>" + "".join(f"<div class='studio-chart-panel'>{p}</div>" for p in panels) + "</div>"
@@ -168,14 +167,22 @@ def reward_curve_html(curve: pd.DataFrame | None) -> str:
                           empty_text="No rewards yet (policy runs log them)")
 
 
-def positive_share(db, run_id: int | None) -> tuple[float | None, float | None]:
-    """(before, after) held-out positive share of a finished run's evaluation; (None, None) without one."""
+def heldout_bars(db, run_id: int | None) -> tuple[str, list[tuple[str, float]]]:
+    """(title, bars) of a finished run's held-out evaluation: the model's win rate against its base (the base
+    against itself is 50%) when its measure scored both, else the positive share before and after (VADER's
+    threshold, the shipped task's); ("", []) without an evaluation."""
     if not run_id:
-        return None, None
+        return "", []
     before, after = evaluation.run_comparison(db, run_id)
     if after is None:
-        return None, None
-    return (before.metrics.get("eval/positive_share") if before else None), after.metrics.get("eval/positive_share")
+        return "", []
+    if "eval/win_rate" in after.metrics:
+        return ("Win rate against the base on held-out prompts",
+                [("base (itself)", 0.5), ("after", after.metrics["eval/win_rate"])])
+    if after.metrics.get("eval/positive_share") is None:
+        return "", []
+    bars = [("before (base)", before.metrics["eval/positive_share"])] if before and "eval/positive_share" in before.metrics else []
+    return "Positive share on held-out prompts", bars + [("after", after.metrics["eval/positive_share"])]
 
 
 def comparison_frame(db, run_id: int | None) -> tuple[pd.DataFrame, pd.DataFrame, str]:
