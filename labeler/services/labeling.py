@@ -306,7 +306,8 @@ def create_items(
 ) -> int:
     """Create the missing items; returns how many were created.
 
-    Rating items: one per response (of `response_ids`, or of the whole project) that has none.
+    Rating items: one per response (of `response_ids`, or of the whole project but its held-out prompts) that has
+    none.
     Ranking items: for each prompt concerned, its responses not yet in a ranking item, in groups of
     2..ranking_size; a response is in at most one ranking item. `priority` and `run_id` mark items a
     training run waits on (PPO with human rewards passes kinds=("rating",), a high priority and its run).
@@ -318,15 +319,15 @@ def create_items(
     with write_transaction(db):
         proj = get_project(db, project)
         prompt_of = response_prompts(db, proj.id)
-        if run_id is None:  # held-out prompts are for evaluation: their answers are labelled only when a run asks
-            held_out = _heldout_prompt_ids(db, proj.id)
-            prompt_of = {r: p for r, p in prompt_of.items() if p not in held_out}
         wanted = None
         if response_ids is not None:
             wanted = {int(r) for r in response_ids}
             unknown = sorted(wanted - set(prompt_of))
             if unknown:
                 raise InputError(f"responses {unknown} are not in project '{proj.name}'", field="response_ids")
+        if wanted is None:  # held-out prompts are for evaluation: their answers are queued only when named
+            held_out = _heldout_prompt_ids(db, proj.id)
+            prompt_of = {r: p for r, p in prompt_of.items() if p not in held_out}
 
         def insert(kind: str, prompt_id: int, ids: list[int]) -> int:
             return insert_item(db, proj.id, kind, prompt_id, ids, priority=priority, run_id=run_id, if_new=True) is not None
