@@ -1,7 +1,8 @@
 """Issue 37 item 7 through the web API, what the page is sent: no developer leftovers where people read. Data >
 Export's options are labelled in words (they read since, until, min_annotators, include_rating_pairs, zscore), the
-Records, audit and Quality tables' headers are words (mean_score, gold_accuracy broke mid-word), the Train charts'
-legends say what a line is (env/reward_mean), and Undo's toast names no item id."""
+Records, audit, Quality and Admin > Models tables' headers are words (mean_score and gold_accuracy broke mid-word;
+base_model, created_at), the Train charts' legends say what a line is (env/reward_mean), and Undo's toast names no
+item id."""
 from __future__ import annotations
 
 import asyncio
@@ -24,8 +25,10 @@ def test_export_options_and_table_headers_are_words(running_app):
     assert {"Labelled on or after (date)", "Labelled by at least N people", "Also turn ratings into preference pairs",
             "Standardise each annotator's scores (z-scores)"} <= labels
     records = admin.predict(api_name="/records_load")
-    quality = admin.predict(api_name="/admin_load")[7]  # snapshot.SHOWN: the quality table ("stats")
-    for name, table in (("records", records[0]), ("audit", records[-1]), ("quality", quality)):
+    shown = admin.predict(api_name="/admin_load")
+    quality, registry = shown[7], shown[9]  # snapshot.SHOWN: "stats", "models_table"
+    for name, table in (("records", records[0]), ("audit", records[-1]), ("quality", quality),
+                        ("models", registry)):
         assert table["headers"] and not [h for h in table["headers"] if FIELD_NAME.search(h)], (name, table)
     assert "Mean score" in records[0]["headers"] and "Gold accuracy" in quality["headers"]
 
