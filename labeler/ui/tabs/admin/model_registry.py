@@ -11,7 +11,7 @@ from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
 from labeler.ui.roles import requires
 from labeler.ui.soft_errors import keep_on_error
-from labeler.ui.tabs.admin.snapshot import MODEL_HEADERS, SHOWN, models_outputs, snapshot
+from labeler.ui.tabs.admin.snapshot import MODEL_TITLES, SHOWN, models_outputs, snapshot
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ def build_models() -> ModelsPart:
             "runs register theirs; register another policy here from a folder on the server holding safetensors "
             "weights (hub ids and reward models: `rlhf-studio models add`)."
         )
-        models_table = gr.Dataframe(headers=MODEL_HEADERS, interactive=False, label="Registered models",
+        models_table = gr.Dataframe(headers=MODEL_TITLES, interactive=False, label="Registered models",
                                     elem_id="admin-models")
         with gr.Row():
             model_name = gr.Textbox(label="Name", elem_id="admin-model-name")

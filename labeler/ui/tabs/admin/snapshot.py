@@ -9,6 +9,8 @@ from labeler.services.projects import get_project
 
 USER_HEADERS = ["username", "role", "active"]
 MODEL_HEADERS = ["name", "kind", "base_model", "run_id", "created_at"]
+# The registry table's headers, in words (MODEL_HEADERS are its fields: base_model, run_id, created_at showed).
+MODEL_TITLES = ["Name", "Kind", "Base model", "Run", "Registered"]
 STATS_COLUMNS = ["username", "ratings", "rankings", "skipped", "gold_items", "gold_accuracy", "mean_seconds"]
 # The quality table's headers, in words (field names wrapped mid-word: "gold_accura / cy").
 STATS_HEADERS = ["Annotator", "Ratings", "Rankings", "Skipped", "Gold items", "Gold accuracy", "Seconds per label"]
