@@ -7,6 +7,7 @@ The CLI's `--set key=value` flags and the UI's forms are built from these fields
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import warnings
 from dataclasses import dataclass, field, fields
@@ -49,6 +50,15 @@ def attention_from_init_kwargs(value: str, default: str, model_init_kwargs: dict
     _check(value == default, "attn_implementation", value,
            f"disagrees with model_init_kwargs' attn_implementation={asked!r}: set one of them")
     return asked
+# Longest answer any stage generates: beyond the context of every model this project trains, and a bound that
+# refuses `max_new_tokens=1000000000000` when it is read (a dry run's time estimate once generated for minutes).
+MAX_NEW_TOKENS = 32_768
+
+
+def check_learning_rate(value) -> None:
+    """A learning rate is a positive finite number (nan, inf and -1 were accepted by SFT and trained to NaNs)."""
+    _check(isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0,
+           "learning_rate", value, "must be a positive finite number, e.g. 2e-5")
 
 
 def check_attn_implementation(value: str) -> None:
@@ -87,7 +97,8 @@ class GenerationSettings:
     )
 
     def __post_init__(self):
-        _check(self.max_new_tokens >= 1, "max_new_tokens", self.max_new_tokens, "must be at least 1")
+        _check(1 <= self.max_new_tokens <= MAX_NEW_TOKENS, "max_new_tokens", self.max_new_tokens,
+               f"must be between 1 and {MAX_NEW_TOKENS:,}")
         _check(self.temperature > 0, "temperature", self.temperature, "must be positive")
         _check(self.top_k >= 0, "top_k", self.top_k, "must be 0 (off) or positive")
         _check(0 < self.top_p <= 1, "top_p", self.top_p, "must be in (0, 1]")
@@ -254,7 +265,8 @@ class PPOConfig:
                "must be 'tensorboard', 'wandb', 'mlflow', 'trackio' or None")
         if self.log_with == "tensorboard" and self.log_dir is None:
             object.__setattr__(self, "log_dir", self.project_kwargs.get("logging_dir") or os.path.join("runs", self.exp_name))
-        for name in ("learning_rate", "target", "target_kl", "ratio_threshold", "cliprange", "cliprange_value"):
+        check_learning_rate(self.learning_rate)
+        for name in ("target", "target_kl", "ratio_threshold", "cliprange", "cliprange_value"):
             _check(getattr(self, name) > 0, name, getattr(self, name), "must be positive")
         for name in ("batch_size", "mini_batch_size", "gradient_accumulation_steps", "ppo_epochs", "horizon",
                      "rollout_forward_batch_size", "steps", "compare_steps"):

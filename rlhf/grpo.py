@@ -31,6 +31,7 @@ from transformers import Trainer
 
 from rlhf.attention import use_attention
 from rlhf.core import entropy_from_logits, selective_log_softmax
+from rlhf.configs import MAX_NEW_TOKENS
 from rlhf.cpu_memory import keep_freed_memory
 from rlhf.data import is_conversational, pad_token_lists, render_prompt_completion, tokenize_for_reward
 from rlhf.distributed import prepare_reference, unwrap_model_for_generation
@@ -144,8 +145,9 @@ class OnlineRLConfig(TrainerConfig):
                              "num_generations answers, which halving the batch breaks)")
         if self.num_generations < 2:
             raise ValueError(f"num_generations={self.num_generations!r}: must be at least 2 (advantages compare the answers to one prompt)")
-        if self.max_completion_length < 1:
-            raise ValueError(f"max_completion_length={self.max_completion_length!r}: must be at least 1")
+        if not 1 <= self.max_completion_length <= MAX_NEW_TOKENS:
+            raise ValueError(f"max_completion_length={self.max_completion_length!r}: must be between 1 and "
+                             f"{MAX_NEW_TOKENS:,}")
         if self.num_iterations < 1:
             raise ValueError(f"num_iterations={self.num_iterations!r}: must be at least 1")
         if self.beta < 0:

@@ -14,6 +14,7 @@ from rlhf.configs import (
     attn_implementation_field,
     attention_from_init_kwargs,
     check_attn_implementation,
+    check_learning_rate,
     keep_freed_memory_field,
     share_input_casts_field,
 )
@@ -44,6 +45,7 @@ class TrainerConfig(TrainingArguments):
         if torch.cuda.is_available() and not self.use_cpu:
             # bf16=True on a GPU without bf16 (T4, V100): fp16 autocast with accelerate's gradient scaler instead.
             self.bf16, self.fp16 = trainer_precision_flags(bool(self.bf16), bool(self.fp16), "cuda")
+        check_learning_rate(self.learning_rate)
         if not torch.cuda.is_available():
             # bf16 on CPU is torch.autocast("cpu"), which TrainingArguments allows only with use_cpu.
             self.use_cpu = self.use_cpu or bool(self.bf16)

@@ -227,13 +227,13 @@ def main(argv: list[str] | None = None) -> int:
         print("no chromium on PATH (apt-get install -y chromium; scripts/setup.sh does it)", file=sys.stderr)
         return 2
 
-    from labeler.services import launch
+    from labeler.services.launch import LAUNCHER_ENV  # not `launch`: the UI's launch() below has that name
     from labeler.ui.app import build_app, launch
     from labeler.ui.context import ServeSettings
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    os.environ.setdefault(launch.LAUNCHER_ENV, "python")  # the worker as a plain process, as the browser tests run it
+    os.environ.setdefault(LAUNCHER_ENV, "python")  # the worker as a plain process, as the browser tests run it
     with tempfile.TemporaryDirectory(prefix="rlhf-studio-screenshots-") as tmp:
         root = Path(tmp)
         model = "default" if args.model == "default" else tiny_model(root / "tiny")

@@ -7,6 +7,7 @@ answers is generated in the background so the Rate and Rank tabs have work withi
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import sys
 import threading
@@ -68,6 +69,12 @@ def register(subparsers, common: argparse.ArgumentParser) -> None:
              "rewrites the Host header (repeatable; default: only this server's own pages)",
     )
     parser.add_argument(
+        "--forwarded-allow-ips", action="append", default=[], metavar="ADDRESS",
+        help="a reverse proxy whose X-Forwarded-For (the client's address, which the login throttle counts by) and "
+             "X-Forwarded-Proto are believed: an address or network such as 127.0.0.1 or 10.0.0.0/8 (repeatable, "
+             "or comma-separated; default: none, not even 127.0.0.1)",
+    )
+    parser.add_argument(
         "--session-days", type=float, default=SESSION_DAYS,
         help=f"a login lasts this many days at most (default: {SESSION_DAYS})",
     )
@@ -109,11 +116,24 @@ def generate_first_answers(db_path: str, project: str, model: str, limit: int) -
             print(f"Could not generate the first answers ({error}); use Data > Generate responses.", file=sys.stderr)
 
 
+def proxy_addresses(values: list[str]) -> tuple[str, ...]:
+    """--forwarded-allow-ips as given (repeated or comma-separated), each an IP address or network."""
+    addresses = tuple(item.strip() for value in values for item in value.split(",") if item.strip())
+    for address in addresses:
+        try:
+            ipaddress.ip_network(address, strict=False)
+        except ValueError:
+            raise InputError(f"{address!r} is not an IP address or network (e.g. 127.0.0.1 or 10.0.0.0/8)",
+                             field="--forwarded-allow-ips") from None
+    return addresses
+
+
 def run(args: argparse.Namespace) -> int:
     if args.session_days <= 0:
         raise InputError(f"must be more than 0, got {args.session_days!r}", field="--session-days")
     if args.max_upload_files < 1:
         raise InputError(f"must be at least 1, got {args.max_upload_files!r}", field="--max-upload-files")
+    forwarded_allow_ips = proxy_addresses(args.forwarded_allow_ips)
     if not args.allow_hub_downloads:
         go_offline()
     # A private labelling tool sends no usage analytics to Gradio unless the user turns them on.
@@ -126,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
         db_path=args.db, host=args.host, port=args.port, model=args.model, project=args.project,
         max_file_size=args.max_file_size, max_upload_files=args.max_upload_files, runs_dir=args.runs_dir,
         allowed_origins=tuple(args.allowed_origin), session_max_age_s=args.session_days * 86400.0,
-        root_path=args.root_path,
+        root_path=args.root_path, forwarded_allow_ips=forwarded_allow_ips,
     )
     url = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{args.port}/"
     print(f"\n    RLHF Studio: {url}", flush=True)

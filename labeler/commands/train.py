@@ -81,13 +81,16 @@ def cmd_train(args) -> int:
     db = open_db(args.db)
     if args.dry_run or values.get("time_budget"):
         if args.dry_run:  # what the run would use and how long it would take; nothing is queued
-            print(_plain(run_preview.preview_run(db, args.project, args.stage, values).markdown()))
+            print(_plain(run_preview.preview_run(db, args.project, args.stage, values, source=args.config).markdown()))
             return 0
         values, preview = run_preview.apply_time_budget(db, args.project, args.stage, values)
         if preview is not None and preview.estimate is not None:
             print(_plain(run_preview.estimate_line(preview.estimate, preview.budget_seconds, preview.steps_asked)))
+    # A run that would stop at once for want of data is refused now, as the Train tab refuses it (a runner of the
+    # user's own reads what it likes).
+    check = None if values.get("runner") else lambda: run_preview.refuse_without_data(db, args.project, args.stage, values)
     run = jobs.create_run(db, args.stage, values, project=args.project, name=args.name or "",
-                          runs_dir=args.runs_dir, source=args.config)
+                          runs_dir=args.runs_dir, source=args.config, check=check)
     print(f"{_describe(run)}\n  log: {run.log_path}\n  output: {run.output_dir}")
     return _follow(db, run.id) if args.wait else 0
 

@@ -13,7 +13,7 @@ import dataclasses
 import json
 import random
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 import sqlite_utils
 
@@ -122,11 +122,15 @@ def start_battle(
     settings: GenerationSettings = ARENA_SETTINGS,
     rng: random.Random | None = None,
     server_models: tuple[str, ...] = (),
+    budget_s: float | None = None,
+    notify: Callable[[str], None] | None = None,
 ) -> Battle:
     """Generate both answers and store the battle. The models' order is shuffled with `rng`.
 
     Both models must be registered chat models (or one of `server_models`, chosen on the command line):
-    a battle never opens a path or a hub id typed by a user.
+    a battle never opens a path or a hub id typed by a user. A web request passes `budget_s`: each answer is
+    bounded like a chat's (chat.request_bounds, half the budget each), `notify` told when its length was
+    capped; and one battle (or chat answer) per user is written at a time.
     """
     proj = get_project(db, project)
     user = require_user(db, username)
@@ -142,8 +146,10 @@ def start_battle(
     # One seed for both answers: the models differ, the luck does not.
     settings = dataclasses.replace(settings, seed=rng.randrange(2**31))
     # The project's prompt format, as generation uses it (chat template, or plain text to continue).
-    with cpu_threads(ARENA_CPU_THREADS):
-        answers = {name: reply(cache, paths[name], history, None, settings, chat_template=proj.chat_template)
+    each = None if budget_s is None else budget_s / 2
+    with cache.running.hold(username), cpu_threads(ARENA_CPU_THREADS):
+        answers = {name: reply(cache, paths[name], history, None, settings, chat_template=proj.chat_template,
+                               budget_s=each, notify=notify)
                    for name in (first, second)}
     settings_json = json.dumps(dataclasses.asdict(settings), sort_keys=True)
     with write_transaction(db):

@@ -6,13 +6,15 @@ response, rating item, rating), so chatting produces training data.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import sqlite_utils
 
@@ -38,6 +40,97 @@ MAX_MESSAGES = 200
 # tokenizing, storing a rated prompt), and 200 messages of 20k characters took minutes of CPU.
 # 100k characters is ~25k tokens, more than the default model's context: a longer chat loses nothing it uses.
 MAX_HISTORY_CHARS = 100_000
+# One web request's estimated compute at most, in seconds at the model's measured speed: half for reading the
+# conversation, half for writing the answer(s). A 256-token answer once cost 83 s of server CPU, a 95k-character
+# history 79 s and 900 MB, and 1,024 tokens did not finish in 900 s.
+MAX_REQUEST_S = 60.0
+MIN_ANSWER_TOKENS = 16  # the bounds never go below these, however slow the model measured
+MIN_PROMPT_TOKENS = 256
+
+
+@dataclass(frozen=True)
+class ModelSpeed:
+    """How fast a loaded model reads a prompt and writes an answer on this server, measured once when first
+    used (measure_speed)."""
+    prefill_tokens_per_s: float
+    decode_tokens_per_s: float
+
+    def limits(self, budget_s: float, answers: int = 1) -> tuple[int, int]:
+        """(most new tokens per answer, most prompt tokens) that keep a request within `budget_s`: half of it
+        for reading the prompt, half for writing `answers` answers."""
+        new = max(MIN_ANSWER_TOKENS, int(self.decode_tokens_per_s * budget_s / 2 / max(answers, 1)))
+        prompt = max(MIN_PROMPT_TOKENS, int(self.prefill_tokens_per_s * budget_s / 2))
+        return new, prompt
+
+
+def measure_speed(model, tokenizer, prompt_tokens: int = 128, new_tokens: int = 8) -> ModelSpeed:
+    """Time one forward pass over `prompt_tokens` and `new_tokens` greedy tokens (wall time: what the server's
+    other users wait for). ~1 s for the 135M default model on 2 busy cores."""
+    import torch
+
+    device = next(model.parameters()).device
+    token = (tokenizer(" the", add_special_tokens=False)["input_ids"] or [0])[0]
+    ids = torch.full((1, prompt_tokens), token, dtype=torch.long, device=device)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    with torch.no_grad():
+        model(ids[:, :4])  # first call: lazy initialisation, not speed
+        start = time.perf_counter()
+        model(ids)
+        prefill_s = time.perf_counter() - start
+        start = time.perf_counter()
+        model.generate(ids[:, :1], attention_mask=torch.ones_like(ids[:, :1]), max_new_tokens=new_tokens,
+                       min_new_tokens=new_tokens, do_sample=False, pad_token_id=pad)
+        decode_s = time.perf_counter() - start
+    return ModelSpeed(prompt_tokens / max(prefill_s, 1e-6), new_tokens / max(decode_s, 1e-6))
+
+
+class RunningChats:
+    """Who has an answer being written: one at a time per user, so that one person cannot hold every chat slot
+    of the server. Thread-safe."""
+
+    def __init__(self):
+        self._users: set[str] = set()
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def hold(self, username: str | None) -> Iterator[None]:
+        if username is None:  # a caller without users (the command line)
+            yield
+            return
+        with self._lock:
+            if username in self._users:
+                raise InputError("you already have an answer being written (one at a time per user): wait for it "
+                                 "to finish or press Stop", field="message")
+            self._users.add(username)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._users.discard(username)
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """What one request may cost: its settings (max_new_tokens capped), the prompt's tokens at most, and the
+    sentence telling the user when the answer length was capped (None when nothing was)."""
+    settings: GenerationSettings
+    prompt_tokens: int | None
+    note: str | None
+
+
+def request_bounds(cache: "ModelCache", model_name_or_path: str, settings: GenerationSettings,
+                   budget_s: float | None, answers: int = 1) -> Bounds:
+    """The bounds of one request at the model's measured speed (no bounds when budget_s is None)."""
+    if budget_s is None:
+        return Bounds(settings, None, None)
+    speed = cache.speed(model_name_or_path)
+    max_new, max_prompt = speed.limits(budget_s, answers)
+    if settings.max_new_tokens <= max_new:
+        return Bounds(settings, max_prompt, None)
+    note = (f"Answers are capped at {max_new} tokens here (asked: {settings.max_new_tokens}): this model writes "
+            f"about {speed.decode_tokens_per_s:.0f} tokens/s on this server, and one request may take about "
+            f"{budget_s:.0f} s.")
+    return Bounds(dataclasses.replace(settings, max_new_tokens=max_new), max_prompt, note)
 
 
 class GeneratedAnswers:
@@ -90,6 +183,8 @@ class ModelCache:
             raise ValueError(f"max_models={max_models!r}: must be at least 1")
         self.max_models = max_models
         self.generated = GeneratedAnswers()
+        self.running = RunningChats()
+        self._speeds: dict[str, ModelSpeed] = {}
         self._models: OrderedDict[tuple[str, str], Any] = OrderedDict()
         self._lock = threading.Lock()  # guards the two dicts, never held while loading
         self._loading: dict[tuple[str, str], threading.Lock] = {}
@@ -119,8 +214,20 @@ class ModelCache:
                 self._models[key] = loaded
                 self._loading.pop(key, None)
                 while len(self._models) > self.max_models:
-                    self._models.popitem(last=False)
+                    (evicted, _), _ = self._models.popitem(last=False)
+                    self._speeds.pop(evicted, None)
                 return loaded
+
+    def speed(self, name_or_path: str) -> ModelSpeed:
+        """The causal model's speed on this server, measured once while it stays loaded."""
+        with self._lock:
+            known = self._speeds.get(str(name_or_path))
+        if known is not None:
+            return known
+        measured = measure_speed(*self.get(name_or_path))
+        with self._lock:
+            self._speeds[str(name_or_path)] = measured
+        return measured
 
     def __contains__(self, key: tuple[str, str]) -> bool:
         return key in self._models
@@ -176,13 +283,14 @@ def check_history(history: Sequence[dict], system_prompt: str | None = None) -> 
 
 
 def _prompt_ids(model, tokenizer, history: Messages, system_prompt: str | None, max_new_tokens: int,
-                chat_template: bool | None = None):
+                chat_template: bool | None = None, max_prompt_tokens: int | None = None):
     """The prompt's token ids, dropping the oldest turns when it would not fit the model's context.
 
     At most three tokenizer passes whatever the length: the whole prompt, then (only when it does not fit)
     every message's tokens counted in one batch to choose how many old turns go, then the kept turns. Dropping
     one turn and tokenizing again, turn by turn, cost the square of the conversation's length.
     `chat_template` is build_prompt_ids's use_chat_template: the project's prompt format (Project.chat_template).
+    `max_prompt_tokens` (request_bounds) lowers the budget below the context: old turns go the same way.
     """
     from rlhf.generation import build_prompt_ids  # imports torch
 
@@ -191,6 +299,8 @@ def _prompt_ids(model, tokenizer, history: Messages, system_prompt: str | None, 
 
     limit = getattr(model.config, "max_position_embeddings", None) or 2048
     budget = max(limit - max_new_tokens, 1)
+    if max_prompt_tokens is not None:
+        budget = min(budget, max_prompt_tokens)
     history = list(history)
     ids = build(history)
     if len(ids) <= budget or len(history) == 1:
@@ -213,21 +323,38 @@ def stream_reply(
     system_prompt: str | None = None,
     settings: GenerationSettings = CHAT_SETTINGS,
     chat_template: bool | None = None,
+    budget_s: float | None = None,
+    username: str | None = None,
+    notify: Callable[[str], None] | None = None,
 ) -> Iterator[str]:
     """Yield the answer piece by piece as it is generated (transformers' TextIteratorStreamer + a thread).
 
     The pieces joined are the text `reply` returns for the same settings (greedy decoding, or the same seed).
     Closing the generator early (the user pressed Stop, the browser went away: Gradio calls close()) stops
     the generation thread at its next token instead of letting it run to max_new_tokens.
+    A web request passes `budget_s` (request_bounds: the answer and the conversation bounded by the model's
+    speed; `notify` gets the sentence when the answer length was capped) and `username` (one answer being
+    written per user at a time).
     """
+    messages = check_history(history, system_prompt)
+    with cache.running.hold(username):
+        yield from _stream(cache, model_name_or_path, messages, system_prompt, settings, chat_template, budget_s,
+                           notify)
+
+
+def _stream(cache, model_name_or_path, messages, system_prompt, settings, chat_template, budget_s, notify):
     import torch
     from transformers import StoppingCriteria, StoppingCriteriaList, TextIteratorStreamer
 
     from rlhf.generation import autocast_context, eos_token_ids, generation_kwargs  # imports torch
 
-    messages = check_history(history, system_prompt)
     model, tokenizer = cache.get(model_name_or_path)
-    ids = _prompt_ids(model, tokenizer, messages, system_prompt, settings.max_new_tokens, chat_template)
+    bounds = request_bounds(cache, model_name_or_path, settings, budget_s)
+    if bounds.note and notify:
+        notify(bounds.note)
+    settings = bounds.settings
+    ids = _prompt_ids(model, tokenizer, messages, system_prompt, settings.max_new_tokens, chat_template,
+                      bounds.prompt_tokens)
     device = next(model.parameters()).device
     eos_ids = eos_token_ids(model, tokenizer)
     streamer = TextIteratorStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True, timeout=STREAM_TIMEOUT_S)
@@ -279,13 +406,20 @@ def reply(
     system_prompt: str | None = None,
     settings: GenerationSettings = CHAT_SETTINGS,
     chat_template: bool | None = None,
+    budget_s: float | None = None,
+    notify: Callable[[str], None] | None = None,
 ) -> str:
-    """The whole answer at once."""
+    """The whole answer at once; `budget_s` and `notify` as for stream_reply."""
     from rlhf.generation import decode_responses, generate_batch  # imports torch
 
     messages = check_history(history, system_prompt)
     model, tokenizer = cache.get(model_name_or_path)
-    ids = _prompt_ids(model, tokenizer, messages, system_prompt, settings.max_new_tokens, chat_template)
+    bounds = request_bounds(cache, model_name_or_path, settings, budget_s)
+    if bounds.note and notify:
+        notify(bounds.note)
+    settings = bounds.settings
+    ids = _prompt_ids(model, tokenizer, messages, system_prompt, settings.max_new_tokens, chat_template,
+                      bounds.prompt_tokens)
     answer = decode_responses(tokenizer, generate_batch(model, tokenizer, [ids], settings))[0]
     cache.generated.add(model_name_or_path, messages, answer)
     return answer
@@ -307,19 +441,34 @@ def best_of_n(
     settings: GenerationSettings = CHAT_SETTINGS,
     system_prompt: str | None = None,
     chat_template: bool | None = None,
+    budget_s: float | None = None,
+    username: str | None = None,
+    notify: Callable[[str], None] | None = None,
 ) -> tuple[str, list[tuple[str, float]]]:
     """Sample n answers, score each with the reward model, return (best, [(answer, score), ...]).
 
     Sampling is forced on (n greedy answers would be identical). The answers come back in sampling
-    order; ties go to the earliest.
+    order; ties go to the earliest. `budget_s`, `username` and `notify` as for stream_reply (the n answers
+    share the budget).
     """
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 64:
         raise InputError(f"must be between 1 and 64, got {n!r}", field="n")
+    messages = check_history(history, system_prompt)
+    with cache.running.hold(username):
+        return _best_of_n(cache, model, reward_model, messages, n, settings, system_prompt, chat_template,
+                          budget_s, notify)
+
+
+def _best_of_n(cache, model, reward_model, messages, n, settings, system_prompt, chat_template, budget_s, notify):
     from rlhf.generation import decode_responses, generate_batch  # imports torch
 
-    messages = check_history(history, system_prompt)
     lm, tokenizer = cache.get(model)
-    ids = _prompt_ids(lm, tokenizer, messages, system_prompt, settings.max_new_tokens, chat_template)
+    bounds = request_bounds(cache, model, settings, budget_s, answers=n)
+    if bounds.note and notify:
+        notify(bounds.note)
+    settings = bounds.settings
+    ids = _prompt_ids(lm, tokenizer, messages, system_prompt, settings.max_new_tokens, chat_template,
+                      bounds.prompt_tokens)
     sampling = dataclasses.replace(settings, do_sample=True, batch_size=n)
     answers = decode_responses(tokenizer, generate_batch(lm, tokenizer, [ids] * n, sampling))
     for answer in answers:  # any of them may end up in the chat (the winner does) and be rated

@@ -495,6 +495,15 @@ def split_by_prompt(records: list[tuple[int, dict]], test_size: float, seed: int
     return train, test
 
 
+def make_private(folder: Path) -> None:
+    """Folders 0700 and files 0600 under `folder` (and itself), as the other exports' files are (mkstemp):
+    `datasets` writes its splits with the umask's modes (0755 folders, 0644 files), readable by every local
+    user, and the web app's zip of them kept those modes in Gradio's cache for up to an hour."""
+    for path in [folder, *folder.rglob("*")]:
+        if not path.is_symlink():
+            path.chmod(0o700 if path.is_dir() else 0o600)
+
+
 def _write_hf(records: list[tuple[int, dict]], out: Path, options: ExportOptions, card=None) -> None:
     """A datasets folder with train/test splits and, given `card(split sizes) -> text`, its README.md."""
     import datasets
@@ -510,6 +519,7 @@ def _write_hf(records: list[tuple[int, dict]], out: Path, options: ExportOptions
         datasets.DatasetDict(splits).save_to_disk(str(tmp))
         if card is not None:
             (tmp / "README.md").write_text(card({name: len(ds) for name, ds in splits.items()}), encoding="utf-8")
+        make_private(tmp)
         if out.exists():
             shutil.rmtree(out)
         os.replace(tmp, out)

@@ -147,7 +147,8 @@ class RewardSettings:
         _check(self.rm_score_std is None or self.rm_score_std > 0, "rm_score_std", self.rm_score_std, "must be positive (blank: raw scores)")
         _check(self.human_timeout > 0, "human_timeout", self.human_timeout, "must be positive")
         _check(self.w_human >= 0 and self.w_rm >= 0, "w_human/w_rm", (self.w_human, self.w_rm), "must be >= 0")
-        _check(self.max_new_tokens >= 1, "max_new_tokens", self.max_new_tokens, "must be at least 1")
+        _check(1 <= self.max_new_tokens <= 32_768, "max_new_tokens", self.max_new_tokens,
+               "must be between 1 and 32,768 (rlhf.configs.MAX_NEW_TOKENS)")
         _check(0 < self.human_share <= 1, "human_share", self.human_share, "must be in (0, 1]")
         _check(self.rm_refit_every >= 1, "rm_refit_every", self.rm_refit_every, "must be at least 1")
         _check(self.heldout_every >= 0, "heldout_every", self.heldout_every, "must be 0 (off) or positive")

@@ -13,19 +13,18 @@ failed by `poll` (`supervision.mark_dead_runs`), which the app calls at start an
 """
 from __future__ import annotations
 
-import json
 import os
-import re
 import shlex
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from labeler.services import checkpoints, launch, reward_spec, runs, supervision, train_configs
+from labeler.services import checkpoints, launch, models, reward_spec, runs, supervision, train_configs
 from labeler.services.errors import InputError
 from labeler.services.kept_models import keep_after_cancel
 from labeler.services.projects import get_project
+from labeler.services.run_secrets import SECRET_SETTINGS, refuse_secrets  # noqa: F401 - callers import them here
 from labeler.services.runs import Run
 from storage import write_transaction
 
@@ -35,7 +34,7 @@ MAX_RUNS_ENV = "RLHF_STUDIO_MAX_RUNS"
 def create_run(db, stage: str, settings: dict[str, Any] | None = None, project: str = "default",
                username: str | None = None, name: str = "", runs_dir: str | Path = "runs",
                start: bool = True, max_concurrent: int | None = None, source: str | None = None,
-               from_web: bool = False) -> Run:
+               from_web: bool = False, check: Callable[[], None] | None = None) -> Run:
     """Queue a run after validating its settings (InputError before anything is written); start it when a
     slot is free (unless `start=False`).
 
@@ -45,7 +44,7 @@ def create_run(db, stage: str, settings: dict[str, Any] | None = None, project: 
     login cannot run code or write files as the server's user. Secrets (refuse_secrets) are refused from
     anywhere: a run's config is stored in the database and shown in the app.
     """
-    refuse_secrets(settings or {})
+    refuse_secrets(settings or {}, source)
     if from_web:
         allowed = train_configs.web_settings(stage)
         refused = sorted(key for key in (settings or {}) if key not in allowed)
@@ -55,9 +54,12 @@ def create_run(db, stage: str, settings: dict[str, Any] | None = None, project: 
                              field=", ".join(refused))
     config = train_configs.resolve_run_config(stage, settings or {}, source)
     pin_project_defaults(db, config, stage, project)
+    launch.refuse_unloadable(config["job"], lambda name: models.resolve(db, name))  # not 5 minutes later in the worker
     if config["job"].get("accelerate_config"):  # a missing, unreadable or unrunnable file fails now, not at start
         job = config["job"]
         launch.refuse_unrunnable(launch.launch_settings(job.get("num_processes"), job["accelerate_config"])[1])
+    if check is not None:  # the caller's own refusal (the Train tab: a run with no data), after the checks above
+        check()
     run_id = runs.insert_run(db, stage, config, project, username, name, runs_dir)
     if start:
         start_queued(db, max_concurrent)
@@ -74,44 +76,6 @@ def pin_project_defaults(db, config: dict, stage: str, project: str) -> None:
     the run keeps it if the project's changes later (the job's own default, 16, is the shipped task's)."""
     if stage in ANSWERING_STAGES and "max_new_tokens" not in config["job"]:
         config["job"]["max_new_tokens"] = get_project(db, project).answer_tokens
-
-
-# Settings that hold credentials: never stored with a run (its config is a database row, shown in `runs show` and
-# the app). The libraries read them from the environment instead: HF_TOKEN (huggingface_hub, for hub_token),
-# WANDB_API_KEY, MLFLOW_TRACKING_TOKEN, ...
-SECRET_SETTINGS = ("hub_token",)
-_SECRET_KEY = re.compile(r"(token|secret|password|passwd|api[_-]?key|credential|auth)", re.IGNORECASE)
-
-
-def refuse_secrets(settings: dict[str, Any]) -> None:
-    """InputError naming any secret among raw run settings: a SECRET_SETTINGS key with a value, or a key that
-    looks like a credential (api_key, token, password, ...) anywhere inside a mapping (tracker_kwargs,
-    accelerator_kwargs, ...)."""
-    found = [key for key in SECRET_SETTINGS if settings.get(key) not in (None, "", "null", "None")]
-
-    def walk(value: Any, path: str) -> None:
-        if isinstance(value, str) and value.strip().startswith(("{", "[")):
-            try:
-                value = json.loads(value)  # --set tracker_kwargs='{"wandb": {"api_key": ...}}' arrives as text
-            except ValueError:
-                return
-        if isinstance(value, dict):
-            for key, item in value.items():
-                where = f"{path}.{key}"
-                if _SECRET_KEY.search(str(key)) and item not in (None, ""):
-                    found.append(where)
-                else:
-                    walk(item, where)
-        elif isinstance(value, list):
-            for index, item in enumerate(value):
-                walk(item, f"{path}[{index}]")
-
-    for key, value in settings.items():
-        if key not in SECRET_SETTINGS:
-            walk(value, key)
-    if found:
-        raise InputError("a secret is never stored with a run: set it in the environment of the server or the "
-                         "command instead (HF_TOKEN for the hub, WANDB_API_KEY, ...)", field=", ".join(found))
 
 
 def _max_concurrent(value: int | None) -> int:

@@ -7,7 +7,12 @@ says that a user holds an item: pending (shown), done (labelled) or skipped. The
    same item, and an undone item comes back at once).
 2. Otherwise the user gets the highest-priority, oldest item they never held (in any status) that fewer
    than `overlap` users hold: done, or pending for less than PENDING_TTL. A pending assignment older than
-   that is stale (the annotator walked away) and its slot goes to someone else.
+   that is stale (the annotator walked away) and its slot goes to someone else. An item a training run waits
+   for (priority > 0) is held for RUN_ITEM_IDLE_SECONDS only: the trainer is idle until it is labelled, so an
+   annotator who leaves it alone that long loses it to the next one (the Rate/Rank tab renews the hold while
+   its user is active on it, keep_holding).
+   A page load takes no run item (next_item's run_items=False): opening the app on another tab, or as an
+   admin who does not label, once held a run's item until the run gave up on it.
 3. Gold items (a known answer, for quality control) are not capped by the overlap: every annotator meets
    each gold item once, in the same order as any other item, or gold accuracy could only be measured for
    the first k annotators. Nothing in a QueueItem tells a gold item apart.
@@ -59,7 +64,17 @@ _NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
 _CUTOFF = f"strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-{PENDING_TTL_MINUTES} minutes')"
 # An assignment that takes one of an item's `overlap` slots. Timestamps are ISO-8601 text, so they
 # compare as strings.
-_HOLDS_SLOT = f"(a.status = 'done' OR (a.status = 'pending' AND a.assigned_at > {_CUTOFF}))"
+# A run item's pending assignment expires sooner (RUN_ITEM_IDLE_SECONDS); `i` is the item's alias in every query.
+RUN_ITEM_IDLE_SECONDS = 60
+_RUN_CUTOFF = f"strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-{RUN_ITEM_IDLE_SECONDS} seconds')"
+
+
+def _fresh(alias: str) -> str:
+    """SQL: the pending assignment `alias` still reserves its item (items aliased `i`)."""
+    return f"{alias}.assigned_at > (CASE WHEN i.priority > 0 THEN {_RUN_CUTOFF} ELSE {_CUTOFF} END)"
+
+
+_HOLDS_SLOT = f"(a.status = 'done' OR (a.status = 'pending' AND {_fresh('a')}))"
 
 
 @dataclass(frozen=True)
@@ -199,6 +214,12 @@ def ranking_orders(db: sqlite_utils.Database, item_ids: Sequence[int]) -> dict[i
     return orders
 
 
+def run_of_item(db: sqlite_utils.Database, item_id: int) -> int | None:
+    """The training run an item was queued for (None: an ordinary item, or no such item)."""
+    row = db.execute("SELECT run_id FROM items WHERE id = ?", [int(item_id)]).fetchone()
+    return None if row is None else row[0]
+
+
 def unreleased_run_items(db: sqlite_utils.Database, run_id: int) -> list[tuple[int, str, list[int]]]:
     """(item id, prompt text, response ids) of the run's items not yet released (priority > 0), oldest first."""
     rows = db.execute("SELECT i.id, p.text, i.response_ids_json FROM items i JOIN prompts p ON p.id = i.prompt_id"
@@ -285,7 +306,8 @@ def create_items(
 ) -> int:
     """Create the missing items; returns how many were created.
 
-    Rating items: one per response (of `response_ids`, or of the whole project) that has none.
+    Rating items: one per response (of `response_ids`, or of the whole project but its held-out prompts) that has
+    none.
     Ranking items: for each prompt concerned, its responses not yet in a ranking item, in groups of
     2..ranking_size; a response is in at most one ranking item. `priority` and `run_id` mark items a
     training run waits on (PPO with human rewards passes kinds=("rating",), a high priority and its run).
@@ -297,15 +319,15 @@ def create_items(
     with write_transaction(db):
         proj = get_project(db, project)
         prompt_of = response_prompts(db, proj.id)
-        if run_id is None:  # held-out prompts are for evaluation: their answers are labelled only when a run asks
-            held_out = _heldout_prompt_ids(db, proj.id)
-            prompt_of = {r: p for r, p in prompt_of.items() if p not in held_out}
         wanted = None
         if response_ids is not None:
             wanted = {int(r) for r in response_ids}
             unknown = sorted(wanted - set(prompt_of))
             if unknown:
                 raise InputError(f"responses {unknown} are not in project '{proj.name}'", field="response_ids")
+        if wanted is None:  # held-out prompts are for evaluation: their answers are queued only when named
+            held_out = _heldout_prompt_ids(db, proj.id)
+            prompt_of = {r: p for r, p in prompt_of.items() if p not in held_out}
 
         def insert(kind: str, prompt_id: int, ids: list[int]) -> int:
             return insert_item(db, proj.id, kind, prompt_id, ids, priority=priority, run_id=run_id, if_new=True) is not None
@@ -361,7 +383,7 @@ def requeue_prompts(db: sqlite_utils.Database, project: str, prompt_ids: Sequenc
 def _own_pending(db: sqlite_utils.Database, proj: Project, user_id: int, kind: str, min_priority: int = 0) -> int | None:
     """The user's pending item to show again, newest first; stale ones taken over are released."""
     rows = db.execute(
-        f"""SELECT mine.id, mine.item_id, mine.assigned_at > {_CUTOFF} AS fresh, i.gold_json IS NOT NULL AS gold,
+        f"""SELECT mine.id, mine.item_id, {_fresh('mine')} AS fresh, i.gold_json IS NOT NULL AS gold,
                (SELECT COUNT(*) FROM assignments a WHERE a.item_id = mine.item_id AND a.user_id != mine.user_id
                   AND {_HOLDS_SLOT}) AS others
             FROM assignments mine JOIN items i ON i.id = mine.item_id
@@ -387,17 +409,20 @@ _QUEUE_ORDER = {
 }
 
 
-def _claim_new(db: sqlite_utils.Database, proj: Project, user_id: int, kind: str, min_priority: int = 0) -> int | None:
+def _claim_new(db: sqlite_utils.Database, proj: Project, user_id: int, kind: str, min_priority: int = 0,
+               max_priority: int | None = None) -> int | None:
     """Reserve the first open item, in the project's queue order, that this user never held and that still has
     a free slot.
 
     The walk runs on a partial index of open items, so full items cost nothing; it passes over only the items
     this user skipped or labelled that are still open, and those that others' fresh reservations fill.
+    `max_priority` 0 passes over the items a run waits for.
     """
     index, order = _QUEUE_ORDER[proj.selection]
+    below = "" if max_priority is None else f" AND i.priority <= {int(max_priority)}"
     row = db.execute(
         f"""SELECT i.id FROM items i INDEXED BY {index}
-            WHERE i.project_id = :project AND i.kind = :kind AND i.is_open = 1 AND i.priority >= :min_priority
+            WHERE i.project_id = :project AND i.kind = :kind AND i.is_open = 1 AND i.priority >= :min_priority{below}
               AND NOT EXISTS (SELECT 1 FROM assignments m WHERE m.item_id = i.id AND m.user_id = :user)
               AND (i.gold_json IS NOT NULL
                    OR (SELECT COUNT(*) FROM assignments a WHERE a.item_id = i.id AND {_HOLDS_SLOT}) < :overlap)
@@ -469,21 +494,46 @@ def _queue_item(db: sqlite_utils.Database, proj: Project, user_id: int, item_id:
     )
 
 
-def _next(db: sqlite_utils.Database, proj: Project, user, kind: str) -> QueueItem | None:
+def _next(db: sqlite_utils.Database, proj: Project, user, kind: str, run_items: bool = True) -> QueueItem | None:
     # Answers a training run waits for (priority > 0) come before anything else, even an item this user reserved
     # earlier: the trainer is idle until they are labelled. The reserved item comes back right after.
-    item_id = (_own_pending(db, proj, user.id, kind, min_priority=1) or _claim_new(db, proj, user.id, kind, min_priority=1)
-               or _own_pending(db, proj, user.id, kind) or _claim_new(db, proj, user.id, kind))
+    # Without run_items (a page load) no new run item is taken: the user may not be on this tab at all.
+    if run_items:
+        item_id = (_own_pending(db, proj, user.id, kind, min_priority=1)
+                   or _claim_new(db, proj, user.id, kind, min_priority=1)
+                   or _own_pending(db, proj, user.id, kind) or _claim_new(db, proj, user.id, kind))
+    else:
+        item_id = _own_pending(db, proj, user.id, kind) or _claim_new(db, proj, user.id, kind, max_priority=0)
     if item_id is None:
         return None
     return _queue_item(db, proj, user.id, item_id)
 
 
-def next_item(db: sqlite_utils.Database, project: str, username: str, kind: Kind = "rating") -> QueueItem | None:
-    """The item to show this user now (None when their queue is empty); reserves it for them."""
+def next_item(db: sqlite_utils.Database, project: str, username: str, kind: Kind = "rating",
+              *, run_items: bool = True) -> QueueItem | None:
+    """The item to show this user now (None when their queue is empty); reserves it for them. run_items=False
+    (a page load: the user may be on another tab, or an admin who does not label) takes no item a training run
+    waits for that the user does not already hold."""
     _check_kind(kind)
     with write_transaction(db):
-        return _next(db, get_project(db, project), require_user(db, username), kind)
+        return _next(db, get_project(db, project), require_user(db, username), kind, run_items)
+
+
+def keep_holding(db: sqlite_utils.Database, project: str, username: str, item_id: int) -> bool:
+    """The user is active on the run item they were shown: renew its hold (RUN_ITEM_IDLE_SECONDS). False (and
+    nothing changed) unless it is their pending assignment of an item a run waits for in this project."""
+    proj = get_project(db, project)
+    # A read first: the Rate/Rank tabs ask every few seconds per annotator, almost always about an ordinary item,
+    # and a write transaction each time would queue behind (and hold up) people's labels.
+    if db.execute("SELECT 1 FROM items WHERE id = ? AND project_id = ? AND priority > 0",
+                  [int(item_id), proj.id]).fetchone() is None:
+        return False
+    with write_transaction(db):
+        user = require_user(db, username)
+        return db.execute(
+            f"UPDATE assignments SET assigned_at = {_NOW} WHERE item_id = ? AND user_id = ? AND status = 'pending'"
+            " AND item_id IN (SELECT id FROM items WHERE project_id = ? AND priority > 0)",
+            [int(item_id), user.id, proj.id]).rowcount > 0
 
 
 def progress(db: sqlite_utils.Database, project: str, username: str, kind: Kind = "rating") -> tuple[int, int]:
@@ -502,7 +552,8 @@ def _item_row(db: sqlite_utils.Database, proj: Project, item_id: object, kind: s
     row = None
     if isinstance(item_id, int) and not isinstance(item_id, bool):
         row = db.execute(
-            "SELECT id, kind, prompt_id, response_ids_json, gold_json FROM items WHERE id = ? AND project_id = ?",
+            "SELECT id, kind, prompt_id, response_ids_json, gold_json, priority FROM items"
+            " WHERE id = ? AND project_id = ?",
             [item_id, proj.id],
         ).fetchone()
     if row is None:
@@ -530,13 +581,14 @@ def _take_assignment(db: sqlite_utils.Database, proj: Project, user, item, claim
     Returns the seconds since the item was last shown to them (None for a claimed item, never shown).
     """
     row = db.execute(
-        f"SELECT id, status, assigned_at > {_CUTOFF} AS fresh,"
-        " (julianday('now') - julianday(assigned_at)) * 86400.0 AS shown_for"
-        " FROM assignments WHERE item_id = ? AND user_id = ?",
+        f"SELECT mine.id, mine.status, {_fresh('mine')} AS fresh,"
+        " (julianday('now') - julianday(mine.assigned_at)) * 86400.0 AS shown_for"
+        " FROM assignments mine JOIN items i ON i.id = mine.item_id WHERE mine.item_id = ? AND mine.user_id = ?",
         [item["id"], user.id],
     ).fetchone()
     others = db.execute(
-        f"SELECT COUNT(*) FROM assignments a WHERE a.item_id = ? AND a.user_id != ? AND {_HOLDS_SLOT}",
+        "SELECT COUNT(*) FROM assignments a JOIN items i ON i.id = a.item_id"
+        f" WHERE a.item_id = ? AND a.user_id != ? AND {_HOLDS_SLOT}",
         [item["id"], user.id],
     ).fetchone()[0]
     full = item["gold_json"] is None and others >= proj.overlap
@@ -551,7 +603,9 @@ def _take_assignment(db: sqlite_utils.Database, proj: Project, user, item, claim
         raise InputError(f"item {item['id']} was skipped; it is no longer in your queue", field="item_id")
     if row["status"] == "pending" and not row["fresh"] and full:
         raise InputError(
-            f"item {item['id']} was idle for over {PENDING_TTL_MINUTES} minutes and went to another annotator",
+            f"item {item['id']} was idle for over "
+            + (f"{RUN_ITEM_IDLE_SECONDS} seconds" if item["priority"] > 0 else f"{PENDING_TTL_MINUTES} minutes")
+            + " and went to another annotator",
             field="item_id",
         )
     db.execute("UPDATE assignments SET status = 'done' WHERE id = ?", [row["id"]])

@@ -6,10 +6,12 @@ No database here: `jobs.start_queued` asks for the command (`worker_command`) an
 """
 from __future__ import annotations
 
+import importlib.machinery
 import os
 import socket
 import sys
 from pathlib import Path
+from typing import Callable
 
 import yaml
 
@@ -86,6 +88,31 @@ def refuse_unrunnable(config_file: Path | None) -> None:
     if not torch.cuda.is_available():
         raise InputError(f"{config_file}: FSDP needs GPUs, and this machine has none (accelerate runs FSDP only on GPU"
                          "-like devices); on CPUs use configs/accelerate/ddp.yaml, or num_processes without a config")
+
+
+SHORT_MODEL_NAMES = ("", "default", "default-encoder")  # the embedded models, always there
+
+
+def refuse_unloadable(job: dict, resolve_model: Callable[[str], str]) -> None:
+    """What the worker would fail to load, refused when the run is queued (a run with model=/nonexistent/model or
+    reward_function=nosuchmodule:fn was accepted and failed in the worker, 5 minutes later on a busy machine):
+    the base model through `resolve_model` (the registry's resolver: a registry name, a folder with weights or a
+    hub id; unless a `runner` of one's own reads it), and module:function code (reward_function, runner) whose module the worker cannot find. The worker
+    runs `python -m` in this process's folder with its environment, so its path is that folder, $PYTHONPATH and
+    this process's sys.path. The module is looked up, never imported here."""
+    model = str(job.get("model") or "").strip()
+    if model not in SHORT_MODEL_NAMES and not job.get("runner"):  # a runner of one's own reads `model` its own way
+        resolve_model(model)
+    for key in ("reward_function", "runner"):
+        spec = str(job.get(key) or "")
+        if ":" not in spec:
+            continue
+        top = spec.partition(":")[0].strip().split(".")[0]
+        path = [os.getcwd(), *os.environ.get("PYTHONPATH", "").split(os.pathsep), *sys.path]
+        if not top or importlib.machinery.PathFinder.find_spec(top, [p for p in path if p]) is None and \
+                top not in sys.builtin_module_names:
+            raise InputError(f"{spec!r}: no module {top!r} in this folder or on the Python path (PYTHONPATH) the "
+                             "training worker will have", field=key)
 
 
 def worker_command(db_path: str, run_id: int, num_processes: int | None = None,

@@ -255,10 +255,35 @@ def _read_datasets_folder(path: Path) -> Iterator[tuple[Where, dict]]:
             yield Where(str(path), number, unit="row", split=split), record
 
 
+HUB_PROBE_TIMEOUT_S = 5.0  # one request asking the Hub whether the dataset exists, before any download
+
+
+def _probe_hub(repo_id: str) -> None:
+    """InputError at once when the Hub does not have `repo_id` or cannot be reached. Without it, an offline
+    machine spent 25 s in datasets' retries (1+2+4+8+8 s) and printed 12 lines before the one that counts.
+    With HF_HUB_OFFLINE set there is no request: datasets reads its local cache, failing at once."""
+    import huggingface_hub
+    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
+
+    if huggingface_hub.constants.HF_HUB_OFFLINE:
+        return
+    try:
+        huggingface_hub.HfApi().dataset_info(repo_id, timeout=HUB_PROBE_TIMEOUT_S)
+    except RepositoryNotFoundError:
+        raise InputError("no such local file or folder, nor a Hub dataset of that name (or it is private: "
+                         "log in with `hf auth login`)", file=repo_id) from None
+    except HfHubHTTPError:
+        return  # the Hub answered (rate limit, gated, ...): datasets says what it is
+    except Exception as error:  # noqa: BLE001 - a connection refused, a name not resolved, a timeout
+        raise InputError(f"no such local file or folder, and the Hub cannot be reached ({type(error).__name__}); "
+                         "offline, HF_HUB_OFFLINE=1 reads a dataset from the local cache", file=repo_id) from None
+
+
 def _read_hub_dataset(repo_id: str) -> Iterator[tuple[Where, dict]]:
     """Every split of a Hub dataset (datasets.load_dataset), from the local cache when offline."""
     import datasets
 
+    _probe_hub(repo_id)
     try:
         loaded = datasets.load_dataset(repo_id)
     except Exception as error:  # offline, unknown repository, no access, unreadable files: one line, not a traceback

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
@@ -63,6 +64,7 @@ class RunPreview:
     steps_asked: int | None = None  # the steps the settings gave, when the budget changed them
     budget_error: str | None = None  # why no number of steps fits time_budget (or no estimate could be made)
     memory: str | None = None  # the memory estimate's line (run_estimate.memory_text)
+    blocker: str | None = None  # why the run would stop at once for want of data (refuse_without_data refuses it)
 
     def markdown(self) -> str:
         base = f"`{self.base_model}`" + ("" if self.base_model_known else " (not registered: a folder or hub id)")
@@ -86,11 +88,31 @@ def estimate_line(estimate: run_estimate.RunEstimate, budget_seconds: float | No
     text = (f"**About {fmt(estimate.total_seconds)} on this machine**: {estimate.steps} steps of ~"
             f"{fmt(estimate.step_seconds)} + {fmt(estimate.setup_seconds)} to load"
             + (f" + {fmt(estimate.eval_seconds)} of evaluation" if estimate.eval_seconds else "")
-            + " (from a micro-step measured now; a reward model's scoring and human ratings not included).")
+            + " (from a micro-step measured now; a reward model's scoring and human ratings not included). "
+            + idle_machine_note())
     if budget_seconds is not None:
         chosen = ("" if steps_asked is None else f", instead of the {steps_asked} asked for")
         text += f" time_budget {fmt(budget_seconds)}: {estimate.steps} steps chosen{chosen}."
     return text
+
+
+def idle_machine_note(load: float | None = None, cores: int | None = None) -> str:
+    """What the estimate assumes: a machine doing nothing else. The worker runs at a lower priority than everything
+    else (launcher.lower_priority), so other work takes the cores first: an estimate of ~5 min became 34 min at
+    load 7-18 on 2 cores. `load` (default: the 1-minute load average) and `cores` (default: those
+    this process may use) say how busy the machine is now."""
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except OSError:  # not available on this platform
+            load = None
+    cores = cores or launch.usable_cores()
+    text = "It assumes an otherwise idle machine: training runs at a lower priority than other work"
+    if load is not None and load > cores / 2:
+        # No factor is promised: a niced run gets what the other work leaves, from most of the CPU to a tenth.
+        text += (f", and the load now is {load:.1f} on {cores} cores: the run gets what that work leaves, so it "
+                 "may take several times longer")
+    return text + "."
 
 
 def _epoch_warning(steps: int, epochs: float, train_rows: int, unit: str) -> str:
@@ -134,14 +156,14 @@ def _prompts_per_step(stage: str, job, trainer) -> int:
 
 
 def preview_run(db: sqlite_utils.Database, project: str, stage: str, values: dict[str, Any],
-                estimate_time: bool = True, measure=None) -> RunPreview:
+                estimate_time: bool = True, measure=None, source: str | None = None) -> RunPreview:
     """The preview of a run of `stage` with the settings `values` (as the Train form or `--set` give them).
 
     Bad settings raise the same InputError launching would. For ppo, grpo and rloo with `estimate_time`, a
     micro-step is timed for the wall-time estimate by `measure(MicroStepSettings) -> MicroStep` (default:
     run_estimate's, in a fresh process); without it there is no estimate and time_budget is not applied.
     """
-    config = train_configs.resolve_run_config(stage, values)
+    config = train_configs.resolve_run_config(stage, values, source)  # source: the --config file, named in errors
     jobs.pin_project_defaults(db, config, stage, project)  # the project's answer length, as the run will store it
     job = forms.build_config(train_configs.JobConfig, config["job"])
     trainer = _trainer_config(stage, job, config["trainer"])
@@ -168,27 +190,40 @@ def preview_run(db: sqlite_utils.Database, project: str, stage: str, values: dic
     except InputError:
         known = False
 
-    warnings = []
+    warnings, blocker = [], None
     if len(records) < MIN_ROWS:
-        warnings.append(f"only {len(records)} {unit} with these filters: the run would stop at once "
-                        f"(it needs at least {MIN_ROWS}).")
+        blocker = (f"only {len(records)} {unit} with these filters: the run would stop at once "
+                   f"(it needs at least {MIN_ROWS}).")
+        warnings.append(blocker)
     elif epochs > EPOCH_WARNING:
         warnings.append(_epoch_warning(job.steps, epochs, train_rows, unit))
     if stage == "kto" and len(records) >= MIN_ROWS:
         from labeler.services.runners.online import kto_label_problem  # the stage's module, loaded above
 
         problem = kto_label_problem([bool(row["label"]) for _, row in records])
-        warnings += [f"the run would stop at once: {problem}."] if problem else []
+        if problem:
+            blocker = f"the run would stop at once: {problem}."
+            warnings.append(blocker)
     if run_estimate.budget_seconds(job.time_budget) is not None and stage not in BUDGET_STAGES:
         warnings.append(budget_stage_error(stage))
     preview = RunPreview(stage, base, known, unit, len(records), train_rows, eval_rows, rows_per_step, job.steps,
-                         epochs, warnings)
+                         epochs, warnings, blocker=blocker)
     path = str(models.resolve(db, base)) if known else base  # a folder or hub id: read from where it is
     preview = replace(preview, memory=run_estimate.memory_text(path, stage, job, trainer,
                                                                train_configs.recipe_for_parameters))
     if stage in PROMPT_STAGES and estimate_time and records:
         preview = _with_estimate(db, project, stage, preview, job, trainer, [text for text, _ in records],
                                  measure or run_estimate.measure_micro_step, steps_given="steps" in values)
+    return preview
+
+
+def refuse_without_data(db: sqlite_utils.Database, project: str, stage: str, values: dict[str, Any]) -> RunPreview:
+    """The preview (no time estimate) of a run about to be queued; InputError with the preview's reason when the
+    run would stop at once for want of data. An SFT run with annotators=nobody was queued, took the worker slot
+    and failed minutes later with "only 0 well-rated answers", which the preview knew before the launch."""
+    preview = preview_run(db, project, stage, values, estimate_time=False)
+    if preview.blocker is not None:
+        raise InputError(f"not launched: {preview.blocker} Change the data settings, or label more first.")
     return preview
 
 

@@ -20,6 +20,7 @@ from labeler.services.errors import InputError
 from labeler.services.job_settings import ALL_STAGES as STAGES
 from labeler.services.job_settings import JobConfig
 from labeler.services.readers import MAX_JSON_DEPTH, check_depth, decode_text, load_json
+from labeler.services.run_secrets import refuse_secrets
 
 # The trainer config class of each stage, imported lazily (torch/transformers are slow to import).
 STAGE_CONFIG_CLASSES = {
@@ -184,6 +185,12 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
         import yaml  # only for .yaml files
 
         try:
+            # An alias (*name) repeats a node without its text: nested ones (a "billion laughs" file) made the
+            # checks below walk an exponential tree (34 s and 547 MB before the refusal). Settings need none.
+            for event in yaml.parse(text, Loader=yaml.SafeLoader):
+                if isinstance(event, yaml.AliasEvent):
+                    raise InputError("YAML aliases (*name) are not accepted in a config file: write the values "
+                                     "out", file=str(path), line=event.start_mark.line + 1)
             data = check_depth(yaml.safe_load(text), lambda message: InputError(message, file=str(path)))
         except RecursionError:  # deeply nested input: one line, not a traceback
             raise InputError(f"nested more than {MAX_JSON_DEPTH} levels deep", file=str(path)) from None
@@ -209,6 +216,7 @@ def resolve_run_config(stage: str, values: dict[str, Any], source: str | None = 
     Trainer settings are validated by building the trainer config once here (not only in the worker), so a
     bad value is refused before a run is queued.
     """
+    refuse_secrets(values, source)  # before anything else: a dry run or a preview refuses them as a launch does
     values = {**recipe_settings(stage, str(values.get("recipe") or "")), **values}  # explicit settings win
     job_values, trainer_values = split_settings(stage, values, source)
     try:

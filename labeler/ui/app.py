@@ -16,7 +16,9 @@ from starlette.middleware import Middleware
 from labeler.services.login_guard import LoginThrottle
 from labeler.ui import header
 from labeler.ui.context import ServeSettings, UIContext
-from labeler.ui.gradio_internals import parse_file_size, quiet_queue, replace_session_tokens, skip_missing_matplotlib
+from labeler.ui.gradio_internals import (
+    parse_file_size, quiet_queue, replace_session_tokens, skip_missing_matplotlib, trusted_proxies, trusted_proxies_of,
+)
 from labeler.ui.session import LOGOUT_JS, RequestGuard, SessionStore, make_auth
 from storage import ConnectionPool, connect
 
@@ -114,7 +116,8 @@ def launch(app: gr.Blocks, settings: ServeSettings, **overrides: Any):
     options["prevent_thread_lock"] = True
     for attempt in range(3):
         try:
-            result = app.launch(**options)
+            with trusted_proxies(settings.forwarded_allow_ips):
+                result = app.launch(**options)
             break
         except ValueError as error:
             # Gradio probes its own URL with a 3 s timeout and gives up when a busy machine answers late
@@ -122,6 +125,11 @@ def launch(app: gr.Blocks, settings: ServeSettings, **overrides: Any):
             if "localhost is not accessible" not in str(error) or attempt == 2:
                 raise
             app.close()
+    trusted = trusted_proxies_of(app)
+    if trusted != list(settings.forwarded_allow_ips):
+        app.close()
+        raise RuntimeError(f"the server trusts X-Forwarded-For from {trusted}, not from "
+                           f"{list(settings.forwarded_allow_ips)} as asked (gradio_internals.trusted_proxies)")
     server = app.server_app
     # An idle connection held while the server runs: without one, each request's close is the database's
     # last and SQLite checkpoints and deletes the WAL every time (20 of the 22 ms a rate_submit took).

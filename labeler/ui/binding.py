@@ -23,9 +23,15 @@ def bind(handler: Callable[..., Any], *leading: Any) -> Callable[..., Any]:
                         f"{getattr(handler, '__qualname__', handler)}{inspect.signature(handler)}")
     names = {p.name for p in parameters[:len(leading)]}
 
-    @functools.wraps(handler)
-    def bound(*args, **kwargs):
-        return handler(*leading, *args, **kwargs)
+    if inspect.isgeneratorfunction(handler):
+        # A generator stays one: Gradio streams an event's updates only when inspect says its function is one.
+        @functools.wraps(handler)
+        def bound(*args, **kwargs):
+            return (yield from handler(*leading, *args, **kwargs))
+    else:
+        @functools.wraps(handler)
+        def bound(*args, **kwargs):
+            return handler(*leading, *args, **kwargs)
 
     bound.__signature__ = inspect.Signature(parameters[len(leading):])
     # Only the remaining parameters' annotations: Gradio matches annotations to parameters by name.

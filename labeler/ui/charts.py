@@ -20,10 +20,16 @@ MAX_MARKERS = 60  # points drawn as dots too when a line has at most this many (
 
 @dataclass(frozen=True)
 class Series:
-    """One line: its name (shown in the legend) and its (x, y) points, in x order."""
+    """One line: its name (its data-series attribute), its (x, y) points in x order, and the words the legend
+    shows (`label`; default the name)."""
 
     name: str
     points: tuple[tuple[float, float], ...]
+    label: str = ""
+
+    @property
+    def legend(self) -> str:
+        return self.label or self.name
 
 
 def nice_number(value: float, round_it: bool) -> float:
@@ -81,8 +87,8 @@ def line_chart_svg(series: list[Series], title: str = "", x_title: str = "step",
     for index, s in enumerate(series):
         colour = PALETTE[index % len(PALETTE)]
         parts.append(f'<g class="studio-chart-legend-item"><rect x="{x_cursor}" y="21" width="12" height="4" '
-                     f'fill="{colour}"/><text x="{x_cursor + 16}" y="27">{html.escape(s.name)}</text></g>')
-        x_cursor += 28 + 6 * len(s.name)
+                     f'fill="{colour}"/><text x="{x_cursor + 16}" y="27">{html.escape(s.legend)}</text></g>')
+        x_cursor += 28 + 6 * len(s.legend)
     parts.append(f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#bbb"/>')
     if not drawn:
         parts.append(f'<text x="{left + plot_w / 2}" y="{top + plot_h / 2}" text-anchor="middle" fill="#888">'

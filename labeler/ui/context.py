@@ -30,6 +30,10 @@ class ServeSettings:
     allowed_origins: tuple[str, ...] = ()
     session_max_age_s: float = SESSION_DAYS * 86400.0
     login_throttle: ThrottlePolicy = field(default_factory=ThrottlePolicy)
+    # Proxies whose X-Forwarded-For / X-Forwarded-Proto are believed (addresses or networks); none by default.
+    forwarded_allow_ips: tuple[str, ...] = ()
+    # One chat, best-of-N or arena request's estimated compute at most (services.chat.request_bounds; MAX_REQUEST_S).
+    chat_budget_s: float = 60.0
     root_path: str = ""  # the URL path behind a reverse proxy ("/studio"); "" when served at the root
     extra: dict = field(default_factory=dict)
 

@@ -11,6 +11,8 @@ Used through this module's functions (labeler/ui/app.py calls them):
 - `gradio.utils.MatplotlibBackendMananger` (sic), looked up by route_utils.call_process_api at each event:
   skip_missing_matplotlib.
 - `App.tokens` (gradio.routes.App, cookie token -> username): replace_session_tokens.
+- `gradio.http_server.start_server` building its `uvicorn.Config` without `forwarded_allow_ips`, so uvicorn reads
+  `$FORWARDED_ALLOW_IPS` (default "127.0.0.1,::1"), and `Blocks.server.config`: trusted_proxies.
 
 Used by labeler/ui/session/ where they are read (left there, in the login code; the test covers them too):
 - `App.tokens`, reached as scope["app"].tokens by RequestGuard, and `App.auth` (login_throttle reads the
@@ -24,7 +26,9 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import os
 import sys
+import threading
 from typing import Callable
 
 import gradio as gr
@@ -73,3 +77,39 @@ def replace_session_tokens(server, make_store: Callable[[list[tuple[str, str]]],
     up; a login in the moment since then is carried over by passing the sessions it holds."""
     server.tokens = make_store(list(server.tokens.items()))
     return server.tokens
+
+
+_PROXY_ENV = "FORWARDED_ALLOW_IPS"
+_PROXY_ENV_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def trusted_proxies(addresses: tuple[str, ...]):
+    """Within the block, a Gradio launch makes uvicorn believe X-Forwarded-For / X-Forwarded-Proto only from
+    `addresses` (none: from nobody). Gradio gives uvicorn no forwarded_allow_ips, so uvicorn trusted them from
+    127.0.0.1 and ::1: any local process, or a proxy an admin did not name, could pose as any client address
+    (seven wrong passwords with `X-Forwarded-For: 127.0.0.77` locked out the owner at 127.0.0.77). uvicorn reads
+    the environment variable once, when Gradio builds its Config during launch, so it is set only for that
+    moment (under a lock: two launches at once would otherwise see each other's value)."""
+    with _PROXY_ENV_LOCK:
+        before = os.environ.get(_PROXY_ENV)
+        os.environ[_PROXY_ENV] = ",".join(addresses)
+        try:
+            yield
+        finally:
+            if before is None:
+                os.environ.pop(_PROXY_ENV, None)
+            else:
+                os.environ[_PROXY_ENV] = before
+
+
+def trusted_proxies_of(app: gr.Blocks) -> list[str]:
+    """The proxies the running server's uvicorn trusts (its Config.forwarded_allow_ips), as a list; launch checks
+    it against what it asked for, so a Gradio that passes its own value fails loudly instead of trusting more."""
+    value = app.server.config.forwarded_allow_ips
+    items = value.split(",") if isinstance(value, str) else list(value)
+    return [item.strip() for item in items if item.strip()]
+# Events that run by themselves (a tab select, a timer): no progress of any kind on their outputs. Gradio 6.31
+# still draws a timer ("0.1s") in each output of a show_progress="hidden" event while it runs; with no
+# show_progress_on component there is none (its front end draws progress on show_progress_on, else the outputs).
+QUIET = {"show_progress": "hidden", "show_progress_on": []}

@@ -66,3 +66,13 @@ def test_every_train_subcommand_has_help():
     runs = subparsers.choices["runs"]
     runs_sub = next(a for a in runs._actions if a.__class__.__name__ == "_SubParsersAction")
     assert sorted(c.dest for c in runs_sub._choices_actions if c.help) == ["cancel", "list", "resume", "show", "stop"]
+
+
+def test_a_run_without_data_is_refused_at_launch(capsys, tmp_path):
+    """As the Train tab refuses it: an SFT run on a project with no ratings would stop at once for want of rows."""
+    from storage import open_db
+
+    db = str(tmp_path / "s.db")
+    assert main(["train", "sft", "--db", db, "--create-db", "--set", "steps=1", "--runs-dir", str(tmp_path / "runs")]) == 2
+    assert "not launched: only 0" in capsys.readouterr().err
+    assert open_db(db).execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 0

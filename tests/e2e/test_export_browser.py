@@ -44,7 +44,7 @@ def test_a_ranked_and_rated_pair_is_exported_once(running_app, login):
     page = login(running_app.url, *running_app.admin, ready="button[role=tab]:has-text('Data')", height=1600)
     page.click("button[role=tab]:has-text('Data')")
     page.click("text=3. Export labels as a dataset")
-    page.click("#data-export-switches label:has-text('include_rating_pairs')")
+    page.click("#data-export-switches label:has-text('Also turn ratings into preference pairs')")
     page.click("#data-export")
     link = page.wait_for_selector("#data-export-file a[href]", timeout=30_000)
     body = page.request.get(link.get_attribute("href")).text()

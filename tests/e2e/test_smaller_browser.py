@@ -50,7 +50,7 @@ def test_undo_after_a_skip_brings_the_item_back_and_says_so(running_app, login):
     page.keyboard.press("s")
     page.wait_for_function("(before) => document.querySelector('#rate-response').innerText !== before", arg=skipped)
     page.keyboard.press("u")
-    assert "Undid your skip of item" in toast_text(page)
+    assert "Undid your last skip" in toast_text(page)
     page.wait_for_function("(before) => document.querySelector('#rate-response').innerText === before", arg=skipped)
     # Digits score and submit; none of these keys put a "processing" overlay over the widgets.
     for key in "345":
@@ -108,7 +108,8 @@ def test_export_switches_show_their_whole_names(running_app, login):
              return {text, width: box.width, fits: box.right <= block.right + 1 && label.scrollWidth <= label.clientWidth + 1};
            })"""
     )
-    assert {entry["text"] for entry in labels} >= {"include_rating_pairs", "conversational", "zscore"}
+    assert {entry["text"] for entry in labels} >= {"Also turn ratings into preference pairs", "Chat format (messages)",
+                                                   "Standardise each annotator's scores (z-scores)"}
     assert all(entry["fits"] for entry in labels), labels
     page.close()
 

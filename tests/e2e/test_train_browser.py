@@ -85,7 +85,7 @@ def test_launch_a_tiny_run_and_watch_the_plot(running_app, login, db_rows, monke
         assert drawn, states
         # From the first refresh that had a logged step on, every refresh drew lines, named in the legend.
         assert all(state["lines"] >= 1 for state in states[drawn[0]:]), states
-        assert all("env/reward_mean" in state["legend"] for state in states[drawn[0]:]), states
+        assert all("mean reward" in state["legend"] for state in states[drawn[0]:]), states
         # The reward curve's x labels are round numbers, no two of them run together.
         labels = page.evaluate("() => [...document.querySelectorAll('#train-reward-curve .studio-chart-xtick')]"
                                ".map(t => { const b = t.getBoundingClientRect(); return [t.textContent, b.left, b.right]; })")

@@ -44,7 +44,8 @@ def test_ppo_config_is_mutable_as_trls_and_checked_on_assignment():
 
 
 @pytest.mark.parametrize("cls, change, message", [
-    (GenerationSettings, {"max_new_tokens": 0}, "max_new_tokens=0: must be at least 1"),
+    (GenerationSettings, {"max_new_tokens": 0}, "max_new_tokens=0: must be between 1 and 32,768"),
+    (GenerationSettings, {"max_new_tokens": 10**12}, "max_new_tokens=1000000000000: must be between 1 and 32,768"),
     (GenerationSettings, {"temperature": 0.0}, "temperature=0.0: must be positive"),
     (GenerationSettings, {"top_p": 1.5}, "top_p=1.5: must be in (0, 1]"),
     (PPOConfig, {"gamma": 1.5}, "gamma=1.5: must be in [0, 1]"),

@@ -104,3 +104,68 @@ def test_chat_follows_the_projects_prompt_format(tiny):
     templated = chat._prompt_ids(model, tokenizer, history, None, 16, chat_template=None)
     assert plain.tolist() == build_prompt_ids(tokenizer, history, use_chat_template=False).tolist()
     assert "<|im_start|>" not in tokenizer.decode(plain) and "<|im_start|>" in tokenizer.decode(templated)
+
+
+# Issue 36 item 5: a request's cost bounded by the model's speed measured on this server, one running answer per
+# user, the user told the limit.
+
+def test_the_speed_is_measured_once_and_bounds_a_huge_request_to_the_budget(tiny_model_dir):
+    from rlhf.configs import GenerationSettings
+
+    cache = chat.ModelCache(max_models=1)
+    path = str(tiny_model_dir)
+    speed = cache.speed(path)
+    assert speed.prefill_tokens_per_s > 0 and speed.decode_tokens_per_s > 0
+    assert cache.speed(path) is speed  # measured once while loaded
+    budget_s = 1.0
+    max_new, max_prompt = speed.limits(budget_s)
+    told = []
+    huge = GenerationSettings(max_new_tokens=32_768, do_sample=False, batch_size=1)  # the most settings allow
+    # Before: generated until max_new_tokens or the context, whatever it cost (1,024 tokens: > 900 s).
+    pieces = list(chat.stream_reply(cache, path, [{"role": "user", "content": "hello"}], None, huge,
+                                    budget_s=budget_s, username="ann", notify=told.append))
+    model, tokenizer = cache.get(path)
+    assert len(tokenizer("".join(pieces), add_special_tokens=False)["input_ids"]) <= max_new + 2
+    assert told == [f"Answers are capped at {max_new} tokens here (asked: 32768): this model writes about "
+                    f"{speed.decode_tokens_per_s:.0f} tokens/s on this server, and one request may take about 1 s."]
+    told.clear()
+    small = GenerationSettings(max_new_tokens=min(max_new, 8), do_sample=False, batch_size=1)
+    chat.reply(cache, path, [{"role": "user", "content": "hello"}], None, small, budget_s=budget_s, notify=told.append)
+    assert told == []  # under the cap: nothing to say
+
+
+def test_limits_follow_the_speed_by_hand():
+    speed = chat.ModelSpeed(prefill_tokens_per_s=200.0, decode_tokens_per_s=10.0)
+    # 60 s: half (30 s) to write at 10 tokens/s = 300 tokens; half to read at 200 tokens/s = 6,000 tokens.
+    assert speed.limits(60.0) == (300, 6000)
+    assert speed.limits(60.0, answers=4) == (75, 6000)  # best of 4 shares the writing half: 300 / 4
+    assert speed.limits(0.1) == (chat.MIN_ANSWER_TOKENS, chat.MIN_PROMPT_TOKENS)  # never below the floors
+
+
+def test_a_long_history_is_cut_to_the_prompt_budget(tiny):
+    model, tokenizer = tiny
+    history = chat.check_history(_conversation(40, 400))  # ~3.5k tokens of turns
+    ids = chat._prompt_ids(model, tokenizer, history, None, 16, max_prompt_tokens=300)
+    assert 0 < len(ids) <= 300
+    assert "turn 39:" in tokenizer.decode(ids)  # the newest turn kept, the oldest dropped
+
+
+def test_one_running_answer_per_user(tiny_model_dir):
+    from rlhf.configs import GenerationSettings
+
+    cache = chat.ModelCache(max_models=1)
+    path = str(tiny_model_dir)
+    settings = GenerationSettings(max_new_tokens=64, do_sample=False, batch_size=1)
+    history = [{"role": "user", "content": "hello"}]
+    first = chat.stream_reply(cache, path, history, None, settings, username="ann")
+    next(first)  # ann's first answer is being written
+    with pytest.raises(InputError, match=r"you already have an answer being written \(one at a time per user\)"):
+        next(chat.stream_reply(cache, path, history, None, settings, username="ann"))
+    with pytest.raises(InputError, match="one at a time per user"):
+        chat.best_of_n(cache, path, "unused-reward", history, 2, settings, username="ann")
+    other = chat.stream_reply(cache, path, history, None, settings, username="bob")
+    next(other)  # another user is not held up
+    other.close()
+    first.close()  # Stop: ann may ask again
+    list(chat.stream_reply(cache, path, history, None, settings, username="ann"))
+    assert cache.running._users == set()

@@ -87,3 +87,42 @@ def test_right_passwords_never_slow_an_address_and_an_unchecked_attempt_counts_f
     throttle.cancelled("alice", "10.0.0.9")  # the server was too busy to check it
     assert _guess(throttle, "alice", "10.0.0.9") and _guess(throttle, "alice", "10.0.0.9")
     assert throttle.retry_after("alice", "10.0.0.9") == 5.0  # two real failures: now the pair waits
+
+
+def test_strangers_fill_their_own_lane_and_the_owners_successes_reset_no_one_elses_count():
+    clock = Clock()
+    policy = ThrottlePolicy(free_failures=5, base_delay_s=2.0, account_free_failures=20)
+    throttle = LoginThrottle(policy, clock)
+    assert throttle.acquire("owner", "10.0.0.1", "laptop") == 0.0
+    throttle.succeeded("owner", "10.0.0.1", "laptop")  # the owner's address and browser are now known
+    assert throttle.is_known("owner", "10.0.0.1") and throttle.is_known("owner", "10.9.9.9", "laptop")
+    assert not throttle.is_known("owner", "10.9.9.9", "other") and not throttle.is_known("someone", "10.0.0.1")
+    # 60 stranger addresses, 5 guesses each as fast as allowed: 20 checked, then the strangers' lane waits.
+    checked = sum(_guess(throttle, "owner", f"10.1.0.{k}") for k in range(60) for _ in range(5))
+    assert checked == 20
+    assert throttle.retry_after("owner", "10.2.0.1") == 2.0  # any new address: the strangers' rate
+    # The owner, from the known address or with the known browser elsewhere: no wait, at any moment.
+    assert throttle.retry_after("owner", "10.0.0.1") == 0.0
+    assert throttle.retry_after("owner", "10.3.0.1", "laptop") == 0.0
+    # The owner logging in every second does not give the strangers fresh free guesses (it reset the account's
+    # count before: 462 checked guesses in 40 s). Over 40 s they get one check per 2 s.
+    for second in range(40):
+        assert throttle.acquire("owner", "10.0.0.1", "laptop") == 0.0
+        throttle.succeeded("owner", "10.0.0.1", "laptop")
+        checked += sum(_guess(throttle, "owner", f"10.4.{second}.{k}") for k in range(10))
+        clock.now += 1.0
+    assert checked == 20 + 19  # at seconds 2, 4, ..., 38
+
+
+def test_a_success_clears_its_own_pair_but_not_the_account_lanes():
+    clock = Clock()
+    throttle = LoginThrottle(ThrottlePolicy(free_failures=2, base_delay_s=2.0, account_free_failures=3), clock)
+    for address in ("10.0.0.1", "10.0.0.2", "10.0.0.3"):
+        assert _guess(throttle, "alice", address)
+    assert throttle.retry_after("alice", "10.0.0.4") == 2.0  # 3 failures: the strangers' lane is at its rate
+    assert _guess(throttle, "alice", "10.0.0.5") is False
+    clock.now += 2.0
+    assert throttle.acquire("alice", "10.0.0.5") == 0.0
+    throttle.succeeded("alice", "10.0.0.5")  # alice herself, from a new address
+    assert throttle.retry_after("alice", "10.0.0.6") == 2.0  # still the rate for other new addresses
+    assert throttle.retry_after("alice", "10.0.0.5") == 0.0  # her address is known now: the other lane

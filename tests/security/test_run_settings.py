@@ -49,6 +49,11 @@ def test_everything_the_train_form_sends_is_on_the_allowlist(db, tmp_path):
     ("dpo", {"hub_token": "hf_not_a_real_token"}, "hub_token"),
     ("ppo", {"tracker_kwargs": '{"wandb": {"api_key": "0123456789abcdef"}}'}, "tracker_kwargs.wandb.api_key"),
     ("ppo", {"tracker_kwargs": {"mlflow": {"tracking_token": "t"}}}, "tracker_kwargs.mlflow.tracking_token"),
+    # Issue 36 item 7: these landed in runs.config_json.
+    ("ppo", {"tracker_kwargs": '{"wandb": {"key": "0123456789abcdef"}}'}, "tracker_kwargs.wandb.key"),
+    ("ppo", {"tracker_kwargs": '{"mlflow": {"pwd": "hunter2"}}'}, "tracker_kwargs.mlflow.pwd"),
+    ("ppo", {"project_kwargs": '{"passphrase": "open sesame"}'}, "project_kwargs.passphrase"),
+    ("ppo", {"accelerator_kwargs": '{"private_key": "-----BEGIN"}'}, "accelerator_kwargs.private_key"),
 ])
 def test_secrets_are_never_stored_with_a_run(db, tmp_path, stage, settings, field):
     with pytest.raises(InputError, match="a secret is never stored with a run: set it in the environment") as error:
@@ -65,3 +70,33 @@ def test_the_cli_refuses_a_hub_token_in_one_line(db_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "hub_token" in err[0] and "HF_TOKEN" in err[0] and "hf_not_a_real_token" not in err[0]
     assert open_db(db_path)["runs"].count == 0
+
+
+def test_a_dry_run_refuses_secrets_as_a_run_does_and_names_the_config_file(db_path, tmp_path, capsys):
+    """Issue 36 item 7: `--dry-run` accepted what a real run refuses, and with --config its unknown-setting error
+    did not name the file."""
+    from storage import open_db
+
+    open_db(db_path).conn.close()
+    code = main(["train", "ppo", "--dry-run", "--db", db_path,
+                 "--set", 'tracker_kwargs={"wandb": {"key": "0123456789abcdef"}}'])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert "tracker_kwargs.wandb.key" in err[0] and "never stored" in err[0] and "0123456789abcdef" not in err[0]
+    config = tmp_path / "job.json"
+    config.write_text('{"steps": 2, "no_such_setting": 1}', encoding="utf-8")
+    for extra in (["--dry-run"], []):
+        code = main(["train", "sft", "--db", db_path, "--config", str(config), *extra])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1 and "job.json" in err[0] and "no_such_setting" in err[0], (extra, err)
+    assert open_db(db_path)["runs"].count == 0
+
+
+def test_ordinary_settings_are_not_taken_for_secrets():
+    from labeler.services.run_secrets import secret_paths
+
+    assert secret_paths({"steps": 3, "max_new_tokens": 16, "reward": "vader", "kl_coef": 0.1,
+                         "tracker_kwargs": {"wandb": {"project": "p", "monkey": "m", "keyboard": "k"}},
+                         "generation_kwargs": {"pad_token_id": 0, "private": True}}) == []
+    assert secret_paths({"tracker_kwargs": {"wandb": {"apiKey": "x"}, "hub": {"Private-Key": "y"}}}) == [
+        "tracker_kwargs.wandb.apiKey", "tracker_kwargs.hub.Private-Key"]

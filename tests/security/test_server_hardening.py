@@ -52,7 +52,7 @@ def app(tmp_path_factory, tiny_model_dir):
     finally:
         db.conn.close()
     with serving(db_path, root, model="tiny", login_throttle=POLICY, max_file_size=f"{UPLOAD_BYTES}b",
-                 max_upload_files=1) as server:
+                 max_upload_files=1, forwarded_allow_ips=("127.0.0.1",)) as server:  # the TLS test's proxy is here
         yield {"url": server.origin, "port": server.port, "db_path": db_path}
 
 
@@ -198,11 +198,42 @@ def test_logout_is_post_only_and_not_from_another_site(app):
 def test_the_plain_http_cookie_twin_is_not_set_over_tls(app):
     url = app["url"]
     plain = login(url, ANNOTATOR, requests.Session())
-    names = [c.split("=", 1)[0] for c in plain.raw.headers.getlist("set-cookie")]
+    names = [c.split("=", 1)[0] for c in plain.raw.headers.getlist("set-cookie") if c.startswith("access-token")]
     assert len(names) == 2 and any(n.startswith("access-token-unsecure-") for n in names)
-    # Behind a TLS proxy on this machine (uvicorn trusts X-Forwarded-Proto from 127.0.0.1), or TLS itself.
+    # Behind a TLS proxy on this machine (named with forwarded_allow_ips), or TLS itself.
     tls = requests.post(f"{url}/login", data={"username": ANNOTATOR[0], "password": ANNOTATOR[1]},
                         headers={"X-Forwarded-Proto": "https"}, timeout=30)
-    cookies = tls.raw.headers.getlist("set-cookie")
+    cookies = [c for c in tls.raw.headers.getlist("set-cookie") if c.startswith("access-token")]
     assert tls.status_code == 200 and len(cookies) == 1, cookies
     assert cookies[0].startswith("access-token-") and "Secure" in cookies[0] and "unsecure" not in cookies[0]
+
+
+def test_a_file_given_by_url_is_refused_before_any_fetch(app, monkeypatch):
+    """Issue 36 item 6: an annotator's FileData naming http://... made the server resolve the host (Gradio fetches
+    it while preparing the inputs, before the handler's role check). Now refused by the guard, unread."""
+    lookups = []
+    real = socket.getaddrinfo
+
+    def recording(host, *args, **kwargs):
+        lookups.append(host)
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", recording)  # the server runs in this process
+    url = app["url"]
+    annotator = requests.Session()
+    assert login(url, ANNOTATOR, annotator).status_code == 200
+    file_data = {"path": "http://no-such-host.invalid/prompts.csv", "meta": {"_type": "gradio.FileData"},
+                 "orig_name": "prompts.csv"}
+    for api_name in ("data_import_prompts", "data_import_labels"):
+        answer = annotator.post(f"{url}/gradio_api/call/{api_name}", json={"data": [file_data]}, timeout=30)
+        assert answer.status_code == 403 and "file given by URL is refused" in answer.text, answer.text
+    # Spelled with JSON escapes, inside a list: still found.
+    escaped = ('{"data": [[{"path": "https://no-such-host.invalid/x", "meta": {"_type": "gradio.File\\u0044ata"}}]]}')
+    answer = annotator.post(f"{url}/gradio_api/call/data_import_prompts", data=escaped,
+                            headers={"Content-Type": "application/json"}, timeout=30)
+    assert answer.status_code == 403
+    time.sleep(0.5)
+    assert "no-such-host.invalid" not in lookups
+    # An ordinary event of the annotator still goes through the read-ahead body.
+    client = Client(url, auth=ANNOTATOR, verbose=False)
+    assert "Logged in as **hana**" in str(client.predict(api_name="/whoami"))

@@ -87,7 +87,7 @@ def test_memory_estimate_for_the_chosen_model_and_a_recipe_for_its_size(labelled
     from transformers import Qwen2Config
 
     from labeler import forms
-    from labeler.services import train_configs
+    from labeler.services import jobs, train_configs
     from labeler.services.run_estimate import train_shape
     from labeler.services.run_preview import _trainer_config
     from rlhf.memory_estimate import GIB, estimate_training_memory, model_shape
@@ -102,9 +102,11 @@ def test_memory_estimate_for_the_chosen_model_and_a_recipe_for_its_size(labelled
     assert 1.5e9 < shape.parameters < 1.6e9 and shape.vocab_size == 151936
     config = train_configs.resolve_run_config("ppo", {"model": str(folder), "batch_size": 8, "mini_batch_size": 4,
                                                       "answers_per_prompt": 4})
+    jobs.pin_project_defaults(labelled, config, "ppo", "default")  # the project's answer length, as the preview
     job = forms.build_config(train_configs.JobConfig, config["job"])
     run = train_shape("ppo", job, _trainer_config("ppo", job, config["trainer"]), "cpu")
-    assert (run.rows, run.tokens, run.logit_tokens, run.lora_r, run.load_bytes, run.reference) == (4, 64 + 16, 16, 0, 4, True)
+    assert (run.rows, run.tokens, run.logit_tokens, run.lora_r, run.load_bytes, run.reference) == (
+        4, 64 + 128, 128, 0, 4, True)  # a chat project's 128-token answers
     expected = estimate_training_memory(shape, run).total / GIB
     assert f"**Memory: about {expected:.1f} GiB**" in preview.markdown()
     assert "1.54B parameters, vocabulary 151,936" in preview.memory
@@ -147,3 +149,11 @@ def test_qlora_without_lora_is_refused_when_queued():
         resolve_run_config("dpo", {"load_in_4bit": True})
     assert error.value.field == "load_in_4bit" and "set lora=true too" in error.value.message
     assert resolve_run_config("dpo", {"load_in_4bit": True, "lora": True})["trainer"] == {"load_in_4bit": True}
+def test_the_estimate_says_it_assumes_an_idle_machine_and_names_the_load():
+    """Issue 37 item 9: ~5 min estimated, 34 min taken at load 7-18 (the worker runs niced)."""
+    from labeler.services.run_preview import idle_machine_note
+
+    assert idle_machine_note(0.4, 2) == ("It assumes an otherwise idle machine: training runs at a lower priority "
+                                         "than other work.")
+    busy = idle_machine_note(7.0, 2)
+    assert "the load now is 7.0 on 2 cores" in busy and "several times longer" in busy

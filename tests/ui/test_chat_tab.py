@@ -81,8 +81,8 @@ def test_refusals_are_toasts_that_store_nothing(tab, db_path):
 
 
 def test_the_send_event_is_a_generator_function_with_the_widgets_parameters(tab):
-    """Gradio streams an event's answer only when inspect.isgeneratorfunction says so; bind's plain wrapper is
-    not one, so the tab wraps it again (chat.streamed), keeping the parameters Gradio fills by name."""
+    """Gradio streams an event's answer only when inspect.isgeneratorfunction says so: bind keeps a generator
+    handler one, and the tab's wrapper (chat.streamed) too, keeping the parameters Gradio fills by name."""
     import inspect
     import typing
 
@@ -91,7 +91,7 @@ def test_the_send_event_is_a_generator_function_with_the_widgets_parameters(tab)
 
     bound = bind(conversation.send, *tab)
     event = chat.streamed(bound)
-    assert not inspect.isgeneratorfunction(bound) and inspect.isgeneratorfunction(event)
+    assert inspect.isgeneratorfunction(bound) and inspect.isgeneratorfunction(event)
     assert list(inspect.signature(event).parameters) == [
         "text", "history", "model_name", "system_prompt", "tokens", "sample", "temperature", "top_p", "top_k", "seed",
         "request"]

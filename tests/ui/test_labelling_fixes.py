@@ -18,13 +18,13 @@ def test_rate_undo_takes_back_a_skip_and_says_so(app_db, capsys, ctx):
     capsys.readouterr()
     back = rate.undo(ctx, request=as_user(ANNOTATOR))  # gr.Info prints outside a running server
     item_id = int(first[6].split(":")[0])
-    assert capsys.readouterr().out.strip() == f"Undid your skip of item {item_id}: it is back, rate it or skip it again."
+    assert capsys.readouterr().out.strip() == "Undid your last skip: that item is back, rate it or skip it again."
     assert back[3] == first[3]  # the skipped answer is shown again
     assert query(app_db, "SELECT status FROM assignments WHERE item_id = ?", [item_id]) == [("pending",)]
     # Scored, then undone: the message names the score.
     rate.submit(ctx, 4, "", back[6], request=as_user(ANNOTATOR))
     rate.undo(ctx, request=as_user(ANNOTATOR))
-    assert capsys.readouterr().out.strip() == f"Undid your score of item {item_id}: it is back, rate it again."
+    assert capsys.readouterr().out.strip() == "Undid your last score: that item is back, rate it again."
     rate.undo(ctx, request=as_user(ANNOTATOR))
     assert capsys.readouterr().out.strip() == "Nothing to undo."
 
@@ -35,7 +35,7 @@ def test_rank_undo_takes_back_a_skip_and_says_so(app_db, capsys, ctx):
     capsys.readouterr()
     back = rank.undo(ctx, request=as_user(ANNOTATOR))
     item_id = first[-2]["item_id"]
-    assert capsys.readouterr().out.strip() == f"Undid your skip of item {item_id}: it is back, rank it or skip it again."
+    assert capsys.readouterr().out.strip() == "Undid your last skip: that item is back, rank it or skip it again."
     assert back[-2] == first[-2]
 
 

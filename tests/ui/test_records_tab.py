@@ -85,3 +85,14 @@ def test_a_row_click_opens_its_record(ctx):
         gr.skip(), gr.skip())  # a click beside the rows changes nothing
     with pytest.raises(gr.Error, match="not an admin"):
         select(ctx, click, request=as_user(ANNOTATOR))
+
+
+def test_refresh_keeps_the_filters_shown(ctx):
+    """Issue 37 item 4: Refresh listed every record while a filter still showed; it now reads the page again with
+    the filters on screen, and the choices and audit log with it."""
+    shown = records.refresh(ctx, "default", "two", *ALL[2:], 1, request=as_user(ADMIN))
+    table, note, page, project, annotator, split, source, audit = shown
+    assert [row[0] for row in table] == [2] and "**1** records" in note and page == 1
+    assert source["choices"] == ["(any)", "test"] and "value" not in source and audit == []
+    everything = records.refresh(ctx, *ALL, 1, request=as_user(ADMIN))
+    assert [row[0] for row in everything[0]] == [1, 2]

@@ -101,6 +101,9 @@ NO_CHECK_OF_THEIR_OWN = {
     "tabs.rank.handlers.undo": "labelling.undo checks",
     "tabs.rate.handlers.undo": "labelling.undo checks",
     "tabs.records.detail.select": "calls open_record, which requires admin",
+    "tabs.train.monitor.pick_metrics": "calls refresh, which checks admin (a refused tick changes nothing)",
+    "tabs.train.form.launch_streamed": "refuse_unless_admin checks before its first answer (a generator)",
+    "tabs.train.form.preview_streamed": "refuse_unless_admin checks before its first answer (a generator)",
 }
 
 

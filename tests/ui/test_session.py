@@ -54,18 +54,30 @@ def test_auth_throttles_with_429_and_lets_the_right_password_in_after_the_penalt
     assert attempt(auth, "alice", "alice-password-1") is True
 
 
-def test_a_check_that_cannot_finish_in_time_answers_busy(db_path, users_db, monkeypatch):
+def test_a_login_that_gives_up_waiting_answers_busy_and_its_check_never_runs(db_path, users_db, monkeypatch):
+    checked = []
+
     def slow(db, username, password):
-        time.sleep(1.0)
+        checked.append(username)
+        time.sleep(0.6)
         return None
 
-    monkeypatch.setattr(accounts, "authenticate", slow)
-    auth = make_auth(db_path, wait_s=0.1)
+    monkeypatch.setattr(accounts, "password_matches", slow)
+    auth = make_auth(db_path, wait_s=0.2, workers=1)
+
+    async def two_logins():
+        CLIENT_ADDRESS.set("10.1.1.1")
+        first = asyncio.ensure_future(auth("alice", "x"))  # takes the one worker for 0.6 s
+        await asyncio.sleep(0.05)
+        return await asyncio.gather(first, auth("root", "y"), return_exceptions=True)
+
     start = time.monotonic()
-    with pytest.raises(HTTPException) as busy:
-        attempt(auth, "alice", "alice-password-1")
-    assert busy.value.status_code == 503 and "busy" in busy.value.detail
-    assert time.monotonic() - start < 0.8
+    first, second = asyncio.run(two_logins())
+    assert isinstance(first, HTTPException) and first.status_code == 503  # running past wait_s: busy...
+    assert isinstance(second, HTTPException) and second.status_code == 503 and "busy" in second.detail
+    assert time.monotonic() - start < 0.55
+    time.sleep(0.8)
+    assert checked == ["alice"]  # ...but the queued check of root was cancelled, never run (it ran on before)
 
 
 def test_sessions_expire_and_end_with_a_password_change_or_a_deactivation(db_path, users_db):

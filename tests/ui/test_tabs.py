@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import json
 import sqlite3
+import stat
 import zipfile
 from pathlib import Path
 
@@ -156,10 +157,11 @@ def test_every_event_has_an_explicit_api_name(app):
 # The handler each event runs, for every api_name these tests (and test_header, test_admin_data_tabs,
 # test_labelling_fixes, test_admin_merge) call a handler for directly: so those calls test what the browser calls.
 WIRED = {
-    "rate_next": rate.next_item, "rate_load": rate.next_item, "rate_submit": rate.submit, "rate_skip": rate.skip,
+    "rate_next": rate.next_item, "rate_load": rate.load_item, "rate_submit": rate.submit, "rate_skip": rate.skip,
     "rate_undo": rate.undo, "rate_guidelines": labelling.guidelines,
-    "rank_next": rank.next_item, "rank_load": rank.next_item, "rank_submit": rank.submit, "rank_skip": rank.skip,
+    "rank_next": rank.next_item, "rank_load": rank.load_item, "rank_submit": rank.submit, "rank_skip": rank.skip,
     "rank_undo": rank.undo, "rank_guidelines": labelling.guidelines,
+    "rate_select": labelling.on_select, "rank_select": labelling.on_select,
     "arena_load": arena.load, "arena_start": arena.start_battle, "chat_load": model_lists.load,
     "data_import_prompts": data_prompts.import_prompt_file,
     "data_import_shipped": data_prompts.import_shipped, "data_generate": generate.generate_answers,
@@ -462,6 +464,10 @@ def test_export_filters_and_labels_import(app_db, tmp_path, ctx):
     values[part.options["license"]] = "cc-by-4.0"
     path, message = data_export.export_labels(ctx, part, values, request=as_user(ADMIN))
     assert path.endswith(".zip") and "**3** preferences rows" in message  # a saved datasets folder, zipped
+    folder = Path(path[:-len(".zip")])
+    # Private like the CSV exports (issue 36 item 8: the zip was 0644, its folders 0755).
+    assert {stat.S_IMODE(p.stat().st_mode) for p in [folder, *folder.rglob("*")] if p.is_dir()} == {0o700}
+    assert {stat.S_IMODE(p.stat().st_mode) for p in [Path(path), *folder.rglob("*")] if p.is_file()} == {0o600}
     with zipfile.ZipFile(path) as archive:
         card = next(archive.read(name).decode() for name in archive.namelist() if name.endswith("README.md"))
     assert yaml.safe_load(card.split("---")[1])["license"] == "cc-by-4.0"  # the dataset card's front matter

@@ -14,7 +14,7 @@ import pytest
 from labeler.services import jobs
 from labeler.ui.context import ServeSettings, UIContext
 from labeler.ui.tabs import train
-from labeler.ui.tabs.train import form, inspector, monitor
+from labeler.ui.tabs.train import form, inspector, monitor, run_views
 from labeler.ui.tabs.train.run_views import COMPARISON_COLUMNS, default_metrics
 
 ADMIN = "root"
@@ -40,6 +40,28 @@ def ctx(db_path, tmp_path, tiny_model_dir):
     accounts.create_user(db, ADMIN, "root-password-1", role="admin")
     db.conn.close()
     return UIContext(ServeSettings(db_path=db_path, model=str(tiny_model_dir), runs_dir=str(tmp_path / "runs")))
+
+
+@pytest.fixture
+def labels(ctx, db_path):
+    """3 training prompts and the admin's ranking of each one's two answers: data a launch accepts (one with no
+    data is refused: run_preview.refuse_without_data)."""
+    from labeler.services import labeling, prompts
+    from labeler.services.responses import insert_response
+    from storage import open_db, write_transaction
+
+    db = open_db(db_path)
+    texts = [f"Train tab prompt {k}" for k in range(3)]
+    prompts.add_prompts(db, texts, source="test")
+    with write_transaction(db):
+        for prompt_id in [row[0] for row in db.execute("SELECT id FROM prompts ORDER BY id")]:
+            for answer in ("good", "bad"):
+                insert_response(db, prompt_id, f"a {answer} answer to {prompt_id}", model="m", source="test")
+    labeling.create_items(db, "default", ranking_size=2, kinds=("ranking",))
+    for item in db.execute("SELECT id, response_ids_json FROM items").fetchall():
+        good, bad = json.loads(item[1])
+        labeling.submit_ranking(db, "default", ADMIN, item[0], [[good], [bad]], claim=True)
+    db.conn.close()
 
 
 @pytest.fixture
@@ -78,11 +100,18 @@ def test_refresh_shows_the_before_after_table_and_the_reward_curve(ctx, db_path)
     db.conn.close()
     out = _refresh(ctx, run_id, [])
     plot, curve, table, answers, note = out[4], out[9], out[10], out[11], out[12]
-    # One chart, the reward, with its two steps; then the held-out positive share, 0% before and 100% after.
+    # One chart, the reward, with its two steps; then the held-out win rate against the base: the base against
+    # itself 50%, the model 100% (half the height).
     assert re.findall(r'data-series="([^"]+)"[^>]* points="([^"]+)"', plot) == [("env/reward_mean", "56.0,200.0 548.0,40.0")]
-    assert "Reward (mean per answer)" in plot and "Positive share on held-out prompts" in plot
+    assert "Reward (mean per answer)" in plot and "Win rate against the base on held-out prompts" in plot
     assert re.findall(r'class="studio-chart-bar" data-label="([^"]+)"[^>]* height="([^"]+)"', plot) == [
-        ("before (base)", "0.0"), ("after", "160.0")]
+        ("base (itself)", "80.0"), ("after", "160.0")]
+    # Without a win rate (an evaluation stored before it existed): the positive share before and after.
+    db = open_db(db_path)
+    db.execute("UPDATE evaluations SET metrics_json = json_remove(metrics_json, '$.\"eval/win_rate\"')")
+    assert run_views.heldout_bars(db, run_id) == ("Positive share on held-out prompts",
+                                                  [("before (base)", 0.0), ("after", 1.0)])
+    db.conn.close()
     # The curve: minutes 1 and 2 (x ticks 1.0..2.0), rewards 0.1 and 0.4 (y ticks 0.1..0.4).
     assert re.findall(r'points="([^"]+)"', curve) == ["56.0,200.0 548.0,40.0"]
     assert list(table.columns) == COMPARISON_COLUMNS
@@ -124,6 +153,33 @@ def test_preview_says_what_a_run_would_use_before_launch(ctx, launch_form):
     assert "`default-encoder`" in out
     with pytest.raises(gr.Error):
         form.preview_run(ctx, launch_form, data, request=gr.Request(username="nobody"))  # admins only, as launching
+
+
+def test_a_run_the_preview_knows_has_no_data_is_refused_at_launch(ctx, labels, launch_form, db_path, monkeypatch):
+    """Issue 37 item 8: SFT with annotators=nobody was queued, took the worker slot and failed minutes later with
+    "only 0 well-rated answers"; the launch now refuses it with the preview's reason, and nothing is queued."""
+    from storage import open_db
+
+    monkeypatch.setattr(jobs, "start_queued", lambda db, *a, **k: [])  # queued, not started: no worker here
+    by_id = {component.elem_id: component for component in launch_form.inputs}
+    data = {component: component.value for component in launch_form.inputs}
+    data[by_id["train-stage"]], data[by_id["train-model"]] = "sft", "default"
+    data[launch_form.job_widgets["annotators"]] = "nobody"
+    preview = form.preview_run(ctx, launch_form, data, request=gr.Request(username=ADMIN))
+    assert "only 0 answers with these filters: the run would stop at once" in preview
+    with pytest.raises(gr.Error, match="not launched: only 0 answers with these filters: the run would stop at once"):
+        form.launch_run(ctx, launch_form, data, request=gr.Request(username=ADMIN))
+    # The same form with the annotator who labelled: 3 rankings, no ratings, so SFT still has no answer to imitate;
+    # a reward model has its 3 pairs and is queued.
+    data[launch_form.job_widgets["annotators"]] = ADMIN
+    with pytest.raises(gr.Error, match="only 0 answers"):
+        form.launch_run(ctx, launch_form, data, request=gr.Request(username=ADMIN))
+    data[by_id["train-stage"]], data[by_id["train-model"]] = "rm", "default-encoder"
+    notice, _ = form.launch_run(ctx, launch_form, data, request=gr.Request(username=ADMIN))
+    assert notice.startswith("Run **#1**")
+    db = open_db(db_path)
+    assert [row["stage"] for row in db.execute("SELECT stage FROM runs")] == ["rm"]
+    db.conn.close()
 
 
 def test_choices_load_is_quiet_for_an_annotator_and_fills_the_pickers_for_an_admin(ctx, db_path):
@@ -176,7 +232,7 @@ def test_run_actions_need_a_picked_run(ctx):
         monitor.run_action(ctx, jobs.cancel_run, "cancelled", None, request=gr.Request(username=ADMIN))
 
 
-def test_the_reward_is_one_spec_picker_sent_only_for_policy_stages(ctx, launch_form, monkeypatch):
+def test_the_reward_is_one_spec_picker_sent_only_for_policy_stages(ctx, labels, launch_form, monkeypatch):
     launched = []
 
     def create_run(db, stage, settings, **kwargs):
@@ -222,7 +278,7 @@ def test_the_reward_is_one_spec_picker_sent_only_for_policy_stages(ctx, launch_f
     ("mix", {"reward": "mix"}),
     ("mix:rm-run3", {"reward": "mix", "reward_model": "rm-run3"}),
 ])
-def test_a_run_queued_from_the_form_stores_what_train_set_reward_stores(ctx, launch_form, db_path, tmp_path,
+def test_a_run_queued_from_the_form_stores_what_train_set_reward_stores(ctx, labels, launch_form, db_path, tmp_path,
                                                                        monkeypatch, spec, job):
     from labeler.cli import main
     from labeler.services import runs
@@ -284,3 +340,151 @@ def test_every_form_label_is_in_plain_words(launch_form):
     labels = [component.label for component in launch_form.inputs if component.label]
     assert "Answers per prompt" in labels and "LoRA rank" in labels and "Reward" in labels
     assert [label for label in labels if raw_name.search(label)] == []
+
+
+def test_switching_runs_shows_the_new_run_s_own_plots_and_reward_curve(ctx, db_path):
+    """Issue 37 item 5: after an SFT run, a GRPO run picked showed only "Training loss" (the SFT run's plot was
+    the timer's input), never filled "Mean reward by wall time" (GRPO logs `reward`, not env/reward_mean), and
+    reported "4 / 4" for 2 steps asked (its trainer counts optimizer steps)."""
+    from storage import open_db
+
+    db = open_db(db_path)
+    sft = db.execute("INSERT INTO runs (project_id, stage, status, step, total_steps) VALUES (1, 'sft', 'succeeded',"
+                     " 2, 2)").lastrowid
+    grpo = db.execute("INSERT INTO runs (project_id, stage, status, started_at, step, total_steps, config_json)"
+                      " VALUES (1, 'grpo', 'succeeded', '2025-01-01T10:00:00.000000Z', 4, 4, ?)",
+                      [json.dumps({"job": {"steps": 2}, "trainer": {}})]).lastrowid
+    db.execute("INSERT INTO metrics (run_id, step, name, value) VALUES (?, 1, 'loss', 0.5)", [sft])
+    for step, minute in [(1, 1), (2, 2)]:
+        for name, value in [("loss", 0.3), ("reward", 0.1 * step), ("kl", 0.01)]:
+            db.execute("INSERT INTO metrics (run_id, step, name, value, created_at) VALUES (?, ?, ?, ?, ?)",
+                       [grpo, step, name, value, f"2025-01-01T10:0{minute}:00.000Z"])
+    db.conn.close()
+    shown_sft = _refresh(ctx, sft, None)
+    assert shown_sft[3]["value"] == ["loss"]
+    # The GRPO run picked while the SFT run's plots were shown: the GRPO run's default plots.
+    after_pick = _refresh(ctx, grpo, {"run": sft, "metrics": ["loss"]})
+    assert after_pick[3]["value"] == ["reward", "kl"]
+    assert re.findall(r'data-series="([^"]+)"', after_pick[4]) == ["reward", "kl"]
+    assert re.findall(r'points="([^"]+)"', after_pick[9]) == ["56.0,200.0 548.0,40.0"]  # the reward by wall time
+    assert "step 4 / 4 (optimizer steps: the 2 steps asked are generation batches)" in after_pick[2]
+    # Metrics picked for the GRPO run stay for it (and only for it).
+    picked = monitor.pick_metrics(ctx, grpo, ["loss"], request=gr.Request(username=ADMIN))
+    assert picked[-1] == {"run": grpo, "metrics": ["loss"]} and picked[3]["value"] == ["loss"]
+    assert _refresh(ctx, grpo, picked[-1])[3]["value"] == ["loss"]
+    assert _refresh(ctx, sft, picked[-1])[3]["value"] == ["loss"]  # the SFT run's own default
+
+
+def test_the_monitor_s_events_take_the_picker_values_as_sent(app_db_for_monitor):
+    """The timer's input is the run and the remembered pick, not the checkboxes; none is checked against the
+    session's copy of a picker's choices (Gradio logged "Value: 'reward' ... not in the list of choices: []")."""
+    by_name = {fn.api_name: fn for fn in app_db_for_monitor.fns.values()}
+    for api_name in ("train_refresh", "train_select", "train_metrics"):
+        assert by_name[api_name].preprocess is False, api_name
+    assert [type(block).__name__ for block in by_name["train_refresh"].inputs] == ["Dropdown", "State"]
+
+
+@pytest.fixture
+def app_db_for_monitor(ctx, db_path, tiny_model_dir, tmp_path):
+    from labeler.ui.app import build_app
+
+    return build_app(ServeSettings(db_path=db_path, model=str(tiny_model_dir), runs_dir=str(tmp_path / "runs")))
+
+
+def test_launch_says_so_at_once_and_then_the_run(ctx, labels, launch_form, db_path, monkeypatch):
+    """Issue 37 item 9: the Launch button said nothing for 35-122 s on a loaded machine (the first launch imports
+    the trainers' code). Its first answer is now "Launching", before any work; seconds so far while it runs."""
+    import threading
+
+    from labeler.ui.tabs.train import waiting
+
+    monkeypatch.setattr(jobs, "start_queued", lambda db, *a, **k: [])
+    monkeypatch.setattr(waiting, "WAIT_TICK_S", 0.05)
+    release = threading.Event()
+    real = form.launch_run
+
+    def slow_launch(*args):
+        release.wait(5)  # the work starts only once the first answer is out
+        return real(*args)
+
+    monkeypatch.setattr(form, "launch_run", slow_launch)
+    data = {component: component.value for component in launch_form.inputs}  # rm on the 3 pairs of `labels`
+    answers = form.launch_streamed(ctx, launch_form, data, gr.Request(username=ADMIN))
+    first = next(answers)
+    assert first[0].startswith("⏳ Launching") and first[1] == gr.skip()
+    waited = next(answers)
+    assert re.fullmatch(r"⏳ Launching: .* \(\d+ s so far\)", waited[0])
+    release.set()
+    *_, last = answers
+    assert last[0].startswith("Run **#1**") and last[1]["value"] == 1
+    # A refused launch: the notice is emptied and the refusal raised (its toast).
+    data[launch_form.job_widgets["annotators"]] = "nobody"
+    refused = form.launch_streamed(ctx, launch_form, data, gr.Request(username=ADMIN))
+    assert next(refused)[0].startswith("⏳ Launching")
+    rest = []
+    with pytest.raises(gr.Error, match="not launched: only 0 pairs"):
+        for answer in refused:
+            rest.append(answer)
+    assert rest[-1] == ("", gr.skip())
+
+
+def test_preview_shows_the_data_first_and_the_time_estimate_with_its_progress(ctx, labels, launch_form, monkeypatch):
+    from labeler.services import run_preview
+    from labeler.ui.tabs.train import waiting
+
+    monkeypatch.setattr(waiting, "WAIT_TICK_S", 0.05)
+    asked = []
+
+    def fake_preview(db, project, stage, settings, estimate_time=True):
+        asked.append(estimate_time)
+        if estimate_time:
+            import time
+            time.sleep(0.3)
+        return SimpleNamespace(markdown=lambda: f"{stage} preview, estimate={estimate_time}")
+
+    monkeypatch.setattr(run_preview, "preview_run", fake_preview)
+    by_id = {component.elem_id: component for component in launch_form.inputs}
+    data = {component: component.value for component in launch_form.inputs}
+    data[by_id["train-stage"]] = "grpo"
+    shown = list(form.preview_streamed(ctx, launch_form, data, gr.Request(username=ADMIN)))
+    assert shown[0].startswith("⏳ Reading")
+    assert shown[-1] == "grpo preview, estimate=True" and asked == [False, True]
+    measuring = [text for text in shown if "Measuring a training micro-step" in text]
+    assert measuring[0].startswith("grpo preview, estimate=False  \n⏳ Measuring")
+    assert any(re.search(r"\(\d+ s so far\)$", text) for text in measuring)
+    # A reward model has no time estimate: the data part is the answer.
+    data[by_id["train-stage"]] = "rm"
+    assert list(form.preview_streamed(ctx, launch_form, data, gr.Request(username=ADMIN)))[-1] == (
+        "rm preview, estimate=False")
+
+
+def test_the_launch_and_preview_events_stream(app_db_for_monitor):
+    import inspect
+
+    by_name = {fn.api_name: fn for fn in app_db_for_monitor.fns.values()}
+    for api_name in ("train_launch", "train_preview"):
+        assert inspect.isgeneratorfunction(by_name[api_name].fn), api_name
+
+
+def test_the_command_and_output_folder_are_in_a_fold_below_the_status(ctx, db_path):
+    """Issue 36 item 11: the launcher's command line and the output folder were the monitor's first lines."""
+    from storage import open_db
+
+    db = open_db(db_path)
+    run_id = db.execute("INSERT INTO runs (project_id, stage, status, command, output_dir, error) VALUES (1, 'rm',"
+                        " 'failed', '/usr/bin/python3 -m labeler.worker --run-id 1', '/srv/runs/run-1',"
+                        " 'Traceback ...\nValueError: a <bad> value')").lastrowid
+    db.conn.close()
+    status = _refresh(ctx, run_id, None)[1]
+    head, fold = status.split("<details", 1)
+    assert head.startswith(f"### Run #{run_id} · rm · **failed**") and "ValueError: a &lt;bad&gt; value" in head
+    assert "labeler.worker" not in head and "/srv/runs" not in head
+    assert "<summary>Command and output folder</summary>" in fold
+    assert "<code>python3 -m labeler.worker --run-id 1</code>" in fold and "<code>/srv/runs/run-1</code>" in fold
+
+
+def test_the_streamed_handlers_refuse_an_annotator_before_their_first_answer(ctx, launch_form):
+    data = {component: component.value for component in launch_form.inputs}
+    for handler in (form.launch_streamed, form.preview_streamed):
+        with pytest.raises(gr.Error, match="Not allowed"):
+            next(handler(ctx, launch_form, data, gr.Request(username="nobody")))

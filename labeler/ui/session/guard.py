@@ -4,7 +4,10 @@ the login cookie, the deactivated-account page).
 Gradio's CORS middleware echoes any Origin with credentials when the host is not localhost, and its login cookie
 is `SameSite=None`: the guard refuses foreign origins (403) and rewrites the cookie to Lax (cookies.py). A user
 whose session ended because an admin deactivated them got a bare login form (or, within the epoch recheck, red
-Error badges) on reload: the guard answers the page with "account deactivated".
+Error badges) on reload: the guard answers the page with "account deactivated". A non-admin's request naming a
+file by URL (a FileData whose path is http://...) is refused before Gradio fetches it. It also hands the login a
+device id (DEVICE_COOKIE, for login_guard's known clients) and puts LOGIN_SCRIPT in the page, so that the login
+form says why a login was refused (login_page.py); bodies.py reads a body ahead for the URL check.
 """
 from __future__ import annotations
 
@@ -18,8 +21,10 @@ from starlette.requests import HTTPConnection
 from starlette.responses import HTMLResponse, PlainTextResponse
 
 from labeler.services import accounts
+from labeler.ui.session.bodies import file_urls, read_body, replay
 from labeler.ui.session.cookies import lax_cookies
 from labeler.ui.session.handoff import CLIENT_ADDRESS
+from labeler.ui.session.login_page import with_device, with_login_script
 from labeler.ui.session.store import SessionStore
 from labeler.ui.session.web_db import web_db
 
@@ -102,10 +107,14 @@ class RequestGuard:
             scope = {**scope, "method": "GET"}  # Gradio's own logout route, which is a GET
         if scope["type"] == "http" and scope.get("method") == "GET" and await self._deactivated_page(scope, receive, send):
             return
+        if scope["type"] == "http" and scope.get("method") == "GET" and is_page(scope):
+            send = with_login_script(send)
         client = scope.get("client")
         CLIENT_ADDRESS.set(client[0] if client else None)
         if scope["type"] == "http":
             send = functools.partial(lax_cookies, send, scope.get("scheme") == "https")
+            if is_route(scope, "login"):
+                send = with_device(scope, send)
             if scope.get("method") not in ("GET", "HEAD", "OPTIONS"):
                 await self._limited(scope, receive, send, headers)
                 return
@@ -132,6 +141,18 @@ class RequestGuard:
         if declared is not None and (not declared.isdigit() or int(declared) > limit):
             await too_large(scope, receive, send)
             return
+        if not upload and not is_route(scope, "login"):
+            # Read here (it is at most `limit`), so that a file given by URL is refused before Gradio fetches it.
+            body = await read_body(receive, limit)
+            if body is None:
+                await too_large(scope, receive, send)
+                return
+            if file_urls(body) and not self._is_admin(scope):
+                await PlainTextResponse(
+                    "A file given by URL is refused: only an admin's request may name a file, by uploading it.",
+                    status_code=403)(scope, receive, send)
+                return
+            receive = replay(body, receive)
         counted = {"bytes": 0, "parts": 0, "tail": b""}
         delimiter = b"--" + boundary if boundary else None
         state = {"started": False, "refused": False}
@@ -221,6 +242,12 @@ def is_route(scope, name: str) -> bool:
     """Whether the request is for Gradio's own /<name> route (under a --root-path too)."""
     root = (scope.get("root_path") or "").rstrip("/")
     return scope.get("path", "").rstrip("/") in (f"/{name}", f"{root}/{name}")
+
+
+def is_page(scope) -> bool:
+    """Whether the request is for the app's page (the login form when not logged in)."""
+    root = (scope.get("root_path") or "").rstrip("/")
+    return scope.get("path", "").rstrip("/") in ("", root)
 
 
 def is_logout(scope) -> bool:

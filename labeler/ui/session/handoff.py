@@ -10,3 +10,6 @@ CLIENT_ADDRESS: contextvars.ContextVar[str | None] = contextvars.ContextVar("rlh
 # (username, session epoch) of a login that just succeeded, read by SessionStore when Gradio stores the new
 # token in the same request (`app.tokens[token] = username` right after `await auth(...)`).
 LOGIN_EPOCH: contextvars.ContextVar[tuple[str, int] | None] = contextvars.ContextVar("rlhf_studio_login", default=None)
+# The browser's device id (RequestGuard's DEVICE_COOKIE) on a login request, None without one: login_guard lets
+# a device that logged in to an account before past the strangers guessing at it (OWASP's device cookies).
+CLIENT_DEVICE: contextvars.ContextVar[str | None] = contextvars.ContextVar("rlhf_studio_device", default=None)

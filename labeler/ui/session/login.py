@@ -3,28 +3,85 @@
 
 Gradio's `POST /login` is an async route that calls a plain auth function on the event loop, so a slow password
 check froze every request: `make_auth` returns a coroutine function that throttles wrong passwords
-(login_guard) and runs the scrypt check in a small thread pool with a bounded wait, answering 503 "busy, retry"
-instead of hanging.
+(login_guard) and runs the scrypt check on a few worker threads (`CheckQueue`). A login waits its turn there
+(up to AUTH_WAIT_S) instead of being told "busy": with 2 workers, 8 places and a 1.5 s limit, 10 of 20 logins at
+once answered 503 at load 7 and all 20 at load 15. Clients that logged in to the account before go first, so a
+crowd of strangers' attempts does not delay the owner, and a check whose login gave up waiting never starts.
 """
 from __future__ import annotations
 
 import asyncio
+import itertools
+import os
+import queue
 import threading
-from concurrent.futures import ThreadPoolExecutor
-from typing import Awaitable, Callable
+from concurrent.futures import Future
+from typing import Any, Awaitable, Callable
 
 import gradio as gr
 from fastapi import HTTPException
 
 from labeler.services import accounts
 from labeler.services.login_guard import LoginThrottle, Throttled
-from labeler.ui.session.handoff import CLIENT_ADDRESS, LOGIN_EPOCH
+from labeler.ui.session.handoff import CLIENT_ADDRESS, CLIENT_DEVICE, LOGIN_EPOCH
 from labeler.ui.session.web_db import web_db
 
-AUTH_WAIT_S = 1.5  # longest a login waits for its password check before answering "busy, retry"
-AUTH_WORKERS = 2  # scrypt checks at once (16 MiB and ~50 ms each): more would only slow every other request
-AUTH_QUEUE = 8  # checks waiting beyond the workers before new logins are told "busy" at once
+AUTH_WAIT_S = 30.0  # longest a login waits for its password check before answering "busy, retry"
+# scrypt checks at once (16 MiB and ~50 ms each; hashlib releases the GIL): one per core, 4 at least (on a
+# machine busy with other work, each runnable thread gets its share of the CPU: 20 logins at once at load 9 took
+# 8.0 s with 2 workers on 2 cores), 8 at most (128 MiB).
+AUTH_WORKERS = min(8, max(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 4))
+AUTH_QUEUE = 256  # checks waiting at most before new logins are told "busy" at once (a flood of random names)
 BUSY_MESSAGE = "The server is busy; retry the login in a few seconds."
+DEACTIVATED_MESSAGE = "This account is deactivated: ask an admin to reactivate it."
+
+
+class CheckQueue:
+    """`workers` threads running password checks, lowest priority number first, then in arrival order. A check
+    is a concurrent Future: cancelling one that has not started means it never runs (a login that stopped
+    waiting leaves no work behind). The threads start with the first check and live as long as the server."""
+
+    def __init__(self, workers: int, max_waiting: int):
+        self.workers, self.max_waiting = workers, max_waiting
+        self._queue: queue.PriorityQueue = queue.PriorityQueue()
+        self._order = itertools.count()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._open = 0  # submitted and not done
+
+    def submit(self, priority: int, fn: Callable[..., Any], *args) -> Future | None:
+        """The check's future, or None when `max_waiting` checks are already waiting (the caller says busy)."""
+        with self._lock:
+            if self._open >= self.workers + self.max_waiting:
+                return None
+            self._open += 1
+            while len(self._threads) < self.workers:
+                thread = threading.Thread(target=self._work, name="rlhf-studio-login", daemon=True)
+                thread.start()
+                self._threads.append(thread)
+        future: Future = Future()
+        future.add_done_callback(self._done)
+        self._queue.put((priority, next(self._order), future, fn, args))
+        return future
+
+    def _done(self, _future) -> None:
+        with self._lock:
+            self._open -= 1
+
+    def _work(self) -> None:
+        while True:
+            _, _, future, fn, args = self._queue.get()
+            if not future.set_running_or_notify_cancel():
+                continue  # its login stopped waiting: never run
+            try:
+                future.set_result(fn(*args))
+            except BaseException as error:  # noqa: BLE001 - handed to the waiting login
+                future.set_exception(error)
+
+
+def _refuse(status: int, detail: str, retry_after: int | None = None) -> HTTPException:
+    return HTTPException(status_code=status, detail=detail,
+                         headers={"Retry-After": str(retry_after)} if retry_after is not None else None)
 
 
 def make_auth(
@@ -32,73 +89,70 @@ def make_auth(
     throttle: LoginThrottle | None = None,
     wait_s: float = AUTH_WAIT_S,
     workers: int = AUTH_WORKERS,
+    max_waiting: int = AUTH_QUEUE,
 ) -> Callable[[str, str], Awaitable[bool]]:
     """The coroutine Gradio's login form awaits: True for an active user with the right password.
 
-    Raises HTTP 429 (with Retry-After) while the account or the client address is throttled, and HTTP 503
-    when the check cannot finish within `wait_s` (the database or the CPU is busy). A plain `async def`
-    on purpose: Gradio awaits the callable only if inspect.iscoroutinefunction says so; an object with an
-    async __call__ would be called without await and its coroutine taken as a truthy "yes".
+    Raises HTTP 429 (with Retry-After) while the account or the client address is throttled, 403 for the right
+    password of a deactivated account, and 503 when the check cannot start within `wait_s` or `max_waiting`
+    checks already wait. A plain `async def` on purpose: Gradio awaits the callable only if
+    inspect.iscoroutinefunction says so; an object with an async __call__ would be called without await and
+    its coroutine taken as a truthy "yes".
     """
     throttle = throttle or LoginThrottle()
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rlhf-studio-login")
-    in_flight = [0]
-    in_flight_lock = threading.Lock()
+    checks = CheckQueue(workers, max_waiting)
 
-    def check(username: str, password: str) -> int | None:
+    def check(username: str, password: str) -> accounts.User | None:
         db = web_db(db_path)
         try:
-            user = accounts.authenticate(db, username, password)
+            return accounts.password_matches(db, username, password)
         finally:
             db.conn.close()
-        return None if user is None else user.session_epoch
-
-    def finished(_future) -> None:
-        with in_flight_lock:
-            in_flight[0] -= 1
 
     async def auth(username: str, password: str) -> bool:
-        address = CLIENT_ADDRESS.get()
+        address, device = CLIENT_ADDRESS.get(), CLIENT_DEVICE.get()
         # Admitted in one step with the check, before the password is checked (login_guard): parallel guesses
         # cannot all pass the check before the first is counted.
-        wait = throttle.acquire(username, address)
+        wait = throttle.acquire(username, address, device)
         if wait > 0:
             refused = Throttled(wait)
-            raise HTTPException(status_code=429, detail=str(refused),
-                                headers={"Retry-After": str(refused.retry_after)})
-        with in_flight_lock:
-            busy = in_flight[0] >= workers + AUTH_QUEUE
-            if not busy:
-                in_flight[0] += 1
-        if busy:
-            throttle.cancelled(username, address)  # never checked: counts for nothing
-            raise HTTPException(status_code=503, detail=BUSY_MESSAGE, headers={"Retry-After": "2"})
-        def resolve(done) -> None:
+            raise _refuse(429, str(refused), refused.retry_after)
+        known = throttle.is_known(username, address, device)
+        future = checks.submit(0 if known else 1, check, username, password)
+        if future is None:
+            throttle.cancelled(username, address, device)  # never checked: counts for nothing
+            raise _refuse(503, BUSY_MESSAGE, 2)
+
+        def resolve(done: Future) -> None:
             """Ends the admitted attempt when its check ends, also one that outlived `wait_s` (its answer is never
             given, but a wrong password still counts: a guess that times out on purpose must not be free)."""
-            try:
-                epoch = done.result()
-            except Exception:  # noqa: BLE001 - never checked
-                throttle.cancelled(username, address)
-                return
-            (throttle.failed if epoch is None else throttle.succeeded)(username, address)
+            if done.cancelled() or done.exception() is not None:
+                throttle.cancelled(username, address, device)
+            elif done.result() is None:
+                throttle.failed(username, address, device)
+            elif done.result().active:
+                throttle.succeeded(username, address, device)
+            else:
+                throttle.cancelled(username, address, device)  # deactivated: neither a guess nor a login
 
-        future = pool.submit(check, username, password)
-        future.add_done_callback(finished)
         future.add_done_callback(resolve)
         try:
-            # shield: a timed-out check finishes in its thread (and is forgotten) instead of being cancelled.
-            epoch = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), wait_s)
+            # shield: a check already running finishes in its thread (one scrypt); one still waiting is cancelled.
+            user = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), wait_s)
         except asyncio.TimeoutError:
-            raise HTTPException(status_code=503, detail=BUSY_MESSAGE, headers={"Retry-After": "2"}) from None
+            future.cancel()
+            raise _refuse(503, BUSY_MESSAGE, 2) from None
         except Exception as error:  # noqa: BLE001 - a broken database must not look like a wrong password
-            raise HTTPException(status_code=503, detail=f"{BUSY_MESSAGE} ({type(error).__name__})") from None
-        if epoch is None:
+            raise _refuse(503, f"{BUSY_MESSAGE} ({type(error).__name__})") from None
+        if user is None:
             return False
-        LOGIN_EPOCH.set((username, epoch))
+        if not user.active:
+            raise _refuse(403, DEACTIVATED_MESSAGE)
+        LOGIN_EPOCH.set((username, user.session_epoch))
         return True
 
     auth.throttle = throttle  # the password change shares it (login_throttle)
+    auth.checks = checks
 
     return auth
 

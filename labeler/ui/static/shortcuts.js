@@ -4,8 +4,8 @@
   //
   // Keys are queued, never dropped: a key that needs the server (a digit in Rate, Enter, s, u) sends one
   // request and the keys typed while it is in flight wait in `queue`, in order, until the tab's
-  // `.then(js=DONE_JS)` calls window.__rlhfStudioDone() (on success and on error alike). A fast typist's
-  // ten digits are ten labels, each on the item that was on screen when its turn came.
+  // `.success/.failure(js=DONE_JS)` calls window.__rlhfStudioDone() (on success and on a refusal alike). A fast
+  // typist's ten digits are ten labels, each on the item that was on screen when its turn came.
   if (window.__rlhfStudioShortcuts) return;
   window.__rlhfStudioShortcuts = true;
 
@@ -152,6 +152,18 @@
       }
     }
   }, EMPTY_POLL_MS);
+
+  // Whether the user is at the Rate or Rank tab now (labelling.COUNT_JS asks before each live count): its tab
+  // shown, the browser tab in front, and a key, click, scroll or pointer move in the last ACTIVE_MS. The count
+  // renews the user's hold on an item a training run waits for; an idle user's hold lapses
+  // (labeling.RUN_ITEM_IDLE_SECONDS = 60 s) and the item goes to the next annotator.
+  const ACTIVE_MS = 45000;
+  let lastActive = Date.now();
+  for (const type of ["keydown", "pointerdown", "pointermove", "wheel", "touchstart"]) {
+    document.addEventListener(type, () => { lastActive = Date.now(); }, { capture: true, passive: true });
+  }
+  window.__rlhfStudioActive = (tab) => document.visibilityState === "visible"
+    && visible(byId(`${tab}-submit`)) && Date.now() - lastActive < ACTIVE_MS;
 
   const HANDLED = /^([0-9=sus]|Enter|Escape|Backspace)$/;
   document.addEventListener("keydown", (event) => {

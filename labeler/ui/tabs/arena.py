@@ -109,7 +109,7 @@ def start_battle(ctx: UIContext, caches: ArenaCaches, prompt_text, first, second
         settings = dataclasses.replace(arena.ARENA_SETTINGS, max_new_tokens=int(tokens))
         battle = arena.start_battle(
             db, caches.models, ctx.project, ctx.username(request), prompt_text, *chosen, settings, rng,
-            server_models=(ctx.settings.model,),
+            server_models=(ctx.settings.model,), budget_s=ctx.settings.chat_budget_s, notify=gr.Warning,
         )
     buttons = [gr.update(interactive=True) for _ in VOTES]
     return (

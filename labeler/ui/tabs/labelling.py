@@ -20,6 +20,7 @@ from labeler.services.projects import get_project
 from labeler.services.stages import model_name
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
+from labeler.ui.gradio_internals import QUIET
 from labeler.ui.roles import check_role, requires
 from labeler.ui.session import quiet_before_password_change
 from labeler.ui.soft_errors import ui_errors
@@ -34,8 +35,18 @@ COUNTS = "queue-counts"
 # SQLite's busy handler. shortcuts.js sends one request at a time and queues the keys typed meanwhile;
 # trigger_mode="once" drops a second mouse click while one runs (the key makes a repeat harmless anyway).
 FAST = {"show_progress": "hidden", "trigger_mode": "once", "concurrency_id": LABELLING, "concurrency_limit": 1}
-# Tells shortcuts.js that the request finished (success or error), so it sends the next queued key.
+# Tells shortcuts.js that the request finished (success or error), so it sends the next queued key. Wired with
+# both .success and .failure: Gradio 6.31's front end dispatches a .then only after a success (Blocks.svelte
+# fires "all" triggers on completion, only "failure" ones on an error), so a refused label never told the
+# script and the keyboard froze for its 20 s STUCK_MS.
 DONE_JS = """() => { if (window.__rlhfStudioDone) window.__rlhfStudioDone(); }"""
+# The live count's key, or "" (nothing read, nothing renewed) while the tab is hidden, the browser tab in the
+# background or the user idle (shortcuts.js: no key, click or pointer move for a while): the count also renews
+# the hold on an item a training run waits for (labeling.keep_holding), which an idle annotator must lose.
+COUNT_JS = """(key) => {{
+  const active = window.__rlhfStudioActive;
+  return active && !active("{name}") ? "" : key;
+}}"""
 
 
 def counter_markdown(done: int, remaining: int) -> str:
@@ -89,9 +100,10 @@ def undo_message(undone, label: str, verb: str) -> str:
     """What Undo did, said every time: a skip is taken back like a label (the skipped item comes back first)."""
     if undone is None:
         return "Nothing to undo."
+    # No item id: it means nothing to an annotator, who sees the item itself come back.
     if undone.action == "skip":
-        return f"Undid your skip of item {undone.item_id}: it is back, {verb} it or skip it again."
-    return f"Undid your {label} of item {undone.item_id}: it is back, {verb} it again."
+        return f"Undid your last skip: that item is back, {verb} it or skip it again."
+    return f"Undid your last {label}: that item is back, {verb} it again."
 
 
 @requires("user")
@@ -115,31 +127,58 @@ def guidelines(ctx: UIContext, kind: str, request: gr.Request) -> str:
 
 
 def count(ctx: UIContext, kind: str, key_value, request: gr.Request):
-    """The counter of the Rate or Rank tab read again while an item is shown: answers generated meanwhile (a run,
-    the Data tab, the CLI) show up in "N remaining" without a reload. Only the count: the item on screen, the
-    score or the half-made ranking stay as they are. The input is the shown item's key; with none ("All done")
-    nothing changes, because shortcuts.js's poll presses Refresh there, which shows the next item and its count
-    together. A refusal (logged out, a one-time password to replace) or a busy database leaves the counter too:
-    every COUNT_REFRESH_S, a toast would bury the page, and the user's next click says what is wrong."""
+    """The counter of the Rate or Rank tab read again while an item is shown: answers generated meanwhile (a run, the
+    Data tab, the CLI) show up in "N remaining" without a reload. Only the count: the item on screen, the score or
+    the half-made ranking stay as they are. The user is active on the item (COUNT_JS), so an item a training run
+    waits for stays theirs (labeling.keep_holding). The training banner is read again with it: once the run has
+    ended it goes (it said the labels were training a cancelled run until a Refresh). The input is the shown
+    item's key; with none ("All done") nothing changes, because shortcuts.js's poll presses Refresh there, which
+    shows the next item and its count together. A refusal (logged out, a one-time password to replace) or a busy
+    database leaves the counter too: every COUNT_REFRESH_S, a toast would bury the page, and the user's next click
+    says what is wrong."""
     if not key_value:
-        return gr.skip()
+        return gr.skip(), gr.skip()
     try:
         user = check_role(ctx, request, "user")  # here, not ui_errors: a refusal leaves the counter as it is
+        item_id, _ = parse_key(str(key_value))
         with ctx.connection() as db:
-            return counter_markdown(*labeling.progress(db, ctx.project, user.username, kind))
+            labeling.keep_holding(db, ctx.project, user.username, item_id)
+            # The banner too: a run that ended (finished, cancelled) no longer claims the annotator's labels.
+            return (counter_markdown(*labeling.progress(db, ctx.project, user.username, kind)),
+                    training_banner(db, labeling.run_of_item(db, item_id)))
     except (InputError, PermissionDenied, sqlite3.OperationalError):
-        return gr.skip()
+        return gr.skip(), gr.skip()
 
 
-def live_count(ctx: UIContext, kind: str, key, counter, api_name: str) -> None:
-    """A gr.Timer that keeps `counter` (the tab's Markdown) current while an item is shown (count).
+def on_select(ctx: UIContext, kind: str, show_item: Callable[..., tuple], n_outputs: int, key_value,
+              request: gr.Request) -> tuple:
+    """The Rate or Rank tab is selected: when the user's next item (labeling.next_item, an item a training run
+    waits for first) is not the one shown, show it (`show_item(ctx, db, username, item)`: the tab's full outputs).
+    The page load takes no run item (the page may open on another tab), so this is where a person who comes to
+    the tab picks it up. The item already shown leaves everything as it is (a half-made ranking stays). A refusal
+    (a one-time password to replace) changes nothing, as the page load does."""
+    try:
+        user = check_role(ctx, request, "user")
+        shown = parse_key(str(key_value))[0] if key_value else None
+    except (InputError, PermissionDenied):
+        return tuple(gr.skip() for _ in range(n_outputs))
+    with ctx.connection() as db:
+        item = labeling.next_item(db, ctx.project, user.username, kind)
+        if item is not None and item.item_id == shown:
+            return tuple(gr.skip() for _ in range(n_outputs))
+        return show_item(ctx, db, user.username, item)
+
+
+def live_count(ctx: UIContext, kind: str, key, counter, banner, api_name: str) -> None:
+    """A gr.Timer that keeps `counter` and `banner` (the tab's Markdowns) current while an item is shown (count).
 
     A read of the queue's counters (labeling.progress: a few indexed rows), as a plain value: no Gradio pre- or
     postprocessing. Its own concurrency group, not the labelling one, so labels never wait behind counts;
     trigger_mode="once" drops a tick while the previous one is still out.
     """
     timer = gr.Timer(COUNT_REFRESH_S)
-    timer.tick(bind(count, ctx, kind), [key], [counter], api_name=api_name, show_progress="hidden",
+    timer.tick(bind(count, ctx, kind), [key], [counter, banner], api_name=api_name, **QUIET,
+               js=COUNT_JS.format(name=api_name.split("_")[0]),
                trigger_mode="once", preprocess=False, postprocess=False, concurrency_id=COUNTS, concurrency_limit=2)
 
 
@@ -174,27 +213,34 @@ class Event:
 
 
 def wire(ctx: UIContext, name: str, kind: str, row: Buttons, *, submit: Event, skip: Event, undo: Callable,
-         next_item: Callable, outputs: list, key, counter, guidelines_box) -> Callable[[gr.Tab], None]:
+         next_item: Callable, load_item: Callable, show_item: Callable, outputs: list, key, counter, banner,
+         guidelines_box) -> Callable[[gr.Tab], None]:
     """The events Rate and Rank share, each named `<name>_<event>` (gradio_client calls these names):
 
     submit, skip and undo (FAST, each followed by DONE_JS so shortcuts.js sends the next queued key; undo shows
-    the full `outputs`, as it can bring an item back to the "all done" screen), refresh (`<name>_next`) and the
-    page load (`<name>_load`, quiet while the password is a one-time one) showing `next_item`, in the labelling
-    concurrency group, and the live count of `counter` while `key` names a shown item. Returns the hook
-    app.build_app calls with the gr.Tab: its select reads the guidelines of `kind` again into `guidelines_box`."""
+    the full `outputs`, as it can bring an item back to the "all done" screen), refresh (`<name>_next`, showing
+    `next_item`) and the page load (`<name>_load`, quiet while the password is a one-time one, showing
+    `load_item`: no item a training run waits for), in the labelling concurrency group, and the live count of
+    `counter` and the training `banner` while `key` names a shown item. Returns the hook app.build_app calls with
+    the gr.Tab: its select reads the guidelines of `kind` again into `guidelines_box`, and shows a run's item
+    first (`<name>_select`, on_select with `show_item`)."""
     own = {"submit": (row.submit, submit), "skip": (row.skip, skip), "undo": (row.undo, Event(undo, None, outputs))}
     for event, (button, spec) in own.items():
-        button.click(bind(spec.handler, ctx), spec.inputs, spec.outputs, api_name=f"{name}_{event}", **FAST,
-                     **spec.options).then(None, js=DONE_JS, api_name=f"{name}_{event}_done")
+        sent = button.click(bind(spec.handler, ctx), spec.inputs, spec.outputs, api_name=f"{name}_{event}", **FAST,
+                            **spec.options)
+        sent.success(None, js=DONE_JS, api_name=f"{name}_{event}_done")
+        sent.failure(None, js=DONE_JS, api_name=f"{name}_{event}_refused")
     row.refresh.click(bind(next_item, ctx), None, outputs, api_name=f"{name}_next", concurrency_id=LABELLING,
                       concurrency_limit=1)
-    live_count(ctx, kind, key, counter, f"{name}_count")  # the count only: what the user picked so far stays
+    live_count(ctx, kind, key, counter, banner, f"{name}_count")  # not the item: what the user picked stays
     if ctx.app is not None:
-        ctx.app.load(quiet_before_password_change(bind(next_item, ctx), len(outputs)), None, outputs,
+        ctx.app.load(quiet_before_password_change(bind(load_item, ctx), len(outputs)), None, outputs,
                      api_name=f"{name}_load", concurrency_id=LABELLING, concurrency_limit=1)
 
     def on_tab(tab: gr.Tab) -> None:
         tab.select(quiet_before_password_change(bind(guidelines, ctx, kind), 1), None, [guidelines_box],
                    api_name=f"{name}_guidelines", show_progress="hidden")
+        tab.select(bind(on_select, ctx, kind, show_item, len(outputs)), [key], outputs, api_name=f"{name}_select",
+                   **QUIET, concurrency_id=LABELLING, concurrency_limit=1)
 
     return on_tab

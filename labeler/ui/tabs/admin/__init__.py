@@ -12,6 +12,7 @@ import gradio as gr
 
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
+from labeler.ui.gradio_internals import QUIET
 from labeler.ui.roles import requires
 from labeler.ui.session import quiet_on_load
 from labeler.ui.soft_errors import keep_on_error
@@ -29,7 +30,8 @@ def refresh(ctx: UIContext, request: gr.Request) -> tuple:
         return snapshot(db, ctx.project)
 
 
-def build(ctx: UIContext) -> None:
+def build(ctx: UIContext):
+    """The tab's widgets and events; returns the hook app.build_app calls with the gr.Tab (its select event)."""
     users_part = users.build_users()
     project_part = project_settings.build_project_settings()
     quality_part = quality.build_quality()
@@ -53,3 +55,9 @@ def build(ctx: UIContext) -> None:
     backup.wire(ctx, backup_part)
     if ctx.app is not None:
         ctx.app.load(quiet_on_load(bind(refresh, ctx), len(shown)), None, shown, api_name="admin_load")
+
+    def on_tab(tab: gr.Tab) -> None:
+        tab.select(quiet_on_load(bind(model_registry.models_view, ctx), 2), None, [models_part.table, models_part.base],
+                   api_name="admin_models_view", **QUIET)
+
+    return on_tab

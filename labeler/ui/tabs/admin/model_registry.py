@@ -11,7 +11,7 @@ from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
 from labeler.ui.roles import requires
 from labeler.ui.soft_errors import keep_on_error
-from labeler.ui.tabs.admin.snapshot import MODEL_HEADERS, SHOWN, snapshot
+from labeler.ui.tabs.admin.snapshot import MODEL_TITLES, SHOWN, models_outputs, snapshot
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ def build_models() -> ModelsPart:
             "runs register theirs; register another policy here from a folder on the server holding safetensors "
             "weights (hub ids and reward models: `rlhf-studio models add`)."
         )
-        models_table = gr.Dataframe(headers=MODEL_HEADERS, interactive=False, label="Registered models",
+        models_table = gr.Dataframe(headers=MODEL_TITLES, interactive=False, label="Registered models",
                                     elem_id="admin-models")
         with gr.Row():
             model_name = gr.Textbox(label="Name", elem_id="admin-model-name")
@@ -64,6 +64,15 @@ def merge_adapter(ctx: UIContext, name, request: gr.Request) -> tuple:
         hub.write_registered_model_card(db, row["name"])  # README.md in the new folder
         gr.Info(f"Merged into policy '{row['name']}' ({row['path']}): plain transformers loads it.")
         return (*snapshot(db, ctx.project), "")
+
+
+@keep_on_error(2)
+@requires("admin")
+def models_view(ctx: UIContext, request: gr.Request) -> tuple:
+    """The registry table and the base-model choices read again (the Admin tab selected): models registered
+    since the page loaded (a finished run, the CLI) show up; nothing else on the tab, an edit there, is touched."""
+    with ctx.connection() as db:
+        return models_outputs(db)
 
 
 def wire(ctx: UIContext, part: ModelsPart, shown: list) -> None:

@@ -7,12 +7,13 @@ from dataclasses import dataclass
 import gradio as gr
 
 from labeler.services import labeling
+from labeler.services.errors import InputError
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
 from labeler.ui.gold import parse_gold
 from labeler.ui.roles import requires
 from labeler.ui.soft_errors import keep_on_error
-from labeler.ui.tabs.admin.snapshot import STATS_COLUMNS
+from labeler.ui.tabs.admin.snapshot import STATS_HEADERS
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,7 @@ class QualityPart:
 
 def build_quality() -> QualityPart:
     with gr.Accordion("Quality", open=True):
-        stats = gr.Dataframe(headers=STATS_COLUMNS, interactive=False, label="Per annotator")
+        stats = gr.Dataframe(headers=STATS_HEADERS, interactive=False, label="Per annotator")
         agreement = gr.Markdown()
         with gr.Row():
             gold_item = gr.Number(precision=0, label="Item id")

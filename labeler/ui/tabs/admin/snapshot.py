@@ -9,7 +9,11 @@ from labeler.services.projects import get_project
 
 USER_HEADERS = ["username", "role", "active"]
 MODEL_HEADERS = ["name", "kind", "base_model", "run_id", "created_at"]
+# The registry table's headers, in words (MODEL_HEADERS are its fields: base_model, run_id, created_at showed).
+MODEL_TITLES = ["Name", "Kind", "Base model", "Run", "Registered"]
 STATS_COLUMNS = ["username", "ratings", "rankings", "skipped", "gold_items", "gold_accuracy", "mean_seconds"]
+# The quality table's headers, in words (field names wrapped mid-word: "gold_accura / cy").
+STATS_HEADERS = ["Annotator", "Ratings", "Rankings", "Skipped", "Gold items", "Gold accuracy", "Seconds per label"]
 # The widgets `snapshot` fills, by the name each part gives them; the tab lists them in this order.
 SHOWN = ("users", "who", "likert_min", "likert_max", "overlap", "guidelines", "ranking_guidelines", "stats",
          "agreement", "models_table", "model_base", "prompt_format", "selection", "answer_tokens", "measure")

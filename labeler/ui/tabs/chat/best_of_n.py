@@ -38,6 +38,7 @@ def best_of_n(ctx: UIContext, cache: ModelCache, text, history, model_name, rewa
     elif history and history[-1]["role"] == "assistant":
         history, shown = history[:-1], shown[:-1]  # no new message: re-answer the last one
     winner, scored = chat.best_of_n(cache, path, reward_path, history, int(n_value), settings, system_prompt,
-                                    chat_template=chat_template)
+                                    chat_template=chat_template, budget_s=ctx.settings.chat_budget_s,
+                                    username=UIContext.username(request), notify=gr.Warning)
     table = [[round(score, 4), answer] for answer, score in sorted(scored, key=lambda pair: -pair[1])]
     return shown + [{"role": "assistant", "content": answered_by(model_name or ctx.settings.model, winner)}], "", table

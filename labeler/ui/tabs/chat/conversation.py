@@ -54,8 +54,10 @@ def send(ctx: UIContext, cache: ModelCache, text, history, model_name, system_pr
         # closing(): when Gradio closes this generator (Stop, a closed tab), the inner one is closed too,
         # which stops its generation thread instead of leaving it running to max_new_tokens. The project's
         # prompt format: a chat template, or plain text to continue (as Generate and the arena use it).
+        # Bounded by the model's speed (the user is told when the answer length is capped), one at a time per user.
         with contextlib.closing(chat.stream_reply(cache, path, history, system_prompt, settings,
-                                                  chat_template=chat_template)) as pieces:
+                                                  chat_template=chat_template, budget_s=ctx.settings.chat_budget_s,
+                                                  username=UIContext.username(request), notify=gr.Warning)) as pieces:
             for piece in pieces:
                 answer += piece
                 yield shown + [{"role": "assistant", "content": answered_by(writer, answer)}], ""

@@ -19,11 +19,19 @@ from labeler.ui.soft_errors import ui_errors
 
 EXPORT_KINDS = ["preferences", "ratings", "unpaired"]
 EXPORT_FORMATS = ["jsonl", "parquet", "csv", "hf"]
-# Export filters shown as plain widgets; annotators gets a multi-select of the project's users instead.
+# Export filters shown as plain widgets; annotators gets a multi-select of the project's users instead. Each is
+# labelled in words (the field name, as `rlhf-studio export --set` takes it, is in its help's place no more).
 EXPORT_FIELDS = [
     "since", "until", "min_annotators", "min_agreement", "include_rating_pairs", "conversational",
     "zscore", "threshold", "test_size", "seed", "license",
 ]
+EXPORT_LABELS = {
+    "since": "Labelled on or after (date)", "until": "Labelled before (date)",
+    "min_annotators": "Labelled by at least N people", "min_agreement": "Minimum agreement between annotators",
+    "include_rating_pairs": "Also turn ratings into preference pairs", "conversational": "Chat format (messages)",
+    "zscore": "Standardise each annotator's scores (z-scores)", "threshold": "Good-answer threshold (score)",
+    "test_size": "Share held out for testing", "seed": "Random seed (the split)", "license": "License (dataset card)",
+}
 
 
 @dataclass(frozen=True)
@@ -60,11 +68,11 @@ def build_export() -> ExportPart:
         with gr.Row():
             for spec in export_specs:
                 if spec.kind != "bool":
-                    export_by_name[spec.name] = forms.widget(spec)
+                    export_by_name[spec.name] = forms.widget(spec, label=EXPORT_LABELS[spec.name])
         with gr.Row(elem_id="data-export-switches"):
             for spec in export_specs:
                 if spec.kind == "bool":
-                    export_by_name[spec.name] = forms.widget(spec, min_width=260)
+                    export_by_name[spec.name] = forms.widget(spec, label=EXPORT_LABELS[spec.name], min_width=260)
         export_button = gr.Button("Export", variant="primary", elem_id="data-export")
         export_file = gr.File(label="Download", interactive=False, elem_id="data-export-file")
         export_status = gr.Markdown()
@@ -80,8 +88,11 @@ def threshold_update(db, project: str, zscore: bool) -> dict:
 
 
 def zip_folder(folder: Path) -> Path:
-    # A saved `datasets` folder is several files: ship it as one zip the browser can download.
-    return Path(shutil.make_archive(str(folder), "zip", root_dir=folder))
+    # A saved `datasets` folder is several files: ship it as one zip the browser can download. Private (0600,
+    # like the other exports' files), also the copy Gradio keeps in its cache (it copies the mode).
+    archive = Path(shutil.make_archive(str(folder), "zip", root_dir=folder))
+    archive.chmod(0o600)
+    return archive
 
 
 @ui_errors

@@ -16,8 +16,8 @@ import gradio as gr
 from labeler.ui.context import UIContext
 from labeler.ui.tabs import labelling
 from labeler.ui.tabs.labelling import Event
-from labeler.ui.tabs.rank.handlers import next_item, skip, submit, undo
-from labeler.ui.tabs.rank.item_view import KIND, MAX_RESPONSES
+from labeler.ui.tabs.rank.handlers import load_item, next_item, skip, submit, undo
+from labeler.ui.tabs.rank.item_view import KIND, MAX_RESPONSES, show_item
 from labeler.ui.tabs.rank.ranks import order_from_ranks  # noqa: F401 - the tab's rule, imported from here by tests
 
 TITLE = "Rank"
@@ -70,5 +70,6 @@ def build(ctx: UIContext):
     # when a request finished; every Rank event shows the full outputs.
     return labelling.wire(ctx, "rank", KIND, row,
                           submit=Event(submit, [comment, state, key, *rank_radios], outputs, {"js": SUBMIT_JS}),
-                          skip=Event(skip, [state], outputs), undo=undo, next_item=next_item, outputs=outputs,
-                          key=key, counter=counter, guidelines_box=guidelines)
+                          skip=Event(skip, [state], outputs), undo=undo, next_item=next_item, load_item=load_item,
+                          show_item=show_item, outputs=outputs, key=key, counter=counter, banner=banner,
+                          guidelines_box=guidelines)

@@ -20,9 +20,18 @@ from labeler.ui.tabs.rank.ranks import order_from_ranks
 @ui_errors
 @requires("user")
 def next_item(ctx: UIContext, request: gr.Request) -> tuple:
-    """The user's pending item, or the next one (page load and Refresh)."""
+    """The user's pending item, or the next one (Refresh): an item a training run waits for first."""
     with ctx.connection() as db:
         return show_next(ctx, db, ctx.username(request))
+
+
+@ui_errors
+@requires("user")
+def load_item(ctx: UIContext, request: gr.Request) -> tuple:
+    """The page load's item: the user's pending one, or the next one a run does not wait for (the page may open
+    on another tab, or for an admin who does not label; a run's item held by them would wait for nobody)."""
+    with ctx.connection() as db:
+        return show_next(ctx, db, ctx.username(request), run_items=False)
 
 
 def submit_signature(handler) -> inspect.Signature:

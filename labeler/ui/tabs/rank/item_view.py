@@ -68,5 +68,10 @@ def outputs_for(db, ctx: UIContext, username: str, item) -> tuple:
     return item_outputs(item, training_banner(db, item.run_id))
 
 
-def show_next(ctx: UIContext, db, username: str) -> tuple:
-    return outputs_for(db, ctx, username, labeling.next_item(db, ctx.project, username, KIND))
+def show_next(ctx: UIContext, db, username: str, *, run_items: bool = True) -> tuple:
+    return outputs_for(db, ctx, username, labeling.next_item(db, ctx.project, username, KIND, run_items=run_items))
+
+
+def show_item(ctx: UIContext, db, username: str, item) -> tuple:
+    """The outputs for `item` (a QueueItem, or None for the "all done" screen)."""
+    return outputs_for(db, ctx, username, item)

@@ -14,8 +14,8 @@ import gradio as gr
 from labeler.ui.context import UIContext
 from labeler.ui.tabs import labelling
 from labeler.ui.tabs.labelling import Event
-from labeler.ui.tabs.rate.handlers import next_item, skip, submit, undo
-from labeler.ui.tabs.rate.item_view import KIND, startup_choices
+from labeler.ui.tabs.rate.handlers import load_item, next_item, skip, submit, undo
+from labeler.ui.tabs.rate.item_view import KIND, show_item, startup_choices
 
 TITLE = "Rate"
 SHORTCUTS = (
@@ -61,4 +61,6 @@ def build(ctx: UIContext):
     return labelling.wire(ctx, "rate", KIND, row,
                           submit=Event(submit, [score, comment, key], fast_outputs, {"js": SUBMIT_JS, **RAW}),
                           skip=Event(skip, [key], fast_outputs, RAW), undo=undo, next_item=next_item,
-                          outputs=outputs, key=key, counter=counter, guidelines_box=guidelines)
+                          load_item=load_item, show_item=show_item,
+                          outputs=outputs, key=key, counter=counter, banner=banner,
+                          guidelines_box=guidelines)

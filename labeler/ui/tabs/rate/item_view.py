@@ -104,5 +104,11 @@ def outputs_for(db, ctx: UIContext, username: str, item, *, full: bool) -> tuple
     return item_outputs(item, training_banner(db, item.run_id), full=full)
 
 
-def show_next(ctx: UIContext, db, username: str, *, full: bool = True) -> tuple:
-    return outputs_for(db, ctx, username, labeling.next_item(db, ctx.project, username, KIND), full=full)
+def show_next(ctx: UIContext, db, username: str, *, full: bool = True, run_items: bool = True) -> tuple:
+    item = labeling.next_item(db, ctx.project, username, KIND, run_items=run_items)
+    return outputs_for(db, ctx, username, item, full=full)
+
+
+def show_item(ctx: UIContext, db, username: str, item) -> tuple:
+    """The full outputs for `item` (a QueueItem, or None for the "all done" screen)."""
+    return outputs_for(db, ctx, username, item, full=True)

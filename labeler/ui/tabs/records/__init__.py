@@ -19,25 +19,41 @@ from labeler.ui.session import quiet_on_load
 from labeler.ui.soft_errors import keep_on_error
 from labeler.ui.tabs.records import corrections, detail, listing
 from labeler.ui.tabs.records.corrections import AUDIT_HEADERS, audit_table
-from labeler.ui.tabs.records.filters import ANY
+from labeler.ui.tabs.records.filters import ANY, score_bound
 from labeler.ui.tabs.records.listing import LIST_HEADERS, LIST_OUTPUTS
 
 TITLE = "Records"
 LOAD_OUTPUTS = LIST_OUTPUTS + 5  # the list, the project, annotator, split and source choices, the audit log
 
 
+def _with_choices(ctx: UIContext, db, listed: tuple) -> tuple:
+    """A listing, then the filters' choices (their values as they are) and the audit log: LOAD_OUTPUTS."""
+    choices = records.filter_choices(db, ctx.project)
+    return (
+        *listed, gr.update(choices=choices["projects"]), gr.update(choices=[ANY, *choices["annotators"]]),
+        gr.update(choices=[ANY, *choices["splits"]]), gr.update(choices=[ANY, *choices["sources"]]),
+        audit_table(db),
+    )
+
+
 @keep_on_error(LOAD_OUTPUTS)
 @requires("admin")
 def load(ctx: UIContext, request: gr.Request) -> tuple:
-    """The first page of every record, the filters' choices and the audit log (page load and Refresh)."""
+    """The first page of every record, the filters' choices and the audit log (page load)."""
     with ctx.connection() as db:
-        choices = records.filter_choices(db, ctx.project)
-        listed = listing.listing(db, [ctx.project, "", ANY, "any", None, None, ANY, ANY], 1)
-        return (
-            *listed, gr.update(choices=choices["projects"]), gr.update(choices=[ANY, *choices["annotators"]]),
-            gr.update(choices=[ANY, *choices["splits"]]), gr.update(choices=[ANY, *choices["sources"]]),
-            audit_table(db),
-        )
+        return _with_choices(ctx, db, listing.listing(db, [ctx.project, "", ANY, "any", None, None, ANY, ANY], 1))
+
+
+@keep_on_error(LOAD_OUTPUTS)
+@requires("admin")
+def refresh(ctx: UIContext, project_name, text, annotator_name, state_name, low_text, high_text, split_name,
+            source_name, page, request: gr.Request) -> tuple:
+    """Refresh: the page shown, read again with the filters shown (it listed every record while a Source filter
+    still showed), and the filters' choices and the audit log read again."""
+    values = [project_name, text, annotator_name, state_name, score_bound(low_text, "some rating >="),
+              score_bound(high_text, "some rating <="), split_name, source_name]
+    with ctx.connection() as db:
+        return _with_choices(ctx, db, listing.listing(db, values, page))
 
 
 def build(ctx: UIContext) -> None:
@@ -102,7 +118,7 @@ def build(ctx: UIContext) -> None:
     gold_button.click(bind(corrections.mark_gold, ctx), [gold_item, gold_value, record_id], [shown],
                       api_name="records_gold")
     load_outputs = [*list_outputs, project, annotator, split, source, audit]
-    refresh = gr.Button("Refresh", size="sm", elem_id="records-refresh")
-    refresh.click(bind(load, ctx), None, load_outputs, api_name="records_refresh")
+    refresh_button = gr.Button("Refresh", size="sm", elem_id="records-refresh")
+    refresh_button.click(bind(refresh, ctx), search_inputs, load_outputs, api_name="records_refresh")
     if ctx.app is not None:
         ctx.app.load(quiet_on_load(bind(load, ctx), len(load_outputs)), None, load_outputs, api_name="records_load")

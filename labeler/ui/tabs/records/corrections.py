@@ -13,7 +13,7 @@ from labeler.ui.soft_errors import keep_on_error
 from labeler.ui.tabs.records.detail import detail_markdown
 from labeler.ui.tabs.records.filters import whole_number
 
-AUDIT_HEADERS = ["when", "admin", "action", "kind", "label", "before", "after", "reason"]
+AUDIT_HEADERS = ["When", "Admin", "Action", "Kind", "Label", "Before", "After", "Reason"]
 
 
 def parse_correction(kind: str, text: str):

@@ -10,7 +10,8 @@ from labeler.ui.roles import requires
 from labeler.ui.soft_errors import keep_on_error
 from labeler.ui.tabs.records.filters import filters_from, score_bound
 
-LIST_HEADERS = ["id", "prompt", "split", "source", "answers", "ratings", "mean_score", "rankings", "gold"]
+# In words, with spaces: a header of a field name ("mean_score") wrapped mid-word in a narrow column.
+LIST_HEADERS = ["Id", "Prompt", "Split", "Source", "Answers", "Ratings", "Mean score", "Rankings", "Gold"]
 PAGE_SIZE = 20
 LIST_OUTPUTS = 3  # the table, the note, the page number
 

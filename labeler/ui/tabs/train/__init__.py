@@ -12,6 +12,7 @@ import gradio as gr
 
 from labeler.services import jobs, models, reward_spec
 from labeler.ui.context import UIContext
+from labeler.ui.gradio_internals import QUIET
 from labeler.ui.roles import requires
 from labeler.ui.session import quiet_on_load
 from labeler.ui.soft_errors import ui_errors
@@ -37,7 +38,21 @@ def load_choices(ctx: UIContext, request: gr.Request) -> tuple:
             gr.update(choices=runs, value=runs[0][1] if runs else None))
 
 
-def build(ctx: UIContext) -> None:
+@ui_errors
+@requires("admin")
+def refresh_choices(ctx: UIContext, request: gr.Request) -> tuple:
+    """The pickers' choices read again when the tab is selected (load_choices' outputs, their values kept):
+    models registered since the page loaded (a finished run, Admin > Models, the CLI) show up."""
+    with ctx.connection() as db:
+        names = [m["name"] for m in models.list_models(db)]
+        rewards = [m["name"] for m in models.list_models(db, kind="reward")]
+        runs = run_choices(db, ctx.project)
+    return (gr.update(choices=[*names, "default-encoder"]), gr.update(choices=reward_spec.choices(rewards)),
+            gr.update(choices=rewards), gr.update(choices=runs))
+
+
+def build(ctx: UIContext):
+    """The tab's widgets and events; returns the hook app.build_app calls with the gr.Tab (its select event)."""
     with ctx.connection() as db:
         jobs.poll(db)  # on app start: runs whose worker died while the server was down are marked failed
 
@@ -51,11 +66,16 @@ def build(ctx: UIContext) -> None:
     run_monitor = monitor.build_monitor(banner)
     reward_inspector = inspector.build_inspector()
 
+    pickers = [launch_form.model, launch_form.job_widgets["reward"], reward_inspector.model, run_monitor.run]
     if ctx.app is not None:
-        ctx.app.load(quiet_on_load(bind(load_choices, ctx), 4), None,
-                     [launch_form.model, launch_form.job_widgets["reward"], reward_inspector.model,
-                      run_monitor.run], api_name="train_choices")
+        ctx.app.load(quiet_on_load(bind(load_choices, ctx), 4), None, pickers, api_name="train_choices")
     form.wire(ctx, launch_form, launch, preview, notice, run_monitor.run)
     monitor.wire(ctx, run_monitor, notice)
     demo.wire(ctx, demo_button, notice)
     inspector.wire(ctx, reward_inspector)
+
+    def on_tab(tab: gr.Tab) -> None:
+        tab.select(quiet_on_load(bind(refresh_choices, ctx), 4), None, pickers, api_name="train_refresh_choices",
+                   **QUIET)
+
+    return on_tab

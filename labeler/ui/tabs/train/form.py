@@ -12,10 +12,12 @@ import gradio as gr
 
 from labeler import forms
 from labeler.services import job_settings, jobs, reward_spec, run_preview, train_configs
+from labeler.services.errors import PermissionDenied
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
-from labeler.ui.roles import requires
+from labeler.ui.roles import check_role, requires
 from labeler.ui.soft_errors import ui_errors
+from labeler.ui.tabs.train import waiting
 from labeler.ui.tabs.train.run_views import run_choices
 
 # The short form: besides the model and the steps, which labels a run learns from and where its reward comes
@@ -70,6 +72,9 @@ PLAIN_LABELS = {
     "scale_rewards": "Scale rewards", "epsilon": "Clipping range", "normalize_advantages": "Normalise advantages",
     "desirable_weight": "Weight of good answers", "undesirable_weight": "Weight of bad answers",
 }
+# Every setting's widget: studio.css gives it a minimum width (Gradio 6.31 gives a Checkbox none, so bfloat16 and
+# LoRA were squeezed to 30 px in a row of numbers, their help one word a line).
+SETTING = ["studio-setting"]
 # Stages that ask where their reward comes from (the short form's reward row).
 REWARD_STAGES = job_settings.RewardSettings.STAGES
 
@@ -186,7 +191,7 @@ def build_form() -> LaunchForm:
         with gr.Row():
             for name in names:  # elem_id "train-min-annotators" for min_annotators, etc.: what browser tests find
                 job_widgets[name] = forms.widget(job_spec_by_name[name], label=plain_label(name),
-                                                 elem_id="train-" + name.replace("_", "-"))
+                                                 elem_id="train-" + name.replace("_", "-"), elem_classes=SETTING)
 
     with gr.Row():
         model = gr.Dropdown([], value="default-encoder", label="Start from model", allow_custom_value=True,
@@ -210,7 +215,7 @@ def build_form() -> LaunchForm:
         for name in train_configs.STAGES:
             with gr.Group(visible=name == "rm") as group:
                 with gr.Row():
-                    stage_widgets[name] = [forms.widget(spec, label=plain_label(spec.name))
+                    stage_widgets[name] = [forms.widget(spec, label=plain_label(spec.name), elem_classes=SETTING)
                                            for spec in specs_by_stage[name]]
             stage_groups[name] = group
         advanced = gr.Textbox(label="More settings (one setting=value per line; any field of the stage's config)",
@@ -230,11 +235,38 @@ def show_stage(name: str) -> tuple:
 
 @ui_errors
 @requires("admin")
-def preview_run(ctx: UIContext, form: LaunchForm, data: dict, request: gr.Request) -> str:
-    """What a run with the form's settings would use (labels, base model, steps), before it is launched."""
+def preview_run(ctx: UIContext, form: LaunchForm, data: dict, request: gr.Request, estimate: bool = True) -> str:
+    """What a run with the form's settings would use (labels, base model, steps), before it is launched; with
+    `estimate`, a PPO/GRPO/RLOO run's time estimate too (a micro-step measured in a fresh process)."""
     with ctx.connection() as db:
         stage_name, settings = form.settings(data)
-        return run_preview.preview_run(db, ctx.project, stage_name, settings).markdown()
+        return run_preview.preview_run(db, ctx.project, stage_name, settings, estimate_time=estimate).markdown()
+
+
+def refuse_unless_admin(ctx: UIContext, request: gr.Request) -> None:
+    """A streamed handler's role check, before its first answer (@requires cannot wrap a generator)."""
+    try:
+        check_role(ctx, request, "admin")
+    except PermissionDenied as error:
+        raise gr.Error(f"Not allowed: {error}", title="Permission denied") from error
+
+
+READING = "⏳ Reading the labels and prompts this run would use"
+MEASURING = "⏳ Measuring a training micro-step for the time estimate, in a fresh process"
+
+
+def preview_streamed(ctx: UIContext, form: LaunchForm, data: dict, request: gr.Request):
+    """The preview button: said at once, the data part as soon as it is read, then the time estimate (PPO, GRPO,
+    RLOO) with the seconds it has taken so far (waiting.in_background)."""
+    refuse_unless_admin(ctx, request)
+    yield READING + "…"
+    quick = yield from waiting.in_background(lambda: preview_run(ctx, form, data, request, estimate=False), READING)
+    if data[form.stage] not in run_preview.PROMPT_STAGES or "the run would stop at once" in quick:
+        yield quick
+        return
+    yield f"{quick}  \n{MEASURING}…"
+    yield (yield from waiting.in_background(lambda: preview_run(ctx, form, data, request), MEASURING,
+                                            lambda text: f"{quick}  \n{text}"))
 
 
 @ui_errors
@@ -246,11 +278,30 @@ def launch_run(ctx: UIContext, form: LaunchForm, data: dict, request: gr.Request
         stage_name, settings = form.settings(data)
         # A time budget becomes the steps that fit it, as the preview said (the CLI's train does the same).
         settings, _ = run_preview.apply_time_budget(db, ctx.project, stage_name, settings)
+        # A run that would stop at once for want of data is refused, with the preview's reason (after the web
+        # allowlist's own refusals: check runs just before the run would be stored).
         created = jobs.create_run(db, stage_name, settings, project=ctx.project, username=ctx.username(request),
-                                  runs_dir=ctx.settings.runs_dir, from_web=True)
+                                  runs_dir=ctx.settings.runs_dir, from_web=True,
+                                  check=lambda: run_preview.refuse_without_data(db, ctx.project, stage_name, settings))
         choices = run_choices(db, ctx.project)
     where = "started" if created.status == "running" else "queued (another run is in progress)"
     return f"Run **#{created.id}** {where}.", gr.update(choices=choices, value=created.id)
+
+
+LAUNCHING = "⏳ Launching: checking the settings and the data, then queueing the run"
+
+
+def launch_streamed(ctx: UIContext, form: LaunchForm, data: dict, request: gr.Request):
+    """The Launch button: "Launching" at once (it took 35-122 s to say anything on a loaded machine), the seconds
+    so far while launch_run checks and queues, then its notice. A refusal empties the notice and shows its toast."""
+    refuse_unless_admin(ctx, request)
+    yield LAUNCHING + "…", gr.skip()
+    try:
+        yield (yield from waiting.in_background(lambda: launch_run(ctx, form, data, request), LAUNCHING,
+                                                lambda text: (text, gr.skip())))
+    except gr.Error:
+        yield "", gr.skip()
+        raise
 
 
 def wire(ctx: UIContext, form: LaunchForm, launch: gr.Button, preview: gr.Button, notice: gr.Markdown,
@@ -258,5 +309,5 @@ def wire(ctx: UIContext, form: LaunchForm, launch: gr.Button, preview: gr.Button
     """The form's events: a stage shows its fields; Launch queues a run (picked in the monitor's `run`)."""
     form.stage.change(show_stage, form.stage, [form.model, form.reward_group, *form.section_groups.values(),
                                                form.stage_note, *form.stage_groups.values()], api_name=False)
-    launch.click(bind(launch_run, ctx, form), form.inputs, [notice, run], api_name="train_launch")
-    preview.click(bind(preview_run, ctx, form), form.inputs, notice, api_name="train_preview")
+    launch.click(bind(launch_streamed, ctx, form), form.inputs, [notice, run], api_name="train_launch")
+    preview.click(bind(preview_streamed, ctx, form), form.inputs, notice, api_name="train_preview")

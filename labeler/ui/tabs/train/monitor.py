@@ -18,12 +18,13 @@ from labeler.ui.roles import check_role, requires
 from labeler.ui.soft_errors import ui_errors
 from labeler.ui.tabs.train.run_views import (
     ANSWER_COLUMNS, COMPARISON_COLUMNS, HISTORY_COLUMNS, SAMPLE_COLUMNS, comparison_frame, default_metrics,
-    history_frame, metrics_html, positive_share, progress_html, reward_curve_html, run_choices, status_markdown,
+    heldout_bars, history_frame, metrics_html, progress_html, reward_curve_html, run_choices, status_markdown,
     waiting_banner,
 )
 
 REFRESH_SECONDS = 2.0
 LONG_TEXT_CHARS = 600  # a table cell shows at most this much of a prompt or an answer
+REWARD_CURVE_METRICS = ("env/reward_mean", "reward")
 # The widgets a refresh sets, in read_run's order.
 REFRESHED = ("banner", "status", "progress", "metric_names", "plot", "samples", "log", "history", "run", "reward_curve",
              "comparison", "comparison_answers", "eval_note")
@@ -40,6 +41,10 @@ class RunMonitor:
     progress: gr.HTML
     plot: gr.HTML
     metric_names: gr.CheckboxGroup  # the metrics plotted ("All metrics")
+    # {"run": id, "metrics": [...]}: what the admin picked under "All metrics", for that run only. The checkboxes
+    # themselves are no input of the timer: a tick sent before another run was picked carried the old run's
+    # plots into the new one (an SFT run's "loss" kept as a GRPO run's only plot).
+    picked: gr.State
     reward_curve: gr.HTML
     eval_note: gr.Markdown
     comparison: gr.Dataframe
@@ -54,7 +59,7 @@ class RunMonitor:
 
     @property
     def inputs(self) -> list:
-        return [self.run, self.metric_names]
+        return [self.run, self.picked]
 
 
 def build_banner() -> gr.Markdown:
@@ -75,6 +80,7 @@ def build_monitor(banner: gr.Markdown) -> RunMonitor:
     plot = gr.HTML(metrics_html(pd.DataFrame(columns=["step", "name", "value"]), []), elem_id="train-plot")
     with gr.Accordion("All metrics (pick which to plot)", open=False):
         metric_names = gr.CheckboxGroup([], value=[], label="Metrics", elem_id="train-metrics")
+    picked = gr.State(None)
     reward_curve = gr.HTML(reward_curve_html(None), elem_id="train-reward-curve")
     gr.Markdown("**Held-out evaluation: the base model before, the trained model after**")
     eval_note = gr.Markdown(elem_id="train-eval-note")
@@ -90,8 +96,8 @@ def build_monitor(banner: gr.Markdown) -> RunMonitor:
                            elem_id="train-samples")
     log = gr.Code(label="Log (tail)", language=None, lines=12, interactive=False)
     history = gr.Dataframe(pd.DataFrame(columns=HISTORY_COLUMNS), label="Run history", interactive=False)
-    return RunMonitor(banner, run, stop, cancel, resume, status, progress, plot, metric_names, reward_curve, eval_note,
-                      comparison, comparison_answers, samples, log, history)
+    return RunMonitor(banner, run, stop, cancel, resume, status, progress, plot, metric_names, picked, reward_curve,
+                      eval_note, comparison, comparison_answers, samples, log, history)
 
 
 def read_run(db, project: str, run_id: int | None, selected: list[str] | None) -> tuple:
@@ -105,7 +111,9 @@ def read_run(db, project: str, run_id: int | None, selected: list[str] | None) -
     chosen = [n for n in (selected or []) if n in names] or default_metrics(current.stage if current else "", names)
     frame = (run_metrics.metrics_frame(db, run_id, chosen) if current
              else pd.DataFrame(columns=["step", "name", "value"]))
-    curve = evaluation.reward_curve(db, run_id) if current else None
+    # The reward by wall time: PPO logs env/reward_mean, GRPO and RLOO (TRL's names) reward.
+    reward_name = next((n for n in REWARD_CURVE_METRICS if n in names), None)
+    curve = evaluation.reward_curve(db, run_id, reward_name) if reward_name else None
     metrics_table, answers_table, note = comparison_frame(db, run_id if current and current.finished else None)
     rows = run_metrics.samples(db, run_id, 12) if current else []
     return (
@@ -113,7 +121,7 @@ def read_run(db, project: str, run_id: int | None, selected: list[str] | None) -
         status_markdown(current),
         progress_html(current),
         gr.update(choices=names, value=chosen),
-        metrics_html(frame, chosen, positive_share(db, run_id if current and current.finished else None)),
+        metrics_html(frame, chosen, heldout_bars(db, run_id if current and current.finished else None)),
         pd.DataFrame(rows, columns=SAMPLE_COLUMNS).round({"reward": 3}),
         run_metrics.log_tail(current, 40) if current else "",
         history_frame(db, project),
@@ -126,15 +134,40 @@ def read_run(db, project: str, run_id: int | None, selected: list[str] | None) -
     )
 
 
-def refresh(ctx: UIContext, run_id, selected, request: gr.Request) -> tuple:
-    """The timer's tick (and a run or metrics picked): read_run after marking dead runs failed (jobs.poll)."""
+def picked_for(picked, run_id) -> list[str] | None:
+    """The metrics the admin picked for this run (the monitor's `picked` state), None when they picked none for it."""
+    if isinstance(picked, dict) and picked.get("run") == run_id:
+        return list(picked.get("metrics") or [])
+    return None
+
+
+def refresh(ctx: UIContext, run_id, picked, request: gr.Request) -> tuple:
+    """The timer's tick (and a run picked): read_run after marking dead runs failed (jobs.poll), with the metrics
+    `picked` for this run (none: the run's default plots)."""
     try:
         check_role(ctx, request, "admin")  # a refused tick changes nothing (no toast every REFRESH_SECONDS)
         with ctx.connection() as db:
             jobs.poll(db)
-            return read_run(db, ctx.project, run_id, selected)
+            return read_run(db, ctx.project, run_id, picked_for(picked, run_id))
     except (PermissionDenied, InputError):
         return tuple(gr.update() for _ in REFRESHED)
+
+
+def pick_metrics(ctx: UIContext, run_id, selected, request: gr.Request) -> tuple:
+    """Metrics picked under "All metrics": the refresh with them, and the pick remembered for this run."""
+    picked = {"run": run_id, "metrics": [str(name) for name in (selected or [])]}
+    return (*refresh(ctx, run_id, picked, request), picked)
+
+
+# The launch's notice ("Run **#N** started." / "... queued ..."): emptied in the browser once the status line shows
+# that run ended (it stayed, saying "queued", after the run had finished). A js-only tick: no request, and no
+# progress timer flickering in the notice every REFRESH_SECONDS as a server event's would.
+FADE_NOTICE_JS = """(notice) => {{
+  const launched = /^Run \\*\\*#(\\d+)\\*\\* (started|queued)/.exec(notice || "");
+  const status = (document.getElementById("train-status") || {{}}).innerText || "";
+  const ended = launched && new RegExp("^Run #" + launched[1] + " · .* · ({final})").test(status);
+  return ended ? "" : notice;
+}}""".format(final="|".join(runs.FINAL))
 
 
 @ui_errors
@@ -153,10 +186,15 @@ def wire(ctx: UIContext, monitor: RunMonitor, notice: gr.Markdown) -> None:
     """The timer (built here: a gr.Timer is a component of the page) and the run buttons' events."""
     timer = gr.Timer(REFRESH_SECONDS)
     tick = bind(refresh, ctx)
-    timer.tick(tick, monitor.inputs, monitor.outputs, api_name="train_refresh", show_progress="hidden")
-    monitor.run.input(tick, monitor.inputs, monitor.outputs, api_name="train_select", show_progress="hidden")
-    monitor.metric_names.input(tick, monitor.inputs, monitor.outputs, api_name="train_metrics",
-                               show_progress="hidden")
+    # preprocess=False: the run and the metric names arrive as sent, and read_run keeps only the run's own metrics.
+    # Gradio checked them against the session's copy of the widgets' choices, which a refresh's gr.update does not
+    # change there, and logged "Value: 'reward' ... not in the list of choices: []" for a run picked meanwhile.
+    raw = {"show_progress": "hidden", "preprocess": False}
+    timer.tick(tick, monitor.inputs, monitor.outputs, api_name="train_refresh", **raw)
+    monitor.run.input(tick, monitor.inputs, monitor.outputs, api_name="train_select", **raw)
+    monitor.metric_names.input(bind(pick_metrics, ctx), [monitor.run, monitor.metric_names],
+                               [*monitor.outputs, monitor.picked], api_name="train_metrics", **raw)
+    timer.tick(None, [notice], [notice], js=FADE_NOTICE_JS, api_name="train_notice")
     monitor.stop.click(bind(run_action, ctx, jobs.request_stop, "asked to stop after the current step"), monitor.run,
                        notice, api_name="train_stop")
     monitor.cancel.click(bind(run_action, ctx, jobs.cancel_run, "cancelled"), monitor.run, notice,

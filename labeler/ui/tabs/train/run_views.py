@@ -5,6 +5,7 @@ Functions of a run row or of the database and a run id; the monitor (monitor.py)
 """
 from __future__ import annotations
 
+import html
 import os
 import shlex
 
@@ -12,11 +13,14 @@ import gradio as gr
 import pandas as pd
 
 from labeler.services import evaluation, labeling, measures, people_eval, runs
+from labeler.services.job_settings import JobConfig
 from labeler.ui.charts import Series, bar_chart_svg, line_chart_svg
 
 DEFAULT_METRICS = {"sft": ["loss"], "rm": ["loss", "accuracy"], "dpo": ["loss", "rewards/margins"],
                    "ppo": ["env/reward_mean", "objective/kl"], "grpo": ["reward", "kl"], "rloo": ["reward", "kl"],
                    "kto": ["loss", "kl"]}
+ONLINE_STAGES = ("grpo", "rloo")
+JOB_STEPS_DEFAULT = JobConfig.__dataclass_fields__["steps"].default
 HISTORY_COLUMNS = ["id", "stage", "status", "step", "total", "created", "by", "name"]
 SAMPLE_COLUMNS = ["step", "query", "response", "reward"]
 COMPARISON_COLUMNS = ["", "model", *evaluation.METRIC_LABELS.values()]
@@ -38,6 +42,14 @@ METRIC_TITLES = {
 }
 
 
+# What a chart's legend calls its line (the title says what is measured; the legend, in short, which line).
+METRIC_LEGENDS = {
+    "env/reward_mean": "mean reward", "reward": "mean reward", "objective/kl": "KL", "kl": "KL", "loss": "loss",
+    "accuracy": "accuracy", "rewards/margins": "margin", "human/labels_used": "labels used",
+    "rm_online/agreement": "agreement",
+}
+
+
 def _duration(seconds: float | None) -> str:
     if seconds is None:
         return "?"
@@ -45,12 +57,24 @@ def _duration(seconds: float | None) -> str:
     return f"{seconds // 3600}h {seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m {seconds % 60:02d}s"
 
 
+def asked_steps_note(run: runs.Run) -> str:
+    """GRPO and RLOO count `steps` in generation batches, and their trainer reports optimizer steps (steps x
+    mini-batches per generation x iterations / accumulation): 2 steps asked showed "4 / 4" without a word."""
+    if run.stage not in ONLINE_STAGES:
+        return ""
+    asked = (run.config or {}).get("job", {}).get("steps", JOB_STEPS_DEFAULT)
+    total = run.total_steps or 0
+    if not isinstance(asked, int) or asked <= 0 or total == asked:
+        return ""
+    return f" (optimizer steps: the {asked} steps asked are generation batches)"
+
+
 def progress_html(run: runs.Run | None) -> str:
     if run is None:
         return ""
     total = run.total_steps or 0
     eta = run.eta_seconds()
-    text = f"step {run.step} / {total or '?'}"
+    text = f"step {run.step} / {total or '?'}{asked_steps_note(run)}"
     if run.status == "running":
         text += f" · elapsed {_duration(run.elapsed_seconds())} · ETA {_duration(eta)}"
     elif run.finished and run.started_at:
@@ -77,10 +101,13 @@ def status_markdown(run: runs.Run | None) -> str:
     line = f"### Run #{run.id} · {run.stage} · **{run.status}**"
     if run.stop_requested and run.status == "running":
         line += " (stopping after this step)"
-    details = [f"command: `{shown_command(run.command)}`" if run.command else "", f"output: `{run.output_dir}`"]
-    if run.error:
-        details.append(f"**error:** {run.error.splitlines()[-1]}")
-    return "\n\n".join([line, *filter(None, details)])
+    error = f"**error:** {html.escape(run.error.splitlines()[-1])}" if run.error else ""
+    # The launcher's command line and the run's folder in a fold: they were the first lines every admin read,
+    # above what the run is doing. Escaped, as the fold is HTML (Markdown's backticks do not apply inside it).
+    command = f"<p>command: <code>{html.escape(shown_command(run.command))}</code></p>" if run.command else ""
+    fold = (f"<details class='studio-run-details'><summary>Command and output folder</summary>{command}"
+            f"<p>output: <code>{html.escape(str(run.output_dir))}</code></p></details>")
+    return "\n\n".join(filter(None, [line, error, fold]))
 
 
 def history_frame(db, project: str) -> pd.DataFrame:
@@ -113,19 +140,20 @@ def default_metrics(stage: str, names: list[str]) -> list[str]:
     return chosen or names[:2]
 
 
-def metrics_html(frame: pd.DataFrame, names: list[str], positive_share: tuple[float | None, float | None] = (None, None)) -> str:
+def metrics_html(frame: pd.DataFrame, names: list[str], heldout: tuple[str, list[tuple[str, float]]] = ("", [])) -> str:
     """One small chart per metric (each on its own scale: a loss of 0.7 and a KL of 0.01 share no axis), titled
-    in plain words with the metric's name in the legend; then the held-out positive share before and after,
-    once the run's evaluation exists. Every refresh sends the whole thing, so it never shows a blank chart."""
+    in plain words with the metric's name in the legend; then the held-out bars (`heldout_bars`), once the run's
+    evaluation exists. Every refresh sends the whole thing, so it never shows a blank chart."""
     panels = []
     for name in names:
         rows = frame[frame["name"] == name] if len(frame) else frame
         points = tuple((float(step), float(value)) for step, value in zip(rows["step"], rows["value"]))
-        panels.append(line_chart_svg([Series(name, points)], title=METRIC_TITLES.get(name, name)))
-    before, after = positive_share
-    if after is not None:
-        bars = ([("before (base)", before)] if before is not None else []) + [("after", after)]
-        panels.append(bar_chart_svg(bars, title="Positive share on held-out prompts", percent=True))
+        # The legend in words too (it read env/reward_mean); a metric with no plain title keeps its name.
+        panels.append(line_chart_svg([Series(name, points, METRIC_LEGENDS.get(name, name))],
+                                     title=METRIC_TITLES.get(name, name)))
+    title, bars = heldout
+    if bars:
+        panels.append(bar_chart_svg(bars, title=title, percent=True))
     if not panels:
         panels.append(line_chart_svg([], title="Metrics", empty_text="No metrics yet: they appear after the first step"))
     return "<div class='studio-charts'>" + "".join(f"<div class='studio-chart-panel'>{p}</div>" for p in panels) + "</div>"
@@ -133,19 +161,28 @@ def metrics_html(frame: pd.DataFrame, names: list[str], positive_share: tuple[fl
 
 def reward_curve_html(curve: pd.DataFrame | None) -> str:
     points = () if curve is None else tuple(zip(curve["minutes"].astype(float), curve["reward"].astype(float)))
-    return line_chart_svg([Series("env/reward_mean", points)], title="Mean reward by wall time",
+    return line_chart_svg([Series("env/reward_mean", points, "mean reward per answer")],
+                          title="Mean reward by wall time",
                           x_title="minutes since the run started", x_integer=False,
                           empty_text="No rewards yet (policy runs log them)")
 
 
-def positive_share(db, run_id: int | None) -> tuple[float | None, float | None]:
-    """(before, after) held-out positive share of a finished run's evaluation; (None, None) without one."""
+def heldout_bars(db, run_id: int | None) -> tuple[str, list[tuple[str, float]]]:
+    """(title, bars) of a finished run's held-out evaluation: the model's win rate against its base (the base
+    against itself is 50%) when its measure scored both, else the positive share before and after (VADER's
+    threshold, the shipped task's); ("", []) without an evaluation."""
     if not run_id:
-        return None, None
+        return "", []
     before, after = evaluation.run_comparison(db, run_id)
     if after is None:
-        return None, None
-    return (before.metrics.get("eval/positive_share") if before else None), after.metrics.get("eval/positive_share")
+        return "", []
+    if "eval/win_rate" in after.metrics:
+        return ("Win rate against the base on held-out prompts",
+                [("base (itself)", 0.5), ("after", after.metrics["eval/win_rate"])])
+    if after.metrics.get("eval/positive_share") is None:
+        return "", []
+    bars = [("before (base)", before.metrics["eval/positive_share"])] if before and "eval/positive_share" in before.metrics else []
+    return "Positive share on held-out prompts", bars + [("after", after.metrics["eval/positive_share"])]
 
 
 def comparison_frame(db, run_id: int | None) -> tuple[pd.DataFrame, pd.DataFrame, str]:
