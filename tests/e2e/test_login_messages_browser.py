@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 import requests
 
+from helpers import serving
+
 from labeler.services.login_guard import ThrottlePolicy
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
@@ -17,10 +19,7 @@ GONE = ("dora", "dora-password-1")
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, tiny_model_dir):
     from labeler.services import accounts, models
-    from labeler.ui.app import build_app, launch
-    from labeler.ui.context import ServeSettings
     from storage import open_db
-    from tests.e2e.conftest import free_port
 
     root = tmp_path_factory.mktemp("login-messages")
     db_path = str(root / "studio.db")
@@ -33,15 +32,9 @@ def server(tmp_path_factory, tiny_model_dir):
         models.register_model(db, "tiny", str(tiny_model_dir), "policy")
     finally:
         db.conn.close()
-    port = free_port()
-    settings = ServeSettings(db_path=db_path, port=port, model="tiny", runs_dir=str(root / "runs"),
-                             login_throttle=ThrottlePolicy(free_failures=2, base_delay_s=60.0, max_delay_s=120.0))
-    blocks = build_app(settings)
-    launch(blocks, settings, prevent_thread_lock=True, quiet=True)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        blocks.close()
+    with serving(db_path, root, model="tiny",
+                 login_throttle=ThrottlePolicy(free_failures=2, base_delay_s=60.0, max_delay_s=120.0)) as served:
+        yield served.origin
 
 
 def submit(page, username: str, password: str) -> None:
