@@ -44,7 +44,10 @@ def test_a_cancelled_run_releases_its_items(run_app, login):
     url, db_path, run_id = run_app
     page = login(url, *ANNOTATOR)
     page.wait_for_function("() => document.getElementById('rate-response')?.innerText.includes('answer')")
-    # The run's answer comes first, with the banner naming the run.
+    # A page load takes no run item (it may not be a labeller's); the labeller's Refresh (as selecting the tab)
+    # brings the run's answer first, with the banner naming the run.
+    page.click("#rate-refresh")
+    page.wait_for_function("() => document.getElementById('rate-response')?.innerText.includes(\"the run's answer\")")
     assert "the run's answer" in page.inner_text("#rate-response")
     assert page.locator("#rate-banner").is_visible()
     assert f"#{run_id}" in page.inner_text("#rate-banner")
