@@ -20,7 +20,6 @@ their `settings` (prompts and their hash, reward, samples, tokens, threshold, se
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import math
 from dataclasses import asdict, dataclass, field, replace
@@ -150,14 +149,7 @@ def reward_function(db: sqlite_utils.Database, spec: str) -> RewardFunction | No
         return _reward_model(db, parsed.model)
     if parsed.function in reward_spec.BUILTIN_FUNCTIONS:  # 'vader' is rlhf.evaluation.answer_vader
         return BUILTIN_FUNCTIONS[parsed.function]
-    module_name, _, attr = parsed.function.partition(":")
-    try:
-        function = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as error:
-        raise InputError(f"reward {spec!r}: {error}", field="reward") from None
-    if not callable(function):
-        raise InputError(f"reward {spec!r} is not a function", field="reward")
-    return function
+    return reward_spec.import_function(parsed.function, "reward", "reward")
 
 
 def _reward_model(db: sqlite_utils.Database, name: str) -> RewardFunction:

@@ -12,8 +12,6 @@ that a run optimised is an optimistic judge of it: `judge_note` says so on the r
 """
 from __future__ import annotations
 
-import importlib
-
 import sqlite_utils
 
 from labeler.services import models, reward_spec
@@ -39,13 +37,7 @@ def check_measure(db: sqlite_utils.Database, spec: str) -> str:
             raise InputError(f"no reward model named {parsed.model!r} (reward models: {names})", field="measure")
         return f"rm:{parsed.model}"
     if parsed.source == "function":
-        module_name, _, attr = parsed.function.partition(":")
-        try:
-            function = getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError) as error:
-            raise InputError(f"measure {spec!r}: {error}", field="measure") from None
-        if not callable(function):
-            raise InputError(f"measure {spec!r} is not a function", field="measure")
+        reward_spec.import_function(parsed.function, "measure", "measure")
         return parsed.function
     raise InputError(f"measure {spec!r}: use {GRAMMAR}", field="measure")
 

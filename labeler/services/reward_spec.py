@@ -14,6 +14,7 @@ reward_function=vader` and `reward=rm reward_model=rm-run3` still parse to the s
 """
 from __future__ import annotations
 
+import importlib
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -155,3 +156,16 @@ def names_code(values: dict[str, Any]) -> list[str]:
         if spec.imports_code:
             found.append(key)
     return found
+
+
+def import_function(spec: str, what: str, field: str):
+    """The callable a `module:function` spec names, imported; InputError naming `what` (reward, measure) and the
+    spec when the module or the name is missing or not callable."""
+    module_name, _, attr = spec.partition(":")
+    try:
+        function = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as error:
+        raise InputError(f"{what} {spec!r}: {error}", field=field) from None
+    if not callable(function):
+        raise InputError(f"{what} {spec!r} is not a function", field=field)
+    return function
