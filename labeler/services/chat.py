@@ -342,19 +342,26 @@ def stream_reply(
                            notify)
 
 
+def _bounded_request(cache, model_name_or_path, messages, system_prompt, settings, chat_template, budget_s, notify):
+    """(model, tokenizer, settings, prompt ids) of one request held to its cost bound (request_bounds): the answer
+    length and the conversation cut to what the budget allows at the model's speed, the user told when cut."""
+    model, tokenizer = cache.get(model_name_or_path)
+    bounds = request_bounds(cache, model_name_or_path, settings, budget_s)
+    if bounds.note and notify:
+        notify(bounds.note)
+    ids = _prompt_ids(model, tokenizer, messages, system_prompt, bounds.settings.max_new_tokens, chat_template,
+                      bounds.prompt_tokens)
+    return model, tokenizer, bounds.settings, ids
+
+
 def _stream(cache, model_name_or_path, messages, system_prompt, settings, chat_template, budget_s, notify):
     import torch
     from transformers import StoppingCriteria, StoppingCriteriaList, TextIteratorStreamer
 
     from rlhf.generation import autocast_context, eos_token_ids, generation_kwargs  # imports torch
 
-    model, tokenizer = cache.get(model_name_or_path)
-    bounds = request_bounds(cache, model_name_or_path, settings, budget_s)
-    if bounds.note and notify:
-        notify(bounds.note)
-    settings = bounds.settings
-    ids = _prompt_ids(model, tokenizer, messages, system_prompt, settings.max_new_tokens, chat_template,
-                      bounds.prompt_tokens)
+    model, tokenizer, settings, ids = _bounded_request(cache, model_name_or_path, messages, system_prompt, settings,
+                                                        chat_template, budget_s, notify)
     device = next(model.parameters()).device
     eos_ids = eos_token_ids(model, tokenizer)
     streamer = TextIteratorStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True, timeout=STREAM_TIMEOUT_S)
@@ -413,13 +420,8 @@ def reply(
     from rlhf.generation import decode_responses, generate_batch  # imports torch
 
     messages = check_history(history, system_prompt)
-    model, tokenizer = cache.get(model_name_or_path)
-    bounds = request_bounds(cache, model_name_or_path, settings, budget_s)
-    if bounds.note and notify:
-        notify(bounds.note)
-    settings = bounds.settings
-    ids = _prompt_ids(model, tokenizer, messages, system_prompt, settings.max_new_tokens, chat_template,
-                      bounds.prompt_tokens)
+    model, tokenizer, settings, ids = _bounded_request(cache, model_name_or_path, messages, system_prompt, settings,
+                                                        chat_template, budget_s, notify)
     answer = decode_responses(tokenizer, generate_batch(model, tokenizer, [ids], settings))[0]
     cache.generated.add(model_name_or_path, messages, answer)
     return answer
