@@ -20,14 +20,33 @@ TIMEOUT_S = 40.0
 
 
 def _setup(db_path: str) -> int:
-    from labeler.services import accounts, jobs
+    """The race's run: a row marked running with a fresh heartbeat, as a worker that has just claimed it leaves it,
+    so the shared app's poll never launches it (a queued one was started: an RLOO run of the default model, 320
+    steps, that held the one worker slot and several GB for the rest of the suite)."""
+    from labeler.services import accounts, jobs, runs
     from storage import open_db
 
     db = open_db(db_path)
     try:
         accounts.create_user(db, *ADMIN, role="admin")
         accounts.create_user(db, *ANNOTATOR)
-        return jobs.create_run(db, "rloo", {"reward": "mix"}, runs_dir=str(db_path) + "-race-runs", start=False).id
+        run_id = jobs.create_run(db, "rloo", {"reward": "mix"}, runs_dir=str(db_path) + "-race-runs", start=False).id
+        db.execute("UPDATE runs SET status = 'running', heartbeat_at = ? WHERE id = ? AND status = 'queued'",
+                   [runs.utc_now(), run_id])
+        return run_id
+    finally:
+        db.conn.close()
+
+
+def _end(db_path: str, run_id: int) -> None:
+    """The race's run ended, and its worker stopped should the app's poll have started it after all."""
+    from labeler.services import jobs, runs
+    from storage import open_db
+
+    db = open_db(db_path)
+    try:
+        if not runs.get_run(db, run_id).finished or runs.get_run(db, run_id).pid:
+            jobs.cancel_run(db, run_id, grace_seconds=2.0)
     finally:
         db.conn.close()
 
@@ -71,6 +90,7 @@ def test_an_admin_page_load_does_not_hold_the_run_item_the_annotator_ranks(runni
         thread.join(TIMEOUT_S + 5)
     finally:
         thread.join(TIMEOUT_S + 5)
+        _end(running_app.db_path, run_id)
     holders = db_rows(running_app.db_path, "SELECT u.username, a.status FROM assignments a JOIN users u"
                       " ON u.id = a.user_id WHERE a.item_id = ?", [run_item])
     assert holders == [{"username": ANNOTATOR[0], "status": "done"}]
