@@ -1,7 +1,7 @@
 """Helpers every test folder shares (tests/ is on sys.path through tests/conftest.py): a free port, waiting for a
-condition, and the app served in this process.
+condition, the app served in this process, and HTTP requests from a chosen loopback address.
 
-    from helpers import free_port, serving, wait_until
+    from helpers import free_port, serving, session_from, wait_until
 """
 from __future__ import annotations
 
@@ -61,3 +61,19 @@ def serving(db_path, root, **settings) -> Iterator[Served]:
         yield Served(config.port)
     finally:
         app.close()
+
+
+def session_from(address: str):
+    """A requests Session whose connections come from `address` (a loopback address such as 127.0.0.7), as if
+    from another machine: what the login throttle tells clients apart by."""
+    import requests
+    from requests.adapters import HTTPAdapter
+
+    class FromAddress(HTTPAdapter):
+        def init_poolmanager(self, *args, **kwargs):
+            kwargs["source_address"] = (address, 0)
+            super().init_poolmanager(*args, **kwargs)
+
+    session = requests.Session()
+    session.mount("http://", FromAddress())
+    return session

@@ -22,8 +22,7 @@ import time
 import httpx
 import pytest
 import requests
-from helpers import free_port
-from requests.adapters import HTTPAdapter
+from helpers import free_port, session_from
 
 from labeler.services import accounts
 from labeler.services.login_guard import ThrottlePolicy
@@ -141,22 +140,6 @@ def test_a_new_device_of_a_stranger_is_in_the_slow_lane_and_the_penalty_says_how
     assert refused.status_code == 429 and refused.headers["Retry-After"] == "2"
     assert refused.json()["detail"] == ("Too many wrong passwords: try again in 2 s (logins to this account from "
                                         "this address must wait).")
-
-
-class FromAddress(HTTPAdapter):
-    def __init__(self, address: str):
-        self.address = address
-        super().__init__()
-
-    def init_poolmanager(self, *args, **kwargs):
-        kwargs["source_address"] = (self.address, 0)
-        super().init_poolmanager(*args, **kwargs)
-
-
-def session_from(address: str) -> requests.Session:
-    session = requests.Session()
-    session.mount("http://", FromAddress(address))
-    return session
 
 
 def test_x_forwarded_for_from_loopback_is_not_believed(server):

@@ -14,8 +14,7 @@ import time
 
 import pytest
 import requests
-from helpers import serving
-from requests.adapters import HTTPAdapter
+from helpers import serving, session_from
 
 gradio_client = pytest.importorskip("gradio_client")
 from gradio_client import Client  # noqa: E402
@@ -54,24 +53,6 @@ def app(tmp_path_factory, tiny_model_dir):
     with serving(db_path, root, model="tiny", login_throttle=POLICY, max_file_size=f"{UPLOAD_BYTES}b",
                  max_upload_files=1, forwarded_allow_ips=("127.0.0.1",)) as server:  # the TLS test's proxy is here
         yield {"url": server.origin, "port": server.port, "db_path": db_path}
-
-
-class FromAddress(HTTPAdapter):
-    """Connections from a chosen loopback address, as if from another machine."""
-
-    def __init__(self, address: str):
-        self.address = address
-        super().__init__()
-
-    def init_poolmanager(self, *args, **kwargs):
-        kwargs["source_address"] = (self.address, 0)
-        super().init_poolmanager(*args, **kwargs)
-
-
-def session_from(address: str) -> requests.Session:
-    session = requests.Session()
-    session.mount("http://", FromAddress(address))
-    return session
 
 
 def login(url: str, credentials: tuple[str, str], session: requests.Session) -> requests.Response:
