@@ -127,6 +127,9 @@ def login(request):
         page.fill("input[type=password]", password)
         page.click("button:has-text('Login')")
         page.wait_for_selector(ready, state="visible", timeout=30_000)
+        # The page load's own events finished too: on a loaded machine the who-is-logged-in fill came after
+        # `ready`, and its "processing" overlay was taken for one of the test's own (test_smaller_browser).
+        page.wait_for_selector("#studio-whoami >> text=Logged in as", timeout=30_000)
         return page
 
     return log_in

@@ -4,6 +4,7 @@ and the Launch button says "Launching" at once."""
 from __future__ import annotations
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 CHECKBOXES = ["train-bf16", "train-lora", "train-online-rm"]
@@ -34,7 +35,11 @@ def test_launch_is_acknowledged_at_once(running_app, login):
         .observe(el, {subtree: true, childList: true, characterData: true}); }""")
     page.evaluate("() => { window.__clicked = Date.now(); document.querySelector('#train-launch').click(); }")
     # The refusal: the preview's reason in a toast, and the notice emptied.
-    page.wait_for_selector("text=not launched: only 0 answers", timeout=120_000)
+    try:
+        toast = page.wait_for_selector(".toast-body, [data-testid=toast-body]", timeout=120_000).inner_text()
+    except PlaywrightTimeout:  # say what the notice showed meanwhile (a CI run saw no toast in 120 s)
+        raise AssertionError(("no toast", page.evaluate("window.__notices"))) from None
+    assert "not launched: only 0 answers" in toast, (toast, page.evaluate("window.__notices"))
     page.wait_for_timeout(500)
     notices = page.evaluate("window.__notices")
     launching = [ms for ms, text in notices if text.startswith("⏳ Launching")]
