@@ -43,7 +43,8 @@ class BaseTrainer(Trainer):
         self._last_eval_metrics: dict[str, float] = {}
 
     # ---- the policy, its tokenizer and the reference -------------------------------------------------------
-    def _policy_and_tokenizer(self, model, args, processing_class, peft_config):
+    @classmethod
+    def _policy_and_tokenizer(cls, model, args, processing_class, peft_config):
         """(model, tokenizer): `model` loaded when it is a name or path (None: args.model_name_or_path), its tokenizer
         loaded beside it unless one is given, with a pad token. Called before Trainer.__init__, once the config is
         final; the CPU allocator setting is applied first, before the weights are allocated."""
@@ -51,14 +52,14 @@ class BaseTrainer(Trainer):
             keep_freed_memory()
         if model is None or isinstance(model, (str, os.PathLike)):
             name = resolve_model_path(model if model is not None else args.model_name_or_path)
-            model = merge_adapter(self.load_pretrained(name, **model_load_kwargs(args, lora=peft_config is not None)))
+            model = merge_adapter(cls.load_pretrained(name, **model_load_kwargs(args, lora=peft_config is not None)))
             if processing_class is None:
-                processing_class = load_tokenizer(name, padding_side=self.padding_side)
+                processing_class = load_tokenizer(name, padding_side=cls.padding_side)
         if processing_class is None:
-            raise ValueError(f"{self._name}Trainer needs processing_class (the tokenizer) when given a model object")
+            raise ValueError(f"{cls._name}Trainer needs processing_class (the tokenizer) when given a model object")
         if processing_class.pad_token is None:
             processing_class.pad_token = next(
-                (getattr(processing_class, n) for n in self.pad_token_fallbacks if getattr(processing_class, n)), None)
+                (getattr(processing_class, n) for n in cls.pad_token_fallbacks if getattr(processing_class, n)), None)
         return model, processing_class
 
     def _place_reference(self, ref_model: torch.nn.Module | None) -> None:
