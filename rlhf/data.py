@@ -81,7 +81,7 @@ class DataError(ValueError):
         super().__init__(f"{where}: {message}" if where else message)
 
 
-def _check_text(value: Any, row: int, field: str) -> str:
+def check_text(value: Any, row: int, field: str) -> str:
     """'text' or 'messages' for a valid cell; raises DataError otherwise."""
     if isinstance(value, str):
         if not value.strip() and field != "prompt":
@@ -102,9 +102,9 @@ def check_preference_rows(dataset) -> None:
         if name not in columns:
             raise DataError(f"preference data needs columns prompt, chosen, rejected; got {sorted(columns)}", field=name)
     for i, row in enumerate(dataset):
-        kinds = {_check_text(row[k], i, k) for k in ("chosen", "rejected")}
+        kinds = {check_text(row[k], i, k) for k in ("chosen", "rejected")}
         if row.get("prompt") is not None:
-            kinds.add(_check_text(row["prompt"], i, "prompt"))
+            kinds.add(check_text(row["prompt"], i, "prompt"))
         elif kinds != {"messages"}:
             raise DataError("is missing (text pairs need a prompt)", i, "prompt")
         if len(kinds) > 1:
@@ -130,7 +130,7 @@ def check_sft_rows(dataset) -> None:
     else:
         raise DataError(f"SFT data needs columns prompt+completion, messages or text; got {sorted(columns)}")
     for i, row in enumerate(dataset):
-        kinds = {_check_text(row[k], i, k) for k in fields}
+        kinds = {check_text(row[k], i, k) for k in fields}
         if len(kinds) > 1:
             raise DataError("prompt and completion must both be text or both be message lists", i, "completion")
         if fields == ("text",) and kinds != {"text"}:
@@ -138,7 +138,7 @@ def check_sft_rows(dataset) -> None:
 
 
 # ---- tokenising ---------------------------------------------------------------------------------------
-def _tokenize_pair(tokenizer, prompt_text: str, completion_text: str, conversational: bool) -> tuple[list, list]:
+def tokenize_pair(tokenizer, prompt_text: str, completion_text: str, conversational: bool) -> tuple[list, list]:
     """Prompt ids (with the tokenizer's own special tokens unless a template already wrote them) and
     completion ids, ending with EOS for plain text (a chat template ends the turn itself)."""
     prompt_ids = tokenizer(prompt_text, add_special_tokens=not conversational)["input_ids"]
@@ -160,8 +160,8 @@ def tokenize_preference_causal(
     prompt, chosen, rejected = split_preference(example)
     prompt_text, chosen_text = render_prompt_completion(tokenizer, prompt, chosen)
     _, rejected_text = render_prompt_completion(tokenizer, prompt, rejected)
-    prompt_ids, chosen_ids = _tokenize_pair(tokenizer, prompt_text, chosen_text, conversational)
-    _, rejected_ids = _tokenize_pair(tokenizer, prompt_text, rejected_text, conversational)
+    prompt_ids, chosen_ids = tokenize_pair(tokenizer, prompt_text, chosen_text, conversational)
+    _, rejected_ids = tokenize_pair(tokenizer, prompt_text, rejected_text, conversational)
     if max_prompt_length is not None:
         prompt_ids = prompt_ids[-max_prompt_length:]
     if max_length is not None:
@@ -224,7 +224,7 @@ def tokenize_sft(example: dict[str, Any], tokenizer, max_length: int | None) -> 
             raise ValueError(f"an SFT row needs 'prompt'+'completion', 'messages' or 'text'; got {sorted(example)}")
         conversational = isinstance(completion, list)
         prompt_text, completion_text = render_prompt_completion(tokenizer, prompt, completion)
-        prompt_ids, completion_ids = _tokenize_pair(tokenizer, prompt_text, completion_text, conversational)
+        prompt_ids, completion_ids = tokenize_pair(tokenizer, prompt_text, completion_text, conversational)
     input_ids = prompt_ids + completion_ids
     completion_mask = [0] * len(prompt_ids) + [1] * len(completion_ids)
     if max_length is not None:

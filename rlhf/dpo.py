@@ -12,21 +12,15 @@ log-probs ride along in the dataset, so each step is a single policy forward pas
 from __future__ import annotations
 
 import copy
-import inspect
 import os
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
-from transformers import PreTrainedModel, Trainer
 
-from rlhf.core import logprobs_from_logits, masked_sum
-from rlhf.attention import LEAN_EAGER, use_attention
-from rlhf.cpu_memory import keep_freed_memory
+from rlhf.base_trainer import BaseTrainer
 from rlhf.data import PreferenceCollator, check_preference_rows, tokenize_preference_causal, tokenizer_alias
-from rlhf.precision import model_load_kwargs
-from rlhf.loading import DEFAULT_POLICY, load_causal_lm, load_tokenizer, resolve_model_path
+from rlhf.loading import DEFAULT_POLICY
 from rlhf.dpo_losses import (
     DPO_LOSS_TYPES,
     F_DIVERGENCE_LOSSES,
@@ -35,12 +29,12 @@ from rlhf.dpo_losses import (
     ld_token_weights,
     loss_type_list,
 )
+from rlhf.logps import completion_logps
 from rlhf.losses import dpo_loss
-from rlhf.peft_utils import base_model, is_peft_model, merge_adapter
-from rlhf.distributed import prepare_reference
+from rlhf.peft_utils import is_peft_model
 from rlhf.reference_logps import reference_model, with_reference_columns
 from rlhf.trainer_config import TrainerConfig
-from rlhf.trainer_setup import prepare_model
+from rlhf.trainer_setup import freeze_reference, load_reference, prepare_model
 
 LOSS_TYPES = DPO_LOSS_TYPES  # TRL 1.16's, one pure function each in rlhf/dpo_losses.py
 
@@ -124,122 +118,7 @@ class DPOConfig(TrainerConfig):
         super().__post_init__()
 
 
-def _accepts_logits_to_keep(model: torch.nn.Module) -> bool:
-    # A PeftModel's forward takes **kwargs: look at the model it wraps.
-    return "logits_to_keep" in inspect.signature(type(base_model(model)).forward).parameters
-
-
-# Decoders whose logits are exactly lm_head(decoder(...).last_hidden_state) and whose attention takes a custom
-# 4D mask with position_ids (eager, lean eager or SDPA): the shared-prompt forward below is exact for them.
-SHARED_PROMPT_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
-
-
-def _shared_prompt_layout(batch: dict[str, torch.Tensor]):
-    """The `[chosen; rejected]` batch (2B, T) as B rows `prompt + chosen + rejected`, or None when a pair's
-    two rows do not share their prompt tokens (or a completion is empty).
-
-    Returns input_ids and position_ids (B, L), `allowed` (B, L, L): causal, real tokens only, and rejected
-    tokens never see the chosen ones (their positions restart after the prompt, so each completion sees
-    exactly what it sees in its own row); and for every completion token its (row, predictor index, token,
-    output slot), the predictor being the token before it in its own sequence.
-    """
-    input_ids, attention_mask, completion_mask = batch["input_ids"], batch["attention_mask"], batch["completion_mask"]
-    n = input_ids.shape[0]
-    if n % 2 or not bool(completion_mask.any(dim=-1).all()):
-        return None
-    half = n // 2
-    lengths = attention_mask.sum(dim=-1).tolist()
-    prompt_lengths = completion_mask.argmax(dim=-1).tolist()  # first completion token
-    rows, positions, rejected_from, ends = [], [], [], []
-    gather_rows, gather_index, gather_tokens, gather_slots = [], [], [], []
-    for b in range(half):
-        c, r = b, half + b
-        p = prompt_lengths[c]
-        if p != prompt_lengths[r] or p == 0 or not torch.equal(input_ids[c, :p], input_ids[r, :p]):
-            return None
-        chosen, rejected = input_ids[c, p:lengths[c]], input_ids[r, p:lengths[r]]
-        rows.append(torch.cat([input_ids[c, :p], chosen, rejected]))
-        positions.append(torch.cat([torch.arange(p + len(chosen)), torch.arange(p, p + len(rejected))]))
-        start_rejected = p + len(chosen)
-        rejected_from.append(start_rejected)
-        ends.append(start_rejected + len(rejected))
-        predictors = torch.cat([torch.arange(p - 1, start_rejected - 1),  # chosen token j: predicted at j - 1
-                                torch.tensor([p - 1]),  # the first rejected token follows the prompt
-                                torch.arange(start_rejected, ends[-1] - 1)])
-        gather_rows.append(torch.full((len(predictors),), b))
-        gather_index.append(predictors)
-        gather_tokens.append(torch.cat([chosen, rejected]))
-        gather_slots.append(torch.cat([torch.full((len(chosen),), c), torch.full((len(rejected),), r)]))
-    length = max(ends)
-    ids = torch.zeros(half, length, dtype=input_ids.dtype)
-    position_ids = torch.zeros(half, length, dtype=torch.long)
-    for b, (row, pos) in enumerate(zip(rows, positions)):
-        ids[b, : len(row)], position_ids[b, : len(pos)] = row, pos
-    k = torch.arange(length)
-    ends_t, rejected_t = torch.tensor(ends)[:, None], torch.tensor(rejected_from)[:, None]
-    real = k[None, :] < ends_t  # (B, L)
-    in_rejected = (k[None, :] >= rejected_t) & real  # (B, L)
-    in_chosen = (k[None, :] >= torch.tensor(prompt_lengths[:half])[:, None]) & (k[None, :] < rejected_t)  # (B, L)
-    # Padding queries see every real key before them (never an empty row: no NaN in the unused outputs).
-    allowed = (k[None, None, :] <= k[None, :, None]) & real[:, None, :] & ~(in_rejected[:, :, None] & in_chosen[:, None, :])
-    device = input_ids.device
-    gather = tuple(torch.cat(g).to(device) for g in (gather_rows, gather_index, gather_tokens, gather_slots))
-    return ids.to(device), position_ids.to(device), allowed.to(device), gather
-
-
-def _shared_prompt_logps(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor | None:
-    """completion_logps with one forward per pair over prompt + chosen + rejected (the prompt, usually the
-    longer part, is run once instead of twice), the LM head only on completion tokens and no padding through
-    it. None when the model or the batch does not allow it."""
-    if not isinstance(model, PreTrainedModel) and not is_peft_model(model):
-        return None  # e.g. a DDP or DeepSpeed wrapper: its forward must run
-    config = base_model(model).config
-    implementation = getattr(config, "_attn_implementation", None)
-    if config.model_type not in SHARED_PROMPT_MODEL_TYPES or implementation not in (LEAN_EAGER, "eager", "sdpa"):
-        return None
-    layout = _shared_prompt_layout(batch)
-    if layout is None:
-        return None
-    ids, position_ids, allowed, (rows, index, tokens, slots) = layout
-    # eager and lean eager add the mask to the scores; SDPA takes True where attention is allowed.
-    mask = allowed[:, None] if implementation == "sdpa" else \
-        torch.zeros(allowed.shape, dtype=torch.float32, device=ids.device).masked_fill(~allowed, torch.finfo(torch.float32).min)[:, None]
-    hidden = model.get_decoder()(input_ids=ids, attention_mask=mask, position_ids=position_ids).last_hidden_state  # (B, L, H)
-    logits = model.get_output_embeddings()(hidden[rows, index])  # (N, V): completion tokens only
-    logps = logprobs_from_logits(logits[None], tokens[None])[0]  # (N,)
-    return torch.zeros(batch["input_ids"].shape[0], dtype=logps.dtype, device=logps.device).index_add(0, slots, logps)  # (2B,)
-
-
-def completion_logps(model: torch.nn.Module, batch: dict[str, torch.Tensor], share_prompt: bool = True,
-                     token_weights: torch.Tensor | None = None) -> torch.Tensor:
-    """Summed log-probs of each sequence's completion tokens: (2B,) for the `[chosen; rejected]` batch.
-
-    Prompt and padding tokens are masked out by completion_mask, so padding changes nothing. With
-    share_prompt, a pair's chosen and rejected rows go through the model as one sequence (see
-    _shared_prompt_layout) when the model allows it; the numbers are the same. `token_weights` (2B, T), e.g.
-    LD-DPO's, weight each token's log-prob in the sum instead of completion_mask.
-    """
-    if share_prompt and token_weights is None:
-        logps = _shared_prompt_logps(model, batch)
-        if logps is not None:
-            return logps
-    input_ids, completion_mask = batch["input_ids"], batch["completion_mask"]
-    length = input_ids.shape[1]
-    # Token t is predicted by the logits at t - 1, so logits are needed from one position before the
-    # batch's first completion token on. Skipping the prompt's logits saves part of the vocabulary
-    # projection and log-softmax (49k wide for the default model), a large share of each step.
-    start = max(int(completion_mask.argmax(dim=-1).min()), 1)
-    keep = length - start + 1
-    if _accepts_logits_to_keep(model):
-        logits = model(input_ids=input_ids, attention_mask=batch["attention_mask"], logits_to_keep=keep).logits  # (2B, keep, V)
-    else:
-        logits = model(input_ids=input_ids, attention_mask=batch["attention_mask"]).logits[:, -keep:]  # (2B, keep, V)
-    logps = logprobs_from_logits(logits[:, :-1], input_ids[:, start:])  # (2B, T - start)
-    weights = completion_mask if token_weights is None else token_weights
-    return masked_sum(logps, weights[:, start:].to(logps.dtype), dim=-1)  # (2B,)
-
-
-class DPOTrainer(Trainer):
+class DPOTrainer(BaseTrainer):
     """Trains a causal LM on preference pairs with any of TRL 1.16's DPO losses (or a weighted list of them).
 
     Logged with TRL's names: rewards/chosen, rewards/rejected, rewards/accuracies, rewards/margins,
@@ -248,6 +127,7 @@ class DPOTrainer(Trainer):
 
     # dpo_loss is a mean over the batch's pairs, so the Trainer must divide it for gradient accumulation.
     loss_is_scaled_for_ga = False
+    _name = "DPO"
 
     def __init__(
         self,
@@ -270,21 +150,9 @@ class DPOTrainer(Trainer):
         receives the tokenised rows and replaces ours)."""
         processing_class = tokenizer_alias(processing_class, tokenizer, "DPOTrainer")
         args = args if args is not None else DPOConfig()
-        if args.keep_freed_memory and not torch.cuda.is_available():
-            keep_freed_memory()
-        if model is None or isinstance(model, (str, os.PathLike)):
-            name = resolve_model_path(model if model is not None else args.model_name_or_path)
-            model = merge_adapter(load_causal_lm(name, **model_load_kwargs(args, lora=peft_config is not None)))
-            if processing_class is None:
-                processing_class = load_tokenizer(name, padding_side="right")
+        model, processing_class = self._policy_and_tokenizer(model, args, processing_class, peft_config)
         if isinstance(ref_model, (str, os.PathLike)):
-            ref_model = merge_adapter(load_causal_lm(ref_model, **model_load_kwargs(args, lora=False, frozen=True)))
-        if ref_model is not None:
-            use_attention(ref_model, args.attn_implementation, args.device)
-        if processing_class is None:
-            raise ValueError("DPOTrainer needs processing_class (the tokenizer) when given a model object")
-        if processing_class.pad_token is None:
-            processing_class.pad_token = processing_class.eos_token
+            ref_model = load_reference(ref_model, args)
         model = prepare_model(model, args, peft_config)
         # With precomputed reference log-probs and no reference given, the untrained policy is the reference:
         # its pass runs at the end of __init__ (before any training or resume) and no copy is kept, which
@@ -296,7 +164,7 @@ class DPOTrainer(Trainer):
             # Copy before any training (and before resume loads a checkpoint): the reference is the start.
             ref_model = copy.deepcopy(model)
         if ref_model is not None:
-            ref_model.eval().requires_grad_(False)
+            ref_model = freeze_reference(ref_model, args)
 
         def tokenize(dataset):
             if dataset is None:
@@ -324,9 +192,7 @@ class DPOTrainer(Trainer):
             optimizers=optimizers,
             preprocess_logits_for_metrics=preprocess_logits_for_metrics,
         )
-        # Placed (and under ZeRO-3 / FSDP sharded) as the policy is, not moved with .to(device) (TRL 0.11).
-        self.ref_model = prepare_reference(self.accelerator, ref_model) if ref_model is not None else None
-        self._metrics: dict[str, dict[str, list[float]]] = {"train": defaultdict(list), "eval": defaultdict(list)}
+        self._place_reference(ref_model)
         if self._policy_is_reference:
             self.train_dataset = self.add_reference_logps(self.train_dataset)
             if isinstance(self.eval_dataset, dict):
@@ -413,28 +279,6 @@ class DPOTrainer(Trainer):
         metrics["logps/chosen"].append(policy_chosen.detach().mean().item())
         metrics["logps/rejected"].append(policy_rejected.detach().mean().item())
         return (loss, {"chosen_rewards": chosen_rewards, "rejected_rewards": rejected_rewards}) if return_outputs else loss
-
-    def prediction_step(self, model, inputs, prediction_loss_only: bool, ignore_keys=None):
-        inputs = self._prepare_inputs(inputs)
-        with torch.no_grad(), self.compute_loss_context_manager():
-            loss = self.compute_loss(model, inputs)
-        return loss.detach(), None, None
-
-    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        # Evaluation runs with the model in eval mode, so the mode tells train logs from eval logs.
-        mode = "train" if self.model.training else "eval"
-        prefix = "eval_" if mode == "eval" else ""
-        metrics = {f"{prefix}{k}": sum(v) / len(v) for k, v in self._metrics[mode].items() if v}
-        self._metrics[mode].clear()
-        if mode == "eval":
-            self._last_eval_metrics = metrics
-        super().log({**logs, **metrics}, start_time)
-
-    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
-        # Trainer.evaluate returns only what compute_metrics gives; add the reward metrics that log() saw.
-        self._last_eval_metrics = {}
-        output = super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
-        return {**output, **self._last_eval_metrics}
 
 
 __all__ = ["DPOConfig", "DPOTrainer", "completion_logps"]

@@ -18,25 +18,22 @@ the reward functions as keyword arguments.
 from __future__ import annotations
 
 import copy
-import inspect
 import os
 import time
-from collections import defaultdict
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
 from torch.utils.data import Sampler
-from transformers import Trainer
 
-from rlhf.attention import use_attention
+from rlhf.base_trainer import BaseTrainer
 from rlhf.core import entropy_from_logits, selective_log_softmax
 from rlhf.configs import MAX_NEW_TOKENS
-from rlhf.cpu_memory import keep_freed_memory
 from rlhf.data import is_conversational, pad_token_lists, render_prompt_completion, tokenize_for_reward
-from rlhf.distributed import prepare_reference, unwrap_model_for_generation
+from rlhf.distributed import unwrap_model_for_generation
 from rlhf.generation import eos_token_ids, left_pad
-from rlhf.loading import DEFAULT_POLICY, load_causal_lm, load_tokenizer, resolve_model_path
+from rlhf.loading import DEFAULT_POLICY, load_tokenizer, resolve_model_path
+from rlhf.logps import accepts_logits_to_keep
 from rlhf.losses import (
     GRPO_LOSS_TYPES,
     aggregate_token_losses,
@@ -45,19 +42,11 @@ from rlhf.losses import (
     k3_kl,
     nan_std,
 )
-from rlhf.precision import model_load_kwargs
-from rlhf.peft_utils import base_model, is_peft_model, merge_adapter
-from rlhf.trainer_config import TrainerConfig
-from rlhf.trainer_setup import prepare_model
+from rlhf.peft_utils import is_peft_model, merge_adapter
+from rlhf.trainer_config import TrainerConfig, refuse_trl_only_values, trl_only
+from rlhf.trainer_setup import disable_dropout, freeze_reference, prepare_model
 
 RewardFunc = Any  # a callable f(prompts, completions, **kwargs) -> list[float | None], a reward model, or its path
-
-
-def trl_only(default: Any, why: str):
-    """A TRL 1.16 config field this library does not implement: accepted at TRL's default, refused otherwise
-    (GRPOConfig.__post_init__), so a TRL script that leaves it alone runs and one that sets it learns why not."""
-    return field(default=default, metadata={"help": f"TRL 1.16 field, not supported here: {why}. Only its default "
-                                                    f"({default!r}) is accepted.", "trl_only": why})
 
 
 @dataclass
@@ -136,10 +125,7 @@ class OnlineRLConfig(TrainerConfig):
     max_tool_calling_iterations: int | None = trl_only(None, "tool calling is not supported")
 
     def __post_init__(self):
-        for spec in fields(self):
-            why = spec.metadata.get("trl_only")
-            if why and getattr(self, spec.name) != spec.default:
-                raise ValueError(f"{spec.name}={getattr(self, spec.name)!r}: not supported here ({why})")
+        refuse_trl_only_values(self)
         if self.auto_find_batch_size:
             raise ValueError("auto_find_batch_size=True: not supported (the generation batch must hold whole groups of "
                              "num_generations answers, which halving the batch breaks)")
@@ -310,7 +296,7 @@ def _reward_function(spec: RewardFunc, processing_class=None):
     raise TypeError(f"reward_funcs: {spec!r} is neither a callable, a reward model nor a model path")
 
 
-class GRPOTrainer(Trainer):
+class GRPOTrainer(BaseTrainer):
     """GRPO with TRL 1.16's constructor, config and logged names (reward, reward_std, kl, entropy,
     completions/mean_length, clip_ratio/..., rewards/<function>/mean ...)."""
 
@@ -319,6 +305,8 @@ class GRPOTrainer(Trainer):
     loss_is_scaled_for_ga = True
     config_class = GRPOConfig
     _name = "GRPO"
+    padding_side = "left"  # generation continues from the last prompt token
+    evaluate_returns_logged_metrics = False  # evaluate() returns Trainer's dict, as TRL's GRPOTrainer does
 
     def __init__(
         self,
@@ -352,30 +340,17 @@ class GRPOTrainer(Trainer):
             raise TypeError(f"{self._name}Trainer: args must be a {self.config_class.__name__}, got {type(args).__name__}")
         if not reward_funcs:
             raise ValueError(f"{self._name}Trainer: reward_funcs is required (a function, a reward model, or a list)")
-        if args.keep_freed_memory and not torch.cuda.is_available():
-            keep_freed_memory()
 
         # 1. the policy and its tokenizer (left padding: generation continues from the last prompt token)
-        if model is None or isinstance(model, (str, os.PathLike)):
-            name = resolve_model_path(model if model is not None else args.model_name_or_path)
-            model = merge_adapter(load_causal_lm(name, **model_load_kwargs(args, lora=peft_config is not None)))
-            if processing_class is None:
-                processing_class = load_tokenizer(name, padding_side="left")
-        if processing_class is None:
-            raise ValueError(f"{self._name}Trainer needs processing_class (the tokenizer) when given a model object")
-        if processing_class.pad_token is None:
-            processing_class.pad_token = processing_class.eos_token
+        model, processing_class = self._policy_and_tokenizer(model, args, processing_class, peft_config)
         processing_class.padding_side = "left"
         model.config.pad_token_id = processing_class.pad_token_id
         if args.disable_dropout:
-            for module in model.modules():
-                if isinstance(module, torch.nn.Dropout):
-                    module.p = 0.0
+            disable_dropout(model)
         # 2. the reference: a frozen copy taken now (before any training), or the policy with its LoRA adapter off
-        self.ref_model = None
+        ref_model = None
         if args.beta != 0.0 and peft_config is None and not is_peft_model(model):
-            self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
-            use_attention(self.ref_model, args.attn_implementation, args.device)
+            ref_model = freeze_reference(copy.deepcopy(model), args)
         model = prepare_model(model, args, peft_config)
 
         # 3. reward functions, their names (for rewards/<name>/mean) and weights
@@ -409,17 +384,14 @@ class GRPOTrainer(Trainer):
             callbacks=callbacks,
             optimizers=optimizers,
         )
-        if self.ref_model is not None:
-            self.ref_model = prepare_reference(self.accelerator, self.ref_model)
+        self._place_reference(ref_model)
         for reward in self.reward_funcs:
             if isinstance(reward, ModelReward):
                 reward.model.to(self.accelerator.device)
         self.eos_ids = eos_token_ids(model, processing_class)
-        # A PeftModel's forward takes **kwargs: look at the model it wraps.
-        self._accepts_logits_to_keep = "logits_to_keep" in inspect.signature(type(base_model(model)).forward).parameters
+        self._accepts_logits_to_keep = accepts_logits_to_keep(model)
         self._step = 0  # micro-steps, for reusing a generation batch
         self._buffered_inputs: list[dict] | None = None
-        self._metrics: dict[str, dict[str, list[float]]] = {"train": defaultdict(list), "eval": defaultdict(list)}
         self._completions: list[tuple[Any, Any, float]] = []
         self._step_time = 0.0
 
@@ -575,9 +547,6 @@ class GRPOTrainer(Trainer):
             torch.isclose(std, torch.zeros_like(std)).float().mean().item())
         return advantages
 
-    def _mode(self) -> str:
-        return "train" if self.model.training else "eval"
-
     def _generate_and_score(self, rows: list[dict]) -> dict:
         mode = self._mode()
         metrics = self._metrics[mode]
@@ -689,20 +658,14 @@ class GRPOTrainer(Trainer):
         totals = self.accelerator.reduce(torch.stack([(values.detach() * mask).sum(), mask.sum()]), reduction="sum")
         return (totals[0] / totals[1].clamp(min=1.0)).item()
 
-    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
-        inputs = self._prepare_inputs(inputs)
-        with torch.no_grad(), self.compute_loss_context_manager():
-            loss = self.compute_loss(model, inputs)
-        return loss.detach(), None, None
+    @staticmethod
+    def _average(values: list[float]) -> float | None:
+        # NaN (a reward function that returned only None) left out; None when nothing is left.
+        valid = [v for v in values if v == v]
+        return sum(valid) / len(valid) if valid else None
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        mode = self._mode()
-        metrics = {}
-        for key, values in self._metrics[mode].items():
-            valid = [v for v in values if v == v]  # NaN (a function that returned only None) left out
-            metrics[key if mode == "train" else f"eval_{key}"] = sum(valid) / len(valid) if valid else None
-        self._metrics[mode].clear()
-        super().log({**logs, **metrics}, start_time)
+        super().log(logs, start_time)
         if self.args.log_completions and self.accelerator.is_main_process and self._completions:
             shown = self._completions[: self.args.num_completions_to_print or len(self._completions)]
             for prompt, completion, reward in shown:

@@ -13,34 +13,28 @@ from __future__ import annotations
 
 import copy
 import os
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from transformers import Trainer
 
-from rlhf.attention import use_attention
-from rlhf.cpu_memory import keep_freed_memory
+from rlhf.base_trainer import BaseTrainer
 from rlhf.data import (
     DataError,
-    _check_text,
-    _tokenize_pair,
+    check_text,
     is_conversational,
     pad_token_lists,
     render_prompt_completion,
+    tokenize_pair,
     tokenizer_alias,
 )
-from rlhf.distributed import prepare_reference
-from rlhf.dpo import completion_logps
-from rlhf.grpo import trl_only
-from rlhf.loading import DEFAULT_POLICY, load_causal_lm, load_tokenizer, resolve_model_path
+from rlhf.loading import DEFAULT_POLICY
+from rlhf.logps import completion_logps
 from rlhf.losses import kto_kl_estimate, kto_loss
-from rlhf.peft_utils import is_peft_model, merge_adapter
+from rlhf.peft_utils import is_peft_model
 from rlhf.reference_logps import reference_model, with_reference_columns
-from rlhf.precision import model_load_kwargs
-from rlhf.trainer_config import TrainerConfig
-from rlhf.trainer_setup import prepare_model
+from rlhf.trainer_config import TrainerConfig, refuse_trl_only_values, trl_only
+from rlhf.trainer_setup import disable_dropout, freeze_reference, load_reference, prepare_model
 
 KTO_LOSS_TYPES = ("kto", "apo_zero_unpaired")
 
@@ -78,12 +72,7 @@ class KTOConfig(TrainerConfig):
     ref_model_sync_steps: int = trl_only(512, "only used with sync_ref_model")
 
     def __post_init__(self):
-        from dataclasses import fields
-
-        for spec in fields(self):
-            why = spec.metadata.get("trl_only")
-            if why and getattr(self, spec.name) != spec.default:
-                raise ValueError(f"{spec.name}={getattr(self, spec.name)!r}: not supported here ({why})")
+        refuse_trl_only_values(self)
         if self.loss_type not in KTO_LOSS_TYPES:
             raise ValueError(f"loss_type={self.loss_type!r}: must be one of {', '.join(KTO_LOSS_TYPES)}")
         if self.beta <= 0:
@@ -108,7 +97,7 @@ def unpaired_rows(dataset):
     elif not {"prompt", "completion", "label"} <= columns:
         raise DataError(f"KTO data needs columns prompt, completion, label (or prompt, chosen, rejected); got {sorted(columns)}")
     for i, row in enumerate(dataset):
-        kinds = {_check_text(row["prompt"], i, "prompt"), _check_text(row["completion"], i, "completion")}
+        kinds = {check_text(row["prompt"], i, "prompt"), check_text(row["completion"], i, "completion")}
         if len(kinds) > 1:
             raise DataError("prompt and completion must both be text or both be message lists", i, "completion")
         if not isinstance(row["label"], bool):
@@ -121,7 +110,7 @@ def tokenize_unpaired(example: dict[str, Any], tokenizer, max_length: int | None
     cut so the pair fits max_length (the prompt keeps at most max_length - 1 tokens, its end)."""
     conversational = is_conversational(example)
     prompt_text, completion_text = render_prompt_completion(tokenizer, example["prompt"], example["completion"])
-    prompt_ids, completion_ids = _tokenize_pair(tokenizer, prompt_text, completion_text, conversational)
+    prompt_ids, completion_ids = tokenize_pair(tokenizer, prompt_text, completion_text, conversational)
     if max_length is not None:
         prompt_ids = prompt_ids[-(max_length - 1):]
         completion_ids = completion_ids[: max_length - len(prompt_ids)]
@@ -162,12 +151,14 @@ def _kl_batch(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k: batch[f"KL_{k}"] for k in ("input_ids", "attention_mask", "completion_mask")}
 
 
-class KTOTrainer(Trainer):
+class KTOTrainer(BaseTrainer):
     """Trains a causal LM on desirable / undesirable answers. Logged with TRL's names: kl, rewards/chosen,
     rewards/rejected, rewards/margins, logps/chosen, logps/rejected, num_tokens (eval_ prefixed in evaluation)."""
 
     # kto_loss is a mean over the batch: the Trainer divides it for gradient accumulation.
     loss_is_scaled_for_ga = False
+    _name = "KTO"
+    evaluate_returns_logged_metrics = False  # evaluate() returns Trainer's dict, as TRL's KTOTrainer does
 
     def __init__(
         self,
@@ -187,34 +178,19 @@ class KTOTrainer(Trainer):
         processing_class = tokenizer_alias(processing_class, tokenizer, "KTOTrainer")
         if args is None:
             args = KTOConfig(output_dir=f"{str(model or 'model').rstrip('/').split('/')[-1]}-KTO")
-        if args.keep_freed_memory and not torch.cuda.is_available():
-            keep_freed_memory()
-        if model is None or isinstance(model, (str, os.PathLike)):
-            name = resolve_model_path(model if model is not None else args.model_name_or_path)
-            model = merge_adapter(load_causal_lm(name, **model_load_kwargs(args, lora=peft_config is not None)))
-            if processing_class is None:
-                processing_class = load_tokenizer(name, padding_side="right")
-        if processing_class is None:
-            raise ValueError("KTOTrainer needs processing_class (the tokenizer) when given a model object")
-        if processing_class.pad_token is None:
-            processing_class.pad_token = processing_class.eos_token
+        model, processing_class = self._policy_and_tokenizer(model, args, processing_class, peft_config)
         if isinstance(ref_model, (str, os.PathLike)):
-            ref = resolve_model_path(ref_model)
-            ref_model = merge_adapter(load_causal_lm(ref, **model_load_kwargs(args, lora=False, frozen=True)))
+            ref_model = load_reference(ref_model, args)
         if args.disable_dropout:
-            for module in [*model.modules(), *(ref_model.modules() if ref_model is not None else [])]:
-                if isinstance(module, torch.nn.Dropout):
-                    module.p = 0.0
+            disable_dropout(model, ref_model)
         # The reference: the given one; the policy with its adapter off (LoRA); the untrained policy itself, run once
         # over the data now (precompute_ref_log_probs); or a frozen copy taken before training.
         uses_adapter = peft_config is not None or is_peft_model(model)
         if ref_model is None and not uses_adapter and not args.precompute_ref_log_probs:
             ref_model = copy.deepcopy(model)
         if ref_model is not None:
-            ref_model = ref_model.eval().requires_grad_(False)
-            use_attention(ref_model, args.attn_implementation, args.device)
+            ref_model = freeze_reference(ref_model, args)
         model = prepare_model(model, args, peft_config)
-        self.ref_model = ref_model
         self.calculate_kl = args.loss_type == "kto"
         if self.calculate_kl and args.per_device_train_batch_size < 2:
             raise ValueError("per_device_train_batch_size=1: loss_type='kto' estimates its KL term from mismatched pairs "
@@ -240,9 +216,7 @@ class KTOTrainer(Trainer):
             train_dataset=train_dataset, eval_dataset=eval_dataset, processing_class=processing_class,
             callbacks=callbacks, optimizers=optimizers, compute_metrics=compute_metrics,
         )
-        if self.ref_model is not None:
-            self.ref_model = prepare_reference(self.accelerator, self.ref_model)
-        self._metrics: dict[str, dict[str, list[float]]] = {"train": defaultdict(list), "eval": defaultdict(list)}
+        self._place_reference(ref_model)
         self._total_tokens = 0
         if args.precompute_ref_log_probs and self.ref_model is None and not uses_adapter:
             # The untrained policy is the reference: its pass runs now, before any training or resume.
@@ -311,19 +285,6 @@ class KTOTrainer(Trainer):
         metrics["num_tokens"] = [float(self._total_tokens)]
         loss = losses.mean()
         return (loss, {"rewards": rewards}) if return_outputs else loss
-
-    def prediction_step(self, model, inputs, prediction_loss_only: bool, ignore_keys=None):
-        inputs = self._prepare_inputs(inputs)
-        with torch.no_grad(), self.compute_loss_context_manager():
-            loss = self.compute_loss(model, inputs)
-        return loss.detach(), None, None
-
-    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        mode = "train" if self.model.training else "eval"
-        prefix = "eval_" if mode == "eval" else ""
-        metrics = {f"{prefix}{k}": sum(v) / len(v) for k, v in self._metrics[mode].items() if v}
-        self._metrics[mode].clear()
-        super().log({**logs, **metrics}, start_time)
 
 
 __all__ = ["KTOConfig", "KTOTrainer", "KTOCollator", "tokenize_unpaired", "unpaired_rows"]

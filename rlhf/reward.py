@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import json
 import os
-from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from transformers import AutoModelForSequenceClassification, EvalPrediction, Trainer
+from transformers import AutoModelForSequenceClassification, EvalPrediction
 
-from rlhf.cpu_memory import keep_freed_memory
+from rlhf.base_trainer import BaseTrainer
 from rlhf.data import (
     RewardCollator,
     check_preference_rows,
@@ -33,10 +32,8 @@ from rlhf.data import (
 )
 from rlhf.loading import DEFAULT_ENCODER, load_tokenizer, resolve_model_path
 from rlhf.losses import pairwise_reward_loss
-from rlhf.peft_utils import merge_adapter
-from rlhf.precision import model_load_kwargs
 from rlhf.trainer_config import TrainerConfig
-from rlhf.trainer_setup import prepare_model
+from rlhf.trainer_setup import disable_dropout, prepare_model
 
 
 # The reward model's score statistics on the answers it was trained on (chosen and rejected: the base policy's
@@ -113,7 +110,7 @@ def load_reward_model(name_or_path: str | os.PathLike, dtype=None, **kwargs) -> 
                                                               **kwargs)
 
 
-class RewardTrainer(Trainer):
+class RewardTrainer(BaseTrainer):
     """Trains r(prompt, response) so that r(chosen) > r(rejected) on each pair.
 
     Data: a datasets.Dataset with prompt/chosen/rejected [+ margin], standard or conversational.
@@ -122,6 +119,9 @@ class RewardTrainer(Trainer):
 
     # Our loss is a mean over the batch's pairs, so the Trainer must divide it for gradient accumulation.
     loss_is_scaled_for_ga = False
+    _name = "Reward"
+    load_pretrained = staticmethod(load_reward_model)
+    pad_token_fallbacks = ("eos_token", "sep_token")  # encoders such as MiniLM have no EOS
 
     def __init__(
         self,
@@ -143,25 +143,13 @@ class RewardTrainer(Trainer):
         receives the tokenised rows and replaces ours)."""
         processing_class = tokenizer_alias(processing_class, tokenizer, "RewardTrainer")
         args = args if args is not None else RewardConfig()
-        if args.keep_freed_memory and not torch.cuda.is_available():
-            keep_freed_memory()
-        if model is None or isinstance(model, (str, os.PathLike)):
-            name = resolve_model_path(model if model is not None else args.model_name_or_path)
-            model = merge_adapter(load_reward_model(name, **model_load_kwargs(args, lora=peft_config is not None)))
-            if processing_class is None:
-                processing_class = load_tokenizer(name, padding_side="right")
-        if processing_class is None:
-            raise ValueError("RewardTrainer needs processing_class (the tokenizer) when given a model object")
-        if processing_class.pad_token is None:
-            processing_class.pad_token = processing_class.eos_token or processing_class.sep_token
+        model, processing_class = self._policy_and_tokenizer(model, args, processing_class, peft_config)
         processing_class.padding_side = "right"
         # Decoders pool the last token that is not pad_token_id; without it they cannot batch.
         if model.config.pad_token_id is None:
             model.config.pad_token_id = processing_class.pad_token_id
         if args.disable_dropout:
-            for module in model.modules():
-                if isinstance(module, torch.nn.Dropout):
-                    module.p = 0.0
+            disable_dropout(model)
         model = prepare_model(model, args, peft_config)
 
         train_dataset = self._tokenize(train_dataset, processing_class, args.max_length)
@@ -181,7 +169,6 @@ class RewardTrainer(Trainer):
             optimizers=optimizers,
             preprocess_logits_for_metrics=preprocess_logits_for_metrics,
         )
-        self._metrics: dict[str, list[float]] = defaultdict(list)
 
     @staticmethod
     def _tokenize(dataset, tokenizer, max_length):
@@ -198,12 +185,12 @@ class RewardTrainer(Trainer):
         rewards = model(**model_inputs).logits.squeeze(-1).float()  # (2B,)
         r_chosen, r_rejected = rewards.chunk(2)  # (B,), (B,)
         loss = pairwise_reward_loss(r_chosen, r_rejected, margin, self.args.center_rewards_coefficient)
-        if model.training:
+        if model.training:  # evaluation's accuracy and margin come from compute_metrics (reward_accuracy)
             with torch.no_grad():
-                self._metrics["accuracy"].append((r_chosen > r_rejected).float().mean().item())
-                self._metrics["margin"].append((r_chosen - r_rejected).mean().item())
-                self._metrics["rewards/chosen"].append(r_chosen.mean().item())
-                self._metrics["rewards/rejected"].append(r_rejected.mean().item())
+                self._metrics["train"]["accuracy"].append((r_chosen > r_rejected).float().mean().item())
+                self._metrics["train"]["margin"].append((r_chosen - r_rejected).mean().item())
+                self._metrics["train"]["rewards/chosen"].append(r_chosen.mean().item())
+                self._metrics["train"]["rewards/rejected"].append(r_rejected.mean().item())
         if return_outputs:
             return loss, {"rewards_chosen": r_chosen, "rewards_rejected": r_rejected}
         return loss
@@ -235,12 +222,9 @@ class RewardTrainer(Trainer):
             folder = Path(output_dir or self.args.output_dir)
             (folder / SCORE_STATS_FILE).write_text(json.dumps(stats, indent=2) + "\n")
 
-    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        # Train logs get the means of the per-step metrics gathered since the last log.
-        if "loss" in logs and self._metrics:
-            logs = {**logs, **{k: sum(v) / len(v) for k, v in self._metrics.items()}}
-            self._metrics.clear()
-        super().log(logs, start_time)
+    def _logs_take_metrics(self, logs: dict[str, float]) -> bool:
+        # Only the periodic train logs (with "loss"): steps after the last one are not folded into the end summary.
+        return "loss" in logs
 
 
 class RewardScorer:

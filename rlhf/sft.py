@@ -10,18 +10,14 @@ blocks so no compute goes to padding.
 """
 from __future__ import annotations
 
-import os
-from collections import defaultdict
 from dataclasses import dataclass, field
 
 import torch
 from transformers import Trainer
 
-from rlhf.cpu_memory import keep_freed_memory
+from rlhf.base_trainer import BaseTrainer
 from rlhf.data import SFTCollator, check_sft_rows, pack_examples, tokenize_sft, tokenizer_alias
-from rlhf.precision import model_load_kwargs
-from rlhf.loading import DEFAULT_POLICY, load_causal_lm, load_tokenizer, resolve_model_path
-from rlhf.peft_utils import merge_adapter
+from rlhf.loading import DEFAULT_POLICY
 from rlhf.trainer_config import TrainerConfig
 from rlhf.trainer_setup import prepare_model
 
@@ -79,8 +75,12 @@ def text_rows(dataset, formatting_func=None, text_field: str | None = None):
     return dataset if text_field == "text" else dataset.rename_column(text_field, "text")
 
 
-class SFTTrainer(Trainer):
+class SFTTrainer(BaseTrainer):
     """Causal-LM fine-tuning on completions. Logs loss and mean_token_accuracy (eval_ prefixed in eval)."""
+
+    _name = "SFT"
+    # Trainer's own evaluation step (logits and labels too): a compute_metrics given to the trainer reads them.
+    prediction_step = Trainer.prediction_step
 
     def __init__(
         self,
@@ -104,17 +104,7 @@ class SFTTrainer(Trainer):
         receives the tokenised rows and replaces ours)."""
         processing_class = tokenizer_alias(processing_class, tokenizer, "SFTTrainer")
         args = args if args is not None else SFTConfig()
-        if args.keep_freed_memory and not torch.cuda.is_available():
-            keep_freed_memory()
-        if model is None or isinstance(model, (str, os.PathLike)):
-            name = resolve_model_path(model if model is not None else args.model_name_or_path)
-            model = merge_adapter(load_causal_lm(name, **model_load_kwargs(args, lora=peft_config is not None)))
-            if processing_class is None:
-                processing_class = load_tokenizer(name, padding_side="right")
-        if processing_class is None:
-            raise ValueError("SFTTrainer needs processing_class (the tokenizer) when given a model object")
-        if processing_class.pad_token is None:
-            processing_class.pad_token = processing_class.eos_token
+        model, processing_class = self._policy_and_tokenizer(model, args, processing_class, peft_config)
         model = prepare_model(model, args, peft_config)
 
         def prepare(dataset):
@@ -146,7 +136,6 @@ class SFTTrainer(Trainer):
             optimizers=optimizers,
             preprocess_logits_for_metrics=preprocess_logits_for_metrics,
         )
-        self._metrics: dict[str, dict[str, list[float]]] = {"train": defaultdict(list), "eval": defaultdict(list)}
 
     def compute_loss(self, model, inputs: dict[str, torch.Tensor], return_outputs: bool = False, num_items_in_batch=None):
         # The model's own shifted cross-entropy over labels != -100 (normalised by num_items_in_batch
@@ -160,22 +149,6 @@ class SFTTrainer(Trainer):
             accuracy = (correct / counted.sum().clamp(min=1)).item()
         self._metrics["train" if model.training else "eval"]["mean_token_accuracy"].append(accuracy)
         return (loss, outputs) if return_outputs else loss
-
-    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        # Evaluation runs with the model in eval mode, so the mode tells train logs from eval logs.
-        mode = "train" if self.model.training else "eval"
-        prefix = "eval_" if mode == "eval" else ""
-        metrics = {f"{prefix}{k}": sum(v) / len(v) for k, v in self._metrics[mode].items() if v}
-        self._metrics[mode].clear()
-        if mode == "eval":
-            self._last_eval_metrics = metrics
-        super().log({**logs, **metrics}, start_time)
-
-    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
-        # Trainer.evaluate returns only what compute_metrics gives; add the token accuracy that log() saw.
-        self._last_eval_metrics = {}
-        output = super().evaluate(eval_dataset, ignore_keys, metric_key_prefix)
-        return {**output, **self._last_eval_metrics}
 
 
 __all__ = ["SFTConfig", "SFTTrainer"]

@@ -1,11 +1,12 @@
 """The fields every transformers.Trainer-based config here shares (SFT, Reward, DPO, GRPO, RLOO, KTO), in one base
 dataclass so the trainers cannot drift apart: the CPU speed and memory settings, and the CPU fix-ups of
 TrainingArguments that bf16 needs. Each trainer's config inherits it and adds its own fields. The settings' fields
-themselves are defined once in rlhf/configs.py, where PPOConfig (not a TrainingArguments) takes them too."""
+themselves are defined once in rlhf/configs.py, where PPOConfig (not a TrainingArguments) takes them too.
+`trl_only` marks a TRL field this library accepts only at TRL's default (GRPOConfig, RLOOConfig, KTOConfig use it)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
 
 import torch
 from transformers import TrainingArguments
@@ -25,6 +26,22 @@ from rlhf.precision import (
     model_init_kwargs_field,
     trainer_precision_flags,
 )
+
+
+def trl_only(default: Any, why: str):
+    """A TRL 1.16 config field this library does not implement: accepted at TRL's default, refused otherwise
+    (refuse_trl_only_values, from the config's __post_init__), so a TRL script that leaves it alone runs and one
+    that sets it learns why not."""
+    return field(default=default, metadata={"help": f"TRL 1.16 field, not supported here: {why}. Only its default "
+                                                    f"({default!r}) is accepted.", "trl_only": why})
+
+
+def refuse_trl_only_values(config) -> None:
+    """ValueError naming the first trl_only field of `config` set to anything but its default."""
+    for spec in fields(config):
+        why = spec.metadata.get("trl_only")
+        if why and getattr(config, spec.name) != spec.default:
+            raise ValueError(f"{spec.name}={getattr(config, spec.name)!r}: not supported here ({why})")
 
 
 @dataclass
@@ -53,4 +70,4 @@ class TrainerConfig(TrainingArguments):
         super().__post_init__()
 
 
-__all__ = ["TrainerConfig"]
+__all__ = ["TrainerConfig", "refuse_trl_only_values", "trl_only"]

@@ -1,13 +1,14 @@
-"""The steps every Trainer subclass here (RewardTrainer, DPOTrainer, SFTTrainer) applies to the model it trains,
-in one place so the three cannot drift apart."""
+"""The steps every Trainer subclass here (SFT, Reward, DPO, KTO, GRPO, RLOO) applies to the model it trains and to
+its frozen reference, in one place so they cannot drift apart. rlhf/base_trainer.py calls them."""
 from __future__ import annotations
 
 import torch
 
 from rlhf.attention import use_attention
 from rlhf.autocast_inputs import share_input_casts
-from rlhf.peft_utils import apply_peft, base_model
-from rlhf.precision import warn_if_no_master_weights
+from rlhf.loading import load_causal_lm
+from rlhf.peft_utils import apply_peft, base_model, merge_adapter
+from rlhf.precision import model_load_kwargs, warn_if_no_master_weights
 
 
 def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
@@ -30,4 +31,27 @@ def prepare_model(model: torch.nn.Module, args, peft_config=None) -> torch.nn.Mo
     use_attention(model, args.attn_implementation, args.device)
     if args.share_input_casts:
         share_input_casts(model)
+    return model
+
+
+def disable_dropout(*models: torch.nn.Module | None) -> None:
+    """Every dropout probability to 0 (the same log-probs for the same input), in each model given (None skipped)."""
+    for model in models:
+        if model is None:
+            continue
+        for module in model.modules():
+            if isinstance(module, torch.nn.Dropout):
+                module.p = 0.0
+
+
+def load_reference(name_or_path, args) -> torch.nn.Module:
+    """A reference model named by path or name ('default', a folder, an adapter folder: merged), loaded as the
+    policy is but without LoRA, and frozen for memory (model_load_kwargs' frozen=True)."""
+    return merge_adapter(load_causal_lm(name_or_path, **model_load_kwargs(args, lora=False, frozen=True)))
+
+
+def freeze_reference(model: torch.nn.Module, args) -> torch.nn.Module:
+    """The reference as it runs: eval mode (no dropout), no gradients, the training attention kernel."""
+    model = model.eval().requires_grad_(False)
+    use_attention(model, args.attn_implementation, args.device)
     return model

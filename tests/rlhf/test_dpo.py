@@ -127,14 +127,14 @@ def test_shared_prompt_forward_under_gradient_checkpointing_gives_the_same_gradi
 
 
 def test_shared_prompt_forward_falls_back_when_a_pair_does_not_share_its_prompt(tiny_model_dir):
-    from rlhf.dpo import _shared_prompt_layout
+    from rlhf.logps import shared_prompt_layout
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     row = tokenize_preference_causal({"prompt": "Hi there", "chosen": " a", "rejected": " b"}, tokenizer, 64, 32)
     batch = PreferenceCollator(tokenizer.pad_token_id)([row])
-    assert _shared_prompt_layout(batch) is not None
+    assert shared_prompt_layout(batch) is not None
     batch["input_ids"][1, 0] += 1  # the rejected row's prompt differs
-    assert _shared_prompt_layout(batch) is None
+    assert shared_prompt_layout(batch) is None
 
 
 @pytest.mark.parametrize("loss_type", ["sigmoid", "ipo", "hinge"])

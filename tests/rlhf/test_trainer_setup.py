@@ -1,4 +1,4 @@
-"""rlhf/trainer_setup.py: the model steps RewardTrainer, DPOTrainer and SFTTrainer share, in their order."""
+"""rlhf/trainer_setup.py: the model steps the Trainer subclasses (SFT, Reward, DPO, KTO, GRPO, RLOO) share, in their order."""
 from types import SimpleNamespace
 
 import pytest
@@ -48,3 +48,15 @@ def test_the_model_kernel_kept_when_asked():
     model = tiny_llama()
     before = model.config._attn_implementation
     assert prepare_model(model, args(attn_implementation="model")).config._attn_implementation == before
+
+
+def test_dropout_off_in_every_model_given_and_the_reference_frozen_with_the_training_kernel():
+    from rlhf.trainer_setup import disable_dropout, freeze_reference
+
+    policy, reference = torch.nn.Sequential(torch.nn.Dropout(0.1)), tiny_llama()
+    disable_dropout(policy, None)  # None (no reference) is skipped
+    assert policy[0].p == 0.0
+    frozen = freeze_reference(reference.train(), args())
+    assert frozen is reference and not frozen.training
+    assert not any(p.requires_grad for p in frozen.parameters())
+    assert frozen.config._attn_implementation == LEAN_EAGER  # "auto" on CPU, as the policy gets
