@@ -16,7 +16,7 @@ from labeler.services.projects import get_project
 from labeler.services.runners.common import human_queue, peft_config, policy_prompts, reward_source
 from labeler.services.runners.rollouts import Rollout, RolloutStream, resumed_rollouts
 from labeler.services.stages import RunResult, StageContext, checkpoint_due, data_snapshot
-from labeler.services.training_stages.ppo import APP_KL_HORIZON, kl_settings_for  # noqa: F401 - known here before
+from labeler.services.training_stages.ppo import APP_KL_HORIZON, kl_settings_for  # noqa: F401 - tests import them here
 from rlhf.configs import PPOConfig
 from rlhf.loading import load_tokenizer
 from rlhf.precision import model_load_kwargs
@@ -94,18 +94,24 @@ def run_ppo(ctx: StageContext) -> RunResult:
 
 
 def ppo_trainer(ctx: StageContext, path: str, tokenizer):
-    """The PPOTrainer of a run: the job's seed and bf16, its stored trainer settings (the app's KL controller among
-    them; a run stored before they were is given them here), the policy with its value head (LoRA when asked),
-    metrics to the run's sink."""
+    """The PPOTrainer of a run: its ppo_config, the policy with its value head (LoRA when asked), metrics to the
+    run's sink."""
     from rlhf.ppo import PPOTrainer
     from rlhf.value_head import AutoModelForCausalLMWithValueHead
 
     job = ctx.job
-    config = forms.build_config(PPOConfig, {"seed": job.seed, "bf16": job.bf16,
-                                            **kl_settings_for(ctx.trainer_settings), **ctx.trainer_settings})
+    config = ppo_config(ctx)
     model = AutoModelForCausalLMWithValueHead.from_pretrained(path, peft_config=peft_config(ctx, "CAUSAL_LM"),
                                                               seed=job.seed, **model_load_kwargs(config, job.lora))
     return PPOTrainer(config, model, None, tokenizer, callback=_samples_limited(ctx))
+
+
+def ppo_config(ctx: StageContext) -> PPOConfig:
+    """The run's PPOConfig: the job's seed and bf16 and the stored trainer settings. The app's KL controller
+    settings are stored with the run when it is created (train_configs.resolve_run_config); a run stored before
+    they were gets them here, so it resumes as it started."""
+    return forms.build_config(PPOConfig, {"seed": ctx.job.seed, "bf16": ctx.job.bf16,
+                                          **kl_settings_for(ctx.trainer_settings), **ctx.trainer_settings})
 
 
 @dataclass
