@@ -41,6 +41,8 @@ def test_the_settings_ground_floor_names_the_same_stages():
     # job_settings imports no export code, so it keeps the names itself: this is what keeps the two in step.
     assert job_settings.ALL_STAGES == training_stages.NAMES
     assert job_settings.RewardSettings.STAGES == training_stages.names(samples=True)
+    assert {name: job_settings.JobConfig().base_model(name) for name in STAGE_NAMES} == \
+        {name: stage.default_model for name, stage in training_stages.STAGES.items()}
     with pytest.raises(InputError) as error:
         training_stages.get("ppo2")
     assert error.value.field == "stage" and "sft, rm, dpo, ppo, grpo, rloo, kto" in error.value.message

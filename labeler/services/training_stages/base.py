@@ -61,6 +61,7 @@ class Stage:
     full_lr: float  # a recipe's learning rate, full fine-tuning
     lora_lr: float  # ... and with LoRA
     recipe_batch: Callable[[int, int], dict] = per_device_batch  # (mini, accumulation) -> a recipe's batch fields
+    aka: str = ""  # what the name stands for, where it is not said by the name itself (rm: "reward model")
     default_model: str = "default"
     answers: bool = True  # trains a policy that writes answers: evaluated on held-out prompts, max_new_tokens pinned
     samples: bool = False  # samples answers to the project's prompts (ppo, grpo, rloo): a time estimate, a reward
