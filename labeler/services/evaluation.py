@@ -37,7 +37,7 @@ from labeler.services.prompts import parse_prompt, split_prompts
 from labeler.services.readers import read_records
 from labeler.services.errors import InputError
 from labeler.services.projects import get_project
-from labeler.services.train_configs import load_job_config
+from labeler.services.job_settings import load_job_config
 from rlhf.loading import SHORT_NAMES, load_causal_lm, load_tokenizer
 from rlhf.rewards import BUILTIN_FUNCTIONS
 from storage import write_transaction

@@ -22,7 +22,7 @@ import sqlite_utils
 from labeler.services import checkpoints, hub, models, run_metrics, runs, training_stages
 from labeler.services.errors import InputError
 from labeler.services.stages import data_snapshot, model_name
-from labeler.services.train_configs import load_job_config
+from labeler.services.job_settings import load_job_config
 
 KEPT_FROM = "kept_from"
 # The rows a stage froze in its folder at its first start (StageContext.frozen_rows) and the snapshot kind its

@@ -17,7 +17,7 @@ from typing import Any
 from labeler import forms
 from labeler.services import reward_spec, training_stages
 from labeler.services.errors import InputError
-from labeler.services.job_settings import JobConfig
+from labeler.services.job_settings import JobConfig, load_job_config  # noqa: F401 - callers import it here
 from labeler.services.readers import MAX_JSON_DEPTH, check_depth, decode_text, load_json
 from labeler.services.run_secrets import refuse_secrets
 
@@ -230,6 +230,3 @@ def _trainer_defaults(stage: str, cls, values: dict[str, Any]) -> dict[str, Any]
     return out
 
 
-def load_job_config(config_json: str | dict) -> JobConfig:
-    data = json.loads(config_json) if isinstance(config_json, str) else config_json
-    return forms.build_config(JobConfig, data.get("job", {}))

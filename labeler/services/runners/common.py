@@ -12,7 +12,7 @@ from typing import Any
 from labeler import forms
 from labeler.services import checkpoints, models, training_stages
 from labeler.services.errors import InputError
-from labeler.services.export import split_by_prompt
+from labeler.services.export import split_by_prompt, training_options
 from labeler.services.human_reward import HumanRewardQueue
 from labeler.services.projects import get_project
 from labeler.services.stages import RunResult, StageContext, data_snapshot
@@ -23,7 +23,7 @@ from rlhf.rewards import FunctionReward, HumanReward, MixReward, RewardModelRewa
 # ---- shared pieces -----------------------------------------------------------------------------------
 
 def export_options(ctx: StageContext, **overrides):
-    return training_stages.base.export_options(ctx.job, **overrides)
+    return training_options(ctx.job, **overrides)
 
 
 def stage_rows(ctx: StageContext, db, stage: str, **options) -> list:

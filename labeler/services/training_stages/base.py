@@ -11,7 +11,6 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from labeler.services.export import ExportOptions
 from labeler.services.projects import get_project
 from labeler.services.prompts import split_texts
 
@@ -91,13 +90,6 @@ class Stage:
 def _load(spec: str):
     module_name, _, attribute = spec.partition(":")
     return getattr(importlib.import_module(module_name), attribute)
-
-
-def export_options(job, **overrides) -> ExportOptions:
-    """The export options of a run's data filters (the job's annotators, agreement, rating pairs, seed)."""
-    annotators = tuple(a.strip() for a in job.annotators.split(",") if a.strip()) or None
-    return ExportOptions(annotators=annotators, min_annotators=job.min_annotators, min_agreement=job.min_agreement,
-                         include_rating_pairs=job.include_rating_pairs, seed=job.seed, training=True, **overrides)
 
 
 def training_prompts(db, project: str, job) -> list[str]:

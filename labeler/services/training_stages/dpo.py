@@ -1,12 +1,18 @@
 """DPO: tune the policy straight from preference pairs, no reward model (rlhf.dpo's DPOTrainer)."""
 from __future__ import annotations
 
-from labeler.services.training_stages import rm
+from labeler.services.export import preference_rows, training_options
 from labeler.services.training_stages.base import Stage
+
+
+def rows(db, project: str, job, **options) -> list[dict]:
+    """The reward model's preference pairs (rm.py's rows), as conversations for a chat model (`conversational`)."""
+    return preference_rows(db, project, training_options(job, **options))
+
 
 STAGE = Stage(
     name="dpo", config_class="rlhf.dpo:DPOConfig", runner="labeler.services.runners.offline:run_dpo",
-    rows=rm.rows,  # the reward model's pairs
+    rows=rows,
     unit="pairs", label="Learn from preferences (DPO)",
     note="Tunes the model straight from the preference pairs, with no reward model.",
     card="DPO (DPOTrainer)", metrics=("loss", "rewards/margins"),

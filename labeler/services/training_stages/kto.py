@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from labeler.services.export import unpaired_rows
-from labeler.services.training_stages.base import Stage, export_options
+from labeler.services.export import training_options, unpaired_rows
+from labeler.services.training_stages.base import Stage
 
 
 def rows(db, project: str, job, **options) -> list[dict[str, Any]]:
     """Every rated answer: desirable when its mean score is at least sft_min_score (default the scale's midpoint),
     undesirable below it (export --kind unpaired's rows), in the export's order (the runner shuffles them)."""
-    listed = unpaired_rows(db, project, export_options(job, threshold=job.sft_min_score, **options))
+    listed = unpaired_rows(db, project, training_options(job, threshold=job.sft_min_score, **options))
     return [{"prompt": r["prompt"], "completion": r["completion"], "label": bool(r["label"])} for r in listed]
 
 

@@ -1,13 +1,13 @@
 """The reward model: a scorer trained on preference pairs (rlhf.reward's RewardTrainer)."""
 from __future__ import annotations
 
-from labeler.services.export import preference_rows
-from labeler.services.training_stages.base import Stage, export_options
+from labeler.services.export import preference_rows, training_options
+from labeler.services.training_stages.base import Stage
 
 
 def rows(db, project: str, job, **options) -> list[dict]:
     """Preference pairs: rankings (and, with include_rating_pairs, ratings of two answers to a prompt)."""
-    return preference_rows(db, project, export_options(job, **options))
+    return preference_rows(db, project, training_options(job, **options))
 
 
 STAGE = Stage(

@@ -1,13 +1,13 @@
 """SFT: fine-tune the policy on the answers people rated well (rlhf.sft's SFTTrainer)."""
 from __future__ import annotations
 
-from labeler.services.export import unpaired_rows
-from labeler.services.training_stages.base import Stage, export_options
+from labeler.services.export import training_options, unpaired_rows
+from labeler.services.training_stages.base import Stage
 
 
 def rows(db, project: str, job, **options) -> list[dict]:
     """Well-rated answers (mean score >= sft_min_score, default the scale's midpoint) as prompt + completion."""
-    listed = unpaired_rows(db, project, export_options(job, threshold=job.sft_min_score, **options))
+    listed = unpaired_rows(db, project, training_options(job, threshold=job.sft_min_score, **options))
     return [{"prompt": r["prompt"], "completion": r["completion"]} for r in listed if r["label"]]
 
 
