@@ -5,9 +5,9 @@
                fields, words for the Train tab and the model card, default charts, rows(db, project, job), runner
 
 The preview (run_preview), the worker's dispatch (runners), the settings (train_configs), the Train tab's form and
-run views, the model card (hub) and evaluation read them here. Adding a stage: a module here, a line below, and
-its name in job_settings.ALL_STAGES (the settings' ground floor imports no export code, so it keeps the names;
-tests/services/test_stage_registry.py checks the two agree).
+run views, the model card (hub), jobs and evaluation read them here. Adding a stage: a module here, a line below,
+and its name in job_settings.ALL_STAGES (and RewardSettings.STAGES when it samples answers): the settings' ground
+floor imports no export code, so it keeps the names itself; tests/services/test_stage_registry.py checks they agree.
 """
 from __future__ import annotations
 
