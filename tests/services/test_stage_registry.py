@@ -122,7 +122,7 @@ def test_a_ppo_run_stores_the_app_defaults_it_runs_with(db, tmp_path):
 
 
 @pytest.mark.parametrize("stage", STAGE_NAMES)
-def test_every_stored_config_is_the_one_its_trainer_config_is_built_from(db, tmp_path, stage):
+def test_every_stored_config_is_complete_resolving_it_again_changes_nothing(db, tmp_path, stage):
     run = jobs.create_run(db, stage, {"learning_rate": 2e-5}, runs_dir=tmp_path, start=False)
     # Resolving the stored config again changes nothing: what is stored is complete, app defaults included.
     again = train_configs.resolve_run_config(stage, {**run.config["job"], **run.config["trainer"]})
