@@ -12,7 +12,8 @@ import sys
 import time
 
 from labeler import forms
-from labeler.services import demo, job_settings, jobs, run_metrics, run_preview, runs, supervision, train_configs
+from labeler.services import (demo, job_settings, jobs, run_metrics, run_preview, runs, supervision, train_configs,
+                              training_stages)
 from labeler.services.kept_models import KEPT_FROM, kept_models
 from storage import open_db
 
@@ -70,6 +71,12 @@ def _follow(db, run_id: int, interval: float = 1.0) -> int:
         print(f"\nstopped following; run {run_id} keeps running (rlhf-studio runs cancel {run_id} to stop it)",
               file=sys.stderr)
         return 130
+
+
+def _stages_in_words() -> str:
+    """'sft, rm (reward model), ... or kto': each stage's name, with its words where the name is an abbreviation."""
+    named = [f"{s.name} ({s.aka})" if s.aka else s.name for s in training_stages.STAGES.values()]
+    return f"{', '.join(named[:-1])} or {named[-1]}"
 
 
 def cmd_train(args) -> int:
@@ -170,11 +177,11 @@ def cmd_demo(args) -> int:
 
 def register(subparsers, common: argparse.ArgumentParser) -> None:
     train = subparsers.add_parser(
-        "train", parents=[common], help="queue a training run (sft, rm, dpo, ppo, grpo, rloo, kto) on the database's labels",
+        "train", parents=[common], help=f"queue a training run ({', '.join(train_configs.STAGES)}) on the database's labels",
         description="Queue a training run. Data comes from the database's labels; the run executes in its own "
                     "worker process (one at a time by default) and registers its model when it succeeds.",
     )
-    train.add_argument("stage", choices=train_configs.STAGES, help="sft, rm (reward model), dpo, ppo, grpo, rloo or kto")
+    train.add_argument("stage", choices=train_configs.STAGES, help=_stages_in_words())
     train.add_argument("--config", metavar="FILE", help="settings as a JSON or YAML (.yaml/.yml) file (flat, or {job, trainer})")
     train.add_argument("--set", action="append", metavar="KEY=VALUE", default=[],
                        help="one setting (repeatable), e.g. --set steps=50 --set learning_rate=1e-5")

@@ -30,21 +30,21 @@ from typing import Any, Callable, Sequence
 import pandas as pd
 import sqlite_utils
 
-from labeler.services import measures, models, people_eval, reward_spec, run_metrics, runs
+from labeler.services import measures, models, people_eval, reward_spec, run_metrics, runs, training_stages
 from labeler.services.models import model_name_at
 from labeler.services.models import resolve as resolve_model
 from labeler.services.prompts import parse_prompt, split_prompts
 from labeler.services.readers import read_records
 from labeler.services.errors import InputError
 from labeler.services.projects import get_project
-from labeler.services.train_configs import load_job_config
+from labeler.services.job_settings import load_job_config
 from rlhf.loading import SHORT_NAMES, load_causal_lm, load_tokenizer
 from rlhf.rewards import BUILTIN_FUNCTIONS
 from storage import write_transaction
 
 HELDOUT = "heldout"
 # Policy stages whose finished model is evaluated automatically (a reward model writes no answers).
-POLICY_STAGES = ("sft", "dpo", "ppo", "grpo", "rloo", "kto")
+POLICY_STAGES = training_stages.names(answers=True)
 POLICY_KINDS = ("base", "policy", "adapter")
 METRIC_LABELS = {"eval/reward_mean": "mean score", "eval/positive_share": "positive share",
                  "eval/win_rate": "win rate vs base", "eval/kl": "KL to base", "eval/length_mean": "answer length",

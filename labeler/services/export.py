@@ -109,6 +109,14 @@ class ExportResult:
     rows: int
 
 
+def training_options(job, **overrides) -> ExportOptions:
+    """The options of a training run's rows: its job's data filters (annotators, agreement, rating pairs) and seed,
+    held-out prompts left out (training_stages/ read their rows with these)."""
+    annotators = tuple(a.strip() for a in job.annotators.split(",") if a.strip()) or None
+    return ExportOptions(annotators=annotators, min_annotators=job.min_annotators, min_agreement=job.min_agreement,
+                         include_rating_pairs=job.include_rating_pairs, seed=job.seed, training=True, **overrides)
+
+
 def _parse_time(value, field: str) -> date | datetime | None:
     """A bare date stays a date (it means the whole day); anything else becomes an aware UTC datetime."""
     if value is None or value == "":

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import sqlite_utils
 
-from labeler.services import runs
+from labeler.services import runs, training_stages
 from labeler.services.errors import InputError
 from labeler.services.evaluation import comparison_rows, list_evaluations
 from labeler.services.models import HUB_ID, get_model, list_models
@@ -28,10 +28,8 @@ CARD_TAG = "rlhf-studio"  # in the front matter of every card written here: ours
 # Model kind -> the Hub's pipeline_tag (a reward model scores a text: a one-label sequence classifier).
 PIPELINES = {"base": "text-generation", "policy": "text-generation", "adapter": "text-generation",
              "reward": "text-classification"}
-STAGES = {"sft": "supervised fine-tuning (SFTTrainer)", "rm": "reward modelling (RewardTrainer)",
-          "dpo": "DPO (DPOTrainer)", "ppo": "PPO (PPOTrainer, TRL 0.11 API)",
-          "grpo": "GRPO (GRPOTrainer, TRL 1.x API)", "rloo": "RLOO (RLOOTrainer, TRL 1.x API)",
-          "kto": "KTO (KTOTrainer, TRL 1.x API)"}
+# What each stage's card says it was trained with (training_stages/: Stage.card).
+STAGES = {name: stage.card for name, stage in training_stages.STAGES.items()}
 
 
 def check_repo_id(repo_id: str) -> str:
@@ -98,7 +96,7 @@ def registered_model_card(db: sqlite_utils.Database, name: str) -> str:
     return model_card(name, trained_with, base_model=base, data=" ".join(data) or None, settings=settings,
                       metrics=model["metrics"], evaluation=comparison_rows(evaluations),
                       tags=[model["kind"], *([run.stage] if run else [])],
-                      value_head=run is not None and run.stage == "ppo", pipeline_tag=PIPELINES.get(model["kind"]),
+                      value_head=run is not None and run.stage in training_stages.names(value_head=True), pipeline_tag=PIPELINES.get(model["kind"]),
                       library_name="peft" if model["kind"] == "adapter" else "transformers")
 
 

@@ -8,9 +8,11 @@ setting is in; the Train tab's groups and `train --list-settings` are drawn from
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, fields
 from typing import ClassVar, Literal
 
+from labeler import forms
 from labeler.services.durations import budget_seconds
 from labeler.services.label_filters import filter_field
 from rlhf.hardware import bf16_is_fast
@@ -213,3 +215,9 @@ _SECTION_OF = {name: section for section in SECTIONS for name in section_names(s
 def section_of(name: str):
     """The section that owns the job setting `name`; KeyError for a name that is not a job setting."""
     return _SECTION_OF[name]
+
+
+def load_job_config(config_json: str | dict) -> JobConfig:
+    """A stored run's JobConfig (its config_json's "job" part: the changed fields)."""
+    data = json.loads(config_json) if isinstance(config_json, str) else config_json
+    return forms.build_config(JobConfig, data.get("job", {}))

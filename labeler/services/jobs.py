@@ -20,7 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
-from labeler.services import checkpoints, launch, models, reward_spec, runs, supervision, train_configs
+from labeler.services import checkpoints, launch, models, reward_spec, runs, supervision, train_configs, training_stages
 from labeler.services.errors import InputError
 from labeler.services.kept_models import keep_after_cancel
 from labeler.services.projects import get_project
@@ -68,7 +68,7 @@ def create_run(db, stage: str, settings: dict[str, Any] | None = None, project: 
 
 # Stages whose runs write answers: PPO, GRPO and RLOO generate them to train, and every one is evaluated on the
 # held-out prompts when it finishes.
-ANSWERING_STAGES = ("sft", "dpo", "ppo", "grpo", "rloo", "kto")
+ANSWERING_STAGES = training_stages.names(answers=True)
 
 
 def pin_project_defaults(db, config: dict, stage: str, project: str) -> None:

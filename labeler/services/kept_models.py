@@ -19,16 +19,15 @@ from pathlib import Path
 
 import sqlite_utils
 
-from labeler.services import checkpoints, hub, models, run_metrics, runs
+from labeler.services import checkpoints, hub, models, run_metrics, runs, training_stages
 from labeler.services.errors import InputError
 from labeler.services.stages import data_snapshot, model_name
-from labeler.services.train_configs import load_job_config
+from labeler.services.job_settings import load_job_config
 
 KEPT_FROM = "kept_from"
 # The rows a stage froze in its folder at its first start (StageContext.frozen_rows) and the snapshot kind its
 # final model is registered with (labeler/services/runners/): the kept model gets the same lineage.
-FROZEN_ROWS = {"ppo": ("prompts", "prompts"), "sft": ("train_rows", "sft"), "rm": ("train_rows", "preferences"),
-               "dpo": ("train_rows", "preferences")}
+FROZEN_ROWS = {name: stage.frozen_rows for name, stage in training_stages.STAGES.items() if stage.frozen_rows[0]}
 
 
 def kept_models(db: sqlite_utils.Database, run_id: int) -> list[dict]:

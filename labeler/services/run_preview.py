@@ -3,8 +3,8 @@ the train/eval split, the epochs that `steps` implies, and the base model.
 
 A 10-step run on a tiny set trained 10 epochs without a word; the preview says so (and warns) before the run
 is queued. It reads the data exactly as the stage runners do: the same settings resolution
-(train_configs.resolve_run_config), the same export row functions and filters (runners.common.export_options),
-and the same split by prompt (export.split_by_prompt), without loading a model or building a dataset.
+(train_configs.resolve_run_config), the same row function of the stage (training_stages: Stage.rows, which its
+runner calls), and the same split by prompt (export.split_by_prompt), without loading a model or building a dataset.
 
 A PPO, GRPO or RLOO run's preview also says how long it will take on this machine, extrapolated from a micro-step
 measured in a fresh process (labeler/services/run_estimate.py); for PPO with `time_budget` set it fits the number
@@ -12,35 +12,32 @@ of steps to the budget and says what it chose; apply_time_budget makes that choi
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import subprocess
 from dataclasses import dataclass, field, replace
-from types import SimpleNamespace
 from typing import Any
 
 import sqlite_utils
 
 from labeler import forms
-from labeler.services import jobs, launch, models, run_estimate, train_configs
+from labeler.services import jobs, launch, models, run_estimate, train_configs, training_stages
 from labeler.services.errors import InputError
 from labeler.services.evaluation import heldout_prompts
-from labeler.services.export import preference_rows, split_by_prompt, unpaired_rows
+from labeler.services.export import split_by_prompt
 from labeler.services.projects import get_project
-from labeler.services.prompts import split_texts
-from labeler.services.runners.common import export_options
+from labeler.services.runners.common import MIN_TRAINING_ROWS
+from labeler.services.training_stages.base import row_key
 from rlhf.loading import SHORT_NAMES
 
 # More passes than this over the training rows and the preview warns: with a few hundred labels the model then
 # mostly memorises them (reward models in particular; Ouyang et al. 2022 train their RM for one epoch).
 EPOCH_WARNING = 3.0
-MIN_ROWS = 2  # what the stage runners require (runners.common.require_rows)
+MIN_ROWS = MIN_TRAINING_ROWS  # what the stage runners require (runners.common.require_rows)
 # The stages that train on the project's training prompts, sampling answers to them, rather than on labels; each
 # step's wall time is extrapolated from a measured micro-step. time_budget applies to ppo only.
-ONLINE_STAGES = ("grpo", "rloo")  # GRPOTrainer / RLOOTrainer (labeler/services/runners/online.py)
-PROMPT_STAGES = ("ppo", *ONLINE_STAGES)
-BUDGET_STAGES = ("ppo",)
+PROMPT_STAGES = training_stages.names(samples=True)
+BUDGET_STAGES = training_stages.names(time_budget=True)
 
 
 @dataclass(frozen=True)
@@ -125,34 +122,19 @@ def _trainer_config(stage: str, job, trainer_values: dict[str, Any]):
     """The stage's trainer config as the run builds it (GRPO and RLOO take answers per prompt and answer length
     from the job, as runners.online does)."""
     cls = train_configs.stage_config_class(stage)
-    if stage in ONLINE_STAGES:
+    if training_stages.get(stage).online_trl:
         trainer_values = cls.job_settings(job, trainer_values)
     return forms.build_config(cls, train_configs._trainer_defaults(stage, cls, trainer_values))
 
 
 def _rows(db: sqlite_utils.Database, project: str, stage: str, job) -> tuple[list[tuple[str, dict]], str]:
-    """(prompt key, row) pairs of the stage's training data, and what a row is called."""
-    ctx = SimpleNamespace(job=job)  # export_options reads only the job's data filters
-    if stage == "sft":
-        rows = [r for r in unpaired_rows(db, project, export_options(ctx, threshold=job.sft_min_score))
-                if r["label"]]
-        unit = "answers"
-    elif stage == "kto":  # every rated answer, desirable or not (runners.online.run_kto)
-        rows, unit = unpaired_rows(db, project, export_options(ctx, threshold=job.sft_min_score)), "answers"
-    elif stage in ("rm", "dpo"):
-        rows, unit = preference_rows(db, project, export_options(ctx)), "pairs"
-    else:  # ppo, grpo and rloo sample the project's training prompts, not labels
-        texts = split_texts(db, get_project(db, project).id, "train")
-        return [(text, {"prompt": text}) for text in texts], "prompts"
+    """(prompt key, row) pairs of the stage's training data (its runner's rows), and what a row is called."""
+    facts = training_stages.get(stage)
+    rows = facts.rows(db, project, job)
+    if facts.samples:  # ppo, grpo and rloo sample the project's training prompts, not labels
+        return [(text, {"prompt": text}) for text in rows], facts.unit
     # The key the stage runners split on: the prompt itself (prompts are unique per project).
-    return [(json.dumps(r["prompt"], sort_keys=True, ensure_ascii=False), r) for r in rows], unit
-
-
-def _prompts_per_step(stage: str, job, trainer) -> int:
-    """Prompts a ppo/grpo/rloo step samples answers to (on each rank)."""
-    if stage == "ppo":
-        return trainer.prompts_per_batch(job.answers_per_prompt)
-    return trainer.generation_batch_size // trainer.num_generations  # whole groups (OnlineRLConfig checks it)
+    return [(row_key(r), r) for r in rows], facts.unit
 
 
 def preview_run(db: sqlite_utils.Database, project: str, stage: str, values: dict[str, Any],
@@ -170,7 +152,7 @@ def preview_run(db: sqlite_utils.Database, project: str, stage: str, values: dic
     records, unit = _rows(db, project, stage, job)
 
     if stage in PROMPT_STAGES:
-        rows_per_step = _prompts_per_step(stage, job, trainer)
+        rows_per_step = training_stages.get(stage).prompts_per_step(job, trainer)
         train_rows, eval_rows = len(records), 0
         epochs = job.steps * rows_per_step / train_rows if train_rows else math.inf
     else:
@@ -197,10 +179,8 @@ def preview_run(db: sqlite_utils.Database, project: str, stage: str, values: dic
         warnings.append(blocker)
     elif epochs > EPOCH_WARNING:
         warnings.append(_epoch_warning(job.steps, epochs, train_rows, unit))
-    if stage == "kto" and len(records) >= MIN_ROWS:
-        from labeler.services.runners.online import kto_label_problem  # the stage's module, loaded above
-
-        problem = kto_label_problem([bool(row["label"]) for _, row in records])
+    if len(records) >= MIN_ROWS:
+        problem = training_stages.get(stage).data_problem([row for _, row in records])  # e.g. KTO's one-sided labels
         if problem:
             blocker = f"the run would stop at once: {problem}."
             warnings.append(blocker)

@@ -15,37 +15,19 @@ from pathlib import Path
 from typing import Any
 
 from labeler import forms
-from labeler.services import reward_spec
+from labeler.services import reward_spec, training_stages
 from labeler.services.errors import InputError
-from labeler.services.job_settings import ALL_STAGES as STAGES
-from labeler.services.job_settings import JobConfig
+from labeler.services.job_settings import JobConfig, load_job_config  # noqa: F401 - callers import it here
 from labeler.services.readers import MAX_JSON_DEPTH, check_depth, decode_text, load_json
 from labeler.services.run_secrets import refuse_secrets
 
-# The trainer config class of each stage, imported lazily (torch/transformers are slow to import).
-STAGE_CONFIG_CLASSES = {
-    "sft": "rlhf.sft:SFTConfig",
-    "rm": "rlhf.reward:RewardConfig",
-    "dpo": "rlhf.dpo:DPOConfig",
-    "ppo": "rlhf.configs:PPOConfig",
-    # TRL 1.x trainers, with the app's CPU defaults (labeler/services/runners/online.py)
-    "grpo": "labeler.services.runners.online:StudioGRPOConfig",
-    "rloo": "labeler.services.runners.online:StudioRLOOConfig",
-    "kto": "labeler.services.runners.online:StudioKTOConfig",
-}
-# The trainer fields the Train tab shows; every other field is still settable with --set or a JSON file.
-# (steps, seed and bf16 are job settings, passed on to the trainer: max_steps, seed, bf16.)
-FORM_FIELDS = {
-    "sft": ["learning_rate", "per_device_train_batch_size", "max_length", "completion_only_loss", "packing"],
-    "rm": ["learning_rate", "per_device_train_batch_size", "max_length", "center_rewards_coefficient"],
-    "dpo": ["learning_rate", "per_device_train_batch_size", "beta", "loss_type", "max_length"],
-    "ppo": ["learning_rate", "batch_size", "mini_batch_size", "ppo_epochs", "init_kl_coef", "adap_kl_ctrl",
-            "target"],
-    "grpo": ["learning_rate", "per_device_train_batch_size", "num_iterations", "beta", "loss_type", "scale_rewards",
-             "epsilon"],
-    "rloo": ["learning_rate", "per_device_train_batch_size", "num_iterations", "beta", "normalize_advantages"],
-    "kto": ["learning_rate", "per_device_train_batch_size", "beta", "desirable_weight", "undesirable_weight"],
-}
+# The trainer config class of each stage ("module:Class", imported on demand: torch/transformers are slow to
+# import) and the trainer fields the Train tab shows (every other field is still settable with --set or a JSON
+# file; steps, seed and bf16 are job settings, passed on to the trainer: max_steps, seed, bf16): each stage's own
+# module in training_stages/ says them.
+STAGES = training_stages.NAMES
+STAGE_CONFIG_CLASSES = {name: stage.config_class for name, stage in training_stages.STAGES.items()}
+FORM_FIELDS = {name: list(stage.form_fields) for name, stage in training_stages.STAGES.items()}
 
 
 # ---- recipes: settings by model size ------------------------------------------------------------------------
@@ -55,9 +37,8 @@ FORM_FIELDS = {
 # the mini-batch (smaller, with gradient accumulation keeping the batch) and gradient checkpointing where the
 # activations would not fit; LoRA on from 3B (full fine-tuning of 3B in fp32 with Adam needs 48 GB before any
 # activation). Settings given explicitly win over the recipe's. `train --dry-run` says which recipe a model's
-# parameter count suggests and how much memory the run will take.
-_FULL_LR = {"sft": 2e-5, "rm": 1e-5, "dpo": 1e-6, "kto": 1e-6, "ppo": 3e-6, "grpo": 1e-6, "rloo": 1e-6}
-_LORA_LR = {"sft": 2e-4, "rm": 1e-4, "dpo": 5e-6, "kto": 5e-6, "ppo": 1.4e-5, "grpo": 1e-5, "rloo": 1e-5}
+# parameter count suggests and how much memory the run will take. The learning rates and the batch shape of each
+# stage are its own (training_stages/: full_lr, lora_lr, recipe_batch).
 RECIPES: dict[str, dict[str, Any]] = {
     # size: job settings, then per-stage batch shape; mini-batch x accumulation keeps PPO's 64 and GRPO's 64 answers
     "0.5b": {"lora": False, "max_new_tokens": 64, "gradient_checkpointing": False, "mini": 16, "accumulation": 1},
@@ -86,22 +67,16 @@ def recipe_settings(stage: str, recipe: str) -> dict[str, Any]:
         raise InputError(f"recipe={recipe!r}: choose one of {', '.join(RECIPES)} (or blank for the CPU defaults)",
                          field="recipe")
     r = RECIPES[recipe]
-    lr = (_LORA_LR if r["lora"] else _FULL_LR)[stage]
-    out: dict[str, Any] = {"lora": r["lora"], "max_new_tokens": r["max_new_tokens"], "learning_rate": lr,
+    stage_facts = training_stages.get(stage)
+    out: dict[str, Any] = {"lora": r["lora"], "max_new_tokens": r["max_new_tokens"],
+                           "learning_rate": stage_facts.lora_lr if r["lora"] else stage_facts.full_lr,
                            "gradient_checkpointing": r["gradient_checkpointing"]}
-    if stage == "ppo":
-        out.update(mini_batch_size=r["mini"], gradient_accumulation_steps=r["accumulation"])
-    elif stage in ("grpo", "rloo"):
-        # (answer length: the job's max_new_tokens, which becomes max_completion_length)
-        out.update(per_device_train_batch_size=r["mini"], steps_per_generation=64 // r["mini"])
-    else:  # sft, rm, dpo, kto: the same examples per optimizer step, fewer per forward pass
-        out.update(per_device_train_batch_size=max(1, r["mini"] // 2), gradient_accumulation_steps=r["accumulation"])
+    out.update(stage_facts.recipe_batch(r["mini"], r["accumulation"]))
     return out
 
 
 def stage_config_class(stage: str):
-    if stage not in STAGES:
-        raise InputError(f"unknown stage {stage!r}; choose one of {', '.join(STAGES)}", field="stage")
+    training_stages.get(stage)  # an unknown stage: InputError naming the choices
     # Imported on demand (the trainers pull in torch); a broken trainer module fails here, loudly.
     module_name, _, cls_name = STAGE_CONFIG_CLASSES[stage].partition(":")
     return getattr(importlib.import_module(module_name), cls_name)
@@ -225,16 +200,20 @@ def resolve_run_config(stage: str, values: dict[str, Any], source: str | None = 
         raise InputError(error.message, file=source, field=error.field) from None
     job = forms.build_config(JobConfig, job_values, source)
     cls = stage_config_class(stage)
+    stage_facts = training_stages.get(stage)
+    # The app's defaults for the stage's trainer (PPO's KL controller) are stored with the run, so its config
+    # shows what it runs with.
+    trainer_values = {**stage_facts.app_defaults(trainer_values), **trainer_values}
     trainer_config = forms.build_config(cls, _trainer_defaults(stage, cls, trainer_values), source)
     trainer = {k: v for k, v in forms.to_dict(trainer_config).items() if k in trainer_values}
     if getattr(trainer_config, "load_in_4bit", False) and not job.lora:
         raise InputError("load_in_4bit=true (QLoRA) trains LoRA adapters on the 4-bit base: set lora=true too",
                          file=source, field="load_in_4bit")
-    if stage == "ppo":
+    if stage_facts.check is not None:
         try:
-            trainer_config.prompts_per_batch(job.answers_per_prompt)  # PPO's rollout rule, checked by the library
-        except ValueError as error:
-            raise InputError(str(error), file=source, field="answers_per_prompt") from None
+            stage_facts.check(job, trainer_config)  # e.g. PPO's rollout rule, checked by the library
+        except InputError as error:
+            raise InputError(error.message, file=source, field=error.field) from None
     # bf16 is stored even at its default: the default depends on the machine, the run must not.
     return {"job": {**forms.changed(job), "bf16": job.bf16}, "trainer": trainer}
 
@@ -251,6 +230,3 @@ def _trainer_defaults(stage: str, cls, values: dict[str, Any]) -> dict[str, Any]
     return out
 
 
-def load_job_config(config_json: str | dict) -> JobConfig:
-    data = json.loads(config_json) if isinstance(config_json, str) else config_json
-    return forms.build_config(JobConfig, data.get("job", {}))

@@ -131,8 +131,9 @@ def test_recipes_give_size_settings_and_explicit_settings_win():
 
     config = resolve_run_config("ppo", {"recipe": "8b", "learning_rate": 1e-4})
     assert config["job"]["lora"] is True and config["job"]["max_new_tokens"] == 128
+    # (horizon and kl_coef_min: PPO's app defaults, stored with the run since issue 35)
     assert config["trainer"] == {"learning_rate": 1e-4, "mini_batch_size": 4, "gradient_accumulation_steps": 4,
-                                 "gradient_checkpointing": True}
+                                 "gradient_checkpointing": True, "horizon": 64, "kl_coef_min": 0.03}
     grpo = resolve_run_config("grpo", {"recipe": "1.5b"})["trainer"]
     assert (grpo["per_device_train_batch_size"], grpo["steps_per_generation"], grpo["learning_rate"]) == (8, 8, 1e-6)
     assert resolve_run_config("dpo", {"recipe": "3b"})["trainer"]["learning_rate"] == 5e-6  # LoRA's rate

@@ -297,7 +297,8 @@ def test_a_run_queued_from_the_form_stores_what_train_set_reward_stores(ctx, lab
     db.conn.close()
     assert web.config == cli.config
     stored = {key: value for key, value in web.config["job"].items() if key.startswith("reward")}
-    assert stored == job and web.config["trainer"] == {}
+    # The form sends no trainer setting: the trainer part is PPO's app defaults alone (stored since issue 35).
+    assert stored == job and web.config["trainer"] == {"horizon": 64, "kl_coef_min": 0.03}
 
 
 def test_the_form_may_not_name_code_to_import_as_the_reward(ctx, launch_form, db_path):

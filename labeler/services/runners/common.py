@@ -10,12 +10,11 @@ import random
 from typing import Any
 
 from labeler import forms
-from labeler.services import checkpoints, models
+from labeler.services import checkpoints, models, training_stages
 from labeler.services.errors import InputError
-from labeler.services.export import ExportOptions, split_by_prompt
+from labeler.services.export import split_by_prompt, training_options
 from labeler.services.human_reward import HumanRewardQueue
 from labeler.services.projects import get_project
-from labeler.services.prompts import split_texts
 from labeler.services.stages import RunResult, StageContext, data_snapshot
 from rlhf.loading import load_tokenizer
 from rlhf.rewards import FunctionReward, HumanReward, MixReward, RewardModelReward
@@ -24,10 +23,12 @@ from rlhf.rewards import FunctionReward, HumanReward, MixReward, RewardModelRewa
 # ---- shared pieces -----------------------------------------------------------------------------------
 
 def export_options(ctx: StageContext, **overrides):
-    job = ctx.job
-    annotators = tuple(a.strip() for a in job.annotators.split(",") if a.strip()) or None
-    return ExportOptions(annotators=annotators, min_annotators=job.min_annotators, min_agreement=job.min_agreement,
-                         include_rating_pairs=job.include_rating_pairs, seed=job.seed, training=True, **overrides)
+    return training_options(ctx.job, **overrides)
+
+
+def stage_rows(ctx: StageContext, db, stage: str, **options) -> list:
+    """The stage's training rows (training_stages: the same function the preview counts with)."""
+    return training_stages.get(stage).rows(db, ctx.project, ctx.job, **options)
 
 
 def peft_config(ctx: StageContext, task_type: str):
@@ -54,8 +55,11 @@ def split_rows(rows: list[dict], test_size: float, seed: int):
     return Dataset.from_list(train), Dataset.from_list(test)
 
 
+MIN_TRAINING_ROWS = 2  # fewer and a run stops at once (the preview refuses to queue it)
+
+
 def require_rows(rows: list, what: str, hint: str) -> None:
-    if len(rows) < 2:
+    if len(rows) < MIN_TRAINING_ROWS:
         raise InputError(f"only {len(rows)} {what} in the database with these filters; {hint}", field="data")
 
 
@@ -122,15 +126,20 @@ def policy_kind(ctx: StageContext) -> str:
     return "adapter" if ctx.job.lora else "policy"
 
 
-def policy_rows_options(ctx: StageContext, db, stage: str, **overrides):
-    """Export options for the rows a policy trains on (SFT, DPO): conversations when the project's prompts
-    go through the chat template and the base model's tokenizer has one (its template then renders them, as
-    generation did), plain prompt + answer text otherwise (prompt format 'continue')."""
+def conversational(ctx: StageContext, db, stage: str) -> bool:
+    """Whether a policy trains on conversations (SFT, DPO, KTO): when the project's prompts go through the chat
+    template and the base model's tokenizer has one (its template then renders them, as generation did), else on
+    plain prompt + answer text (prompt format 'continue')."""
     chat = get_project(db, ctx.project).prompt_format == "chat"
     if chat:
         tokenizer = load_tokenizer(models.resolve(db, ctx.job.base_model(stage)))
         chat = getattr(tokenizer, "chat_template", None) is not None
-    return export_options(ctx, conversational=chat, **overrides)
+    return chat
+
+
+def policy_rows_options(ctx: StageContext, db, stage: str, **overrides):
+    """Export options for the rows a policy trains on (see `conversational`)."""
+    return export_options(ctx, conversational=conversational(ctx, db, stage), **overrides)
 
 
 # ---- a policy run's rewards and prompts (PPO, GRPO, RLOO) ----------------------------------------------
@@ -190,9 +199,9 @@ def active_mix(ctx: StageContext, db, queue):
     return ActiveMixReward(queue, model, human_share=job.human_share, timeout=job.human_timeout, seed=job.seed)
 
 
-def policy_prompts(db, project: str, seed: int) -> list[str]:
-    # Held-out prompts (split 'test') are never trained on.
-    texts = split_texts(db, get_project(db, project).id, "train")
-    random.Random(seed).shuffle(texts)
+def policy_prompts(ctx: StageContext, db, stage: str) -> list[str]:
+    """The stage's training prompts (held-out ones are never trained on), shuffled by the job's seed."""
+    texts = stage_rows(ctx, db, stage)
+    random.Random(ctx.job.seed).shuffle(texts)
     return texts
 

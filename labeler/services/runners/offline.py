@@ -2,9 +2,7 @@
 rated answers (SFT) or preference pairs (RM, DPO) through common.train_stage."""
 from __future__ import annotations
 
-from labeler.services.export import preference_rows, unpaired_rows
-from labeler.services.runners.common import (export_options, policy_kind, policy_rows_options, require_rows,
-                                             train_stage)
+from labeler.services.runners.common import conversational, policy_kind, require_rows, stage_rows, train_stage
 from labeler.services.stages import RunResult, StageContext
 
 
@@ -13,15 +11,13 @@ def run_sft(ctx: StageContext) -> RunResult:
 
     db = ctx.open_db()
     # Well-rated answers (mean score >= threshold, default the scale's midpoint) are the demonstrations.
-    options = policy_rows_options(ctx, db, "sft", threshold=ctx.job.sft_min_score)
-    rows = [r for r in unpaired_rows(db, ctx.project, options) if r["label"]]
-    rows = [{"prompt": r["prompt"], "completion": r["completion"]} for r in rows]
+    rows = stage_rows(ctx, db, "sft", conversational=conversational(ctx, db, "sft"))
     require_rows(rows, "well-rated answers", "rate more answers (SFT trains on answers rated at or above sft_min_score)")
     return train_stage(ctx, db, "sft", rows, SFTTrainer, SFTConfig, "CAUSAL_LM", policy_kind(ctx), "sft")
 
 
-def _preference_pairs(ctx: StageContext, db, options=None) -> list[dict]:
-    rows = preference_rows(db, ctx.project, options or export_options(ctx))
+def _preference_pairs(ctx: StageContext, db, stage: str, **options) -> list[dict]:
+    rows = stage_rows(ctx, db, stage, **options)
     require_rows(rows, "preference pairs", "rank answers (or rate two answers per prompt with include_rating_pairs)")
     return rows
 
@@ -30,7 +26,7 @@ def run_rm(ctx: StageContext) -> RunResult:
     from rlhf.reward import RewardConfig, RewardTrainer
 
     db = ctx.open_db()
-    rows = _preference_pairs(ctx, db)
+    rows = _preference_pairs(ctx, db, "rm")
     return train_stage(ctx, db, "rm", rows, RewardTrainer, RewardConfig, "SEQ_CLS", "reward", "preferences")
 
 
@@ -38,5 +34,5 @@ def run_dpo(ctx: StageContext) -> RunResult:
     from rlhf.dpo import DPOConfig, DPOTrainer
 
     db = ctx.open_db()
-    rows = _preference_pairs(ctx, db, policy_rows_options(ctx, db, "dpo"))
+    rows = _preference_pairs(ctx, db, "dpo", conversational=conversational(ctx, db, "dpo"))
     return train_stage(ctx, db, "dpo", rows, DPOTrainer, DPOConfig, "CAUSAL_LM", policy_kind(ctx), "preferences")

@@ -21,12 +21,12 @@ from typing import Any
 from labeler import forms
 from labeler.services import models
 from labeler.services.errors import InputError
-from labeler.services.export import unpaired_rows
 from labeler.services.projects import get_project
-from labeler.services.runners.common import (human_queue, peft_config, policy_kind, policy_prompts,
-                                             policy_rows_options, require_rows, reward_source, train_stage,
+from labeler.services.runners.common import (conversational, human_queue, peft_config, policy_kind, policy_prompts,
+                                             require_rows, reward_source, stage_rows, train_stage,
                                              train_with_trainer, trainer_args, trainer_callbacks)
 from labeler.services.stages import RunResult, StageContext, data_snapshot
+from labeler.services.training_stages.kto import label_problem as kto_label_problem
 from rlhf.grpo import GRPOConfig, GRPOTrainer
 from rlhf.kto import KTOConfig, KTOTrainer
 from rlhf.loading import load_tokenizer
@@ -112,10 +112,10 @@ def _online_args(ctx: StageContext, config_cls):
     return trainer_args(dataclasses.replace(ctx, trainer_settings=settings), config_cls)
 
 
-def _online_rows(ctx: StageContext, db, tokenizer) -> list[dict]:
+def _online_rows(ctx: StageContext, db, stage: str, tokenizer) -> list[dict]:
     """The project's training prompts (shuffled by the job's seed; a resumed run keeps its list), as TRL rows:
     conversational when the project sends prompts through the chat template, plain text otherwise."""
-    prompts = ctx.frozen_rows("prompts", policy_prompts(db, ctx.project, ctx.job.seed))
+    prompts = ctx.frozen_rows("prompts", policy_prompts(ctx, db, stage))
     if not prompts:
         raise InputError("the project has no prompts: import some first", field="data")
     chat = get_project(db, ctx.project).chat_template is not False and getattr(tokenizer, "chat_template", None) is not None
@@ -132,7 +132,7 @@ def _run_online(ctx: StageContext, stage: str, trainer_cls, config_cls) -> RunRe
     base = job.base_model(stage)
     path = models.resolve(db, base)
     tokenizer = load_tokenizer(path, padding_side="left")
-    rows = _online_rows(ctx, db, tokenizer)
+    rows = _online_rows(ctx, db, stage, tokenizer)
     args = _online_args(ctx, config_cls)
     queue = human_queue(ctx)
     reward = app_reward_function(reward_source(ctx, db, queue), job.reward)
@@ -164,14 +164,6 @@ def run_rloo(ctx: StageContext) -> RunResult:
 
 
 # ---- KTO -------------------------------------------------------------------------------------------------
-def kto_label_problem(labels: list[bool]) -> str | None:
-    """Why KTO cannot train on rows with these labels (all desirable, or all undesirable), or None."""
-    if labels and (all(labels) or not any(labels)):
-        return (f"all {len(labels)} rated answers are {'desirable' if labels[0] else 'undesirable'} with this "
-                "threshold; KTO needs both (change sft_min_score or rate more)")
-    return None
-
-
 def kto_balanced_weights(labels: list[bool]) -> dict[str, float]:
     """The weight that makes the rarer kind of answer count as much as the other: TRL's KTO guidance keeps
     desirable_weight * n_desirable / (undesirable_weight * n_undesirable) within [1, 4/3]. Ratings are rarely
@@ -192,9 +184,7 @@ def run_kto(ctx: StageContext) -> RunResult:
     reads its batches in order (its KL pairs are made within them), and the export lists a prompt's answers
     together."""
     db = ctx.open_db()
-    options = policy_rows_options(ctx, db, "kto", threshold=ctx.job.sft_min_score)
-    rows: list[dict[str, Any]] = [{"prompt": r["prompt"], "completion": r["completion"], "label": bool(r["label"])}
-                                  for r in unpaired_rows(db, ctx.project, options)]
+    rows: list[dict[str, Any]] = stage_rows(ctx, db, "kto", conversational=conversational(ctx, db, "kto"))
     random.Random(ctx.job.seed).shuffle(rows)
     require_rows(rows, "rated answers", "rate answers (KTO trains on each rated answer, desirable "
                  "when its mean score is at least sft_min_score)")

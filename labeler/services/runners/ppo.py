@@ -16,27 +16,10 @@ from labeler.services.projects import get_project
 from labeler.services.runners.common import human_queue, peft_config, policy_prompts, reward_source
 from labeler.services.runners.rollouts import Rollout, RolloutStream, resumed_rollouts
 from labeler.services.stages import RunResult, StageContext, checkpoint_due, data_snapshot
+from labeler.services.training_stages.ppo import APP_KL_HORIZON, kl_settings_for  # noqa: F401 - tests import them here
 from rlhf.configs import PPOConfig
 from rlhf.loading import load_tokenizer
 from rlhf.precision import model_load_kwargs
-
-
-# The app's KL controller for every PPO run, unless the user sets it: beta never falls below its start and moves up
-# to 20% a step with the recipe's 64 answers. Every run starts at KL 0, below any target, so the plain controller
-# first lowers beta and then climbs back too late. Measured (40 steps, the shipped task, CPU with bf16): with the
-# plain controller (horizon 512, no floor) the function-reward run's KL sat at 9-12 from step 19 against a target of
-# 6 (beta 0.030 -> 0.035; held-out 88% positive, KL 8.2); with these settings 5.4-7.3 over the last 10 steps (beta
-# 0.030 -> 0.053; held-out 91% positive, KL 6.9). Rewards from people (centred ranks) and the online reward model
-# keep the same spread however good the answers get, so only the controller can hold their KL: with the plain
-# controller a mix run's KL reached 22 nats by step 28.
-APP_KL_HORIZON = 64
-
-
-def kl_settings_for(trainer_settings: dict) -> dict:
-    """The KL controller settings a PPO run gets unless the user set them."""
-    start = trainer_settings.get("init_kl_coef", PPOConfig.__dataclass_fields__["init_kl_coef"].default)
-    defaults = {"horizon": APP_KL_HORIZON, "kl_coef_min": start}
-    return {name: value for name, value in defaults.items() if name not in trainer_settings}
 
 
 def run_ppo(ctx: StageContext) -> RunResult:
@@ -47,7 +30,7 @@ def run_ppo(ctx: StageContext) -> RunResult:
     job = ctx.job
     db = ctx.open_db()
     # 1. the prompts (a resume keeps them), the policy with its value head, the trainer
-    prompts = ctx.frozen_rows("prompts", policy_prompts(db, ctx.project, job.seed))
+    prompts = ctx.frozen_rows("prompts", policy_prompts(ctx, db, "ppo"))
     chat_template = get_project(db, ctx.project).chat_template  # the project's prompt format
     if not prompts:
         raise InputError("the project has no prompts: import some first", field="data")
@@ -111,17 +94,24 @@ def run_ppo(ctx: StageContext) -> RunResult:
 
 
 def ppo_trainer(ctx: StageContext, path: str, tokenizer):
-    """The PPOTrainer of a run: the job's seed and bf16, the app's KL controller settings unless the user set them,
-    the policy with its value head (LoRA when asked), metrics to the run's sink."""
+    """The PPOTrainer of a run: its ppo_config, the policy with its value head (LoRA when asked), metrics to the
+    run's sink."""
     from rlhf.ppo import PPOTrainer
     from rlhf.value_head import AutoModelForCausalLMWithValueHead
 
     job = ctx.job
-    config = forms.build_config(PPOConfig, {"seed": job.seed, "bf16": job.bf16,
-                                            **kl_settings_for(ctx.trainer_settings), **ctx.trainer_settings})
+    config = ppo_config(ctx)
     model = AutoModelForCausalLMWithValueHead.from_pretrained(path, peft_config=peft_config(ctx, "CAUSAL_LM"),
                                                               seed=job.seed, **model_load_kwargs(config, job.lora))
     return PPOTrainer(config, model, None, tokenizer, callback=_samples_limited(ctx))
+
+
+def ppo_config(ctx: StageContext) -> PPOConfig:
+    """The run's PPOConfig: the job's seed and bf16 and the stored trainer settings. The app's KL controller
+    settings are stored with the run when it is created (train_configs.resolve_run_config); a run stored before
+    they were gets them here, so it resumes as it started."""
+    return forms.build_config(PPOConfig, {"seed": ctx.job.seed, "bf16": ctx.job.bf16,
+                                          **kl_settings_for(ctx.trainer_settings), **ctx.trainer_settings})
 
 
 @dataclass

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import gradio as gr
 
 from labeler import forms
-from labeler.services import job_settings, jobs, reward_spec, run_preview, train_configs
+from labeler.services import job_settings, jobs, reward_spec, run_preview, train_configs, training_stages
 from labeler.services.errors import PermissionDenied
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
@@ -30,20 +30,10 @@ SHORT_FIELDS = ["steps", *SHORT_DATA_FIELDS, *SHORT_REWARD_FIELDS]
 # sent as `--set reward=SPEC` sends them: the service spells a spec out into these two fields, so the form has
 # no widget of its own for them (one still given in "More settings" is checked against the spec).
 SPELLED_BY_REWARD = ("reward_model", "reward_function")
-# The stages in plain words (the Radio shows these, and sends the stage's name).
-STAGE_LABELS = {"sft": "Imitate good answers (SFT)", "rm": "Reward model", "dpo": "Learn from preferences (DPO)",
-                "ppo": "Reinforce with a reward (PPO)", "grpo": "Group-relative RL (GRPO)", "rloo": "Leave-one-out RL (RLOO)",
-                "kto": "Learn from good/bad labels (KTO)"}
-STAGE_NOTES = {
-    "sft": "Fine-tunes the model on the answers people rated well.",
-    "rm": "Trains a scorer on the rankings (and, if you like, the ratings): the reward that PPO, GRPO and RLOO use.",
-    "dpo": "Tunes the model straight from the preference pairs, with no reward model.",
-    "ppo": "Generates answers, scores them with the reward below, and moves the model towards higher rewards while "
-           "staying close to where it started (KL).",
-    "grpo": "Like PPO, but compares several answers to the same prompt instead of learning a value function.",
-    "rloo": "Like GRPO, with each answer compared to the mean of the others.",
-    "kto": "Tunes the model from answers labelled good or bad (ratings above or below the scale's midpoint).",
-}
+# The stages in plain words (the Radio shows these, and sends the stage's name), and the line under it: each
+# stage's own (training_stages/).
+STAGE_LABELS = {name: stage.label for name, stage in training_stages.STAGES.items()}
+STAGE_NOTES = {name: stage.note for name, stage in training_stages.STAGES.items()}
 # Plain words for the settings a person meets; any other field is its name in words ("warmup steps").
 PLAIN_LABELS = {
     "steps": "How long (training steps)", "checkpoint_every": "Save a checkpoint every N steps",
@@ -228,7 +218,7 @@ def show_stage(name: str) -> tuple:
     """The form for stage `name`: its default base model, the reward row for a policy stage, the job sections it
     reads, the stage's note and its trainer settings (outputs: model, reward_group, each section's group,
     stage_note, each stage's group)."""
-    return (gr.update(value="default-encoder" if name == "rm" else "default"), gr.update(visible=name in REWARD_STAGES),
+    return (gr.update(value=training_stages.get(name).default_model), gr.update(visible=name in REWARD_STAGES),
             *[gr.update(visible=name in section.STAGES) for section in job_settings.SECTIONS], STAGE_NOTES.get(name, ""),
             *[gr.update(visible=name == s) for s in train_configs.STAGES])
 

@@ -12,14 +12,13 @@ import shlex
 import gradio as gr
 import pandas as pd
 
-from labeler.services import evaluation, labeling, measures, people_eval, runs
+from labeler.services import evaluation, labeling, measures, people_eval, runs, training_stages
 from labeler.services.job_settings import JobConfig
 from labeler.ui.charts import Series, bar_chart_svg, line_chart_svg
 
-DEFAULT_METRICS = {"sft": ["loss"], "rm": ["loss", "accuracy"], "dpo": ["loss", "rewards/margins"],
-                   "ppo": ["env/reward_mean", "objective/kl"], "grpo": ["reward", "kl"], "rloo": ["reward", "kl"],
-                   "kto": ["loss", "kl"]}
-ONLINE_STAGES = ("grpo", "rloo")
+# Each stage's own charts (training_stages/), and the stages whose `steps` count generation batches.
+DEFAULT_METRICS = {name: list(stage.metrics) for name, stage in training_stages.STAGES.items()}
+ONLINE_STAGES = training_stages.names(online_trl=True)
 JOB_STEPS_DEFAULT = JobConfig.__dataclass_fields__["steps"].default
 HISTORY_COLUMNS = ["id", "stage", "status", "step", "total", "created", "by", "name"]
 SAMPLE_COLUMNS = ["step", "query", "response", "reward"]

@@ -1,0 +1,133 @@
+"""The stage registry (issue 35 item 1): every stage is offered where a run is started, previews the rows its runner
+reads, and stores the config it runs with."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import gradio as gr
+import pytest
+from export_fixtures import build_labelled_db
+
+from labeler.cli import build_parser
+from labeler.services import job_settings, jobs, run_preview, train_configs, training_stages
+from labeler.services.errors import InputError
+from labeler.services.stages import StageContext
+
+STAGE_NAMES = list(training_stages.NAMES)
+
+
+def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return action.choices[name]
+
+
+def test_every_stage_is_offered_by_the_cli_and_the_train_form():
+    from labeler.ui.tabs.train import form
+
+    assert STAGE_NAMES == ["sft", "rm", "dpo", "ppo", "grpo", "rloo", "kto"]
+    stage_arg = next(a for a in _subparser(build_parser(), "train")._actions if a.dest == "stage")
+    assert list(stage_arg.choices) == STAGE_NAMES
+    with gr.Blocks():
+        launch = form.build_form()
+    assert [value for _, value in launch.stage.choices] == STAGE_NAMES
+    # The radio shows each stage's own label; its trainer group is built from its own form fields.
+    assert dict((value, label) for label, value in launch.stage.choices)["kto"] == "Learn from good/bad labels (KTO)"
+    assert set(launch.stage_groups) == set(STAGE_NAMES)
+    assert [spec.name for spec in launch.specs_by_stage["ppo"]] == list(training_stages.get("ppo").form_fields)
+
+
+def test_the_settings_ground_floor_names_the_same_stages():
+    # job_settings imports no export code, so it keeps the names itself: this is what keeps the two in step.
+    assert job_settings.ALL_STAGES == training_stages.NAMES
+    assert job_settings.RewardSettings.STAGES == training_stages.names(samples=True)
+    assert {name: job_settings.JobConfig().base_model(name) for name in STAGE_NAMES} == \
+        {name: stage.default_model for name, stage in training_stages.STAGES.items()}
+    with pytest.raises(InputError) as error:
+        training_stages.get("ppo2")
+    assert error.value.field == "stage" and "sft, rm, dpo, ppo, grpo, rloo, kto" in error.value.message
+
+
+class RowsRead(Exception):
+    """Raised by ReadingContext once the runner has read its rows: nothing is trained."""
+
+
+class ReadingContext(StageContext):
+    """A StageContext that records the rows (or prompts) the runner freezes, its first use of them, and stops."""
+
+    def frozen_rows(self, name: str, rows: list) -> list:
+        self.read = (name, rows)
+        raise RowsRead()
+
+
+def _text(value) -> str:
+    """A prompt or an answer as text: a conversation's last message (the runner's rows for a chat model)."""
+    return value[-1]["content"] if isinstance(value, list) else value
+
+
+def _identity(row: dict) -> tuple:
+    return tuple(_text(row[key]) if key in ("prompt", "completion", "chosen", "rejected") else row[key]
+                 for key in sorted(row) if key in ("prompt", "completion", "chosen", "rejected", "label"))
+
+
+def _rows_the_runner_reads(db_path: str, run, tmp_path: Path) -> list:
+    ctx = ReadingContext(run_id=run.id, db_path=db_path, stage=run.stage, project=run.project,
+                         job=train_configs.load_job_config(run.config), trainer_settings=dict(run.config["trainer"]),
+                         output_dir=tmp_path / run.stage, sink=None)
+    with pytest.raises(RowsRead):
+        training_stages.get(run.stage).run(ctx)
+    return ctx.read[1]
+
+
+@pytest.mark.parametrize("stage", STAGE_NAMES)
+def test_the_preview_counts_the_rows_the_runner_reads(db, db_path, tmp_path, stage):
+    build_labelled_db(db)
+    # Filters that drop some labels (alice's and bob's only, no rating pairs): a preview of every label would differ.
+    values = {"annotators": "alice,bob", "include_rating_pairs": False}
+    run = jobs.create_run(db, stage, values, runs_dir=tmp_path / "runs", start=False)
+    preview = run_preview.preview_run(db, "default", stage, values, estimate_time=False)
+    read = _rows_the_runner_reads(db_path, run, tmp_path)
+    assert preview.rows == len(read) and preview.unit == training_stages.get(stage).unit
+    previewed, _ = run_preview._rows(db, "default", stage, train_configs.load_job_config(run.config))
+    if training_stages.get(stage).samples:  # the prompts, shuffled by the runner
+        assert sorted(read) == sorted(key for key, _ in previewed)
+    else:  # the same rows, whatever the runner's order (KTO shuffles) and format (conversation or text)
+        assert sorted(map(_identity, read)) == sorted(_identity(row) for _, row in previewed)
+    # export_fixtures' labels in `default` by alice and bob: ratings of response 1 (6, 7), 2 (2, 4), 3 (4) against
+    # the midpoint 4: 1 and 3 well rated (sft), all 3 rated (kto); their rankings of prompt 1 give 1>2 and 1>3
+    # (both), 3>2 (alice; bob tied them); carol's ranking and the imported one are left out. Prompts: 2 in 'train'.
+    expected = {"sft": 2, "rm": 3, "dpo": 3, "kto": 3, "ppo": 2, "grpo": 2, "rloo": 2}
+    assert len(read) == expected[stage]
+
+
+def test_a_ppo_run_stores_the_app_defaults_it_runs_with(db, tmp_path):
+    from labeler.services.runners.ppo import ppo_config
+    from labeler.services.training_stages.ppo import APP_KL_HORIZON, kl_settings_for
+
+    plain = jobs.create_run(db, "ppo", {}, runs_dir=tmp_path, start=False)
+    asked = jobs.create_run(db, "ppo", {"init_kl_coef": 0.1, "horizon": 1000}, runs_dir=tmp_path, start=False)
+    assert plain.config["trainer"] == {"horizon": APP_KL_HORIZON, "kl_coef_min": 0.03}  # 0.03: PPOConfig's init_kl_coef
+    assert asked.config["trainer"] == {"init_kl_coef": 0.1, "horizon": 1000, "kl_coef_min": 0.1}  # the user's win
+    for run in (plain, asked):
+        stored = run.config["trainer"]
+        assert kl_settings_for(stored) == {}  # nothing is added at run time
+        ctx = StageContext(run.id, "unused.db", "ppo", "default", train_configs.load_job_config(run.config), stored,
+                           tmp_path, sink=None)
+        config = ppo_config(ctx)
+        assert {name: getattr(config, name) for name in stored} == stored
+    # A run stored before the defaults were (a resume of an older run) still gets them.
+    older = StageContext(1, "unused.db", "ppo", "default", train_configs.load_job_config({}), {}, tmp_path,
+                         sink=None)
+    assert (ppo_config(older).horizon, ppo_config(older).kl_coef_min) == (APP_KL_HORIZON, 0.03)
+
+
+@pytest.mark.parametrize("stage", STAGE_NAMES)
+def test_every_stored_config_is_complete_resolving_it_again_changes_nothing(db, tmp_path, stage):
+    run = jobs.create_run(db, stage, {"learning_rate": 2e-5}, runs_dir=tmp_path, start=False)
+    # Resolving the stored config again changes nothing: what is stored is complete, app defaults included.
+    again = train_configs.resolve_run_config(stage, {**run.config["job"], **run.config["trainer"]})
+    jobs.pin_project_defaults(db, again, stage, "default")
+    assert again == run.config
+    app_defaults = training_stages.get(stage).app_defaults
+    assert app_defaults(run.config["trainer"]) == {}
+    assert set(app_defaults({})) <= set(run.config["trainer"])
