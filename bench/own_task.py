@@ -175,7 +175,9 @@ class Studio:
         with open(self.work / log, "a") as out:
             out.write(f"$ {' '.join(command)}\n")
             out.flush()
+            started = time.monotonic()
             done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=self.env(), cwd=ROOT)
+        print(f"  ({time.monotonic() - started:.0f} s)", flush=True)
         if done.returncode != 0:
             tail = (self.work / log).read_text().splitlines()[-15:]
             raise SystemExit(f"`rlhf-studio {' '.join(args)}` failed ({done.returncode}); {self.work / log}:\n"
