@@ -50,15 +50,19 @@ def test_a_resumed_fp16_run_keeps_the_scale_and_growth_tracker(monkeypatch, tmp_
 def test_an_overflow_halves_the_scale_and_the_checkpoint_keeps_the_halved_scale(monkeypatch, tmp_path):
     original = trainer(monkeypatch, fp16=True)
     original.step(*rollouts(4))
-    original.scaler.update(2.0**100)  # scaled gradients overflow fp16: each step is skipped and the scale halves
+    # An overflowing step: an inf gradient (what fp16 gives when the scale is too large) on one weight. Made by a
+    # hook rather than a huge scale, so it does not depend on the autocast dtype the forward ends up in.
+    weight = original.model.pretrained_model.model.layers[0].self_attn.q_proj.weight
+    hook = weight.register_hook(lambda grad: torch.full_like(grad, float("inf")))
     before = {n: p.detach().clone() for n, p in original.model.named_parameters()}
     original.step(*rollouts(4, seed=1))
-    assert scaler_state(original) == (2.0**98, 0)  # two skipped optimizer steps: 2^100 / 2 / 2, tracker reset
+    hook.remove()
+    assert scaler_state(original) == (FRESH_SCALE / 4, 0)  # two skipped optimizer steps halve it twice; tracker reset
     assert all(torch.equal(before[n], p) for n, p in original.model.named_parameters())  # nothing was applied
     original.save_checkpoint(tmp_path)
     resumed = trainer(monkeypatch, fp16=True, seed=5)
     resumed.load_checkpoint(tmp_path)
-    assert scaler_state(resumed) == (2.0**98, 0)
+    assert scaler_state(resumed) == (FRESH_SCALE / 4, 0)  # before the fix: 65536, 0 (and the same skipped steps)
 
 
 def test_a_checkpoint_without_scaler_state_still_resumes_an_fp16_run(monkeypatch, tmp_path):
