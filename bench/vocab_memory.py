@@ -8,10 +8,19 @@ over the process's RSS before the step. Memory figures are valid on a loaded mac
 
     python bench/vocab_memory.py                       # 16 x 512 tokens: the old way needs ~18 GB
     python bench/vocab_memory.py --batch 4             # the same ratio with a quarter of the memory
+    python bench/vocab_memory.py --kl --batch 4 --length 256   # kl_penalty="full": chunked against whole-tensor
+
+--kl measures PPO's rollout pass with kl_penalty="full" instead: the extra memory of the exact KL over the
+vocabulary beside both models' bf16 logits (B, R, V), under no_grad as PPO runs it: rlhf.core's full_kl_from_logits
+(new, a chunk of positions at a time) against two whole fp32 log-softmaxes and their product (old). The logits are
+random (the KL's memory does not depend on where they came from), made in bf16 before the measured part.
 
 Measured on a 2-core AVX-512 BF16 CPU (under load; memory only): 16 x 512, bf16: old 14,285 MiB, new 4,994 MiB,
 x0.35; 8 x 512: x0.37; 2 x 512: x0.45; 16 x 512 fp32 (--no-bf16): 14,279 -> 9,634 MiB, x0.67 (the logits and
 their gradient are fp32 then, and both must exist in backward).
+--kl, same machine, bf16 logits (nice -n 10, memory only): 2 x 128 tokens: old 750 MiB, new 379 MiB, x0.51;
+4 x 256: old 2,976 MiB, new 535 MiB, x0.18. The new rise stays at a few chunks whatever the batch (new alone:
+2 x 256: 327 MiB, 8 x 256: 514 MiB; the old one grows with B x R: 5 fp32 (B, R, V) tensors at its peak).
 """
 from __future__ import annotations
 
@@ -28,6 +37,27 @@ VARIANTS = ("old", "new")
 
 def peak_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB
+
+
+def kl_child(variant: str, args) -> dict:
+    import torch
+
+    from rlhf.core import full_kl_from_logits
+
+    torch.manual_seed(0)
+    shape = (args.batch, args.length, args.vocab)
+    dtype = torch.bfloat16 if args.bf16 else torch.float32
+    logits, ref_logits = torch.randn(shape, dtype=dtype), torch.randn(shape, dtype=dtype)
+    before = peak_mib()
+    with torch.no_grad():
+        if variant == "old":
+            logp = torch.log_softmax(logits.float(), dim=-1)
+            ref_logp = torch.log_softmax(ref_logits.float(), dim=-1)
+            kl = (logp.exp() * (logp - ref_logp)).sum(-1)
+            del logp, ref_logp
+        else:
+            kl = full_kl_from_logits(logits, ref_logits)
+    return {"variant": variant, "before_mib": before, "peak_mib": peak_mib(), "loss": float(kl.mean())}
 
 
 def child(variant: str, args) -> dict:
@@ -65,25 +95,29 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=QWEN_VOCAB, help="vocabulary size (Qwen2.5's by default)")
     parser.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=True,
                         help="bf16 autocast (the logits are then bf16), as training runs where bf16 is fast")
+    parser.add_argument("--kl", action="store_true",
+                        help='measure kl_penalty="full" (the rollout pass) instead of a training step\'s log-probs')
     parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.child, args)), flush=True)
+        print(json.dumps((kl_child if args.kl else child)(args.child, args)), flush=True)
         return
-    print(f"one training step: {args.batch} x {args.length} tokens, vocabulary {args.vocab:,}, "
-          f"{'bf16 autocast' if args.bf16 else 'fp32'}; logits {args.batch * args.length * args.vocab / 1e9:.2f}e9")
+    what = 'full KL over the vocabulary (no_grad)' if args.kl else 'one training step'
+    print(f"{what}: {args.batch} x {args.length} tokens, vocabulary {args.vocab:,}, "
+          f"{'bf16' if args.bf16 else 'fp32'}; logits {args.batch * args.length * args.vocab / 1e9:.2f}e9 per model")
     results = {}
     for variant in VARIANTS:
         command = [sys.executable, str(Path(__file__).resolve()), "--child", variant, "--batch", str(args.batch),
-                   "--length", str(args.length), "--vocab", str(args.vocab), "--bf16" if args.bf16 else "--no-bf16"]
+                   "--length", str(args.length), "--vocab", str(args.vocab), "--bf16" if args.bf16 else "--no-bf16",
+                   *(["--kl"] if args.kl else [])]
         out = subprocess.run(command, capture_output=True, text=True, check=True)
         results[variant] = json.loads(out.stdout.strip().splitlines()[-1])
         r = results[variant]
-        print(f"{variant:>4}: step's peak rise {r['peak_mib'] - r['before_mib']:8.0f} MiB "
-              f"(peak RSS {r['peak_mib']:.0f} MiB), loss {r['loss']:.5f}")
+        print(f"{variant:>4}: {'KL' if args.kl else 'step'}'s peak rise {r['peak_mib'] - r['before_mib']:8.0f} MiB "
+              f"(peak RSS {r['peak_mib']:.0f} MiB), {'mean KL' if args.kl else 'loss'} {r['loss']:.5f}")
     rise = {v: results[v]["peak_mib"] - results[v]["before_mib"] for v in VARIANTS}
-    print(f"new / old peak rise: x{rise['new'] / rise['old']:.2f} (target <= 0.5); "
-          f"same loss: {abs(results['new']['loss'] - results['old']['loss']) < 1e-5}")
+    print(f"new / old peak rise: x{rise['new'] / rise['old']:.2f}{'' if args.kl else ' (target <= 0.5)'}; "
+          f"same {'mean KL' if args.kl else 'loss'}: {abs(results['new']['loss'] - results['old']['loss']) < 1e-5}")
 
 
 if __name__ == "__main__":

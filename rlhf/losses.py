@@ -6,7 +6,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from rlhf.core import clip_by_value, masked_mean
+from rlhf.core import clip_by_value, full_kl_from_logits, masked_mean
 from rlhf.dpo_losses import PairLogps, dpo_losses
 
 # ---- PPO: KL penalty, per-token rewards, GAE, policy and value losses ----------------------------
@@ -26,7 +26,8 @@ def kl_penalty(
     """Per-token KL(policy || reference) estimate at the sampled tokens, (B, R).
 
     "kl": log p - log q (k1, unbiased but noisy); "abs": |log p - log q|; "mse": 0.5 (log p - log q)^2 (k2);
-    "full": the exact KL over the vocabulary, which needs both models' logits (B, R, V).
+    "full": the exact KL over the vocabulary, which needs both models' logits (B, R, V); computed a chunk of
+    positions at a time (full_kl_from_logits), so no fp32 (B, R, V) tensor is made beside the logits.
     Only "kl" is unbiased for samples from p; all need the tokens sampled from the untempered policy.
     """
     if kind == "kl":
@@ -38,9 +39,7 @@ def kl_penalty(
     if kind == "full":
         if logits is None or ref_logits is None:
             raise ValueError("kl_penalty(kind='full') needs logits and ref_logits (B, R, V)")
-        logp = F.log_softmax(logits.float(), dim=-1)  # (B, R, V)
-        ref_logp = F.log_softmax(ref_logits.float(), dim=-1)
-        return (logp.exp() * (logp - ref_logp)).sum(-1)
+        return full_kl_from_logits(logits, ref_logits)
     raise ValueError(f"kl_penalty: kind={kind!r} is not one of 'kl', 'abs', 'mse', 'full'")
 
 

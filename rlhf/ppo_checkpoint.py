@@ -1,13 +1,14 @@
 """PPOTrainer's checkpoints and saving: its state (optimizer, scheduler, beta, running score moments, step, every
-rank's RNG states), resumable checkpoints (save_checkpoint / load_checkpoint), and TRL 0.11's save_pretrained and
+rank's RNG states, the fp16 gradient scaler's scale), resumable checkpoints (save_checkpoint / load_checkpoint), and TRL 0.11's save_pretrained and
 push_to_hub. Kept apart from rlhf/ppo.py, which holds the algorithm; PPOTrainer takes these methods from
 PPOCheckpointing, which reads the trainer's optimizer, lr_scheduler, kl_ctl, running, current_step, generator,
-data_generator, accelerator, model, tokenizer, config, last_stats and is_peft.
+data_generator, accelerator, model, tokenizer, config, last_stats, is_peft and scaler.
 """
 from __future__ import annotations
 
 import os
 import random
+import warnings
 from pathlib import Path
 
 import torch
@@ -24,7 +25,8 @@ class PPOCheckpointing:
     on every rank)."""
 
     def state_dict(self) -> dict:
-        """Everything but the weights: optimizer, scheduler, beta, running score stats, step, RNG states.
+        """Everything but the weights: optimizer, scheduler, beta, running score stats, step, RNG states, and the
+        fp16 gradient scaler's state (its scale and growth tracker; None without a scaler: bf16 or fp32 runs).
 
         The optimizer state is this rank's (under DDP the same on every rank). The RNG states are every
         rank's, in rank order (`rng_per_rank`, gathered: call on every rank), so each rank resumes its own
@@ -44,6 +46,7 @@ class PPOCheckpointing:
             "step": self.current_step,
             "rng": rng,
             "rng_per_rank": rng_per_rank,
+            "grad_scaler": _scaler_state(self.scaler),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -63,6 +66,22 @@ class PPOCheckpointing:
         random.setstate(_as_tuples(rng["python"]))
         if "cuda" in rng and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(rng["cuda"])
+        self._load_scaler_state(state.get("grad_scaler"))
+
+    def _load_scaler_state(self, saved: dict | None) -> None:
+        """Resume the fp16 scaler where it was: a fresh one starts at 65536 and skips (overflowing) steps until it
+        halves back down to the scale the run had found. A checkpoint without it (written before the scaler was
+        saved, or by a bf16/fp32 run) leaves the fresh scaler as it is; a saved scale with no scaler here (the run
+        resumed in bf16 or fp32, e.g. on a GPU with bf16) is of no use, and the warning says precision changed."""
+        scaler = getattr(self, "scaler", None)
+        if not saved:
+            return
+        if scaler is None:
+            warnings.warn(f"PPOTrainer.load_checkpoint: the checkpoint was written by an fp16 run (gradient scale "
+                          f"{saved.get('scale')}); this run has no fp16 gradient scaler (bf16 or fp32), so the "
+                          f"saved scale is ignored", UserWarning, stacklevel=3)
+            return
+        scaler.load_state_dict(saved)
 
     def save_checkpoint(self, directory: str | os.PathLike) -> Path:
         """Weights as safetensors (save_pretrained: backbone or adapter, plus value head) and the trainer
@@ -185,6 +204,12 @@ def load_weights(model: AutoModelForCausalLMWithValueHead, directory: Path) -> N
         if result.unexpected_keys:
             raise ValueError(f"{directory}: unexpected weights {result.unexpected_keys[:5]}")
     model.v_head.summary.load_state_dict(load_file(str(directory / VALUE_HEAD_FILE)))
+
+
+def _scaler_state(scaler: torch.amp.GradScaler | None) -> dict | None:
+    """The scaler's state_dict (plain floats and ints: torch.load(weights_only=True) reads it), None without one
+    (or a disabled one, whose state_dict is empty)."""
+    return (scaler.state_dict() or None) if scaler is not None else None
 
 
 def _as_tuples(value):
