@@ -168,9 +168,17 @@ def test_load_in_4bit_needs_lora_then_bitsandbytes_then_a_gpu(monkeypatch):
 def test_the_4bit_config_reaches_from_pretrained(monkeypatch, bf16_model_dir):
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
+    from peft import LoraConfig
+
+    config = PPOConfig(load_in_4bit=True, bf16=True)
+    # bitsandbytes and a GPU "present" while the load arguments are built, and only then: peft asked find_spec too
+    # (and cached the answer), so alone in a process this test had peft import the missing bitsandbytes.
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "bitsandbytes" else real_find_spec(name, *a))
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with monkeypatch.context() as patched:
+        patched.setattr(importlib.util, "find_spec",
+                        lambda name, *a: object() if name == "bitsandbytes" else real_find_spec(name, *a))
+        patched.setattr(torch.cuda, "is_available", lambda: True)
+        load_kwargs = model_load_kwargs(config, lora=True)
     seen = {}
     real = AutoModelForCausalLM.from_pretrained
 
@@ -179,12 +187,8 @@ def test_the_4bit_config_reaches_from_pretrained(monkeypatch, bf16_model_dir):
         return real(path, **{k: v for k, v in kwargs.items() if k != "quantization_config"})
 
     monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", capture)
-    from peft import LoraConfig
-
-    config = PPOConfig(load_in_4bit=True, bf16=True)
     AutoModelForCausalLMWithValueHead.from_pretrained(
-        bf16_model_dir, peft_config=LoraConfig(r=2, target_modules="all-linear", task_type="CAUSAL_LM"),
-        **model_load_kwargs(config, lora=True))
+        bf16_model_dir, peft_config=LoraConfig(r=2, target_modules="all-linear", task_type="CAUSAL_LM"), **load_kwargs)
     quantization = seen["quantization_config"]
     assert isinstance(quantization, BitsAndBytesConfig) and quantization.load_in_4bit
     assert quantization.bnb_4bit_quant_type == "nf4" and quantization.bnb_4bit_compute_dtype == torch.bfloat16
