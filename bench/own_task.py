@@ -395,6 +395,9 @@ def main() -> None:
     parser.add_argument("--skip-mix", action="store_true", help="no online run with people")
     parser.add_argument("--skip-dpo", action="store_true")
     parser.add_argument("--keep", default="", help="folder for the databases, logs and results (default: a temp one)")
+    parser.add_argument("--more", action="append", default=[], metavar="STAGE:KEY=VALUE,...",
+                        help="with --keep holding an earlier run of the recipe: one more run on its labels and "
+                             "measure (e.g. dpo:steps=120), its row added; repeatable; the recipe is not rerun")
     args = parser.parse_args()
     root = Path(args.keep or tempfile.mkdtemp(prefix="own-task-"))
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
@@ -404,7 +407,12 @@ def main() -> None:
         for seed in seeds:
             for margin in margins:
                 title = name if len(seeds) * len(margins) == 1 else f"{name}, seed {seed}, ties within {margin:g}"
-                rows = run_task(TASKS[name], args, seed, margin, root / title.replace(", ", "-").replace(" ", "-"))
+                work = root / title.replace(", ", "-").replace(" ", "-")
+                if args.more:
+                    rows = more_runs(TASKS[name], args, seed, work)
+                    title += " (more runs)"
+                else:
+                    rows = run_task(TASKS[name], args, seed, margin, work)
                 tables.append(format_table(title, rows))
                 print("\n" + tables[-1], flush=True)
     (root / "tables.md").write_text("\n\n".join(tables) + "\n")
@@ -451,6 +459,28 @@ def run_task(task: Task, args, seed: int, margin: float, work: Path) -> list[Row
     for result, row in zip(results, rows):
         result.update(asdict(row), targets=row.targets())
     (work / "results.json").write_text(json.dumps(results, indent=2))
+    return rows
+
+
+def more_runs(task: Task, args, seed: int, work: Path) -> list[Row]:
+    """--more: further runs on the labels and the measure of a recipe already run in `work` (its results.json says
+    how many answers people judged), one table row each, added to work/more.json."""
+    earlier = work / "results.json"
+    if not earlier.exists():
+        raise SystemExit(f"--more needs an earlier run of the recipe in {work} (no {earlier})")
+    judged = json.loads(earlier.read_text())[0]["judged"]
+    studio = Studio(work / "studio.db", task.name, work)
+    rows, results = [], []
+    for spec in args.more:
+        stage, _, rest = spec.partition(":")
+        settings = [item for item in rest.split(",") if item]
+        run_id, model, wall = train(studio, stage, [f"seed={seed}", *args.set, *settings], f"{stage}-more.log")
+        rows.append(measure(f"{stage} {' '.join(settings)}".strip(), model, *app_evaluation(studio, run_id, model),
+                            task.judge(), args.win_margin, judged))
+        results.append({"run": spec, "run_id": run_id, "wall_s": wall, **asdict(rows[-1]),
+                        "targets": rows[-1].targets()})
+    path = work / "more.json"
+    path.write_text(json.dumps((json.loads(path.read_text()) if path.exists() else []) + results, indent=2))
     return rows
 
 
