@@ -415,8 +415,9 @@ def main() -> None:
                     rows = run_task(TASKS[name], args, seed, margin, work)
                 tables.append(format_table(title, rows))
                 print("\n" + tables[-1], flush=True)
-    (root / "tables.md").write_text("\n\n".join(tables) + "\n")
-    print(f"\ntables in {root / 'tables.md'}; databases and logs under {root}")
+    written = root / ("tables-more.md" if args.more else "tables.md")  # --more keeps the recipe's own tables
+    written.write_text("\n\n".join(tables) + "\n")
+    print(f"\ntables in {written}; databases and logs under {root}")
 
 
 def run_task(task: Task, args, seed: int, margin: float, work: Path) -> list[Row]:

@@ -158,3 +158,14 @@ def test_the_estimate_says_it_assumes_an_idle_machine_and_names_the_load():
                                          "than other work.")
     busy = idle_machine_note(7.0, 2)
     assert "the load now is 7.0 on 2 cores" in busy and "several times longer" in busy
+
+
+def test_a_run_that_reads_under_half_its_labels_says_so(labelled):
+    # 4 pairs, batch 1: 4 steps a pass. One step reads a quarter of them (on the example tasks, DPO's 40 default
+    # steps of 4 read 160 of 480 pairs and stayed near the base; bench/own_task.py).
+    preview = preview_run(labelled, "default", "dpo", {"steps": 1, "per_device_train_batch_size": 1})
+    assert preview.epochs == 0.25
+    assert preview.warnings == ["1 steps of 1 pairs read 1 of the 4 training pairs: most of the labels go unused. "
+                                "For one pass over them set steps to about 4."]
+    # Half a pass or more: no warning.
+    assert preview_run(labelled, "default", "dpo", {"steps": 2, "per_device_train_batch_size": 1}).warnings == []
