@@ -77,3 +77,16 @@ def session_from(address: str):
     session = requests.Session()
     session.mount("http://", FromAddress())
     return session
+
+
+def fill_and_keep(page, selector: str, text: str) -> None:
+    """Type into a box of a tab just opened. On a loaded machine Gradio may still be mounting the tab when the text
+    lands, and the mount then resets the box (a CI run lost 'abc' that way and refused an empty id): type again,
+    as a person who saw the box empty would."""
+    box = page.locator(selector).first
+    for _ in range(5):
+        box.fill(text)
+        page.wait_for_timeout(300)
+        if box.input_value() == text:
+            return
+    raise AssertionError(f"{selector} did not keep {text!r}")

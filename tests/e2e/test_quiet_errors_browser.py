@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 import pytest
+from helpers import fill_and_keep
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -12,19 +13,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.browser]
 def toast(page, text: str) -> None:
     page.wait_for_selector(f".toast-body:has-text('{text}'), [data-testid=toast-body]:has-text('{text}')",
                            timeout=30_000)
-
-
-def fill_and_keep(page, selector: str, text: str) -> None:
-    """Type into a box of a tab just opened. On a loaded machine Gradio may still be mounting the tab when the text
-    lands, and the mount then resets the box (a CI run lost 'abc' that way and refused an empty id): type again,
-    as a person who saw the box empty would."""
-    box = page.locator(selector).first
-    for _ in range(5):
-        box.fill(text)
-        page.wait_for_timeout(300)
-        if box.input_value() == text:
-            return
-    raise AssertionError(f"{selector} did not keep {text!r}")
 
 
 def assert_one_log_line_each(page, capfd, caplog, expected: list[str]) -> None:

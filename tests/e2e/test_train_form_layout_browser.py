@@ -4,6 +4,7 @@ and the Launch button says "Launching" at once."""
 from __future__ import annotations
 
 import pytest
+from helpers import fill_and_keep
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
@@ -28,7 +29,12 @@ def test_launch_is_acknowledged_at_once(running_app, login):
     page.click("button[role=tab]:has-text('Train')")
     page.click("#train-stage label:has-text('sft')")
     page.click("text=Advanced settings")
-    page.fill("#train-annotators textarea, #train-annotators input", "nobody")  # refused: nothing is queued
+    # Refused: nothing is queued. The box is typed until it keeps the text, and a preview (the same inputs) must
+    # show the refusal before Launch is pressed: a CI run lost the text to the tab's mount, and its launch queued
+    # an SFT run of the 135M model that held the machine for the rest of the suite.
+    fill_and_keep(page, "#train-annotators textarea, #train-annotators input", "nobody")
+    page.click("#train-preview")
+    page.wait_for_selector("#train-notice >> text=only 0 answers", timeout=120_000)
     # Every text the notice shows, with the milliseconds since the click (the refusal may come within a second).
     page.evaluate("""() => { window.__notices = []; const el = document.getElementById('train-notice');
       new MutationObserver(() => window.__notices.push([Date.now() - window.__clicked, el.innerText]))
