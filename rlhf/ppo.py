@@ -47,7 +47,8 @@ from rlhf.core import (
     trim_response,
 )
 from rlhf.attention import use_attention
-from rlhf.precision import autocast_dtype, warn_if_no_master_weights
+from rlhf.precision import (InheritedMixedPrecisionWarning, autocast_dtype, inherited_mixed_precision,
+                            undo_prepared_autocast, warn_if_no_master_weights)
 from rlhf.trainer_setup import enable_gradient_checkpointing
 from rlhf.cpu_memory import keep_freed_memory
 from rlhf.distributed import (
@@ -238,6 +239,22 @@ class PPOTrainer(PPOCheckpointing):
         prepared = list(prepared) if isinstance(prepared, tuple) else [prepared]
         self.model = prepared.pop(0) if prepare_model else model
         self.optimizer = prepared.pop(0)
+        # An Accelerator of ours in a process where an earlier trainer set mixed precision (accelerate's state is
+        # one per process) would run every forward in that precision, whatever config.bf16 says: give the model
+        # back its own forward and keep to the config.
+        self.inherited_precision = inherited_mixed_precision(self.accelerator) if accelerator is None else None
+        if self.inherited_precision is not None:
+            own = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(self.autocast_dtype, "no")
+            if own != self.inherited_precision:
+                warnings.warn(f"PPOTrainer: accelerate's state in this process has mixed_precision="
+                              f"{self.inherited_precision} from an earlier trainer; this one computes in {own} as its "
+                              f"config says (bf16={config.bf16})", InheritedMixedPrecisionWarning, stacklevel=2)
+            if prepare_model:
+                undo_prepared_autocast(self.model)
+            # an inherited fp16 state also brought accelerate's loss scaler; this trainer keeps its own (or none)
+            self.accelerator.scaler = None
+            if hasattr(self.optimizer, "scaler"):
+                self.optimizer.scaler = None
         self.dataloader = prepared.pop(0) if dataloader is not None else None
         if copied_reference and isinstance(self.model, torch.nn.parallel.DistributedDataParallel):
             # DDP started every rank from rank 0's weights; the copy was made from this rank's own.
@@ -262,6 +279,8 @@ class PPOTrainer(PPOCheckpointing):
     def _autocast(self):
         if self.autocast_dtype is not None:
             return torch.autocast(device_type=self.accelerator.device.type, dtype=self.autocast_dtype)
+        if self.inherited_precision is not None:
+            return contextlib.nullcontext()  # an earlier trainer's precision, not this run's: fp32
         return self.accelerator.autocast()  # whatever `accelerate launch --mixed_precision` asked for
 
     @property

@@ -142,3 +142,30 @@ def trainer_precision_flags(bf16: bool, fp16: bool, device_type: str, bf16_suppo
     if bf16 and device_type == "cuda" and autocast_dtype(True, device_type, bf16_supported) == torch.float16:
         return False, True
     return bf16, fp16
+
+
+class InheritedMixedPrecisionWarning(UserWarning):
+    """accelerate's process-wide state carries an earlier trainer's mixed precision into this one."""
+
+
+def inherited_mixed_precision(accelerator) -> str | None:
+    """The mixed precision accelerate's process-wide state gives `accelerator` although this process was not
+    launched with it (`accelerate launch --mixed_precision`, which sets ACCELERATE_MIXED_PRECISION): an earlier
+    trainer in the same process (an HF Trainer with bf16=True, in a notebook) left it there. None when there is
+    none, or when the launch asked for it."""
+    import os
+
+    mixed = getattr(accelerator, "mixed_precision", "no") or "no"
+    if mixed == "no" or os.environ.get("ACCELERATE_MIXED_PRECISION", "no") == mixed:
+        return None
+    return mixed
+
+
+def undo_prepared_autocast(model) -> None:
+    """Give back the forward that accelerator.prepare wrapped in its mixed-precision autocast (it keeps the
+    original as `_original_forward`), so the trainer's own precision decides. Unwraps DDP's module first."""
+    inner = getattr(model, "module", model)
+    original = inner.__dict__.get("_original_forward")
+    if original is not None:
+        inner.forward = original
+        del inner._original_forward

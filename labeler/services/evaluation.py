@@ -445,13 +445,20 @@ def evaluate_finished_run(db: sqlite_utils.Database, run_id: int, stage: str, pr
         queued = people_eval.queue_comparisons(db, project, run_id, base, model["name"], results[0].samples,
                                                after.samples, after.settings["samples"])
         log(f"evaluation: {queued} blind comparisons of the base's and the model's answers queued for people (Rank)")
-    if after.metrics.get("eval/truncated_share", 0) > TRUNCATED_WARNING:
+    if answers_were_cut(after):
         log(truncation_warning(after))
     return after
 
 
 NO_HELDOUT = ("project '{project}' has no held-out prompts (split 'test'): import prompts with a held-out share "
               "(prompts import --heldout-share, or --split test for a file of evaluation prompts)")
+
+
+def answers_were_cut(evaluation: Evaluation) -> bool:
+    """Whether most answers filled the answer length, where that cuts them: a continuation (prompt format
+    'continue', the shipped task's review openings) is meant to run to the limit, so it never warns."""
+    continuation = evaluation.settings.get("prompt_format") == "continue"
+    return not continuation and evaluation.metrics.get("eval/truncated_share", 0) > TRUNCATED_WARNING
 
 
 def truncation_warning(evaluation: Evaluation) -> str:
@@ -557,7 +564,7 @@ def format_report(results: Sequence[Evaluation], examples: int = 3, width: int =
         lines.append(f"{r.model:<{name_width}} | {_cell(m.get('eval/reward_mean'), '.3f', 7)} | {win:>16} | "
                      f"{_cell(m.get('eval/positive_share'), '.0%', 8)} | {_cell(m.get('eval/kl'), '.3f', 7)} | "
                      f"{m['eval/length_mean']:6.1f} | {m['eval/distinct_2']:10.3f} | {base}")
-    cut = [r for r in results if r.metrics.get("eval/truncated_share", 0) > TRUNCATED_WARNING]
+    cut = [r for r in results if answers_were_cut(r)]
     lines += [f"{r.model}: {truncation_warning(r)}" for r in cut]
     samples_per_prompt = settings["samples"]
     shown = min(examples, settings["prompts_n"])

@@ -227,21 +227,27 @@ def _micro_step_settings(db, project: str, stage: str, job, trainer, prompts: li
     if stage == "ppo":
         rows, tokens, group, estimator = (trainer.mini_batch_size, job.max_new_tokens, job.answers_per_prompt,
                                           trainer.advantage_estimator)
+        generation_rows = trainer.batch_size  # the runner generates a whole batch at once
     else:  # grpo, rloo: PPO's leave-one-out step (no value head to train) on one of the Trainer's micro-batches
         rows, tokens, group, estimator = (trainer.per_device_train_batch_size, trainer.max_completion_length,
                                           trainer.num_generations, "rloo")
+        generation_rows = trainer.per_device_train_batch_size * trainer.steps_per_generation
     return run_estimate.MicroStepSettings(
         model_path=str(models.resolve(db, job.base_model(stage))), bf16=job.bf16, lora=job.lora, lora_r=job.lora_r,
         lora_alpha=job.lora_alpha, rows=rows, max_new_tokens=tokens, answers_per_prompt=group,
         advantage_estimator=estimator, prompts=tuple(prompts[:rows]),
         chat_template=bool(get_project(db, project).chat_template),
-        threads=launch.threads_per_process(job.num_processes or 1))
+        threads=launch.threads_per_process(job.num_processes or 1), generation_rows=generation_rows)
 
 
-def _step_seconds(stage: str, micro: run_estimate.MicroStep, trainer) -> float:
-    """One step of the run from its micro-step: a PPO batch, or a GRPO/RLOO generation batch (on each rank)."""
+def _step_seconds(stage: str, micro: run_estimate.MicroStep, trainer, job=None, heldout: int = 0) -> float:
+    """One step of the run from its micro-step: a PPO batch (with its share of the held-out curve, which a
+    single-process PPO run draws every job.heldout_every steps), or a GRPO/RLOO generation batch (on each rank)."""
     if stage == "ppo":
-        return run_estimate.ppo_step_seconds(micro, trainer.batch_size, trainer.ppo_epochs)
+        curve = 0.0
+        if job is not None and (job.num_processes or 1) == 1:
+            curve = run_estimate.heldout_curve_seconds_per_step(micro, heldout, job.heldout_every)
+        return run_estimate.ppo_step_seconds(micro, trainer.batch_size, trainer.ppo_epochs) + curve
     passes = run_estimate.online_no_grad_passes(trainer.needs_old_logps, trainer.beta)
     answers = trainer.per_device_train_batch_size * trainer.steps_per_generation
     return run_estimate.online_step_seconds(micro, answers, trainer.num_iterations, passes)
@@ -257,8 +263,9 @@ def _with_estimate(db, project: str, stage: str, preview: RunPreview, job, train
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as error:
         reason = f"no time estimate: {error}"
         return replace(preview, warnings=[*preview.warnings, reason], budget_error=reason if budget else None)
-    eval_answers = len(heldout_prompts(db, project)) * job.eval_samples
-    estimate = run_estimate.estimate_from_step(micro, job.steps, _step_seconds(stage, micro, trainer), eval_answers)
+    heldout = len(heldout_prompts(db, project))
+    step_seconds = _step_seconds(stage, micro, trainer, job, heldout)
+    estimate = run_estimate.estimate_from_step(micro, job.steps, step_seconds, heldout * job.eval_samples)
     if budget is None:
         return replace(preview, estimate=estimate)
     fixed = estimate.setup_seconds + estimate.eval_seconds

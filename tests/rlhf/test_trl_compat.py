@@ -64,7 +64,7 @@ def test_small_batch_sizes_and_trl_aliases():
     assert PPOConfig(batch_size=8).mini_batch_size == 8
     tuned = PPOConfig()  # the tuned recipe is unchanged
     assert (tuned.batch_size, tuned.mini_batch_size, tuned.ppo_epochs, tuned.learning_rate,
-            tuned.advantage_estimator) == (64, 16, 2, 3e-5, "rloo")
+            tuned.advantage_estimator, tuned.target) == (64, 16, 1, 6e-5, "rloo", 9.0)
     with pytest.warns(FutureWarning, match="forward_batch_size is deprecated"):
         aliased = PPOConfig(batch_size=8, forward_batch_size=4)
     assert aliased.mini_batch_size == 4 and aliased.forward_batch_size is None

@@ -354,3 +354,18 @@ def test_eval_of_a_tuned_model_evaluates_its_base_and_reports_the_win_rate(db, t
     again = evaluation.evaluate_models(db, ["tuned"], EvalSettings(reward=WORDS, samples=2, max_new_tokens=3),
                                        with_bases=True)
     assert again[0].id == base.id
+
+
+def test_cut_answers_are_a_warning_only_where_answers_are_meant_to_end():
+    """A chat project's answers that fill the answer length are cut mid-sentence: warned. A continuation (the
+    shipped task's review openings, prompt format 'continue') runs to the limit by design: no warning."""
+    def stored(prompt_format: str, share: float) -> evaluation.Evaluation:
+        return evaluation.Evaluation(id=1, model="ppo-run1", kl_base="default", run_id=1,
+                                     settings={"prompt_format": prompt_format, "max_new_tokens": 16},
+                                     metrics={"eval/truncated_share": share}, samples=[], created_at="")
+
+    assert evaluation.answers_were_cut(stored("chat", 0.9))
+    assert not evaluation.answers_were_cut(stored("chat", 0.4))  # under TRUNCATED_WARNING (half)
+    assert not evaluation.answers_were_cut(stored("continue", 1.0))
+    assert "90% of the answers were cut at the answer length (16 tokens)" in evaluation.truncation_warning(
+        stored("chat", 0.9))

@@ -3,6 +3,8 @@ micro-step for PPO, GRPO and RLOO, the parsing of time_budget, and what the prev
 model is loaded: the micro-step is injected)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from export_fixtures import build_labelled_db
 
@@ -48,6 +50,25 @@ def test_step_time_from_a_micro_step():
     step = run_estimate.ppo_step_seconds(MICRO, batch_size=64, ppo_epochs=2)
     estimate = run_estimate.estimate_from_step(MICRO, steps=40, step_seconds=step, eval_answers=40)
     assert estimate.total_seconds == 10 + 40 * 36 + 10  # 1460 s
+
+
+def test_generation_is_counted_at_the_pace_of_the_run_s_batch():
+    # 64 answers generated in one batch in 2 s (the run's batch), not 4 mini-batches of 16 at 2 s each:
+    # 64 x 2 / 64 = 2 s of generation + 4 chunks x (no-grad 1 + 2 epochs x 3) = 30 s (36 s counted by mini-batch).
+    batched = replace(MICRO, generate_rows=64)
+    assert batched.seconds_per_answer == 2.0 / 64
+    assert run_estimate.ppo_step_seconds(batched, batch_size=64, ppo_epochs=2) == 30.0
+    # GRPO/RLOO: the same 64 answers, 2 passes of 0.5 s, 2 iterations: 2 + 4 x (1 + 6) = 30 s.
+    assert run_estimate.online_step_seconds(batched, answers=64, num_iterations=2, no_grad_passes=2) == 30.0
+    # evaluation: 40 answers by 2 models at 2 s per 64 answers = 2.5 s
+    assert run_estimate.eval_seconds(batched, answers=40) == 2.5
+
+
+def test_the_heldout_curve_is_spread_over_the_steps():
+    # 40 held-out prompts, one answer each every 10 steps, at 2 s per 16 answers: 40 x 0.125 / 10 = 0.5 s a step.
+    assert run_estimate.heldout_curve_seconds_per_step(MICRO, heldout_prompts=40, every=10) == 0.5
+    assert run_estimate.heldout_curve_seconds_per_step(MICRO, heldout_prompts=40, every=0) == 0.0  # off
+    assert run_estimate.heldout_curve_seconds_per_step(MICRO, heldout_prompts=0, every=10) == 0.0  # nothing held out
 
 
 def test_grpo_and_rloo_step_time_from_the_same_micro_step():
@@ -97,7 +118,7 @@ def _measured(calls):
 def test_preview_says_how_long_and_fits_the_budget(labelled):
     calls = []
     settings = {"batch_size": 64, "mini_batch_size": 16, "ppo_epochs": 2, "answers_per_prompt": 4, "bf16": False,
-                "eval_samples": 0}
+                "eval_samples": 0, "heldout_every": 0}
     plain = preview_run(labelled, "default", "ppo", settings, measure=_measured(calls))
     # 40 steps x 36 s + 10 s to load, no evaluation (eval_samples 0) = 1450 s.
     assert plain.estimate.total_seconds == 1450 and plain.steps == 40
@@ -105,6 +126,7 @@ def test_preview_says_how_long_and_fits_the_budget(labelled):
     # The micro-step is the run's own: its mini-batch, precision and tokens.
     # The project's answer length (a chat project's 128), as the run would store it.
     assert (calls[0].rows, calls[0].bf16, calls[0].max_new_tokens, calls[0].lora) == (16, False, 128, False)
+    assert calls[0].generation_rows == 64  # generation is timed at the run's batch, as the runner generates it
 
     fitted = preview_run(labelled, "default", "ppo", {**settings, "time_budget": "20m"}, measure=_measured(calls))
     # (1200 - 10) / 36 = 33.05 -> 33 steps: 10 + 33 x 36 = 1198 s.
@@ -127,8 +149,17 @@ def test_evaluation_counts_in_the_estimate(labelled):
     assert preview.estimate.eval_seconds == 1.0
 
 
+def test_the_heldout_curve_counts_in_the_estimate(labelled):
+    # 1 held-out prompt, one answer every 2 steps at 16 answers per 2 s: 0.0625 s a step on top of 36 s.
+    values = {"batch_size": 64, "mini_batch_size": 16, "ppo_epochs": 2, "answers_per_prompt": 4, "eval_samples": 0}
+    curve = preview_run(labelled, "default", "ppo", {**values, "heldout_every": 2}, measure=_measured([]))
+    off = preview_run(labelled, "default", "ppo", {**values, "heldout_every": 0}, measure=_measured([]))
+    assert (curve.estimate.step_seconds, off.estimate.step_seconds) == (36.0625, 36.0)
+
+
 def test_apply_time_budget_sets_the_steps_the_run_is_queued_with(labelled):
-    values = {"batch_size": 64, "mini_batch_size": 16, "answers_per_prompt": 4, "eval_samples": 0, "time_budget": "20m"}
+    values = {"batch_size": 64, "mini_batch_size": 16, "ppo_epochs": 2, "answers_per_prompt": 4, "eval_samples": 0,
+              "time_budget": "20m"}
     queued, preview = apply_time_budget(labelled, "default", "ppo", values, measure=_measured([]))
     assert queued == {**values, "steps": 33} and preview.steps == 33
     unchanged, none = apply_time_budget(labelled, "default", "ppo", {"steps": 3}, measure=_measured([]))
@@ -152,7 +183,7 @@ def test_a_failed_measurement_is_a_warning_in_the_preview_and_an_error_for_a_bud
 
 def test_the_epoch_warning_follows_the_fitted_steps(labelled):
     # 2 training prompts, 16 prompts a step: 40 steps are 320 passes; a budget of 2 steps is 16 passes.
-    values = {"batch_size": 64, "mini_batch_size": 16, "answers_per_prompt": 4, "eval_samples": 0}
+    values = {"batch_size": 64, "mini_batch_size": 16, "ppo_epochs": 2, "answers_per_prompt": 4, "eval_samples": 0}
     fitted = preview_run(labelled, "default", "ppo", {**values, "time_budget": "90s"}, measure=_measured([]))
     # (90 - 10) / 36 = 2.2 -> 2 steps
     assert fitted.steps == 2 and [w for w in fitted.warnings if "passes" in w] == [
@@ -202,9 +233,9 @@ def test_a_micro_step_is_measured_on_the_run_s_own_model(tiny_model_dir):
     settings = run_estimate.MicroStepSettings(
         model_path=str(tiny_model_dir), bf16=False, lora=False, lora_r=8, lora_alpha=16, rows=4, max_new_tokens=3,
         answers_per_prompt=2, advantage_estimator="rloo", prompts=("The film was", "I thought"), chat_template=False,
-        threads=1)
+        threads=1, generation_rows=8)
     micro = run_estimate.measure_micro_step(settings)
-    assert micro.rows == 4
+    assert (micro.rows, micro.generate_rows) == (4, 8)  # a mini-batch trained, the run's batch generated
     assert min(micro.generate_seconds, micro.forward_seconds, micro.train_seconds, micro.setup_seconds) > 0
     assert run_estimate.measure_micro_step(settings) is micro  # cached: the preview does not measure twice
 
@@ -219,18 +250,19 @@ def test_cli_dry_run_queues_nothing_and_a_budget_sets_the_steps(labelled, db_pat
               "--set", "eval_samples=0"]
     assert main([*common, "--dry-run"]) == 0
     out = capsys.readouterr().out
-    # the default recipe: 64 answers in 4 chunks of 16, 2 epochs -> 36 s a step, 40 steps + 10 s = 24 min 10 s
-    assert "About 24 min 10 s on this machine: 40 steps of ~36 s" in out and "**" not in out
+    # the default recipe: 64 answers in 4 chunks of 16, one pass -> 4 x (2 + 1 + 3) = 24 s a step, and the held-out
+    # curve's share (1 prompt every 10 steps at 2 s per 16 answers: 0.0125 s); 40 steps + 10 s = 16 min 10 s
+    assert "About 16 min 10 s on this machine: 40 steps of ~24 s" in out and "**" not in out
     # and the memory the run will take on this device, from the tiny model's config (rlhf/memory_estimate.py)
     assert "Memory: about " in out and "GiB (this machine's RAM)" in out and "vocabulary 49,152" in out
     assert runs.list_runs(labelled) == []
     monkeypatch.setattr(jobs, "start_queued", lambda db, *a, **k: [])  # queued, not started: no training here
     assert main([*common, "--set", "time_budget=10m", "--runs-dir", db_path + "-runs"]) == 0
     out = capsys.readouterr().out
-    # (600 - 10) / 36 = 16.4 -> 16 steps
-    assert "time_budget 10 min 0 s: 16 steps chosen, instead of the 40 asked for" in out
+    # (600 - 10) / 24.0125 = 24.6 -> 24 steps
+    assert "time_budget 10 min 0 s: 24 steps chosen, instead of the 40 asked for" in out
     (run,) = runs.list_runs(labelled)
-    assert run.config["job"]["steps"] == 16 and run.config["job"]["time_budget"] == "10m"
+    assert run.config["job"]["steps"] == 24 and run.config["job"]["time_budget"] == "10m"
 
 
 def test_cli_dry_run_of_grpo_says_how_long_and_kto_measures_nothing(labelled, db_path, tiny_model_dir, capsys,

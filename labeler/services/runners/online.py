@@ -7,9 +7,9 @@ wrapped as a TRL reward function. Like the other stages they report through the 
 `checkpoint_every` steps through transformers' Trainer and resume from the newest complete checkpoint.
 
 The app's configs are the library's (TRL 1.16's fields and names) with defaults for a run on a CPU, the recipe
-PPO's defaults use (README "What the defaults give"): 16 prompts x 4 answers of 16 tokens per generation batch,
-2 passes over it in mini-batches of 16, learning rate 3e-5. `steps` counts generation batches, as it counts
-PPO batches for ppo.
+measured for GRPO in docs/RECIPES.md (PPO's defaults until it moved to one pass at lr 6e-5): 16 prompts x 4
+answers of 16 tokens per generation batch, 2 passes over it in mini-batches of 16, learning rate 3e-5. `steps`
+counts generation batches, as it counts PPO batches for ppo.
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ class StudioOnlineDefaults:
     Studio config's bases, so its defaults override the library's (dataclass fields are gathered from the last
     base to the first); beta differs between the two and stays with each."""
 
-    learning_rate: float = field(default=3e-5, metadata={"help": "AdamW learning rate (PPO's tuned CPU value; TRL's default 1e-6 suits long GPU runs)."})
+    learning_rate: float = field(default=3e-5, metadata={"help": "AdamW learning rate (the tuned CPU value with 2 passes; TRL's default 1e-6 suits long GPU runs)."})
     per_device_train_batch_size: int = field(default=16, metadata={"help": "Answers per mini-batch (one optimizer step)."})
     steps_per_generation: int | None = field(default=4, metadata={"help": "Mini-batches per generation batch: 4 x 16 = 64 answers, 16 prompts x 4."})
     num_generations: int = field(default=4, metadata={"help": "Answers per prompt (the job's answers_per_prompt wins when set)."})

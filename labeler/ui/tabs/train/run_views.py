@@ -213,7 +213,7 @@ def comparison_frame(db, run_id: int | None) -> tuple[pd.DataFrame, pd.DataFrame
     if settings["reward"] == measures.PEOPLE:
         note += "\n\n" + people_line(db, run_id, after.model)
     warnings = [evaluation.run_judge_note(db, run_id, after)]
-    if after.metrics.get("eval/truncated_share", 0) > evaluation.TRUNCATED_WARNING:
+    if evaluation.answers_were_cut(after):
         warnings.append(evaluation.truncation_warning(after))
     note += "".join(f"\n\n⚠ {warning[0].upper()}{warning[1:]}." for warning in warnings if warning)
     return metrics, pd.DataFrame(answers, columns=ANSWER_COLUMNS), note
