@@ -31,7 +31,7 @@ FORM_FIELDS = {name: list(stage.form_fields) for name, stage in training_stages.
 
 
 # ---- recipes: settings by model size ------------------------------------------------------------------------
-# The defaults above are the 2-core CPU's with the embedded 135M model (16-token answers, lr 3e-5). A recipe sets
+# The defaults above are the 2-core CPU's with the embedded 135M model (16-token answers, PPO lr 6e-5). A recipe sets
 # what changes with the model's size on a GPU (docs/GPU.md): answer length, learning rate per stage (full
 # fine-tuning: TRL's and its papers' usual values at this size; LoRA: about 10x, as its adapters start at zero),
 # the mini-batch (smaller, with gradient accumulation keeping the batch) and gradient checkpointing where the
