@@ -9,11 +9,11 @@ training mini-batches. A GRPO or RLOO step (one generation batch) is built from 
 batch's answers, a no-grad pass over them for each of the sampling policy's log-probs (when the policy moves
 within the batch) and the reference's (beta > 0), each half of PPO's two passes, and num_iterations passes of
 training mini-batches. Generation is timed at the run's own generation batch (PPO's batch_size, up to
-GENERATION_ROWS_MEASURED answers): batched generation is much faster per answer than a mini-batch's worth (with bf16
-on a 2-core CPU, 16 answers took as long as the run's 64), and timing a mini-batch overestimated the shipped
-recipe by a fifth. PPO's held-out curve (heldout_every) counts too. Not included: a reward model's scoring (reward=rm/mix) and the wait for
-human ratings (reward=human/mix), which depend on people. The stages trained by transformers' Trainer on
-labels (sft, rm, dpo, kto) have no estimate.
+GENERATION_ROWS_MEASURED answers): batched generation is much faster per answer than a mini-batch's worth (with
+bf16 on a 2-core CPU, 16 answers took about as long as the run's 64), and timing a mini-batch overstated the
+shipped recipe's runs by 17-27%. PPO's held-out curve (heldout_every) counts too. Not included: a reward model's
+scoring (reward=rm/mix) and the wait for human ratings (reward=human/mix), which depend on people. The stages
+trained by transformers' Trainer on labels (sft, rm, dpo, kto) have no estimate.
 
 The arithmetic (micro-step -> seconds -> steps) is pure and tested with made-up micro-step times (parsing a
 duration, "20m" or "1h30m", is durations.py's). Only the measurement loads a model.
