@@ -240,12 +240,12 @@ def _micro_step_settings(db, project: str, stage: str, job, trainer, prompts: li
         threads=launch.threads_per_process(job.num_processes or 1), generation_rows=generation_rows)
 
 
-def _step_seconds(stage: str, micro: run_estimate.MicroStep, trainer, job=None, heldout: int = 0) -> float:
+def _step_seconds(stage: str, micro: run_estimate.MicroStep, trainer, job, heldout: int) -> float:
     """One step of the run from its micro-step: a PPO batch (with its share of the held-out curve, which a
     single-process PPO run draws every job.heldout_every steps), or a GRPO/RLOO generation batch (on each rank)."""
     if stage == "ppo":
         curve = 0.0
-        if job is not None and (job.num_processes or 1) == 1:
+        if (job.num_processes or 1) == 1:
             curve = run_estimate.heldout_curve_seconds_per_step(micro, heldout, job.heldout_every)
         return run_estimate.ppo_step_seconds(micro, trainer.batch_size, trainer.ppo_epochs) + curve
     passes = run_estimate.online_no_grad_passes(trainer.needs_old_logps, trainer.beta)
