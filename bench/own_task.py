@@ -18,7 +18,8 @@ The recipe, one `rlhf-studio` subprocess per step, on a fresh database in a temp
    through the web API (gradio_client) by the task's judge, ties within --tie-margins, one ranking per --pace
    seconds each, until `--judged-answers` answers are judged or the queue is empty
 5. `train rm`: a reward model from those rankings; `projects set TASK --measure rm:NAME` makes it the project's
-   measure, so the app judges every run below by it
+   measure, so the app judges every run below by it (`--measure people`: the same people rank each run's blind
+   pairs of base and tuned answers in the Rank tab, and the app's win rate is theirs)
 6. `train ppo --set reward=rm`
 7. `train dpo` on the same rankings
 8. `train ppo --set reward=mix`: the same people rank online while the run asks (up to --mix-judged-answers)
@@ -271,6 +272,32 @@ class People:
             self._stop(stop, threads)
         return self.judged() - before
 
+    def judge_run(self, run_id: int, model: str, timeout: float = 3600):
+        """The measure `people`: rank the run's blind pairs of base and tuned answers (queued by its evaluation
+        ahead of anything else in the Rank queue) until each has a ranking; people's win rate of the run's model
+        (people_eval.people_win_rate), or None when the run queued none."""
+        from labeler.services import people_eval
+
+        def read():
+            db = self.studio.db_handle()
+            try:
+                pairs = db.execute("SELECT COUNT(DISTINCT prompt_id) FROM responses WHERE run_id = ? AND source = ?",
+                                   [run_id, people_eval.EVALUATION_SOURCE]).fetchone()[0]
+                return pairs, people_eval.people_win_rate(db, run_id, model)
+            finally:
+                db.conn.close()
+
+        _, stop, threads = self._start(10**9, ("ranking",))
+        deadline = time.monotonic() + timeout
+        try:
+            pairs, result = read()
+            while pairs and (result is None or result.prompts < pairs) and time.monotonic() < deadline:
+                time.sleep(2.0)
+                pairs, result = read()
+        finally:
+            self._stop(stop, threads)
+        return result
+
     def online(self, budget: int, kind: str, work: Callable[[], object]):
         """Run `work` (a training run) while the people label items of `kind` (what the run asks, and any left
         over from before, as people would); (its result, answers the people judged meanwhile)."""
@@ -350,12 +377,17 @@ def app_evaluation(studio: Studio, run_id: int, model: str):
     return before, after
 
 
-def measure(run: str, model: str, before, after, judge, margin: float, judged: int, online: bool = False) -> Row:
-    """The table's row: the judge's verdict on the answers the app's evaluation stored, beside its figures."""
+def measure(run: str, model: str, before, after, judge, margin: float, judged: int, online: bool = False,
+            people_win=None) -> Row:
+    """The table's row: the judge's verdict on the answers the app's evaluation stored, beside its figures. With
+    the measure `people`, the app's win rate is `people_win` (people_eval.people_win_rate once the people ranked
+    the run's blind pairs)."""
     prompts, base_answers, tuned_answers = paired_answers(before.samples, after.samples)
     base_scores = [float(s) for s in judge(prompts, base_answers)]
     tuned_scores = [float(s) for s in judge(prompts, tuned_answers)]
     m = after.metrics
+    if people_win is not None:
+        m = {**m, "eval/win_rate": people_win.rate, "eval/win_low": people_win.low, "eval/win_high": people_win.high}
     return Row(run=run, model=model, judge_base=sum(base_scores) / len(base_scores),
                judge_tuned=sum(tuned_scores) / len(tuned_scores),
                judge_win=judge_win_rate(tuned_scores, base_scores, int(after.settings["samples"]), margin),
@@ -386,7 +418,8 @@ def main() -> None:
     parser.add_argument("--win-margin", type=float, default=0.0, help="the judge's win rate counts a pair within "
                         "this as a tie (0: equal scores only, as the app's win rate counts)")
     parser.add_argument("--measure", default="rm", help="the project's measure, which the app evaluates runs by: "
-                        "rm (the reward model trained in step 5), or any `projects set --measure` value, e.g. "
+                        "rm (the reward model trained in step 5), people (the simulated people rank each run's blind "
+                        "pairs through the web app), or any `projects set --measure` value, e.g. "
                         "bench.tasks.concise.judge:judge (default: rm)")
     parser.add_argument("--set", action="append", default=[], help="a setting for every train (key=value)")
     parser.add_argument("--ppo-set", action="append", default=[], help="a setting for the PPO runs alone")
@@ -409,7 +442,7 @@ def main() -> None:
                 title = name if len(seeds) * len(margins) == 1 else f"{name}, seed {seed}, ties within {margin:g}"
                 work = root / title.replace(", ", "-").replace(" ", "-")
                 if args.more:
-                    rows = more_runs(TASKS[name], args, seed, work)
+                    rows = more_runs(TASKS[name], args, seed, margin, work)
                     title += " (more runs)"
                 else:
                     rows = run_task(TASKS[name], args, seed, margin, work)
@@ -439,10 +472,12 @@ def run_task(task: Task, args, seed: int, margin: float, work: Path) -> list[Row
         set_measure(studio, args.measure, reward_model)
         offline = [("ppo reward=rm", "ppo", ["reward=rm", *args.ppo_set]),           # 6.
                    *([] if args.skip_dpo else [("dpo", "dpo", [])])]                 # 7.
+        by_people = args.measure == "people"
         for label, stage, settings in offline:
             run_id, model, wall = train(studio, stage, [*common, *settings], f"{stage}.log")
-            rows.append(measure(label, model, *app_evaluation(studio, run_id, model),
-                                judge, args.win_margin, judged))
+            evaluated = app_evaluation(studio, run_id, model)
+            rows.append(measure(label, model, *evaluated, judge, args.win_margin, judged,
+                                people_win=people.judge_run(run_id, model) if by_people else None))
             results.append({"run": label, "run_id": run_id, "wall_s": wall})
         if not args.skip_mix:                                                         # 8.
             settings = [*common, "reward=mix", *args.ppo_set]
@@ -452,8 +487,10 @@ def run_task(task: Task, args, seed: int, margin: float, work: Path) -> list[Row
             by_run = answers_judged_in_run(studio, run_id)
             print(f"  people judged {by_team} answers during the mix run; the run counts {by_run} of its own",
                   flush=True)
-            rows.append(measure("ppo reward=mix", model, *app_evaluation(studio, run_id, model),
-                                judge, args.win_margin, by_run if by_run is not None else by_team, online=True))
+            evaluated = app_evaluation(studio, run_id, model)
+            rows.append(measure("ppo reward=mix", model, *evaluated, judge, args.win_margin,
+                                by_run if by_run is not None else by_team, online=True,
+                                people_win=people.judge_run(run_id, model) if by_people else None))
             results.append({"run": "ppo reward=mix", "run_id": run_id, "wall_s": wall, "judged_by_team": by_team})
     finally:
         people.close()
@@ -463,23 +500,46 @@ def run_task(task: Task, args, seed: int, margin: float, work: Path) -> list[Row
     return rows
 
 
-def more_runs(task: Task, args, seed: int, work: Path) -> list[Row]:
+def more_runs(task: Task, args, seed: int, margin: float, work: Path) -> list[Row]:
     """--more: further runs on the labels and the measure of a recipe already run in `work` (its results.json says
-    how many answers people judged), one table row each, added to work/more.json."""
+    how many answers people judged), one table row each, added to work/more.json. The same people (ties within
+    `margin`) rank online while a run with reward=mix asks, up to --mix-judged-answers, and rank each run's blind
+    pairs when the project's measure is `people`."""
+    from labeler.services import measures
+
     earlier = work / "results.json"
     if not earlier.exists():
         raise SystemExit(f"--more needs an earlier run of the recipe in {work} (no {earlier})")
     judged = json.loads(earlier.read_text())[0]["judged"]
     studio = Studio(work / "studio.db", task.name, work)
+    db = studio.db_handle()
+    by_people = measures.resolve_measure(db, task.name) == measures.PEOPLE
+    db.conn.close()
+    people = People(studio, task, args.annotators, args.pace, margin)
     rows, results = [], []
-    for spec in args.more:
-        stage, _, rest = spec.partition(":")
-        settings = [item for item in rest.split(",") if item]
-        run_id, model, wall = train(studio, stage, [f"seed={seed}", *args.set, *settings], f"{stage}-more.log")
-        rows.append(measure(f"{stage} {' '.join(settings)}".strip(), model, *app_evaluation(studio, run_id, model),
-                            task.judge(), args.win_margin, judged))
-        results.append({"run": spec, "run_id": run_id, "wall_s": wall, **asdict(rows[-1]),
-                        "targets": rows[-1].targets()})
+    try:
+        for spec in args.more:
+            stage, _, rest = spec.partition(":")
+            settings = [item for item in rest.split(",") if item]
+            all_settings = [f"seed={seed}", *args.set, *settings]
+            label = f"{stage} {' '.join(settings)}".strip()
+            online = "reward=mix" in settings
+            if online:
+                kind = "rating" if "human_label=rating" in settings else "ranking"
+                (run_id, model, wall), by_team = people.online(
+                    args.mix_judged_answers, kind, lambda: train(studio, stage, all_settings, f"{stage}-more.log"))
+                by_run = answers_judged_in_run(studio, run_id)
+                run_judged = by_run if by_run is not None else by_team
+            else:
+                run_id, model, wall = train(studio, stage, all_settings, f"{stage}-more.log")
+                run_judged = judged
+            evaluated = app_evaluation(studio, run_id, model)
+            rows.append(measure(label, model, *evaluated, task.judge(), args.win_margin, run_judged, online=online,
+                                people_win=people.judge_run(run_id, model) if by_people else None))
+            results.append({"run": spec, "run_id": run_id, "wall_s": wall, **asdict(rows[-1]),
+                            "targets": rows[-1].targets()})
+    finally:
+        people.close()
     path = work / "more.json"
     path.write_text(json.dumps((json.loads(path.read_text()) if path.exists() else []) + results, indent=2))
     return rows

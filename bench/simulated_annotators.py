@@ -77,13 +77,15 @@ class Budget:
 
 
 def add_users(db_path: str, names: list[str]) -> None:
+    """The simulated people's accounts; those a kept database already has (a later run on it) are left as they are."""
     from labeler.services import accounts
     from storage import open_db
 
     db = open_db(db_path)
     try:
         for name in names:
-            accounts.create_user(db, name, PASSWORD)
+            if not db["users"].count_where("username = ?", [name]):
+                accounts.create_user(db, name, PASSWORD)
     finally:
         db.conn.close()
 

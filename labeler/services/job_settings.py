@@ -39,7 +39,7 @@ class RunSettings:
                 "gradient checkpointing; train_configs.RECIPES, docs/GPU.md); settings given explicitly win. Blank: "
                 "the 2-core CPU defaults. train --dry-run suggests one from the model's parameter count."})
     output_name: str = field(default="", metadata={"help": "Registry name of the trained model (blank: <stage>-run<id>)."})
-    steps: int = field(default=40, metadata={"help": "Optimizer steps (sft/rm/dpo: max_steps; ppo: PPO batches of 64 answers: 40 take about 10 minutes on 2 CPU cores with bf16, 13 without; grpo/rloo: generation batches; kto: max_steps)."})
+    steps: int = field(default=40, metadata={"help": "Optimizer steps (sft/kto: max_steps; rm/dpo: max_steps, unset: one pass over the training pairs, counted when the run is queued; ppo: PPO batches of 64 answers: 40 take about 10 minutes on 2 CPU cores with bf16, 13 without; grpo/rloo: generation batches)."})
     time_budget: str | None = field(default=None, metadata={
         "help": "PPO: wall time the run may take, e.g. 20m or 1h30m (blank: none). steps is then fitted to it from a "
                 "micro-step measured on this machine when the run is queued, and the run says what it chose."})

@@ -20,12 +20,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
+from labeler import forms
 from labeler.services import checkpoints, launch, models, reward_spec, runs, supervision, train_configs, training_stages
 from labeler.services.errors import InputError
 from labeler.services.kept_models import keep_after_cancel
 from labeler.services.projects import get_project
 from labeler.services.run_secrets import SECRET_SETTINGS, refuse_secrets  # noqa: F401 - callers import them here
+from labeler.services.runners.common import MIN_TRAINING_ROWS
 from labeler.services.runs import Run
+from labeler.services.training_stages.base import row_key, split_for_training, steps_per_pass
 from storage import write_transaction
 
 MAX_RUNS_ENV = "RLHF_STUDIO_MAX_RUNS"
@@ -72,10 +75,32 @@ ANSWERING_STAGES = training_stages.names(answers=True)
 
 
 def pin_project_defaults(db, config: dict, stage: str, project: str) -> None:
-    """The project's answer length as the run's max_new_tokens unless the run sets it: stored with the run, so
-    the run keeps it if the project's changes later (the job's own default, 16, is the shipped task's)."""
+    """What a run takes from its project unless it sets it, stored with the run so that it keeps it when the
+    project changes later: the project's answer length as max_new_tokens (the job's own default, 16, is the shipped
+    task's), and, for a stage that trains on labels in passes (rm, dpo: Stage.default_passes), steps for that many
+    passes over the training rows there are now (a fixed 40 steps read a third of 480 pairs for DPO)."""
     if stage in ANSWERING_STAGES and "max_new_tokens" not in config["job"]:
         config["job"]["max_new_tokens"] = get_project(db, project).answer_tokens
+    passes = training_stages.get(stage).default_passes
+    if passes is not None and "steps" not in config["job"]:
+        steps = steps_for_passes(db, project, stage, config, passes)
+        if steps is not None:
+            config["job"]["steps"] = steps
+
+
+def steps_for_passes(db, project: str, stage: str, config: dict, passes: float) -> int | None:
+    """Optimizer steps for `passes` over the stage's training rows (its runner's rows and split, its trainer's
+    batch), or None when it has fewer rows than it trains on (the run is refused, or stops, for want of data)."""
+    job = forms.build_config(train_configs.JobConfig, config["job"])
+    rows = training_stages.get(stage).rows(db, project, job)
+    if len(rows) < MIN_TRAINING_ROWS:
+        return None
+    train, _ = split_for_training([(row_key(row), row) for row in rows], job.test_size, job.seed)
+    trainer = forms.build_config(train_configs.stage_config_class(stage),
+                                 train_configs._trainer_defaults(stage, train_configs.stage_config_class(stage),
+                                                                 config["trainer"]))
+    per_pass = steps_per_pass(len(train), trainer.per_device_train_batch_size, trainer.gradient_accumulation_steps)
+    return max(1, round(passes * per_pass))
 
 
 def _max_concurrent(value: int | None) -> int:

@@ -24,10 +24,9 @@ from labeler import forms
 from labeler.services import jobs, launch, models, run_estimate, train_configs, training_stages
 from labeler.services.errors import InputError
 from labeler.services.evaluation import heldout_prompts
-from labeler.services.export import split_by_prompt
 from labeler.services.projects import get_project
 from labeler.services.runners.common import MIN_TRAINING_ROWS
-from labeler.services.training_stages.base import row_key
+from labeler.services.training_stages.base import row_key, split_for_training, steps_per_pass
 from rlhf.loading import SHORT_NAMES
 
 # More passes than this over the training rows and the preview warns: with a few hundred labels the model then
@@ -66,6 +65,9 @@ class RunPreview:
     budget_error: str | None = None  # why no number of steps fits time_budget (or no estimate could be made)
     memory: str | None = None  # the memory estimate's line (run_estimate.memory_text)
     blocker: str | None = None  # why the run would stop at once for want of data (refuse_without_data refuses it)
+    # trainer settings the app gives this run because none was set (PPO's KL controller, its learning rate under
+    # people's rankings): the form shows the trainer's own defaults, so the preview says where the run differs
+    app_settings: dict = field(default_factory=dict)
 
     def markdown(self) -> str:
         base = f"`{self.base_model}`" + ("" if self.base_model_known else " (not registered: a folder or hub id)")
@@ -80,6 +82,10 @@ class RunPreview:
             lines.append(estimate_line(self.estimate, self.budget_seconds, self.steps_asked))
         if self.memory:
             lines.append(self.memory)
+        if self.app_settings:
+            given = ", ".join(f"{name}={value:g}" if isinstance(value, float) else f"{name}={value}"
+                              for name, value in self.app_settings.items())
+            lines.append(f"The app's settings for this run (set them to change them): {given}.")
         lines += [f"⚠️ {warning}" for warning in self.warnings]
         return "  \n".join(lines)
 
@@ -167,13 +173,9 @@ def preview_run(db: sqlite_utils.Database, project: str, stage: str, values: dic
     else:
         per_device, accumulation = trainer.per_device_train_batch_size, trainer.gradient_accumulation_steps
         rows_per_step = per_device * accumulation
-        train, test = split_by_prompt(records, job.test_size, job.seed)
-        # runners.common.split_rows drops an eval side of fewer than 2 rows and trains on everything.
-        if len(train) < 2 or len(test) < 2:
-            train, test = [row for _, row in records], []
+        train, test = split_for_training(records, job.test_size, job.seed)
         train_rows, eval_rows = len(train), len(test)
-        # Trainer: ceil(rows / per-device batch) batches per epoch, one optimizer step per `accumulation` of them.
-        steps_per_epoch = max(1, math.ceil(math.ceil(train_rows / per_device) / accumulation))
+        steps_per_epoch = steps_per_pass(train_rows, per_device, accumulation)
         epochs = job.steps / steps_per_epoch if train_rows else math.inf
     base = job.base_model(stage)
     try:
@@ -197,8 +199,11 @@ def preview_run(db: sqlite_utils.Database, project: str, stage: str, values: dic
             warnings.append(blocker)
     if run_estimate.budget_seconds(job.time_budget) is not None and stage not in BUDGET_STAGES:
         warnings.append(budget_stage_error(stage))
+    # What the stage's app defaults gave (a recipe's own value, e.g. its learning rate, is not the app's).
+    app_settings = {name: value for name, value in training_stages.get(stage).app_defaults(values, job).items()
+                    if config["trainer"].get(name) == value}
     preview = RunPreview(stage, base, known, unit, len(records), train_rows, eval_rows, rows_per_step, job.steps,
-                         epochs, warnings, blocker=blocker)
+                         epochs, warnings, blocker=blocker, app_settings=app_settings)
     path = str(models.resolve(db, base)) if known else base  # a folder or hub id: read from where it is
     preview = replace(preview, memory=run_estimate.memory_text(path, stage, job, trainer,
                                                                train_configs.recipe_for_parameters))

@@ -201,9 +201,9 @@ def resolve_run_config(stage: str, values: dict[str, Any], source: str | None = 
     job = forms.build_config(JobConfig, job_values, source)
     cls = stage_config_class(stage)
     stage_facts = training_stages.get(stage)
-    # The app's defaults for the stage's trainer (PPO's KL controller) are stored with the run, so its config
-    # shows what it runs with.
-    trainer_values = {**stage_facts.app_defaults(trainer_values), **trainer_values}
+    # The app's defaults for the stage's trainer (PPO's KL controller, its learning rate under people's rankings)
+    # are stored with the run, so its config shows what it runs with.
+    trainer_values = {**stage_facts.app_defaults(trainer_values, job), **trainer_values}
     trainer_config = forms.build_config(cls, _trainer_defaults(stage, cls, trainer_values), source)
     trainer = {k: v for k, v in forms.to_dict(trainer_config).items() if k in trainer_values}
     if getattr(trainer_config, "load_in_4bit", False) and not job.lora:
@@ -214,8 +214,15 @@ def resolve_run_config(stage: str, values: dict[str, Any], source: str | None = 
             stage_facts.check(job, trainer_config)  # e.g. PPO's rollout rule, checked by the library
         except InputError as error:
             raise InputError(error.message, file=source, field=error.field) from None
-    # bf16 is stored even at its default: the default depends on the machine, the run must not.
-    return {"job": {**forms.changed(job), "bf16": job.bf16}, "trainer": trainer}
+    # bf16 is stored even at its default: the default depends on the machine, the run must not. So are the fields
+    # that jobs.pin_project_defaults fills when a run leaves them unset: asked for at their default (16 tokens in a
+    # chat project of 128, 40 steps of DPO), they would otherwise be filled in as unset.
+    asked = {name: getattr(job, name) for name in PINNED_JOB_FIELDS if name in job_values}
+    return {"job": {**forms.changed(job), **asked, "bf16": job.bf16}, "trainer": trainer}
+
+
+# Job fields a run takes from its project or its data when it leaves them unset (jobs.pin_project_defaults).
+PINNED_JOB_FIELDS = ("max_new_tokens", "steps")
 
 
 def _trainer_defaults(stage: str, cls, values: dict[str, Any]) -> dict[str, Any]:

@@ -79,6 +79,29 @@ def test_format_table_marks_each_target():
     assert "win rate >= 70%" in table and "KL <= 10" in table
 
 
+def _evaluation(answers: list[str], metrics: dict):
+    from types import SimpleNamespace
+
+    samples = [{"prompt": f"q{i // 2}", "answer": a} for i, a in enumerate(answers)]
+    return SimpleNamespace(samples=samples, settings={"samples": 2, "reward": "people"}, metrics=metrics)
+
+
+def test_a_run_judged_by_people_takes_their_win_rate_as_the_apps():
+    metrics = {"eval/reward_mean": 0.0, "eval/distinct_2": 0.9, "eval/length_mean": 3.0, "eval/kl": 2.5}
+    before = _evaluation(["a", "a", "a", "a"], metrics)
+    after = _evaluation(["a b", "a", "a b c", "a b"], metrics)
+    length = lambda prompts, answers: [float(len(a.split())) for a in answers]  # noqa: E731 - a judge: longer wins
+    people_verdict = WinRate(0.25, 0.05, 0.7, 0, 1, 1, 2)
+    row = own_task.measure("dpo", "dpo-run3", before, after, length, 0.0, judged=360, people_win=people_verdict)
+    # the judge: 3 of 4 tuned answers longer than the base's, one equal -> (3 + 0.5) / 4
+    assert row.judge_win.rate == 0.875 and (row.judge_win.wins, row.judge_win.ties) == (3, 1)
+    assert row.app_win == (0.25, 0.05, 0.7) and row.app_measure == "people"
+    assert row.targets()["app_vs_judge"] is False  # 62.5 points apart
+    # without people's verdict the app's win rate is the stored evaluation's (none here)
+    unjudged = own_task.measure("dpo", "dpo-run3", before, after, length, 0.0, judged=360)
+    assert unjudged.app_win[0] != unjudged.app_win[0]  # nan: the evaluation stored no win rate
+
+
 def test_ranks_and_ratings_of_a_judge_on_zero_to_one():
     # ties within the margin share a rank: 0.80 and 0.77 tie at the top (margin 0.05), 0.50 is next
     assert people.ranks_from_scores([0.50, 0.80, 0.77], margin=0.05) == ["2", "1", "1"]

@@ -169,3 +169,51 @@ def test_a_run_that_reads_under_half_its_labels_says_so(labelled):
                                 "For one pass over them set steps to about 4."]
     # Half a pass or more: no warning.
     assert preview_run(labelled, "default", "dpo", {"steps": 2, "per_device_train_batch_size": 1}).warnings == []
+
+
+def test_the_preview_names_the_settings_the_app_gives_a_run(labelled):
+    """The Train form shows the trainer's own defaults; a PPO run ranked by people gets the app's learning rate
+    instead, and the preview says so. A value the user or a recipe set is theirs, not the app's."""
+    shape = {"batch_size": 8, "mini_batch_size": 4, "answers_per_prompt": 4}
+    ranked = preview_run(labelled, "default", "ppo", {**shape, "reward": "mix"}, estimate_time=False)
+    assert ranked.app_settings == {"horizon": 64, "kl_coef_min": 0.03, "learning_rate": 4.5e-5}
+    assert ("The app's settings for this run (set them to change them): horizon=64, kl_coef_min=0.03, "
+            "learning_rate=4.5e-05.") in ranked.markdown()
+    by_function = preview_run(labelled, "default", "ppo", {**shape, "reward": "function"}, estimate_time=False)
+    assert by_function.app_settings == {"horizon": 64, "kl_coef_min": 0.03}
+    chosen = preview_run(labelled, "default", "ppo", {**shape, "reward": "mix", "learning_rate": 1e-5, "horizon": 128},
+                         estimate_time=False)
+    assert chosen.app_settings == {"kl_coef_min": 0.03}
+    by_recipe = preview_run(labelled, "default", "ppo", {**shape, "reward": "mix", "recipe": "0.5b"},
+                            estimate_time=False)
+    assert "learning_rate" not in by_recipe.app_settings  # the recipe's own rate
+    # DPO's full fine-tuning gets the app's learning rate; LoRA and a rate set by the user keep their own
+    assert preview_run(labelled, "default", "dpo", {"steps": 3}).app_settings == {"learning_rate": 2e-5}
+    assert preview_run(labelled, "default", "dpo", {"steps": 3, "lora": True}).app_settings == {}
+    assert preview_run(labelled, "default", "dpo", {"steps": 3, "learning_rate": 1e-6}).app_settings == {}
+
+
+def test_a_reward_model_or_dpo_run_without_steps_makes_one_pass_over_its_pairs(labelled, tmp_path):
+    from labeler.services import jobs
+
+    # 4 pairs (above), all for training (an eval side would have fewer than 2): rm's batch of 8 reads them in one
+    # step; DPO's batch of 4 in one step, and its batch of 2 in ceil(4 / 2) = 2.
+    assert preview_run(labelled, "default", "rm", {}).steps == 1
+    assert preview_run(labelled, "default", "dpo", {"per_device_train_batch_size": 2}).steps == 2
+    run = jobs.create_run(labelled, "dpo", {"per_device_train_batch_size": 2}, runs_dir=tmp_path, start=False)
+    assert run.config["job"]["steps"] == 2  # stored with the run: it keeps its steps if more labels arrive
+    # steps asked for are kept, the job's own default of 40 too; SFT and PPO keep the job's default of 40
+    assert preview_run(labelled, "default", "dpo", {"steps": 40}).steps == 40
+    assert jobs.create_run(labelled, "rm", {"steps": 40}, runs_dir=tmp_path, start=False).config["job"]["steps"] == 40
+    assert preview_run(labelled, "default", "sft", {"model": "nope"}).steps == 40
+    assert preview_run(labelled, "default", "ppo", {}, estimate_time=False).steps == 40
+
+
+def test_an_answer_length_asked_for_at_the_jobs_default_is_not_the_projects(db, tmp_path):
+    from labeler.services import jobs, projects
+
+    projects.create_project(db, "support", prompt_format="chat", answer_tokens=128)
+    # 16 is the job's own default: asked for, it must not be taken for "unset" and become the project's 128
+    asked = jobs.create_run(db, "ppo", {"max_new_tokens": 16}, project="support", runs_dir=tmp_path, start=False)
+    unset = jobs.create_run(db, "ppo", {}, project="support", runs_dir=tmp_path, start=False)
+    assert (asked.config["job"]["max_new_tokens"], unset.config["job"]["max_new_tokens"]) == (16, 128)

@@ -102,7 +102,7 @@ def test_the_preview_counts_the_rows_the_runner_reads(db, db_path, tmp_path, sta
 
 def test_a_ppo_run_stores_the_app_defaults_it_runs_with(db, tmp_path):
     from labeler.services.runners.ppo import ppo_config
-    from labeler.services.training_stages.ppo import APP_KL_HORIZON, kl_settings_for
+    from labeler.services.training_stages.ppo import APP_KL_HORIZON, PEOPLE_RANKING_LEARNING_RATE, kl_settings_for
 
     plain = jobs.create_run(db, "ppo", {}, runs_dir=tmp_path, start=False)
     asked = jobs.create_run(db, "ppo", {"init_kl_coef": 0.1, "horizon": 1000}, runs_dir=tmp_path, start=False)
@@ -115,6 +115,13 @@ def test_a_ppo_run_stores_the_app_defaults_it_runs_with(db, tmp_path):
                            tmp_path, sink=None)
         config = ppo_config(ctx)
         assert {name: getattr(config, name) for name in stored} == stored
+    # A run ranked by people gets three quarters of the learning rate unless one is set (by the user or a recipe).
+    ranked = jobs.create_run(db, "ppo", {"reward": "mix"}, runs_dir=tmp_path, start=False)
+    assert ranked.config["trainer"]["learning_rate"] == PEOPLE_RANKING_LEARNING_RATE == 4.5e-5
+    rated = jobs.create_run(db, "ppo", {"reward": "mix", "human_label": "rating"}, runs_dir=tmp_path, start=False)
+    chosen = jobs.create_run(db, "ppo", {"reward": "human", "learning_rate": 1e-5}, runs_dir=tmp_path, start=False)
+    assert "learning_rate" not in rated.config["trainer"]  # PPOConfig's 6e-5: ratings keep their scale
+    assert chosen.config["trainer"]["learning_rate"] == 1e-5
     # A run stored before the defaults were (a resume of an older run) still gets them.
     older = StageContext(1, "unused.db", "ppo", "default", train_configs.load_job_config({}), {}, tmp_path,
                          sink=None)
@@ -129,5 +136,6 @@ def test_every_stored_config_is_complete_resolving_it_again_changes_nothing(db, 
     jobs.pin_project_defaults(db, again, stage, "default")
     assert again == run.config
     app_defaults = training_stages.get(stage).app_defaults
-    assert app_defaults(run.config["trainer"]) == {}
-    assert set(app_defaults({})) <= set(run.config["trainer"])
+    job = train_configs.load_job_config(run.config)
+    assert app_defaults(run.config["trainer"], job) == {}
+    assert set(app_defaults({}, job)) <= set(run.config["trainer"])

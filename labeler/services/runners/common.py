@@ -5,17 +5,17 @@ this package import them, and nothing here imports a runner.
 """
 from __future__ import annotations
 
-import json
 import random
 from typing import Any
 
 from labeler import forms
 from labeler.services import checkpoints, models, training_stages
 from labeler.services.errors import InputError
-from labeler.services.export import split_by_prompt, training_options
+from labeler.services.export import training_options
 from labeler.services.human_reward import HumanRewardQueue
 from labeler.services.projects import get_project
 from labeler.services.stages import RunResult, StageContext, data_snapshot
+from labeler.services.training_stages.base import row_key, split_for_training
 from rlhf.loading import load_tokenizer
 from rlhf.rewards import FunctionReward, HumanReward, MixReward, RewardModelReward
 
@@ -48,11 +48,8 @@ def split_rows(rows: list[dict], test_size: float, seed: int):
 
     # The rows carry the prompt itself (text, or a message list), not its id; prompts are unique per project
     # (text hash), so the prompt's canonical JSON identifies it as well as the id would.
-    records = [(json.dumps(row["prompt"], sort_keys=True, ensure_ascii=False), row) for row in rows]
-    train, test = split_by_prompt(records, test_size, seed)
-    if len(test) < 2 or len(train) < 2:
-        return Dataset.from_list(list(rows)), None
-    return Dataset.from_list(train), Dataset.from_list(test)
+    train, test = split_for_training([(row_key(row), row) for row in rows], test_size, seed)
+    return Dataset.from_list(train), (Dataset.from_list(test) if test else None)
 
 
 MIN_TRAINING_ROWS = 2  # fewer and a run stops at once (the preview refuses to queue it)

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from labeler.services.export import split_by_prompt
 from labeler.services.projects import get_project
 from labeler.services.prompts import split_texts
 
 
-def no_app_defaults(trainer_settings: dict) -> dict:
+def no_app_defaults(trainer_settings: dict, job) -> dict:
     return {}
 
 
@@ -70,14 +72,18 @@ class Stage:
     # the file of rows it freezes at its first start (StageContext.frozen_rows) and its model's snapshot kind, for
     # a model kept from a cancelled run's checkpoint (kept_models); ("", "") when none is recorded
     frozen_rows: tuple[str, str] = ("", "")
-    # settings the app gives its trainer unless the user set them: (explicit trainer settings) -> the missing ones
-    app_defaults: Callable[[dict], dict] = no_app_defaults
+    # settings the app gives its trainer unless the user set them: (explicit trainer settings, the run's JobConfig)
+    # -> the missing ones
+    app_defaults: Callable[[dict, Any], dict] = no_app_defaults
     # why the rows cannot be trained on although there are enough of them, or None (the preview's blocker)
     data_problem: Callable[[list], str | None] = no_data_problem
     # (job, trainer config) -> prompts a step samples answers to, on each rank (the stages that sample)
     prompts_per_step: Callable[[Any, Any], int] | None = None
     # (job, trainer config) -> None, or InputError naming the setting that breaks a rule of the trainer
     check: Callable[[Any, Any], None] | None = None
+    # steps when the run sets none: this many passes over its training rows, counted when the run is queued
+    # (jobs.pin_project_defaults); None: the job's own default (40)
+    default_passes: float | None = None
 
     def config_cls(self):
         """The trainer config class (imported now: a broken trainer module fails here, loudly)."""
@@ -96,6 +102,21 @@ def training_prompts(db, project: str, job) -> list[str]:
     """The project's training prompts (split 'train': held-out prompts are never trained on), in the database's
     order; a runner shuffles them by the job's seed."""
     return split_texts(db, get_project(db, project).id, "train")
+
+
+def split_for_training(records: list[tuple[str, dict]], test_size: float, seed: int) -> tuple[list, list]:
+    """(train, eval) rows as the stage runners split them (runners.common.split_rows): by prompt (export's
+    split_by_prompt), and everything trained on when either side would have fewer than 2 rows."""
+    train, test = split_by_prompt(records, test_size, seed)
+    if len(train) < 2 or len(test) < 2:
+        return [row for _, row in records], []
+    return train, test
+
+
+def steps_per_pass(train_rows: int, per_device: int, accumulation: int) -> int:
+    """Optimizer steps in one pass over `train_rows`, as transformers' Trainer counts them: ceil(rows / per-device
+    batch) batches, one step per `accumulation` of them (at least 1)."""
+    return max(1, math.ceil(math.ceil(train_rows / per_device) / accumulation))
 
 
 def row_key(row) -> str:
