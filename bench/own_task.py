@@ -391,8 +391,10 @@ def measure(run: str, model: str, before, after, judge, margin: float, judged: i
     return Row(run=run, model=model, judge_base=sum(base_scores) / len(base_scores),
                judge_tuned=sum(tuned_scores) / len(tuned_scores),
                judge_win=judge_win_rate(tuned_scores, base_scores, int(after.settings["samples"]), margin),
-               app_measure=str(after.settings.get("reward")), app_base=before.metrics["eval/reward_mean"],
-               app_tuned=m["eval/reward_mean"],
+               # people's measure scores no answer: the evaluation stores no mean score (nan here)
+               app_measure=str(after.settings.get("reward")),
+               app_base=before.metrics.get("eval/reward_mean", float("nan")),
+               app_tuned=m.get("eval/reward_mean", float("nan")),
                app_win=(m.get("eval/win_rate", float("nan")), m.get("eval/win_low", float("nan")),
                         m.get("eval/win_high", float("nan"))),
                kl=float(m.get("eval/kl") or 0.0), distinct_2=m["eval/distinct_2"],

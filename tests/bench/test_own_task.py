@@ -87,7 +87,8 @@ def _evaluation(answers: list[str], metrics: dict):
 
 
 def test_a_run_judged_by_people_takes_their_win_rate_as_the_apps():
-    metrics = {"eval/reward_mean": 0.0, "eval/distinct_2": 0.9, "eval/length_mean": 3.0, "eval/kl": 2.5}
+    # an evaluation by people's measure stores no mean score: it scores no answer (evaluation.py)
+    metrics = {"eval/distinct_2": 0.9, "eval/length_mean": 3.0, "eval/kl": 2.5}
     before = _evaluation(["a", "a", "a", "a"], metrics)
     after = _evaluation(["a b", "a", "a b c", "a b"], metrics)
     length = lambda prompts, answers: [float(len(a.split())) for a in answers]  # noqa: E731 - a judge: longer wins
@@ -96,6 +97,8 @@ def test_a_run_judged_by_people_takes_their_win_rate_as_the_apps():
     # the judge: 3 of 4 tuned answers longer than the base's, one equal -> (3 + 0.5) / 4
     assert row.judge_win.rate == 0.875 and (row.judge_win.wins, row.judge_win.ties) == (3, 1)
     assert row.app_win == (0.25, 0.05, 0.7) and row.app_measure == "people"
+    assert row.app_base != row.app_base and row.app_tuned != row.app_tuned  # nan: no mean score
+    assert "people" in own_task.format_table("concise", [row])
     assert row.targets()["app_vs_judge"] is False  # 62.5 points apart
     # without people's verdict the app's win rate is the stored evaluation's (none here)
     unjudged = own_task.measure("dpo", "dpo-run3", before, after, length, 0.0, judged=360)
