@@ -30,7 +30,9 @@ The recipe, one `rlhf-studio` subprocess per step, on a fresh database in a temp
 
 Printed: one table per task with item 5's targets (issue 33) marked met or not: judge's win rate >= 70%, KL <= 10,
 distinct-2 >= 0.45, answers judged by people <= 400 for the offline path (800 for the online mix run: item 7),
-and the app's win rate within 15 points of the judge's. --set applies to every train, --ppo-set to PPO alone.
+and the app's win rate within 15 points of the judge's. --set applies to every train, --ppo-set to PPO alone,
+--rm-set to `train rm` alone (`--rm-set model=default`: a reward model on the policy's own 135M decoder instead
+of the MiniLM encoder).
 """
 from __future__ import annotations
 
@@ -425,6 +427,7 @@ def main() -> None:
                         "bench.tasks.concise.judge:judge (default: rm)")
     parser.add_argument("--set", action="append", default=[], help="a setting for every train (key=value)")
     parser.add_argument("--ppo-set", action="append", default=[], help="a setting for the PPO runs alone")
+    parser.add_argument("--rm-set", action="append", default=[], help="a setting for `train rm` alone")
     parser.add_argument("--seeds", default="0", help="comma-separated seeds of generation and every run: the "
                         "whole recipe runs once per seed and tie margin")
     parser.add_argument("--skip-mix", action="store_true", help="no online run with people")
@@ -470,7 +473,7 @@ def run_task(task: Task, args, seed: int, margin: float, work: Path) -> list[Row
     try:
         judged = people.label_until_done(args.judged_answers)                         # 4.
         print(f"  people judged {judged} answers up front", flush=True)
-        _, reward_model, _ = train(studio, "rm", common, "rm.log")                   # 5.
+        _, reward_model, _ = train(studio, "rm", [*common, *args.rm_set], "rm.log")     # 5.
         set_measure(studio, args.measure, reward_model)
         offline = [("ppo reward=rm", "ppo", ["reward=rm", *args.ppo_set]),           # 6.
                    *([] if args.skip_dpo else [("dpo", "dpo", [])])]                 # 7.

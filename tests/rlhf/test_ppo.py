@@ -80,7 +80,11 @@ def test_padding_and_tokens_after_eos_change_nothing():
     assert stats_a["objective/kl"] != pytest.approx(0.0, abs=1e-3)
     for key in ["objective/kl", "objective/entropy", "ppo/loss/policy", "ppo/loss/value", "ppo/returns/mean"]:
         assert stats_b[key] == pytest.approx(stats_a[key], rel=1e-4, abs=1e-6), key
-    assert all(torch.allclose(params_a[n], params_b[n], atol=1e-5) for n in params_a)
+    # The padded shapes differ, so float sums run in another order, and Adam scales those 1e-8 gradient
+    # differences of near-zero gradients up to parameter differences of ~1e-5 (measured on 2 threads: 1.1e-5).
+    # A tail that leaked into the loss would move parameters by a share of the step size (lr = 1e-2).
+    worst = max((params_a[n] - params_b[n]).abs().max().item() for n in params_a)
+    assert worst < 1e-2 * config.learning_rate, worst
 
 
 def test_rollout_forward_of_a_padded_batch_equals_items_alone():
