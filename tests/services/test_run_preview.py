@@ -176,11 +176,11 @@ def test_the_preview_names_the_settings_the_app_gives_a_run(labelled):
     instead, and the preview says so. A value the user or a recipe set is theirs, not the app's."""
     shape = {"batch_size": 8, "mini_batch_size": 4, "answers_per_prompt": 4}
     ranked = preview_run(labelled, "default", "ppo", {**shape, "reward": "mix"}, estimate_time=False)
-    assert ranked.app_settings == {"horizon": 64, "kl_coef_min": 0.03, "learning_rate": 4.5e-5}
-    assert ("The app's settings for this run (set them to change them): horizon=64, kl_coef_min=0.03, "
+    assert ranked.app_settings == {"horizon": 8, "kl_coef_min": 0.03, "learning_rate": 4.5e-5}  # horizon: the batch
+    assert ("The app's settings for this run (set them to change them): horizon=8, kl_coef_min=0.03, "
             "learning_rate=4.5e-05.") in ranked.markdown()
     by_function = preview_run(labelled, "default", "ppo", {**shape, "reward": "function"}, estimate_time=False)
-    assert by_function.app_settings == {"horizon": 64, "kl_coef_min": 0.03}
+    assert by_function.app_settings == {"horizon": 8, "kl_coef_min": 0.03}
     chosen = preview_run(labelled, "default", "ppo", {**shape, "reward": "mix", "learning_rate": 1e-5, "horizon": 128},
                          estimate_time=False)
     assert chosen.app_settings == {"kl_coef_min": 0.03}

@@ -102,13 +102,16 @@ def test_the_preview_counts_the_rows_the_runner_reads(db, db_path, tmp_path, sta
 
 def test_a_ppo_run_stores_the_app_defaults_it_runs_with(db, tmp_path):
     from labeler.services.runners.ppo import ppo_config
-    from labeler.services.training_stages.ppo import APP_KL_HORIZON, PEOPLE_RANKING_LEARNING_RATE, kl_settings_for
+    from labeler.services.training_stages.ppo import PEOPLE_RANKING_LEARNING_RATE, kl_settings_for
 
     plain = jobs.create_run(db, "ppo", {}, runs_dir=tmp_path, start=False)
     asked = jobs.create_run(db, "ppo", {"init_kl_coef": 0.1, "horizon": 1000}, runs_dir=tmp_path, start=False)
-    assert plain.config["trainer"] == {"horizon": APP_KL_HORIZON, "kl_coef_min": 0.03}  # 0.03: PPOConfig's init_kl_coef
+    small = jobs.create_run(db, "ppo", {"batch_size": 16, "mini_batch_size": 4}, runs_dir=tmp_path, start=False)
+    # 64: PPOConfig's batch (the horizon is one batch); 0.03: PPOConfig's init_kl_coef
+    assert plain.config["trainer"] == {"horizon": 64, "kl_coef_min": 0.03}
+    assert small.config["trainer"] == {"batch_size": 16, "mini_batch_size": 4, "horizon": 16, "kl_coef_min": 0.03}
     assert asked.config["trainer"] == {"init_kl_coef": 0.1, "horizon": 1000, "kl_coef_min": 0.1}  # the user's win
-    for run in (plain, asked):
+    for run in (plain, asked, small):
         stored = run.config["trainer"]
         assert kl_settings_for(stored) == {}  # nothing is added at run time
         ctx = StageContext(run.id, "unused.db", "ppo", "default", train_configs.load_job_config(run.config), stored,
@@ -125,7 +128,7 @@ def test_a_ppo_run_stores_the_app_defaults_it_runs_with(db, tmp_path):
     # A run stored before the defaults were (a resume of an older run) still gets them.
     older = StageContext(1, "unused.db", "ppo", "default", train_configs.load_job_config({}), {}, tmp_path,
                          sink=None)
-    assert (ppo_config(older).horizon, ppo_config(older).kl_coef_min) == (APP_KL_HORIZON, 0.03)
+    assert (ppo_config(older).horizon, ppo_config(older).kl_coef_min) == (64, 0.03)
 
 
 @pytest.mark.parametrize("stage", STAGE_NAMES)

@@ -50,7 +50,7 @@ def test_run_config_splits_job_and_trainer_settings():
     # bf16 is always stored: its default depends on the machine (rlhf.hardware.bf16_is_fast).
     # horizon and kl_coef_min: PPO's app defaults (training_stages/ppo.py), stored as the run uses them.
     assert config == {"job": {"steps": 5, "bf16": bf16_is_fast()},
-                      "trainer": {"learning_rate": 1e-4, "batch_size": 8, "mini_batch_size": 4, "horizon": 64,
+                      "trainer": {"learning_rate": 1e-4, "batch_size": 8, "mini_batch_size": 4, "horizon": 8,
                                   "kl_coef_min": 0.03}}
     assert train_configs.resolve_run_config("ppo", {"bf16": "false"})["job"]["bf16"] is False
     with pytest.raises(InputError) as error:

@@ -16,7 +16,7 @@ from labeler.services.projects import get_project
 from labeler.services.runners.common import human_queue, peft_config, policy_prompts, reward_source
 from labeler.services.runners.rollouts import Rollout, RolloutStream, resumed_rollouts
 from labeler.services.stages import RunResult, StageContext, checkpoint_due, data_snapshot
-from labeler.services.training_stages.ppo import APP_KL_HORIZON, kl_settings_for  # noqa: F401 - tests import them here
+from labeler.services.training_stages.ppo import kl_settings_for
 from rlhf.configs import PPOConfig
 from rlhf.loading import load_tokenizer
 from rlhf.precision import model_load_kwargs

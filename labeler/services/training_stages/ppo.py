@@ -9,14 +9,18 @@ from labeler.services.training_stages.base import Stage, training_prompts
 from rlhf.configs import PPOConfig
 
 # The app's KL controller for every PPO run, unless the user sets it: beta never falls below its start and moves up
-# to 20% a step with the recipe's 64 answers. Every run starts at KL 0, below any target, so the plain controller
-# first lowers beta and then climbs back too late. Measured (40 steps, the shipped task, CPU with bf16): with the
-# plain controller (horizon 512, no floor) the function-reward run's KL sat at 9-12 from step 19 against a target of
-# 6 (beta 0.030 -> 0.035; held-out 88% positive, KL 8.2); with these settings 5.4-7.3 over the last 10 steps (beta
-# 0.030 -> 0.053; held-out 91% positive, KL 6.9). Rewards from people (centred ranks) and the online reward model
-# keep the same spread however good the answers get, so only the controller can hold their KL: with the plain
-# controller a mix run's KL reached 22 nats by step 28.
-APP_KL_HORIZON = 64
+# to 20% a step, whatever the batch (horizon = batch_size, so K_beta = 1). Every run starts at KL 0, below any
+# target, so the plain controller first lowers beta and then climbs back too late. Measured (40 steps, the shipped
+# task, CPU with bf16): with the plain controller (horizon 512, no floor) the function-reward run's KL sat at 9-12
+# from step 19 against a target of 6 (beta 0.030 -> 0.035; held-out 88% positive, KL 8.2); with these settings 5.4-7.3
+# over the last 10 steps (beta 0.030 -> 0.053; held-out 91% positive, KL 6.9). Rewards from people (centred ranks)
+# and the online reward model keep the same spread however good the answers get, so only the controller can hold
+# their KL: with the plain controller a mix run's KL reached 22 nats by step 28.
+# The horizon follows the batch because the policy moves per optimizer step, not per rollout: a batch of 16 in
+# mini-batches of 4 takes as many steps as the default 64 in 16s. A fixed horizon of 64 let beta move only 5% a step
+# at batch 16, and the own-task mix runs at that batch ended at KL 12.9-13.2 against the target of 9.
+def app_kl_horizon(trainer_settings: dict) -> int:
+    return int(trainer_settings.get("batch_size", PPOConfig.__dataclass_fields__["batch_size"].default))
 
 # PPO's learning rate when people's rankings reward the run (reward human or mix, human_label ranking), unless the
 # user or a recipe sets one. A ranking only says which answer of a group is better, so its centred reward keeps its
@@ -32,7 +36,7 @@ def kl_settings_for(trainer_settings: dict) -> dict:
     """The KL controller settings a PPO run gets unless the user set them (stored with the run when it is
     created: train_configs.resolve_run_config)."""
     start = trainer_settings.get("init_kl_coef", PPOConfig.__dataclass_fields__["init_kl_coef"].default)
-    defaults = {"horizon": APP_KL_HORIZON, "kl_coef_min": start}
+    defaults = {"horizon": app_kl_horizon(trainer_settings), "kl_coef_min": start}
     return {name: value for name, value in defaults.items() if name not in trainer_settings}
 
 
