@@ -21,7 +21,7 @@ def test_reward_model_preview_counts_pairs_and_epochs_like_the_trainer(labelled)
     assert (preview.unit, preview.rows, preview.train_rows, preview.eval_rows) == ("pairs", 4, 4, 0)
     # Batch 8 > 4 rows: every step is a whole pass, so 10 steps are 10 epochs.
     assert (preview.rows_per_step, preview.epochs) == (8, 10.0)
-    assert preview.base_model == "default-encoder" and preview.base_model_known
+    assert preview.base_model == "default" and preview.base_model_known
     assert "10.0 passes over 4 pairs" in preview.warnings[0] and "lower steps to about 3" in preview.warnings[0]
     assert "**10.0 epochs**" in preview.markdown() and "⚠️" in preview.markdown()
 

@@ -151,7 +151,7 @@ def test_preview_says_what_a_run_would_use_before_launch(ctx, launch_form):
     data = {component: component.value for component in launch_form.inputs}  # the form as it first shows
     out = form.preview_run(ctx, launch_form, data, request=gr.Request(username=ADMIN))
     assert out.startswith("**This rm run will use** 0 ")  # no labels yet: the preview says so before a launch
-    assert "`default-encoder`" in out
+    assert "`default`" in out  # a reward model starts from the embedded chat model unless the form names another
     with pytest.raises(gr.Error):
         form.preview_run(ctx, launch_form, data, request=gr.Request(username="nobody"))  # admins only, as launching
 
@@ -264,10 +264,10 @@ def test_the_reward_is_one_spec_picker_sent_only_for_policy_stages(ctx, labels, 
     data[reward], data[by_id["train-stage"]] = "human", "rm"
     launch(data, request=gr.Request(username=ADMIN))
     # Only what differs from JobConfig's defaults is sent, as `--set reward=SPEC`, plus the base model picker's value.
-    assert launched == [("ppo", {"reward": "vader", "model": "default-encoder"}),
-                        ("ppo", {"reward": "mix:rm-run2", "model": "default-encoder"}),
-                        ("ppo", {"model": "default-encoder"}),
-                        ("rm", {"model": "default-encoder"})]
+    assert launched == [("ppo", {"reward": "vader", "model": "default"}),
+                        ("ppo", {"reward": "mix:rm-run2", "model": "default"}),
+                        ("ppo", {"model": "default"}),
+                        ("rm", {"model": "default"})]
 
 
 @pytest.mark.parametrize("spec, job", [
@@ -337,7 +337,7 @@ def test_the_form_groups_are_the_job_sections_and_a_section_is_sent_for_its_stag
     for stage, sent in (("rm", {"lora_r": 4, "test_size": 0.2}),
                         ("ppo", {"lora_r": 4, "test_size": 0.2, "rm_score_std": 1.0})):
         data[launch_form.stage] = stage
-        assert launch_form.settings(data) == (stage, {**sent, "model": "default-encoder"})
+        assert launch_form.settings(data) == (stage, {**sent, "model": "default"})
 
 
 def test_every_form_label_is_in_plain_words(launch_form):

@@ -16,6 +16,6 @@ STAGE = Stage(
     note="Trains a scorer on the rankings (and, if you like, the ratings): the reward that PPO, GRPO and RLOO use.",
     card="reward modelling (RewardTrainer)", metrics=("loss", "accuracy"),
     form_fields=("learning_rate", "per_device_train_batch_size", "max_length", "center_rewards_coefficient"),
-    full_lr=1e-5, lora_lr=1e-4, aka="reward model", default_model="default-encoder", answers=False,
+    full_lr=1e-5, lora_lr=1e-4, aka="reward model", default_model="default", answers=False,
     frozen_rows=("train_rows", "preferences"), default_passes=1.0,  # one epoch, as Ouyang et al. 2022 train theirs
 )
