@@ -31,8 +31,8 @@ The recipe, one `rlhf-studio` subprocess per step, on a fresh database in a temp
 Printed: one table per task with item 5's targets (issue 33) marked met or not: judge's win rate >= 70%, KL <= 10,
 distinct-2 >= 0.45, answers judged by people <= 400 for the offline path (800 for the online mix run: item 7),
 and the app's win rate within 15 points of the judge's. --set applies to every train, --ppo-set to PPO alone,
---rm-set to `train rm` alone (`--rm-set model=default`: a reward model on the policy's own 135M decoder instead
-of the MiniLM encoder).
+--rm-set to `train rm` alone (`--rm-set model=default-encoder`: a reward model on the embedded MiniLM encoder
+instead of the app's default, the embedded 135M chat model).
 """
 from __future__ import annotations
 
