@@ -66,3 +66,29 @@ def test_people_rank_the_picked_groups_and_the_model_learns_the_rest(db, db_path
         stop.set()
         thread.join()
         model.close()
+
+
+class _NoFeatures:
+    """An encoder with no opinion (zero features): the prior's column is all that is left to look at."""
+
+    dim = 2
+
+    def embed(self, prompts, answers):
+        return torch.zeros(len(answers), self.dim)
+
+
+def test_the_trained_reward_model_scores_each_answer_once_however_often_refits_read_it(db_path):
+    calls = []
+
+    def prior(queries, answers):
+        calls.append(list(answers))
+        return [float(len(a)) for a in answers]
+
+    model = OnlineRewardModel(db_path, "default", encoder=_NoFeatures(), prior=prior)
+    first = model.features(["q", "q"], ["short", "a longer answer"])
+    again = model.features(["q", "q", "q"], ["a longer answer", "short", "new one"])
+    assert calls == [["short", "a longer answer"], ["new one"]]  # each text scored once
+    # Standardised by the first batch: lengths 5 and 15, mean 10, std 7.0711 (n - 1); "new one" (7): -3 / 7.0711.
+    assert first[:, -1].tolist() == pytest.approx([-0.70711, 0.70711], abs=1e-5)
+    assert again[:, -1].tolist() == pytest.approx([0.70711, -0.70711, -0.42426], abs=1e-5)
+    model.close()
