@@ -102,15 +102,24 @@ def test_the_preview_counts_the_rows_the_runner_reads(db, db_path, tmp_path, sta
 
 def test_a_ppo_run_stores_the_app_defaults_it_runs_with(db, tmp_path):
     from labeler.services.runners.ppo import ppo_config
-    from labeler.services.training_stages.ppo import PEOPLE_RANKING_LEARNING_RATE, kl_settings_for
+    from labeler.services.training_stages.ppo import (PEOPLE_RANKING_LEARNING_RATE, REWARD_MODEL_LEARNING_RATE,
+                                                      kl_settings_for)
 
-    plain = jobs.create_run(db, "ppo", {}, runs_dir=tmp_path, start=False)
-    asked = jobs.create_run(db, "ppo", {"init_kl_coef": 0.1, "horizon": 1000}, runs_dir=tmp_path, start=False)
-    small = jobs.create_run(db, "ppo", {"batch_size": 16, "mini_batch_size": 4}, runs_dir=tmp_path, start=False)
+    function = {"reward": "function"}  # PPOConfig's learning rate: what it was tuned on
+    plain = jobs.create_run(db, "ppo", function, runs_dir=tmp_path, start=False)
+    asked = jobs.create_run(db, "ppo", {**function, "init_kl_coef": 0.1, "horizon": 1000}, runs_dir=tmp_path,
+                            start=False)
+    small = jobs.create_run(db, "ppo", {**function, "batch_size": 16, "mini_batch_size": 4}, runs_dir=tmp_path,
+                            start=False)
     # 64: PPOConfig's batch (the horizon is one batch); 0.03: PPOConfig's init_kl_coef
     assert plain.config["trainer"] == {"horizon": 64, "kl_coef_min": 0.03}
     assert small.config["trainer"] == {"batch_size": 16, "mini_batch_size": 4, "horizon": 16, "kl_coef_min": 0.03}
     assert asked.config["trainer"] == {"init_kl_coef": 0.1, "horizon": 1000, "kl_coef_min": 0.1}  # the user's win
+    # PPO's default reward is the reward model: a third of PPOConfig's learning rate unless one is set.
+    by_reward_model = jobs.create_run(db, "ppo", {}, runs_dir=tmp_path, start=False)
+    assert by_reward_model.config["trainer"] == {"horizon": 64, "kl_coef_min": 0.03,
+                                                 "learning_rate": REWARD_MODEL_LEARNING_RATE}
+    assert REWARD_MODEL_LEARNING_RATE == 2e-5
     for run in (plain, asked, small):
         stored = run.config["trainer"]
         assert kl_settings_for(stored) == {}  # nothing is added at run time

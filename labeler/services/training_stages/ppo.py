@@ -22,6 +22,7 @@ from rlhf.configs import PPOConfig
 def app_kl_horizon(trainer_settings: dict) -> int:
     return int(trainer_settings.get("batch_size", PPOConfig.__dataclass_fields__["batch_size"].default))
 
+
 # PPO's learning rate when people's rankings reward the run (reward human or mix, human_label ranking), unless the
 # user or a recipe sets one. A ranking only says which answer of a group is better, so its centred reward keeps its
 # spread when every answer is good and the policy keeps moving: at PPOConfig's 6e-5 (tuned on VADER, a reward that
@@ -30,6 +31,22 @@ def app_kl_horizon(trainer_settings: dict) -> int:
 # by step 40 and pulled them back to 69-94%. At three quarters of the rate the same sweep (6 runs, 2026-12-04,
 # docs/HUMAN_LOOP.md) ended at 82-93%, KL 7.5-11.7.
 PEOPLE_RANKING_LEARNING_RATE = 4.5e-5
+
+# PPO's learning rate when a trained reward model rewards the run (reward rm), unless the user or a recipe sets one.
+# Its standardised score does not saturate either, so PPOConfig's 6e-5 kept pushing: on bench/own_task.py's concise
+# task (16 answers a step, 24 steps) the run at 6e-5 ended at KL 12.7 with beta rising 20% a step from step 11
+# (68% against the base; 12.6 and 64% with a MiniLM reward model), while at 2e-5 the concise and formal runs won
+# 80% and 83% at KL 9.4 and 10.1 (2026-12-06, docs/YOUR_TASK.md).
+REWARD_MODEL_LEARNING_RATE = 2e-5
+
+
+def app_learning_rate(job) -> float | None:
+    """The app's PPO learning rate for the run's reward (None: PPOConfig's, tuned on a function reward)."""
+    if job.reward == "rm":
+        return REWARD_MODEL_LEARNING_RATE
+    if job.reward in ("human", "mix") and job.human_label == "ranking":
+        return PEOPLE_RANKING_LEARNING_RATE
+    return None
 
 
 def kl_settings_for(trainer_settings: dict) -> dict:
@@ -41,11 +58,11 @@ def kl_settings_for(trainer_settings: dict) -> dict:
 
 
 def app_defaults(trainer_settings: dict, job) -> dict:
-    """Every app default a new PPO run gets: the KL controller's, and the learning rate under people's rankings."""
+    """Every app default a new PPO run gets: the KL controller's, and the learning rate for its reward."""
     out = kl_settings_for(trainer_settings)
-    ranked_by_people = job.reward in ("human", "mix") and job.human_label == "ranking"
-    if ranked_by_people and "learning_rate" not in trainer_settings:
-        out["learning_rate"] = PEOPLE_RANKING_LEARNING_RATE
+    learning_rate = app_learning_rate(job)
+    if learning_rate is not None and "learning_rate" not in trainer_settings:
+        out["learning_rate"] = learning_rate
     return out
 
 
