@@ -33,8 +33,8 @@ class RunSettings:
     STAGES: ClassVar[tuple[str, ...]] = ALL_STAGES  # the training stages that read this section
 
     model: str = field(default="", metadata={"help": "Base model: a registry name, 'default', a folder or a hub id "
-                                                     "(blank: 'default', the embedded chat model, for every stage; rm also takes "
-                                                     "'default-encoder', the embedded MiniLM)."})
+                                                     "(blank: 'default', the embedded chat model, for every stage; "
+                                                     "rm also takes 'default-encoder', the embedded MiniLM)."})
     recipe: Literal["", "0.5b", "1.5b", "3b", "8b"] = field(default="", metadata={
         "help": "Settings for a model of this size on a GPU (answer length, learning rate, mini-batch, LoRA from 3b, "
                 "gradient checkpointing; train_configs.RECIPES, docs/GPU.md); settings given explicitly win. Blank: "

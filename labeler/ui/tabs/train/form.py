@@ -184,8 +184,8 @@ def build_form() -> LaunchForm:
                                                  elem_id="train-" + name.replace("_", "-"), elem_classes=SETTING)
 
     with gr.Row():
-        model = gr.Dropdown([], value=training_stages.get("rm").default_model, label="Start from model", allow_custom_value=True,
-                            info="a registered model, 'default' (the embedded chat model) or 'default-encoder'",
+        model = gr.Dropdown([], value=training_stages.get("rm").default_model, label="Start from model",
+                            allow_custom_value=True, info="a registered model, 'default' (the embedded chat model) or 'default-encoder'",
                             scale=2, elem_id="train-model")
         job_widgets["steps"] = forms.widget(job_spec_by_name["steps"], label=plain_label("steps"), scale=1,
                                             elem_id="train-steps")
