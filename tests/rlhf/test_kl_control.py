@@ -81,7 +81,7 @@ def test_app_ppo_runs_get_the_floor_and_a_horizon_of_one_batch_unless_set():
     assert kl_settings_for({"batch_size": 16}) == {"horizon": 16, "kl_coef_min": 0.03}
     # So beta moves as far in a step at batch 16 as at 64: KL 18 against a target of 9 is an error clipped to 0.2,
     # K_beta = 16 / 16 = 1, beta 0.03 * 1.2 = 0.036 (the old fixed horizon of 64: 0.03 * (1 + 0.2 * 16/64) = 0.0315).
-    ctl = AdaptiveKLController(0.03, target=9.0, **{"horizon": 16, "min_coef": 0.03})
+    ctl = AdaptiveKLController(0.03, target=9.0, horizon=16, min_coef=0.03)
     ctl.update(18.0, n_steps=16)
     assert ctl.value == pytest.approx(0.036)
     assert kl_settings_for({"init_kl_coef": 0.1}) == {"horizon": 64, "kl_coef_min": 0.1}
