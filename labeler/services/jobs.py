@@ -78,11 +78,13 @@ def pin_project_defaults(db, config: dict, stage: str, project: str) -> None:
     """What a run takes from its project unless it sets it, stored with the run so that it keeps it when the
     project changes later: the project's answer length as max_new_tokens (the job's own default, 16, is the shipped
     task's), and, for a stage that trains on labels in passes (rm, dpo: Stage.default_passes), steps for that many
-    passes over the training rows there are now (a fixed 40 steps read a third of 480 pairs for DPO)."""
+    passes over the training rows there are now (a fixed 40 steps read a third of 480 pairs for DPO), or for the
+    run's `num_train_epochs` when set (the job's steps are the trainer's max_steps, which overrule its epochs)."""
     if stage in ANSWERING_STAGES and "max_new_tokens" not in config["job"]:
         config["job"]["max_new_tokens"] = get_project(db, project).answer_tokens
     passes = training_stages.get(stage).default_passes
     if passes is not None and "steps" not in config["job"]:
+        passes = float(config["trainer"].get("num_train_epochs", passes))
         steps = steps_for_passes(db, project, stage, config, passes)
         if steps is not None:
             config["job"]["steps"] = steps

@@ -202,6 +202,9 @@ def test_a_reward_model_or_dpo_run_without_steps_makes_one_pass_over_its_pairs(l
     assert preview_run(labelled, "default", "dpo", {"per_device_train_batch_size": 2}).steps == 2
     run = jobs.create_run(labelled, "dpo", {"per_device_train_batch_size": 2}, runs_dir=tmp_path, start=False)
     assert run.config["job"]["steps"] == 2  # stored with the run: it keeps its steps if more labels arrive
+    # epochs asked for are passes: 3 x 2 steps (steps are the trainer's max_steps, which would cut them to one)
+    assert preview_run(labelled, "default", "dpo", {"per_device_train_batch_size": 2, "num_train_epochs": 3}).steps == 6
+    assert preview_run(labelled, "default", "rm", {"num_train_epochs": 2}).steps == 2
     # steps asked for are kept, the job's own default of 40 too; SFT and PPO keep the job's default of 40
     assert preview_run(labelled, "default", "dpo", {"steps": 40}).steps == 40
     assert jobs.create_run(labelled, "rm", {"steps": 40}, runs_dir=tmp_path, start=False).config["job"]["steps"] == 40
