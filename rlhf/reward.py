@@ -71,7 +71,7 @@ class RewardConfig(TrainerConfig):
     output_dir: str | None = field(default="reward-model", metadata={"help": "Where checkpoints and the final model go."})
     learning_rate: float = field(default=5e-5, metadata={"help": "AdamW learning rate."})
     per_device_train_batch_size: int = field(default=8, metadata={"help": "Preference pairs per step (2x sequences)."})
-    num_train_epochs: float = field(default=1.0, metadata={"help": "Passes over the training pairs."})
+    num_train_epochs: float = field(default=3.0, metadata={"help": "Passes over the training pairs (TRL's default; a few hundred pairs need more than one)."})
     logging_steps: float = field(default=5, metadata={"help": "Log metrics every this many steps."})
     remove_unused_columns: bool = field(
         default=False, metadata={"help": "Keep False: the collator needs the tokenised columns the model does not take."}

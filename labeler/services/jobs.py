@@ -55,7 +55,8 @@ def create_run(db, stage: str, settings: dict[str, Any] | None = None, project: 
         if refused:
             raise InputError("can only be set from the command line (rlhf-studio train --set), not the web app",
                              field=", ".join(refused))
-    config = train_configs.resolve_run_config(stage, settings or {}, source)
+    warm_start = models.newest_or_blank(db, "reward")
+    config = train_configs.resolve_run_config(stage, settings or {}, source, warm_start=warm_start)
     pin_project_defaults(db, config, stage, project)
     launch.refuse_unloadable(config["job"], lambda name: models.resolve(db, name))  # not 5 minutes later in the worker
     if config["job"].get("accelerate_config"):  # a missing, unreadable or unrunnable file fails now, not at start

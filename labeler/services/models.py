@@ -258,11 +258,17 @@ def resolve(db: sqlite_utils.Database, name: str) -> str:
 
 def newest(db: sqlite_utils.Database, kind: str) -> str:
     """The name of the most recently registered model of `kind` (e.g. the reward model PPO uses by default)."""
-    row = db.execute("SELECT name FROM models WHERE kind = ? ORDER BY id DESC LIMIT 1", [kind]).fetchone()
-    if row is None:
+    name = newest_or_blank(db, kind)
+    if not name:
         hint = "train one (stage rm) or set reward_model" if kind == "reward" else "register one (models add)"
         raise InputError(f"no {kind} model registered: {hint}", field="reward_model" if kind == "reward" else "model")
-    return row[0]
+    return name
+
+
+def newest_or_blank(db: sqlite_utils.Database, kind: str) -> str:
+    """The name of the most recently registered model of `kind`, or "" when there is none."""
+    row = db.execute("SELECT name FROM models WHERE kind = ? ORDER BY id DESC LIMIT 1", [kind]).fetchone()
+    return "" if row is None else row[0]
 
 
 def newest_of_project(db: sqlite_utils.Database, kind: str, project_id: int, before: str | None = None) -> str | None:

@@ -30,7 +30,8 @@ from labeler.services.training_stages.base import row_key, split_for_training, s
 from rlhf.loading import SHORT_NAMES
 
 # More passes than this over the training rows and the preview warns: with a few hundred labels the model then
-# mostly memorises them (reward models in particular; Ouyang et al. 2022 train their RM for one epoch).
+# mostly memorises them. Three, the reward model's default (training_stages/rm.py), generalised better than one
+# on a few hundred pairs; Ouyang et al. 2022 trained theirs one epoch on tens of thousands.
 EPOCH_WARNING = 3.0
 # Under half a pass over a labelled dataset, a run leaves most of it unread: on the example tasks of
 # bench/own_task.py DPO's 40 default steps read a third of 480 pairs (judge's win rate 62% and 54%); one pass
@@ -160,7 +161,8 @@ def preview_run(db: sqlite_utils.Database, project: str, stage: str, values: dic
     micro-step is timed for the wall-time estimate by `measure(MicroStepSettings) -> MicroStep` (default:
     run_estimate's, in a fresh process); without it there is no estimate and time_budget is not applied.
     """
-    config = train_configs.resolve_run_config(stage, values, source)  # source: the --config file, named in errors
+    # source: the --config file, named in errors; a mix run's warm start as launching would store it
+    config = train_configs.resolve_run_config(stage, values, source, warm_start=models.newest_or_blank(db, "reward"))
     jobs.pin_project_defaults(db, config, stage, project)  # the project's answer length, as the run will store it
     job = forms.build_config(train_configs.JobConfig, config["job"])
     trainer = _trainer_config(stage, job, config["trainer"])

@@ -185,8 +185,12 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def resolve_run_config(stage: str, values: dict[str, Any], source: str | None = None) -> dict[str, dict]:
+def resolve_run_config(stage: str, values: dict[str, Any], source: str | None = None,
+                       warm_start: str = "") -> dict[str, dict]:
     """Validate settings for a stage; returns the run's config_json content {"job": ..., "trainer": ...}.
+
+    `warm_start`: the reward model a reward=mix run that names none starts from (the newest registered, which the
+    runner would take): stored as the run's reward_model, so its config says so and its learning rate follows.
 
     Trainer settings are validated by building the trainer config once here (not only in the worker), so a
     bad value is refused before a run is queued.
@@ -198,6 +202,8 @@ def resolve_run_config(stage: str, values: dict[str, Any], source: str | None = 
         job_values = reward_spec.job_settings(job_values)  # reward=rm:NAME, vader, ... as reward, reward_model, ...
     except InputError as error:
         raise InputError(error.message, file=source, field=error.field) from None
+    if warm_start and job_values.get("reward") == "mix" and not job_values.get("reward_model"):
+        job_values["reward_model"] = warm_start
     job = forms.build_config(JobConfig, job_values, source)
     cls = stage_config_class(stage)
     stage_facts = training_stages.get(stage)

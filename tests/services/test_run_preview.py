@@ -193,12 +193,12 @@ def test_the_preview_names_the_settings_the_app_gives_a_run(labelled):
     assert preview_run(labelled, "default", "dpo", {"steps": 3, "learning_rate": 1e-6}).app_settings == {}
 
 
-def test_a_reward_model_or_dpo_run_without_steps_makes_one_pass_over_its_pairs(labelled, tmp_path):
+def test_a_reward_model_run_without_steps_makes_three_passes_over_its_pairs_and_dpo_one(labelled, tmp_path):
     from labeler.services import jobs
 
     # 4 pairs (above), all for training (an eval side would have fewer than 2): rm's batch of 8 reads them in one
-    # step; DPO's batch of 4 in one step, and its batch of 2 in ceil(4 / 2) = 2.
-    assert preview_run(labelled, "default", "rm", {}).steps == 1
+    # step, three passes; DPO's batch of 4 in one step, and its batch of 2 in ceil(4 / 2) = 2.
+    assert preview_run(labelled, "default", "rm", {}).steps == 3
     assert preview_run(labelled, "default", "dpo", {"per_device_train_batch_size": 2}).steps == 2
     run = jobs.create_run(labelled, "dpo", {"per_device_train_batch_size": 2}, runs_dir=tmp_path, start=False)
     assert run.config["job"]["steps"] == 2  # stored with the run: it keeps its steps if more labels arrive

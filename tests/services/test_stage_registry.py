@@ -134,10 +134,37 @@ def test_a_ppo_run_stores_the_app_defaults_it_runs_with(db, tmp_path):
     chosen = jobs.create_run(db, "ppo", {"reward": "human", "learning_rate": 1e-5}, runs_dir=tmp_path, start=False)
     assert "learning_rate" not in rated.config["trainer"]  # PPOConfig's 6e-5: ratings keep their scale
     assert chosen.config["trainer"]["learning_rate"] == 1e-5
+    assert "reward_model" not in ranked.config["job"]  # no reward model yet: the online model starts from the encoder
     # A run stored before the defaults were (a resume of an older run) still gets them.
     older = StageContext(1, "unused.db", "ppo", "default", train_configs.load_job_config({}), {}, tmp_path,
                          sink=None)
     assert (ppo_config(older).horizon, ppo_config(older).kl_coef_min) == (64, 0.03)
+
+
+def test_a_mix_run_stores_the_reward_model_it_starts_from_and_takes_the_reward_models_rate(db, tmp_path):
+    from labeler.services import models
+    from labeler.services.training_stages.ppo import PEOPLE_RANKING_LEARNING_RATE, REWARD_MODEL_LEARNING_RATE
+
+    (tmp_path / "rm-a").mkdir()
+    (tmp_path / "rm-b").mkdir()
+    models.register_model(db, "rm-a", str(tmp_path / "rm-a"), "reward")
+    models.register_model(db, "rm-b", str(tmp_path / "rm-b"), "reward")
+    newest = jobs.create_run(db, "ppo", {"reward": "mix"}, runs_dir=tmp_path, start=False)
+    named = jobs.create_run(db, "ppo", {"reward": "mix", "reward_model": "rm-a"}, runs_dir=tmp_path, start=False)
+    assert (newest.config["job"]["reward_model"], named.config["job"]["reward_model"]) == ("rm-b", "rm-a")
+    assert newest.config["trainer"]["learning_rate"] == named.config["trainer"]["learning_rate"] == 2e-5
+    assert REWARD_MODEL_LEARNING_RATE == 2e-5 != PEOPLE_RANKING_LEARNING_RATE
+    # people alone (no reward model) keep the people's rate, a rate set by the user stays, and other rewards
+    # store no warm start
+    human = jobs.create_run(db, "ppo", {"reward": "human"}, runs_dir=tmp_path, start=False)
+    asked = jobs.create_run(db, "ppo", {"reward": "mix", "learning_rate": 4e-5}, runs_dir=tmp_path, start=False)
+    by_function = jobs.create_run(db, "ppo", {"reward": "vader"}, runs_dir=tmp_path, start=False)
+    assert human.config["trainer"]["learning_rate"] == PEOPLE_RANKING_LEARNING_RATE
+    assert "reward_model" not in human.config["job"] and "reward_model" not in by_function.config["job"]
+    assert asked.config["trainer"]["learning_rate"] == 4e-5 and asked.config["job"]["reward_model"] == "rm-b"
+    # the preview shows what launching stores
+    preview = run_preview.preview_run(db, "default", "ppo", {"reward": "mix"}, estimate_time=False)
+    assert preview.app_settings["learning_rate"] == 2e-5
 
 
 @pytest.mark.parametrize("stage", STAGE_NAMES)

@@ -185,12 +185,8 @@ def active_mix(ctx: StageContext, db, queue):
     from rlhf.reward import RewardScorer
 
     job = ctx.job
-    warm_start = job.reward_model
-    if not warm_start:
-        try:
-            warm_start = models.newest(db, "reward")  # the project's reward model, if it has one
-        except InputError:
-            warm_start = ""  # none yet: start from the encoder alone
+    # A run stored before mix runs stored their warm start takes the newest now; none yet: the encoder alone.
+    warm_start = job.reward_model or models.newest_or_blank(db, "reward")
     prior = RewardScorer(models.resolve(db, warm_start)).score if warm_start else None
     model = OnlineRewardModel(ctx.db_path, ctx.project, refit_every=job.rm_refit_every, seed=job.seed, prior=prior)
     return ActiveMixReward(queue, model, human_share=job.human_share, timeout=job.human_timeout, seed=job.seed)
