@@ -141,14 +141,13 @@ def test_a_ppo_run_stores_the_app_defaults_it_runs_with(db, tmp_path):
     assert (ppo_config(older).horizon, ppo_config(older).kl_coef_min) == (64, 0.03)
 
 
-def test_a_mix_run_stores_the_reward_model_it_starts_from_and_takes_the_reward_models_rate(db, tmp_path):
+def test_a_mix_run_stores_the_reward_model_it_starts_from_and_takes_the_reward_models_rate(db, tmp_path,
+                                                                                         tiny_encoder_dir):
     from labeler.services import models
     from labeler.services.training_stages.ppo import PEOPLE_RANKING_LEARNING_RATE, REWARD_MODEL_LEARNING_RATE
 
-    (tmp_path / "rm-a").mkdir()
-    (tmp_path / "rm-b").mkdir()
-    models.register_model(db, "rm-a", str(tmp_path / "rm-a"), "reward")
-    models.register_model(db, "rm-b", str(tmp_path / "rm-b"), "reward")
+    models.register_model(db, "rm-a", str(tiny_encoder_dir), "reward")
+    models.register_model(db, "rm-b", str(tiny_encoder_dir), "reward")
     newest = jobs.create_run(db, "ppo", {"reward": "mix"}, runs_dir=tmp_path, start=False)
     named = jobs.create_run(db, "ppo", {"reward": "mix", "reward_model": "rm-a"}, runs_dir=tmp_path, start=False)
     assert (newest.config["job"]["reward_model"], named.config["job"]["reward_model"]) == ("rm-b", "rm-a")

@@ -299,11 +299,12 @@ def test_a_run_queued_from_the_form_stores_what_train_set_reward_stores(ctx, lab
     assert web.config == cli.config
     stored = {key: value for key, value in web.config["job"].items() if key.startswith("reward")}
     # The form sends no trainer setting: the trainer part is PPO's app defaults alone (stored since issue 35), and a
-    # run rewarded by people's rankings or by a reward model alone gets the app's learning rate for that reward.
+    # run rewarded by people's rankings or by a reward model alone gets the app's learning rate for that reward
+    # (a mix run that starts from a reward model: the reward model's).
     app_defaults = {"horizon": 64, "kl_coef_min": 0.03}
-    if job.get("reward") in ("human", "mix"):
+    if job.get("reward") in ("human", "mix") and "reward_model" not in job:
         app_defaults["learning_rate"] = PEOPLE_RANKING_LEARNING_RATE
-    elif job.get("reward", "rm") == "rm":
+    elif job.get("reward", "rm") in ("rm", "mix"):
         app_defaults["learning_rate"] = REWARD_MODEL_LEARNING_RATE
     assert stored == job and web.config["trainer"] == app_defaults
 
