@@ -55,9 +55,7 @@ def create_run(db, stage: str, settings: dict[str, Any] | None = None, project: 
         if refused:
             raise InputError("can only be set from the command line (rlhf-studio train --set), not the web app",
                              field=", ".join(refused))
-    warm_start = models.newest_or_blank(db, "reward")
-    config = train_configs.resolve_run_config(stage, settings or {}, source, warm_start=warm_start)
-    pin_project_defaults(db, config, stage, project)
+    config = resolve_for_project(db, stage, settings or {}, project, source)
     launch.refuse_unloadable(config["job"], lambda name: models.resolve(db, name))  # not 5 minutes later in the worker
     if config["job"].get("accelerate_config"):  # a missing, unreadable or unrunnable file fails now, not at start
         job = config["job"]
@@ -73,6 +71,15 @@ def create_run(db, stage: str, settings: dict[str, Any] | None = None, project: 
 # Stages whose runs write answers: PPO, GRPO and RLOO generate them to train, and every one is evaluated on the
 # held-out prompts when it finishes.
 ANSWERING_STAGES = training_stages.names(answers=True)
+
+
+def resolve_for_project(db, stage: str, values: dict[str, Any], project: str, source: str | None = None) -> dict:
+    """The config a run of `stage` with `values` stores in `project` (what launching stores and the preview shows):
+    its settings resolved, a mix run's warm start (the newest reward model) included, and the project's defaults
+    pinned."""
+    config = train_configs.resolve_run_config(stage, values, source, warm_start=models.newest_or_blank(db, "reward"))
+    pin_project_defaults(db, config, stage, project)
+    return config
 
 
 def pin_project_defaults(db, config: dict, stage: str, project: str) -> None:

@@ -3,7 +3,7 @@ the train/eval split, the epochs that `steps` implies, and the base model.
 
 A 10-step run on a tiny set trained 10 epochs without a word; the preview says so (and warns) before the run
 is queued. It reads the data exactly as the stage runners do: the same settings resolution
-(train_configs.resolve_run_config), the same row function of the stage (training_stages: Stage.rows, which its
+(jobs.resolve_for_project), the same row function of the stage (training_stages: Stage.rows, which its
 runner calls), and the same split by prompt (export.split_by_prompt), without loading a model or building a dataset.
 
 A PPO, GRPO or RLOO run's preview also says how long it will take on this machine, extrapolated from a micro-step
@@ -161,9 +161,7 @@ def preview_run(db: sqlite_utils.Database, project: str, stage: str, values: dic
     micro-step is timed for the wall-time estimate by `measure(MicroStepSettings) -> MicroStep` (default:
     run_estimate's, in a fresh process); without it there is no estimate and time_budget is not applied.
     """
-    # source: the --config file, named in errors; a mix run's warm start as launching would store it
-    config = train_configs.resolve_run_config(stage, values, source, warm_start=models.newest_or_blank(db, "reward"))
-    jobs.pin_project_defaults(db, config, stage, project)  # the project's answer length, as the run will store it
+    config = jobs.resolve_for_project(db, stage, values, project, source)  # source: the --config file, in errors
     job = forms.build_config(train_configs.JobConfig, config["job"])
     trainer = _trainer_config(stage, job, config["trainer"])
     records, unit = _rows(db, project, stage, job)
