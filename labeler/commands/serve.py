@@ -1,6 +1,7 @@
 """`rlhf-studio serve`: the web app, ready to label on the very first start.
 
-First start on an empty database: the shipped movie-review prompts go into the project, the `admin`
+First start on an empty database: the shipped movie-review prompts go into the default project (never into a
+project a team created or changed), the `admin`
 account is created and its one-time password printed here (like Jupyter's token), and a first set of
 answers is generated in the background so the Rate and Rank tabs have work within a minute.
 """
@@ -90,10 +91,12 @@ def prepare(db_path: str, project: str, model: str) -> tuple[str | None, bool]:
     # The one place the web app creates and migrates the database; its requests then open it as is.
     with database(db_path, create=True) as db:
         try:
-            projects.get_project(db, project)
+            current = projects.get_project(db, project)
         except InputError:
-            projects.create_project(db, project)
-        if prompts.count_prompts(db, project) == 0:
+            current = projects.create_project(db, project)
+        # The example task goes only into the default project as the database was created: a project a team
+        # made (`projects create`), or whose settings they changed, keeps its prompts and settings untouched.
+        if projects.is_untouched_default(db, current):
             result = prompts.import_shipped_prompts(db, project)
             print(f"Imported {result.added} shipped movie-review prompts into project '{project}'.", flush=True)
         if model == "default":

@@ -98,6 +98,19 @@ def get_project(db: sqlite_utils.Database, name: str = "default") -> Project:
     return _from_row(row)
 
 
+def is_untouched_default(db: sqlite_utils.Database, project: Project) -> bool:
+    """True for the "default" project exactly as the database was created with it: no prompts, no runs and every
+    setting as a new project has it. Only such a project may receive the shipped example task on `serve`'s first
+    start; any project a team made or changed is theirs and is never rewritten."""
+    if project.name != "default":
+        return False
+    for table in ("prompts", "runs"):
+        if db.execute(f"SELECT COUNT(*) FROM {table} WHERE project_id = ?", [project.id]).fetchone()[0]:
+            return False
+    as_created = Project(id=project.id, name=project.name, likert_min=1, likert_max=7, overlap=1, guidelines="")
+    return project == as_created
+
+
 def list_projects(db: sqlite_utils.Database) -> list[Project]:
     rows = db.execute(f"SELECT {', '.join(COLUMNS)} FROM projects ORDER BY id")
     return [_from_row(row) for row in rows.fetchall()]

@@ -98,3 +98,55 @@ def test_serving_conventions_from_the_environment(monkeypatch, tmp_path):
     options = launch_options(ServeSettings(db_path=str(tmp_path / "env.db"), root_path="/studio"))
     assert options["root_path"] == "/studio"
     assert launch_options(ServeSettings(db_path=str(tmp_path / "env.db")))["root_path"] is None
+
+
+def test_serve_leaves_a_teams_project_as_it_is(tmp_path, tiny_model_dir):
+    # Issue 49 item 1: `projects create nimbus` then `serve --project nimbus` imported the movie task into nimbus
+    # and switched it to continue / 16 tokens / VADER. Only the default project as created gets the example task.
+    from labeler.commands.serve import prepare
+    from labeler.services import projects, prompts
+    from storage import open_db
+
+    db_path = str(tmp_path / "studio.db")
+    db = open_db(db_path, create=True)
+    try:
+        projects.create_project(db, "nimbus", prompt_format="chat", answer_tokens=200)
+        projects.update_project(db, "default", answer_tokens=64)  # a team's change to the default project
+        before = {p.name: p for p in projects.list_projects(db)}
+    finally:
+        db.conn.close()
+
+    prepare(db_path, "nimbus", str(tiny_model_dir))
+    prepare(db_path, "default", str(tiny_model_dir))
+
+    db = open_db(db_path)
+    try:
+        assert {p.name: p for p in projects.list_projects(db)} == before
+        assert prompts.count_prompts(db, "nimbus") == 0
+        assert prompts.count_prompts(db, "default") == 0
+    finally:
+        db.conn.close()
+
+
+def test_serve_fills_only_a_new_default_project(tmp_path, tiny_model_dir):
+    from labeler.commands.serve import prepare
+    from labeler.services import projects, prompts
+    from storage import open_db
+
+    db_path = str(tmp_path / "studio.db")
+    prepare(db_path, "default", str(tiny_model_dir))
+    db = open_db(db_path)
+    try:
+        default = projects.get_project(db, "default")
+        assert (default.prompt_format, default.answer_tokens, default.measure) == ("continue", 16, "vader")
+        shipped = prompts.count_prompts(db, "default")
+        assert shipped >= 100
+    finally:
+        db.conn.close()
+    # A second start adds nothing: the project now has prompts of its own.
+    prepare(db_path, "default", str(tiny_model_dir))
+    db = open_db(db_path)
+    try:
+        assert prompts.count_prompts(db, "default") == shipped
+    finally:
+        db.conn.close()
