@@ -42,3 +42,24 @@ def test_the_checker_sees_imports_inside_functions(tmp_path):
     sample = tmp_path / "sample.py"
     sample.write_text("def f():\n    from labeler import ui\n    import gradio.utils\n")
     assert imports(sample) == [(2, "labeler"), (2, "labeler.ui"), (3, "gradio.utils")]
+
+
+# Within the labeling package (docs/ARCHITECTURE.md, Labelling) each module may import only the ones below it: the
+# tables' writer at the bottom, so that accounts can release a deactivated account's holds through it.
+LABELING_MAY_IMPORT = {
+    "store": set(),
+    "items": {"store"},
+    "queue": {"store"},
+    "submit": {"store", "queue"},
+    "gold": set(),
+}
+
+
+@pytest.mark.parametrize("module", sorted(LABELING_MAY_IMPORT))
+def test_labeling_modules_point_one_way(module):
+    package = "labeler.services.labeling"
+    path = ROOT / "labeler" / "services" / "labeling" / f"{module}.py"
+    siblings = {name.removeprefix(package + ".").split(".")[0] for _, name in imports(path)
+                if name.startswith(package + ".")}
+    assert siblings <= LABELING_MAY_IMPORT[module], f"labeling/{module}.py imports {sorted(siblings)}"
+    assert set(LABELING_MAY_IMPORT) == {p.stem for p in path.parent.glob("*.py")} - {"__init__"}

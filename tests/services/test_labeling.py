@@ -33,12 +33,12 @@ def four_ratings(db):
 
 
 def test_group_sizes():
-    assert labeling._group_sizes(1, 4) == []
-    assert labeling._group_sizes(4, 4) == [4]
-    assert labeling._group_sizes(5, 4) == [3, 2]  # never a lone response
-    assert labeling._group_sizes(9, 4) == [3, 3, 3]
-    assert labeling._group_sizes(7, 3) == [3, 2, 2]
-    assert labeling._group_sizes(5, 2) == [2, 2]  # the fifth waits for a partner
+    assert labeling.group_sizes(1, 4) == []
+    assert labeling.group_sizes(4, 4) == [4]
+    assert labeling.group_sizes(5, 4) == [3, 2]  # never a lone response
+    assert labeling.group_sizes(9, 4) == [3, 3, 3]
+    assert labeling.group_sizes(7, 3) == [3, 2, 2]
+    assert labeling.group_sizes(5, 2) == [2, 2]  # the fifth waits for a partner
 
 
 def test_create_items(db):

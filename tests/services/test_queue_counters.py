@@ -11,7 +11,7 @@ from labeling_helpers import add_prompt, make_users, set_overlap
 
 from labeler.services import labeling
 from labeler.services.errors import InputError, PermissionDenied
-from labeler.services.labeling import _HOLDS_SLOT
+from labeler.services.labeling.queue import HOLDS_SLOT
 
 P = "default"
 USERS = ["ann", "ben", "cat"]
@@ -43,7 +43,7 @@ def recount_progress(db, username: str, kind: str) -> tuple[int, int]:
               AND NOT EXISTS (SELECT 1 FROM assignments m WHERE m.item_id = i.id AND m.user_id = :user)
               AND NOT EXISTS (SELECT 1 FROM rankings r WHERE r.item_id = i.id AND r.source = 'arena')
               AND (i.gold_json IS NOT NULL
-                   OR (SELECT COUNT(*) FROM assignments a WHERE a.item_id = i.id AND {_HOLDS_SLOT}) < :overlap)""",
+                   OR (SELECT COUNT(*) FROM assignments a WHERE a.item_id = i.id AND {HOLDS_SLOT}) < :overlap)""",
         params,
     ).fetchone()[0]
     # The user's own reservations, on items that can still take their label (one that others filled
