@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import sqlite_utils
 
 from labeler.services.errors import InputError, PermissionDenied
+from labeler.services.labeling.store import drop_pending_holds
 from labeler.services.login_guard import Throttled
 from storage import write_transaction
 
@@ -207,7 +208,8 @@ def set_role(db: sqlite_utils.Database, username: str, role: str) -> User:
 def set_active(db: sqlite_utils.Database, username: str, active: bool) -> User:
     """Deactivate (or reactivate) an account; its labels stay, it can no longer log in or label.
 
-    Deactivation also ends the user's login sessions, so reactivating does not revive an old one.
+    Deactivation also ends the user's login sessions, so reactivating does not revive an old one, and releases
+    the items they held (shown, not labelled): those return to the queue at once.
     """
     with write_transaction(db):
         cursor = db.execute(
@@ -217,17 +219,27 @@ def set_active(db: sqlite_utils.Database, username: str, active: bool) -> User:
         if cursor.rowcount == 0:
             raise InputError(f"unknown user '{username}'", field="username")
         _check_an_admin_remains(db)
+        if not active:
+            _release_holds(db, username)
     return get_user(db, username)
 
 
 def set_simulated_active(db: sqlite_utils.Database, username: str, active: bool) -> None:
     """A simulated annotator's account (the demo's) on or off: the change set_active makes (deactivating ends
-    its sessions), without its "an active admin remains" check, since a demo's database may have no admin at
+    its sessions and releases its holds), without its "an active admin remains" check, since a demo's database may have no admin at
     all; an admin's account is never changed, and one already in that state is left as it is."""
     with write_transaction(db):
         db.execute("UPDATE users SET active = ?, session_epoch = session_epoch + (? = 0)"
                    " WHERE username = ? AND role != 'admin' AND active != ?",
                    [int(bool(active)), int(bool(active)), username, int(bool(active))])
+        if not active:
+            _release_holds(db, username)
+
+
+def _release_holds(db: sqlite_utils.Database, username: str) -> None:
+    row = db.execute("SELECT id FROM users WHERE username = ? AND active = 0", [username]).fetchone()
+    if row is not None:
+        drop_pending_holds(db, row[0])
 
 
 def session_epoch(db: sqlite_utils.Database, username: str) -> int | None:

@@ -170,7 +170,8 @@ def test_expired_pending_is_reassigned(db, four_ratings):
     assert db["ratings"].count == 0
     # Her stale assignment is released and she moves on.
     assert next_item(db, P, "alice").item_id == i2
-    with pytest.raises(PermissionDenied):
+    # Her assignment is gone, and the refusal still says why: the item went to another annotator.
+    with pytest.raises(PermissionDenied, match="not assigned to 'alice': another annotator holds it"):
         submit_rating(db, P, "alice", i1, 4)
 
 

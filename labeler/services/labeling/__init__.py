@@ -33,7 +33,7 @@ module docstring), `items` (creating items), `queue` (the queue and its holds), 
 `gold` (known answers). Callers import the package: its names are those of the modules below.
 """
 from labeler.services.labeling.store import (  # noqa: F401  (the package's names)
-    KINDS, LABEL_TABLES, WAITING_FOR_RUN, Kind, add_assignment, check_kind, delete_label_row, drop_assignment,
+    EVALUATION_SOURCE, KINDS, LABEL_TABLES, WAITING_FOR_RUN, Kind, add_assignment, check_kind, delete_label_row, drop_assignment,
     drop_pending_holds, find_item, insert_item, insert_ranking, item_response_ids, label_count, label_row,
     ranking_orders, rankings_from, rating_means, release_ended_run, release_items, release_run_items,
     response_ids_json, run_of_item, selectable_items, set_rating_score, set_ranking_order, set_selection_order,
@@ -43,6 +43,6 @@ from labeler.services.labeling.items import (  # noqa: F401
 from labeler.services.labeling.queue import (  # noqa: F401
     PENDING_TTL_MINUTES, RUN_ITEM_IDLE_SECONDS, QueueItem, keep_holding, next_item, progress)
 from labeler.services.labeling.submit import (  # noqa: F401
-    MAX_COMMENT_CHARS, SHOWN, LabelResult, Undone, skip_item, submit_rating, submit_rating_and_next, submit_ranking,
+    MAX_COMMENT_CHARS, SHOWN, ItemUnavailable, LabelResult, Undone, skip_item, submit_rating, submit_rating_and_next, submit_ranking,
     submit_ranking_and_next, undo_last_action)
 from labeler.services.labeling.gold import item_detail, item_on_scale, set_gold  # noqa: F401

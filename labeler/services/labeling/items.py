@@ -2,6 +2,7 @@
 docstring has the queue rules)."""
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 
@@ -62,12 +63,14 @@ def create_items(
     priority: int = 0,
     run_id: int | None = None,
 ) -> int:
-    """Create the missing items; returns how many were created.
+    """Create the missing items; returns how many were created. Held-out prompts get none: their answers are for
+    evaluation (a prompt may become held-out while its answers are being generated).
 
-    Rating items: one per response (of `response_ids`, or of the whole project but its held-out prompts) that has
-    none.
-    Ranking items: for each prompt concerned, its responses not yet in a ranking item, in groups of
-    2..ranking_size; a response is in at most one ranking item. `priority` and `run_id` mark items a
+    Rating items: one per response (of `response_ids`, or of the whole project) that has none.
+    Ranking items: for each prompt concerned, its responses not yet in a ranking item join its groups that nobody
+    was shown yet and that have room (those are made again with them), in groups of 2..ranking_size. A lone answer
+    left over (a prompt topped up from 2 answers to 3 after its pair was ranked) makes a new group with the
+    prompt's newest other answers, so every answer reaches a ranking. `priority` and `run_id` mark items a
     training run waits on (PPO with human rewards passes kinds=("rating",), a high priority and its run).
     """
     for kind in kinds:
@@ -83,9 +86,10 @@ def create_items(
             unknown = sorted(wanted - set(prompt_of))
             if unknown:
                 raise InputError(f"responses {unknown} are not in project '{proj.name}'", field="response_ids")
-        if wanted is None:  # held-out prompts are for evaluation: their answers are queued only when named
-            held_out = _heldout_prompt_ids(db, proj.id)
-            prompt_of = {r: p for r, p in prompt_of.items() if p not in held_out}
+        held_out = _heldout_prompt_ids(db, proj.id)
+        prompt_of = {r: p for r, p in prompt_of.items() if p not in held_out}
+        if wanted is not None:
+            wanted &= set(prompt_of)
 
         def insert(kind: str, prompt_id: int, ids: list[int]) -> int:
             return insert_item(db, proj.id, kind, prompt_id, ids, priority=priority, run_id=run_id, if_new=True) is not None
@@ -107,11 +111,34 @@ def create_items(
             prompts = sorted({prompt_of[r] for r in wanted} if wanted is not None else set(unranked))
             for prompt_id in prompts:
                 free = unranked.get(prompt_id, [])
+                if not free:
+                    continue
+                free = sorted(free + _reopen_groups(db, proj.id, prompt_id, ranking_size))
+                sizes = group_sizes(len(free), ranking_size)
                 start = 0
-                for size in group_sizes(len(free), ranking_size):
+                for size in sizes:
                     created += insert("ranking", prompt_id, free[start : start + size])
                     start += size
+                if start < len(free):
+                    partners = [r for r, p in reversed(prompt_of.items())
+                                if p == prompt_id and r not in free][: ranking_size - (len(free) - start)]
+                    if partners:
+                        created += insert("ranking", prompt_id, free[start:] + partners)
     return created
+
+
+def _reopen_groups(db: sqlite_utils.Database, project_id: int, prompt_id: int, ranking_size: int) -> list[int]:
+    """The answers of the prompt's ordinary ranking items with room (fewer than `ranking_size` answers) that nobody
+    was shown and nobody labelled; those items are deleted, so the answers are grouped again with the new ones."""
+    rows = db.execute(
+        "SELECT i.id, i.response_ids_json FROM items i WHERE i.project_id = ? AND i.prompt_id = ? AND i.kind = 'ranking'"
+        " AND i.run_id IS NULL AND i.priority = 0 AND i.gold_json IS NULL AND json_array_length(i.response_ids_json) < ?"
+        " AND NOT EXISTS (SELECT 1 FROM assignments a WHERE a.item_id = i.id)"
+        " AND NOT EXISTS (SELECT 1 FROM rankings k WHERE k.item_id = i.id)",
+        [project_id, prompt_id, ranking_size]).fetchall()
+    for row in rows:
+        db.execute("DELETE FROM items WHERE id = ?", [row["id"]])
+    return [int(r) for row in rows for r in json.loads(row["response_ids_json"])]
 
 
 def _heldout_prompt_ids(db: sqlite_utils.Database, project_id: int) -> set[int]:

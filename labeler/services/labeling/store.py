@@ -14,6 +14,9 @@ from storage import rows_by_ids, write_transaction
 
 Kind = Literal["rating", "ranking"]
 KINDS = ("rating", "ranking")
+# The source of the `people` measure's answers (people_eval.EVALUATION_SOURCE): an item of them is an evaluation
+# item, the one kind of item a held-out prompt's label may be stored on.
+EVALUATION_SOURCE = "evaluation"
 
 
 def response_ids_json(response_ids: Sequence[int]) -> str:

@@ -13,7 +13,7 @@ from labeler.services import accounts, label_kinds
 from labeler.services.errors import InputError, PermissionDenied
 from labeler.services.labeling.queue import (HOLDS_SLOT, NOW, PENDING_TTL_MINUTES, RUN_ITEM_IDLE_SECONDS, QueueItem,
                                              fresh, serve_next)
-from labeler.services.labeling.store import Kind, add_assignment, check_kind, drop_assignment, insert_ranking
+from labeler.services.labeling.store import EVALUATION_SOURCE, Kind, add_assignment, check_kind, drop_assignment, insert_ranking
 from labeler.services.projects import Project, get_project
 from storage import write_transaction
 
@@ -54,8 +54,33 @@ def _check_extras(comment: object, seconds: object) -> float | None:
     return float(seconds)
 
 
+class ItemUnavailable(InputError):
+    """The item can no longer take this user's label (its hold passed to another annotator, its overlap is full,
+    they labelled or skipped it already, or its prompt is held out): nothing was stored, and the Rate and Rank
+    tabs show the user's next item at once."""
+
+
+def _check_split(db: sqlite_utils.Database, item) -> None:
+    """Refuse a label on a held-out prompt (split 'test': kept for evaluation, never trained on) unless the item is
+    an evaluation one, every answer of it an evaluation answer (the `people` measure's blind pairs). Checked when
+    the label is stored: a prompt may have become held-out after its items were made."""
+    row = db.execute(
+        "SELECT p.split, (SELECT COUNT(*) FROM json_each(?) j JOIN responses r ON r.id = j.value"
+        " WHERE r.source != ?) AS other FROM prompts p WHERE p.id = ?",
+        [item["response_ids_json"], EVALUATION_SOURCE, item["prompt_id"]]).fetchone()
+    if row is not None and row["split"] == "test" and row["other"]:
+        raise ItemUnavailable(f"item {item['id']}'s prompt is held out for evaluation, so it takes no training "
+                              "labels; nothing was stored")
+
+
+def _hold_words(item) -> str:
+    return f"{RUN_ITEM_IDLE_SECONDS} seconds" if item["priority"] > 0 else f"{PENDING_TTL_MINUTES} minutes"
+
+
 def _take_assignment(db: sqlite_utils.Database, proj: Project, user, item, claim: bool) -> float | None:
-    """Mark the user's assignment done, or refuse: the item must be theirs (or free to claim).
+    """Mark the user's assignment done, or refuse: the item must be theirs (or free to claim), and the overlap is
+    never exceeded, however the user's hold stands (a hold that lapsed looks fresh again once a run releases its
+    item to normal priority, when the item may already carry another annotator's label).
 
     Returns the seconds since the item was last shown to them (None for a claimed item, never shown).
     """
@@ -65,28 +90,31 @@ def _take_assignment(db: sqlite_utils.Database, proj: Project, user, item, claim
         " FROM assignments mine JOIN items i ON i.id = mine.item_id WHERE mine.item_id = ? AND mine.user_id = ?",
         [item["id"], user.id],
     ).fetchone()
-    others = db.execute(
-        "SELECT COUNT(*) FROM assignments a JOIN items i ON i.id = a.item_id"
+    others, others_done = db.execute(
+        f"SELECT COUNT(*), COALESCE(SUM(a.status = 'done'), 0) FROM assignments a JOIN items i ON i.id = a.item_id"
         f" WHERE a.item_id = ? AND a.user_id != ? AND {HOLDS_SLOT}",
         [item["id"], user.id],
-    ).fetchone()[0]
-    full = item["gold_json"] is None and others >= proj.overlap
+    ).fetchone()
+    gold = item["gold_json"] is not None
+    full = not gold and others >= proj.overlap
     if row is None:
         if not claim:
-            raise PermissionDenied(f"item {item['id']} is not assigned to '{user.username}'")
+            # Also a holder whose idle hold was taken over (the queue then drops their assignment).
+            held = (f": another annotator holds it (a hold lapses after {_hold_words(item)} idle); nothing was stored"
+                    if others else "")
+            raise PermissionDenied(f"item {item['id']} is not assigned to '{user.username}'{held}")
         if full:
-            raise InputError(f"item {item['id']} already has {proj.overlap} annotator(s)", field="item_id")
+            raise ItemUnavailable(f"item {item['id']} already has {proj.overlap} annotator(s); nothing was stored")
         add_assignment(db, item["id"], user.id, "done")
         return None
     if row["status"] == "skipped":
-        raise InputError(f"item {item['id']} was skipped; it is no longer in your queue", field="item_id")
+        raise ItemUnavailable(f"item {item['id']} was skipped; it is no longer in your queue")
     if row["status"] == "pending" and not row["fresh"] and full:
-        raise InputError(
-            f"item {item['id']} was idle for over "
-            + (f"{RUN_ITEM_IDLE_SECONDS} seconds" if item["priority"] > 0 else f"{PENDING_TTL_MINUTES} minutes")
-            + " and went to another annotator",
-            field="item_id",
-        )
+        raise ItemUnavailable(f"item {item['id']} was idle for over {_hold_words(item)} and went to another "
+                              "annotator; nothing was stored")
+    if not gold and others_done >= proj.overlap:
+        raise ItemUnavailable(f"item {item['id']} already has the {proj.overlap} label(s) its overlap allows, from "
+                              "another annotator who took it after your hold lapsed; nothing was stored")
     db.execute("UPDATE assignments SET status = 'done' WHERE id = ?", [row["id"]])
     return max(0.0, round(row["shown_for"], 2))
 
@@ -131,7 +159,8 @@ def _rate(db, proj: Project, user, item_id: int, score: float, comment: str, sec
     if prior is not None:
         if prior["score"] == score:
             return LabelResult(prior["id"], created=False)
-        raise InputError(f"you already rated item {item_id} ({prior['score']:g}); undo to change it", field="score")
+        raise ItemUnavailable(f"you already rated item {item_id} ({prior['score']:g}); undo to change it")
+    _check_split(db, item)
     shown_for = _take_assignment(db, proj, user, item, claim)
     (response_id,) = json.loads(item["response_ids_json"])
     cursor = db.execute(
@@ -203,7 +232,8 @@ def _rank(db, proj: Project, user, item_id: int, order: list[list[int]], comment
     if prior is not None:
         if json.loads(prior["order_json"]) == order:
             return LabelResult(prior["id"], created=False)
-        raise InputError(f"you already ranked item {item_id}; undo to change it", field="order")
+        raise ItemUnavailable(f"you already ranked item {item_id}; undo to change it")
+    _check_split(db, item)
     shown_for = _take_assignment(db, proj, user, item, claim)
     label_id = insert_ranking(db, item_id, item["prompt_id"], user.id, order_json, comment=comment,
                               seconds=shown_for if seconds == SHOWN else seconds, request_id=request_id)
