@@ -247,8 +247,10 @@ def test_rate_submit_stores_one_label_per_request_id_and_returns_the_next_item(a
 
 def test_rate_submit_refuses_an_item_not_shown_to_the_user_and_a_bad_key(app_db, ctx):
     rate.next_item(ctx, request=as_user(ANNOTATOR))  # item 1 is shown
-    with pytest.raises(gr.Error, match="item 3 is not assigned to 'ann'"):
-        rate.submit(ctx, 4, "", "3:made-up-key", request=as_user(ANNOTATOR))
+    # Refused with a warning that says why, and the user's item is shown again (the keyboard goes on).
+    with pytest.warns(UserWarning, match="item 3 is not assigned to 'ann'"):
+        shown = rate.submit(ctx, 4, "", "3:made-up-key", request=as_user(ANNOTATOR))
+    assert shown[6].startswith("1:")
     with pytest.raises(gr.Error, match="expected the key of the item shown"):
         rate.submit(ctx, 4, "", "not a key", request=as_user(ANNOTATOR))
     assert query(app_db, "SELECT COUNT(*) FROM ratings") == [(0,)]

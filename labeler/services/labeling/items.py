@@ -71,7 +71,8 @@ def create_items(
     was shown yet and that have room (those are made again with them), in groups of 2..ranking_size. A lone answer
     left over (a prompt topped up from 2 answers to 3 after its pair was ranked) makes a new group with the
     prompt's newest other answers, so every answer reaches a ranking. `priority` and `run_id` mark items a
-    training run waits on (PPO with human rewards passes kinds=("rating",), a high priority and its run).
+    training run waits on (PPO with human rewards passes kinds=("rating",), a high priority and its run): those
+    hold only the answers named, grouped among themselves.
     """
     for kind in kinds:
         check_kind(kind)
@@ -113,13 +114,16 @@ def create_items(
                 free = unranked.get(prompt_id, [])
                 if not free:
                     continue
-                free = sorted(free + _reopen_groups(db, proj.id, prompt_id, ranking_size))
+                # Ordinary items only: a run's item holds exactly the answers it waits for.
+                ordinary = priority == 0 and run_id is None
+                if ordinary:
+                    free = sorted(free + _reopen_groups(db, proj.id, prompt_id, ranking_size))
                 sizes = group_sizes(len(free), ranking_size)
                 start = 0
                 for size in sizes:
                     created += insert("ranking", prompt_id, free[start : start + size])
                     start += size
-                if start < len(free):
+                if ordinary and start < len(free):
                     partners = [r for r, p in reversed(prompt_of.items())
                                 if p == prompt_id and r not in free][: ranking_size - (len(free) - start)]
                     if partners:

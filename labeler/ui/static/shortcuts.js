@@ -2,7 +2,7 @@
   // Keyboard shortcuts for the Rate and Rank tabs. Installed once per page (app.load js=).
   // They press the same buttons a mouse would, so the server sees the same events.
   //
-  // Keys are queued, never dropped: a key that needs the server (a digit in Rate, Enter, s, u) sends one
+  // Keys are queued, never dropped: a key that needs the server (a digit in Rate, Enter, s, u, r) sends one
   // request and the keys typed while it is in flight wait in `queue`, in order, until the tab's
   // `.success/.failure(js=DONE_JS)` calls window.__rlhfStudioDone() (on success and on a refusal alike). A fast
   // typist's ten digits are ten labels, each on the item that was on screen when its turn came.
@@ -90,6 +90,7 @@
       }
       if (key === "s") return send("rate-skip");
       if (key === "u") return send("rate-undo");
+      if (key === "r") return send("rate-refresh");
       return false;
     }
     if (visible(byId("rank-submit"))) {
@@ -117,6 +118,7 @@
       }
       if (key === "s") return send("rank-skip");
       if (key === "u") return send("rank-undo");
+      if (key === "r") return send("rank-refresh");
     }
     return false;
   };
@@ -129,7 +131,8 @@
   };
 
   // A mouse click on a labelling button is a request in flight too: keys typed meanwhile wait for it.
-  const LABEL_BUTTONS = ["rate-submit", "rate-skip", "rate-undo", "rank-submit", "rank-skip", "rank-undo"];
+  const LABEL_BUTTONS = ["rate-submit", "rate-skip", "rate-undo", "rate-refresh",
+                         "rank-submit", "rank-skip", "rank-undo", "rank-refresh"];
   document.addEventListener("click", (event) => {
     if (!event.isTrusted || inFlight !== null) return;
     const hit = LABEL_BUTTONS.some((id) => { const el = byId(id); return el && el.contains(event.target); });
@@ -165,7 +168,7 @@
   window.__rlhfStudioActive = (tab) => document.visibilityState === "visible"
     && visible(byId(`${tab}-submit`)) && Date.now() - lastActive < ACTIVE_MS;
 
-  const HANDLED = /^([0-9=sus]|Enter|Escape|Backspace)$/;
+  const HANDLED = /^([0-9=sur]|Enter|Escape|Backspace)$/;
   document.addEventListener("keydown", (event) => {
     if (event.ctrlKey || event.metaKey || event.altKey || typing(event.target)) return;
     const key = event.key;

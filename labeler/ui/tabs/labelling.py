@@ -23,7 +23,7 @@ from labeler.ui.context import UIContext
 from labeler.ui.gradio_internals import QUIET
 from labeler.ui.roles import check_role, requires
 from labeler.ui.session import quiet_before_password_change
-from labeler.ui.soft_errors import ui_errors
+from labeler.ui.soft_errors import log_refusal, ui_errors
 
 # The concurrency group of every Rate and Rank handler (see FAST).
 LABELLING = "labelling"
@@ -90,6 +90,24 @@ def parse_key(key: str | None) -> tuple[int, str]:
             field="key",
         )
     return int(item_id), request_id
+
+
+REFUSED_TITLE = "Label not stored"
+
+
+def stored_or_next(handler: Callable, store: Callable[[], tuple], show_next: Callable[[], tuple]) -> tuple:
+    """`store()` (a submit returning the next item's outputs), or, when the service refuses the label because the
+    item can no longer take it (labeling.ItemUnavailable: its hold passed to another annotator, its overlap is
+    full, the user labelled it already, its prompt is held out; or PermissionDenied: it is not the user's), a
+    toast saying why and `show_next()`: the next item loads by itself, so the keyboard goes on (it once refused
+    every key until the mouse pressed Refresh). A slip on the item shown (no score picked, a bad ranking) still
+    fails and keeps the item."""
+    try:
+        return store()
+    except (labeling.ItemUnavailable, PermissionDenied) as refusal:
+        log_refusal(handler, refusal)
+        gr.Warning(f"{refusal} Here is your next item.", title=REFUSED_TITLE)
+        return show_next()
 
 
 # What a label of each kind is called, and what the user does with an item, in Undo's message.
@@ -230,8 +248,11 @@ def wire(ctx: UIContext, name: str, kind: str, row: Buttons, *, submit: Event, s
                             **spec.options)
         sent.success(None, js=DONE_JS, api_name=f"{name}_{event}_done")
         sent.failure(None, js=DONE_JS, api_name=f"{name}_{event}_refused")
-    row.refresh.click(bind(next_item, ctx), None, outputs, api_name=f"{name}_next", concurrency_id=LABELLING,
-                      concurrency_limit=1)
+    # Refresh (the mouse, or the key `r` in shortcuts.js) tells the script when it is done, as a submit does.
+    refreshed = row.refresh.click(bind(next_item, ctx), None, outputs, api_name=f"{name}_next",
+                                  concurrency_id=LABELLING, concurrency_limit=1)
+    refreshed.success(None, js=DONE_JS, api_name=f"{name}_next_done")
+    refreshed.failure(None, js=DONE_JS, api_name=f"{name}_next_refused")
     live_count(ctx, kind, key, counter, banner, f"{name}_count")  # not the item: what the user picked stays
     if ctx.app is not None:
         ctx.app.load(quiet_before_password_change(bind(load_item, ctx), len(outputs)), None, outputs,

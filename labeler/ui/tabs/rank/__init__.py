@@ -24,7 +24,7 @@ TITLE = "Rank"
 SLOTS_PER_ROW = 4  # 8 answers side by side are too narrow to read: the slots wrap in rows of 4
 SHORTCUTS = (
     "Keys: type the answer numbers **best to worst** (e.g. `3 1 2`), **=** before a number ties it with the "
-    "previous one (`1 = 2 3`), **Enter** submits, **Esc** starts over, **s** skips, **u** undoes the last ranking or skip."
+    "previous one (`1 = 2 3`), **Enter** submits, **Esc** starts over, **s** skips, **u** undoes the last ranking or skip, **r** refreshes."
 )
 # The keyboard path (shortcuts.js): the ranks typed go straight into the submit (see the Rate tab's SUBMIT_JS).
 # The ranks come last and as a rest parameter, so this needs no change when MAX_RESPONSES does; the typed list

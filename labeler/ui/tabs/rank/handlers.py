@@ -68,11 +68,15 @@ def submit(ctx: UIContext, comment_value, current, key_value, request: gr.Reques
         if any(rank not in (None, "") for rank in ranks[len(response_ids):]):
             raise InputError(f"This item has {len(response_ids)} answers: only ranks for those are expected.")
         order = order_from_ranks(response_ids, list(ranks[: len(response_ids)]))
-        _, item = labeling.submit_ranking_and_next(
-            db, ctx.project, username, item_id, order, comment=(comment_value or "").strip(),
-            request_id=request_id,
-        )
-        return outputs_for(db, ctx, username, item)
+
+        def store() -> tuple:
+            _, item = labeling.submit_ranking_and_next(
+                db, ctx.project, username, item_id, order, comment=(comment_value or "").strip(),
+                request_id=request_id,
+            )
+            return outputs_for(db, ctx, username, item)
+
+        return labelling.stored_or_next(submit, store, lambda: show_next(ctx, db, username))
 
 
 submit.__signature__ = submit_signature(submit)

@@ -52,10 +52,14 @@ def submit(ctx: UIContext, score_value, comment_value, key_value, request: gr.Re
         if score_value is None or score_value == "":
             raise InputError("Pick a score first (or press a digit key).")
         comment_text = str(comment_value or "").strip()
-        _, item = labeling.submit_rating_and_next(
-            db, ctx.project, username, item_id, score_value, comment=comment_text, request_id=request_id,
-        )
-        return outputs_for(db, ctx, username, item, full=False)
+
+        def store() -> tuple:
+            _, item = labeling.submit_rating_and_next(
+                db, ctx.project, username, item_id, score_value, comment=comment_text, request_id=request_id,
+            )
+            return outputs_for(db, ctx, username, item, full=False)
+
+        return labelling.stored_or_next(submit, store, lambda: show_next(ctx, db, username, full=False))
 
 
 @ui_errors
