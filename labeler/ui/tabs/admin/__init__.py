@@ -59,5 +59,6 @@ def build(ctx: UIContext):
     def on_tab(tab: gr.Tab) -> None:
         tab.select(quiet_on_load(bind(model_registry.models_view, ctx), 2), None, [models_part.table, models_part.base],
                    api_name="admin_models_view", **QUIET)
+        quality.on_tab(ctx, quality_part, tab)
 
     return on_tab

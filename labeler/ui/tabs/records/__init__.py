@@ -12,14 +12,16 @@ from __future__ import annotations
 import gradio as gr
 
 from labeler.services import records
+from labeler.services.errors import InputError, PermissionDenied
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
-from labeler.ui.roles import requires
+from labeler.ui.gradio_internals import QUIET
+from labeler.ui.roles import check_role, requires
 from labeler.ui.session import quiet_on_load
 from labeler.ui.soft_errors import keep_on_error
 from labeler.ui.tabs.records import corrections, detail, listing
 from labeler.ui.tabs.records.corrections import AUDIT_HEADERS, audit_table
-from labeler.ui.tabs.records.filters import ANY, score_bound
+from labeler.ui.tabs.records.filters import ANY, score_bound, whole_number
 from labeler.ui.tabs.records.listing import LIST_HEADERS, LIST_OUTPUTS
 
 TITLE = "Records"
@@ -56,7 +58,27 @@ def refresh(ctx: UIContext, project_name, text, annotator_name, state_name, low_
         return _with_choices(ctx, db, listing.listing(db, values, page))
 
 
-def build(ctx: UIContext) -> None:
+def view(ctx: UIContext, project_name, text, annotator_name, state_name, low_text, high_text, split_name,
+         source_name, page, record_id, request: gr.Request) -> tuple:
+    """The Records tab selected: the page shown and the open record read again with the filters shown, so a
+    prompt's split, answers and labels follow the data (a prompt held out after the page loaded still showed
+    "train" with 0 answers until Search). A refusal (an annotator's page) or a filter typed wrong changes nothing:
+    Refresh and Search say what is wrong."""
+    n_outputs = LOAD_OUTPUTS + 1
+    try:
+        check_role(ctx, request, "admin")
+        values = [project_name, text, annotator_name, state_name, score_bound(low_text, "some rating >="),
+                  score_bound(high_text, "some rating <="), split_name, source_name]
+        with ctx.connection() as db:
+            listed = _with_choices(ctx, db, listing.listing(db, values, page))
+            opened = whole_number(record_id, "record id")
+            shown = gr.skip() if opened is None else detail.detail_markdown(records.record_detail(db, int(opened)))
+    except (InputError, PermissionDenied):
+        return tuple(gr.skip() for _ in range(n_outputs))
+    return (*listed, shown)
+
+
+def build(ctx: UIContext):
     with gr.Row():
         search = gr.Textbox(label="Search prompts and answers", scale=3, elem_id="records-search")
         project = gr.Dropdown(choices=[ctx.project], value=ctx.project, label="Project", elem_id="records-project")
@@ -122,3 +144,9 @@ def build(ctx: UIContext) -> None:
     refresh_button.click(bind(refresh, ctx), search_inputs, load_outputs, api_name="records_refresh")
     if ctx.app is not None:
         ctx.app.load(quiet_on_load(bind(load, ctx), len(load_outputs)), None, load_outputs, api_name="records_load")
+
+    def on_tab(tab: gr.Tab) -> None:
+        tab.select(bind(view, ctx), [*search_inputs, record_id], [*load_outputs, shown], api_name="records_view",
+                   **QUIET)
+
+    return on_tab

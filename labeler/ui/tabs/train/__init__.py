@@ -8,12 +8,16 @@ and samples from SQLite. Every handler checks the admin role itself.
 """
 from __future__ import annotations
 
+import hashlib
+import json
+
 import gradio as gr
 
 from labeler.services import jobs, models, reward_spec
+from labeler.services.errors import PermissionDenied
 from labeler.ui.context import UIContext
 from labeler.ui.gradio_internals import QUIET
-from labeler.ui.roles import requires
+from labeler.ui.roles import check_role, requires
 from labeler.ui.session import quiet_on_load
 from labeler.ui.soft_errors import ui_errors
 from labeler.ui.binding import bind
@@ -21,6 +25,14 @@ from labeler.ui.tabs.train import demo, form, inspector, monitor
 from labeler.ui.tabs.train.run_views import run_choices
 
 TITLE = "Train"
+# How often the pickers look for models and runs registered meanwhile while the Train tab is in front (a model
+# registered in Admin or by a finished run reached them only after a tab switch).
+CHOICES_REFRESH_S = 10
+# The timer's input: the stamp of the choices shown, or "hidden" (nothing read) while the tab is not in front.
+FOLLOW_JS = """(stamp) => {
+  const el = document.getElementById("train-launch");
+  return document.visibilityState === "visible" && el && el.offsetParent !== null ? stamp : "hidden";
+}"""
 
 
 @ui_errors
@@ -51,6 +63,30 @@ def refresh_choices(ctx: UIContext, request: gr.Request) -> tuple:
             gr.update(choices=rewards), gr.update(choices=runs))
 
 
+def choices_stamp(db, project: str) -> str:
+    """A short fingerprint of what the pickers offer: it changes when a model or a run is added or removed."""
+    listed = [[m["name"], m["kind"]] for m in models.list_models(db)]
+    return hashlib.sha1(json.dumps([listed, run_choices(db, project)]).encode()).hexdigest()[:16]
+
+
+def follow_choices(ctx: UIContext, stamp, request: gr.Request) -> tuple:
+    """The timer's tick while the tab is in front: the pickers' choices (refresh_choices) and the new stamp when
+    a model or run came or went since `stamp`, else nothing sent (an open dropdown stays open). A refusal (an
+    annotator's page) changes nothing."""
+    unchanged = tuple(gr.skip() for _ in range(5))
+    if stamp == "hidden":
+        return unchanged
+    try:
+        check_role(ctx, request, "admin")
+    except PermissionDenied:
+        return unchanged
+    with ctx.connection() as db:
+        now = choices_stamp(db, ctx.project)
+    if now == stamp:
+        return unchanged
+    return (*refresh_choices(ctx, request=request), now)
+
+
 def build(ctx: UIContext):
     """The tab's widgets and events; returns the hook app.build_app calls with the gr.Tab (its select event)."""
     with ctx.connection() as db:
@@ -73,6 +109,10 @@ def build(ctx: UIContext):
     monitor.wire(ctx, run_monitor, notice)
     demo.wire(ctx, demo_button, notice)
     inspector.wire(ctx, reward_inspector)
+
+    stamp = gr.Textbox(value="", visible=False, elem_id="train-choices-stamp")
+    gr.Timer(CHOICES_REFRESH_S).tick(bind(follow_choices, ctx), [stamp], [*pickers, stamp], js=FOLLOW_JS,
+                                     api_name="train_follow_choices", trigger_mode="once", **QUIET)
 
     def on_tab(tab: gr.Tab) -> None:
         tab.select(quiet_on_load(bind(refresh_choices, ctx), 4), None, pickers, api_name="train_refresh_choices",
