@@ -19,7 +19,7 @@ from labeler.ui.context import ServeSettings, UIContext
 from labeler.ui.gradio_internals import (
     parse_file_size, quiet_queue, replace_session_tokens, skip_missing_matplotlib, trusted_proxies, trusted_proxies_of,
 )
-from labeler.ui.session import LOGOUT_JS, RequestGuard, SessionStore, make_auth
+from labeler.ui.session import LOGOUT_JS, RequestGuard, SessionStore, make_auth, name_login_cookie, outside_cors
 from storage import ConnectionPool, connect
 
 # A tab module exposes TITLE and build(ctx) and is called inside its gr.Tab. build may return a hook that is
@@ -136,6 +136,8 @@ def launch(app: gr.Blocks, settings: ServeSettings, **overrides: Any):
     server.state.wal_keeper = connect(settings.db_path, create=False)
     replace_session_tokens(server, lambda sessions: SessionStore(settings.db_path, settings.session_max_age_s,
                                                                  initial=sessions))
+    name_login_cookie(server, settings.db_path)
+    outside_cors(server)
     if block:
         app.block_thread()
     return result
