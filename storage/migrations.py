@@ -420,3 +420,17 @@ MIGRATIONS.append(("projects answer length, measure and held-out share", [
     "UPDATE projects SET measure = 'vader' WHERE id IN (SELECT project_id FROM prompts WHERE source = 'shipped:movie_prompts')",
     "ALTER TABLE projects ADD COLUMN heldout_share REAL NOT NULL DEFAULT 0.1 CHECK (heldout_share >= 0 AND heldout_share < 1)",
 ]))
+
+# Login sessions of the web app (labeler/services/web_sessions.py), so that a server restart keeps people logged
+# in. Only a SHA-256 of each cookie token is stored: a copy of the database (a backup) holds no usable session.
+# A session is valid while younger than `serve --session-days` and issued under its user's current session_epoch
+# (a password change or a deactivation bumps it); a logout deletes the user's rows.
+MIGRATIONS.append(("web sessions", [
+    """CREATE TABLE web_sessions (
+        token_hash TEXT PRIMARY KEY,
+        user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        issued_at REAL NOT NULL,
+        session_epoch INTEGER NOT NULL
+    )""",
+    "CREATE INDEX web_sessions_user ON web_sessions (user_id)",
+]))

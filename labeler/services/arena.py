@@ -103,12 +103,14 @@ class VoteResult:
 
 
 def random_prompt(db: sqlite_utils.Database, project: str, rng: random.Random) -> str:
-    """A prompt of the project, picked with the caller's generator. InputError if there are none."""
-    # Not one another annotator typed in Chat or Arena (unreviewed: prompts.TYPED_SPLIT).
-    ids = prompts.reviewed_prompt_ids(db, get_project(db, project).id)
-    if not ids:
+    """A training prompt of the project (split 'train'), picked with the caller's generator. InputError if there
+    are none."""
+    # Not one another annotator typed in Chat or Arena (unreviewed: prompts.TYPED_SPLIT), nor a held-out one
+    # (split 'test'): those are for judging runs, and a vote on one would leak it into a dataset.
+    texts = prompts.split_texts(db, get_project(db, project).id, "train")
+    if not texts:
         raise InputError(f"project '{project}' has no prompts yet; import some or type one", field="prompt")
-    return prompts.prompt_text(db, rng.choice(ids))
+    return rng.choice(texts)
 
 
 def start_battle(

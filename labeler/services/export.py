@@ -15,7 +15,8 @@ Rating pairs: two responses to one prompt with different mean scores, the higher
 Standard form uses text; conversational form uses message lists: prompt = the stored conversation (or one
 user turn), chosen/rejected/completion = [{"role": "assistant", "content": ...}]. Standard form of a
 multi-turn prompt keeps only its last user message, so export such projects with conversational=True.
-Gold items' labels are real labels and are exported; labels of other projects' items never are.
+Gold items' labels are real labels and are exported; labels of other projects' items never are, nor labels of
+held-out prompts (split 'test': evaluation's, the `people` measure's blind pairs) unless `include_heldout`.
 
 The export is a view over the label tables: its reads join ratings or rankings with their items, prompts, answers
 and annotators in one query each (and apply the trust rule on answers, `_TRUSTED_RESPONSE`, inside them), so
@@ -75,8 +76,8 @@ class ExportOptions:
     min_annotators: int = filter_field("min_annotators")
     min_agreement: float | None = filter_field("min_agreement")
     include_rating_pairs: bool = filter_field("include_rating_pairs")
-    training: bool = _help(False, "rows to train on: leave out labels of held-out prompts (split 'test'), which "
-                                  "evaluation answers and the reward-model inspector scores")
+    include_heldout: bool = _help(False, "also the labels of held-out prompts (split 'test'), which evaluation "
+                                         "answers and people judge runs on: for evaluation only, never to train on")
     conversational: bool = _help(False, "message lists ({role, content}) instead of plain text")
     zscore: bool = _help(False, "z-score each annotator's ratings (over the project) before averaging")
     threshold: float | None = _help(None, "unpaired: label = score >= threshold (default: scale midpoint, 0 with zscore)")
@@ -111,10 +112,11 @@ class ExportResult:
 
 def training_options(job, **overrides) -> ExportOptions:
     """The options of a training run's rows: its job's data filters (annotators, agreement, rating pairs) and seed,
-    held-out prompts left out (training_stages/ read their rows with these)."""
+    held-out prompts left out whatever `overrides` say (training_stages/ read their rows with these)."""
     annotators = tuple(a.strip() for a in job.annotators.split(",") if a.strip()) or None
     return ExportOptions(annotators=annotators, min_annotators=job.min_annotators, min_agreement=job.min_agreement,
-                         include_rating_pairs=job.include_rating_pairs, seed=job.seed, training=True, **overrides)
+                         include_rating_pairs=job.include_rating_pairs, seed=job.seed,
+                         **{**overrides, "include_heldout": False})
 
 
 def _parse_time(value, field: str) -> date | datetime | None:
@@ -162,7 +164,9 @@ def _time_filter(column: str, options: ExportOptions) -> tuple[str, list]:
 
 
 def _heldout_filter(options: ExportOptions) -> str:
-    return " AND p.split != 'test'" if options.training else ""
+    # A label on a held-out prompt in a dataset leaks the prompts runs are judged on into whatever is trained
+    # from it: left out of every export unless asked for.
+    return "" if options.include_heldout else " AND p.split != 'test'"
 
 
 def _annotator_filter(options: ExportOptions) -> tuple[str, list]:

@@ -19,7 +19,8 @@ from labeler.ui.context import ServeSettings, UIContext
 from labeler.ui.gradio_internals import (
     parse_file_size, quiet_queue, replace_session_tokens, skip_missing_matplotlib, trusted_proxies, trusted_proxies_of,
 )
-from labeler.ui.session import LOGOUT_JS, RequestGuard, SessionStore, make_auth
+from labeler.ui.session import LOGOUT_JS, RequestGuard, SessionStore, make_auth, name_login_cookie, outside_cors
+from labeler.ui.soft_errors import one_line_errors
 from storage import ConnectionPool, connect
 
 # A tab module exposes TITLE and build(ctx) and is called inside its gr.Tab. build may return a hook that is
@@ -76,6 +77,7 @@ def build_app(settings: ServeSettings) -> gr.Blocks:
         header.wire_page_load(ctx, title, password, main, first_steps, hidden)
         # Keyboard shortcuts run in the browser only; they click the same buttons a mouse would.
         app.load(None, None, None, js=SHORTCUTS_JS, api_name="install_shortcuts")
+    one_line_errors(app)  # a malformed request: one log line and a one-line answer, not Gradio's traceback
     return app
 
 
@@ -136,6 +138,8 @@ def launch(app: gr.Blocks, settings: ServeSettings, **overrides: Any):
     server.state.wal_keeper = connect(settings.db_path, create=False)
     replace_session_tokens(server, lambda sessions: SessionStore(settings.db_path, settings.session_max_age_s,
                                                                  initial=sessions))
+    name_login_cookie(server, settings.db_path)
+    outside_cors(server)
     if block:
         app.block_thread()
     return result

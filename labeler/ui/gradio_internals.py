@@ -20,7 +20,10 @@ Used by labeler/ui/session/ where they are read (left there, in the login code; 
 - Gradio's `POST /login` storing `app.tokens[token] = username` right after awaiting the auth coroutine, in the
   same context: SessionStore reads the login's session epoch from a context variable the coroutine set;
 - the session cookies `access-token-<cookie id>` and `access-token-unsecure-<cookie id>` (RequestGuard,
-  cookies.lax_cookies) and the `GET /logout` route (RequestGuard turns the logout POST into it).
+  cookies.lax_cookies), `App.cookie_id` (store.name_login_cookie makes it the database's, so a session outlives a
+  restart) and the `GET /logout` route (RequestGuard turns the logout POST into it);
+- `gradio.route_utils.CustomCORSMiddleware`, added by Gradio around the middleware given in app_kwargs
+  (guard.outside_cors moves RequestGuard in front of it).
 """
 from __future__ import annotations
 

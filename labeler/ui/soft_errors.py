@@ -11,29 +11,127 @@ caller has nothing on screen to keep.
 A refusal is the user's mistake, not the server's: the terminal gets one log line naming it (`log_refusal`),
 not the traceback Gradio prints for every gr.Error by default. `ui_errors` is the other way to show one: a red
 toast, the event fails (and a full disk says so).
+
+`one_line_errors(app)` does the same for what never reaches a handler's refusal: a request Gradio cannot even
+hand to the handler (a chat history that is not a list of messages, None for a number, a file input naming a
+server path) or that the handler did not expect. Gradio printed the whole traceback of each (a 1,000-message
+history wrote 3,017 lines, every message's validation error) and told the client only "Error"; now one log line
+names the event, the user and the field, and the client gets the same one-line reason.
 """
 from __future__ import annotations
 
 import functools
 import logging
+import re
 import sqlite3
+import traceback
+from pathlib import Path
 from typing import Any, Callable
 
 import gradio as gr
+import pydantic
+from gradio.exceptions import ComponentProcessingError
 
 from labeler.services.errors import InputError, PermissionDenied
 from storage.db import DiskFull, is_disk_full
 
 WARNING_TITLE = "Invalid input"
+MALFORMED_TITLE = "Malformed request"
 LOG = logging.getLogger("rlhf_studio.ui")
+LINE_CHARS = 300  # of a log line's or a reason's text taken from the request: a value can be megabytes
 
 
-def log_refusal(handler: Callable[..., Any], error: Exception) -> None:
-    """One line in the server's log for a refused input: which event, and what the user was told. Refused
-    permissions only at debug level: every annotator's page load is refused the admin tabs' loads."""
+def one_line(text: object, limit: int = LINE_CHARS) -> str:
+    """`text` on one line (newlines and control characters collapsed: a value cannot forge a second log line),
+    cut to `limit` characters."""
+    flat = " ".join(re.sub(r"[\x00-\x1f\x7f]", " ", str(text)).split())
+    return flat if len(flat) <= limit else flat[:limit - 1] + "…"
+
+
+def request_user(args: tuple, kwargs: dict) -> str:
+    """The logged-in user of a handler's gr.Request among its arguments ('-' when none)."""
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, gr.Request):
+            return getattr(value, "username", None) or "-"
+    return "-"
+
+
+def log_refusal(handler: Callable[..., Any], error: Exception, user: str = "-") -> None:
+    """One line in the server's log for a refused input: which event, whose, and what the user was told (the
+    field is in the InputError's message). Refused permissions only at debug level: every annotator's page load
+    is refused the admin tabs' loads."""
     level = logging.DEBUG if isinstance(error, PermissionDenied) else logging.WARNING
-    LOG.log(level, "%s refused in %s: %s", "permission" if isinstance(error, PermissionDenied) else "input",
-            getattr(handler, "__name__", "?"), error)
+    LOG.log(level, "%s refused in %s for %s: %s", "permission" if isinstance(error, PermissionDenied) else "input",
+            getattr(handler, "__name__", "?"), user, one_line(error))
+
+
+def _input_name(block) -> str:
+    return str(getattr(block, "label", None) or getattr(block, "elem_id", None) or type(block).__name__.lower())
+
+
+def _causes(error: BaseException):
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        yield error
+        error = error.__cause__ or error.__context__
+
+
+def malformed_reason(fn, error: BaseException) -> tuple[str, str]:
+    """(the input it is about, one line saying what is wrong) for an event that failed before or outside a
+    handler's own refusals. Gradio names a value its component could not read by the input's index
+    (ComponentProcessingError) or by the component's data model (a pydantic ValidationError); anything else is
+    placed where it was raised, so that a server bug stays findable from its one line."""
+    inputs = list(getattr(fn, "inputs", None) or [])
+    for cause in _causes(error):
+        if isinstance(cause, ComponentProcessingError):
+            found = re.search(r"at index (\d+)", str(cause))
+            if found and int(found.group(1)) < len(inputs):
+                original = cause.__cause__
+                return (_input_name(inputs[int(found.group(1))]),
+                        f"not a value this input takes ({type(original).__name__ if original else 'unreadable'})")
+        if isinstance(cause, pydantic.ValidationError):
+            field = next((_input_name(block) for block in inputs
+                          if getattr(getattr(block, "data_model", None), "__name__", None) == cause.title), cause.title)
+            first = cause.errors()[0] if cause.errors() else {}
+            where = ".".join(str(part) for part in first.get("loc", ()))
+            count = cause.error_count()
+            more = f" (and {count - 1} more)" if count > 1 else ""
+            return field, f"{first.get('msg', 'not valid')}{' at ' + where if where else ''}{more}"
+    frames = traceback.extract_tb(error.__traceback__)
+    at = f" ({Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
+    return "-", f"{type(error).__name__}: {error}{at}"
+
+
+def one_line_errors(app: gr.Blocks) -> None:
+    """Every event of `app` that fails other than by our own refusals (gr.Error with print_exception=False: they
+    logged their line) writes one log line, `malformed request to EVENT by USER, field FIELD: REASON`, and
+    answers the client with that reason as a gr.Error, which Gradio neither prints nor hides (show_error=False
+    hides other exceptions' text). Wraps the app's `process_api`, where Gradio turns the request's values into
+    the handler's arguments, calls it and reads its outputs (route_utils.call_process_api calls it)."""
+    original = app.process_api
+
+    @functools.wraps(original)
+    async def process_api(block_fn, inputs, state=None, request=None, *args, **kwargs):
+        try:
+            return await original(block_fn, inputs, state, request, *args, **kwargs)
+        except gr.Error as error:
+            if not error.print_exception:
+                raise
+            failed: BaseException = error
+        except Exception as error:  # noqa: BLE001 - each becomes one line and a one-line answer
+            failed = error
+        fn = app.fns.get(block_fn) if isinstance(block_fn, int) else block_fn
+        first = request[0] if isinstance(request, list) and request else request
+        user = getattr(first, "username", None) or "-"
+        field, reason = malformed_reason(fn, failed)
+        reason = one_line(reason)
+        LOG.warning("malformed request to %s by %s, field %s: %s", getattr(fn, "api_name", None) or "?", user,
+                    one_line(field, 80), reason)
+        raise gr.Error(f"{one_line(field, 80)}: {reason}" if field != "-" else reason, title=MALFORMED_TITLE,
+                       print_exception=False) from None
+
+    app.process_api = process_api
 
 
 def ui_errors(handler: Callable[..., Any]) -> Callable[..., Any]:
@@ -48,10 +146,10 @@ def ui_errors(handler: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return handler(*args, **kwargs)
         except PermissionDenied as error:
-            log_refusal(handler, error)
+            log_refusal(handler, error, request_user(args, kwargs))
             raise gr.Error(f"Not allowed: {error}", title="Permission denied", print_exception=False) from error
         except InputError as error:
-            log_refusal(handler, error)
+            log_refusal(handler, error, request_user(args, kwargs))
             raise gr.Error(str(error), title="Invalid input", print_exception=False) from error
         except (DiskFull, sqlite3.OperationalError) as error:
             # Any other database error stays an unexpected one.
@@ -78,10 +176,10 @@ def keep_on_error(n_outputs: int) -> Callable[[Callable[..., Any]], Callable[...
             try:
                 return handler(*args, **kwargs)
             except PermissionDenied as error:
-                log_refusal(handler, error)
+                log_refusal(handler, error, request_user(args, kwargs))
                 raise gr.Error(f"Not allowed: {error}", title="Permission denied", print_exception=False) from error
             except InputError as error:
-                log_refusal(handler, error)
+                log_refusal(handler, error, request_user(args, kwargs))
                 gr.Warning(str(error), title=WARNING_TITLE)
                 return unchanged(n_outputs)
 

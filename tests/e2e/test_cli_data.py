@@ -168,3 +168,19 @@ def test_a_teams_own_project_from_the_command_line(capsys, tmp_path):
     assert code == 2 and "no reward model named 'nope'" in err
     code, out, _ = run(capsys, "projects", "set", "support", "--measure", "vader", "--answer-tokens", "96", "--db", db)
     assert code == 0 and "answers of 96 tokens, measure vader" in out
+
+
+def test_export_leaves_out_held_out_prompts_unless_include_heldout(capsys, tmp_path):
+    """Issue 48 item 5: a label on a held-out prompt (split 'test') is in an export only with --include-heldout."""
+    db = str(tmp_path / "s.db")
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps({"prompt": p, "chosen": "good", "rejected": "bad"}) + "\n"
+                             for p in ("kept", "held")), encoding="utf-8")
+    assert run(capsys, "labels", "import", str(pairs), "--db", db, "--create-db")[0] == 0
+    open_db(db).execute("UPDATE prompts SET split = 'test' WHERE text = 'held'")
+    out = tmp_path / "out.jsonl"
+    assert run(capsys, "export", "--db", db, "--out", str(out))[:2] == (0, f"wrote 1 preferences rows to {out}\n")
+    assert [json.loads(line)["prompt"] for line in out.read_text().splitlines()] == ["kept"]
+    assert run(capsys, "export", "--db", db, "--out", str(out), "--include-heldout")[:2] == (
+        0, f"wrote 2 preferences rows to {out}\n")
+    assert [json.loads(line)["prompt"] for line in out.read_text().splitlines()] == ["kept", "held"]

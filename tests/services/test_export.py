@@ -237,13 +237,29 @@ def test_client_written_chat_and_arena_responses_are_not_exported(labelled, sour
     assert (preference_rows(labelled), rating_rows(labelled)) == (before_prefs, before_ratings)
 
 
-def test_rows_to_train_on_leave_out_the_held_out_prompts(labelled):
-    # Prompt 2 ("Review Heat.") held out: evaluation answers it, so no label of it may reach training.
+def test_held_out_prompts_labels_are_left_out_unless_asked_for(labelled, tmp_path):
+    # Prompt 2 ("Review Heat.") held out: evaluation answers it, so no label of it may reach training, nor a
+    # dataset exported for people (issue 48: an arena vote on a held-out prompt was in a default export).
     labelled.execute("UPDATE prompts SET split = 'test' WHERE id = 2")
-    training = ExportOptions(training=True)
-    assert preference_rows(labelled, options=training) == ALL_PAIRS[:3]
-    assert [r["completion"] for r in unpaired_rows(labelled, options=training)] == ["great", "bad", "okay"]
-    assert [r["completion"] for r in rating_rows(labelled, options=training)] == ["great", "bad", "okay"]
-    # An export for people (the default) still has every label.
-    assert preference_rows(labelled) == ALL_PAIRS
-    assert len(unpaired_rows(labelled)) == 4
+    assert preference_rows(labelled) == ALL_PAIRS[:3]
+    assert [r["completion"] for r in unpaired_rows(labelled)] == ["great", "bad", "okay"]
+    assert [r["completion"] for r in rating_rows(labelled)] == ["great", "bad", "okay"]
+    out = tmp_path / "p.jsonl"
+    assert export(labelled, "default", "preferences", "jsonl", out).rows == 3
+    assert [json.loads(line) for line in out.read_text().splitlines()] == ALL_PAIRS[:3]
+    # Asked for (evaluation labels, `export --include-heldout`): every label.
+    evaluation = ExportOptions(include_heldout=True)
+    assert preference_rows(labelled, options=evaluation) == ALL_PAIRS
+    assert len(unpaired_rows(labelled, options=evaluation)) == 4
+
+
+def test_training_rows_never_include_held_out_prompts(labelled):
+    from types import SimpleNamespace
+
+    from labeler.services.export import training_options
+
+    labelled.execute("UPDATE prompts SET split = 'test' WHERE id = 2")
+    job = SimpleNamespace(annotators="", min_annotators=1, min_agreement=None, include_rating_pairs=False, seed=0)
+    options = training_options(job, include_heldout=True)
+    assert options.include_heldout is False
+    assert preference_rows(labelled, options=options) == ALL_PAIRS[:3]

@@ -95,3 +95,25 @@ def test_session_tokens_are_a_dict_on_the_app_that_login_and_logout_use():
         assert cookie in routes, f"{cookie} {UPGRADED}"
     # The logout route RequestGuard forwards the POST to, and the per-request lookup of the session.
     assert '@app.get("/logout")' in routes and "app.tokens.get(token)" in routes, UPGRADED
+
+
+def test_the_login_cookie_is_named_by_app_cookie_id_and_cors_wraps_the_apps_middleware():
+    """store.name_login_cookie sets App.cookie_id, which every route reads to name the login cookie; guard.outside_cors
+    moves RequestGuard in front of the CustomCORSMiddleware Gradio adds with add_middleware (around ours)."""
+    from gradio.brotli_middleware import BrotliMiddleware
+    from starlette.middleware import Middleware
+
+    from labeler.ui.session import RequestGuard, outside_cors
+
+    source = inspect.getsource(gradio.routes.App.create_app)
+    assert 'f"access-token-{app.cookie_id}"' in source and "app.tokens.get(token)" in source, UPGRADED
+    assert "app.add_middleware(\n            CustomCORSMiddleware" in source, UPGRADED
+    assert isinstance(gradio.routes.App().cookie_id, str)
+    server = gradio.routes.App(middleware=[Middleware(RequestGuard)])
+    server.add_middleware(gradio.route_utils.CustomCORSMiddleware)
+    server.add_middleware(BrotliMiddleware)
+    assert [m.cls for m in server.user_middleware][1:] == [gradio.route_utils.CustomCORSMiddleware, RequestGuard]
+    server.middleware_stack = server.build_middleware_stack()
+    assert outside_cors(server) is True and server.middleware_stack is None
+    assert [m.cls for m in server.user_middleware] == [
+        BrotliMiddleware, RequestGuard, gradio.route_utils.CustomCORSMiddleware]

@@ -145,3 +145,39 @@ def test_a_session_ended_by_deactivation_is_told_apart(db_path, users_db):
     assert store.deactivated_user("never-issued") is None and store.deactivated_user(None) is None
     accounts.set_active(users_db, "alice", True)
     assert store.deactivated_user("t-alice") is None
+
+
+def test_sessions_are_stored_and_read_back_by_the_next_store(db_path, users_db):
+    """A server restart kept no session: Gradio held them in memory only. Stored hashed, read back, and still
+    ended by age, a password change, or a logout (which ends the user's sessions not seen since the restart)."""
+    clock = Clock()
+    first = SessionStore(db_path, max_age_s=100.0, recheck_s=0.0, clock=clock)
+    first["t-alice"], first["t-alice-2"], first["t-root"], first["t-old"] = "alice", "alice", "root", "root"
+    stored = [row[0] for row in users_db.execute("SELECT token_hash FROM web_sessions ORDER BY rowid")]
+    assert len(stored) == 4 and not {"t-alice", "t-alice-2", "t-root", "t-old"} & set(stored)  # hashes only
+    clock.now += 60
+    second = SessionStore(db_path, max_age_s=100.0, recheck_s=0.0, clock=clock)
+    assert dict(second) == {}  # nothing in memory until a browser presents its token
+    assert second.get("t-alice") == "alice" and "t-root" in second and second.get("never-issued") is None
+    clock.now += 41  # t-root and t-old were issued 101 s ago, as were the alice ones
+    assert second.get("t-root") is None
+    clock.now -= 41
+    third = SessionStore(db_path, max_age_s=100.0, recheck_s=0.0, clock=clock)
+    assert third.get("t-alice-2") == "alice"
+    for token in list(third.keys()):  # Gradio's logout of alice on the third server
+        if third[token] == "alice":
+            del third[token]
+    fourth = SessionStore(db_path, max_age_s=100.0, recheck_s=0.0, clock=clock)
+    assert fourth.get("t-alice") is None and fourth.get("t-alice-2") is None  # t-alice was never seen by `third`
+    assert fourth.get("t-old") == "root"
+    accounts.set_password(users_db, "root", "root-password-2")
+    assert SessionStore(db_path, max_age_s=100.0, recheck_s=0.0, clock=clock).get("t-old") is None
+    assert users_db.execute("SELECT COUNT(*) FROM web_sessions").fetchone()[0] == 0
+
+
+def test_an_unwritable_database_leaves_the_session_working_in_memory(db_path, users_db, caplog):
+    store = SessionStore(db_path, max_age_s=100.0)
+    users_db.execute("DROP TABLE web_sessions")
+    store["t-alice"] = "alice"
+    assert store.get("t-alice") == "alice"
+    assert [r.getMessage().split(":")[0] for r in caplog.records] == ["login sessions"]

@@ -28,7 +28,7 @@ def test_a_refused_input_is_a_toast_with_one_log_line(caplog):
         raising(refusal)(9)
     assert (error.value.message, error.value.title) == (str(refusal), "Invalid input")
     assert error.value.__cause__ is refusal and error.value.print_exception is False
-    assert [record.getMessage() for record in caplog.records] == [f"input refused in handler: {refusal}"]
+    assert [record.getMessage() for record in caplog.records] == [f"input refused in handler for -: {refusal}"]
 
 
 def test_a_refused_permission_says_not_allowed():
@@ -59,3 +59,13 @@ def test_one_decorator_is_named_ui_errors():
                for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
                if isinstance(node, ast.FunctionDef) and node.name == "ui_errors"]
     assert defined == ["soft_errors.py"]
+
+
+def test_a_refusal_names_the_user_and_cannot_forge_log_lines(caplog):
+    request = gr.Request(username="hana")
+    refusal = InputError("got 'x\nFORGED line " + "y" * 5000 + "'", field="comment")
+    with caplog.at_level(logging.WARNING, logger="rlhf_studio.ui"), pytest.raises(gr.Error):
+        raising(refusal)(9, request=request)
+    (line,) = [record.getMessage() for record in caplog.records]
+    assert line.startswith("input refused in handler for hana: field 'comment': got 'x FORGED line yyy")
+    assert "\n" not in line and len(line) < 400

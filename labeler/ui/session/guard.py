@@ -238,6 +238,25 @@ class RequestGuard:
         return False
 
 
+def outside_cors(server) -> bool:
+    """Move RequestGuard in front of Gradio's CORS middleware (gradio.route_utils.CustomCORSMiddleware), which
+    Gradio adds around the app's own middleware: it stamped `Access-Control-Allow-Origin: <origin>` on the guard's
+    403 for a refused origin (whenever the Host is not localhost). In front, a refused request never reaches it,
+    and it answers only for origins the guard let through. It stays behind Gradio's compression (the guard puts
+    the login script in the page before compression). Starlette builds the stack at the first request (Gradio's
+    launch makes one), so it is built again at the next; True when moved."""
+    from gradio.route_utils import CustomCORSMiddleware
+
+    stack = server.user_middleware
+    guard = next((m for m in stack if m.cls is RequestGuard), None)
+    if guard is None or not any(m.cls is CustomCORSMiddleware for m in stack):
+        return False
+    stack.remove(guard)
+    stack.insert(next(i for i, m in enumerate(stack) if m.cls is CustomCORSMiddleware), guard)
+    server.middleware_stack = None
+    return True
+
+
 def is_route(scope, name: str) -> bool:
     """Whether the request is for Gradio's own /<name> route (under a --root-path too)."""
     root = (scope.get("root_path") or "").rstrip("/")
