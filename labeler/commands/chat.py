@@ -70,7 +70,7 @@ def run_chat(args: argparse.Namespace, stdin: TextIO | None = None, stdout: Text
     settings = settings_from_args(args, CHAT_SETTINGS)
     with database(args.db) as db:
         path = resolve(db, args.model)
-    cache = ModelCache(max_models=1)
+    cache = ModelCache()
     cache.get(path)  # load before the first prompt, so the wait is not mistaken for a slow answer
     print(f"chatting with {args.model}. {HELP_LINE}", file=stdout)
     history: list[dict] = []

@@ -131,8 +131,9 @@ def start_battle(
 
     Both models must be registered chat models (or one of `server_models`, chosen on the command line):
     a battle never opens a path or a hub id typed by a user. A web request passes `budget_s`: each answer is
-    bounded like a chat's (chat.request_bounds, half the budget each), `notify` told when its length was
-    capped; and one battle (or chat answer) per user is written at a time.
+    bounded like a chat's (chat.request_bounds, half the budget each: each stops after half of it), `notify` told
+    when its length was capped, its place while it waits, and the rest stream_reply tells; one battle (or chat or
+    best-of-N answer) per user at a time, in the server's queue (the cache's turns).
     """
     proj = get_project(db, project)
     user = require_user(db, username)
@@ -149,7 +150,7 @@ def start_battle(
     settings = dataclasses.replace(settings, seed=rng.randrange(2**31))
     # The project's prompt format, as generation uses it (chat template, or plain text to continue).
     each = None if budget_s is None else budget_s / 2
-    with cache.running.hold(username), cpu_threads(ARENA_CPU_THREADS):
+    with cache.turns.turn(username, waiting=notify), cpu_threads(ARENA_CPU_THREADS):
         answers = {name: reply(cache, paths[name], history, None, settings, chat_template=proj.chat_template,
                                budget_s=each, notify=notify)
                    for name in (first, second)}

@@ -1,4 +1,7 @@
-"""Chat with a model: a small cache of loaded models, streamed and plain replies, best-of-N, rating.
+"""Chat with a model: streamed and plain replies bounded in elapsed time, best-of-N, rating.
+
+The models come from the server's one ModelCache (labeler/services/inference.py), which also gives each person one
+answer at a time across Chat, Arena and best-of-N, and the server a cap on generations at once with a queue.
 
 A conversation is a list of {"role": "user" | "assistant", "content": str} messages ending with the
 user's turn; the system prompt is passed apart. A rated answer is stored like any other label (prompt,
@@ -8,25 +11,23 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import json
 import threading
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import sqlite_utils
 
 from labeler.services import label_kinds, labeling
 from labeler.services.accounts import require_user
 from labeler.services.errors import InputError
-from labeler.services.models import check_generates_text
+# ModelCache, GeneratedAnswers and ModelSpeed live with the cache; chat.ModelCache is the name callers knew.
+from labeler.services.inference import GeneratedAnswers, ModelCache, ModelSpeed, Notify, place_words  # noqa: F401
 from labeler.services.projects import get_project
 from labeler.services.prompts import TYPED_SPLIT, PromptRecord, insert_prompt
 from labeler.services.responses import insert_response
 from rlhf.configs import GenerationSettings
-from rlhf.loading import load_causal_lm, load_tokenizer, resolve_model_path
 from storage import write_transaction
 
 Messages = list[dict]
@@ -40,27 +41,13 @@ MAX_MESSAGES = 200
 # tokenizing, storing a rated prompt), and 200 messages of 20k characters took minutes of CPU.
 # 100k characters is ~25k tokens, more than the default model's context: a longer chat loses nothing it uses.
 MAX_HISTORY_CHARS = 100_000
-# One web request's estimated compute at most, in seconds at the model's measured speed: half for reading the
-# conversation, half for writing the answer(s). A 256-token answer once cost 83 s of server CPU, a 95k-character
-# history 79 s and 900 MB, and 1,024 tokens did not finish in 900 s.
+# One web request's elapsed time at most once its turn comes, in seconds: the answer(s) stop there (the tokens
+# written so far are the answer), and the conversation and the answer length are cut at the model's speed to fit,
+# half for reading the conversation, half for writing. A 256-token answer once cost 83 s of server CPU, a
+# 95k-character history 79 s and 900 MB, and 1,024 tokens did not finish in 900 s.
 MAX_REQUEST_S = 60.0
 MIN_ANSWER_TOKENS = 16  # the bounds never go below these, however slow the model measured
 MIN_PROMPT_TOKENS = 256
-
-
-@dataclass(frozen=True)
-class ModelSpeed:
-    """How fast a loaded model reads a prompt and writes an answer on this server, measured once when first
-    used (measure_speed)."""
-    prefill_tokens_per_s: float
-    decode_tokens_per_s: float
-
-    def limits(self, budget_s: float, answers: int = 1) -> tuple[int, int]:
-        """(most new tokens per answer, most prompt tokens) that keep a request within `budget_s`: half of it
-        for reading the prompt, half for writing `answers` answers."""
-        new = max(MIN_ANSWER_TOKENS, int(self.decode_tokens_per_s * budget_s / 2 / max(answers, 1)))
-        prompt = max(MIN_PROMPT_TOKENS, int(self.prefill_tokens_per_s * budget_s / 2))
-        return new, prompt
 
 
 def measure_speed(model, tokenizer, prompt_tokens: int = 128, new_tokens: int = 8) -> ModelSpeed:
@@ -84,31 +71,6 @@ def measure_speed(model, tokenizer, prompt_tokens: int = 128, new_tokens: int = 
     return ModelSpeed(prompt_tokens / max(prefill_s, 1e-6), new_tokens / max(decode_s, 1e-6))
 
 
-class RunningChats:
-    """Who has an answer being written: one at a time per user, so that one person cannot hold every chat slot
-    of the server. Thread-safe."""
-
-    def __init__(self):
-        self._users: set[str] = set()
-        self._lock = threading.Lock()
-
-    @contextlib.contextmanager
-    def hold(self, username: str | None) -> Iterator[None]:
-        if username is None:  # a caller without users (the command line)
-            yield
-            return
-        with self._lock:
-            if username in self._users:
-                raise InputError("you already have an answer being written (one at a time per user): wait for it "
-                                 "to finish or press Stop", field="message")
-            self._users.add(username)
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._users.discard(username)
-
-
 @dataclass(frozen=True)
 class Bounds:
     """What one request may cost: its settings (max_new_tokens capped), the prompt's tokens at most, and the
@@ -123,134 +85,37 @@ def request_bounds(cache: "ModelCache", model_name_or_path: str, settings: Gener
     """The bounds of one request at the model's measured speed (no bounds when budget_s is None)."""
     if budget_s is None:
         return Bounds(settings, None, None)
-    speed = cache.speed(model_name_or_path)
-    max_new, max_prompt = speed.limits(budget_s, answers)
+    speed = cache.speed(model_name_or_path, measure_speed)
+    max_new, max_prompt = speed.limits(budget_s, answers, MIN_ANSWER_TOKENS, MIN_PROMPT_TOKENS)
     if settings.max_new_tokens <= max_new:
         return Bounds(settings, max_prompt, None)
     note = (f"Answers are capped at {max_new} tokens here (asked: {settings.max_new_tokens}): this model writes "
-            f"about {speed.decode_tokens_per_s:.0f} tokens/s on this server, and one request may take about "
+            f"about {speed.decode_tokens_per_s:.0f} tokens/s on this server now, and one request stops after "
             f"{budget_s:.0f} s.")
     return Bounds(dataclasses.replace(settings, max_new_tokens=max_new), max_prompt, note)
 
 
-class GeneratedAnswers:
-    """Digests of the answers this server generated, newest `max_entries` kept. Thread-safe.
-
-    A chat's rating arrives with the conversation and the answer as the browser holds them, so a client can
-    send any text as "the model's answer". rate_answer marks a response server_generated only when its
-    (model, conversation, answer) is one recorded here; exports leave unmarked chat rows out of training data.
-    Kept in memory: after a restart, answers from before it are stored unmarked (safe, not exported).
-    """
-
-    def __init__(self, max_entries: int = 10_000):
-        self.max_entries = max_entries
-        self._digests: OrderedDict[str, None] = OrderedDict()
-        self._lock = threading.Lock()
-
-    @staticmethod
-    def digest(model: str, history: Sequence[dict], answer: str) -> str:
-        # System turns are left out (the system prompt travels apart and is not part of the stored prompt);
-        # surrounding whitespace too, which the chat widget may trim.
-        turns = [[m["role"], m["content"].strip()] for m in history if m["role"] != "system"]
-        payload = json.dumps([str(model), turns, answer.strip()], ensure_ascii=False, separators=(",", ":"))
-        return hashlib.sha256(payload.encode("utf-8")).hexdigest()
-
-    def add(self, model: str, history: Sequence[dict], answer: str) -> None:
-        if not answer.strip():
-            return
-        key = self.digest(model, history, answer)
-        with self._lock:
-            self._digests[key] = None
-            self._digests.move_to_end(key)
-            while len(self._digests) > self.max_entries:
-                self._digests.popitem(last=False)
-
-    def contains(self, model: str, history: Sequence[dict], answer: str) -> bool:
-        with self._lock:
-            return self.digest(model, history, answer) in self._digests
-
-
-class ModelCache:
-    """The last `max_models` loaded models, least recently used evicted first. Thread-safe.
-
-    Owned by its caller (a UI tab's build(), a CLI command); never a module global, so two apps in one
-    process do not share memory they did not ask to share. Keys are (path, kind). `generated` records every
-    answer generated through it (see GeneratedAnswers).
-    """
-
-    def __init__(self, max_models: int = 2):
-        if max_models < 1:
-            raise ValueError(f"max_models={max_models!r}: must be at least 1")
-        self.max_models = max_models
-        self.generated = GeneratedAnswers()
-        self.running = RunningChats()
-        self._speeds: dict[str, ModelSpeed] = {}
-        self._models: OrderedDict[tuple[str, str], Any] = OrderedDict()
-        self._lock = threading.Lock()  # guards the two dicts, never held while loading
-        self._loading: dict[tuple[str, str], threading.Lock] = {}
-
-    def get(self, name_or_path: str, kind: str = "causal") -> Any:
-        """(model, tokenizer) for kind 'causal'; a RewardScorer for kind 'reward'."""
-        key = (str(name_or_path), kind)
-        with self._lock:
-            if key in self._models:
-                self._models.move_to_end(key)
-                return self._models[key]
-            loading = self._loading.setdefault(key, threading.Lock())
-        # One lock per model being loaded: two requests for the same new model load it once, and a slow
-        # load (a big model, a cold disk) does not hold up chats with models already loaded.
-        with loading:
-            with self._lock:
-                if key in self._models:
-                    self._models.move_to_end(key)
-                    return self._models[key]
-            try:
-                loaded = _load(*key)
-            except BaseException:
-                with self._lock:
-                    self._loading.pop(key, None)
-                raise
-            with self._lock:
-                self._models[key] = loaded
-                self._loading.pop(key, None)
-                while len(self._models) > self.max_models:
-                    (evicted, _), _ = self._models.popitem(last=False)
-                    self._speeds.pop(evicted, None)
-                return loaded
-
-    def speed(self, name_or_path: str) -> ModelSpeed:
-        """The causal model's speed on this server, measured once while it stays loaded."""
-        with self._lock:
-            known = self._speeds.get(str(name_or_path))
-        if known is not None:
-            return known
-        measured = measure_speed(*self.get(name_or_path))
-        with self._lock:
-            self._speeds[str(name_or_path)] = measured
-        return measured
-
-    def __contains__(self, key: tuple[str, str]) -> bool:
-        return key in self._models
-
-    def __len__(self) -> int:
-        return len(self._models)
-
-
-def _load(name_or_path: str, kind: str) -> Any:
-    import torch
-
-    if kind == "reward":
-        from rlhf.reward import RewardScorer  # torch and transformers
-
-        return RewardScorer(name_or_path)
-    if kind != "causal":
-        raise ValueError(f"kind={kind!r}: 'causal' or 'reward'")
-
-    check_generates_text(resolve_model_path(name_or_path))  # an encoder would answer from a random head
-    model = load_causal_lm(name_or_path).eval()
-    if torch.cuda.is_available():
-        model = model.to("cuda")
-    return model, load_tokenizer(name_or_path, padding_side="left")
+def bound_words(cache: ModelCache, model_name_or_path: str | None, budget_s: float | None) -> str:
+    """What a person may expect of an answer before asking, in words (Markdown): the time bound, about how many
+    tokens that is at the model's speed measured now (never loading a model to say it), a run holding the
+    device, and the answers waiting for a turn."""
+    if budget_s is None:
+        return "Answers here are not bounded in time."
+    words = f"⏱ An answer here stops after **{budget_s:.0f} s** once it starts being written"
+    speed = cache.known_speed(model_name_or_path) if model_name_or_path else None
+    if speed is not None:
+        tokens = speed.limits(budget_s, 1, MIN_ANSWER_TOKENS, MIN_PROMPT_TOKENS)[0]
+        words += (f": about **{tokens} tokens** at this model's speed on this server now "
+                  f"({speed.decode_tokens_per_s:.1f} tokens/s, followed from every answer).")
+    else:
+        words += "; how many tokens that is follows this model's speed, measured on its first answer."
+    notice = cache.run_notice()
+    if notice:
+        words += f" {notice[0].upper()}{notice[1:]}"
+    running, waiting = cache.turns.counts()
+    if waiting:
+        words += f" {running + waiting} answers are being written or waiting now; yours would wait its turn."
+    return words
 
 
 def check_length(text: str, field: str, limit: int = MAX_MESSAGE_CHARS) -> str:
@@ -316,6 +181,45 @@ def _prompt_ids(model, tokenizer, history: Messages, system_prompt: str | None, 
     return build(history[drop:])[-budget:]
 
 
+@dataclass(frozen=True)
+class Waiting:
+    """stream_events' word that the answer waits for its turn: `ahead` answers are before it."""
+    ahead: int
+
+    @property
+    def words(self) -> str:
+        return place_words(self.ahead)
+
+
+def stream_events(
+    cache: ModelCache,
+    model_name_or_path: str,
+    history: Sequence[dict],
+    system_prompt: str | None = None,
+    settings: GenerationSettings = CHAT_SETTINGS,
+    chat_template: bool | None = None,
+    budget_s: float | None = None,
+    username: str | None = None,
+    notify: Notify | None = None,
+    poll_s: float = 0.5,
+) -> Iterator[str | Waiting]:
+    """stream_reply's pieces, preceded by a Waiting whenever the answer's place in the server's queue changes
+    (the Chat tab shows it where the answer will be)."""
+    messages = check_history(history, system_prompt)
+    ticket = cache.turns.join(username)  # one answer per person, waiting or being written
+    try:
+        told = None
+        while not ticket.wait(poll_s):
+            ahead = ticket.ahead()
+            if ahead != told:
+                yield Waiting(ahead)
+                told = ahead
+        yield from _stream(cache, model_name_or_path, messages, system_prompt, settings, chat_template, budget_s,
+                           notify)
+    finally:
+        ticket.leave()
+
+
 def stream_reply(
     cache: ModelCache,
     model_name_or_path: str,
@@ -325,28 +229,35 @@ def stream_reply(
     chat_template: bool | None = None,
     budget_s: float | None = None,
     username: str | None = None,
-    notify: Callable[[str], None] | None = None,
+    notify: Notify | None = None,
 ) -> Iterator[str]:
     """Yield the answer piece by piece as it is generated (transformers' TextIteratorStreamer + a thread).
 
     The pieces joined are the text `reply` returns for the same settings (greedy decoding, or the same seed).
     Closing the generator early (the user pressed Stop, the browser went away: Gradio calls close()) stops
     the generation thread at its next token instead of letting it run to max_new_tokens.
-    A web request passes `budget_s` (request_bounds: the answer and the conversation bounded by the model's
-    speed; `notify` gets the sentence when the answer length was capped) and `username` (one answer being
-    written per user at a time).
+    A web request passes `budget_s` (the answer stops after that many seconds, the tokens written so far being the
+    answer; the answer length and the conversation are cut to what fits at the model's speed now: request_bounds)
+    and `username` (one answer per person at a time, across Chat, Arena and best-of-N; the server's cap on answers
+    at once queues the others). `notify` gets, in words, the queue's place while waiting, when the answer length was
+    capped, when the answer stopped at the bound, and when the model had been unloaded for a training run.
     """
-    messages = check_history(history, system_prompt)
-    with cache.running.hold(username):
-        yield from _stream(cache, model_name_or_path, messages, system_prompt, settings, chat_template, budget_s,
-                           notify)
+    with contextlib.closing(stream_events(cache, model_name_or_path, history, system_prompt, settings,
+                                          chat_template, budget_s, username, notify)) as events:
+        for event in events:
+            if isinstance(event, Waiting):
+                if notify is not None:
+                    notify(event.words)
+            else:
+                yield event
 
 
-def _bounded_request(cache, model_name_or_path, messages, system_prompt, settings, chat_template, budget_s, notify):
+def _bounded_request(cache, model_name_or_path, messages, system_prompt, settings, chat_template, budget_s, notify,
+                     answers: int = 1):
     """(model, tokenizer, settings, prompt ids) of one request held to its cost bound (request_bounds): the answer
     length and the conversation cut to what the budget allows at the model's speed, the user told when cut."""
-    model, tokenizer = cache.get(model_name_or_path)
-    bounds = request_bounds(cache, model_name_or_path, settings, budget_s)
+    model, tokenizer = cache.get(model_name_or_path, notify=notify)
+    bounds = request_bounds(cache, model_name_or_path, settings, budget_s, answers)
     if bounds.note and notify:
         notify(bounds.note)
     ids = _prompt_ids(model, tokenizer, messages, system_prompt, bounds.settings.max_new_tokens, chat_template,
@@ -354,9 +265,43 @@ def _bounded_request(cache, model_name_or_path, messages, system_prompt, setting
     return model, tokenizer, bounds.settings, ids
 
 
+def wall_clock_stop(prompt_length: int, budget_s: float | None, stop: threading.Event | None = None):
+    """A transformers StoppingCriteria that ends generation once `budget_s` seconds have passed since it was made
+    (or `stop` is set). It keeps what the speed estimate needs: the new tokens written (`tokens`) and the seconds
+    they took (`seconds`), and whether the time bound ended the answer (`timed_out`)."""
+    import torch
+    from transformers import StoppingCriteria
+
+    class WallClockStop(StoppingCriteria):
+        def __init__(self):
+            self.start = time.monotonic()
+            self.deadline = None if budget_s is None else self.start + budget_s
+            self.tokens, self.seconds, self.timed_out = 0, 0.0, False
+
+        def __call__(self, input_ids, scores, **kwargs):  # after each new token
+            now = time.monotonic()
+            self.tokens, self.seconds = input_ids.shape[1] - prompt_length, now - self.start
+            late = self.deadline is not None and now >= self.deadline
+            self.timed_out = self.timed_out or late
+            done = late or (stop is not None and stop.is_set())
+            return torch.full((input_ids.shape[0],), done, dtype=torch.bool, device=input_ids.device)
+
+    return WallClockStop()
+
+
+def _finished(cache: ModelCache, model_name_or_path: str, clock, budget_s: float | None, notify: Notify | None,
+              answers: int = 1) -> None:
+    """After an answer (or `answers` written in one batch): the tokens written a second move the model's speed
+    estimate; the person is told when the time bound ended it."""
+    cache.observe_answer(model_name_or_path, clock.tokens * answers, clock.seconds)
+    if clock.timed_out and notify is not None:
+        notify(f"The answer stopped at this server's bound of {budget_s:.0f} s ({clock.tokens} tokens written); "
+               "what was written is kept.")
+
+
 def _stream(cache, model_name_or_path, messages, system_prompt, settings, chat_template, budget_s, notify):
     import torch
-    from transformers import StoppingCriteria, StoppingCriteriaList, TextIteratorStreamer
+    from transformers import StoppingCriteriaList, TextIteratorStreamer
 
     from rlhf.generation import autocast_context, eos_token_ids, generation_kwargs  # imports torch
 
@@ -367,10 +312,7 @@ def _stream(cache, model_name_or_path, messages, system_prompt, settings, chat_t
     streamer = TextIteratorStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True, timeout=STREAM_TIMEOUT_S)
     failure: list[BaseException] = []
     stop = threading.Event()
-
-    class StopWhenClosed(StoppingCriteria):
-        def __call__(self, input_ids, scores, **kwargs):
-            return torch.full((input_ids.shape[0],), stop.is_set(), dtype=torch.bool, device=input_ids.device)
+    clock = wall_clock_stop(len(ids), budget_s, stop)
 
     def run() -> None:
         try:
@@ -382,7 +324,7 @@ def _stream(cache, model_name_or_path, messages, system_prompt, settings, chat_t
                         input_ids=ids[None].to(device),
                         attention_mask=torch.ones_like(ids)[None].to(device),
                         streamer=streamer,
-                        stopping_criteria=StoppingCriteriaList([StopWhenClosed()]),
+                        stopping_criteria=StoppingCriteriaList([clock]),
                         **generation_kwargs(settings, eos_ids, tokenizer.pad_token_id),
                     )
         except BaseException as error:  # re-raised in the caller's thread below
@@ -404,6 +346,31 @@ def _stream(cache, model_name_or_path, messages, system_prompt, settings, chat_t
     thread.join()
     if failure:
         raise failure[0]
+    _finished(cache, model_name_or_path, clock, budget_s, notify)
+
+
+def _generate(model, tokenizer, ids, settings: GenerationSettings, count: int, clock) -> list[str]:
+    """`count` answers to one prompt in one batch (sampled with settings.seed), stopped by `clock`
+    (wall_clock_stop); as generate_batch does it for one batch, with the stopping criterion it does not take."""
+    import torch
+    from transformers import StoppingCriteriaList
+
+    from rlhf.generation import (  # imports torch
+        autocast_context, decode_responses, eos_token_ids, generation_kwargs, truncate_after_eos,
+    )
+
+    device = next(model.parameters()).device
+    eos_ids = eos_token_ids(model, tokenizer)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
+    input_ids = ids[None].repeat(count, 1).to(device)  # (n, T): the same prompt, no padding
+    with torch.no_grad(), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(settings.seed)
+        with autocast_context(model, settings.autocast):
+            output = model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids),
+                                    stopping_criteria=StoppingCriteriaList([clock]),
+                                    **generation_kwargs(settings, eos_ids, pad_id))  # (n, T + new)
+    new_tokens = output[:, input_ids.shape[1]:].cpu()  # (n, new)
+    return decode_responses(tokenizer, [truncate_after_eos(row, eos_ids) for row in new_tokens])
 
 
 def reply(
@@ -414,16 +381,17 @@ def reply(
     settings: GenerationSettings = CHAT_SETTINGS,
     chat_template: bool | None = None,
     budget_s: float | None = None,
-    notify: Callable[[str], None] | None = None,
+    notify: Notify | None = None,
 ) -> str:
-    """The whole answer at once; `budget_s` and `notify` as for stream_reply."""
-    from rlhf.generation import decode_responses, generate_batch  # imports torch
-
+    """The whole answer at once; `budget_s` and `notify` as for stream_reply. Takes no turn itself: its callers
+    (the Arena, the command line) hold one."""
     messages = check_history(history, system_prompt)
     model, tokenizer, settings, ids = _bounded_request(cache, model_name_or_path, messages, system_prompt, settings,
                                                         chat_template, budget_s, notify)
-    answer = decode_responses(tokenizer, generate_batch(model, tokenizer, [ids], settings))[0]
+    clock = wall_clock_stop(len(ids), budget_s)
+    answer = _generate(model, tokenizer, ids, settings, 1, clock)[0]
     cache.generated.add(model_name_or_path, messages, answer)
+    _finished(cache, model_name_or_path, clock, budget_s, notify)
     return answer
 
 
@@ -445,37 +413,33 @@ def best_of_n(
     chat_template: bool | None = None,
     budget_s: float | None = None,
     username: str | None = None,
-    notify: Callable[[str], None] | None = None,
+    notify: Notify | None = None,
 ) -> tuple[str, list[tuple[str, float]]]:
     """Sample n answers, score each with the reward model, return (best, [(answer, score), ...]).
 
     Sampling is forced on (n greedy answers would be identical). The answers come back in sampling
     order; ties go to the earliest. `budget_s`, `username` and `notify` as for stream_reply (the n answers
-    share the budget).
+    share the budget and are written in one batch, stopped together at the bound).
     """
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 64:
         raise InputError(f"must be between 1 and 64, got {n!r}", field="n")
     messages = check_history(history, system_prompt)
-    with cache.running.hold(username):
+    with cache.turns.turn(username, waiting=notify):
         return _best_of_n(cache, model, reward_model, messages, n, settings, system_prompt, chat_template,
                           budget_s, notify)
 
 
 def _best_of_n(cache, model, reward_model, messages, n, settings, system_prompt, chat_template, budget_s, notify):
-    from rlhf.generation import decode_responses, generate_batch  # imports torch
-
-    lm, tokenizer = cache.get(model)
-    bounds = request_bounds(cache, model, settings, budget_s, answers=n)
-    if bounds.note and notify:
-        notify(bounds.note)
-    settings = bounds.settings
-    ids = _prompt_ids(lm, tokenizer, messages, system_prompt, settings.max_new_tokens, chat_template,
-                      bounds.prompt_tokens)
+    lm, tokenizer, settings, ids = _bounded_request(cache, model, messages, system_prompt, settings, chat_template,
+                                                    budget_s, notify, answers=n)
     sampling = dataclasses.replace(settings, do_sample=True, batch_size=n)
-    answers = decode_responses(tokenizer, generate_batch(lm, tokenizer, [ids] * n, sampling))
+    clock = wall_clock_stop(len(ids), budget_s)
+    answers = _generate(lm, tokenizer, ids, sampling, n, clock)
+    # The batch wrote n tokens a step: counted as such, the speed request_bounds shares between n answers.
+    _finished(cache, model, clock, budget_s, notify, answers=n)
     for answer in answers:  # any of them may end up in the chat (the winner does) and be rated
         cache.generated.add(model, messages, answer)
-    scorer = cache.get(reward_model, kind="reward")
+    scorer = cache.get(reward_model, kind="reward", notify=notify)
     prompt = reward_prompt(messages)
     if isinstance(prompt, str):
         scores = scorer.score([prompt] * n, answers)

@@ -30,7 +30,7 @@ from typing import Any, Callable, Sequence
 import pandas as pd
 import sqlite_utils
 
-from labeler.services import measures, models, people_eval, reward_spec, run_metrics, runs, training_stages
+from labeler.services import inference, measures, models, people_eval, reward_spec, run_metrics, runs, training_stages
 from labeler.services.models import model_name_at
 from labeler.services.models import resolve as resolve_model
 from labeler.services.prompts import parse_prompt, split_prompts
@@ -38,7 +38,7 @@ from labeler.services.readers import read_records
 from labeler.services.errors import InputError
 from labeler.services.projects import get_project
 from labeler.services.job_settings import load_job_config
-from rlhf.loading import SHORT_NAMES, load_causal_lm, load_tokenizer
+from rlhf.loading import SHORT_NAMES
 from rlhf.rewards import BUILTIN_FUNCTIONS
 from storage import write_transaction
 
@@ -215,21 +215,10 @@ def _load_policy(db: sqlite_utils.Database, name: str):
                          "model folder", field="model")
     path = resolve_model(db, name)
     try:
-        model = load_causal_lm(path).eval()
-        tokenizer_dir = path
-        adapter = Path(path) / "adapter_config.json"
-        if adapter.exists() and not (Path(path) / "tokenizer_config.json").exists():
-            tokenizer_dir = json.loads(adapter.read_text())["base_model_name_or_path"]
-        tokenizer = load_tokenizer(tokenizer_dir, padding_side="left")
+        # The one inference loader (inference.load_policy): the model's precision, its device, an adapter merged.
+        return inference.load_policy(path)
     except (OSError, ValueError) as error:
         raise InputError(f"model {name!r} ({path}) does not load: {str(error).splitlines()[0]}", field="model") from None
-    if hasattr(model, "merge_and_unload"):
-        model = model.merge_and_unload()
-    import torch
-
-    if torch.cuda.is_available():
-        model = model.to("cuda")
-    return model, tokenizer
 
 
 # ---- evaluate and store -----------------------------------------------------------------------------------

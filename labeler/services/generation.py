@@ -1,7 +1,8 @@
 """Generate responses to a project's prompts, store them, and queue them for labelling.
 
-The model is loaded once per call, or taken from the caller's `loader` (the Data tab passes its ModelCache, so a
-second click does not load the model again). Work is split into batches of `settings.batch_size` responses; each
+The model is loaded once per call through the one inference loader (inference.load_policy: the model's precision,
+on the GPU when there is one), or taken from the caller's `loader` (the Data tab passes the server's ModelCache,
+so a second click does not load the model again). Work is split into batches of `settings.batch_size` responses; each
 batch is stored in its own transaction as soon as it is generated, so an interrupted run keeps what it
 finished, and a re-run (prompt_ids=None) only tops prompts up to `n_per_prompt` responses of this model.
 """
@@ -14,7 +15,7 @@ from typing import Callable, Sequence
 
 import sqlite_utils
 
-from labeler.services import labeling, prompts, responses
+from labeler.services import inference, labeling, prompts, responses
 from labeler.services.errors import InputError
 from labeler.services.models import resolve
 from labeler.services.projects import get_project
@@ -22,7 +23,6 @@ from labeler.services.projects import get_project
 from labeler.services.prompts import last_import_prompt_ids  # noqa: F401
 from labeler.services.responses import insert_response
 from rlhf.configs import GenerationSettings
-from rlhf.loading import load_causal_lm, load_tokenizer
 from storage import write_transaction
 
 Progress = Callable[[int, int], None]
@@ -97,7 +97,7 @@ def generate_responses(
 
     from rlhf.generation import build_prompt_ids, decode_responses, generate_batch  # imports torch
 
-    lm, tokenizer = (loader or _load)(path)
+    lm, tokenizer = (loader or inference.load_policy)(path)
     if progress is not None:
         progress(0, len(work))
     # Seeds differ per batch and per run (offset by the responses already stored), so topping a prompt up
@@ -136,16 +136,3 @@ def generate_responses(
             progress(len(response_ids), len(work))
     return response_ids
 
-
-def _load(path: str) -> tuple:
-    tokenizer = load_tokenizer(path, padding_side="left")
-    lm = load_causal_lm(path)
-    if _cuda_available():
-        lm = lm.to("cuda")
-    return lm, tokenizer
-
-
-def _cuda_available() -> bool:
-    import torch
-
-    return torch.cuda.is_available()

@@ -13,6 +13,7 @@ from typing import Any
 import gradio as gr
 from starlette.middleware import Middleware
 
+from labeler.services.inference import ModelCache, running_runs_of
 from labeler.services.login_guard import LoginThrottle
 from labeler.ui import header
 from labeler.ui.context import ServeSettings, UIContext
@@ -52,7 +53,9 @@ def build_app(settings: ServeSettings) -> gr.Blocks:
     # delete_cache: Gradio's copies of downloads (backups, exports) and uploads leave its cache after an hour,
     # checked every 10 minutes; the folders they were copied from are swept by labeler.ui.downloads.
     with gr.Blocks(title="RLHF Studio", analytics_enabled=False, delete_cache=(600, 3600)) as app:
-        ctx = UIContext(settings, app=app, pool=ConnectionPool(settings.db_path))
+        # One model cache for the server, within its memory budget, emptied when a run starts (inference.py).
+        models = ModelCache(settings.model_memory_bytes, running_runs=running_runs_of(settings.db_path))
+        ctx = UIContext(settings, app=app, pool=ConnectionPool(settings.db_path), models=models)
         title = header.build_title_row()
         title.logout.click(None, None, None, js=LOGOUT_JS, api_name="logout")  # a POST: see session.LOGOUT_JS
         password = header.build_password_panel()

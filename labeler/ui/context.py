@@ -1,5 +1,5 @@
 """What every tab receives: where the database is and the server settings. Holds no user state (a pool of
-idle database connections at most)."""
+idle database connections, and the server's one cache of loaded models with its queue of answers)."""
 from __future__ import annotations
 
 import contextlib
@@ -10,10 +10,15 @@ import gradio as gr
 import sqlite_utils
 
 from labeler.services.errors import PermissionDenied
+from labeler.services.inference import ModelCache
 from labeler.services.login_guard import ThrottlePolicy
 from storage import ConnectionPool, open_db
 
 SESSION_DAYS = 7
+# The Gradio queue settings of every event that generates for a person (chat_send, chat_submit, chat_best_of_n,
+# arena_start): one shared group whose limit only bounds Gradio's worker threads. The server's own queue
+# (ctx.models.turns) admits them to the cap on generations at once and tells each person their place.
+GENERATING_EVENTS = {"concurrency_id": "generating", "concurrency_limit": 64}
 
 
 @dataclass(frozen=True)
@@ -32,8 +37,12 @@ class ServeSettings:
     login_throttle: ThrottlePolicy = field(default_factory=ThrottlePolicy)
     # Proxies whose X-Forwarded-For / X-Forwarded-Proto are believed (addresses or networks); none by default.
     forwarded_allow_ips: tuple[str, ...] = ()
-    # One chat, best-of-N or arena request's estimated compute at most (services.chat.request_bounds; MAX_REQUEST_S).
+    # One chat, best-of-N or arena request's elapsed time at most once its turn comes (services.chat.request_bounds,
+    # MAX_REQUEST_S): the answer stops there.
     chat_budget_s: float = 60.0
+    # Bytes the loaded models may hold together (services.inference.ModelCache); None: half the GPU's memory, or a
+    # quarter of the host's without a GPU.
+    model_memory_bytes: int | None = None
     root_path: str = ""  # the URL path behind a reverse proxy ("/studio"); "" when served at the root
     extra: dict = field(default_factory=dict)
 
@@ -45,6 +54,8 @@ class UIContext:
     app: gr.Blocks | None = None
     # Idle connections reused by requests (build_app makes one); None: a fresh connection per request.
     pool: ConnectionPool | None = field(default=None, compare=False)
+    # The server's one model cache (Chat, Arena, best-of-N, Data > Generate): one per app, never a module global.
+    models: ModelCache = field(default_factory=ModelCache, compare=False)
 
     @property
     def db_path(self) -> str:

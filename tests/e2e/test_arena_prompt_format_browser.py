@@ -36,17 +36,17 @@ def continuation_project(running_app):
 @pytest.fixture
 def prompts_generated(monkeypatch):
     """Every prompt the server's models are asked to continue, as token ids: generation runs in this process
-    (the app is launched here), and the arena reaches rlhf.generation.generate_batch by attribute."""
-    import rlhf.generation
+    (the app is launched here), and the arena's answers reach chat._generate (a bounded generate) by attribute."""
+    from labeler.services import chat
 
     seen: list[list[int]] = []
-    generate = rlhf.generation.generate_batch
+    generate = chat._generate
 
-    def recording(model, tokenizer, prompt_ids, *args, **kwargs):
-        seen.extend([int(t) for t in ids] for ids in prompt_ids)
-        return generate(model, tokenizer, prompt_ids, *args, **kwargs)
+    def recording(model, tokenizer, ids, *args, **kwargs):
+        seen.append([int(t) for t in ids])
+        return generate(model, tokenizer, ids, *args, **kwargs)
 
-    monkeypatch.setattr(rlhf.generation, "generate_batch", recording)
+    monkeypatch.setattr(chat, "_generate", recording)
     return seen
 
 

@@ -112,11 +112,11 @@ def test_chat_follows_the_projects_prompt_format(tiny):
 def test_the_speed_is_measured_once_and_bounds_a_huge_request_to_the_budget(tiny_model_dir):
     from rlhf.configs import GenerationSettings
 
-    cache = chat.ModelCache(max_models=1)
+    cache = chat.ModelCache()
     path = str(tiny_model_dir)
-    speed = cache.speed(path)
+    speed = cache.speed(path, chat.measure_speed)
     assert speed.prefill_tokens_per_s > 0 and speed.decode_tokens_per_s > 0
-    assert cache.speed(path) is speed  # measured once while loaded
+    assert cache.speed(path, chat.measure_speed) is speed  # measured once while loaded
     budget_s = 1.0
     max_new, max_prompt = speed.limits(budget_s)
     told = []
@@ -127,7 +127,7 @@ def test_the_speed_is_measured_once_and_bounds_a_huge_request_to_the_budget(tiny
     model, tokenizer = cache.get(path)
     assert len(tokenizer("".join(pieces), add_special_tokens=False)["input_ids"]) <= max_new + 2
     assert told == [f"Answers are capped at {max_new} tokens here (asked: 32768): this model writes about "
-                    f"{speed.decode_tokens_per_s:.0f} tokens/s on this server, and one request may take about 1 s."]
+                    f"{speed.decode_tokens_per_s:.0f} tokens/s on this server now, and one request stops after 1 s."]
     told.clear()
     small = GenerationSettings(max_new_tokens=min(max_new, 8), do_sample=False, batch_size=1)
     chat.reply(cache, path, [{"role": "user", "content": "hello"}], None, small, budget_s=budget_s, notify=told.append)
@@ -153,13 +153,13 @@ def test_a_long_history_is_cut_to_the_prompt_budget(tiny):
 def test_one_running_answer_per_user(tiny_model_dir):
     from rlhf.configs import GenerationSettings
 
-    cache = chat.ModelCache(max_models=1)
+    cache = chat.ModelCache(slots=2)  # two people may write at once here
     path = str(tiny_model_dir)
     settings = GenerationSettings(max_new_tokens=64, do_sample=False, batch_size=1)
     history = [{"role": "user", "content": "hello"}]
     first = chat.stream_reply(cache, path, history, None, settings, username="ann")
     next(first)  # ann's first answer is being written
-    with pytest.raises(InputError, match=r"you already have an answer being written \(one at a time per user\)"):
+    with pytest.raises(InputError, match=r"you already have an answer being written \(one at a time per user, across Chat, Arena and best-of-N\)"):
         next(chat.stream_reply(cache, path, history, None, settings, username="ann"))
     with pytest.raises(InputError, match="one at a time per user"):
         chat.best_of_n(cache, path, "unused-reward", history, 2, settings, username="ann")
@@ -168,4 +168,4 @@ def test_one_running_answer_per_user(tiny_model_dir):
     other.close()
     first.close()  # Stop: ann may ask again
     list(chat.stream_reply(cache, path, history, None, settings, username="ann"))
-    assert cache.running._users == set()
+    assert cache.turns.people() == set()

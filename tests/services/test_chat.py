@@ -20,7 +20,7 @@ HISTORY = [
 
 @pytest.fixture(scope="module")
 def cache():
-    return chat.ModelCache(max_models=2)
+    return chat.ModelCache()
 
 
 def test_streaming_equals_plain_reply(cache, tiny_model_dir):
@@ -34,7 +34,7 @@ def test_streaming_equals_plain_reply(cache, tiny_model_dir):
 
 
 def test_stream_reports_a_failing_generation(tiny_model_dir, monkeypatch):
-    cache = chat.ModelCache(max_models=1)
+    cache = chat.ModelCache()
     model, _ = cache.get(str(tiny_model_dir))
 
     def broken(**kwargs):
@@ -45,14 +45,21 @@ def test_stream_reports_a_failing_generation(tiny_model_dir, monkeypatch):
         list(chat.stream_reply(cache, str(tiny_model_dir), HISTORY, None, GREEDY))
 
 
-def test_cache_is_lru(tiny_model_dir, tiny_encoder_dir):
-    cache = chat.ModelCache(max_models=1)
+def test_cache_keeps_what_its_byte_budget_holds(tiny_model_dir, tiny_encoder_dir):
+    from labeler.services.inference import held_bytes
+
+    cache = chat.ModelCache()
     first = cache.get(str(tiny_model_dir))
-    assert cache.get(str(tiny_model_dir)) is first and len(cache) == 1
-    cache.get(str(tiny_encoder_dir), kind="reward")
-    assert (str(tiny_model_dir), "causal") not in cache and len(cache) == 1
-    with pytest.raises(ValueError):
-        chat.ModelCache(max_models=0)
+    scorer = cache.get(str(tiny_encoder_dir), kind="reward")
+    both = cache.held_bytes()
+    assert both == held_bytes(first) + held_bytes(scorer) and len(cache) == 2
+    # A budget one byte short of both: the least recently used (the chat model) goes when the scorer loads.
+    small = chat.ModelCache(budget_bytes=both - 1)
+    assert small.get(str(tiny_model_dir)) is not None
+    small.get(str(tiny_encoder_dir), kind="reward")
+    assert small.keys() == [(str(tiny_encoder_dir), "reward")]
+    with pytest.raises(ValueError, match="budget_bytes=0"):
+        chat.ModelCache(budget_bytes=0)
 
 
 @pytest.mark.parametrize(

@@ -123,11 +123,10 @@ def test_the_last_import_batch_and_a_kept_model(tiny_db, tiny_model_dir, tmp_pat
     prompts.import_prompts(db, str(upload), "default", source="new.txt")
     assert last_import_prompt_ids(db, "default") == [4, 5]
 
-    from labeler.services import chat
+    from labeler.services import inference
 
-    loads, real_load = [], chat._load
-    monkeypatch.setattr(chat, "_load", lambda path, kind: (loads.append(path), real_load(path, kind))[1])
-    cache = ModelCache(max_models=1)
+    loads = []
+    cache = ModelCache(loader=lambda path, kind, device: (loads.append(path), inference.load(path, kind, device))[1])
     loader = cache.get
     ids = generate_responses(db, "default", "tiny", n_per_prompt=1, settings=SETTINGS,
                              within_prompt_ids=last_import_prompt_ids(db, "default"), loader=loader)

@@ -77,7 +77,7 @@ def test_first_login_shows_only_the_password_panel(app_db, ctx):
     # The user tabs' page loads and tab selects (the Rate tab is selected as the page opens) are refused with
     # PasswordChangeRequired, which quiet_before_password_change (their wiring: test_tabs.QUIET_BEFORE_PASSWORD_CHANGE)
     # turns into no change instead of a toast each: the page shows only the password form.
-    caches = arena.ArenaCaches(ModelCache(max_models=2), LeaderboardCache())
+    caches = arena.ArenaCaches(LeaderboardCache())
     loads = [bind(rate.next_item, ctx), bind(rank.next_item, ctx), bind(model_lists.load, ctx),
              bind(arena.load, ctx, caches)]
     selects = [bind(labelling.guidelines, ctx, "rating"), bind(labelling.guidelines, ctx, "ranking")]
@@ -120,7 +120,7 @@ def test_arena_waits_for_a_second_model_that_an_admin_registers(fresh_ctx, db_pa
     from labeler.services.leaderboard import LeaderboardCache
     from labeler.ui.tabs import arena
 
-    caches = arena.ArenaCaches(ModelCache(max_models=2), LeaderboardCache())
+    caches = arena.ArenaCaches(LeaderboardCache())
     model_1, model_2, board, note, start, _ = arena.load(fresh_ctx, caches, request=as_user(ADMIN))
     assert start["interactive"] is False and note["visible"] is True and "only one is registered" in note["value"]
     assert model_1["value"] == model_2["value"] == "(random)"  # no model name on screen before a vote
@@ -143,16 +143,15 @@ def test_arena_waits_for_a_second_model_that_an_admin_registers(fresh_ctx, db_pa
 
 def test_generate_for_the_last_import_batch_keeps_the_model_loaded(app_db, ctx, tiny_model_dir, tmp_path, monkeypatch):
     """Issue 14 item 5: the prompts just uploaded get the answers, and a second run loads nothing."""
-    from labeler.services import chat
+    from labeler.services import inference
 
-    loads, real_load = [], chat._load
-    monkeypatch.setattr(chat, "_load", lambda path, kind: (loads.append(path), real_load(path, kind))[1])
+    loads = []
+    cache = ModelCache(loader=lambda path, kind, device: (loads.append(path), inference.load(path, kind, device))[1])
     upload = tmp_path / "fresh.txt"
     upload.write_text("Fresh prompt A\nFresh prompt B\n", encoding="utf-8")
     data_prompts.import_prompt_file(ctx, str(upload), request=as_user(ADMIN))  # prompts 3, 4; 1, 2 have no tiny answers
 
     part, values, sampling = generate_form(ctx)
-    cache = ModelCache(max_models=1)  # as generate.wire keeps one for the app
     values[part.model] = str(tiny_model_dir)
     values[part.n_per_prompt] = 1
     values[sampling["max_new_tokens"]] = 4

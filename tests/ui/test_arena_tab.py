@@ -17,7 +17,6 @@ def tab(db_path, tmp_path, tiny_model_dir):
     """What the tab's handlers take first (the UIContext and the tab's caches), on a database with a user and
     two registered copies of the tiny model."""
     from labeler.services import accounts, models
-    from labeler.services.chat import ModelCache
     from labeler.services.leaderboard import LeaderboardCache
     from labeler.ui.context import ServeSettings, UIContext
     from storage import open_db
@@ -28,7 +27,7 @@ def tab(db_path, tmp_path, tiny_model_dir):
         models.register_model(db, name, str(tiny_model_dir), "policy")
     db.conn.close()
     ctx = UIContext(ServeSettings(db_path=db_path, model=str(tiny_model_dir), runs_dir=str(tmp_path / "runs")))
-    return ctx, arena.ArenaCaches(ModelCache(max_models=2), LeaderboardCache())
+    return ctx, arena.ArenaCaches(LeaderboardCache())
 
 
 def test_battle_then_vote_reveals_the_models_and_stores_a_ranking(tab, db_path):

@@ -14,23 +14,21 @@ SETTINGS = (6, True, 1.0, 1.0, 0, 0)  # tokens, sample, temperature, top_p, top_
 
 @pytest.fixture
 def tab(db_path, tmp_path, tiny_model_dir):
-    """What the tab's handlers take first (the UIContext and the tab's ModelCache), on a database with a user."""
+    """What the tab's handlers take first (the UIContext, with the server's ModelCache), on a database with a user."""
     from labeler.services import accounts
-    from labeler.services.chat import ModelCache
     from labeler.ui.context import ServeSettings, UIContext
     from storage import open_db
 
     db = open_db(db_path)
     accounts.create_user(db, USER, "cara-password-1")
     db.conn.close()
-    return UIContext(ServeSettings(db_path=db_path, model=str(tiny_model_dir), runs_dir=str(tmp_path / "runs"))), \
-        ModelCache(max_models=2)
+    return (UIContext(ServeSettings(db_path=db_path, model=str(tiny_model_dir), runs_dir=str(tmp_path / "runs"))),)
 
 
 def test_send_streams_an_answer_that_a_thumbs_up_stores_as_a_top_rating(tab, db_path, tiny_model_dir):
     from storage import open_db
 
-    ctx, _ = tab
+    ctx, = tab
     models, rewards, score, answer_tokens = model_lists.load(ctx, request=gr.Request(username=USER))
     assert answer_tokens == 128  # the project's answer length (a chat project)
     assert models["value"] == str(tiny_model_dir) and rewards["choices"] == []

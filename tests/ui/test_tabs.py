@@ -399,7 +399,7 @@ def export_form() -> tuple[data_export.ExportPart, dict]:
 
 def test_generate_with_the_tiny_model_fills_the_queues(app_db, tiny_model_dir, ctx):
     part, values, sampling = generate_form(ctx)
-    cache = ModelCache(max_models=1)
+    cache = ModelCache()
     values[part.n_per_prompt] = 2
     values[sampling["max_new_tokens"]] = 4
     values[part.model] = "tiny-dir"

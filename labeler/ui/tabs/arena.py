@@ -2,7 +2,9 @@
 
 The gr.State holds the battle id only. Which model is A is decided by the arena service with a fresh
 random generator per battle; the names reach the browser only in the vote's answer. The handlers are module
-functions taking the UIContext and the tab's caches (ArenaCaches) first, bound to their events in `build`.
+functions taking the UIContext and the tab's caches (ArenaCaches) first, bound to their events in `build`. The two
+models come from the server's one ModelCache (ctx.models), which keeps a person to one answer at a time across
+Chat, Arena and best-of-N and queues answers beyond the server's cap.
 """
 from __future__ import annotations
 
@@ -14,11 +16,10 @@ import gradio as gr
 
 from labeler.services import arena
 from labeler.services.projects import get_project
-from labeler.services.chat import ModelCache
 from labeler.services.errors import InputError
 from labeler.services.leaderboard import MIN_VOTES_FOR_INTERVAL, LeaderboardCache, leaderboard
 from labeler.ui.binding import bind
-from labeler.ui.context import UIContext
+from labeler.ui.context import GENERATING_EVENTS, UIContext
 from labeler.ui.model_choices import model_choices
 from labeler.ui.roles import requires
 from labeler.ui.session import quiet_before_password_change
@@ -52,9 +53,8 @@ def leaderboard_note() -> str:
 
 @dataclass(frozen=True)
 class ArenaCaches:
-    """What the tab keeps between requests: the two battling models loaded, and the leaderboard (page loads reuse
-    the board, votes the bootstrap: see LeaderboardCache)."""
-    models: ModelCache
+    """What the tab keeps between requests: the leaderboard (page loads reuse the board, votes the bootstrap: see
+    LeaderboardCache). The models are the server's (ctx.models)."""
     board: LeaderboardCache
 
 
@@ -108,7 +108,7 @@ def start_battle(ctx: UIContext, caches: ArenaCaches, prompt_text, first, second
             chosen.append(picked)
         settings = dataclasses.replace(arena.ARENA_SETTINGS, max_new_tokens=int(tokens))
         battle = arena.start_battle(
-            db, caches.models, ctx.project, ctx.username(request), prompt_text, *chosen, settings, rng,
+            db, ctx.models, ctx.project, ctx.username(request), prompt_text, *chosen, settings, rng,
             server_models=(ctx.settings.model,), budget_s=ctx.settings.chat_budget_s, notify=gr.Warning,
         )
     buttons = [gr.update(interactive=True) for _ in VOTES]
@@ -152,7 +152,7 @@ def reload_models(ctx: UIContext, request: gr.Request) -> tuple:
 
 
 def build(ctx: UIContext):
-    caches = ArenaCaches(ModelCache(max_models=2), LeaderboardCache())
+    caches = ArenaCaches(LeaderboardCache())
     battle_state = gr.State(None)
 
     gr.Markdown(HOW)
@@ -198,7 +198,7 @@ def build(ctx: UIContext):
     start.click(
         bind(start_battle, ctx, caches), [prompt, model_1, model_2, max_new_tokens],
         [answer_a, answer_b, reveal, identical, battle_state, *vote_buttons],
-        api_name="arena_start", concurrency_limit=1,
+        api_name="arena_start", **GENERATING_EVENTS,
     )
     for (winner, _, _), button in zip(VOTES, vote_buttons):
         button.click(bind(vote, ctx, caches, winner), [battle_state],

@@ -2,11 +2,12 @@
 the last answer, which stores it as a label like any other.
 
 Built from parts: model_lists.py (the model pickers and the score's scale), conversation.py (send, clear, a new
-model), best_of_n.py, rating.py (a score or a thumb for the last answer), with messages.py (the Chatbot's
-messages and the plain history) and sampling.py (the sampling widgets). Handlers are module functions taking
-the UIContext (and the tab's ModelCache) first. The conversation lives in the Chatbot widget (a refresh clears
-it, as in any chat UI); a rated answer lives in SQLite. The loaded models live in the ModelCache created by
-build, one per app.
+model), best_of_n.py, rating.py (a score or a thumb for the last answer), bound.py (the time bound, shown before
+asking), with messages.py (the Chatbot's messages and the plain history) and sampling.py (the sampling widgets).
+Handlers are module functions taking the UIContext first. The conversation lives in the Chatbot widget (a refresh
+clears it, as in any chat UI); a rated answer lives in SQLite. The loaded models live in the server's one
+ModelCache (ctx.models, shared with the Arena and Data > Generate), which also keeps each person to one answer
+at a time and queues answers beyond the server's cap.
 """
 from __future__ import annotations
 
@@ -15,11 +16,11 @@ from typing import Any, Callable
 
 import gradio as gr
 
-from labeler.services.chat import ModelCache
 from labeler.ui.binding import bind
-from labeler.ui.context import UIContext
+from labeler.ui.context import GENERATING_EVENTS, UIContext
 from labeler.ui.session import quiet_before_password_change
 from labeler.ui.tabs.chat import conversation, model_lists, rating
+from labeler.ui.tabs.chat.bound import show_bound
 from labeler.ui.tabs.chat.best_of_n import best_of_n
 from labeler.ui.tabs.chat.sampling import SETTING_NAMES, settings_widgets
 
@@ -38,8 +39,8 @@ def streamed(bound: Callable[..., Any]) -> Callable[..., Any]:
     return stream
 
 
+
 def build(ctx: UIContext):
-    cache = ModelCache(max_models=2)
 
     with gr.Row():
         # The handlers accept registered models only (models.resolve_chat_model), never a typed path or hub id.
@@ -54,6 +55,7 @@ def build(ctx: UIContext):
         message = gr.Textbox(placeholder="Type a message and press Enter", show_label=False, scale=5, elem_id="chat-input")
         send = gr.Button("Send", variant="primary", scale=1, elem_id="chat-send")
         clear = gr.Button("Clear", scale=0, min_width=80, elem_id="chat-clear")
+    bound = gr.Markdown(elem_id="chat-bound")  # the time bound, seen before asking
     with gr.Accordion("Sampling settings", open=False):
         setting_inputs = settings_widgets()
     with gr.Row():
@@ -79,19 +81,29 @@ def build(ctx: UIContext):
         ctx.app.load(quiet_before_password_change(bind(model_lists.load, ctx), len(load_outputs)), None, load_outputs,
                      api_name="chat_load")
     send_inputs = [message, chatbot, model, system, *setting_inputs]
-    send_event = streamed(bind(conversation.send, ctx, cache))
-    send.click(send_event, send_inputs, [chatbot, message], api_name="chat_send", concurrency_limit=2)
-    message.submit(send_event, send_inputs, [chatbot, message], api_name="chat_submit", concurrency_limit=2)
+    send_event = streamed(bind(conversation.send, ctx))
+    shared = GENERATING_EVENTS
+    show = bind(show_bound, ctx)
+    if ctx.app is not None:
+        # On page load no model is picked yet: the bound for the server's own model.
+        ctx.app.load(quiet_before_password_change(bind(show_bound, ctx, ""), 1), None, bound, api_name="chat_bound")
+    # After each answer the bound is shown again: the speed it is worked out from follows every answer.
+    send.click(send_event, send_inputs, [chatbot, message], api_name="chat_send", **shared).then(
+        show, [model], bound, api_name=False, show_progress="hidden")
+    message.submit(send_event, send_inputs, [chatbot, message], api_name="chat_submit", **shared).then(
+        show, [model], bound, api_name=False, show_progress="hidden")
     clear.click(bind(conversation.clear, ctx), None, [chatbot, message, scores, rate_status], api_name="chat_clear")
     model.change(conversation.model_changed, None, [chatbot, scores, rate_status], api_name=False,
                  show_progress="hidden")
-    best.click(bind(best_of_n, ctx, cache), [message, chatbot, model, reward_model, n, system, *setting_inputs],
-               [chatbot, message, scores], api_name="chat_best_of_n", concurrency_limit=1)
-    rate.click(bind(rating.rate, ctx, cache), [chatbot, model, score, *setting_inputs], rate_status,
+    model.change(show, [model], bound, api_name=False, show_progress="hidden")
+    best.click(bind(best_of_n, ctx), [message, chatbot, model, reward_model, n, system, *setting_inputs],
+               [chatbot, message, scores], api_name="chat_best_of_n", **shared).then(
+        show, [model], bound, api_name=False, show_progress="hidden")
+    rate.click(bind(rating.rate, ctx), [chatbot, model, score, *setting_inputs], rate_status,
                api_name="chat_rate", trigger_mode="once")
-    thumbs_up.click(bind(rating.thumb, ctx, cache, True), [chatbot, model, *setting_inputs], rate_status,
+    thumbs_up.click(bind(rating.thumb, ctx, True), [chatbot, model, *setting_inputs], rate_status,
                     api_name="chat_thumbs_up", trigger_mode="once")
-    thumbs_down.click(bind(rating.thumb, ctx, cache, False), [chatbot, model, *setting_inputs], rate_status,
+    thumbs_down.click(bind(rating.thumb, ctx, False), [chatbot, model, *setting_inputs], rate_status,
                       api_name="chat_thumbs_down", trigger_mode="once")
 
     def on_tab(tab: gr.Tab) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 import gradio as gr
 
 from labeler.services import chat, models, projects
-from labeler.services.chat import ModelCache
 from labeler.services.errors import InputError
 from labeler.ui.context import UIContext
 from labeler.ui.roles import requires
@@ -15,7 +14,7 @@ from labeler.ui.tabs.chat.sampling import settings_from
 
 @ui_errors
 @requires("user")
-def best_of_n(ctx: UIContext, cache: ModelCache, text, history, model_name, reward_name, n_value, system_prompt,
+def best_of_n(ctx: UIContext, text, history, model_name, reward_name, n_value, system_prompt,
               tokens, sample, temperature, top_p, top_k, seed, request: gr.Request) -> tuple:
     """(the conversation with the best answer, the message box emptied, [score, answer] best first). With no new
     message, the last answer is answered again."""
@@ -37,7 +36,7 @@ def best_of_n(ctx: UIContext, cache: ModelCache, text, history, model_name, rewa
         shown.append({"role": "user", "content": text})
     elif history and history[-1]["role"] == "assistant":
         history, shown = history[:-1], shown[:-1]  # no new message: re-answer the last one
-    winner, scored = chat.best_of_n(cache, path, reward_path, history, int(n_value), settings, system_prompt,
+    winner, scored = chat.best_of_n(ctx.models, path, reward_path, history, int(n_value), settings, system_prompt,
                                     chat_template=chat_template, budget_s=ctx.settings.chat_budget_s,
                                     username=UIContext.username(request), notify=gr.Warning)
     table = [[round(score, 4), answer] for answer, score in sorted(scored, key=lambda pair: -pair[1])]

@@ -9,7 +9,6 @@ import contextlib
 import gradio as gr
 
 from labeler.services import chat, models, projects
-from labeler.services.chat import ModelCache
 from labeler.services.errors import InputError, PermissionDenied
 from labeler.ui.context import UIContext
 from labeler.ui.roles import check_role, requires
@@ -28,7 +27,7 @@ def as_toast(error: InputError | PermissionDenied) -> gr.Error:
 
 
 # Gradio fills `request` by its annotation, which it cannot see after *args: settings are spelled out.
-def send(ctx: UIContext, cache: ModelCache, text, history, model_name, system_prompt, tokens, sample, temperature,
+def send(ctx: UIContext, text, history, model_name, system_prompt, tokens, sample, temperature,
          top_p, top_k, seed, request: gr.Request):
     """Yields (the Chatbot's messages, the message box emptied) as the answer to `text` streams in; earlier
     answers keep their model's name (messages.answered_by)."""
@@ -52,15 +51,22 @@ def send(ctx: UIContext, cache: ModelCache, text, history, model_name, system_pr
         answer = ""
         yield shown + [{"role": "assistant", "content": answered_by(writer, "")}], ""
         # closing(): when Gradio closes this generator (Stop, a closed tab), the inner one is closed too,
-        # which stops its generation thread instead of leaving it running to max_new_tokens. The project's
-        # prompt format: a chat template, or plain text to continue (as Generate and the arena use it).
-        # Bounded by the model's speed (the user is told when the answer length is capped), one at a time per user.
-        with contextlib.closing(chat.stream_reply(cache, path, history, system_prompt, settings,
-                                                  chat_template=chat_template, budget_s=ctx.settings.chat_budget_s,
-                                                  username=UIContext.username(request), notify=gr.Warning)) as pieces:
-            for piece in pieces:
-                answer += piece
+        # which stops its generation thread instead of leaving it running to max_new_tokens (or leaves the queue).
+        # The project's prompt format: a chat template, or plain text to continue (as Generate and the arena use it).
+        # Bounded in elapsed time (the user is told when the answer length is capped or the bound ends it), one at a
+        # time per user across Chat, Arena and best-of-N; while it waits for a turn, its place is where it will be.
+        with contextlib.closing(chat.stream_events(ctx.models, path, history, system_prompt, settings,
+                                                   chat_template=chat_template, budget_s=ctx.settings.chat_budget_s,
+                                                   username=UIContext.username(request), notify=gr.Warning)) as events:
+            for event in events:
+                if isinstance(event, chat.Waiting):
+                    waiting = f"*⏳ {event.words}*"
+                    yield shown + [{"role": "assistant", "content": answered_by(writer, waiting)}], ""
+                    continue
+                answer += event
                 yield shown + [{"role": "assistant", "content": answered_by(writer, answer)}], ""
+        # The answer as it ended (also when nothing was written after a wait, which showed the place there).
+        yield shown + [{"role": "assistant", "content": answered_by(writer, answer)}], ""
     except (InputError, PermissionDenied) as error:
         raise as_toast(error) from error
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import gradio as gr
 
 from labeler.services import chat, models, projects
-from labeler.services.chat import ModelCache
 from labeler.services.errors import InputError
 from labeler.ui.context import UIContext
 from labeler.ui.roles import requires
@@ -14,7 +13,7 @@ from labeler.ui.tabs.chat.messages import plain_history
 from labeler.ui.tabs.chat.sampling import settings_from
 
 
-def rate_last(ctx: UIContext, cache: ModelCache, history, model_name, score_value, values: tuple,
+def rate_last(ctx: UIContext, history, model_name, score_value, values: tuple,
               username: str) -> str:
     """`username` rates the last answer: the handlers below checked their role."""
     with ctx.connection() as db:
@@ -30,26 +29,26 @@ def rate_last(ctx: UIContext, cache: ModelCache, history, model_name, score_valu
             db, ctx.project, username, history[:-1], history[-1]["content"],
             model_name or ctx.settings.model, float(score_value), settings=settings_from(values),
             # Only an answer this server generated with that model is marked for training exports.
-            generated=cache.generated, generated_by=str(path),
+            generated=ctx.models.generated, generated_by=str(path),
         )
     return f"Stored: score **{score_value:g}** for this answer (rating #{rated.rating_id})."
 
 
 @ui_errors
 @requires("user")
-def rate(ctx: UIContext, cache: ModelCache, history, model_name, score_value, tokens, sample, temperature, top_p,
+def rate(ctx: UIContext, history, model_name, score_value, tokens, sample, temperature, top_p,
          top_k, seed, request: gr.Request) -> str:
     values = (tokens, sample, temperature, top_p, top_k, seed)
-    return rate_last(ctx, cache, history, model_name, score_value, values, ctx.username(request))
+    return rate_last(ctx, history, model_name, score_value, values, ctx.username(request))
 
 
 @ui_errors
 @requires("user")
-def thumb(ctx: UIContext, cache: ModelCache, up: bool, history, model_name, tokens, sample, temperature, top_p,
+def thumb(ctx: UIContext, up: bool, history, model_name, tokens, sample, temperature, top_p,
           top_k, seed, request: gr.Request) -> str:
     """Rates the last answer the top of the project's scale (👍, `up` bound by the tab's build) or its bottom (👎)."""
     with ctx.connection() as db:
         project = projects.get_project(db, ctx.project)
     value = project.likert_max if up else project.likert_min
     values = (tokens, sample, temperature, top_p, top_k, seed)
-    return rate_last(ctx, cache, history, model_name, value, values, ctx.username(request))
+    return rate_last(ctx, history, model_name, value, values, ctx.username(request))

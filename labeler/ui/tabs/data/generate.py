@@ -1,7 +1,7 @@
 """The Data tab's "2. Generate answers": a model's answers to the project's prompts, queued for rating and ranking.
 
-The generating model stays loaded between clicks (the Chat tab keeps its models the same way): one model, in a
-ModelCache owned by the app, never a module global.
+The generating model stays loaded between clicks, in the server's one ModelCache (ctx.models, shared with Chat and
+Arena within its memory budget), never a module global.
 """
 from __future__ import annotations
 
@@ -116,6 +116,5 @@ def generate_answers(ctx: UIContext, part: GeneratePart, cache: ModelCache, valu
 
 
 def wire(ctx: UIContext, part: GeneratePart, summary: gr.Markdown) -> None:
-    cache = ModelCache(max_models=1)  # this app's generating model, kept loaded between clicks
-    part.button.click(bind(generate_answers, ctx, part, cache), part.inputs, [part.status, summary],
+    part.button.click(bind(generate_answers, ctx, part, ctx.models), part.inputs, [part.status, summary],
                       api_name="data_generate", trigger_mode="once", concurrency_limit=1)
