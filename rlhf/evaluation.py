@@ -11,7 +11,6 @@ generation ran in.
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -21,6 +20,7 @@ from rlhf.configs import GenerationSettings
 from rlhf.core import logprobs_from_logits, pad_sequences
 from rlhf.generation import build_prompt_ids, decode_responses, eos_token_ids, generate_batch
 from rlhf.rewards import vader_answer
+from rlhf.stats import WinRate, wilson_interval  # defined there (stdlib only); imported from here too
 
 RewardFunction = Callable[[Sequence[str], Sequence[str]], Sequence[float]]
 
@@ -33,28 +33,6 @@ def distinct_n(texts: Sequence[str], n: int = 2) -> float:
         words = text.lower().split()
         grams.extend(tuple(words[i : i + n]) for i in range(len(words) - n + 1))
     return len(set(grams)) / len(grams) if grams else 0.0
-
-
-@dataclass(frozen=True)
-class WinRate:
-    rate: float  # share of comparisons the model won, ties counted half
-    low: float  # 95% interval (Wilson score, over prompts)
-    high: float
-    wins: int
-    ties: int
-    losses: int
-    prompts: int
-
-
-def wilson_interval(rate: float, n: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson score interval of a proportion `rate` over `n` independent trials (Wilson 1927): unlike rate +- z*se
-    it stays inside [0, 1] and is not of zero width at 0% or 100%. (0, 1) for n = 0."""
-    if n <= 0:
-        return 0.0, 1.0
-    denominator = 1 + z * z / n
-    centre = (rate + z * z / (2 * n)) / denominator
-    half = z * math.sqrt(rate * (1 - rate) / n + z * z / (4 * n * n)) / denominator
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def win_rate(scores: Sequence[float], base_scores: Sequence[float], prompt_index: Sequence[int]) -> WinRate:
@@ -120,6 +98,7 @@ class EvalResult:
     mean_length: float  # tokens per answer
     distinct_2: float
     rows: list[dict] = field(repr=False, default_factory=list)  # prompt, answer, reward, kl, length
+    responses: list = field(repr=False, default_factory=list)  # each answer's token ids, for KL measured later
 
     def metrics(self) -> dict[str, float]:
         out = {"eval/length_mean": self.mean_length, "eval/distinct_2": self.distinct_2}
@@ -180,4 +159,5 @@ def evaluate_policy(
         mean_length=sum(len(t) for t in responses) / n,
         distinct_2=distinct_n(answers, 2),
         rows=rows,
+        responses=list(responses),
     )

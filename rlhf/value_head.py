@@ -86,31 +86,6 @@ def trl_peft_conversion_message(folder: Path) -> str:
             f"does not load (safetensors only); if you trust the file, convert it once with: {command}")
 
 
-def _add_trl_layout(folder: Path, head: dict[str, torch.Tensor]) -> None:
-    """Make TRL 0.11's AutoModelForCausalLMWithValueHead find the head: v_head.summary.* keys in
-    model.safetensors (rewritten with them), or, for a sharded model, index entries pointing at
-    value_head.safetensors' keys under their TRL names. Plain transformers loads either, ignoring the head."""
-    from safetensors import safe_open
-    from safetensors.torch import load_file, save_file
-
-    trl_names = {f"{TRL_PREFIX}summary.{k}": v for k, v in head.items()}
-    index = folder / "model.safetensors.index.json"
-    if index.exists():
-        save_file(trl_names, str(folder / "value_head_trl.safetensors"), metadata={"format": "pt"})
-        data = json.loads(index.read_text())
-        data["weight_map"].update({name: "value_head_trl.safetensors" for name in trl_names})
-        index.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    elif (folder / "model.safetensors").exists():
-        weights = folder / "model.safetensors"
-        with safe_open(str(weights), framework="pt") as f:
-            metadata = f.metadata() or {"format": "pt"}
-        state = load_file(str(weights))
-        state.update(trl_names)
-        tmp = weights.with_suffix(".tmp")
-        save_file(state, str(tmp), metadata=metadata)
-        os.replace(tmp, weights)
-
-
 class ValueHead(nn.Module):
     """dropout -> linear(hidden, 1), in fp32 whatever the backbone's dtype."""
 
@@ -229,16 +204,19 @@ class AutoModelForCausalLMWithValueHead(nn.Module):
                 raise ValueError(f"save_pretrained: state_dict has no pretrained_model.* or v_head.summary.weight/bias "
                                  f"keys (got {sorted(state_dict)[:4]}...)")
             kwargs["state_dict"] = backbone
+        trl_head = {f"{TRL_PREFIX}summary.{k}": v for k, v in head.items()}
+        if not self.is_peft_model:
+            # TRL 0.11's layout (the head's keys among the model's weights) written with the weights in one pass:
+            # added afterwards, it read and rewrote the whole model file (a 1.5B model's 6 GB in fp32) at every
+            # checkpoint. A sharded save indexes them in whichever shard holds them.
+            kwargs["state_dict"] = {**(kwargs.get("state_dict") or self.pretrained_model.state_dict()), **trl_head}
         # Both transformers 5 and peft write safetensors by default.
         self.pretrained_model.save_pretrained(save_directory, **kwargs)
         save_file(head, os.path.join(save_directory, VALUE_HEAD_FILE))
         if self.is_peft_model:
             # TRL 0.11 reads a PEFT folder's head from model.safetensors before pytorch_model.bin; transformers
             # and peft load the adapter folder from adapter_config.json and never read this file.
-            save_file({f"{TRL_PREFIX}summary.{k}": v for k, v in head.items()},
-                      os.path.join(save_directory, "model.safetensors"), metadata={"format": "pt"})
-        else:
-            _add_trl_layout(Path(save_directory), head)
+            save_file(trl_head, os.path.join(save_directory, "model.safetensors"), metadata={"format": "pt"})
 
     def save_merged(self, save_directory: str | os.PathLike, state_dict: dict[str, torch.Tensor] | None = None) -> None:
         """A full model folder that a plain AutoModelForCausalLM.from_pretrained loads (a LoRA adapter merged
@@ -262,10 +240,12 @@ class AutoModelForCausalLMWithValueHead(nn.Module):
         with tempfile.TemporaryDirectory() as adapter:
             self.save_pretrained(adapter, state_dict=state_dict)
             head = load_file(str(Path(adapter) / VALUE_HEAD_FILE))
-            # the base as its adapter names it, in the dtype it was saved in, with the trained adapter on it
-            load_causal_lm(adapter, dtype="auto").merge_and_unload().save_pretrained(save_directory)
+            # the base as its adapter names it, in the dtype it was saved in, with the trained adapter on it, and
+            # the head's TRL keys written with its weights (as save_pretrained does)
+            merged = load_causal_lm(adapter, dtype="auto").merge_and_unload()
+            merged.save_pretrained(save_directory, state_dict={
+                **merged.state_dict(), **{f"{TRL_PREFIX}summary.{k}": v for k, v in head.items()}})
         save_file(head, os.path.join(save_directory, VALUE_HEAD_FILE))
-        _add_trl_layout(Path(save_directory), head)
 
     def push_to_hub(self, repo_id: str, **kwargs):
         """The backbone's own push_to_hub (as TRL's wrapper does), then value_head.safetensors beside it."""

@@ -434,3 +434,29 @@ MIGRATIONS.append(("web sessions", [
     )""",
     "CREATE INDEX web_sessions_user ON web_sessions (user_id)",
 ]))
+
+# Why a finished run has no held-out evaluation (out of memory, a measure that does not load, anything): one row a
+# run, written by labeler/services/evaluation.py when the automatic evaluation fails and removed when one succeeds,
+# so the run's page and `runs show` say why and what to do.
+# A people-rewarded PPO run's step journal (labeler/services/step_journal.py): each completed step's batch (prompt,
+# answer, its token ids, the reward people gave) and the scored rollouts left waiting after it, with the stream's
+# position. Written every step (a few kB), so the weights need not be: a resumed run trains the steps after its
+# newest weights checkpoint again on the same labelled answers instead of losing them.
+MIGRATIONS.append(("evaluation errors and ppo step journal", [
+    """CREATE TABLE evaluation_errors (
+        run_id INTEGER PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
+        model TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        advice TEXT NOT NULL,
+        created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+    )""",
+    """CREATE TABLE ppo_steps (
+        run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        step INTEGER NOT NULL CHECK (step >= 1),
+        position INTEGER NOT NULL,
+        batch_json TEXT NOT NULL,
+        waiting_json TEXT NOT NULL DEFAULT '[]',
+        created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+        PRIMARY KEY (run_id, step)
+    )""",
+]))

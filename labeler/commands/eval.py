@@ -60,4 +60,7 @@ def run_eval(args: argparse.Namespace) -> int:
         hub.write_model_cards(db, [result.model for result in results])  # their evaluation tables gain a row
     print()
     print(evaluation.format_report(results, examples=args.examples))
+    with database(args.db) as db:
+        for line in evaluation.verdict_lines(db, results):
+            print(line)
     return 0

@@ -12,7 +12,7 @@ import sys
 import time
 
 from labeler import forms
-from labeler.services import (demo, job_settings, jobs, run_metrics, run_preview, runs, supervision, train_configs,
+from labeler.services import (demo, evaluation, job_settings, jobs, run_metrics, run_preview, runs, supervision, train_configs,
                               training_stages)
 from labeler.services.kept_models import KEPT_FROM, kept_models
 from storage import open_db
@@ -127,6 +127,11 @@ def cmd_runs_show(args) -> int:
     for key in ("name", "command", "log_path", "output_dir", "created_at", "started_at", "ended_at", "heartbeat_at"):
         print(f"  {key}: {getattr(run, key)}")
     print(f"  config: {run.config}")
+    sentence, warnings = evaluation.run_verdict(db, run.id)
+    if sentence:
+        print(f"  verdict: {sentence}")
+    for warning in warnings:
+        print(f"  note: {warning}")
     frame = run_metrics.metrics_frame(db, run.id)
     if len(frame):
         last = frame.sort_values("step").groupby("name").tail(1)

@@ -100,6 +100,35 @@ def save_checkpoint(root: str | Path, step: int, write: Callable[[Path], None], 
     return target
 
 
+class WeightsPacer:
+    """When a people-rewarded PPO run writes its weights and optimizer state (its steps are journalled every step,
+    labeler/services/step_journal.py): once the time since the last write ended is at least (1/share - 1) times what
+    that write took, so writing takes at most `share` of the run's time, whatever the model's size, the disk's
+    speed or how long people take to label a step. Measured, not guessed: a 135M policy's checkpoint (1.6 GB) and
+    a 1.5B one's (18 GB) differ tenfold, and so do a laptop's disk and a GPU server's. The first write comes after
+    the first step (nothing measured yet); `share` 0: every step."""
+
+    def __init__(self, share: float, clock: Callable[[], float] = time.monotonic) -> None:
+        if not 0 <= share < 1:
+            raise ValueError(f"checkpoint_share={share!r}: must be in [0, 1)")
+        self.share, self.clock = share, clock
+        self.ended: float | None = None  # when the last write ended
+        self.took: float | None = None  # seconds it took
+
+    def due(self) -> bool:
+        if self.share == 0 or self.took is None:
+            return True
+        return self.clock() - self.ended >= self.took * (1 / self.share - 1)
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        """Time a write (the block) for the next `due`."""
+        start = self.clock()
+        yield
+        self.ended = self.clock()
+        self.took = self.ended - start
+
+
 # How long a cancel waits for a checkpoint being written to complete (StageContext.save_checkpoint lets the
 # write finish before the worker handles SIGTERM): a 135M PPO checkpoint (1.6 GB) took 20 s on a loaded 2-core
 # machine, where the cancel's usual grace is 10 s.

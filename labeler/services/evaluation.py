@@ -19,6 +19,7 @@ their `settings` (prompts and their hash, reward, samples, tokens, threshold, se
 """
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import math
@@ -40,6 +41,7 @@ from labeler.services.projects import get_project
 from labeler.services.job_settings import load_job_config
 from rlhf.loading import SHORT_NAMES
 from rlhf.rewards import BUILTIN_FUNCTIONS
+from rlhf.stats import all_pairs_share, clustered_interval, effective_trials, verdict_word
 from storage import write_transaction
 
 HELDOUT = "heldout"
@@ -49,6 +51,7 @@ POLICY_KINDS = ("base", "policy", "adapter")
 METRIC_LABELS = {"eval/reward_mean": "mean score", "eval/positive_share": "positive share",
                  "eval/win_rate": "win rate vs base", "eval/kl": "KL to base", "eval/length_mean": "answer length",
                  "eval/truncated_share": "cut at the limit", "eval/distinct_2": "distinct-2"}
+INTERVAL_LABEL = "win rate 95% interval"
 # The share of answers that filled the whole answer length, past which a run's summary says its answers are cut.
 TRUNCATED_WARNING = 0.5
 RewardFunction = Callable[[Sequence[Any], Sequence[str]], Sequence[float]]
@@ -296,7 +299,7 @@ def evaluate_models(
     evaluates each model's base first where it is not named (reused when stored)."""
     if not names:
         raise InputError("name at least one model to evaluate", field="model")
-    from rlhf.evaluation import evaluate_policy  # these two import torch
+    from rlhf.evaluation import evaluate_policy, response_logprob_sums  # these two import torch
     from rlhf.generation import build_prompt_ids
 
     settings = resolve_settings(db, settings, project)
@@ -313,13 +316,9 @@ def evaluate_models(
     if with_bases:
         names, reuse = _with_bases(db, names, reuse)
     run_ids = dict(run_ids or {})
-    loaded: dict[str, tuple] = {}
 
-    def load(name: str):
-        if name not in loaded:
-            log(f"loading {name}")
-            loaded[name] = _load_policy(db, name)
-        return loaded[name]
+    def build_query(tokenizer):
+        return lambda prompt: build_prompt_ids(tokenizer, prompt, use_chat_template=chat_template)
 
     results = []
     for name in names:
@@ -328,35 +327,117 @@ def evaluate_models(
             log(f"{name}: reusing evaluation #{stored.id}")
             results.append(stored)
             continue
-        model, tokenizer = load(name)
         base = kl_base(db, name)
-        ref = None
-        if base != name:
-            ref = load(base)[0]
-            if ref.get_input_embeddings().weight.shape[0] != model.get_input_embeddings().weight.shape[0]:
-                raise InputError(f"{name!r} and its base {base!r} have different vocabularies: no KL between them",
-                                 field="model")
-        log(f"evaluating {name} on {len(prompts)} prompts x {settings.samples} samples"
-            + (f" (KL to {base})" if ref is not None else ""))
-        result = evaluate_policy(model, tokenizer, prompts, reward, ref_model=ref, samples=settings.samples,
-                                 max_new_tokens=settings.max_new_tokens, threshold=settings.threshold,
-                                 seed=settings.seed, batch_size=settings.batch_size, bf16=settings.bf16,
-                                 build_query=lambda prompt: build_prompt_ids(tokenizer, prompt, use_chat_template=chat_template))
-        metrics = result.metrics()
-        rows = result.rows
-        if ref is None:
-            # A model is its own reference: KL(p || p) = 0 exactly, no second forward pass needed.
-            metrics["eval/kl"] = 0.0
-            rows = [{**row, "kl": 0.0} for row in rows]
-        metrics["eval/prompts"] = float(result.prompts)
-        metrics["eval/samples"] = float(result.samples)
-        metrics["eval/truncated_share"] = truncated_share(rows, settings.max_new_tokens)
+        answered = _answered(db, name, record) if name in reuse and base == name else None
+        if answered is not None:  # the same answers, stored under another measure: scored again, nothing loaded
+            log(f"{name}: scoring the answers of evaluation #{answered.id} by {measures.describe(settings.reward)}")
+            metrics, rows = rescored(answered, reward, settings.threshold)
+        else:
+            # 1. the model alone: its answers, their scores, and its own log-probabilities of them
+            log(f"loading {name}")
+            model, tokenizer = _load_policy(db, name)
+            log(f"evaluating {name} on {len(prompts)} prompts x {settings.samples} samples"
+                + (f" (KL to {base})" if base != name else ""))
+            result = evaluate_policy(model, tokenizer, prompts, reward, ref_model=None, samples=settings.samples,
+                                     max_new_tokens=settings.max_new_tokens, threshold=settings.threshold,
+                                     seed=settings.seed, batch_size=settings.batch_size, bf16=settings.bf16,
+                                     build_query=build_query(tokenizer))
+            metrics, rows = result.metrics(), result.rows
+            if base == name:
+                # A model is its own reference: KL(p || p) = 0 exactly, no second forward pass needed.
+                metrics["eval/kl"] = 0.0
+                rows = [{**row, "kl": 0.0} for row in rows]
+            else:
+                # 2. KL to the base: its log-probabilities of the same answers, with the model unloaded first, so
+                # one model is in memory at a time (a tuned 8B model and its base in fp32 are ~60 GiB together).
+                queries = [build_query(tokenizer)(row["prompt"]) for row in rows]
+                pad_id, vocabulary = _pad_id(model, tokenizer), model.get_input_embeddings().weight.shape[0]
+                own = response_logprob_sums(model, queries, result.responses, pad_id, settings.batch_size)
+                model = None  # the last reference: released before the base is loaded
+                free_memory()
+                theirs = _reference_logprobs(db, base, vocabulary, queries, result.responses, pad_id,
+                                             settings.batch_size, log)
+                kls = (own - theirs).tolist()
+                metrics["eval/kl"] = sum(kls) / len(kls)
+                rows = [{**row, "kl": kl} for row, kl in zip(rows, kls)]
+            model = None  # released before the next model loads
+            free_memory()
+            metrics["eval/prompts"] = float(result.prompts)
+            metrics["eval/samples"] = float(result.samples)
+            metrics["eval/truncated_share"] = truncated_share(rows, settings.max_new_tokens)
         base_evaluation = _find(db, base, record) if base != name else None
         if base_evaluation is not None and reward is not None:
             metrics.update(win_metrics(rows, base_evaluation.samples, settings.samples))
         run_id = run_ids.get(name, registered_run(db, name))
         results.append(_store(db, project, name, base, run_id, record, metrics, rows))
     return results
+
+
+def _pad_id(model, tokenizer) -> int:
+    from rlhf.generation import eos_token_ids
+
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_token_ids(model, tokenizer)[0]
+
+
+def _reference_logprobs(db: sqlite_utils.Database, base: str, vocabulary: int, queries: list, responses: list,
+                        pad_id: int, batch_size: int, log: Callable[[str], None]):
+    """The base's summed log-probabilities of the model's answers (float32, shape (N,)), the base loaded alone and
+    released before returning."""
+    from rlhf.evaluation import response_logprob_sums
+
+    log(f"loading {base} (KL reference)")
+    reference, _ = _load_policy(db, base)
+    try:
+        if reference.get_input_embeddings().weight.shape[0] != vocabulary:
+            raise InputError(f"the model and its base {base!r} have different vocabularies: no KL between them",
+                             field="model")
+        return response_logprob_sums(reference, queries, responses, pad_id, batch_size)
+    finally:
+        reference = None
+        free_memory()
+
+
+def free_memory() -> None:
+    """Return a released model's memory: Python's cycles collected, the GPU's cached blocks given back."""
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _answered(db: sqlite_utils.Database, model: str, settings: dict) -> Evaluation | None:
+    """The newest evaluation of `model` whose answers these settings would sample again: equal settings but for
+    the measure and the threshold (which score answers, not sample them); None when it has none."""
+    def sampling(record: dict) -> dict:
+        return {k: v for k, v in record.items() if k not in ("reward", "threshold")}
+
+    wanted = sampling(settings)
+    for row in db.execute("SELECT * FROM evaluations WHERE model = ? ORDER BY id DESC", [model]).fetchall():
+        found = _row_to_evaluation(row)
+        if sampling(found.settings) == wanted and found.samples:
+            return found
+    return None
+
+
+def rescored(evaluation: Evaluation, reward: RewardFunction | None, threshold: float) -> tuple[dict, list[dict]]:
+    """(metrics, rows) of an evaluation's stored answers scored by another measure: the answers' own figures
+    (length, distinct-2, KL, cut share) kept, the scores and what follows from them measured again."""
+    rows = [dict(row) for row in evaluation.samples]
+    metrics = {k: v for k, v in evaluation.metrics.items()
+               if k not in ("eval/reward_mean", "eval/positive_share") and not k.startswith("eval/win_")}
+    if reward is None:
+        for row in rows:
+            row["reward"] = None
+        return metrics, rows
+    scores = [float(score) for score in reward([row["prompt"] for row in rows], [row["answer"] for row in rows])]
+    if len(scores) != len(rows):
+        raise InputError(f"the measure gave {len(scores)} scores for {len(rows)} answers", field="reward")
+    for row, score in zip(rows, scores):
+        row["reward"] = score
+    metrics["eval/reward_mean"] = sum(scores) / len(scores)
+    metrics["eval/positive_share"] = sum(score > threshold for score in scores) / len(scores)
+    return metrics, rows
 
 
 def _with_bases(db: sqlite_utils.Database, names: Sequence[str], reuse: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -378,16 +459,49 @@ def truncated_share(rows: Sequence[dict], max_new_tokens: int) -> float:
 
 
 def win_metrics(rows: Sequence[dict], base_rows: Sequence[dict], samples: int) -> dict[str, float]:
-    """eval/win_rate, eval/win_low, eval/win_high, eval/win_ties of a model's scored answers against its base's:
-    answer i against answer i, rows grouped by prompt (`samples` a prompt) in the same prompt order."""
-    from rlhf.evaluation import win_rate
+    """eval/win_rate, eval/win_low, eval/win_high, eval/win_ties, eval/win_pairs and eval/win_trials of a model's
+    scored answers against its base's, rows grouped by prompt (`samples` a prompt) in the same prompt order.
 
-    if len(rows) != len(base_rows) or any(r["reward"] is None for r in [*rows, *base_rows]):
+    Every answer of the model is compared with every answer of its base to the same prompt (k*k pairs a prompt
+    where answer i against answer i gave k: rlhf.stats.all_pairs_share); the rate is the mean of the prompts' win
+    shares, and its 95% interval Wilson's at the number of independent trials those shares are worth
+    (rlhf.stats.effective_trials: about the prompts when a prompt's answers all win or all lose, up to every pair
+    when they differ): as narrow as the data allows without counting alike answers as independent."""
+    if len(rows) != len(base_rows) or not rows or any(r["reward"] is None for r in [*rows, *base_rows]):
         return {}
-    result = win_rate([r["reward"] for r in rows], [r["reward"] for r in base_rows],
-                      [i // samples for i in range(len(rows))])
-    return {"eval/win_rate": result.rate, "eval/win_low": result.low, "eval/win_high": result.high,
-            "eval/win_ties": float(result.ties)}
+    shares, wins, ties, pairs = [], 0, 0, 0
+    for first in range(0, len(rows), samples):
+        model = [r["reward"] for r in rows[first:first + samples]]
+        base = [r["reward"] for r in base_rows[first:first + samples]]
+        shares.append(all_pairs_share(model, base))
+        wins += sum(a > b for a in model for b in base)
+        ties += sum(a == b for a in model for b in base)
+        pairs += len(model) * len(base)
+    low, high = clustered_interval(shares, pairs)
+    return {"eval/win_rate": sum(shares) / len(shares), "eval/win_low": low, "eval/win_high": high,
+            "eval/win_ties": float(ties), "eval/win_pairs": float(pairs),
+            "eval/win_trials": effective_trials(shares, pairs)}
+
+
+def verdict_sentence(rate: float, low: float, high: float) -> str:
+    """One sentence on whether the tuned model is better, worse or not yet distinguishable from its base: decided
+    by whether the win rate's 95% interval lies wholly above 50%, below it, or around it."""
+    interval = f"it won {rate:.0%} of the comparisons, 95% interval {low:.0%} to {high:.0%}"
+    word = verdict_word(low, high)
+    if word == "better":
+        return f"The tuned model is better than its base ({interval})."
+    if word == "worse":
+        return f"The tuned model is worse than its base ({interval})."
+    return (f"The tuned model is not yet distinguishable from its base ({interval}, which includes 50%): more "
+            "held-out prompts, or more answers per prompt (eval_samples), would narrow the interval.")
+
+
+def evaluation_verdict(evaluation: Evaluation) -> str:
+    """verdict_sentence of an evaluation with a win rate against its base, else ''."""
+    m = evaluation.metrics
+    if "eval/win_rate" not in m or "eval/win_low" not in m:
+        return ""
+    return verdict_sentence(m["eval/win_rate"], m["eval/win_low"], m["eval/win_high"])
 
 
 def registered_run(db: sqlite_utils.Database, name: str) -> int | None:
@@ -412,7 +526,19 @@ def evaluate_finished_run(db: sqlite_utils.Database, run_id: int, stage: str, pr
                           sink=None, log: Callable[[str], None] = print) -> Evaluation | None:
     """The automatic evaluation after a policy run registered `model` (its models row): the model and its base
     on the project's held-out prompts, both stored; the model's metrics go to the run as eval/... at its last
-    step. None when skipped (not a policy stage, eval_samples=0, or no held-out prompts)."""
+    step. None when skipped (not a policy stage, eval_samples=0, or no held-out prompts). When it fails (out of
+    memory, a measure that does not load, anything) the reason and what to do are stored with the run
+    (`evaluation_failure`) for its page and `runs show`, and the error is raised again."""
+    try:
+        after = _evaluate_finished_run(db, run_id, stage, project, job, model, sink, log)
+    except Exception as error:
+        record_failure(db, run_id, model["name"], error)
+        raise
+    clear_failure(db, run_id)
+    return after
+
+
+def _evaluate_finished_run(db, run_id, stage, project, job, model, sink, log) -> Evaluation | None:
     if stage not in POLICY_STAGES or model["kind"] not in POLICY_KINDS:
         return None
     if job.eval_samples <= 0:
@@ -437,6 +563,92 @@ def evaluate_finished_run(db: sqlite_utils.Database, run_id: int, stage: str, pr
     if answers_were_cut(after):
         log(truncation_warning(after))
     return after
+
+
+@dataclass(frozen=True)
+class EvaluationFailure:
+    model: str
+    reason: str  # the error in one line
+    advice: str  # what to do about it
+
+
+def failure_advice(model: str, error: BaseException) -> tuple[str, str]:
+    """(reason, advice) of a failed evaluation: out of memory (CUDA's or the host's) says to evaluate later with
+    the GPU free, one model at a time as `eval` loads them; a person's mistake (InputError) says what it names;
+    anything else names the error. Each ends with the command that retries."""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    reason = f"{type(error).__name__}: {text}" if text else type(error).__name__
+    retry = f"`rlhf-studio eval --model {model}`"
+    if isinstance(error, MemoryError) or "out of memory" in text.lower():
+        return (f"out of memory ({reason})", f"evaluate it when nothing else holds the device (no run training, no "
+                f"chat model loaded): {retry} loads one model at a time; --batch-size 8 needs less")
+    if isinstance(error, InputError):
+        return error.message, f"fix what it names, then {retry}"
+    return reason, f"the model is trained and registered: {retry} retries (its log has the traceback)"
+
+
+def record_failure(db: sqlite_utils.Database, run_id: int, model: str, error: BaseException) -> EvaluationFailure:
+    """Store why the run's evaluation failed (one row a run; a later failure replaces it)."""
+    reason, advice = failure_advice(model, error)
+    with write_transaction(db):
+        db.execute("INSERT OR REPLACE INTO evaluation_errors (run_id, model, reason, advice) VALUES (?, ?, ?, ?)",
+                   [int(run_id), model, reason, advice])
+    return EvaluationFailure(model, reason, advice)
+
+
+def clear_failure(db: sqlite_utils.Database, run_id: int) -> None:
+    with write_transaction(db):
+        db.execute("DELETE FROM evaluation_errors WHERE run_id = ?", [int(run_id)])
+
+
+def evaluation_failure(db: sqlite_utils.Database, run_id: int) -> EvaluationFailure | None:
+    """Why the run's automatic evaluation failed, or None."""
+    row = db.execute("SELECT model, reason, advice FROM evaluation_errors WHERE run_id = ?", [int(run_id)]).fetchone()
+    return EvaluationFailure(row["model"], row["reason"], row["advice"]) if row else None
+
+
+def failure_line(failure: EvaluationFailure) -> str:
+    return f"No held-out evaluation: it failed ({failure.reason}). To do: {failure.advice}."
+
+
+def run_verdict(db: sqlite_utils.Database, run_id: int) -> tuple[str, list[str]]:
+    """(the verdict, warnings) of a run, as its page, `runs show` and `eval` say them: the one sentence on whether
+    its model is better, worse or not yet distinguishable from its base (people's blind pairs when they are the
+    measure), or why there is none; the warnings: an optimistic judge (the reward model it was trained on), answers
+    cut at the answer length."""
+    before, after = run_comparison(db, run_id)
+    if after is None:
+        failure = evaluation_failure(db, run_id)
+        return (failure_line(failure) if failure else ""), []
+    if after.settings.get("reward") == measures.PEOPLE:
+        result = people_eval.people_win_rate(db, run_id, after.model)
+        sentence = (verdict_sentence(result.rate, result.low, result.high) + " (people's blind comparisons)"
+                    if result else "People's verdict: waiting for the first ranking of the blind pairs (Rank tab).")
+    elif "eval/win_rate" in after.metrics:
+        sentence = evaluation_verdict(after)
+    elif before is None:
+        sentence = "No verdict: the base's evaluation with the same settings is missing (`rlhf-studio eval` redoes both)."
+    else:
+        sentence = f"No verdict: {measures.describe(after.settings.get('reward', ''))} scores no answers."
+    warnings = [w for w in [run_judge_note(db, run_id, after)] if w]
+    if answers_were_cut(after):
+        warnings.append(truncation_warning(after))
+    return sentence, warnings
+
+
+def verdict_lines(db: sqlite_utils.Database, results: Sequence[Evaluation]) -> list[str]:
+    """`eval`'s verdicts: for each model compared with its base, the sentence of its page (evaluation_verdict) and,
+    when the measure is the reward model its run was trained on, the note that says the judge is optimistic."""
+    lines = []
+    for result in results:
+        sentence = evaluation_verdict(result)
+        if not sentence:
+            continue
+        lines.append(f"{result.model}: {sentence}")
+        note = run_judge_note(db, result.run_id, result) if result.run_id is not None else ""
+        if note:
+            lines.append(f"{result.model}: note: {note}")
+    return lines
 
 
 NO_HELDOUT = ("project '{project}' has no held-out prompts (split 'test'): import prompts with a held-out share "
@@ -493,13 +705,16 @@ def reward_curve(db: sqlite_utils.Database, run_id: int, name: str = "env/reward
 
 
 def comparison_rows(evaluations: Sequence[Evaluation | None], labels: Sequence[str] | None = None) -> list[dict]:
-    """One row per evaluation for a table: model, mean reward, positive share, KL, length, distinct-2."""
+    """One row per evaluation for a table: model, mean reward, win rate and its 95% interval, positive share, KL,
+    length, distinct-2."""
     rows = []
     for i, ev in enumerate(evaluations):
         if ev is None:
             continue
         row = {"": labels[i] if labels else "", "model": ev.model}
         row.update({label: ev.metrics.get(key) for key, label in METRIC_LABELS.items()})
+        row[INTERVAL_LABEL] = (f"{ev.metrics['eval/win_low']:.0%} to {ev.metrics['eval/win_high']:.0%}"
+                               if "eval/win_low" in ev.metrics else None)
         rows.append(row)
     return rows
 

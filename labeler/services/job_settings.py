@@ -45,8 +45,14 @@ class RunSettings:
         "help": "PPO: wall time the run may take, e.g. 20m or 1h30m (blank: none). steps is then fitted to it from a "
                 "micro-step measured on this machine when the run is queued, and the run says what it chose."})
     checkpoint_every: int = field(default=10, metadata={
-        "help": "Save a resumable checkpoint every N steps (0: only at the end). PPO with reward human or mix saves "
-                "one after every step and keeps the newest only (people's labels cannot be asked for again)."})
+        "help": "Save a resumable checkpoint every N steps (0: only at the end). PPO with reward human or mix "
+                "journals every step and writes its weights as checkpoint_share allows, keeping the newest only."})
+    checkpoint_share: float = field(default=0.05, metadata={
+        "help": "PPO with reward human or mix: the largest share of the run's time spent writing weights and "
+                "optimizer state. People's labels and the answers they judged are journalled every step (a few kB); "
+                "the weights are written again once the time trained since the last write is (1/share - 1) times "
+                "what that write took (0.05: 19x, so a 20 s write comes once per 6.3 min), and a resumed run trains "
+                "the journalled steps after them again. 0: weights every step."})
     bf16: bool = field(default_factory=bf16_is_fast, metadata={
         "help": "bf16 autocast for training and generation (default: on where the hardware runs it fast: CPUs with "
                 "AVX-512 BF16 or AMX, GPUs with bf16; the value used is stored with the run)."})
@@ -61,6 +67,7 @@ class RunSettings:
     def __post_init__(self):
         _check(self.steps >= 1, "steps", self.steps, "must be at least 1")
         _check(self.checkpoint_every >= 0, "checkpoint_every", self.checkpoint_every, "must be 0 or positive")
+        _check(0 <= self.checkpoint_share < 1, "checkpoint_share", self.checkpoint_share, "must be in [0, 1)")
         budget_seconds(self.time_budget)  # ValueError naming time_budget and the bad value
         _check(self.lora_r >= 1, "lora_r", self.lora_r, "must be at least 1")
 

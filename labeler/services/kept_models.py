@@ -6,8 +6,9 @@ newest complete checkpoint (weights, config, tokenizer; not the optimizer) is ex
 run's base model, settings, metrics at that step and data snapshot, so it can be chatted with, evaluated
 (`rlhf-studio eval --model ppo-run5-step34`, KL against the run's base) or trained on further.
 
-A PPO run whose rewards come from people checkpoints after every step (stages.checkpoint_due), so its newest
-checkpoint is its last completed step; other runs keep the newest of every `checkpoint_every` steps.
+A PPO run whose rewards come from people journals every step and writes its weights as its checkpoint_share
+allows (stages.checkpoint_due), so the kept model is its newest weights checkpoint, and `runs resume` trains the
+journalled steps after it again; other runs keep the newest of every `checkpoint_every` steps.
 
 The models row of a kept model has no run_id, as a run registers at most one model, its final one (a resumed
 run that finishes registers it as usual); its config names the run and the step under `kept_from`.

@@ -15,6 +15,7 @@ import sqlite_utils
 from labeler.services import labeling
 from labeler.services.projects import get_project
 from labeler.services.responses import insert_response
+from rlhf.stats import WinRate, wilson_interval
 from storage import write_transaction
 
 EVALUATION_SOURCE = "evaluation"
@@ -59,10 +60,8 @@ def pair_outcome(order: list[list[int]], model_response: int, base_response: int
 
 
 def people_win_rate(db: sqlite_utils.Database, run_id: int, model: str):
-    """rlhf.evaluation.WinRate of the run's model against its base by people's rankings so far (several people on
+    """rlhf.stats.WinRate of the run's model against its base by people's rankings so far (several people on
     one pair each count), or None before the first ranking."""
-    from rlhf.evaluation import WinRate, wilson_interval
-
     rows = db.execute("SELECT id, prompt_id, model FROM responses WHERE run_id = ? AND source = ? ORDER BY id",
                       [run_id, EVALUATION_SOURCE]).fetchall()
     pairs: dict[int, dict[str, int]] = {}

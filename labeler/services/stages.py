@@ -99,20 +99,22 @@ def model_name(stage: str, run_id: int, output_name: str = "") -> str:
     return output_name or f"{stage}-run{run_id}"
 
 
-def checkpoint_due(job: JobConfig, step: int) -> bool:
-    """Whether a PPO run saves a checkpoint after completing `step`: after every step when its rewards come
-    from people (reward human or mix: their labels cannot be asked for again, and a cancelled run keeps its
-    newest checkpoint as its model), else every `checkpoint_every` steps (0: none, only the final model)."""
+def checkpoint_due(job: JobConfig, step: int, pacer: checkpoints.WeightsPacer | None = None) -> bool:
+    """Whether a PPO run saves a checkpoint (weights and optimizer state) after completing `step`: when its rewards
+    come from people (reward human or mix), as its `pacer` allows (checkpoints.WeightsPacer: at most
+    checkpoint_share of the run's time; every step without one), their labels being journalled every step
+    (step_journal) so the steps after the newest checkpoint are trained again on resume; else every
+    `checkpoint_every` steps (0: none, only the final model)."""
     if step < 1:
         return False
     if job.reward in HUMAN_REWARDS:
-        return True
+        return pacer is None or pacer.due()
     return bool(job.checkpoint_every) and step % job.checkpoint_every == 0
 
 
 def checkpoint_keep(job: JobConfig) -> int:
-    """How many complete checkpoints a run keeps: 1 when it checkpoints every step for people's labels (the
-    newest is complete before the one before it is deleted, and a 135M policy's checkpoint is 1.6 GB), else 2."""
+    """How many complete checkpoints a run keeps: 1 for people's labels (the newest is complete before the one before
+    it is deleted, and the journal holds every step since), else 2."""
     return 1 if job.reward in HUMAN_REWARDS else 2
 
 

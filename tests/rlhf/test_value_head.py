@@ -189,7 +189,8 @@ def test_sharded_save_indexes_the_head_for_trl(tiny_model_dir, tmp_path):
     model = AutoModelForCausalLMWithValueHead.from_pretrained(tiny_model_dir, seed=5)
     model.save_pretrained(tmp_path, max_shard_size="100KB")
     index = json.loads((tmp_path / "model.safetensors.index.json").read_text())["weight_map"]
-    assert index["v_head.summary.weight"] == index["v_head.summary.bias"] == "value_head_trl.safetensors"
+    # the head's TRL keys went into a shard with the weights (no file rewritten after), and the index names it
+    assert index["v_head.summary.weight"].startswith("model-") and index["v_head.summary.bias"].startswith("model-")
     (tmp_path / VALUE_HEAD_FILE).unlink()
     again = AutoModelForCausalLMWithValueHead.from_pretrained(tmp_path)
     assert torch.equal(again.v_head.summary.weight, model.v_head.summary.weight)

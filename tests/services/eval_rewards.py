@@ -8,3 +8,8 @@ def words(prompts, answers) -> list[float]:
 
 
 NOT_A_FUNCTION = 3
+
+
+def chars(prompts, answers) -> list[float]:
+    """Characters in the answer: a second measure of the same answers."""
+    return [float(len(answer)) for answer in answers]

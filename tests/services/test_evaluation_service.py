@@ -344,9 +344,14 @@ def test_eval_of_a_tuned_model_evaluates_its_base_and_reports_the_win_rate(db, t
     base, tuned = evaluation.evaluate_models(db, ["tuned"], EvalSettings(reward=WORDS, samples=2, max_new_tokens=3),
                                              with_bases=True)
     assert (base.model, tuned.model) == (str(tiny_model_dir), "tuned")
-    # By hand from the stored answers: answer i of the model against answer i of the base (rows grouped by prompt).
-    pairs = [(m["reward"], b["reward"]) for m, b in zip(tuned.samples, base.samples)]
-    expected = sum(1.0 if m > b else 0.5 if m == b else 0.0 for m, b in pairs) / len(pairs)
+    # By hand from the stored answers: every answer of the model against every answer of the base to the same
+    # prompt (rows grouped by prompt, 2 a prompt: 4 pairs a prompt), the mean of the prompts' shares.
+    shares = []
+    for first in range(0, len(tuned.samples), 2):
+        pairs = [(m["reward"], b["reward"]) for m in tuned.samples[first:first + 2] for b in base.samples[first:first + 2]]
+        shares.append(sum(1.0 if m > b else 0.5 if m == b else 0.0 for m, b in pairs) / 4)
+    expected = sum(shares) / len(shares)
+    assert tuned.metrics["eval/win_pairs"] == 12
     assert tuned.metrics["eval/win_rate"] == pytest.approx(expected)
     text = evaluation.format_report([base, tuned])
     assert "win rate vs base" in text and f"{expected:4.0%}" in text
@@ -369,3 +374,42 @@ def test_cut_answers_are_a_warning_only_where_answers_are_meant_to_end():
     assert not evaluation.answers_were_cut(stored("continue", 1.0))
     assert "90% of the answers were cut at the answer length (16 tokens)" in evaluation.truncation_warning(
         stored("chat", 0.9))
+
+
+def test_one_model_in_memory_at_a_time_and_the_base_answers_are_reused(db, tiny_model_dir, tuned_model_dir,
+                                                                       monkeypatch):
+    """The tuned model is loaded alone (its answers and log-probs taken, then released) and its base after it for
+    KL; a later evaluation under another measure scores the base's stored answers again without loading it."""
+    import gc
+    import weakref
+
+    _heldout(db)
+    models.register_model(db, "tiny-base", str(tiny_model_dir), "base")
+    models.register_model(db, "tuned", str(tuned_model_dir), "policy", base_model="tiny-base")
+    real_load, alive, loads = evaluation._load_policy, [], []
+
+    def load(db_, name):
+        gc.collect()
+        assert [ref() for ref in alive if ref() is not None] == [], f"{name} loaded while another model is held"
+        model, tokenizer = real_load(db_, name)
+        alive.append(weakref.ref(model))
+        loads.append(name)
+        return model, tokenizer
+
+    monkeypatch.setattr(evaluation, "_load_policy", load)
+    settings = EvalSettings(reward=WORDS, samples=2, max_new_tokens=4)
+    base, tuned = evaluation.evaluate_models(db, ["tuned"], settings, with_bases=True)
+    assert loads == ["tiny-base", "tuned", "tiny-base"]  # base answers; tuned alone; base again for KL only
+    assert tuned.metrics["eval/kl"] == pytest.approx(sum(row["kl"] for row in tuned.samples) / 6)
+    assert tuned.metrics["eval/kl"] != 0.0
+
+    # Another measure (say a newer reward model): the base's answers are the same, scored anew; not loaded.
+    loads.clear()
+    other = EvalSettings(reward="eval_rewards:chars", samples=2, max_new_tokens=4)
+    base2, tuned2 = evaluation.evaluate_models(db, ["tuned"], other, with_bases=True)
+    assert loads == ["tuned", "tiny-base"]
+    assert base2.id != base.id and [r["answer"] for r in base2.samples] == [r["answer"] for r in base.samples]
+    assert [r["reward"] for r in base2.samples] == [float(len(r["answer"])) for r in base.samples]
+    assert base2.metrics["eval/reward_mean"] == pytest.approx(sum(len(r["answer"]) for r in base.samples) / 6)
+    assert base2.metrics["eval/length_mean"] == base.metrics["eval/length_mean"]
+    assert base2.settings["reward"] == "eval_rewards:chars" and "eval/win_rate" in tuned2.metrics

@@ -118,10 +118,13 @@ def test_refresh_shows_the_before_after_table_and_the_reward_curve(ctx, db_path)
     assert list(table.columns) == COMPARISON_COLUMNS
     # mean score, positive share, win rate vs base, KL, length, cut at the limit, distinct-2
     assert table.astype(object).where(table.notna(), None).values.tolist() == [
-        ["before (base)", "default", 0.2, 0.0, None, 0.0, 4.0, 1.0, 1.0],
-        ["after", "ppo-run1", 0.9, 1.0, 1.0, 3.0, 4.0, 1.0, 1.0]]
+        ["before (base)", "default", 0.2, 0.0, None, 0.0, 4.0, 1.0, 1.0, None],
+        ["after", "ppo-run1", 0.9, 1.0, 1.0, 3.0, 4.0, 1.0, 1.0, "21% to 100%"]]
     assert answers.values.tolist() == [["The film", "meh", "great"]]
     assert "1 held-out prompts x 1 answers" in note and "`default`" in note and "vader (sentiment)" in note
+    # the verdict in words first: one prompt cannot decide
+    assert note.startswith("**The tuned model is not yet distinguishable from its base (it won 100% of the "
+                           "comparisons, 95% interval 21% to 100%")
     assert "95% interval 21% to 100%" in note and "100% of the answers were cut at the answer length (4 tokens)" in note
 
 

@@ -3,13 +3,15 @@ with overlap (people rate batch k while the trainer steps on batch k-1), held-ou
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from labeler import forms
-from labeler.services import evaluation, models
+from labeler.services import evaluation, models, step_journal
+from labeler.services.checkpoints import WeightsPacer
 from labeler.services.errors import InputError
 from labeler.services.metrics_sink import main_process_decides
 from labeler.services.projects import get_project
@@ -57,17 +59,23 @@ def run_ppo(ctx: StageContext) -> RunResult:
         sample=sampler(trainer, tokenizer, chat_template, job, overlap), reward=reward,
         request_ahead=getattr(reward, "request_ahead", queue.request_ahead) if overlap else None)
 
-    # 3. resume: the trainer's state, the stream's position, and the answers people were rating
+    # 3. resume: the trainer's state, the stream's position, the journalled steps after it trained again (people's
+    # labels: their weights are written only now and then), and the answers people were rating
     resume = ctx.resume_checkpoint()
     if resume is not None:
         trainer.load_checkpoint(resume)
         stream.read_state(resume)
         ctx.sink.truncate_after(trainer.current_step)
         print(f"resumed from {resume} at step {trainer.current_step}", flush=True)
+    journal = step_journal.steps_after(db, ctx.run_id, trainer.current_step) if queue is not None else []
+    if journal:
+        ctx.sink.truncate_after(trainer.current_step)
+        replay_journal(trainer, tokenizer, chat_template, stream, journal)
     ctx.sink.progress(trainer.current_step, job.steps)
     check_heldout = heldout_check(ctx, db, trainer, tokenizer, chat_template) if ranks.is_main else None
-    if resume is not None and queue is not None:
-        stream.buffer = resumed_rollouts(queue, tokenizer, chat_template, job.human_timeout)
+    if (resume is not None or journal) and queue is not None:
+        stream.buffer += resumed_rollouts(queue, tokenizer, chat_template, job.human_timeout)
+    pacer = WeightsPacer(job.checkpoint_share) if queue is not None else None
 
     # 4. the loop: a full batch, a step, its metrics, a held-out check and a checkpoint when due, the stop flag
     try:
@@ -75,12 +83,16 @@ def run_ppo(ctx: StageContext) -> RunResult:
             if not stream.fill(config.batch_size, any_rank=ranks.any, should_stop=ranks.should_stop,
                                look_ahead=lambda: trainer.current_step + 1 < job.steps and not ranks.should_stop()):
                 break
-            ppo_step(trainer, stream.take(config.batch_size), reward, overlap)
+            batch = stream.take(config.batch_size)
+            if queue is not None:  # journalled before the step: a crash inside it trains it again on resume
+                journal_step(db, ctx.run_id, trainer.current_step + 1, stream, batch)
+            ppo_step(trainer, batch, dict(reward.last_stats), overlap)
             ctx.sink.progress(trainer.current_step, job.steps)
             if check_heldout is not None:
                 check_heldout(trainer.current_step)
-            if checkpoint_due(job, trainer.current_step):  # every step when people's labels went into it
-                save_checkpoint(ctx, trainer, stream)
+            if checkpoint_due(job, trainer.current_step, pacer):  # people's labels: as the pacer allows
+                with pacer.writing() if pacer is not None else contextlib.nullcontext():
+                    save_checkpoint(ctx, trainer, stream)
             if ranks.should_stop():
                 print(f"early stop after step {trainer.current_step}", flush=True)
                 break
@@ -169,16 +181,53 @@ def sampler(trainer, tokenizer, chat_template, job, overlap: bool):
     return sample
 
 
-def ppo_step(trainer, batch: list[Rollout], reward, overlap: bool) -> None:
+def ppo_step(trainer, batch: list[Rollout], reward_stats: dict, overlap: bool) -> None:
     """One PPOTrainer step on a batch of scored rollouts, its stats (the reward source's too) logged."""
     import torch
 
     score_tensors = [torch.tensor(float(r.score)) for r in batch]
     stats = trainer.step([r.query for r in batch], [r.response for r in batch], score_tensors,
                          old_logprobs=[r.behaviour_logprobs for r in batch] if overlap else None)
-    stats.update(trainer.gather_stats(dict(reward.last_stats)))  # the mean over ranks, as step()'s
+    stats.update(trainer.gather_stats(reward_stats))  # the mean over ranks, as step()'s
     trainer.log_stats(stats, {"query": [r.prompt for r in batch], "response": [r.answer for r in batch]},
                       score_tensors)
+
+
+def journal_entry(rollout: Rollout) -> dict:
+    """A scored rollout as the journal keeps it: the prompt, the answer, its sampled token ids and its reward."""
+    return {"prompt": rollout.prompt, "answer": rollout.answer, "response": [int(t) for t in rollout.response],
+            "score": float(rollout.score)}
+
+
+def journal_step(db, run_id: int, step: int, stream: RolloutStream, batch: list[Rollout]) -> None:
+    """Journal the batch step `step` trains on, the scored rollouts left for later and where the stream resumes."""
+    step_journal.record_step(db, run_id, step, stream.resume_position, [journal_entry(r) for r in batch],
+                             [journal_entry(r) for r in stream.buffer])
+
+
+def journal_rollouts(entries: list[dict], tokenizer, chat_template) -> list[Rollout]:
+    """Journal entries as scored rollouts again: the query rendered as sampling rendered it, the answer's sampled
+    token ids as they were."""
+    import torch
+    from rlhf.generation import build_prompt_ids
+
+    return [Rollout(build_prompt_ids(tokenizer, e["prompt"], use_chat_template=chat_template),
+                    torch.tensor(e["response"], dtype=torch.long), e["prompt"], e["answer"], score=e["score"])
+            for e in entries]
+
+
+def replay_journal(trainer, tokenizer, chat_template, stream: RolloutStream, journal: list) -> None:
+    """Train the journalled steps after the loaded checkpoint again, in order, on the answers and rewards they had
+    (people are not asked again), then continue the stream where the last of them left it. The PPO ratio is taken
+    against the policy being replayed (the log-probs of the one that sampled them, kept with overlap, are not
+    journalled): on the first epoch of each step the ratio is 1, as without overlap."""
+    for entry in journal:
+        ppo_step(trainer, journal_rollouts(entry.batch, tokenizer, chat_template), {}, overlap=False)
+    last = journal[-1]
+    stream.position = last.position
+    stream.buffer = journal_rollouts(last.waiting, tokenizer, chat_template)
+    print(f"trained the {len(journal)} journalled steps after the checkpoint again (steps {journal[0].step}-"
+          f"{last.step}): people's labels since it are kept", flush=True)
 
 
 def save_checkpoint(ctx: StageContext, trainer, stream: RolloutStream) -> None:

@@ -22,7 +22,7 @@ ONLINE_STAGES = training_stages.names(online_trl=True)
 JOB_STEPS_DEFAULT = JobConfig.__dataclass_fields__["steps"].default
 HISTORY_COLUMNS = ["id", "stage", "status", "step", "total", "created", "by", "name"]
 SAMPLE_COLUMNS = ["step", "query", "response", "reward"]
-COMPARISON_COLUMNS = ["", "model", *evaluation.METRIC_LABELS.values()]
+COMPARISON_COLUMNS = ["", "model", *evaluation.METRIC_LABELS.values(), evaluation.INTERVAL_LABEL]
 ANSWER_COLUMNS = ["prompt", "before", "after"]
 # The default plots, each the first of its names that the run logged (stages name the same thing differently),
 # in plain words: what a person watches during a run. The full list is one click away ("All metrics").
@@ -191,7 +191,10 @@ def comparison_frame(db, run_id: int | None) -> tuple[pd.DataFrame, pd.DataFrame
     if not run_id:
         return (*empty, "")
     before, after = evaluation.run_comparison(db, run_id)
+    sentence, warnings = evaluation.run_verdict(db, run_id)
     if after is None:
+        if sentence:  # the evaluation failed: why, and what to do
+            return (*empty, f"⚠ {sentence}")
         run = runs.find_run(db, run_id)
         if run is not None and run.stage in evaluation.POLICY_STAGES and not evaluation.heldout_prompts(db, run.project):
             return (*empty, "⚠ No held-out evaluation: " + evaluation.NO_HELDOUT.format(project=run.project) + ".")
@@ -206,15 +209,13 @@ def comparison_frame(db, run_id: int | None) -> tuple[pd.DataFrame, pd.DataFrame
         row = after.samples[p * n]
         prompt = row["prompt"][-1]["content"] if isinstance(row["prompt"], list) else row["prompt"]
         answers.append([prompt, before.samples[p * n]["answer"] if before else "", row["answer"]])
-    note = (f"{settings['prompts_n']} held-out prompts x {n} answers, {settings['max_new_tokens']} new tokens, "
-            f"judged by {measures.describe(settings['reward'])}; win rate: the model's answers against its base's "
-            f"to the same prompts (ties half, 95% interval {_interval(after.metrics)}); KL to `{after.kl_base}` in "
-            "nats per answer.")
+    note = (f"**{sentence}**\n\n" if sentence else "") + (
+        f"{settings['prompts_n']} held-out prompts x {n} answers, {settings['max_new_tokens']} new tokens, "
+        f"judged by {measures.describe(settings['reward'])}; win rate: every answer of the model against every "
+        f"answer of its base to the same prompt (ties half, 95% interval {_interval(after.metrics)}); KL to "
+        f"`{after.kl_base}` in nats per answer.")
     if settings["reward"] == measures.PEOPLE:
         note += "\n\n" + people_line(db, run_id, after.model)
-    warnings = [evaluation.run_judge_note(db, run_id, after)]
-    if evaluation.answers_were_cut(after):
-        warnings.append(evaluation.truncation_warning(after))
     note += "".join(f"\n\n⚠ {warning[0].upper()}{warning[1:]}." for warning in warnings if warning)
     return metrics, pd.DataFrame(answers, columns=ANSWER_COLUMNS), note
 
