@@ -17,6 +17,8 @@ _LAZY_EXPORTS = {
     "RLOOTrainer": "rlhf.rloo",
     "KTOConfig": "rlhf.kto",
     "KTOTrainer": "rlhf.kto",
+    "OnlineDPOConfig": "rlhf.online_dpo",
+    "OnlineDPOTrainer": "rlhf.online_dpo",
     "AdaptiveKLController": "rlhf.kl_control",
     "FixedKLController": "rlhf.kl_control",
     "TextEnvironment": "rlhf.environment",
