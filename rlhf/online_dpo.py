@@ -20,6 +20,7 @@ rewards/chosen, rewards/accuracies, rewards/margins, logps/chosen, val/contain_e
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib
 import os
@@ -197,6 +198,7 @@ class OnlineDPOTrainer(BaseTrainer):
     _name = "OnlineDPO"
     padding_side = "left"  # generation continues from the last prompt token
     evaluate_returns_logged_metrics = True
+    reference_scores_second = True  # whether the reference scores the second answers too (Nash-MD's loss does not read them)
 
     def __init__(
         self,
@@ -303,16 +305,18 @@ class OnlineDPOTrainer(BaseTrainer):
         return out
 
     @torch.no_grad()
-    def _sample(self, model: torch.nn.Module | None, prompt_ids: list[torch.Tensor]) -> list[torch.Tensor]:
-        """One sampled answer per prompt from `model` (None: the policy), each cut after its first EOS."""
+    def _sample(self, prompt_ids: list[torch.Tensor], reference: bool = False) -> list[torch.Tensor]:
+        """One sampled answer per prompt from the policy (or, `reference`, from the reference: `ref_model`, or the
+        policy with its LoRA adapter off), each cut after its first EOS."""
         device = self.accelerator.device
         input_ids, attention_mask = left_pad(prompt_ids, self.processing_class.pad_token_id)
         with unwrap_model_for_generation(self.model_wrapped, self.accelerator) as policy:
-            generator = policy if model is None else model
+            generator = self.accelerator.unwrap_model(self.ref_model) if reference and self.ref_model is not None else policy
+            adapter_off = reference and self.ref_model is None
             was_training = generator.training
             generator.eval()
             try:
-                with self.accelerator.autocast():
+                with policy.disable_adapter() if adapter_off else contextlib.nullcontext(), self.accelerator.autocast():
                     output = generator.generate(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
                                                 **self._generation_kwargs())  # (B, P + C)
             finally:
@@ -322,7 +326,7 @@ class OnlineDPOTrainer(BaseTrainer):
     def _generate_pair(self, prompt_ids: list[torch.Tensor]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """Two answers per prompt: online DPO samples both from the policy (one generate() over the prompts twice).
         XPO and Nash-MD take the second from elsewhere."""
-        answers = self._sample(None, prompt_ids + prompt_ids)
+        answers = self._sample(prompt_ids + prompt_ids)
         return answers[: len(prompt_ids)], answers[len(prompt_ids):]
 
     # ---- 2. judge -------------------------------------------------------------------------------------------------
@@ -397,7 +401,12 @@ class OnlineDPOTrainer(BaseTrainer):
         }
         if scores is not None:
             batch["scores"] = scores.to(device)
-        batch["ref_token_logps"] = self._reference_token_logps(batch)
+        if self.reference_scores_second:
+            batch["ref_token_logps"] = self._reference_token_logps(batch)
+        else:
+            half = len(prompts)
+            batch["ref_token_logps"] = self._reference_token_logps(
+                {k: batch[k][:half] for k in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")})
         return batch
 
     # ---- 4. the loss ---------------------------------------------------------------------------------------------
