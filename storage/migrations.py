@@ -420,3 +420,13 @@ MIGRATIONS.append(("projects answer length, measure and held-out share", [
     "UPDATE projects SET measure = 'vader' WHERE id IN (SELECT project_id FROM prompts WHERE source = 'shipped:movie_prompts')",
     "ALTER TABLE projects ADD COLUMN heldout_share REAL NOT NULL DEFAULT 0.1 CHECK (heldout_share >= 0 AND heldout_share < 1)",
 ]))
+
+# The online DPO stage (labeler/services/runners/online_dpo.py): the CHECK constraint's text edited in place, as for
+# the TRL 1.x stages above (a rebuild of `runs` would cascade-delete its metrics).
+MIGRATIONS.append(("runs: online-dpo stage", [
+    "PRAGMA writable_schema = ON",
+    "UPDATE sqlite_master SET sql = replace(sql, '''grpo'', ''rloo'', ''kto''))', "
+    "'''grpo'', ''rloo'', ''kto'', ''online-dpo''))') "
+    "WHERE type = 'table' AND name = 'runs'",
+    "PRAGMA writable_schema = RESET",
+]))
