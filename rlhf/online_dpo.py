@@ -183,9 +183,12 @@ def resolve_judge(judge, reward_model, reward_processing_class, args) -> Any:
 
 
 def plain_text(prompt: Any) -> str:
-    """A prompt as text for a pairwise judge: a message list as 'role: content' lines."""
+    """A prompt as text for a pairwise judge: a one-message conversation as its content, a longer one as
+    'role: content' lines."""
     if isinstance(prompt, str):
         return prompt
+    if len(prompt) == 1:
+        return prompt[0]["content"]
     return "\n".join(f"{m['role']}: {m['content']}" for m in prompt)
 
 

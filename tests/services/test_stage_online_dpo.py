@@ -3,12 +3,14 @@ judge, the model registered with its lineage; the judge setting checked when a r
 breaks stops the run naming the function and the step."""
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import pytest
 from labeling_helpers import add_ranked_pairs
 
-from labeler.services import accounts, jobs, models, run_metrics, runs, train_configs
+from labeler.services import accounts, jobs, labeling, models, run_metrics, runs, train_configs
 from labeler.services.errors import InputError
 from labeler.worker import run_worker
 
@@ -70,8 +72,9 @@ def test_the_judge_setting_is_checked_when_a_run_is_queued(db):
     from labeler.services.runners.online_dpo import StudioOnlineDPOConfig, app_judge
 
     assert train_configs.resolve_run_config("online-dpo", {"judge": "vader"})["trainer"] == {"judge": "vader"}
-    with pytest.raises(InputError, match="judge=human: people as the judge of online DPO are not available yet") as error:
-        train_configs.resolve_run_config("online-dpo", {"judge": "human"})
+    assert train_configs.resolve_run_config("online-dpo", {"judge": "people"})["trainer"] == {"judge": "people"}
+    with pytest.raises(InputError, match="judge=mix: people and a reward model together are not available") as error:
+        train_configs.resolve_run_config("online-dpo", {"judge": "mix"})
     assert error.value.field == "judge"
     with pytest.raises(InputError, match="unknown reward 'sentiment'"):
         train_configs.resolve_run_config("online-dpo", {"judge": "sentiment"})
@@ -92,3 +95,67 @@ def test_the_web_form_may_not_choose_the_judge(db):
     with pytest.raises(InputError, match="only be set from the command line") as error:
         jobs.create_run(db, "online-dpo", {"judge": "os:system"}, start=False, from_web=True, username="boss")
     assert error.value.field == "judge" and db["runs"].count == 0
+
+
+# ---- people as the judge ---------------------------------------------------------------------------------------
+def test_pair_verdicts_from_centred_ranks():
+    from labeler.services.runners.online_dpo import pair_verdicts
+
+    # pairs: (+1, -1) first better; (-1, +1) second better; (0, 0) a tie; (None, None) nobody ranked it in time
+    assert pair_verdicts([1.0, -1.0, -1.0, 1.0, 0.0, 0.0, None, None]) == [0, 1, -1, -1]
+
+
+def _annotator(db_path, stop: threading.Event, ranked: list):
+    """Ranks every item the Rank tab offers `ann`: the shorter answer first, equal lengths tied."""
+    from storage import open_db
+
+    db = open_db(db_path)
+    while not stop.is_set():
+        item = labeling.next_item(db, "default", "ann", "ranking")
+        if item is None or item.run_id is None:
+            time.sleep(0.05)
+            continue
+        (a, b) = item.responses
+        if len(a["text"]) == len(b["text"]):
+            order = [[a["id"], b["id"]]]
+        else:
+            short, long = sorted((a, b), key=lambda r: len(r["text"]))
+            order = [[short["id"]], [long["id"]]]
+        labeling.submit_ranking(db, "default", "ann", item.item_id, order)
+        ranked.append(item.item_id)
+    db.conn.close()
+
+
+def test_people_judge_each_pair_in_the_rank_tab_and_the_run_learns_from_them(db, db_path, tmp_path, tiny_model_dir,
+                                                                              capsys):
+    _seed(db)
+    stop, ranked = threading.Event(), []
+    thread = threading.Thread(target=_annotator, args=(db_path, stop, ranked))
+    thread.start()
+    try:
+        status, run = _run(db, {"model": str(tiny_model_dir), "steps": 2, "checkpoint_every": 0, "judge": "people",
+                                "human_timeout": 60, **SMALL}, tmp_path)
+    finally:
+        stop.set()
+        thread.join()
+    assert status == "succeeded", (run.error, run_metrics.log_tail(run))
+    # 2 steps x 2 prompts: each pair (unless its two answers were the same text) one ranking item of 2 answers
+    items = db.execute("SELECT id, kind FROM items WHERE run_id = ?", [run.id]).fetchall()
+    assert 1 <= len(items) <= 4 and {kind for _, kind in items} == {"ranking"}
+    assert sorted(ranked) == sorted(item_id for item_id, _ in items)  # every one ranked, none left waiting
+    assert labeling.waiting_for_run(db, run.id) == 0
+    assert {"rewards/margins", "judge/ties"} <= set(run_metrics.metric_names(db, run.id))
+    # the annotator's verdicts all count (no timeouts): the log says how many pairs people judged
+    assert f"people ranked {len(items)} pairs" in capsys.readouterr().out
+
+
+def test_people_as_the_judge_need_annotators(db, tmp_path, tiny_model_dir):
+    from labeling_helpers import add_prompt
+
+    accounts.create_user(db, "boss", "a-long-password", role="admin")
+    for text in ("A film about cats.", "A film about dogs."):
+        add_prompt(db, text, 0)
+    status, run = _run(db, {"model": str(tiny_model_dir), "steps": 1, "checkpoint_every": 0, "judge": "people",
+                            **SMALL}, tmp_path)
+    assert status == "failed"
+    assert "judge=people: there are no annotator accounts to rank the pairs; add one with `rlhf-studio users add" in run.error

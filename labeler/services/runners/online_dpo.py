@@ -3,9 +3,10 @@ training prompts twice, the run's judge picks the better answer of each pair, an
 
 The judge is the trainer setting `judge`, in reward_spec's grammar: `rm` (the newest registered reward model),
 `rm:NAME`, `vader`, `vader-with-prompt` or `module:function` (a function (prompts, answers) -> one float per
-answer). Each answer is scored alone and the higher score wins; equal scores tie and the pair is left out. A
-function that raises or returns the wrong number of scores stops the run with a JudgeError naming the function and
-the step. People as the judge (the Rank tab's blind pairs) are not wired in yet: judge=human or mix is refused.
+answer), or `people` (each pair to the Rank tab as a blind ranking of two, PeopleJudge). A scorer scores each
+answer alone and the higher score wins; equal scores tie and the pair is left out. A function that raises or returns
+the wrong number of scores stops the run with a JudgeError naming the function and the step. People and a reward
+model together (judge=mix) are not wired in yet and are refused.
 
 Loads torch when imported (it subclasses the library's config): the stage registry names it as a string and
 Stage.run imports it, so the app's import stays light (tests/test_light_imports.py, HEAVY_SERVICES).
@@ -17,14 +18,15 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from labeler.services import models
+from labeler.services import accounts, models
 from labeler.services.errors import InputError
+from labeler.services.human_reward import HumanRewardQueue
 from labeler.services.projects import get_project
 from labeler.services.runners.common import (peft_config, stage_rows, train_with_trainer, trainer_args,
                                              trainer_callbacks)
 from labeler.services.stages import RunResult, StageContext, data_snapshot
 from labeler.services.training_stages.online_dpo import judge_spec
-from rlhf.judges import ScoreJudge
+from rlhf.judges import BasePairwiseJudge, ScoreJudge
 from rlhf.loading import load_tokenizer
 from rlhf.online_dpo import OnlineDPOConfig, OnlineDPOTrainer
 from rlhf.rewards import FunctionReward
@@ -35,8 +37,9 @@ class StudioOnlineDPOConfig(OnlineDPOConfig):
     """OnlineDPOConfig with defaults for a CPU run in the app (the fields and their meaning are TRL's)."""
 
     judge: str | None = field(default="rm", metadata={
-        "help": "Who picks the better answer: rm (the newest reward model), rm:NAME, vader, vader-with-prompt or "
-                "module:function (a function (prompts, answers) -> one score per answer); the higher score wins."})
+        "help": "Who picks the better answer: people (each pair to the Rank tab; the run waits as reward=human runs "
+                "do), rm (the newest reward model), rm:NAME, vader, vader-with-prompt or module:function (a function "
+                "(prompts, answers) -> one score per answer; the higher score wins)."})
     learning_rate: float = field(default=5e-6, metadata={
         "help": "AdamW learning rate (TRL's 5e-7 suits long GPU runs; a 40-step CPU run needs more)."})
     per_device_train_batch_size: int = field(default=8, metadata={"help": "Prompts per step (two answers each)."})
@@ -63,9 +66,61 @@ class AppJudge(ScoreJudge):
         return list(self.source([text(p) for p in prompts], [text(c) for c in completions]))
 
 
-def app_judge(spec_text: str, db) -> AppJudge:
-    """The judge a run's `judge` setting names (reward_spec's grammar; people are not a judge yet)."""
+def pair_verdicts(rewards: list[float | None]) -> list[int]:
+    """Pairwise verdicts from the queue's rewards of consecutive pairs (centred ranks: +1 the better, -1 the worse,
+    0 each on a tie): 0 where the first is ranked higher, 1 where the second is, -1 on a tie or where nobody ranked
+    the pair in time (left out of the loss)."""
+    out = []
+    for first, second in zip(rewards[0::2], rewards[1::2]):
+        out.append(-1 if first is None or second is None or first == second else 0 if first > second else 1)
+    return out
+
+
+class PeopleJudge(BasePairwiseJudge):
+    """People as the judge: each pair becomes a ranking item of two answers in the Rank tab, queued ahead of
+    ordinary items (the tab shows the answers in an order shuffled per person and never the model; `=` ranks them
+    as a tie), and the run waits for the rankings as reward=human runs do (human_timeout, timeout_policy skip or
+    wait; stopping the run stops the wait). Every ranking is a label in the database, kept whatever the run does."""
+
+    name = "people"
+
+    def __init__(self, queue: HumanRewardQueue, timeout: float):
+        self.queue, self.timeout = queue, timeout
+        self.judged = 0  # pairs people ranked in time (ties too), for the run's log
+
+    def judge(self, prompts: list[str], completions: list[list[str]], shuffle_order: bool = True) -> list[int]:
+        # Two identical answers are a tie without asking anyone (and a ranking needs two different answers).
+        asked = [i for i, (a, b) in enumerate(completions) if a != b]
+        verdicts = [-1] * len(prompts)
+        if asked:
+            queries = [prompts[i] for i in asked for _ in range(2)]
+            answers = [answer for i in asked for answer in completions[i]]
+            rewards = self.queue.request_and_wait(queries, answers, self.timeout)
+            for i, verdict in zip(asked, pair_verdicts(rewards)):
+                verdicts[i] = verdict
+            self.judged += sum(1 for reward in rewards[0::2] if reward is not None)  # ranked in time, ties too
+        return verdicts
+
+
+def people_judge(ctx: StageContext, db) -> PeopleJudge:
+    """The people judge of a run; InputError when the project has nobody to ask."""
+    if not any(user.active and user.role == "annotator" for user in accounts.list_users(db)):
+        raise InputError("judge=people: there are no annotator accounts to rank the pairs; add one with "
+                         "`rlhf-studio users add NAME` (or the Admin tab) first", field="judge")
+    policy = "skip" if ctx.job.timeout_policy == "rm" else ctx.job.timeout_policy  # no reward model to fall back on
+    queue = HumanRewardQueue(ctx.db_path, ctx.project, ctx.run_id, policy=policy,
+                             model_name=f"online-dpo-run{ctx.run_id}", should_stop=ctx.should_stop,
+                             label_kind="ranking", group_size=2)
+    return PeopleJudge(queue, ctx.job.human_timeout)
+
+
+def app_judge(spec_text: str, db, ctx: StageContext | None = None):
+    """The judge a run's `judge` setting names (reward_spec's grammar, or people)."""
     spec = judge_spec(spec_text)
+    if spec.source == "human":
+        if ctx is None:
+            raise InputError("judge=people needs the run (its queue)", field="judge")
+        return people_judge(ctx, db)
     if spec.source == "function":
         function = FunctionReward.from_spec(spec.function)
         # The user's function itself, so the run's error names it (FunctionReward would wrap its failures).
@@ -108,12 +163,16 @@ def run_online_dpo(ctx: StageContext) -> RunResult:
     frozen, rows = _rows(ctx, db, tokenizer)
     args = _args(ctx)
     # 2. the judge
-    judge = app_judge(args.judge, db)
+    judge = app_judge(args.judge, db, ctx)
     # 3. train (resuming from the newest checkpoint)
     trainer = OnlineDPOTrainer(path, judge=judge, args=args, train_dataset=Dataset.from_list(rows),
                                processing_class=tokenizer, peft_config=peft_config(ctx, "CAUSAL_LM"),
                                callbacks=trainer_callbacks(ctx))
-    train_with_trainer(ctx, trainer)
+    try:
+        train_with_trainer(ctx, trainer)
+    finally:
+        if isinstance(judge, PeopleJudge):
+            print(f"people ranked {judge.judged} pairs", flush=True)
     # 4. save a full model any from_pretrained loads (a LoRA adapter merged into its base)
     trainer.accelerator.wait_for_everyone()
     if trainer.accelerator.is_main_process:
@@ -125,4 +184,5 @@ def run_online_dpo(ctx: StageContext) -> RunResult:
     return RunResult(str(ctx.final_dir), "policy", base, {}, data_snapshot("prompts", frozen))
 
 
-__all__ = ["AppJudge", "StudioOnlineDPOConfig", "app_judge", "run_online_dpo"]
+__all__ = ["AppJudge", "PeopleJudge", "StudioOnlineDPOConfig", "app_judge", "pair_verdicts", "people_judge",
+           "run_online_dpo"]
