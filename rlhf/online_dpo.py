@@ -393,6 +393,9 @@ class OnlineDPOTrainer(BaseTrainer):
         # 2. the judge's verdicts
         texts = self.processing_class.batch_decode(first + second, skip_special_tokens=True)
         verdicts, scores = self._judge(prompts, texts[: len(prompts)], texts[len(prompts):], has_eos)
+        # A judge's own statistics (a `last_stats` dict of floats, as rlhf.rewards' sources keep) are logged too.
+        for name, value in (getattr(self.judge, "last_stats", None) or {}).items():
+            self._metrics[self._mode()][name].append(float(value))
         # 3. tensors: prompts left padded, answers right padded; the reference's log-probs
         pad = self.processing_class.pad_token_id
         prompt_tensor, prompt_mask = left_pad(prompt_ids + prompt_ids, pad)

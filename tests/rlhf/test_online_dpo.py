@@ -85,6 +85,7 @@ def test_pairwise_judge_ipo_and_a_beta_per_epoch(tiny_model_dir, tmp_path):
 
         def judge(self, prompts, completions, shuffle_order=True):
             self.calls += 1
+            self.last_stats = {"judge/calls": self.calls}  # a judge's own statistics are logged too
             return [0 if len(a) <= len(b) else 1 for a, b in completions]
 
     judge = PrefersShorterJudge()
@@ -97,6 +98,7 @@ def test_pairwise_judge_ipo_and_a_beta_per_epoch(tiny_model_dir, tmp_path):
     betas = [log["beta"] for log in trainer.state.log_history if "beta" in log]
     assert betas == pytest.approx([0.3, 0.05])  # epoch 0's beta, then epoch 1's
     assert "objective/scores" not in trainer.state.log_history[0]  # a verdict-only judge gives no scores
+    assert [log["judge/calls"] for log in trainer.state.log_history if "judge/calls" in log] == [1, 2]
 
 
 def test_reward_model_judges_and_missing_eos_penalty(tiny_model_dir, tiny_encoder_dir, tmp_path):

@@ -72,12 +72,11 @@ def test_the_judge_setting_is_checked_when_a_run_is_queued(db):
     from labeler.services.runners.online_dpo import StudioOnlineDPOConfig, app_judge
 
     assert train_configs.resolve_run_config("online-dpo", {"judge": "vader"})["trainer"] == {"judge": "vader"}
-    assert train_configs.resolve_run_config("online-dpo", {"judge": "people"})["trainer"] == {"judge": "people"}
-    with pytest.raises(InputError, match="judge=mix: people and a reward model together are not available") as error:
-        train_configs.resolve_run_config("online-dpo", {"judge": "mix"})
-    assert error.value.field == "judge"
-    with pytest.raises(InputError, match="unknown reward 'sentiment'"):
+    for judge in ("people", "mix", "mix:rm-a", "rm:rm-a"):
+        assert train_configs.resolve_run_config("online-dpo", {"judge": judge})["trainer"] == {"judge": judge}
+    with pytest.raises(InputError, match="unknown reward 'sentiment'") as error:
         train_configs.resolve_run_config("online-dpo", {"judge": "sentiment"})
+    assert error.value.field == "judge"
     with pytest.raises(InputError, match="no reward model registered"):
         app_judge("rm", db)
     assert app_judge("vader", db).name == "vader"
@@ -159,3 +158,25 @@ def test_people_as_the_judge_need_annotators(db, tmp_path, tiny_model_dir):
                             **SMALL}, tmp_path)
     assert status == "failed"
     assert "judge=people: there are no annotator accounts to rank the pairs; add one with `rlhf-studio users add" in run.error
+    status, run = _run(db, {"model": str(tiny_model_dir), "steps": 1, "checkpoint_every": 0, "judge": "mix",
+                            **SMALL}, tmp_path)
+    assert status == "failed" and "judge=mix: there are no annotator accounts" in run.error
+
+
+def test_mix_people_rank_the_pairs_the_reward_model_is_least_sure_of(db, db_path, tmp_path, tiny_model_dir):
+    _seed(db)
+    stop, ranked = threading.Event(), []
+    thread = threading.Thread(target=_annotator, args=(db_path, stop, ranked))
+    thread.start()
+    try:
+        status, run = _run(db, {"model": str(tiny_model_dir), "steps": 2, "checkpoint_every": 0, "judge": "mix",
+                                "human_share": 0.5, "human_timeout": 60, **SMALL}, tmp_path)
+    finally:
+        stop.set()
+        thread.join()
+    assert status == "succeeded", (run.error, run_metrics.log_tail(run))
+    # half of each step's 2 pairs to people: one ranking item of two per step (none if its answers were the same)
+    items = db.execute("SELECT id FROM items WHERE run_id = ?", [run.id]).fetchall()
+    assert 1 <= len(items) <= 2 and sorted(ranked) == sorted(i for (i,) in items)
+    names = set(run_metrics.metric_names(db, run.id))
+    assert {"reward/from_human", "reward/from_rm", "human/answers_judged", "judge/ties"} <= names

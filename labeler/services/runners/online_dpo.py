@@ -3,10 +3,10 @@ training prompts twice, the run's judge picks the better answer of each pair, an
 
 The judge is the trainer setting `judge`, in reward_spec's grammar: `rm` (the newest registered reward model),
 `rm:NAME`, `vader`, `vader-with-prompt` or `module:function` (a function (prompts, answers) -> one float per
-answer), or `people` (each pair to the Rank tab as a blind ranking of two, PeopleJudge). A scorer scores each
-answer alone and the higher score wins; equal scores tie and the pair is left out. A function that raises or returns
-the wrong number of scores stops the run with a JudgeError naming the function and the step. People and a reward
-model together (judge=mix) are not wired in yet and are refused.
+answer), `people` (each pair to the Rank tab as a blind ranking of two, PeopleJudge) or `mix` (people rank the pairs
+the online reward model is least sure of, the model judges the rest and learns from people, MixJudge). A scorer
+scores each answer alone and the higher score wins; equal scores tie and the pair is left out. A function that raises
+or returns the wrong number of scores stops the run with a JudgeError naming the function and the step.
 
 Loads torch when imported (it subclasses the library's config): the stage registry names it as a string and
 Stage.run imports it, so the app's import stays light (tests/test_light_imports.py, HEAVY_SERVICES).
@@ -22,7 +22,7 @@ from labeler.services import accounts, models
 from labeler.services.errors import InputError
 from labeler.services.human_reward import HumanRewardQueue
 from labeler.services.projects import get_project
-from labeler.services.runners.common import (peft_config, stage_rows, train_with_trainer, trainer_args,
+from labeler.services.runners.common import (active_mix, peft_config, stage_rows, train_with_trainer, trainer_args,
                                              trainer_callbacks)
 from labeler.services.stages import RunResult, StageContext, data_snapshot
 from labeler.services.training_stages.online_dpo import judge_spec
@@ -38,7 +38,7 @@ class StudioOnlineDPOConfig(OnlineDPOConfig):
 
     judge: str | None = field(default="rm", metadata={
         "help": "Who picks the better answer: people (each pair to the Rank tab; the run waits as reward=human runs "
-                "do), rm (the newest reward model), rm:NAME, vader, vader-with-prompt or module:function (a function "
+                "do), mix (people the pairs the online reward model is least sure of, the model the rest), rm (the newest reward model), rm:NAME, vader, vader-with-prompt or module:function (a function "
                 "(prompts, answers) -> one score per answer; the higher score wins)."})
     learning_rate: float = field(default=5e-6, metadata={
         "help": "AdamW learning rate (TRL's 5e-7 suits long GPU runs; a 40-step CPU run needs more)."})
@@ -102,25 +102,68 @@ class PeopleJudge(BasePairwiseJudge):
         return verdicts
 
 
+class MixJudge(BasePairwiseJudge):
+    """People and the online reward model together (judge=mix): each batch's pairs go through reward=mix's
+    ActiveMixReward (labeler/services/online_reward.py) as groups of two: people rank the `human_share` of pairs the
+    model's ensemble is least sure of (one in four of those picked at random), the model judges the rest by its
+    expected ranks (no opinion, a tie, until it has learnt from people), and it learns from every ranking during
+    the run. Its statistics (reward/from_human and reward/from_rm in answers, rm_online/agreement with people on
+    the pairs both saw) are logged each step."""
+
+    name = "mix"
+
+    def __init__(self, mix):
+        self.mix = mix
+        self.last_stats: dict[str, float] = {}
+
+    def judge(self, prompts: list[str], completions: list[list[str]], shuffle_order: bool = True) -> list[int]:
+        asked = [i for i, (a, b) in enumerate(completions) if a != b]  # identical answers: a tie, nobody asked
+        verdicts = [-1] * len(prompts)
+        if asked:
+            rewards = self.mix([prompts[i] for i in asked for _ in range(2)],
+                               [answer for i in asked for answer in completions[i]])
+            for i, verdict in zip(asked, pair_verdicts(rewards)):
+                verdicts[i] = verdict
+        self.last_stats = dict(self.mix.last_stats)
+        return verdicts
+
+
+def _pairs_queue(ctx: StageContext) -> HumanRewardQueue:
+    """The run's queue of pairs for the Rank tab: a ranking item of two answers per pair."""
+    policy = "skip" if ctx.job.timeout_policy == "rm" else ctx.job.timeout_policy  # no reward model to fall back on
+    return HumanRewardQueue(ctx.db_path, ctx.project, ctx.run_id, policy=policy,
+                            model_name=f"online-dpo-run{ctx.run_id}", should_stop=ctx.should_stop,
+                            label_kind="ranking", group_size=2)
+
+
+def _require_annotators(db, spec_text: str) -> None:
+    if not any(user.active and user.role == "annotator" for user in accounts.list_users(db)):
+        raise InputError(f"judge={spec_text}: there are no annotator accounts to rank the pairs; add one with "
+                         "`rlhf-studio users add NAME` (or the Admin tab) first", field="judge")
+
+
 def people_judge(ctx: StageContext, db) -> PeopleJudge:
     """The people judge of a run; InputError when the project has nobody to ask."""
-    if not any(user.active and user.role == "annotator" for user in accounts.list_users(db)):
-        raise InputError("judge=people: there are no annotator accounts to rank the pairs; add one with "
-                         "`rlhf-studio users add NAME` (or the Admin tab) first", field="judge")
-    policy = "skip" if ctx.job.timeout_policy == "rm" else ctx.job.timeout_policy  # no reward model to fall back on
-    queue = HumanRewardQueue(ctx.db_path, ctx.project, ctx.run_id, policy=policy,
-                             model_name=f"online-dpo-run{ctx.run_id}", should_stop=ctx.should_stop,
-                             label_kind="ranking", group_size=2)
-    return PeopleJudge(queue, ctx.job.human_timeout)
+    _require_annotators(db, "people")
+    return PeopleJudge(_pairs_queue(ctx), ctx.job.human_timeout)
+
+
+def mix_judge(ctx: StageContext, db, warm_start: str = "") -> MixJudge:
+    """The mixed judge of a run: reward=mix's active mix, its online reward model warm-started from `warm_start`
+    (mix:NAME), else as PPO's is (the job's reward_model, else the newest registered one, else the encoder alone)."""
+    _require_annotators(db, "mix")
+    if warm_start:
+        ctx = dataclasses.replace(ctx, job=dataclasses.replace(ctx.job, reward_model=warm_start))
+    return MixJudge(active_mix(ctx, db, _pairs_queue(ctx)))
 
 
 def app_judge(spec_text: str, db, ctx: StageContext | None = None):
     """The judge a run's `judge` setting names (reward_spec's grammar, or people)."""
     spec = judge_spec(spec_text)
-    if spec.source == "human":
+    if spec.source in ("human", "mix"):
         if ctx is None:
-            raise InputError("judge=people needs the run (its queue)", field="judge")
-        return people_judge(ctx, db)
+            raise InputError(f"judge={spec_text} needs the run (its queue)", field="judge")
+        return people_judge(ctx, db) if spec.source == "human" else mix_judge(ctx, db, spec.model)
     if spec.source == "function":
         function = FunctionReward.from_spec(spec.function)
         # The user's function itself, so the run's error names it (FunctionReward would wrap its failures).
@@ -173,6 +216,8 @@ def run_online_dpo(ctx: StageContext) -> RunResult:
     finally:
         if isinstance(judge, PeopleJudge):
             print(f"people ranked {judge.judged} pairs", flush=True)
+        if isinstance(judge, MixJudge):
+            judge.mix.model.close()
     # 4. save a full model any from_pretrained loads (a LoRA adapter merged into its base)
     trainer.accelerator.wait_for_everyone()
     if trainer.accelerator.is_main_process:
@@ -184,5 +229,5 @@ def run_online_dpo(ctx: StageContext) -> RunResult:
     return RunResult(str(ctx.final_dir), "policy", base, {}, data_snapshot("prompts", frozen))
 
 
-__all__ = ["AppJudge", "PeopleJudge", "StudioOnlineDPOConfig", "app_judge", "pair_verdicts", "people_judge",
+__all__ = ["AppJudge", "MixJudge", "PeopleJudge", "mix_judge", "StudioOnlineDPOConfig", "app_judge", "pair_verdicts", "people_judge",
            "run_online_dpo"]

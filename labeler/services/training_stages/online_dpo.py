@@ -1,23 +1,19 @@
 """Online DPO: the policy answers each training prompt twice, a judge picks the better answer, and DPO's loss trains
 on those fresh pairs (rlhf.online_dpo's OnlineDPOTrainer, the app's CPU defaults in runners/online_dpo.py). The
-judge is the trainer setting `judge`: people (human), rm, rm:NAME, vader or module:function (reward_spec's grammar:
+judge is the trainer setting `judge`: people (human), mix, rm, rm:NAME, vader or module:function (reward_spec's grammar:
 a scorer scores each answer alone, the higher wins, equal scores tie; people rank each pair in the Rank tab)."""
 from __future__ import annotations
 
 from labeler.services import reward_spec
-from labeler.services.errors import InputError
 from labeler.services.training_stages.base import Stage, training_prompts
 
 
 def judge_spec(text) -> reward_spec.RewardSpec:
-    """The `judge` setting parsed (reward_spec's grammar); InputError naming the field for one that cannot judge."""
+    """The `judge` setting parsed: reward_spec's grammar (rm, rm:NAME, human, mix, mix:NAME, vader, module:function)
+    or `people` (human's other name); InputError naming the field otherwise."""
     if str(text).strip() == "people":
         return reward_spec.RewardSpec("human")
-    spec = reward_spec.parse(text, field="judge")
-    if spec.source == "mix":
-        raise InputError(f"judge={text}: people and a reward model together are not available for online DPO yet; "
-                         "use people, rm, rm:NAME, vader, vader-with-prompt or module:function", field="judge")
-    return spec
+    return reward_spec.parse(text, field="judge")
 
 
 def check(job, trainer) -> None:
