@@ -460,3 +460,13 @@ MIGRATIONS.append(("evaluation errors and ppo step journal", [
         PRIMARY KEY (run_id, step)
     )""",
 ]))
+
+# The online DPO stage (labeler/services/runners/online_dpo.py): the CHECK constraint's text edited in place, as for
+# the TRL 1.x stages above (a rebuild of `runs` would cascade-delete its metrics).
+MIGRATIONS.append(("runs: online-dpo stage", [
+    "PRAGMA writable_schema = ON",
+    "UPDATE sqlite_master SET sql = replace(sql, '''grpo'', ''rloo'', ''kto''))', "
+    "'''grpo'', ''rloo'', ''kto'', ''online-dpo''))') "
+    "WHERE type = 'table' AND name = 'runs'",
+    "PRAGMA writable_schema = RESET",
+]))

@@ -17,7 +17,7 @@ from labeler.services.durations import budget_seconds
 from labeler.services.label_filters import filter_field
 from rlhf.hardware import bf16_is_fast
 
-ALL_STAGES = ("sft", "rm", "dpo", "ppo", "grpo", "rloo", "kto")
+ALL_STAGES = ("sft", "rm", "dpo", "ppo", "grpo", "rloo", "kto", "online-dpo")
 
 
 def _check(condition: bool, name: str, value, why: str) -> None:

@@ -306,3 +306,65 @@ def test_best_of_n_takes_a_generation_config(tiny_model_dir):
     query = tokenizer("The film", return_tensors="pt").input_ids[0]
     best = sampler.generate([query], device="cpu", max_new_tokens=2)
     assert len(best) == 1 and len(best[0]) == 1 and best[0][0].startswith("The film")
+
+
+def test_online_dpo_quick_start_with_only_the_import_changed(tiny_model_dir, tmp_path, monkeypatch):
+    """TRL's online DPO quick start (docs: online_dpo_trainer) and its judges page's PrefersShorterJudge, `from trl`
+    -> `from rlhf`. PairRMJudge (the llm-blender package, a hub model) is replaced by the docs' own custom judge, the
+    hub model and dataset by a tiny local model and prompts, and the config made small enough for a test."""
+    monkeypatch.chdir(tmp_path)
+    model_name = str(tiny_model_dir)  # stands in for "Qwen/Qwen2-0.5B-Instruct"
+    train_dataset = Dataset.from_dict({"prompt": ["The movie was", "My review:", "In short,", "I watched"] * 2})
+    # --- the script ---
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rlhf import BasePairwiseJudge, OnlineDPOConfig, OnlineDPOTrainer
+
+    class PrefersShorterJudge(BasePairwiseJudge):
+        def judge(self, prompts, completions, shuffle_order=False):
+            return [0 if len(completion[0]) > len(completion[1]) else 1 for completion in completions]
+
+    model = AutoModelForCausalLM.from_pretrained(model_name)
+    tokenizer = AutoTokenizer.from_pretrained(model_name)
+    judge = PrefersShorterJudge()
+
+    training_args = OnlineDPOConfig(output_dir="Qwen2-0.5B-OnlineDPO", logging_steps=1, max_steps=2,
+                                    max_new_tokens=8, report_to="none")
+    trainer = OnlineDPOTrainer(
+        model=model, judge=judge, args=training_args, processing_class=tokenizer, train_dataset=train_dataset
+    )
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    trainer.train()
+    # --- end ---
+    trainer.save_model()
+    assert (tmp_path / "Qwen2-0.5B-OnlineDPO" / "model.safetensors").exists()
+    assert trainer.state.global_step == 2 and "rewards/margins" in trainer.state.log_history[0]
+    assert any(not torch.equal(p, before[n]) for n, p in model.named_parameters())
+
+
+def test_online_dpo_with_a_reward_model_as_trl_0_12_wrote_it(tiny_model_dir, tiny_encoder_dir, tmp_path, monkeypatch):
+    """TRL 0.12's release note: any reward model, with its own tokenizer (reward_processing_class)."""
+    monkeypatch.chdir(tmp_path)
+    model_name, reward_model_name = str(tiny_model_dir), str(tiny_encoder_dir)
+    dataset = {"train": Dataset.from_dict({"prompt": ["The movie was", "My review:"] * 2})}
+    # --- the script ---
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+
+    from rlhf import OnlineDPOConfig, OnlineDPOTrainer
+
+    model = AutoModelForCausalLM.from_pretrained(model_name)
+    tokenizer = AutoTokenizer.from_pretrained(model_name, padding_side="left")
+    reward_model = AutoModelForSequenceClassification.from_pretrained(reward_model_name, num_labels=1)
+    reward_tokenizer = AutoTokenizer.from_pretrained(reward_model_name, truncation=True, truncation_side="left")
+    training_args = OnlineDPOConfig(output_dir="online-dpo", max_steps=1, max_new_tokens=4, report_to="none")
+    trainer = OnlineDPOTrainer(
+        model=model,
+        reward_model=reward_model,
+        args=training_args,
+        train_dataset=dataset["train"],
+        processing_class=tokenizer,
+        reward_processing_class=reward_tokenizer,
+    )
+    trainer.train()
+    # --- end ---
+    assert trainer.state.global_step == 1 and trainer.judge.tokenizer is reward_tokenizer

@@ -25,7 +25,7 @@ def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentP
 def test_every_stage_is_offered_by_the_cli_and_the_train_form():
     from labeler.ui.tabs.train import form
 
-    assert STAGE_NAMES == ["sft", "rm", "dpo", "ppo", "grpo", "rloo", "kto"]
+    assert STAGE_NAMES == ["sft", "rm", "dpo", "ppo", "grpo", "rloo", "kto", "online-dpo"]
     stage_arg = next(a for a in _subparser(build_parser(), "train")._actions if a.dest == "stage")
     assert list(stage_arg.choices) == STAGE_NAMES
     with gr.Blocks():
@@ -45,7 +45,7 @@ def test_the_settings_ground_floor_names_the_same_stages():
         {name: stage.default_model for name, stage in training_stages.STAGES.items()}
     with pytest.raises(InputError) as error:
         training_stages.get("ppo2")
-    assert error.value.field == "stage" and "sft, rm, dpo, ppo, grpo, rloo, kto" in error.value.message
+    assert error.value.field == "stage" and "sft, rm, dpo, ppo, grpo, rloo, kto, online-dpo" in error.value.message
 
 
 class RowsRead(Exception):
@@ -96,7 +96,7 @@ def test_the_preview_counts_the_rows_the_runner_reads(db, db_path, tmp_path, sta
     # export_fixtures' labels in `default` by alice and bob: ratings of response 1 (6, 7), 2 (2, 4), 3 (4) against
     # the midpoint 4: 1 and 3 well rated (sft), all 3 rated (kto); their rankings of prompt 1 give 1>2 and 1>3
     # (both), 3>2 (alice; bob tied them); carol's ranking and the imported one are left out. Prompts: 2 in 'train'.
-    expected = {"sft": 2, "rm": 3, "dpo": 3, "kto": 3, "ppo": 2, "grpo": 2, "rloo": 2}
+    expected = {"sft": 2, "rm": 3, "dpo": 3, "kto": 3, "ppo": 2, "grpo": 2, "rloo": 2, "online-dpo": 2}
     assert len(read) == expected[stage]
 
 

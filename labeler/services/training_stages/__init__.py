@@ -1,7 +1,7 @@
 """The training stages, one module each: what a stage is, in one place.
 
     base.py    Stage (the facts every stage gives) and the row helpers the stages share
-    sft.py rm.py dpo.py ppo.py grpo.py rloo.py kto.py    one STAGE each: trainer config and app defaults, form
+    sft.py rm.py dpo.py ppo.py grpo.py rloo.py kto.py online_dpo.py    one STAGE each: trainer config and app defaults, form
                fields, words for the Train tab and the model card, default charts, rows(db, project, job), runner
 
 The preview (run_preview), the worker's dispatch (runners), the settings (train_configs), the Train tab's form and
@@ -12,11 +12,11 @@ floor imports no export code, so it keeps the names itself; tests/services/test_
 from __future__ import annotations
 
 from labeler.services.errors import InputError
-from labeler.services.training_stages import dpo, grpo, kto, ppo, rloo, rm, sft
+from labeler.services.training_stages import dpo, grpo, kto, online_dpo, ppo, rloo, rm, sft
 from labeler.services.training_stages.base import Stage
 
 STAGES: dict[str, Stage] = {s.name: s for s in (sft.STAGE, rm.STAGE, dpo.STAGE, ppo.STAGE, grpo.STAGE, rloo.STAGE,
-                                                 kto.STAGE)}
+                                                 kto.STAGE, online_dpo.STAGE)}
 NAMES = tuple(STAGES)
 
 

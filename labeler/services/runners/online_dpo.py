@@ -1,0 +1,233 @@
+"""Online DPO in the app (rlhf.online_dpo.OnlineDPOTrainer): each step the policy answers a batch of the project's
+training prompts twice, the run's judge picks the better answer of each pair, and DPO's loss trains on the pairs.
+
+The judge is the trainer setting `judge`, in reward_spec's grammar: `rm` (the newest registered reward model),
+`rm:NAME`, `vader`, `vader-with-prompt` or `module:function` (a function (prompts, answers) -> one float per
+answer), `people` (each pair to the Rank tab as a blind ranking of two, PeopleJudge) or `mix` (people rank the pairs
+the online reward model is least sure of, the model judges the rest and learns from people, MixJudge). A scorer
+scores each answer alone and the higher score wins; equal scores tie and the pair is left out. A function that raises
+or returns the wrong number of scores stops the run with a JudgeError naming the function and the step.
+
+Loads torch when imported (it subclasses the library's config): the stage registry names it as a string and
+Stage.run imports it, so the app's import stays light (tests/test_light_imports.py, HEAVY_SERVICES).
+"""
+from __future__ import annotations
+
+import dataclasses
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from labeler.services import accounts, models
+from labeler.services.errors import InputError
+from labeler.services.human_reward import HumanRewardQueue
+from labeler.services.projects import get_project
+from labeler.services.runners.common import (active_mix, peft_config, stage_rows, train_with_trainer, trainer_args,
+                                             trainer_callbacks)
+from labeler.services.stages import RunResult, StageContext, data_snapshot
+from labeler.services.training_stages.online_dpo import judge_spec
+from rlhf.judges import BasePairwiseJudge, ScoreJudge
+from rlhf.loading import load_tokenizer
+from rlhf.online_dpo import OnlineDPOConfig, OnlineDPOTrainer
+from rlhf.rewards import FunctionReward
+
+
+@dataclass
+class StudioOnlineDPOConfig(OnlineDPOConfig):
+    """OnlineDPOConfig with defaults for a CPU run in the app (the fields and their meaning are TRL's)."""
+
+    judge: str | None = field(default="rm", metadata={
+        "help": "Who picks the better answer: people (each pair to the Rank tab; the run waits as reward=human runs "
+                "do), mix (people the pairs the online reward model is least sure of, the model the rest), rm (the newest reward model), rm:NAME, vader, vader-with-prompt or module:function (a function "
+                "(prompts, answers) -> one score per answer; the higher score wins)."})
+    learning_rate: float = field(default=5e-6, metadata={
+        "help": "AdamW learning rate (TRL's 5e-7 suits long GPU runs; a 40-step CPU run needs more)."})
+    per_device_train_batch_size: int = field(default=8, metadata={"help": "Prompts per step (two answers each)."})
+    max_new_tokens: int = field(default=16, metadata={"help": "Tokens per answer (the job's max_new_tokens wins when set)."})
+    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature."})
+
+    @staticmethod
+    def job_settings(job, explicit: dict[str, Any]) -> dict[str, Any]:
+        """The job's answer length as max_new_tokens, unless the trainer settings `explicit` set it."""
+        return {"max_new_tokens": job.max_new_tokens, **explicit}
+
+
+class AppJudge(ScoreJudge):
+    """A reward source of the app (queries, responses) -> scores as a scoring judge: conversational prompts reach it as
+    their text, answers as text."""
+
+    def __init__(self, source, name: str):
+        self.source, self.name = source, name
+
+    def scores(self, prompts: list, completions: list) -> list[float]:
+        def text(value):
+            return value[-1]["content"] if isinstance(value, list) else value
+
+        return list(self.source([text(p) for p in prompts], [text(c) for c in completions]))
+
+
+def pair_verdicts(rewards: list[float | None]) -> list[int]:
+    """Pairwise verdicts from the queue's rewards of consecutive pairs (centred ranks: +1 the better, -1 the worse,
+    0 each on a tie): 0 where the first is ranked higher, 1 where the second is, -1 on a tie or where nobody ranked
+    the pair in time (left out of the loss)."""
+    out = []
+    for first, second in zip(rewards[0::2], rewards[1::2]):
+        out.append(-1 if first is None or second is None or first == second else 0 if first > second else 1)
+    return out
+
+
+class PeopleJudge(BasePairwiseJudge):
+    """People as the judge: each pair becomes a ranking item of two answers in the Rank tab, queued ahead of
+    ordinary items (the tab shows the answers in an order shuffled per person and never the model; `=` ranks them
+    as a tie), and the run waits for the rankings as reward=human runs do (human_timeout, timeout_policy skip or
+    wait; stopping the run stops the wait). Every ranking is a label in the database, kept whatever the run does."""
+
+    name = "people"
+
+    def __init__(self, queue: HumanRewardQueue, timeout: float):
+        self.queue, self.timeout = queue, timeout
+        self.judged = 0  # pairs people ranked in time (ties too), for the run's log
+
+    def judge(self, prompts: list[str], completions: list[list[str]], shuffle_order: bool = True) -> list[int]:
+        # Two identical answers are a tie without asking anyone (and a ranking needs two different answers).
+        asked = [i for i, (a, b) in enumerate(completions) if a != b]
+        verdicts = [-1] * len(prompts)
+        if asked:
+            queries = [prompts[i] for i in asked for _ in range(2)]
+            answers = [answer for i in asked for answer in completions[i]]
+            rewards = self.queue.request_and_wait(queries, answers, self.timeout)
+            for i, verdict in zip(asked, pair_verdicts(rewards)):
+                verdicts[i] = verdict
+            self.judged += sum(1 for reward in rewards[0::2] if reward is not None)  # ranked in time, ties too
+        return verdicts
+
+
+class MixJudge(BasePairwiseJudge):
+    """People and the online reward model together (judge=mix): each batch's pairs go through reward=mix's
+    ActiveMixReward (labeler/services/online_reward.py) as groups of two: people rank the `human_share` of pairs the
+    model's ensemble is least sure of (one in four of those picked at random), the model judges the rest by its
+    expected ranks (no opinion, a tie, until it has learnt from people), and it learns from every ranking during
+    the run. Its statistics (reward/from_human and reward/from_rm in answers, rm_online/agreement with people on
+    the pairs both saw) are logged each step."""
+
+    name = "mix"
+
+    def __init__(self, mix):
+        self.mix = mix
+        self.last_stats: dict[str, float] = {}
+
+    def judge(self, prompts: list[str], completions: list[list[str]], shuffle_order: bool = True) -> list[int]:
+        asked = [i for i, (a, b) in enumerate(completions) if a != b]  # identical answers: a tie, nobody asked
+        verdicts = [-1] * len(prompts)
+        if asked:
+            rewards = self.mix([prompts[i] for i in asked for _ in range(2)],
+                               [answer for i in asked for answer in completions[i]])
+            for i, verdict in zip(asked, pair_verdicts(rewards)):
+                verdicts[i] = verdict
+        self.last_stats = dict(self.mix.last_stats)
+        return verdicts
+
+
+def _pairs_queue(ctx: StageContext) -> HumanRewardQueue:
+    """The run's queue of pairs for the Rank tab: a ranking item of two answers per pair."""
+    policy = "skip" if ctx.job.timeout_policy == "rm" else ctx.job.timeout_policy  # no reward model to fall back on
+    return HumanRewardQueue(ctx.db_path, ctx.project, ctx.run_id, policy=policy,
+                            model_name=f"online-dpo-run{ctx.run_id}", should_stop=ctx.should_stop,
+                            label_kind="ranking", group_size=2)
+
+
+def _require_annotators(db, spec_text: str) -> None:
+    if not any(user.active and user.role == "annotator" for user in accounts.list_users(db)):
+        raise InputError(f"judge={spec_text}: there are no annotator accounts to rank the pairs; add one with "
+                         "`rlhf-studio users add NAME` (or the Admin tab) first", field="judge")
+
+
+def people_judge(ctx: StageContext, db) -> PeopleJudge:
+    """The people judge of a run; InputError when the project has nobody to ask."""
+    _require_annotators(db, "people")
+    return PeopleJudge(_pairs_queue(ctx), ctx.job.human_timeout)
+
+
+def mix_judge(ctx: StageContext, db, warm_start: str = "") -> MixJudge:
+    """The mixed judge of a run: reward=mix's active mix, its online reward model warm-started from `warm_start`
+    (mix:NAME), else as PPO's is (the job's reward_model, else the newest registered one, else the encoder alone)."""
+    _require_annotators(db, "mix")
+    if warm_start:
+        ctx = dataclasses.replace(ctx, job=dataclasses.replace(ctx.job, reward_model=warm_start))
+    return MixJudge(active_mix(ctx, db, _pairs_queue(ctx)))
+
+
+def app_judge(spec_text: str, db, ctx: StageContext | None = None):
+    """The judge a run's `judge` setting names (reward_spec's grammar, or people)."""
+    spec = judge_spec(spec_text)
+    if spec.source in ("human", "mix"):
+        if ctx is None:
+            raise InputError(f"judge={spec_text} needs the run (its queue)", field="judge")
+        return people_judge(ctx, db) if spec.source == "human" else mix_judge(ctx, db, spec.model)
+    if spec.source == "function":
+        function = FunctionReward.from_spec(spec.function)
+        # The user's function itself, so the run's error names it (FunctionReward would wrap its failures).
+        return AppJudge(function.function, spec.function)
+    from rlhf.reward import RewardScorer
+
+    name = spec.model or models.newest(db, "reward")
+    return AppJudge(RewardScorer(models.resolve(db, name)).score, f"rm:{name}")
+
+
+def _args(ctx: StageContext):
+    """The trainer config with the job's answer length (explicit trainer settings win)."""
+    settings = StudioOnlineDPOConfig.job_settings(ctx.job, dict(ctx.trainer_settings))
+    return trainer_args(dataclasses.replace(ctx, trainer_settings=settings), StudioOnlineDPOConfig)
+
+
+def _rows(ctx: StageContext, db, tokenizer) -> tuple[list[dict], list[dict]]:
+    """(the frozen rows, the trainer's rows): the training prompts as prompt-only rows, shuffled by the job's seed (a
+    resumed run keeps its list); the trainer's conversational when the project sends prompts through the chat
+    template, plain text otherwise."""
+    rows = stage_rows(ctx, db, "online-dpo")
+    random.Random(ctx.job.seed).shuffle(rows)
+    rows = ctx.frozen_rows("prompts", rows)
+    if not rows:
+        raise InputError("the project has no prompts: import some first", field="data")
+    chat = get_project(db, ctx.project).chat_template is not False and getattr(tokenizer, "chat_template", None) is not None
+    return rows, [{"prompt": [{"role": "user", "content": r["prompt"]}] if chat else r["prompt"]} for r in rows]
+
+
+def run_online_dpo(ctx: StageContext) -> RunResult:
+    from datasets import Dataset
+
+    from rlhf.peft_utils import is_peft_model, merged_model
+
+    # 1. the model, the prompts and the settings
+    db = ctx.open_db()
+    base = ctx.job.base_model("online-dpo")
+    path = models.resolve(db, base)
+    tokenizer = load_tokenizer(path, padding_side="left")
+    frozen, rows = _rows(ctx, db, tokenizer)
+    args = _args(ctx)
+    # 2. the judge
+    judge = app_judge(args.judge, db, ctx)
+    # 3. train (resuming from the newest checkpoint)
+    trainer = OnlineDPOTrainer(path, judge=judge, args=args, train_dataset=Dataset.from_list(rows),
+                               processing_class=tokenizer, peft_config=peft_config(ctx, "CAUSAL_LM"),
+                               callbacks=trainer_callbacks(ctx))
+    try:
+        train_with_trainer(ctx, trainer)
+    finally:
+        if isinstance(judge, PeopleJudge):
+            print(f"people ranked {judge.judged} pairs", flush=True)
+        if isinstance(judge, MixJudge):
+            judge.mix.model.close()
+    # 4. save a full model any from_pretrained loads (a LoRA adapter merged into its base)
+    trainer.accelerator.wait_for_everyone()
+    if trainer.accelerator.is_main_process:
+        policy = trainer.accelerator.unwrap_model(trainer.model)
+        if is_peft_model(policy):
+            policy = merged_model(policy)
+        policy.save_pretrained(ctx.final_dir, safe_serialization=True)
+        tokenizer.save_pretrained(ctx.final_dir)
+    return RunResult(str(ctx.final_dir), "policy", base, {}, data_snapshot("prompts", frozen))
+
+
+__all__ = ["AppJudge", "MixJudge", "PeopleJudge", "mix_judge", "StudioOnlineDPOConfig", "app_judge", "pair_verdicts", "people_judge",
+           "run_online_dpo"]

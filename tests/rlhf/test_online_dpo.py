@@ -1,0 +1,180 @@
+"""OnlineDPOTrainer on a tiny random model: it samples pairs, a judge picks, the policy moves and the reference does not;
+TRL's config fields and errors; a judge that breaks its contract stops the run naming it and the step."""
+import dataclasses
+
+import pytest
+import torch
+from datasets import Dataset
+
+
+def params(model):
+    return {name: p.detach().clone() for name, p in model.named_parameters()}
+
+
+def changed(before, model):
+    return [name for name, p in model.named_parameters() if not torch.equal(before[name], p.detach())]
+
+
+def prefers_short(prompts, completions, **kwargs):
+    return [-len(c) for c in completions]
+
+
+def small_args(tmp_path, **changes):
+    from rlhf import OnlineDPOConfig
+
+    settings = dict(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, max_new_tokens=6, max_steps=2,
+                    logging_steps=1, learning_rate=1e-2, report_to="none", save_strategy="no", bf16=False,
+                    temperature=1.0)
+    return OnlineDPOConfig(**{**settings, **changes})
+
+
+PROMPTS = Dataset.from_dict({"prompt": [f"Review {i}:" for i in range(8)]})
+
+
+def test_config_defaults_help_and_errors():
+    from rlhf import OnlineDPOConfig
+
+    config = OnlineDPOConfig(output_dir="unused", report_to="none")
+    assert (config.beta, config.loss_type, config.max_new_tokens, config.learning_rate, config.disable_dropout,
+            config.missing_eos_penalty) == (0.1, "sigmoid", 64, 5e-7, True, None)
+    assert [f.name for f in dataclasses.fields(OnlineDPOConfig) if not f.metadata.get("help")] == []
+    assert OnlineDPOConfig(output_dir="unused", beta=[0.2]).beta == 0.2  # a one-item list is its number (TRL)
+    assert OnlineDPOConfig(output_dir="unused", beta=[0.2, 0.1]).beta == [0.2, 0.1]
+    with pytest.raises(ValueError, match=r"beta=\[0.2, -1\]: every value must be positive"):
+        OnlineDPOConfig(output_dir="unused", beta=[0.2, -1])
+    with pytest.raises(ValueError, match="loss_type='hinge'"):
+        OnlineDPOConfig(output_dir="unused", loss_type="hinge")
+    with pytest.raises(ValueError, match=r"^use_vllm=True: not supported here"):
+        OnlineDPOConfig(output_dir="unused", use_vllm=True)
+    with pytest.raises(ValueError, match="max_length=8: must exceed max_new_tokens=8"):
+        OnlineDPOConfig(output_dir="unused", max_new_tokens=8, max_length=8)
+
+
+def test_trains_with_a_function_judge_against_a_frozen_reference(tiny_model_dir, tmp_path):
+    from rlhf import OnlineDPOTrainer
+
+    seen = []
+
+    def judged(prompts, completions, **kwargs):
+        seen.append((list(prompts), list(completions)))
+        return prefers_short(prompts, completions)
+
+    trainer = OnlineDPOTrainer(str(tiny_model_dir), judge=judged, args=small_args(tmp_path), train_dataset=PROMPTS)
+    policy, reference = params(trainer.model), params(trainer.ref_model)
+    trainer.train()
+    assert len(changed(policy, trainer.model)) == len(policy)
+    assert changed(reference, trainer.ref_model) == []
+    # each step: 4 prompts, each twice (its two answers), scored alone
+    assert len(seen) == 2 and all(len(p) == 8 and p[:4] == p[4:] for p, _ in seen)
+    logged = trainer.state.log_history[0]
+    for name in ("loss", "objective/kl", "objective/entropy", "objective/non_score_reward", "objective/scores",
+                 "objective/scores_margin", "objective/rlhf_reward", "rewards/chosen", "rewards/rejected",
+                 "rewards/accuracies", "rewards/margins", "logps/chosen", "logps/rejected", "val/contain_eos_token",
+                 "beta", "judge/ties"):
+        assert name in logged, name
+    # the chosen answer is the shorter one: its judge score (-length) is higher, so the margin is >= 0
+    assert logged["objective/scores_margin"] >= 0 and logged["beta"] == pytest.approx(0.1)
+
+
+def test_pairwise_judge_ipo_and_a_beta_per_epoch(tiny_model_dir, tmp_path):
+    from rlhf import BasePairwiseJudge, OnlineDPOTrainer
+
+    class PrefersShorterJudge(BasePairwiseJudge):
+        def __init__(self):
+            self.calls = 0
+
+        def judge(self, prompts, completions, shuffle_order=True):
+            self.calls += 1
+            self.last_stats = {"judge/calls": self.calls}  # a judge's own statistics are logged too
+            return [0 if len(a) <= len(b) else 1 for a, b in completions]
+
+    judge = PrefersShorterJudge()
+    rows = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"Say something about film {i}."}] for i in range(4)]})
+    args = small_args(tmp_path, loss_type="ipo", beta=[0.3, 0.05], max_steps=-1, num_train_epochs=2)
+    trainer = OnlineDPOTrainer(str(tiny_model_dir), judge=judge, args=args, train_dataset=rows)
+    policy = params(trainer.model)
+    trainer.train()
+    assert judge.calls == 2 and changed(policy, trainer.model)
+    betas = [log["beta"] for log in trainer.state.log_history if "beta" in log]
+    assert betas == pytest.approx([0.3, 0.05])  # epoch 0's beta, then epoch 1's
+    assert "objective/scores" not in trainer.state.log_history[0]  # a verdict-only judge gives no scores
+    assert [log["judge/calls"] for log in trainer.state.log_history if "judge/calls" in log] == [1, 2]
+
+
+def test_reward_model_judges_and_missing_eos_penalty(tiny_model_dir, tiny_encoder_dir, tmp_path):
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from rlhf import OnlineDPOTrainer, RewardModelJudge
+
+    reward_model = AutoModelForSequenceClassification.from_pretrained(tiny_encoder_dir, num_labels=1)
+    reward_tokenizer = AutoTokenizer.from_pretrained(tiny_encoder_dir)
+    # max_new_tokens 2: no answer of a random model ends in time, so every score carries the penalty
+    trainer = OnlineDPOTrainer(str(tiny_model_dir), reward_model=reward_model, args=small_args(
+        tmp_path, max_steps=1, max_new_tokens=2, missing_eos_penalty=100.0), train_dataset=PROMPTS,
+        reward_processing_class=reward_tokenizer)
+    assert isinstance(trainer.judge, RewardModelJudge)
+    trainer.train()
+    logged = trainer.state.log_history[0]
+    assert logged["val/contain_eos_token"] == 0 and logged["objective/scores"] < -50
+    with pytest.raises(ValueError, match="missing_eos_penalty=1.0: needs a reward model or a scoring judge"):
+        OnlineDPOTrainer(str(tiny_model_dir), judge=RankOnly(), args=small_args(tmp_path, missing_eos_penalty=1.0),
+                         train_dataset=PROMPTS)
+    with pytest.raises(ValueError, match="needs a judge"):
+        OnlineDPOTrainer(str(tiny_model_dir), args=small_args(tmp_path), train_dataset=PROMPTS)
+
+
+def RankOnly():
+    from rlhf import BasePairwiseJudge
+
+    class Verdicts(BasePairwiseJudge):
+        def judge(self, prompts, completions, shuffle_order=True):
+            return [0] * len(prompts)
+
+    return Verdicts()
+
+
+def test_judge_by_name_in_the_config(tiny_model_dir, tmp_path):
+    from rlhf import OnlineDPOTrainer
+    from rlhf.judges import FunctionJudge
+
+    trainer = OnlineDPOTrainer(str(tiny_model_dir), args=small_args(tmp_path, judge=f"{__name__}:prefers_short"),
+                               train_dataset=PROMPTS)
+    assert isinstance(trainer.judge, FunctionJudge) and trainer.judge.name == "prefers_short"
+
+
+@pytest.mark.parametrize("function, message", [
+    ("wrong_length", r"judge 'wrong_length' returned 3 scores for 8 completions \(at step 1\)"),
+    ("raises", r"judge 'raises' failed: KeyError: 'sentiment' \(at step 1\)"),
+])
+def test_a_judge_that_breaks_stops_the_run_naming_it_and_the_step(tiny_model_dir, tmp_path, function, message):
+    from rlhf import OnlineDPOTrainer
+    from rlhf.judges import JudgeError
+
+    def wrong_length(prompts, completions, **kwargs):
+        return [0.0, 1.0, 2.0]
+
+    def raises(prompts, completions, **kwargs):
+        raise KeyError("sentiment")
+
+    judge = {"wrong_length": wrong_length, "raises": raises}[function]
+    trainer = OnlineDPOTrainer(str(tiny_model_dir), judge=judge, args=small_args(tmp_path), train_dataset=PROMPTS)
+    with pytest.raises(JudgeError, match=message):
+        trainer.train()
+
+
+def test_lora_uses_the_adapter_free_policy_as_reference(tiny_model_dir, tmp_path):
+    from peft import LoraConfig
+
+    from rlhf import OnlineDPOTrainer
+
+    trainer = OnlineDPOTrainer(str(tiny_model_dir), judge=prefers_short, args=small_args(tmp_path, max_steps=1),
+                               train_dataset=PROMPTS,
+                               peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    assert trainer.ref_model is None
+    trainable = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+    frozen = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if not p.requires_grad}
+    assert any("lora_B" in n for n in trainable)
+    trainer.train()
+    now = dict(trainer.model.named_parameters())
+    assert all(not torch.equal(trainable[n], now[n].detach()) for n in trainable if "lora_B" in n)
+    assert all(torch.equal(frozen[n], now[n].detach()) for n in frozen)

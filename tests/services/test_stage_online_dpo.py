@@ -1,0 +1,182 @@
+"""The online-dpo stage in the app: run in-process through the worker's entry point on a tiny model with a function
+judge, the model registered with its lineage; the judge setting checked when a run is queued; a judge function that
+breaks stops the run naming the function and the step."""
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from labeling_helpers import add_ranked_pairs
+
+from labeler.services import accounts, jobs, labeling, models, run_metrics, runs, train_configs
+from labeler.services.errors import InputError
+from labeler.worker import run_worker
+
+SMALL = {"max_new_tokens": 4, "per_device_train_batch_size": 2, "eval_samples": 0, "learning_rate": 1e-3}
+
+
+def _seed(db, n_prompts=4):
+    accounts.create_user(db, "ann", "a-long-password")
+    accounts.create_user(db, "boss", "a-long-password", role="admin")
+    add_ranked_pairs(db, n_prompts, rate=True)
+
+
+def _run(db, settings, tmp_path):
+    run = jobs.create_run(db, "online-dpo", settings, runs_dir=tmp_path / "runs", start=False, username="boss")
+    db.execute("UPDATE runs SET status = 'running' WHERE id = ?", [run.id])
+    status = run_worker(runs.db_file(db), run.id)
+    return status, runs.get_run(db, run.id)
+
+
+@pytest.fixture
+def team_judges(tmp_path, monkeypatch):
+    """A module of judge functions (prompts, answers) -> scores, importable as team_judges."""
+    (tmp_path / "team_judges.py").write_text(
+        "def shorter(prompts, answers):\n    return [-len(a) for a in answers]\n\n"
+        "def one_score(prompts, answers):\n    return [1.0]\n\n"
+        "def needs_network(prompts, answers):\n    raise ConnectionError('judge server unreachable')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+
+def test_online_dpo_trains_with_a_function_judge_checkpoints_and_registers(db, tmp_path, tiny_model_dir, team_judges):
+    _seed(db)
+    status, run = _run(db, {"model": str(tiny_model_dir), "steps": 2, "checkpoint_every": 2,
+                            "judge": "team_judges:shorter", **SMALL}, tmp_path)
+    assert status == "succeeded", (run.error, run_metrics.log_tail(run))
+    assert (run.step, run.total_steps) == (2, 2)
+    model = models.get_model(db, f"online-dpo-run{run.id}")
+    assert (model["kind"], model["base_model"]) == ("policy", str(tiny_model_dir))
+    assert model["data_snapshot"].startswith("prompts:")
+    names = set(run_metrics.metric_names(db, run.id))
+    assert {"loss", "rewards/margins", "objective/kl", "objective/scores", "judge/ties", "beta"} <= names
+    assert (Path(run.output_dir) / "checkpoints" / "checkpoint-2").exists()
+    assert (Path(run.output_dir) / "model" / "model.safetensors").exists()
+
+
+def test_a_judge_function_that_breaks_stops_the_run_naming_it_and_the_step(db, tmp_path, tiny_model_dir, team_judges):
+    _seed(db)
+    base = {"model": str(tiny_model_dir), "steps": 2, "checkpoint_every": 0, **SMALL}
+    status, run = _run(db, {**base, "judge": "team_judges:one_score"}, tmp_path)
+    assert status == "failed"
+    # 2 prompts x 2 answers scored in one call
+    assert "judge 'team_judges:one_score' returned 1 scores for 4 completions (at step 1)" in run.error
+    status, run = _run(db, {**base, "judge": "team_judges:needs_network"}, tmp_path)
+    assert status == "failed"
+    assert ("judge 'team_judges:needs_network' failed: ConnectionError: judge server unreachable (at step 1)"
+            in run.error)
+
+
+def test_the_judge_setting_is_checked_when_a_run_is_queued(db):
+    from labeler.services.runners.online_dpo import StudioOnlineDPOConfig, app_judge
+
+    assert train_configs.resolve_run_config("online-dpo", {"judge": "vader"})["trainer"] == {"judge": "vader"}
+    for judge in ("people", "mix", "mix:rm-a", "rm:rm-a"):
+        assert train_configs.resolve_run_config("online-dpo", {"judge": judge})["trainer"] == {"judge": judge}
+    with pytest.raises(InputError, match="unknown reward 'sentiment'") as error:
+        train_configs.resolve_run_config("online-dpo", {"judge": "sentiment"})
+    assert error.value.field == "judge"
+    with pytest.raises(InputError, match="no reward model registered"):
+        app_judge("rm", db)
+    assert app_judge("vader", db).name == "vader"
+    config = StudioOnlineDPOConfig(output_dir="unused", report_to="none")
+    assert (config.judge, config.learning_rate, config.per_device_train_batch_size, config.max_new_tokens) == \
+        ("rm", 5e-6, 8, 16)
+    job = train_configs.JobConfig(max_new_tokens=8)
+    assert StudioOnlineDPOConfig.job_settings(job, {}) == {"max_new_tokens": 8}
+    assert StudioOnlineDPOConfig.job_settings(job, {"max_new_tokens": 4}) == {"max_new_tokens": 4}  # explicit wins
+
+
+def test_the_web_form_may_not_choose_the_judge(db):
+    """A judge may name code to import (module:function): only the command line sets it."""
+    _seed(db)
+    with pytest.raises(InputError, match="only be set from the command line") as error:
+        jobs.create_run(db, "online-dpo", {"judge": "os:system"}, start=False, from_web=True, username="boss")
+    assert error.value.field == "judge" and db["runs"].count == 0
+
+
+# ---- people as the judge ---------------------------------------------------------------------------------------
+def test_pair_verdicts_from_centred_ranks():
+    from labeler.services.runners.online_dpo import pair_verdicts
+
+    # pairs: (+1, -1) first better; (-1, +1) second better; (0, 0) a tie; (None, None) nobody ranked it in time
+    assert pair_verdicts([1.0, -1.0, -1.0, 1.0, 0.0, 0.0, None, None]) == [0, 1, -1, -1]
+
+
+def _annotator(db_path, stop: threading.Event, ranked: list):
+    """Ranks every item the Rank tab offers `ann`: the shorter answer first, equal lengths tied."""
+    from storage import open_db
+
+    db = open_db(db_path)
+    while not stop.is_set():
+        item = labeling.next_item(db, "default", "ann", "ranking")
+        if item is None or item.run_id is None:
+            time.sleep(0.05)
+            continue
+        (a, b) = item.responses
+        if len(a["text"]) == len(b["text"]):
+            order = [[a["id"], b["id"]]]
+        else:
+            short, long = sorted((a, b), key=lambda r: len(r["text"]))
+            order = [[short["id"]], [long["id"]]]
+        labeling.submit_ranking(db, "default", "ann", item.item_id, order)
+        ranked.append(item.item_id)
+    db.conn.close()
+
+
+def test_people_judge_each_pair_in_the_rank_tab_and_the_run_learns_from_them(db, db_path, tmp_path, tiny_model_dir,
+                                                                              capsys):
+    _seed(db)
+    stop, ranked = threading.Event(), []
+    thread = threading.Thread(target=_annotator, args=(db_path, stop, ranked))
+    thread.start()
+    try:
+        status, run = _run(db, {"model": str(tiny_model_dir), "steps": 2, "checkpoint_every": 0, "judge": "people",
+                                "human_timeout": 60, **SMALL}, tmp_path)
+    finally:
+        stop.set()
+        thread.join()
+    assert status == "succeeded", (run.error, run_metrics.log_tail(run))
+    # 2 steps x 2 prompts: each pair (unless its two answers were the same text) one ranking item of 2 answers
+    items = db.execute("SELECT id, kind FROM items WHERE run_id = ?", [run.id]).fetchall()
+    assert 1 <= len(items) <= 4 and {kind for _, kind in items} == {"ranking"}
+    assert sorted(ranked) == sorted(item_id for item_id, _ in items)  # every one ranked, none left waiting
+    assert labeling.waiting_for_run(db, run.id) == 0
+    assert {"rewards/margins", "judge/ties"} <= set(run_metrics.metric_names(db, run.id))
+    # the annotator's verdicts all count (no timeouts): the log says how many pairs people judged
+    assert f"people ranked {len(items)} pairs" in capsys.readouterr().out
+
+
+def test_people_as_the_judge_need_annotators(db, tmp_path, tiny_model_dir):
+    from labeling_helpers import add_prompt
+
+    accounts.create_user(db, "boss", "a-long-password", role="admin")
+    for text in ("A film about cats.", "A film about dogs."):
+        add_prompt(db, text, 0)
+    status, run = _run(db, {"model": str(tiny_model_dir), "steps": 1, "checkpoint_every": 0, "judge": "people",
+                            **SMALL}, tmp_path)
+    assert status == "failed"
+    assert "judge=people: there are no annotator accounts to rank the pairs; add one with `rlhf-studio users add" in run.error
+    status, run = _run(db, {"model": str(tiny_model_dir), "steps": 1, "checkpoint_every": 0, "judge": "mix",
+                            **SMALL}, tmp_path)
+    assert status == "failed" and "judge=mix: there are no annotator accounts" in run.error
+
+
+def test_mix_people_rank_the_pairs_the_reward_model_is_least_sure_of(db, db_path, tmp_path, tiny_model_dir):
+    _seed(db)
+    stop, ranked = threading.Event(), []
+    thread = threading.Thread(target=_annotator, args=(db_path, stop, ranked))
+    thread.start()
+    try:
+        status, run = _run(db, {"model": str(tiny_model_dir), "steps": 2, "checkpoint_every": 0, "judge": "mix",
+                                "human_share": 0.5, "human_timeout": 60, **SMALL}, tmp_path)
+    finally:
+        stop.set()
+        thread.join()
+    assert status == "succeeded", (run.error, run_metrics.log_tail(run))
+    # half of each step's 2 pairs to people: one ranking item of two per step (none if its answers were the same)
+    items = db.execute("SELECT id FROM items WHERE run_id = ?", [run.id]).fetchall()
+    assert 1 <= len(items) <= 2 and sorted(ranked) == sorted(i for (i,) in items)
+    names = set(run_metrics.metric_names(db, run.id))
+    assert {"reward/from_human", "reward/from_rm", "human/answers_judged", "judge/ties"} <= names
