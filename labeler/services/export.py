@@ -162,7 +162,8 @@ def _time_filter(column: str, options: ExportOptions) -> tuple[str, list]:
 
 
 def _heldout_filter(options: ExportOptions) -> str:
-    return " AND p.split != 'test'" if options.training else ""
+    # Held-out prompts are for evaluation, retired ones (prompts.RETIRED_SPLIT) out of use: neither is trained on.
+    return " AND p.split NOT IN ('test', 'retired')" if options.training else ""
 
 
 def _annotator_filter(options: ExportOptions) -> tuple[str, list]:

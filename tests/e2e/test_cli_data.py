@@ -168,3 +168,19 @@ def test_a_teams_own_project_from_the_command_line(capsys, tmp_path):
     assert code == 2 and "no reward model named 'nope'" in err
     code, out, _ = run(capsys, "projects", "set", "support", "--measure", "vader", "--answer-tokens", "96", "--db", db)
     assert code == 0 and "answers of 96 tokens, measure vader" in out
+
+
+def test_prompts_edit_retire_and_restore(capsys, tmp_path):
+    db = str(tmp_path / "s.db")
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("Waht is RLHF?\ntwo\n", encoding="utf-8")
+    assert run(capsys, "prompts", "import", str(prompts), "--db", db, "--create-db")[0] == 0
+    assert run(capsys, "prompts", "edit", "1", "What is RLHF?", "--db", db)[:2] == (
+        0, "prompt 1 of project 'default' now reads: What is RLHF?\n")
+    assert run(capsys, "prompts", "retire", "1", "--db", db)[:2] == (
+        0, "1 prompts retired in project 'default' (their answers and labels are kept)\n")
+    assert tuple(open_db(db).execute("SELECT split, retired_from FROM prompts WHERE id = 1").fetchone()) == (
+        "retired", "train")
+    assert run(capsys, "prompts", "restore", "1", "--db", db)[:2] == (0, "1 prompts restored in project 'default'\n")
+    code, _, err = run(capsys, "prompts", "retire", "9", "--db", db)
+    assert (code, err) == (2, "rlhf-studio prompts: error: field 'prompt': no prompt 9 in this project\n")
