@@ -13,12 +13,12 @@ from dataclasses import dataclass
 import gradio as gr
 
 from labeler.services import accounts, projects
-from labeler.services.errors import InputError
+from labeler.services.errors import InputError, PermissionDenied
 from labeler.services.projects import project_counts
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
-from labeler.ui.roles import requires
-from labeler.ui.session import LOGOUT_JS, login_throttle, quiet_on_load
+from labeler.ui.roles import check_role, requires
+from labeler.ui.session import LOGOUT_JS, login_throttle
 from labeler.ui.soft_errors import ui_errors  # a wrong entry: one log line, not a traceback
 
 FIRST_STEPS_REFRESH_S = 5.0  # seconds between the first-steps panel's re-reads while it is shown
@@ -135,10 +135,13 @@ def first_steps_tick(ctx: UIContext, request: gr.Request) -> tuple:
     return shown, gr.Timer(active=bool(shown.get("visible")))
 
 
-@ui_errors
-@requires("user")
 def project_picker(ctx: UIContext, request: gr.Request) -> dict:
-    """The page load: every project, this person's own selected."""
+    """The page load: every project, this person's own selected (nothing for a refused caller: a page load of
+    someone who must first replace a one-time password shows no toast)."""
+    try:
+        check_role(ctx, request, "user")
+    except PermissionDenied:
+        return gr.skip()
     with ctx.connection() as db:
         names = [project.name for project in projects.list_projects(db)]
     return gr.update(choices=names, value=ctx.project)
@@ -188,7 +191,7 @@ def wire_page_load(ctx: UIContext, title: TitleRow, password: PasswordPanel, mai
         raise TypeError("wire_page_load needs the Blocks being built: a UIContext with app=")
     ctx.app.load(bind(whoami, ctx, len(admin_tabs)), None, [title.whoami, password.panel, main, *admin_tabs],
                  api_name="whoami")
-    ctx.app.load(quiet_on_load(bind(project_picker, ctx), 1), None, [title.project], api_name="project_picker", show_progress="hidden")
+    ctx.app.load(bind(project_picker, ctx), None, [title.project], api_name="project_picker", show_progress="hidden")
     # .input, not .change: the page load's own filling of the picker must not switch anything.
     title.project.input(bind(switch_project, ctx), [title.project], None, api_name="switch_project").success(
         None, [title.project], None, js=RELOAD_JS)

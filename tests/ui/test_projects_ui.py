@@ -71,3 +71,10 @@ def test_the_new_events_are_wired(app):
     for name in ("admin_create_project", "data_retire_prompt", "data_restore_prompt", "data_save_prompt",
                  "data_pick_prompt", "project_picker"):
         assert name in by_name, name
+
+
+def test_page_loads_leave_the_pickers_of_a_refused_caller_alone(app_db, ctx):
+    assert header.project_picker(ctx, request=as_user(None)) == gr.skip()
+    assert project_settings.new_project_choices(ctx, request=as_user(ANNOTATOR)) == gr.skip()
+    assert ("people's blind comparisons", "people") in project_settings.new_project_choices(
+        ctx, request=as_user(ADMIN))["choices"]

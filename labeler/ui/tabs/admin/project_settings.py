@@ -8,13 +8,12 @@ from dataclasses import dataclass
 import gradio as gr
 
 from labeler.services import measures, projects
-from labeler.services.errors import InputError
+from labeler.services.errors import InputError, PermissionDenied
 from labeler.services.projects import (DEFAULT_ANSWER_TOKENS, DEFAULT_HELDOUT_SHARE, MAX_ANSWER_TOKENS, PROMPT_FORMATS,
                                        SELECTIONS)
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
-from labeler.ui.roles import requires
-from labeler.ui.session import quiet_on_load
+from labeler.ui.roles import check_role, requires
 from labeler.ui.soft_errors import keep_on_error, ui_errors
 from labeler.ui.tabs.admin.snapshot import SHOWN, measure_choices, snapshot
 
@@ -154,10 +153,12 @@ def create_project(ctx: UIContext, name, prompt_format_name, answer_tokens, meas
     return project.name
 
 
-@ui_errors
-@requires("admin")
 def new_project_choices(ctx: UIContext, request: gr.Request) -> dict:
-    """The new-project form's measures, read when it is opened (reward models come and go)."""
+    """The page load: the new-project form's measures (nothing for anyone but an admin, and no toast)."""
+    try:
+        check_role(ctx, request, "admin")
+    except PermissionDenied:
+        return gr.skip()
     with ctx.connection() as db:
         return gr.update(choices=measure_choices(db))
 
@@ -196,7 +197,7 @@ def wire(ctx: UIContext, part: ProjectPart, shown: list) -> None:
     # A chat project's answers need room; a continuation's do not (projects.DEFAULT_ANSWER_TOKENS).
     new.prompt_format.input(None, [new.prompt_format], [new.answer_tokens], js=ANSWER_TOKENS_JS)
     if ctx.app is not None:
-        ctx.app.load(quiet_on_load(bind(new_project_choices, ctx), 1), None, [new.measure],
+        ctx.app.load(bind(new_project_choices, ctx), None, [new.measure],
                      api_name="admin_new_project_choices", show_progress="hidden")
 
 
