@@ -470,3 +470,21 @@ MIGRATIONS.append(("runs: online-dpo stage", [
     "WHERE type = 'table' AND name = 'runs'",
     "PRAGMA writable_schema = RESET",
 ]))
+]))
+
+# Retired prompts (labeler/services/prompts.py retire_prompts): an admin takes a prompt out of use without losing
+# what was done with it. Its split becomes 'retired' (out of the labelling queues, training and evaluation, which
+# read 'train' or 'test' only) and `retired_from` keeps the split it had, so bringing it back restores it. Its
+# answers and labels stay as they are.
+MIGRATIONS.append(("prompts retired", [
+    "ALTER TABLE prompts ADD COLUMN retired_from TEXT",
+]))
+
+# The project a person works in (labeler/services/projects.py choose_project): one row per account that picked
+# one in the browser; none means the project the server was started with.
+MIGRATIONS.append(("project choices", [
+    """CREATE TABLE project_choices (
+        user_id INTEGER PRIMARY KEY REFERENCES users(id) ON DELETE CASCADE,
+        project_id INTEGER NOT NULL REFERENCES projects(id) ON DELETE CASCADE
+    )""",
+]))

@@ -20,7 +20,8 @@ from labeler.services.measures import check_measure
 from labeler.services.projects import (DEFAULT_ANSWER_TOKENS, DEFAULT_HELDOUT_SHARE, PROMPT_FORMATS, SELECTIONS,
                                        create_project, list_projects, update_project)
 from labeler.services.prompts import (change_heldout_share, count_prompts, import_prompts, import_shipped_prompts,
-                                      list_prompts, promote_prompts, split_counts)
+                                      edit_prompt, list_prompts, promote_prompts, restore_prompts,
+                                      retire_prompts, split_counts)
 from labeler.services.readers import decode_text
 from storage import backup, open_db
 
@@ -85,6 +86,46 @@ def _register_prompts(subparsers, common) -> None:
     )
     promote.add_argument("ids", nargs="*", type=int, help="prompt ids to promote (default: every typed prompt)")
     promote.set_defaults(func=run_prompts_promote)
+    retire = actions.add_parser(
+        "retire", parents=[common], help="take prompts out of use, keeping their answers and labels",
+        description="A retired prompt leaves the labelling queues (its unlabelled items go), training, evaluation "
+                    "and Generate's work; its answers and labels are kept. `prompts restore` brings it back.",
+    )
+    retire.add_argument("ids", nargs="+", type=int, metavar="ID", help="prompt ids (see `prompts list`)")
+    retire.set_defaults(func=run_prompts_retire)
+    restore = actions.add_parser(
+        "restore", parents=[common], help="bring retired prompts back",
+        description="Retired prompts go back to the split they had (training or held out), their answers to the "
+                    "labelling queues.",
+    )
+    restore.add_argument("ids", nargs="+", type=int, metavar="ID", help="prompt ids (see `prompts list`)")
+    restore.set_defaults(func=run_prompts_restore)
+    edit = actions.add_parser(
+        "edit", parents=[common], help="fix a prompt's text before it has answers",
+        description="Replace a prompt's text, while it has no answers (answers were given to the text as it was: "
+                    "retire such a prompt and import the new text instead).",
+    )
+    edit.add_argument("id", type=int, metavar="ID", help="prompt id (see `prompts list`)")
+    edit.add_argument("text", help="the new text")
+    edit.set_defaults(func=run_prompts_edit)
+
+
+def run_prompts_retire(args) -> int:
+    retired = retire_prompts(_open(args), args.project, args.ids)
+    print(f"{retired} prompts retired in project '{args.project}' (their answers and labels are kept)")
+    return 0
+
+
+def run_prompts_restore(args) -> int:
+    restored = restore_prompts(_open(args), args.project, args.ids)
+    print(f"{restored} prompts restored in project '{args.project}'")
+    return 0
+
+
+def run_prompts_edit(args) -> int:
+    row = edit_prompt(_open(args), args.project, args.id, args.text)
+    print(f"prompt {row['id']} of project '{args.project}' now reads: {row['text'][:90]}")
+    return 0
 
 
 def run_prompts_promote(args) -> int:

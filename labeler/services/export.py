@@ -167,6 +167,8 @@ def _heldout_filter(options: ExportOptions) -> str:
     # A label on a held-out prompt in a dataset leaks the prompts runs are judged on into whatever is trained
     # from it: left out of every export unless asked for.
     return "" if options.include_heldout else " AND p.split != 'test'"
+    # Held-out prompts are for evaluation, retired ones (prompts.RETIRED_SPLIT) out of use: neither is trained on.
+    return " AND p.split NOT IN ('test', 'retired')" if options.training else ""
 
 
 def _annotator_filter(options: ExportOptions) -> tuple[str, list]:

@@ -225,3 +225,28 @@ def project_counts(db: sqlite_utils.Database, project: str) -> dict[str, int]:
         "rankings": count(
             "SELECT COUNT(*) FROM rankings r JOIN prompts p ON p.id = r.prompt_id WHERE p.project_id = ?"),
     }
+
+
+# --- the project each person works in --------------------------------------------------------------------------
+# A person's choice in the browser, kept in SQLite (table project_choices) so it survives a refresh and a server
+# restart, and is theirs alone: another admin switching projects changes nothing for them.
+
+
+def chosen_project(db: sqlite_utils.Database, username: str, default: str) -> str:
+    """The project `username` works in: the one they chose, else `default` (the server's --project)."""
+    row = db.execute(
+        "SELECT p.name FROM project_choices c JOIN users u ON u.id = c.user_id JOIN projects p ON p.id = c.project_id"
+        " WHERE u.username = ?", [username]).fetchone()
+    return row[0] if row is not None else default
+
+
+def choose_project(db: sqlite_utils.Database, username: str, project: str) -> Project:
+    """`username` works in `project` from now on (every tab of theirs reads and writes it)."""
+    chosen = get_project(db, project)
+    with write_transaction(db):
+        user = db.execute("SELECT id FROM users WHERE username = ?", [username]).fetchone()
+        if user is None:
+            raise InputError(f"unknown user '{username}'", field="username")
+        db.execute("INSERT INTO project_choices (user_id, project_id) VALUES (?, ?)"
+                   " ON CONFLICT (user_id) DO UPDATE SET project_id = excluded.project_id", [user[0], chosen.id])
+    return chosen

@@ -133,6 +133,9 @@ def parse_prompt(where: Where, record: dict) -> PromptRecord:
 # The split of prompts typed by annotators in Chat and Arena: out of the training prompts (PPO's, GRPO's) and of
 # Generate's work until an admin promotes them (promote_prompts), since anyone with a login types them.
 TYPED_SPLIT = "chat"
+# The split of a retired prompt (retire_prompts): out of the queues, training and evaluation, which read 'train' and
+# 'test' only; `retired_from` keeps the split it had. Its answers and labels stay.
+RETIRED_SPLIT = "retired"
 
 
 def insert_prompt(db: sqlite_utils.Database, project_id: int, prompt: PromptRecord, source: str,
@@ -204,8 +207,8 @@ def prompt_splits(db: sqlite_utils.Database, project_id: int) -> list[tuple[int,
 def reviewed_prompt_ids(db: sqlite_utils.Database, project_id: int) -> list[int]:
     """Ids of the project's prompts that were imported or promoted, not typed by an annotator (TYPED_SPLIT),
     oldest first."""
-    return [row[0] for row in db.execute("SELECT id FROM prompts WHERE project_id = ? AND split != ? ORDER BY id",
-                                         [project_id, TYPED_SPLIT])]
+    return [row[0] for row in db.execute("SELECT id FROM prompts WHERE project_id = ? AND split NOT IN (?, ?)"
+                                         " ORDER BY id", [project_id, TYPED_SPLIT, RETIRED_SPLIT])]
 
 
 def reviewed_prompts_with_answers(db: sqlite_utils.Database, project_id: int, model: str,
@@ -213,7 +216,7 @@ def reviewed_prompts_with_answers(db: sqlite_utils.Database, project_id: int, mo
     """Rows (id, text, messages_json, have) of the project's reviewed prompts (see reviewed_prompt_ids), oldest
     first, `have` counting the responses `model` gave each; without the held-out ones (split 'test') unless
     `include_heldout`."""
-    skipped = [TYPED_SPLIT] if include_heldout else [TYPED_SPLIT, "test"]
+    skipped = [TYPED_SPLIT, RETIRED_SPLIT] if include_heldout else [TYPED_SPLIT, RETIRED_SPLIT, "test"]
     return db.execute(
         "SELECT p.id, p.text, p.messages_json,"
         " (SELECT COUNT(*) FROM responses r WHERE r.prompt_id = p.id AND r.model = ?) AS have"
@@ -291,8 +294,8 @@ def _store(db: sqlite_utils.Database, project: str, prompts: list[PromptRecord],
 
 def _split_counts(db: sqlite_utils.Database, project_id: int) -> dict[str, int]:
     counts = dict.fromkeys(SPLITS, 0)
-    for split, count in db.execute("SELECT split, COUNT(*) FROM prompts WHERE project_id = ? AND split != ?"
-                                   " GROUP BY split", [project_id, TYPED_SPLIT]):
+    for split, count in db.execute("SELECT split, COUNT(*) FROM prompts WHERE project_id = ? AND split NOT IN (?, ?)"
+                                   " GROUP BY split", [project_id, TYPED_SPLIT, RETIRED_SPLIT]):
         counts[split] = count
     return counts
 
@@ -395,12 +398,19 @@ def add_prompts(db: sqlite_utils.Database, texts: Iterable[str], project: str = 
 
 
 def split_counts(db: sqlite_utils.Database, project: str = "default") -> dict[str, int]:
-    """{'train': n, 'test': n, 'chat': n}: the project's prompts per split (TYPED_SPLIT: typed in Chat/Arena)."""
+    """{'train': n, 'test': n, 'chat': n}: the project's prompts per split (TYPED_SPLIT: typed in Chat/Arena); the
+    retired ones are counted by retired_count."""
     project_id = get_project(db, project).id
     counts = {**_split_counts(db, project_id), TYPED_SPLIT: 0}
     counts[TYPED_SPLIT] = db.execute("SELECT COUNT(*) FROM prompts WHERE project_id = ? AND split = ?",
                                      [project_id, TYPED_SPLIT]).fetchone()[0]
     return counts
+
+
+def retired_count(db: sqlite_utils.Database, project: str = "default") -> int:
+    """How many of the project's prompts are retired (retire_prompts)."""
+    return db.execute("SELECT COUNT(*) FROM prompts WHERE project_id = ? AND split = ?",
+                      [get_project(db, project).id, RETIRED_SPLIT]).fetchone()[0]
 
 
 def change_heldout_share(db: sqlite_utils.Database, project: str, share: float) -> dict[str, int]:
@@ -415,8 +425,8 @@ def change_heldout_share(db: sqlite_utils.Database, project: str, share: float) 
         if labeling.label_count(db, current.id):
             raise InputError(f"project '{project}' has labels: its held-out prompts can change only before the first "
                              "label (a label's prompt would move between training and evaluation)", field="heldout_share")
-        rows = db.execute("SELECT id, text_hash, split FROM prompts WHERE project_id = ? AND split != ?",
-                          [current.id, TYPED_SPLIT]).fetchall()
+        rows = db.execute("SELECT id, text_hash, split FROM prompts WHERE project_id = ? AND split NOT IN (?, ?)",
+                          [current.id, TYPED_SPLIT, RETIRED_SPLIT]).fetchall()
         target = heldout_target(len(rows), float(share))
         if target and len(rows) - target < MIN_TRAIN:
             raise InputError(f"held-out share {share:g} of {len(rows)} prompts leaves {len(rows) - target} to train on "
@@ -503,3 +513,83 @@ def list_prompts(db: sqlite_utils.Database, project: str = "default", limit: int
         }
         for row in rows
     ]
+
+
+# --- editing and retiring prompts ------------------------------------------------------------------------------
+
+
+def _project_prompt_ids(db: sqlite_utils.Database, project_id: int, prompt_ids: Iterable[int], field: str) -> list[int]:
+    """The ids, each checked to be one of the project's prompts (an InputError naming the first that is not)."""
+    try:
+        ids = sorted({int(i) for i in prompt_ids})
+    except (TypeError, ValueError):
+        raise InputError(f"prompt ids must be whole numbers, got {list(prompt_ids)!r}", field=field) from None
+    if not ids:
+        raise InputError("name at least one prompt", field=field)
+    known = {row[0] for row in db.execute(
+        f"SELECT id FROM prompts WHERE project_id = ? AND id IN ({', '.join('?' * len(ids))})", [project_id, *ids])}
+    missing = [i for i in ids if i not in known]
+    if missing:
+        raise InputError(f"no prompt {missing[0]} in this project", field=field)
+    return ids
+
+
+def retire_prompts(db: sqlite_utils.Database, project: str, prompt_ids: Iterable[int]) -> int:
+    """Take prompts out of use: out of the labelling queues (their unlabelled items go), of training and of
+    evaluation, and of Generate's work. Their answers and labels are kept (exports that are not for training still
+    hold them, and Records shows them). Returns how many were retired (one already retired counts as none)."""
+    current = get_project(db, project)
+    with write_transaction(db):
+        ids = _project_prompt_ids(db, current.id, prompt_ids, "prompt")
+        marks = ", ".join("?" * len(ids))
+        retired = db.execute(
+            f"UPDATE prompts SET retired_from = split, split = ? WHERE project_id = ? AND split != ? AND id IN ({marks})",
+            [RETIRED_SPLIT, current.id, RETIRED_SPLIT, *ids]).rowcount
+    labeling.requeue_prompts(db, project, ids)
+    return retired
+
+
+def restore_prompts(db: sqlite_utils.Database, project: str, prompt_ids: Iterable[int]) -> int:
+    """Retired prompts back in the split they had, their answers back in the queues. Returns how many."""
+    current = get_project(db, project)
+    with write_transaction(db):
+        ids = _project_prompt_ids(db, current.id, prompt_ids, "prompt")
+        restored = db.execute(
+            f"UPDATE prompts SET split = COALESCE(retired_from, 'train'), retired_from = NULL"
+            f" WHERE project_id = ? AND split = ? AND id IN ({', '.join('?' * len(ids))})",
+            [current.id, RETIRED_SPLIT, *ids]).rowcount
+    labeling.requeue_prompts(db, project, ids)
+    return restored
+
+
+def edit_prompt(db: sqlite_utils.Database, project: str, prompt_id: int, text: str) -> dict:
+    """A typo fixed: the prompt's text replaced, while it has no answers yet (answers and labels were given to the
+    text as it was: retire it and import the new text instead). Returns the prompt as list_prompts shows it."""
+    current = get_project(db, project)
+    if not isinstance(text, str) or not text.strip():
+        raise InputError("a prompt needs text", field="prompt")
+    record = PromptRecord(text.strip(), None)
+    with write_transaction(db):
+        (prompt_id,) = _project_prompt_ids(db, current.id, [prompt_id], "prompt")
+        if db.execute("SELECT messages_json IS NOT NULL FROM prompts WHERE id = ?", [prompt_id]).fetchone()[0]:
+            raise InputError(f"prompt {prompt_id} is a conversation: import it again with the change instead",
+                             field="prompt")
+        answers = db.execute("SELECT COUNT(*) FROM responses WHERE prompt_id = ?", [prompt_id]).fetchone()[0]
+        if answers:
+            raise InputError(f"prompt {prompt_id} has {answers} answers, given to its text as it is: retire it and "
+                             "import the new text instead", field="prompt")
+        same = db.execute("SELECT id FROM prompts WHERE project_id = ? AND text_hash = ? AND id != ?",
+                          [current.id, record.text_hash, prompt_id]).fetchone()
+        if same is not None:
+            raise InputError(f"prompt {same[0]} already has this text", field="prompt")
+        db.execute("UPDATE prompts SET text = ?, text_hash = ? WHERE id = ?", [record.text, record.text_hash, prompt_id])
+    return prompt_row(db, project, prompt_id)
+
+
+def prompt_row(db: sqlite_utils.Database, project: str, prompt_id: int) -> dict:
+    """One prompt of the project as list_prompts shows it (an InputError when it is not the project's)."""
+    current = get_project(db, project)
+    (prompt_id,) = _project_prompt_ids(db, current.id, [prompt_id], "prompt")
+    position = db.execute("SELECT COUNT(*) FROM prompts WHERE project_id = ? AND id < ?",
+                          [current.id, prompt_id]).fetchone()[0]
+    return list_prompts(db, project, 1, position)[0]

@@ -1,8 +1,17 @@
 """What every tab receives: where the database is and the server settings. Holds no user state (a pool of
 idle database connections, and the server's one cache of loaded models with its queue of answers)."""
+idle database connections at most).
+
+The project a request works in is the person's own choice (projects.chosen_project, kept in SQLite so it
+survives a refresh), else the server's `--project`. The role check that every handler makes first
+(roles.check_role) reads that choice once per request and puts it in a context variable, which `ctx.project`
+returns: each Gradio event runs in its own copy of the context (anyio's to_thread copies it), so one person's
+choice is never seen by another's request, and the 74 handlers that read `ctx.project` need no extra parameter.
+"""
 from __future__ import annotations
 
 import contextlib
+import contextvars
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -11,6 +20,7 @@ import sqlite_utils
 
 from labeler.services.errors import PermissionDenied
 from labeler.services.inference import ModelCache
+from labeler.services.projects import chosen_project
 from labeler.services.login_guard import ThrottlePolicy
 from storage import ConnectionPool, open_db
 
@@ -19,6 +29,11 @@ SESSION_DAYS = 7
 # arena_start): one shared group whose limit only bounds Gradio's worker threads. The server's own queue
 # (ctx.models.turns) admits them to the cap on generations at once and tells each person their place.
 GENERATING_EVENTS = {"concurrency_id": "generating", "concurrency_limit": 64}
+# (the ServeSettings of the app that resolved it, the project) for the request being handled; not shared state:
+# a context variable, set per request by UIContext.enter_project and read only within that request's context.
+# Keyed by the settings so two apps in one process (the tests) never read each other's.
+_REQUEST_PROJECT: contextvars.ContextVar[tuple[object, str] | None] = contextvars.ContextVar(
+    "rlhf_studio_request_project", default=None)
 
 
 @dataclass(frozen=True)
@@ -63,7 +78,23 @@ class UIContext:
 
     @property
     def project(self) -> str:
+        """The project of the request being handled: the person's choice (enter_project), else --project."""
+        current = _REQUEST_PROJECT.get()
+        if current is not None and current[0] is self.settings:
+            return current[1]
         return self.settings.project
+
+    def project_of(self, db: sqlite_utils.Database, username: str) -> str:
+        """`username`'s chosen project, else the server's."""
+        return chosen_project(db, username, self.settings.project)
+
+    def enter_project(self, db: sqlite_utils.Database, username: str) -> contextvars.Token:
+        """This request works in `username`'s chosen project from here on (called by the role check)."""
+        return _REQUEST_PROJECT.set((self.settings, self.project_of(db, username)))
+
+    @staticmethod
+    def leave_project(token: contextvars.Token) -> None:
+        _REQUEST_PROJECT.reset(token)
 
     def db(self) -> sqlite_utils.Database:
         """A fresh connection for this request: never one shared across Gradio's worker threads.

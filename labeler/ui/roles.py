@@ -23,11 +23,18 @@ CHECKS: dict[str, Callable[..., accounts.User]] = {"user": accounts.require_user
 
 
 def check_role(ctx: UIContext, request: gr.Request | None, role: Role) -> accounts.User:
-    """The logged-in user when they have `role` ("user": any active account; "admin"), else PermissionDenied."""
+    """The logged-in user when they have `role` ("user": any active account; "admin"), else PermissionDenied.
+    From here on the request works in the user's chosen project (`ctx.project`, UIContext.enter_project)."""
+    return _check(ctx, request, role)[0]
+
+
+def _check(ctx: UIContext, caller: gr.Request | None, role: Role):
+    """(the user, the token of the project the request now works in: UIContext.leave_project resets it)."""
     if role not in CHECKS:
         raise ValueError(f"role must be one of {sorted(CHECKS)}, got {role!r}")
     with ctx.connection() as db:
-        return CHECKS[role](db, UIContext.username(request))
+        user = CHECKS[role](db, UIContext.username(caller))
+        return user, ctx.enter_project(db, user.username)
 
 
 def requires(role: Role) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -51,8 +58,12 @@ def requires(role: Role) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         @functools.wraps(handler)
         def checked(*args: Any, **kwargs: Any) -> Any:
             arguments = signature.bind_partial(*args, **kwargs).arguments
-            check_role(arguments["ctx"], arguments.get("request"), role)
-            return handler(*args, **kwargs)
+            ctx = arguments["ctx"]
+            _, token = _check(ctx, arguments.get("request"), role)
+            try:
+                return handler(*args, **kwargs)
+            finally:
+                ctx.leave_project(token)
 
         checked.required_role = role  # tests/ui/test_roles.py checks that every handler has one
         return checked

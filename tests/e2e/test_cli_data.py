@@ -184,3 +184,17 @@ def test_export_leaves_out_held_out_prompts_unless_include_heldout(capsys, tmp_p
     assert run(capsys, "export", "--db", db, "--out", str(out), "--include-heldout")[:2] == (
         0, f"wrote 2 preferences rows to {out}\n")
     assert [json.loads(line)["prompt"] for line in out.read_text().splitlines()] == ["kept", "held"]
+def test_prompts_edit_retire_and_restore(capsys, tmp_path):
+    db = str(tmp_path / "s.db")
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("Waht is RLHF?\ntwo\n", encoding="utf-8")
+    assert run(capsys, "prompts", "import", str(prompts), "--db", db, "--create-db")[0] == 0
+    assert run(capsys, "prompts", "edit", "1", "What is RLHF?", "--db", db)[:2] == (
+        0, "prompt 1 of project 'default' now reads: What is RLHF?\n")
+    assert run(capsys, "prompts", "retire", "1", "--db", db)[:2] == (
+        0, "1 prompts retired in project 'default' (their answers and labels are kept)\n")
+    assert tuple(open_db(db).execute("SELECT split, retired_from FROM prompts WHERE id = 1").fetchone()) == (
+        "retired", "train")
+    assert run(capsys, "prompts", "restore", "1", "--db", db)[:2] == (0, "1 prompts restored in project 'default'\n")
+    code, _, err = run(capsys, "prompts", "retire", "9", "--db", db)
+    assert (code, err) == (2, "rlhf-studio prompts: error: field 'prompt': no prompt 9 in this project\n")

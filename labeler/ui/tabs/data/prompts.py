@@ -1,4 +1,5 @@
-"""The Data tab's "1. Prompts": a prompt file or the shipped movie-review prompts imported, the latest shown."""
+"""The Data tab's "1. Prompts": a prompt file or the shipped movie-review prompts imported, the latest shown; a
+prompt picked in the table (or by its number) edited, retired or restored."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from labeler.ui.tabs.data.summary import data_summary
 
 PROMPT_FILE_TYPES = [".csv", ".jsonl", ".json", ".txt", ".parquet"]
 LATEST_PROMPTS = 20
+TABLE_HEADERS = ["Prompt", "Text", "Source", "Split"]
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,11 @@ class PromptsPart:
     heldout_share: gr.Slider  # the project's share of prompts held out for evaluation
     apply_share: gr.Button
     table: gr.Dataframe  # the latest prompts, newest first
+    prompt_id: gr.Number  # the prompt to edit, retire or restore: the table's "Prompt" number, filled by a click
+    prompt_text: gr.Textbox
+    save_text: gr.Button
+    retire: gr.Button
+    restore: gr.Button
 
 
 def build_prompts() -> PromptsPart:
@@ -48,10 +55,22 @@ def build_prompts() -> PromptsPart:
             )
             apply_share = gr.Button("Apply held-out share", elem_id="data-apply-heldout-share")
         prompt_table = gr.Dataframe(
-            headers=["id", "prompt", "source", "split"], label="Latest prompts (newest first)", interactive=False,
-            wrap=True, elem_id="data-prompts",
+            headers=TABLE_HEADERS, label="Latest prompts (newest first; click one to edit or retire it)",
+            interactive=False, wrap=True, elem_id="data-prompts",
         )
-    return PromptsPart(prompt_file, import_button, shipped_button, heldout_share, apply_share, prompt_table)
+        with gr.Row(equal_height=True):
+            prompt_id = gr.Number(precision=0, minimum=1, label="Prompt number", scale=0, min_width=140,
+                                  info="The first column above", elem_id="data-prompt-id")
+            prompt_text = gr.Textbox(label="Prompt text", lines=2, scale=4, elem_id="data-prompt-text",
+                                     info="Editable while the prompt has no answers")
+            with gr.Column(scale=1, min_width=160):
+                save_text = gr.Button("Save text", size="sm", elem_id="data-prompt-save")
+                retire = gr.Button("Retire", size="sm", variant="stop", elem_id="data-prompt-retire")
+                restore = gr.Button("Restore", size="sm", elem_id="data-prompt-restore")
+        gr.Markdown("A **retired** prompt leaves the labelling queues, training and evaluation; its answers and labels "
+                    "are kept, and **Restore** brings it back.", elem_classes=["studio-note"])
+    return PromptsPart(prompt_file, import_button, shipped_button, heldout_share, apply_share, prompt_table,
+                       prompt_id, prompt_text, save_text, retire, restore)
 
 
 def prompt_table(db, project: str) -> list[list]:
@@ -62,7 +81,8 @@ def prompt_table(db, project: str) -> list[list]:
             for row in reversed(rows)]
 
 
-_SPLIT_NAMES = {"train": "train", "test": "held out", prompts.TYPED_SPLIT: "typed in Chat"}
+_SPLIT_NAMES = {"train": "train", "test": "held out", prompts.TYPED_SPLIT: "typed in Chat",
+               prompts.RETIRED_SPLIT: "retired"}
 
 
 def import_message(result: prompts.ImportResult) -> str:
@@ -117,6 +137,57 @@ def apply_heldout_share(ctx: UIContext, share: float | None, request: gr.Request
         return data_summary(db, ctx.project), prompt_table(db, ctx.project)
 
 
+def _picked_id(prompt_id) -> int:
+    if prompt_id is None:
+        raise InputError("click a prompt in the table (or type its number) first", field="prompt number")
+    return int(prompt_id)
+
+
+@keep_on_error(2)
+@requires("admin")
+def save_prompt_text(ctx: UIContext, prompt_id, text, request: gr.Request) -> tuple:
+    """The picked prompt's text replaced (refused once it has answers); (summary, latest prompts)."""
+    with ctx.connection() as db:
+        row = prompts.edit_prompt(db, ctx.project, _picked_id(prompt_id), text or "")
+        gr.Info(f"Prompt {row['id']} saved.")
+        return data_summary(db, ctx.project), prompt_table(db, ctx.project)
+
+
+@keep_on_error(2)
+@requires("admin")
+def retire_prompt(ctx: UIContext, prompt_id, request: gr.Request) -> tuple:
+    """The picked prompt out of the queues, training and evaluation, its labels kept; (summary, latest prompts)."""
+    with ctx.connection() as db:
+        picked = _picked_id(prompt_id)
+        done = prompts.retire_prompts(db, ctx.project, [picked])
+        gr.Info(f"Prompt {picked} retired: its answers and labels are kept." if done
+                else f"Prompt {picked} was already retired.")
+        return data_summary(db, ctx.project), prompt_table(db, ctx.project)
+
+
+@keep_on_error(2)
+@requires("admin")
+def restore_prompt(ctx: UIContext, prompt_id, request: gr.Request) -> tuple:
+    """A retired prompt back in the split it had; (summary, latest prompts)."""
+    with ctx.connection() as db:
+        picked = _picked_id(prompt_id)
+        done = prompts.restore_prompts(db, ctx.project, [picked])
+        gr.Info(f"Prompt {picked} restored." if done else f"Prompt {picked} is not retired.")
+        return data_summary(db, ctx.project), prompt_table(db, ctx.project)
+
+
+@keep_on_error(2)
+@requires("admin")
+def pick_prompt(ctx: UIContext, evt: gr.SelectData, request: gr.Request) -> tuple:
+    """A click on a row of the table: its prompt number and full text in the editor."""
+    row = evt.row_value if evt is not None else None
+    if not row:
+        return gr.skip(), gr.skip()
+    with ctx.connection() as db:
+        picked = prompts.prompt_row(db, ctx.project, int(row[0]))
+    return picked["id"], picked["text"]
+
+
 def heldout_share_value(db, project: str) -> float:
     return get_project(db, project).heldout_share
 
@@ -127,3 +198,9 @@ def wire(ctx: UIContext, part: PromptsPart, summary: gr.Markdown) -> None:
     part.import_button.click(bind(import_prompt_file, ctx), [part.file], [summary, part.table],
                              api_name="data_import_prompts")
     part.shipped_button.click(bind(import_shipped, ctx), None, [summary, part.table], api_name="data_import_shipped")
+    part.table.select(bind(pick_prompt, ctx), None, [part.prompt_id, part.prompt_text], api_name="data_pick_prompt")
+    part.save_text.click(bind(save_prompt_text, ctx), [part.prompt_id, part.prompt_text], [summary, part.table],
+                         api_name="data_save_prompt")
+    part.retire.click(bind(retire_prompt, ctx), [part.prompt_id], [summary, part.table], api_name="data_retire_prompt")
+    part.restore.click(bind(restore_prompt, ctx), [part.prompt_id], [summary, part.table],
+                       api_name="data_restore_prompt")

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from labeler.services.projects import project_counts
-from labeler.services.prompts import split_counts
+from labeler.services.prompts import retired_count, split_counts
 
 
 def data_summary(db, project: str) -> str:
@@ -18,7 +18,9 @@ def data_summary(db, project: str) -> str:
     if prompts and not splits["test"]:
         hint += ("\n\n⚠ No held-out prompts: finished runs cannot be evaluated. Set a held-out share below (the "
                  "project needs 20 prompts), or upload a file of evaluation prompts.")
+    retired = retired_count(db, project)
+    retired = f", **{retired}** retired" if retired else ""
     return (
         f"Project **{project}**: **{prompts}** prompts (**{splits['train']}** to train on, **{splits['test']}** "
-        f"held out for evaluation) · **{responses}** answers · **{ratings}** ratings · **{rankings}** rankings{hint}"
+        f"held out for evaluation{retired}) · **{responses}** answers · **{ratings}** ratings · **{rankings}** rankings{hint}"
     )
