@@ -14,8 +14,12 @@ server wrote it, as `export` does (the same rule as its `_TRUSTED_RESPONSE`).
 """
 from __future__ import annotations
 
+import json
+import os
+import tempfile
 from collections import defaultdict
 from itertools import combinations
+from pathlib import Path
 
 import sqlite_utils
 
@@ -115,3 +119,40 @@ def flagged_unpaired(db: sqlite_utils.Database, project: str, flags: list[str] |
         " ORDER BY r.id", [get_project(db, project).id]).fetchall()
     return [{"prompt": prompt, "completion": completion, "label": False}
             for response_id, prompt, completion in rows if response_id in ids]
+
+
+# What `rlhf-studio questions export --rows` writes: name -> (rows, needs a criterion, TRL's kind of dataset).
+ROW_KINDS = {
+    "criterion-ratings": (criterion_ratings, True, "ratings: prompt, completion, score, n"),
+    "criterion-preferences": (criterion_preferences, True, "preferences: prompt, chosen, rejected, margin"),
+    "corrections-sft": (correction_sft, False, "SFT: prompt, completion (the corrected answer)"),
+    "corrections-preferences": (correction_preferences, False, "preferences: the correction chosen over the original"),
+    "written-sft": (written_sft, False, "SFT: prompt, completion (a person's own answer)"),
+    "flagged-kto": (flagged_unpaired, False, "KTO's unpaired rows: every flagged answer, label false"),
+}
+
+
+def rows_of(db: sqlite_utils.Database, project: str, kind: str, criterion: str | None = None) -> list[dict]:
+    if kind not in ROW_KINDS:
+        raise InputError(f"unknown rows {kind!r} (choose {', '.join(ROW_KINDS)})", field="rows")
+    make, needs_criterion, _ = ROW_KINDS[kind]
+    if needs_criterion and not criterion:
+        raise InputError(f"{kind} rows are per criterion: name one with --criterion", field="criterion")
+    return make(db, project, criterion) if needs_criterion else make(db, project)
+
+
+def write_jsonl(rows: list[dict], out: str | Path) -> Path:
+    """Rows as JSON lines, written beside `out` and renamed: a failed write leaves no half file."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as file:
+            for row in rows:
+                file.write(json.dumps(row, ensure_ascii=False) + "\n")
+        os.chmod(tmp, 0o600)  # exports are private to their owner, as every other export is
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return out
