@@ -25,6 +25,7 @@ import sqlite_utils
 
 from labeler.services.errors import InputError
 from labeler.services.projects import get_project
+from labeler.services.quality import krippendorff_alpha
 from labeler.services.questions import MAIN_CRITERION, list_questions
 
 _TRAINING_ANSWERS = (
@@ -156,3 +157,21 @@ def write_jsonl(rows: list[dict], out: str | Path) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return out
+
+
+def criterion_agreement(db: sqlite_utils.Database, project: str = "default") -> dict[str, dict]:
+    """Krippendorff's alpha (ordinal) per added criterion, over the answers that two or more people scored:
+    {name: {"alpha": float | None, "answers": units}}; Admin > Quality shows it beside the main score's."""
+    proj = get_project(db, project)
+    result = {}
+    for question in list_questions(db, project):
+        if question.kind != "criterion":
+            continue
+        scores = defaultdict(list)
+        for response_id, score in db.execute(
+                "SELECT a.response_id, a.score FROM answers a JOIN items i ON i.id = a.item_id"
+                " WHERE i.project_id = ? AND a.question_id = ?", [proj.id, question.id]).fetchall():
+            scores[response_id].append(score)
+        units = [values for values in scores.values() if len(values) >= 2]
+        result[question.name] = {"alpha": krippendorff_alpha(units, "ordinal"), "answers": len(units)}
+    return result

@@ -191,3 +191,16 @@ def test_a_database_of_the_previous_version_is_one_criterion_unchanged(db_path, 
     questions.add_question(db, P, "helpful")
     assert [q.name for q in questions.criteria(db, P)] == ["overall", "helpful"]
     db.conn.close()
+
+
+def test_agreement_per_criterion(db, asked):
+    held, (first, second) = asked
+    submit = questions.submit_answers
+    # helpful: both people agree on both answers (5, 5) and (1, 1) -> alpha 1; safe: they disagree.
+    submit(db, P, "alice", held[("alice", first)], first, ItemAnswers(scores={"helpful": 5, "safe": 0}))
+    submit(db, P, "bob", held[("bob", first)], first, ItemAnswers(scores={"helpful": 5, "safe": 2}))
+    submit(db, P, "alice", held[("alice", second)], second, ItemAnswers(scores={"helpful": 1, "safe": 2}))
+    submit(db, P, "bob", held[("bob", second)], second, ItemAnswers(scores={"helpful": 1, "safe": 0}))
+    agreement = question_rows.criterion_agreement(db, P)
+    assert agreement["helpful"] == {"alpha": 1.0, "answers": 2}
+    assert agreement["safe"]["answers"] == 2 and agreement["safe"]["alpha"] < 0  # worse than chance
