@@ -15,6 +15,7 @@ from typing import Callable, Sequence
 import sqlite_utils
 
 from labeler.services.errors import InputError
+from labeler.services.generation import prompt_messages
 from labeler.services.projects import MAX_ANSWER_TOKENS, get_project, update_project
 
 FIT_SHARE = 0.9  # the share of answers that must end within the length
@@ -47,8 +48,6 @@ def length_for_share(lengths: Sequence[int], finished: Sequence[bool], share: fl
 
 
 def _sample_prompts(db: sqlite_utils.Database, project_id: int, sample: int, seed: int) -> list:
-    from labeler.services.generation import prompt_messages
-
     rows = db.execute("SELECT id, text, messages_json FROM prompts WHERE project_id = ? AND split = 'train'"
                       " ORDER BY id", [project_id]).fetchall()
     if not rows:
