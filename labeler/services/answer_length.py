@@ -17,6 +17,7 @@ import sqlite_utils
 from labeler.services.errors import InputError
 from labeler.services.generation import prompt_messages
 from labeler.services.projects import MAX_ANSWER_TOKENS, get_project, update_project
+from rlhf.configs import GenerationSettings
 
 FIT_SHARE = 0.9  # the share of answers that must end within the length
 FIT_CAP = 512  # the longest length fitted: an answer that needs more is a document, not an answer
@@ -67,7 +68,6 @@ def fit_answer_tokens(db: sqlite_utils.Database, project: str, loader: Callable[
     proj = get_project(db, project)
     prompts = _sample_prompts(db, proj.id, sample, seed)
 
-    from rlhf.configs import GenerationSettings
     from rlhf.generation import build_prompt_ids, eos_token_ids, generate_batch  # imports torch
 
     model, tokenizer = loader()
