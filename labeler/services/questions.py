@@ -150,6 +150,17 @@ def parse_question_spec(spec: str, kind: str = "criterion") -> dict:
     return {"name": name, "kind": "criterion", "scale_min": low, "scale_max": high, "guideline": guideline}
 
 
+def check_specs(specs: Sequence[dict]) -> None:
+    """Check parse_question_spec results together (names, scales, guidelines, no name twice) before a project
+    is created with them, so that a bad one writes neither the project nor any question."""
+    taken: set[str] = set()
+    for spec in specs:
+        taken.add(_check_name(spec["name"], taken))
+        _check_guideline(spec.get("guideline", ""))
+        if spec["kind"] == "criterion":
+            _check_scale(spec["scale_min"], spec["scale_max"])
+
+
 def _text(value: object, kind: str) -> str | None:
     if value is None:
         return None

@@ -4,7 +4,7 @@ import json
 from labeling_helpers import add_prompt, make_users
 
 from labeler.cli import main
-from labeler.services import labeling, questions
+from labeler.services import labeling, projects, questions
 from labeler.services.questions import ItemAnswers
 from storage import open_db
 
@@ -42,3 +42,34 @@ def test_questions_from_the_command_line(db_path, tmp_path, capsys):
     assert main(["questions", "retire", "spam", *base]) == 0
     assert main(["questions", "export", "--rows", "flagged-kto", "--out", str(out), *base]) == 0  # kept when retired
     assert json.loads(out.read_text())["label"] is False
+
+
+def test_projects_create_with_criteria_and_flags(db_path, capsys):
+    base = ["--db", str(db_path), "--create-db"]
+    assert main(["projects", "create", "support", "--criterion", "helpful:1-5:Does it answer?",
+                 "--criterion", "safe:0-2", "--flag", "spam", *base]) == 0
+    assert "criterion helpful, criterion safe, flag spam" in capsys.readouterr().out
+    # A bad criterion (scale 3-3) writes neither the project nor any question.
+    assert main(["projects", "create", "broken", "--criterion", "ok", "--criterion", "bad:3-3", *base]) == 2
+    assert "must be above its bottom" in capsys.readouterr().err
+    assert main(["projects", "create", "twice", "--criterion", "a", "--flag", "a", *base]) == 2
+    db = open_db(db_path)
+    assert [p.name for p in projects.list_projects(db)] == [
+        "default", "support"]
+    assert [(q.name, q.kind) for q in questions.list_questions(db, "support")] == [
+        ("helpful", "criterion"), ("safe", "criterion"), ("spam", "flag")]
+    db.conn.close()
+
+
+def test_projects_fit_length(db_path, tiny_model_dir, capsys):
+    # A random tiny model never ends its answers: nothing fits below the cap, so the cap is the length.
+    db = open_db(db_path)
+    add_prompt(db, "How do I reset my password?", 0)
+    add_prompt(db, "Where is my invoice?", 0)
+    db.conn.close()
+    assert main(["projects", "fit-length", "default", "--model", str(tiny_model_dir), "--sample", "2", "--cap", "24",
+                 "--db", str(db_path)]) == 0
+    assert "answer length 24 tokens: 0% of 2 answers end within it" in capsys.readouterr().out
+    db = open_db(db_path)
+    assert projects.get_project(db).answer_tokens == 24
+    db.conn.close()
