@@ -204,3 +204,25 @@ def test_agreement_per_criterion(db, asked):
     agreement = question_rows.criterion_agreement(db, P)
     assert agreement["helpful"] == {"alpha": 1.0, "answers": 2}
     assert agreement["safe"]["answers"] == 2 and agreement["safe"]["alpha"] < 0  # worse than chance
+
+
+def test_a_reward_model_per_criterion_trains_on_that_criterions_pairs(db, asked):
+    from labeler.services import training_stages
+    from labeler.services.job_settings import load_job_config
+    from labeler.services.run_preview import refuse_without_data
+
+    held, (first, second) = asked
+    prompt = "How do I reset my password?"
+    for user, helpful, safe in (("alice", (5, 1), (0, 2)), ("bob", (4, 2), (1, 2))):
+        questions.submit_answers(db, P, user, held[(user, first)], first,
+                                 ItemAnswers(scores={"helpful": helpful[0], "safe": safe[0]}))
+        questions.submit_answers(db, P, user, held[(user, second)], second,
+                                 ItemAnswers(scores={"helpful": helpful[1], "safe": safe[1]}))
+    stage = training_stages.get("rm")
+    # safe: the second answer (2, 2) over the first (0, 1): margin 2 - 0.5 = 1.5; helpful the other way round.
+    assert stage.rows(db, P, load_job_config({"job": {"criterion": "safe"}})) == [
+        {"prompt": prompt, "chosen": f"{prompt} / answer 1", "rejected": f"{prompt} / answer 0", "margin": 1.5}]
+    assert stage.rows(db, P, load_job_config({"job": {"criterion": "helpful"}}))[0]["chosen"] == f"{prompt} / answer 0"
+    # Refused before the run is queued, naming the criteria there are.
+    with pytest.raises(InputError, match=r"no criterion 'tone' \(known: helpful, safe\)"):
+        refuse_without_data(db, P, "rm", {"criterion": "tone"})
