@@ -28,6 +28,7 @@ COMMAND_MODULES = [
     "labeler.commands.train",
     "labeler.commands.chat",
     "labeler.commands.eval",
+    "labeler.commands.questions",
 ]
 
 

@@ -488,3 +488,42 @@ MIGRATIONS.append(("project choices", [
         project_id INTEGER NOT NULL REFERENCES projects(id) ON DELETE CASCADE
     )""",
 ]))
+
+# Feedback beyond one number: a project's own questions beside its main rating/ranking.
+# - questions: a criterion (a rating scale per aspect, e.g. "safe" 1-5) or a flag (a label a person may tick,
+#   e.g. "spam"). The project's Likert scale stays its first criterion, "overall", held in `ratings`/`rankings`
+#   as before, so a project of the previous version is one criterion, unchanged. A retired question keeps its
+#   answers and is no longer asked.
+# - answers: one person's answer to one question for one answer shown in an item: a criterion's score, a ticked
+#   flag, or a text (kind 'correction': the shown answer as it should have been; kind 'written': an answer of
+#   the person's own), which have no question row.
+MIGRATIONS.append(("project questions and their answers", [
+    """CREATE TABLE questions (
+        id INTEGER PRIMARY KEY,
+        project_id INTEGER NOT NULL REFERENCES projects(id) ON DELETE CASCADE,
+        kind TEXT NOT NULL CHECK (kind IN ('criterion', 'flag')),
+        name TEXT NOT NULL,
+        scale_min INTEGER,
+        scale_max INTEGER,
+        guideline TEXT NOT NULL DEFAULT '',
+        retired INTEGER NOT NULL DEFAULT 0,
+        created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+        UNIQUE (project_id, name),
+        CHECK (kind = 'flag' OR scale_max > scale_min)
+    )""",
+    """CREATE TABLE answers (
+        id INTEGER PRIMARY KEY,
+        item_id INTEGER NOT NULL REFERENCES items(id) ON DELETE CASCADE,
+        response_id INTEGER NOT NULL REFERENCES responses(id) ON DELETE CASCADE,
+        user_id INTEGER NOT NULL REFERENCES users(id),
+        kind TEXT NOT NULL CHECK (kind IN ('score', 'flag', 'correction', 'written')),
+        question_id INTEGER REFERENCES questions(id) ON DELETE CASCADE,
+        score REAL,
+        text TEXT,
+        created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+        CHECK ((kind IN ('score', 'flag')) = (question_id IS NOT NULL))
+    )""",
+    # One answer per person, shown answer and question (or text kind): a repeated submit replaces it.
+    "CREATE UNIQUE INDEX answers_one ON answers (item_id, response_id, user_id, kind, COALESCE(question_id, 0))",
+    "CREATE INDEX answers_question ON answers (question_id)",
+]))

@@ -11,18 +11,23 @@ from pathlib import Path
 
 from labeler.forms import build_config, field_specs
 from labeler.services.active_learning import refresh_selection
+from labeler.services.answer_length import FIT_CAP, FIT_SAMPLE, fit_answer_tokens
 from labeler.services.errors import InputError
 from labeler.services.export import FORMATS, KINDS, ExportOptions, export
 from labeler.services.hub import check_repo_id, push_export
 from labeler.services.labels_import import import_preferences
 from labeler.services.measures import GRAMMAR as MEASURES
 from labeler.services.measures import check_measure
+from labeler.services.models import resolve as resolve_model
 from labeler.services.projects import (DEFAULT_ANSWER_TOKENS, DEFAULT_HELDOUT_SHARE, PROMPT_FORMATS, SELECTIONS,
                                        create_project, list_projects, update_project)
 from labeler.services.prompts import (change_heldout_share, count_prompts, import_prompts, import_shipped_prompts,
                                       edit_prompt, list_prompts, promote_prompts, restore_prompts,
                                       retire_prompts, split_counts)
+                                      list_prompts, promote_prompts, split_counts)
+from labeler.services.questions import add_question, check_specs, parse_question_spec
 from labeler.services.readers import decode_text
+from rlhf.loading import load_causal_lm, load_tokenizer
 from storage import backup, open_db
 
 
@@ -292,7 +297,22 @@ def _register_projects(subparsers, common) -> None:
                         help=f"which item annotators get next ({selections}; default: unchanged)")
     create.add_argument("--heldout-share", type=float, default=DEFAULT_HELDOUT_SHARE, metavar="SHARE",
                         help=f"share of imported prompts held out for evaluation (default {DEFAULT_HELDOUT_SHARE:g})")
+    create.add_argument("--criterion", action="append", default=[], metavar="NAME[:MIN-MAX][:GUIDELINE]",
+                        help="a criterion people score beside the project's own score, e.g. 'safe:1-3:Could it hurt "
+                             "anyone?' (repeatable; scale 1-5 unless given; more later with `rlhf-studio questions add`)")
+    create.add_argument("--flag", action="append", default=[], metavar="NAME[:GUIDELINE]",
+                        help="a flag people may tick on an answer, e.g. spam (repeatable)")
     create.set_defaults(func=run_projects_create)
+    fit = actions.add_parser(
+        "fit-length", parents=[common], help="set the answer length from the base model's own answers",
+        description="Let the model answer a sample of the project's training prompts once (up to --cap tokens) and "
+                    "set the answer length to the shortest (in steps of 16 tokens) within which 90%% of its answers "
+                    "end on their own, so that people rank whole answers.")
+    fit.add_argument("name", help="project name")
+    fit.add_argument("--model", default="default", help="the base model: a registry name, 'default' or a folder")
+    fit.add_argument("--sample", type=int, default=FIT_SAMPLE, help=f"prompts answered (default {FIT_SAMPLE})")
+    fit.add_argument("--cap", type=int, default=FIT_CAP, help=f"the longest length fitted (default {FIT_CAP})")
+    fit.set_defaults(func=run_projects_fit_length)
     update.set_defaults(func=run_projects_set)
     listing = actions.add_parser(
         "list", parents=[common], help="list projects", description="List every project and its settings."
@@ -324,11 +344,28 @@ def _describe(project) -> str:
 
 
 def run_projects_create(args) -> int:
-    project = create_project(_open(args), args.name, likert_min=args.likert_min, likert_max=args.likert_max,
+    specs = ([parse_question_spec(text) for text in args.criterion]
+             + [parse_question_spec(text, "flag") for text in args.flag])
+    check_specs(specs)  # before the project: a bad criterion writes nothing
+    db = _open(args)
+    project = create_project(db, args.name, likert_min=args.likert_min, likert_max=args.likert_max,
                              overlap=args.overlap, guidelines=_guidelines(args.guidelines) or "",
                              ranking_guidelines=_guidelines(args.ranking_guidelines), prompt_format=args.prompt_format,
                              answer_tokens=args.answer_tokens, heldout_share=args.heldout_share)
-    print(f"created project {_describe(project)}")
+    for spec in specs:
+        add_question(db, project.name, **spec)
+    asked = "".join(f", {spec['kind']} {spec['name']}" for spec in specs)
+    print(f"created project {_describe(project)}{asked}")
+    return 0
+
+
+def run_projects_fit_length(args) -> int:
+    db = _open(args)
+    path = resolve_model(db, args.model)
+    print(f"answering {args.sample} prompts with {args.model} (up to {args.cap} tokens each)...", flush=True)
+    fitted = fit_answer_tokens(db, args.name, lambda: (load_causal_lm(path), load_tokenizer(path, padding_side="left")), sample=args.sample, cap=args.cap)
+    print(f"answer length {fitted.tokens} tokens: {fitted.finished_share:.0%} of {fitted.answers} answers end within "
+          f"it (generated with room for {fitted.cap})")
     return 0
 
 

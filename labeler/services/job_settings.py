@@ -95,6 +95,8 @@ class DataSettings:
     include_rating_pairs: bool = filter_field("include_rating_pairs", default=True)
     sft_min_score: float | None = field(default=None, metadata={"help": "SFT: keep rated answers with a mean score at least this (blank: the scale's midpoint)."})
     test_size: float = field(default=0.1, metadata={"help": "Held-out fraction for evaluation."})
+    criterion: str = field(default="", metadata={"help": "Reward model: learn one of the project's added criteria "
+                                                         "(rlhf-studio questions list) instead of its own score (blank: its own)."})
 
     def __post_init__(self):
         _check(self.min_annotators >= 1, "min_annotators", self.min_annotators, "must be at least 1")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from labeler.services.export import preference_rows, training_options
+from labeler.services.question_rows import criterion_preferences
 from labeler.services.training_stages.base import Stage
 
 # Passes over the pairs unless the run sets steps or num_train_epochs: TRL's (and TrainingArguments') default.
@@ -14,7 +15,11 @@ REWARD_MODEL_PASSES = 3.0
 
 
 def rows(db, project: str, job, **options) -> list[dict]:
-    """Preference pairs: rankings (and, with include_rating_pairs, ratings of two answers to a prompt)."""
+    """Preference pairs: rankings (and, with include_rating_pairs, ratings of two answers to a prompt); with a
+    `criterion`, pairs of answers people scored differently on that criterion (one reward model per criterion,
+    as Llama 2 trained helpfulness and safety apart)."""
+    if job.criterion:
+        return criterion_preferences(db, project, job.criterion)
     return preference_rows(db, project, training_options(job, **options))
 
 

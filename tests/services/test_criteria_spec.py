@@ -1,0 +1,27 @@
+import pytest
+
+from labeler.services.criteria_spec import Constraint, parse_constraint, parse_weighted
+from labeler.services.errors import InputError
+from labeler.services.reward_spec import RewardSpec
+
+
+def test_weighted_sums():
+    assert parse_weighted("rm:helpful*0.7+rm:safe*0.3") == [
+        (RewardSpec("rm", model="helpful"), 0.7), (RewardSpec("rm", model="safe"), 0.3)]
+    assert parse_weighted(" rm:helpful + vader * -1e-1 ") == [
+        (RewardSpec("rm", model="helpful"), 1.0), (RewardSpec("function", function="vader"), -0.1)]
+    for bad, words in (("rm:helpful", "two or more terms"), ("rm:a*0.5+", "two or more terms"),
+                       ("rm:a*0+rm:b", "non-zero"), ("human*0.5+rm:b", "people are not a term"),
+                       ("nonsense+rm:b", "unknown reward")):
+        with pytest.raises(InputError, match=words) as refused:
+            parse_weighted(bad)
+        assert refused.value.field == "reward"
+
+
+def test_constraints():
+    assert parse_constraint("rm:safe>=0") == Constraint(RewardSpec("rm", model="safe"), 0.0)
+    assert parse_constraint("rm:safe >= -0.5") == Constraint(RewardSpec("rm", model="safe"), -0.5)
+    for bad in ("rm:safe", "rm:safe<=0", "mix>=0"):
+        with pytest.raises(InputError) as refused:
+            parse_constraint(bad)
+        assert refused.value.field == "constraint"
