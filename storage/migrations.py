@@ -470,7 +470,6 @@ MIGRATIONS.append(("runs: online-dpo stage", [
     "WHERE type = 'table' AND name = 'runs'",
     "PRAGMA writable_schema = RESET",
 ]))
-]))
 
 # Retired prompts (labeler/services/prompts.py retire_prompts): an admin takes a prompt out of use without losing
 # what was done with it. Its split becomes 'retired' (out of the labelling queues, training and evaluation, which

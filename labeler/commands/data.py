@@ -24,7 +24,6 @@ from labeler.services.projects import (DEFAULT_ANSWER_TOKENS, DEFAULT_HELDOUT_SH
 from labeler.services.prompts import (change_heldout_share, count_prompts, import_prompts, import_shipped_prompts,
                                       edit_prompt, list_prompts, promote_prompts, restore_prompts,
                                       retire_prompts, split_counts)
-                                      list_prompts, promote_prompts, split_counts)
 from labeler.services.questions import add_question, check_specs, parse_question_spec
 from labeler.services.readers import decode_text
 from rlhf.loading import load_causal_lm, load_tokenizer
@@ -363,7 +362,8 @@ def run_projects_fit_length(args) -> int:
     db = _open(args)
     path = resolve_model(db, args.model)
     print(f"answering {args.sample} prompts with {args.model} (up to {args.cap} tokens each)...", flush=True)
-    fitted = fit_answer_tokens(db, args.name, lambda: (load_causal_lm(path), load_tokenizer(path, padding_side="left")), sample=args.sample, cap=args.cap)
+    fitted = fit_answer_tokens(db, args.name, lambda: (load_causal_lm(path), load_tokenizer(path, padding_side="left")),
+                               sample=args.sample, cap=args.cap)
     print(f"answer length {fitted.tokens} tokens: {fitted.finished_share:.0%} of {fitted.answers} answers end within "
           f"it (generated with room for {fitted.cap})")
     return 0

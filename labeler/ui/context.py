@@ -1,6 +1,5 @@
 """What every tab receives: where the database is and the server settings. Holds no user state (a pool of
-idle database connections, and the server's one cache of loaded models with its queue of answers)."""
-idle database connections at most).
+idle database connections, and the server's one cache of loaded models with its queue of answers).
 
 The project a request works in is the person's own choice (projects.chosen_project, kept in SQLite so it
 survives a refresh), else the server's `--project`. The role check that every handler makes first

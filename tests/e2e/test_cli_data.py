@@ -184,6 +184,8 @@ def test_export_leaves_out_held_out_prompts_unless_include_heldout(capsys, tmp_p
     assert run(capsys, "export", "--db", db, "--out", str(out), "--include-heldout")[:2] == (
         0, f"wrote 2 preferences rows to {out}\n")
     assert [json.loads(line)["prompt"] for line in out.read_text().splitlines()] == ["kept", "held"]
+
+
 def test_prompts_edit_retire_and_restore(capsys, tmp_path):
     db = str(tmp_path / "s.db")
     prompts = tmp_path / "p.txt"

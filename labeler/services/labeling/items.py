@@ -146,7 +146,9 @@ def _reopen_groups(db: sqlite_utils.Database, project_id: int, prompt_id: int, r
 
 
 def _heldout_prompt_ids(db: sqlite_utils.Database, project_id: int) -> set[int]:
-    return {row[0] for row in db.execute("SELECT id FROM prompts WHERE project_id = ? AND split = 'test'", [project_id])}
+    """Held-out prompts and retired ones (prompts.RETIRED_SPLIT): their answers are not queued."""
+    return {row[0] for row in db.execute("SELECT id FROM prompts WHERE project_id = ? AND split IN ('test', 'retired')",
+                                         [project_id])}
 
 
 def requeue_prompts(db: sqlite_utils.Database, project: str, prompt_ids: Sequence[int]) -> None:
