@@ -166,10 +166,8 @@ def _time_filter(column: str, options: ExportOptions) -> tuple[str, list]:
 def _heldout_filter(options: ExportOptions) -> str:
     # A label on a held-out prompt in a dataset leaks the prompts runs are judged on into whatever is trained
     # from it: left out of every export unless asked for.
-    # Held-out prompts are for evaluation, retired ones (prompts.RETIRED_SPLIT) out of use: neither is trained on.
-    if options.training:
-        return " AND p.split NOT IN ('test', 'retired')"
-    return "" if options.include_heldout else " AND p.split != 'test'"
+    # Retired prompts (prompts.RETIRED_SPLIT) are out of use: never exported, never trained on.
+    return " AND p.split != 'retired'" if options.include_heldout else " AND p.split NOT IN ('test', 'retired')"
 
 
 def _annotator_filter(options: ExportOptions) -> tuple[str, list]:
