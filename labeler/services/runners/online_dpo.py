@@ -129,11 +129,17 @@ class MixJudge(BasePairwiseJudge):
 
 
 def _pairs_queue(ctx: StageContext) -> HumanRewardQueue:
-    """The run's queue of pairs for the Rank tab: a ranking item of two answers per pair."""
+    """The run's queue of pairs for the Rank tab: a ranking item of two answers per pair. A resumed run samples new
+    pairs, so the pairs its last start left waiting stop jumping the queue (they stay labellable, and a ranking of
+    them is kept as any other label)."""
     policy = "skip" if ctx.job.timeout_policy == "rm" else ctx.job.timeout_policy  # no reward model to fall back on
-    return HumanRewardQueue(ctx.db_path, ctx.project, ctx.run_id, policy=policy,
-                            model_name=f"online-dpo-run{ctx.run_id}", should_stop=ctx.should_stop,
-                            label_kind="ranking", group_size=2)
+    queue = HumanRewardQueue(ctx.db_path, ctx.project, ctx.run_id, policy=policy,
+                             model_name=f"online-dpo-run{ctx.run_id}", should_stop=ctx.should_stop,
+                             label_kind="ranking", group_size=2)
+    stale = [item_id for item_id, _, _ in queue.pending()]
+    if stale:
+        queue.release(stale)
+    return queue
 
 
 def _require_annotators(db, spec_text: str) -> None:
