@@ -143,7 +143,7 @@ def test_people_judge_each_pair_in_the_rank_tab_and_the_run_learns_from_them(db,
     assert 1 <= len(items) <= 4 and {kind for _, kind in items} == {"ranking"}
     assert sorted(ranked) == sorted(item_id for item_id, _ in items)  # every one ranked, none left waiting
     assert labeling.waiting_for_run(db, run.id) == 0
-    assert {"rewards/margins", "judge/ties"} <= set(run_metrics.metric_names(db, run.id))
+    assert {"rewards/margins", "judge/ties", "human/pairs_judged"} <= set(run_metrics.metric_names(db, run.id))
     # the annotator's verdicts all count (no timeouts): the log says how many pairs people judged
     assert f"people ranked {len(items)} pairs" in capsys.readouterr().out
 

@@ -87,6 +87,7 @@ class PeopleJudge(BasePairwiseJudge):
     def __init__(self, queue: HumanRewardQueue, timeout: float):
         self.queue, self.timeout = queue, timeout
         self.judged = 0  # pairs people ranked in time (ties too), for the run's log
+        self.last_stats: dict[str, float] = {}  # logged by the trainer each step
 
     def judge(self, prompts: list[str], completions: list[list[str]], shuffle_order: bool = True) -> list[int]:
         # Two identical answers are a tie without asking anyone (and a ranking needs two different answers).
@@ -99,6 +100,7 @@ class PeopleJudge(BasePairwiseJudge):
             for i, verdict in zip(asked, pair_verdicts(rewards)):
                 verdicts[i] = verdict
             self.judged += sum(1 for reward in rewards[0::2] if reward is not None)  # ranked in time, ties too
+        self.last_stats = {"human/pairs_judged": float(self.judged)}
         return verdicts
 
 
