@@ -143,7 +143,7 @@ def test_people_judge_each_pair_in_the_rank_tab_and_the_run_learns_from_them(db,
     assert 1 <= len(items) <= 4 and {kind for _, kind in items} == {"ranking"}
     assert sorted(ranked) == sorted(item_id for item_id, _ in items)  # every one ranked, none left waiting
     assert labeling.waiting_for_run(db, run.id) == 0
-    assert {"rewards/margins", "judge/ties"} <= set(run_metrics.metric_names(db, run.id))
+    assert {"rewards/margins", "judge/ties", "human/pairs_judged"} <= set(run_metrics.metric_names(db, run.id))
     # the annotator's verdicts all count (no timeouts): the log says how many pairs people judged
     assert f"people ranked {len(items)} pairs" in capsys.readouterr().out
 
@@ -180,3 +180,21 @@ def test_mix_people_rank_the_pairs_the_reward_model_is_least_sure_of(db, db_path
     assert 1 <= len(items) <= 2 and sorted(ranked) == sorted(i for (i,) in items)
     names = set(run_metrics.metric_names(db, run.id))
     assert {"reward/from_human", "reward/from_rm", "human/answers_judged", "judge/ties"} <= names
+
+
+def test_a_resumed_people_run_releases_the_pairs_its_last_start_left_waiting(db, db_path, tmp_path):
+    from labeler.services.human_reward import HumanRewardQueue
+    from labeler.services.runners.online_dpo import people_judge
+    from labeler.services.stages import StageContext
+
+    _seed(db)
+    run = jobs.create_run(db, "online-dpo", {"judge": "people"}, runs_dir=tmp_path / "runs", start=False)
+    # the first start queued a pair and died before anyone ranked it
+    HumanRewardQueue(db_path, "default", run.id, label_kind="ranking", group_size=2).request(["q", "q"], ["a", "b"])
+    assert labeling.waiting_for_run(db, run.id) == 1
+    ctx = StageContext(run.id, db_path, "online-dpo", "default", train_configs.load_job_config(run.config),
+                       dict(run.config["trainer"]), tmp_path, sink=None)
+    judge = people_judge(ctx, db)
+    assert labeling.waiting_for_run(db, run.id) == 0  # still in the Rank tab, no longer ahead of everything
+    assert judge.judge(["q"], [["same", "same"]]) == [-1]  # identical answers: a tie, nobody asked
+    assert db.execute("SELECT COUNT(*) FROM items WHERE run_id = ?", [run.id]).fetchone()[0] == 1

@@ -87,6 +87,7 @@ class PeopleJudge(BasePairwiseJudge):
     def __init__(self, queue: HumanRewardQueue, timeout: float):
         self.queue, self.timeout = queue, timeout
         self.judged = 0  # pairs people ranked in time (ties too), for the run's log
+        self.last_stats: dict[str, float] = {}  # logged by the trainer each step
 
     def judge(self, prompts: list[str], completions: list[list[str]], shuffle_order: bool = True) -> list[int]:
         # Two identical answers are a tie without asking anyone (and a ranking needs two different answers).
@@ -99,6 +100,7 @@ class PeopleJudge(BasePairwiseJudge):
             for i, verdict in zip(asked, pair_verdicts(rewards)):
                 verdicts[i] = verdict
             self.judged += sum(1 for reward in rewards[0::2] if reward is not None)  # ranked in time, ties too
+        self.last_stats = {"human/pairs_judged": float(self.judged)}
         return verdicts
 
 
@@ -129,11 +131,17 @@ class MixJudge(BasePairwiseJudge):
 
 
 def _pairs_queue(ctx: StageContext) -> HumanRewardQueue:
-    """The run's queue of pairs for the Rank tab: a ranking item of two answers per pair."""
+    """The run's queue of pairs for the Rank tab: a ranking item of two answers per pair. A resumed run samples new
+    pairs, so the pairs its last start left waiting stop jumping the queue (they stay labellable, and a ranking of
+    them is kept as any other label)."""
     policy = "skip" if ctx.job.timeout_policy == "rm" else ctx.job.timeout_policy  # no reward model to fall back on
-    return HumanRewardQueue(ctx.db_path, ctx.project, ctx.run_id, policy=policy,
-                            model_name=f"online-dpo-run{ctx.run_id}", should_stop=ctx.should_stop,
-                            label_kind="ranking", group_size=2)
+    queue = HumanRewardQueue(ctx.db_path, ctx.project, ctx.run_id, policy=policy,
+                             model_name=f"online-dpo-run{ctx.run_id}", should_stop=ctx.should_stop,
+                             label_kind="ranking", group_size=2)
+    stale = [item_id for item_id, _, _ in queue.pending()]
+    if stale:
+        queue.release(stale)
+    return queue
 
 
 def _require_annotators(db, spec_text: str) -> None:
