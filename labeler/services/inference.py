@@ -24,6 +24,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import threading
 import time
 from collections import OrderedDict, deque
@@ -141,6 +142,18 @@ def estimated_bytes(name_or_path: str, device_type: str, flags: frozenset[str] |
     if inference_dtype(device_type, flags) == "float32" and stored in ("bfloat16", "float16"):
         return on_disk * 2
     return on_disk
+
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
+
+
+def parse_bytes(text: str, field: str = "model_memory") -> int:
+    """'8GiB', '500mb', '1.5 GB' or a plain number of bytes as bytes; InputError naming `field` otherwise."""
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
+    unit = match and match.group(2).lower()
+    if not match or unit not in _UNITS or float(match.group(1)) * _UNITS[unit] < 1:
+        raise InputError(f"{text!r}: a size such as 8GiB, 500MB or a number of bytes", field=field)
+    return int(float(match.group(1)) * _UNITS[unit])
 
 
 def default_budget_bytes(device: str) -> int:

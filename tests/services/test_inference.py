@@ -186,3 +186,14 @@ def test_the_speed_estimate_follows_each_answer_and_never_reaches_zero():
     for _ in range(40):  # a machine at load 10: answers barely move
         stalled = stalled.followed(tokens=4, seconds=1e6)
     assert stalled.decode_tokens_per_s == inference.MIN_TOKENS_PER_S > 0
+
+
+def test_the_memory_budget_is_read_as_a_size():
+    assert inference.parse_bytes("8GiB") == 8 * 2**30
+    assert inference.parse_bytes("500mb") == 500 * 10**6
+    assert inference.parse_bytes("1.5 GB") == 1_500_000_000
+    assert inference.parse_bytes("4096") == 4096
+    for bad in ("lots", "8 parsecs", "0", "-1GB", ""):
+        with pytest.raises(InputError, match="a size such as 8GiB") as error:
+            inference.parse_bytes(bad, field="--model-memory")
+        assert error.value.field == "--model-memory"
