@@ -156,6 +156,19 @@ def parse_bytes(text: str, field: str = "model_memory") -> int:
     return int(float(match.group(1)) * _UNITS[unit])
 
 
+def release_gpu_memory() -> None:
+    """Hand the GPU memory of unloaded models back to the driver, where another process (a run) can use it: torch's
+    caching allocator otherwise keeps it reserved for this one. A model still answering a request is freed when
+    that request ends (it holds its own reference) and given back at the next release."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 def default_budget_bytes(device: str) -> int:
     """GPU_BUDGET_SHARE of the GPU's memory, or CPU_BUDGET_SHARE of the host's."""
     if device.startswith("cuda"):
@@ -418,14 +431,22 @@ class ModelCache:
         running = sorted(self._running_runs())
         with self._lock:
             started = [run for run in running if run not in self._runs]
+            ended = bool(self._runs) and not running
             self._runs = running
             if started:
                 for key in [k for k, e in self._models.items() if e.device == self.device]:
                     self._models.pop(key)
                     self._unloaded[key] = started[-1]
                     self._speeds.pop(key[0], None)
+            if ended and self.device.startswith("cuda"):
+                # The run gave the GPU back: models loaded on the CPU meanwhile load on the GPU again when next asked.
+                for key in [k for k, e in self._models.items() if e.device != self.device]:
+                    self._models.pop(key)
+                    self._speeds.pop(key[0], None)
             if not running:
                 self._unloaded.clear()
+        if started and self.device.startswith("cuda"):
+            release_gpu_memory()
         return running
 
     def run_notice(self) -> str | None:

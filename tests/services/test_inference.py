@@ -122,6 +122,9 @@ def test_a_run_on_the_gpu_sends_the_models_to_the_cpu():
     assert loader.loads == [("chat", "cuda"), ("chat", "cpu")]
     assert told == ["the chat model was unloaded while run 3 trains on this GPU; it answers from the CPU until the "
                     "run ends."]
+    running.clear()  # the run ended: the model goes back to the GPU when next asked for
+    cache.get("chat")
+    assert loader.loads[-1] == ("chat", "cuda") and len(cache) == 1
 
 
 def test_the_running_runs_come_from_the_runs_table(db, db_path, tmp_path):
