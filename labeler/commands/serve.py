@@ -17,6 +17,7 @@ from labeler.commands import database
 from labeler.services import accounts, generation, models, projects, prompts
 from labeler.services.active_learning import SelectionRefresher
 from labeler.services.errors import InputError
+from labeler.services.inference import parse_bytes
 from rlhf.loading import default_model_path
 
 FIRST_PROMPTS = 16  # prompts answered in the background on the first start (x2 answers: ratings and rankings)
@@ -60,6 +61,10 @@ def register(subparsers, common: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-upload-files", type=int, default=1,
                         help="files accepted in one upload request (default: 1; every upload field takes one)")
     parser.add_argument("--runs-dir", default="runs", help="where training runs write checkpoints and logs")
+    parser.add_argument("--model-memory", default=None,
+                        help="memory the loaded models (Chat, Arena, Data > Generate) may hold together, e.g. 8GiB "
+                             "(default: half the GPU's memory, or a quarter of this machine's without a GPU); least "
+                             "recently used out first")
     parser.add_argument(
         "--first-prompts", type=int, default=FIRST_PROMPTS,
         help=f"prompts answered in the background when the project has no answers (0: none; default {FIRST_PROMPTS})",
@@ -137,6 +142,7 @@ def run(args: argparse.Namespace) -> int:
     if args.max_upload_files < 1:
         raise InputError(f"must be at least 1, got {args.max_upload_files!r}", field="--max-upload-files")
     forwarded_allow_ips = proxy_addresses(args.forwarded_allow_ips)
+    model_memory = None if args.model_memory is None else parse_bytes(args.model_memory, field="--model-memory")
     if not args.allow_hub_downloads:
         go_offline()
     # A private labelling tool sends no usage analytics to Gradio unless the user turns them on.
@@ -149,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
         db_path=args.db, host=args.host, port=args.port, model=args.model, project=args.project,
         max_file_size=args.max_file_size, max_upload_files=args.max_upload_files, runs_dir=args.runs_dir,
         allowed_origins=tuple(args.allowed_origin), session_max_age_s=args.session_days * 86400.0,
-        root_path=args.root_path, forwarded_allow_ips=forwarded_allow_ips,
+        root_path=args.root_path, forwarded_allow_ips=forwarded_allow_ips, model_memory_bytes=model_memory,
     )
     url = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{args.port}/"
     print(f"\n    RLHF Studio: {url}", flush=True)

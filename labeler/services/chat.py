@@ -15,7 +15,7 @@ import json
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
+from typing import Iterator, Sequence
 
 import sqlite_utils
 

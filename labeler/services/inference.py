@@ -24,6 +24,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import threading
 import time
 from collections import OrderedDict, deque
@@ -141,6 +142,31 @@ def estimated_bytes(name_or_path: str, device_type: str, flags: frozenset[str] |
     if inference_dtype(device_type, flags) == "float32" and stored in ("bfloat16", "float16"):
         return on_disk * 2
     return on_disk
+
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
+
+
+def parse_bytes(text: str, field: str = "model_memory") -> int:
+    """'8GiB', '500mb', '1.5 GB' or a plain number of bytes as bytes; InputError naming `field` otherwise."""
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
+    unit = match and match.group(2).lower()
+    if not match or unit not in _UNITS or float(match.group(1)) * _UNITS[unit] < 1:
+        raise InputError(f"{text!r}: a size such as 8GiB, 500MB or a number of bytes", field=field)
+    return int(float(match.group(1)) * _UNITS[unit])
+
+
+def release_gpu_memory() -> None:
+    """Hand the GPU memory of unloaded models back to the driver, where another process (a run) can use it: torch's
+    caching allocator otherwise keeps it reserved for this one. A model still answering a request is freed when
+    that request ends (it holds its own reference) and given back at the next release."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def default_budget_bytes(device: str) -> int:
@@ -405,14 +431,22 @@ class ModelCache:
         running = sorted(self._running_runs())
         with self._lock:
             started = [run for run in running if run not in self._runs]
+            ended = bool(self._runs) and not running
             self._runs = running
             if started:
                 for key in [k for k, e in self._models.items() if e.device == self.device]:
                     self._models.pop(key)
                     self._unloaded[key] = started[-1]
                     self._speeds.pop(key[0], None)
+            if ended and self.device.startswith("cuda"):
+                # The run gave the GPU back: models loaded on the CPU meanwhile load on the GPU again when next asked.
+                for key in [k for k, e in self._models.items() if e.device != self.device]:
+                    self._models.pop(key)
+                    self._speeds.pop(key[0], None)
             if not running:
                 self._unloaded.clear()
+        if started and self.device.startswith("cuda"):
+            release_gpu_memory()
         return running
 
     def run_notice(self) -> str | None:

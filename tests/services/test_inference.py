@@ -122,6 +122,9 @@ def test_a_run_on_the_gpu_sends_the_models_to_the_cpu():
     assert loader.loads == [("chat", "cuda"), ("chat", "cpu")]
     assert told == ["the chat model was unloaded while run 3 trains on this GPU; it answers from the CPU until the "
                     "run ends."]
+    running.clear()  # the run ended: the model goes back to the GPU when next asked for
+    cache.get("chat")
+    assert loader.loads[-1] == ("chat", "cuda") and len(cache) == 1
 
 
 def test_the_running_runs_come_from_the_runs_table(db, db_path, tmp_path):
@@ -186,3 +189,14 @@ def test_the_speed_estimate_follows_each_answer_and_never_reaches_zero():
     for _ in range(40):  # a machine at load 10: answers barely move
         stalled = stalled.followed(tokens=4, seconds=1e6)
     assert stalled.decode_tokens_per_s == inference.MIN_TOKENS_PER_S > 0
+
+
+def test_the_memory_budget_is_read_as_a_size():
+    assert inference.parse_bytes("8GiB") == 8 * 2**30
+    assert inference.parse_bytes("500mb") == 500 * 10**6
+    assert inference.parse_bytes("1.5 GB") == 1_500_000_000
+    assert inference.parse_bytes("4096") == 4096
+    for bad in ("lots", "8 parsecs", "0", "-1GB", ""):
+        with pytest.raises(InputError, match="a size such as 8GiB") as error:
+            inference.parse_bytes(bad, field="--model-memory")
+        assert error.value.field == "--model-memory"
