@@ -19,6 +19,14 @@ without holding a second copy of the weights in memory).
 
     python bench/checkpoint_bytes.py                   # both models, N = 1, 5, 20
     python bench/checkpoint_bytes.py --models 135m --every 1 10
+
+Measured (AMD EPYC, AVX2 only, 2 cores, shared; bytes, not time; peak memory 7.7 GB), 64 answers x 128 tokens:
+    135M: weights + head + tokenizer 541.6 MB, Adam's state 1.08 GB, the old rewrite 538.1 MB, journal row 131.8 kB
+          before 2.16 GB a step; after: N=1 1.62 GB (x0.750), N=5 323.7 MB (x0.150), N=20 81.0 MB (x0.038)
+    1.5B shape (1,544M parameters): weights 6.18 GB, Adam's state 12.35 GB (8.0017 bytes/parameter), the old
+          rewrite 6.17 GB, journal row 131.8 kB
+          before 24.71 GB a step; after: N=1 18.53 GB (x0.750), N=5 3.71 GB (x0.150), N=20 926.7 MB (x0.038)
+The rewrite is gone whatever N (a quarter of every checkpoint's bytes); the rest scales with 1/N.
 """
 from __future__ import annotations
 

@@ -556,10 +556,14 @@ def _evaluate_finished_run(db, run_id, stage, project, job, model, sink, log) ->
         step = runs.get_run(db, run_id).step
         sink.log(step, after.metrics)
     log(f"evaluation ({measures.describe(after.settings['reward'])}): " + format_metrics(after.metrics))
-    if after.settings["reward"] == measures.PEOPLE and len(results) == 2:
+    # People judge blind when they are the measure, and when the measure is the reward model the run optimised
+    # (an optimistic judge): their verdict then replaces the reward model's on the run's page once they rank.
+    optimistic = bool(run_judge_note(db, run_id, after))
+    if (after.settings["reward"] == measures.PEOPLE or optimistic) and len(results) == 2:
         queued = people_eval.queue_comparisons(db, project, run_id, base, model["name"], results[0].samples,
                                                after.samples, after.settings["samples"])
-        log(f"evaluation: {queued} blind comparisons of the base's and the model's answers queued for people (Rank)")
+        log(f"evaluation: {queued} blind comparisons of the base's and the model's answers queued for people (Rank)"
+            + (": the measure is the reward model this run optimised" if optimistic else ""))
     if answers_were_cut(after):
         log(truncation_warning(after))
     return after
@@ -620,20 +624,32 @@ def run_verdict(db: sqlite_utils.Database, run_id: int) -> tuple[str, list[str]]
     if after is None:
         failure = evaluation_failure(db, run_id)
         return (failure_line(failure) if failure else ""), []
+    note = run_judge_note(db, run_id, after)
+    people = (people_eval.people_win_rate(db, run_id, after.model)
+              if after.settings.get("reward") == measures.PEOPLE or note else None)
     if after.settings.get("reward") == measures.PEOPLE:
-        result = people_eval.people_win_rate(db, run_id, after.model)
-        sentence = (verdict_sentence(result.rate, result.low, result.high) + " (people's blind comparisons)"
-                    if result else "People's verdict: waiting for the first ranking of the blind pairs (Rank tab).")
+        sentence = (verdict_sentence(people.rate, people.low, people.high) + " (people's blind comparisons)"
+                    if people else "People's verdict: waiting for the first ranking of the blind pairs (Rank tab).")
+    elif people is not None:  # the reward model it optimised is an optimistic judge: people's blind pairs decide
+        sentence = (verdict_sentence(people.rate, people.low, people.high) + " (people's blind comparisons; by the "
+                    "reward model it was trained on: " + _short_interval(after.metrics) + ")")
+        note = ""
     elif "eval/win_rate" in after.metrics:
         sentence = evaluation_verdict(after)
     elif before is None:
         sentence = "No verdict: the base's evaluation with the same settings is missing (`rlhf-studio eval` redoes both)."
     else:
         sentence = f"No verdict: {measures.describe(after.settings.get('reward', ''))} scores no answers."
-    warnings = [w for w in [run_judge_note(db, run_id, after)] if w]
+    warnings = [note] if note else []
     if answers_were_cut(after):
         warnings.append(truncation_warning(after))
     return sentence, warnings
+
+
+def _short_interval(metrics: dict) -> str:
+    if "eval/win_low" not in metrics:
+        return "no win rate"
+    return f"{metrics['eval/win_rate']:.0%}, 95% interval {metrics['eval/win_low']:.0%} to {metrics['eval/win_high']:.0%}"
 
 
 def verdict_lines(db: sqlite_utils.Database, results: Sequence[Evaluation]) -> list[str]:

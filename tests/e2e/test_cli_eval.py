@@ -82,3 +82,20 @@ def test_readme_mentions_every_subcommand():
     readme = README.read_text(encoding="utf-8")
     missing = [name for name in subparsers.choices if f"rlhf-studio {name}" not in readme]
     assert not missing, f"README.md does not mention: {missing}"
+
+
+def test_eval_of_a_tuned_model_prints_the_verdict_in_words(capsys, heldout_db, tiny_model_dir, tmp_path, monkeypatch):
+    """The same sentence as the run's page: here the 'tuned' model is its base's weights, so every answer ties."""
+    from labeler.services import models
+
+    (tmp_path / "my_rewards.py").write_text("def words(prompts, answers):\n"
+                                            "    return [len(a.split()) / 4 for a in answers]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    db = open_db(heldout_db)
+    models.register_model(db, "tuned", str(tiny_model_dir), "policy", base_model=str(tiny_model_dir))
+    db.conn.close()
+    code, out, err = run(capsys, "eval", "--db", heldout_db, "--model", "tuned", "--samples", "2",
+                         "--max-new-tokens", "3", "--reward", "my_rewards:words")
+    assert code == 0, err
+    assert ("tuned: The tuned model is not yet distinguishable from its base (it won 50% of the comparisons, 95% "
+            "interval") in out

@@ -13,8 +13,8 @@ SETTINGS = {"prompts": "heldout", "reward": "rm:judge", "samples": 2, "max_new_t
             "bf16": False, "prompt_format": "chat", "prompts_n": 2, "prompts_hash": "x"}
 
 
-def _rows(rewards):
-    return [{"prompt": f"p{i // 2}", "answer": f"answer {i}", "reward": r, "kl": 0.0, "length": 3}
+def _rows(rewards, who="answer"):
+    return [{"prompt": f"p{i // 2}", "answer": f"{who} {i}", "reward": r, "kl": 0.0, "length": 3}
             for i, r in enumerate(rewards)]
 
 
@@ -48,7 +48,7 @@ def _run(db, tmp_path, job: dict) -> int:
 def _evaluated(db, run_id, base_rewards, model_rewards, reward="rm:judge"):
     settings = {**SETTINGS, "reward": reward}
     base = evaluation._store(db, "default", "base-m", "base-m", None, settings, {"eval/length_mean": 3.0}, _rows(base_rewards))
-    rows = _rows(model_rewards)
+    rows = _rows(model_rewards, "tuned")
     metrics = {"eval/length_mean": 3.0, **evaluation.win_metrics(rows, base.samples, 2)}
     return evaluation._store(db, "default", "tuned-m", "base-m", run_id, settings, metrics, rows)
 
@@ -102,3 +102,39 @@ def test_a_failed_evaluation_says_why_and_what_to_do(db, db_path, tmp_path, caps
     monkeypatch.setattr(evaluation, "_evaluate_finished_run", lambda *a, **k: None)
     evaluation.evaluate_finished_run(db, run_id, "ppo", "default", None, model)
     assert evaluation.evaluation_failure(db, run_id) is None
+
+
+def test_an_optimistic_judge_queues_blind_pairs_and_people_decide(db, tmp_path, monkeypatch):
+    """A run judged by the reward model it optimised: its base's and its answers also go to people, blind, and once
+    they rank, their verdict is the run's (the reward model's figure kept beside it)."""
+    from labeler.services import accounts, labeling, prompts
+    from labeler.services.train_configs import JobConfig
+
+    prompts.add_prompts(db, ["q0", "q1"])
+    db.execute("UPDATE prompts SET split = 'test'")
+    run_id = _run(db, tmp_path, {"reward": "rm", "reward_model": "judge"})
+    base = evaluation._store(db, "default", "base-m", "base-m", None, SETTINGS, {"eval/length_mean": 3.0},
+                             _rows([0, 0, 0, 0]))
+    after = _evaluated(db, run_id, [0, 0, 0, 0], [1, 1, 1, 1])
+    monkeypatch.setattr(evaluation, "evaluate_models", lambda *args, **kwargs: [base, after])
+    monkeypatch.setattr(evaluation, "kl_base", lambda db_, name: "base-m")
+    lines = []
+    evaluation.evaluate_finished_run(db, run_id, "ppo", "default", JobConfig(reward="rm", reward_model="judge"),
+                                     {"name": "tuned-m", "kind": "policy"}, log=lines.append)
+    assert ("evaluation: 2 blind comparisons of the base's and the model's answers queued for people (Rank): the "
+            "measure is the reward model this run optimised") in lines
+    sentence, warnings = evaluation.run_verdict(db, run_id)  # nobody has ranked: the reward model's, optimistic
+    assert sentence == evaluation.evaluation_verdict(after) and warnings == [evaluation.measures.OPTIMISTIC]
+
+    accounts.create_user(db, "ann", "a long enough password")
+    for _ in range(2):  # ann prefers the base's answer both times
+        item = labeling.next_item(db, "default", "ann", "ranking")
+        by_model = {r["model"]: r["id"] for r in item.responses}
+        labeling.submit_ranking(db, "default", "ann", item.item_id, [[by_model["base-m"]], [by_model["tuned-m"]]])
+    sentence, warnings = evaluation.run_verdict(db, run_id)
+    # 0 of 2: Wilson's interval at 0 over 2 prompts is 0% to 66%: undecided
+    assert sentence.startswith("The tuned model is not yet distinguishable from its base (it won 0% of the "
+                               "comparisons, 95% interval 0% to 66%")
+    assert sentence.endswith("(people's blind comparisons; by the reward model it was trained on: 100%, 95% "
+                             f"interval {after.metrics['eval/win_low']:.0%} to 100%)")
+    assert warnings == []
