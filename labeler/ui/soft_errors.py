@@ -77,19 +77,21 @@ def _causes(error: BaseException):
         error = error.__cause__ or error.__context__
 
 
-def malformed_reason(fn, error: BaseException) -> tuple[str, str]:
-    """(the input it is about, one line saying what is wrong) for an event that failed before or outside a
-    handler's own refusals. Gradio names a value its component could not read by the input's index
-    (ComponentProcessingError) or by the component's data model (a pydantic ValidationError); anything else is
-    placed where it was raised, so that a server bug stays findable from its one line."""
+def malformed_reason(fn, error: BaseException) -> tuple[str, str, str]:
+    """(the input it is about, one line for the client, one line for the log) for an event that failed before or
+    outside a handler's own refusals. Gradio names a value its component could not read by the input's index
+    (ComponentProcessingError) or by the component's data model (a pydantic ValidationError), whose messages say
+    what is wrong with the value. Anything else is the handler's: the client is told only its type (its text may
+    hold server paths, which show_error=False keeps from the browser) and the log places it where it was raised,
+    so that a server bug stays findable from its one line."""
     inputs = list(getattr(fn, "inputs", None) or [])
     for cause in _causes(error):
         if isinstance(cause, ComponentProcessingError):
             found = re.search(r"at index (\d+)", str(cause))
             if found and int(found.group(1)) < len(inputs):
                 original = cause.__cause__
-                return (_input_name(inputs[int(found.group(1))]),
-                        f"not a value this input takes ({type(original).__name__ if original else 'unreadable'})")
+                reason = f"not a value this input takes ({type(original).__name__ if original else 'unreadable'})"
+                return _input_name(inputs[int(found.group(1))]), reason, reason
         if isinstance(cause, pydantic.ValidationError):
             field = next((_input_name(block) for block in inputs
                           if getattr(getattr(block, "data_model", None), "__name__", None) == cause.title), cause.title)
@@ -97,38 +99,43 @@ def malformed_reason(fn, error: BaseException) -> tuple[str, str]:
             where = ".".join(str(part) for part in first.get("loc", ()))
             count = cause.error_count()
             more = f" (and {count - 1} more)" if count > 1 else ""
-            return field, f"{first.get('msg', 'not valid')}{' at ' + where if where else ''}{more}"
+            reason = f"{first.get('msg', 'not valid')}{' at ' + where if where else ''}{more}"
+            return field, reason, reason
     frames = traceback.extract_tb(error.__traceback__)
-    at = f" ({Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
-    return "-", f"{type(error).__name__}: {error}{at}"
+    at = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+    return ("-", f"the server could not handle this request ({type(error).__name__}); it was logged",
+            f"{type(error).__name__}: {error}{at}")
 
 
 def one_line_errors(app: gr.Blocks) -> None:
     """Every event of `app` that fails other than by our own refusals (gr.Error with print_exception=False: they
     logged their line) writes one log line, `malformed request to EVENT by USER, field FIELD: REASON`, and
-    answers the client with that reason as a gr.Error, which Gradio neither prints nor hides (show_error=False
-    hides other exceptions' text). Wraps the app's `process_api`, where Gradio turns the request's values into
-    the handler's arguments, calls it and reads its outputs (route_utils.call_process_api calls it)."""
+    answers the client with a one-line reason as a gr.Error, which Gradio does not print. A gr.Error raised to be
+    printed keeps its message and title and is logged as one line instead. Wraps the app's `process_api`, where
+    Gradio turns the request's values into the handler's arguments, calls it and reads its outputs
+    (route_utils.call_process_api calls it)."""
     original = app.process_api
 
     @functools.wraps(original)
     async def process_api(block_fn, inputs, state=None, request=None, *args, **kwargs):
         try:
             return await original(block_fn, inputs, state, request, *args, **kwargs)
-        except gr.Error as error:
-            if not error.print_exception:
-                raise
-            failed: BaseException = error
         except Exception as error:  # noqa: BLE001 - each becomes one line and a one-line answer
-            failed = error
+            failed: BaseException = error
+        if isinstance(failed, gr.Error) and not failed.print_exception:
+            raise failed  # ours: its line is logged
         fn = app.fns.get(block_fn) if isinstance(block_fn, int) else block_fn
+        event = getattr(fn, "api_name", None) or "?"
         first = request[0] if isinstance(request, list) and request else request
         user = getattr(first, "username", None) or "-"
-        field, reason = malformed_reason(fn, failed)
-        reason = one_line(reason)
-        LOG.warning("malformed request to %s by %s, field %s: %s", getattr(fn, "api_name", None) or "?", user,
-                    one_line(field, 80), reason)
-        raise gr.Error(f"{one_line(field, 80)}: {reason}" if field != "-" else reason, title=MALFORMED_TITLE,
+        if isinstance(failed, gr.Error):
+            LOG.warning("refused in %s for %s: %s", event, user, one_line(failed.message))
+            failed.print_exception = False
+            raise failed
+        field, answer, detail = malformed_reason(fn, failed)
+        LOG.warning("malformed request to %s by %s, field %s: %s", event, user, one_line(field, 80), one_line(detail))
+        answer = one_line(answer)
+        raise gr.Error(f"{one_line(field, 80)}: {answer}" if field != "-" else answer, title=MALFORMED_TITLE,
                        print_exception=False) from None
 
     app.process_api = process_api

@@ -69,3 +69,40 @@ def test_a_refusal_names_the_user_and_cannot_forge_log_lines(caplog):
     (line,) = [record.getMessage() for record in caplog.records]
     assert line.startswith("input refused in handler for hana: field 'comment': got 'x FORGED line yyy")
     assert "\n" not in line and len(line) < 400
+
+
+def test_one_line_errors_log_one_line_and_keep_server_text_from_the_client(caplog):
+    import asyncio
+
+    from labeler.ui.soft_errors import MALFORMED_TITLE, one_line_errors
+
+    with gr.Blocks() as app:
+        box, number = gr.Textbox(label="Comment"), gr.Slider(0, 10, label="Seconds")
+
+        def crash(text, seconds):
+            raise FileNotFoundError("/srv/secret/path.db")
+
+        def loud(text, seconds):
+            raise gr.Error("Not allowed: admins only", title="Permission denied")
+
+        box.submit(crash, [box, number], box, api_name="crash")
+        box.change(loud, [box, number], box, api_name="loud")
+    one_line_errors(app)
+    crash_fn, loud_fn = (next(f for f in app.fns.values() if f.api_name == name) for name in ("crash", "loud"))
+    request = gr.Request(username="hana")
+    with caplog.at_level(logging.WARNING, logger="rlhf_studio.ui"):
+        with pytest.raises(gr.Error) as error:
+            asyncio.run(app.process_api(crash_fn, ["x", 1], request=request))
+        assert error.value.title == MALFORMED_TITLE and "/srv" not in error.value.message
+        assert error.value.print_exception is False and "FileNotFoundError" in error.value.message
+        with pytest.raises(gr.Error) as error:
+            asyncio.run(app.process_api(crash_fn, ["x", "not a number"], request=request))
+        assert error.value.message == "Seconds: not a value this input takes (TypeError)"
+        with pytest.raises(gr.Error) as error:
+            asyncio.run(app.process_api(loud_fn, ["x", 1], request=request))
+        assert (error.value.message, error.value.title) == ("Not allowed: admins only", "Permission denied")
+        assert error.value.print_exception is False
+    lines = [record.getMessage() for record in caplog.records]
+    assert len(lines) == 3 and all("hana" in line and "\n" not in line for line in lines), lines
+    assert lines[0].startswith("malformed request to crash by hana, field -: FileNotFoundError: /srv/secret/path.db at")
+    assert lines[1] == "malformed request to crash by hana, field Seconds: not a value this input takes (TypeError)"
