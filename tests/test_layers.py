@@ -63,3 +63,16 @@ def test_labeling_modules_point_one_way(module):
                 if name.startswith(package + ".")}
     assert siblings <= LABELING_MAY_IMPORT[module], f"labeling/{module}.py imports {sorted(siblings)}"
     assert set(LABELING_MAY_IMPORT) == {p.stem for p in path.parent.glob("*.py")} - {"__init__"}
+
+
+@pytest.mark.parametrize("first", ["labeler.services.accounts", "labeler.services.labeling.store",
+                                   "labeler.services.labeling"])
+def test_accounts_and_labeling_import_in_either_order(first):
+    # accounts imports labeling.store, whose package imports queue and submit, which use accounts: they import the
+    # module, so a fresh interpreter may start from either side.
+    import subprocess
+    import sys
+
+    code = f"import {first}; from labeler.services import accounts, labeling; labeling.next_item; accounts.set_active"
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]

@@ -13,6 +13,8 @@ def add_answered_prompt(db_path: str, prompt: str, answers: int, kind: str, sour
     try:
         prompts.add_prompts(db, [prompt], source=source)
         prompt_id = db.execute("SELECT id FROM prompts WHERE text = ?", [prompt]).fetchone()[0]
+        # In training: the held-out share may hold a new prompt out, and a held-out prompt takes no training label.
+        db.execute("UPDATE prompts SET split = 'train' WHERE id = ?", [prompt_id])
         with write_transaction(db):
             ids = [insert_response(db, prompt_id, f"{prompt}: answer {k + 1}", model="m", source="generated")
                    for k in range(answers)]

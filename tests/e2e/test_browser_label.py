@@ -185,6 +185,8 @@ def test_rank_eight_answers_by_keyboard_in_two_rows_of_four(running_app, login, 
         accounts.create_user(db, username, password)
         # A prompt of its own: create_items joins a prompt's older unranked answers (other tests add some).
         prompts.add_prompts(db, ["An opening with eight continuations"], source="e2e")
+        # In training: the held-out share may hold a new prompt out, and a held-out prompt takes no training label.
+        db.execute("UPDATE prompts SET split = 'train' WHERE text = 'An opening with eight continuations'")
         with write_transaction(db):
             prompt_id = db.execute("SELECT id FROM prompts WHERE text = 'An opening with eight continuations'").fetchone()[0]
             eight = [db.execute("INSERT INTO responses (prompt_id, text, model, source) VALUES (?, ?, 'tiny', 'e2e')",

@@ -20,6 +20,8 @@ def seed_ranked_and_rated(db_path: str, username: str) -> None:
     try:
         prompts.add_prompts(db, ["An export test opening line"], source="e2e-export")
         prompt_id = db.execute("SELECT id FROM prompts WHERE source = 'e2e-export'").fetchone()[0]
+        # In training: the held-out share may hold a new prompt out, and a held-out prompt takes no training label.
+        db.execute("UPDATE prompts SET split = 'train' WHERE id = ?", [prompt_id])
         with write_transaction(db):
             ids = [insert_response(db, prompt_id, text, model="tiny", source="e2e") for text in
                    ("the export test's better answer", "the export test's worse answer")]

@@ -67,6 +67,8 @@ def _prepare_labelling_and_first_login(db_path: str) -> None:
         prompt = "A prompt the quiet-errors test gets wrong"
         prompts.add_prompts(db, [prompt], source="e2e-quiet")
         prompt_id = db.execute("SELECT id FROM prompts WHERE text = ?", [prompt]).fetchone()[0]
+        # In training: the held-out share may hold a new prompt out, and a held-out prompt takes no training label.
+        db.execute("UPDATE prompts SET split = 'train' WHERE id = ?", [prompt_id])
         with write_transaction(db):
             ids = [insert_response(db, prompt_id, f"{prompt}: answer {k}", model="m", source="generated")
                    for k in range(3)]

@@ -70,3 +70,70 @@ def test_refresh_tells_the_keyboard_script_when_it_is_done(two_annotators):
     config = Client(url, auth=FIRST, verbose=False).config
     names = {dep.get("api_name") for dep in config["dependencies"]}
     assert {"rate_next_done", "rate_next_refused", "rank_next_done", "rank_next_refused"} <= names
+
+
+BROWSER = ("keyboard-one", "keyboard-one-password-1")
+
+
+def _shown_question(page) -> str:
+    return page.inner_text("#rate-prompt").strip()
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_in_the_browser_a_refused_key_loads_the_next_item_and_r_refreshes(two_annotators, login, db_rows):
+    from labeler.services import accounts, labeling
+    from storage import open_db
+
+    url, db_path = two_annotators
+    db = open_db(db_path)
+    try:
+        accounts.create_user(db, *BROWSER)
+        for n in range(3, 6):  # items of its own, so the other tests' labels cannot empty this queue
+            prompt_id = db.execute("INSERT INTO prompts (project_id, text, text_hash, split) VALUES (1, ?, ?, 'train')",
+                                   [f"keyboard question {n}", f"keyboard hash {n}"]).lastrowid
+            db.execute("INSERT INTO responses (prompt_id, text, model) VALUES (?, ?, 'm')", [prompt_id, f"answer {n}"])
+        labeling.create_items(db, "default", kinds=("rating",))
+    finally:
+        db.conn.close()
+    page = login(url, *BROWSER)
+    page.wait_for_function("() => document.getElementById('rate-prompt').innerText.includes('question')")
+    first = _shown_question(page)
+
+    def give_away_shown_item():
+        """The item on screen goes to another annotator and is labelled there (the browser's hold lapsed)."""
+        db = open_db(db_path)
+        try:
+            item_id = db.execute("SELECT a.item_id FROM assignments a JOIN users u ON u.id = a.user_id"
+                                 " WHERE u.username = ? AND a.status = 'pending'", [BROWSER[0]]).fetchone()[0]
+            db.execute("DELETE FROM assignments WHERE item_id = ?", [item_id])
+            db.execute("INSERT INTO assignments (item_id, user_id, status) SELECT ?, id, 'done' FROM users"
+                       " WHERE username = ?", [item_id, SECOND[0]])
+            db.execute("INSERT INTO ratings (item_id, response_id, user_id, score) SELECT i.id,"
+                       " json_extract(i.response_ids_json, '$[0]'), u.id, 3 FROM items i, users u"
+                       " WHERE i.id = ? AND u.username = ?", [item_id, SECOND[0]])
+        finally:
+            db.conn.close()
+
+    # A digit on an item that went to someone else: refused with the reason, and the next item is on screen.
+    give_away_shown_item()
+    page.click("#rate-counter")
+    page.keyboard.press("5")
+    page.wait_for_selector("text=another annotator holds it", timeout=20_000)
+    page.wait_for_function(f"() => !document.getElementById('rate-prompt').innerText.includes({first!r})",
+                           timeout=20_000)
+    second = _shown_question(page)
+    # The keyboard goes on at once: the next digit is a label on the new item.
+    page.keyboard.press("6")
+    page.wait_for_function(f"() => !document.getElementById('rate-prompt').innerText.includes({second!r})",
+                           timeout=20_000)
+    assert db_rows(db_path, "SELECT r.score FROM ratings r JOIN users u ON u.id = r.user_id WHERE u.username = ?",
+                   [BROWSER[0]]) == [{"score": 6.0}]
+    # `r` refreshes: the item on screen was given away meanwhile, and the key shows the next one (no poll runs
+    # while an item is shown).
+    third = _shown_question(page)
+    give_away_shown_item()
+    page.keyboard.press("r")
+    page.wait_for_function(f"() => !document.getElementById('rate-prompt').innerText.includes({third!r})",
+                           timeout=10_000)
+    page.close()

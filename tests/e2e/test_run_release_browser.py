@@ -22,6 +22,8 @@ def run_app(tmp_path_factory):
     db = open_db(db_path)
     accounts.create_user(db, *ANNOTATOR)
     prompts.add_prompts(db, ["An ordinary prompt", "A prompt from the run"], source="test")
+    # In training: the held-out share may hold a new prompt out, and a held-out prompt takes no training label.
+    db.execute("UPDATE prompts SET split = 'train'")
     run = jobs.create_run(db, "ppo", {"reward": "human", "human_label": "rating"}, runs_dir=str(root / "runs"),
                           start=False)
     # Running, as a worker that has just claimed it leaves it (a fresh heartbeat: the server's poll keeps it).

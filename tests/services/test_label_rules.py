@@ -200,3 +200,18 @@ def _answers_by_prompt(db):
     for response_id, prompt_id in db.execute("SELECT id, prompt_id FROM responses"):
         found.setdefault(prompt_id, []).append(response_id)
     return found
+
+
+def test_the_queue_serves_no_item_of_a_prompt_held_out_after_it_was_made(two):
+    # After the refusal the next item loads: it must not be the refused one again, for this user or another.
+    db = two
+    add_prompt(db, "soon held out", 1)
+    add_prompt(db, "stays in training", 1)
+    labeling.create_items(db, P, kinds=("rating",))
+    shown = labeling.next_item(db, P, "alice")
+    db.execute("UPDATE prompts SET split = 'test' WHERE id = ?", [shown.prompt_id])
+    with pytest.raises(labeling.ItemUnavailable):
+        labeling.submit_rating(db, P, "alice", shown.item_id, 4)
+    after = labeling.next_item(db, P, "alice")
+    assert after.item_id != shown.item_id and after.prompt == "stays in training"
+    assert labeling.next_item(db, P, "bob") is None  # overlap 1: alice holds the other; the held-out one is nobody's

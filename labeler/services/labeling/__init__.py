@@ -31,10 +31,14 @@ the reads other services make: human rewards, active selection, the arena, chat,
 and the record browser's corrections go through it; a view joining them with other tables says so in its own
 module docstring), `items` (creating items), `queue` (the queue and its holds), `submit` (submit, skip, undo) and
 `gold` (known answers). Callers import the package: its names are those of the modules below.
+
+`accounts` imports `store` (deactivating an account releases its holds), which runs this file first, and `queue`
+and `submit` need `accounts.require_user`: they import the accounts module, not its names, so either may be
+imported first (tests/test_layers.py imports accounts first in a fresh interpreter).
 """
 from labeler.services.labeling.store import (  # noqa: F401  (the package's names)
-    EVALUATION_SOURCE, KINDS, LABEL_TABLES, WAITING_FOR_RUN, Kind, add_assignment, check_kind, delete_label_row, drop_assignment,
-    drop_pending_holds, find_item, insert_item, insert_ranking, item_response_ids, label_count, label_row,
+    EVALUATION_SOURCE, KINDS, LABEL_TABLES, WAITING_FOR_RUN, Kind, add_assignment, check_kind, delete_label_row,
+    drop_assignment, drop_pending_holds, find_item, insert_item, insert_ranking, item_response_ids, label_count, label_row,
     ranking_orders, rankings_from, rating_means, release_ended_run, release_items, release_run_items,
     response_ids_json, run_of_item, selectable_items, set_rating_score, set_ranking_order, set_selection_order,
     unreleased_run_items, waiting_for_run)
@@ -43,6 +47,6 @@ from labeler.services.labeling.items import (  # noqa: F401
 from labeler.services.labeling.queue import (  # noqa: F401
     PENDING_TTL_MINUTES, RUN_ITEM_IDLE_SECONDS, QueueItem, keep_holding, next_item, progress)
 from labeler.services.labeling.submit import (  # noqa: F401
-    MAX_COMMENT_CHARS, SHOWN, ItemUnavailable, LabelResult, Undone, skip_item, submit_rating, submit_rating_and_next, submit_ranking,
-    submit_ranking_and_next, undo_last_action)
+    MAX_COMMENT_CHARS, SHOWN, ItemUnavailable, LabelResult, Undone, skip_item, submit_rating, submit_rating_and_next,
+    submit_ranking, submit_ranking_and_next, undo_last_action)
 from labeler.services.labeling.gold import item_detail, item_on_scale, set_gold  # noqa: F401

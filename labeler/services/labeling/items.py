@@ -106,43 +106,48 @@ def create_items(
             # Older unranked responses of a prompt join the new ones: generating one answer at a time
             # must still end up in rankings.
             unranked: dict[int, list[int]] = {}
+            answers: dict[int, list[int]] = {}  # every answer of each prompt, oldest first
             for response_id, prompt_id in prompt_of.items():
+                answers.setdefault(prompt_id, []).append(response_id)
                 if response_id not in ranked:
                     unranked.setdefault(prompt_id, []).append(response_id)
             prompts = sorted({prompt_of[r] for r in wanted} if wanted is not None else set(unranked))
+            # Ordinary items only: a run's item holds exactly the answers it waits for.
+            ordinary = priority == 0 and run_id is None
+            reopenable = _reopenable_groups(db, proj.id, ranking_size) if ordinary else {}
             for prompt_id in prompts:
                 free = unranked.get(prompt_id, [])
                 if not free:
                     continue
-                # Ordinary items only: a run's item holds exactly the answers it waits for.
-                ordinary = priority == 0 and run_id is None
-                if ordinary:
-                    free = sorted(free + _reopen_groups(db, proj.id, prompt_id, ranking_size))
+                for item_id, ids in reopenable.get(prompt_id, []):  # made again below, with the new answers
+                    db.execute("DELETE FROM items WHERE id = ?", [item_id])
+                    free = sorted(free + ids)
                 sizes = group_sizes(len(free), ranking_size)
                 start = 0
                 for size in sizes:
                     created += insert("ranking", prompt_id, free[start : start + size])
                     start += size
                 if ordinary and start < len(free):
-                    partners = [r for r, p in reversed(prompt_of.items())
-                                if p == prompt_id and r not in free][: ranking_size - (len(free) - start)]
+                    partners = [r for r in reversed(answers[prompt_id]) if r not in free][: ranking_size - (len(free) - start)]
                     if partners:
                         created += insert("ranking", prompt_id, free[start:] + partners)
     return created
 
 
-def _reopen_groups(db: sqlite_utils.Database, project_id: int, prompt_id: int, ranking_size: int) -> list[int]:
-    """The answers of the prompt's ordinary ranking items with room (fewer than `ranking_size` answers) that nobody
-    was shown and nobody labelled; those items are deleted, so the answers are grouped again with the new ones."""
+def _reopenable_groups(db: sqlite_utils.Database, project_id: int,
+                       ranking_size: int) -> dict[int, list[tuple[int, list[int]]]]:
+    """{prompt id: [(item id, its answers)]} of the project's ordinary ranking items with room (fewer than
+    `ranking_size` answers) that nobody was shown and nobody labelled: a prompt's new answers join them."""
     rows = db.execute(
-        "SELECT i.id, i.response_ids_json FROM items i WHERE i.project_id = ? AND i.prompt_id = ? AND i.kind = 'ranking'"
+        "SELECT i.id, i.prompt_id, i.response_ids_json FROM items i WHERE i.project_id = ? AND i.kind = 'ranking'"
         " AND i.run_id IS NULL AND i.priority = 0 AND i.gold_json IS NULL AND json_array_length(i.response_ids_json) < ?"
         " AND NOT EXISTS (SELECT 1 FROM assignments a WHERE a.item_id = i.id)"
         " AND NOT EXISTS (SELECT 1 FROM rankings k WHERE k.item_id = i.id)",
-        [project_id, prompt_id, ranking_size]).fetchall()
+        [project_id, ranking_size]).fetchall()
+    found: dict[int, list[tuple[int, list[int]]]] = {}
     for row in rows:
-        db.execute("DELETE FROM items WHERE id = ?", [row["id"]])
-    return [int(r) for row in rows for r in json.loads(row["response_ids_json"])]
+        found.setdefault(row["prompt_id"], []).append((row["id"], [int(r) for r in json.loads(row["response_ids_json"])]))
+    return found
 
 
 def _heldout_prompt_ids(db: sqlite_utils.Database, project_id: int) -> set[int]:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import sqlite_utils
 
 from labeler.services import accounts
-from labeler.services.labeling.store import Kind, add_assignment, check_kind
+from labeler.services.labeling.store import EVALUATION_SOURCE, Kind, add_assignment, check_kind
 from labeler.services.projects import Project, get_project
 from labeler.services.responses import response_rows
 from storage import write_transaction
@@ -34,6 +34,11 @@ def fresh(alias: str) -> str:
 
 
 HOLDS_SLOT = f"(a.status = 'done' OR (a.status = 'pending' AND {fresh('a')}))"
+# SQL: item `i` is on a held-out prompt and not an evaluation item, so it takes no label (labeling.submit refuses
+# one): the queue serves it to nobody. Such items remain only where a prompt was held out after some were labelled.
+HELD_OUT = ("EXISTS (SELECT 1 FROM prompts hp WHERE hp.id = i.prompt_id AND hp.split = 'test')"
+            " AND EXISTS (SELECT 1 FROM json_each(i.response_ids_json) j JOIN responses r ON r.id = j.value"
+            f" WHERE r.source != '{EVALUATION_SOURCE}')")
 
 
 @dataclass(frozen=True)
@@ -58,7 +63,7 @@ class QueueItem:
 def _own_pending(db: sqlite_utils.Database, proj: Project, user_id: int, kind: str, min_priority: int = 0) -> int | None:
     """The user's pending item to show again, newest first; stale ones taken over are released."""
     rows = db.execute(
-        f"""SELECT mine.id, mine.item_id, {fresh('mine')} AS fresh, i.gold_json IS NOT NULL AS gold,
+        f"""SELECT mine.id, mine.item_id, {fresh('mine')} AS fresh, i.gold_json IS NOT NULL AS gold, {HELD_OUT} AS held_out,
                (SELECT COUNT(*) FROM assignments a WHERE a.item_id = mine.item_id AND a.user_id != mine.user_id
                   AND {HOLDS_SLOT}) AS others
             FROM assignments mine JOIN items i ON i.id = mine.item_id
@@ -67,6 +72,9 @@ def _own_pending(db: sqlite_utils.Database, proj: Project, user_id: int, kind: s
         [user_id, proj.id, kind, min_priority],
     ).fetchall()
     for row in rows:
+        if row["held_out"]:  # its prompt was held out since it was shown: it takes no label now
+            db.execute("DELETE FROM assignments WHERE id = ?", [row["id"]])
+            continue
         if row["fresh"] or row["gold"] or row["others"] < proj.overlap:
             # Showing it again renews the reservation: the annotator is looking at it now.
             db.execute(f"UPDATE assignments SET assigned_at = {NOW} WHERE id = ?", [row["id"]])
@@ -101,6 +109,7 @@ def _claim_new(db: sqlite_utils.Database, proj: Project, user_id: int, kind: str
               AND NOT EXISTS (SELECT 1 FROM assignments m WHERE m.item_id = i.id AND m.user_id = :user)
               AND (i.gold_json IS NOT NULL
                    OR (SELECT COUNT(*) FROM assignments a WHERE a.item_id = i.id AND {HOLDS_SLOT}) < :overlap)
+              AND NOT ({HELD_OUT})
             ORDER BY {order} LIMIT 1""",
         {"project": proj.id, "kind": kind, "user": user_id, "overlap": proj.overlap, "min_priority": min_priority},
     ).fetchone()
