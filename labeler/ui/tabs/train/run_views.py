@@ -173,6 +173,7 @@ def heldout_bars(db, run_id: int | None) -> tuple[str, list[tuple[str, float]]]:
     if not run_id:
         return "", []
     before, after = evaluation.run_comparison(db, run_id)
+    after = people_eval.with_people_verdict(db, run_id, after)  # people's win rate as they rank
     if after is None:
         return "", []
     if "eval/win_rate" in after.metrics:
@@ -191,6 +192,7 @@ def comparison_frame(db, run_id: int | None) -> tuple[pd.DataFrame, pd.DataFrame
     if not run_id:
         return (*empty, "")
     before, after = evaluation.run_comparison(db, run_id)
+    after = people_eval.with_people_verdict(db, run_id, after)  # people's win rate and interval as they rank
     if after is None:
         run = runs.find_run(db, run_id)
         if run is not None and run.stage in evaluation.POLICY_STAGES and not evaluation.heldout_prompts(db, run.project):
