@@ -7,6 +7,7 @@ accounts.authenticate, an upload size cap, the shortcut script and the styleshee
 from __future__ import annotations
 
 import importlib
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +104,27 @@ def launch_options(settings: ServeSettings) -> dict[str, Any]:
     }
 
 
+def warm_imports() -> None:
+    """Import what the Train tab's first preview and launch need (torch, transformers' config readers) once, in the
+    background, so the first admin to press Preview does not wait for the imports (tens of seconds on a loaded
+    machine). Importing the app itself still loads neither (tests/test_light_imports.py): this runs at launch."""
+    import torch  # noqa: F401 - imported for its side effect: the module cache
+    import transformers  # noqa: F401
+
+
+def start_warm_imports() -> threading.Thread:
+    """warm_imports in a daemon thread; an import error is left for the preview to report where it is needed."""
+    def run() -> None:
+        try:
+            warm_imports()
+        except Exception:  # noqa: BLE001 - the preview imports again and shows its own error
+            pass
+
+    thread = threading.Thread(target=run, name="rlhf-studio-warm-imports", daemon=True)
+    thread.start()
+    return thread
+
+
 def launch(app: gr.Blocks, settings: ServeSettings, **overrides: Any):
     """app.launch with launch_options(settings); overrides (prevent_thread_lock, quiet, ...) win.
 
@@ -136,6 +158,7 @@ def launch(app: gr.Blocks, settings: ServeSettings, **overrides: Any):
     server.state.wal_keeper = connect(settings.db_path, create=False)
     replace_session_tokens(server, lambda sessions: SessionStore(settings.db_path, settings.session_max_age_s,
                                                                  initial=sessions))
+    start_warm_imports()
     if block:
         app.block_thread()
     return result

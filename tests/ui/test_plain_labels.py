@@ -35,3 +35,14 @@ def test_the_leaderboard_and_the_registry_read_in_words():
     assert not RAW.search(" ".join(LEADERBOARD_TITLES)) and not RAW.search(leaderboard_note())
     assert readable_time("2026-12-06T10:33:03.123Z") == "2026-12-06 10:33 UTC"
     assert readable_time(None) == ""
+
+
+def test_a_negative_kl_is_labelled_with_why():
+    import pandas as pd
+
+    from labeler.ui.tabs.train.run_views import NEGATIVE_KL_NOTE, metrics_html
+
+    dipped = pd.DataFrame({"name": ["objective/kl"] * 2, "step": [1, 2], "value": [0.2, -0.05]})
+    assert "below 0: the batch estimate" in metrics_html(dipped, ["objective/kl"])
+    positive = pd.DataFrame({"name": ["objective/kl"] * 2, "step": [1, 2], "value": [0.2, 0.05]})
+    assert NEGATIVE_KL_NOTE.strip(" ()")[:10] not in metrics_html(positive, ["objective/kl"])
