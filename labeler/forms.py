@@ -239,6 +239,15 @@ def changed(config, only: list[str] | None = None) -> dict[str, Any]:
     return {name: value for name, value in values.items() if value != specs[name].default}
 
 
+# The words a person reads for fields whose names are code (GenerationSettings': Data > Generate's sampling).
+READABLE_LABELS = {
+    "max_new_tokens": "Answer length (new tokens)", "do_sample": "Sample (off: always the likeliest token)",
+    "temperature": "Temperature", "top_k": "Top-k (most likely tokens kept)", "top_p": "Top-p (nucleus mass)",
+    "min_length": "Minimum answer length (tokens)", "batch_size": "Prompts per batch", "seed": "Seed",
+    "bf16": "bfloat16 on the CPU",
+}
+
+
 def widget(spec: FieldSpec, value: Any = None, label: str | None = None, **layout: Any):
     """The Gradio component for one field: a checkbox, a number, a dropdown, a radio or a textbox. Numbers get
     gr.Number (precision 0 for ints), except an optional one left blank (None: automatic), which gets a textbox.
@@ -248,7 +257,8 @@ def widget(spec: FieldSpec, value: Any = None, label: str | None = None, **layou
     import gradio as gr
 
     value = spec.default if value is None else value
-    label, info = label or spec.name, (spec.help[:200] or None)
+    # The whole help: cut at 200 characters it ended mid-word ("Blank: t").
+    label, info = label or READABLE_LABELS.get(spec.name, spec.name), (spec.help or None)
     if spec.kind == "bool":
         return gr.Checkbox(value=bool(value), label=label, info=info, **layout)
     if spec.kind in ("int", "float") and spec.optional and value is None:

@@ -7,8 +7,15 @@ pair where the tuned answer is ranked above the base's is a win, a tie half.
 
 The answers are stored as responses with source EVALUATION_SOURCE and the run's id; they belong to held-out
 prompts, so no export for training reads them.
+
+A base's evaluation answers are sampled once per settings and reused by every run on that base, so a person who
+judged an earlier run's pairs would recognise the base's answer: a pair takes the first of the base's answers to
+the prompt that no earlier run's pair showed (`unseen_base_answer`), and a prompt whose base answers were all
+shown gets no pair.
 """
 from __future__ import annotations
+
+import dataclasses
 
 import sqlite_utils
 
@@ -40,12 +47,37 @@ def queue_comparisons(db: sqlite_utils.Database, project: str, run_id: int, base
             first = index * samples_per_prompt
             if first >= min(len(base_samples), len(model_samples)):
                 break
-            ids = [insert_response(db, prompt_id, samples[first]["answer"], model=name, source=EVALUATION_SOURCE,
-                                   run_id=run_id, server_generated=True)
-                   for name, samples in ((base_model, base_samples), (model, model_samples))]
+            base_answer = unseen_base_answer(db, prompt_id, base_model,
+                                             [row["answer"] for row in base_samples[first:first + samples_per_prompt]])
+            if base_answer is None:
+                continue
+            ids = [insert_response(db, prompt_id, answer, model=name, source=EVALUATION_SOURCE, run_id=run_id,
+                                   server_generated=True)
+                   for name, answer in ((base_model, base_answer), (model, model_samples[first]["answer"]))]
             queued += labeling.insert_item(db, proj.id, "ranking", prompt_id, ids, priority=PEOPLE_EVAL_PRIORITY,
                                            if_new=True) is not None
     return queued
+
+
+def unseen_base_answer(db: sqlite_utils.Database, prompt_id: int, base_model: str, answers: list[str]) -> str | None:
+    """The first of `answers` (the base's to this prompt) that no earlier blind pair showed, or None."""
+    shown = {row[0] for row in db.execute(
+        "SELECT text FROM responses WHERE prompt_id = ? AND model = ? AND source = ?",
+        [prompt_id, base_model, EVALUATION_SOURCE])}
+    return next((answer for answer in answers if answer not in shown), None)
+
+
+def with_people_verdict(db: sqlite_utils.Database, run_id: int, after):
+    """A run's evaluation (evaluation.Evaluation, or None) with people's win rate so far in its metrics
+    (eval/win_rate, eval/win_low, eval/win_high) when people judge it: the Train tab's win-rate column, chart and
+    interval then follow the Rank tab as people label. Unchanged for any other measure or before a ranking."""
+    if after is None or after.settings.get("reward") != "people":
+        return after
+    result = people_win_rate(db, run_id, after.model)
+    if result is None:
+        return after
+    metrics = {**after.metrics, "eval/win_rate": result.rate, "eval/win_low": result.low, "eval/win_high": result.high}
+    return dataclasses.replace(after, metrics=metrics)
 
 
 def pair_outcome(order: list[list[int]], model_response: int, base_response: int) -> float | None:

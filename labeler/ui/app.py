@@ -7,6 +7,7 @@ accounts.authenticate, an upload size cap, the shortcut script and the styleshee
 from __future__ import annotations
 
 import importlib
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +109,27 @@ def launch_options(settings: ServeSettings) -> dict[str, Any]:
     }
 
 
+def warm_imports() -> None:
+    """Import what the Train tab's first preview and launch need (torch, transformers' config readers) once, in the
+    background, so the first admin to press Preview does not wait for the imports (tens of seconds on a loaded
+    machine). Importing the app itself still loads neither (tests/test_light_imports.py): this runs at launch."""
+    import torch  # noqa: F401 - imported for its side effect: the module cache
+    import transformers  # noqa: F401
+
+
+def start_warm_imports() -> threading.Thread:
+    """warm_imports in a daemon thread; an import error is left for the preview to report where it is needed."""
+    def run() -> None:
+        try:
+            warm_imports()
+        except Exception:  # noqa: BLE001 - the preview imports again and shows its own error
+            pass
+
+    thread = threading.Thread(target=run, name="rlhf-studio-warm-imports", daemon=True)
+    thread.start()
+    return thread
+
+
 def launch(app: gr.Blocks, settings: ServeSettings, **overrides: Any):
     """app.launch with launch_options(settings); overrides (prevent_thread_lock, quiet, ...) win.
 
@@ -143,6 +165,7 @@ def launch(app: gr.Blocks, settings: ServeSettings, **overrides: Any):
                                                                  initial=sessions))
     name_login_cookie(server, settings.db_path)
     outside_cors(server)
+    start_warm_imports()
     if block:
         app.block_thread()
     return result

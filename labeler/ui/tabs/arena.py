@@ -28,6 +28,8 @@ from labeler.ui.soft_errors import ui_errors
 TITLE = "Arena"
 RANDOM = "(random)"
 LEADERBOARD_HEADERS = ["model", "bt_score", "ci_low", "ci_high", "elo", "votes"]
+# What the table's columns are called on screen (LEADERBOARD_HEADERS are leaderboard()'s keys).
+LEADERBOARD_TITLES = ["Model", "Score", "Lowest likely", "Highest likely", "Elo", "Votes"]
 HOW = (
     "Type a prompt (or draw one from the project), press **Battle**: two models answer, shown as **A** and **B** "
     "in random order. Vote, and the names are revealed. Each vote is stored as a ranking, so it trains reward "
@@ -47,8 +49,8 @@ def leaderboard_table(db, project: str, cache=None) -> list[list]:
 
 
 def leaderboard_note() -> str:
-    return (f"bt_score: Bradley-Terry on the Elo scale; ci_low/ci_high: its 95% bootstrap interval, shown once a "
-            f"model has {MIN_VOTES_FOR_INTERVAL} votes (n/a before).")
+    return (f"Score: Bradley-Terry strength on the Elo scale; lowest and highest likely: its 95% bootstrap "
+            f"interval, shown once a model has {MIN_VOTES_FOR_INTERVAL} votes (n/a before).")
 
 
 @dataclass(frozen=True)
@@ -168,7 +170,7 @@ def build(ctx: UIContext):
             model_2 = gr.Dropdown(choices=[RANDOM], value=RANDOM, label="Model 2", allow_custom_value=True,
                                   elem_id="arena-model-2")
             max_new_tokens = gr.Slider(8, 512, value=arena.ARENA_SETTINGS.max_new_tokens, step=8,
-                                       label="max_new_tokens", elem_id="arena-max-new-tokens")
+                                       label="Answer length (new tokens)", elem_id="arena-max-new-tokens")
     with gr.Row():
         prompt = gr.Textbox(label="Prompt", lines=2, scale=5, elem_id="arena-prompt")
         with gr.Column(scale=1, min_width=140):
@@ -187,7 +189,7 @@ def build(ctx: UIContext):
     identical = gr.Markdown(elem_id="arena-identical")
     reveal = gr.Markdown(elem_id="arena-reveal")
     with gr.Accordion("Leaderboard", open=True):
-        board = gr.Dataframe(headers=LEADERBOARD_HEADERS, interactive=False, elem_id="arena-leaderboard")
+        board = gr.Dataframe(headers=LEADERBOARD_TITLES, interactive=False, elem_id="arena-leaderboard")
         gr.Markdown(leaderboard_note())
         refresh_board = gr.Button("Refresh leaderboard", size="sm", elem_id="arena-refresh")
 

@@ -49,7 +49,8 @@ def build_quality() -> QualityPart:
         stats = gr.Dataframe(headers=STATS_HEADERS, interactive=False, label="Per annotator")
         agreement = gr.Markdown()
         with gr.Row():
-            gold_item = gr.Number(precision=0, label="Item id")
+            gold_item = gr.Number(precision=0, label="Item number",
+                                  info="Records: open a prompt, its items are listed with their numbers")
             gold_value = gr.Textbox(label="Gold answer", info="rating: a score, e.g. 6; ranking: '3 > 1 = 2'; blank clears")
             show_item = gr.Button("Show item")
             mark_gold = gr.Button("Mark gold", elem_id="admin-mark-gold")

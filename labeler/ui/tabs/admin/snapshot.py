@@ -51,8 +51,16 @@ def agreement_markdown(db, project: str) -> str:
 def models_outputs(db) -> tuple[list[list], dict]:
     """The registry table and the base-model choices."""
     listed = models.list_models(db)
-    table = [[m[h] if m[h] is not None else "" for h in MODEL_HEADERS] for m in listed]
+    table = [[readable_time(m[h]) if h == "created_at" else (m[h] if m[h] is not None else "") for h in MODEL_HEADERS]
+             for m in listed]
     return table, gr.update(choices=["", *[m["name"] for m in listed if m["kind"] != "reward"]])
+
+
+def readable_time(stamp: str | None) -> str:
+    """A stored UTC timestamp ('2026-12-06T10:33:03.123Z') as a person reads it: '2026-12-06 10:33 UTC'."""
+    if not stamp:
+        return ""
+    return f"{stamp[:10]} {stamp[11:16]} UTC" if len(stamp) >= 16 and stamp[10] == "T" else stamp
 
 
 def snapshot(db, project_name: str) -> tuple:

@@ -138,6 +138,10 @@ def default_metrics(stage: str, names: list[str]) -> list[str]:
     chosen += [n for n in DEFAULT_METRICS.get(stage, []) if n in names and n not in chosen]
     return chosen or names[:2]
 
+# A batch's KL is estimated from the sampled answers (mean log-ratio, the k1 estimator): it can dip below 0 by
+# chance although the KL itself never does. Shown as logged, with why, rather than clipped (clipping hides drift).
+NEGATIVE_KL_NOTE = " (below 0: the batch estimate's noise; the true KL is never negative)"
+
 
 def metrics_html(frame: pd.DataFrame, names: list[str], heldout: tuple[str, list[tuple[str, float]]] = ("", [])) -> str:
     """One small chart per metric (each on its own scale: a loss of 0.7 and a KL of 0.01 share no axis), titled
@@ -148,8 +152,10 @@ def metrics_html(frame: pd.DataFrame, names: list[str], heldout: tuple[str, list
         rows = frame[frame["name"] == name] if len(frame) else frame
         points = tuple((float(step), float(value)) for step, value in zip(rows["step"], rows["value"]))
         # The legend in words too (it read env/reward_mean); a metric with no plain title keeps its name.
-        panels.append(line_chart_svg([Series(name, points, METRIC_LEGENDS.get(name, name))],
-                                     title=METRIC_TITLES.get(name, name)))
+        title = METRIC_TITLES.get(name, name)
+        if name in ("objective/kl", "kl") and any(value < 0 for _, value in points):
+            title += NEGATIVE_KL_NOTE
+        panels.append(line_chart_svg([Series(name, points, METRIC_LEGENDS.get(name, name))], title=title))
     title, bars = heldout
     if bars:
         panels.append(bar_chart_svg(bars, title=title, percent=True))
@@ -173,6 +179,7 @@ def heldout_bars(db, run_id: int | None) -> tuple[str, list[tuple[str, float]]]:
     if not run_id:
         return "", []
     before, after = evaluation.run_comparison(db, run_id)
+    after = people_eval.with_people_verdict(db, run_id, after)  # people's win rate as they rank
     if after is None:
         return "", []
     if "eval/win_rate" in after.metrics:
@@ -192,6 +199,7 @@ def comparison_frame(db, run_id: int | None) -> tuple[pd.DataFrame, pd.DataFrame
         return (*empty, "")
     before, after = evaluation.run_comparison(db, run_id)
     sentence, warnings = evaluation.run_verdict(db, run_id)
+    after = people_eval.with_people_verdict(db, run_id, after)  # people's win rate and interval as they rank
     if after is None:
         if sentence:  # the evaluation failed: why, and what to do
             return (*empty, f"⚠ {sentence}")
