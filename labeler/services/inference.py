@@ -21,6 +21,7 @@ The cache (`ModelCache`), one per server (the UI's context holds it; a CLI comma
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import json
 import os
@@ -160,8 +161,6 @@ def release_gpu_memory() -> None:
     """Hand the GPU memory of unloaded models back to the driver, where another process (a run) can use it: torch's
     caching allocator otherwise keeps it reserved for this one. A model still answering a request is freed when
     that request ends (it holds its own reference) and given back at the next release."""
-    import gc
-
     import torch
 
     gc.collect()
