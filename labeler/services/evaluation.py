@@ -11,6 +11,12 @@ in the `evaluations` table.
     results = evaluate_models(db, ["default", "ppo-run3"], settings)
     print(format_report(results))
 
+One model is held in memory at a time (a tuned model, then its base for KL), and a base's answers are sampled
+once per project, base and sampling settings and scored again under a new measure. The verdict (`verdict_sentence`,
+`run_verdict`) says in one sentence whether the model is better, worse or not yet distinguishable from its base,
+from its win rate's interval (every answer against every answer to the same prompt, rlhf/stats.py); a run whose
+evaluation failed stores why and what to do (`evaluation_failure`).
+
 The KL reference of a model is its registered base (the `base_model` of its models row), 'default' for a
 registered policy without one; a folder inside a run's output (a checkpoint, the final model) is measured
 against that run's base; a base model is its own reference (KL 0). Two evaluations are comparable when
@@ -296,7 +302,12 @@ def evaluate_models(
     loaded. A model named in `reuse` with a stored evaluation of equal settings is not evaluated again (a base
     model's weights never change). A model whose base was evaluated with the same settings (in this call or
     before) gets its win rate against the base (eval/win_rate, eval/win_low, eval/win_high); `with_bases`
-    evaluates each model's base first where it is not named (reused when stored)."""
+    evaluates each model's base first where it is not named (reused when stored).
+
+    One model is in memory at a time: a model is loaded alone, answers and takes its own log-probabilities of its
+    answers, and is released before its base is loaded for theirs (KL). A reused model with a stored evaluation of
+    the same sampling settings under another measure (a newer reward model) is not loaded at all: its stored
+    answers are scored by the new measure (`rescored`)."""
     if not names:
         raise InputError("name at least one model to evaluate", field="model")
     from rlhf.evaluation import evaluate_policy, response_logprob_sums  # these two import torch
