@@ -141,7 +141,7 @@ class PPOConfig:
     batch_size: int = field(default=64, metadata={"help": "Queries (rollouts) per PPO step."})
     # None -> min(batch_size, 16): TRL's own example `PPOConfig(batch_size=1)` must run, and 16 is the tuned value.
     mini_batch_size: int | None = field(default=None, metadata={
-        "help": "Rollouts per forward/backward pass in the PPO epochs (None: min(batch_size, 16))."})
+        "help": "Rollouts per forward/backward pass in the PPO epochs (blank: the batch size, at most 16)."})
     gradient_accumulation_steps: int = field(
         default=1, metadata={"help": "Mini-batches whose gradients are summed before one optimizer step."}
     )

@@ -37,7 +37,7 @@ class RunSettings:
                                                      "rm also takes 'default-encoder', the embedded MiniLM)."})
     recipe: Literal["", "0.5b", "1.5b", "3b", "8b"] = field(default="", metadata={
         "help": "Settings for a model of this size on a GPU (answer length, learning rate, mini-batch, LoRA from 3b, "
-                "gradient checkpointing; train_configs.RECIPES, docs/GPU.md); settings given explicitly win. Blank: "
+                "gradient checkpointing; docs/GPU.md lists each); settings given explicitly win. Blank: "
                 "the 2-core CPU defaults. train --dry-run suggests one from the model's parameter count."})
     output_name: str = field(default="", metadata={"help": "Registry name of the trained model (blank: <stage>-run<id>)."})
     steps: int = field(default=40, metadata={"help": "Optimizer steps (sft/kto: max_steps; rm/dpo: max_steps, unset: three passes (rm) or one (dpo) over the training pairs, counted when the run is queued; ppo: PPO batches of 64 answers: 40 take about 10 minutes on 2 CPU cores with bf16, 13 without; grpo/rloo: generation batches)."})
@@ -61,7 +61,7 @@ class RunSettings:
     lora_alpha: int = field(default=16, metadata={"help": "LoRA scaling alpha."})
     seed: int = field(default=0, metadata={"help": "Random seed of the job (data split, prompt order)."})
     eval_samples: int = field(default=4, metadata={
-        "help": "sft/dpo/ppo: answers per held-out prompt (split 'test') in the automatic evaluation of the "
+        "help": "sft/dpo/ppo: answers per held-out prompt in the automatic evaluation of the "
                 "finished model against its base (0: no evaluation)."})
 
     def __post_init__(self):
@@ -143,7 +143,7 @@ class RewardSettings:
                 "when one is registered or named, else from the encoder); off: a frozen reward model, people "
                 "rate every answer, and rewards are w_human * human + w_rm * rm."})
     rm_refit_every: int = field(default=8, metadata={
-        "help": "mix with online_rm: refit the reward model in the background after this many new labels."})
+        "help": "mix with the online reward model: refit it in the background after this many new labels."})
     # On by default: people label batch k+1 while the trainer steps on batch k. Off, the trainer idled 25% of a
     # mixed run (five annotators at 2 s a label, bench/human_loop.py) waiting for each batch's rankings.
     human_overlap: bool = field(default=True, metadata={
@@ -189,11 +189,11 @@ class LaunchSettings:
     # default config file, then one process.
     num_processes: int | None = field(default=None, metadata={
         "help": "Training processes (accelerate launch --num_processes: one per GPU; gloo ranks on a CPU-only "
-                "machine). Each PPO rank generates its own batch_size answers. Blank: RLHF_STUDIO_NUM_PROCESSES, "
-                "else the accelerate config's, else 1."})
+                "machine). Each PPO rank generates its own batch of answers. Blank: the number the server was started "
+                "with, else the accelerate config's, else 1."})
     accelerate_config: str = field(default="", metadata={
         "help": "accelerate config file (YAML, as `accelerate config` writes it, e.g. configs/accelerate/ddp.yaml) "
-                "for DDP, DeepSpeed, FSDP or several machines. Blank: RLHF_STUDIO_ACCELERATE_CONFIG, else "
+                "for DDP, DeepSpeed, FSDP or several machines. Blank: the config the server was started with, else "
                 "accelerate's default config file."})
 
     def __post_init__(self):

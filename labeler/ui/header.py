@@ -193,7 +193,7 @@ def wire_page_load(ctx: UIContext, title: TitleRow, password: PasswordPanel, mai
                  api_name="whoami")
     ctx.app.load(bind(project_picker, ctx), None, [title.project], api_name="project_picker", show_progress="hidden")
     # .input, not .change: the page load's own filling of the picker must not switch anything.
-    title.project.input(bind(switch_project, ctx), [title.project], None, api_name="switch_project").success(
+    title.project.input(bind(switch_project, ctx), [title.project], [title.project], api_name="switch_project").success(
         None, [title.project], None, js=RELOAD_JS)
     ctx.app.load(bind(first_steps, ctx), None, [first_steps_panel], api_name="first_steps", show_progress="hidden")
     # The panel's counts follow the database while it is shown, with no reload: a timer, started by the

@@ -46,3 +46,18 @@ def test_a_negative_kl_is_labelled_with_why():
     assert "below 0: the batch estimate" in metrics_html(dipped, ["objective/kl"])
     positive = pd.DataFrame({"name": ["objective/kl"] * 2, "step": [1, 2], "value": [0.2, 0.05]})
     assert NEGATIVE_KL_NOTE.strip(" ()")[:10] not in metrics_html(positive, ["objective/kl"])
+
+
+def test_train_help_texts_name_no_module_variable_or_expression():
+    import dataclasses
+
+    from labeler.services.job_settings import JobConfig
+    from rlhf import configs
+
+    raw = re.compile(r"\bRLHF_STUDIO_[A-Z_]+\b|None: min\(|\b(train_configs|training_stages)\.[A-Za-z_]+|"
+                     r"\bonline_rm\b|split '(test|train)'")
+    classes = [JobConfig, *(value for value in vars(configs).values()
+                            if isinstance(value, type) and dataclasses.is_dataclass(value))]
+    found = [f"{cls.__name__}.{spec.name}: {match.group(0)}" for cls in classes for spec in forms.field_specs(cls)
+             for match in raw.finditer(spec.help or "")]
+    assert found == []

@@ -78,3 +78,12 @@ def test_page_loads_leave_the_pickers_of_a_refused_caller_alone(app_db, ctx):
     assert project_settings.new_project_choices(ctx, request=as_user(ANNOTATOR)) == gr.skip()
     assert ("people's blind comparisons", "people") in project_settings.new_project_choices(
         ctx, request=as_user(ADMIN))["choices"]
+
+
+def test_records_opens_on_the_project_the_admin_works_in(app_db, ctx):
+    from labeler.ui.tabs import records
+    from labeler.ui.tabs.records.listing import LIST_OUTPUTS
+
+    project_settings.create_project(ctx, "nimbus", "chat", None, "", 0.1, request=as_user(ADMIN))
+    loaded = records.load(ctx, request=as_user(ADMIN))
+    assert loaded[LIST_OUTPUTS]["value"] == "nimbus"

@@ -28,11 +28,12 @@ TITLE = "Records"
 LOAD_OUTPUTS = LIST_OUTPUTS + 5  # the list, the project, annotator, split and source choices, the audit log
 
 
-def _with_choices(ctx: UIContext, db, listed: tuple) -> tuple:
-    """A listing, then the filters' choices (their values as they are) and the audit log: LOAD_OUTPUTS."""
+def _with_choices(ctx: UIContext, db, listed: tuple, **project_value) -> tuple:
+    """A listing, then the filters' choices (their values as they are; the project's `value=` when given) and the
+    audit log: LOAD_OUTPUTS."""
     choices = records.filter_choices(db, ctx.project)
     return (
-        *listed, gr.update(choices=choices["projects"]), gr.update(choices=[ANY, *choices["annotators"]]),
+        *listed, gr.update(choices=choices["projects"], **project_value), gr.update(choices=[ANY, *choices["annotators"]]),
         gr.update(choices=[ANY, *choices["splits"]]), gr.update(choices=[ANY, *choices["sources"]]),
         audit_table(db),
     )
@@ -43,7 +44,9 @@ def _with_choices(ctx: UIContext, db, listed: tuple) -> tuple:
 def load(ctx: UIContext, request: gr.Request) -> tuple:
     """The first page of every record, the filters' choices and the audit log (page load)."""
     with ctx.connection() as db:
-        return _with_choices(ctx, db, listing.listing(db, [ctx.project, "", ANY, "any", None, None, ANY, ANY], 1))
+        # The project this person works in (the picker at the top), not the one the page was built with.
+        return _with_choices(ctx, db, listing.listing(db, [ctx.project, "", ANY, "any", None, None, ANY, ANY], 1),
+                             value=ctx.project)
 
 
 @keep_on_error(LOAD_OUTPUTS)
