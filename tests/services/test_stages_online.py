@@ -99,7 +99,10 @@ def test_grpo_and_rloo_share_the_app_s_cpu_defaults_and_take_the_job_s_settings(
     assert (grpo.beta, rloo.beta, grpo.generation_batch_size) == (0.05, 0.03, 64)  # 16 prompts x 4 answers
     # the library's fields, in its order: the app changes defaults only
     assert [f.name for f in dataclasses.fields(StudioGRPOConfig)] == [f.name for f in dataclasses.fields(GRPOConfig)]
-    job = train_configs.JobConfig(answers_per_prompt=2, max_new_tokens=8)
-    assert StudioRLOOConfig.job_settings(job, {}) == {"num_generations": 2, "max_completion_length": 8}
-    assert StudioGRPOConfig.job_settings(job, {"max_completion_length": 4, "beta": 0.1}) == {
-        "num_generations": 2, "max_completion_length": 4, "beta": 0.1}  # explicit settings win
+    # the job's answers per prompt and answer length, stored as the trainer's when the run is resolved (explicit
+    # trainer settings win); the runner reads the stored values only
+    config = train_configs.resolve_run_config("rloo", {"answers_per_prompt": 2, "max_new_tokens": 8})
+    assert config["trainer"] == {"num_generations": 2, "max_completion_length": 8}
+    config = train_configs.resolve_run_config("grpo", {"answers_per_prompt": 2, "max_new_tokens": 8,
+                                                       "max_completion_length": 4, "beta": 0.1})
+    assert config["trainer"] == {"num_generations": 2, "max_completion_length": 4, "beta": 0.1}
