@@ -2,9 +2,11 @@
 the stage trainer's config.
 
 A run's `config_json` is `{"job": {...changed JobConfig fields...}, "trainer": {...changed trainer fields...}}`.
-`--set key=value` (CLI), a `--config FILE.json` and the Train tab's form all go through `resolve_run_config`,
-which looks each key up in JobConfig first, then in the stage's trainer config (labeler/forms.py does the
-parsing), so the same typo fails the same way everywhere. A `reward=` spec (reward_spec.py's grammar, as
+`--set key=value` (CLI), a `--config FILE.json` and the Train tab's form all go through run_settings.resolve_run,
+which checks them and calls `resolve_settings` here: it looks each key up in JobConfig first, then in the stage's
+trainer config (labeler/forms.py does the parsing), so the same typo fails the same way everywhere, and applies the
+one override order (SOURCES). `trainer_config` builds a run's trainer config from its stored settings: the runners,
+the preview and the resolution all call it. A `reward=` spec (reward_spec.py's grammar, as
 `rlhf-studio eval --reward` takes it) is spelled out into JobConfig's reward fields there too.
 """
 from __future__ import annotations

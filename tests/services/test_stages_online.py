@@ -79,7 +79,8 @@ def test_kto_weights_make_the_rarer_kind_count_as_much_as_the_other():
 
 def test_settings_are_checked_before_a_run_is_queued():
     config = train_configs.resolve_run_config("grpo", {"reward": "function", "loss_type": "bnpo"})
-    assert config["trainer"] == {"loss_type": "bnpo"}
+    # the job's group size and answer length are stored as the trainer's (the runner adds nothing)
+    assert config["trainer"] == {"loss_type": "bnpo", "num_generations": 4, "max_completion_length": 16}
     with pytest.raises(InputError, match="use_vllm=True: not supported here"):
         train_configs.resolve_run_config("grpo", {"use_vllm": "true"})
     assert train_configs.form_fields("kto") == ["learning_rate", "per_device_train_batch_size", "beta",
