@@ -182,3 +182,23 @@ def test_a_refused_train_command_answers_before_torch_is_imported(tmp_path, sets
     assert result == {"code": 2, "heavy": []}, done.stderr
     assert done.stderr.count("\n") <= 2  # one line naming the field, no traceback
     assert f"field '{sets[0].split('=')[0]}'" in done.stderr
+
+
+@pytest.mark.parametrize("stage, typed", [("ppo", {"reward": "mix", "batch_size": 16, "mini_batch_size": 4}),
+                                          ("dpo", {"lora": True, "beta": 0.2}), ("grpo", {"recipe": "1.5b"})])
+def test_the_command_the_preview_shows_queues_the_same_run(labelled, tmp_path, capsys, stage, typed):
+    import shlex
+
+    from labeler.cli import main
+
+    resolved = run_settings.resolve_run(labelled, "default", stage, typed)
+    words = shlex.split(resolved.command())
+    assert words[:5] == ["rlhf-studio", "train", stage, "--project", "default"]
+    sets = [words[i + 1] for i, word in enumerate(words) if word == "--set"]
+    again = run_settings.resolve_run(labelled, "default", stage, forms.parse_sets(sets))
+    assert again.config == resolved.config
+    # and the dry run prints it
+    db_file = labelled.execute("PRAGMA database_list").fetchone()[2]
+    assert main(["train", "sft", "--db", db_file, "--dry-run", "--set", "steps=2"]) == 0
+    assert ("The same run from the command line: rlhf-studio train sft --project default --set steps=2 "
+            "--set max_new_tokens=128") in capsys.readouterr().out  # the chat project's answer length, pinned
