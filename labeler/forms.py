@@ -248,17 +248,18 @@ READABLE_LABELS = {
 }
 
 
-def widget(spec: FieldSpec, value: Any = None, label: str | None = None, **layout: Any):
+def widget(spec: FieldSpec, value: Any = None, label: str | None = None, info: str | None = None, **layout: Any):
     """The Gradio component for one field: a checkbox, a number, a dropdown, a radio or a textbox. Numbers get
     gr.Number (precision 0 for ints), except an optional one left blank (None: automatic), which gets a textbox.
     A "dropdown" field starts with no options: the tab fills them on load (gr.update(choices=...)).
-    `label`: the words a person reads (default: the field's name, as the CLI's --set takes it).
+    `label`: the words a person reads (default: the field's name, as the CLI's --set takes it); `info`: the line
+    under it (default: the field's help).
     `layout` (min_width, scale, elem_id, ...) is passed on."""
     import gradio as gr
 
     value = spec.default if value is None else value
     # The whole help: cut at 200 characters it ended mid-word ("Blank: t").
-    label, info = label or READABLE_LABELS.get(spec.name, spec.name), (spec.help or None)
+    label, info = label or READABLE_LABELS.get(spec.name, spec.name), (info if info is not None else (spec.help or None))
     if spec.kind == "bool":
         return gr.Checkbox(value=bool(value), label=label, info=info, **layout)
     if spec.kind in ("int", "float") and spec.optional and value is None:

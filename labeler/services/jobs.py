@@ -20,15 +20,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
-from labeler import forms
-from labeler.services import checkpoints, launch, models, reward_spec, runs, supervision, train_configs, training_stages
+from labeler.services import checkpoints, launch, reward_spec, run_settings, runs, supervision, train_configs
 from labeler.services.errors import InputError
 from labeler.services.kept_models import keep_after_cancel
-from labeler.services.projects import get_project
 from labeler.services.run_secrets import SECRET_SETTINGS, refuse_secrets  # noqa: F401 - callers import them here
-from labeler.services.runners.common import MIN_TRAINING_ROWS
 from labeler.services.runs import Run
-from labeler.services.training_stages.base import row_key, split_for_training, steps_per_pass
 from storage import write_transaction
 
 MAX_RUNS_ENV = "RLHF_STUDIO_MAX_RUNS"
@@ -55,8 +51,8 @@ def create_run(db, stage: str, settings: dict[str, Any] | None = None, project: 
         if refused:
             raise InputError("can only be set from the command line (rlhf-studio train --set), not the web app",
                              field=", ".join(refused))
-    config = resolve_for_project(db, stage, settings or {}, project, source)
-    launch.refuse_unloadable(config["job"], lambda name: models.resolve(db, name))  # not 5 minutes later in the worker
+    # checked (the model, the reward, code it names: not 5 minutes later in the worker) and resolved: run_settings
+    config = run_settings.resolve_run(db, project, stage, settings or {}, source).config
     if config["job"].get("accelerate_config"):  # a missing, unreadable or unrunnable file fails now, not at start
         job = config["job"]
         launch.refuse_unrunnable(launch.launch_settings(job.get("num_processes"), job["accelerate_config"])[1])
@@ -66,51 +62,6 @@ def create_run(db, stage: str, settings: dict[str, Any] | None = None, project: 
     if start:
         start_queued(db, max_concurrent)
     return runs.get_run(db, run_id)
-
-
-# Stages whose runs write answers: PPO, GRPO and RLOO generate them to train, and every one is evaluated on the
-# held-out prompts when it finishes.
-ANSWERING_STAGES = training_stages.names(answers=True)
-
-
-def resolve_for_project(db, stage: str, values: dict[str, Any], project: str, source: str | None = None) -> dict:
-    """The config a run of `stage` with `values` stores in `project` (what launching stores and the preview shows):
-    its settings resolved, a mix run's warm start (the newest reward model) included, and the project's defaults
-    pinned."""
-    config = train_configs.resolve_run_config(stage, values, source, warm_start=models.newest_or_blank(db, "reward"))
-    pin_project_defaults(db, config, stage, project)
-    return config
-
-
-def pin_project_defaults(db, config: dict, stage: str, project: str) -> None:
-    """What a run takes from its project unless it sets it, stored with the run so that it keeps it when the
-    project changes later: the project's answer length as max_new_tokens (the job's own default, 16, is the shipped
-    task's), and, for a stage that trains on labels in passes (rm, dpo: Stage.default_passes), steps for that many
-    passes over the training rows there are now (a fixed 40 steps read a third of 480 pairs for DPO), or for the
-    run's `num_train_epochs` when set (the job's steps are the trainer's max_steps, which overrule its epochs)."""
-    if stage in ANSWERING_STAGES and "max_new_tokens" not in config["job"]:
-        config["job"]["max_new_tokens"] = get_project(db, project).answer_tokens
-    passes = training_stages.get(stage).default_passes
-    if passes is not None and "steps" not in config["job"]:
-        passes = float(config["trainer"].get("num_train_epochs", passes))
-        steps = steps_for_passes(db, project, stage, config, passes)
-        if steps is not None:
-            config["job"]["steps"] = steps
-
-
-def steps_for_passes(db, project: str, stage: str, config: dict, passes: float) -> int | None:
-    """Optimizer steps for `passes` over the stage's training rows (its runner's rows and split, its trainer's
-    batch), or None when it has fewer rows than it trains on (the run is refused, or stops, for want of data)."""
-    job = forms.build_config(train_configs.JobConfig, config["job"])
-    rows = training_stages.get(stage).rows(db, project, job)
-    if len(rows) < MIN_TRAINING_ROWS:
-        return None
-    train, _ = split_for_training([(row_key(row), row) for row in rows], job.test_size, job.seed)
-    trainer = forms.build_config(train_configs.stage_config_class(stage),
-                                 train_configs._trainer_defaults(stage, train_configs.stage_config_class(stage),
-                                                                 config["trainer"]))
-    per_pass = steps_per_pass(len(train), trainer.per_device_train_batch_size, trainer.gradient_accumulation_steps)
-    return max(1, round(passes * per_pass))
 
 
 def _max_concurrent(value: int | None) -> int:

@@ -3,7 +3,7 @@ the train/eval split, the epochs that `steps` implies, and the base model.
 
 A 10-step run on a tiny set trained 10 epochs without a word; the preview says so (and warns) before the run
 is queued. It reads the data exactly as the stage runners do: the same settings resolution
-(jobs.resolve_for_project), the same row function of the stage (training_stages: Stage.rows, which its
+(run_settings.resolve_run), the same row function of the stage (training_stages: Stage.rows, which its
 runner calls), and the same split by prompt (export.split_by_prompt), without loading a model or building a dataset.
 
 A PPO, GRPO or RLOO run's preview also says how long it will take on this machine, extrapolated from a micro-step
@@ -20,13 +20,11 @@ from typing import Any
 
 import sqlite_utils
 
-from labeler import forms
-from labeler.services import jobs, launch, models, run_estimate, train_configs, training_stages
+from labeler.services import launch, models, run_estimate, run_settings, train_configs, training_stages
 from labeler.services.errors import InputError
 from labeler.services.evaluation import heldout_prompts
 from labeler.services.projects import get_project
-from labeler.services.runners.common import MIN_TRAINING_ROWS
-from labeler.services.training_stages.base import row_key, split_for_training, steps_per_pass
+from labeler.services.training_stages.base import MIN_TRAINING_ROWS, row_key, split_for_training, steps_per_pass
 from rlhf.loading import SHORT_NAMES
 
 # More passes than this over the training rows and the preview warns: with a few hundred labels the model then
@@ -69,6 +67,9 @@ class RunPreview:
     # trainer settings the app gives this run because none was set (PPO's KL controller, its learning rate under
     # people's rankings): the form shows the trainer's own defaults, so the preview says where the run differs
     app_settings: dict = field(default_factory=dict)
+    # the settings the app, the project or a recipe gave the run, each with where it came from (ResolvedRun)
+    settings: str = ""
+    command: str = ""  # the `rlhf-studio train ...` command that queues the same run
 
     def markdown(self) -> str:
         base = f"`{self.base_model}`" + ("" if self.base_model_known else " (not registered: a folder or hub id)")
@@ -83,10 +84,11 @@ class RunPreview:
             lines.append(estimate_line(self.estimate, self.budget_seconds, self.steps_asked))
         if self.memory:
             lines.append(self.memory)
-        if self.app_settings:
-            given = ", ".join(f"{name}={value:g}" if isinstance(value, float) else f"{name}={value}"
-                              for name, value in self.app_settings.items())
-            lines.append(f"The app's settings for this run (set them to change them): {given}.")
+        if self.settings:
+            lines.append(f"Settings this run takes from the app, the project or the recipe (set them to change "
+                         f"them): {self.settings}.")
+        if self.command:
+            lines.append(f"The same run from the command line: `{self.command}`")
         lines += [f"⚠️ {warning}" for warning in self.warnings]
         return "  \n".join(lines)
 
@@ -134,15 +136,6 @@ def _part_pass_warning(steps: int, rows_per_step: int, train_rows: int, unit: st
             f"{unit}: most of the labels go unused. For one pass over them set steps to about {steps_per_epoch}.")
 
 
-def _trainer_config(stage: str, job, trainer_values: dict[str, Any]):
-    """The stage's trainer config as the run builds it (GRPO and RLOO take answers per prompt and answer length
-    from the job, as runners.online does)."""
-    cls = train_configs.stage_config_class(stage)
-    if training_stages.get(stage).online_trl:
-        trainer_values = cls.job_settings(job, trainer_values)
-    return forms.build_config(cls, train_configs._trainer_defaults(stage, cls, trainer_values))
-
-
 def _rows(db: sqlite_utils.Database, project: str, stage: str, job) -> tuple[list[tuple[str, dict]], str]:
     """(prompt key, row) pairs of the stage's training data (its runner's rows), and what a row is called."""
     facts = training_stages.get(stage)
@@ -161,9 +154,9 @@ def preview_run(db: sqlite_utils.Database, project: str, stage: str, values: dic
     micro-step is timed for the wall-time estimate by `measure(MicroStepSettings) -> MicroStep` (default:
     run_estimate's, in a fresh process); without it there is no estimate and time_budget is not applied.
     """
-    config = jobs.resolve_for_project(db, stage, values, project, source)  # source: the --config file, in errors
-    job = forms.build_config(train_configs.JobConfig, config["job"])
-    trainer = _trainer_config(stage, job, config["trainer"])
+    resolved = run_settings.resolve_run(db, project, stage, values, source)  # source: the --config file, in errors
+    config, job = resolved.config, resolved.job
+    trainer = resolved.trainer_config()  # as the runner builds it
     records, unit = _rows(db, project, stage, job)
 
     if stage in PROMPT_STAGES:
@@ -199,11 +192,14 @@ def preview_run(db: sqlite_utils.Database, project: str, stage: str, values: dic
             warnings.append(blocker)
     if run_estimate.budget_seconds(job.time_budget) is not None and stage not in BUDGET_STAGES:
         warnings.append(budget_stage_error(stage))
-    # What the stage's app defaults gave (a recipe's own value, e.g. its learning rate, is not the app's).
-    app_settings = {name: value for name, value in training_stages.get(stage).app_defaults(values, job).items()
-                    if config["trainer"].get(name) == value}
+    # What the app, the project and a recipe gave the run (a typed value is the person's own).
+    given = {name: where for name, where in resolved.sources.items()
+             if where in ("app default", "project", "recipe") and name != "bf16"}
     preview = RunPreview(stage, base, known, unit, len(records), train_rows, eval_rows, rows_per_step, job.steps,
-                         epochs, warnings, blocker=blocker, app_settings=app_settings)
+                         epochs, warnings, blocker=blocker, settings=resolved.described(sorted(given)),
+                         command=resolved.command(),
+                         app_settings={name: resolved.value(name) for name, where in given.items()
+                                       if where == "app default"})
     path = str(models.resolve(db, base)) if known else base  # a folder or hub id: read from where it is
     preview = replace(preview, memory=run_estimate.memory_text(path, stage, job, trainer,
                                                                train_configs.recipe_for_parameters))
@@ -300,7 +296,7 @@ def apply_time_budget(db: sqlite_utils.Database, project: str, stage: str, value
     """The settings a run is queued with: with time_budget set (ppo), `steps` becomes the number that fits, as
     the preview chose it; (settings, the preview) or (the same settings, None) when there is no budget. A budget
     that not even one step fits raises InputError naming time_budget."""
-    config = train_configs.resolve_run_config(stage, values)
+    config = run_settings.resolve_run(db, project, stage, values).config
     if run_estimate.budget_seconds(config["job"].get("time_budget")) is None:
         return values, None
     if stage not in BUDGET_STAGES:

@@ -2,9 +2,11 @@
 the stage trainer's config.
 
 A run's `config_json` is `{"job": {...changed JobConfig fields...}, "trainer": {...changed trainer fields...}}`.
-`--set key=value` (CLI), a `--config FILE.json` and the Train tab's form all go through `resolve_run_config`,
-which looks each key up in JobConfig first, then in the stage's trainer config (labeler/forms.py does the
-parsing), so the same typo fails the same way everywhere. A `reward=` spec (reward_spec.py's grammar, as
+`--set key=value` (CLI), a `--config FILE.json` and the Train tab's form all go through run_settings.resolve_run,
+which checks them and calls `resolve_settings` here: it looks each key up in JobConfig first, then in the stage's
+trainer config (labeler/forms.py does the parsing), so the same typo fails the same way everywhere, and applies the
+one override order (SOURCES). `trainer_config` builds a run's trainer config from its stored settings: the runners,
+the preview and the resolution all call it. A `reward=` spec (reward_spec.py's grammar, as
 `rlhf-studio eval --reward` takes it) is spelled out into JobConfig's reward fields there too.
 """
 from __future__ import annotations
@@ -185,9 +187,27 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
+# Where a resolved setting came from, most binding last (nanoGPT's one override order): the config class's default,
+# the app's default for the stage (training_stages: app_defaults, a mix run's warm start, steps for passes), the
+# project (its answer length), the recipe, and what the person typed (kept even when it equals a default).
+SOURCES = ("class default", "app default", "project", "recipe", "typed")
+
+
 def resolve_run_config(stage: str, values: dict[str, Any], source: str | None = None,
-                       warm_start: str = "") -> dict[str, dict]:
-    """Validate settings for a stage; returns the run's config_json content {"job": ..., "trainer": ...}.
+                       warm_start: str = "", answer_tokens: int | None = None) -> dict[str, dict]:
+    """Validate settings for a stage; returns the run's config_json content {"job": ..., "trainer": ...}
+    (run_settings.resolve_run adds where each value came from, and what the database says)."""
+    return resolve_settings(stage, values, source, warm_start, answer_tokens)[0]
+
+
+def resolve_settings(stage: str, values: dict[str, Any], source: str | None = None, warm_start: str = "",
+                     answer_tokens: int | None = None) -> tuple[dict[str, dict], dict[str, str]]:
+    """(the run's config_json content {"job": ..., "trainer": ...}, where each stored value came from: SOURCES).
+
+    Typed `values` win over the recipe's, the recipe's over the project's answer length (`answer_tokens`), that
+    over the app's defaults for the stage, those over the config classes' defaults. Every value typed or given by
+    a recipe, the project or the app is stored, also when it equals a class default, so the stored config is
+    what runs (the runner reads nothing else: trainer_config).
 
     `warm_start`: the reward model a reward=mix run that names none starts from (the newest registered, which the
     runner would take): stored as the run's reward_model, so its config says so and its learning rate follows.
@@ -196,50 +216,71 @@ def resolve_run_config(stage: str, values: dict[str, Any], source: str | None = 
     bad value is refused before a run is queued.
     """
     refuse_secrets(values, source)  # before anything else: a dry run or a preview refuses them as a launch does
-    values = {**recipe_settings(stage, str(values.get("recipe") or "")), **values}  # explicit settings win
-    job_values, trainer_values = split_settings(stage, values, source)
+    recipe = recipe_settings(stage, str(values.get("recipe") or ""))
+    job_values, trainer_values = split_settings(stage, {**recipe, **values}, source)  # explicit settings win
     try:
         job_values = reward_spec.job_settings(job_values)  # reward=rm:NAME, vader, ... as reward, reward_model, ...
     except InputError as error:
         raise InputError(error.message, file=source, field=error.field) from None
-    if warm_start and job_values.get("reward") == "mix" and not job_values.get("reward_model"):
-        job_values["reward_model"] = warm_start
-    job = forms.build_config(JobConfig, job_values, source)
-    cls = stage_config_class(stage)
+    typed = set(values) | ({"reward", "reward_model", "reward_function"} & set(job_values) if "reward" in values
+                           else set())
+    sources = {name: "typed" if name in typed else "recipe" for name in {**job_values, **trainer_values}}
     stage_facts = training_stages.get(stage)
-    # The app's defaults for the stage's trainer (PPO's KL controller, its learning rate under people's rankings)
-    # are stored with the run, so its config shows what it runs with.
-    trainer_values = {**stage_facts.app_defaults(trainer_values, job), **trainer_values}
-    trainer_config = forms.build_config(cls, _trainer_defaults(stage, cls, trainer_values), source)
-    trainer = {k: v for k, v in forms.to_dict(trainer_config).items() if k in trainer_values}
-    if getattr(trainer_config, "load_in_4bit", False) and not job.lora:
+    if warm_start and job_values.get("reward") == "mix" and not job_values.get("reward_model"):
+        job_values["reward_model"], sources["reward_model"] = warm_start, "app default"
+    if answer_tokens is not None and stage_facts.answers and "max_new_tokens" not in job_values:
+        job_values["max_new_tokens"], sources["max_new_tokens"] = answer_tokens, "project"
+    job = forms.build_config(JobConfig, job_values, source)
+    # The app's defaults for the stage's trainer (PPO's KL controller, its learning rate under people's rankings;
+    # GRPO's and RLOO's group size and answer length from the job's) are stored with the run, so its config shows
+    # what it runs with.
+    given = stage_facts.app_defaults(trainer_values, job)
+    sources.update({name: "app default" for name in given})
+    for name, job_name in stage_facts.from_job.items():
+        if name not in trainer_values:
+            given[name] = getattr(job, job_name)
+            sources[name] = sources.get(job_name, "class default")
+    trainer_values = {**given, **trainer_values}
+    trainer_config_ = trainer_config(stage, job, trainer_values, source=source)
+    trainer = {k: v for k, v in forms.to_dict(trainer_config_).items() if k in trainer_values}
+    if getattr(trainer_config_, "load_in_4bit", False) and not job.lora:
         raise InputError("load_in_4bit=true (QLoRA) trains LoRA adapters on the 4-bit base: set lora=true too",
                          file=source, field="load_in_4bit")
     if stage_facts.check is not None:
         try:
-            stage_facts.check(job, trainer_config)  # e.g. PPO's rollout rule, checked by the library
+            stage_facts.check(job, trainer_config_)  # e.g. PPO's rollout rule, checked by the library
         except InputError as error:
             raise InputError(error.message, file=source, field=error.field) from None
-    # bf16 is stored even at its default: the default depends on the machine, the run must not. So are the fields
-    # that jobs.pin_project_defaults fills when a run leaves them unset: asked for at their default (16 tokens in a
-    # chat project of 128, 40 steps of DPO), they would otherwise be filled in as unset.
-    asked = {name: getattr(job, name) for name in PINNED_JOB_FIELDS if name in job_values}
-    return {"job": {**forms.changed(job), **asked, "bf16": job.bf16}, "trainer": trainer}
+    # bf16 is stored even at its default: the default depends on the machine, the run must not.
+    job_stored = forms.to_dict(job)
+    kept = {name: job_stored[name] for name in job_values}
+    sources.setdefault("bf16", "app default")
+    return {"job": {**forms.changed(job), **kept, "bf16": job.bf16}, "trainer": trainer}, sources
 
 
-# Job fields a run takes from its project or its data when it leaves them unset (jobs.pin_project_defaults).
-PINNED_JOB_FIELDS = ("max_new_tokens", "steps")
-
-
-def _trainer_defaults(stage: str, cls, values: dict[str, Any]) -> dict[str, Any]:
-    # TrainingArguments needs an output_dir and defaults to reporting to installed integrations: the app
-    # stores metrics itself, so report_to none unless set.
+# What a run's trainer config is given besides its stored settings: the job's own fields as transformers' Trainer
+# takes them (its steps, seed, bf16, checkpoints), and where it writes. Stored settings win.
+def trainer_config(stage: str, job, trainer_settings: dict[str, Any], output_dir: str = "unused",
+                   source: str | None = None):
+    """The trainer config a run of `stage` trains with: built from its JobConfig and stored trainer settings
+    only (the one build: the runners, the preview, the step count of jobs and the resolution all call it)."""
+    cls = stage_config_class(stage)
     names = {spec.name for spec in forms.field_specs(cls)}
-    out = dict(values)
-    if "output_dir" in names:
-        out.setdefault("output_dir", "unused")
-    if "report_to" in names:
-        out.setdefault("report_to", "none")
-    return out
+    if "output_dir" in names:  # transformers.TrainingArguments
+        every = job.checkpoint_every
+        values: dict[str, Any] = {
+            "output_dir": str(output_dir), "report_to": "none", "max_steps": job.steps,
+            "logging_steps": 1,  # every step in the live plot
+            "save_strategy": "steps" if every else "no", "save_steps": every or 500, "save_total_limit": 2,
+            "bf16": job.bf16, "seed": job.seed, "data_seed": job.seed, "disable_tqdm": False,
+        }
+        if training_stages.get(stage).online_trl and "max_steps" not in trainer_settings:
+            # `steps` counts generation batches: each is steps_per_generation mini-batches, num_iterations times
+            probe = forms.build_config(cls, {**values, **trainer_settings}, source)
+            values["max_steps"] = (job.steps * probe.steps_per_generation * probe.num_iterations
+                                   // probe.gradient_accumulation_steps)
+    else:  # PPOConfig: its own loop
+        values = {"seed": job.seed, "bf16": job.bf16}
+    return forms.build_config(cls, {**values, **trainer_settings}, source)
 
 

@@ -42,10 +42,19 @@ def test_batch_size_and_accumulation(labelled):
     assert (preview.rows, preview.rows_per_step, preview.epochs, preview.warnings) == (4, 4, 3.0, [])
 
 
-def test_sft_counts_well_rated_answers_and_ppo_counts_training_prompts(labelled):
-    sft = preview_run(labelled, "default", "sft", {"steps": 1, "model": "nope"})
+def weights_only(tmp_path) -> str:
+    """A model folder the preview cannot size: weights, no config (a folder is a model it accepts, unregistered)."""
+    folder = tmp_path / "weights-only"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"")
+    return str(folder)
+
+
+def test_sft_counts_well_rated_answers_and_ppo_counts_training_prompts(labelled, tmp_path):
+    folder = weights_only(tmp_path)
+    sft = preview_run(labelled, "default", "sft", {"steps": 1, "model": folder})
     # Mean scores on 1..7 (midpoint 4): response 1 6.5, 2 3.0, 3 4.0, 4 5.0 -> 3 at or above the midpoint.
-    assert (sft.unit, sft.rows, sft.base_model, sft.base_model_known) == ("answers", 3, "nope", False)
+    assert (sft.unit, sft.rows, sft.base_model, sft.base_model_known) == ("answers", 3, folder, False)
     ppo = preview_run(labelled, "default", "ppo", {"steps": 2, "batch_size": 8, "mini_batch_size": 4,
                                                     "answers_per_prompt": 4}, estimate_time=False)
     # 2 training prompts in `default`; 8 rollouts of 4 answers per prompt are 2 prompts per step -> 2 epochs.
@@ -86,25 +95,22 @@ def test_memory_estimate_for_the_chosen_model_and_a_recipe_for_its_size(labelled
     alone: a 1.5B-shape Qwen2 folder with no weights is enough, and its size suggests recipe 1.5b."""
     from transformers import Qwen2Config
 
-    from labeler import forms
-    from labeler.services import jobs, train_configs
+    from labeler.services import run_settings
     from labeler.services.run_estimate import train_shape
-    from labeler.services.run_preview import _trainer_config
     from rlhf.memory_estimate import GIB, estimate_training_memory, model_shape
 
     folder = tmp_path / "qwen-1.5b-shape"
     Qwen2Config(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
                 num_attention_heads=12, num_key_value_heads=2, tie_word_embeddings=True,
                 architectures=["Qwen2ForCausalLM"]).save_pretrained(folder)
+    (folder / "model.safetensors").write_bytes(b"")  # a folder the run could load (the estimate reads the config)
     preview = preview_run(labelled, "default", "ppo", {"model": str(folder), "batch_size": 8, "mini_batch_size": 4,
                                                         "answers_per_prompt": 4}, estimate_time=False)
     shape = model_shape(str(folder))
     assert 1.5e9 < shape.parameters < 1.6e9 and shape.vocab_size == 151936
-    config = train_configs.resolve_run_config("ppo", {"model": str(folder), "batch_size": 8, "mini_batch_size": 4,
-                                                      "answers_per_prompt": 4})
-    jobs.pin_project_defaults(labelled, config, "ppo", "default")  # the project's answer length, as the preview
-    job = forms.build_config(train_configs.JobConfig, config["job"])
-    run = train_shape("ppo", job, _trainer_config("ppo", job, config["trainer"]), "cpu")
+    resolved = run_settings.resolve_run(labelled, "default", "ppo", {"model": str(folder), "batch_size": 8,
+                                                                     "mini_batch_size": 4, "answers_per_prompt": 4})
+    run = train_shape("ppo", resolved.job, resolved.trainer_config(), "cpu")  # the project's answer length
     assert (run.rows, run.tokens, run.logit_tokens, run.lora_r, run.load_bytes, run.reference) == (
         4, 64 + 128, 128, 0, 4, True)  # a chat project's 128-token answers
     expected = estimate_training_memory(shape, run).total / GIB
@@ -121,8 +127,8 @@ def test_memory_estimate_for_the_chosen_model_and_a_recipe_for_its_size(labelled
     assert "recipe=" not in lora.memory  # the recipe asked for is the one suggested
 
 
-def test_memory_line_says_when_there_is_no_estimate(labelled):
-    preview = preview_run(labelled, "default", "sft", {"steps": 1, "model": "nope"})
+def test_memory_line_says_when_there_is_no_estimate(labelled, tmp_path):
+    preview = preview_run(labelled, "default", "sft", {"steps": 1, "model": weights_only(tmp_path)})
     assert preview.memory.startswith("No memory estimate:")
 
 
@@ -177,8 +183,9 @@ def test_the_preview_names_the_settings_the_app_gives_a_run(labelled):
     shape = {"batch_size": 8, "mini_batch_size": 4, "answers_per_prompt": 4}
     ranked = preview_run(labelled, "default", "ppo", {**shape, "reward": "mix"}, estimate_time=False)
     assert ranked.app_settings == {"horizon": 8, "kl_coef_min": 0.03, "learning_rate": 4.5e-5}  # horizon: the batch
-    assert ("The app's settings for this run (set them to change them): horizon=8, kl_coef_min=0.03, "
-            "learning_rate=4.5e-05.") in ranked.markdown()
+    assert ("from the app, the project or the recipe (set them to change them): horizon=8 (app default), "
+            "kl_coef_min=0.03 (app default), learning_rate=4.5e-05 (app default), max_new_tokens=128 (project).") \
+        in ranked.markdown()
     by_function = preview_run(labelled, "default", "ppo", {**shape, "reward": "function"}, estimate_time=False)
     assert by_function.app_settings == {"horizon": 8, "kl_coef_min": 0.03}
     chosen = preview_run(labelled, "default", "ppo", {**shape, "reward": "mix", "learning_rate": 1e-5, "horizon": 128},
@@ -208,7 +215,7 @@ def test_a_reward_model_run_without_steps_makes_three_passes_over_its_pairs_and_
     # steps asked for are kept, the job's own default of 40 too; SFT and PPO keep the job's default of 40
     assert preview_run(labelled, "default", "dpo", {"steps": 40}).steps == 40
     assert jobs.create_run(labelled, "rm", {"steps": 40}, runs_dir=tmp_path, start=False).config["job"]["steps"] == 40
-    assert preview_run(labelled, "default", "sft", {"model": "nope"}).steps == 40
+    assert preview_run(labelled, "default", "sft", {"model": weights_only(tmp_path)}).steps == 40
     assert preview_run(labelled, "default", "ppo", {}, estimate_time=False).steps == 40
 
 

@@ -10,7 +10,7 @@ import pytest
 from export_fixtures import build_labelled_db
 
 from labeler.cli import build_parser
-from labeler.services import job_settings, jobs, run_preview, train_configs, training_stages
+from labeler.services import job_settings, jobs, run_preview, run_settings, train_configs, training_stages
 from labeler.services.errors import InputError
 from labeler.services.stages import StageContext
 
@@ -135,10 +135,11 @@ def test_a_ppo_run_stores_the_app_defaults_it_runs_with(db, tmp_path):
     assert "learning_rate" not in rated.config["trainer"]  # PPOConfig's 6e-5: ratings keep their scale
     assert chosen.config["trainer"]["learning_rate"] == 1e-5
     assert "reward_model" not in ranked.config["job"]  # no reward model yet: the online model starts from the encoder
-    # A run stored before the defaults were (a resume of an older run) still gets them.
+    # The runner adds nothing to what is stored (run_settings resolves a run once): a config stored without the
+    # app's KL settings runs with PPOConfig's own.
     older = StageContext(1, "unused.db", "ppo", "default", train_configs.load_job_config({}), {}, tmp_path,
                          sink=None)
-    assert (ppo_config(older).horizon, ppo_config(older).kl_coef_min) == (64, 0.03)
+    assert (ppo_config(older).horizon, ppo_config(older).kl_coef_min) == (512, 0.0)
 
 
 def test_a_mix_run_stores_the_reward_model_it_starts_from_and_takes_the_reward_models_rate(db, tmp_path,
@@ -170,8 +171,7 @@ def test_a_mix_run_stores_the_reward_model_it_starts_from_and_takes_the_reward_m
 def test_every_stored_config_is_complete_resolving_it_again_changes_nothing(db, tmp_path, stage):
     run = jobs.create_run(db, stage, {"learning_rate": 2e-5}, runs_dir=tmp_path, start=False)
     # Resolving the stored config again changes nothing: what is stored is complete, app defaults included.
-    again = train_configs.resolve_run_config(stage, {**run.config["job"], **run.config["trainer"]})
-    jobs.pin_project_defaults(db, again, stage, "default")
+    again = run_settings.resolve_run(db, "default", stage, {**run.config["job"], **run.config["trainer"]}).config
     assert again == run.config
     app_defaults = training_stages.get(stage).app_defaults
     job = train_configs.load_job_config(run.config)

@@ -79,7 +79,8 @@ def test_kto_weights_make_the_rarer_kind_count_as_much_as_the_other():
 
 def test_settings_are_checked_before_a_run_is_queued():
     config = train_configs.resolve_run_config("grpo", {"reward": "function", "loss_type": "bnpo"})
-    assert config["trainer"] == {"loss_type": "bnpo"}
+    # the job's group size and answer length are stored as the trainer's (the runner adds nothing)
+    assert config["trainer"] == {"loss_type": "bnpo", "num_generations": 4, "max_completion_length": 16}
     with pytest.raises(InputError, match="use_vllm=True: not supported here"):
         train_configs.resolve_run_config("grpo", {"use_vllm": "true"})
     assert train_configs.form_fields("kto") == ["learning_rate", "per_device_train_batch_size", "beta",
@@ -99,7 +100,10 @@ def test_grpo_and_rloo_share_the_app_s_cpu_defaults_and_take_the_job_s_settings(
     assert (grpo.beta, rloo.beta, grpo.generation_batch_size) == (0.05, 0.03, 64)  # 16 prompts x 4 answers
     # the library's fields, in its order: the app changes defaults only
     assert [f.name for f in dataclasses.fields(StudioGRPOConfig)] == [f.name for f in dataclasses.fields(GRPOConfig)]
-    job = train_configs.JobConfig(answers_per_prompt=2, max_new_tokens=8)
-    assert StudioRLOOConfig.job_settings(job, {}) == {"num_generations": 2, "max_completion_length": 8}
-    assert StudioGRPOConfig.job_settings(job, {"max_completion_length": 4, "beta": 0.1}) == {
-        "num_generations": 2, "max_completion_length": 4, "beta": 0.1}  # explicit settings win
+    # the job's answers per prompt and answer length, stored as the trainer's when the run is resolved (explicit
+    # trainer settings win); the runner reads the stored values only
+    config = train_configs.resolve_run_config("rloo", {"answers_per_prompt": 2, "max_new_tokens": 8})
+    assert config["trainer"] == {"num_generations": 2, "max_completion_length": 8}
+    config = train_configs.resolve_run_config("grpo", {"answers_per_prompt": 2, "max_new_tokens": 8,
+                                                       "max_completion_length": 4, "beta": 0.1})
+    assert config["trainer"] == {"num_generations": 2, "max_completion_length": 4, "beta": 0.1}

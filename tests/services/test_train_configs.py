@@ -180,7 +180,8 @@ def test_stored_runs_configs_load_as_before():
 def test_a_reward_spec_resolves_to_what_the_old_spelling_stores():
     spec = train_configs.resolve_run_config("ppo", {"reward": "rm:rm-run3"})
     old = train_configs.resolve_run_config("ppo", {"reward": "rm", "reward_model": "rm-run3"})
-    assert spec == old and spec["job"]["reward_model"] == "rm-run3" and "reward" not in spec["job"]  # rm: default
+    # rm is reward's default, stored all the same: a typed value is kept even when it equals a default
+    assert spec == old and spec["job"]["reward_model"] == "rm-run3" and spec["job"]["reward"] == "rm"
     spec = train_configs.resolve_run_config("grpo", {"reward": "vader-with-prompt"})
     assert spec == train_configs.resolve_run_config("grpo", {"reward": "function",
                                                              "reward_function": "vader-with-prompt"})

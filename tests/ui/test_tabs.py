@@ -390,6 +390,18 @@ def generate_form(ctx) -> tuple[generate.GeneratePart, dict, dict]:
     return part, {widget: widget.value for widget in part.inputs}, sampling
 
 
+def test_generate_shows_the_projects_answer_length_marked_as_the_projects(app_db, ctx):
+    from labeler.services import projects
+    from storage import open_db
+
+    db = open_db(app_db)
+    projects.update_project(db, ctx.project, answer_tokens=32)
+    db.conn.close()
+    part, values, sampling = generate_form(ctx)
+    assert values[sampling["max_new_tokens"]] == 32  # not GenerationSettings' 48: what the answers are made with
+    assert sampling["max_new_tokens"].info.startswith("The project's answer length")
+
+
 def export_form() -> tuple[data_export.ExportPart, dict]:
     """The Data tab's export form built alone and its default values ({widget: value})."""
     with gr.Blocks():

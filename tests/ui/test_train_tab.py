@@ -11,7 +11,7 @@ import gradio as gr
 import pandas as pd
 import pytest
 
-from labeler.services import jobs
+from labeler.services import job_settings, jobs, run_preview
 from labeler.services.training_stages.ppo import PEOPLE_RANKING_LEARNING_RATE, REWARD_MODEL_LEARNING_RATE
 from labeler.ui.context import ServeSettings, UIContext
 from labeler.ui.tabs import train
@@ -67,9 +67,39 @@ def labels(ctx, db_path):
 
 @pytest.fixture
 def launch_form(ctx):
-    """The form's widgets as they first show (built in a Blocks, as the tab builds them)."""
+    """The form's widgets as they first show (built in a Blocks, as the tab builds them: each stage's values as its
+    run would resolve them in the project)."""
+    from labeler.services import train_configs
+    from storage import open_db
+
+    db = open_db(ctx.settings.db_path)
+    shown = {stage: form.shown_settings(db, ctx.project, stage) for stage in train_configs.STAGES}
+    db.conn.close()
     with gr.Blocks():
-        return form.build_form()
+        return form.build_form(shown)
+
+
+def pick(ctx, launch_form, data: dict, component, value) -> None:
+    """Set a widget as a person does in the browser: picking a stage or a reward refreshes the values the form
+    shows (form.refresh_values, the events' second step)."""
+    data[component] = value
+    if component in (launch_form.stage, launch_form.job_widgets["reward"]):
+        updates = form.refresh_values(ctx, launch_form, data[launch_form.stage], data[launch_form.job_widgets["reward"]],
+                                      data[launch_form.model], data[launch_form.advanced],
+                                      request=gr.Request(username=ADMIN))
+        for widget, update in zip(launch_form.refreshed_outputs, updates):
+            if isinstance(update, dict) and "value" in update:
+                data[widget] = update["value"]
+
+
+def register_reward_models(ctx, *names) -> None:
+    from labeler.services import models
+    from storage import open_db
+
+    db = open_db(ctx.settings.db_path)
+    for name in names:
+        models.register_model(db, name, str(ctx.settings.model), kind="reward")
+    db.conn.close()
 
 
 def _refresh(ctx, *args):
@@ -256,30 +286,34 @@ def test_the_reward_is_one_spec_picker_sent_only_for_policy_stages(ctx, labels, 
     assert [value for _, value in reward.choices] == ["vader", "vader-with-prompt", "human", "rm", "mix"]
     assert not {"train-reward-model", "train-reward-function"} & set(by_id)
     assert not set(form.SPELLED_BY_REWARD) & set(launch_form.job_widgets)
-    data[by_id["train-stage"]] = "ppo"
-    data[reward] = "vader"
+    register_reward_models(ctx, "rm-run2")
+    pick(ctx, launch_form, data, by_id["train-stage"], "ppo")
+    pick(ctx, launch_form, data, reward, "vader")
     launch(data, request=gr.Request(username=ADMIN))
-    data[reward] = "mix:rm-run2"
+    pick(ctx, launch_form, data, reward, "mix:rm-run2")
     launch(data, request=gr.Request(username=ADMIN))
-    data[reward] = "rm"  # the default: nothing to send
+    pick(ctx, launch_form, data, reward, "rm")  # the default, sent as picked (a typed value is kept)
     launch(data, request=gr.Request(username=ADMIN))
     # A reward-model run ignores the hidden reward row (reward=human would refuse num_processes > 1).
-    data[reward], data[by_id["train-stage"]] = "human", "rm"
+    pick(ctx, launch_form, data, reward, "human")
+    pick(ctx, launch_form, data, by_id["train-stage"], "rm")
     launch(data, request=gr.Request(username=ADMIN))
-    # Only what differs from JobConfig's defaults is sent, as `--set reward=SPEC`, plus the base model picker's value.
+    # The reward as `--set reward=SPEC`, the base model picker's value, and nothing the run resolves to anyway: the
+    # form showed the values the run resolves (the learning rate for each reward, the steps for each stage).
     assert launched == [("ppo", {"reward": "vader", "model": "default"}),
                         ("ppo", {"reward": "mix:rm-run2", "model": "default"}),
-                        ("ppo", {"model": "default"}),
+                        ("ppo", {"reward": "rm", "model": "default"}),
                         ("rm", {"model": "default"})]
 
 
 @pytest.mark.parametrize("spec, job", [
-    ("vader", {"reward": "function"}),  # vader is reward_function's default: not stored
+    # a typed value is stored even when it is the default (vader is reward_function's, rm reward's)
+    ("vader", {"reward": "function", "reward_function": "vader"}),
     ("vader-with-prompt", {"reward": "function", "reward_function": "vader-with-prompt"}),
     ("human", {"reward": "human"}),
-    ("rm", {}),  # the default source, the newest reward model
-    ("rm:rm-run3", {"reward_model": "rm-run3"}),
-    ("mix", {"reward": "mix"}),
+    ("rm", {"reward": "rm"}),  # the default source, the newest reward model
+    ("rm:rm-run3", {"reward": "rm", "reward_model": "rm-run3"}),
+    ("mix", {"reward": "mix", "reward_model": "rm-run3"}),  # a mix run starts from the newest reward model
     ("mix:rm-run3", {"reward": "mix", "reward_model": "rm-run3"}),
 ])
 def test_a_run_queued_from_the_form_stores_what_train_set_reward_stores(ctx, labels, launch_form, db_path, tmp_path,
@@ -289,9 +323,12 @@ def test_a_run_queued_from_the_form_stores_what_train_set_reward_stores(ctx, lab
     from storage import open_db
 
     monkeypatch.setattr(jobs, "start_queued", lambda db, *a, **k: [])  # queued, not started: no worker here
+    register_reward_models(ctx, "rm-run3")
     by_id = {component.elem_id: component for component in launch_form.inputs}
     data = {component: component.value for component in launch_form.inputs}
-    data[by_id["train-stage"]], data[by_id["train-model"]], data[by_id["train-reward"]] = "ppo", "default", spec
+    data[by_id["train-model"]] = "default"
+    pick(ctx, launch_form, data, by_id["train-stage"], "ppo")
+    pick(ctx, launch_form, data, by_id["train-reward"], spec)
     notice, _ = form.launch_run(ctx, launch_form, data, request=gr.Request(username=ADMIN))
     assert notice.startswith("Run **#1**")
     assert main(["train", "ppo", "--db", db_path, "--set", "model=default", "--set", f"reward={spec}",
@@ -328,7 +365,7 @@ def test_the_form_may_not_name_code_to_import_as_the_reward(ctx, launch_form, db
     db.conn.close()
 
 
-def test_the_form_groups_are_the_job_sections_and_a_section_is_sent_for_its_stages(launch_form):
+def test_the_form_groups_are_the_job_sections_and_a_section_is_sent_for_its_stages(ctx, launch_form):
     # Every section's settings the web may set have a widget, grouped by section; code and files do not.
     assert list(launch_form.section_groups) == ["Run", "Data", "Rewards", "Launch"]
     assert {"lora_r", "seed", "sft_min_score", "rm_score_std", "heldout_every", "num_processes"} <= set(launch_form.job_widgets)
@@ -340,10 +377,15 @@ def test_the_form_groups_are_the_job_sections_and_a_section_is_sent_for_its_stag
     data = {component: component.value for component in launch_form.inputs}
     widgets = launch_form.job_widgets
     data[widgets["lora_r"]], data[widgets["rm_score_std"]], data[widgets["test_size"]] = 4, 1.0, 0.2
+    from storage import open_db
+
+    db = open_db(ctx.settings.db_path)
+    # what differs from what the run resolves to, the reward as picked (the form shows the resolved values)
     for stage, sent in (("rm", {"lora_r": 4, "test_size": 0.2}),
-                        ("ppo", {"lora_r": 4, "test_size": 0.2, "rm_score_std": 1.0})):
+                        ("ppo", {"lora_r": 4, "test_size": 0.2, "rm_score_std": 1.0, "reward": "rm"})):
         data[launch_form.stage] = stage
-        assert launch_form.settings(data) == (stage, {**sent, "model": "default"})
+        assert launch_form.settings(data, db, ctx.project) == (stage, {**sent, "model": "default"})
+    db.conn.close()
 
 
 def test_every_form_label_is_in_plain_words(launch_form):
@@ -500,3 +542,45 @@ def test_the_streamed_handlers_refuse_an_annotator_before_their_first_answer(ctx
     for handler in (form.launch_streamed, form.preview_streamed):
         with pytest.raises(gr.Error, match="Not allowed"):
             next(handler(ctx, launch_form, data, gr.Request(username="nobody")))
+
+
+@pytest.mark.parametrize("stage", ["sft", "rm", "dpo", "ppo", "grpo", "rloo", "kto"])
+def test_a_launch_from_the_untouched_form_stores_what_the_form_showed(ctx, labels, launch_form, monkeypatch, stage):
+    from labeler.services import run_settings, runs
+    from storage import open_db
+
+    monkeypatch.setattr(jobs, "start_queued", lambda db, *a, **k: [])  # queued, not started: no worker here
+    monkeypatch.setattr(run_preview, "refuse_without_data", lambda *a, **k: None)  # sft/kto: no ratings here
+    data = {component: component.value for component in launch_form.inputs}
+    pick(ctx, launch_form, data, launch_form.stage, stage)
+    form.launch_run(ctx, launch_form, data, request=gr.Request(username=ADMIN))
+    db = open_db(ctx.settings.db_path)
+    run = runs.list_runs(db)[0]
+    db.conn.close()
+    used = run_settings.ResolvedRun(stage, ctx.project, run.config).values()  # what the run trains with
+    shown = {spec.name: data[launch_form.job_widgets[spec.name]] for spec in launch_form.specs_by_stage["job"]
+             if stage in job_settings.section_of(spec.name).STAGES}
+    shown.update({spec.name: data[widget] for spec, widget in zip(launch_form.specs_by_stage[stage],
+                                                                   launch_form.stage_widgets[stage])})
+    differ = {name: (value, used[name]) for name, value in shown.items() if not form._same(value, used[name])
+              and name != "reward"}  # the picker shows a spec ("rm"); the run stores what it spells
+    assert differ == {}
+    if stage == "ppo":  # the app's rate for a reward model, shown and stored as the app's (not typed)
+        assert shown["learning_rate"] == used["learning_rate"] == 2e-5 and "learning_rate" in run.config["trainer"]
+
+
+def test_a_value_typed_at_the_class_default_is_kept(ctx, labels, launch_form, monkeypatch):
+    from labeler.services import runs
+    from storage import open_db
+
+    monkeypatch.setattr(jobs, "start_queued", lambda db, *a, **k: [])
+    data = {component: component.value for component in launch_form.inputs}
+    pick(ctx, launch_form, data, launch_form.stage, "ppo")
+    learning_rate = launch_form.stage_widgets["ppo"][[s.name for s in launch_form.specs_by_stage["ppo"]].index(
+        "learning_rate")]
+    assert data[learning_rate] == 2e-5  # shown: the app's rate for a reward model
+    data[learning_rate] = 6e-5  # PPOConfig's own default, typed: the app's rate must not overrule it
+    form.launch_run(ctx, launch_form, data, request=gr.Request(username=ADMIN))
+    db = open_db(ctx.settings.db_path)
+    assert runs.list_runs(db)[0].config["trainer"]["learning_rate"] == 6e-5
+    db.conn.close()

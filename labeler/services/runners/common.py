@@ -6,16 +6,14 @@ this package import them, and nothing here imports a runner.
 from __future__ import annotations
 
 import random
-from typing import Any
 
-from labeler import forms
-from labeler.services import checkpoints, models, training_stages
+from labeler.services import checkpoints, models, train_configs, training_stages
 from labeler.services.errors import InputError
 from labeler.services.export import training_options
 from labeler.services.human_reward import HumanRewardQueue
 from labeler.services.projects import get_project
 from labeler.services.stages import RunResult, StageContext, data_snapshot
-from labeler.services.training_stages.base import row_key, split_for_training
+from labeler.services.training_stages.base import MIN_TRAINING_ROWS, row_key, split_for_training
 from rlhf.loading import load_tokenizer
 from rlhf.rewards import FunctionReward, HumanReward, MixReward, RewardModelReward
 
@@ -52,32 +50,15 @@ def split_rows(rows: list[dict], test_size: float, seed: int):
     return Dataset.from_list(train), (Dataset.from_list(test) if test else None)
 
 
-MIN_TRAINING_ROWS = 2  # fewer and a run stops at once (the preview refuses to queue it)
-
-
 def require_rows(rows: list, what: str, hint: str) -> None:
     if len(rows) < MIN_TRAINING_ROWS:
         raise InputError(f"only {len(rows)} {what} in the database with these filters; {hint}", field="data")
 
 
-def trainer_args(ctx: StageContext, config_cls):
-    job = ctx.job
-    every = job.checkpoint_every
-    values: dict[str, Any] = {
-        "output_dir": str(ctx.checkpoint_root),
-        "report_to": "none",
-        "max_steps": job.steps,
-        "logging_steps": 1,  # every step in the live plot
-        "save_strategy": "steps" if every else "no",
-        "save_steps": every or 500,
-        "save_total_limit": 2,
-        "bf16": job.bf16,
-        "seed": job.seed,
-        "data_seed": job.seed,
-        "disable_tqdm": False,
-    }
-    values.update(ctx.trainer_settings)  # explicit trainer settings win
-    return forms.build_config(config_cls, values)
+def trainer_args(ctx: StageContext, stage: str):
+    """The run's trainer config, from its JobConfig and stored trainer settings only (train_configs.trainer_config,
+    the one build the preview shows), writing its checkpoints under the run's folder."""
+    return train_configs.trainer_config(stage, ctx.job, ctx.trainer_settings, output_dir=str(ctx.checkpoint_root))
 
 
 def train_with_trainer(ctx: StageContext, trainer) -> dict[str, float]:
@@ -111,7 +92,7 @@ def train_stage(ctx: StageContext, db, stage: str, rows: list[dict], trainer_cls
     base = ctx.job.base_model(stage)
     path = models.resolve(db, base)
     train, test = split_rows(rows, ctx.job.test_size, ctx.job.seed)
-    trainer = trainer_cls(path, args=trainer_args(ctx, config_cls), train_dataset=train, eval_dataset=test,
+    trainer = trainer_cls(path, args=trainer_args(ctx, stage), train_dataset=train, eval_dataset=test,
                           processing_class=load_tokenizer(path, padding_side="right"),
                           peft_config=peft_config(ctx, task_type), callbacks=trainer_callbacks(ctx))
     metrics = train_with_trainer(ctx, trainer)

@@ -18,13 +18,12 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from labeler import forms
-from labeler.services import models
+from labeler.services import models, train_configs
 from labeler.services.errors import InputError
 from labeler.services.projects import get_project
 from labeler.services.runners.common import (conversational, human_queue, peft_config, policy_kind, policy_prompts,
                                              require_rows, reward_source, stage_rows, train_stage,
-                                             train_with_trainer, trainer_args, trainer_callbacks)
+                                             train_with_trainer, trainer_callbacks)
 from labeler.services.stages import RunResult, StageContext, data_snapshot
 from labeler.services.training_stages.kto import label_problem as kto_label_problem
 from rlhf.grpo import GRPOConfig, GRPOTrainer
@@ -43,15 +42,9 @@ class StudioOnlineDefaults:
     learning_rate: float = field(default=3e-5, metadata={"help": "AdamW learning rate (the tuned CPU value with 2 passes; TRL's default 1e-6 suits long GPU runs)."})
     per_device_train_batch_size: int = field(default=16, metadata={"help": "Answers per mini-batch (one optimizer step)."})
     steps_per_generation: int | None = field(default=4, metadata={"help": "Mini-batches per generation batch: 4 x 16 = 64 answers, 16 prompts x 4."})
-    num_generations: int = field(default=4, metadata={"help": "Answers per prompt (the job's answers_per_prompt wins when set)."})
-    max_completion_length: int = field(default=16, metadata={"help": "Tokens per answer (the job's max_new_tokens wins when set)."})
+    num_generations: int = field(default=4, metadata={"help": "Answers per prompt (unless set: the job's answers_per_prompt)."})
+    max_completion_length: int = field(default=16, metadata={"help": "Tokens per answer (unless set: the job's max_new_tokens, the project's answer length)."})
     num_iterations: int = field(default=2, metadata={"help": "Passes over each generation batch (PPO's ppo_epochs)."})
-
-    @staticmethod
-    def job_settings(job, explicit: dict[str, Any]) -> dict[str, Any]:
-        """The trainer settings of a run: the job's answers per prompt and answer length as num_generations and
-        max_completion_length, unless the trainer settings `explicit` set them."""
-        return {"num_generations": job.answers_per_prompt, "max_completion_length": job.max_new_tokens, **explicit}
 
 
 @dataclass
@@ -97,19 +90,10 @@ def app_reward_function(source, name: str):
     return reward
 
 
-def _online_args(ctx: StageContext, config_cls):
-    """The trainer config with the job's answers per prompt and answer length, and `steps` generation batches
-    (explicit trainer settings win)."""
-    job, explicit = ctx.job, dict(ctx.trainer_settings)
-    settings = config_cls.job_settings(job, explicit)
-    if settings["num_generations"] != job.answers_per_prompt and job.reward in ("human", "mix"):
-        raise InputError(f"num_generations={settings['num_generations']}: with reward={job.reward} it must equal "
-                         f"answers_per_prompt={job.answers_per_prompt} (people rank each prompt's group)",
-                         field="num_generations")
-    probe = forms.build_config(config_cls, {"output_dir": "unused", "report_to": "none", **settings})
-    settings = {"max_steps": job.steps * probe.steps_per_generation * probe.num_iterations
-                // probe.gradient_accumulation_steps, **settings}  # an explicit max_steps wins
-    return trainer_args(dataclasses.replace(ctx, trainer_settings=settings), config_cls)
+def _online_args(ctx: StageContext, stage: str):
+    """The trainer config: the stored settings (the job's answers per prompt and answer length included, stored
+    when the run was resolved) and `steps` generation batches (train_configs.trainer_config)."""
+    return train_configs.trainer_config(stage, ctx.job, ctx.trainer_settings, output_dir=str(ctx.checkpoint_root))
 
 
 def _online_rows(ctx: StageContext, db, stage: str, tokenizer) -> list[dict]:
@@ -122,7 +106,7 @@ def _online_rows(ctx: StageContext, db, stage: str, tokenizer) -> list[dict]:
     return [{"prompt": [{"role": "user", "content": text}] if chat else text, "prompt_text": text} for text in prompts]
 
 
-def _run_online(ctx: StageContext, stage: str, trainer_cls, config_cls) -> RunResult:
+def _run_online(ctx: StageContext, stage: str, trainer_cls) -> RunResult:
     from datasets import Dataset
 
     from rlhf.peft_utils import is_peft_model, merged_model
@@ -133,7 +117,7 @@ def _run_online(ctx: StageContext, stage: str, trainer_cls, config_cls) -> RunRe
     path = models.resolve(db, base)
     tokenizer = load_tokenizer(path, padding_side="left")
     rows = _online_rows(ctx, db, stage, tokenizer)
-    args = _online_args(ctx, config_cls)
+    args = _online_args(ctx, stage)
     queue = human_queue(ctx)
     reward = app_reward_function(reward_source(ctx, db, queue), job.reward)
     trainer = trainer_cls(path, reward_funcs=reward, args=args, train_dataset=Dataset.from_list(rows),
@@ -156,11 +140,11 @@ def _run_online(ctx: StageContext, stage: str, trainer_cls, config_cls) -> RunRe
 
 
 def run_grpo(ctx: StageContext) -> RunResult:
-    return _run_online(ctx, "grpo", GRPOTrainer, StudioGRPOConfig)
+    return _run_online(ctx, "grpo", GRPOTrainer)
 
 
 def run_rloo(ctx: StageContext) -> RunResult:
-    return _run_online(ctx, "rloo", RLOOTrainer, StudioRLOOConfig)
+    return _run_online(ctx, "rloo", RLOOTrainer)
 
 
 # ---- KTO -------------------------------------------------------------------------------------------------

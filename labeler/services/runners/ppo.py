@@ -9,8 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from labeler import forms
-from labeler.services import evaluation, models, step_journal
+from labeler.services import evaluation, models, step_journal, train_configs
 from labeler.services.checkpoints import WeightsPacer
 from labeler.services.errors import InputError
 from labeler.services.metrics_sink import main_process_decides
@@ -18,7 +17,7 @@ from labeler.services.projects import get_project
 from labeler.services.runners.common import human_queue, peft_config, policy_prompts, reward_source
 from labeler.services.runners.rollouts import Rollout, RolloutStream, resumed_rollouts
 from labeler.services.stages import RunResult, StageContext, checkpoint_due, data_snapshot
-from labeler.services.training_stages.ppo import kl_settings_for
+from labeler.services.training_stages.ppo import kl_settings_for  # noqa: F401 - callers import it here
 from rlhf.configs import PPOConfig
 from rlhf.loading import load_tokenizer
 from rlhf.precision import model_load_kwargs
@@ -119,11 +118,9 @@ def ppo_trainer(ctx: StageContext, path: str, tokenizer):
 
 
 def ppo_config(ctx: StageContext) -> PPOConfig:
-    """The run's PPOConfig: the job's seed and bf16 and the stored trainer settings. The app's KL controller
-    settings are stored with the run when it is created (train_configs.resolve_run_config); a run stored before
-    they were gets them here, so it resumes as it started."""
-    return forms.build_config(PPOConfig, {"seed": ctx.job.seed, "bf16": ctx.job.bf16,
-                                          **kl_settings_for(ctx.trainer_settings), **ctx.trainer_settings})
+    """The run's PPOConfig: the job's seed and bf16 and the stored trainer settings, the app's KL controller
+    included (stored when the run was resolved), built as the preview builds it (train_configs.trainer_config)."""
+    return train_configs.trainer_config("ppo", ctx.job, ctx.trainer_settings)
 
 
 @dataclass

@@ -9,12 +9,17 @@ from __future__ import annotations
 import importlib
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from labeler.services.errors import InputError
 from labeler.services.export import split_by_prompt
 from labeler.services.projects import get_project
 from labeler.services.prompts import split_texts
+
+
+# Fewer training rows and a run stops at once (the stage runners' require_rows; the preview and launching refuse it).
+MIN_TRAINING_ROWS = 2
 
 
 def no_app_defaults(trainer_settings: dict, job) -> dict:
@@ -35,6 +40,19 @@ def generation_batch(mini: int, accumulation: int) -> dict[str, Any]:
     """A recipe's batch shape for GRPO and RLOO: mini-batches of `mini` answers, 64 answers per generation batch
     (answer length: the job's max_new_tokens, which becomes max_completion_length)."""
     return {"per_device_train_batch_size": mini, "steps_per_generation": 64 // mini}
+
+
+# GRPO and RLOO: the job's answers per prompt and answer length are their trainer's group size and completion
+# length unless the trainer settings set them (Stage.from_job; stored with the run when it is resolved).
+ONLINE_FROM_JOB = {"num_generations": "answers_per_prompt", "max_completion_length": "max_new_tokens"}
+
+
+def check_online_groups(job, trainer) -> None:
+    """People rank each prompt's group of answers: with reward human or mix the trainer's group is the job's."""
+    if job.reward in ("human", "mix") and trainer.num_generations != job.answers_per_prompt:
+        raise InputError(f"num_generations={trainer.num_generations}: with reward={job.reward} it must equal "
+                         f"answers_per_prompt={job.answers_per_prompt} (people rank each prompt's group)",
+                         field="num_generations")
 
 
 def groups_per_step(job, trainer) -> int:
@@ -81,8 +99,10 @@ class Stage:
     prompts_per_step: Callable[[Any, Any], int] | None = None
     # (job, trainer config) -> None, or InputError naming the setting that breaks a rule of the trainer
     check: Callable[[Any, Any], None] | None = None
+    # trainer field -> the job field that gives it unless the trainer settings set it (grpo, rloo: ONLINE_FROM_JOB)
+    from_job: dict = field(default_factory=dict)
     # steps when the run sets none: this many passes over its training rows, counted when the run is queued
-    # (jobs.pin_project_defaults); None: the job's own default (40)
+    # (run_settings.resolve_run); None: the job's own default (40)
     default_passes: float | None = None
 
     def config_cls(self):

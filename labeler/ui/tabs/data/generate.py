@@ -50,6 +50,18 @@ def answer_tokens_value(db, project: str) -> int:
     return get_project(db, project).answer_tokens
 
 
+# The line under the answer length: its value is the project's (read again when the tab loads), not the class's.
+PROJECT_LENGTH = "The project's answer length (Admin > Project settings)"
+
+
+def project_start(ctx: UIContext, spec: forms.FieldSpec) -> dict:
+    """The answer length widget starts at the project's answer length, marked as the project's."""
+    if spec.name != "max_new_tokens":
+        return {}
+    with ctx.connection() as db:
+        return {"value": answer_tokens_value(db, ctx.project), "info": f"{PROJECT_LENGTH}. {spec.help}"[:200]}
+
+
 def build_generate(ctx: UIContext) -> GeneratePart:
     gen_specs = forms.field_specs(GenerationSettings)
     with gr.Accordion("2. Generate answers", open=True):
@@ -67,7 +79,7 @@ def build_generate(ctx: UIContext) -> GeneratePart:
             )
         with gr.Accordion("Sampling settings", open=False):
             with gr.Row():
-                gen_widgets = [forms.widget(spec) for spec in gen_specs]
+                gen_widgets = [forms.widget(spec, **project_start(ctx, spec)) for spec in gen_specs]
         generate_button = gr.Button("Generate responses", variant="primary", elem_id="data-generate")
         generate_status = gr.Markdown()
     return GeneratePart(model, n_per_prompt, limit, target, gen_specs, gen_widgets, generate_button, generate_status)

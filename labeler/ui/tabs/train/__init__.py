@@ -13,7 +13,7 @@ import json
 
 import gradio as gr
 
-from labeler.services import jobs, models, reward_spec
+from labeler.services import jobs, models, reward_spec, train_configs
 from labeler.services.errors import PermissionDenied
 from labeler.ui.context import UIContext
 from labeler.ui.gradio_internals import QUIET
@@ -91,9 +91,11 @@ def build(ctx: UIContext):
     """The tab's widgets and events; returns the hook app.build_app calls with the gr.Tab (its select event)."""
     with ctx.connection() as db:
         jobs.poll(db)  # on app start: runs whose worker died while the server was down are marked failed
+        # the values each stage's run would use in this project, shown as the form opens
+        shown = {stage: form.shown_settings(db, ctx.project, stage) for stage in train_configs.STAGES}
 
     banner = monitor.build_banner()
-    launch_form = form.build_form()
+    launch_form = form.build_form(shown)
     with gr.Row():
         launch = gr.Button("Launch run", variant="primary", elem_id="train-launch")
         preview = gr.Button("What will this run use?", elem_id="train-preview")

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import gradio as gr
 
 from labeler import forms
-from labeler.services import job_settings, jobs, reward_spec, run_preview, train_configs, training_stages
-from labeler.services.errors import PermissionDenied
+from labeler.services import job_settings, jobs, reward_spec, run_preview, run_settings, train_configs, training_stages
+from labeler.services.errors import InputError, PermissionDenied
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
 from labeler.ui.roles import check_role, requires
@@ -65,6 +65,8 @@ PLAIN_LABELS = {
 # Every setting's widget: studio.css gives it a minimum width (Gradio 6.31 gives a Checkbox none, so bfloat16 and
 # LoRA were squeezed to 30 px in a row of numbers, their help one word a line).
 SETTING = ["studio-setting"]
+# The stage the form opens with.
+FIRST_STAGE = "rm"
 # Stages that ask where their reward comes from (the short form's reward row).
 REWARD_STAGES = job_settings.RewardSettings.STAGES
 
@@ -90,9 +92,15 @@ def form_specs() -> dict[str, list[forms.FieldSpec]]:
     return specs
 
 
-def collect_settings(stage: str, specs_by_stage: dict, values: list, advanced: str) -> dict:
-    """Form values -> raw settings (only what differs from a default), plus the advanced key=value lines.
-    A job setting is sent only for the stages its section is read by (a hidden reward group sends nothing)."""
+def collect_settings(stage: str, specs_by_stage: dict, values: list, advanced: str, resolve=None) -> dict:
+    """Form values -> raw settings, plus the advanced key=value lines (which win). A job setting is sent only for
+    the stages its section is read by (a hidden reward group sends nothing).
+
+    With `resolve` (typed settings -> run_settings.ResolvedRun), a value is sent whenever it differs from what the
+    run would resolve without it, so the run uses every value the form shows and a value typed at a class default
+    is kept (the app's default would have overruled it); values the resolution gives anyway are left to it (their
+    source stays "app default", "project" or "recipe"). The reward picker is always sent. Without `resolve` (no
+    database at hand): what differs from the class defaults."""
     job_values = forms.from_widgets(specs_by_stage["job"], values[: len(specs_by_stage["job"])])
     settings = {name: value for name, value in job_values.items() if stage in job_settings.section_of(name).STAGES}
     offset = len(specs_by_stage["job"])
@@ -102,11 +110,25 @@ def collect_settings(stage: str, specs_by_stage: dict, values: list, advanced: s
         offset += len(specs)
         if name == stage:
             settings.update(forms.from_widgets(specs, chunk))
-    defaults = {spec.name: spec.default for key in ("job", stage) for spec in specs_by_stage[key]}
-    settings = {k: v for k, v in settings.items() if not _same(v, defaults.get(k))}
     lines = [line.strip() for line in (advanced or "").splitlines() if line.strip() and not line.strip().startswith("#")]
-    settings.update(forms.parse_sets(lines))
-    return settings
+    typed = forms.parse_sets(lines)
+    if resolve is None:
+        defaults = {spec.name: spec.default for key in ("job", stage) for spec in specs_by_stage[key]}
+        return {**{k: v for k, v in settings.items() if not _same(v, defaults.get(k))}, **typed}
+    typed.update({name: settings[name] for name in ALWAYS_SENT if name in settings and name not in typed})
+    # A value's resolution depends on others (PPO's learning rate on the reward and human_label): settle in rounds.
+    for _ in range(len(settings) + 1):
+        resolved = resolve(typed).values()
+        differing = {name: value for name, value in settings.items()
+                     if name not in typed and not _same(value, resolved.get(name))}
+        if not differing:
+            break
+        typed.update(differing)
+    return typed
+
+
+# Sent as chosen, whatever it resolves to: where the reward comes from (the CLI's `--set reward=`).
+ALWAYS_SENT = ("reward",)
 
 
 def _same(value, default) -> bool:
@@ -145,13 +167,22 @@ class LaunchForm:
     def inputs(self) -> set:
         return {self.stage, self.model, self.advanced, *self.job_inputs, *self.trainer_inputs}
 
-    def settings(self, data: dict) -> tuple[str, dict]:
-        """(stage, raw settings) from the form's values, as collect_settings reads them, plus the base model."""
+    @property
+    def refreshed_outputs(self) -> list:
+        """What refresh_values sets: the refreshed job settings, then every stage's trainer widgets."""
+        return [*(self.job_widgets[name] for name in REFRESHED_JOB_FIELDS), *self.trainer_inputs]
+
+    def settings(self, data: dict, db=None, project: str = "") -> tuple[str, dict]:
+        """(stage, raw settings) from the form's values, as collect_settings reads them (resolved in `project`
+        when a `db` is given), plus the base model."""
         stage_name = data[self.stage]
+        model = {"model": data[self.model] or ""}
+        resolve = None if db is None else (
+            lambda typed: run_settings.resolve_run(db, project, stage_name, {**typed, **model}))
         settings = collect_settings(stage_name, self.specs_by_stage,
-                                    [data[w] for w in self.job_inputs + self.trainer_inputs], data[self.advanced])
-        settings["model"] = data[self.model] or ""
-        return stage_name, settings
+                                    [data[w] for w in self.job_inputs + self.trainer_inputs], data[self.advanced],
+                                    resolve)
+        return stage_name, {**settings, **model}
 
 
 def reward_widget(spec: forms.FieldSpec) -> gr.Dropdown:
@@ -162,17 +193,52 @@ def reward_widget(spec: forms.FieldSpec) -> gr.Dropdown:
                        info="Where the rewards come from: a built-in function, people, or a reward model")
 
 
-def build_form() -> LaunchForm:
+# Where a shown value comes from, in words (train_configs.SOURCES), before the field's help.
+SOURCE_WORDS = {"class default": "Default", "app default": "The app's value for this run", "project": "The project's",
+                "recipe": "The recipe's", "typed": "Set"}
+
+
+def marked_help(spec: forms.FieldSpec, source: str | None) -> str | None:
+    """The line under a setting: where its value comes from (when not the plain default), then its help."""
+    words = SOURCE_WORDS.get(source or "class default")
+    text = spec.help[:200] if source in (None, "class default") else f"{words}. {spec.help}"[:200]
+    return text or None
+
+
+def shown_settings(db, project: str, stage: str, typed: dict | None = None):
+    """The run the form shows for `stage` with `typed` (the reward picked, the model, "More settings"): its
+    resolved values and where each came from (run_settings.resolve_run); None when it cannot be resolved (the form
+    then shows the class defaults, and Preview says why)."""
+    try:
+        return run_settings.resolve_run(db, project, stage, typed or {})
+    except InputError:
+        return None
+
+
+def build_form(shown: dict | None = None) -> LaunchForm:
     """The form's widgets, in the order they show (the Launch and Preview buttons are the tab's, in one row with
-    the demo's)."""
+    the demo's). `shown`: each stage's ResolvedRun (shown_settings) whose values the widgets start with, the job
+    widgets the first stage's (the Rewards section's a policy stage's)."""
     specs_by_stage = form_specs()
     job_spec_by_name = {spec.name: spec for spec in specs_by_stage["job"]}
+    shown = shown or {}
+
+    def start(stage: str, spec: forms.FieldSpec) -> dict:
+        """The widget's value and its marked help, as `stage` resolves it."""
+        resolved = shown.get(stage)
+        if resolved is None:
+            return {}
+        return {"value": resolved.values().get(spec.name), "info": marked_help(spec, resolved.source(spec.name))}
+
+    def job_start(spec: forms.FieldSpec) -> dict:
+        reads = job_settings.section_of(spec.name).STAGES
+        return start(FIRST_STAGE if FIRST_STAGE in reads else reads[0], spec)
     # A short form per trainer: what it trains, from which model, on which labels, with which reward, for how
     # long, in plain words; every other setting (the same fields, through the same forms mapping) is folded
     # under "Advanced settings", so a first run needs no knowledge of the rest.
     gr.Markdown("### Start a run")
     with gr.Row():
-        stage = gr.Radio([(STAGE_LABELS.get(name, name), name) for name in train_configs.STAGES], value="rm",
+        stage = gr.Radio([(STAGE_LABELS.get(name, name), name) for name in train_configs.STAGES], value=FIRST_STAGE,
                          label="What to train", scale=3, elem_id="train-stage")
     stage_note = gr.Markdown(STAGE_NOTES["rm"], elem_id="train-stage-note", elem_classes=["studio-hint"])
     job_widgets = {}
@@ -181,14 +247,15 @@ def build_form() -> LaunchForm:
         with gr.Row():
             for name in names:  # elem_id "train-min-annotators" for min_annotators, etc.: what browser tests find
                 job_widgets[name] = forms.widget(job_spec_by_name[name], label=plain_label(name),
-                                                 elem_id="train-" + name.replace("_", "-"), elem_classes=SETTING)
+                                                 elem_id="train-" + name.replace("_", "-"), elem_classes=SETTING,
+                                                 **job_start(job_spec_by_name[name]))
 
     with gr.Row():
         model = gr.Dropdown([], value=training_stages.get("rm").default_model, label="Start from model",
                             allow_custom_value=True, info="a registered model, 'default' (the embedded chat model) or 'default-encoder'",
                             scale=2, elem_id="train-model")
         job_widgets["steps"] = forms.widget(job_spec_by_name["steps"], label=plain_label("steps"), scale=1,
-                                            elem_id="train-steps")
+                                            elem_id="train-steps", **job_start(job_spec_by_name["steps"]))
     job_row(SHORT_DATA_FIELDS)
     with gr.Group(visible=False) as reward_group:
         gr.Markdown("**Where the reward comes from**")
@@ -205,7 +272,8 @@ def build_form() -> LaunchForm:
         for name in train_configs.STAGES:
             with gr.Group(visible=name == "rm") as group:
                 with gr.Row():
-                    stage_widgets[name] = [forms.widget(spec, label=plain_label(spec.name), elem_classes=SETTING)
+                    stage_widgets[name] = [forms.widget(spec, label=plain_label(spec.name), elem_classes=SETTING,
+                                                        **start(name, spec))
                                            for spec in specs_by_stage[name]]
             stage_groups[name] = group
         advanced = gr.Textbox(label="More settings (one setting=value per line; any field of the stage's config)",
@@ -223,13 +291,42 @@ def show_stage(name: str) -> tuple:
             *[gr.update(visible=name == s) for s in train_configs.STAGES])
 
 
+# The job settings whose resolved value differs by stage or reward (the rest keep what the person set): how long
+# (rm and dpo: passes over the labels) and the answer length (the project's, or a recipe's).
+REFRESHED_JOB_FIELDS = ("steps", "max_new_tokens")
+
+
+@ui_errors
+@requires("admin")
+def refresh_values(ctx: UIContext, form: LaunchForm, stage: str, reward: str, model: str, advanced: str,
+                   request: gr.Request) -> tuple:
+    """After a stage or a reward is picked: the values the run would use (the stage's trainer settings, its steps
+    and answer length), each marked where it comes from (outputs: refreshed_outputs)."""
+    lines = [line.strip() for line in (advanced or "").splitlines() if line.strip() and not line.strip().startswith("#")]
+    typed = {**forms.parse_sets(lines), "model": model or ""}
+    if stage in REWARD_STAGES and reward:
+        typed.setdefault("reward", reward)
+    with ctx.connection() as db:
+        resolved = shown_settings(db, ctx.project, stage, typed)
+    if resolved is None:  # a setting the run refuses: Preview and Launch say which
+        return tuple(gr.skip() for _ in form.refreshed_outputs)
+    job_specs = {spec.name: spec for spec in form.specs_by_stage["job"]}
+    updates = [gr.update(value=resolved.values()[name], info=marked_help(job_specs[name], resolved.source(name)))
+               for name in REFRESHED_JOB_FIELDS]
+    for name in train_configs.STAGES:
+        for spec in form.specs_by_stage[name]:
+            updates.append(gr.update(value=resolved.values()[spec.name], info=marked_help(spec, resolved.source(spec.name)))
+                           if name == stage else gr.skip())
+    return tuple(updates)
+
+
 @ui_errors
 @requires("admin")
 def preview_run(ctx: UIContext, form: LaunchForm, data: dict, request: gr.Request, estimate: bool = True) -> str:
     """What a run with the form's settings would use (labels, base model, steps), before it is launched; with
     `estimate`, a PPO/GRPO/RLOO run's time estimate too (a micro-step measured in a fresh process)."""
     with ctx.connection() as db:
-        stage_name, settings = form.settings(data)
+        stage_name, settings = form.settings(data, db, ctx.project)
         return run_preview.preview_run(db, ctx.project, stage_name, settings, estimate_time=estimate).markdown()
 
 
@@ -265,7 +362,7 @@ def launch_run(ctx: UIContext, form: LaunchForm, data: dict, request: gr.Request
     """Queue a run with the form's settings (jobs.create_run, the web allowlist); (notice, the run picker
     showing it)."""
     with ctx.connection() as db:
-        stage_name, settings = form.settings(data)
+        stage_name, settings = form.settings(data, db, ctx.project)
         # A time budget becomes the steps that fit it, as the preview said (the CLI's train does the same).
         settings, _ = run_preview.apply_time_budget(db, ctx.project, stage_name, settings)
         # A run that would stop at once for want of data is refused, with the preview's reason (after the web
@@ -297,7 +394,11 @@ def launch_streamed(ctx: UIContext, form: LaunchForm, data: dict, request: gr.Re
 def wire(ctx: UIContext, form: LaunchForm, launch: gr.Button, preview: gr.Button, notice: gr.Markdown,
          run: gr.Dropdown) -> None:
     """The form's events: a stage shows its fields; Launch queues a run (picked in the monitor's `run`)."""
+    refreshed = [form.stage, form.job_widgets["reward"], form.model, form.advanced]
     form.stage.change(show_stage, form.stage, [form.model, form.reward_group, *form.section_groups.values(),
-                                               form.stage_note, *form.stage_groups.values()], api_name=False)
+                                               form.stage_note, *form.stage_groups.values()], api_name=False).then(
+        bind(refresh_values, ctx, form), refreshed, form.refreshed_outputs, api_name=False)
+    form.job_widgets["reward"].change(bind(refresh_values, ctx, form), refreshed, form.refreshed_outputs,
+                                      api_name=False)
     launch.click(bind(launch_streamed, ctx, form), form.inputs, [notice, run], api_name="train_launch")
     preview.click(bind(preview_streamed, ctx, form), form.inputs, notice, api_name="train_preview")
