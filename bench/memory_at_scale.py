@@ -20,7 +20,8 @@ Measured on a shared 2-core AMD EPYC (AVX2, no native bf16; memory only):
     qwen1.5b --lora --bf16 --rows 2 --query 16 --answer 8 --steps 1 --generate: 3.32 GiB measured, 3.35 GiB estimated
         (weights 2.94, gradients 0.07, Adam 0.14, autocast copies 0.03, activations and logits 0.16): x0.99
     135m --rows 4 --mini-batch 2 --query 32 --answer 64 --steps 1 (fp32, full fine-tuning): 3.01 / 2.79 GiB, x1.08
-    tiny --query 32 --answer 224 --steps 1 --bf16 --rows 8: 0.88 / 0.88 GiB, x1.00; --rows 4 (fp32): 0.80 / 0.85, x0.94
+    tiny --query 32 --answer 224 --steps 1 --bf16 --rows 8: 0.88 / 0.88 GiB, x1.00; --rows 4 (fp32): 0.80 / 0.85, x0.94;
+        --bf16 --rows 8 --checkpointing: 0.83 / 0.81 GiB, x1.01
 """
 from __future__ import annotations
 
