@@ -17,7 +17,6 @@ the reward functions as keyword arguments.
 """
 from __future__ import annotations
 
-import copy
 import os
 import time
 from dataclasses import dataclass, field
@@ -43,6 +42,7 @@ from rlhf.losses import (
     nan_std,
 )
 from rlhf.peft_utils import is_peft_model, merge_adapter
+from rlhf.precision import copy_in_dtype, reference_dtype
 from rlhf.trainer_config import TrainerConfig, refuse_trl_only_values, trl_only
 from rlhf.trainer_setup import disable_dropout, freeze_reference, prepare_model
 
@@ -296,6 +296,13 @@ def _reward_function(spec: RewardFunc, processing_class=None):
     raise TypeError(f"reward_funcs: {spec!r} is neither a callable, a reward model nor a model path")
 
 
+def _check_prompt_columns(**datasets) -> None:
+    """ValueError naming the split whose rows have no 'prompt' column (a dict of datasets is checked by the Trainer)."""
+    for split, dataset in datasets.items():
+        if dataset is not None and not isinstance(dataset, dict) and "prompt" not in dataset.column_names:
+            raise ValueError(f"{split}: needs a 'prompt' column (columns: {dataset.column_names})")
+
+
 class GRPOTrainer(BaseTrainer):
     """GRPO with TRL 1.16's constructor, config and logged names (reward, reward_std, kl, entropy,
     completions/mean_length, clip_ratio/..., rewards/<function>/mean ...)."""
@@ -325,52 +332,26 @@ class GRPOTrainer(BaseTrainer):
         rollout_func=None,
         environment_factory=None,
     ):
-        for name, value, why in [
-            ("quantization_config", quantization_config, "for QLoRA set load_in_4bit=True in the config, with a peft_config"),
-            ("tools", tools, "tool calling is not supported"),
-            ("rollout_func", rollout_func, "custom rollouts are not supported; generation is transformers' generate()"),
-            ("environment_factory", environment_factory, "environments are not supported"),
-        ]:
-            if value:
-                raise ValueError(f"{self._name}Trainer({name}=...): not supported here ({why})")
-        if args is None:
-            base = model if isinstance(model, str) else "model"
-            args = self.config_class(output_dir=f"{str(base).rstrip('/').split('/')[-1]}-{self._name}")
-        if not isinstance(args, self.config_class):
-            raise TypeError(f"{self._name}Trainer: args must be a {self.config_class.__name__}, got {type(args).__name__}")
+        # 1. the config, and the TRL arguments this trainer cannot honour refused by name
+        self._refuse_unsupported(quantization_config=quantization_config, tools=tools, rollout_func=rollout_func,
+                                 environment_factory=environment_factory)
+        args = self._checked_args(model, args)
         if not reward_funcs:
             raise ValueError(f"{self._name}Trainer: reward_funcs is required (a function, a reward model, or a list)")
-
-        # 1. the policy and its tokenizer (left padding: generation continues from the last prompt token)
+        # 2. the policy and its tokenizer (left padding: generation continues from the last prompt token)
         model, processing_class = self._policy_and_tokenizer(model, args, processing_class, peft_config)
         processing_class.padding_side = "left"
         model.config.pad_token_id = processing_class.pad_token_id
         if args.disable_dropout:
             disable_dropout(model)
-        # 2. the reference: a frozen copy taken now (before any training), or the policy with its LoRA adapter off
-        ref_model = None
-        if args.beta != 0.0 and peft_config is None and not is_peft_model(model):
-            ref_model = freeze_reference(copy.deepcopy(model), args)
+        # 3. the reference: a frozen copy taken now (before any training), or the policy with its LoRA adapter off
+        copy_reference = args.beta != 0.0 and peft_config is None and not is_peft_model(model)
+        ref_model = self._frozen_copy(model, args) if copy_reference else None
         model = prepare_model(model, args, peft_config)
-
-        # 3. reward functions, their names (for rewards/<name>/mean) and weights
-        reward_funcs = list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
-        if not isinstance(reward_processing_classes, (list, tuple)):
-            reward_processing_classes = [reward_processing_classes] * len(reward_funcs)
-        if len(reward_processing_classes) != len(reward_funcs):
-            raise ValueError(f"reward_processing_classes: {len(reward_processing_classes)} given for "
-                             f"{len(reward_funcs)} reward functions")
-        self.reward_funcs = [_reward_function(f, p) for f, p in zip(reward_funcs, reward_processing_classes)]
-        self.reward_func_names = [callable_name(f) for f in self.reward_funcs]
-        weights = args.reward_weights if args.reward_weights is not None else [1.0] * len(self.reward_funcs)
-        if len(weights) != len(self.reward_funcs):
-            raise ValueError(f"reward_weights: {len(weights)} weights for {len(self.reward_funcs)} reward functions")
-        self.reward_weights = torch.tensor(weights, dtype=torch.float32)
-
-        for split, dataset in (("train_dataset", train_dataset), ("eval_dataset", eval_dataset)):
-            if dataset is not None and not isinstance(dataset, dict) and "prompt" not in dataset.column_names:
-                raise ValueError(f"{split}: needs a 'prompt' column (columns: {dataset.column_names})")
-
+        # 4. reward functions, their names (for rewards/<name>/mean) and weights
+        self._set_rewards(reward_funcs, reward_processing_classes, args.reward_weights)
+        _check_prompt_columns(train_dataset=train_dataset, eval_dataset=eval_dataset)
+        # 5. transformers' Trainer (optimizer, data, accelerate), then the reference and reward models placed
         self.num_generations = args.num_generations
         self.num_generations_eval = args.num_generations_eval or args.num_generations
         self.num_iterations = args.num_iterations
@@ -388,12 +369,55 @@ class GRPOTrainer(BaseTrainer):
         for reward in self.reward_funcs:
             if isinstance(reward, ModelReward):
                 reward.model.to(self.accelerator.device)
+        # 6. generation's end-of-answer ids and the step's buffers
         self.eos_ids = eos_token_ids(model, processing_class)
         self._accepts_logits_to_keep = accepts_logits_to_keep(model)
         self._step = 0  # micro-steps, for reusing a generation batch
         self._buffered_inputs: list[dict] | None = None
         self._completions: list[tuple[Any, Any, float]] = []
         self._step_time = 0.0
+
+    # ---- the constructor's steps ---------------------------------------------------------------------------
+    _UNSUPPORTED = {
+        "quantization_config": "for QLoRA set load_in_4bit=True in the config, with a peft_config",
+        "tools": "tool calling is not supported",
+        "rollout_func": "custom rollouts are not supported; generation is transformers' generate()",
+        "environment_factory": "environments are not supported",
+    }
+
+    def _refuse_unsupported(self, **given) -> None:
+        for name, value in given.items():
+            if value:
+                raise ValueError(f"{self._name}Trainer({name}=...): not supported here ({self._UNSUPPORTED[name]})")
+
+    def _checked_args(self, model, args):
+        """The config given, or TRL's default one named after the model; TypeError for another trainer's config."""
+        if args is None:
+            base = model if isinstance(model, str) else "model"
+            args = self.config_class(output_dir=f"{str(base).rstrip('/').split('/')[-1]}-{self._name}")
+        if not isinstance(args, self.config_class):
+            raise TypeError(f"{self._name}Trainer: args must be a {self.config_class.__name__}, got {type(args).__name__}")
+        return args
+
+    @staticmethod
+    def _frozen_copy(model, args):
+        """The reference, copied from the policy in bf16 when the run computes in bf16 (half the memory of an fp32
+        copy, rlhf/precision.py reference_dtype), frozen and with the training attention kernel."""
+        return freeze_reference(copy_in_dtype(model, reference_dtype(torch.bfloat16 if args.bf16 else None)), args)
+
+    def _set_rewards(self, reward_funcs, reward_processing_classes, reward_weights) -> None:
+        reward_funcs = list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
+        if not isinstance(reward_processing_classes, (list, tuple)):
+            reward_processing_classes = [reward_processing_classes] * len(reward_funcs)
+        if len(reward_processing_classes) != len(reward_funcs):
+            raise ValueError(f"reward_processing_classes: {len(reward_processing_classes)} given for "
+                             f"{len(reward_funcs)} reward functions")
+        self.reward_funcs = [_reward_function(f, p) for f, p in zip(reward_funcs, reward_processing_classes)]
+        self.reward_func_names = [callable_name(f) for f in self.reward_funcs]
+        weights = reward_weights if reward_weights is not None else [1.0] * len(self.reward_funcs)
+        if len(weights) != len(self.reward_funcs):
+            raise ValueError(f"reward_weights: {len(weights)} weights for {len(self.reward_funcs)} reward functions")
+        self.reward_weights = torch.tensor(weights, dtype=torch.float32)
 
     # ---- data: whole groups of each prompt, one generation batch per steps_per_generation micro-steps --------
     def _set_signature_columns_if_needed(self):
@@ -490,12 +514,13 @@ class GRPOTrainer(BaseTrainer):
         position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
         with self.accelerator.autocast():
             # Logits only from the token before the first completion token on: the prompt's would be thrown away.
+            # use_cache=False: no pass here reuses a KV cache, which would otherwise hold every layer's keys
             if self._accepts_logits_to_keep:
                 logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                               logits_to_keep=keep + 1).logits
+                               logits_to_keep=keep + 1, use_cache=False).logits
             else:
-                logits = model(input_ids=input_ids, attention_mask=attention_mask,
-                               position_ids=position_ids).logits[:, -(keep + 1):]
+                logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                               use_cache=False).logits[:, -(keep + 1):]
             logits = logits[:, :-1]  # (B, C, V)
         # fp32 a chunk of positions at a time: no fp32 (B, C, V) copy is kept (rlhf/core.py selective_log_softmax).
         logps = selective_log_softmax(logits, batch["completion_ids"], self.args.temperature)  # (B, C)

@@ -42,6 +42,16 @@ def bf16_is_fast(device_type: str | None = None) -> bool:
     return False
 
 
+def gpu_has_native_bf16() -> bool:
+    """Whether the CUDA GPU computes bf16 in hardware (compute capability 8.0 and up: Ampere, Ada, Hopper; any ROCm
+    GPU). torch.cuda.is_bf16_supported() alone also says True on a T4 or V100, where bf16 is emulated through fp32
+    (including_emulation=True, its default): slow, and the run would get no fp16 gradient scaler in its place."""
+    import torch
+
+    # torch reads the capability (and says True on ROCm) without trying an emulated bf16 tensor
+    return torch.cuda.is_bf16_supported(including_emulation=False)
+
+
 # What the default is, in words, for help and settings listings (labeler/forms.py prints these rather than call
 # the function, which imports torch to ask about a GPU): the value is worked out when a config is built.
 bf16_is_fast.default_text = "auto: on where the hardware runs bf16 fast"

@@ -48,7 +48,7 @@ from rlhf.core import (
 )
 from rlhf.attention import use_attention
 from rlhf.precision import (InheritedMixedPrecisionWarning, autocast_dtype, inherited_mixed_precision,
-                            undo_prepared_autocast, warn_if_no_master_weights)
+                            reference_dtype, undo_prepared_autocast, warn_if_no_master_weights)
 from rlhf.trainer_setup import enable_gradient_checkpointing
 from rlhf.cpu_memory import keep_freed_memory
 from rlhf.distributed import (
@@ -158,113 +158,163 @@ class PPOTrainer(PPOCheckpointing):
         forward passes; here rollouts have a fixed layout (left-padded queries, right-padded responses), so it
         is ignored with a warning.
         """
-        from accelerate import Accelerator
-
         if tokenizer is None:
             raise ValueError("PPOTrainer: tokenizer is required (for padding and EOS ids)")
         self.config, self.tokenizer = config, tokenizer
-        # bf16 is our own autocast (_autocast), not Accelerator(mixed_precision=...): accelerate's state is a
-        # process-wide singleton, so a second trainer with another precision in the same process would fail.
-        # log_with="wandb" (and "mlflow", "trackio") logs through accelerate's tracker, as TRL 0.11 does; tensorboard
-        # goes through our own Tracker (log_dir). A missing tracker package fails here, naming it, not at the first log.
+        # 1. the accelerator and the trackers that log through it
+        self.accelerator = self._start_accelerator(accelerator)
+        # 2. seeds: the shuffling generator, and each rank's global RNG for sampling
+        self._seed()
+        # 3. the token ids that pad a batch and end a response
+        self._set_token_ids(tokenizer, model)
+        # 4. precision: the attention kernel, the autocast dtype and (fp16) the gradient scaler
+        self._set_precision(model)
+        # 5. the reference policy: given, the adapter-free policy under peft, or a frozen copy made now
+        copied_reference = ref_model is None and not model.is_peft_model
+        self._warn_about_ignored_arguments(copied_reference, num_shared_layers, training_data_collator)
+        if copied_reference:  # before prepare(): accelerate patches model.forward
+            ref_model = create_reference_model(model, num_shared_layers=num_shared_layers,
+                                               dtype=reference_dtype(self.autocast_dtype))
+        # 6. the policy's training settings, applied after the copy (the reference never runs a backward pass)
+        self._prepare_policy_for_training(model)
+        # 7. optimizer and data, then accelerate's prepare (DDP, device placement)
+        self.optimizer = optimizer or _adam([p for p in model.parameters() if p.requires_grad], config.learning_rate)
+        self.lr_scheduler = lr_scheduler
+        dataloader = self._dataloader(dataset, data_collator)
+        self._prepare(model, dataloader, own_accelerator=accelerator is None)
+        # 8. the reference placed (and under ZeRO-3 / FSDP sharded) as the policy is
+        self.ref_model = self._place_reference(model, ref_model, copied_reference)
+        # 9. the KL controller, the running score moments and the metrics tracker
+        self._start_bookkeeping(callback)
+
+    # ---- the constructor's steps, in order ------------------------------------------------------------
+    def _start_accelerator(self, accelerator):
+        """The Accelerator given, or our own. bf16 is our own autocast (_autocast), not Accelerator(mixed_precision=
+        ...): accelerate's state is a process-wide singleton, so a second trainer with another precision in the same
+        process would fail. log_with="wandb" (and "mlflow", "trackio") logs through accelerate's tracker, as TRL 0.11
+        does; tensorboard goes through our own Tracker (log_dir). A missing tracker package fails here, naming it,
+        not at the first log."""
+        from accelerate import Accelerator
+
+        config = self.config
         config.check_trackers()
         self.uses_accelerate_tracker = config.log_with not in (None, "tensorboard")
-        self.accelerator = accelerator or Accelerator(log_with=config.log_with if self.uses_accelerate_tracker else None,
-                                                      **config.accelerator_kwargs)
+        accelerator = accelerator or Accelerator(log_with=config.log_with if self.uses_accelerate_tracker else None,
+                                                 **config.accelerator_kwargs)
         if self.uses_accelerate_tracker:
-            self.accelerator.init_trackers(config.tracker_project_name, config=plain_values(config),
-                                           init_kwargs=config.tracker_kwargs)
-        if config.keep_freed_memory and self.accelerator.device.type == "cpu":
+            accelerator.init_trackers(config.tracker_project_name, config=plain_values(config),
+                                      init_kwargs=config.tracker_kwargs)
+        if config.keep_freed_memory and accelerator.device.type == "cpu":
             keep_freed_memory()
-        # Shuffling draws from this generator; sampling in generate() uses torch's global RNG (transformers
-        # offers no generator argument), seeded here once. Both are in state_dict() for resuming. Each rank
-        # seeds the global RNG with seed + rank, so two ranks given the same prompts still sample different
-        # answers (rank 0 of N is the single-process run).
-        self.generator = torch.Generator().manual_seed(config.seed)
-        torch.manual_seed(config.seed + self.accelerator.process_index)
-        random.seed(config.seed + self.accelerator.process_index)
+        return accelerator
 
+    def _seed(self) -> None:
+        """Shuffling draws from self.generator; sampling in generate() uses torch's global RNG (transformers offers no
+        generator argument), seeded here once. Both are in state_dict() for resuming. Each rank seeds the global RNG
+        with seed + rank, so two ranks given the same prompts still sample different answers (rank 0 of N is the
+        single-process run)."""
+        seed = self.config.seed
+        self.generator = torch.Generator().manual_seed(seed)
+        torch.manual_seed(seed + self.accelerator.process_index)
+        random.seed(seed + self.accelerator.process_index)
+
+    def _set_token_ids(self, tokenizer, model) -> None:
+        """pad_token_id (the EOS when the tokenizer has no pad) and every id that ends a response: the tokenizer's
+        EOS and the model's generation_config EOS ids."""
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.eos_token_id = tokenizer.eos_token_id
-        # Every id that ends a response: the tokenizer's EOS and the model's generation_config EOS ids.
         configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
         configured = configured if isinstance(configured, (list, tuple)) else [configured]
         self.eos_token_ids = [i for i in dict.fromkeys([self.eos_token_id, *configured]) if isinstance(i, int)]
         if self.pad_token_id is None:
             raise ValueError("PPOTrainer: the tokenizer has neither a pad nor an EOS token")
 
-        # The reference policy: given, or the adapter-disabled model under peft, or a frozen copy.
+    def _set_precision(self, model) -> None:
+        """bf16 autocast, or fp16 with a gradient scaler on a GPU without native bf16 (the scaler keeps small fp16
+        gradients from flushing to zero); autocast_dtype None: accelerate's own mixed precision, if it was launched
+        with one. A trainable weight in half precision (no fp32 master) is warned about."""
         self.is_peft = model.is_peft_model
-        use_attention(model.pretrained_model, config.attn_implementation, self.accelerator.device)
+        use_attention(model.pretrained_model, self.config.attn_implementation, self.accelerator.device)
         warn_if_no_master_weights(model)
-        # bf16 autocast, or fp16 with a gradient scaler on a GPU without bf16 (the scaler keeps small fp16
-        # gradients from flushing to zero); None: accelerate's own mixed precision, if it was launched with one.
-        self.autocast_dtype = autocast_dtype(config.bf16, self.accelerator.device.type)
+        self.autocast_dtype = autocast_dtype(self.config.bf16, self.accelerator.device.type)
         fp16 = self.autocast_dtype == torch.float16
         self.scaler = torch.amp.GradScaler(self.accelerator.device.type) if fp16 else None
-        copied_reference = ref_model is None and not self.is_peft
+
+    @staticmethod
+    def _warn_about_ignored_arguments(copied_reference: bool, num_shared_layers, training_data_collator) -> None:
         if num_shared_layers is not None and not copied_reference:
             warnings.warn("PPOTrainer: num_shared_layers is ignored when ref_model is given or the model is a peft "
-                          "model (as in TRL): no layers are shared", UserWarning, stacklevel=2)
+                          "model (as in TRL): no layers are shared", UserWarning, stacklevel=3)
         if training_data_collator is not None:
             warnings.warn("PPOTrainer: training_data_collator is ignored: TRL pads query+response with it for the "
                           "forward passes, here rollouts are laid out as left-padded queries + right-padded responses "
                           "(same logits, no padding in any loss); data_collator= collates the dataset's rows",
-                          UserWarning, stacklevel=2)
-        if copied_reference:
-            # before prepare(): accelerate patches model.forward
-            ref_model = create_reference_model(model, num_shared_layers=num_shared_layers)
-        if config.gradient_checkpointing:  # after the copy: the reference never runs a backward pass
+                          UserWarning, stacklevel=3)
+
+    def _prepare_policy_for_training(self, model) -> None:
+        """Gradient checkpointing, and under RLOO a frozen value head: RLOO trains no critic, so the head gets no
+        gradient, and under DDP a parameter that takes part in the forward pass but not in the loss stalls the
+        gradient all-reduce (its weights are still saved, so a later GAE run can start from them)."""
+        if self.config.gradient_checkpointing:
             enable_gradient_checkpointing(model.pretrained_model)
-        if config.advantage_estimator == "rloo":
-            # RLOO trains no critic: the value head gets no gradient, and under DDP a parameter that takes part
-            # in the forward pass but not in the loss stalls the gradient all-reduce. Freeze it (its weights
-            # are still saved, so a later GAE run can start from them).
+        if self.config.advantage_estimator == "rloo":
             model.v_head.requires_grad_(False)
 
-        self.optimizer = optimizer or _adam([p for p in model.parameters() if p.requires_grad], config.learning_rate)
-        self.lr_scheduler = lr_scheduler
+    def _dataloader(self, dataset, data_collator) -> DataLoader | None:
+        """TRL's dataloader over `dataset` (None without one): shuffled by its own seeded generator, whole batches."""
         self.dataset = dataset
         self.data_collator = data_collator or default_collator
-        self.data_generator = torch.Generator().manual_seed(config.seed)
-        dataloader = None
-        if dataset is not None:
-            dataloader = DataLoader(dataset, batch_size=config.batch_size, shuffle=True, drop_last=True,
-                                    collate_fn=self.data_collator, generator=self.data_generator)
-        # A model the caller sharded with torch's FSDP / fully_shard (accelerate offers FSDP on GPUs only) is used
-        # as given: preparing it again would wrap it in DDP. Its optimizer must be built after the wrapping.
+        self.data_generator = torch.Generator().manual_seed(self.config.seed)
+        if dataset is None:
+            return None
+        return DataLoader(dataset, batch_size=self.config.batch_size, shuffle=True, drop_last=True,
+                          collate_fn=self.data_collator, generator=self.data_generator)
+
+    def _prepare(self, model, dataloader, own_accelerator: bool) -> None:
+        """self.model, self.optimizer, self.dataloader through accelerator.prepare. A model the caller sharded with
+        torch's FSDP / fully_shard (accelerate offers FSDP on GPUs only) is used as given: preparing it again would
+        wrap it in DDP. Its optimizer must be built after the wrapping."""
         prepare_model = not sharded_by_caller(model)
         prepared = self.accelerator.prepare(*([model] if prepare_model else []), self.optimizer,
                                             *([dataloader] if dataloader is not None else []))
         prepared = list(prepared) if isinstance(prepared, tuple) else [prepared]
         self.model = prepared.pop(0) if prepare_model else model
         self.optimizer = prepared.pop(0)
-        # An Accelerator of ours in a process where an earlier trainer set mixed precision (accelerate's state is
-        # one per process) would run every forward in that precision, whatever config.bf16 says: give the model
-        # back its own forward and keep to the config.
-        self.inherited_precision = inherited_mixed_precision(self.accelerator) if accelerator is None else None
+        self.inherited_precision = inherited_mixed_precision(self.accelerator) if own_accelerator else None
         if self.inherited_precision is not None:
-            own = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(self.autocast_dtype, "no")
-            if own != self.inherited_precision:
-                warnings.warn(f"PPOTrainer: accelerate's state in this process has mixed_precision="
-                              f"{self.inherited_precision} from an earlier trainer; this one computes in {own} as its "
-                              f"config says (bf16={config.bf16})", InheritedMixedPrecisionWarning, stacklevel=2)
-            if prepare_model:
-                undo_prepared_autocast(self.model)
-            # an inherited fp16 state also brought accelerate's loss scaler; this trainer keeps its own (or none)
-            self.accelerator.scaler = None
-            if hasattr(self.optimizer, "scaler"):
-                self.optimizer.scaler = None
+            self._undo_inherited_precision(prepare_model)
         self.dataloader = prepared.pop(0) if dataloader is not None else None
+
+    def _undo_inherited_precision(self, model_was_prepared: bool) -> None:
+        """An Accelerator of ours in a process where an earlier trainer set mixed precision (accelerate's state is
+        one per process) would run every forward in that precision, whatever config.bf16 says: give the model back
+        its own forward and keep to the config."""
+        own = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(self.autocast_dtype, "no")
+        if own != self.inherited_precision:
+            warnings.warn(f"PPOTrainer: accelerate's state in this process has mixed_precision="
+                          f"{self.inherited_precision} from an earlier trainer; this one computes in {own} as its "
+                          f"config says (bf16={self.config.bf16})", InheritedMixedPrecisionWarning, stacklevel=4)
+        if model_was_prepared:
+            undo_prepared_autocast(self.model)
+        # an inherited fp16 state also brought accelerate's loss scaler; this trainer keeps its own (or none)
+        self.accelerator.scaler = None
+        if hasattr(self.optimizer, "scaler"):
+            self.optimizer.scaler = None
+
+    def _place_reference(self, model, ref_model, copied_reference: bool):
+        """The reference frozen, with the training attention kernel, placed by accelerate; None (peft: the policy
+        with its adapter off) stays None."""
         if copied_reference and isinstance(self.model, torch.nn.parallel.DistributedDataParallel):
             # DDP started every rank from rank 0's weights; the copy was made from this rank's own.
             ref_model.load_state_dict(model.state_dict())
-        if ref_model is not None:
-            use_attention(ref_model.pretrained_model, config.attn_implementation, self.accelerator.device)
-            ref_model.requires_grad_(False)
-            ref_model = prepare_reference(self.accelerator, ref_model)
-        self.ref_model = ref_model
+        if ref_model is None:
+            return None
+        use_attention(ref_model.pretrained_model, self.config.attn_implementation, self.accelerator.device)
+        ref_model.requires_grad_(False)
+        return prepare_reference(self.accelerator, ref_model)
 
+    def _start_bookkeeping(self, callback) -> None:
+        config = self.config
         if config.adap_kl_ctrl:
             self.kl_ctl = AdaptiveKLController(config.init_kl_coef, config.target, config.horizon, config.kl_coef_min)
         else:
@@ -531,17 +581,21 @@ class PPOTrainer(PPOCheckpointing):
         return Rollouts(torch.cat([q, r], dim=1).to(device), attention_mask.to(device), position_ids.to(device),
                         loss_mask.float().to(device), r.shape[1])
 
-    def _forward(self, model, rollouts: Rollouts) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(logprobs (b, R), values (b, R), logits (b, R, V)) of the response tokens.
+    def _forward(self, model, rollouts: Rollouts, with_values: bool = True
+                 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """(logprobs (b, R), values (b, R), logits (b, R, V)) of the response tokens; values None without them
+        (the reference's pass: its value head is not run).
 
         Only the last R + 1 positions go through the LM head (logits_to_keep): queries need none.
         """
         R = rollouts.response_length
         with self._autocast():
             logits, _, values = model(input_ids=rollouts.input_ids, attention_mask=rollouts.attention_mask,
-                                      position_ids=rollouts.position_ids, logits_to_keep=R + 1)
-        logits, values = logits[:, :-1], values[:, :-1]  # position Q-1+j predicts response token j
-        return logprobs_from_logits(logits, rollouts.input_ids[:, -R:]), values.float(), logits
+                                      position_ids=rollouts.position_ids, logits_to_keep=R + 1,
+                                      with_values=with_values)
+        logits = logits[:, :-1]  # position Q-1+j predicts response token j
+        values = values[:, :-1].float() if values is not None else None
+        return logprobs_from_logits(logits, rollouts.input_ids[:, -R:]), values, logits
 
     @torch.no_grad()
     def _rollout_forward(self, rollouts: Rollouts, with_reference: bool = True):
@@ -558,7 +612,7 @@ class PPOTrainer(PPOCheckpointing):
                 continue
             ref_model, ref_context = self._reference()
             with ref_context:
-                ref_logprobs, _, ref_logits = self._forward(ref_model, chunk)
+                ref_logprobs, _, ref_logits = self._forward(ref_model, chunk, with_values=False)
             kl = kl_penalty(logprobs, ref_logprobs, self.config.kl_penalty, logits, ref_logits)
             outs.append((logprobs, values, ref_logprobs, kl, entropy_from_logits(logits)))
         self.model.train()

@@ -79,12 +79,41 @@ def model_load_kwargs(args, lora: bool, frozen: bool = False) -> dict:
     check_dtype(asked)
     compute = compute_dtype_name(bool(getattr(args, "bf16", False)), bool(getattr(args, "fp16", False)))
     kwargs["dtype"] = asked or (compute if lora else "float32")
-    if getattr(args, "load_in_4bit", False) or kwargs.pop("load_in_4bit", False):
+    quantized = bool(getattr(args, "load_in_4bit", False) or kwargs.pop("load_in_4bit", False))
+    if quantized:
         if not lora and not frozen:
             raise ValueError("load_in_4bit=True needs lora=True: a 4-bit base cannot be trained, its LoRA adapters are")
         kwargs["quantization_config"] = bnb_4bit_config(compute)
         kwargs["dtype"] = asked or compute
+    if "device_map" not in kwargs:
+        device_map = rank_device_map(lora or quantized)
+        if device_map is not None:
+            kwargs["device_map"] = device_map
     return kwargs
+
+
+def rank_device_map(adapters: bool) -> dict | None:
+    """from_pretrained's device_map for a LoRA or QLoRA model on a CUDA GPU: {"": local rank}, this process's own
+    GPU. Without it every rank of `accelerate launch` loads a 4-bit model onto GPU 0 (bitsandbytes quantises while
+    loading, onto the current device, which is GPU 0 until the Accelerator sets it), and a LoRA base goes through
+    the CPU first. None elsewhere: full fine-tuning (accelerate, ZeRO or FSDP place and shard it), ZeRO-3 and FSDP
+    (they shard the weights themselves, and transformers refuses a device_map under ZeRO-3), and CPU ranks (each
+    rank's model is in its own process's memory already)."""
+    import os
+
+    if not adapters:
+        return None
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true":
+        return None
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    if is_deepspeed_zero3_enabled():
+        return None
+    return {"": int(os.environ.get("LOCAL_RANK", "0"))}
 
 
 def bnb_4bit_config(compute_dtype: str):
@@ -121,16 +150,48 @@ def warn_if_no_master_weights(model) -> bool:
 
 def autocast_dtype(half_precision: bool, device_type: str, bf16_supported: bool | None = None):
     """The autocast dtype for a run that asked for half precision (the `bf16` setting): bfloat16, or float16 on a
-    CUDA GPU without bf16 (pre-Ampere, e.g. T4; it then needs a gradient scaler); None when not asked."""
+    CUDA GPU without native bf16 (compute capability below 8.0: T4, V100, where torch.cuda.is_bf16_supported() says
+    True by emulating it; fp16 then needs a gradient scaler); None when not asked."""
     import torch
 
     if not half_precision:
         return None
     if device_type == "cuda":
         if bf16_supported is None:
-            bf16_supported = torch.cuda.is_bf16_supported()
+            from rlhf.hardware import gpu_has_native_bf16
+
+            bf16_supported = gpu_has_native_bf16()  # native only: an emulated bf16 gets fp16 with a scaler instead
         return torch.bfloat16 if bf16_supported else torch.float16
     return torch.bfloat16
+
+
+def reference_dtype(compute_dtype):
+    """The dtype a frozen copy of the policy (PPO's and GRPO's reference) is kept in: bfloat16 where the run computes
+    in bf16, since autocast would cast its fp32 weights to bf16 on every forward anyway (half the memory, the same
+    matmuls; only the residual stream and the norms then run in bf16, within bf16's rounding of the log-probs,
+    tests/rlhf/test_reference_dtype.py). None (the policy's own dtype) otherwise: fp16 has too little range for a
+    residual stream that autocast keeps in fp32 (it overflows past 65504), and fp32 runs stay fp32."""
+    import torch
+
+    return torch.bfloat16 if compute_dtype == torch.bfloat16 else None
+
+
+def copy_in_dtype(module, dtype, only=None):
+    """A deep copy of `module` whose floating-point parameters under `only` (default: all) are `dtype`, each cast
+    from the original rather than copied in fp32 and then cast: the peak is the copy's own size. dtype None: a plain
+    deep copy. Buffers keep their dtype (rotary frequencies are computed in fp32 on purpose)."""
+    import copy
+
+    import torch
+
+    memo: dict[int, torch.nn.Parameter] = {}
+    if dtype is not None:
+        for parameter in (only if only is not None else module).parameters():
+            if parameter.is_floating_point() and parameter.dtype != dtype:
+                # deepcopy finds each parameter (a tied weight once) in the memo and takes the cast one
+                memo[id(parameter)] = torch.nn.Parameter(parameter.detach().to(dtype),
+                                                         requires_grad=parameter.requires_grad)
+    return copy.deepcopy(module, memo)
 
 
 def trainer_precision_flags(bf16: bool, fp16: bool, device_type: str, bf16_supported: bool | None = None

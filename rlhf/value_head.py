@@ -285,11 +285,26 @@ class AutoModelForCausalLMWithValueHead(nn.Module):
         return self.pretrained_model.disable_adapter() if self.is_peft_model else contextlib.nullcontext()
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                logits_to_keep: int = 0, **kwargs) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-        """(logits (B, K, V), loss, values (B, K)) for the last K = logits_to_keep positions (0: all)."""
-        out = self.pretrained_model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True,
-                                    logits_to_keep=logits_to_keep, **kwargs)
-        hidden = out.hidden_states[-1]  # (B, T, H), after the final norm
+                logits_to_keep: int = 0, with_values: bool = True,
+                **kwargs) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """(logits (B, K, V), loss, values (B, K)) for the last K = logits_to_keep positions (0: all).
+
+        `with_values=False` (the reference's pass, whose values nobody reads): values None, the head not run.
+        No KV cache unless asked (use_cache=True): a scoring or training pass never reuses one, and the cache would
+        hold keys and values of every layer until the pass ends."""
+        kwargs.setdefault("use_cache", False)
+        if not with_values:
+            out = self.pretrained_model(input_ids=input_ids, attention_mask=attention_mask,
+                                        logits_to_keep=logits_to_keep, **kwargs)
+            return out.logits, getattr(out, "loss", None), None
+        with last_hidden_state(self._hf_model) as captured:
+            out = self.pretrained_model(input_ids=input_ids, attention_mask=attention_mask,
+                                        logits_to_keep=logits_to_keep, **kwargs)
+        hidden = captured.get("hidden")  # (B, K, H): what the LM head read, after the final norm
+        if hidden is None:  # a model whose logits do not come from its output embeddings: ask for all hidden states
+            out = self.pretrained_model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True,
+                                        logits_to_keep=logits_to_keep, **kwargs)
+            hidden = out.hidden_states[-1]  # (B, T, H), after the final norm
         if logits_to_keep:
             hidden = hidden[:, -logits_to_keep:]
         return out.logits, getattr(out, "loss", None), self.v_head(hidden)
@@ -299,6 +314,25 @@ class AutoModelForCausalLMWithValueHead(nn.Module):
 
     def gradient_checkpointing_enable(self, **kwargs) -> None:
         self._hf_model.gradient_checkpointing_enable(**kwargs)
+
+
+@contextlib.contextmanager
+def last_hidden_state(model: nn.Module):
+    """{"hidden": the input of the model's LM head during the block}: the last hidden state (after the final norm)
+    at the positions logits are computed for (logits_to_keep), which is what the value head reads. Taken this way
+    rather than with output_hidden_states=True, which keeps every layer's hidden states alive until the pass ends
+    (layers x B x T x H: in a no-grad pass, nothing else would hold them). Empty when the model has no output
+    embeddings or computes logits without them."""
+    captured: dict[str, torch.Tensor] = {}
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is None:
+        yield captured
+        return
+    handle = head.register_forward_pre_hook(lambda module, args: captured.__setitem__("hidden", args[0]))
+    try:
+        yield captured
+    finally:
+        handle.remove()
 
 
 # TRL 0.11's decoder-layer name patterns (GPT-2, OPT, GPT-NeoX, Llama/Mistral/Qwen/...), tried in this order.
@@ -323,20 +357,24 @@ def shared_parameter_names(model: nn.Module, num_shared_layers: int, pattern: st
 
 
 def create_reference_model(model: AutoModelForCausalLMWithValueHead, num_shared_layers: int | None = None,
-                           pattern: str | None = None) -> AutoModelForCausalLMWithValueHead:
+                           pattern: str | None = None, dtype: torch.dtype | None = None
+                           ) -> AutoModelForCausalLMWithValueHead:
     """A frozen copy in eval mode: the reference policy for the KL penalty.
 
     num_shared_layers (TRL 0.11): the policy's parameters before that decoder layer are frozen (no longer
     trained), so policy and reference stay equal there and only the later layers (and the heads) learn.
-    `pattern` names the layers when LAYER_PATTERNS does not fit the model.
+    `pattern` names the layers when LAYER_PATTERNS does not fit the model. `dtype`: the backbone's weights copied
+    in that dtype (rlhf/precision.py reference_dtype: bf16 for a run computing in bf16), never whole in fp32 first.
     """
+    from rlhf.precision import copy_in_dtype
+
     from transformers.integrations import is_deepspeed_zero3_enabled
 
     if is_deepspeed_zero3_enabled():
         raise ValueError("create_reference_model: DeepSpeed ZeRO-3 is on, and a copy of a sharded model is not a "
                          "model; load the reference with AutoModelForCausalLMWithValueHead.from_pretrained (as TRL says)")
     shared = set(shared_parameter_names(model, num_shared_layers, pattern)) if num_shared_layers is not None else set()
-    ref = copy.deepcopy(model)
+    ref = copy_in_dtype(model, dtype, only=model.pretrained_model)
     for p in ref.parameters():
         p.requires_grad_(False)
     for name, p in model.named_parameters():

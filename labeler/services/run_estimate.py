@@ -15,6 +15,17 @@ shipped recipe's runs by 17-27%. PPO's held-out curve (heldout_every) counts too
 scoring (reward=rm/mix) and the wait for human ratings (reward=human/mix), which depend on people. The stages
 trained by transformers' Trainer on labels (sft, rm, dpo, kto) have no estimate.
 
+The micro-step runs with the run's own precision and memory settings: its dtype, 4-bit (QLoRA), gradient
+checkpointing and attention kernel, so it times the configuration that will run and needs the memory that run needs.
+
+A preview never loads a model onto a device a run is using (it could push the run out of memory, and the timing would
+be the two sharing the device): while a run is in status 'running', the micro-step comes from arithmetic instead
+(model_free_micro_step: parameter count, vocabulary, sequence length and settings at a nominal throughput for the
+device), and the preview says so. Runs choose no device: every run's rank 0 trains on the first GPU (accelerate
+numbers its ranks' GPUs from the first visible one), which is where the micro-step would run, and on a CPU-only install
+the device is the machine itself, its cores and RAM, which a run uses whole. So on either, any running run holds the
+preview's device (busy_run).
+
 The arithmetic (micro-step -> seconds -> steps) is pure and tested with made-up micro-step times (parsing a
 duration, "20m" or "1h30m", is durations.py's). Only the measurement loads a model.
 """
@@ -34,6 +45,7 @@ from labeler.services.durations import budget_seconds, format_duration  # noqa: 
 from rlhf.configs import PPOConfig
 from rlhf.loading import load_tokenizer
 from rlhf.memory_estimate import GIB, TrainShape, estimate_training_memory, model_shape
+from rlhf.precision import autocast_dtype, model_load_kwargs, reference_dtype
 
 # A cached measurement is reused this long: the machine's load changes, and so does the micro-step.
 CACHE_SECONDS = 600.0
@@ -55,6 +67,7 @@ class MicroStep:
     train_seconds: float  # one mini-batch's forward, backward and optimizer step (time/ppo/optimize_step)
     setup_seconds: float  # loading the model and building the trainer, once per run
     generate_rows: int = 0  # answers generated in generate_seconds (0: `rows`, a mini-batch's worth)
+    note: str = ""  # how the figures were had when not measured (model_free_micro_step), for the preview
 
     @property
     def seconds_per_answer(self) -> float:
@@ -68,6 +81,7 @@ class RunEstimate:
     steps: int
     setup_seconds: float  # once per run: loading the model, building the trainer
     eval_seconds: float  # the automatic evaluation after the run (base and trained model)
+    note: str = ""  # the micro-step's note: why it was not measured
 
     @property
     def total_seconds(self) -> float:
@@ -111,7 +125,8 @@ def heldout_curve_seconds_per_step(micro: MicroStep, heldout_prompts: int, every
 
 def estimate_from_step(micro: MicroStep, steps: int, step_seconds: float, eval_answers: int = 0) -> RunEstimate:
     """A run of `steps` steps of step_seconds each, the micro-step's setup and the evaluation."""
-    return RunEstimate(step_seconds, steps, micro.setup_seconds, eval_seconds(micro, eval_answers) if eval_answers else 0.0)
+    return RunEstimate(step_seconds, steps, micro.setup_seconds, eval_seconds(micro, eval_answers) if eval_answers else 0.0,
+                       micro.note)
 
 
 def steps_for_budget(budget_seconds: float, step_seconds: float, fixed_seconds: float) -> int:
@@ -146,6 +161,27 @@ class MicroStepSettings:
     chat_template: bool  # the project's prompt format (longer prompts with it)
     threads: int  # torch threads, as the worker gets them (launch.threads_per_process)
     generation_rows: int = 0  # answers the run generates in one batch (0: rows); timed up to GENERATION_ROWS_MEASURED
+    # The run's precision and memory settings (run_settings), so the step timed is the one that will run.
+    dtype: str | None = None  # the policy's load dtype (None: fp32 for full fine-tuning, the compute dtype for LoRA)
+    load_in_4bit: bool = False
+    gradient_checkpointing: bool = False
+    attn_implementation: str = "auto"
+    busy_run: int | None = None  # a running run holds the device: no model is loaded (model_free_micro_step)
+
+
+def run_settings(db, trainer) -> dict:
+    """MicroStepSettings' fields that come from the run's trainer config and the device's state: its dtype, 4-bit,
+    gradient checkpointing and attention kernel, and the run (if any) that holds the device."""
+    return {"dtype": getattr(trainer, "dtype", None), "load_in_4bit": bool(getattr(trainer, "load_in_4bit", False)),
+            "gradient_checkpointing": bool(getattr(trainer, "gradient_checkpointing", False)),
+            "attn_implementation": getattr(trainer, "attn_implementation", "auto"), "busy_run": busy_run(db)}
+
+
+def busy_run(db) -> int | None:
+    """The id of a run in status 'running' (the oldest), which holds the device a preview would time a micro-step on
+    (the module docstring says why any running run does); None when the device is free."""
+    row = db.execute("SELECT id FROM runs WHERE status = 'running' ORDER BY id LIMIT 1").fetchone()
+    return row[0] if row else None
 
 
 _cache: dict[MicroStepSettings, tuple[float, MicroStep]] = {}
@@ -153,7 +189,10 @@ _cache: dict[MicroStepSettings, tuple[float, MicroStep]] = {}
 
 def measure_micro_step(settings: MicroStepSettings, timeout: float = 600.0) -> MicroStep:
     """Run the micro-step in a fresh process (python -m labeler.services.run_estimate), cached for
-    CACHE_SECONDS per settings. RuntimeError with the child's last line when it fails."""
+    CACHE_SECONDS per settings. RuntimeError with the child's last line when it fails. While a run holds the device
+    (settings.busy_run) no process is started and no model loaded: the micro-step is model_free_micro_step's."""
+    if settings.busy_run is not None:
+        return model_free_micro_step(settings, model_shape(settings.model_path))
     cached = _cache.get(settings)
     if cached is not None and time.monotonic() - cached[0] < CACHE_SECONDS:
         return cached[1]
@@ -191,13 +230,18 @@ def _micro_step_in_this_process(settings: MicroStepSettings) -> MicroStep:
         peft_config = LoraConfig(r=settings.lora_r, lora_alpha=settings.lora_alpha, lora_dropout=0.0,
                                  task_type="CAUSAL_LM", target_modules="all-linear")  # as runners.common.peft_config
     tokenizer = load_tokenizer(settings.model_path, padding_side="left")
-    model = AutoModelForCausalLMWithValueHead.from_pretrained(settings.model_path, peft_config=peft_config, seed=0)
+    # loaded as the PPO runner loads it: the run's dtype, 4-bit, and (LoRA) its base in the compute dtype
+    loading = PPOConfig(bf16=settings.bf16, dtype=settings.dtype, load_in_4bit=settings.load_in_4bit)
+    model = AutoModelForCausalLMWithValueHead.from_pretrained(settings.model_path, peft_config=peft_config, seed=0,
+                                                              **model_load_kwargs(loading, settings.lora))
     groups = max(1, settings.answers_per_prompt if settings.rows % settings.answers_per_prompt == 0 else 1)
 
     def micro_step(rows: int, generated: int, tokens: int) -> tuple[float, dict]:
         """Generate `generated` answers in one batch (timed), then one PPO step on the first `rows` of them."""
         config = PPOConfig(batch_size=rows, mini_batch_size=rows, ppo_epochs=1, bf16=settings.bf16, seed=0,
-                           advantage_estimator=settings.advantage_estimator if rows % groups == 0 else "gae")
+                           advantage_estimator=settings.advantage_estimator if rows % groups == 0 else "gae",
+                           gradient_checkpointing=settings.gradient_checkpointing,
+                           attn_implementation=settings.attn_implementation)
         trainer = PPOTrainer(config, model, None, tokenizer)
         # Whole groups of answers to one prompt, so the first `rows` (a multiple of the group) are whole groups too.
         n_prompts = max(1, generated // groups)
@@ -222,6 +266,47 @@ def _micro_step_in_this_process(settings: MicroStepSettings) -> MicroStep:
                      train_seconds=stats["time/ppo/optimize_step"], setup_seconds=setup, generate_rows=generated)
 
 
+# ---- without a model: the micro-step from arithmetic, for a device a run is using ------------------------------
+# Nominal sustained throughput of a training step's matrix products, FLOP/s: a GPU at about 40% of an A100's bf16 peak
+# (312 TFLOP/s), a CPU thread at about 30% of an AVX2 core's fp32 FMA peak (2 x 8 x 2 FLOP a cycle at ~2.5 GHz).
+# Rough on purpose: the preview says the figure is not measured.
+GPU_FLOPS = 125e12
+CPU_FLOPS_PER_THREAD = 25e9
+# Token-by-token generation reads every weight per token: far below the matmul rate (memory-bound).
+GENERATION_EFFICIENCY = 0.25
+LOAD_BYTES_PER_SECOND = 500e6  # reading the weights from a local disk
+
+
+def model_free_micro_step(settings: MicroStepSettings, shape, device_type: str | None = None,
+                          prompt_tokens: int | None = None) -> MicroStep:
+    """A MicroStep from FLOPs rather than a measurement: 2 FLOPs per weight and token through the blocks, the LM head
+    (vocabulary x hidden) only on answer tokens, a no-grad pass twice (policy and reference), a training mini-batch
+    3x a forward (2x with LoRA: no weight gradients for the base; 4/3 more with checkpointing's recomputation),
+    generation at GENERATION_EFFICIENCY of the rate. Tested by hand-worked values."""
+    if device_type is None:
+        import torch
+
+        device_type = "cuda" if torch.cuda.is_available() else "cpu"
+    rate = GPU_FLOPS if device_type == "cuda" else CPU_FLOPS_PER_THREAD * settings.threads
+    prompt = PROMPT_TOKENS if prompt_tokens is None else prompt_tokens
+    answer = settings.max_new_tokens
+    head = shape.vocab_size * shape.hidden_size
+    blocks = shape.parameters - head * (1 if shape.tied_embeddings else 2)  # the embedding lookup costs nothing
+    forward = settings.rows * (2 * blocks * (prompt + answer) + 2 * head * answer)  # one pass over a mini-batch
+    train = forward * (2 if settings.lora else 3) * (4 / 3 if settings.gradient_checkpointing else 1)
+    generated = max(1, min(settings.generation_rows or settings.rows, GENERATION_ROWS_MEASURED) // settings.rows) * settings.rows
+    generate = generated * answer * 2 * (blocks + head) / (rate * GENERATION_EFFICIENCY)
+    half = settings.lora or settings.dtype in ("bfloat16", "float16")  # LoRA's base in the compute dtype
+    weight_bytes = shape.parameters * (0.5 if settings.load_in_4bit else 2 if half else 4)
+    return MicroStep(rows=settings.rows, generate_seconds=generate, forward_seconds=PPO_NO_GRAD_PASSES * forward / rate,
+                     train_seconds=train / rate, setup_seconds=weight_bytes / LOAD_BYTES_PER_SECOND,
+                     generate_rows=generated,
+                     note=(f"not measured: run {settings.busy_run} is training on this "
+                           f"{'GPU' if device_type == 'cuda' else 'machine'}, so no model was loaded; worked out from "
+                           f"{shape.parameters / 1e9:.2f}B parameters, a {shape.vocab_size:,}-token vocabulary and "
+                           f"{prompt + answer}-token rows at a nominal speed"))
+
+
 if __name__ == "__main__":  # the measuring process: settings as JSON on stdin, the MicroStep as JSON on stdout
     raw = json.loads(sys.stdin.read())
     raw["prompts"] = tuple(raw["prompts"])
@@ -233,13 +318,16 @@ PROMPT_TOKENS = 64  # a typical prompt's length in tokens (the estimate does not
 
 
 def train_shape(stage: str, job, trainer, device_type: str):
-    """The run's TrainShape: rows and tokens per forward/backward, precision, LoRA, the reference copy."""
+    """The run's TrainShape: rows and tokens per forward/backward, precision, LoRA (QLoRA), the reference copy and
+    its dtype (PPO's and GRPO's copy in bf16 where the run computes in bf16; DPO/KTO's is loaded as the policy is)."""
     from rlhf.attention import training_attention
 
     compute = 2 if job.bf16 else 4
     dtype = getattr(trainer, "dtype", None)
-    if getattr(trainer, "load_in_4bit", False):
-        load = 0.56  # NF4 with double quantisation: 4 bits and a little per weight
+    quantized = bool(getattr(trainer, "load_in_4bit", False))
+    copied_reference_bytes = 2 if reference_dtype(autocast_dtype(job.bf16, device_type)) is not None else None
+    if quantized:
+        load = compute  # what the 4-bit load leaves unquantised; the estimate counts NF4 and fp32 parts itself
     elif dtype in ("bfloat16", "float16"):
         load = 2
     elif job.lora and not dtype:
@@ -247,18 +335,20 @@ def train_shape(stage: str, job, trainer, device_type: str):
     else:
         load = 4
     attention = training_attention(getattr(trainer, "attn_implementation", "model"), device_type)
-    common = dict(lora_r=job.lora_r if job.lora else 0, load_bytes=load, compute_bytes=compute,
+    common = dict(lora_r=job.lora_r if job.lora else 0, load_bytes=load, compute_bytes=compute, quantized_4bit=quantized,
                   gradient_checkpointing=bool(trainer.gradient_checkpointing),
                   eager_attention=attention in ("eager", "lean_eager"))
     if stage == "ppo":
         tokens = PROMPT_TOKENS + job.max_new_tokens
         return TrainShape(rows=trainer.mini_batch_size, tokens=tokens, logit_tokens=job.max_new_tokens,
-                          reference=not job.lora, no_grad_rows=trainer.rollout_forward_batch_size,
+                          reference=not job.lora, reference_bytes=copied_reference_bytes,
+                          no_grad_rows=trainer.rollout_forward_batch_size,
                           generation_rows=trainer.batch_size, **common)
     if stage in ("grpo", "rloo"):
         answer = trainer.max_completion_length
         return TrainShape(rows=trainer.per_device_train_batch_size, tokens=PROMPT_TOKENS + answer, logit_tokens=answer,
-                          reference=trainer.beta != 0 and not job.lora, no_grad_rows=trainer.per_device_train_batch_size,
+                          reference=trainer.beta != 0 and not job.lora, reference_bytes=copied_reference_bytes,
+                          no_grad_rows=trainer.per_device_train_batch_size,
                           generation_rows=trainer.generation_batch_size or trainer.per_device_train_batch_size, **common)
     tokens = trainer.max_length or 512
     rows = trainer.per_device_train_batch_size * (1 if stage == "sft" else 2)  # pairs / KTO's KL rows: 2 sequences

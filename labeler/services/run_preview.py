@@ -98,7 +98,8 @@ def estimate_line(estimate: run_estimate.RunEstimate, budget_seconds: float | No
     text = (f"**About {fmt(estimate.total_seconds)} on this machine**: {estimate.steps} steps of ~"
             f"{fmt(estimate.step_seconds)} + {fmt(estimate.setup_seconds)} to load"
             + (f" + {fmt(estimate.eval_seconds)} of evaluation" if estimate.eval_seconds else "")
-            + " (from a micro-step measured now; a reward model's scoring and human ratings not included). "
+            + f" (from {estimate.note or 'a micro-step measured now'}; a reward model's scoring and human ratings "
+              "not included). "
             + idle_machine_note())
     if budget_seconds is not None:
         chosen = ("" if steps_asked is None else f", instead of the {steps_asked} asked for")
@@ -238,7 +239,8 @@ def _micro_step_settings(db, project: str, stage: str, job, trainer, prompts: li
         lora_alpha=job.lora_alpha, rows=rows, max_new_tokens=tokens, answers_per_prompt=group,
         advantage_estimator=estimator, prompts=tuple(prompts[:rows]),
         chat_template=bool(get_project(db, project).chat_template),
-        threads=launch.threads_per_process(job.num_processes or 1), generation_rows=generation_rows)
+        threads=launch.threads_per_process(job.num_processes or 1), generation_rows=generation_rows,
+        **run_estimate.run_settings(db, trainer))  # the run's dtype, 4-bit, checkpointing, attention; a busy device
 
 
 def _step_seconds(stage: str, micro: run_estimate.MicroStep, trainer, job, heldout: int) -> float:

@@ -130,3 +130,17 @@ def test_ppo_saves_under_torch_fsdp_on_two_ranks_equal_one_process(tmp_path):
                 assert all(torch.allclose(head[k], head_one[k], atol=1e-6) for k in head_one)
             assert not (sharded / "merged" / "adapter_config.json").exists()  # a plain model folder
             assert (sharded / "pretrained" / "adapter_config.json").exists() == (kind == "lora")
+
+
+def test_lora_and_qlora_load_each_ranks_model_on_its_own_device(tmp_path):
+    """Each rank reads its LOCAL_RANK: with CUDA (faked) a LoRA or QLoRA model goes to {"": local rank}, not GPU 0
+    for all; full fine-tuning leaves placement to accelerate. On the real CPU each rank loads its LoRA policy there,
+    and DDP keeps the adapters equal after a step on different rollouts."""
+    launch(HERE / "lora_device_map_ranks.py", str(tmp_path))
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    assert (r0["local_rank"], r1["local_rank"]) == (0, 1)
+    assert r0["maps"] == {"qlora": {"": 0}, "lora": {"": 0}, "full": None}
+    assert r1["maps"] == {"qlora": {"": 1}, "lora": {"": 1}, "full": None}
+    assert r0["load_device_map"] is None and r1["load_device_map"] is None  # CPU ranks: no device_map
+    assert r0["devices"] == r1["devices"] == ["cpu"]
+    assert r0["adapters"] == r1["adapters"]

@@ -178,13 +178,15 @@ def test_the_4bit_config_reaches_from_pretrained(monkeypatch, bf16_model_dir):
         patched.setattr(importlib.util, "find_spec",
                         lambda name, *a: object() if name == "bitsandbytes" else real_find_spec(name, *a))
         patched.setattr(torch.cuda, "is_available", lambda: True)
+        patched.delenv("LOCAL_RANK", raising=False)
         load_kwargs = model_load_kwargs(config, lora=True)
     seen = {}
     real = AutoModelForCausalLM.from_pretrained
 
     def capture(path, **kwargs):
         seen.update(kwargs)
-        return real(path, **{k: v for k, v in kwargs.items() if k != "quantization_config"})
+        # no GPU here: neither the 4-bit config nor the GPU placement is passed on
+        return real(path, **{k: v for k, v in kwargs.items() if k not in ("quantization_config", "device_map")})
 
     monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", capture)
     AutoModelForCausalLMWithValueHead.from_pretrained(
@@ -193,6 +195,7 @@ def test_the_4bit_config_reaches_from_pretrained(monkeypatch, bf16_model_dir):
     assert isinstance(quantization, BitsAndBytesConfig) and quantization.load_in_4bit
     assert quantization.bnb_4bit_quant_type == "nf4" and quantization.bnb_4bit_compute_dtype == torch.bfloat16
     assert seen["dtype"] == "bfloat16"
+    assert seen["device_map"] == {"": 0}  # this process's GPU (LOCAL_RANK unset: the one process is rank 0)
 
 
 def test_a_qlora_adapter_is_merged_into_the_unquantised_base(bf16_model_dir):
@@ -263,3 +266,53 @@ def test_lora_reward_model_on_a_bf16_base_trains_every_weight_in_fp32(tiny_encod
     assert any("classifier" in n or "score" in n for n in trained) and set(trained.values()) == {torch.float32}
     frozen = {p.dtype for p in trainer.model.parameters() if not p.requires_grad}
     assert frozen == {torch.bfloat16}  # the base: the compute dtype
+
+
+def fake_gpu(monkeypatch, major: int, minor: int) -> None:
+    """A CUDA GPU of compute capability major.minor where bf16 can be emulated (as torch finds on a T4 or V100)."""
+    import types
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda device=None: types.SimpleNamespace(major=major, minor=minor, name="fake"))
+    monkeypatch.setattr(torch.cuda, "_check_bf16_tensor_supported", lambda device: True)
+    monkeypatch.setattr(torch.version, "hip", None)
+
+
+@pytest.mark.parametrize("capability, expected", [((7, 5), torch.float16), ((7, 0), torch.float16),
+                                                  ((8, 0), torch.bfloat16), ((9, 0), torch.bfloat16)])
+def test_bf16_only_where_the_gpu_has_it_natively(monkeypatch, capability, expected):
+    """A T4 (7.5) or V100 (7.0) emulates bf16 and torch.cuda.is_bf16_supported() says True there: the run gets fp16
+    with a gradient scaler instead; an A100 (8.0) or H100 (9.0) gets bf16."""
+    from rlhf.hardware import gpu_has_native_bf16
+
+    fake_gpu(monkeypatch, *capability)
+    assert torch.cuda.is_bf16_supported() is True  # what the old check read: emulation counts
+    assert gpu_has_native_bf16() is (expected == torch.bfloat16)
+    assert autocast_dtype(True, "cuda") == expected
+    fp16 = expected == torch.float16
+    assert trainer_precision_flags(True, False, "cuda") == (not fp16, fp16)
+
+
+
+def test_lora_and_qlora_models_load_onto_the_local_ranks_gpu(monkeypatch):
+    """Under `accelerate launch` rank 1 of 2 loads its 4-bit (or LoRA) model onto GPU 1: without a device_map every
+    rank's QLoRA model landed on GPU 0. Full fine-tuning, CPU runs, ZeRO-3 and FSDP get none."""
+    import rlhf.precision as precision
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(precision, "bnb_4bit_config", lambda compute: ("nf4", compute))
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    qlora = model_load_kwargs(PPOConfig(load_in_4bit=True, bf16=True), lora=True)
+    assert qlora["device_map"] == {"": 1} and qlora["quantization_config"] == ("nf4", "bfloat16")
+    assert model_load_kwargs(PPOConfig(bf16=True), lora=True)["device_map"] == {"": 1}
+    assert model_load_kwargs(PPOConfig(load_in_4bit=True, bf16=True), lora=False, frozen=True)["device_map"] == {"": 1}
+    assert "device_map" not in model_load_kwargs(PPOConfig(), lora=False)
+    # a device_map the user gave in model_init_kwargs is kept
+    assert model_load_kwargs(PPOConfig(model_init_kwargs={"device_map": "auto"}), lora=True)["device_map"] == "auto"
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    assert "device_map" not in model_load_kwargs(PPOConfig(bf16=True), lora=True)
+    monkeypatch.delenv("ACCELERATE_USE_FSDP")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert "device_map" not in model_load_kwargs(PPOConfig(bf16=True), lora=True)

@@ -284,3 +284,110 @@ def test_cli_dry_run_of_grpo_says_how_long_and_kto_measures_nothing(labelled, db
     out = capsys.readouterr().out
     assert "This kto run will use" in out and "on this machine" not in out
     assert runs.list_runs(labelled) == []
+
+
+# ---- the micro-step runs the run's own settings; a busy device loads no model ------------------------------
+def test_the_preview_times_the_run_s_own_precision_and_memory_settings(labelled):
+    calls = []
+    settings = {"batch_size": 8, "mini_batch_size": 4, "answers_per_prompt": 4, "bf16": False, "eval_samples": 0,
+                "heldout_every": 0, "gradient_checkpointing": True, "attn_implementation": "sdpa",
+                "dtype": "bfloat16"}
+    preview_run(labelled, "default", "ppo", settings, measure=_measured(calls))
+    asked = calls[0]
+    assert (asked.dtype, asked.gradient_checkpointing, asked.attn_implementation, asked.load_in_4bit) == (
+        "bfloat16", True, "sdpa", False)
+    assert asked.busy_run is None  # no run is training: the micro-step is measured
+    import types
+
+    qlora = run_estimate.run_settings(labelled, types.SimpleNamespace(load_in_4bit=True, dtype=None))
+    assert qlora == {"dtype": None, "load_in_4bit": True, "gradient_checkpointing": False,
+                     "attn_implementation": "auto", "busy_run": None}
+
+
+def test_the_micro_step_loads_and_trains_as_the_run_would(tiny_model_dir, monkeypatch):
+    """In the measuring process: LoRA's base in the compute dtype (bf16), the run's checkpointing and attention
+    kernel in every PPOConfig it builds. Before, the model was loaded in fp32 and timed with neither."""
+    import torch
+
+    from rlhf import ppo
+
+    seen = []
+    original = ppo.PPOTrainer.__init__
+
+    def spy(self, config, model, *args, **kwargs):
+        frozen = {p.dtype for n, p in model.named_parameters() if not p.requires_grad and "lora_" not in n}
+        seen.append((config.gradient_checkpointing, config.attn_implementation, frozen))
+        original(self, config, model, *args, **kwargs)
+
+    monkeypatch.setattr(ppo.PPOTrainer, "__init__", spy)
+    settings = run_estimate.MicroStepSettings(
+        model_path=str(tiny_model_dir), bf16=True, lora=True, lora_r=2, lora_alpha=4, rows=2, max_new_tokens=2,
+        answers_per_prompt=1, advantage_estimator="gae", prompts=("The film was",), chat_template=False, threads=1,
+        gradient_checkpointing=True, attn_implementation="eager")
+    micro = run_estimate._micro_step_in_this_process(settings)
+    assert micro.train_seconds > 0 and len(seen) == 2  # the warm-up and the measured step
+    assert all(entry == (True, "eager", {torch.bfloat16}) for entry in seen), seen
+
+
+def test_a_preview_loads_no_model_while_a_run_trains_on_the_device(labelled, tiny_model_dir, monkeypatch, tmp_path):
+    from labeler.services import runs
+
+    run_id = runs.insert_run(labelled, "ppo", {}, "default", None, "busy", tmp_path)
+    labelled.execute("UPDATE runs SET status = 'running' WHERE id = ?", [run_id])
+
+    def no_process(*args, **kwargs):
+        raise AssertionError("a model was about to be loaded on a busy device")
+
+    monkeypatch.setattr(run_estimate.subprocess, "run", no_process)
+    monkeypatch.setattr(run_estimate, "_micro_step_in_this_process", no_process)
+    preview = preview_run(labelled, "default", "ppo", {"model": str(tiny_model_dir), "batch_size": 8,
+                                                       "mini_batch_size": 4, "answers_per_prompt": 4, "bf16": False})
+    assert preview.estimate is not None and preview.estimate.total_seconds > 0
+    assert f"not measured: run {run_id} is training on this machine, so no model was loaded" in preview.markdown()
+
+
+def test_model_free_micro_step_by_hand():
+    from rlhf.memory_estimate import ModelShape
+
+    # 1000 weights, a tied 10 x 8 embedding/head: 920 in the blocks; 2 rows of 6 prompt + 4 answer tokens, 1 thread
+    shape = ModelShape(parameters=1000, vocab_size=10, hidden_size=8, intermediate_size=16, layers=2, heads=2, kv_heads=1)
+    settings = run_estimate.MicroStepSettings(
+        model_path="unused", bf16=False, lora=False, lora_r=8, lora_alpha=16, rows=2, max_new_tokens=4,
+        answers_per_prompt=1, advantage_estimator="gae", prompts=("a",), chat_template=False, threads=1, busy_run=3)
+    micro = run_estimate.model_free_micro_step(settings, shape, device_type="cpu", prompt_tokens=6)
+    rate = run_estimate.CPU_FLOPS_PER_THREAD
+    # one pass: 2 rows x (2 x 920 x 10 tokens + 2 x 80 x 4 answer tokens) = 2 x (18400 + 640) = 38080 FLOPs
+    assert micro.forward_seconds == pytest.approx(2 * 38080 / rate)  # policy and reference
+    assert micro.train_seconds == pytest.approx(3 * 38080 / rate)  # forward + backward (2x)
+    # generation: 2 answers x 4 tokens x 2 x 1000 FLOPs at a quarter of the rate
+    assert micro.generate_seconds == pytest.approx(16000 / (rate * 0.25)) and micro.generate_rows == 2
+    assert micro.setup_seconds == pytest.approx(4000 / run_estimate.LOAD_BYTES_PER_SECOND)  # fp32 weights
+    assert "run 3 is training on this machine" in micro.note and "10-token rows" in micro.note
+    lora = run_estimate.model_free_micro_step(replace(settings, lora=True, gradient_checkpointing=True), shape,
+                                              device_type="cuda", prompt_tokens=6)
+    # LoRA: no base weight gradients (2x a forward); checkpointing recomputes the forward (x 4/3); a GPU's rate
+    assert lora.train_seconds == pytest.approx(38080 * 2 * 4 / 3 / run_estimate.GPU_FLOPS)
+    assert lora.setup_seconds == pytest.approx(2000 / run_estimate.LOAD_BYTES_PER_SECOND)
+    assert "on this GPU" in lora.note
+
+
+def test_memory_shape_counts_the_reference_in_its_dtype_and_qlora_s_parts():
+    import types
+
+    from labeler.services.run_estimate import train_shape
+
+    trainer = types.SimpleNamespace(mini_batch_size=4, rollout_forward_batch_size=4, batch_size=8, dtype=None,
+                                    load_in_4bit=False, gradient_checkpointing=False, attn_implementation="sdpa")
+    job = types.SimpleNamespace(bf16=True, lora=False, lora_r=16, max_new_tokens=32)
+    full = train_shape("ppo", job, trainer, "cpu")
+    assert (full.reference, full.reference_bytes, full.load_bytes, full.compute_bytes) == (True, 2, 4, 2)
+    fp32 = train_shape("ppo", replace_ns(job, bf16=False), trainer, "cpu")
+    assert (fp32.reference_bytes, fp32.compute_bytes) == (None, 4)  # the copy is the policy's fp32
+    qlora = train_shape("ppo", replace_ns(job, lora=True), replace_ns(trainer, load_in_4bit=True), "cuda")
+    assert (qlora.quantized_4bit, qlora.lora_r, qlora.reference) == (True, 16, False)
+
+
+def replace_ns(namespace, **changes):
+    import types
+
+    return types.SimpleNamespace(**{**vars(namespace), **changes})
