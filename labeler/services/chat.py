@@ -503,6 +503,10 @@ def rate_answer(
     with write_transaction(db):
         # Typed by the user: kept apart from the training prompts until an admin promotes it (prompts.TYPED_SPLIT).
         prompt_id, _ = insert_prompt(db, proj.id, record, source, split=TYPED_SPLIT)
+        if db.execute("SELECT split FROM prompts WHERE id = ?", [prompt_id]).fetchone()[0] == "test":
+            # The same text as a held-out prompt: kept for judging runs, so no label on it (nothing is written).
+            raise InputError("this is one of the project's held-out prompts, kept for judging runs: its answers are "
+                             "not rated", field="prompt")
         response_id = insert_response(db, prompt_id, answer, model=model, source=source, settings_json=settings_json,
                                       server_generated=server_generated)
     labeling.create_items(db, project, [response_id], kinds=("rating",))

@@ -40,8 +40,11 @@ def test_typed_prompts_wait_for_an_admin_before_training_or_generation(studio):
     chat.rate_answer(db, "default", "alice", "Something alice typed", "an answer", "chat-model", 5)
     chat.rate_answer(db, "default", "alice", [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"},
                                               {"role": "user", "content": "A second turn"}], "ok", "chat-model", 4)
-    # Rating a held-out prompt in Chat reuses it, still held out: no second copy in the training split.
-    chat.rate_answer(db, "default", "alice", "A held-out prompt", "an answer", "chat-model", 6)
+    # Rating a held-out prompt in Chat is refused, and writes nothing: no label, no second copy in any split.
+    responses_before = db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+    with pytest.raises(InputError, match="held-out prompts, kept for judging runs"):
+        chat.rate_answer(db, "default", "alice", "A held-out prompt", "an answer", "chat-model", 6)
+    assert db.execute("SELECT COUNT(*) FROM responses").fetchone()[0] == responses_before
     assert _splits(db) == {"An imported prompt": "train", "A held-out prompt": "test",
                            "Something alice typed": prompts.TYPED_SPLIT, "A second turn": prompts.TYPED_SPLIT}
     # PPO and GRPO read split 'train' (labeler/services/runners/); Generate and Arena's "surprise me" skip typed prompts.

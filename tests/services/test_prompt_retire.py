@@ -22,7 +22,7 @@ def _open_items(db, prompt_id: int) -> int:
 
 
 def _training_prompt_texts(db) -> set[str]:
-    rows = export.rows_with_prompt_ids(db, "default", "preferences", export.ExportOptions(training=True))
+    rows = export.rows_with_prompt_ids(db, "default", "preferences", export.ExportOptions())
     return {prompts.prompt_text(db, prompt_id) for prompt_id, _ in rows}
 
 

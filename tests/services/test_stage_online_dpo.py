@@ -71,9 +71,9 @@ def test_a_judge_function_that_breaks_stops_the_run_naming_it_and_the_step(db, t
 def test_the_judge_setting_is_checked_when_a_run_is_queued(db):
     from labeler.services.runners.online_dpo import StudioOnlineDPOConfig, app_judge
 
-    assert train_configs.resolve_run_config("online-dpo", {"judge": "vader"})["trainer"] == {"judge": "vader"}
+    assert train_configs.resolve_run_config("online-dpo", {"judge": "vader"})["trainer"]["judge"] == "vader"
     for judge in ("people", "mix", "mix:rm-a", "rm:rm-a"):
-        assert train_configs.resolve_run_config("online-dpo", {"judge": judge})["trainer"] == {"judge": judge}
+        assert train_configs.resolve_run_config("online-dpo", {"judge": judge})["trainer"]["judge"] == judge
     with pytest.raises(InputError, match="unknown reward 'sentiment'") as error:
         train_configs.resolve_run_config("online-dpo", {"judge": "sentiment"})
     assert error.value.field == "judge"
@@ -83,9 +83,11 @@ def test_the_judge_setting_is_checked_when_a_run_is_queued(db):
     config = StudioOnlineDPOConfig(output_dir="unused", report_to="none")
     assert (config.judge, config.learning_rate, config.per_device_train_batch_size, config.max_new_tokens) == \
         ("rm", 5e-6, 8, 16)
-    job = train_configs.JobConfig(max_new_tokens=8)
-    assert StudioOnlineDPOConfig.job_settings(job, {}) == {"max_new_tokens": 8}
-    assert StudioOnlineDPOConfig.job_settings(job, {"max_new_tokens": 4}) == {"max_new_tokens": 4}  # explicit wins
+    # The job's answer length is the trainer's unless the trainer settings set it, stored when the run is resolved.
+    from labeler.services.run_settings import resolve_run
+
+    assert resolve_run(db, "default", "online-dpo", {"max_new_tokens": 8}).trainer_config().max_new_tokens == 8
+    assert resolve_run(db, "default", "online-dpo", {}).trainer_config().max_new_tokens == 128  # the project's
 
 
 def test_the_web_form_may_not_choose_the_judge(db):

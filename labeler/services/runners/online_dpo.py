@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import random
 from dataclasses import dataclass, field
-from typing import Any
+
 
 from labeler.services import accounts, models
 from labeler.services.errors import InputError
@@ -45,11 +45,6 @@ class StudioOnlineDPOConfig(OnlineDPOConfig):
     per_device_train_batch_size: int = field(default=8, metadata={"help": "Prompts per step (two answers each)."})
     max_new_tokens: int = field(default=16, metadata={"help": "Tokens per answer (the job's max_new_tokens wins when set)."})
     temperature: float = field(default=1.0, metadata={"help": "Sampling temperature."})
-
-    @staticmethod
-    def job_settings(job, explicit: dict[str, Any]) -> dict[str, Any]:
-        """The job's answer length as max_new_tokens, unless the trainer settings `explicit` set it."""
-        return {"max_new_tokens": job.max_new_tokens, **explicit}
 
 
 class AppJudge(ScoreJudge):
@@ -183,9 +178,8 @@ def app_judge(spec_text: str, db, ctx: StageContext | None = None):
 
 
 def _args(ctx: StageContext):
-    """The trainer config with the job's answer length (explicit trainer settings win)."""
-    settings = StudioOnlineDPOConfig.job_settings(ctx.job, dict(ctx.trainer_settings))
-    return trainer_args(dataclasses.replace(ctx, trainer_settings=settings), StudioOnlineDPOConfig)
+    """The trainer config from the stored resolved settings (the job's answer length among them: Stage.from_job)."""
+    return trainer_args(ctx, "online-dpo")
 
 
 def _rows(ctx: StageContext, db, tokenizer) -> tuple[list[dict], list[dict]]:

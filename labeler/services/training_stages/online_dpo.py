@@ -38,4 +38,6 @@ STAGE = Stage(
     # Train tab's runs are judged by the newest reward model, `train online-dpo --set judge=...` picks another.
     form_fields=("learning_rate", "per_device_train_batch_size", "beta", "loss_type"),
     full_lr=5e-7, lora_lr=5e-6, frozen_rows=("prompts", "prompts"), check=check,
+    # the job's answer length is its answers' unless the trainer settings set it (stored when the run is resolved)
+    from_job={"max_new_tokens": "max_new_tokens"},
 )
