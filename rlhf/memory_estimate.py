@@ -6,8 +6,8 @@ vocabularies.
 
 Precision's own costs: under 16-bit autocast every fp32 weight that trains gets a 16-bit copy (autocast caches the
 cast of a leaf that requires grad for the whole forward, and the backward keeps it): 2 bytes per trained weight. A
-frozen reference copied from the policy is kept in bf16 when the run computes in bf16 (rlhf/precision.py
-reference_dtype), else in the policy's dtype. QLoRA quantises the linear layers to NF4 (4 bits and its double-
+frozen reference copied from the policy keeps its matmul weights in bf16 when the run computes in bf16 (rlhf/precision.py
+reference_dtype; its embeddings and norms stay as loaded), else the policy's dtype. QLoRA quantises the linear layers to NF4 (4 bits and its double-
 quantised scales, ~0.52 bytes a weight) while peft's prepare_model_for_kbit_training casts the rest, the embeddings,
 the LM head and the norms, to fp32: for Llama-3-8B's untied 128k-token vocabulary that is 4.2 GB of fp32 beside
 3.6 GB of NF4, not 8B x 0.5 bytes; its fp32 LM head also gets a 16-bit autocast copy.
@@ -141,14 +141,23 @@ def autocast_copy_bytes(shape: ModelShape, run: TrainShape, trainable: int) -> f
     return (trained_fp32 + head) * 2.0
 
 
+def reference_weight_bytes(shape: ModelShape, run: TrainShape) -> float:
+    """The frozen reference's weights: a copy cast to `reference_bytes` casts only its matmul weights
+    (rlhf/precision.copy_in_dtype); the embeddings (with a head tied to them) and the norms keep load_bytes."""
+    each = run.load_bytes if run.reference_bytes is None else run.reference_bytes
+    if each == run.load_bytes:
+        return shape.parameters * each
+    kept = shape.unquantized_parameters - (0 if shape.tied_embeddings else shape.head_parameters)
+    return (shape.parameters - kept) * each + kept * run.load_bytes
+
+
 def estimate_training_memory(shape: ModelShape, run: TrainShape) -> MemoryEstimate:
     full = run.lora_r == 0
     trainable = shape.parameters if full else shape.lora_parameters(run.lora_r)
     weights = loaded_weight_bytes(shape, run) + (0 if full else trainable * 4.0)  # LoRA adapters in fp32
     gradients = trainable * (run.load_bytes if full else 4.0)
     optimizer = trainable * 8.0  # Adam's first and second moments, fp32
-    reference_bytes = run.load_bytes if run.reference_bytes is None else run.reference_bytes
-    reference = shape.parameters * reference_bytes if run.reference and full else 0.0
+    reference = reference_weight_bytes(shape, run) if run.reference and full else 0.0
     autocast = autocast_copy_bytes(shape, run, trainable)
 
     tokens = run.rows * run.tokens

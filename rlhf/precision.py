@@ -177,7 +177,7 @@ def reference_dtype(compute_dtype):
 
 
 def copy_in_dtype(module, dtype, only=None):
-    """A deep copy of `module` whose floating-point parameters under `only` (default: all) are `dtype`, each cast
+    """A deep copy of `module` whose Linear weights under `only` (default: all) are `dtype`, each cast
     from the original rather than copied in fp32 and then cast: the peak is the copy's own size. dtype None: a plain
     deep copy. Buffers keep their dtype (rotary frequencies are computed in fp32 on purpose)."""
     import copy
@@ -186,7 +186,16 @@ def copy_in_dtype(module, dtype, only=None):
 
     memo: dict[int, torch.nn.Parameter] = {}
     if dtype is not None:
-        for parameter in (only if only is not None else module).parameters():
+        # Only the matmul weights: autocast casts a Linear's fp32 weight to `dtype` on every forward, so a copy kept
+        # in `dtype` computes exactly what the policy does; embeddings (and a head tied to them) and norms run in
+        # fp32 under autocast and stay fp32 here, or the first step's KL would start at bf16's rounding (-0.05 per
+        # answer on the 135M model) instead of 0.
+        root = only if only is not None else module
+        embedded = {id(p) for m in module.modules() if isinstance(m, torch.nn.Embedding) for p in m.parameters()}
+        matmuls = [p for m in root.modules() if isinstance(m, torch.nn.Linear) for p in m.parameters(recurse=False)]
+        for parameter in matmuls:
+            if id(parameter) in embedded or id(parameter) in memo:
+                continue
             if parameter.is_floating_point() and parameter.dtype != dtype:
                 # deepcopy finds each parameter (a tied weight once) in the memo and takes the cast one
                 memo[id(parameter)] = torch.nn.Parameter(parameter.detach().to(dtype),

@@ -136,15 +136,15 @@ def test_a_reward_naming_missing_code_or_a_missing_model_is_refused_with_the_nam
     with pytest.raises(InputError) as error:
         run_preview.preview_run(labelled, "default", "ppo", {"reward": "nosuchmodule:fn"}, estimate_time=False)
     assert error.value.field == "reward_function" and "no module 'nosuchmodule'" in str(error.value)
-    (tmp_path / "my_rewards.py").write_text("def concise(queries, responses):\n    return []\n\n"
+    (tmp_path / "resolved_run_rewards.py").write_text("def concise(queries, responses):\n    return []\n\n"
                                             "def polite(queries, responses):\n    return []\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(InputError) as error:
-        run_preview.preview_run(labelled, "default", "ppo", {"reward": "my_rewards:shorter"}, estimate_time=False)
+        run_preview.preview_run(labelled, "default", "ppo", {"reward": "resolved_run_rewards:shorter"}, estimate_time=False)
     assert error.value.field == "reward_function"
     assert "has no 'shorter'; it defines: concise, polite" in str(error.value)
-    run_settings.check_function("my_rewards:concise", "reward_function")  # there: accepted, not imported
-    assert "my_rewards" not in sys.modules
+    run_settings.check_function("resolved_run_rewards:concise", "reward_function")  # there: accepted, not imported
+    assert "resolved_run_rewards" not in sys.modules
     models.register_model(labelled, "rm-a", str(_weights(tmp_path)), "reward")
     with pytest.raises(InputError) as error:
         run_preview.preview_run(labelled, "default", "ppo", {"reward": "rm:rm-typo"}, estimate_time=False)
