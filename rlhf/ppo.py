@@ -311,7 +311,10 @@ class PPOTrainer(PPOCheckpointing):
             return None
         use_attention(ref_model.pretrained_model, self.config.attn_implementation, self.accelerator.device)
         ref_model.requires_grad_(False)
-        return prepare_reference(self.accelerator, ref_model)
+        ref_model = prepare_reference(self.accelerator, ref_model)
+        if self.inherited_precision is not None:
+            undo_prepared_autocast(ref_model)  # or the reference alone would run in the earlier trainer's precision
+        return ref_model
 
     def _start_bookkeeping(self, callback) -> None:
         config = self.config

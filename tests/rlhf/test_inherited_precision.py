@@ -48,6 +48,20 @@ def test_an_fp32_ppo_run_stays_fp32_after_a_bf16_trainer_in_the_same_process(bf1
     assert torch.isfinite(torch.tensor(stats["ppo/loss/total"]))
 
 
+def test_the_copied_reference_also_stays_fp32_after_a_bf16_trainer(bf16_state_left_behind):
+    """The reference is prepared too (accelerate wraps its forward in the inherited autocast): left so, it alone ran
+    in bf16 and the first step's KL was bf16's rounding, not 0 (CI: -0.00024 on the small model)."""
+    with pytest.warns(InheritedMixedPrecisionWarning):
+        trainer = PPOTrainer(CONFIG, small_vocab_model(), None, SMALL_TOKENIZER)
+    seen = []
+    head = trainer.ref_model.pretrained_model.lm_head
+    handle = head.register_forward_hook(lambda module, args, output: seen.append(output.dtype))
+    stats = trainer.step(*rollouts(2))
+    handle.remove()
+    assert seen and set(seen) == {torch.float32}
+    assert stats["objective/kl"] == pytest.approx(0.0, abs=1e-6)  # policy == reference at step one
+
+
 def test_a_bf16_ppo_run_in_the_same_process_still_computes_in_bf16(bf16_state_left_behind):
     config = PPOConfig(batch_size=2, mini_batch_size=2, ppo_epochs=1, bf16=True)
     with warnings.catch_warnings():
