@@ -130,6 +130,23 @@ class BaseTrainer(Trainer):
         self.eos_ids = eos_token_ids(model, processing_class)
         self._accepts_logits_to_keep = accepts_logits_to_keep(model)
 
+    def _completion_logits(self, model, batch: dict, **forward_kwargs) -> torch.Tensor:
+        """The logits (B, C, V) that predict each completion token of a batch of left-padded prompts and right-padded
+        completions; called under autocast. Positions count real tokens only, as generate() counted them on the
+        left-padded prompts, so a row's tokens get the log-probs they were sampled with."""
+        input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+        attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+        keep = batch["completion_ids"].shape[1]
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        # Logits only from the token before the first completion token on: the prompt's would be thrown away.
+        if self._accepts_logits_to_keep:
+            logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                           logits_to_keep=keep + 1, **forward_kwargs).logits
+        else:
+            logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                           **forward_kwargs).logits[:, -(keep + 1):]
+        return logits[:, :-1]  # (B, C, V)
+
     def _cut_after_eos(self, rows: torch.Tensor) -> list[torch.Tensor]:
         """Each generated row up to and including its first end-of-answer token (whole when it has none)."""
         eos = torch.tensor(self.eos_ids, device=rows.device)

@@ -497,22 +497,9 @@ class GRPOTrainer(BaseTrainer):
     # ---- 2. log-probs of the completion tokens -----------------------------------------------------------
     def _token_logps(self, model, batch: dict, with_entropy: bool = False):
         """Per-token log-probs (B, C) of the completion under `model`, and (optionally) the entropy per token."""
-        input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
-        attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
-        keep = batch["completion_ids"].shape[1]
-        # Positions count real tokens only, as generate() counted them: a left-padded row's tokens get the same
-        # positions (and so the same log-probs) as when they were sampled.
-        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
         with self.accelerator.autocast():
-            # Logits only from the token before the first completion token on: the prompt's would be thrown away.
             # use_cache=False: no pass here reuses a KV cache, which would otherwise hold every layer's keys
-            if self._accepts_logits_to_keep:
-                logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                               logits_to_keep=keep + 1, use_cache=False).logits
-            else:
-                logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                               use_cache=False).logits[:, -(keep + 1):]
-            logits = logits[:, :-1]  # (B, C, V)
+            logits = self._completion_logits(model, batch, use_cache=False)  # (B, C, V)
         # fp32 a chunk of positions at a time: no fp32 (B, C, V) copy is kept (rlhf/core.py selective_log_softmax).
         logps = selective_log_softmax(logits, batch["completion_ids"], self.args.temperature)  # (B, C)
         entropy = None

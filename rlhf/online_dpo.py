@@ -340,19 +340,9 @@ class OnlineDPOTrainer(BaseTrainer):
     # ---- 3. tensors and the reference's log-probs -------------------------------------------------------------
     def _token_logps(self, model, batch: dict) -> torch.Tensor:
         """Per-token log-probs (N, C) of the answers under `model` (0 on padding)."""
-        input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
-        attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
-        keep = batch["completion_ids"].shape[1]
-        # Positions count real tokens only, as generate() counted them on the left-padded prompts.
-        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
         with self.accelerator.autocast():
-            if self._accepts_logits_to_keep:
-                logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                               logits_to_keep=keep + 1).logits
-            else:
-                logits = model(input_ids=input_ids, attention_mask=attention_mask,
-                               position_ids=position_ids).logits[:, -(keep + 1):]
-        logps = selective_log_softmax(logits[:, :-1], batch["completion_ids"])  # (N, C)
+            logits = self._completion_logits(model, batch)  # (N, C, V)
+        logps = selective_log_softmax(logits, batch["completion_ids"])  # (N, C)
         return logps * batch["completion_mask"]
 
     @torch.no_grad()
