@@ -6,6 +6,7 @@ from labeler.services.errors import InputError
 from labeler.services.export import ExportOptions, export, preference_rows
 from labeler.services.labels_import import import_preferences
 from labeler.services.prompts import ImportResult, import_prompts
+from helpers import rows
 
 PAIRS = [
     {"prompt": "Review Alien", "chosen": "A classic.", "rejected": "Meh."},
@@ -17,10 +18,6 @@ PAIRS = [
 def write_jsonl(path, rows):
     path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     return path
-
-
-def rows(db, sql):
-    return [tuple(row) for row in db.execute(sql)]
 
 
 def counts(db):
