@@ -8,7 +8,8 @@ module holds only its algorithm:
 - `_place_reference`: the frozen reference placed (and under ZeRO-3 / FSDP sharded) as the policy is;
 - `for_each_dataset`: one preparation applied to a dataset or to each of a dict of them (eval_dataset);
 - for the trainers that generate (GRPO, RLOO, online DPO, XPO, Nash-MD): `_generating_policy` (left padding),
-  `check_prompt_columns`, `_set_generation_ids` and `_cut_after_eos`;
+  `check_prompt_columns`, `_set_generation_ids`, `_cut_after_eos` and `_completion_logits` (the logits that score
+  an answer);
 - the metric buffer: compute_loss appends per-step values to `self._metrics[mode][name]`, and `log` averages each
   name over the steps since the last log (eval_ prefixed in evaluation); `evaluate` returns them too;
 - `prediction_step` for trainers whose evaluation is their loss and logged metrics (no logits).
