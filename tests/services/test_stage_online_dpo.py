@@ -150,19 +150,28 @@ def test_people_judge_each_pair_in_the_rank_tab_and_the_run_learns_from_them(db,
     assert f"people ranked {len(items)} pairs" in capsys.readouterr().out
 
 
-def test_people_as_the_judge_need_annotators(db, tmp_path, tiny_model_dir):
+def test_people_as_the_judge_are_refused_at_launch_without_annotators(db, tmp_path, tiny_model_dir):
     from labeling_helpers import add_prompt
 
     accounts.create_user(db, "boss", "a-long-password", role="admin")
     for text in ("A film about cats.", "A film about dogs."):
         add_prompt(db, text, 0)
-    status, run = _run(db, {"model": str(tiny_model_dir), "steps": 1, "checkpoint_every": 0, "judge": "people",
-                            **SMALL}, tmp_path)
-    assert status == "failed"
-    assert "judge=people: there are no annotator accounts to rank the pairs; add one with `rlhf-studio users add" in run.error
-    status, run = _run(db, {"model": str(tiny_model_dir), "steps": 1, "checkpoint_every": 0, "judge": "mix",
-                            **SMALL}, tmp_path)
-    assert status == "failed" and "judge=mix: there are no annotator accounts" in run.error
+    settings = {"model": str(tiny_model_dir), "steps": 1, "checkpoint_every": 0, **SMALL}
+    for judge in ("people", "mix"):
+        with pytest.raises(InputError, match=f"judge={judge}: there are no annotator accounts to rank the pairs; add "
+                                             "one with `rlhf-studio users add NAME`") as error:
+            jobs.create_run(db, "online-dpo", {**settings, "judge": judge}, runs_dir=tmp_path / "runs", start=False,
+                            username="boss")
+        assert error.value.field == "judge"
+    assert db["runs"].count == 0  # refused before anything was written
+    # Queued with an annotator, who is deactivated before the run starts: the run stops at its start, naming the fix.
+    accounts.create_user(db, "ann", "a-long-password")
+    run = jobs.create_run(db, "online-dpo", {**settings, "judge": "people"}, runs_dir=tmp_path / "runs", start=False,
+                          username="boss")
+    accounts.set_active(db, "ann", False)
+    db.execute("UPDATE runs SET status = 'running' WHERE id = ?", [run.id])
+    assert run_worker(runs.db_file(db), run.id) == "failed"
+    assert "judge=people: there are no annotator accounts" in runs.get_run(db, run.id).error
 
 
 def test_mix_people_rank_the_pairs_the_reward_model_is_least_sure_of(db, db_path, tmp_path, tiny_model_dir):
