@@ -23,6 +23,7 @@ import sqlite_utils
 
 from labeler.services import accounts
 from labeler.services.errors import InputError
+from labeler.services.training_stages.online_dpo import judge_spec
 from storage import write_transaction
 
 JUDGED_BY = ("people", "model", "none")
@@ -120,8 +121,6 @@ def summary_lines(summary: JudgeSummary) -> list[str]:
 
 def people_judge(judge: str) -> bool:
     """Whether a `judge` setting asks people (people, human, mix, mix:NAME)."""
-    from labeler.services.training_stages.online_dpo import judge_spec
-
     return judge_spec(judge).source in ("human", "mix")
 
 
