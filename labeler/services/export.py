@@ -14,8 +14,8 @@ Rating pairs: two responses to one prompt with different mean scores, the higher
 Every preference row carries `source`, where its pair was judged (items.source, storage/preference_sources.py):
 'rank' (the Rank queue), 'arena' (a vote), 'evaluation' (the `people` measure's blind pair, held-out: exported only
 with `include_heldout`), a run's stage such as 'online-dpo' (the pairs a run sent to the Rank tab), 'import', 'chat';
-a rating pair the sources of its two answers' rating items ('rate', or e.g. 'chat+rate'). TRL's trainers ignore the
-extra column, as rlhf's do; a pair several sources give stays one row per item.
+a rating pair the sources of its two answers' rating items ('rate', or e.g. 'chat+rate'). An item is one row per
+answer pair whoever ranked it, so a vote counts once. TRL's trainers ignore the extra column, as rlhf's do.
 
 Standard form uses text; conversational form uses message lists: prompt = the stored conversation (or one
 user turn), chosen/rejected/completion = [{"role": "assistant", "content": ...}]. Standard form of a
