@@ -318,7 +318,8 @@ def _ranking_records(db, project: Project, options: ExportOptions) -> list[tuple
     when, when_params = _time_filter("rk.created_at", options)
     rankings = db.execute(
         # CROSS JOIN fixes the loop order: one scan of rankings, each item looked up by primary key.
-        "SELECT rk.item_id, rk.prompt_id, rk.order_json, i.source FROM rankings rk CROSS JOIN items i ON i.id = rk.item_id"
+        "SELECT rk.item_id, rk.prompt_id, rk.order_json, i.source"
+        " FROM rankings rk CROSS JOIN items i ON i.id = rk.item_id"
         " JOIN prompts p ON p.id = rk.prompt_id LEFT JOIN users u ON u.id = rk.user_id"
         f" WHERE i.project_id = ? AND p.project_id = ?{who}{when}{_heldout_filter(options)} ORDER BY rk.item_id, rk.id",
         [project.id, project.id, *who_params, *when_params],

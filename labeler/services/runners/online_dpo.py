@@ -100,7 +100,8 @@ def scored_judgements(step: int, prompts: list, completions: list, values: list[
     missing_eos_penalty, when set, is applied after this and may turn a verdict it records)."""
     half = len(completions) // 2
     if len(completions) != 2 * half or list(prompts[:half]) != list(prompts[half:]):
-        raise ValueError("scores to record come as the trainer asks for them: the prompts twice, first answers, then second")
+        raise ValueError("scores to record come as the trainer asks for them: the prompts twice, the first answers, "
+                         "then the second")
     verdicts = preference_from_scores(values[:half], values[half:])
     return [Judgement(step, _text(prompts[i]), _text(completions[i]), _text(completions[half + i]), "model",
                       verdicts[i], model=verdicts[i]) for i in range(half)]
@@ -205,7 +206,8 @@ class MixJudge(BasePairwiseJudge):
 
         if not prompts:
             return []
-        scores = self.mix.model.scores([p for p in prompts for _ in range(2)], [c for pair in completions for c in pair])
+        scores = self.mix.model.scores([p for p in prompts for _ in range(2)],
+                                       [c for pair in completions for c in pair])  # (members, 2 * pairs)
         ranks = [value for k in range(len(prompts))
                  for value in expected_centred_ranks(self.mix.model.temperature * scores[:, 2 * k:2 * k + 2]).tolist()]
         return pair_verdicts(ranks)
@@ -216,7 +218,8 @@ class MixJudge(BasePairwiseJudge):
         model: dict[int, int] = {}
         if asked:
             if self.log is not None:  # scored before the mix asks anyone (the model it picked the pairs with)
-                model = dict(zip(asked, self.model_verdicts([prompts[i] for i in asked], [completions[i] for i in asked])))
+                model = dict(zip(asked, self.model_verdicts([prompts[i] for i in asked],
+                                                            [completions[i] for i in asked])))
             self.mix.queue.last_asked, self.mix.queue.last_wait = ([], []), ([], [])
             rewards = self.mix([prompts[i] for i in asked for _ in range(2)],
                                [answer for i in asked for answer in completions[i]])
