@@ -526,3 +526,9 @@ MIGRATIONS.append(("project questions and their answers", [
     "CREATE UNIQUE INDEX answers_one ON answers (item_id, response_id, user_id, kind, COALESCE(question_id, 0))",
     "CREATE INDEX answers_question ON answers (question_id)",
 ]))
+
+# Where each labelled item came from (items.source: a preference row's `source` in exports) and an online run's
+# judgements (run_judgements): storage/preference_sources.py says what each holds.
+from storage.preference_sources import PREFERENCE_SOURCES  # noqa: E402  (its own file: see its docstring)
+
+MIGRATIONS.append(("preference sources and online judgements", PREFERENCE_SOURCES))
