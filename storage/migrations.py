@@ -526,3 +526,16 @@ MIGRATIONS.append(("project questions and their answers", [
     "CREATE UNIQUE INDEX answers_one ON answers (item_id, response_id, user_id, kind, COALESCE(question_id, 0))",
     "CREATE INDEX answers_question ON answers (question_id)",
 ]))
+
+# A run's stage is checked in code against the stage registry (labeler/services/training_stages: runs.insert_run), no
+# longer by a CHECK constraint: the constraint repeated the registry's names here, and every new stage needed a
+# migration (the two above). Removed by editing its text in the schema, as it was widened (removing a CHECK
+# constraint leaves the stored rows' format as it is; a rebuild of `runs` would cascade-delete its metrics).
+MIGRATIONS.append(("runs: stage checked against the stage registry", [
+    "PRAGMA writable_schema = ON",
+    "UPDATE sqlite_master SET sql = replace(sql, "
+    "'stage TEXT NOT NULL CHECK (stage IN (''sft'', ''rm'', ''dpo'', ''ppo'', ''grpo'', ''rloo'', ''kto'', "
+    "''online-dpo''))', 'stage TEXT NOT NULL') "
+    "WHERE type = 'table' AND name = 'runs'",
+    "PRAGMA writable_schema = RESET",
+]))
