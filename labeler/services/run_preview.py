@@ -24,7 +24,7 @@ from labeler.services import launch, models, run_estimate, run_settings, train_c
 from labeler.services.errors import InputError
 from labeler.services.evaluation import heldout_prompts
 from labeler.services.projects import get_project
-from labeler.services.training_rows import split_for_training
+from labeler.services.stages import split_for_training
 from labeler.services.training_stages.base import MIN_TRAINING_ROWS, row_key, steps_per_pass
 from rlhf.loading import SHORT_NAMES
 

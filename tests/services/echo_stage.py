@@ -29,7 +29,7 @@ def run_echo(ctx):
 
 STAGE = Stage(
     name="echo", order=9, config_class="echo_stage:EchoConfig", runner="echo_stage:run_echo",
-    training_rows="labeler.services.training_rows:sft_rows", unit="answers", label="Echo good answers (a test stage)",
+    training_rows="labeler.services.stages:sft_rows", unit="answers", label="Echo good answers (a test stage)",
     note="Repeats the answers people rated well.", card="echo (a test stage)", metrics=("loss",),
     form_fields=("learning_rate", "echoes"), full_lr=1e-5, lora_lr=1e-4,
 )

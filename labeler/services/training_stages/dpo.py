@@ -19,7 +19,7 @@ def app_defaults(trainer_settings: dict, job) -> dict:
 
 STAGE = Stage(
     name="dpo", order=3, config_class="rlhf.dpo:DPOConfig", runner="labeler.services.runners.offline:run_dpo",
-    training_rows="labeler.services.training_rows:dpo_rows",
+    training_rows="labeler.services.stages:dpo_rows",
     unit="pairs", label="Learn from preferences (DPO)",
     note="Tunes the model straight from the preference pairs, with no reward model.",
     card="DPO (DPOTrainer)", metrics=("loss", "rewards/margins"),

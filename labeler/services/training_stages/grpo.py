@@ -31,7 +31,7 @@ def __getattr__(name: str):
 
 STAGE = Stage(
     name="grpo", order=5, config_class="labeler.services.training_stages.grpo:StudioGRPOConfig",
-    runner="labeler.services.runners.online:run_grpo", training_rows="labeler.services.training_rows:training_prompts",
+    runner="labeler.services.runners.online:run_grpo", training_rows="labeler.services.stages:training_prompts",
     unit="prompts", label="Group-relative RL (GRPO)",
     note="Like PPO, but compares several answers to the same prompt instead of learning a value function.",
     card="GRPO (GRPOTrainer, TRL 1.x API)", metrics=("reward", "kl"),

@@ -40,7 +40,7 @@ def label_problem(labels: list[bool]) -> str | None:
 
 STAGE = Stage(
     name="kto", order=7, config_class="labeler.services.training_stages.kto:StudioKTOConfig",
-    runner="labeler.services.runners.online:run_kto", training_rows="labeler.services.training_rows:kto_rows",
+    runner="labeler.services.runners.online:run_kto", training_rows="labeler.services.stages:kto_rows",
     unit="answers", label="Learn from good/bad labels (KTO)",
     note="Tunes the model from answers labelled good or bad (ratings above or below the scale's midpoint).",
     card="KTO (KTOTrainer, TRL 1.x API)", metrics=("loss", "kl"),

@@ -54,7 +54,7 @@ def check(job, trainer) -> None:
 STAGE = Stage(
     name="online-dpo", order=8, config_class="labeler.services.training_stages.online_dpo:StudioOnlineDPOConfig",
     runner="labeler.services.runners.online_dpo:run_online_dpo",
-    training_rows="labeler.services.training_rows:online_dpo_rows", unit="prompts",
+    training_rows="labeler.services.stages:online_dpo_rows", unit="prompts",
     label="Online preferences (online DPO)",
     note="The model answers each prompt twice, a judge (a reward model or a function) picks the better answer, "
          "and it learns from that pair.",

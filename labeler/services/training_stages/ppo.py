@@ -89,7 +89,7 @@ def recipe_batch(mini: int, accumulation: int) -> dict[str, Any]:
 
 STAGE = Stage(
     name="ppo", order=4, config_class="rlhf.configs:PPOConfig", runner="labeler.services.runners.ppo:run_ppo",
-    training_rows="labeler.services.training_rows:training_prompts", unit="prompts", label="Reinforce with a reward (PPO)",
+    training_rows="labeler.services.stages:training_prompts", unit="prompts", label="Reinforce with a reward (PPO)",
     note="Generates answers, scores them with the reward below, and moves the model towards higher rewards while "
          "staying close to where it started (KL).",
     card="PPO (PPOTrainer, TRL 0.11 API)", metrics=("env/reward_mean", "objective/kl"),

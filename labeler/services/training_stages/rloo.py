@@ -29,8 +29,9 @@ def __getattr__(name: str):
 
 STAGE = Stage(
     name="rloo", order=6, config_class="labeler.services.training_stages.rloo:StudioRLOOConfig",
-    runner="labeler.services.runners.online:run_rloo", training_rows="labeler.services.training_rows:training_prompts",
-    unit="prompts", label="Leave-one-out RL (RLOO)", note="Like GRPO, with each answer compared to the mean of the others.",
+    runner="labeler.services.runners.online:run_rloo", training_rows="labeler.services.stages:training_prompts",
+    unit="prompts", label="Leave-one-out RL (RLOO)",
+    note="Like GRPO, with each answer compared to the mean of the others.",
     card="RLOO (RLOOTrainer, TRL 1.x API)", metrics=("reward", "kl"),
     form_fields=("learning_rate", "per_device_train_batch_size", "num_iterations", "beta", "normalize_advantages"),
     full_lr=1e-6, lora_lr=1e-5, recipe_batch=generation_batch, samples=True, online_trl=True,

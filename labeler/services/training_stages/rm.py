@@ -14,7 +14,7 @@ REWARD_MODEL_PASSES = 3.0
 
 STAGE = Stage(
     name="rm", order=2, config_class="rlhf.reward:RewardConfig", runner="labeler.services.runners.offline:run_rm",
-    training_rows="labeler.services.training_rows:rm_rows", unit="pairs", label="Reward model",
+    training_rows="labeler.services.stages:rm_rows", unit="pairs", label="Reward model",
     note="Trains a scorer on the rankings (and, if you like, the ratings): the reward that PPO, GRPO and RLOO use.",
     card="reward modelling (RewardTrainer)", metrics=("loss", "accuracy"),
     form_fields=("learning_rate", "per_device_train_batch_size", "max_length", "center_rewards_coefficient"),

@@ -5,7 +5,7 @@ from labeler.services.training_stages.base import Stage
 
 STAGE = Stage(
     name="sft", order=1, config_class="rlhf.sft:SFTConfig", runner="labeler.services.runners.offline:run_sft",
-    training_rows="labeler.services.training_rows:sft_rows",
+    training_rows="labeler.services.stages:sft_rows",
     unit="answers", label="Imitate good answers (SFT)", note="Fine-tunes the model on the answers people rated well.",
     card="supervised fine-tuning (SFTTrainer)", metrics=("loss",),
     form_fields=("learning_rate", "per_device_train_batch_size", "max_length", "completion_only_loss", "packing"),
