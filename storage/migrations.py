@@ -532,3 +532,16 @@ MIGRATIONS.append(("project questions and their answers", [
 from storage.preference_sources import PREFERENCE_SOURCES  # noqa: E402  (its own file: see its docstring)
 
 MIGRATIONS.append(("preference sources and online judgements", PREFERENCE_SOURCES))
+
+# A run's stage is checked in code against the stage registry (labeler/services/training_stages: runs.insert_run), no
+# longer by a CHECK constraint: the constraint repeated the registry's names here, and every new stage needed a
+# migration (the two above). Removed by editing its text in the schema, as it was widened (removing a CHECK
+# constraint leaves the stored rows' format as it is; a rebuild of `runs` would cascade-delete its metrics).
+MIGRATIONS.append(("runs: stage checked against the stage registry", [
+    "PRAGMA writable_schema = ON",
+    "UPDATE sqlite_master SET sql = replace(sql, "
+    "'stage TEXT NOT NULL CHECK (stage IN (''sft'', ''rm'', ''dpo'', ''ppo'', ''grpo'', ''rloo'', ''kto'', "
+    "''online-dpo''))', 'stage TEXT NOT NULL') "
+    "WHERE type = 'table' AND name = 'runs'",
+    "PRAGMA writable_schema = RESET",
+]))

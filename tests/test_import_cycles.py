@@ -6,6 +6,7 @@ neither, so the graph counts it (reading top-level imports alone once let such a
 from __future__ import annotations
 
 import ast
+import json
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -206,6 +207,38 @@ def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
                 todo.append(target)
     return seen
 
+
+
+# The stage registry's floor: what its modules may reach (at import time or in a function). A stage names what does
+# the work ("module:attribute": its rows, trainer config and runner) and imports it only when asked, so the settings,
+# the storage check of a run's stage, the preview and the estimate read the stages' facts instead of their names.
+STAGE_FLOOR = {"labeler.services.errors", "labeler.services.reward_spec"}
+
+
+def test_the_stage_registry_stands_on_the_ground_floor():
+    files = module_files(ROOT)
+    graph = import_graph(ROOT)
+    stage_modules = [name for name in files if name.startswith("labeler.services.training_stages")]
+    assert len(stage_modules) >= 10  # the package, base and the eight stages
+    for name in stage_modules:
+        ours = {module for module in reachable(graph, name) if module.startswith(("labeler", "storage"))}
+        above = {module for module in ours if not module.startswith("labeler.services.training_stages")} - STAGE_FLOOR
+        assert above == set(), f"{name} reaches {sorted(above)}"
+    # and the settings read it (no second list of stage names)
+    assert "labeler.services.training_stages" in graph["labeler.services.job_settings"]
+    # The registry finds its modules with importlib, which the graph cannot see: what importing it loads, in a fresh
+    # interpreter, is the floor too (no runner, row reader or trainer config imported before it is asked for).
+    import subprocess
+    import sys
+
+    code = ("import json, sys; import labeler.services.training_stages; "
+            "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('labeler', 'storage', 'torch')))))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    loaded = set(json.loads(done.stdout))
+    assert {m for m in loaded if not m.startswith("labeler.services.training_stages")} <= STAGE_FLOOR | {
+        "labeler", "labeler.services"}
+    assert {f"labeler.services.training_stages.{stage}" for stage in ("ppo", "grpo", "online_dpo")} <= loaded
 
 def test_job_settings_stand_on_the_ground_floor():
     # Settings declare and check values: they reach no exporter with its writers and no timing code (the label

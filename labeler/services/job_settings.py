@@ -13,11 +13,13 @@ from dataclasses import dataclass, field, fields
 from typing import ClassVar, Literal
 
 from labeler import forms
+from labeler.services import training_stages
 from labeler.services.durations import budget_seconds
 from labeler.services.label_filters import filter_field
 from rlhf.hardware import bf16_is_fast
 
-ALL_STAGES = ("sft", "rm", "dpo", "ppo", "grpo", "rloo", "kto", "online-dpo")
+# The stages, from their registry (on this floor too: training_stages imports no export code).
+ALL_STAGES = tuple(training_stages.STAGES)
 
 
 def _check(condition: bool, name: str, value, why: str) -> None:
@@ -111,7 +113,7 @@ class RewardSettings:
     reward_function; then people's part and what is generated."""
 
     TITLE: ClassVar[str] = "Rewards"
-    STAGES: ClassVar[tuple[str, ...]] = ("ppo", "grpo", "rloo")
+    STAGES: ClassVar[tuple[str, ...]] = training_stages.names(samples=True)  # ppo, grpo, rloo
 
     reward: Literal["rm", "human", "mix", "function"] = field(default="rm", metadata={
         "help": "Reward source: rm: the reward model · human: the Rate tab · mix: both · function: e.g. VADER "

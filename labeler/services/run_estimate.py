@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 # budget_seconds: run_preview reads it here too, with format_duration.
+from labeler.services import training_stages
 from labeler.services.durations import budget_seconds, format_duration  # noqa: F401
 from rlhf.configs import PPOConfig
 from rlhf.loading import load_tokenizer
@@ -319,9 +320,12 @@ PROMPT_TOKENS = 64  # a typical prompt's length in tokens (the estimate does not
 
 def train_shape(stage: str, job, trainer, device_type: str):
     """The run's TrainShape: rows and tokens per forward/backward, precision, LoRA (QLoRA), the reference copy and
-    its dtype (PPO's and GRPO's copy in bf16 where the run computes in bf16; DPO/KTO's is loaded as the policy is)."""
+    its dtype (PPO's and GRPO's copy in bf16 where the run computes in bf16; DPO/KTO's is loaded as the policy is).
+    What differs between stages is read from their facts (training_stages: ppo_loop, online_trl, sequences_per_row,
+    logit_tokens, reference_copy)."""
     from rlhf.attention import training_attention
 
+    facts = training_stages.get(stage)
     compute = 2 if job.bf16 else 4
     dtype = getattr(trainer, "dtype", None)
     quantized = bool(getattr(trainer, "load_in_4bit", False))
@@ -338,22 +342,22 @@ def train_shape(stage: str, job, trainer, device_type: str):
     common = dict(lora_r=job.lora_r if job.lora else 0, load_bytes=load, compute_bytes=compute, quantized_4bit=quantized,
                   gradient_checkpointing=bool(trainer.gradient_checkpointing),
                   eager_attention=attention in ("eager", "lean_eager"))
-    if stage == "ppo":
+    if facts.ppo_loop:
         tokens = PROMPT_TOKENS + job.max_new_tokens
         return TrainShape(rows=trainer.mini_batch_size, tokens=tokens, logit_tokens=job.max_new_tokens,
                           reference=not job.lora, reference_bytes=copied_reference_bytes,
                           no_grad_rows=trainer.rollout_forward_batch_size,
                           generation_rows=trainer.batch_size, **common)
-    if stage in ("grpo", "rloo"):
+    if facts.online_trl:
         answer = trainer.max_completion_length
         return TrainShape(rows=trainer.per_device_train_batch_size, tokens=PROMPT_TOKENS + answer, logit_tokens=answer,
                           reference=trainer.beta != 0 and not job.lora, reference_bytes=copied_reference_bytes,
                           no_grad_rows=trainer.per_device_train_batch_size,
                           generation_rows=trainer.generation_batch_size or trainer.per_device_train_batch_size, **common)
     tokens = trainer.max_length or 512
-    rows = trainer.per_device_train_batch_size * (1 if stage == "sft" else 2)  # pairs / KTO's KL rows: 2 sequences
-    logit_tokens = {"sft": tokens, "rm": 0}.get(stage, max(1, tokens - PROMPT_TOKENS))
-    reference = stage in ("dpo", "kto") and not job.lora and not getattr(trainer, "precompute_ref_log_probs", False)
+    rows = trainer.per_device_train_batch_size * facts.sequences_per_row  # pairs, KTO's KL rows: 2 sequences a row
+    logit_tokens = {"all": tokens, "none": 0}.get(facts.logit_tokens, max(1, tokens - PROMPT_TOKENS))
+    reference = facts.reference_copy and not job.lora and not getattr(trainer, "precompute_ref_log_probs", False)
     return TrainShape(rows=rows, tokens=tokens, logit_tokens=logit_tokens, reference=reference, **common)
 
 
@@ -381,7 +385,7 @@ def memory_text(model_path: str, stage: str, job, trainer, recipe_for=None) -> s
     vocabulary = f", vocabulary {shape.vocab_size:,}" if shape.vocab_size else ""
     text = (f"**Memory: about {estimate.total / GIB:.1f} GiB** of {total / GIB:.0f} GiB ({name}) for "
             f"{shape.parameters / 1e9:.2f}B parameters{vocabulary}: {estimate.summary()}")
-    if stage not in ("ppo", "grpo", "rloo"):  # label stages: batches are as long as their longest row
+    if not training_stages.get(stage).samples:  # label stages: batches are as long as their longest row
         text += f", with every sequence at max_length {getattr(trainer, 'max_length', None) or 512} (an upper bound)"
     text += "."
     if estimate.total > 0.9 * total:

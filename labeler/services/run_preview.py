@@ -24,7 +24,8 @@ from labeler.services import launch, models, run_estimate, run_settings, train_c
 from labeler.services.errors import InputError
 from labeler.services.evaluation import heldout_prompts
 from labeler.services.projects import get_project
-from labeler.services.training_stages.base import MIN_TRAINING_ROWS, row_key, split_for_training, steps_per_pass
+from labeler.services.stages import split_for_training
+from labeler.services.training_stages.base import MIN_TRAINING_ROWS, row_key, steps_per_pass
 from rlhf.loading import SHORT_NAMES
 
 # More passes than this over the training rows and the preview warns: with a few hundred labels the model then
@@ -221,12 +222,12 @@ def refuse_without_data(db: sqlite_utils.Database, project: str, stage: str, val
 
 
 def budget_stage_error(stage: str) -> str:
-    return f"time_budget is for ppo runs (the stage here is {stage}); set steps instead"
+    return f"time_budget is for {', '.join(BUDGET_STAGES)} runs (the stage here is {stage}); set steps instead"
 
 
 def _micro_step_settings(db, project: str, stage: str, job, trainer, prompts: list[str]):
     """What the run's micro-step is measured with: one mini-batch of its answers, at its answer length."""
-    if stage == "ppo":
+    if training_stages.get(stage).ppo_loop:
         rows, tokens, group, estimator = (trainer.mini_batch_size, job.max_new_tokens, job.answers_per_prompt,
                                           trainer.advantage_estimator)
         generation_rows = trainer.batch_size  # the runner generates a whole batch at once
@@ -246,7 +247,7 @@ def _micro_step_settings(db, project: str, stage: str, job, trainer, prompts: li
 def _step_seconds(stage: str, micro: run_estimate.MicroStep, trainer, job, heldout: int) -> float:
     """One step of the run from its micro-step: a PPO batch (with its share of the held-out curve, which a
     single-process PPO run draws every job.heldout_every steps), or a GRPO/RLOO generation batch (on each rank)."""
-    if stage == "ppo":
+    if training_stages.get(stage).ppo_loop:
         curve = 0.0
         if (job.num_processes or 1) == 1:
             curve = run_estimate.heldout_curve_seconds_per_step(micro, heldout, job.heldout_every)

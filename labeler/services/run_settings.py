@@ -29,7 +29,8 @@ from labeler.services.errors import InputError
 from labeler.services.job_settings import JobConfig
 from labeler.services.projects import get_project
 from labeler.services.run_secrets import refuse_secrets
-from labeler.services.training_stages.base import MIN_TRAINING_ROWS, row_key, split_for_training, steps_per_pass
+from labeler.services.stages import split_for_training
+from labeler.services.training_stages.base import MIN_TRAINING_ROWS, row_key, steps_per_pass
 from rlhf.configs import check_learning_rate
 from rlhf.loading import SHORT_NAMES
 

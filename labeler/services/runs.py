@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from labeler.services import training_stages
 from labeler.services.accounts import get_user
 from labeler.services.errors import InputError, PermissionDenied
 from labeler.services.labeling import release_ended_run
@@ -170,8 +171,9 @@ def _user_id(db, username: str | None) -> int | None:
 
 def insert_run(db, stage: str, config: dict[str, Any], project: str, username: str | None, name: str,
                runs_dir: str | Path) -> int:
-    """A queued row with its output folder (inside `runs_dir`) and log path; returns its id. An unknown project
-    is an InputError and an unknown user PermissionDenied, before anything is written."""
+    """A queued row with its output folder (inside `runs_dir`) and log path; returns its id. An unknown stage (the
+    stage registry's) or project is an InputError and an unknown user PermissionDenied, before anything is written."""
+    training_stages.get(stage)  # the registry is the list of stages (storage/migrations.py: the schema keeps none)
     project_id = get_project(db, project).id
     user_id = _user_id(db, username)
     with write_transaction(db):

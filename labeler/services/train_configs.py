@@ -11,7 +11,6 @@ the preview and the resolution all call it. A `reward=` spec (reward_spec.py's g
 """
 from __future__ import annotations
 
-import importlib
 import json
 from pathlib import Path
 from typing import Any
@@ -22,12 +21,13 @@ from labeler.services.errors import InputError
 from labeler.services.job_settings import JobConfig, load_job_config  # noqa: F401 - callers import it here
 from labeler.services.readers import MAX_JSON_DEPTH, check_depth, decode_text, load_json
 from labeler.services.run_secrets import refuse_secrets
+from labeler.services.training_stages.base import load
 
 # The trainer config class of each stage ("module:Class", imported on demand: torch/transformers are slow to
 # import) and the trainer fields the Train tab shows (every other field is still settable with --set or a JSON
 # file; steps, seed and bf16 are job settings, passed on to the trainer: max_steps, seed, bf16): each stage's own
 # module in training_stages/ says them.
-STAGES = training_stages.NAMES
+STAGES = tuple(training_stages.STAGES)
 STAGE_CONFIG_CLASSES = {name: stage.config_class for name, stage in training_stages.STAGES.items()}
 FORM_FIELDS = {name: list(stage.form_fields) for name, stage in training_stages.STAGES.items()}
 
@@ -78,10 +78,10 @@ def recipe_settings(stage: str, recipe: str) -> dict[str, Any]:
 
 
 def stage_config_class(stage: str):
+    """The stage's trainer config class (the one way to it: the form, the flags, the resolution and the runners)."""
     training_stages.get(stage)  # an unknown stage: InputError naming the choices
     # Imported on demand (the trainers pull in torch); a broken trainer module fails here, loudly.
-    module_name, _, cls_name = STAGE_CONFIG_CLASSES[stage].partition(":")
-    return getattr(importlib.import_module(module_name), cls_name)
+    return load(STAGE_CONFIG_CLASSES[stage])
 
 
 def form_fields(stage: str) -> list[str]:

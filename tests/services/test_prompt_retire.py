@@ -9,7 +9,7 @@ import pytest
 from labeler.services import export, labeling, projects, prompts
 from labeler.services.errors import InputError
 from labeler.services.prompts import edit_prompt, restore_prompts, retire_prompts
-from labeler.services.training_stages.base import training_prompts
+from labeler.services.stages import training_prompts
 from tests.services.labeling_helpers import add_prompt, add_ranked_pairs, make_users
 
 

@@ -12,8 +12,8 @@ from labeler.services.errors import InputError
 from labeler.services.export import training_options
 from labeler.services.human_reward import HumanRewardQueue
 from labeler.services.projects import get_project
-from labeler.services.stages import RunResult, StageContext, data_snapshot
-from labeler.services.training_stages.base import MIN_TRAINING_ROWS, row_key, split_for_training
+from labeler.services.stages import RunResult, StageContext, data_snapshot, split_for_training
+from labeler.services.training_stages.base import MIN_TRAINING_ROWS, row_key
 from rlhf.loading import load_tokenizer
 from rlhf.rewards import FunctionReward, HumanReward, MixReward, RewardModelReward
 

@@ -6,72 +6,32 @@ a function, a reward model, people rating or ranking each prompt's group of answ
 wrapped as a TRL reward function. Like the other stages they report through the MetricsSink, checkpoint every
 `checkpoint_every` steps through transformers' Trainer and resume from the newest complete checkpoint.
 
-The app's configs are the library's (TRL 1.16's fields and names) with defaults for a run on a CPU, the recipe
-measured for GRPO in docs/RECIPES.md (PPO's defaults until it moved to one pass at lr 6e-5): 16 prompts x 4
-answers of 16 tokens per generation batch, 2 passes over it in mini-batches of 16, learning rate 3e-5. `steps`
-counts generation batches, as it counts PPO batches for ppo.
+The app's configs (the library's, TRL 1.16's fields and names, with defaults for a run on a CPU) are facts of their
+stages: training_stages/grpo.py, rloo.py and kto.py (StudioGRPOConfig, ...), reached through
+train_configs.stage_config_class. `steps` counts generation batches, as it counts PPO batches for ppo.
 """
 from __future__ import annotations
 
 import dataclasses
 import random
-from dataclasses import dataclass, field
 from typing import Any
 
-from labeler.services import models, train_configs
+from labeler.services import models, train_configs, training_stages
 from labeler.services.errors import InputError
 from labeler.services.projects import get_project
 from labeler.services.runners.common import (conversational, human_queue, peft_config, policy_kind, policy_prompts,
                                              require_rows, reward_source, stage_rows, train_stage,
                                              train_with_trainer, trainer_callbacks)
 from labeler.services.stages import RunResult, StageContext, data_snapshot
-from labeler.services.training_stages.kto import label_problem as kto_label_problem
-from rlhf.grpo import GRPOConfig, GRPOTrainer
-from rlhf.kto import KTOConfig, KTOTrainer
+from labeler.services.training_stages.base import StudioOnlineDefaults  # noqa: F401 - callers import it here
+from rlhf.grpo import GRPOTrainer
+from rlhf.kto import KTOTrainer
 from rlhf.loading import load_tokenizer
-from rlhf.rloo import RLOOConfig, RLOOTrainer
+from rlhf.rloo import RLOOTrainer
 
-
-# ---- the app's defaults: a CPU run (the library's defaults are TRL's, made for GPUs) --------------------------
-@dataclass
-class StudioOnlineDefaults:
-    """The CPU defaults GRPO and RLOO share in the app, and how the job's settings feed them. Listed first among a
-    Studio config's bases, so its defaults override the library's (dataclass fields are gathered from the last
-    base to the first); beta differs between the two and stays with each."""
-
-    learning_rate: float = field(default=3e-5, metadata={"help": "AdamW learning rate (the tuned CPU value with 2 passes; TRL's default 1e-6 suits long GPU runs)."})
-    per_device_train_batch_size: int = field(default=16, metadata={"help": "Answers per mini-batch (one optimizer step)."})
-    steps_per_generation: int | None = field(default=4, metadata={"help": "Mini-batches per generation batch: 4 x 16 = 64 answers, 16 prompts x 4."})
-    num_generations: int = field(default=4, metadata={"help": "Answers per prompt (unless set: the job's answers_per_prompt)."})
-    max_completion_length: int = field(default=16, metadata={"help": "Tokens per answer (unless set: the job's max_new_tokens, the project's answer length)."})
-    num_iterations: int = field(default=2, metadata={"help": "Passes over each generation batch (PPO's ppo_epochs)."})
-
-
-@dataclass
-class StudioGRPOConfig(StudioOnlineDefaults, GRPOConfig):
-    """GRPOConfig with defaults for a CPU run in the app (the fields and their meaning are TRL 1.16's)."""
-
-    # Measured on the shipped task (function reward, 40 steps, CPU with bf16): beta 0.04 (DeepSeekMath's) gave 94%
-    # positive at KL 10.5 on held-out prompts, 0.08 gave 84% at KL 6.0, 0.05 gave 94% at KL 9.6.
-    beta: float = field(default=0.05, metadata={"help": "k3 KL coefficient to the base model (0: no reference)."})
-
-
-@dataclass
-class StudioRLOOConfig(StudioOnlineDefaults, RLOOConfig):
-    """RLOOConfig with defaults for a CPU run in the app (the fields and their meaning are TRL 1.16's)."""
-
-    beta: float = field(default=0.03, metadata={"help": "KL penalty on the reward (PPO's init_kl_coef; 0: no reference)."})
-
-
-@dataclass
-class StudioKTOConfig(KTOConfig):
-    """KTOConfig with defaults for a CPU run in the app (the fields and their meaning are TRL 1.16's)."""
-
-    learning_rate: float = field(default=5e-5, metadata={"help": "AdamW learning rate (TRL's 1e-6 suits long GPU runs; at 5e-6 the shipped task's 40 steps moved the model by KL 0.01)."})
-    per_device_train_batch_size: int = field(default=8, metadata={"help": "Rated answers per step (the KL pairs are made within it)."})
-    max_length: int | None = field(default=512, metadata={"help": "Tokens per prompt + answer; the answer is cut at the end."})
-    precompute_ref_log_probs: bool = field(default=True, metadata={
-        "help": "Run the base model once over the data before training and cache its log-probs (no second model in memory)."})
+# The app's trainer configs, declared with their stages; named here too for callers of this module and for the
+# checkpoints' training_args.bin pickled before they moved.
+StudioGRPOConfig, StudioRLOOConfig, StudioKTOConfig = map(train_configs.stage_config_class, ("grpo", "rloo", "kto"))
 
 
 # ---- GRPO and RLOO --------------------------------------------------------------------------------------
@@ -172,7 +132,7 @@ def run_kto(ctx: StageContext) -> RunResult:
     random.Random(ctx.job.seed).shuffle(rows)
     require_rows(rows, "rated answers", "rate answers (KTO trains on each rated answer, desirable "
                  "when its mean score is at least sft_min_score)")
-    problem = kto_label_problem([r["label"] for r in rows])
+    problem = training_stages.get("kto").data_problem(rows)  # labels all one way
     if problem:
         raise InputError(problem, field="sft_min_score")
     rows = ctx.frozen_rows("train_rows", rows)  # a resumed run keeps its rows, and so its weights

@@ -13,15 +13,14 @@ Every pair judged is recorded as it is judged (JudgementLog -> labeler/services/
 the run's page can say how many pairs people judged, how many the model, and how often the model agreed with people;
 a run that fails keeps the judgements of the batches before.
 
-Loads torch when imported (it subclasses the library's config): the stage registry names it as a string and
-Stage.run imports it, so the app's import stays light (tests/test_light_imports.py, HEAVY_SERVICES).
+Loads torch when imported (the library's trainer): the stage registry names it as a string and
+Stage.run imports it, so the app's import stays light (tests/test_light_imports.py, HEAVY_SERVICES). The app's config,
+StudioOnlineDPOConfig, is declared with the stage (training_stages/online_dpo.py).
 """
 from __future__ import annotations
 
 import dataclasses
 import random
-from dataclasses import dataclass, field
-
 
 from labeler.services import models
 from labeler.services.errors import InputError
@@ -31,26 +30,11 @@ from labeler.services.projects import get_project
 from labeler.services.runners.common import (active_mix, peft_config, stage_rows, train_with_trainer, trainer_args,
                                              trainer_callbacks)
 from labeler.services.stages import RunResult, StageContext, data_snapshot
-from labeler.services.training_stages.online_dpo import judge_spec
+from labeler.services.training_stages.online_dpo import StudioOnlineDPOConfig, judge_spec  # noqa: F401 - callers
 from rlhf.judges import BasePairwiseJudge, ScoreJudge, preference_from_scores
 from rlhf.loading import load_tokenizer
 from rlhf.online_dpo import OnlineDPOConfig, OnlineDPOTrainer
 from rlhf.rewards import FunctionReward
-
-
-@dataclass
-class StudioOnlineDPOConfig(OnlineDPOConfig):
-    """OnlineDPOConfig with defaults for a CPU run in the app (the fields and their meaning are TRL's)."""
-
-    judge: str | None = field(default="rm", metadata={
-        "help": "Who picks the better answer: people (each pair to the Rank tab; the run waits as reward=human runs "
-                "do), mix (people the pairs the online reward model is least sure of, the model the rest), rm (the newest reward model), rm:NAME, vader, vader-with-prompt or module:function (a function "
-                "(prompts, answers) -> one score per answer; the higher score wins)."})
-    learning_rate: float = field(default=5e-6, metadata={
-        "help": "AdamW learning rate (TRL's 5e-7 suits long GPU runs; a 40-step CPU run needs more)."})
-    per_device_train_batch_size: int = field(default=8, metadata={"help": "Prompts per step (two answers each)."})
-    max_new_tokens: int = field(default=16, metadata={"help": "Tokens per answer (the job's max_new_tokens wins when set)."})
-    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature."})
 
 
 def _text(value) -> str:

@@ -1,8 +1,11 @@
-"""What every training stage says about itself (`Stage`), and the row helpers the stages share.
+"""What every training stage says about itself (`Stage`), and the pure helpers the stages share.
 
 A stage's facts live in its own module of this package (sft.py, rm.py, ...), each a `STAGE = Stage(...)`; the
-registry (`__init__.py`) lists them. The trainer config class and the runner are named as "module:attribute" and
-imported when asked for: they import torch, and the Train tab, the CLI's help and the preview stay light.
+registry (`__init__.py`) finds them. This package stands on the settings' ground floor: it imports no export, project
+or prompt code and no torch, so job_settings, the storage check of a run's stage, the estimate and the preview read
+the stage names and facts here instead of repeating them (tests/test_import_cycles.py checks it). What does the work
+is named as "module:attribute" and imported when asked for: the rows a stage trains on (labeler/services/stages.py),
+its trainer config's library class and its runner (runners/).
 """
 from __future__ import annotations
 
@@ -10,12 +13,9 @@ import importlib
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from labeler.services.errors import InputError
-from labeler.services.export import split_by_prompt
-from labeler.services.projects import get_project
-from labeler.services.prompts import split_texts
 
 
 # Fewer training rows and a run stops at once (the stage runners' require_rows; the preview and launching refuse it).
@@ -60,17 +60,51 @@ def groups_per_step(job, trainer) -> int:
     return trainer.generation_batch_size // trainer.num_generations
 
 
+@dataclass
+class StudioOnlineDefaults:
+    """The CPU defaults GRPO and RLOO share in the app (TRL's are made for GPUs), the recipe measured for GRPO in
+    docs/RECIPES.md: 16 prompts x 4 answers of 16 tokens per generation batch, 2 passes over it in mini-batches of
+    16, learning rate 3e-5. Listed first among a Studio config's bases (grpo.py, rloo.py), so its defaults override
+    the library's (dataclass fields are gathered from the last base to the first); beta differs between the two and
+    stays with each. A plain dataclass: the library's class, which imports torch, is subclassed only when a run
+    asks for it."""
+
+    learning_rate: float = field(default=3e-5, metadata={"help": "AdamW learning rate (the tuned CPU value with 2 passes; TRL's default 1e-6 suits long GPU runs)."})
+    per_device_train_batch_size: int = field(default=16, metadata={"help": "Answers per mini-batch (one optimizer step)."})
+    steps_per_generation: int | None = field(default=4, metadata={"help": "Mini-batches per generation batch: 4 x 16 = 64 answers, 16 prompts x 4."})
+    num_generations: int = field(default=4, metadata={"help": "Answers per prompt (unless set: the job's answers_per_prompt)."})
+    max_completion_length: int = field(default=16, metadata={"help": "Tokens per answer (unless set: the job's max_new_tokens, the project's answer length)."})
+    num_iterations: int = field(default=2, metadata={"help": "Passes over each generation batch (PPO's ppo_epochs)."})
+
+
+def load(spec: str):
+    """The attribute a "module:attribute" string names, its module imported now (a broken one fails here, loudly)."""
+    module_name, _, attribute = spec.partition(":")
+    return getattr(importlib.import_module(module_name), attribute)
+
+
+def built_when_asked(cls: type) -> type:
+    """A Studio trainer config class defined inside its stage module's builder function (its base, the library's
+    class, imports torch): named as if defined at the module's top, where the module's `__getattr__` returns it,
+    so pickling finds it (transformers' Trainer saves its arguments with every checkpoint, training_args.bin)."""
+    cls.__qualname__ = cls.__name__
+    return cls
+
+
 @dataclass(frozen=True)
 class Stage:
-    """One training stage: its trainer config and runner, its app defaults, the words and charts the app shows
-    for it, and which rows it trains on (`rows`, the one function its runner and the preview both call)."""
+    """One training stage, as facts: its trainer config and runner (named), its app defaults, the words and charts
+    the app shows for it, and which rows it trains on (named; `rows`, the one function its runner and the preview
+    both call)."""
 
     name: str
+    order: int  # its place where a person picks a stage (the CLI's choices, the Train tab's radio): sft first
     config_class: str  # "module:Class" of its trainer config
     runner: str  # "module:function" of its run(ctx: StageContext) -> RunResult
-    # (db, project, job, **options) -> its training rows after the job's data filters: dicts (sft, rm, dpo, kto)
-    # or, for the stages that sample answers, the project's training prompt texts (in the database's order)
-    rows: Callable[..., list]
+    # "module:function" of (db, project, job, **options) -> its training rows after the job's data filters: dicts
+    # (sft, rm, dpo, kto) or, for the stages that sample answers, the project's training prompt texts (in the
+    # database's order); `rows` calls it
+    training_rows: str
     unit: str  # what a row is, in the preview: "answers", "pairs" or "prompts"
     label: str  # the Train tab's stage radio
     note: str  # the Train tab's line under it
@@ -104,33 +138,27 @@ class Stage:
     # steps when the run sets none: this many passes over its training rows, counted when the run is queued
     # (run_settings.resolve_run); None: the job's own default (40)
     default_passes: float | None = None
+    # What the memory estimate (run_estimate.train_shape) counts for a stage trained on rows by transformers'
+    # Trainer: the sequences one row is (pairs and online DPO's two answers: 2; KTO: a row and its KL row), the
+    # tokens the language-model head computes logits for ("answer", "all" for SFT's whole sequence, "none" for a
+    # scalar head), and whether it holds a frozen copy of the policy as its reference (unless LoRA turns the
+    # adapter off for it or the reference's log-probs are precomputed).
+    sequences_per_row: int = 1
+    logit_tokens: Literal["answer", "all", "none"] = "answer"
+    reference_copy: bool = False
 
-    def config_cls(self):
-        """The trainer config class (imported now: a broken trainer module fails here, loudly)."""
-        return _load(self.config_class)
+    @property
+    def ppo_loop(self) -> bool:
+        """Samples answers in our PPOTrainer's own loop (PPOConfig's batch_size and mini_batch_size), not a TRL
+        online trainer's (online_trl: generation batches of per_device_train_batch_size)."""
+        return self.samples and not self.online_trl
+
+    def rows(self, db, project: str, job, **options) -> list:
+        """Its training rows (the one function its runner and the preview both call)."""
+        return load(self.training_rows)(db, project, job, **options)
 
     def run(self, ctx):
-        return _load(self.runner)(ctx)
-
-
-def _load(spec: str):
-    module_name, _, attribute = spec.partition(":")
-    return getattr(importlib.import_module(module_name), attribute)
-
-
-def training_prompts(db, project: str, job) -> list[str]:
-    """The project's training prompts (split 'train': held-out prompts are never trained on), in the database's
-    order; a runner shuffles them by the job's seed."""
-    return split_texts(db, get_project(db, project).id, "train")
-
-
-def split_for_training(records: list[tuple[str, dict]], test_size: float, seed: int) -> tuple[list, list]:
-    """(train, eval) rows as the stage runners split them (runners.common.split_rows): by prompt (export's
-    split_by_prompt), and everything trained on when either side would have fewer than 2 rows."""
-    train, test = split_by_prompt(records, test_size, seed)
-    if len(train) < 2 or len(test) < 2:
-        return [row for _, row in records], []
-    return train, test
+        return load(self.runner)(ctx)
 
 
 def steps_per_pass(train_rows: int, per_device: int, accumulation: int) -> int:

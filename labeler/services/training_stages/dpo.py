@@ -1,7 +1,6 @@
 """DPO: tune the policy straight from preference pairs, no reward model (rlhf.dpo's DPOTrainer)."""
 from __future__ import annotations
 
-from labeler.services.export import preference_rows, training_options
 from labeler.services.training_stages.base import Stage
 
 
@@ -18,18 +17,13 @@ def app_defaults(trainer_settings: dict, job) -> dict:
     return {"learning_rate": APP_LEARNING_RATE}
 
 
-def rows(db, project: str, job, **options) -> list[dict]:
-    """The reward model's preference pairs (rm.py's rows), as conversations for a chat model (`conversational`)."""
-    return preference_rows(db, project, training_options(job, **options))
-
-
 STAGE = Stage(
-    name="dpo", config_class="rlhf.dpo:DPOConfig", runner="labeler.services.runners.offline:run_dpo",
-    rows=rows,
+    name="dpo", order=3, config_class="rlhf.dpo:DPOConfig", runner="labeler.services.runners.offline:run_dpo",
+    training_rows="labeler.services.stages:dpo_rows",
     unit="pairs", label="Learn from preferences (DPO)",
     note="Tunes the model straight from the preference pairs, with no reward model.",
     card="DPO (DPOTrainer)", metrics=("loss", "rewards/margins"),
     form_fields=("learning_rate", "per_device_train_batch_size", "beta", "loss_type", "max_length"),
     full_lr=1e-6, lora_lr=5e-6, frozen_rows=("train_rows", "preferences"), app_defaults=app_defaults,
-    default_passes=1.0,
+    default_passes=1.0, sequences_per_row=2, reference_copy=True,
 )

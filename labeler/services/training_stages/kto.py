@@ -1,18 +1,33 @@
-"""KTO: tune the policy from answers labelled desirable or undesirable (TRL 1.x's KTOTrainer, the app's CPU
-defaults in runners/online.py)."""
+"""KTO: tune the policy from answers labelled desirable or undesirable (TRL 1.x's KTOTrainer), with the app's CPU
+defaults (StudioKTOConfig)."""
 from __future__ import annotations
 
-from typing import Any
+import functools
+from dataclasses import dataclass, field
 
-from labeler.services.export import training_options, unpaired_rows
-from labeler.services.training_stages.base import Stage
+from labeler.services.training_stages.base import Stage, built_when_asked, load
 
 
-def rows(db, project: str, job, **options) -> list[dict[str, Any]]:
-    """Every rated answer: desirable when its mean score is at least sft_min_score (default the scale's midpoint),
-    undesirable below it (export --kind unpaired's rows), in the export's order (the runner shuffles them)."""
-    listed = unpaired_rows(db, project, training_options(job, threshold=job.sft_min_score, **options))
-    return [{"prompt": r["prompt"], "completion": r["completion"], "label": bool(r["label"])} for r in listed]
+@functools.cache
+def studio_config() -> type:
+    @dataclass
+    class StudioKTOConfig(load("rlhf.kto:KTOConfig")):
+        """KTOConfig with defaults for a CPU run in the app (the fields and their meaning are TRL 1.16's)."""
+
+        learning_rate: float = field(default=5e-5, metadata={"help": "AdamW learning rate (TRL's 1e-6 suits long GPU runs; at 5e-6 the shipped task's 40 steps moved the model by KL 0.01)."})
+        per_device_train_batch_size: int = field(default=8, metadata={"help": "Rated answers per step (the KL pairs are made within it)."})
+        max_length: int | None = field(default=512, metadata={"help": "Tokens per prompt + answer; the answer is cut at the end."})
+        precompute_ref_log_probs: bool = field(default=True, metadata={
+            "help": "Run the base model once over the data before training and cache its log-probs (no second model in memory)."})
+
+    return built_when_asked(StudioKTOConfig)
+
+
+def __getattr__(name: str):
+    # The config subclasses TRL's, which imports torch: built when first asked for (PEP 562), never by the registry.
+    if name == "StudioKTOConfig":
+        return studio_config()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def label_problem(labels: list[bool]) -> str | None:
@@ -24,11 +39,12 @@ def label_problem(labels: list[bool]) -> str | None:
 
 
 STAGE = Stage(
-    name="kto", config_class="labeler.services.runners.online:StudioKTOConfig",
-    runner="labeler.services.runners.online:run_kto", rows=rows, unit="answers",
-    label="Learn from good/bad labels (KTO)",
+    name="kto", order=7, config_class="labeler.services.training_stages.kto:StudioKTOConfig",
+    runner="labeler.services.runners.online:run_kto", training_rows="labeler.services.stages:kto_rows",
+    unit="answers", label="Learn from good/bad labels (KTO)",
     note="Tunes the model from answers labelled good or bad (ratings above or below the scale's midpoint).",
     card="KTO (KTOTrainer, TRL 1.x API)", metrics=("loss", "kl"),
     form_fields=("learning_rate", "per_device_train_batch_size", "beta", "desirable_weight", "undesirable_weight"),
     full_lr=1e-6, lora_lr=5e-6, data_problem=lambda rows: label_problem([row["label"] for row in rows]),
+    sequences_per_row=2, reference_copy=True,  # each row with its KL row
 )

@@ -1,11 +1,41 @@
 """Online DPO: the policy answers each training prompt twice, a judge picks the better answer, and DPO's loss trains
-on those fresh pairs (rlhf.online_dpo's OnlineDPOTrainer, the app's CPU defaults in runners/online_dpo.py). The
+on those fresh pairs (rlhf.online_dpo's OnlineDPOTrainer, with the app's CPU defaults: StudioOnlineDPOConfig). The
 judge is the trainer setting `judge`: people (human), mix, rm, rm:NAME, vader or module:function (reward_spec's grammar:
 a scorer scores each answer alone, the higher wins, equal scores tie; people rank each pair in the Rank tab)."""
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass, field
+
 from labeler.services import reward_spec
-from labeler.services.training_stages.base import Stage, training_prompts
+from labeler.services.training_stages.base import Stage, built_when_asked, load
+
+
+@functools.cache
+def studio_config() -> type:
+    @dataclass
+    class StudioOnlineDPOConfig(load("rlhf.online_dpo:OnlineDPOConfig")):
+        """OnlineDPOConfig with defaults for a CPU run in the app (the fields and their meaning are TRL's)."""
+
+        judge: str | None = field(default="rm", metadata={
+            "help": "Who picks the better answer: people (each pair to the Rank tab; the run waits as reward=human runs "
+                    "do), mix (people the pairs the online reward model is least sure of, the model the rest), rm (the newest reward model), rm:NAME, vader, vader-with-prompt or module:function (a function "
+                    "(prompts, answers) -> one score per answer; the higher score wins)."})
+        learning_rate: float = field(default=5e-6, metadata={
+            "help": "AdamW learning rate (TRL's 5e-7 suits long GPU runs; a 40-step CPU run needs more)."})
+        per_device_train_batch_size: int = field(default=8, metadata={"help": "Prompts per step (two answers each)."})
+        max_new_tokens: int = field(default=16, metadata={"help": "Tokens per answer (the job's max_new_tokens wins when set)."})
+        temperature: float = field(default=1.0, metadata={"help": "Sampling temperature."})
+
+    return built_when_asked(StudioOnlineDPOConfig)
+
+
+def __getattr__(name: str):
+    # The config subclasses the library's, which imports torch: built when first asked for (PEP 562), never by the
+    # registry.
+    if name == "StudioOnlineDPOConfig":
+        return studio_config()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def judge_spec(text) -> reward_spec.RewardSpec:
@@ -21,15 +51,10 @@ def check(job, trainer) -> None:
     judge_spec(trainer.judge)
 
 
-def rows(db, project: str, job, **options) -> list[dict]:
-    """The project's training prompts (held-out prompts are never trained on) as prompt-only rows, in the
-    database's order; the runner shuffles them by the job's seed."""
-    return [{"prompt": text} for text in training_prompts(db, project, job)]
-
-
 STAGE = Stage(
-    name="online-dpo", config_class="labeler.services.runners.online_dpo:StudioOnlineDPOConfig",
-    runner="labeler.services.runners.online_dpo:run_online_dpo", rows=rows, unit="prompts",
+    name="online-dpo", order=8, config_class="labeler.services.training_stages.online_dpo:StudioOnlineDPOConfig",
+    runner="labeler.services.runners.online_dpo:run_online_dpo",
+    training_rows="labeler.services.stages:online_dpo_rows", unit="prompts",
     label="Online preferences (online DPO)",
     note="The model answers each prompt twice, a judge (a reward model or a function) picks the better answer, "
          "and it learns from that pair.",
@@ -40,4 +65,6 @@ STAGE = Stage(
     full_lr=5e-7, lora_lr=5e-6, frozen_rows=("prompts", "prompts"), check=check,
     # the job's answer length is its answers' unless the trainer settings set it (stored when the run is resolved)
     from_job={"max_new_tokens": "max_new_tokens"},
+    # two answers to each prompt, and a frozen copy of the policy as the reference that scores them (unless LoRA)
+    sequences_per_row=2, reference_copy=True,
 )

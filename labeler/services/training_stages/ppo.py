@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from labeler.services.errors import InputError
-from labeler.services.training_stages.base import Stage, training_prompts
+from labeler.services.training_stages.base import Stage
 from rlhf.configs import PPOConfig
 
 # The app's KL controller for every PPO run, unless the user sets it: beta never falls below its start and moves up
@@ -88,8 +88,8 @@ def recipe_batch(mini: int, accumulation: int) -> dict[str, Any]:
 
 
 STAGE = Stage(
-    name="ppo", config_class="rlhf.configs:PPOConfig", runner="labeler.services.runners.ppo:run_ppo",
-    rows=training_prompts, unit="prompts", label="Reinforce with a reward (PPO)",
+    name="ppo", order=4, config_class="rlhf.configs:PPOConfig", runner="labeler.services.runners.ppo:run_ppo",
+    training_rows="labeler.services.stages:training_prompts", unit="prompts", label="Reinforce with a reward (PPO)",
     note="Generates answers, scores them with the reward below, and moves the model towards higher rewards while "
          "staying close to where it started (KL).",
     card="PPO (PPOTrainer, TRL 0.11 API)", metrics=("env/reward_mean", "objective/kl"),

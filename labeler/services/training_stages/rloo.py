@@ -1,14 +1,37 @@
 """RLOO: GRPO's sampling with each answer's reward compared to the mean of the others in its group (TRL 1.x's
-RLOOTrainer, the app's CPU defaults in runners/online.py)."""
+RLOOTrainer), with the app's CPU defaults (StudioRLOOConfig)."""
 from __future__ import annotations
 
-from labeler.services.training_stages.base import (ONLINE_FROM_JOB, Stage, check_online_groups, generation_batch,
-                                                   groups_per_step, training_prompts)
+import functools
+from dataclasses import dataclass, field
+
+from labeler.services.training_stages.base import (ONLINE_FROM_JOB, Stage, StudioOnlineDefaults, built_when_asked,
+                                                   check_online_groups, generation_batch, groups_per_step, load)
+
+
+@functools.cache
+def studio_config() -> type:
+    @dataclass
+    class StudioRLOOConfig(StudioOnlineDefaults, load("rlhf.rloo:RLOOConfig")):
+        """RLOOConfig with defaults for a CPU run in the app (the fields and their meaning are TRL 1.16's)."""
+
+        beta: float = field(default=0.03, metadata={"help": "KL penalty on the reward (PPO's init_kl_coef; 0: no reference)."})
+
+    return built_when_asked(StudioRLOOConfig)
+
+
+def __getattr__(name: str):
+    # The config subclasses TRL's, which imports torch: built when first asked for (PEP 562), never by the registry.
+    if name == "StudioRLOOConfig":
+        return studio_config()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 STAGE = Stage(
-    name="rloo", config_class="labeler.services.runners.online:StudioRLOOConfig",
-    runner="labeler.services.runners.online:run_rloo", rows=training_prompts, unit="prompts",
-    label="Leave-one-out RL (RLOO)", note="Like GRPO, with each answer compared to the mean of the others.",
+    name="rloo", order=6, config_class="labeler.services.training_stages.rloo:StudioRLOOConfig",
+    runner="labeler.services.runners.online:run_rloo", training_rows="labeler.services.stages:training_prompts",
+    unit="prompts", label="Leave-one-out RL (RLOO)",
+    note="Like GRPO, with each answer compared to the mean of the others.",
     card="RLOO (RLOOTrainer, TRL 1.x API)", metrics=("reward", "kl"),
     form_fields=("learning_rate", "per_device_train_batch_size", "num_iterations", "beta", "normalize_advantages"),
     full_lr=1e-6, lora_lr=1e-5, recipe_batch=generation_batch, samples=True, online_trl=True,

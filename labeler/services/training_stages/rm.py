@@ -1,8 +1,6 @@
 """The reward model: a scorer trained on preference pairs (rlhf.reward's RewardTrainer)."""
 from __future__ import annotations
 
-from labeler.services.export import preference_rows, training_options
-from labeler.services.question_rows import criterion_preferences
 from labeler.services.training_stages.base import Stage
 
 # Passes over the pairs unless the run sets steps or num_train_epochs: TRL's (and TrainingArguments') default.
@@ -14,21 +12,13 @@ from labeler.services.training_stages.base import Stage
 REWARD_MODEL_PASSES = 3.0
 
 
-def rows(db, project: str, job, **options) -> list[dict]:
-    """Preference pairs: rankings (and, with include_rating_pairs, ratings of two answers to a prompt); with a
-    `criterion`, pairs of answers people scored differently on that criterion (one reward model per criterion,
-    as Llama 2 trained helpfulness and safety apart)."""
-    if job.criterion:
-        return criterion_preferences(db, project, job.criterion)
-    return preference_rows(db, project, training_options(job, **options))
-
-
 STAGE = Stage(
-    name="rm", config_class="rlhf.reward:RewardConfig", runner="labeler.services.runners.offline:run_rm", rows=rows,
-    unit="pairs", label="Reward model",
+    name="rm", order=2, config_class="rlhf.reward:RewardConfig", runner="labeler.services.runners.offline:run_rm",
+    training_rows="labeler.services.stages:rm_rows", unit="pairs", label="Reward model",
     note="Trains a scorer on the rankings (and, if you like, the ratings): the reward that PPO, GRPO and RLOO use.",
     card="reward modelling (RewardTrainer)", metrics=("loss", "accuracy"),
     form_fields=("learning_rate", "per_device_train_batch_size", "max_length", "center_rewards_coefficient"),
     full_lr=1e-5, lora_lr=1e-4, aka="reward model", default_model="default", answers=False,
     frozen_rows=("train_rows", "preferences"), default_passes=REWARD_MODEL_PASSES,
+    sequences_per_row=2, logit_tokens="none",  # pairs, scored by a scalar head
 )
