@@ -33,7 +33,7 @@ from labeler.services.stages import RunResult, StageContext, data_snapshot
 from labeler.services.training_stages.online_dpo import StudioOnlineDPOConfig, judge_spec  # noqa: F401 - callers
 from rlhf.judges import BasePairwiseJudge, ScoreJudge, preference_from_scores
 from rlhf.loading import load_tokenizer
-from rlhf.online_dpo import OnlineDPOConfig, OnlineDPOTrainer
+from rlhf.online_dpo import OnlineDPOTrainer
 from rlhf.rewards import FunctionReward
 
 
