@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Callable, Literal
 
 import sqlite_utils
 
@@ -204,8 +204,11 @@ def submit_rating_and_next(
     score: float,
     comment: str = "",
     request_id: str | None = None,
+    also: Callable[[sqlite_utils.Database], None] | None = None,
 ) -> tuple[LabelResult, QueueItem | None]:
-    """submit_rating, then next_item, in one transaction: one round trip per label for the Rate tab.
+    """submit_rating, then next_item, in one transaction: one round trip per label for the Rate tab. `also(db)`
+    writes more in that transaction (the project's questions: questions.submit_rating_with_answers); its error
+    writes nothing, the label included.
 
     `seconds` is the time since the item was last shown (its assignment). A retry of the same request
     (same request_id) stores nothing and returns the same next item, by then the user's pending one.
@@ -215,6 +218,8 @@ def submit_rating_and_next(
         proj = get_project(db, project)
         user = accounts.require_user(db, username)
         result = _rate(db, proj, user, item_id, score, comment, SHOWN, request_id, False)
+        if also is not None:
+            also(db)
         return result, serve_next(db, proj, user, "rating")
 
 
@@ -268,13 +273,16 @@ def submit_ranking_and_next(
     order: list[list[int]],
     comment: str = "",
     request_id: str | None = None,
+    also: Callable[[sqlite_utils.Database], None] | None = None,
 ) -> tuple[LabelResult, QueueItem | None]:
-    """submit_ranking, then next_item, in one transaction (see submit_rating_and_next)."""
+    """submit_ranking, then next_item, in one transaction (see submit_rating_and_next, `also` too)."""
     _check_extras(comment, None)
     with write_transaction(db):
         proj = get_project(db, project)
         user = accounts.require_user(db, username)
         result = _rank(db, proj, user, item_id, order, comment, SHOWN, request_id, False)
+        if also is not None:
+            also(db)
         return result, serve_next(db, proj, user, "ranking")
 
 
