@@ -449,7 +449,7 @@ def test_admin_settings_gold_and_backup(app_db, ctx):
     # The Rate tab now offers 1..5 and shows the new guidelines.
     shown = rate.next_item(ctx, request=as_user(ANNOTATOR))
     assert [value for _, value in shown[4]["choices"]] == [1, 2, 3, 4, 5]
-    assert shown[9] == "Be **strict**."
+    assert shown[-1] == "Be **strict**."  # the guidelines: the last output (the questions come before)
     # An inverted scale is refused and nothing changes.
     with pytest.warns(UserWarning, match="likert"):
         project_settings.save_project(ctx, 5, 1, 1, "", request=as_user(ADMIN))
