@@ -151,7 +151,8 @@ def check_settings(db, stage: str, typed: dict[str, Any], source: str | None = N
     if not job.runner:  # a runner of one's own reads `model` its own way
         check_model(db, job.base_model(stage), "model", source)
     if facts.samples and job.reward in ("rm", "mix") and job.reward_model:
-        check_model(db, job.reward_model, "reward_model", source, kind="reward")
+        for name in reward_spec.reward_models(job.reward_model):  # a sum or a constraint names several
+            check_model(db, name, "reward_model", source, kind="reward")
     for key in ("reward_function", "runner"):
         spec = str(getattr(job, key) or "")
         if ":" in spec and (key == "runner" or facts.samples):
