@@ -1,4 +1,4 @@
-"""Each criterion's win rate against the base (issue 47): a run's evaluated answers and its base's, scored by the
+"""Each criterion's win rate against the base: a run's evaluated answers and its base's, scored by the
 reward model trained on each of the project's criteria (`train rm --set criterion=NAME`), compared as the measure's
 win rate is (evaluation.win_metrics: every answer against every base answer to the same prompt, Wilson's interval
 at the trials the prompts are worth). A run on a weighted sum or under a constraint is judged per criterion: the

@@ -8,7 +8,7 @@
     vader-with-prompt  VADER sentiment of prompt + answer
     MODULE:FUNCTION  a Python function (prompts, answers) -> one float per answer
 
-Several criteria (issue 47; training only), each term one of the scoring specs above (people are not a term):
+Several criteria (training only), each term one of the scoring specs above (people are not a term):
     rm:helpful*0.7+rm:safe*0.3       a weighted sum (TRL's reward_weights); a term without *W weighs 1
     rm:helpful,rm:safe>=0            maximise the first under the constraint that the second's mean stays >= 0
                                      (Safe RLHF's Lagrangian: rlhf.constraints.ConstrainedReward)

@@ -51,7 +51,7 @@ COUNT_JS = """(key) => {{
 }}"""
 
 
-# ---- the project's questions beside the main label (issue 47) --------------------------------------------------
+# ---- the project's questions beside the main label --------------------------------------------------
 # Criterion widgets are built once per slot and shown, labelled and given their scale per item (a criterion added
 # later needs no restart); a project asking more than MAX_CRITERIA has the rest answered through the CLI or API.
 MAX_CRITERIA = 6
