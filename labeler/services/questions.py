@@ -302,6 +302,18 @@ def submit_ranking_with_answers(db: sqlite_utils.Database, project: str, usernam
                                             request_id=request_id, also=also)
 
 
+def undo_with_answers(db: sqlite_utils.Database, project: str, username: str, kind: str = "rating"):
+    """labeling.undo_last_action, and the person's answers about the item it brings back go with its label (their
+    answers are asked again with it). Two transactions: answers left by a failed second one are replaced by the
+    item's next submit (submit_*_with_answers replace them all)."""
+    undone = labeling.undo_last_action(db, project, username, kind)
+    if undone is not None and undone.action == "label":
+        with write_transaction(db):
+            db.execute("DELETE FROM answers WHERE item_id = ? AND user_id = ?",
+                       [undone.item_id, require_user(db, username).id])
+    return undone
+
+
 def answers_of(db: sqlite_utils.Database, item_id: int, response_id: int, username: str) -> ItemAnswers:
     """What a person answered about one shown answer (the Rate and Rank tabs show it back after an undo)."""
     rows = db.execute(

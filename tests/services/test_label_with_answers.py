@@ -80,3 +80,14 @@ def test_ranking_and_answers_are_one_submit(db, asked):
     assert rows(db, "SELECT response_id, kind, score, text FROM answers ORDER BY response_id, id") == [
         (first, "score", 1.0, None), (first, "flag", None, None),
         (second, "score", 5.0, None), (second, "correction", None, "Even better.")]
+
+
+def test_undo_takes_back_the_answers_with_the_label(db, asked):
+    labeling.create_items(db, P, kinds=("rating",))
+    item = labeling.next_item(db, P, "alice", "rating")
+    questions.submit_rating_with_answers(db, P, "alice", item.item_id, 5,
+                                         ItemAnswers(scores={"helpful": 2}, flags=["spam"], correction="Fixed."))
+    undone = questions.undo_with_answers(db, P, "alice", "rating")
+    assert (undone.item_id, undone.action) == (item.item_id, "label")
+    assert rows(db, "SELECT COUNT(*) FROM ratings") == [(0,)] and rows(db, ANSWERS) == []
+    assert labeling.next_item(db, P, "alice", "rating").item_id == item.item_id  # back, to be answered again

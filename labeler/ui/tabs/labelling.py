@@ -76,16 +76,15 @@ def criterion_label(question: Question) -> str:
     return f"{question.name} ({question.scale_min}-{question.scale_max}){guideline}"
 
 
-def criterion_updates(criteria: list[Question], values: dict[str, float] | None = None) -> list:
-    """One update per criterion slot: shown with its name, guideline and scale, or hidden."""
-    values = values or {}
+def criterion_updates(criteria: list[Question]) -> list:
+    """One update per criterion slot: shown with its name, guideline and scale (unanswered), or hidden."""
     updates = []
     for slot in range(MAX_CRITERIA):
         if slot < len(criteria):
             q = criteria[slot]
             choices = [(str(v), v) for v in range(q.scale_min, q.scale_max + 1)]
             updates.append(gr.update(visible=True, label=criterion_label(q), choices=choices,
-                                     value=values.get(q.name), interactive=True))
+                                     value=None, interactive=True))
         else:
             updates.append(gr.update(visible=False, value=None))
     return updates
@@ -223,7 +222,7 @@ def undo(ctx: UIContext, kind: str, show_next: Callable[..., tuple], request: gr
     body of each tab's undo handler, which is what its event binds."""
     username = ctx.username(request)
     with ctx.connection() as db:
-        gr.Info(undo_message(labeling.undo_last_action(db, ctx.project, username, kind), *UNDO_WORDS[kind]))
+        gr.Info(undo_message(questions.undo_with_answers(db, ctx.project, username, kind), *UNDO_WORDS[kind]))
         return show_next(ctx, db, username)
 
 
