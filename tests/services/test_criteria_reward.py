@@ -78,3 +78,14 @@ def test_the_ppo_runner_trains_on_the_constrained_sum(db, tmp_path, tiny_model_d
     multiplier = logged["reward/lagrange_multiplier"]
     words_mean = logged["reward/eval_rewards_words_mean"]
     assert multiplier == pytest.approx(0.1 * (1000 - words_mean)) and multiplier > 90
+
+
+def test_other_policy_trainers_refuse_a_combination(db, tmp_path, tiny_model_dir):
+    from labeler.services import jobs, prompts
+
+    prompts.add_prompts(db, ["The first scene", "The ending"])
+    with pytest.raises(InputError, match="trains with ppo") as refused:
+        jobs.create_run(db, "grpo", {"model": str(tiny_model_dir), "reward": f"{WORDS}*0.5+{CHARS}*0.5"},
+                        runs_dir=tmp_path / "runs", start=False)
+    assert refused.value.field == "reward"
+    assert db.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 0
