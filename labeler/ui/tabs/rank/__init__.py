@@ -3,7 +3,10 @@
 Each answer gets a rank number (1 = best); equal numbers are a tie. The ranks become one ranking,
 `order` best to worst with tied response ids grouped: ranks {a: 2, b: 1, c: 2} -> [[b], [a, c]] (ranks.py).
 Keyboard: type the answer numbers best to worst ("3 1 2"), "=" before a number ties it with the
-previous one, Enter submits (labeler/ui/static/shortcuts.js).
+previous one, Enter submits (labeler/ui/static/shortcuts.js). The project's questions (labelling.asked) sit under
+each answer, its flags and a radio per criterion, answered with the mouse (the digits already rank), with one
+"better answer" box, a correction of the answer ranked first; the ranking and all of them are one submit
+(questions.submit_ranking_with_answers).
 
 Built from parts: ranks.py (rank numbers to an order), item_view.py (what an item shows, as widget values),
 handlers.py (show, submit, skip, undo: module functions taking the UIContext first), and what Rank shares with

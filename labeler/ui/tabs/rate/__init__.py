@@ -6,6 +6,11 @@ the counter, the live count, the guidelines on select). The page holds only the 
 idempotency key); the queue itself lives in SQLite, so a refresh shows the same pending item. A submit stores
 the label and returns the next item in one round trip. Every event has an api_name, so gradio_client drives
 exactly these handlers.
+
+The project's questions (labelling.asked: a radio per criterion, the flags, "write a better answer") sit under the
+score and go with it in one submit (questions.submit_rating_with_answers). With questions, digits score the
+highlighted question and move to the next, letters tick flags, e opens the correction, Enter submits
+(shortcuts.js); without, a digit scores and submits as it always did.
 """
 from __future__ import annotations
 
