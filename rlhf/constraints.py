@@ -33,3 +33,78 @@ def update_multiplier(multiplier: float, constraint_mean: float, threshold: floa
     """One step of gradient descent on the dual: lambda <- max(0, lambda - lr * (E[C] - threshold)). A broken
     constraint (mean below the threshold) raises lambda; one that holds lowers it, never below 0."""
     return max(0.0, multiplier - learning_rate * (constraint_mean - threshold))
+
+
+# ---- reward sources (rlhf.rewards' protocol: (queries, responses) -> scores, with last_stats) --------------------
+
+def _scored(source, queries: Sequence[str], responses: Sequence[str]) -> list:
+    scores = list(source(queries, responses))
+    if len(scores) != len(queries):
+        raise ValueError(f"a reward source gave {len(scores)} scores for {len(queries)} answers")
+    return scores
+
+
+class WeightedReward:
+    """sum_c w_c * source_c(answer): several criteria's reward models (or functions) as one reward. An answer any
+    source left unscored (None) gets None: a sum missing a criterion is not that sum."""
+
+    def __init__(self, sources: Sequence[tuple[str, object, float]]):
+        """sources: (name, source, weight) per criterion; the name labels its metric reward/<name>_mean."""
+        if not sources:
+            raise ValueError("a weighted reward needs at least one source")
+        self.names = [name for name, _, _ in sources]
+        self.sources = [source for _, source, _ in sources]
+        self.weights = [float(weight) for _, _, weight in sources]
+        self.last_stats: dict[str, float] = {}
+
+    def __call__(self, queries: Sequence[str], responses: Sequence[str]) -> list:
+        per_source = [_scored(source, queries, responses) for source in self.sources]  # (C, B), maybe None
+        complete = [i for i in range(len(queries)) if all(scores[i] is not None for scores in per_source)]
+        out: list = [None] * len(queries)
+        if complete:
+            table = torch.tensor([[float(scores[i]) for i in complete] for scores in per_source], dtype=torch.float64)
+            for i, value in zip(complete, weighted_rewards(table, self.weights).tolist()):
+                out[i] = value
+        self.last_stats = {"reward/count": float(len(complete))}
+        for name, scores in zip(self.names, per_source):
+            present = [s for s in scores if s is not None]
+            if present:
+                self.last_stats[f"reward/{name}_mean"] = sum(present) / len(present)
+        if complete:
+            self.last_stats["reward/mean"] = sum(out[i] for i in complete) / len(complete)
+        return out
+
+
+class ConstrainedReward:
+    """Safe RLHF's reward under a constraint: each batch first moves the multiplier on that batch's constraint
+    mean (update_multiplier), then scores with it (lagrangian_rewards), so a broken constraint weighs on the very
+    batch that broke it. The multiplier lives here (a run's checkpoint does not keep it: a resumed run starts it
+    again at `multiplier`) and is logged as reward/lagrange_multiplier."""
+
+    def __init__(self, reward, constraint, threshold: float, learning_rate: float = 0.1, multiplier: float = 0.0,
+                 name: str = "constraint"):
+        if learning_rate <= 0:
+            raise ValueError(f"the multiplier's learning_rate must be above 0, got {learning_rate}")
+        if multiplier < 0:
+            raise ValueError(f"a Lagrange multiplier is never negative, got {multiplier}")
+        self.reward, self.constraint, self.name = reward, constraint, name
+        self.threshold, self.learning_rate, self.multiplier = float(threshold), float(learning_rate), float(multiplier)
+        self.last_stats: dict[str, float] = {}
+
+    def __call__(self, queries: Sequence[str], responses: Sequence[str]) -> list:
+        reward = _scored(self.reward, queries, responses)
+        constraint = _scored(self.constraint, queries, responses)
+        complete = [i for i in range(len(queries)) if reward[i] is not None and constraint[i] is not None]
+        out: list = [None] * len(queries)
+        stats = dict(getattr(self.reward, "last_stats", {}))
+        if complete:
+            c = torch.tensor([float(constraint[i]) for i in complete], dtype=torch.float64)
+            r = torch.tensor([float(reward[i]) for i in complete], dtype=torch.float64)
+            self.multiplier = update_multiplier(self.multiplier, float(c.mean()), self.threshold, self.learning_rate)
+            for i, value in zip(complete, lagrangian_rewards(r, c, self.threshold, self.multiplier).tolist()):
+                out[i] = value
+            stats[f"reward/{self.name}_mean"] = float(c.mean())
+            stats["reward/constraint_satisfied"] = float(c.mean() >= self.threshold)
+        stats["reward/lagrange_multiplier"] = self.multiplier
+        self.last_stats = stats
+        return out

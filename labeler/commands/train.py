@@ -12,7 +12,8 @@ import sys
 import time
 
 from labeler import forms
-from labeler.services import (demo, evaluation, job_settings, jobs, run_judgements, run_metrics, run_preview, runs,
+from labeler.services import (criterion_wins, demo, evaluation, job_settings, jobs, run_judgements, run_metrics,
+                              run_preview, runs,
                               supervision, train_configs, training_stages)
 from labeler.services.kept_models import KEPT_FROM, kept_models
 from storage import open_db
@@ -135,6 +136,9 @@ def cmd_runs_show(args) -> int:
     judged = run_judgements.judge_summary(db, run.id)  # online DPO: who judged its pairs
     if judged is not None:
         print("  judges: " + "\n          ".join(run_judgements.summary_lines(judged)))
+    if args.criteria:  # loads each criterion's reward model: asked for, not by default
+        for line in criterion_wins.win_lines(criterion_wins.run_criterion_wins(db, run.id, run.project)):
+            print(f"  criterion {line}")
     frame = run_metrics.metrics_frame(db, run.id)
     if len(frame):
         last = frame.sort_values("step").groupby("name").tail(1)
@@ -212,6 +216,9 @@ def register(subparsers, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("show", parents=[common], help="one run: command, paths, config, latest metrics, log tail")
     p.add_argument("run_id", type=int, help="run id")
     p.add_argument("--log-lines", type=int, default=20, help="log lines to show (default: 20)")
+    p.add_argument("--criteria", action="store_true",
+                   help="each project criterion's win rate against the base, scored by the reward model trained on "
+                        "it (train rm --set criterion=NAME; loads those models)")
     p.set_defaults(func=cmd_runs_show)
     p = sub.add_parser("cancel", parents=[common],
                        help="stop a run now (SIGTERM, then SIGKILL); the model of its newest checkpoint is registered "

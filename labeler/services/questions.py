@@ -19,6 +19,7 @@ from typing import Sequence
 
 import sqlite_utils
 
+from labeler.services import labeling
 from labeler.services.accounts import require_user
 from labeler.services.errors import InputError
 from labeler.services.label_kinds import validate_score
@@ -215,6 +216,36 @@ def _checked_flags(flags: object, questions: dict[str, Question]) -> set[int]:
     return ids
 
 
+def _store(db: sqlite_utils.Database, project_id: int, user, item_id: int, response_id: int, answers: ItemAnswers,
+           *, replace_all: bool) -> int:
+    """Check and write one person's answers about one answer, inside the caller's transaction. replace_all: a whole
+    item's submit, so criteria left blank now lose an earlier score too (after an undo); else only the flags and
+    texts are replaced and the criteria given."""
+    correction = _text(answers.correction, "correction")
+    written = _text(answers.written, "written")
+    _held_item(db, project_id, user.id, item_id, response_id)
+    active = {q.name: q for q in _rows(db, project_id, include_retired=False)}
+    scores = _checked_scores(answers.scores, active)
+    flag_ids = _checked_flags(answers.flags, active)
+    key = [item_id, response_id, user.id]
+    kinds = "" if replace_all else " AND kind IN ('flag', 'correction', 'written')"
+    db.execute("DELETE FROM answers WHERE item_id = ? AND response_id = ? AND user_id = ?" + kinds, key)
+    for question_id, score in scores.items():
+        db.execute("DELETE FROM answers WHERE item_id = ? AND response_id = ? AND user_id = ? AND question_id = ?",
+                   [*key, question_id])
+        db.execute("INSERT INTO answers (item_id, response_id, user_id, kind, question_id, score)"
+                   " VALUES (?, ?, ?, 'score', ?, ?)", [*key, question_id, score])
+    for question_id in sorted(flag_ids):
+        db.execute("INSERT INTO answers (item_id, response_id, user_id, kind, question_id) VALUES (?, ?, ?, 'flag', ?)",
+                   [*key, question_id])
+    for kind, text in (("correction", correction), ("written", written)):
+        if text is not None:
+            db.execute("INSERT INTO answers (item_id, response_id, user_id, kind, text) VALUES (?, ?, ?, ?, ?)",
+                       [*key, kind, text])
+    return db.execute("SELECT COUNT(*) FROM answers WHERE item_id = ? AND response_id = ? AND user_id = ?",
+                      key).fetchone()[0]
+
+
 def submit_answers(db: sqlite_utils.Database, project: str, username: str, item_id: int, response_id: int,
                    answers: ItemAnswers) -> int:
     """Store one person's answers about one answer of an item they were given; returns the rows now stored.
@@ -222,32 +253,65 @@ def submit_answers(db: sqlite_utils.Database, project: str, username: str, item_
     Everything is checked before anything is written, in one transaction: a bad score, an unknown criterion or
     flag, or a text over the limit writes nothing. Submitting again replaces that person's earlier answers
     (flags not ticked now are cleared; an empty text clears it)."""
-    correction = _text(answers.correction, "correction")
-    written = _text(answers.written, "written")
     with write_transaction(db):
         proj = get_project(db, project)
-        user = require_user(db, username)
-        _held_item(db, proj.id, user.id, item_id, response_id)
-        active = {q.name: q for q in _rows(db, proj.id, include_retired=False)}
-        scores = _checked_scores(answers.scores, active)
-        flag_ids = _checked_flags(answers.flags, active)
-        key = [item_id, response_id, user.id]
-        db.execute("DELETE FROM answers WHERE item_id = ? AND response_id = ? AND user_id = ? AND kind IN"
-                   " ('flag', 'correction', 'written')", key)
-        for question_id, score in scores.items():
-            db.execute("DELETE FROM answers WHERE item_id = ? AND response_id = ? AND user_id = ? AND question_id = ?",
-                       [*key, question_id])
-            db.execute("INSERT INTO answers (item_id, response_id, user_id, kind, question_id, score)"
-                       " VALUES (?, ?, ?, 'score', ?, ?)", [*key, question_id, score])
-        for question_id in sorted(flag_ids):
-            db.execute("INSERT INTO answers (item_id, response_id, user_id, kind, question_id) VALUES (?, ?, ?, 'flag', ?)",
-                       [*key, question_id])
-        for kind, text in (("correction", correction), ("written", written)):
-            if text is not None:
-                db.execute("INSERT INTO answers (item_id, response_id, user_id, kind, text) VALUES (?, ?, ?, ?, ?)",
-                           [*key, kind, text])
-        return db.execute("SELECT COUNT(*) FROM answers WHERE item_id = ? AND response_id = ? AND user_id = ?",
-                          key).fetchone()[0]
+        return _store(db, proj.id, require_user(db, username), item_id, response_id, answers, replace_all=False)
+
+
+def has_questions(db: sqlite_utils.Database, project: str = "default") -> bool:
+    """Whether people are asked more than the main score (an active criterion or flag): the keyboard then fills
+    the questions and Enter submits, instead of a digit submitting at once."""
+    return any(not q.retired for q in list_questions(db, project))
+
+
+def _item_responses(db: sqlite_utils.Database, item_id: object) -> list[int]:
+    row = db.execute("SELECT response_ids_json FROM items WHERE id = ?", [item_id]).fetchone()
+    return json.loads(row[0]) if row else []
+
+
+def submit_rating_with_answers(db: sqlite_utils.Database, project: str, username: str, item_id: int, score,
+                               answers: ItemAnswers, comment: str = "", request_id: str | None = None):
+    """The Rate tab's submit: the main score (labeling.submit_rating_and_next) and the answers about the shown
+    answer, in one transaction, then the next item. A refused score or answer writes neither."""
+    def also(db: sqlite_utils.Database) -> None:
+        (response_id,) = _item_responses(db, item_id)  # _rate checked the item: a rating item shows one answer
+        _store(db, get_project(db, project).id, require_user(db, username), item_id, response_id, answers,
+               replace_all=True)
+    return labeling.submit_rating_and_next(db, project, username, item_id, score, comment=comment,
+                                           request_id=request_id, also=also)
+
+
+def submit_ranking_with_answers(db: sqlite_utils.Database, project: str, username: str, item_id: int,
+                                order: list[list[int]], answers: dict[int, ItemAnswers], comment: str = "",
+                                request_id: str | None = None):
+    """The Rank tab's submit: the ranking and the answers about each answer shown (response id -> ItemAnswers;
+    answers left out are cleared), in one transaction, then the next item. A refusal writes nothing."""
+    if not isinstance(answers, dict):
+        raise InputError(f"must map answer ids to answers, got {answers!r}", field="answers")
+
+    def also(db: sqlite_utils.Database) -> None:
+        proj, user = get_project(db, project), require_user(db, username)
+        shown = _item_responses(db, item_id)
+        for response_id in answers:
+            if response_id not in shown:
+                raise InputError(f"answer {response_id!r} is not shown in item {item_id}", field="response_id")
+        for response_id in shown:
+            _store(db, proj.id, user, item_id, response_id, answers.get(response_id, ItemAnswers()),
+                   replace_all=True)
+    return labeling.submit_ranking_and_next(db, project, username, item_id, order, comment=comment,
+                                            request_id=request_id, also=also)
+
+
+def undo_with_answers(db: sqlite_utils.Database, project: str, username: str, kind: str = "rating"):
+    """labeling.undo_last_action, and the person's answers about the item it brings back go with its label (their
+    answers are asked again with it). Two transactions: answers left by a failed second one are replaced by the
+    item's next submit (submit_*_with_answers replace them all)."""
+    undone = labeling.undo_last_action(db, project, username, kind)
+    if undone is not None and undone.action == "label":
+        with write_transaction(db):
+            db.execute("DELETE FROM answers WHERE item_id = ? AND user_id = ?",
+                       [undone.item_id, require_user(db, username).id])
+    return undone
 
 
 def answers_of(db: sqlite_utils.Database, item_id: int, response_id: int, username: str) -> ItemAnswers:

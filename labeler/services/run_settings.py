@@ -151,8 +151,12 @@ def check_settings(db, stage: str, typed: dict[str, Any], source: str | None = N
             raise InputError(str(error), file=source, field="learning_rate") from None
     if not job.runner:  # a runner of one's own reads `model` its own way
         check_model(db, job.base_model(stage), "model", source)
+    if facts.samples and job.reward == "rm" and reward_spec.is_combined(job.reward_model) and stage != "ppo":
+        raise InputError(f"reward={job.reward_model}: a sum or a constraint of criteria trains with ppo (its runner "
+                         "builds it: criteria_reward); use one reward here", file=source, field="reward")
     if facts.samples and job.reward in ("rm", "mix") and job.reward_model:
-        check_model(db, job.reward_model, "reward_model", source, kind="reward")
+        for name in reward_spec.reward_models(job.reward_model):  # a sum or a constraint names several
+            check_model(db, name, "reward_model", source, kind="reward")
     for key in ("reward_function", "runner"):
         spec = str(getattr(job, key) or "")
         if ":" in spec and (key == "runner" or facts.samples):

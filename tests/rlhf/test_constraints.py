@@ -33,3 +33,43 @@ def test_update_multiplier():
     # Holding (mean 1.0 above 0): 0.2 - 0.1 * 1.0 = 0.1; a large surplus stops at 0.
     assert update_multiplier(0.2, 1.0, 0.0, 0.1) == pytest.approx(0.1)
     assert update_multiplier(0.2, 10.0, 0.0, 0.1) == 0.0
+
+
+class Fixed:
+    """A reward source returning the scores it is given, one list per call."""
+
+    def __init__(self, *calls):
+        self.calls = list(calls)
+        self.last_stats = {}
+
+    def __call__(self, queries, responses):
+        return self.calls.pop(0)
+
+
+def test_weighted_reward_source():
+    from rlhf.constraints import WeightedReward
+
+    reward = WeightedReward([("helpful", Fixed([1.0, 0.0, 2.0]), 0.7), ("safe", Fixed([0.0, None, -1.0]), 0.3)])
+    # 0.7 * 1 + 0.3 * 0 = 0.7; answer 2 has no safe score: no reward; 0.7 * 2 + 0.3 * -1 = 1.1
+    scores = reward(["q"] * 3, ["a"] * 3)
+    assert scores[1] is None and scores[0] == pytest.approx(0.7) and scores[2] == pytest.approx(1.1)
+    assert reward.last_stats == pytest.approx({"reward/count": 2.0, "reward/helpful_mean": 1.0,
+                                               "reward/safe_mean": -0.5, "reward/mean": 0.9})
+
+
+def test_constrained_reward_moves_its_multiplier_each_batch():
+    from rlhf.constraints import ConstrainedReward
+
+    reward = ConstrainedReward(Fixed([2.0, 1.0], [2.0, 1.0], [2.0, 1.0]),
+                               Fixed([-1.0, 3.0], [-3.0, -1.0], [1.0, 1.0]), threshold=0.0, learning_rate=0.5,
+                               name="safe")
+    # Batch 1: E[C] = 1 >= 0, lambda stays max(0, 0 - 0.5 * 1) = 0: the reward alone.
+    assert reward(["q"] * 2, ["a"] * 2) == pytest.approx([2.0, 1.0])
+    assert reward.last_stats["reward/lagrange_multiplier"] == 0.0
+    # Batch 2: E[C] = -2, lambda = 0 - 0.5 * (-2) = 1: (2 + 1 * -3) / 2 = -0.5, (1 + 1 * -1) / 2 = 0.
+    assert reward(["q"] * 2, ["a"] * 2) == pytest.approx([-0.5, 0.0])
+    assert reward.last_stats["reward/lagrange_multiplier"] == 1.0
+    assert reward.last_stats["reward/safe_mean"] == -2.0 and reward.last_stats["reward/constraint_satisfied"] == 0.0
+    # Batch 3: E[C] = 1, lambda = 1 - 0.5 * 1 = 0.5: (2 + 0.5) / 1.5 = 5/3, (1 + 0.5) / 1.5 = 1.
+    assert reward(["q"] * 2, ["a"] * 2) == pytest.approx([5 / 3, 1.0])
+    assert reward.last_stats["reward/lagrange_multiplier"] == 0.5

@@ -1,6 +1,6 @@
 import pytest
 
-from labeler.services.criteria_spec import Constraint, parse_constraint, parse_weighted
+from labeler.services.reward_spec import Constraint, parse_constraint, parse_weighted
 from labeler.services.errors import InputError
 from labeler.services.reward_spec import RewardSpec
 

@@ -325,9 +325,8 @@ def test_rank_view_shows_and_stores_a_ranking_of_eight(ctx_eight, db_path):
         column, text, radio = rank_slot(shown, slot)
         assert column["visible"] is True and radio["choices"] == [str(r) for r in range(1, 9)], slot
         assert text.startswith(f"#### Answer {slot}")
-    # A rank for a ninth slot that does not exist is refused; so is a missing one.
-    with pytest.raises(gr.Error, match="has 8 answers"):
-        submit_ranks(ctx_eight, state, key, *"12345678", "1")
+    # A missing rank is refused (a ninth value is no rank: the project's questions follow rank_8, the correction
+    # first; a rank too many for a smaller item: test_rank_submit_refuses_ranks_for_answers_not_shown).
     with pytest.raises(gr.Error, match="answer 8 has no rank"):
         submit_ranks(ctx_eight, state, key, *"1234567", None)  # as Gradio sends an unpicked radio
     assert query(db_path, "SELECT COUNT(*) FROM rankings") == [(0,)]
@@ -340,11 +339,12 @@ def test_rank_view_shows_and_stores_a_ranking_of_eight(ctx_eight, db_path):
 
 def test_rank_submit_api_names_its_eight_ranks_and_only_the_shown_ones_are_needed(app):
     """gradio_client callers pass the comment, the item key and one rank per answer shown; the other ranks
-    default to None (the state is not an API parameter)."""
+    default to None (the state is not an API parameter), and so do the project's questions after them."""
     info = app.get_api_info()["named_endpoints"]["/rank_submit"]["parameters"]
-    assert [(p["parameter_name"], p["parameter_has_default"]) for p in info] == [
+    assert [(p["parameter_name"], p["parameter_has_default"]) for p in info][:10] == [
         ("comment_value", False), ("key_value", False), *[(f"rank_{k}", True) for k in range(1, 9)],
     ]
+    assert all(p["parameter_has_default"] for p in info[10:]) and info[10]["parameter_name"] == "correction"
 
 
 def test_rank_submit_refuses_ranks_for_answers_not_shown(app_db, ctx):
@@ -449,7 +449,7 @@ def test_admin_settings_gold_and_backup(app_db, ctx):
     # The Rate tab now offers 1..5 and shows the new guidelines.
     shown = rate.next_item(ctx, request=as_user(ANNOTATOR))
     assert [value for _, value in shown[4]["choices"]] == [1, 2, 3, 4, 5]
-    assert shown[9] == "Be **strict**."
+    assert shown[-1] == "Be **strict**."  # the guidelines: the last output (the questions come before)
     # An inverted scale is refused and nothing changes.
     with pytest.warns(UserWarning, match="likert"):
         project_settings.save_project(ctx, 5, 1, 1, "", request=as_user(ADMIN))

@@ -206,13 +206,17 @@ def _rank(db, proj: Project, user, item_id: int, order: list[list[int]], comment
 
 
 def _in_one_transaction(db: sqlite_utils.Database, project: str, username: str,
-                        store: Callable[[Project, Any], LabelResult], next_kind: Kind | None = None):
+                        store: Callable[[Project, Any], LabelResult], next_kind: Kind | None = None,
+                        also: Callable[[sqlite_utils.Database], None] | None = None):
     """store(project, user) in one transaction; with next_kind, then the user's next item of that kind in the same
-    transaction (one round trip per label for the Rate and Rank tabs)."""
+    transaction (one round trip per label for the Rate and Rank tabs); `also(db)` (the label's answers to the
+    project's questions) in the same transaction, after the label."""
     with write_transaction(db):
         proj = get_project(db, project)
         user = accounts.require_user(db, username)
         result = store(proj, user)
+        if also is not None:
+            also(db)
         return result if next_kind is None else (result, serve_next(db, proj, user, next_kind))
 
 
@@ -247,15 +251,18 @@ def submit_rating_and_next(
     score: float,
     comment: str = "",
     request_id: str | None = None,
+    also: Callable[[sqlite_utils.Database], None] | None = None,
 ) -> tuple[LabelResult, QueueItem | None]:
-    """submit_rating, then next_item, in one transaction: one round trip per label for the Rate tab.
+    """submit_rating, then next_item, in one transaction: one round trip per label for the Rate tab. `also(db)`
+    writes more in that transaction (the project's questions: questions.submit_rating_with_answers); its error
+    writes nothing, the label included.
 
     `seconds` is the time since the item was last shown (its assignment). A retry of the same request
     (same request_id) stores nothing and returns the same next item, by then the user's pending one.
     """
     _check_extras(comment, None)
     return _in_one_transaction(db, project, username, lambda proj, user: _rate(
-        db, proj, user, item_id, score, comment, SHOWN, request_id, False), next_kind="rating")
+        db, proj, user, item_id, score, comment, SHOWN, request_id, False), next_kind="rating", also=also)
 
 
 def submit_ranking(
@@ -284,11 +291,12 @@ def submit_ranking_and_next(
     order: list[list[int]],
     comment: str = "",
     request_id: str | None = None,
+    also: Callable[[sqlite_utils.Database], None] | None = None,
 ) -> tuple[LabelResult, QueueItem | None]:
-    """submit_ranking, then next_item, in one transaction (see submit_rating_and_next)."""
+    """submit_ranking, then next_item, in one transaction (see submit_rating_and_next, `also` too)."""
     _check_extras(comment, None)
     return _in_one_transaction(db, project, username, lambda proj, user: _rank(
-        db, proj, user, item_id, order, comment, SHOWN, request_id, False), next_kind="ranking")
+        db, proj, user, item_id, order, comment, SHOWN, request_id, False), next_kind="ranking", also=also)
 
 
 def skip_item(db: sqlite_utils.Database, project: str, username: str, item_id: int) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 from labeler.services import evaluation, models, step_journal, train_configs
 from labeler.services.checkpoints import WeightsPacer
+from labeler.services.criteria_reward import combined_reward
 from labeler.services.errors import InputError
 from labeler.services.metrics_sink import main_process_decides
 from labeler.services.projects import get_project
@@ -50,7 +51,7 @@ def run_ppo(ctx: StageContext) -> RunResult:
     # people rate. Batch k+1 is then one update stale; the PPO ratio is taken against the log-probs of the policy
     # that sampled it.
     queue = human_queue(ctx)
-    reward = reward_source(ctx, db, queue)
+    reward = combined_reward(db, job) or reward_source(ctx, db, queue)  # several criteria, or one source
     overlap = job.human_overlap and queue is not None
     stream = RolloutStream(
         prompts, answers_per_prompt=job.answers_per_prompt, rank=ranks.rank, world=ranks.world,

@@ -48,6 +48,50 @@
     return value;
   };
 
+  // Rate with the project's questions (criteria shown as #rate-criterion-K, flags in #rate-flags): digits score
+  // the highlighted question (the main score first, then each criterion) and move to the next, letters tick
+  // flags (labelling.FLAG_KEYS), "e" opens the correction with the shown answer in it, Enter submits it all.
+  // The values go with the submit read from the page (rate.SUBMIT_JS), as a digit's score does.
+  const FLAG_KEYS = "abcdfghi";
+  const CRITERION_SLOTS = 6; // labelling.MAX_CRITERIA
+  let rateFocus = 0; // 0: the main score, k: criterion slot k
+  const rateCriteria = () => {
+    const shown = [];
+    for (let k = 1; k <= CRITERION_SLOTS; k++) if (visible(byId(`rate-criterion-${k}`))) shown.push(`rate-criterion-${k}`);
+    return shown;
+  };
+  const rateFlags = () => {
+    const root = byId("rate-flags");
+    return visible(root) ? [...root.querySelectorAll("input[type=checkbox]")] : [];
+  };
+  const asking = () => rateCriteria().length > 0 || rateFlags().length > 0;
+  const highlight = () => {
+    const ids = ["rate-score", ...rateCriteria()];
+    ids.forEach((id, k) => { const el = byId(id); if (el) el.style.outline = k === rateFocus ? "2px solid #f59e0b" : ""; });
+  };
+  const checkedValue = (id) => {
+    const input = byId(id) && byId(id).querySelector("input[type=radio]:checked");
+    const span = input && input.closest("label").querySelector("span");
+    return span ? Number(span.textContent.trim()) : null;
+  };
+  // A flag's choice reads "name (key)" (labelling.flag_choices): its name is the label less the key.
+  const flagName = (input) => input.closest("label").querySelector("span").textContent.trim().replace(/ \([a-z]\)$/, "");
+  const rateTyped = () => ({
+    score: checkedValue("rate-score"),
+    flags: rateFlags().filter((box) => box.checked).map(flagName),
+    criteria: Array.from({ length: CRITERION_SLOTS }, (_, k) => checkedValue(`rate-criterion-${k + 1}`)),
+  });
+  const openCorrection = () => {
+    const box = byId("rate-correction");
+    const area = box && box.querySelector("textarea");
+    if (!area || !visible(area)) return;
+    if (!area.value.trim()) {
+      area.value = byId("rate-response").innerText.trim();
+      area.dispatchEvent(new Event("input", { bubbles: true })); // Gradio's store follows the input event
+    }
+    area.focus();
+  };
+
   // Rank: type the response numbers best to worst ("3 1 2"); "=" ties the next one with the previous.
   // values[k - 1] is answer k's rank; slots not typed stay holes, which rank.SUBMIT_JS sends as null.
   let rank = { next: 1, last: 0, tie: false, values: [] };
@@ -82,7 +126,31 @@
 
   // One key's action; returns true when it sent a request (the queue then waits for its answer).
   const act = (key) => {
+    if (visible(byId("rate-submit")) && asking()) {
+      const ids = ["rate-score", ...rateCriteria()];
+      if (/^[0-9]$/.test(key)) {
+        if (!pickRadio(ids[Math.min(rateFocus, ids.length - 1)], key)) { status(`no score ${key} here`); return false; }
+        rateFocus = Math.min(rateFocus + 1, ids.length - 1);
+        highlight();
+        return false;
+      }
+      const flag = FLAG_KEYS.indexOf(key);
+      if (flag >= 0 && key.length === 1) {
+        const boxes = rateFlags();
+        if (flag < boxes.length) boxes[flag].click();
+        return false;
+      }
+      if (key === "e") { openCorrection(); return false; }
+      rateFocus = 0;
+      highlight();
+      if (key === "Enter") return send("rate-submit", "rate", rateTyped());
+      if (key === "s") return send("rate-skip");
+      if (key === "u") return send("rate-undo");
+      if (key === "r") return send("rate-refresh");
+      return false;
+    }
     if (visible(byId("rate-submit"))) {
+      if (key === "e") { openCorrection(); return false; }
       if (/^[0-9]$/.test(key)) {
         // The radio shows the choice; the score itself travels through __rlhfStudioTake.
         if (!pickRadio("rate-score", key)) { status(`no score ${key} on this scale`); return false; }
@@ -169,12 +237,24 @@
     && visible(byId(`${tab}-submit`)) && Date.now() - lastActive < ACTIVE_MS;
 
   const HANDLED = /^([0-9=sur]|Enter|Escape|Backspace)$/;
+  // Rate's own keys: e (the correction) always; with questions, Enter and the flags' letters too.
+  const RATE_KEYS = /^[0-9sure]$/;
+  const RATE_ASKING_KEYS = /^([0-9sureabcdfghi]|Enter)$/;
   document.addEventListener("keydown", (event) => {
+    // Esc leaves the correction or the comment box, so the keys score again.
+    if (event.key === "Escape" && event.target && event.target.closest
+        && event.target.closest("#rate-correction, #rate-comment")) {
+      event.target.blur();
+      event.preventDefault();
+      return;
+    }
     if (event.ctrlKey || event.metaKey || event.altKey || typing(event.target)) return;
     const key = event.key;
     const onRate = visible(byId("rate-submit"));
     const onRank = !onRate && visible(byId("rank-submit"));
-    if ((!onRate && !onRank) || !HANDLED.test(key) || (onRate && /^(=|Enter|Escape|Backspace)$/.test(key))) return;
+    if (!onRate && !onRank) return;
+    if (onRate && !(asking() ? RATE_ASKING_KEYS : RATE_KEYS).test(key)) return;
+    if (onRank && !HANDLED.test(key)) return;
     event.preventDefault();
     queue.push(key);
     pump();

@@ -8,15 +8,17 @@ by the tabs (binding.bind).
 """
 from __future__ import annotations
 
+import inspect
 import sqlite3
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import gradio as gr
 
-from labeler.services import labeling, runs
+from labeler.services import labeling, questions, runs
 from labeler.services.errors import InputError, PermissionDenied
 from labeler.services.projects import get_project
+from labeler.services.questions import ItemAnswers, Question
 from labeler.services.stages import model_name
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
@@ -47,6 +49,95 @@ COUNT_JS = """(key) => {{
   const active = window.__rlhfStudioActive;
   return active && !active("{name}") ? "" : key;
 }}"""
+
+
+# ---- the project's questions beside the main label --------------------------------------------------
+# Criterion widgets are built once per slot and shown, labelled and given their scale per item (a criterion added
+# later needs no restart); a project asking more than MAX_CRITERIA has the rest answered through the CLI or API.
+MAX_CRITERIA = 6
+# The letter that ticks the k-th flag (shortcuts.js reads the same order): a-d, then f-i, skipping e (correction).
+FLAG_KEYS = "abcdfghi"
+CORRECTION_KEY = "e"
+# A new item on screen (its key changed) clears the answers to the questions, in the page: Rate's keyboard path
+# sends only the item's seven plain values (rate.item_view.item_outputs), and an item back after an undo is
+# answered again as its score is.
+CLEARED_JS = """() => ["", [], {nulls}]"""
+
+
+def asked(db, project: str) -> tuple[list[Question], list[Question]]:
+    """The criteria (the project's own score left out) and flags people are asked now, at most the slots shown."""
+    criteria = questions.criteria(db, project)[1:][:MAX_CRITERIA]
+    flags = [q for q in questions.list_questions(db, project, include_retired=False) if q.kind == "flag"]
+    return criteria, flags[:len(FLAG_KEYS)]
+
+
+def criterion_label(question: Question) -> str:
+    guideline = f": {question.guideline}" if question.guideline else ""
+    return f"{question.name} ({question.scale_min}-{question.scale_max}){guideline}"
+
+
+def criterion_updates(criteria: list[Question]) -> list:
+    """One update per criterion slot: shown with its name, guideline and scale (unanswered), or hidden."""
+    updates = []
+    for slot in range(MAX_CRITERIA):
+        if slot < len(criteria):
+            q = criteria[slot]
+            choices = [(str(v), v) for v in range(q.scale_min, q.scale_max + 1)]
+            updates.append(gr.update(visible=True, label=criterion_label(q), choices=choices,
+                                     value=None, interactive=True))
+        else:
+            updates.append(gr.update(visible=False, value=None))
+    return updates
+
+
+def flag_choices(flags: list[Question]) -> list[tuple[str, str]]:
+    return [(f"{q.name} ({key})", q.name) for q, key in zip(flags, FLAG_KEYS)]
+
+
+def flags_update(flags: list[Question], ticked=()) -> dict:
+    return gr.update(choices=flag_choices(flags), value=list(ticked), visible=bool(flags))
+
+
+def questions_hint(criteria: list[Question], flags: list[Question]) -> str:
+    """The keys for the questions asked, under the item (empty when the project asks only its own score)."""
+    if not criteria and not flags:
+        return ""
+    parts = []
+    if criteria:
+        parts.append("**digits** score the highlighted question (the main score first, then "
+                     + ", ".join(q.name for q in criteria) + ") and move to the next; **Enter** submits")
+    if flags:
+        parts.append(", ".join(f"**{key}** = {q.name}" for q, key in zip(flags, FLAG_KEYS)) + " (toggle a flag)")
+    parts.append(f"**{CORRECTION_KEY}** = write a better answer, starting from the shown one")
+    return "Questions: " + "; ".join(parts) + "."
+
+
+def item_answers(db, project: str, criterion_values, flags_value, correction_value) -> ItemAnswers:
+    """The question widgets' values as the service takes them: criterion slot k is the k-th criterion asked."""
+    criteria, _ = asked(db, project)
+    values = list(criterion_values or ())
+    extra = [v for v in values[len(criteria):] if v not in (None, "")]
+    if extra:
+        raise InputError(f"the project asks {len(criteria)} criteria; got a score for slot {len(criteria) + 1}: "
+                         "click Refresh", field="scores")
+    scores = {q.name: v for q, v in zip(criteria, values) if v not in (None, "")}
+    if flags_value in (None, ""):
+        flags_value = []
+    flags = tuple(flags_value) if isinstance(flags_value, list) else flags_value  # the service checks its type
+    return ItemAnswers(scores=scores, flags=flags, correction=correction_value if correction_value not in (None, "") else None)
+
+
+def tail_signature(handler, fixed: int, tail: list[tuple[str, Any]]) -> inspect.Signature:
+    """`handler`'s first `fixed` parameters (ctx ... request), then `tail`'s named, defaulted ones in place of its
+    *args: how Gradio and gradio_client see a submit whose optional inputs come after the request (an API caller
+    leaves them out)."""
+    kept = list(inspect.signature(handler).parameters.values())[:fixed]
+    named = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default) for name, default in tail]
+    return inspect.Signature([*kept, *named])
+
+
+def cleared_js() -> str:
+    return CLEARED_JS.format(nulls=", ".join(["null"] * MAX_CRITERIA))
 
 
 def counter_markdown(done: int, remaining: int) -> str:
@@ -131,7 +222,7 @@ def undo(ctx: UIContext, kind: str, show_next: Callable[..., tuple], request: gr
     body of each tab's undo handler, which is what its event binds."""
     username = ctx.username(request)
     with ctx.connection() as db:
-        gr.Info(undo_message(labeling.undo_last_action(db, ctx.project, username, kind), *UNDO_WORDS[kind]))
+        gr.Info(undo_message(questions.undo_with_answers(db, ctx.project, username, kind), *UNDO_WORDS[kind]))
         return show_next(ctx, db, username)
 
 

@@ -3,7 +3,10 @@
 Each answer gets a rank number (1 = best); equal numbers are a tie. The ranks become one ranking,
 `order` best to worst with tied response ids grouped: ranks {a: 2, b: 1, c: 2} -> [[b], [a, c]] (ranks.py).
 Keyboard: type the answer numbers best to worst ("3 1 2"), "=" before a number ties it with the
-previous one, Enter submits (labeler/ui/static/shortcuts.js).
+previous one, Enter submits (labeler/ui/static/shortcuts.js). The project's questions (labelling.asked) sit under
+each answer, its flags and a radio per criterion, answered with the mouse (the digits already rank), with one
+"better answer" box, a correction of the answer ranked first; the ranking and all of them are one submit
+(questions.submit_ranking_with_answers).
 
 Built from parts: ranks.py (rank numbers to an order), item_view.py (what an item shows, as widget values),
 handlers.py (show, submit, skip, undo: module functions taking the UIContext first), and what Rank shares with
@@ -29,10 +32,12 @@ SHORTCUTS = (
 # The keyboard path (shortcuts.js): the ranks typed go straight into the submit (see the Rate tab's SUBMIT_JS).
 # The ranks come last and as a rest parameter, so this needs no change when MAX_RESPONSES does; the typed list
 # only covers the slots typed, the rest are null (unranked).
-SUBMIT_JS = """(comment, current, key, ...ranks) => {
+# The questions' inputs come after the ranks, untouched by the keys (they are answered with the mouse).
+SUBMIT_JS = f"""(comment, current, key, ...rest) => {{
   const typed = window.__rlhfStudioTake ? window.__rlhfStudioTake("rank") : null;
-  return [comment, current, key, ...(typed === null ? ranks : ranks.map((_, i) => typed[i] ?? null))];
-}"""
+  const ranks = rest.slice(0, {MAX_RESPONSES}), questions = rest.slice({MAX_RESPONSES});
+  return [comment, current, key, ...(typed === null ? ranks : ranks.map((_, i) => typed[i] ?? null)), ...questions];
+}}"""
 
 
 def build(ctx: UIContext):
@@ -40,6 +45,7 @@ def build(ctx: UIContext):
     state = gr.State(None)
     banner = gr.Markdown(elem_id="rank-banner", elem_classes=["studio-banner"])  # hidden while empty (studio.css)
     slot_widgets: list = []
+    question_widgets: list = []
     with gr.Row(equal_height=False):
         with gr.Column(scale=4):
             counter = gr.Markdown(elem_id="rank-counter")
@@ -55,7 +61,16 @@ def build(ctx: UIContext):
                             # (rate.item_view.startup_choices).
                             rank = gr.Radio(choices=[str(r) for r in range(1, MAX_RESPONSES + 1)],
                                             label="Rank (1 = best)", elem_id=f"rank-slot-{index}")
+                            # The project's questions about this answer (item_view.question_updates).
+                            flags = gr.CheckboxGroup(choices=[], label="Flags", visible=False,
+                                                     elem_id=f"rank-flags-{index}")
+                            criteria = [gr.Radio(choices=[], visible=False, elem_id=f"rank-criterion-{index}-{c}")
+                                        for c in range(1, labelling.MAX_CRITERIA + 1)]
                         slot_widgets += [column, text, rank]
+                        question_widgets += [flags, *criteria]
+            # Stored as a correction of the answer ranked first: preferred to it (question_rows), and an SFT row.
+            correction = gr.Textbox(label="Write a better answer than your first choice (optional)", lines=2,
+                                    max_lines=12, elem_id="rank-correction")
             comment = gr.Textbox(label="Comment (optional)", lines=1, max_lines=4, elem_id="rank-comment")
             key = gr.Textbox(visible="hidden", elem_id="rank-key", label="Item key")  # see the Rate tab's key
             row = labelling.buttons("rank", "Submit ranking")
@@ -65,11 +80,13 @@ def build(ctx: UIContext):
                 guidelines = gr.Markdown(elem_id="rank-guidelines")
 
     rank_radios = slot_widgets[2::3]
-    outputs = [banner, counter, prompt, *slot_widgets, comment, guidelines, state, key]
+    # The questions after the slots (whose outputs tests and callers index), then the correction.
+    outputs = [banner, counter, prompt, *slot_widgets, *question_widgets, correction, comment, guidelines, state, key]
     # As in the Rate tab (labelling.wire): no progress overlay, one labelling concurrency group, shortcuts.js told
     # when a request finished; every Rank event shows the full outputs.
     return labelling.wire(ctx, "rank", KIND, row,
-                          submit=Event(submit, [comment, state, key, *rank_radios], outputs, {"js": SUBMIT_JS}),
+                          submit=Event(submit, [comment, state, key, *rank_radios, correction, *question_widgets],
+                                       outputs, {"js": SUBMIT_JS}),
                           skip=Event(skip, [state], outputs), undo=undo, next_item=next_item, load_item=load_item,
                           show_item=show_item, outputs=outputs, key=key, counter=counter, banner=banner,
                           guidelines_box=guidelines)

@@ -2,11 +2,12 @@
 UIContext first (bound to their events by the tab's build), each checking the caller's role itself."""
 from __future__ import annotations
 
+import dataclasses
 import inspect
 
 import gradio as gr
 
-from labeler.services import labeling
+from labeler.services import labeling, questions
 from labeler.services.errors import InputError
 from labeler.ui.context import UIContext
 from labeler.ui.roles import requires
@@ -43,16 +44,45 @@ def submit_signature(handler) -> inspect.Signature:
     fixed = list(inspect.signature(handler).parameters.values())[:5]  # ctx, comment_value, current, key_value, request
     ranks = [inspect.Parameter(f"rank_{slot}", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)
              for slot in range(1, MAX_RESPONSES + 1)]
-    return inspect.Signature([*fixed, *ranks])
+    # Then the questions (the tab's build: the correction, then per slot its flags and criteria), optional too.
+    asked = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)
+             for name in question_parameters()]
+    return inspect.Signature([*fixed, *ranks, *asked])
+
+
+def question_parameters() -> list[str]:
+    return ["correction", *(name for slot in range(1, MAX_RESPONSES + 1)
+                            for name in (f"flags_{slot}", *(f"criterion_{slot}_{c}"
+                                                            for c in range(1, labelling.MAX_CRITERIA + 1))))]
+
+
+def slot_answers(db, project: str, response_ids: list[int], order: list[list[int]], values: tuple) -> dict | None:
+    """The questions' values after the ranks as {response id: ItemAnswers} for the answers shown (the correction
+    belongs to the answer ranked first); None when none were sent (an API caller passing ranks only)."""
+    if not values:
+        return None
+    correction, per_slot = values[0], values[1:]
+    width = 1 + labelling.MAX_CRITERIA
+    answers = {}
+    for index, response_id in enumerate(response_ids):
+        chunk = tuple(per_slot[index * width:(index + 1) * width])
+        flags, criteria = (chunk[0] if chunk else None), chunk[1:]
+        answers[response_id] = labelling.item_answers(db, project, criteria, flags, None)
+    best = order[0][0]
+    answers[best] = dataclasses.replace(answers[best], correction=correction if correction not in (None, "") else None)
+    return answers
 
 
 @requires("user")
-def submit(ctx: UIContext, comment_value, current, key_value, request: gr.Request, *ranks) -> tuple:
-    """Rank numbers for the answers in the order shown (`current`), for the item `key_value` names.
+def submit(ctx: UIContext, comment_value, current, key_value, request: gr.Request, *values) -> tuple:
+    """Rank numbers for the answers in the order shown (`current`), for the item `key_value` names, with the
+    answers to the project's questions.
 
-    `ranks`: one per slot (None past the answers shown); request comes before them because Gradio
-    fills a gr.Request only into a positional parameter.
+    `values`: one rank per slot (None past the answers shown), then the questions' values (the tab's build:
+    the correction, then per slot its flags and criteria; left out by an API caller passing ranks only);
+    request comes before them because Gradio fills a gr.Request only into a positional parameter.
     """
+    ranks, asked = values[:MAX_RESPONSES], values[MAX_RESPONSES:]
     # The role is checked before anything, as everywhere; the extra ranks are checked here, not by the signature
     # below (whose rank_N stop at the slots): a caller sending a rank too many must hear "This item has N
     # answers", not a TypeError.
@@ -69,11 +99,20 @@ def submit(ctx: UIContext, comment_value, current, key_value, request: gr.Reques
             raise InputError(f"This item has {len(response_ids)} answers: only ranks for those are expected.")
         order = order_from_ranks(response_ids, list(ranks[: len(response_ids)]))
 
+        answers = slot_answers(db, ctx.project, response_ids, order, asked)
+
         def store() -> tuple:
-            _, item = labeling.submit_ranking_and_next(
-                db, ctx.project, username, item_id, order, comment=(comment_value or "").strip(),
-                request_id=request_id,
-            )
+            # Nothing asked beside the ranking (or an API caller sending ranks only): the path as before.
+            if answers is None or (all(a == questions.ItemAnswers() for a in answers.values())
+                                   and not questions.has_questions(db, ctx.project)):
+                _, item = labeling.submit_ranking_and_next(
+                    db, ctx.project, username, item_id, order, comment=(comment_value or "").strip(),
+                    request_id=request_id,
+                )
+            else:
+                _, item = questions.submit_ranking_with_answers(
+                    db, ctx.project, username, item_id, order, answers, comment=(comment_value or "").strip(),
+                    request_id=request_id)
             return outputs_for(db, ctx, username, item)
 
         return labelling.stored_or_next(submit, store, lambda: show_next(ctx, db, username))

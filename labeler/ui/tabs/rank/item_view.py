@@ -1,5 +1,6 @@
 """What the Rank tab shows for one item (or for an empty queue), as the values of its widgets: the prompt, one
-slot per answer (shown, its text, its rank choices), the state naming the answers in the order shown, the key."""
+slot per answer (shown, its text, its rank choices), the questions about each answer and the correction, the
+state naming the answers in the order shown, the key."""
 from __future__ import annotations
 
 import gradio as gr
@@ -8,6 +9,7 @@ from labeler.services import labeling
 from labeler.services.labeling import MAX_RANKING_SIZE
 from labeler.services.projects import get_project
 from labeler.ui.context import UIContext
+from labeler.ui.tabs import labelling
 from labeler.ui.tabs.labelling import counter_markdown, item_key, training_banner
 
 KIND = "ranking"
@@ -31,7 +33,20 @@ def slot_updates(responses: list[dict]) -> list:
     return updates
 
 
-def item_outputs(item, banner: str = "") -> tuple:
+def question_updates(asked: tuple[list, list], shown: int) -> list:
+    """Per answer slot its flags and criterion slots (labelling.asked), shown for the `shown` answers; then the
+    correction box, emptied."""
+    criteria, flags = asked
+    updates = []
+    for index in range(MAX_RESPONSES):
+        if index < shown:
+            updates += [labelling.flags_update(flags), *labelling.criterion_updates(criteria)]
+        else:
+            updates += [gr.update(visible=False, value=[]), *labelling.criterion_updates([])]
+    return [*updates, ""]
+
+
+def item_outputs(item, banner: str = "", asked: tuple[list, list] = ([], [])) -> tuple:
     # The state: the response ids in the shuffled order shown, so rank k belongs to the k-th answer.
     state = {"item_id": item.item_id, "response_ids": [int(r["id"]) for r in item.responses]}
     return (
@@ -39,6 +54,7 @@ def item_outputs(item, banner: str = "") -> tuple:
         counter_markdown(item.done, item.remaining),
         f"### Prompt\n{item.prompt}",
         *slot_updates(item.responses),
+        *question_updates(asked, len(item.responses)),
         # the comment box: a plain value, not gr.update(value=""), which costs Gradio a component
         # (rate.item_view.item_outputs)
         "",
@@ -54,6 +70,7 @@ def empty_outputs(done: int, remaining: int, guidelines: str) -> tuple:
         counter_markdown(done, remaining),
         "### All done\nNothing left to rank in this project right now.",
         *slot_updates([]),
+        *question_updates(([], []), 0),
         "",
         guidelines,
         None,
@@ -65,7 +82,7 @@ def outputs_for(db, ctx: UIContext, username: str, item) -> tuple:
     if item is None:
         done, remaining = labeling.progress(db, ctx.project, username, KIND)
         return empty_outputs(done, remaining, get_project(db, ctx.project).guidelines_for(KIND))
-    return item_outputs(item, training_banner(db, item.run_id))
+    return item_outputs(item, training_banner(db, item.run_id), labelling.asked(db, ctx.project))
 
 
 def show_next(ctx: UIContext, db, username: str, *, run_items: bool = True) -> tuple:

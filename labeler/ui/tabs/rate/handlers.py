@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from labeler.services import labeling
+from labeler.services import labeling, questions
 from labeler.services.errors import InputError
 from labeler.ui.context import UIContext
 from labeler.ui.roles import requires
@@ -35,13 +35,15 @@ def load_item(ctx: UIContext, request: gr.Request) -> tuple:
         return show_next(ctx, db, ctx.username(request), run_items=False)
 
 
-@ui_errors
 @requires("user")
-def submit(ctx: UIContext, score_value, comment_value, key_value, request: gr.Request) -> tuple:
-    """Store the score of the item `key_value` names and return the next item: one round trip per label.
+def submit(ctx: UIContext, score_value, comment_value, key_value, request: gr.Request, correction_value=None,
+           flags_value=None, *criterion_values) -> tuple:
+    """Store the score of the item `key_value` names, with the answers to the project's questions (the
+    correction, the flags ticked, a score per criterion slot), and return the next item: one round trip per label.
 
     The inputs arrive as sent (no Gradio preprocessing): the service validates the score (a number on
-    the project's scale) and the comment, parse_key the key.
+    the project's scale), the answers and the comment, parse_key the key. The request comes before the criterion
+    scores because Gradio fills a gr.Request only into a positional parameter (as Rank's ranks).
     """
     username = ctx.username(request)
     with ctx.connection() as db:
@@ -53,13 +55,27 @@ def submit(ctx: UIContext, score_value, comment_value, key_value, request: gr.Re
             raise InputError("Pick a score first (or press a digit key).")
         comment_text = str(comment_value or "").strip()
 
+        answers = labelling.item_answers(db, ctx.project, criterion_values, flags_value, correction_value)
+
         def store() -> tuple:
-            _, item = labeling.submit_rating_and_next(
-                db, ctx.project, username, item_id, score_value, comment=comment_text, request_id=request_id,
-            )
+            if answers == questions.ItemAnswers() and not questions.has_questions(db, ctx.project):
+                # Nothing asked beside the score: the one-criterion path as before (no answers read or written).
+                _, item = labeling.submit_rating_and_next(
+                    db, ctx.project, username, item_id, score_value, comment=comment_text, request_id=request_id,
+                )
+            else:
+                _, item = questions.submit_rating_with_answers(
+                    db, ctx.project, username, item_id, score_value, answers, comment=comment_text,
+                    request_id=request_id)
             return outputs_for(db, ctx, username, item, full=False)
 
         return labelling.stored_or_next(submit, store, lambda: show_next(ctx, db, username, full=False))
+
+
+submit.__signature__ = labelling.tail_signature(
+    submit, 5, [("correction_value", None), ("flags_value", None),
+                *((f"criterion_{slot}", None) for slot in range(1, labelling.MAX_CRITERIA + 1))])
+submit = ui_errors(submit)
 
 
 @ui_errors

@@ -14,6 +14,7 @@ from labeler.services import labeling
 from labeler.services.errors import InputError
 from labeler.services.projects import get_project
 from labeler.ui.context import UIContext
+from labeler.ui.tabs import labelling
 from labeler.ui.tabs.labelling import counter_markdown, item_key, training_banner
 from storage import StorageError
 
@@ -96,12 +97,23 @@ def item_outputs(item, banner: str = "", *, full: bool = True) -> tuple:
     )
 
 
+def question_outputs(db, ctx: UIContext) -> tuple:
+    """The full outputs' questions: the correction, the flags, the keys' hint and the criterion slots, as the
+    project asks them now, unanswered."""
+    criteria, flags = labelling.asked(db, ctx.project)
+    return ("", labelling.flags_update(flags), labelling.questions_hint(criteria, flags),
+            *labelling.criterion_updates(criteria))
+
+
 def outputs_for(db, ctx: UIContext, username: str, item, *, full: bool) -> tuple:
     if item is None:
         done, remaining = labeling.progress(db, ctx.project, username, KIND)
         guidelines = get_project(db, ctx.project).guidelines_for(KIND) if full else ""
-        return empty_outputs(done, remaining, full, guidelines)
-    return item_outputs(item, training_banner(db, item.run_id), full=full)
+        shown = empty_outputs(done, remaining, full, guidelines)
+    else:
+        shown = item_outputs(item, training_banner(db, item.run_id), full=full)
+    # The questions go before the guidelines, the last of the full outputs (the tab's build).
+    return (*shown[:-1], *question_outputs(db, ctx), shown[-1]) if full else shown
 
 
 def show_next(ctx: UIContext, db, username: str, *, full: bool = True, run_items: bool = True) -> tuple:
