@@ -15,7 +15,7 @@ def fewer_words(prompts, answers):
     return [-len(a.split()) for a in answers]
 
 
-def rows(*answers):
+def answer_rows(*answers):
     return [{"prompt": f"p{i // 2}", "answer": a} for i, a in enumerate(answers)]
 
 
@@ -23,8 +23,8 @@ def test_each_criterion_counts_its_own_wins():
     # Two prompts, two answers each. Prompt 0: model 3 and 1 words, base 1 and 2: by "complete" (more words) the
     # pairs 3>1, 3>2, 1=1, 1<2 give (1 + 1 + 0.5 + 0) / 4 = 0.625; prompt 1: model 4, 4 against base 1, 1: 1.0.
     # complete: (0.625 + 1.0) / 2 = 0.8125; "short" (fewer words) mirrors every pair: 0.375 and 0.0, so 0.1875.
-    model = rows("a b c", "a", "a b c d", "a b c d")
-    base = rows("a", "a b", "a", "a")
+    model = answer_rows("a b c", "a", "a b c d", "a b c d")
+    base = answer_rows("a", "a b", "a", "a")
     wins = criterion_wins.criterion_win_rates(model, base, 2, {"complete": words, "short": fewer_words})
     assert wins["complete"]["eval/win_rate"] == pytest.approx(0.8125)
     assert wins["short"]["eval/win_rate"] == pytest.approx(0.1875)
