@@ -147,13 +147,22 @@ def inference_plan(shape, answers: int, rows: int, answer_tokens: int, prompt_to
 
 def plan(work: Work) -> list[dict]:
     import rlhf.hardware
+
+    # The planned GPUs (24 GB: RTX 4090, L4, A10G; 80 GB: A100, H100) all have native bf16: the estimate must not
+    # take this CPU-only machine's answer (fp16 with a scaler). Put back afterwards: a test calls this in-process.
+    native = rlhf.hardware.gpu_has_native_bf16
+    rlhf.hardware.gpu_has_native_bf16 = lambda *args, **kwargs: True
+    try:
+        return _plan(work)
+    finally:
+        rlhf.hardware.gpu_has_native_bf16 = native
+
+
+def _plan(work: Work) -> list[dict]:
     from labeler.services import projects
     from rlhf.memory_estimate import model_shape
     from storage import open_db
 
-    # The planned GPUs (24 GB: RTX 4090, L4, A10G; 80 GB: A100, H100) all have native bf16: the estimate must not
-    # take this CPU-only machine's answer (fp16 with a scaler).
-    rlhf.hardware.gpu_has_native_bf16 = lambda *args, **kwargs: True
     rows, shapes = [], {}
     with tempfile.TemporaryDirectory(prefix="gpu-plan-") as tmp:
         db = open_db(str(Path(tmp) / "plan.db"))
