@@ -103,6 +103,11 @@ def model_config(shape: Shape):
                        rope_theta=1000000.0, rms_norm_eps=1e-6)
 
 
+def qwen_15b_config(tiny: bool):
+    """Qwen2.5-1.5B's config (tiny: 2 layers of width 64): bench/checkpoint_bytes.py builds its model from it."""
+    return model_config(SHAPES["tiny" if tiny else "1.5b"])
+
+
 def build_model(folder: Path, shape: Shape) -> None:
     """Random weights of `shape`, made in bf16 (no fp32 model first: 1.5B in fp32 would be a 6 GB detour) and saved
     as safetensors in bf16 as hub checkpoints are, with the embedded default model's tokenizer and chat template."""
