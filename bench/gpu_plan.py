@@ -130,17 +130,18 @@ def reward_parameters(shape) -> int:
 
 
 def inference_plan(shape, answers: int, rows: int, answer_tokens: int, prompt_tokens: int, models: int = 1,
-                   reward_bytes: float = 0.0) -> dict:
-    """Weights in bf16 (the model cache on a GPU: the checkpoint's dtype) and the KV cache of `rows` answers;
-    time at the micro-step's generation pace (2 FLOPs a weight a token at a quarter of the nominal rate)."""
+                   reward_bytes: float = 0.0, weight_bytes: float = 2.0) -> dict:
+    """Weights in the checkpoint's dtype (the model cache on a GPU loads 'auto': `weight_bytes` a parameter, bf16
+    for a hub model) and the KV cache of `rows` answers; time at the micro-step's generation pace (2 FLOPs a weight
+    a token at a quarter of the nominal rate)."""
     from labeler.services.run_estimate import GENERATION_EFFICIENCY, GPU_FLOPS, LOAD_BYTES_PER_SECOND
 
-    weights = 2.0 * shape.parameters
+    weights = weight_bytes * shape.parameters
     kv = 2 * rows * (prompt_tokens + answer_tokens) * shape.layers * shape.kv_width * 2
     logits = rows * shape.vocab_size * 4  # one position's fp32 logits per row
     seconds = models * (weights / LOAD_BYTES_PER_SECOND
                         + answers * answer_tokens * 2 * shape.parameters / (GPU_FLOPS * GENERATION_EFFICIENCY))
-    return {"memory": weights + kv + logits + reward_bytes, "seconds": seconds, "how": "bf16 weights",
+    return {"memory": weights + kv + logits + reward_bytes, "seconds": seconds, "how": "weights",
             "parts": f"weights {weights / GIB:.1f}, KV cache {kv / GIB:.2f}"
                      + (f", reward model {reward_bytes / GIB:.1f}" if reward_bytes else "") + " GiB"}
 
@@ -191,11 +192,15 @@ def _plan(work: Work) -> list[dict]:
                 cell["ppo"] = ppo
                 # The evaluation's measure is loaded as rlhf.reward.RewardScorer loads it without a dtype: fp32
                 # (labeler/services/evaluation.py _reward_model).
+                # The tuned model is saved as it trained: full fine-tuning's fp32 master weights (4 bytes a parameter,
+                # which 'auto' keeps), LoRA merged into its bf16 base (2). The evaluation holds it, then the base.
+                tuned = 2.0 if "LoRA" in ppo["how"] else 4.0
                 cell["eval"] = inference_plan(shape, work.heldout_prompts * work.eval_samples, 32, answer,
-                                              work.prompt_tokens, models=2, reward_bytes=4.0 * rm_weights)
+                                              work.prompt_tokens, models=2, reward_bytes=4.0 * rm_weights,
+                                              weight_bytes=tuned)
                 if cell["eval"]["memory"] > 0.9 * gpu_bytes:
                     cell["eval"]["how"] = "does not fit"
-                cell["chat"] = inference_plan(shape, 1, 1, work.chat_tokens, work.prompt_tokens)
+                cell["chat"] = inference_plan(shape, 1, 1, work.chat_tokens, work.prompt_tokens, weight_bytes=tuned)
                 rows.append(cell)
         db.conn.close()
     return rows
