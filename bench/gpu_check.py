@@ -290,8 +290,8 @@ class Loop:
             code = process.wait()
         text = log.read_text()
         if code != 0:
-            raise RuntimeError(f"`{row.commands[-1]}` exited {code}: {text.strip().splitlines()[-1:] or ''} "
-                               f"(log {log})")
+            last = (text.strip().splitlines() or ["no output"])[-1]
+            raise RuntimeError(f"`{row.commands[-1]}` exited {code}: {last} (log {log})")
         return text
 
     def stage(self, name: str, body, estimate=None) -> Row:
