@@ -33,7 +33,6 @@ def test_doc_has_the_whole_path():
 
 @pytest.mark.parametrize("command", doc_commands(DOC.read_text()))
 def test_doc_command_parses(command):
-    from labeler import forms  # noqa: F401  (the CLI's modules, as `rlhf-studio` imports them)
     from labeler.cli import build_parser
     from labeler.services import job_settings, train_configs
 
