@@ -37,11 +37,12 @@ stage adds above the floor row's runtime, so compare peak - floor with the estim
 every file under the data folder (database, WAL, runs, checkpoints, models) that the stage created or changed
 (a file written twice counts once, a file created and deleted within the stage not at all).
 
-Measured: --shape tiny --device cpu on a shared 2-core AMD EPYC (no native bf16, load average 9-15 from other work):
-all 11 stages ok in each of two runs; 17-27 min of wall time for 3.1-3.7 min of CPU (the run workers train at niceness 10, so a busy machine
-stretches them most); peak RSS 0.35 GiB for the floor, 0.64 generate, 0.63 rm, 0.86 ppo-rm, 0.75 ppo-human (its
-server 0.64), 0.76 dpo, 0.79 eval, 0.60 chat; written 41 MiB by ppo-rm (the merged model in fp32, 39 MiB from a 20 MiB
-bf16 base: bf16 is off on this CPU, so LoRA's base is loaded in fp32), 45 MiB by ppo-human, 7 MiB by rm and dpo each. --shape 1.5b has not been run here.
+Measured: --shape tiny --device cpu on a shared 2-core AMD EPYC (no native bf16, load average 5-15 from other
+work): all 11 stages ok in each of two runs; 17-27 min of wall time for 3.1-3.7 min of CPU (the run workers train
+at niceness 10, so a busy machine stretches them most); peak RSS 0.35 GiB for the floor, 0.64 generate, 0.63 rm,
+0.84-0.86 ppo-rm, 0.73-0.75 ppo-human (its server 0.64), 0.76 dpo, 0.79 eval, 0.60 chat; written 41 MiB by ppo-rm
+(the merged model in fp32, 39 MiB from a 20 MiB bf16 base: bf16 is off on this CPU, so LoRA's base is loaded in
+fp32), 45 MiB by ppo-human, 7 MiB by rm and dpo each. --shape 1.5b has not been run here.
 """
 from __future__ import annotations
 
