@@ -162,7 +162,7 @@ def reward_function(db: sqlite_utils.Database, spec: str) -> RewardFunction | No
 
 
 def _reward_model(db: sqlite_utils.Database, name: str) -> RewardFunction:
-    from rlhf.reward import RewardScorer  # the reward trainer's module: torch and transformers
+    from labeler.services import inference  # the one loader: the inference dtype, torch imported when called
 
     registered = _registered(db, name)
     if registered is not None and registered["kind"] != "reward":
@@ -174,7 +174,7 @@ def _reward_model(db: sqlite_utils.Database, name: str) -> RewardFunction:
     if registered is None and not Path(path).is_dir():
         names = ", ".join(m["name"] for m in models.list_models(db, kind="reward")) or "none registered"
         raise InputError(f"no reward model named {name!r} (reward models: {names})", field="reward")
-    return RewardScorer(path).score
+    return inference.load_reward(path).score
 
 
 def _registered(db: sqlite_utils.Database, name: str) -> dict | None:

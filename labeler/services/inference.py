@@ -100,12 +100,13 @@ def load_policy(name_or_path: str, device: str | None = None) -> tuple[Any, Any]
 
 
 def load_reward(name_or_path: str, device: str | None = None):
-    """A RewardScorer on `device` (default: host_device()); bf16 on a CPU with native bf16, its own default else."""
+    """A RewardScorer on `device` (default: host_device()): the checkpoint's own dtype on a GPU, bf16 on a CPU with
+    native bf16, fp32 else."""
     from rlhf.reward import RewardScorer  # torch and transformers
 
     device = device or host_device()
     dtype = inference_dtype(device.split(":")[0], cpu_flags())
-    return RewardScorer(name_or_path, device=device, dtype=_torch_dtype(dtype) if dtype == "bfloat16" else None)
+    return RewardScorer(name_or_path, device=device, dtype=None if dtype == "float32" else _torch_dtype(dtype))
 
 
 def load(name_or_path: str, kind: str, device: str | None = None) -> Any:

@@ -200,3 +200,35 @@ def test_the_memory_budget_is_read_as_a_size():
         with pytest.raises(InputError, match="a size such as 8GiB") as error:
             inference.parse_bytes(bad, field="--model-memory")
         assert error.value.field == "--model-memory"
+
+
+def test_reward_models_load_through_the_one_loader_in_the_devices_precision(db, tmp_path, monkeypatch):
+    """The evaluation's reward model came from RewardScorer(path) directly: fp32 on a GPU and on a bf16 CPU alike."""
+    import torch
+
+    import rlhf.reward
+    from labeler.services import evaluation
+
+    made = []
+
+    class RecordingScorer:
+        def __init__(self, path, device=None, dtype=None):
+            made.append((path, device, dtype))
+
+        def score(self, queries, responses):
+            return [0.0] * len(responses)
+
+    monkeypatch.setattr(rlhf.reward, "RewardScorer", RecordingScorer)
+    monkeypatch.setattr(inference, "cpu_flags", lambda: AVX2_ONLY)
+    inference.load_reward("rm-dir", device="cuda")
+    inference.load_reward("rm-dir", device="cpu")
+    monkeypatch.setattr(inference, "cpu_flags", lambda: AVX2_ONLY | {"amx_bf16"})
+    inference.load_reward("rm-dir", device="cpu")
+    assert [dtype for _, _, dtype in made] == ["auto", None, torch.bfloat16]  # the checkpoint's, fp32, bf16
+    made.clear()
+    folder = tmp_path / "my-rm"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"")  # resolve_model checks that weights are there; none are read
+    monkeypatch.setattr(inference, "host_device", lambda: "cuda")
+    scorer = evaluation._reward_model(db, str(folder))
+    assert made == [(str(folder), "cuda", "auto")] and scorer(["q"], ["a"]) == [0.0]
