@@ -230,6 +230,6 @@ def test_admin_sets_the_answer_length_and_the_measure(app_db, ctx):
         project_settings.save_project(ctx, *base, 96, "rm:rm-x", request=as_user(ADMIN))
     with pytest.warns(UserWarning, match="command line"):
         project_settings.save_project(ctx, *base, 96, "json:dumps", request=as_user(ADMIN))
-    with pytest.warns(UserWarning, match="answer_tokens"):
+    with pytest.warns(UserWarning, match="^Answer length \(tokens\): "):
         project_settings.save_project(ctx, *base, 0, "vader", request=as_user(ADMIN))
     assert query(app_db, "SELECT answer_tokens, measure FROM projects") == [(96, "vader")]
