@@ -45,12 +45,15 @@ def test_checkboxes_keep_a_readable_label(running_app, login, browser, width):
 def test_a_refusal_names_the_field_as_the_form_does(running_app, login):
     page = login(running_app.url, *running_app.admin, ready="button[role=tab]:has-text('Admin')", height=1600)
     open_tab(page, "Admin")
-    fill_and_keep(page, "#admin-answer-tokens input", "0")
+    # A reward model no one registered as the measure: the service refuses it naming its field ("measure").
+    fill_and_keep(page, "#admin-measure input", "rm:nobody-trained-this")
+    page.locator("#admin-measure input").press("Enter")
     page.locator("#admin-save-project").evaluate("b => b.click()")
-    toast = page.locator(".toast-body, [data-testid=toast-body]").first
+    toast = page.locator(".toast-body:has-text('nobody-trained-this'), "
+                         "[data-testid=toast-body]:has-text('nobody-trained-this')").first
     toast.wait_for(timeout=30_000)
     text = toast.inner_text()
-    assert "Answer length (tokens): answer length must be 1 to" in text and "field '" not in text, text
+    assert "Measure: no reward model named 'nobody-trained-this'" in text and "field '" not in text, text
     page.close()
 
 
