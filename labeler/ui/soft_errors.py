@@ -109,6 +109,22 @@ def malformed_reason(fn, error: BaseException) -> tuple[str, str, str]:
             f"{type(error).__name__}: {error}{at}")
 
 
+def refused_number(fn, inputs, message: str) -> str | None:
+    """The label of the event's number box whose value Gradio's gr.Number.preprocess refuses with `message`
+    (its minimum and maximum), checked again on the sent values; None when no number box says so."""
+    values = inputs if isinstance(inputs, list) else []
+    for block, value in zip(getattr(fn, "inputs", None) or [], values):
+        if isinstance(block, gr.Number) and isinstance(value, (int, float)):
+            try:
+                block.preprocess(value)
+            except gr.Error as error:
+                if error.message == message:
+                    return _input_name(block)
+            except Exception:  # noqa: BLE001 - not this box
+                continue
+    return None
+
+
 def one_line_errors(app: gr.Blocks) -> None:
     """Every event of `app` that fails other than by our own refusals (gr.Error with print_exception=False: they
     logged their line) writes one log line, `malformed request to EVENT by USER, field FIELD: REASON`, and
@@ -131,6 +147,11 @@ def one_line_errors(app: gr.Blocks) -> None:
         first = request[0] if isinstance(request, list) and request else request
         user = getattr(first, "username", None) or "-"
         if isinstance(failed, gr.Error):
+            # Gradio's own check of a number box ("Value 0 is less than minimum value 1.") names no box: the toast
+            # names it as the form labels it.
+            label = refused_number(fn, inputs, failed.message)
+            if label:
+                failed.message = f"{label}: {failed.message}"
             LOG.warning("refused in %s for %s: %s", event, user, one_line(failed.message))
             failed.print_exception = False
             raise failed

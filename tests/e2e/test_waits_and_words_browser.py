@@ -54,6 +54,14 @@ def test_a_refusal_names_the_field_as_the_form_does(running_app, login):
     toast.wait_for(timeout=30_000)
     text = toast.inner_text()
     assert "Measure: no reward model named 'nobody-trained-this'" in text and "field '" not in text, text
+    # Gradio's own check of a number box's minimum names the box too.
+    fill_and_keep(page, "#admin-answer-tokens input", "0")
+    page.locator("#admin-save-project").evaluate("b => b.click()")
+    page.locator(".toast-body:has-text('less than minimum'), [data-testid=toast-body]:has-text('less than minimum')"
+                 ).first.wait_for(timeout=30_000)
+    assert page.locator(".toast-body:has-text('Answer length (tokens): Value 0 is less than minimum value 1'), "
+                        "[data-testid=toast-body]:has-text('Answer length (tokens): Value 0 is less than minimum')"
+                        ).count() >= 1
     page.close()
 
 

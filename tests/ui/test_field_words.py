@@ -4,6 +4,7 @@ takes (Cancel stayed red and active on finished runs)."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import gradio as gr
@@ -136,3 +137,28 @@ def test_field_labels_cover_the_train_form():
     from labeler.ui.tabs.train.form import PLAIN_LABELS
 
     assert all(FIELD_LABELS[name] == words for name, words in PLAIN_LABELS.items())
+
+
+def test_the_metric_list_reads_in_words():
+    """'All metrics' listed 40 raw names (ppo/policy/clipfrac); each reads in words, its name kept as the value."""
+    from labeler.ui.tabs.train.run_views import metric_words
+
+    logged = ["env/reward_mean", "objective/kl", "ppo/policy/clipfrac", "ppo/loss/value", "ppo/val/var",
+              "time/ppo/forward_pass", "val/ref_contain_eos_token", "tokens/responses_len_mean", "eval/distinct_2",
+              "objective/rlhf_reward", "frac_reward_zero_std", "logps/chosen", "rewards/margins", "lr"]
+    words = {name: metric_words(name) for name in logged}
+    assert [name for name, text in words.items() if re.search(r"[/_]", text)] == []
+    assert words["ppo/policy/clipfrac"] == "PPO: policy share clipped"
+    assert words["env/reward_mean"] == "Reward (mean per answer)" and words["lr"] == "Learning rate"
+
+
+def test_the_monitor_offers_metrics_by_their_words(ctx, db_path):
+    from labeler.ui.tabs.train import monitor
+    from storage import open_db
+
+    db = open_db(db_path)
+    run = db.execute("INSERT INTO runs (project_id, stage, status) VALUES (1, 'ppo', 'succeeded')").lastrowid
+    db.execute("INSERT INTO metrics (run_id, step, name, value) VALUES (?, 1, 'ppo/policy/clipfrac', 0.1)", [run])
+    db.conn.close()
+    listed = monitor.refresh(ctx, run, None, request=as_user(ADMIN))[list(monitor.REFRESHED).index("metric_names")]
+    assert listed["choices"] == [("PPO: policy share clipped", "ppo/policy/clipfrac")]

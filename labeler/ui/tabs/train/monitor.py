@@ -18,8 +18,8 @@ from labeler.ui.roles import check_role, requires
 from labeler.ui.soft_errors import ui_errors
 from labeler.ui.tabs.train.run_views import (
     ANSWER_COLUMNS, COMPARISON_COLUMNS, HISTORY_COLUMNS, SAMPLE_COLUMNS, comparison_frame, default_metrics,
-    heldout_bars, history_frame, metrics_html, progress_html, reward_curve_html, run_choices, status_markdown,
-    waiting_banner,
+    heldout_bars, history_frame, metric_words, metrics_html, progress_html, reward_curve_html, run_choices,
+    status_markdown, waiting_banner,
 )
 
 REFRESH_SECONDS = 2.0
@@ -128,7 +128,7 @@ def read_run(db, project: str, run_id: int | None, selected: list[str] | None) -
         waiting_banner(db, project),
         status_markdown(current),
         progress_html(current),
-        gr.update(choices=names, value=chosen),
+        gr.update(choices=[(metric_words(name), name) for name in names], value=chosen),
         metrics_html(frame, chosen, heldout_bars(db, run_id if current and current.finished else None)),
         pd.DataFrame(rows, columns=SAMPLE_COLUMNS).round({"reward": 3}),
         run_metrics.log_tail(current, 40) if current else "",
