@@ -36,7 +36,7 @@ def refused_fields() -> set[str]:
 
 def test_a_toast_names_the_field_in_the_forms_words():
     assert toast_text(InputError("no reward model named 'x'", field="measure")) == "Measure: no reward model named 'x'"
-    assert toast_text(InputError("a ranking takes an order", field="order")).startswith("Corrected value: ")
+    assert toast_text(InputError("a ranking takes an order", field="order")).startswith("Ranking: ")
     assert toast_text(InputError("must be a share in [0, 1)", field="heldout_share")).startswith("Held-out share: ")
     # A config's own check ("name=value: why") says the value and why, once, in words.
     assert toast_text(InputError("max_new_tokens=5000: must be between 1 and 2,048", field="max_new_tokens")) == (
@@ -65,7 +65,7 @@ def test_the_words_are_the_labels_on_screen(app):
 
     shown = {str(block.label) for block in app.blocks.values() if getattr(block, "label", None)}
     shown |= set(PLAIN_LABELS.values())
-    for field in ("measure", "heldout_share", "likert_max", "likert_min", "overlap", "answer_tokens", "order",
+    for field in ("measure", "heldout_share", "likert_max", "likert_min", "overlap", "answer_tokens", "value",
                   "item_id", "label id", "record id", "prompt number", "n_per_prompt", "which prompts", "username"):
         assert any(label.startswith(field_label(field)) for label in shown), (field, field_label(field))
 
@@ -131,6 +131,19 @@ def test_a_finished_runs_page_shows_no_cancel(ctx, db_path, monkeypatch):
     # With none picked, Cancel acts on that newest run, as the page shows it.
     assert monitor.run_action(ctx, jobs.cancel_run, "cancelled", None, request=as_user(ADMIN)) == (
         f"Run **#{live}** cancelled: cancelled.")
+
+
+def test_a_correction_names_the_box_it_was_typed_in(app_db, ctx):
+    """Records > Correct: the service refuses the value as a score ("field 'score'"); the toast names the box the
+    admin typed it in."""
+    from labeler.ui.tabs import rate
+    from labeler.ui.tabs.records import corrections
+    from test_tabs import ANNOTATOR
+
+    shown = rate.next_item(ctx, request=as_user(ANNOTATOR))
+    rate.submit(ctx, 6, "", shown[6], request=as_user(ANNOTATOR))
+    with pytest.warns(UserWarning, match=r"^Corrected value: must be (between|in|an integer)|^Corrected value: "):
+        corrections.correct(ctx, "rating", 1, "99", "typo", 1, request=as_user(ADMIN))
 
 
 def test_field_labels_cover_the_train_form():

@@ -87,7 +87,7 @@ def item_preview(db, item_id: int) -> str:
 def show_item(ctx: UIContext, item_id, request: gr.Request) -> str:
     with ctx.connection() as db:
         if item_id is None:
-            raise InputError("enter an item id", field="item_id")
+            raise InputError("enter an item number", field="item_id")
         return item_preview(db, int(item_id))
 
 
@@ -96,7 +96,7 @@ def show_item(ctx: UIContext, item_id, request: gr.Request) -> str:
 def mark_gold(ctx: UIContext, item_id, value, request: gr.Request) -> str:
     with ctx.connection() as db:
         if item_id is None:
-            raise InputError("enter an item id", field="item_id")
+            raise InputError("enter an item number", field="item_id")
         labeling.set_gold(db, int(item_id), parse_gold(value))
         return item_preview(db, int(item_id))
 

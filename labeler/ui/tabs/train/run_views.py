@@ -58,7 +58,8 @@ METRIC_PARTS = {
     "rlhf_reward": "reward minus KL penalty", "non_score_reward": "KL penalty", "scores": "scores",
     "logps": "log-probabilities", "rm": "reward model", "rm_online": "online reward model",
     "distinct_2": "distinct word pairs", "positive_share": "positive share", "grad_norm": "gradient norm",
-    "num_tokens": "tokens seen", "frac_reward_zero_std": "share of groups with equal rewards", "ref": "reference", "eval": "held-out",
+    "num_tokens": "tokens seen", "frac_reward_zero_std": "share of groups with equal rewards", "ref": "reference",
+    "eval": "held-out",
 }
 
 
