@@ -1,4 +1,4 @@
-"""The words a person reads for a field, on the form and in a refusal's toast (issue 49, item 7).
+"""The words a person reads for a field, on the form and in a refusal's toast.
 
 The services name a field as the code and the CLI do (`InputError(..., field="heldout_share")`): the CLI prints
 that name, which its flags and `--set` take. A toast said "field 'measure'" and "field 'order'" beside forms that
