@@ -175,3 +175,18 @@ def test_the_monitor_offers_metrics_by_their_words(ctx, db_path):
     db.conn.close()
     listed = monitor.refresh(ctx, run, None, request=as_user(ADMIN))[list(monitor.REFRESHED).index("metric_names")]
     assert listed["choices"] == [("PPO: policy share clipped", "ppo/policy/clipfrac")]
+
+
+def test_gradios_own_number_check_names_the_box():
+    """gr.Number refuses a value below its minimum as "Value 0 is less than minimum value 1.", naming no box; the
+    toast names the one that refused it, checked again on the sent values."""
+    from types import SimpleNamespace
+
+    from labeler.ui.soft_errors import refused_number
+
+    with gr.Blocks():
+        boxes = [gr.Number(label="Lowest score"), gr.Number(label="Answer length (tokens)", minimum=1, maximum=4096)]
+    event = SimpleNamespace(inputs=boxes)
+    assert refused_number(event, [1, 0], "Value 0 is less than minimum value 1.") == "Answer length (tokens)"
+    assert refused_number(event, [1, 5000], "Value 5000 is greater than maximum value 4096.") == "Answer length (tokens)"
+    assert refused_number(event, [1, 5], "Value 0 is less than minimum value 1.") is None  # no box says so
