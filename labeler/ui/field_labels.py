@@ -1,4 +1,5 @@
-"""The words a person reads for a field, on the form and in a refusal's toast.
+"""The words a person reads for a field, on the form and in a refusal's toast; and data text shown as typed
+inside the app's own Markdown (`literal`).
 
 The services name a field as the code and the CLI do (`InputError(..., field="heldout_share")`): the CLI prints
 that name, which its flags and `--set` take. A toast said "field 'measure'" and "field 'order'" beside forms that
@@ -99,3 +100,18 @@ def toast_text(error: InputError, labels: Mapping[str, str] | None = None) -> st
             message = f"{named.group('why')} (got {named.group('value')})"
         where.append(field_label(error.field, labels))
     return ": ".join([", ".join(where), message]) if where else message
+
+
+# Markdown's ASCII punctuation: each escaped with a backslash shows as itself (CommonMark, "Backslash escapes").
+MARKDOWN_SPECIALS = re.compile(r"([\\`*_{}\[\]()#+\-.!|~<>])")
+
+
+def literal(text: object, limit: int | None = None) -> str:
+    """Text from the data (a prompt, an answer, a comment) shown as typed inside our own Markdown: on one line,
+    cut to `limit` characters before escaping (a cut never splits an escape), every Markdown character escaped. An
+    answer's own **bold** cut at 400 characters left a lone "**" that paired with the next bold of the page, and
+    its newlines broke the list it sat in."""
+    flat = " ".join(str(text).split())
+    if limit is not None and len(flat) > limit:
+        flat = flat[:limit - 1] + "…"
+    return MARKDOWN_SPECIALS.sub(r"\\\1", flat)

@@ -190,3 +190,21 @@ def test_gradios_own_number_check_names_the_box():
     assert refused_number(event, [1, 0], "Value 0 is less than minimum value 1.") == "Answer length (tokens)"
     assert refused_number(event, [1, 5000], "Value 5000 is greater than maximum value 4096.") == "Answer length (tokens)"
     assert refused_number(event, [1, 5], "Value 0 is less than minimum value 1.") is None  # no box says so
+
+
+def test_data_text_shows_as_typed_in_the_apps_markdown():
+    """An answer's own Markdown cut at 400 characters left a lone ** that bolded the page's next words from
+    mid-word, and its newlines broke the list; a record shows it on one line, every Markdown character escaped."""
+    from labeler.ui.field_labels import literal
+    from labeler.ui.tabs.records.detail import detail_markdown
+
+    answer = "x" * 396 + " **13.0 GiB** of memory\n# not a heading"
+    detail = {"id": 7, "split": "train", "source": "e2e", "text": "Why is **this** so?", "items": [],
+              "answers": [{"id": 3, "model": "my_model", "source": "gen", "text": answer}], "rankings": [],
+              "ratings": [{"id": 1, "username": "ann", "response_id": 3, "score": 5, "comment": "too_long"}]}
+    shown = detail_markdown(detail)
+    assert "**Prompt**: Why is \\*\\*this\\*\\* so?" in shown
+    answer_line = next(line for line in shown.splitlines() if line.startswith("- answer"))
+    assert answer_line == f"- answer **3** (my\\_model): {'x' * 396} \\*\\*…"  # cut first, then escaped
+    assert "_too\\_long_" in shown and "# not a heading" not in shown
+    assert literal("a\n\nb  c", None) == "a b c"
