@@ -208,3 +208,16 @@ def test_data_text_shows_as_typed_in_the_apps_markdown():
     assert answer_line == f"- answer **3** (my\\_model): {'x' * 396} \\*\\*…"  # cut first, then escaped
     assert "_too\\_long_" in shown and "# not a heading" not in shown
     assert literal("a\n\nb  c", None) == "a b c"
+
+
+def test_a_resolved_settings_help_is_whole():
+    """The Train form's line under a setting, refreshed with where its value comes from, kept the help's first 200
+    characters: four help texts ended mid-word."""
+    from labeler import forms
+    from labeler.services.job_settings import JobConfig
+    from labeler.ui.tabs.train.form import marked_help
+
+    longest = max(forms.field_specs(JobConfig), key=lambda spec: len(spec.help or ""))
+    assert len(longest.help) > 200
+    assert marked_help(longest, "app default") == f"The app's value for this run. {longest.help}"
+    assert marked_help(longest, None) == longest.help

@@ -176,7 +176,8 @@ SOURCE_WORDS = {"class default": "Default", "app default": "The app's value for 
 def marked_help(spec: forms.FieldSpec, source: str | None) -> str | None:
     """The line under a setting: where its value comes from (when not the plain default), then its help."""
     words = SOURCE_WORDS.get(source or "class default")
-    text = spec.help[:200] if source in (None, "class default") else f"{words}. {spec.help}"[:200]
+    # The whole help: cut at 200 characters, a refresh ended help texts mid-word ("Blank: t", "off: the train").
+    text = spec.help if source in (None, "class default") else f"{words}. {spec.help}"
     return text or None
 
 
