@@ -3,7 +3,8 @@
 Raising gr.Error marks every output of the event as failed: Gradio's front end (6.31, StatusTracker) covers
 each one with a red "Error" badge, so one typo in Admin's settings blanked the users table, the settings and
 the quality table. For forms whose outputs are a whole tab, an InputError instead becomes gr.Warning (a toast
-with the service's message, naming the field) and every output is left as it was (gr.skip()).
+with the service's message, naming the field as the form labels it) and every output is left as it was
+(gr.skip()).
 
 PermissionDenied still raises: a hidden admin endpoint called by a non-admin must fail loudly, and its
 caller has nothing on screen to keep.
@@ -26,13 +27,14 @@ import re
 import sqlite3
 import traceback
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import gradio as gr
 import pydantic
 from gradio.exceptions import ComponentProcessingError
 
 from labeler.services.errors import InputError, PermissionDenied
+from labeler.ui.field_labels import toast_text
 from storage.db import DiskFull, is_disk_full
 
 WARNING_TITLE = "Invalid input"
@@ -107,6 +109,22 @@ def malformed_reason(fn, error: BaseException) -> tuple[str, str, str]:
             f"{type(error).__name__}: {error}{at}")
 
 
+def refused_number(fn, inputs, message: str) -> str | None:
+    """The label of the event's number box whose value Gradio's gr.Number.preprocess refuses with `message`
+    (its minimum and maximum), checked again on the sent values; None when no number box says so."""
+    values = inputs if isinstance(inputs, list) else []
+    for block, value in zip(getattr(fn, "inputs", None) or [], values):
+        if isinstance(block, gr.Number) and isinstance(value, (int, float)):
+            try:
+                block.preprocess(value)
+            except gr.Error as error:
+                if error.message == message:
+                    return _input_name(block)
+            except Exception:  # noqa: BLE001 - not this box
+                continue
+    return None
+
+
 def one_line_errors(app: gr.Blocks) -> None:
     """Every event of `app` that fails other than by our own refusals (gr.Error with print_exception=False: they
     logged their line) writes one log line, `malformed request to EVENT by USER, field FIELD: REASON`, and
@@ -129,6 +147,11 @@ def one_line_errors(app: gr.Blocks) -> None:
         first = request[0] if isinstance(request, list) and request else request
         user = getattr(first, "username", None) or "-"
         if isinstance(failed, gr.Error):
+            # Gradio's own check of a number box ("Value 0 is less than minimum value 1.") names no box: the toast
+            # names it as the form labels it.
+            label = refused_number(fn, inputs, failed.message)
+            if label:
+                failed.message = f"{label}: {failed.message}"
             LOG.warning("refused in %s for %s: %s", event, user, one_line(failed.message))
             failed.print_exception = False
             raise failed
@@ -141,12 +164,16 @@ def one_line_errors(app: gr.Blocks) -> None:
     app.process_api = process_api
 
 
-def ui_errors(handler: Callable[..., Any]) -> Callable[..., Any]:
+def ui_errors(handler: Callable[..., Any] | None = None, *,
+              labels: Mapping[str, str] | None = None) -> Callable[..., Any]:
     """Show InputError / PermissionDenied as a red toast (gr.Error, the service's error as its __cause__) with the
-    service's own message, logged as one line: Gradio does not print its traceback (a user's mistake is not the
-    server's). A full disk says so instead of Gradio's "upstream app has raised an exception".
+    service's own message, the field named as the form labels it (field_labels.toast_text; `labels`: the form's
+    own words where they differ from FIELD_LABELS), logged as one line: Gradio does not print its traceback (a
+    user's mistake is not the server's). A full disk says so instead of Gradio's "upstream app has raised an exception".
     functools.wraps keeps the signature, so Gradio still sees `request: gr.Request` and `progress=gr.Progress()`
     parameters and fills them in."""
+    if handler is None:  # @ui_errors(labels=...)
+        return functools.partial(ui_errors, labels=labels)
 
     @functools.wraps(handler)
     def wrapper(*args, **kwargs):
@@ -157,7 +184,7 @@ def ui_errors(handler: Callable[..., Any]) -> Callable[..., Any]:
             raise gr.Error(f"Not allowed: {error}", title="Permission denied", print_exception=False) from error
         except InputError as error:
             log_refusal(handler, error, request_user(args, kwargs))
-            raise gr.Error(str(error), title="Invalid input", print_exception=False) from error
+            raise gr.Error(toast_text(error, labels), title="Invalid input", print_exception=False) from error
         except (DiskFull, sqlite3.OperationalError) as error:
             # Any other database error stays an unexpected one.
             if not isinstance(error, DiskFull) and not is_disk_full(error):
@@ -175,7 +202,9 @@ def unchanged(n_outputs: int) -> Any:
     return gr.skip() if n_outputs == 1 else tuple(gr.skip() for _ in range(n_outputs))
 
 
-def keep_on_error(n_outputs: int) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def keep_on_error(n_outputs: int, labels: Mapping[str, str] | None = None
+                  ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """`labels`: the form's own words for its fields where they differ from field_labels.FIELD_LABELS."""
     def decorate(handler: Callable[..., Any]) -> Callable[..., Any]:
         # functools.wraps keeps the signature, so Gradio still fills `request` and `progress` parameters.
         @functools.wraps(handler)
@@ -187,7 +216,7 @@ def keep_on_error(n_outputs: int) -> Callable[[Callable[..., Any]], Callable[...
                 raise gr.Error(f"Not allowed: {error}", title="Permission denied", print_exception=False) from error
             except InputError as error:
                 log_refusal(handler, error, request_user(args, kwargs))
-                gr.Warning(str(error), title=WARNING_TITLE)
+                gr.Warning(toast_text(error, labels), title=WARNING_TITLE)
                 return unchanged(n_outputs)
 
         return wrapper

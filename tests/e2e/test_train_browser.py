@@ -100,7 +100,7 @@ def test_launch_a_tiny_run_and_watch_the_plot(running_app, login, db_rows, monke
 
     # The full metric list is one click away; picking one metric plots only that one.
     page.click("text=All metrics")
-    page.click("#train-metrics label:has-text('env/reward_mean')")
+    page.click("#train-metrics label:has-text('Reward (mean per answer)')")  # in words (run_views.metric_words)
     page.wait_for_function(f"() => {{ const l = ({LINE_POINTS})('#train-plot'); "
                            "return l.length === 1 && l[0].points >= 3 && l[0].name === 'objective/kl'; }", timeout=30_000)
 

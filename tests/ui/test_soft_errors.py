@@ -26,7 +26,8 @@ def test_a_refused_input_is_a_toast_with_one_log_line(caplog):
     refusal = InputError("must be 1..7, got 9", field="score")
     with caplog.at_level(logging.WARNING, logger="rlhf_studio.ui"), pytest.raises(gr.Error) as error:
         raising(refusal)(9)
-    assert (error.value.message, error.value.title) == (str(refusal), "Invalid input")
+    # The field as the form labels it ("Score"), not as the code names it ("field 'score'").
+    assert (error.value.message, error.value.title) == ("Score: must be 1..7, got 9", "Invalid input")
     assert error.value.__cause__ is refusal and error.value.print_exception is False
     assert [record.getMessage() for record in caplog.records] == [f"input refused in handler for -: {refusal}"]
 

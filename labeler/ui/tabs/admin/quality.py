@@ -10,6 +10,7 @@ from labeler.services import labeling
 from labeler.services.errors import InputError, PermissionDenied
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
+from labeler.ui.field_labels import literal
 from labeler.ui.gold import parse_gold
 from labeler.ui.gradio_internals import QUIET
 from labeler.ui.roles import check_role, requires
@@ -74,8 +75,8 @@ def quality_view(ctx: UIContext, shown, request: gr.Request) -> tuple:
 
 def item_preview(db, item_id: int) -> str:
     item = labeling.item_detail(db, item_id)
-    lines = [f"**{item['kind']} item {item_id}**, prompt: {item['prompt'][:300]}"]
-    lines += [f"- response **{response_id}**: {text[:200]}" for response_id, text in item["responses"]]
+    lines = [f"**{item['kind']} item {item_id}**, prompt: {literal(item['prompt'], 300)}"]
+    lines += [f"- response **{response_id}**: {literal(text, 200)}" for response_id, text in item["responses"]]
     lines.append(f"\nGold now: `{item['gold_json'] or 'none'}`")
     if item["selection_reason"]:
         lines.append(f"\nWhy the queue serves it here: {item['selection_reason']}.")
@@ -87,7 +88,7 @@ def item_preview(db, item_id: int) -> str:
 def show_item(ctx: UIContext, item_id, request: gr.Request) -> str:
     with ctx.connection() as db:
         if item_id is None:
-            raise InputError("enter an item id", field="item_id")
+            raise InputError("enter an item number", field="item_id")
         return item_preview(db, int(item_id))
 
 
@@ -96,7 +97,7 @@ def show_item(ctx: UIContext, item_id, request: gr.Request) -> str:
 def mark_gold(ctx: UIContext, item_id, value, request: gr.Request) -> str:
     with ctx.connection() as db:
         if item_id is None:
-            raise InputError("enter an item id", field="item_id")
+            raise InputError("enter an item number", field="item_id")
         labeling.set_gold(db, int(item_id), parse_gold(value))
         return item_preview(db, int(item_id))
 

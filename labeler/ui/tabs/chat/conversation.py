@@ -12,6 +12,7 @@ from labeler.services import chat, models, projects
 from labeler.services.errors import InputError, PermissionDenied
 from labeler.ui.context import UIContext
 from labeler.ui.roles import check_role, requires
+from labeler.ui.field_labels import toast_text
 from labeler.ui.soft_errors import log_refusal, ui_errors
 from labeler.ui.tabs.chat.messages import answered_by, plain_history
 from labeler.ui.tabs.chat.sampling import settings_from
@@ -23,7 +24,7 @@ def as_toast(error: InputError | PermissionDenied) -> gr.Error:
     log_refusal(send, error)
     if isinstance(error, PermissionDenied):
         return gr.Error(f"Not allowed: {error}", title="Permission denied", print_exception=False)
-    return gr.Error(str(error), title="Invalid input", print_exception=False)
+    return gr.Error(toast_text(error), title="Invalid input", print_exception=False)
 
 
 # Gradio fills `request` by its annotation, which it cannot see after *args: settings are spelled out.

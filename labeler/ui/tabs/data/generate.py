@@ -21,6 +21,7 @@ from labeler.ui.soft_errors import keep_on_error
 from labeler.ui.tabs.data.summary import data_summary
 from rlhf.configs import GenerationSettings
 
+SETTING = ["studio-setting"]  # the Train form's class: a minimum width in a row
 TARGET_ALL = "all without enough answers"
 TARGET_LAST_IMPORT = "the last import batch"
 
@@ -59,7 +60,7 @@ def project_start(ctx: UIContext, spec: forms.FieldSpec) -> dict:
     if spec.name != "max_new_tokens":
         return {}
     with ctx.connection() as db:
-        return {"value": answer_tokens_value(db, ctx.project), "info": f"{PROJECT_LENGTH}. {spec.help}"[:200]}
+        return {"value": answer_tokens_value(db, ctx.project), "info": f"{PROJECT_LENGTH}. {spec.help}"}
 
 
 def build_generate(ctx: UIContext) -> GeneratePart:
@@ -79,7 +80,10 @@ def build_generate(ctx: UIContext) -> GeneratePart:
             )
         with gr.Accordion("Sampling settings", open=False):
             with gr.Row():
-                gen_widgets = [forms.widget(spec, **project_start(ctx, spec)) for spec in gen_specs]
+                # A minimum width each (studio.css): in one row of nine, the Sample checkbox was squeezed to 18 px,
+                # its label one letter a line.
+                gen_widgets = [forms.widget(spec, elem_classes=SETTING, **project_start(ctx, spec))
+                               for spec in gen_specs]
         generate_button = gr.Button("Generate responses", variant="primary", elem_id="data-generate")
         generate_status = gr.Markdown()
     return GeneratePart(model, n_per_prompt, limit, target, gen_specs, gen_widgets, generate_button, generate_status)
@@ -92,7 +96,7 @@ def model_choices(ctx: UIContext, db) -> list[str]:
     return names if ctx.settings.model in names else [ctx.settings.model, *names]
 
 
-@keep_on_error(2)
+@keep_on_error(2, labels=forms.READABLE_LABELS)  # its sampling widgets' words (batch_size: "Prompts per batch")
 @requires("admin")
 def generate_answers(ctx: UIContext, part: GeneratePart, cache: ModelCache, values: dict, request: gr.Request,
                      progress=gr.Progress()) -> tuple:

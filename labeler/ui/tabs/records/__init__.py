@@ -81,6 +81,11 @@ def view(ctx: UIContext, project_name, text, annotator_name, state_name, low_tex
     return (*listed, shown)
 
 
+SEARCHING = "⏳ Searching the prompts, answers and labels…"
+SEARCHING_JS = f"() => {SEARCHING!r}"
+SEARCHED_JS = f"(note) => note === {SEARCHING!r} ? '' : note"
+
+
 def build(ctx: UIContext):
     with gr.Row():
         search = gr.Textbox(label="Search prompts and answers", scale=3, elem_id="records-search")
@@ -130,10 +135,15 @@ def build(ctx: UIContext):
 
     search_inputs = [project, search, annotator, state, low, high, split, source, page_number]
     list_outputs = [table, note, page_number]
-    search_button.click(bind(listing.search, ctx, 0), search_inputs, list_outputs, api_name="records_search")
-    search.submit(bind(listing.search, ctx, 0), search_inputs, list_outputs, api_name="records_search_submit")
-    previous.click(bind(listing.search, ctx, -1), search_inputs, list_outputs, api_name="records_previous")
-    following.click(bind(listing.search, ctx, +1), search_inputs, list_outputs, api_name="records_next")
+    # A search took ~40 s on a busy machine with nothing said: the note says it is searching at once (in the
+    # browser, no server round trip), the table carries the progress timer, and the answer replaces the note (a
+    # refused search, which leaves the outputs as they were, takes the line away after its toast).
+    searches = ((search_button.click, 0, "records_search"), (search.submit, 0, "records_search_submit"),
+                (previous.click, -1, "records_previous"), (following.click, +1, "records_next"))
+    for trigger, step, name in searches:
+        trigger(None, None, note, js=SEARCHING_JS, api_name=f"{name}_said")
+        trigger(bind(listing.search, ctx, step), search_inputs, list_outputs, api_name=name,
+                show_progress_on=[table]).then(None, note, note, js=SEARCHED_JS, api_name=f"{name}_done")
     open_button.click(bind(detail.open_record, ctx), [record_id], [shown], api_name="records_open")
     table.select(bind(detail.select, ctx), None, [record_id, shown], api_name="records_select")
     correct_button.click(bind(corrections.correct, ctx), [label_kind, label_id, value, reason, record_id],

@@ -54,7 +54,8 @@ def label_id(text) -> int:
     return label
 
 
-@keep_on_error(2)
+# The service checks the corrected value as a score or an order; here both are typed into one box.
+@keep_on_error(2, labels={"score": "Corrected value", "order": "Corrected value"})
 @requires("admin")
 def correct(ctx: UIContext, kind, label, text, why, prompt_id, request: gr.Request) -> tuple:
     label = label_id(label)

@@ -6,6 +6,7 @@ import gradio as gr
 from labeler.services import records
 from labeler.services.errors import InputError
 from labeler.ui.context import UIContext
+from labeler.ui.field_labels import literal
 from labeler.ui.roles import requires
 from labeler.ui.soft_errors import keep_on_error
 from labeler.ui.tabs.records.filters import whole_number
@@ -15,12 +16,14 @@ def detail_markdown(detail: dict) -> str:
     """Everything on one record: its answers, each label with its id (what Correct/Delete take) and annotator,
     and its items with their gold answers (what Mark gold takes)."""
     lines = [f"### Record {detail['id']} ({detail['split']}, source `{detail['source'] or '-'}`)",
-             f"**Prompt**: {detail['text']}", "", "**Answers**"]
+             f"**Prompt**: {literal(detail['text'])}", "", "**Answers**"]
     for answer in detail["answers"]:
-        lines.append(f"- answer **{answer['id']}** ({answer['model'] or answer['source']}): {answer['text'][:400]}")
+        lines.append(f"- answer **{answer['id']}** ({literal(answer['model'] or answer['source'])}): "
+                     f"{literal(answer['text'], 400)}")
     lines += ["", "**Ratings**"]
     lines += [f"- rating **{r['id']}** by {r['username'] or '(imported)'}: answer {r['response_id']} scored "
-              f"**{r['score']:g}**" + (f" · _{r['comment']}_" if r["comment"] else "") for r in detail["ratings"]]
+              f"**{r['score']:g}**" + (f" · _{literal(r['comment'])}_" if r["comment"] else "")
+              for r in detail["ratings"]]
     if not detail["ratings"]:
         lines.append("- none")
     lines += ["", "**Rankings** (best first, = ties)"]

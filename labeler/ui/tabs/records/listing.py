@@ -5,6 +5,7 @@ from __future__ import annotations
 import gradio as gr
 
 from labeler.services import records
+from labeler.services.errors import InputError
 from labeler.ui.context import UIContext
 from labeler.ui.roles import requires
 from labeler.ui.soft_errors import keep_on_error
@@ -36,15 +37,21 @@ def listing(db, values, page: int) -> tuple:
 
 # Every input spelled out: Gradio fills `request` only when it is a positional parameter (its special_args stops
 # at *args), so `*args, request` failed every search with a TypeError.
-@keep_on_error(LIST_OUTPUTS)
+# The filter boxes' words: the service names its fields min_score and max_score.
+SCORE_BOXES = {"min_score": "Some rating >=", "max_score": "Some rating <="}
+
+
+@keep_on_error(LIST_OUTPUTS, labels=SCORE_BOXES)
 @requires("admin")
 def search(ctx: UIContext, step: int, project_name, text, annotator_name, state_name, low_text, high_text,
            split_name, source_name, page, request: gr.Request) -> tuple:
     """One page of the records matching the filters: the first (Search), or the one before or after `page`
     (Previous, Next; clamped to the pages)."""
     # `step` (bound by the tab's build): 0 searches from page 1, -1 / +1 move from the page shown.
-    values = [project_name, text, annotator_name, state_name, score_bound(low_text, "some rating >="),
-              score_bound(high_text, "some rating <="), split_name, source_name]
+    low, high = score_bound(low_text, "min_score"), score_bound(high_text, "max_score")
+    if low is not None and high is not None and low > high:  # said before the service says it in its names
+        raise InputError(f"{low:g} is above the other bound, {SCORE_BOXES['max_score']} {high:g}", field="min_score")
+    values = [project_name, text, annotator_name, state_name, low, high, split_name, source_name]
     with ctx.connection() as db:
         if step == 0:
             return listing(db, values, 1)

@@ -15,6 +15,7 @@ from labeler.services import job_settings, jobs, reward_spec, run_preview, run_s
 from labeler.services.errors import InputError, PermissionDenied
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
+from labeler.ui.field_labels import TRAIN_LABELS
 from labeler.ui.roles import check_role, requires
 from labeler.ui.soft_errors import ui_errors
 from labeler.ui.tabs.train import waiting
@@ -35,33 +36,7 @@ SPELLED_BY_REWARD = ("reward_model", "reward_function")
 STAGE_LABELS = {name: stage.label for name, stage in training_stages.STAGES.items()}
 STAGE_NOTES = {name: stage.note for name, stage in training_stages.STAGES.items()}
 # Plain words for the settings a person meets; any other field is its name in words ("warmup steps").
-PLAIN_LABELS = {
-    "steps": "How long (training steps)", "checkpoint_every": "Save a checkpoint every N steps",
-    "lora": "LoRA adapters (train a small add-on)", "bf16": "bfloat16 (faster on recent CPUs)",
-    "num_processes": "Processes (CPU cores or GPUs)", "annotators": "Only these annotators' labels",
-    "min_annotators": "Labelled by at least N people", "min_agreement": "Minimum agreement between annotators",
-    "include_rating_pairs": "Also turn ratings into preference pairs", "test_size": "Share held out for testing",
-    "reward": "Reward",
-    "subtract_query_score": "Score the answer alone (subtract the prompt's score)", "w_human": "Weight of people's ratings",
-    "w_rm": "Weight of the reward model", "human_timeout": "Wait for people at most (seconds)",
-    "timeout_policy": "When nobody answers in time",
-    "human_overlap": "People label the next batch while the model trains", "max_new_tokens": "Answer length (new tokens)",
-    "output_name": "Name of the trained model", "time_budget": "Time budget (e.g. 20m)", "lora_r": "LoRA rank",
-    "lora_alpha": "LoRA alpha", "seed": "Random seed", "eval_samples": "Answers per held-out prompt in the final check",
-    "sft_min_score": "Lowest mean score kept (SFT)", "rm_score_std": "Spread of reward-model scores (std)",
-    "human_label": "People judge by", "human_share": "Share of answers people judge",
-    "online_rm": "Reward model learns during the run", "rm_refit_every": "Refit the reward model every N labels",
-    "heldout_every": "Check held-out prompts every N steps", "answers_per_prompt": "Answers per prompt",
-    "samples_per_step": "Samples kept per step", "learning_rate": "Learning rate",
-    "per_device_train_batch_size": "Batch size", "batch_size": "Answers per step", "mini_batch_size": "Mini-batch size",
-    "max_length": "Longest example (tokens)", "beta": "Stay close to the starting model (beta)",
-    "init_kl_coef": "Stay close to the starting model (KL weight)", "adap_kl_ctrl": "Adapt the KL weight",
-    "target": "Target KL", "ppo_epochs": "Passes over each batch", "loss_type": "Loss",
-    "completion_only_loss": "Learn the answers only (not the prompts)", "packing": "Pack short examples together",
-    "center_rewards_coefficient": "Keep rewards centred (weight)", "num_iterations": "Passes over each batch",
-    "scale_rewards": "Scale rewards", "epsilon": "Clipping range", "normalize_advantages": "Normalise advantages",
-    "desirable_weight": "Weight of good answers", "undesirable_weight": "Weight of bad answers",
-}
+PLAIN_LABELS = TRAIN_LABELS
 # Every setting's widget: studio.css gives it a minimum width (Gradio 6.31 gives a Checkbox none, so bfloat16 and
 # LoRA were squeezed to 30 px in a row of numbers, their help one word a line).
 SETTING = ["studio-setting"]
@@ -201,7 +176,8 @@ SOURCE_WORDS = {"class default": "Default", "app default": "The app's value for 
 def marked_help(spec: forms.FieldSpec, source: str | None) -> str | None:
     """The line under a setting: where its value comes from (when not the plain default), then its help."""
     words = SOURCE_WORDS.get(source or "class default")
-    text = spec.help[:200] if source in (None, "class default") else f"{words}. {spec.help}"[:200]
+    # The whole help: cut at 200 characters, a refresh ended help texts mid-word ("Blank: t", "off: the train").
+    text = spec.help if source in (None, "class default") else f"{words}. {spec.help}"
     return text or None
 
 

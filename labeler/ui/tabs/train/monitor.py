@@ -18,8 +18,8 @@ from labeler.ui.roles import check_role, requires
 from labeler.ui.soft_errors import ui_errors
 from labeler.ui.tabs.train.run_views import (
     ANSWER_COLUMNS, COMPARISON_COLUMNS, HISTORY_COLUMNS, SAMPLE_COLUMNS, comparison_frame, default_metrics,
-    heldout_bars, history_frame, metrics_html, progress_html, reward_curve_html, run_choices, status_markdown,
-    waiting_banner,
+    heldout_bars, history_frame, metric_words, metrics_html, progress_html, reward_curve_html, run_choices,
+    status_markdown, waiting_banner,
 )
 
 REFRESH_SECONDS = 2.0
@@ -27,7 +27,7 @@ LONG_TEXT_CHARS = 600  # a table cell shows at most this much of a prompt or an 
 REWARD_CURVE_METRICS = ("env/reward_mean", "reward")
 # The widgets a refresh sets, in read_run's order.
 REFRESHED = ("banner", "status", "progress", "metric_names", "plot", "samples", "log", "history", "run", "reward_curve",
-             "comparison", "comparison_answers", "eval_note")
+             "comparison", "comparison_answers", "eval_note", "stop", "cancel", "resume")
 
 
 @dataclass(frozen=True)
@@ -71,9 +71,10 @@ def build_monitor(banner: gr.Markdown) -> RunMonitor:
     gr.Markdown("## Runs")
     with gr.Row():
         run = gr.Dropdown([], value=None, label="Run", scale=3, elem_id="train-run")
-        stop = gr.Button("Early stop (keep model)", scale=1)
-        cancel = gr.Button("Cancel", variant="stop", scale=1)
-        resume = gr.Button("Resume", scale=1)
+        # Shown only for the runs they apply to (run_buttons): Cancel stayed red and active on finished runs.
+        stop = gr.Button("Early stop (keep model)", scale=1, visible=False, elem_id="train-stop")
+        cancel = gr.Button("Cancel", variant="stop", scale=1, visible=False, elem_id="train-cancel")
+        resume = gr.Button("Resume", scale=1, visible=False, elem_id="train-resume")
     status = gr.Markdown(elem_id="train-status")
     progress = gr.HTML()
     # Drawn on the server as SVG (metrics_html): the default plots, or those picked under "All metrics".
@@ -100,6 +101,13 @@ def build_monitor(banner: gr.Markdown) -> RunMonitor:
                       eval_note, comparison, comparison_answers, samples, log, history)
 
 
+def run_buttons(run: runs.Run | None) -> tuple[bool, bool, bool]:
+    """Which of Early stop, Cancel and Resume the run takes (jobs.request_stop, cancel_run, resume_run refuse the
+    others): a queued or running run can be stopped or cancelled, a failed or cancelled one resumed."""
+    live = run is not None and run.status in ("queued", "running")
+    return live, live, run is not None and run.status in ("failed", "cancelled")
+
+
 def read_run(db, project: str, run_id: int | None, selected: list[str] | None) -> tuple:
     """Everything shown about run `run_id` (none: the newest of `project`), one value per REFRESHED widget;
     `selected`: the metrics picked under "All metrics" (none or none logged: default_metrics)."""
@@ -120,7 +128,7 @@ def read_run(db, project: str, run_id: int | None, selected: list[str] | None) -
         waiting_banner(db, project),
         status_markdown(current),
         progress_html(current),
-        gr.update(choices=names, value=chosen),
+        gr.update(choices=[(metric_words(name), name) for name in names], value=chosen),
         metrics_html(frame, chosen, heldout_bars(db, run_id if current and current.finished else None)),
         pd.DataFrame(rows, columns=SAMPLE_COLUMNS).round({"reward": 3}),
         run_metrics.log_tail(current, 40) if current else "",
@@ -131,6 +139,7 @@ def read_run(db, project: str, run_id: int | None, selected: list[str] | None) -
         metrics_table,
         answers_table,
         note,
+        *(gr.update(visible=shown) for shown in run_buttons(current)),
     )
 
 
@@ -173,11 +182,14 @@ FADE_NOTICE_JS = """(notice) => {{
 @ui_errors
 @requires("admin")
 def run_action(ctx: UIContext, action: Callable, verb: str, run_id, request: gr.Request) -> str:
-    """`action(db, run_id)` (jobs.request_stop, cancel_run, resume_run) on the picked run; the notice says
-    what became of it."""
+    """`action(db, run_id)` (jobs.request_stop, cancel_run, resume_run) on the picked run (none picked: the newest,
+    which the monitor shows); the notice says what became of it."""
     with ctx.connection() as db:
-        if not run_id:
-            raise InputError("pick a run first", field="run")
+        if not run_id:  # the monitor shows the newest run then, with its buttons
+            newest = runs.list_runs(db, project=ctx.project, limit=1)
+            if not newest:
+                raise InputError("pick a run first", field="run")
+            run_id = newest[0].id
         result = action(db, int(run_id))
     return f"Run **#{result.id}** {verb}: {result.status}."
 

@@ -49,6 +49,34 @@ METRIC_LEGENDS = {
 }
 
 
+# Words for the parts of the names trainers log (TRL's names: "ppo/policy/clipfrac"), for the "All metrics" list:
+# it showed 40 such names. The name itself stays the checkbox's value (what the charts and scripts go by).
+METRIC_PARTS = {
+    "ppo": "PPO", "grpo": "GRPO", "rloo": "RLOO", "kl": "KL", "approxkl": "approximate KL", "policykl": "policy KL",
+    "kl_coef": "KL weight", "clipfrac": "share clipped", "val": "value", "vpred": "predicted value",
+    "std": "spread", "var": "variance", "len": "length", "eos": "end of text", "env": "answers", "lr": "learning rate",
+    "rlhf_reward": "reward minus KL penalty", "non_score_reward": "KL penalty", "scores": "scores",
+    "logps": "log-probabilities", "rm": "reward model", "rm_online": "online reward model",
+    "distinct_2": "distinct word pairs", "positive_share": "positive share", "grad_norm": "gradient norm",
+    "num_tokens": "tokens seen", "frac_reward_zero_std": "share of groups with equal rewards", "ref": "reference",
+    "eval": "held-out",
+}
+
+
+def metric_words(name: str) -> str:
+    """A logged metric's name in words: its plain title (METRIC_TITLES), else its parts (METRIC_PARTS, else the
+    part with spaces for underscores), the first as what it is about: "ppo/policy/clipfrac" -> "PPO: policy share
+    clipped"."""
+    if name in METRIC_TITLES:
+        return METRIC_TITLES[name]
+    parts = [METRIC_PARTS.get(part) or " ".join(METRIC_PARTS.get(word, word) for word in part.split("_"))
+             for part in name.split("/") if part]
+    if len(parts) == 1:
+        return parts[0][:1].upper() + parts[0][1:]
+    head = parts[0][:1].upper() + parts[0][1:]
+    return f"{head}: {' '.join(parts[1:])}"
+
+
 def _duration(seconds: float | None) -> str:
     if seconds is None:
         return "?"
