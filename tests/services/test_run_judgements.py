@@ -71,6 +71,10 @@ def test_stored_read_back_and_shown_by_runs_show_and_the_panel(db, db_path, caps
 
     assert judge_markdown(db, run_id) == f"**Who judged the pairs**  \n{lines[0]}  \n{lines[1]}"
     assert judge_markdown(db, other) == "" and judge_markdown(db, None) == ""
+    from labeler.ui.tabs.train import monitor  # the Runs page shows the panel for the picked run
+    shown = dict(zip(monitor.REFRESHED, monitor.read_run(db, "default", run_id, None)))
+    assert shown["judges"] == judge_markdown(db, run_id)
+    assert dict(zip(monitor.REFRESHED, monitor.read_run(db, "default", other, None)))["judges"] == ""
     # deleting the run deletes its judgements (people's rankings are labels and stay in `rankings`)
     db.execute("DELETE FROM runs WHERE id = ?", [run_id])
     assert run_judgements(db, run_id) == []

@@ -16,6 +16,7 @@ from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
 from labeler.ui.roles import check_role, requires
 from labeler.ui.soft_errors import ui_errors
+from labeler.ui.tabs.train import judge_summary
 from labeler.ui.tabs.train.run_views import (
     ANSWER_COLUMNS, COMPARISON_COLUMNS, HISTORY_COLUMNS, SAMPLE_COLUMNS, comparison_frame, default_metrics,
     heldout_bars, history_frame, metric_words, metrics_html, progress_html, reward_curve_html, run_choices,
@@ -27,7 +28,7 @@ LONG_TEXT_CHARS = 600  # a table cell shows at most this much of a prompt or an 
 REWARD_CURVE_METRICS = ("env/reward_mean", "reward")
 # The widgets a refresh sets, in read_run's order.
 REFRESHED = ("banner", "status", "progress", "metric_names", "plot", "samples", "log", "history", "run", "reward_curve",
-             "comparison", "comparison_answers", "eval_note", "stop", "cancel", "resume")
+             "comparison", "comparison_answers", "eval_note", "stop", "cancel", "resume", "judges")
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class RunMonitor:
     samples: gr.Dataframe
     log: gr.Code
     history: gr.Dataframe
+    judges: gr.Markdown  # an online DPO run's judges: pairs people judged, the model judged, their agreement
 
     @property
     def outputs(self) -> list:
@@ -83,6 +85,7 @@ def build_monitor(banner: gr.Markdown) -> RunMonitor:
         metric_names = gr.CheckboxGroup([], value=[], label="Metrics", elem_id="train-metrics")
     picked = gr.State(None)
     reward_curve = gr.HTML(reward_curve_html(None), elem_id="train-reward-curve")
+    judges = gr.Markdown(elem_id="train-judges")
     gr.Markdown("**Held-out evaluation: the base model before, the trained model after**")
     eval_note = gr.Markdown(elem_id="train-eval-note")
     comparison = gr.Dataframe(pd.DataFrame(columns=COMPARISON_COLUMNS), interactive=False,
@@ -98,7 +101,7 @@ def build_monitor(banner: gr.Markdown) -> RunMonitor:
     log = gr.Code(label="Log (tail)", language=None, lines=12, interactive=False)
     history = gr.Dataframe(pd.DataFrame(columns=HISTORY_COLUMNS), label="Run history", interactive=False)
     return RunMonitor(banner, run, stop, cancel, resume, status, progress, plot, metric_names, picked, reward_curve,
-                      eval_note, comparison, comparison_answers, samples, log, history)
+                      eval_note, comparison, comparison_answers, samples, log, history, judges)
 
 
 def run_buttons(run: runs.Run | None) -> tuple[bool, bool, bool]:
@@ -140,6 +143,7 @@ def read_run(db, project: str, run_id: int | None, selected: list[str] | None) -
         answers_table,
         note,
         *(gr.update(visible=shown) for shown in run_buttons(current)),
+        judge_summary.judge_markdown(db, run_id if current else None),
     )
 
 
