@@ -559,9 +559,9 @@ def test_unpaired_export_threshold_defaults_to_the_scale_midpoint_like_the_cli(a
     assert [row["label"] for row in cli_rows] == [False, False, True]
 
     loaded = data.load(ctx, request=as_user(ADMIN))
-    assert loaded[-3]["value"] == 4.0 and "midpoint" in loaded[-3]["info"]
+    assert loaded[-4]["value"] == 4.0 and "midpoint" in loaded[-4]["info"]
     part, values = export_form()
-    values[part.options["threshold"]] = loaded[-3]["value"]  # what the page shows after loading, sent back
+    values[part.options["threshold"]] = loaded[-4]["value"]  # what the page shows after loading, sent back
     values[part.kind], values[part.fmt] = "unpaired", "jsonl"
     path, _ = data_export.export_labels(ctx, part, values, request=as_user(ADMIN))
     assert [json.loads(line) for line in Path(path).read_text().splitlines()] == cli_rows
