@@ -156,7 +156,8 @@ def _fit_after_import(db, args, project: str) -> None:
         return
     print(f"fitting the answer length: {args.fit_model} answers up to {FIT_SAMPLE} of the prompts "
           f"(up to {FIT_CAP} tokens each; --no-fit-length skips this)...", flush=True)
-    outcome = fit_new_project(db, project, lambda: load_policy(resolve_model(db, args.fit_model)))
+    outcome = fit_new_project(db, project, lambda: load_policy(resolve_model(db, args.fit_model)), sample=FIT_SAMPLE,
+                              cap=FIT_CAP)
     if outcome.message:
         print(outcome.message)
 

@@ -166,6 +166,7 @@ WIRED = {
     "data_import_prompts": data_prompts.import_prompt_file,
     "data_import_shipped": data_prompts.import_shipped, "data_generate": generate.generate_answers,
     "data_apply_heldout_share": data_prompts.apply_heldout_share,
+    "data_refit_length": generate.refit_length, "data_fit_length_after_import": generate.fit_after_import,
     "data_export": data_export.export_labels, "data_export_threshold": data_export.export_threshold,
     "data_import_labels": label_files.import_labels,
     "admin_refresh": admin.refresh, "admin_add_user": users.add_user,

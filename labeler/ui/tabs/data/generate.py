@@ -145,17 +145,21 @@ def generate_answers(ctx: UIContext, part: GeneratePart, cache: ModelCache, valu
         return message, data_summary(db, ctx.project)
 
 
-def _fit(ctx: UIContext, db, model_name: str | None, cache: ModelCache, refit: bool) -> str:
+def _fit(ctx: UIContext, db, model_name: str | None, cache: ModelCache, refit: bool) -> None:
     """The project's answer length fitted from `model_name`'s answers (the server's model when none): always when
-    `refit`, else only while a chat project's length is the default (answer_length.fit_new_project). Returns
-    what happened, in words."""
+    `refit`, else only while a chat project's length is the default (answer_length.fit_new_project). What happened
+    is said: a fit as news, a fit that could not run as a warning (the length stays)."""
     name = (model_name or ctx.settings.model).strip()
 
     def load():
         return cache.get(models.resolve(db, name))
 
-    return answer_length.fit_new_project(db, ctx.project, load, refit=refit, sample=answer_length.FIT_SAMPLE,
-                                         cap=answer_length.FIT_CAP).message
+    outcome = answer_length.fit_new_project(db, ctx.project, load, refit=refit, sample=answer_length.FIT_SAMPLE,
+                                            cap=answer_length.FIT_CAP)
+    if outcome.fitted is not None:
+        gr.Info(outcome.message)
+    elif outcome.message:
+        gr.Warning(outcome.message)
 
 
 @keep_on_error(3)
@@ -168,9 +172,7 @@ def fit_after_import(ctx: UIContext, part: GeneratePart, cache: ModelCache, valu
     with ctx.connection() as db:
         if answer_length.needs_fit(get_project(db, ctx.project)):
             progress(0, desc="Fitting the answer length to the model's own answers")
-            message = _fit(ctx, db, values[part.model], cache, refit=False)
-            if message:
-                gr.Info(message)
+            _fit(ctx, db, values[part.model], cache, refit=False)
         return (answer_length_note(db, ctx.project), answer_tokens_value(db, ctx.project),
                 data_summary(db, ctx.project))
 
@@ -184,7 +186,7 @@ def refit_length(ctx: UIContext, part: GeneratePart, cache: ModelCache, values: 
     summary)."""
     with ctx.connection() as db:
         progress(0, desc="Fitting the answer length to the model's own answers")
-        gr.Info(_fit(ctx, db, values[part.model], cache, refit=True))
+        _fit(ctx, db, values[part.model], cache, refit=True)
         return (answer_length_note(db, ctx.project), answer_tokens_value(db, ctx.project),
                 data_summary(db, ctx.project))
 
