@@ -61,7 +61,7 @@ def library_run(steps: int, overrides: dict[str, str]) -> dict:
 
     from labeler import forms
     from labeler.services.prompts import SHIPPED_PROMPTS
-    from labeler.services.train_configs import JobConfig
+    from labeler.services.job_settings import JobConfig
     from rlhf.configs import PPOConfig
     from rlhf.generation import build_prompt_ids
     from rlhf.loading import load_tokenizer, resolve_model_path

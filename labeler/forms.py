@@ -17,7 +17,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
-from labeler.services.errors import InputError
+from labeler.errors import InputError
 
 SCALARS = (bool, int, float, str)
 

@@ -5,7 +5,8 @@ Imports neither storage nor gradio: metrics leave through callbacks (see trackin
 from rlhf.loading import DEFAULT_ENCODER, DEFAULT_POLICY, default_encoder_path, default_model_path
 
 # ---- trainers, imported on first use: transformers.Trainer takes ~6 s to import on this machine and
-# `import rlhf.loading` (the CLI, the UI) must stay instant. Add a trainer by adding its names here.
+# `import rlhf.loading` (the CLI, the UI) must stay instant. Add a trainer by adding its names here (rlhf/trainer.py,
+# TRL's `trl.trainer` path, serves this same table).
 _LAZY_EXPORTS = {
     "RewardConfig": "rlhf.reward",
     "RewardTrainer": "rlhf.reward",

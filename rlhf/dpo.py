@@ -11,14 +11,13 @@ log-probs ride along in the dataset, so each step is a single policy forward pas
 """
 from __future__ import annotations
 
-import copy
 import os
 from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
 
-from rlhf.base_trainer import BaseTrainer
+from rlhf.base_trainer import BaseTrainer, for_each_dataset
 from rlhf.data import PreferenceCollator, check_preference_rows, tokenize_preference_causal, tokenizer_alias
 from rlhf.loading import DEFAULT_POLICY
 from rlhf.dpo_losses import (
@@ -34,7 +33,7 @@ from rlhf.losses import dpo_loss
 from rlhf.peft_utils import is_peft_model
 from rlhf.reference_logps import reference_model, with_reference_columns
 from rlhf.trainer_config import TrainerConfig
-from rlhf.trainer_setup import freeze_reference, load_reference, prepare_model
+from rlhf.trainer_setup import load_reference, prepare_model
 
 LOSS_TYPES = DPO_LOSS_TYPES  # TRL 1.16's, one pure function each in rlhf/dpo_losses.py
 
@@ -160,11 +159,8 @@ class DPOTrainer(BaseTrainer):
         self._policy_is_reference = (
             ref_model is None and not is_peft_model(model) and args.precompute_ref_log_probs and not args.deepspeed and not args.fsdp
         )
-        if ref_model is None and not is_peft_model(model) and not self._policy_is_reference:
-            # Copy before any training (and before resume loads a checkpoint): the reference is the start.
-            ref_model = copy.deepcopy(model)
-        if ref_model is not None:
-            ref_model = freeze_reference(ref_model, args)
+        copies_policy = not is_peft_model(model) and not self._policy_is_reference
+        ref_model = self._reference_model(ref_model, args, copy_of=model if copies_policy else None)
 
         def tokenize(dataset):
             if dataset is None:
@@ -176,10 +172,7 @@ class DPOTrainer(BaseTrainer):
                 remove_columns=dataset.column_names,
             )
 
-        if isinstance(eval_dataset, dict):
-            eval_dataset = {k: tokenize(v) for k, v in eval_dataset.items()}
-        else:
-            eval_dataset = tokenize(eval_dataset)
+        eval_dataset = for_each_dataset(tokenize, eval_dataset)
         super().__init__(
             model=model,
             args=args,
@@ -195,10 +188,7 @@ class DPOTrainer(BaseTrainer):
         self._place_reference(ref_model)
         if self._policy_is_reference:
             self.train_dataset = self.add_reference_logps(self.train_dataset)
-            if isinstance(self.eval_dataset, dict):
-                self.eval_dataset = {k: self.add_reference_logps(v) for k, v in self.eval_dataset.items()}
-            else:
-                self.eval_dataset = self.add_reference_logps(self.eval_dataset)
+            self.eval_dataset = for_each_dataset(self.add_reference_logps, self.eval_dataset)
             self._reference_done = True
 
     # ---- reference log-probs, cached in the dataset ----------------------------------------------------

@@ -25,14 +25,13 @@ from typing import Any, Callable
 import torch
 from torch.utils.data import Sampler
 
-from rlhf.base_trainer import BaseTrainer
+from rlhf.base_trainer import BaseTrainer, check_prompt_columns
 from rlhf.core import entropy_from_logits, selective_log_softmax
 from rlhf.configs import MAX_NEW_TOKENS
 from rlhf.data import is_conversational, pad_token_lists, render_prompt_completion, tokenize_for_reward
 from rlhf.distributed import unwrap_model_for_generation
-from rlhf.generation import eos_token_ids, left_pad
+from rlhf.generation import left_pad
 from rlhf.loading import DEFAULT_POLICY, load_tokenizer, resolve_model_path
-from rlhf.logps import accepts_logits_to_keep
 from rlhf.losses import (
     GRPO_LOSS_TYPES,
     aggregate_token_losses,
@@ -296,13 +295,6 @@ def _reward_function(spec: RewardFunc, processing_class=None):
     raise TypeError(f"reward_funcs: {spec!r} is neither a callable, a reward model nor a model path")
 
 
-def _check_prompt_columns(**datasets) -> None:
-    """ValueError naming the split whose rows have no 'prompt' column (a dict of datasets is checked by the Trainer)."""
-    for split, dataset in datasets.items():
-        if dataset is not None and not isinstance(dataset, dict) and "prompt" not in dataset.column_names:
-            raise ValueError(f"{split}: needs a 'prompt' column (columns: {dataset.column_names})")
-
-
 class GRPOTrainer(BaseTrainer):
     """GRPO with TRL 1.16's constructor, config and logged names (reward, reward_std, kl, entropy,
     completions/mean_length, clip_ratio/..., rewards/<function>/mean ...)."""
@@ -335,26 +327,22 @@ class GRPOTrainer(BaseTrainer):
         # 1. the config, and the TRL arguments this trainer cannot honour refused by name
         self._refuse_unsupported(quantization_config=quantization_config, tools=tools, rollout_func=rollout_func,
                                  environment_factory=environment_factory)
-        args = self._checked_args(model, args)
+        args = self._checked_args(args, model)
         if not reward_funcs:
             raise ValueError(f"{self._name}Trainer: reward_funcs is required (a function, a reward model, or a list)")
         # 2. the policy and its tokenizer (left padding: generation continues from the last prompt token)
-        model, processing_class = self._policy_and_tokenizer(model, args, processing_class, peft_config)
-        processing_class.padding_side = "left"
-        model.config.pad_token_id = processing_class.pad_token_id
+        model, processing_class = self._generating_policy(model, args, processing_class, peft_config)
         if args.disable_dropout:
             disable_dropout(model)
         # 3. the reference: a frozen copy taken now (before any training), or the policy with its LoRA adapter off
         copy_reference = args.beta != 0.0 and peft_config is None and not is_peft_model(model)
         ref_model = self._frozen_copy(model, args) if copy_reference else None
         model = prepare_model(model, args, peft_config)
-        # 4. reward functions, their names (for rewards/<name>/mean) and weights
+        # 4. reward functions, their names (for rewards/<name>/mean) and weights; the datasets' prompt columns
         self._set_rewards(reward_funcs, reward_processing_classes, args.reward_weights)
-        _check_prompt_columns(train_dataset=train_dataset, eval_dataset=eval_dataset)
-        # 5. transformers' Trainer (optimizer, data, accelerate), then the reference and reward models placed
-        self.num_generations = args.num_generations
-        self.num_generations_eval = args.num_generations_eval or args.num_generations
-        self.num_iterations = args.num_iterations
+        check_prompt_columns(train_dataset=train_dataset, eval_dataset=eval_dataset)
+        # 5. transformers' Trainer (optimizer, data, accelerate)
+        self._set_group_sizes(args)
         super().__init__(
             model=model,
             args=args,
@@ -365,17 +353,12 @@ class GRPOTrainer(BaseTrainer):
             callbacks=callbacks,
             optimizers=optimizers,
         )
+        # 6. the reference and the reward models placed as the policy is
         self._place_reference(ref_model)
-        for reward in self.reward_funcs:
-            if isinstance(reward, ModelReward):
-                reward.model.to(self.accelerator.device)
-        # 6. generation's end-of-answer ids and the step's buffers
-        self.eos_ids = eos_token_ids(model, processing_class)
-        self._accepts_logits_to_keep = accepts_logits_to_keep(model)
-        self._step = 0  # micro-steps, for reusing a generation batch
-        self._buffered_inputs: list[dict] | None = None
-        self._completions: list[tuple[Any, Any, float]] = []
-        self._step_time = 0.0
+        self._place_reward_models()
+        # 7. generation's end-of-answer ids and the step's buffers
+        self._set_generation_ids(model, processing_class)
+        self._start_buffers()
 
     # ---- the constructor's steps ---------------------------------------------------------------------------
     _UNSUPPORTED = {
@@ -390,14 +373,10 @@ class GRPOTrainer(BaseTrainer):
             if value:
                 raise ValueError(f"{self._name}Trainer({name}=...): not supported here ({self._UNSUPPORTED[name]})")
 
-    def _checked_args(self, model, args):
-        """The config given, or TRL's default one named after the model; TypeError for another trainer's config."""
-        if args is None:
-            base = model if isinstance(model, str) else "model"
-            args = self.config_class(output_dir=f"{str(base).rstrip('/').split('/')[-1]}-{self._name}")
-        if not isinstance(args, self.config_class):
-            raise TypeError(f"{self._name}Trainer: args must be a {self.config_class.__name__}, got {type(args).__name__}")
-        return args
+    def _default_args(self, model):
+        """TRL's default config: named after the model."""
+        base = model if isinstance(model, str) else "model"
+        return self.config_class(output_dir=f"{str(base).rstrip('/').split('/')[-1]}-{self._name}")
 
     @staticmethod
     def _frozen_copy(model, args):
@@ -418,6 +397,23 @@ class GRPOTrainer(BaseTrainer):
         if len(weights) != len(self.reward_funcs):
             raise ValueError(f"reward_weights: {len(weights)} weights for {len(self.reward_funcs)} reward functions")
         self.reward_weights = torch.tensor(weights, dtype=torch.float32)
+
+    def _set_group_sizes(self, args) -> None:
+        """Answers per prompt (in training and evaluation) and optimizer passes per generation batch."""
+        self.num_generations = args.num_generations
+        self.num_generations_eval = args.num_generations_eval or args.num_generations
+        self.num_iterations = args.num_iterations
+
+    def _place_reward_models(self) -> None:
+        for reward in self.reward_funcs:
+            if isinstance(reward, ModelReward):
+                reward.model.to(self.accelerator.device)
+
+    def _start_buffers(self) -> None:
+        self._step = 0  # micro-steps, for reusing a generation batch
+        self._buffered_inputs: list[dict] | None = None
+        self._completions: list[tuple[Any, Any, float]] = []
+        self._step_time = 0.0
 
     # ---- data: whole groups of each prompt, one generation batch per steps_per_generation micro-steps --------
     def _set_signature_columns_if_needed(self):
@@ -496,32 +492,14 @@ class GRPOTrainer(BaseTrainer):
                                                 **self._generation_kwargs())  # (N, P + C)
             finally:
                 unwrapped.train(was_training)
-        completions = []
-        eos = torch.tensor(self.eos_ids, device=output.device)
-        for row in output[:, input_ids.shape[1]:]:
-            ends = torch.isin(row, eos).nonzero()
-            completions.append(row[: int(ends[0]) + 1] if len(ends) else row)
-        return completions
+        return self._cut_after_eos(output[:, input_ids.shape[1]:])
 
     # ---- 2. log-probs of the completion tokens -----------------------------------------------------------
     def _token_logps(self, model, batch: dict, with_entropy: bool = False):
         """Per-token log-probs (B, C) of the completion under `model`, and (optionally) the entropy per token."""
-        input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
-        attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
-        keep = batch["completion_ids"].shape[1]
-        # Positions count real tokens only, as generate() counted them: a left-padded row's tokens get the same
-        # positions (and so the same log-probs) as when they were sampled.
-        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
         with self.accelerator.autocast():
-            # Logits only from the token before the first completion token on: the prompt's would be thrown away.
             # use_cache=False: no pass here reuses a KV cache, which would otherwise hold every layer's keys
-            if self._accepts_logits_to_keep:
-                logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                               logits_to_keep=keep + 1, use_cache=False).logits
-            else:
-                logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                               use_cache=False).logits[:, -(keep + 1):]
-            logits = logits[:, :-1]  # (B, C, V)
+            logits = self._completion_logits(model, batch, use_cache=False)  # (B, C, V)
         # fp32 a chunk of positions at a time: no fp32 (B, C, V) copy is kept (rlhf/core.py selective_log_softmax).
         logps = selective_log_softmax(logits, batch["completion_ids"], self.args.temperature)  # (B, C)
         entropy = None

@@ -21,7 +21,6 @@ rewards/chosen, rewards/accuracies, rewards/margins, logps/chosen, val/contain_e
 from __future__ import annotations
 
 import contextlib
-import copy
 import importlib
 import os
 from dataclasses import dataclass, field
@@ -29,12 +28,12 @@ from typing import Any, Literal
 
 import torch
 
-from rlhf.base_trainer import BaseTrainer
+from rlhf.base_trainer import BaseTrainer, check_prompt_columns
 from rlhf.configs import MAX_NEW_TOKENS
 from rlhf.core import selective_log_softmax
 from rlhf.data import is_conversational, pad_token_lists
 from rlhf.distributed import unwrap_model_for_generation
-from rlhf.generation import eos_token_ids, left_pad
+from rlhf.generation import left_pad
 from rlhf.judges import (
     JudgeError,
     ScoreJudge,
@@ -45,7 +44,6 @@ from rlhf.judges import (
     preference_from_scores,
 )
 from rlhf.loading import DEFAULT_POLICY
-from rlhf.logps import accepts_logits_to_keep
 from rlhf.online_losses import (
     ONLINE_DPO_LOSS_TYPES,
     chosen_rejected_rows,
@@ -56,7 +54,7 @@ from rlhf.online_losses import (
 )
 from rlhf.peft_utils import is_peft_model
 from rlhf.trainer_config import TrainerConfig, refuse_trl_only_values, trl_only
-from rlhf.trainer_setup import disable_dropout, freeze_reference, load_reference, prepare_model
+from rlhf.trainer_setup import disable_dropout, prepare_model
 
 
 def check_schedule(name: str, value, positive: bool = True, at_most_one: bool = False) -> float | list[float]:
@@ -223,9 +221,7 @@ class OnlineDPOTrainer(BaseTrainer):
         reward_funcs=None,
         reward_processing_classes=None,
     ):
-        args = args if args is not None else self.config_class()
-        if not isinstance(args, self.config_class):
-            raise TypeError(f"{self._name}Trainer: args must be a {self.config_class.__name__}, got {type(args).__name__}")
+        args = self._checked_args(args)
         if reward_funcs is not None and reward_model is not None:
             raise ValueError("give reward_model= or reward_funcs=, not both")
         # 1. the judge (one pairwise judge, whatever form it was given in)
@@ -236,22 +232,15 @@ class OnlineDPOTrainer(BaseTrainer):
             raise ValueError(f"missing_eos_penalty={args.missing_eos_penalty!r}: needs a reward model or a scoring "
                              f"judge (FunctionJudge, RewardModelJudge); {judge_name(self.judge)} gives only verdicts")
         # 2. the policy and its tokenizer (left padding: generation continues from the last prompt token)
-        model, processing_class = self._policy_and_tokenizer(model, args, processing_class, peft_config)
-        processing_class.padding_side = "left"
-        model.config.pad_token_id = processing_class.pad_token_id
+        model, processing_class = self._generating_policy(model, args, processing_class, peft_config)
         # 3. the reference: given, or the policy's frozen copy taken now, or (LoRA) the policy with its adapter off
-        if isinstance(ref_model, (str, os.PathLike)):
-            ref_model = load_reference(ref_model, args)
-        if ref_model is None and peft_config is None and not is_peft_model(model):
-            ref_model = copy.deepcopy(model)
-        if ref_model is not None:
-            ref_model = freeze_reference(ref_model, args)
+        copies_policy = peft_config is None and not is_peft_model(model)
+        ref_model = self._reference_model(ref_model, args, copy_of=model if copies_policy else None)
         if args.disable_dropout:
             disable_dropout(model, ref_model)
         model = prepare_model(model, args, peft_config)
-        for split, dataset in (("train_dataset", train_dataset), ("eval_dataset", eval_dataset)):
-            if dataset is not None and not isinstance(dataset, dict) and "prompt" not in dataset.column_names:
-                raise ValueError(f"{split}: needs a 'prompt' column (columns: {dataset.column_names})")
+        check_prompt_columns(train_dataset=train_dataset, eval_dataset=eval_dataset)
+        # 4. transformers' Trainer (optimizer, data, accelerate), then the reference and the judge's model placed
         super().__init__(
             model=model,
             args=args,
@@ -267,8 +256,8 @@ class OnlineDPOTrainer(BaseTrainer):
         self._place_reference(ref_model)
         if isinstance(self.judge, RewardModelJudge):
             self.judge.model.to(self.accelerator.device)
-        self.eos_ids = eos_token_ids(model, processing_class)
-        self._accepts_logits_to_keep = accepts_logits_to_keep(model)
+        # 5. generation's end-of-answer ids
+        self._set_generation_ids(model, processing_class)
 
     @property
     def beta(self) -> float:
@@ -298,14 +287,6 @@ class OnlineDPOTrainer(BaseTrainer):
                       eos_token_id=self.eos_ids, pad_token_id=self.processing_class.pad_token_id)
         kwargs.update(args.generation_kwargs or {})
         return kwargs
-
-    def _cut_after_eos(self, rows: torch.Tensor) -> list[torch.Tensor]:
-        eos = torch.tensor(self.eos_ids, device=rows.device)
-        out = []
-        for row in rows:
-            ends = torch.isin(row, eos).nonzero()
-            out.append(row[: int(ends[0]) + 1] if len(ends) else row)
-        return out
 
     @torch.no_grad()
     def _sample(self, prompt_ids: list[torch.Tensor], reference: bool = False) -> list[torch.Tensor]:
@@ -359,19 +340,9 @@ class OnlineDPOTrainer(BaseTrainer):
     # ---- 3. tensors and the reference's log-probs -------------------------------------------------------------
     def _token_logps(self, model, batch: dict) -> torch.Tensor:
         """Per-token log-probs (N, C) of the answers under `model` (0 on padding)."""
-        input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
-        attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
-        keep = batch["completion_ids"].shape[1]
-        # Positions count real tokens only, as generate() counted them on the left-padded prompts.
-        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
         with self.accelerator.autocast():
-            if self._accepts_logits_to_keep:
-                logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                               logits_to_keep=keep + 1).logits
-            else:
-                logits = model(input_ids=input_ids, attention_mask=attention_mask,
-                               position_ids=position_ids).logits[:, -(keep + 1):]
-        logps = selective_log_softmax(logits[:, :-1], batch["completion_ids"])  # (N, C)
+            logits = self._completion_logits(model, batch)  # (N, C, V)
+        logps = selective_log_softmax(logits, batch["completion_ids"])  # (N, C)
         return logps * batch["completion_mask"]
 
     @torch.no_grad()

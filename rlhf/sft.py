@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import Trainer
 
-from rlhf.base_trainer import BaseTrainer
+from rlhf.base_trainer import BaseTrainer, for_each_dataset
 from rlhf.data import SFTCollator, check_sft_rows, pack_examples, tokenize_sft, tokenizer_alias
 from rlhf.loading import DEFAULT_POLICY
 from rlhf.trainer_config import TrainerConfig
@@ -120,10 +120,7 @@ class SFTTrainer(BaseTrainer):
                 dataset = dataset.map(pack_examples, batched=True, fn_kwargs={"max_length": args.max_length})
             return dataset
 
-        if isinstance(eval_dataset, dict):
-            eval_dataset = {k: prepare(v) for k, v in eval_dataset.items()}
-        else:
-            eval_dataset = prepare(eval_dataset)
+        eval_dataset = for_each_dataset(prepare, eval_dataset)
         super().__init__(
             model=model,
             args=args,

@@ -527,6 +527,12 @@ MIGRATIONS.append(("project questions and their answers", [
     "CREATE INDEX answers_question ON answers (question_id)",
 ]))
 
+# Where each labelled item came from (items.source: a preference row's `source` in exports) and an online run's
+# judgements (run_judgements): storage/preference_sources.py says what each holds.
+from storage.preference_sources import PREFERENCE_SOURCES  # noqa: E402  (its own file: see its docstring)
+
+MIGRATIONS.append(("preference sources and online judgements", PREFERENCE_SOURCES))
+
 # Where a project's answer length came from, in words (labeler/services/answer_length.py): "fitted from 16 of the
 # base model's answers: 90% end within 208 tokens", "set by hand"; '' = the prompt format's default, never fitted
 # nor set, which the first prompts imported into a chat project replace with a fitted length.

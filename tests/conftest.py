@@ -72,6 +72,15 @@ def tiny_model_dir(tmp_path_factory, default_model_dir):
     return out
 
 
+@pytest.fixture(scope="module")
+def tiny(tiny_model_dir):
+    """(model, tokenizer): the tiny Llama in eval mode, fp32, and its tokenizer padding on the left (for generation),
+    loaded once per test module (a module may change them; the next one starts fresh)."""
+    from rlhf.loading import load_causal_lm, load_tokenizer
+
+    return load_causal_lm(tiny_model_dir).eval(), load_tokenizer(tiny_model_dir)
+
+
 @pytest.fixture(scope="session")
 def tiny_encoder_dir(tmp_path_factory):
     """A 2-layer random BERT with MiniLM's tokenizer (no EOS token, like most encoders)."""

@@ -1,7 +1,8 @@
 """Helpers every test folder shares (tests/ is on sys.path through tests/conftest.py): a free port, waiting for a
-condition, the app served in this process, and HTTP requests from a chosen loopback address.
+condition, the app served in this process, HTTP requests from a chosen loopback address, logging in over HTTP, and a
+table's rows as tuples.
 
-    from helpers import free_port, serving, session_from, wait_until
+    from helpers import free_port, login, rows, serving, session_from, wait_until
 """
 from __future__ import annotations
 
@@ -77,6 +78,20 @@ def session_from(address: str):
     session = requests.Session()
     session.mount("http://", FromAddress())
     return session
+
+
+def login(url: str, credentials: tuple[str, str], session=None):
+    """POST the login form at `url` (the app's origin) with (username, password), in `session` (a new one when None);
+    returns the response, whatever its status."""
+    import requests
+
+    session = session or requests.Session()
+    return session.post(f"{url}/login", data={"username": credentials[0], "password": credentials[1]}, timeout=60)
+
+
+def rows(db, sql: str, params=()) -> list[tuple]:
+    """Every row the query returns, as plain tuples (so a test compares whole row lists)."""
+    return [tuple(row) for row in db.execute(sql, params).fetchall()]
 
 
 def fill_and_keep(page, selector: str, text: str) -> None:

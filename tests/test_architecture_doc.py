@@ -1,6 +1,6 @@
 """docs/ARCHITECTURE.md checked against the code, so it cannot drift again: its table list is the schema a
-fresh database gets, every labeler/services module is named, and the modules, files and functions it names
-exist."""
+fresh database gets, every module of labeler/services (its subpackages' too) and of rlhf/ is named, and the
+modules, files and functions it names exist."""
 from __future__ import annotations
 
 import ast
@@ -14,11 +14,20 @@ from storage import open_db
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "ARCHITECTURE.md"
 SERVICES = ROOT / "labeler" / "services"
+RLHF = ROOT / "rlhf"
 SOURCE_DIRS = ("labeler", "rlhf", "storage", "tests")
 
 
 def doc_text() -> str:
     return DOC.read_text(encoding="utf-8")
+
+
+def section(heading: str) -> str:
+    """The doc's text from the `## heading...` line to the next `## `."""
+    text = doc_text()
+    start = text.index("\n## " + heading)
+    end = text.find("\n## ", start + 1)
+    return text[start:] if end == -1 else text[start:end]
 
 
 def quoted(text: str) -> set[str]:
@@ -36,6 +45,16 @@ def service_modules() -> set[str]:
     """The modules and packages directly in labeler/services (a package is named by its folder's name)."""
     return ({path.stem for path in SERVICES.glob("*.py") if path.stem != "__init__"}
             | {path.parent.name for path in SERVICES.glob("*/__init__.py")})
+
+
+def subpackage_modules() -> set[str]:
+    """The modules inside labeler/services' packages, as `package/module.py` (their __init__ left out)."""
+    return {str(path.relative_to(SERVICES)) for path in SERVICES.glob("*/**/*.py") if path.name != "__init__.py"}
+
+
+def rlhf_modules() -> set[str]:
+    """Every module of rlhf/ but its __init__.py, as its path inside rlhf/ (`grpo.py`, `extras/best_of_n_sampler.py`)."""
+    return {str(path.relative_to(RLHF)) for path in RLHF.rglob("*.py") if path.name != "__init__.py"}
 
 
 def service_source(name: str) -> Path:
@@ -84,6 +103,34 @@ def test_every_service_module_is_named():
                      if name not in spans and not any(span.endswith((f"services/{name}.py", f"services/{name}/"))
                                                       for span in spans))
     assert not missing, f"labeler/services modules docs/ARCHITECTURE.md does not name: {missing}"
+
+
+def test_every_service_subpackage_module_is_named():
+    spans = quoted(doc_text())
+    missing = sorted(module for module in subpackage_modules()
+                     if not any(span == module or span.endswith("services/" + module) for span in spans))
+    assert not missing, f"labeler/services modules docs/ARCHITECTURE.md does not name: {missing}"
+
+
+def test_every_services_subpackage_file_named_exists():
+    """A `package/module.py` the Services section names is a module of that labeler/services package."""
+    packages = {path.parent.name for path in SERVICES.glob("*/__init__.py")}
+    named = {span.removeprefix("labeler/").removeprefix("services/") for span in quoted(section("Services"))
+             if re.fullmatch(r"[\w/]+\.py", span)}
+    named = {span for span in named if span.split("/")[0] in packages}
+    assert named and not named - subpackage_modules(), f"not in labeler/services: {sorted(named - subpackage_modules())}"
+
+
+def test_every_rlhf_module_is_named():
+    spans = {span.removeprefix("rlhf/") for span in quoted(section("rlhf/"))}
+    missing = sorted(rlhf_modules() - spans)
+    assert not missing, f"rlhf/ modules the rlhf/ section of docs/ARCHITECTURE.md does not name: {missing}"
+
+
+def test_the_rlhf_section_names_only_rlhf_modules():
+    named = {span.removeprefix("rlhf/") for span in quoted(section("rlhf/")) if re.fullmatch(r"[\w/]+\.py", span)}
+    wrong = sorted(named - rlhf_modules() - {"__init__.py"})
+    assert named and not wrong, f"the rlhf/ section of docs/ARCHITECTURE.md names what rlhf/ does not hold: {wrong}"
 
 
 def test_every_named_file_and_folder_exists():

@@ -1,4 +1,5 @@
-"""tests/helpers.py: the helpers every test folder shares, and no test file keeping its own copy."""
+"""The helpers test files share (tests/helpers.py, tests/rlhf/param_checks.py, fixtures in tests/conftest.py), and no
+test file keeping its own copy of one."""
 from __future__ import annotations
 
 import ast
@@ -6,10 +7,30 @@ import socket
 from pathlib import Path
 
 import pytest
-from helpers import free_port, wait_until
+from helpers import free_port, rows, wait_until
 
 TESTS = Path(__file__).resolve().parent
-SHARED = {"free_port", "wait_until"}
+# Each shared helper and the one file that defines it: a module-level function of that name anywhere else in tests/
+# is a copy. Fixtures are pytest's own namespace and are checked apart (SHARED_FIXTURES).
+SHARED = {
+    "free_port": "helpers.py",
+    "wait_until": "helpers.py",
+    "wait_for": "helpers.py",  # wait_until's name in older copies
+    "login": "helpers.py",
+    "rows": "helpers.py",
+    "snapshot": "rlhf/param_checks.py",
+    "params": "rlhf/param_checks.py",  # snapshot's name in older copies
+    "changed": "rlhf/param_checks.py",
+}
+SHARED_FIXTURES = {"tiny": "conftest.py", "tiny_model_dir": "conftest.py", "db": "conftest.py"}
+
+
+def is_fixture(node: ast.FunctionDef) -> bool:
+    return any("fixture" in ast.unparse(decorator) for decorator in node.decorator_list)
+
+
+def module_functions(path: Path) -> list[ast.FunctionDef]:
+    return [node for node in ast.parse(path.read_text(encoding="utf-8")).body if isinstance(node, ast.FunctionDef)]
 
 
 def test_free_port_is_free_to_listen_on():
@@ -25,9 +46,19 @@ def test_wait_until_returns_the_first_truthy_value_and_names_what_timed_out():
         wait_until(lambda: False, timeout=0.05, what="the moon", interval=0.01)
 
 
+def test_rows_gives_whole_rows_as_tuples(db):
+    db.execute("CREATE TABLE t (a INTEGER, b TEXT)")
+    db.execute("INSERT INTO t VALUES (1, 'x'), (2, 'y')")
+    assert rows(db, "SELECT a, b FROM t ORDER BY a") == [(1, "x"), (2, "y")]
+    assert rows(db, "SELECT b FROM t WHERE a = ?", [2]) == [("y",)]
+
+
 def test_no_test_file_keeps_its_own_copy():
-    copies = [f"{path.relative_to(TESTS)}:{node.lineno} {node.name}"
-              for path in sorted(TESTS.rglob("*.py")) if path.name != "helpers.py"
-              for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
-              if isinstance(node, ast.FunctionDef) and node.name.strip("_") in SHARED | {"wait_for"}]
+    copies = []
+    for path in sorted(TESTS.rglob("*.py")):
+        here = str(path.relative_to(TESTS))
+        for node in module_functions(path):
+            home = (SHARED_FIXTURES.get(node.name) if is_fixture(node) else SHARED.get(node.name)) or here
+            if home != here:
+                copies.append(f"{here}:{node.lineno} {node.name} (shared in tests/{home})")
     assert copies == []

@@ -76,3 +76,16 @@ def test_accounts_and_labeling_import_in_either_order(first):
     code = f"import {first}; from labeler.services import accounts, labeling; labeling.next_item; accounts.set_active"
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+# The application's ground floor: the settings <-> widgets/flags mapping and the error types it raises, shared by the
+# services, the UI and the command line, so they import nothing of those.
+GROUND_FLOOR = ("labeler/forms.py", "labeler/errors.py")
+
+
+@pytest.mark.parametrize("path", GROUND_FLOOR)
+def test_the_ground_floor_imports_nothing_above_it(path):
+    above = ("labeler.services", "labeler.ui", "labeler.commands", "labeler.cli", "labeler.worker")
+    wrong = [f"{path}:{line} imports {module}" for line, module in imports(ROOT / path)
+             if any(module == name or module.startswith(name + ".") for name in above)]
+    assert not wrong, wrong

@@ -91,20 +91,16 @@ def _register_prompts(subparsers, common) -> None:
     )
     promote.add_argument("ids", nargs="*", type=int, help="prompt ids to promote (default: every typed prompt)")
     promote.set_defaults(func=run_prompts_promote)
-    retire = actions.add_parser(
-        "retire", parents=[common], help="take prompts out of use, keeping their answers and labels",
+    _prompts_by_id(
+        actions, common, "retire", run_prompts_retire, help="take prompts out of use, keeping their answers and labels",
         description="A retired prompt leaves the labelling queues (its unlabelled items go), training, evaluation "
                     "and Generate's work; its answers and labels are kept. `prompts restore` brings it back.",
     )
-    retire.add_argument("ids", nargs="+", type=int, metavar="ID", help="prompt ids (see `prompts list`)")
-    retire.set_defaults(func=run_prompts_retire)
-    restore = actions.add_parser(
-        "restore", parents=[common], help="bring retired prompts back",
+    _prompts_by_id(
+        actions, common, "restore", run_prompts_restore, help="bring retired prompts back",
         description="Retired prompts go back to the split they had (training or held out), their answers to the "
                     "labelling queues.",
     )
-    restore.add_argument("ids", nargs="+", type=int, metavar="ID", help="prompt ids (see `prompts list`)")
-    restore.set_defaults(func=run_prompts_restore)
     edit = actions.add_parser(
         "edit", parents=[common], help="fix a prompt's text before it has answers",
         description="Replace a prompt's text, while it has no answers (answers were given to the text as it was: "
@@ -113,6 +109,13 @@ def _register_prompts(subparsers, common) -> None:
     edit.add_argument("id", type=int, metavar="ID", help="prompt id (see `prompts list`)")
     edit.add_argument("text", help="the new text")
     edit.set_defaults(func=run_prompts_edit)
+
+
+def _prompts_by_id(actions, common, name: str, func, help: str, description: str) -> None:
+    """A `prompts` action that takes one or more prompt ids (retire, restore)."""
+    parser = actions.add_parser(name, parents=[common], help=help, description=description)
+    parser.add_argument("ids", nargs="+", type=int, metavar="ID", help="prompt ids (see `prompts list`)")
+    parser.set_defaults(func=func)
 
 
 def run_prompts_retire(args) -> int:

@@ -12,8 +12,8 @@ import sys
 import time
 
 from labeler import forms
-from labeler.services import (demo, evaluation, job_settings, jobs, run_metrics, run_preview, runs, supervision, train_configs,
-                              training_stages)
+from labeler.services import (demo, evaluation, job_settings, jobs, run_judgements, run_metrics, run_preview, runs,
+                              supervision, train_configs, training_stages)
 from labeler.services.kept_models import KEPT_FROM, kept_models
 from storage import open_db
 
@@ -132,6 +132,9 @@ def cmd_runs_show(args) -> int:
         print(f"  verdict: {sentence}")
     for warning in warnings:
         print(f"  note: {warning}")
+    judged = run_judgements.judge_summary(db, run.id)  # online DPO: who judged its pairs
+    if judged is not None:
+        print("  judges: " + "\n          ".join(run_judgements.summary_lines(judged)))
     frame = run_metrics.metrics_frame(db, run.id)
     if len(frame):
         last = frame.sort_values("step").groupby("name").tail(1)

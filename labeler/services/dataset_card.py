@@ -19,6 +19,8 @@ from rlhf.cards import dataset_card
 COLUMNS = {
     "preferences": {"prompt": "the prompt (text, or a message list in conversational form)",
                     "chosen": "the answer the annotators preferred", "rejected": "the answer they ranked lower",
+                    "source": "where the pair was judged: rank (the labelling queue), arena, evaluation (a run judged "
+                              "by people), a run's stage (online-dpo, ppo), import, chat; rate for rating pairs",
                     "margin": "difference of mean ratings (rating pairs only)"},
     "ratings": {"prompt": "the prompt", "completion": "the answer", "score": "mean rating over annotators",
                 "n": "number of ratings", "std": "population std of the ratings"},

@@ -53,7 +53,7 @@ from labeler.services import (
     train_configs,
 )
 from labeler.services.errors import InputError
-from labeler.services.train_configs import JobConfig
+from labeler.services.job_settings import JobConfig
 from rlhf.configs import GenerationSettings, PPOConfig
 from rlhf.hardware import bf16_is_fast
 from rlhf.rewards import vader_answer

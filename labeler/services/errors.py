@@ -1,24 +1,5 @@
-"""The one user-facing error type."""
-from __future__ import annotations
+"""The services' error types: InputError (bad input, naming file, line and field) and PermissionDenied. Defined in
+labeler/errors.py, the ground floor forms.py shares, so that the import arrows point down from here."""
+from labeler.errors import InputError, PermissionDenied
 
-
-class InputError(ValueError):
-    """Bad input from a user: says what is wrong and where (file, line, field).
-
-    The CLI prints it as one line and exits 2; the UI shows it as a gr.Error.
-    """
-
-    def __init__(self, message: str, *, file: str | None = None, line: int | None = None, field: str | None = None):
-        self.message, self.file, self.line, self.field = message, file, line, field
-        where = []
-        if file is not None:
-            where.append(str(file))
-        if line is not None:
-            where.append(f"line {line}")
-        if field is not None:
-            where.append(f"field '{field}'")
-        super().__init__(f"{': '.join([', '.join(where), message]) if where else message}")
-
-
-class PermissionDenied(PermissionError):
-    """The logged-in user may not do this (not logged in, or not an admin)."""
+__all__ = ["InputError", "PermissionDenied"]

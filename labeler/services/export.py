@@ -11,6 +11,11 @@ Row kinds (TRL's column conventions, so the trainers in rlhf/ and TRL itself rea
 - unpaired (KTO): `prompt`, `completion`, `label` = score >= threshold (default: the scale midpoint, or 0 with
   z-scoring).
 Rating pairs: two responses to one prompt with different mean scores, the higher chosen, margin = difference.
+Every preference row carries `source`, where its pair was judged (items.source, storage/preference_sources.py):
+'rank' (the Rank queue), 'arena' (a vote), 'evaluation' (the `people` measure's blind pair, held-out: exported only
+with `include_heldout`), a run's stage such as 'online-dpo' (the pairs a run sent to the Rank tab), 'import', 'chat';
+a rating pair the sources of its two answers' rating items ('rate', or e.g. 'chat+rate'). An item is one row per
+answer pair whoever ranked it, so a vote counts once. TRL's trainers ignore the extra column, as rlhf's do.
 
 Standard form uses text; conversational form uses message lists: prompt = the stored conversation (or one
 user turn), chosen/rejected/completion = [{"role": "assistant", "content": ...}]. Standard form of a
@@ -58,6 +63,10 @@ FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")  # OWASP "CSV injection": ce
 # (responses.server_generated) become training rows. Other sources (generate, imports, rollouts) are written
 # by the server or an admin's file.
 _TRUSTED_RESPONSE = "(r.source NOT IN ('chat', 'arena') OR r.server_generated = 1)"
+
+# A preference row's `source` when its item has none recorded (items.source is filled by a trigger for every item;
+# storage/preference_sources.py).
+DEFAULT_SOURCE = "rank"
 
 
 # The Hub's license ids: "apache-2.0", "cc-by-4.0", "odc-by", "other" ...
@@ -200,6 +209,7 @@ class _RatedResponse:
     completion: object
     raw: list[float]
     used: list[float]  # raw, or z-scored per annotator
+    source: str = "rate"  # its rating item's origin (items.source)
 
     @property
     def score(self) -> float:
@@ -231,7 +241,7 @@ def _rated_responses(db: sqlite_utils.Database, project: Project, options: Expor
     when, when_params = _time_filter("ra.created_at", options)
     rows = db.execute(
         "SELECT ra.user_id, ra.score, r.id AS response_id, r.text AS completion, p.id AS prompt_id, p.text AS prompt,"
-        " p.messages_json FROM ratings ra"
+        " p.messages_json, i.source FROM ratings ra"
         " JOIN items i ON i.id = ra.item_id JOIN responses r ON r.id = ra.response_id"
         " JOIN prompts p ON p.id = r.prompt_id JOIN users u ON u.id = ra.user_id"
         f" WHERE i.project_id = ? AND p.project_id = ? AND {_TRUSTED_RESPONSE}{who}{when}{_heldout_filter(options)}"
@@ -245,7 +255,7 @@ def _rated_responses(db: sqlite_utils.Database, project: Project, options: Expor
         if rated is None:
             rated = by_response[row["response_id"]] = _RatedResponse(
                 row["prompt_id"], row["response_id"], _prompt_value(row["prompt"], row["messages_json"], options),
-                _answer_value(row["completion"], options), [], [],
+                _answer_value(row["completion"], options), [], [], row["source"] or "rate",
             )
         rated.raw.append(row["score"])
         if options.zscore:
@@ -308,15 +318,18 @@ def _ranking_records(db, project: Project, options: ExportOptions) -> list[tuple
     when, when_params = _time_filter("rk.created_at", options)
     rankings = db.execute(
         # CROSS JOIN fixes the loop order: one scan of rankings, each item looked up by primary key.
-        "SELECT rk.item_id, rk.prompt_id, rk.order_json FROM rankings rk CROSS JOIN items i ON i.id = rk.item_id"
+        "SELECT rk.item_id, rk.prompt_id, rk.order_json, i.source"
+        " FROM rankings rk CROSS JOIN items i ON i.id = rk.item_id"
         " JOIN prompts p ON p.id = rk.prompt_id LEFT JOIN users u ON u.id = rk.user_id"
         f" WHERE i.project_id = ? AND p.project_id = ?{who}{when}{_heldout_filter(options)} ORDER BY rk.item_id, rk.id",
         [project.id, project.id, *who_params, *when_params],
     ).fetchall()
     orders: dict[int, list[list[list[int]]]] = defaultdict(list)  # item id -> its rankings, oldest first
     prompt_of: dict[int, int] = {}
+    source_of: dict[int, str] = {}
     for ranking in rankings:
         prompt_of[ranking["item_id"]] = ranking["prompt_id"]
+        source_of[ranking["item_id"]] = ranking["source"] or DEFAULT_SOURCE
         orders[ranking["item_id"]].append(json.loads(ranking["order_json"]))
     majorities = {item_id: majority_pairs(item_orders) for item_id, item_orders in sorted(orders.items())}
     texts = _texts(db, {i for pairs in majorities.values() for p in pairs for i in (p.chosen, p.rejected)})
@@ -336,6 +349,7 @@ def _ranking_records(db, project: Project, options: ExportOptions) -> list[tuple
                 "prompt": _prompt_value(text, messages_json, options),
                 "chosen": _answer_value(texts[pair.chosen], options),
                 "rejected": _answer_value(texts[pair.rejected], options),
+                "source": source_of[item_id],
             }))
     return records
 
@@ -352,7 +366,7 @@ def _rating_pair_records(db, project: Project, options: ExportOptions) -> list[t
             better, worse = (a, b) if a.score > b.score else (b, a)
             records.append((prompt_id, {
                 "prompt": a.prompt, "chosen": better.completion, "rejected": worse.completion,
-                "margin": better.score - worse.score,
+                "source": "+".join(sorted({a.source, b.source})), "margin": better.score - worse.score,
             }))
     return records
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from labeler import forms
-from labeler.services import models, reward_spec, train_configs, training_stages
+from labeler.services import models, reward_spec, run_judgements, train_configs, training_stages
 from labeler.services.errors import InputError
 from labeler.services.job_settings import JobConfig
 from labeler.services.projects import get_project
@@ -156,6 +156,11 @@ def check_settings(db, stage: str, typed: dict[str, Any], source: str | None = N
         spec = str(getattr(job, key) or "")
         if ":" in spec and (key == "runner" or facts.samples):
             check_function(spec, key, source)
+    if "judge" in values:  # online DPO's judge: people (or mix) need someone to ask, refused now, not at the first step
+        try:
+            run_judgements.require_annotators(db, str(values["judge"]))
+        except InputError as error:
+            raise InputError(error.message, file=source, field=error.field) from None
 
 
 def check_model(db, name: str, field_name: str, source: str | None = None, kind: str | None = None) -> None:

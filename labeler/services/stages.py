@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from labeler.services import checkpoints
 from labeler.services.metrics_sink import MetricsSink
-from labeler.services.train_configs import JobConfig
+from labeler.services.job_settings import JobConfig
 from storage import open_db
 
 

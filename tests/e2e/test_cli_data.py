@@ -57,7 +57,7 @@ def test_prompts_labels_export_backup(capsys, tmp_path):
     out_csv = tmp_path / "out.csv"
     assert run(capsys, "export", "--db", db, "--format", "csv", "--out", str(out_csv))[:2] == (
         0, f"wrote 1 preferences rows to {out_csv}\n")
-    assert out_csv.read_text(encoding="utf-8").splitlines() == ["prompt,chosen,rejected", "one,'=good,bad"]
+    assert out_csv.read_text(encoding="utf-8").splitlines() == ["prompt,chosen,rejected,source", "one,'=good,bad,import"]
     code, out, _ = run(capsys, "export", "--db", db, "--format", "jsonl", "--conversational", "--out", str(tmp_path / "c.jsonl"))
     assert json.loads((tmp_path / "c.jsonl").read_text())["chosen"] == [{"role": "assistant", "content": "=good"}]
 

@@ -53,7 +53,7 @@ def test_a_ranked_and_rated_pair_is_exported_once(running_app, login):
     rows = [json.loads(line) for line in body.splitlines() if line.strip()]
     ours = [row for row in rows if row["prompt"] == "An export test opening line"]
     assert ours == [{"prompt": "An export test opening line", "chosen": "the export test's better answer",
-                     "rejected": "the export test's worse answer", "margin": 5.0}]
+                     "rejected": "the export test's worse answer", "source": "e2e", "margin": 5.0}]
     keys = [(json.dumps(r["prompt"]), json.dumps(r["chosen"]), json.dumps(r["rejected"])) for r in rows]
     assert len(keys) == len(set(keys))
     page.close()

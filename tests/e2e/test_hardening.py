@@ -13,7 +13,7 @@ import time
 
 import pytest
 import requests
-from helpers import serving
+from helpers import login, serving
 
 gradio_client = pytest.importorskip("gradio_client")
 from gradio_client import Client  # noqa: E402
@@ -47,11 +47,6 @@ def app(tmp_path_factory, tiny_model_dir):
         db.conn.close()
     with serving(db_path, root, model="tiny", allowed_origins=(ALLOWED_ORIGIN,), login_throttle=POLICY) as server:
         yield {"url": server.origin, "db_path": db_path, "root": root}
-
-
-def login(url: str, credentials: tuple[str, str], session: requests.Session | None = None) -> requests.Response:
-    session = session or requests.Session()
-    return session.post(f"{url}/login", data={"username": credentials[0], "password": credentials[1]}, timeout=30)
 
 
 def current_user(url: str, session: requests.Session):

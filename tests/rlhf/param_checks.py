@@ -1,4 +1,5 @@
-"""The trainer tests' parameter check, as TRL's tests do it: every trainable parameter changed, no frozen one did."""
+"""The trainer tests' parameter checks, as TRL's tests do them: a snapshot before training, then every trainable
+parameter changed and no frozen one did (assert_trained), or the names that changed (changed)."""
 from __future__ import annotations
 
 import torch
@@ -6,6 +7,11 @@ import torch
 
 def snapshot(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {name: p.detach().clone() for name, p in model.named_parameters()}
+
+
+def changed(before: dict[str, torch.Tensor], model: torch.nn.Module) -> list[str]:
+    """The names of the model's parameters that differ from the snapshot, in the model's order."""
+    return [name for name, p in model.named_parameters() if not torch.equal(before[name], p.detach())]
 
 
 def assert_trained(before: dict[str, torch.Tensor], model: torch.nn.Module, no_gradient: tuple[str, ...] = ()) -> None:

@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import Trainer, TrainingArguments
 
-from rlhf.base_trainer import BaseTrainer
+from rlhf.base_trainer import BaseTrainer, check_prompt_columns, for_each_dataset
 from rlhf.dpo import DPOTrainer
 from rlhf.grpo import GRPOTrainer
 from rlhf.kto import KTOTrainer
@@ -138,3 +138,37 @@ def test_a_model_object_without_its_tokenizer_is_refused_by_name(trainer):
     name = trainer.__name__
     with pytest.raises(ValueError, match=f"^{name} needs processing_class \\(the tokenizer\\) when given a model object"):
         trainer._policy_and_tokenizer(torch.nn.Linear(1, 1), SimpleNamespace(keep_freed_memory=False), None, None)
+
+
+# ---- the set-up steps the trainers share -------------------------------------------------------------------------
+def test_one_preparation_for_a_dataset_or_each_of_a_dict():
+    assert for_each_dataset(str.upper, "a") == "A"
+    assert for_each_dataset(str.upper, {"x": "a", "y": "b"}) == {"x": "A", "y": "B"}
+
+
+def test_the_reference_is_the_one_given_else_a_frozen_copy_else_none():
+    args = SimpleNamespace(attn_implementation="model", device="cpu")  # "model": keep the model's own kernel
+    torch.manual_seed(0)
+    policy = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.5)).train()
+    assert BaseTrainer._reference_model(None, args) is None  # LoRA: the policy with its adapter off serves
+    copy = BaseTrainer._reference_model(None, args, copy_of=policy)
+    assert copy is not policy and torch.equal(copy[0].weight, policy[0].weight)
+    assert not copy.training and not any(p.requires_grad for p in copy.parameters())
+    assert policy.training and all(p.requires_grad for p in policy.parameters())  # the policy itself untouched
+    given = torch.nn.Linear(2, 2)
+    assert BaseTrainer._reference_model(given, args, copy_of=policy) is given and not given.weight.requires_grad
+
+
+def test_a_dataset_without_prompts_is_refused_naming_its_split():
+    from datasets import Dataset
+
+    check_prompt_columns(train_dataset=Dataset.from_dict({"prompt": ["a"]}), eval_dataset=None)
+    with pytest.raises(ValueError, match=r"^eval_dataset: needs a 'prompt' column \(columns: \['text'\]\)$"):
+        check_prompt_columns(train_dataset=None, eval_dataset=Dataset.from_dict({"text": ["a"]}))
+
+
+def test_generated_rows_are_cut_after_their_first_end_of_answer():
+    trainer = BaseTrainer.__new__(BaseTrainer)  # only eos_ids is read
+    trainer.eos_ids = [2, 9]
+    rows = torch.tensor([[5, 2, 7, 2], [5, 6, 7, 8], [9, 0, 0, 0]])
+    assert [r.tolist() for r in trainer._cut_after_eos(rows)] == [[5, 2], [5, 6, 7, 8], [9]]

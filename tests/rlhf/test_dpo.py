@@ -12,7 +12,7 @@ from rlhf.data import PreferenceCollator, tokenize_preference_causal
 from rlhf.dpo import DPOConfig, DPOTrainer, completion_logps
 from rlhf.peft_utils import merge_and_save
 
-from param_checks import assert_trained
+from param_checks import assert_trained, snapshot
 
 SUBJECTS = ["The film", "This movie", "The plot", "The actor", "The script", "The ending", "The score", "The cast"]
 VERBS = ["was", "felt", "seemed", "looked"]
@@ -35,10 +35,6 @@ def config(tmp_path, **overrides) -> DPOConfig:
         num_train_epochs=2, logging_steps=1, save_strategy="no", disable_tqdm=True, seed=0, beta=0.1,
     )
     return DPOConfig(**{**defaults, **overrides})
-
-
-def params(model) -> dict[str, torch.Tensor]:
-    return {k: v.detach().clone() for k, v in model.named_parameters()}
 
 
 def test_tokenize_and_collate_mask_prompt_and_padding(tiny_model_dir):
@@ -145,7 +141,7 @@ def test_dpo_learns_separable_pairs_and_reference_stays_fixed(tiny_model_dir, tm
     )
     assert trainer.ref_model is None  # precomputed: the untrained policy ran over both datasets, no copy kept
     cached = [list(ds["ref_chosen_logps"]) for ds in (trainer.train_dataset, trainer.eval_dataset)]
-    before = params(trainer.model)
+    before = snapshot(trainer.model)
     start = trainer.evaluate()
     trainer.train()
     end = trainer.evaluate()
@@ -164,7 +160,7 @@ def test_a_trl_1x_list_of_losses_with_weights_trains(tiny_model_dir, tmp_path):
     args = config(tmp_path, loss_type=["robust", "sft"], loss_weights=[1.0, 0.1], label_smoothing=0.1,
                   num_train_epochs=1, learning_rate=1e-2)
     trainer = DPOTrainer(str(tiny_model_dir), args=args, train_dataset=toy_pairs(32, seed=0), eval_dataset=toy_pairs(16, seed=1))
-    before = params(trainer.model)
+    before = snapshot(trainer.model)
     start = trainer.evaluate()
     trainer.train()
     end = trainer.evaluate()
@@ -202,10 +198,10 @@ def test_ld_alpha_weights_the_longer_completions_tail(tiny_model_dir, tmp_path):
 def test_live_reference_is_a_frozen_copy(tiny_model_dir, tmp_path):
     trainer = DPOTrainer(str(tiny_model_dir), args=config(tmp_path, num_train_epochs=1, learning_rate=1e-2, precompute_ref_log_probs=False),
                          train_dataset=toy_pairs(16, seed=0))
-    before, ref_before = params(trainer.model), params(trainer.ref_model)
+    before, ref_before = snapshot(trainer.model), snapshot(trainer.ref_model)
     trainer.train()
     assert_trained(before, trainer.model)
-    assert all(torch.equal(ref_before[k], v) for k, v in params(trainer.ref_model).items())
+    assert all(torch.equal(ref_before[k], v) for k, v in snapshot(trainer.ref_model).items())
 
 
 def test_without_a_kept_reference_a_new_eval_dataset_is_refused(tiny_model_dir, tmp_path):
@@ -239,9 +235,9 @@ def test_lora_uses_adapter_disabled_reference_and_merges(tiny_model_dir, tmp_pat
         eval_dataset=toy_pairs(16, seed=1), peft_config=lora,
     )
     assert trainer.ref_model is None  # no second copy: the reference is the model without its adapter
-    before = params(trainer.model)
+    before = snapshot(trainer.model)
     trainer.train()
-    after = params(trainer.model)
+    after = snapshot(trainer.model)
     assert {k for k in before if not torch.equal(before[k], after[k])} <= {k for k in before if "lora_" in k}
     assert_trained(before, trainer.model)  # every adapter weight moved; the base weights (the reference) did not
     assert trainer.evaluate()["eval_rewards/margins"] > 0
@@ -345,6 +341,6 @@ def test_training_from_an_adapter_folder_starts_from_the_merged_model(tiny_model
     with torch.no_grad():
         # the reference is the SFT model (adapter merged), not the bare base
         assert torch.allclose(trainer.ref_model(ids).logits, sft_logits, atol=1e-4)
-    before = params(trainer.model)
+    before = snapshot(trainer.model)
     trainer.train()
     assert_trained(before, trainer.model)

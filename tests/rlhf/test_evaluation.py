@@ -10,13 +10,6 @@ from rlhf.evaluation import answer_vader, distinct_n, evaluate_policy, response_
 from rlhf.generation import build_prompt_ids
 
 
-@pytest.fixture(scope="module")
-def tiny(tiny_model_dir):
-    from rlhf.loading import load_causal_lm, load_tokenizer
-
-    return load_causal_lm(tiny_model_dir).eval(), load_tokenizer(tiny_model_dir)
-
-
 def test_distinct_n_by_hand():
     # "a b a b" -> bigrams (a b), (b a), (a b): 2 unique of 3.  "A B c" -> (a b), (b c): adds (b c) only.
     assert distinct_n(["a b a b"], 2) == pytest.approx(2 / 3)

@@ -19,13 +19,6 @@ from rlhf.generation import (
 GREEDY = GenerationSettings(max_new_tokens=6, do_sample=False, batch_size=4)
 
 
-@pytest.fixture(scope="module")
-def tiny(tiny_model_dir):
-    from rlhf.loading import load_causal_lm, load_tokenizer
-
-    return load_causal_lm(tiny_model_dir), load_tokenizer(tiny_model_dir)
-
-
 def test_build_prompt_ids_applies_chat_template_and_system_prompt(tiny):
     _, tokenizer = tiny
     ids = build_prompt_ids(tokenizer, "hi there", system_prompt="Be brief.")

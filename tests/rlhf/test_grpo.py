@@ -8,13 +8,7 @@ import torch
 
 from rlhf.losses import aggregate_token_losses, clipped_surrogate, group_relative_advantages, k3_kl, nan_std
 
-
-def params(model):
-    return {name: p.detach().clone() for name, p in model.named_parameters()}
-
-
-def changed(before, model):
-    return [name for name, p in model.named_parameters() if not torch.equal(before[name], p.detach())]
+from param_checks import changed, snapshot
 
 
 # ---- math --------------------------------------------------------------------------------------------------
@@ -143,7 +137,7 @@ def test_trains_against_a_frozen_reference_and_logs_trl_names(tiny_model_dir, tm
     rows = Dataset.from_dict({"prompt": [f"Review {i}:" for i in range(8)], "topic": ["film", "skip"] * 4})
     args = small_args(GRPOConfig, tmp_path, beta=0.1, loss_type="grpo", num_iterations=2, reward_weights=[1.0, 0.5])
     trainer = GRPOTrainer(str(tiny_model_dir), reward_funcs=[reward_len, reward_topic], args=args, train_dataset=rows)
-    policy, reference = params(trainer.model), params(trainer.ref_model)
+    policy, reference = snapshot(trainer.model), snapshot(trainer.ref_model)
     trainer.train()
     assert len(changed(policy, trainer.model)) == len(policy)
     assert changed(reference, trainer.ref_model) == []

@@ -6,13 +6,7 @@ import pytest
 import torch
 from datasets import Dataset
 
-
-def params(model):
-    return {name: p.detach().clone() for name, p in model.named_parameters()}
-
-
-def changed(before, model):
-    return [name for name, p in model.named_parameters() if not torch.equal(before[name], p.detach())]
+from param_checks import changed, snapshot
 
 
 def prefers_short(prompts, completions, **kwargs):
@@ -60,7 +54,7 @@ def test_trains_with_a_function_judge_against_a_frozen_reference(tiny_model_dir,
         return prefers_short(prompts, completions)
 
     trainer = OnlineDPOTrainer(str(tiny_model_dir), judge=judged, args=small_args(tmp_path), train_dataset=PROMPTS)
-    policy, reference = params(trainer.model), params(trainer.ref_model)
+    policy, reference = snapshot(trainer.model), snapshot(trainer.ref_model)
     trainer.train()
     assert len(changed(policy, trainer.model)) == len(policy)
     assert changed(reference, trainer.ref_model) == []
@@ -92,7 +86,7 @@ def test_pairwise_judge_ipo_and_a_beta_per_epoch(tiny_model_dir, tmp_path):
     rows = Dataset.from_dict({"prompt": [[{"role": "user", "content": f"Say something about film {i}."}] for i in range(4)]})
     args = small_args(tmp_path, loss_type="ipo", beta=[0.3, 0.05], max_steps=-1, num_train_epochs=2)
     trainer = OnlineDPOTrainer(str(tiny_model_dir), judge=judge, args=args, train_dataset=rows)
-    policy = params(trainer.model)
+    policy = snapshot(trainer.model)
     trainer.train()
     assert judge.calls == 2 and changed(policy, trainer.model)
     betas = [log["beta"] for log in trainer.state.log_history if "beta" in log]

@@ -10,6 +10,8 @@ from rlhf.configs import PPOConfig
 from rlhf.ppo import TRAINER_STATE_FILE, PPOTrainer, Rollouts, policy_kl_too_far
 from rlhf.value_head import AutoModelForCausalLMWithValueHead
 
+from param_checks import changed, snapshot
+
 TRL_KEYS = [
     "objective/kl", "objective/kl_coef", "objective/entropy", "ppo/mean_scores", "ppo/std_scores",
     "ppo/mean_non_score_reward", "ppo/loss/policy", "ppo/loss/value", "ppo/loss/total", "ppo/policy/approxkl",
@@ -39,20 +41,12 @@ def rollouts(n: int, seed: int = 0, vocab: int = 16):
     return queries, responses, scores
 
 
-def params(model) -> dict[str, torch.Tensor]:
-    return {n: p.detach().clone() for n, p in model.named_parameters()}
-
-
-def changed(before: dict, model) -> set[str]:
-    return {n for n, p in model.named_parameters() if not torch.equal(before[n], p.detach())}
-
-
 def test_first_step_kl_is_zero_and_only_the_policy_changes():
     model = small_vocab_model()
     # fp32: a bf16 run keeps its reference in bf16 (tests/rlhf/test_reference_dtype.py), equal up to its rounding
     config = PPOConfig(batch_size=4, mini_batch_size=2, learning_rate=1e-2, advantage_estimator="gae", bf16=False)
     trainer = PPOTrainer(config, model, None, SMALL_TOKENIZER)
-    policy_before, ref_before = params(trainer.model), params(trainer.ref_model)
+    policy_before, ref_before = snapshot(trainer.model), snapshot(trainer.ref_model)
     stats = trainer.step(*rollouts(4))
     assert set(TRL_KEYS) <= set(stats)
     assert all(torch.isfinite(torch.tensor(v)) for v in stats.values())
@@ -60,7 +54,7 @@ def test_first_step_kl_is_zero_and_only_the_policy_changes():
     assert stats["ppo/mean_non_score_reward"] == pytest.approx(0.0, abs=1e-5)
     assert "v_head.summary.weight" in changed(policy_before, trainer.model)
     assert "pretrained_model.model.layers.0.self_attn.q_proj.weight" in changed(policy_before, trainer.model)
-    assert changed(ref_before, trainer.ref_model) == set()
+    assert changed(ref_before, trainer.ref_model) == []
     # after an update the policy has moved away from the reference
     assert trainer.step(*rollouts(4, seed=1))["objective/kl"] != pytest.approx(0.0, abs=1e-6)
 
@@ -76,7 +70,7 @@ def test_padding_and_tokens_after_eos_change_nothing():
         model = small_vocab_model()
         config = PPOConfig(batch_size=4, mini_batch_size=2, learning_rate=1e-2, init_kl_coef=0.5, bf16=False)
         trainer = PPOTrainer(config, model, small_vocab_model(seed=1), SMALL_TOKENIZER)  # ref != policy: KL != 0
-        results.append((trainer.step(queries, batch_responses, scores), params(trainer.model)))
+        results.append((trainer.step(queries, batch_responses, scores), snapshot(trainer.model)))
     (stats_a, params_a), (stats_b, params_b) = results
     assert stats_a["objective/kl"] != pytest.approx(0.0, abs=1e-3)
     for key in ["objective/kl", "objective/entropy", "ppo/loss/policy", "ppo/loss/value", "ppo/returns/mean"]:
@@ -182,9 +176,9 @@ def test_accumulation_early_stopping_and_ratio_guard():
     # Every mini-batch's mean ratio (about 1) is above 0.5: all are skipped and nothing is learnt.
     guard = PPOConfig(batch_size=8, mini_batch_size=4, ppo_epochs=4, ratio_threshold=0.5, learning_rate=1e-2)
     trainer = PPOTrainer(guard, small_vocab_model(), None, SMALL_TOKENIZER)
-    before = params(trainer.model)
+    before = snapshot(trainer.model)
     stats = trainer.step(queries, responses, scores)
-    assert stats["ppo/skipped"] == 8 and changed(before, trainer.model) == set()
+    assert stats["ppo/skipped"] == 8 and changed(before, trainer.model) == []
 
 
 @pytest.mark.parametrize("early_stopping", [True, False])
@@ -272,7 +266,7 @@ def test_lora_policy_uses_the_adapter_free_model_as_reference(tiny_model_dir, tm
     trainer = PPOTrainer(PPOConfig(batch_size=2, mini_batch_size=2, ppo_epochs=2, learning_rate=1e-2), model, None,
                          tokenizer)
     assert trainer.ref_model is None
-    before = params(trainer.model)
+    before = snapshot(trainer.model)
     queries, responses, scores = rollouts(2, vocab=1000)
     assert trainer.step(queries, responses, scores)["objective/kl"] == pytest.approx(0.0, abs=1e-5)
     moved = changed(before, trainer.model)
@@ -395,7 +389,7 @@ def test_rloo_learns_a_toy_reward_without_training_the_value_head():
     config = PPOConfig(batch_size=8, mini_batch_size=4, learning_rate=3e-2, init_kl_coef=0.0, adap_kl_ctrl=False,
                        advantage_estimator="rloo")
     trainer = PPOTrainer(config, small_vocab_model(), None, SMALL_TOKENIZER)
-    before = params(trainer.model)
+    before = snapshot(trainer.model)
     g = torch.Generator().manual_seed(0)
     means = []
     for _ in range(10):

@@ -13,7 +13,7 @@ from rlhf.data import DataError, RewardCollator, tokenize_preference_reward
 from rlhf.losses import pairwise_reward_loss
 from rlhf.reward import RewardConfig, RewardScorer, RewardTrainer, read_score_stats
 
-from param_checks import assert_trained
+from param_checks import assert_trained, snapshot
 
 NOUNS = ["film", "plot", "actor", "script", "movie", "scene", "ending", "cast"]
 
@@ -39,10 +39,6 @@ def config(tmp_path, **overrides) -> RewardConfig:
     return RewardConfig(**{**defaults, **overrides})
 
 
-def params(model) -> dict[str, torch.Tensor]:
-    return {k: v.detach().clone() for k, v in model.named_parameters()}
-
-
 def test_encoder_without_eos_reads_prompt_and_response_as_a_text_pair(tiny_encoder_dir):
     tokenizer = AutoTokenizer.from_pretrained(tiny_encoder_dir)
     assert tokenizer.eos_token is None
@@ -63,7 +59,7 @@ def test_reward_model_learns_separable_pairs_on_encoder(tiny_encoder_dir, tmp_pa
         return rows if preferred == "good" else rows.rename_columns({"chosen": "rejected", "rejected": "chosen"})
 
     trainer = RewardTrainer(str(tiny_encoder_dir), args=config(tmp_path), train_dataset=data(64, 0), eval_dataset=data(32, 1))
-    before = params(trainer.model)
+    before = snapshot(trainer.model)
     start = trainer.evaluate()
     trainer.train()
     metrics = trainer.evaluate()
@@ -133,9 +129,9 @@ def test_lora_reward_model_saves_adapter_and_scores(tiny_encoder_dir, tmp_path):
 
     lora = LoraConfig(r=4, lora_alpha=8, target_modules=["query", "value"], task_type="SEQ_CLS")
     trainer = RewardTrainer(str(tiny_encoder_dir), args=config(tmp_path, max_steps=4), train_dataset=toy_pairs(32, seed=0), peft_config=lora)
-    before = params(trainer.model)
+    before = snapshot(trainer.model)
     trainer.train()
-    after = params(trainer.model)
+    after = snapshot(trainer.model)
     # the adapter and the new score head (modules_to_save) train; the backbone does not
     assert {k for k in before if not torch.equal(before[k], after[k])} <= {
         k for k in before if "lora_" in k or "classifier" in k}

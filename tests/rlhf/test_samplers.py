@@ -1,6 +1,5 @@
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rlhf.configs import GenerationSettings
 from rlhf.samplers import BestOfNSampler, LengthSampler
@@ -14,11 +13,6 @@ def test_length_sampler_range_and_seed():
     assert [again() for _ in range(200)] == values
     with pytest.raises(ValueError, match="min_value < max_value"):
         LengthSampler(5, 5)
-
-
-@pytest.fixture(scope="module")
-def tiny(tiny_model_dir):
-    return AutoModelForCausalLM.from_pretrained(tiny_model_dir), AutoTokenizer.from_pretrained(tiny_model_dir)
 
 
 def test_best_of_n_keeps_the_highest_scored_samples(tiny):

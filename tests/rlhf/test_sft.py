@@ -22,7 +22,7 @@ def config(tmp_path, **overrides) -> SFTConfig:
     return SFTConfig(**{**defaults, **overrides})
 
 
-def rows(n: int = 16) -> Dataset:
+def sft_rows(n: int = 16) -> Dataset:
     return Dataset.from_list([{"prompt": f"Review {i}:", "completion": " A fine film."} for i in range(n)])
 
 
@@ -57,19 +57,19 @@ def test_messages_and_text_rows(tiny_model_dir):
 
 def test_packing_fills_blocks_without_padding(tiny_model_dir, tmp_path):
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    examples = [tokenize_sft(r, tokenizer, None) for r in rows(10)]
+    examples = [tokenize_sft(r, tokenizer, None) for r in sft_rows(10)]
     total = sum(len(e["input_ids"]) for e in examples)
     packed = pack_examples({k: [e[k] for e in examples] for k in ("input_ids", "completion_mask")}, max_length=16)
     lengths = [len(b) for b in packed["input_ids"]]
     # ceil(total / 16) blocks, all full but the last, and nothing lost or reordered
     assert len(lengths) == -(-total // 16) and all(n == 16 for n in lengths[:-1])
     assert [t for b in packed["input_ids"] for t in b] == [t for e in examples for t in e["input_ids"]]
-    trainer = SFTTrainer(str(tiny_model_dir), args=config(tmp_path, packing=True, max_length=16), train_dataset=rows(10))
+    trainer = SFTTrainer(str(tiny_model_dir), args=config(tmp_path, packing=True, max_length=16), train_dataset=sft_rows(10))
     assert len(trainer.train_dataset) == len(lengths)
 
 
 def test_loss_is_cross_entropy_on_completion_tokens_only(tiny_model_dir, tmp_path):
-    trainer = SFTTrainer(str(tiny_model_dir), args=config(tmp_path), train_dataset=rows(4))
+    trainer = SFTTrainer(str(tiny_model_dir), args=config(tmp_path), train_dataset=sft_rows(4))
     batch = trainer.data_collator([trainer.train_dataset[i] for i in range(2)])
     trainer.model.eval()
     with torch.no_grad():
@@ -85,7 +85,7 @@ def test_loss_is_cross_entropy_on_completion_tokens_only(tiny_model_dir, tmp_pat
 
 
 def test_sft_learns_and_saves(tiny_model_dir, tmp_path):
-    trainer = SFTTrainer(str(tiny_model_dir), args=config(tmp_path, num_train_epochs=3), train_dataset=rows(16), eval_dataset=rows(4))
+    trainer = SFTTrainer(str(tiny_model_dir), args=config(tmp_path, num_train_epochs=3), train_dataset=sft_rows(16), eval_dataset=sft_rows(4))
     before = {k: v.detach().clone() for k, v in trainer.model.named_parameters()}
     start = trainer.evaluate()["eval_loss"]
     trainer.train()
@@ -103,7 +103,7 @@ def test_lora_adapter_saves_and_merges(tiny_model_dir, tmp_path):
     from peft import LoraConfig
 
     lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
-    trainer = SFTTrainer(str(tiny_model_dir), args=config(tmp_path, max_steps=3), train_dataset=rows(16), peft_config=lora)
+    trainer = SFTTrainer(str(tiny_model_dir), args=config(tmp_path, max_steps=3), train_dataset=sft_rows(16), peft_config=lora)
     before = {k: v.detach().clone() for k, v in trainer.model.named_parameters()}
     trainer.train()
     assert {k for k, v in trainer.model.named_parameters() if not torch.equal(before[k], v)} <= {

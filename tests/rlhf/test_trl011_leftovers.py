@@ -12,6 +12,8 @@ from rlhf.configs import PPOConfig
 from rlhf.ppo import PPOTrainer
 from rlhf.value_head import AutoModelForCausalLMWithValueHead, create_reference_model, shared_parameter_names
 
+from param_checks import snapshot
+
 EOS = 0
 TOKENIZER = types.SimpleNamespace(pad_token_id=EOS, eos_token_id=EOS, save_pretrained=lambda d: None)
 
@@ -29,10 +31,6 @@ def rollouts(n: int):
     queries = [torch.randint(1, 16, (3,), generator=g) for _ in range(n)]
     responses = [torch.randint(1, 16, (4,), generator=g) for _ in range(n)]
     return queries, responses, [torch.randn((), generator=g) for _ in range(n)]
-
-
-def snapshot(m) -> dict[str, torch.Tensor]:
-    return {n: p.detach().clone() for n, p in m.named_parameters()}
 
 
 def test_shared_parameter_names_follow_trls_layer_patterns():

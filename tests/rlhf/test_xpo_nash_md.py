@@ -6,15 +6,9 @@ import pytest
 import torch
 from datasets import Dataset
 
+from param_checks import changed, snapshot
+
 PROMPTS = Dataset.from_dict({"prompt": [f"Review {i}:" for i in range(8)]})
-
-
-def params(model):
-    return {name: p.detach().clone() for name, p in model.named_parameters()}
-
-
-def changed(before, model):
-    return [name for name, p in model.named_parameters() if not torch.equal(before[name], p.detach())]
 
 
 def prefers_short(prompts, completions, **kwargs):
@@ -81,7 +75,7 @@ def test_xpo_pairs_the_policy_with_the_reference_and_adds_the_exploration_term(t
     # the term by hand: alpha 0.1 * mean of the reference answers' summed log-probs (-5, -10) = -0.75
     token_logps = torch.tensor([[-1.0, 0.0], [-1.0, 0.0], [-2.0, -3.0], [-4.0, -6.0]])
     assert trainer.extra_loss({"verdicts": torch.tensor([0, 1])}, token_logps).item() == pytest.approx(-0.75)
-    policy, reference = params(trainer.model), params(trainer.ref_model)
+    policy, reference = snapshot(trainer.model), snapshot(trainer.ref_model)
     trainer.train()
     assert sources == [False, True, False, True]  # per step: the policy's answers, then the reference's
     assert len(changed(policy, trainer.model)) == len(policy) and changed(reference, trainer.ref_model) == []
@@ -94,7 +88,7 @@ def test_nash_md_trains_its_own_answers_against_the_mixture(tiny_model_dir, tmp_
 
     trainer = NashMDTrainer(str(tiny_model_dir), judge=prefers_short, args=small_args(NashMDConfig, tmp_path),
                             train_dataset=PROMPTS)
-    policy, reference = params(trainer.model), params(trainer.ref_model)
+    policy, reference = snapshot(trainer.model), snapshot(trainer.ref_model)
     trainer.train()
     assert len(changed(policy, trainer.model)) == len(policy) and changed(reference, trainer.ref_model) == []
     logged = trainer.state.log_history[0]

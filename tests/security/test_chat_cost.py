@@ -34,13 +34,6 @@ class CountingTokenizer:
         return getattr(self._tokenizer, name)
 
 
-@pytest.fixture(scope="module")
-def tiny(tiny_model_dir):
-    from rlhf.loading import load_causal_lm, load_tokenizer
-
-    return load_causal_lm(str(tiny_model_dir)), load_tokenizer(str(tiny_model_dir), padding_side="left")
-
-
 def _conversation(messages: int, chars: int) -> list[dict]:
     words = ("the film was long and slow but the ending made up for it " * (chars // 50 + 1))[:chars]
     turns = [{"role": "user" if k % 2 == 0 else "assistant", "content": f"turn {k}: {words}"[:chars]}

@@ -8,7 +8,7 @@ import time
 
 import pytest
 import requests
-from helpers import serving
+from helpers import login, serving
 
 from labeler.services import accounts
 from storage import open_db
@@ -30,8 +30,8 @@ def studio(tmp_path):
     return db_path, tmp_path
 
 
-def login(url: str, session: requests.Session) -> None:
-    answer = session.post(f"{url}/login", data={"username": ANNOTATOR[0], "password": ANNOTATOR[1]}, timeout=60)
+def log_in(url: str, session: requests.Session) -> None:
+    answer = login(url, ANNOTATOR, session)
     assert answer.status_code == 200, answer.text
 
 
@@ -60,7 +60,7 @@ def test_sessions_survive_a_restart_and_still_end_with_a_logout_or_a_password_ch
     kept, other, changed = requests.Session(), requests.Session(), requests.Session()
     with serving(db_path, root) as server:
         for session in (kept, other, changed):
-            login(server.origin, session)
+            log_in(server.origin, session)
         assert user(server.origin, kept) == ANNOTATOR[0]
     with serving(db_path, root) as server:  # the same database, a new process' worth of state
         assert user(server.origin, kept) == ANNOTATOR[0]  # None before: everyone logged in again
@@ -68,7 +68,7 @@ def test_sessions_survive_a_restart_and_still_end_with_a_logout_or_a_password_ch
         assert answer.status_code in (302, 303), answer.status_code
         assert user(server.origin, kept) is None
         assert user(server.origin, other) is None  # a logout ends every session of the user, unseen ones too
-        login(server.origin, changed)
+        log_in(server.origin, changed)
     with serving(db_path, root) as server:
         assert user(server.origin, changed) == ANNOTATOR[0]
         db = open_db(db_path)

@@ -14,7 +14,7 @@ import time
 
 import pytest
 import requests
-from helpers import serving, session_from
+from helpers import login, serving, session_from
 
 gradio_client = pytest.importorskip("gradio_client")
 from gradio_client import Client  # noqa: E402
@@ -53,10 +53,6 @@ def app(tmp_path_factory, tiny_model_dir):
     with serving(db_path, root, model="tiny", login_throttle=POLICY, max_file_size=f"{UPLOAD_BYTES}b",
                  max_upload_files=1, forwarded_allow_ips=("127.0.0.1",)) as server:  # the TLS test's proxy is here
         yield {"url": server.origin, "port": server.port, "db_path": db_path}
-
-
-def login(url: str, credentials: tuple[str, str], session: requests.Session) -> requests.Response:
-    return session.post(f"{url}/login", data={"username": credentials[0], "password": credentials[1]}, timeout=60)
 
 
 def test_a_stranger_guessing_from_one_address_does_not_lock_the_owner_out(app):

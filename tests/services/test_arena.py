@@ -62,7 +62,7 @@ def test_battle_is_blind_and_vote_exports_a_preference_pair(arena_db, cache):
     item = db.execute("SELECT kind, response_ids_json FROM items WHERE id = ?", [ranking["item_id"]]).fetchone()
     assert item["kind"] == "ranking"
     assert preference_rows(db, "default", ExportOptions()) == [
-        {"prompt": "Rate this film", "chosen": battle.answer_b, "rejected": battle.answer_a}
+        {"prompt": "Rate this film", "chosen": battle.answer_b, "rejected": battle.answer_a, "source": "arena"}
     ]
     # A double click stores nothing new; changing the vote is refused.
     assert arena.vote(db, battle.id, "alice", "b") == result

@@ -11,7 +11,7 @@ from labeler.services import evaluation, models, projects, prompts
 from labeler.services.errors import InputError
 from labeler.services.evaluation import EvalSettings
 from labeler.services.runners.common import split_rows
-from labeler.services.train_configs import JobConfig
+from labeler.services.job_settings import JobConfig
 
 WORDS = "eval_rewards:words"
 

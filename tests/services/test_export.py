@@ -16,8 +16,9 @@ def labelled(db):
     return db
 
 
-def pref(prompt, chosen, rejected, **extra):
-    return {"prompt": prompt, "chosen": chosen, "rejected": rejected, **extra}
+def pref(prompt, chosen, rejected, source="rank", **extra):
+    # The fixture's answers were generated for the queue (responses.source 'generated'): source 'rank'.
+    return {"prompt": prompt, "chosen": chosen, "rejected": rejected, "source": source, **extra}
 
 
 # Item 1, pairs by response ids: (1,2) alice, bob, carol all 1>2 -> great>bad, agreement 3/3.
@@ -151,8 +152,8 @@ def test_csv_neutralises_formulas(labelled, tmp_path):
     export(labelled, "default", "preferences", "csv", tmp_path / "p.csv")
     with (tmp_path / "p.csv").open(encoding="utf-8", newline="") as file:
         rows = list(csv.DictReader(file))
-    assert rows[3] == {"prompt": "Review Heat.", "chosen": "'-fine", "rejected": "'=SUM(A1)"}
-    assert rows[0] == {"prompt": "Review Alien", "chosen": "great", "rejected": "bad"}
+    assert rows[3] == {"prompt": "Review Heat.", "chosen": "'-fine", "rejected": "'=SUM(A1)", "source": "rank"}
+    assert rows[0] == {"prompt": "Review Alien", "chosen": "great", "rejected": "bad", "source": "rank"}
     # Negative numbers are numbers, not formulas: z-scores stay readable.
     export(labelled, "default", "ratings", "csv", tmp_path / "r.csv", ExportOptions(zscore=True))
     with (tmp_path / "r.csv").open(encoding="utf-8", newline="") as file:

@@ -8,7 +8,7 @@ from labeling_helpers import add_ranked_pairs
 
 from labeler.services import accounts, jobs, models, runs
 from labeler.services.stages import StageContext
-from labeler.services.train_configs import JobConfig
+from labeler.services.job_settings import JobConfig
 from labeler.worker import run_worker
 
 

@@ -12,6 +12,7 @@ from labeler.services import accounts, labeling, people_eval
 from labeler.services.errors import PermissionDenied
 from labeler.services.responses import insert_response
 from storage import write_transaction
+from helpers import rows
 
 P = "default"
 
@@ -21,10 +22,6 @@ def two(db):
     make_users(db, "alice", "bob")
     set_overlap(db, 1)
     return db
-
-
-def rows(db, sql, params=()):
-    return [tuple(row) for row in db.execute(sql, params).fetchall()]
 
 
 def hold_age(db, item_id, username, seconds):

@@ -6,12 +6,9 @@ from labeling_helpers import add_prompt, make_users, rating_items, set_overlap
 from labeler.services import accounts, labeling, projects
 from labeler.services.errors import InputError, PermissionDenied
 from labeler.services.labeling import create_items, next_item, submit_ranking, submit_rating
+from helpers import rows
 
 P = "default"
-
-
-def rows(db, sql, params=()):
-    return [tuple(row) for row in db.execute(sql, params).fetchall()]
 
 
 def backdate(db, item_id, username, minutes):

@@ -6,21 +6,20 @@ from labeler.services.errors import InputError
 from labeler.services.export import ExportOptions, export, preference_rows
 from labeler.services.labels_import import import_preferences
 from labeler.services.prompts import ImportResult, import_prompts
+from helpers import rows
 
 PAIRS = [
     {"prompt": "Review Alien", "chosen": "A classic.", "rejected": "Meh."},
     {"prompt": "Review Alien", "chosen": "Tense and smart.", "rejected": "Meh."},
     {"prompt": "Review Heat", "chosen": "Great shootout.", "rejected": "Too long."},
 ]
+# As exported: each pair with where it came from (an import).
+IMPORTED = [{**pair, "source": "import"} for pair in PAIRS]
 
 
 def write_jsonl(path, rows):
     path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     return path
-
-
-def rows(db, sql):
-    return [tuple(row) for row in db.execute(sql)]
 
 
 def counts(db):
@@ -34,14 +33,14 @@ def test_standard_file_round_trip(db, tmp_path):
     ranking = db.execute("SELECT user_id, source, order_json FROM rankings ORDER BY id").fetchone()
     assert (ranking[0], ranking[1], json.loads(ranking[2])) == (None, "import", [[1], [2]])
     assert rows(db, "SELECT DISTINCT model, source FROM responses") == [("import", "import")]
-    assert preference_rows(db) == PAIRS
+    assert preference_rows(db) == IMPORTED
     # Exported, then imported into a fresh project: the same pairs again.
     export(db, "default", "preferences", "parquet", tmp_path / "out.parquet")
     from labeler.services.projects import create_project
 
     create_project(db, "copy")
     assert import_preferences(db, tmp_path / "out.parquet", project="copy") == ImportResult(3, 0)
-    assert preference_rows(db, "copy") == PAIRS
+    assert preference_rows(db, "copy") == IMPORTED
 
 
 def test_reimport_and_degenerate_pairs(db, tmp_path):
@@ -54,7 +53,7 @@ def test_reimport_and_degenerate_pairs(db, tmp_path):
     flipped = {"prompt": "Review Heat", "chosen": "Too long.", "rejected": "Great shootout."}
     assert import_preferences(db, write_jsonl(tmp_path / "r.jsonl", [flipped])) == ImportResult(1, 0)
     assert db["items"].count == 3 and db["rankings"].count == 4
-    assert preference_rows(db) == PAIRS[:2]
+    assert preference_rows(db) == IMPORTED[:2]
 
 
 def test_existing_prompts_and_responses_are_reused(db, tmp_path):
@@ -78,8 +77,9 @@ def test_conversational_explicit_and_implicit_prompt(db, tmp_path):
     assert import_preferences(db, write_jsonl(tmp_path / "c.jsonl", [explicit, implicit])) == ImportResult(2, 0)
     assert rows(db, "SELECT text FROM prompts ORDER BY id") == [("Review Heat",), ("Review Alien",)]
     assert preference_rows(db, options=ExportOptions(conversational=True)) == [
-        explicit,
-        {"prompt": [system, {"role": "user", "content": "Review Alien"}], "chosen": [good], "rejected": [bad]},
+        {**explicit, "source": "import"},
+        {"prompt": [system, {"role": "user", "content": "Review Alien"}], "chosen": [good], "rejected": [bad],
+         "source": "import"},
     ]
 
 
@@ -90,7 +90,7 @@ def test_datasets_folder(db, tmp_path):
         "train": datasets.Dataset.from_list(PAIRS[:2]), "test": datasets.Dataset.from_list(PAIRS[2:]),
     }).save_to_disk(str(tmp_path / "dd"))
     assert import_preferences(db, tmp_path / "dd") == ImportResult(3, 0)
-    assert preference_rows(db) == PAIRS
+    assert preference_rows(db) == IMPORTED
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ import pytest
 
 from labeler.services import evaluation, jobs, measures, models, projects, prompts
 from labeler.services.errors import InputError
-from labeler.services.train_configs import JobConfig
+from labeler.services.job_settings import JobConfig
 from storage import open_db
 
 

@@ -3,10 +3,7 @@ import numpy as np
 import torch
 
 from labeler.services.metrics_sink import MetricsSink, scalar_stats
-
-
-def rows(db, sql, params=()):
-    return [tuple(row) for row in db.execute(sql, params).fetchall()]
+from helpers import rows
 
 
 def new_run(db) -> int:

@@ -16,7 +16,7 @@ from labeler.services import (checkpoints, evaluation, jobs, kept_models, launch
                               supervision)
 from labeler.services.evaluation import EvalSettings
 from labeler.services.stages import checkpoint_due, checkpoint_keep
-from labeler.services.train_configs import JobConfig
+from labeler.services.job_settings import JobConfig
 from storage import open_db
 
 HERE = Path(__file__).resolve().parent

@@ -12,7 +12,7 @@ from labeler.services.errors import InputError
 from labeler.services.evaluation import EvalSettings
 from labeler.services.generation import generate_responses
 from labeler.services.runners.common import policy_rows_options
-from labeler.services.train_configs import JobConfig
+from labeler.services.job_settings import JobConfig
 from rlhf.configs import GenerationSettings
 
 GREEDY = GenerationSettings(max_new_tokens=5, do_sample=False)

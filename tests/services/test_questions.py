@@ -5,12 +5,9 @@ from labeling_helpers import add_prompt, make_users, set_overlap
 from labeler.services import labeling, question_rows, questions
 from labeler.services.errors import InputError
 from labeler.services.questions import ItemAnswers
+from helpers import rows
 
 P = "default"
-
-
-def rows(db, sql, params=()):
-    return [tuple(row) for row in db.execute(sql, params).fetchall()]
 
 
 @pytest.fixture

@@ -6,10 +6,7 @@ from labeler.services.accounts import create_user
 from labeler.services.prompts import PromptRecord, insert_prompt
 from labeler.services.responses import insert_response
 from storage import write_transaction
-
-
-def rows(db, sql):
-    return [tuple(row) for row in db.execute(sql)]
+from helpers import rows
 
 
 def test_insert_response_defaults_and_every_column(db):

@@ -13,7 +13,8 @@ from labeler.services import durations, run_estimate
 from labeler.services.errors import InputError
 from labeler.services.run_estimate import MicroStep
 from labeler.services.run_preview import apply_time_budget, preview_run
-from labeler.services.train_configs import JobConfig, resolve_run_config
+from labeler.services.job_settings import JobConfig
+from labeler.services.train_configs import resolve_run_config
 
 # 16 answers: generated in 2 s, no-grad passes 1 s, one training mini-batch 3 s; 10 s to load.
 MICRO = MicroStep(rows=16, generate_seconds=2.0, forward_seconds=1.0, train_seconds=3.0, setup_seconds=10.0)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from labeling_helpers import add_ranked_pairs
 
-from labeler.services import accounts, jobs, labeling, models, run_metrics, runs, train_configs
+from labeler.services import accounts, jobs, labeling, models, run_judgements, run_metrics, runs, train_configs
 from labeler.services.errors import InputError
 from labeler.worker import run_worker
 
@@ -53,6 +53,13 @@ def test_online_dpo_trains_with_a_function_judge_checkpoints_and_registers(db, t
     assert {"loss", "rewards/margins", "objective/kl", "objective/scores", "judge/ties", "beta"} <= names
     assert (Path(run.output_dir) / "checkpoints" / "checkpoint-2").exists()
     assert (Path(run.output_dir) / "model" / "model.safetensors").exists()
+    # each pair recorded at its step as the function's judgement: the shorter answer wins, equal lengths tie
+    judged = run_judgements.run_judgements(db, run.id)
+    assert [j.step for j in judged] == [1, 1, 2, 2]
+    for j in judged:
+        by_length = 0 if len(j.first) < len(j.second) else 1 if len(j.second) < len(j.first) else -1
+        assert (j.judged_by, j.verdict, j.model, j.people, j.item_id) == ("model", by_length, by_length, None, None)
+    assert run_judgements.judge_summary(db, run.id).by_model == 4
 
 
 def test_a_judge_function_that_breaks_stops_the_run_naming_it_and_the_step(db, tmp_path, tiny_model_dir, team_judges):
@@ -66,6 +73,28 @@ def test_a_judge_function_that_breaks_stops_the_run_naming_it_and_the_step(db, t
     assert status == "failed"
     assert ("judge 'team_judges:needs_network' failed: ConnectionError: judge server unreachable (at step 1)"
             in run.error)
+
+
+@pytest.mark.parametrize("failure, message", [
+    ("raise TimeoutError('the judging service timed out')",
+     "judge 'judges_that_tire_{0}:tires' failed: TimeoutError: the judging service timed out (at step 2)"),
+    ("return [1.0]", "judge 'judges_that_tire_{0}:tires' returned 1 scores for 4 completions (at step 2)"),
+])
+def test_a_judge_function_that_breaks_later_keeps_the_judgements_made_before(db, tmp_path, tiny_model_dir, monkeypatch,
+                                                                              failure, message):
+    """Step 1 judged, step 2's call breaks: the run stops naming the function and step 2; step 1's pairs stay."""
+    module = f"judges_that_tire_{len(failure)}"  # a module name of its own per case (imports are cached)
+    (tmp_path / f"{module}.py").write_text(
+        "calls = []\n\n\ndef tires(prompts, answers):\n    calls.append(len(answers))\n"
+        f"    if len(calls) > 1:\n        {failure}\n    return [-len(a) for a in answers]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    _seed(db)
+    status, run = _run(db, {"model": str(tiny_model_dir), "steps": 2, "checkpoint_every": 0,
+                            "judge": f"{module}:tires", **SMALL}, tmp_path)
+    assert status == "failed"
+    assert message.format(len(failure)) in run.error
+    judged = run_judgements.run_judgements(db, run.id)
+    assert [(j.step, j.judged_by) for j in judged] == [(1, "model"), (1, "model")]
 
 
 def test_the_judge_setting_is_checked_when_a_run_is_queued(db):
@@ -148,21 +177,43 @@ def test_people_judge_each_pair_in_the_rank_tab_and_the_run_learns_from_them(db,
     assert {"rewards/margins", "judge/ties", "human/pairs_judged"} <= set(run_metrics.metric_names(db, run.id))
     # the annotator's verdicts all count (no timeouts): the log says how many pairs people judged
     assert f"people ranked {len(items)} pairs" in capsys.readouterr().out
+    # every pair recorded: people's verdict (the shorter first, equal lengths a tie) and the item they saw, or none
+    # for two identical answers (nobody asked)
+    judged = run_judgements.run_judgements(db, run.id)
+    assert [j.step for j in judged] == [1, 1, 2, 2]
+    for j in judged:
+        if j.first == j.second:
+            assert (j.judged_by, j.verdict, j.people, j.item_id) == ("none", -1, None, None)
+            continue
+        by_length = 0 if len(j.first) < len(j.second) else 1 if len(j.second) < len(j.first) else -1
+        assert (j.judged_by, j.verdict, j.people, j.model) == ("people", by_length, by_length, None)
+    assert sorted(j.item_id for j in judged if j.item_id) == sorted(item_id for item_id, _ in items)
+    summary = run_judgements.judge_summary(db, run.id)
+    assert (summary.by_people, summary.by_model, summary.both) == (len(items), 0, 0)
 
 
-def test_people_as_the_judge_need_annotators(db, tmp_path, tiny_model_dir):
+def test_people_as_the_judge_are_refused_at_launch_without_annotators(db, tmp_path, tiny_model_dir):
     from labeling_helpers import add_prompt
 
     accounts.create_user(db, "boss", "a-long-password", role="admin")
     for text in ("A film about cats.", "A film about dogs."):
         add_prompt(db, text, 0)
-    status, run = _run(db, {"model": str(tiny_model_dir), "steps": 1, "checkpoint_every": 0, "judge": "people",
-                            **SMALL}, tmp_path)
-    assert status == "failed"
-    assert "judge=people: there are no annotator accounts to rank the pairs; add one with `rlhf-studio users add" in run.error
-    status, run = _run(db, {"model": str(tiny_model_dir), "steps": 1, "checkpoint_every": 0, "judge": "mix",
-                            **SMALL}, tmp_path)
-    assert status == "failed" and "judge=mix: there are no annotator accounts" in run.error
+    settings = {"model": str(tiny_model_dir), "steps": 1, "checkpoint_every": 0, **SMALL}
+    for judge in ("people", "mix"):
+        with pytest.raises(InputError, match=f"judge={judge}: there are no annotator accounts to rank the pairs; add "
+                                             "one with `rlhf-studio users add NAME`") as error:
+            jobs.create_run(db, "online-dpo", {**settings, "judge": judge}, runs_dir=tmp_path / "runs", start=False,
+                            username="boss")
+        assert error.value.field == "judge"
+    assert db["runs"].count == 0  # refused before anything was written
+    # Queued with an annotator, who is deactivated before the run starts: the run stops at its start, naming the fix.
+    accounts.create_user(db, "ann", "a-long-password")
+    run = jobs.create_run(db, "online-dpo", {**settings, "judge": "people"}, runs_dir=tmp_path / "runs", start=False,
+                          username="boss")
+    accounts.set_active(db, "ann", False)
+    db.execute("UPDATE runs SET status = 'running' WHERE id = ?", [run.id])
+    assert run_worker(runs.db_file(db), run.id) == "failed"
+    assert "judge=people: there are no annotator accounts" in runs.get_run(db, run.id).error
 
 
 def test_mix_people_rank_the_pairs_the_reward_model_is_least_sure_of(db, db_path, tmp_path, tiny_model_dir):
@@ -182,6 +233,20 @@ def test_mix_people_rank_the_pairs_the_reward_model_is_least_sure_of(db, db_path
     assert 1 <= len(items) <= 2 and sorted(ranked) == sorted(i for (i,) in items)
     names = set(run_metrics.metric_names(db, run.id))
     assert {"reward/from_human", "reward/from_rm", "human/answers_judged", "judge/ties"} <= names
+    # each pair recorded: people's pairs with their verdict and the model's own on it; the rest the model's
+    judged = run_judgements.run_judgements(db, run.id)
+    assert [j.step for j in judged] == [1, 1, 2, 2]
+    by_people = [j for j in judged if j.judged_by == "people"]
+    assert sorted(j.item_id for j in by_people) == sorted(i for (i,) in items)
+    for j in by_people:
+        by_length = 0 if len(j.first) < len(j.second) else 1 if len(j.second) < len(j.first) else -1
+        assert j.people == j.verdict == by_length and j.model in (-1, 0, 1)
+    for j in judged:
+        if j.judged_by == "model":
+            assert j.people is None and j.model == j.verdict
+    summary = run_judgements.judge_summary(db, run.id)
+    assert (summary.by_people, summary.both) == (len(items), len(items))
+    assert summary.by_people + summary.by_model + summary.undecided == 4
 
 
 def test_a_resumed_people_run_releases_the_pairs_its_last_start_left_waiting(db, db_path, tmp_path):

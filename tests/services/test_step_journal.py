@@ -12,7 +12,7 @@ import pytest
 from labeler.services import accounts, checkpoints, jobs, labeling, prompts, run_metrics, runs, step_journal
 from labeler.services.checkpoints import WeightsPacer
 from labeler.services.stages import checkpoint_due
-from labeler.services.train_configs import JobConfig
+from labeler.services.job_settings import JobConfig
 from storage import open_db
 
 WORDS = "eval_rewards:words"

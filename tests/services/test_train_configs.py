@@ -8,7 +8,7 @@ from rlhf.hardware import bf16_is_fast
 from labeler import forms
 from labeler.services import train_configs
 from labeler.services.errors import InputError
-from labeler.services.train_configs import JobConfig
+from labeler.services.job_settings import JobConfig
 
 
 def test_specs_follow_the_dataclass():

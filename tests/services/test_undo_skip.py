@@ -6,12 +6,9 @@ from labeling_helpers import add_prompt, make_users, rating_items
 
 from labeler.services import labeling
 from labeler.services.labeling import Undone, create_items, next_item, submit_rating
+from helpers import rows
 
 P = "default"
-
-
-def rows(db, sql, params=()):
-    return [tuple(row) for row in db.execute(sql, params).fetchall()]
 
 
 def stamp(db, item_id: int, when: str) -> None:

@@ -108,7 +108,7 @@ def test_an_optimistic_judge_queues_blind_pairs_and_people_decide(db, tmp_path, 
     """A run judged by the reward model it optimised: its base's and its answers also go to people, blind, and once
     they rank, their verdict is the run's (the reward model's figure kept beside it)."""
     from labeler.services import accounts, labeling, prompts
-    from labeler.services.train_configs import JobConfig
+    from labeler.services.job_settings import JobConfig
 
     prompts.add_prompts(db, ["q0", "q1"])
     db.execute("UPDATE prompts SET split = 'test'")

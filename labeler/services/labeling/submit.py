@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Callable, Literal
 
 import sqlite_utils
 
@@ -147,6 +147,27 @@ def _same_order(stored_json: str, order) -> bool:
 SHOWN = "shown"
 
 
+def _earlier_label(db: sqlite_utils.Database, table: str, item_id: int, user, same: Callable[[Any], bool],
+                   refusal: Callable[[Any], str]) -> LabelResult | None:
+    """The user's earlier label of this item, returned again when it equals this one (a double click, a retry
+    without request_id), refused (ItemUnavailable: refusal(row)) when it differs; None when there is none."""
+    prior = db.execute(f"SELECT * FROM {table} WHERE item_id = ? AND user_id = ?", [item_id, user.id]).fetchone()
+    if prior is None:
+        return None
+    if same(prior):
+        return LabelResult(prior["id"], created=False)
+    raise ItemUnavailable(refusal(prior))
+
+
+def _take_item(db: sqlite_utils.Database, proj: Project, user, item, claim: bool,
+               seconds: float | str | None) -> float | None:
+    """The checks every new label passes (held-out prompt, the user's hold, the overlap), its assignment marked
+    done; returns the seconds to store (SHOWN: the time since the item was last shown)."""
+    _check_split(db, item)
+    shown_for = _take_assignment(db, proj, user, item, claim)
+    return shown_for if seconds == SHOWN else seconds
+
+
 def _rate(db, proj: Project, user, item_id: int, score: float, comment: str, seconds: float | str | None,
           request_id: str | None, claim: bool) -> LabelResult:
     if request_id is not None and (replay := _replay(
@@ -155,20 +176,44 @@ def _rate(db, proj: Project, user, item_id: int, score: float, comment: str, sec
         return replay
     item = _item_row(db, proj, item_id, "rating")
     score = label_kinds.validate_score(score, proj.likert_min, proj.likert_max)
-    prior = db.execute("SELECT id, score FROM ratings WHERE item_id = ? AND user_id = ?", [item_id, user.id]).fetchone()
-    if prior is not None:
-        if prior["score"] == score:
-            return LabelResult(prior["id"], created=False)
-        raise ItemUnavailable(f"you already rated item {item_id} ({prior['score']:g}); undo to change it")
-    _check_split(db, item)
-    shown_for = _take_assignment(db, proj, user, item, claim)
+    if earlier := _earlier_label(db, "ratings", item_id, user, lambda row: row["score"] == score,
+                                 lambda row: f"you already rated item {item_id} ({row['score']:g}); undo to change it"):
+        return earlier
+    seconds = _take_item(db, proj, user, item, claim, seconds)
     (response_id,) = json.loads(item["response_ids_json"])
     cursor = db.execute(
         "INSERT INTO ratings (item_id, response_id, user_id, score, comment, seconds, request_id)"
         " VALUES (?, ?, ?, ?, ?, ?, ?)",
-        [item_id, response_id, user.id, score, comment, shown_for if seconds == SHOWN else seconds, request_id],
+        [item_id, response_id, user.id, score, comment, seconds, request_id],
     )
     return LabelResult(cursor.lastrowid, created=True)
+
+
+def _rank(db, proj: Project, user, item_id: int, order: list[list[int]], comment: str, seconds: float | str | None,
+          request_id: str | None, claim: bool) -> LabelResult:
+    if request_id is not None and (replay := _replay(db, "rankings", request_id, user, item_id,
+                                                     lambda row: _same_order(row["order_json"], order))):
+        return replay
+    item = _item_row(db, proj, item_id, "ranking")
+    order = label_kinds.validate_order(order, json.loads(item["response_ids_json"]))
+    if earlier := _earlier_label(db, "rankings", item_id, user, lambda row: json.loads(row["order_json"]) == order,
+                                 lambda row: f"you already ranked item {item_id}; undo to change it"):
+        return earlier
+    seconds = _take_item(db, proj, user, item, claim, seconds)
+    label_id = insert_ranking(db, item_id, item["prompt_id"], user.id, json.dumps(order), comment=comment,
+                              seconds=seconds, request_id=request_id)
+    return LabelResult(label_id, created=True)
+
+
+def _in_one_transaction(db: sqlite_utils.Database, project: str, username: str,
+                        store: Callable[[Project, Any], LabelResult], next_kind: Kind | None = None):
+    """store(project, user) in one transaction; with next_kind, then the user's next item of that kind in the same
+    transaction (one round trip per label for the Rate and Rank tabs)."""
+    with write_transaction(db):
+        proj = get_project(db, project)
+        user = accounts.require_user(db, username)
+        result = store(proj, user)
+        return result if next_kind is None else (result, serve_next(db, proj, user, next_kind))
 
 
 def submit_rating(
@@ -190,10 +235,8 @@ def submit_rating(
     long as the item has a free slot.
     """
     seconds = _check_extras(comment, seconds)
-    with write_transaction(db):
-        proj = get_project(db, project)
-        user = accounts.require_user(db, username)
-        return _rate(db, proj, user, item_id, score, comment, seconds, request_id, claim)
+    return _in_one_transaction(db, project, username, lambda proj, user: _rate(
+        db, proj, user, item_id, score, comment, seconds, request_id, claim))
 
 
 def submit_rating_and_next(
@@ -211,33 +254,8 @@ def submit_rating_and_next(
     (same request_id) stores nothing and returns the same next item, by then the user's pending one.
     """
     _check_extras(comment, None)
-    with write_transaction(db):
-        proj = get_project(db, project)
-        user = accounts.require_user(db, username)
-        result = _rate(db, proj, user, item_id, score, comment, SHOWN, request_id, False)
-        return result, serve_next(db, proj, user, "rating")
-
-
-def _rank(db, proj: Project, user, item_id: int, order: list[list[int]], comment: str, seconds: float | str | None,
-          request_id: str | None, claim: bool) -> LabelResult:
-    if request_id is not None and (replay := _replay(db, "rankings", request_id, user, item_id,
-                                                     lambda row: _same_order(row["order_json"], order))):
-        return replay
-    item = _item_row(db, proj, item_id, "ranking")
-    order = label_kinds.validate_order(order, json.loads(item["response_ids_json"]))
-    order_json = json.dumps(order)
-    prior = db.execute(
-        "SELECT id, order_json FROM rankings WHERE item_id = ? AND user_id = ?", [item_id, user.id]
-    ).fetchone()
-    if prior is not None:
-        if json.loads(prior["order_json"]) == order:
-            return LabelResult(prior["id"], created=False)
-        raise ItemUnavailable(f"you already ranked item {item_id}; undo to change it")
-    _check_split(db, item)
-    shown_for = _take_assignment(db, proj, user, item, claim)
-    label_id = insert_ranking(db, item_id, item["prompt_id"], user.id, order_json, comment=comment,
-                              seconds=shown_for if seconds == SHOWN else seconds, request_id=request_id)
-    return LabelResult(label_id, created=True)
+    return _in_one_transaction(db, project, username, lambda proj, user: _rate(
+        db, proj, user, item_id, score, comment, SHOWN, request_id, False), next_kind="rating")
 
 
 def submit_ranking(
@@ -254,10 +272,8 @@ def submit_ranking(
 ) -> LabelResult:
     """Store a ranking (best to worst, ties share a group) of a ranking item the user holds."""
     seconds = _check_extras(comment, seconds)
-    with write_transaction(db):
-        proj = get_project(db, project)
-        user = accounts.require_user(db, username)
-        return _rank(db, proj, user, item_id, order, comment, seconds, request_id, claim)
+    return _in_one_transaction(db, project, username, lambda proj, user: _rank(
+        db, proj, user, item_id, order, comment, seconds, request_id, claim))
 
 
 def submit_ranking_and_next(
@@ -271,11 +287,8 @@ def submit_ranking_and_next(
 ) -> tuple[LabelResult, QueueItem | None]:
     """submit_ranking, then next_item, in one transaction (see submit_rating_and_next)."""
     _check_extras(comment, None)
-    with write_transaction(db):
-        proj = get_project(db, project)
-        user = accounts.require_user(db, username)
-        result = _rank(db, proj, user, item_id, order, comment, SHOWN, request_id, False)
-        return result, serve_next(db, proj, user, "ranking")
+    return _in_one_transaction(db, project, username, lambda proj, user: _rank(
+        db, proj, user, item_id, order, comment, SHOWN, request_id, False), next_kind="ranking")
 
 
 def skip_item(db: sqlite_utils.Database, project: str, username: str, item_id: int) -> None:

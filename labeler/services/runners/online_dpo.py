@@ -8,6 +8,11 @@ the online reward model is least sure of, the model judges the rest and learns f
 scores each answer alone and the higher score wins; equal scores tie and the pair is left out. A function that raises
 or returns the wrong number of scores stops the run with a JudgeError naming the function and the step.
 
+Every pair judged is recorded as it is judged (JudgementLog -> labeler/services/run_judgements.py): who decided it
+(people, the model, nobody), people's verdict and the model's where each gave one, and the Rank item people saw, so
+the run's page can say how many pairs people judged, how many the model, and how often the model agreed with people;
+a run that fails keeps the judgements of the batches before.
+
 Loads torch when imported (it subclasses the library's config): the stage registry names it as a string and
 Stage.run imports it, so the app's import stays light (tests/test_light_imports.py, HEAVY_SERVICES).
 """
@@ -18,15 +23,16 @@ import random
 from dataclasses import dataclass, field
 
 
-from labeler.services import accounts, models
+from labeler.services import models
 from labeler.services.errors import InputError
 from labeler.services.human_reward import HumanRewardQueue
+from labeler.services.run_judgements import Judgement, record_judgements, require_annotators
 from labeler.services.projects import get_project
 from labeler.services.runners.common import (active_mix, peft_config, stage_rows, train_with_trainer, trainer_args,
                                              trainer_callbacks)
 from labeler.services.stages import RunResult, StageContext, data_snapshot
 from labeler.services.training_stages.online_dpo import judge_spec
-from rlhf.judges import BasePairwiseJudge, ScoreJudge
+from rlhf.judges import BasePairwiseJudge, ScoreJudge, preference_from_scores
 from rlhf.loading import load_tokenizer
 from rlhf.online_dpo import OnlineDPOConfig, OnlineDPOTrainer
 from rlhf.rewards import FunctionReward
@@ -47,18 +53,58 @@ class StudioOnlineDPOConfig(OnlineDPOConfig):
     temperature: float = field(default=1.0, metadata={"help": "Sampling temperature."})
 
 
+def _text(value) -> str:
+    """A prompt or an answer as text: a conversation's last message, else the value itself."""
+    return value[-1]["content"] if isinstance(value, list) else value
+
+
+class JudgementLog:
+    """Where a run's judges record each pair they judge (run_judgements), with the trainer's step (`step_of`, bound
+    once the trainer exists: its global step + 1)."""
+
+    def __init__(self, db, run_id: int):
+        self.db, self.run_id = db, run_id
+        self.step_of = lambda: 1
+
+    def write(self, judgements: list[Judgement]) -> None:
+        record_judgements(self.db, self.run_id, judgements)
+
+
 class AppJudge(ScoreJudge):
     """A reward source of the app (queries, responses) -> scores as a scoring judge: conversational prompts reach it as
-    their text, answers as text."""
+    their text, answers as text. With a `log`, each pair it scores is recorded as the model's judgement."""
 
     def __init__(self, source, name: str):
         self.source, self.name = source, name
+        self.log: JudgementLog | None = None
 
     def scores(self, prompts: list, completions: list) -> list[float]:
-        def text(value):
-            return value[-1]["content"] if isinstance(value, list) else value
+        return list(self.source([_text(p) for p in prompts], [_text(c) for c in completions]))
 
-        return list(self.source([text(p) for p in prompts], [text(c) for c in completions]))
+    def judge(self, prompts: list, completions: list[list], shuffle_order: bool = True) -> list[int]:
+        # The trainer's layout (rlhf/online_dpo.py _judge: the prompts twice, the first answers then the second), so
+        # that checked_scores sees pairs one way whoever asks.
+        values = self.checked_scores(list(prompts) * 2, [a for a, _ in completions] + [b for _, b in completions])
+        return preference_from_scores(values[:len(prompts)], values[len(prompts):])
+
+    def checked_scores(self, prompts: list, completions: list) -> list[float]:
+        values = super().checked_scores(prompts, completions)  # JudgeError before anything is recorded
+        if self.log is not None:
+            self.log.write(scored_judgements(self.log.step_of(), prompts, completions, values))
+        return values
+
+
+def scored_judgements(step: int, prompts: list, completions: list, values: list[float]) -> list[Judgement]:
+    """The model's judgements of the pairs a scorer scored in the trainer's layout: pair i is completions i and i + B
+    (B = half of them), the higher score the better (rlhf.judges.preference_from_scores; the trainer's
+    missing_eos_penalty, when set, is applied after this and may turn a verdict it records)."""
+    half = len(completions) // 2
+    if len(completions) != 2 * half or list(prompts[:half]) != list(prompts[half:]):
+        raise ValueError("scores to record come as the trainer asks for them: the prompts twice, the first answers, "
+                         "then the second")
+    verdicts = preference_from_scores(values[:half], values[half:])
+    return [Judgement(step, _text(prompts[i]), _text(completions[i]), _text(completions[half + i]), "model",
+                      verdicts[i], model=verdicts[i]) for i in range(half)]
 
 
 def pair_verdicts(rewards: list[float | None]) -> list[int]:
@@ -71,6 +117,33 @@ def pair_verdicts(rewards: list[float | None]) -> list[int]:
     return out
 
 
+class PairsQueue(HumanRewardQueue):
+    """The run's queue of pairs (a ranking item of two answers each) that keeps what people answered in its last
+    wait: (item ids, rewards), for the judgements' record."""
+
+    last_wait: tuple[list[int], list[float | None]] = ([], [])
+    last_asked: tuple[list[str], list[str]] = ([], [])
+
+    def request_and_wait(self, queries: list[str], responses: list[str], timeout: float) -> list[float | None]:
+        self.last_asked = (list(queries), list(responses))
+        return super().request_and_wait(queries, responses, timeout)
+
+    def wait(self, item_ids: list[int], timeout: float) -> list[float | None]:
+        rewards = super().wait(item_ids, timeout)
+        self.last_wait = (list(item_ids), list(rewards))
+        return rewards
+
+    def people_verdicts(self) -> dict[tuple[str, str, str], tuple[int | None, int]]:
+        """(prompt, first answer, second answer) -> (people's verdict or None when not ranked in time, the item id)
+        of each pair of the last wait."""
+        (queries, responses), (item_ids, rewards) = self.last_asked, self.last_wait
+        out = {}
+        for k, (item_id, verdict) in enumerate(zip(item_ids, pair_verdicts(rewards))):
+            ranked = rewards[2 * k] is not None and rewards[2 * k + 1] is not None
+            out[queries[2 * k], responses[2 * k], responses[2 * k + 1]] = (verdict if ranked else None, item_id)
+        return out
+
+
 class PeopleJudge(BasePairwiseJudge):
     """People as the judge: each pair becomes a ranking item of two answers in the Rank tab, queued ahead of
     ordinary items (the tab shows the answers in an order shuffled per person and never the model; `=` ranks them
@@ -79,15 +152,17 @@ class PeopleJudge(BasePairwiseJudge):
 
     name = "people"
 
-    def __init__(self, queue: HumanRewardQueue, timeout: float):
+    def __init__(self, queue: PairsQueue, timeout: float):
         self.queue, self.timeout = queue, timeout
         self.judged = 0  # pairs people ranked in time (ties too), for the run's log
         self.last_stats: dict[str, float] = {}  # logged by the trainer each step
+        self.log: JudgementLog | None = None
 
     def judge(self, prompts: list[str], completions: list[list[str]], shuffle_order: bool = True) -> list[int]:
         # Two identical answers are a tie without asking anyone (and a ranking needs two different answers).
         asked = [i for i, (a, b) in enumerate(completions) if a != b]
         verdicts = [-1] * len(prompts)
+        people: dict[tuple[str, str, str], tuple[int | None, int]] = {}
         if asked:
             queries = [prompts[i] for i in asked for _ in range(2)]
             answers = [answer for i in asked for answer in completions[i]]
@@ -95,7 +170,15 @@ class PeopleJudge(BasePairwiseJudge):
             for i, verdict in zip(asked, pair_verdicts(rewards)):
                 verdicts[i] = verdict
             self.judged += sum(1 for reward in rewards[0::2] if reward is not None)  # ranked in time, ties too
+            people = self.queue.people_verdicts()
         self.last_stats = {"human/pairs_judged": float(self.judged)}
+        if self.log is not None:
+            step, rows = self.log.step_of(), []
+            for i, (a, b) in enumerate(completions):
+                said, item_id = people.get((prompts[i], a, b), (None, None))
+                rows.append(Judgement(step, prompts[i], a, b, "none" if said is None else "people",
+                                      verdicts[i] if said is not None else -1, people=said, item_id=item_id))
+            self.log.write(rows)
         return verdicts
 
 
@@ -105,56 +188,86 @@ class MixJudge(BasePairwiseJudge):
     model's ensemble is least sure of (one in four of those picked at random), the model judges the rest by its
     expected ranks (no opinion, a tie, until it has learnt from people), and it learns from every ranking during
     the run. Its statistics (reward/from_human and reward/from_rm in answers, rm_online/agreement with people on
-    the pairs both saw) are logged each step."""
+    the pairs both saw) are logged each step. With a `log`, each pair is recorded with the model's verdict, and, for
+    the pairs people were asked about, theirs and the model's own (its expected ranks before the batch, as the mix
+    scored it to pick the pairs)."""
 
     name = "mix"
 
     def __init__(self, mix):
         self.mix = mix
         self.last_stats: dict[str, float] = {}
+        self.log: JudgementLog | None = None
+
+    def model_verdicts(self, prompts: list[str], completions: list[list[str]]) -> list[int]:
+        """The online reward model's verdict on each pair now: its expected centred ranks (the rewards it gives a pair
+        it judges) at its calibrated temperature."""
+        from rlhf.preference_ensemble import expected_centred_ranks
+
+        if not prompts:
+            return []
+        scores = self.mix.model.scores([p for p in prompts for _ in range(2)],
+                                       [c for pair in completions for c in pair])  # (members, 2 * pairs)
+        ranks = [value for k in range(len(prompts))
+                 for value in expected_centred_ranks(self.mix.model.temperature * scores[:, 2 * k:2 * k + 2]).tolist()]
+        return pair_verdicts(ranks)
 
     def judge(self, prompts: list[str], completions: list[list[str]], shuffle_order: bool = True) -> list[int]:
         asked = [i for i, (a, b) in enumerate(completions) if a != b]  # identical answers: a tie, nobody asked
         verdicts = [-1] * len(prompts)
+        model: dict[int, int] = {}
         if asked:
+            if self.log is not None:  # scored before the mix asks anyone (the model it picked the pairs with)
+                model = dict(zip(asked, self.model_verdicts([prompts[i] for i in asked],
+                                                            [completions[i] for i in asked])))
+            self.mix.queue.last_asked, self.mix.queue.last_wait = ([], []), ([], [])
             rewards = self.mix([prompts[i] for i in asked for _ in range(2)],
                                [answer for i in asked for answer in completions[i]])
             for i, verdict in zip(asked, pair_verdicts(rewards)):
                 verdicts[i] = verdict
         self.last_stats = dict(self.mix.last_stats)
+        if self.log is not None:
+            people = self.mix.queue.people_verdicts() if asked else {}
+            step, rows = self.log.step_of(), []
+            for i, (a, b) in enumerate(completions):
+                if i not in model:
+                    rows.append(Judgement(step, prompts[i], a, b, "none", -1))
+                    continue
+                said, item_id = people.get((prompts[i], a, b), (None, None))
+                if said is not None:  # people's ranking trained; the model's verdict is its own, before it
+                    rows.append(Judgement(step, prompts[i], a, b, "people", verdicts[i], people=said, model=model[i],
+                                          item_id=item_id))
+                else:  # the model's rewards trained (people not asked, or not in time): its verdict is the one used
+                    rows.append(Judgement(step, prompts[i], a, b, "model", verdicts[i], model=verdicts[i],
+                                          item_id=item_id))
+            self.log.write(rows)
         return verdicts
 
 
-def _pairs_queue(ctx: StageContext) -> HumanRewardQueue:
+def _pairs_queue(ctx: StageContext) -> PairsQueue:
     """The run's queue of pairs for the Rank tab: a ranking item of two answers per pair. A resumed run samples new
     pairs, so the pairs its last start left waiting stop jumping the queue (they stay labellable, and a ranking of
     them is kept as any other label)."""
     policy = "skip" if ctx.job.timeout_policy == "rm" else ctx.job.timeout_policy  # no reward model to fall back on
-    queue = HumanRewardQueue(ctx.db_path, ctx.project, ctx.run_id, policy=policy,
-                             model_name=f"online-dpo-run{ctx.run_id}", should_stop=ctx.should_stop,
-                             label_kind="ranking", group_size=2)
+    queue = PairsQueue(ctx.db_path, ctx.project, ctx.run_id, policy=policy,
+                       model_name=f"online-dpo-run{ctx.run_id}", should_stop=ctx.should_stop,
+                       label_kind="ranking", group_size=2)
     stale = [item_id for item_id, _, _ in queue.pending()]
     if stale:
         queue.release(stale)
     return queue
 
 
-def _require_annotators(db, spec_text: str) -> None:
-    if not any(user.active and user.role == "annotator" for user in accounts.list_users(db)):
-        raise InputError(f"judge={spec_text}: there are no annotator accounts to rank the pairs; add one with "
-                         "`rlhf-studio users add NAME` (or the Admin tab) first", field="judge")
-
-
 def people_judge(ctx: StageContext, db) -> PeopleJudge:
     """The people judge of a run; InputError when the project has nobody to ask."""
-    _require_annotators(db, "people")
+    require_annotators(db, "people")
     return PeopleJudge(_pairs_queue(ctx), ctx.job.human_timeout)
 
 
 def mix_judge(ctx: StageContext, db, warm_start: str = "") -> MixJudge:
     """The mixed judge of a run: reward=mix's active mix, its online reward model warm-started from `warm_start`
     (mix:NAME), else as PPO's is (the job's reward_model, else the newest registered one, else the encoder alone)."""
-    _require_annotators(db, "mix")
+    require_annotators(db, "mix" + (f":{warm_start}" if warm_start else ""))
     if warm_start:
         ctx = dataclasses.replace(ctx, job=dataclasses.replace(ctx.job, reward_model=warm_start))
     return MixJudge(active_mix(ctx, db, _pairs_queue(ctx)))
@@ -207,12 +320,14 @@ def run_online_dpo(ctx: StageContext) -> RunResult:
     tokenizer = load_tokenizer(path, padding_side="left")
     frozen, rows = _rows(ctx, db, tokenizer)
     args = _args(ctx)
-    # 2. the judge
+    # 2. the judge, recording each pair it judges (run_judgements) at the trainer's step
     judge = app_judge(args.judge, db, ctx)
+    judge.log = JudgementLog(db, ctx.run_id)
     # 3. train (resuming from the newest checkpoint)
     trainer = OnlineDPOTrainer(path, judge=judge, args=args, train_dataset=Dataset.from_list(rows),
                                processing_class=tokenizer, peft_config=peft_config(ctx, "CAUSAL_LM"),
                                callbacks=trainer_callbacks(ctx))
+    judge.log.step_of = lambda: trainer.state.global_step + 1
     try:
         train_with_trainer(ctx, trainer)
     finally:
@@ -231,5 +346,5 @@ def run_online_dpo(ctx: StageContext) -> RunResult:
     return RunResult(str(ctx.final_dir), "policy", base, {}, data_snapshot("prompts", frozen))
 
 
-__all__ = ["AppJudge", "MixJudge", "PeopleJudge", "mix_judge", "StudioOnlineDPOConfig", "app_judge", "pair_verdicts", "people_judge",
-           "run_online_dpo"]
+__all__ = ["AppJudge", "JudgementLog", "MixJudge", "PairsQueue", "PeopleJudge", "StudioOnlineDPOConfig", "app_judge",
+           "mix_judge", "pair_verdicts", "people_judge", "run_online_dpo", "scored_judgements"]
