@@ -21,7 +21,7 @@ from labeler.services.measures import GRAMMAR as MEASURES
 from labeler.services.measures import check_measure
 from labeler.services.models import resolve as resolve_model
 from labeler.services.projects import (DEFAULT_ANSWER_TOKENS, DEFAULT_HELDOUT_SHARE, PROMPT_FORMATS, SELECTIONS,
-                                       create_project, get_project, list_projects, update_project)
+                                       SET_BY_HAND, create_project, get_project, list_projects, update_project)
 from labeler.services.prompts import (change_heldout_share, check_prompt_file, count_prompts, edit_prompt,
                                       heldout_status, import_prompts, import_shipped_prompts, list_prompts,
                                       promote_prompts, restore_prompts, retire_prompts, split_counts)
@@ -429,7 +429,9 @@ def run_projects_set(args) -> int:
                              overlap=args.overlap, guidelines=_guidelines(args.guidelines),
                              ranking_guidelines=_guidelines(args.ranking_guidelines or args.guidelines),
                              prompt_format=args.prompt_format, selection=args.selection,
-                             answer_tokens=args.answer_tokens, measure=measure)
+                             answer_tokens=args.answer_tokens, measure=measure,
+                             # typed, even as the default's value: a later import must not refit it
+                             answer_tokens_origin=None if args.answer_tokens is None else SET_BY_HAND)
     print(f"updated project {_describe(project)}")
     return 0
 

@@ -91,3 +91,11 @@ def test_a_length_given_at_create_is_not_fitted_and_a_bad_file_creates_nothing(c
     database = open_db(db)
     assert [p.name for p in projects.list_projects(database)] == ["default", "support"]
     database.conn.close()
+
+
+def test_a_length_typed_with_projects_set_is_kept_even_at_the_defaults_value(capsys, tmp_path, questions):
+    db = str(tmp_path / "s.db")
+    code, out, _ = run(capsys, "projects", "set", "default", "--answer-tokens", "128", "--db", db, "--create-db")
+    assert code == 0 and "answers of 128 tokens (set by hand)" in out
+    code, out, _ = run(capsys, "prompts", "import", str(questions), "--fit-model", "/nowhere", "--db", db)
+    assert code == 0 and "answer length" not in out  # typed: no fit, no model loaded
