@@ -145,8 +145,8 @@ def run_prompts_promote(args) -> int:
 def _add_fit_flags(parser) -> None:
     parser.add_argument("--no-fit-length", action="store_true",
                         help="keep the answer length as it is: by default a chat project whose length is still the "
-                             "default gets it fitted to the base model's answers to a sample of its prompts (a minute "
-                             "or two on a CPU)")
+                             "default gets it fitted to the base model's answers to a sample of its prompts (minutes on "
+                             "a CPU when its answers run to the cap)")
     parser.add_argument("--fit-model", default="default", metavar="MODEL",
                         help="the base model whose answers fit the answer length: a registry name, 'default' or a "
                              "folder (default: default)")

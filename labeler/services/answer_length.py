@@ -26,7 +26,8 @@ from rlhf.configs import GenerationSettings
 
 FIT_SHARE = 0.9  # the share of answers that must end within the length
 FIT_CAP = 512  # the longest length fitted: an answer that needs more is a document, not an answer
-FIT_SAMPLE = 16  # prompts answered to fit it: enough for a 90th percentile, a minute of CPU at 135M
+FIT_SAMPLE = 16  # prompts answered to fit it: enough for a 90th percentile. At 135M on a CPU it took 24 min on
+# a loaded 2-core machine (~0.4 core), half the answers running to the cap (bench/tasks/concise, 2026-12-06)
 ROUND_TO = 16
 
 
