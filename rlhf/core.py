@@ -209,6 +209,19 @@ def response_mask_after_eos(
     return mask
 
 
+def unfinished_share(responses: Sequence[torch.Tensor], eos_token_id: int | Sequence[int] | None) -> float:
+    """Share of responses with no EOS: they filled the answer length and were cut there (mid-sentence, most
+    likely), so people ranked and the policy learns on answers that never ended. 0.0 without EOS ids (nothing
+    tells a finished answer from a cut one) or without responses."""
+    if isinstance(eos_token_id, int):
+        eos_token_id = [eos_token_id]
+    if not eos_token_id or not responses:
+        return 0.0
+    eos = torch.tensor(list(eos_token_id))
+    cut = sum(not bool(torch.isin(response.detach().cpu().long(), eos).any()) for response in responses)
+    return cut / len(responses)
+
+
 def trim_response(
     response: torch.Tensor, eos_token_id: int | Sequence[int] | None, pad_token_id: int | None
 ) -> torch.Tensor:

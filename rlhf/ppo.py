@@ -45,6 +45,7 @@ from rlhf.core import (
     stack_stats,
     stats_to_floats,
     trim_response,
+    unfinished_share,
 )
 from rlhf.attention import use_attention
 from rlhf.precision import (InheritedMixedPrecisionWarning, autocast_dtype, inherited_mixed_precision,
@@ -482,6 +483,8 @@ class PPOTrainer(PPOCheckpointing):
         if old_logprobs is not None:
             # How far the policy moved since it sampled this batch: sequence-level log p_now - log p_behaviour.
             stats["ppo/policy/staleness_kl"] = float(((current_logprobs - behaviour) * mask).sum(1).mean())
+        # Answers that never reached their EOS were cut at the answer length: the policy learnt on them as they are.
+        stats["tokens/cut_share"] = unfinished_share(responses, self.eos_token_ids)
         stats.update({"time/ppo/forward_pass": forward_time, "time/ppo/optimize_step": optimize_time,
                       "time/ppo/total": time.perf_counter() - t0})
         stats = self.gather_stats(stats)

@@ -545,3 +545,10 @@ MIGRATIONS.append(("runs: stage checked against the stage registry", [
     "WHERE type = 'table' AND name = 'runs'",
     "PRAGMA writable_schema = RESET",
 ]))
+
+# Where a project's answer length came from, in words (labeler/services/answer_length.py): "fitted from 16 of the
+# base model's answers: 90% end within 208 tokens", "set by hand"; '' = the prompt format's default, never fitted
+# nor set, which the first prompts imported into a chat project replace with a fitted length.
+MIGRATIONS.append(("projects answer length origin", [
+    "ALTER TABLE projects ADD COLUMN answer_tokens_origin TEXT NOT NULL DEFAULT ''",
+]))

@@ -11,22 +11,22 @@ from pathlib import Path
 
 from labeler.forms import build_config, field_specs
 from labeler.services.active_learning import refresh_selection
-from labeler.services.answer_length import FIT_CAP, FIT_SAMPLE, fit_answer_tokens
+from labeler.services.answer_length import AUTO_FIT_CAP, FIT_CAP, FIT_SAMPLE, fit_answer_tokens, fit_new_project, needs_fit
 from labeler.services.errors import InputError
 from labeler.services.export import FORMATS, KINDS, ExportOptions, export
 from labeler.services.hub import check_repo_id, push_export
+from labeler.services.inference import load_policy
 from labeler.services.labels_import import import_preferences
 from labeler.services.measures import GRAMMAR as MEASURES
 from labeler.services.measures import check_measure
 from labeler.services.models import resolve as resolve_model
 from labeler.services.projects import (DEFAULT_ANSWER_TOKENS, DEFAULT_HELDOUT_SHARE, PROMPT_FORMATS, SELECTIONS,
-                                       create_project, list_projects, update_project)
-from labeler.services.prompts import (change_heldout_share, count_prompts, import_prompts, import_shipped_prompts,
-                                      edit_prompt, list_prompts, promote_prompts, restore_prompts,
-                                      retire_prompts, split_counts)
+                                       SET_BY_HAND, create_project, get_project, list_projects, update_project)
+from labeler.services.prompts import (change_heldout_share, check_prompt_file, count_prompts, edit_prompt,
+                                      heldout_status, import_prompts, import_shipped_prompts, list_prompts,
+                                      promote_prompts, restore_prompts, retire_prompts, split_counts)
 from labeler.services.questions import add_question, check_specs, parse_question_spec
 from labeler.services.readers import decode_text
-from rlhf.loading import load_causal_lm, load_tokenizer
 from storage import backup, open_db
 
 
@@ -72,6 +72,7 @@ def _register_prompts(subparsers, common) -> None:
                           "10%% for a new project; a project holds none out until it has 20 prompts)")
     imp.add_argument("--split", choices=["train", "test"], default=None,
                      help="put every prompt of the file in this split (test: a file of evaluation prompts)")
+    _add_fit_flags(imp)
     imp.set_defaults(func=run_prompts_import)
     shipped = actions.add_parser(
         "import-shipped", parents=[common], help="import the shipped movie-review openings",
@@ -141,6 +142,29 @@ def run_prompts_promote(args) -> int:
     return 0
 
 
+def _add_fit_flags(parser) -> None:
+    parser.add_argument("--no-fit-length", action="store_true",
+                        help="keep the answer length as it is: by default a chat project whose length is still the "
+                             "default gets it fitted to the base model's answers to a sample of its prompts (minutes on "
+                             "a CPU when its answers run to the cap)")
+    parser.add_argument("--fit-model", default="default", metavar="MODEL",
+                        help="the base model whose answers fit the answer length: a registry name, 'default' or a "
+                             "folder (default: default)")
+
+
+def _fit_after_import(db, args, project: str) -> None:
+    """A new chat project's answer length from its base model's answers (answer_length.fit_new_project): printed,
+    never fatal."""
+    if args.no_fit_length or not needs_fit(get_project(db, project)):
+        return
+    print(f"fitting the answer length: {args.fit_model} answers up to {FIT_SAMPLE} of the prompts "
+          f"(up to {AUTO_FIT_CAP} tokens each; --no-fit-length skips this)...", flush=True)
+    outcome = fit_new_project(db, project, lambda: load_policy(resolve_model(db, args.fit_model)), sample=FIT_SAMPLE,
+                              cap=AUTO_FIT_CAP)
+    if outcome.message:
+        print(outcome.message)
+
+
 def _print_import(result, what: str, project: str) -> None:
     skipped = f", {result.skipped} skipped (chosen == rejected)" if result.skipped else ""
     print(f"{result.added} {what} added to project '{project}', {result.duplicates} duplicates skipped{skipped}")
@@ -149,7 +173,8 @@ def _print_import(result, what: str, project: str) -> None:
 def _print_splits(db, project: str, result) -> None:
     counts = split_counts(db, project)
     print(f"{result.heldout} of them held out for evaluation; the project has {counts['train']} training and "
-          f"{counts['test']} held-out prompts" + (f" ({result.note})" if result.note else ""))
+          f"{counts['test']} held-out prompts" + (f" ({result.note})" if result.note else
+                                                  f" ({heldout_status(db, project)})"))
 
 
 def run_prompts_import(args) -> int:
@@ -158,6 +183,7 @@ def run_prompts_import(args) -> int:
                             heldout_share=args.heldout_share, split=args.split)
     _print_import(result, "prompts", args.project)
     _print_splits(db, args.project, result)
+    _fit_after_import(db, args, args.project)
     return 0
 
 
@@ -304,6 +330,10 @@ def _register_projects(subparsers, common) -> None:
                              "anyone?' (repeatable; scale 1-5 unless given; more later with `rlhf-studio questions add`)")
     create.add_argument("--flag", action="append", default=[], metavar="NAME[:GUIDELINE]",
                         help="a flag people may tick on an answer, e.g. spam (repeatable)")
+    create.add_argument("--prompts", default=None, metavar="FILE",
+                        help="import this prompt file into the new project (as `prompts import` does), and for a chat "
+                             "project without --answer-tokens fit the answer length to the base model's answers")
+    _add_fit_flags(create)
     create.set_defaults(func=run_projects_create)
     fit = actions.add_parser(
         "fit-length", parents=[common], help="set the answer length from the base model's own answers",
@@ -342,13 +372,16 @@ def _describe(project) -> str:
     measure = project.measure or "the newest reward model"
     return (f"{project.name}: Likert {project.likert_min}..{project.likert_max}, overlap {project.overlap}, "
             f"prompt format {project.prompt_format}, selection {project.selection}, answers of "
-            f"{project.answer_tokens} tokens, measure {measure}, held-out share {project.heldout_share:g}{guidelines}")
+            f"{project.answer_tokens} tokens ({project.answer_length_origin}), measure {measure}, held-out share "
+            f"{project.heldout_share:g}{guidelines}")
 
 
 def run_projects_create(args) -> int:
     specs = ([parse_question_spec(text) for text in args.criterion]
              + [parse_question_spec(text, "flag") for text in args.flag])
     check_specs(specs)  # before the project: a bad criterion writes nothing
+    if args.prompts is not None:
+        check_prompt_file(args.prompts)  # and so does a bad prompt file
     db = _open(args)
     project = create_project(db, args.name, likert_min=args.likert_min, likert_max=args.likert_max,
                              overlap=args.overlap, guidelines=_guidelines(args.guidelines) or "",
@@ -358,6 +391,11 @@ def run_projects_create(args) -> int:
         add_question(db, project.name, **spec)
     asked = "".join(f", {spec['kind']} {spec['name']}" for spec in specs)
     print(f"created project {_describe(project)}{asked}")
+    if args.prompts is not None:
+        result = import_prompts(db, args.prompts, project=project.name)
+        _print_import(result, "prompts", project.name)
+        _print_splits(db, project.name, result)
+        _fit_after_import(db, args, project.name)
     return 0
 
 
@@ -365,8 +403,7 @@ def run_projects_fit_length(args) -> int:
     db = _open(args)
     path = resolve_model(db, args.model)
     print(f"answering {args.sample} prompts with {args.model} (up to {args.cap} tokens each)...", flush=True)
-    fitted = fit_answer_tokens(db, args.name, lambda: (load_causal_lm(path), load_tokenizer(path, padding_side="left")),
-                               sample=args.sample, cap=args.cap)
+    fitted = fit_answer_tokens(db, args.name, lambda: load_policy(path), sample=args.sample, cap=args.cap)
     print(f"answer length {fitted.tokens} tokens: {fitted.finished_share:.0%} of {fitted.answers} answers end within "
           f"it (generated with room for {fitted.cap})")
     return 0
@@ -386,12 +423,15 @@ def run_projects_set(args) -> int:
     measure = None if args.measure is None else check_measure(db, args.measure)  # refused before anything changes
     if args.heldout_share is not None:
         counts = change_heldout_share(db, args.name, args.heldout_share)
-        print(f"held-out share {args.heldout_share:g}: {counts['train']} training and {counts['test']} held-out prompts")
+        print(f"held-out share {args.heldout_share:g}: {counts['train']} training and {counts['test']} held-out prompts"
+              f" ({heldout_status(db, args.name)})")
     project = update_project(db, args.name, likert_min=args.likert_min, likert_max=args.likert_max,
                              overlap=args.overlap, guidelines=_guidelines(args.guidelines),
                              ranking_guidelines=_guidelines(args.ranking_guidelines or args.guidelines),
                              prompt_format=args.prompt_format, selection=args.selection,
-                             answer_tokens=args.answer_tokens, measure=measure)
+                             answer_tokens=args.answer_tokens, measure=measure,
+                             # typed, even as the default's value: a later import must not refit it
+                             answer_tokens_origin=None if args.answer_tokens is None else SET_BY_HAND)
     print(f"updated project {_describe(project)}")
     return 0
 
@@ -400,5 +440,7 @@ def run_projects_list(args) -> int:
     db = _open(args)
     for project in list_projects(db):
         counts = split_counts(db, project.name)
-        print(f"{_describe(project)}, {count_prompts(db, project.name)} prompts ({counts['test']} held out)")
+        status = heldout_status(db, project.name)
+        print(f"{_describe(project)}, {count_prompts(db, project.name)} prompts ({counts['test']} held out"
+              + (f": {status})" if status else ")"))
     return 0

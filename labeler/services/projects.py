@@ -19,7 +19,7 @@ from storage import write_transaction
 
 # Columns that update_project may change; the name is the key and stays fixed.
 EDITABLE_FIELDS = ("likert_min", "likert_max", "overlap", "guidelines", "ranking_guidelines", "prompt_format", "selection",
-                   "answer_tokens", "measure", "heldout_share")
+                   "answer_tokens", "measure", "heldout_share", "answer_tokens_origin")
 COLUMNS = ("id", "name", *EDITABLE_FIELDS)
 # How a project's prompts reach the model, in generation, PPO rollouts, evaluation and SFT/DPO training alike.
 PROMPT_FORMATS = {
@@ -29,6 +29,8 @@ PROMPT_FORMATS = {
 # A new project's answer length by prompt format: an answer to a question needs room (cut at 16 tokens it stops
 # mid-sentence and people rank truncated answers); a continuation of the shipped task's review openings does not.
 DEFAULT_ANSWER_TOKENS = {"chat": 128, "continue": 16}
+# answer_tokens_origin of a length a person chose (create_project's or update_project's answer_tokens).
+SET_BY_HAND = "set by hand"
 MAX_ANSWER_TOKENS = 4096
 # Share of a project's imported prompts held out of training for evaluation (split 'test').
 DEFAULT_HELDOUT_SHARE = 0.1
@@ -65,6 +67,12 @@ class Project:
     answer_tokens: int = 128  # new tokens per answer: generation, training, evaluation, chat, arena
     measure: str = ""  # how runs are judged (labeler/services/measures.py); "" = the newest reward model
     heldout_share: float = DEFAULT_HELDOUT_SHARE  # share of imported prompts held out (split 'test')
+    answer_tokens_origin: str = ""  # where answer_tokens came from, in words; "" = the prompt format's default
+
+    @property
+    def answer_length_origin(self) -> str:
+        """Where the answer length came from, for people: the stored words, else the format's default."""
+        return self.answer_tokens_origin or f"the default for {self.prompt_format} projects"
 
     @property
     def chat_template(self) -> bool | None:
@@ -119,7 +127,7 @@ def list_projects(db: sqlite_utils.Database) -> list[Project]:
 def _validate(
     name: str, likert_min: int, likert_max: int, overlap: int, guidelines: str, ranking_guidelines: str = "",
     prompt_format: str = "chat", selection: str = "arrival", answer_tokens: int = 128, measure: str = "",
-    heldout_share: float = DEFAULT_HELDOUT_SHARE,
+    heldout_share: float = DEFAULT_HELDOUT_SHARE, answer_tokens_origin: str = "",
 ) -> None:
     # Checked here as well as by the table's CHECKs so the user sees which field is wrong, not an IntegrityError.
     if not isinstance(name, str) or not name.strip():
@@ -141,8 +149,9 @@ def _validate(
         raise InputError(f"unknown prompt format {prompt_format!r} (known: {', '.join(PROMPT_FORMATS)})", field="prompt_format")
     if not 1 <= answer_tokens <= MAX_ANSWER_TOKENS:
         raise InputError(f"answer length must be 1 to {MAX_ANSWER_TOKENS} tokens, got {answer_tokens}", field="answer_tokens")
-    if not isinstance(measure, str):
-        raise InputError(f"must be text, got {measure!r}", field="measure")
+    for field, value in (("measure", measure), ("answer_tokens_origin", answer_tokens_origin)):
+        if not isinstance(value, str):
+            raise InputError(f"must be text, got {value!r}", field=field)
     if isinstance(heldout_share, bool) or not isinstance(heldout_share, (int, float)) or not 0 <= heldout_share < 1:
         raise InputError(f"must be a share in [0, 1), got {heldout_share!r}", field="heldout_share")
 
@@ -160,9 +169,11 @@ def create_project(
     heldout_share: float = DEFAULT_HELDOUT_SHARE,
 ) -> Project:
     """A new project; `ranking_guidelines` None: the same text as `guidelines` for both kinds; `answer_tokens`
-    None: the prompt format's DEFAULT_ANSWER_TOKENS. The measure starts as "" (the newest reward model); set it
+    None: the prompt format's DEFAULT_ANSWER_TOKENS (fitted at the first import of a chat project's prompts,
+    labeler/services/answer_length.py), else SET_BY_HAND. The measure starts as "" (the newest reward model); set it
     with measures.set_measure, which checks that what it names exists."""
     ranking_guidelines = guidelines if ranking_guidelines is None else ranking_guidelines
+    origin = SET_BY_HAND if answer_tokens is not None else ""
     if answer_tokens is None:
         answer_tokens = DEFAULT_ANSWER_TOKENS.get(prompt_format, DEFAULT_ANSWER_TOKENS["chat"])
     _validate(name, likert_min, likert_max, overlap, guidelines, ranking_guidelines, prompt_format,
@@ -173,9 +184,9 @@ def create_project(
             raise InputError(f"project '{name}' already exists", field="name")
         db.execute(
             "INSERT INTO projects (name, likert_min, likert_max, overlap, guidelines, ranking_guidelines, prompt_format,"
-            " answer_tokens, heldout_share) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " answer_tokens, heldout_share, answer_tokens_origin) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [name, likert_min, likert_max, overlap, guidelines, ranking_guidelines, prompt_format, answer_tokens,
-             float(heldout_share)],
+             float(heldout_share), origin],
         )
     return get_project(db, name)
 
@@ -194,6 +205,10 @@ def update_project(db: sqlite_utils.Database, name: str, **fields) -> Project:
             fields[key] = ""
     with write_transaction(db):
         current = get_project(db, name)
+        if fields.get("answer_tokens", current.answer_tokens) != current.answer_tokens:
+            # A length changed without saying where it came from is a person's choice (the Admin form, `projects
+            # set`); one saved unchanged keeps its origin.
+            fields.setdefault("answer_tokens_origin", SET_BY_HAND)
         merged = {key: fields.get(key, getattr(current, key)) for key in EDITABLE_FIELDS}
         _validate(name, **merged)
         # Narrowing the scale under existing ratings would leave scores the new scale cannot hold.

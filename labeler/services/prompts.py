@@ -54,6 +54,12 @@ MIN_HELDOUT = 5
 MIN_TRAIN = 5
 MAX_HELDOUT = 200
 HELDOUT_FROM = 20  # prompts a project needs before its default share holds any out
+# Held-out prompts a verdict needs to decide: the win rate's interval (rlhf/stats.py) is Wilson's at between one
+# trial a prompt (every answer to a prompt alike: the worst case) and all its answer pairs. At one trial a prompt,
+# a 70% win rate over 30 prompts is 52-83% (decided: "better"); over 7 (10% of a 70-prompt project) 35-91%, and
+# over 20 48-86% (both "not yet distinguishable"). A small project holds this many out, or half its prompts when
+# it has fewer than twice as many, whatever its share; its share takes over above 300 prompts (at 10%).
+VERDICT_HELDOUT = 30
 SPLIT_NAMES = {"train": "train", "training": "train", "test": "test", "validation": "test", "valid": "test",
                "eval": "test", "heldout": "test", "held-out": "test", "dev": "test"}
 SPLITS = ("train", "test")
@@ -65,11 +71,31 @@ def hash_fraction(text_hash: str) -> float:
 
 
 def heldout_target(total: int, share: float) -> int:
-    """How many of `total` prompts a project holds out at `share`: round(share * total), at least MIN_HELDOUT and
-    at most MAX_HELDOUT (0 when share is 0 or there are none)."""
+    """How many of `total` prompts a project holds out at `share` (0 when share is 0 or there are none): the
+    largest of round(share * total), VERDICT_HELDOUT (at most half of `total`) and MIN_HELDOUT, capped at
+    MAX_HELDOUT. The one rule for imports, re-splits and what the app shows; prompts already stored keep their
+    split (choose_heldout holds out new prompts only)."""
     if share <= 0 or total <= 0:
         return 0
-    return min(MAX_HELDOUT, max(MIN_HELDOUT, round(share * total)))
+    return min(MAX_HELDOUT, max(MIN_HELDOUT, round(share * total), min(VERDICT_HELDOUT, total // 2)))
+
+
+def heldout_rule(total: int, share: float) -> str:
+    """In words, what heldout_target asks of a project of `total` prompts, for the places the split is shown."""
+    target = heldout_target(total, share)
+    if not target:
+        return "held-out share 0: none held out"
+    by_share = round(share * total)
+    if target == MAX_HELDOUT and by_share > MAX_HELDOUT:
+        why = f"{share:.0%} capped at {MAX_HELDOUT}"
+    elif target > by_share and target == min(VERDICT_HELDOUT, total // 2):
+        why = (f"at least {VERDICT_HELDOUT}, or half the prompts, so that the verdict's interval can decide; "
+               f"{share:.0%} would be {by_share}")
+    elif target > by_share:
+        why = f"at least {MIN_HELDOUT}"
+    else:
+        why = f"{share:.0%}"
+    return f"the rule holds {target} of {total} prompts out ({why})"
 
 
 def split_of_name(where: Where, name: str, field: str) -> str:
@@ -360,6 +386,15 @@ def _missing_split(where: Where):
     raise where.error("is empty, while other rows have a split: give every row one (train or test)", "split")
 
 
+def check_prompt_file(path: str | Path) -> int:
+    """How many prompts the file holds, every record checked as import_prompts checks it (an InputError naming
+    file, line and field otherwise): for a caller that must refuse a bad file before writing anything else."""
+    prompts = [parse_prompt(where, record) for where, record in read_records(path, txt_field="prompt")]
+    if not prompts:
+        raise InputError("no prompts found", file=str(path))
+    return len(prompts)
+
+
 def import_prompts(
     db: sqlite_utils.Database, path: str | Path, project: str = "default", source: str | None = None,
     heldout_share: float | None = None, split: str | None = None,
@@ -405,6 +440,23 @@ def split_counts(db: sqlite_utils.Database, project: str = "default") -> dict[st
     counts[TYPED_SPLIT] = db.execute("SELECT COUNT(*) FROM prompts WHERE project_id = ? AND split = ?",
                                      [project_id, TYPED_SPLIT]).fetchone()[0]
     return counts
+
+
+def heldout_status(db: sqlite_utils.Database, project: str = "default") -> str:
+    """The project's held-out prompts against what heldout_target asks of it, in words ('' before it has any
+    prompt): shown with the split by `prompts import`, `projects list` and the Data tab."""
+    current = get_project(db, project)
+    counts = _split_counts(db, current.id)
+    total = counts["train"] + counts["test"]
+    if not total:
+        return ""
+    if not counts["test"] and total < HELDOUT_FROM and current.heldout_share > 0:
+        return f"none held out until the project has {HELDOUT_FROM} prompts"
+    status = heldout_rule(total, current.heldout_share)
+    missing = heldout_target(total, current.heldout_share) - counts["test"]
+    if missing > 0:  # split before this rule, or by a file: stored prompts keep their split
+        status += f"; it holds {counts['test']}, and the next {missing} new prompts imported will be held out"
+    return status
 
 
 def retired_count(db: sqlite_utils.Database, project: str = "default") -> int:
@@ -482,6 +534,7 @@ def import_shipped_prompts(db: sqlite_utils.Database, project: str = "default") 
     if fresh:
         # The seeds' task: 16-token continuations judged by VADER sentiment of the answer.
         update_project(db, project, prompt_format="continue", answer_tokens=16, measure=current.measure or "vader",
+                       answer_tokens_origin="the movie-review task's length",
                        guidelines=current.guidelines or SHIPPED_GUIDELINES["rating"],
                        ranking_guidelines=current.ranking_guidelines or SHIPPED_GUIDELINES["ranking"])
     return result

@@ -41,7 +41,7 @@ def test_prompts_labels_export_backup(capsys, tmp_path):
     db = str(tmp_path / "s.db")
     prompts = tmp_path / "p.txt"
     prompts.write_text("one\ntwo\none\n", encoding="utf-8")
-    assert run(capsys, "prompts", "import", str(prompts), "--db", db, "--create-db")[:2] == (
+    assert run(capsys, "prompts", "import", str(prompts), "--db", db, "--create-db", "--no-fit-length")[:2] == (
         0, "2 prompts added to project 'default', 1 duplicates skipped\n0 of them held out for evaluation; the "
            "project has 2 training and 0 held-out prompts (the project has 2 prompts: 20 or more are needed before "
            "10% of them is held out for evaluation)\n")
@@ -66,7 +66,7 @@ def test_prompts_labels_export_backup(capsys, tmp_path):
 
 
 # A new chat project's answer length, measure and held-out share, as `projects` prints them.
-OWN = "answers of 128 tokens, measure the newest reward model, held-out share 0.1, "
+OWN = "answers of 128 tokens (the default for chat projects), measure the newest reward model, held-out share 0.1, "
 
 
 def test_projects_and_users(capsys, tmp_path):
@@ -155,19 +155,21 @@ def test_a_teams_own_project_from_the_command_line(capsys, tmp_path):
     questions.write_text("".join(f"How do I export invoice {i} as a PDF?\n" for i in range(40)), encoding="utf-8")
     code, out, _ = run(capsys, "projects", "create", "support", "--prompt-format", "chat", "--db", db, "--create-db")
     assert code == 0 and "answers of 128 tokens" in out and "held-out share 0.1" in out
-    code, out, _ = run(capsys, "prompts", "import", str(questions), "--project", "support", "--db", db)
-    assert code == 0 and "5 of them held out for evaluation; the project has 35 training and 5 held-out" in out
+    code, out, _ = run(capsys, "prompts", "import", str(questions), "--project", "support", "--db", db,
+                       "--no-fit-length")
+    assert code == 0 and "20 of them held out for evaluation; the project has 20 training and 20 held-out" in out
+    assert "(the rule holds 20 of 40 prompts out (at least 30, or half the prompts" in out
     code, _, err = run(capsys, "prompts", "import", str(questions), "--project", "other-too-small", "--db", db)
     assert code == 2 and "unknown project 'other-too-small'" in err
     small = tmp_path / "small.txt"
     small.write_text("a?\nb?\nc?\nd?\ne?\nf?\n", encoding="utf-8")
     code, _, err = run(capsys, "prompts", "import", str(small), "--project", "support", "--heldout-share", "0.5",
-                       "--db", db)
-    assert code == 0  # 46 prompts: 23 would be held out, only the 6 new ones can move: 11 held out, 35 to train
+                       "--db", db, "--no-fit-length")
+    assert code == 0  # 46 prompts: 23 would be held out, only the 6 new ones can move: 23 held out, 23 to train
     code, _, err = run(capsys, "projects", "set", "support", "--measure", "rm:nope", "--db", db)
     assert code == 2 and "no reward model named 'nope'" in err
     code, out, _ = run(capsys, "projects", "set", "support", "--measure", "vader", "--answer-tokens", "96", "--db", db)
-    assert code == 0 and "answers of 96 tokens, measure vader" in out
+    assert code == 0 and "answers of 96 tokens (set by hand), measure vader" in out
 
 
 def test_export_leaves_out_held_out_prompts_unless_include_heldout(capsys, tmp_path):
@@ -190,7 +192,7 @@ def test_prompts_edit_retire_and_restore(capsys, tmp_path):
     db = str(tmp_path / "s.db")
     prompts = tmp_path / "p.txt"
     prompts.write_text("Waht is RLHF?\ntwo\n", encoding="utf-8")
-    assert run(capsys, "prompts", "import", str(prompts), "--db", db, "--create-db")[0] == 0
+    assert run(capsys, "prompts", "import", str(prompts), "--db", db, "--create-db", "--no-fit-length")[0] == 0
     assert run(capsys, "prompts", "edit", "1", "What is RLHF?", "--db", db)[:2] == (
         0, "prompt 1 of project 'default' now reads: What is RLHF?\n")
     assert run(capsys, "prompts", "retire", "1", "--db", db)[:2] == (

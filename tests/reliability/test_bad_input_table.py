@@ -141,7 +141,7 @@ def seeded(tmp_path_factory):
     pairs.write_bytes(_jsonl(GOOD_PAIR))
     guide = root / "guide.md"
     guide.write_text("# Be kind\n", encoding="utf-8")
-    for argv in (["prompts", "import", str(prompts), "--create-db"], ["labels", "import", str(pairs)],
+    for argv in (["prompts", "import", str(prompts), "--create-db", "--no-fit-length"], ["labels", "import", str(pairs)],
                  ["users", "add", "ann", "--password", "ann-password-1"], ["models", "list"],
                  ["projects", "create", "other", "--guidelines", str(guide)]):
         assert main([*argv, "--db", db]) == 0, argv

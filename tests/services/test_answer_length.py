@@ -77,3 +77,86 @@ def test_fit_answer_tokens_sets_the_project_length(db, tiny_model_dir):
     assert fitted == answer_length.FittedLength(tokens=48, finished_share=0.9, answers=10, cap=64)
     assert projects.get_project(db).answer_tokens == 48
 
+
+
+# --- a new chat project's length, fitted at its first import (issue 45 item 3) ----------------------------------
+
+
+def _refuse():
+    raise AssertionError("the model must not load: nothing to fit")
+
+
+def _fake_loader(tokenizer, lengths, finished):
+    return lambda: (_Answers(lengths, finished, tokenizer.eos_token_id, filler_id=42), tokenizer)
+
+
+def test_a_new_chat_projects_length_is_fitted_once_and_says_where_it_came_from(db, tiny_model_dir):
+    from rlhf.loading import load_tokenizer
+
+    tokenizer = load_tokenizer(tiny_model_dir)
+    project = projects.get_project(db)
+    assert (project.answer_tokens, project.answer_tokens_origin) == (128, "")
+    assert project.answer_length_origin == "the default for chat projects" and answer_length.needs_fit(project)
+    assert answer_length.fit_new_project(db, "default", _refuse) == answer_length.FitOutcome("")  # no prompts yet
+    _add_prompts(db, 10)
+    lengths = [5, 10, 12, 20, 22, 30, 33, 40, 45, 64]
+    outcome = answer_length.fit_new_project(db, "default", _fake_loader(tokenizer, lengths, [True] * 9 + [False]),
+                                            sample=10, cap=64)
+    origin = "fitted from 10 of the base model's answers: 90% end within 48 tokens"
+    assert outcome.message == f"answer length 48 tokens, {origin}" and outcome.fitted.tokens == 48
+    project = projects.get_project(db)
+    assert (project.answer_tokens, project.answer_tokens_origin) == (48, origin)
+    assert not answer_length.needs_fit(project)
+    assert answer_length.fit_new_project(db, "default", _refuse).message == ""  # the next import keeps it
+    # Refit: whatever the length was, from the model's answers again.
+    again = answer_length.fit_new_project(db, "default", _fake_loader(tokenizer, [70] * 4, [True] * 4), refit=True,
+                                          sample=4, cap=128)
+    assert again.message == "answer length 80 tokens, fitted from 4 of the base model's answers: 100% end within 80 tokens"
+    # A person's length is theirs: saved unchanged it keeps its origin, changed it is "set by hand".
+    assert projects.update_project(db, "default", answer_tokens=80).answer_tokens_origin.startswith("fitted from 4")
+    assert projects.update_project(db, "default", answer_tokens=96).answer_tokens_origin == projects.SET_BY_HAND
+
+
+def test_answers_that_fill_the_cap_say_so():
+    fitted = answer_length.FittedLength(tokens=512, finished_share=0.5, answers=16, cap=512)
+    assert fitted.origin == ("fitted from 16 of the base model's answers: 50% end within 512 tokens, the cap (the "
+                             "longer ones are cut)")
+
+
+def test_no_fit_for_a_length_set_by_hand_a_continuation_or_held_out_prompts_alone(db):
+    set_by_hand = projects.create_project(db, "support", prompt_format="chat", answer_tokens=128)
+    assert set_by_hand.answer_tokens_origin == projects.SET_BY_HAND and not answer_length.needs_fit(set_by_hand)
+    _add_prompts(db, 3, "support")
+    assert answer_length.fit_new_project(db, "support", _refuse).message == ""
+    movie = projects.create_project(db, "movie", prompt_format="continue")
+    assert movie.answer_tokens == 16 and not answer_length.needs_fit(movie)
+    assert movie.answer_length_origin == "the default for continue projects"
+    heldout = projects.create_project(db, "eval-only")
+    _add_prompts(db, 3, "eval-only")
+    db.execute("UPDATE prompts SET split = 'test' WHERE project_id = ?", [heldout.id])
+    assert answer_length.fit_new_project(db, "eval-only", _refuse).message == ""
+    assert answer_length.fit_new_project(db, "eval-only", _refuse, refit=True).message.startswith(
+        "the project has no training prompts yet")
+
+
+def test_a_model_that_does_not_load_keeps_the_default_and_says_so(db):
+    _add_prompts(db, 3)
+
+    def broken():
+        raise OSError("/models/nope: no such folder\nmore detail")
+
+    outcome = answer_length.fit_new_project(db, "default", broken)
+    assert outcome.fitted is None and outcome.message == (
+        "answer length: kept 128 tokens (the default for chat projects): the base model's answers could not be sampled "
+        "(/models/nope: no such folder); fit it later with `rlhf-studio projects fit-length default` or the Data "
+        "tab's Refit button")
+    project = projects.get_project(db)
+    assert (project.answer_tokens, project.answer_tokens_origin) == (128, "")  # the next import tries again
+
+
+def test_the_shipped_task_says_its_length_is_the_movie_tasks(db):
+    from labeler.services.prompts import import_shipped_prompts
+
+    import_shipped_prompts(db)
+    project = projects.get_project(db)
+    assert (project.answer_tokens, project.answer_tokens_origin) == (16, "the movie-review task's length")

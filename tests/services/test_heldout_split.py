@@ -10,8 +10,8 @@ from labeler.services import accounts, generation, labeling, prompts
 from labeler.services.errors import InputError
 from labeler.services.projects import create_project, get_project
 from labeler.services.prompts import (
-    HELDOUT_FROM, MAX_HELDOUT, MIN_HELDOUT, change_heldout_share, hash_fraction, heldout_target, import_prompts,
-    split_counts,
+    HELDOUT_FROM, MAX_HELDOUT, MIN_HELDOUT, VERDICT_HELDOUT, change_heldout_share, hash_fraction, heldout_rule,
+    heldout_target, import_prompts, split_counts,
 )
 
 
@@ -28,11 +28,26 @@ def _splits(db, project_id: int = 1) -> dict[str, str]:
     return {row[0]: row[1] for row in db.execute("SELECT text, split FROM prompts WHERE project_id = ?", [project_id])}
 
 
-def test_heldout_target_is_the_share_within_the_minimum_and_the_cap():
-    assert heldout_target(100, 0.1) == 10  # round(0.1 * 100)
-    assert heldout_target(30, 0.1) == MIN_HELDOUT  # round(3) raised to the minimum of 5
+def test_heldout_target_is_enough_for_a_verdict_then_the_share_within_the_cap():
+    assert VERDICT_HELDOUT == 30 and MIN_HELDOUT == 5 and MAX_HELDOUT == 200
+    # max(round(share * total), min(30, total // 2), 5), at most 200:
+    assert heldout_target(10, 0.1) == 5  # max(1, min(30, 5), 5): half of 10
+    assert heldout_target(70, 0.1) == 30  # max(7, min(30, 35), 5): the 70-prompt project held out 7
+    assert heldout_target(200, 0.1) == 30  # max(20, min(30, 100), 5)
+    assert heldout_target(1000, 0.1) == 100  # max(100, 30, 5): the share takes over above 300 prompts
+    assert heldout_target(300, 0.1) == 30 and heldout_target(310, 0.1) == 31
+    assert heldout_target(8, 0.1) == 5  # max(1, min(30, 4), 5): the minimum of 5
     assert heldout_target(10_000, 0.1) == MAX_HELDOUT  # 1000 capped at 200
+    assert heldout_target(70, 0.5) == 35  # a share above the floor is the share
     assert heldout_target(100, 0.0) == 0 and heldout_target(0, 0.1) == 0
+
+
+def test_heldout_rule_says_why_in_words():
+    assert heldout_rule(70, 0.1) == ("the rule holds 30 of 70 prompts out (at least 30, or half the prompts, so that "
+                                     "the verdict's interval can decide; 10% would be 7)")
+    assert heldout_rule(1000, 0.1) == "the rule holds 100 of 1000 prompts out (10%)"
+    assert heldout_rule(10_000, 0.1) == "the rule holds 200 of 10000 prompts out (10% capped at 200)"
+    assert heldout_rule(100, 0.0) == "held-out share 0: none held out"
 
 
 def test_hash_fraction_reads_the_hash_as_a_number_in_0_1():
@@ -44,10 +59,10 @@ def test_hash_fraction_reads_the_hash_as_a_number_in_0_1():
 def test_import_holds_out_the_projects_share_by_hash_and_reimport_changes_nothing(db, tmp_path):
     texts = _questions(100)
     result = import_prompts(db, _write(tmp_path / "q.txt", texts))
-    assert (result.added, result.heldout) == (100, 10)
+    assert (result.added, result.heldout) == (100, 30)  # max(10% of 100, min(30, 50))
     splits = _splits(db)
     by_hash = sorted(texts, key=lambda t: hash_fraction(prompts.PromptRecord(t, None).text_hash))
-    assert sorted(t for t, s in splits.items() if s == "test") == sorted(by_hash[:10])  # the lowest hashes
+    assert sorted(t for t, s in splits.items() if s == "test") == sorted(by_hash[:30])  # the lowest hashes
     # The same prompts in another order, into a fresh project: the same ones held out.
     create_project(db, "other")
     import_prompts(db, _write(tmp_path / "r.txt", list(reversed(texts))), project="other")
@@ -61,7 +76,22 @@ def test_a_growing_project_keeps_its_share(db, tmp_path):
     import_prompts(db, _write(tmp_path / "a.txt", _questions(10)))  # too few to hold any out yet
     assert split_counts(db)["test"] == 0
     result = import_prompts(db, _write(tmp_path / "b.txt", _questions(90, start=10)))
-    assert result.heldout == 10 and split_counts(db) == {"train": 90, "test": 10, "chat": 0}
+    assert result.heldout == 30 and split_counts(db) == {"train": 70, "test": 30, "chat": 0}
+    # Stored prompts keep their split: only new ones are held out, until the project holds its target out.
+    before = _splits(db)
+    result = import_prompts(db, _write(tmp_path / "c.txt", _questions(300, start=100)))
+    assert result.heldout == 10 and split_counts(db)["test"] == 40  # 10% of 400
+    assert {t: s for t, s in _splits(db).items() if t in before} == before
+
+
+def test_a_project_split_by_the_old_rule_keeps_its_prompts_and_tops_up_from_new_ones(db, tmp_path):
+    # 100 prompts split before this rule: 10 held out, and labels may hang on any of them.
+    import_prompts(db, _write(tmp_path / "a.txt", _questions(100)), split="train")
+    db.execute("UPDATE prompts SET split = 'test' WHERE id <= 10")
+    before = _splits(db)
+    result = import_prompts(db, _write(tmp_path / "b.txt", _questions(10, start=100)))
+    assert result.heldout == 10  # 110 prompts ask 30 held out; only the 10 new ones can go
+    assert {t: s for t, s in _splits(db).items() if t in before} == before
 
 
 def test_a_small_project_holds_none_out_by_default_and_says_why(db, tmp_path):
@@ -76,7 +106,10 @@ def test_an_explicit_share_that_leaves_too_few_writes_nothing(db, tmp_path):
     assert error.value.field == "heldout_share" and "a.txt" in str(error.value)
     assert db.execute("SELECT COUNT(*) FROM prompts").fetchone()[0] == 0
     result = import_prompts(db, _write(tmp_path / "b.txt", _questions(40)), heldout_share=0.25)
-    assert result.heldout == 10
+    assert result.heldout == 20  # max(25% of 40, min(30, 40 // 2))
+    create_project(db, "big")
+    result = import_prompts(db, _write(tmp_path / "c.txt", _questions(200)), project="big", heldout_share=0.25)
+    assert result.heldout == 50  # 25% of 200, above the floor of 30
 
 
 def test_a_file_of_one_split_and_a_split_column(db, tmp_path):
@@ -95,24 +128,24 @@ def test_a_file_of_one_split_and_a_split_column(db, tmp_path):
 
 def test_change_share_resplits_before_the_first_label_only(db, tmp_path, tiny_model_dir):
     import_prompts(db, _write(tmp_path / "a.txt", _questions(60)))
-    assert split_counts(db)["test"] == 6
-    assert change_heldout_share(db, "default", 0.2)["test"] == 12
-    assert get_project(db, "default").heldout_share == 0.2
+    assert split_counts(db)["test"] == 30  # min(30, 60 // 2) above 10% of 60
+    assert change_heldout_share(db, "default", 0.6)["test"] == 36
+    assert get_project(db, "default").heldout_share == 0.6
     # Answers to held-out prompts are not generated for labelling, and none of their items is queued.
     ids = generation.generate_responses(db, n_per_prompt=1, limit=60, loader=lambda path: _tiny(tiny_model_dir),
                                         settings=_settings())
     held = {row[0] for row in db.execute("SELECT id FROM prompts WHERE split = 'test'")}
-    assert len(ids) == 48 and not held & {row[0] for row in db.execute("SELECT prompt_id FROM items")}
+    assert len(ids) == 24 and not held & {row[0] for row in db.execute("SELECT prompt_id FROM items")}
     # Re-split after answers exist but before labels: the queues follow.
     change_heldout_share(db, "default", 0.1)
     held = {row[0] for row in db.execute("SELECT id FROM prompts WHERE split = 'test'")}
-    assert len(held) == 6 and not held & {row[0] for row in db.execute("SELECT prompt_id FROM items")}
+    assert len(held) == 30 and not held & {row[0] for row in db.execute("SELECT prompt_id FROM items")}
     accounts.create_user(db, "ann", "a long enough password")
     item = labeling.next_item(db, "default", "ann", "rating")
     labeling.submit_rating(db, "default", "ann", item.item_id, 5)
     with pytest.raises(InputError, match="has labels"):
         change_heldout_share(db, "default", 0.3)
-    assert split_counts(db)["test"] == 6
+    assert split_counts(db)["test"] == 30
 
 
 def _tiny(path):

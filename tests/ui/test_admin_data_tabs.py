@@ -182,10 +182,11 @@ def test_the_parts_handlers_are_called_with_the_context_alone(app_db):
     assert len(shown) == len(SHOWN) and shown[0] == [[ADMIN, "admin", "yes"], [ANNOTATOR, "annotator", "yes"]]
     assert "Gold now: `{\"score\": 5}`" in quality.mark_gold(ctx, 1, "5", admin_request)
     assert query(app_db, "SELECT gold_json FROM items WHERE id = 1") == [('{"score": 5}',)]
-    summary, table, models, annotators, threshold, share, answer_tokens = data.refresh(ctx, admin_request)
+    summary, table, models, annotators, threshold, share, answer_tokens, length_note = data.refresh(ctx, admin_request)
     assert summary.startswith("Project **default**: **2** prompts (**2** to train on, **0** held out for evaluation)"
                               " · **6** answers")
     assert "No held-out prompts" in summary and (share, answer_tokens) == (0.1, 128)  # a chat project's length
+    assert length_note == "Answer length: **128 tokens**, the default for chat projects."
     assert [row[1] for row in table] == ["Prompt two", "Prompt one"]  # newest first
     assert models["choices"][0] == "default" and annotators["choices"] == [ADMIN, ANNOTATOR]
     assert threshold["value"] == 4  # the 1..7 scale's midpoint
@@ -205,9 +206,10 @@ def test_the_data_tab_sets_the_held_out_share_before_the_first_label(app_db, ctx
     db.conn.close()
     with pytest.raises(gr.Error, match="not an admin"):
         data_prompts.apply_heldout_share(ctx, 0.3, request=as_user(ANNOTATOR))
-    summary, table = data_prompts.apply_heldout_share(ctx, 0.3, request=as_user(ADMIN))
+    summary, table = data_prompts.apply_heldout_share(ctx, 0.4, request=as_user(ADMIN))
     held = query(app_db, "SELECT COUNT(*) FROM prompts WHERE split = 'test'")[0][0]
-    assert held == 13 and f"**{held}** held out for evaluation" in summary  # round(0.3 * 42)
+    assert held == 21 and f"**{held}** held out for evaluation" in summary  # max(round(0.4 * 42), min(30, 42 // 2))
+    assert "Held out: the rule holds 21 of 42 prompts out (at least 30, or half the prompts" in summary
     assert {row[3] for row in table} <= {"train", "held out"} and "held out" in {row[3] for row in table}
     db = open_db(app_db)
     item = labeling.next_item(db, "default", ANNOTATOR, "rating")
@@ -215,7 +217,7 @@ def test_the_data_tab_sets_the_held_out_share_before_the_first_label(app_db, ctx
     db.conn.close()
     with pytest.warns(UserWarning, match="has labels"):
         assert data_prompts.apply_heldout_share(ctx, 0.1, request=as_user(ADMIN)) == (gr.skip(), gr.skip())
-    assert query(app_db, "SELECT COUNT(*) FROM prompts WHERE split = 'test'")[0][0] == 13
+    assert query(app_db, "SELECT COUNT(*) FROM prompts WHERE split = 'test'")[0][0] == 21
 
 
 def test_admin_sets_the_answer_length_and_the_measure(app_db, ctx):

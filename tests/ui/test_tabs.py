@@ -166,6 +166,7 @@ WIRED = {
     "data_import_prompts": data_prompts.import_prompt_file,
     "data_import_shipped": data_prompts.import_shipped, "data_generate": generate.generate_answers,
     "data_apply_heldout_share": data_prompts.apply_heldout_share,
+    "data_refit_length": generate.refit_length, "data_fit_length_after_import": generate.fit_after_import,
     "data_export": data_export.export_labels, "data_export_threshold": data_export.export_threshold,
     "data_import_labels": label_files.import_labels,
     "admin_refresh": admin.refresh, "admin_add_user": users.add_user,
@@ -559,9 +560,9 @@ def test_unpaired_export_threshold_defaults_to_the_scale_midpoint_like_the_cli(a
     assert [row["label"] for row in cli_rows] == [False, False, True]
 
     loaded = data.load(ctx, request=as_user(ADMIN))
-    assert loaded[-3]["value"] == 4.0 and "midpoint" in loaded[-3]["info"]
+    assert loaded[-4]["value"] == 4.0 and "midpoint" in loaded[-4]["info"]
     part, values = export_form()
-    values[part.options["threshold"]] = loaded[-3]["value"]  # what the page shows after loading, sent back
+    values[part.options["threshold"]] = loaded[-4]["value"]  # what the page shows after loading, sent back
     values[part.kind], values[part.fmt] = "unpaired", "jsonl"
     path, _ = data_export.export_labels(ctx, part, values, request=as_user(ADMIN))
     assert [json.loads(line) for line in Path(path).read_text().splitlines()] == cli_rows

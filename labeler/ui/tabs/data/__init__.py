@@ -31,8 +31,8 @@ REFRESH_SECONDS = 5.0
 @requires("admin")
 def refresh(ctx: UIContext, request: gr.Request) -> tuple:
     """Everything the tab reads from the database: the summary, the latest prompts, the model and annotator
-    pickers' choices, the export threshold's default, the held-out share and the answer length (outputs:
-    refresh_outputs)."""
+    pickers' choices, the export threshold's default, the held-out share, the answer length and where it came
+    from (outputs: refresh_outputs)."""
     with ctx.connection() as db:
         users = [u.username for u in accounts.list_users(db)]
         return (
@@ -43,6 +43,7 @@ def refresh(ctx: UIContext, request: gr.Request) -> tuple:
             export.threshold_update(db, ctx.project, False),
             prompts.heldout_share_value(db, ctx.project),
             generate.answer_tokens_value(db, ctx.project),
+            generate.answer_length_note(db, ctx.project),
         )
 
 
@@ -68,12 +69,14 @@ def build(ctx: UIContext) -> None:
     export_part = export.build_export()
     label_file_part = label_files.build_label_file()
 
-    prompts.wire(ctx, prompts_part, summary)
+    imported = prompts.wire(ctx, prompts_part, summary)
     generate.wire(ctx, generate_part, summary)
+    generate.wire_after_import(ctx, generate_part, imported, summary)
     export.wire(ctx, export_part)
     label_files.wire(ctx, label_file_part, summary)
     refresh_outputs = [summary, prompts_part.table, generate_part.model, export_part.annotators,
-                       export_part.options["threshold"], prompts_part.heldout_share, generate_part.answer_tokens]
+                       export_part.options["threshold"], prompts_part.heldout_share, generate_part.answer_tokens,
+                       generate_part.length_note]
     refresh_button = gr.Button("Refresh", size="sm", elem_id="data-refresh")
     refresh_button.click(bind(refresh, ctx), None, refresh_outputs, api_name="data_refresh")
     # The counts and the latest prompts follow the database by themselves, with no Refresh click. The timer starts

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import gradio as gr
 
 from labeler import forms
-from labeler.services import generation, models
+from labeler.services import answer_length, generation, models
 from labeler.services.chat import ModelCache
 from labeler.services.errors import InputError
 from labeler.services.projects import get_project
@@ -36,6 +36,8 @@ class GeneratePart:
     settings: list[gr.components.Component]
     button: gr.Button
     status: gr.Markdown
+    length_note: gr.Markdown  # the project's answer length and where it came from
+    refit: gr.Button  # the answer length fitted again from the picked model's answers
 
     @property
     def inputs(self) -> set:
@@ -49,6 +51,13 @@ class GeneratePart:
 
 def answer_tokens_value(db, project: str) -> int:
     return get_project(db, project).answer_tokens
+
+
+def answer_length_note(db, project: str) -> str:
+    """The project's answer length and where it came from (fitted from the base model's answers, set by hand, the
+    format's default), under the Generate button."""
+    current = get_project(db, project)
+    return f"Answer length: **{current.answer_tokens} tokens**, {current.answer_length_origin}."
 
 
 # The line under the answer length: its value is the project's (read again when the tab loads), not the class's.
@@ -86,7 +95,16 @@ def build_generate(ctx: UIContext) -> GeneratePart:
                                for spec in gen_specs]
         generate_button = gr.Button("Generate responses", variant="primary", elem_id="data-generate")
         generate_status = gr.Markdown()
-    return GeneratePart(model, n_per_prompt, limit, target, gen_specs, gen_widgets, generate_button, generate_status)
+        with gr.Row(equal_height=True):
+            length_note = gr.Markdown(elem_id="data-answer-length")
+            refit = gr.Button("Refit the answer length", size="sm", scale=0, min_width=220,
+                              elem_id="data-refit-length")
+        gr.Markdown(f"**Refit** lets the picked model answer {answer_length.FIT_SAMPLE} of the training prompts (up "
+                    f"to {answer_length.FIT_CAP} tokens) and sets the length within which "
+                    f"{answer_length.FIT_SHARE:.0%} of them end on their own; a chat project's first import does "
+                    "it by itself. Admin > Project settings sets it by hand.", elem_classes=["studio-note"])
+    return GeneratePart(model, n_per_prompt, limit, target, gen_specs, gen_widgets, generate_button, generate_status,
+                        length_note, refit)
 
 
 def model_choices(ctx: UIContext, db) -> list[str]:
@@ -131,6 +149,63 @@ def generate_answers(ctx: UIContext, part: GeneratePart, cache: ModelCache, valu
         return message, data_summary(db, ctx.project)
 
 
+def _fit(ctx: UIContext, db, model_name: str | None, cache: ModelCache, refit: bool) -> None:
+    """The project's answer length fitted from `model_name`'s answers (the server's model when none): always when
+    `refit`, else only while a chat project's length is the default (answer_length.fit_new_project). What happened
+    is said: a fit as news, a fit that could not run as a warning (the length stays)."""
+    name = (model_name or ctx.settings.model).strip()
+
+    def load():
+        return cache.get(models.resolve(db, name))
+
+    outcome = answer_length.fit_new_project(db, ctx.project, load, refit=refit, sample=answer_length.FIT_SAMPLE,
+                                            cap=answer_length.FIT_CAP if refit else answer_length.AUTO_FIT_CAP)
+    if outcome.fitted is not None:
+        gr.Info(outcome.message)
+    elif outcome.message:
+        gr.Warning(outcome.message)
+
+
+@keep_on_error(3)
+@requires("admin")
+def fit_after_import(ctx: UIContext, part: GeneratePart, cache: ModelCache, values: dict, request: gr.Request,
+                     progress=gr.Progress()) -> tuple:
+    """After a prompt import: a chat project whose answer length is still the default gets it fitted from the
+    picked model's answers (never fatal: a model that does not load keeps the default, and says so); any other
+    project is left as it is. (note, the answer length widget, summary)."""
+    with ctx.connection() as db:
+        if answer_length.needs_fit(get_project(db, ctx.project)):
+            progress(0, desc="Fitting the answer length to the model's own answers")
+            _fit(ctx, db, values[part.model], cache, refit=False)
+        return (answer_length_note(db, ctx.project), answer_tokens_value(db, ctx.project),
+                data_summary(db, ctx.project))
+
+
+@keep_on_error(3)
+@requires("admin")
+def refit_length(ctx: UIContext, part: GeneratePart, cache: ModelCache, values: dict, request: gr.Request,
+                 progress=gr.Progress()) -> tuple:
+    """The Refit button: the answer length fitted again from the picked model's answers, whatever it was; what
+    stops it (no training prompts, a model that does not load) is said and changes nothing. (note, widget,
+    summary)."""
+    with ctx.connection() as db:
+        progress(0, desc="Fitting the answer length to the model's own answers")
+        _fit(ctx, db, values[part.model], cache, refit=True)
+        return (answer_length_note(db, ctx.project), answer_tokens_value(db, ctx.project),
+                data_summary(db, ctx.project))
+
+
 def wire(ctx: UIContext, part: GeneratePart, summary: gr.Markdown) -> None:
     part.button.click(bind(generate_answers, ctx, part, ctx.models), part.inputs, [part.status, summary],
                       api_name="data_generate", trigger_mode="once", concurrency_limit=1)
+    part.refit.click(bind(refit_length, ctx, part, ctx.models), {part.model},
+                     [part.length_note, part.answer_tokens, summary], api_name="data_refit_length",
+                     trigger_mode="once", concurrency_limit=1)
+
+
+def wire_after_import(ctx: UIContext, part: GeneratePart, imported, summary: gr.Markdown) -> None:
+    """`imported` (the prompt import's click event) followed by the fit of a new chat project's answer length: a
+    step of its own, so the import's answer comes first and the fit's progress shows beside the length."""
+    imported.then(bind(fit_after_import, ctx, part, ctx.models), {part.model},
+                  [part.length_note, part.answer_tokens, summary], api_name="data_fit_length_after_import",
+                  concurrency_limit=1)

@@ -49,9 +49,10 @@ def build_prompts() -> PromptsPart:
         with gr.Row():
             heldout_share = gr.Slider(
                 0, 0.5, value=DEFAULT_HELDOUT_SHARE, step=0.05, label="Held-out share",
-                info="Prompts set aside to evaluate runs on (chosen by a hash of each prompt): never trained on "
-                     "nor labelled. Imports use it; Apply re-splits the prompts there are, before the first label. "
-                     "A file's own 'split' column (train/test) wins.", elem_id="data-heldout-share",
+                info=f"Prompts set aside to evaluate runs on (chosen by a hash of each prompt): never trained on "
+                     f"nor labelled; at least {prompts.VERDICT_HELDOUT} (half of a smaller project) so a verdict can "
+                     "decide. Imports use it; Apply re-splits before the first label. A file's 'split' column wins.",
+                elem_id="data-heldout-share",
             )
             apply_share = gr.Button("Apply held-out share", elem_id="data-apply-heldout-share")
         prompt_table = gr.Dataframe(
@@ -133,7 +134,8 @@ def apply_heldout_share(ctx: UIContext, share: float | None, request: gr.Request
         raise InputError("choose a share", field="held-out share")
     with ctx.connection() as db:
         counts = prompts.change_heldout_share(db, ctx.project, float(share))
-        gr.Info(f"Held-out share {float(share):.0%}: {counts['train']} prompts to train on, {counts['test']} held out.")
+        gr.Info(f"Held-out share {float(share):.0%}: {counts['train']} prompts to train on, {counts['test']} held out "
+                f"({prompts.heldout_status(db, ctx.project)}).")
         return data_summary(db, ctx.project), prompt_table(db, ctx.project)
 
 
@@ -192,11 +194,13 @@ def heldout_share_value(db, project: str) -> float:
     return get_project(db, project).heldout_share
 
 
-def wire(ctx: UIContext, part: PromptsPart, summary: gr.Markdown) -> None:
+def wire(ctx: UIContext, part: PromptsPart, summary: gr.Markdown):
+    """The part's events; returns the prompt import's, which the Generate part follows with the answer length's
+    fit (generate.wire_after_import)."""
     part.apply_share.click(bind(apply_heldout_share, ctx), [part.heldout_share], [summary, part.table],
                            api_name="data_apply_heldout_share")
-    part.import_button.click(bind(import_prompt_file, ctx), [part.file], [summary, part.table],
-                             api_name="data_import_prompts")
+    imported = part.import_button.click(bind(import_prompt_file, ctx), [part.file], [summary, part.table],
+                                        api_name="data_import_prompts")
     part.shipped_button.click(bind(import_shipped, ctx), None, [summary, part.table], api_name="data_import_shipped")
     part.table.select(bind(pick_prompt, ctx), None, [part.prompt_id, part.prompt_text], api_name="data_pick_prompt")
     part.save_text.click(bind(save_prompt_text, ctx), [part.prompt_id, part.prompt_text], [summary, part.table],
@@ -204,3 +208,4 @@ def wire(ctx: UIContext, part: PromptsPart, summary: gr.Markdown) -> None:
     part.retire.click(bind(retire_prompt, ctx), [part.prompt_id], [summary, part.table], api_name="data_retire_prompt")
     part.restore.click(bind(restore_prompt, ctx), [part.prompt_id], [summary, part.table],
                        api_name="data_restore_prompt")
+    return imported

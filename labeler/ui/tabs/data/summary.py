@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from labeler.services.projects import project_counts
-from labeler.services.prompts import retired_count, split_counts
+from labeler.services.prompts import heldout_status, retired_count, split_counts
 
 
 def data_summary(db, project: str) -> str:
@@ -20,7 +20,10 @@ def data_summary(db, project: str) -> str:
                  "project needs 20 prompts), or upload a file of evaluation prompts.")
     retired = retired_count(db, project)
     retired = f", **{retired}** retired" if retired else ""
+    status = heldout_status(db, project)
+    status = f"\n\nHeld out: {status}." if status else ""
     return (
         f"Project **{project}**: **{prompts}** prompts (**{splits['train']}** to train on, **{splits['test']}** "
-        f"held out for evaluation{retired}) · **{responses}** answers · **{ratings}** ratings · **{rankings}** rankings{hint}"
+        f"held out for evaluation{retired}) · **{responses}** answers · **{ratings}** ratings · **{rankings}** rankings"
+        f"{status}{hint}"
     )
