@@ -8,6 +8,7 @@ import pytest
 from labeler.cli import main
 from labeler.commands import data as data_commands
 from labeler.services import projects
+from labeler.services.answer_length import FitOutcome
 from storage import open_db
 
 
@@ -100,3 +101,14 @@ def test_a_length_typed_with_projects_set_is_kept_even_at_the_defaults_value(cap
     assert code == 0 and "answers of 128 tokens (set by hand)" in out
     code, out, _ = run(capsys, "prompts", "import", str(questions), "--fit-model", "/nowhere", "--db", db)
     assert code == 0 and "answer length" not in out  # typed: no fit, no model loaded
+
+
+def test_the_fit_at_import_caps_lower_than_an_asked_for_fit(capsys, tmp_path, questions, monkeypatch):
+    """The import's own fit stops at AUTO_FIT_CAP (256: minutes, not a quarter hour, on 2 cores); `fit-length` at
+    FIT_CAP (512) unless --cap says otherwise."""
+    caps = []
+    monkeypatch.setattr(data_commands, "fit_new_project",
+                        lambda db, project, loader, **options: caps.append(options["cap"]) or FitOutcome(""))
+    db = str(tmp_path / "c.db")
+    assert run(capsys, "prompts", "import", str(questions), "--db", db, "--create-db")[0] == 0
+    assert caps == [data_commands.AUTO_FIT_CAP] == [256] and data_commands.FIT_CAP == 512

@@ -131,7 +131,8 @@ def test_export_filter_flags_reach_the_options(capsys, tmp_path):
         code, _, err = run(capsys, "export", "--db", db, "--out", str(out), *flags)
         assert code == 2 and "nothing to export" in err, flags
     code, stdout, _ = run(capsys, "export", "--db", db, "--out", str(out), "--include-rating-pairs", "--min-agreement", "1")
-    assert code == 0 and json.loads(out.read_text()) == {"prompt": "p", "chosen": "a", "rejected": "b", "margin": 0.0}
+    assert code == 0 and json.loads(out.read_text()) == {"prompt": "p", "chosen": "a", "rejected": "b", "margin": 0.0,
+                                                  "source": "import"}
     code, _, err = run(capsys, "export", "--db", db, "--out", str(out), "--min-annotators", "two")
     assert code == 2 and "field 'min_annotators'" in err
 
