@@ -131,3 +131,56 @@ def load_causal_lm(name_or_path: str | os.PathLike, dtype=None, trust_remote_cod
     return AutoModelForCausalLM.from_pretrained(
         path, dtype=dtype, use_safetensors=True, trust_remote_code=trust_remote_code, **kwargs
     )
+
+
+def stored_dtype(name_or_path: str | os.PathLike):
+    """The half-precision dtype a local checkpoint was stored in (config.json's `dtype`, or `torch_dtype` as
+    transformers 4 wrote it): torch.bfloat16 or torch.float16; None for float32, a Hub id not on this disk, or no
+    config. A tuned model is saved in it (save_in_stored_dtype): training keeps fp32 master weights, and writing
+    them as they are doubled every run's model on disk (6.2 GB for a 1.5B model stored as 3.1 GB)."""
+    import torch
+
+    config = Path(resolve_model_path(name_or_path)) / "config.json"
+    if not config.is_file():
+        return None
+    stored = json.loads(config.read_text(encoding="utf-8"))
+    name = stored.get("dtype") or stored.get("torch_dtype")
+    return {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(name)
+
+
+def weights_in_dtype(state_dict: dict, dtype) -> dict:
+    """`state_dict` with its floating-point tensors in `dtype` (integer buffers and a None dtype left as they are).
+    Tensors that share storage (an LM head tied to the embeddings) stay one tensor: cast apart, both were written."""
+    if dtype is None:
+        return state_dict
+    cast: dict[tuple, object] = {}
+    out = {}
+    for key, value in state_dict.items():
+        if not value.is_floating_point():
+            out[key] = value
+            continue
+        same = (value.data_ptr(), value.shape, value.stride())
+        if same not in cast:
+            cast[same] = value.to(dtype)
+        out[key] = cast[same]
+    return out
+
+
+def mark_saved_dtype(save_directory: str | os.PathLike, dtype) -> None:
+    """config.json's `dtype` set to what the weights were written in (transformers writes the parameters' dtype,
+    fp32 while training, so dtype="auto" would load the half-precision file in fp32)."""
+    if dtype is None:
+        return
+    config = Path(save_directory) / "config.json"
+    stored = json.loads(config.read_text(encoding="utf-8"))
+    stored["dtype"] = str(dtype).removeprefix("torch.")
+    stored.pop("torch_dtype", None)
+    config.write_text(json.dumps(stored, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def save_in_stored_dtype(model, save_directory: str | os.PathLike, base: str | os.PathLike) -> None:
+    """A plain transformers model saved (safetensors) in the dtype its base checkpoint was stored in."""
+    dtype = stored_dtype(base)
+    state_dict = weights_in_dtype(model.state_dict(), dtype) if dtype is not None else None
+    model.save_pretrained(save_directory, safe_serialization=True, state_dict=state_dict)
+    mark_saved_dtype(save_directory, dtype)

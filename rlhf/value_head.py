@@ -218,18 +218,25 @@ class AutoModelForCausalLMWithValueHead(nn.Module):
             # and peft load the adapter folder from adapter_config.json and never read this file.
             save_file(trl_head, os.path.join(save_directory, "model.safetensors"), metadata={"format": "pt"})
 
-    def save_merged(self, save_directory: str | os.PathLike, state_dict: dict[str, torch.Tensor] | None = None) -> None:
+    def save_merged(self, save_directory: str | os.PathLike, state_dict: dict[str, torch.Tensor] | None = None,
+                    dtype: torch.dtype | None = None) -> None:
         """A full model folder that a plain AutoModelForCausalLM.from_pretrained loads (a LoRA adapter merged
-        into its base; this wrapper then holds the merged model), the value head beside it.
+        into its base; this wrapper then holds the merged model), the value head beside it (fp32, as trained).
 
         With `state_dict` (whole weights gathered from shards) the weights come from it and this (sharded)
-        module is left as it is: an adapter is written from it and merged on its base, loaded on the CPU."""
+        module is left as it is: an adapter is written from it and merged on its base, loaded on the CPU.
+        `dtype`: the backbone's weights written in it (the base checkpoint's, rlhf.loading.stored_dtype)."""
+        from rlhf.loading import mark_saved_dtype, weights_in_dtype
+
         if state_dict is None:
             self.merge_and_unload()
-            self.save_pretrained(save_directory)
-            return
+            state_dict = {f"pretrained_model.{k}": v for k, v in self.pretrained_model.state_dict().items()}
+            state_dict.update({f"{TRL_PREFIX}summary.{k}": v for k, v in self._head_state().items()})
         if not self.is_peft_model:
-            self.save_pretrained(save_directory, state_dict=state_dict)
+            backbone = weights_in_dtype({k: v for k, v in state_dict.items() if k.startswith("pretrained_model.")},
+                                        dtype)
+            self.save_pretrained(save_directory, state_dict={**state_dict, **backbone})
+            mark_saved_dtype(save_directory, dtype)
             return
         import tempfile
 
@@ -244,8 +251,10 @@ class AutoModelForCausalLMWithValueHead(nn.Module):
             # the head's TRL keys written with its weights (as save_pretrained does)
             merged = load_causal_lm(adapter, dtype="auto").merge_and_unload()
             merged.save_pretrained(save_directory, state_dict={
-                **merged.state_dict(), **{f"{TRL_PREFIX}summary.{k}": v for k, v in head.items()}})
+                **weights_in_dtype(merged.state_dict(), dtype),
+                **{f"{TRL_PREFIX}summary.{k}": v for k, v in head.items()}})
         save_file(head, os.path.join(save_directory, VALUE_HEAD_FILE))
+        mark_saved_dtype(save_directory, dtype)
 
     def push_to_hub(self, repo_id: str, **kwargs):
         """The backbone's own push_to_hub (as TRL's wrapper does), then value_head.safetensors beside it."""

@@ -69,6 +69,7 @@ def _online_rows(ctx: StageContext, db, stage: str, tokenizer) -> list[dict]:
 def _run_online(ctx: StageContext, stage: str, trainer_cls) -> RunResult:
     from datasets import Dataset
 
+    from rlhf.loading import save_in_stored_dtype
     from rlhf.peft_utils import is_peft_model, merged_model
 
     job = ctx.job
@@ -94,7 +95,7 @@ def _run_online(ctx: StageContext, stage: str, trainer_cls) -> RunResult:
         policy = trainer.accelerator.unwrap_model(trainer.model)
         if is_peft_model(policy):
             policy = merged_model(policy)  # a QLoRA adapter goes into the unquantised base
-        policy.save_pretrained(ctx.final_dir, safe_serialization=True)
+        save_in_stored_dtype(policy, ctx.final_dir, path)
         tokenizer.save_pretrained(ctx.final_dir)
     return RunResult(str(ctx.final_dir), "policy", base, {}, data_snapshot("prompts", [r["prompt_text"] for r in rows]))
 

@@ -295,6 +295,7 @@ def _rows(ctx: StageContext, db, tokenizer) -> tuple[list[dict], list[dict]]:
 def run_online_dpo(ctx: StageContext) -> RunResult:
     from datasets import Dataset
 
+    from rlhf.loading import save_in_stored_dtype
     from rlhf.peft_utils import is_peft_model, merged_model
 
     # 1. the model, the prompts and the settings
@@ -325,7 +326,7 @@ def run_online_dpo(ctx: StageContext) -> RunResult:
         policy = trainer.accelerator.unwrap_model(trainer.model)
         if is_peft_model(policy):
             policy = merged_model(policy)
-        policy.save_pretrained(ctx.final_dir, safe_serialization=True)
+        save_in_stored_dtype(policy, ctx.final_dir, path)
         tokenizer.save_pretrained(ctx.final_dir)
     return RunResult(str(ctx.final_dir), "policy", base, {}, data_snapshot("prompts", frozen))
 

@@ -101,7 +101,7 @@ def run_ppo(ctx: StageContext) -> RunResult:
             queue.release_ahead()
 
     # 5. the final model
-    save_policy(ctx, trainer, tokenizer)
+    save_policy(ctx, trainer, tokenizer, path)
     return RunResult(str(ctx.final_dir), "policy", base, {}, data_snapshot("prompts", prompts))
 
 
@@ -237,15 +237,18 @@ def save_checkpoint(ctx: StageContext, trainer, stream: RolloutStream) -> None:
     ctx.save_checkpoint(trainer.current_step, write)  # the main process's folder is the checkpoint
 
 
-def save_policy(ctx: StageContext, trainer, tokenizer) -> None:
+def save_policy(ctx: StageContext, trainer, tokenizer, base_path: str) -> None:
     """A full model that AutoModelForCausalLM.from_pretrained loads (a LoRA adapter merged into its base), so chat,
     eval and other tools take it as it is; the value head is saved beside it for a later resume. Saved by the main
     process once every rank has finished stepping (under DDP its weights are everyone's; ZeRO-3 / FSDP shards are
-    gathered first, a collective every rank enters: None when not sharded)."""
+    gathered first, a collective every rank enters: None when not sharded). Written in the dtype the base was
+    stored in (a bf16 checkpoint gives a bf16 model, not the fp32 master weights: half the disk)."""
+    from rlhf.loading import stored_dtype
+
     trainer.accelerator.wait_for_everyone()
     weights = trainer.gathered_state_dict()
     if trainer.accelerator.is_main_process:
-        trainer.unwrapped_model.save_merged(ctx.final_dir, state_dict=weights)
+        trainer.unwrapped_model.save_merged(ctx.final_dir, state_dict=weights, dtype=stored_dtype(base_path))
         tokenizer.save_pretrained(ctx.final_dir)
 
 
