@@ -103,16 +103,17 @@ class MemoryEstimate:
     reference: float
     activations: float  # the larger of a training mini-batch's and a no-grad pass's / generation's
     autocast_copies: float = 0.0  # 16-bit copies of fp32 weights that autocast keeps for a forward and its backward
+    reward_models: float = 0.0  # the reward models a policy run scores with (reward=rm/mix), resident beside it
 
     @property
     def total(self) -> float:
         return (self.weights + self.gradients + self.optimizer + self.reference + self.autocast_copies
-                + self.activations)
+                + self.activations + self.reward_models)
 
     def summary(self) -> str:
         parts = [("weights", self.weights), ("gradients", self.gradients), ("Adam", self.optimizer),
                  ("reference", self.reference), ("autocast copies", self.autocast_copies),
-                 ("activations and logits", self.activations)]
+                 ("activations and logits", self.activations), ("reward models", self.reward_models)]
         listed = ", ".join(f"{name} {value / GIB:.2f}" for name, value in parts if value)
         return f"{self.total / GIB:.1f} GiB ({listed})"
 

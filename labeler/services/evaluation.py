@@ -162,8 +162,6 @@ def reward_function(db: sqlite_utils.Database, spec: str) -> RewardFunction | No
 
 
 def _reward_model(db: sqlite_utils.Database, name: str) -> RewardFunction:
-    from labeler.services import inference  # the one loader: the inference dtype, torch imported when called
-
     registered = _registered(db, name)
     if registered is not None and registered["kind"] != "reward":
         raise InputError(f"{name!r} is a {registered['kind']} model, not a reward model", field="reward")

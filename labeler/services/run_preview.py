@@ -203,8 +203,9 @@ def preview_run(db: sqlite_utils.Database, project: str, stage: str, values: dic
                          app_settings={name: resolved.value(name) for name, where in given.items()
                                        if where == "app default"})
     path = str(models.resolve(db, base)) if known else base  # a folder or hub id: read from where it is
-    preview = replace(preview, memory=run_estimate.memory_text(path, stage, job, trainer,
-                                                               train_configs.recipe_for_parameters))
+    preview = replace(preview, memory=run_estimate.memory_text(
+        path, stage, job, trainer, train_configs.recipe_for_parameters,
+        reward_model_bytes=run_estimate.reward_model_bytes(db, stage, job)))
     if stage in PROMPT_STAGES and estimate_time and records:
         preview = _with_estimate(db, project, stage, preview, job, trainer, [text for text, _ in records],
                                  measure or run_estimate.measure_micro_step, steps_given="steps" in values)

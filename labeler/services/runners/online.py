@@ -26,7 +26,7 @@ from labeler.services.stages import RunResult, StageContext, data_snapshot
 from labeler.services.training_stages.base import StudioOnlineDefaults  # noqa: F401 - callers import it here
 from rlhf.grpo import GRPOTrainer
 from rlhf.kto import KTOTrainer
-from rlhf.loading import load_tokenizer
+from rlhf.loading import load_tokenizer, save_in_stored_dtype
 from rlhf.rloo import RLOOTrainer
 
 # The app's trainer configs, declared with their stages; named here too for callers of this module and for the
@@ -69,7 +69,6 @@ def _online_rows(ctx: StageContext, db, stage: str, tokenizer) -> list[dict]:
 def _run_online(ctx: StageContext, stage: str, trainer_cls) -> RunResult:
     from datasets import Dataset
 
-    from rlhf.loading import save_in_stored_dtype
     from rlhf.peft_utils import is_peft_model, merged_model
 
     job = ctx.job

@@ -32,7 +32,7 @@ from labeler.services.runners.common import (active_mix, peft_config, stage_rows
 from labeler.services.stages import RunResult, StageContext, data_snapshot
 from labeler.services.training_stages.online_dpo import StudioOnlineDPOConfig, judge_spec  # noqa: F401 - callers
 from rlhf.judges import BasePairwiseJudge, ScoreJudge, preference_from_scores
-from rlhf.loading import load_tokenizer
+from rlhf.loading import load_tokenizer, save_in_stored_dtype
 from rlhf.online_dpo import OnlineDPOTrainer
 from rlhf.rewards import FunctionReward
 
@@ -295,7 +295,6 @@ def _rows(ctx: StageContext, db, tokenizer) -> tuple[list[dict], list[dict]]:
 def run_online_dpo(ctx: StageContext) -> RunResult:
     from datasets import Dataset
 
-    from rlhf.loading import save_in_stored_dtype
     from rlhf.peft_utils import is_peft_model, merged_model
 
     # 1. the model, the prompts and the settings

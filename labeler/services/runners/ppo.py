@@ -20,7 +20,7 @@ from labeler.services.runners.rollouts import Rollout, RolloutStream, resumed_ro
 from labeler.services.stages import RunResult, StageContext, checkpoint_due, data_snapshot
 from labeler.services.training_stages.ppo import kl_settings_for  # noqa: F401 - callers import it here
 from rlhf.configs import PPOConfig
-from rlhf.loading import load_tokenizer
+from rlhf.loading import load_tokenizer, stored_dtype
 from rlhf.precision import model_load_kwargs
 
 
@@ -243,8 +243,6 @@ def save_policy(ctx: StageContext, trainer, tokenizer, base_path: str) -> None:
     process once every rank has finished stepping (under DDP its weights are everyone's; ZeRO-3 / FSDP shards are
     gathered first, a collective every rank enters: None when not sharded). Written in the dtype the base was
     stored in (a bf16 checkpoint gives a bf16 model, not the fp32 master weights: half the disk)."""
-    from rlhf.loading import stored_dtype
-
     trainer.accelerator.wait_for_everyone()
     weights = trainer.gathered_state_dict()
     if trainer.accelerator.is_main_process:
