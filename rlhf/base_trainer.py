@@ -18,7 +18,6 @@ The model steps themselves (LoRA, attention kernel, dropout, freezing the refere
 """
 from __future__ import annotations
 
-import copy
 import os
 from collections import defaultdict
 from typing import Callable
@@ -32,7 +31,7 @@ from rlhf.generation import eos_token_ids
 from rlhf.loading import load_causal_lm, load_tokenizer, resolve_model_path
 from rlhf.logps import accepts_logits_to_keep
 from rlhf.peft_utils import merge_adapter
-from rlhf.precision import model_load_kwargs
+from rlhf.precision import cast_matmul_weights, copy_in_dtype, model_load_kwargs, trainer_reference_dtype
 from rlhf.trainer_setup import freeze_reference, load_reference
 
 
@@ -114,10 +113,13 @@ class BaseTrainer(Trainer):
     def _reference_model(ref_model, args, copy_of: torch.nn.Module | None = None) -> torch.nn.Module | None:
         """The reference, frozen: `ref_model` (loaded when a name or path), else a copy of `copy_of` taken now (before
         any training or resume), else None (no reference: the policy with its adapter off serves, or none is needed)."""
+        # In a bf16 run the reference keeps its matmul weights in bf16 (autocast casts them on every forward anyway):
+        # half the memory of an fp32 copy, the same log-probs (rlhf/precision.py copy_in_dtype).
+        dtype = trainer_reference_dtype(args)
         if isinstance(ref_model, (str, os.PathLike)):
-            ref_model = load_reference(ref_model, args)
+            ref_model = cast_matmul_weights(load_reference(ref_model, args), dtype)
         if ref_model is None and copy_of is not None:
-            ref_model = copy.deepcopy(copy_of)
+            ref_model = copy_in_dtype(copy_of, dtype)
         return freeze_reference(ref_model, args) if ref_model is not None else None
 
     def _place_reference(self, ref_model: torch.nn.Module | None) -> None:

@@ -31,6 +31,7 @@ from rlhf.dpo_losses import (
 from rlhf.logps import completion_logps
 from rlhf.losses import dpo_loss
 from rlhf.peft_utils import is_peft_model
+from rlhf.precision import cast_matmul_weights, trainer_reference_dtype
 from rlhf.reference_logps import reference_model, with_reference_columns
 from rlhf.trainer_config import TrainerConfig
 from rlhf.trainer_setup import load_reference, prepare_model
@@ -150,8 +151,8 @@ class DPOTrainer(BaseTrainer):
         processing_class = tokenizer_alias(processing_class, tokenizer, "DPOTrainer")
         args = args if args is not None else DPOConfig()
         model, processing_class = self._policy_and_tokenizer(model, args, processing_class, peft_config)
-        if isinstance(ref_model, (str, os.PathLike)):
-            ref_model = load_reference(ref_model, args)
+        if isinstance(ref_model, (str, os.PathLike)):  # loaded before prepare_model, in the run's reference dtype
+            ref_model = cast_matmul_weights(load_reference(ref_model, args), trainer_reference_dtype(args))
         model = prepare_model(model, args, peft_config)
         # With precomputed reference log-probs and no reference given, the untrained policy is the reference:
         # its pass runs at the end of __init__ (before any training or resume) and no copy is kept, which

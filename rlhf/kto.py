@@ -11,7 +11,6 @@ data is tokenised; the sampler is sequential so batches are exactly those rows).
 """
 from __future__ import annotations
 
-import copy
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +31,7 @@ from rlhf.loading import DEFAULT_POLICY
 from rlhf.logps import completion_logps
 from rlhf.losses import kto_kl_estimate, kto_loss
 from rlhf.peft_utils import is_peft_model
+from rlhf.precision import cast_matmul_weights, copy_in_dtype, trainer_reference_dtype
 from rlhf.reference_logps import reference_model, with_reference_columns
 from rlhf.trainer_config import TrainerConfig, refuse_trl_only_values, trl_only
 from rlhf.trainer_setup import disable_dropout, freeze_reference, load_reference, prepare_model
@@ -180,14 +180,14 @@ class KTOTrainer(BaseTrainer):
             args = KTOConfig(output_dir=f"{str(model or 'model').rstrip('/').split('/')[-1]}-KTO")
         model, processing_class = self._policy_and_tokenizer(model, args, processing_class, peft_config)
         if isinstance(ref_model, (str, os.PathLike)):
-            ref_model = load_reference(ref_model, args)
+            ref_model = cast_matmul_weights(load_reference(ref_model, args), trainer_reference_dtype(args))
         if args.disable_dropout:
             disable_dropout(model, ref_model)
         # The reference: the given one; the policy with its adapter off (LoRA); the untrained policy itself, run once
         # over the data now (precompute_ref_log_probs); or a frozen copy taken before training.
         uses_adapter = peft_config is not None or is_peft_model(model)
         if ref_model is None and not uses_adapter and not args.precompute_ref_log_probs:
-            ref_model = copy.deepcopy(model)
+            ref_model = copy_in_dtype(model, trainer_reference_dtype(args))  # bf16 matmuls in a bf16 run
         if ref_model is not None:
             ref_model = freeze_reference(ref_model, args)
         model = prepare_model(model, args, peft_config)

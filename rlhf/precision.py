@@ -203,6 +203,30 @@ def copy_in_dtype(module, dtype, only=None):
     return copy.deepcopy(module, memo)
 
 
+def cast_matmul_weights(module, dtype):
+    """`module` itself with its Linear weights in `dtype`, the rest as it is (copy_in_dtype's rule, in place: for a
+    reference just loaded, which nothing else shares). dtype None: unchanged."""
+    import torch
+
+    if dtype is None:
+        return module
+    embedded = {id(p) for m in module.modules() if isinstance(m, torch.nn.Embedding) for p in m.parameters()}
+    for m in module.modules():
+        if isinstance(m, torch.nn.Linear):
+            for parameter in m.parameters(recurse=False):
+                if id(parameter) not in embedded and parameter.is_floating_point() and parameter.dtype != dtype:
+                    parameter.data = parameter.data.to(dtype)
+    return module
+
+
+def trainer_reference_dtype(args):
+    """The dtype of the frozen reference of an HF-Trainer-based trainer (DPO, KTO, online DPO): bf16 matmul weights
+    in a bf16 run (reference_dtype), else None (the policy's dtype)."""
+    import torch
+
+    return reference_dtype(torch.bfloat16 if getattr(args, "bf16", False) else None)
+
+
 def trainer_precision_flags(bf16: bool, fp16: bool, device_type: str, bf16_supported: bool | None = None
                             ) -> tuple[bool, bool]:
     """TrainingArguments' (bf16, fp16) for a run that asked for `bf16`: on a CUDA GPU without bf16, fp16 autocast

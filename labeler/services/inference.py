@@ -131,11 +131,19 @@ def held_bytes(loaded: Any) -> int:
 
 def estimated_bytes(name_or_path: str, device_type: str, flags: frozenset[str] | set[str] = frozenset()) -> int:
     """What loading will take, before loading: the safetensors files' size, doubled when a half-precision checkpoint
-    is loaded in fp32. 0 for a hub id not in a folder (then only the measured size counts)."""
+    is loaded in fp32; an adapter folder (LoRA) adds its base model's. 0 for a hub id not in a folder (then only the
+    measured size counts)."""
     folder = Path(resolve_model_path(name_or_path))
     if not folder.is_dir():
         return 0
     on_disk = sum(f.stat().st_size for f in folder.glob("*.safetensors"))
+    adapter = folder / "adapter_config.json"
+    if adapter.is_file():  # a LoRA reward model or policy: loaded on its base, then merged (the app-loop check)
+        try:
+            base = json.loads(adapter.read_text())["base_model_name_or_path"]
+        except (OSError, ValueError, KeyError):
+            return on_disk
+        return on_disk + estimated_bytes(base, device_type, flags)
     try:
         config = json.loads((folder / "config.json").read_text())
     except (OSError, ValueError):

@@ -358,7 +358,8 @@ def train_shape(stage: str, job, trainer, device_type: str):
     rows = trainer.per_device_train_batch_size * facts.sequences_per_row  # pairs, KTO's KL rows: 2 sequences a row
     logit_tokens = {"all": tokens, "none": 0}.get(facts.logit_tokens, max(1, tokens - PROMPT_TOKENS))
     reference = facts.reference_copy and not job.lora and not getattr(trainer, "precompute_ref_log_probs", False)
-    return TrainShape(rows=rows, tokens=tokens, logit_tokens=logit_tokens, reference=reference, **common)
+    return TrainShape(rows=rows, tokens=tokens, logit_tokens=logit_tokens, reference=reference,
+                      reference_bytes=copied_reference_bytes, **common)
 
 
 def device_memory() -> tuple[str, float]:

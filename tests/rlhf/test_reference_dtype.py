@@ -124,3 +124,37 @@ def test_grpo_keeps_its_copied_reference_in_the_compute_dtype(tiny_model_dir, tm
     before = {n: p.detach().clone() for n, p in trainer.ref_model.named_parameters()}
     trainer.train()
     assert all(torch.equal(before[n], p) for n, p in trainer.ref_model.named_parameters())
+
+
+def test_dpo_and_kto_keep_their_reference_in_bf16_matmuls_and_step_one_is_unchanged(tiny_model_dir, tmp_path):
+    """The label trainers' frozen copy (and one loaded by name) in a bf16 run: bf16 Linear weights, fp32 embeddings
+    and norms, so under autocast it computes the policy's own log-probs: DPO's first loss is log 2 exactly."""
+    import math
+
+    from rlhf import DPOTrainer, KTOConfig, KTOTrainer
+    from tests.rlhf.test_dpo import config, toy_pairs
+    from tests.rlhf.test_kto import kto_rows
+
+    def kinds(model):
+        layer = model.model.layers[0]
+        return layer.mlp.up_proj.weight.dtype, model.model.embed_tokens.weight.dtype, layer.input_layernorm.weight.dtype
+
+    dpo = DPOTrainer(str(tiny_model_dir), args=config(tmp_path, max_steps=1, bf16=True, learning_rate=1e-9,
+                                                      logging_steps=1, precompute_ref_log_probs=False),
+                     train_dataset=toy_pairs(8, seed=0))
+    assert kinds(dpo.ref_model) == (torch.bfloat16, torch.float32, torch.float32)
+    assert {p.dtype for p in dpo.model.parameters()} == {torch.float32}  # fp32 master weights
+    dpo.train()
+    first = next(log for log in dpo.state.log_history if "loss" in log)
+    assert first["loss"] == pytest.approx(math.log(2), abs=1e-4)  # policy == reference at step one
+    fp32 = DPOTrainer(str(tiny_model_dir), args=config(tmp_path / "fp32", max_steps=1, bf16=False,
+                                                                    precompute_ref_log_probs=False),
+                      train_dataset=toy_pairs(8, seed=0))
+    assert kinds(fp32.ref_model)[0] == torch.float32  # an fp32 run keeps an fp32 reference
+    by_name = DPOTrainer(str(tiny_model_dir), ref_model=str(tiny_model_dir),
+                         args=config(tmp_path / "named", max_steps=1, bf16=True, precompute_ref_log_probs=False), train_dataset=toy_pairs(8, seed=0))
+    assert kinds(by_name.ref_model) == (torch.bfloat16, torch.float32, torch.float32)
+    kto = KTOTrainer(str(tiny_model_dir), args=KTOConfig(output_dir=str(tmp_path / "kto"), per_device_train_batch_size=4,
+                                                         max_steps=1, report_to="none", save_strategy="no", bf16=True),
+                     train_dataset=kto_rows())
+    assert kinds(kto.ref_model) == (torch.bfloat16, torch.float32, torch.float32)

@@ -52,3 +52,15 @@ def test_the_estimate_adds_them_and_names_them():
                               reward_models=2 * GIB)
     assert estimate.total == 7 * GIB
     assert estimate.summary() == "7.0 GiB (weights 4.00, activations and logits 1.00, reward models 2.00)"
+
+
+def test_an_adapter_reward_model_counts_its_base(db, tmp_path, on_an_avx2_cpu):
+    """`train rm --set lora=true` saves an adapter folder: 37 MB on disk for a 1.5B base scored at 5.75 GiB."""
+    base = fake_reward_model(tmp_path / "base", 4, "bfloat16")
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_model.safetensors").write_bytes(b"\0" * 2**20)
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": base}))
+    models.register_model(db, "lora-rm", str(adapter), "reward")
+    assert run_estimate.reward_model_bytes(db, "ppo", JobConfig(reward="rm")) == (1 + 2 * 4) * 2**20
+    assert inference.estimated_bytes(str(adapter), "cuda") == (1 + 4) * 2**20  # the checkpoint's own dtype on a GPU
