@@ -16,6 +16,7 @@ ADMIN = ("fitter", "fitter-password-1")
 
 def test_the_first_upload_fits_the_answer_length(tmp_path, tiny_model_dir, login, monkeypatch):
     monkeypatch.setattr(answer_length, "FIT_CAP", 16)
+    monkeypatch.setattr(answer_length, "AUTO_FIT_CAP", 16)  # the upload's own fit
     db_path = str(tmp_path / "studio.db")
     db = open_db(db_path)
     accounts.create_user(db, *ADMIN, role="admin")

@@ -38,7 +38,7 @@ def test_rate_shows_the_questions_and_stores_them_with_the_score(asking, ctx):
     key = shown[6]
 
     # A score off the criterion's scale: refused, and the main score is not stored either.
-    with pytest.raises(gr.Error, match="scores.helpful"):
+    with pytest.raises(gr.Error, match="(?i)scores.helpful"):
         rate.submit(ctx, 6, "", key, as_user(ANNOTATOR), "Better.", ["spam"], 9)
     assert query(asking, "SELECT COUNT(*) FROM ratings") == [(0,)] and query(asking, ANSWERS) == []
 
