@@ -91,6 +91,16 @@ def built_when_asked(cls: type) -> type:
     return cls
 
 
+def config_attribute(module: str, name: str, build: Callable[[], type]) -> Callable[[str], type]:
+    """A stage module's `__getattr__` (PEP 562) that gives its config class `name`, built by `build` when first asked
+    for (the class subclasses the library's, which imports torch: never built by the registry)."""
+    def attribute(asked: str) -> type:
+        if asked == name:
+            return build()
+        raise AttributeError(f"module {module!r} has no attribute {asked!r}")
+    return attribute
+
+
 @dataclass(frozen=True)
 class Stage:
     """One training stage, as facts: its trainer config and runner (named), its app defaults, the words and charts

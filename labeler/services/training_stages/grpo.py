@@ -6,7 +6,8 @@ import functools
 from dataclasses import dataclass, field
 
 from labeler.services.training_stages.base import (ONLINE_FROM_JOB, Stage, StudioOnlineDefaults, built_when_asked,
-                                                   check_online_groups, generation_batch, groups_per_step, load)
+                                                   check_online_groups, config_attribute, generation_batch,
+                                                   groups_per_step, load)
 
 
 @functools.cache
@@ -22,11 +23,8 @@ def studio_config() -> type:
     return built_when_asked(StudioGRPOConfig)
 
 
-def __getattr__(name: str):
-    # The config subclasses TRL's, which imports torch: built when first asked for (PEP 562), never by the registry.
-    if name == "StudioGRPOConfig":
-        return studio_config()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# The config class, built when first asked for (PEP 562), never by the registry.
+__getattr__ = config_attribute(__name__, "StudioGRPOConfig", studio_config)
 
 
 STAGE = Stage(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from labeler.services.training_stages.base import Stage, built_when_asked, load
+from labeler.services.training_stages.base import Stage, built_when_asked, config_attribute, load
 
 
 @functools.cache
@@ -23,11 +23,8 @@ def studio_config() -> type:
     return built_when_asked(StudioKTOConfig)
 
 
-def __getattr__(name: str):
-    # The config subclasses TRL's, which imports torch: built when first asked for (PEP 562), never by the registry.
-    if name == "StudioKTOConfig":
-        return studio_config()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# The config class, built when first asked for (PEP 562), never by the registry.
+__getattr__ = config_attribute(__name__, "StudioKTOConfig", studio_config)
 
 
 def label_problem(labels: list[bool]) -> str | None:

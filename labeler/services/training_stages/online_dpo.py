@@ -8,7 +8,7 @@ import functools
 from dataclasses import dataclass, field
 
 from labeler.services import reward_spec
-from labeler.services.training_stages.base import Stage, built_when_asked, load
+from labeler.services.training_stages.base import Stage, built_when_asked, config_attribute, load
 
 
 @functools.cache
@@ -30,12 +30,8 @@ def studio_config() -> type:
     return built_when_asked(StudioOnlineDPOConfig)
 
 
-def __getattr__(name: str):
-    # The config subclasses the library's, which imports torch: built when first asked for (PEP 562), never by the
-    # registry.
-    if name == "StudioOnlineDPOConfig":
-        return studio_config()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# The config class, built when first asked for (PEP 562), never by the registry.
+__getattr__ = config_attribute(__name__, "StudioOnlineDPOConfig", studio_config)
 
 
 def judge_spec(text) -> reward_spec.RewardSpec:

@@ -4,40 +4,30 @@
 // (RequestGuard adds it to the app's page) and shows the server's own sentence above the form.
 (() => {
   const nativeFetch = window.fetch.bind(window);
-  const show = (text) => {
-    let box = document.getElementById("studio-login-refusal");
+  // One line of text on the page, made the first time it is needed and removed when the text is empty.
+  const line = (id, role, style, place) => (text) => {
+    let box = document.getElementById(id);
     if (!text) {
       if (box) box.remove();
       return;
     }
     if (!box) {
       box = document.createElement("p");
-      box.id = "studio-login-refusal";
-      box.setAttribute("role", "alert");
-      box.style.cssText = "color:#b91c1c;font-weight:600;margin:0.5em 0";
-      const anchor = document.querySelector("h2");
-      if (anchor) anchor.after(box); else document.body.prepend(box);
+      box.id = id;
+      box.setAttribute("role", role);
+      box.style.cssText = style;
+      place(box);
     }
     box.textContent = text;
   };
+  const after = (selector) => (box) => {
+    const anchor = document.querySelector(selector);
+    if (anchor) anchor.after(box); else document.body.prepend(box);
+  };
+  const show = line("studio-login-refusal", "alert", "color:#b91c1c;font-weight:600;margin:0.5em 0", after("h2"));
   // A login took 8-55 s on a busy server (the password hash waits for a core) with nothing on the page: a line
   // under the form says it is being checked, with the seconds so far, until the answer comes.
-  const waiting = (text) => {
-    let line = document.getElementById("studio-login-wait");
-    if (!text) {
-      if (line) line.remove();
-      return;
-    }
-    if (!line) {
-      line = document.createElement("p");
-      line.id = "studio-login-wait";
-      line.setAttribute("role", "status");
-      line.style.cssText = "margin:0.5em 0;opacity:0.8";
-      const form = document.querySelector("form");
-      if (form) form.after(line); else document.body.prepend(line);
-    }
-    line.textContent = text;
-  };
+  const waiting = line("studio-login-wait", "status", "margin:0.5em 0;opacity:0.8", after("form"));
   const isLogin = (input, init) => {
     try {
       const url = typeof input === "string" ? input : (input && input.url) || "";
