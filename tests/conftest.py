@@ -104,3 +104,20 @@ def tiny_encoder_dir(tmp_path_factory):
     BertForSequenceClassification(config).save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
+
+
+@pytest.fixture(scope="session")
+def tiny_bf16_model_dir(tmp_path_factory, tiny_model_dir):
+    """The tiny model saved in bf16 (as a team's model usually is), with its tokenizer."""
+    import shutil
+
+    import torch
+
+    from rlhf.loading import load_causal_lm
+
+    folder = tmp_path_factory.mktemp("tiny-bf16")
+    load_causal_lm(str(tiny_model_dir), dtype=torch.bfloat16).save_pretrained(folder)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        if (tiny_model_dir / name).exists():
+            shutil.copy(tiny_model_dir / name, folder / name)
+    return folder

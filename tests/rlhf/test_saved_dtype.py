@@ -4,8 +4,6 @@ gave 6.2 GB fp32 models from each PPO run)."""
 from __future__ import annotations
 
 import json
-import shutil
-
 import pytest
 import torch
 from safetensors import safe_open
@@ -14,14 +12,9 @@ from rlhf.loading import load_causal_lm, save_in_stored_dtype, stored_dtype, wei
 from rlhf.value_head import AutoModelForCausalLMWithValueHead
 
 
-@pytest.fixture(scope="module")
-def bf16_base(tmp_path_factory, tiny_model_dir):
-    folder = tmp_path_factory.mktemp("bf16-base")
-    load_causal_lm(str(tiny_model_dir), dtype=torch.bfloat16).save_pretrained(folder)
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
-        if (tiny_model_dir / name).exists():
-            shutil.copy(tiny_model_dir / name, folder / name)
-    return folder
+@pytest.fixture
+def bf16_base(tiny_bf16_model_dir):
+    return tiny_bf16_model_dir
 
 
 def dtypes(folder) -> set[torch.dtype]:

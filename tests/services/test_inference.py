@@ -22,21 +22,9 @@ def test_the_dtype_follows_the_device_and_the_cpus_bf16():
     assert inference.inference_dtype("cpu", frozenset()) == "float32"  # no /proc/cpuinfo: fp32
 
 
-@pytest.fixture(scope="module")
-def bf16_checkpoint(tmp_path_factory, tiny_model_dir):
-    """The tiny model saved in bf16, as a team's model usually is."""
-    import shutil
-
-    import torch
-
-    from rlhf.loading import load_causal_lm
-
-    folder = tmp_path_factory.mktemp("bf16-model")
-    load_causal_lm(str(tiny_model_dir), dtype=torch.bfloat16).save_pretrained(folder)
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
-        if (tiny_model_dir / name).exists():
-            shutil.copy(tiny_model_dir / name, folder / name)
-    return folder
+@pytest.fixture
+def bf16_checkpoint(tiny_bf16_model_dir):
+    return tiny_bf16_model_dir
 
 
 def test_every_path_loads_in_the_cpus_precision(bf16_checkpoint, monkeypatch):
