@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from labeler import forms
+from labeler.field_words import field_label
 from labeler.services import models, reward_spec, run_judgements, train_configs, training_stages
 from labeler.services.errors import InputError
 from labeler.services.job_settings import JobConfig
@@ -85,13 +86,21 @@ class ResolvedRun:
         return shlex.join(parts)
 
     def described(self, names: list[str] | tuple[str, ...]) -> str:
-        """`name=value (source)` for each of `names`, as the preview lists them."""
-        shown = []
-        for name in names:
-            value = self.value(name)
-            text = format(value, "g") if isinstance(value, float) else str(value)
-            shown.append(f"{name}={text} ({self.source(name)})")
-        return ", ".join(shown)
+        """Each of `names` as the Train form words it, with its value and where it came from ("KL horizon
+        (rollouts): 8 (app default); Answer length (new tokens): 128 (project)"), as the preview lists them. A
+        person reads the form's labels, not the fields' names (those are the CLI's: `command`). A setting the
+        trainer takes from the job's (GRPO's max_completion_length is max_new_tokens) reads the same: said once."""
+        shown = [f"{field_label(name)}: {value_words(self.value(name))} ({self.source(name)})" for name in names]
+        return "; ".join(dict.fromkeys(shown))
+
+
+def value_words(value: Any) -> str:
+    """A setting's value as the form shows it: on/off for a switch, "automatic" for a blank one."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if value is None:
+        return "automatic"
+    return format(value, "g") if isinstance(value, float) else str(value)
 
 
 def resolve_run(db, project: str, stage: str, typed: dict[str, Any], source: str | None = None) -> ResolvedRun:

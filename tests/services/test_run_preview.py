@@ -183,9 +183,9 @@ def test_the_preview_names_the_settings_the_app_gives_a_run(labelled):
     shape = {"batch_size": 8, "mini_batch_size": 4, "answers_per_prompt": 4}
     ranked = preview_run(labelled, "default", "ppo", {**shape, "reward": "mix"}, estimate_time=False)
     assert ranked.app_settings == {"horizon": 8, "kl_coef_min": 0.03, "learning_rate": 4.5e-5}  # horizon: the batch
-    assert ("from the app, the project or the recipe (set them to change them): horizon=8 (app default), "
-            "kl_coef_min=0.03 (app default), learning_rate=4.5e-05 (app default), max_new_tokens=128 (project).") \
-        in ranked.markdown()
+    assert ("from the app, the project or the recipe (set them to change them): KL horizon (rollouts): 8 (app "
+            "default); Lowest KL weight: 0.03 (app default); Learning rate: 4.5e-05 (app default); Answer length (new "
+            "tokens): 128 (project).") in ranked.markdown()
     by_function = preview_run(labelled, "default", "ppo", {**shape, "reward": "function"}, estimate_time=False)
     assert by_function.app_settings == {"horizon": 8, "kl_coef_min": 0.03}
     chosen = preview_run(labelled, "default", "ppo", {**shape, "reward": "mix", "learning_rate": 1e-5, "horizon": 128},
