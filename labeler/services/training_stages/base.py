@@ -91,9 +91,9 @@ END_OF_TURN_ROOM = 8
 def fitted_max_length(trainer_settings: dict, job, prompt_budget: int = PROMPT_BUDGET) -> dict:
     """{"max_length": prompt budget + the run's answer length + END_OF_TURN_ROOM} unless the settings set
     max_length (typed, a recipe or a file: kept, None too). The answer length is the job's max_new_tokens, which is
-    the project's answer length unless typed (train_configs.resolve_settings): at the class default of 512, a
-    project fitted to 384 tokens had its long answers cut in training, and one fitted to 64 was sized (and
-    estimated) for sequences 8 times longer than its answers."""
+    the project's answer length unless typed (train_configs.resolve_settings). At the classes' default of 512 a
+    project fitted to 384 tokens would have its full-length answers cut in training after any prompt over 128
+    tokens, and one fitted to 64 was sized (and its memory estimated) for sequences several times its own."""
     if "max_length" in trainer_settings:
         return {}
     return {"max_length": prompt_budget + job.max_new_tokens + END_OF_TURN_ROOM}
