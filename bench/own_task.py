@@ -7,6 +7,7 @@ that judge against the base on held-out prompts, beside the app's own evaluation
     python bench/own_task.py --task concise --seeds 0,1,2 --tie-margins 0.05,0.1   # item 7: is it robust?
     nice -n 10 python bench/own_task.py --task concise --limit 12 --n 2 --set steps=1 --ppo-set batch_size=8 \\
         --annotators 2 --pace 0 --answer-tokens 32 --set eval_samples=1 --mix-judged-answers 16   # a smoke run
+    python bench/own_task.py --task concise --skip-ppo --skip-mix --measure people   # DPO alone, judged by people
 
 The recipe, one `rlhf-studio` subprocess per step, on a fresh database in a temporary folder (--keep: a folder):
 
@@ -19,14 +20,19 @@ The recipe, one `rlhf-studio` subprocess per step, on a fresh database in a temp
    seconds each, until `--judged-answers` answers are judged or the queue is empty
 5. `train rm`: a reward model from those rankings; `projects set TASK --measure rm:NAME` makes it the project's
    measure, so the app judges every run below by it (`--measure people`: the same people rank each run's blind
-   pairs of base and tuned answers in the Rank tab, and the app's win rate is theirs)
-6. `train ppo --set reward=rm`
+   pairs of base and tuned answers in the Rank tab, and the app's win rate is theirs). Skipped when nothing
+   below needs it (`needs_reward_model`: --skip-ppo --skip-mix with a measure other than rm)
+6. `train ppo --set reward=rm` (not with --skip-ppo)
 7. `train dpo` on the same rankings
 8. `train ppo --set reward=mix`: the same people rank online while the run asks (up to --mix-judged-answers)
 9. after each policy run, on the held-out prompts: the app's evaluation of the run (stored in the evaluations
    table: its measure's mean and win rate, KL, length, distinct-2), and the judge's verdict on the same answers
    (each tuned answer against the base's answer to the same prompt with the same sample index: the win rate,
    ties within --win-margin counted half, with the app's 95% Wilson interval over prompts)
+
+Before each `train` the app's own time estimate (the Train tab's and `train --dry-run`'s preview, with the same
+settings) is read, and the run's wall time from launch to finished, its automatic evaluation included, measured:
+both, and actual / estimate, in a second table and in results.json (issue 45 item 4: within 20%).
 
 Printed: one table per task with item 5's targets (issue 33) marked met or not: judge's win rate >= 70%, KL <= 10,
 distinct-2 >= 0.45, answers judged by people <= 400 for the offline path (800 for the online mix run: item 7),
@@ -153,6 +159,42 @@ def format_table(task: str, rows: list[Row]) -> str:
                  f"({TARGETS['judged_mix']} online mix), the app's win rate within {100 * TARGETS['app_vs_judge']:.0f} "
                  "points of the judge's")
     return "\n".join(lines)
+
+
+@dataclass
+class Timing:
+    """One `train`'s time: the app's estimate before launch (None: the preview gives none for the stage) and
+    the wall seconds from launch to finished, its automatic evaluation included."""
+
+    run: str
+    run_id: int
+    estimate_s: float | None
+    wall_s: float
+
+    @property
+    def ratio(self) -> float | None:
+        """actual / estimate: above 1 the estimate was optimistic (issue 45 item 4 asks within 20%: 0.8-1.2)."""
+        return self.wall_s / self.estimate_s if self.estimate_s else None
+
+    def as_dict(self) -> dict:
+        return {"wall_s": self.wall_s, "estimate_s": self.estimate_s, "actual_over_estimate": self.ratio}
+
+
+def format_timings(timings: list[Timing]) -> str:
+    lines = ["| run | app's estimate | actual (launch to finished, with its evaluation) | actual / estimate |",
+             "|---|---|---|---|"]
+    for timing in timings:
+        estimate = "none" if timing.estimate_s is None else f"{timing.estimate_s:.0f} s"
+        ratio = "-" if timing.ratio is None else f"{timing.ratio:.2f}"
+        lines.append(f"| {timing.run} (#{timing.run_id}) | {estimate} | {timing.wall_s:.0f} s | {ratio} |")
+    return "\n".join(lines)
+
+
+def needs_reward_model(measure: str, skip_ppo: bool, skip_mix: bool) -> bool:
+    """Whether the recipe trains the reward model (step 5): the measure rm judges by it, PPO reward=rm optimises
+    it, and the mix run starts from it (its warm start, the newest registered); DPO and people's measure need
+    none."""
+    return measure == "rm" or not skip_ppo or not skip_mix
 
 
 # ---- the CLI, as a team runs it ------------------------------------------------------------------------------
@@ -317,11 +359,27 @@ class People:
         self.server.close()
 
 
+def app_estimate(studio: Studio, stage: str, settings: list[str]) -> float | None:
+    """The app's wall-time estimate of a `train STAGE --set ...` run, as its preview gives it before launch (the
+    Train tab, `train --dry-run`), or None when the stage has none."""
+    from labeler import forms
+    from labeler.services import run_preview
+
+    db = studio.db_handle()
+    try:
+        preview = run_preview.preview_run(db, studio.project, stage, forms.parse_sets(settings))
+    finally:
+        db.conn.close()
+    return None if preview.estimate is None else float(preview.estimate.total_seconds)
+
+
 # 5.-8.
-def train(studio: Studio, stage: str, settings: list[str], log: str) -> tuple[int, str, float]:
-    """`train STAGE --wait`; (run id, the model it registered, wall seconds)."""
+def train(studio: Studio, stage: str, settings: list[str], log: str, label: str = "") -> tuple[int, str, Timing]:
+    """`train STAGE --wait`; (run id, the model it registered, its Timing: the app's estimate read first)."""
     from labeler.services import models, runs
 
+    estimate = app_estimate(studio, stage, settings)
+    print(f"  the app estimates {'nothing' if estimate is None else f'{estimate:.0f} s'} for {stage}", flush=True)
     start = time.perf_counter()
     args = ["train", stage, "--wait", "--runs-dir", str(studio.work / "runs")]
     for setting in settings:
@@ -333,9 +391,10 @@ def train(studio: Studio, stage: str, settings: list[str], log: str) -> tuple[in
         model = models.model_of_run(db, run.id)
     finally:
         db.conn.close()
+    wall = time.perf_counter() - start
     if run.status != "succeeded" or model is None:
         raise SystemExit(f"{stage} run #{run.id} ended {run.status} without a model; see {studio.work / log}")
-    return run.id, model["name"], time.perf_counter() - start
+    return run.id, model["name"], Timing(label or stage, run.id, estimate, wall)
 
 
 def answers_judged_in_run(studio: Studio, run_id: int) -> int | None:
@@ -431,6 +490,9 @@ def main() -> None:
     parser.add_argument("--seeds", default="0", help="comma-separated seeds of generation and every run: the "
                         "whole recipe runs once per seed and tie margin")
     parser.add_argument("--skip-mix", action="store_true", help="no online run with people")
+    parser.add_argument("--skip-ppo", action="store_true", help="no `train ppo --set reward=rm` (and no `train rm` "
+                        "unless the measure or the mix run needs it: with --measure people --skip-mix the offline "
+                        "path is DPO alone)")
     parser.add_argument("--skip-dpo", action="store_true")
     parser.add_argument("--keep", default="", help="folder for the databases, logs and results (default: a temp one)")
     parser.add_argument("--more", action="append", default=[], metavar="STAGE:KEY=VALUE,...",
@@ -447,20 +509,21 @@ def main() -> None:
                 title = name if len(seeds) * len(margins) == 1 else f"{name}, seed {seed}, ties within {margin:g}"
                 work = root / title.replace(", ", "-").replace(" ", "-")
                 if args.more:
-                    rows = more_runs(TASKS[name], args, seed, margin, work)
+                    rows, timings = more_runs(TASKS[name], args, seed, margin, work)
                     title += " (more runs)"
                 else:
-                    rows = run_task(TASKS[name], args, seed, margin, work)
-                tables.append(format_table(title, rows))
+                    rows, timings = run_task(TASKS[name], args, seed, margin, work)
+                tables.append(format_table(title, rows) + "\n\nTime, the app's estimate against the run's:\n\n"
+                              + format_timings(timings))
                 print("\n" + tables[-1], flush=True)
     written = root / ("tables-more.md" if args.more else "tables.md")  # --more keeps the recipe's own tables
     written.write_text("\n\n".join(tables) + "\n")
     print(f"\ntables in {written}; databases and logs under {root}")
 
 
-def run_task(task: Task, args, seed: int, margin: float, work: Path) -> list[Row]:
+def run_task(task: Task, args, seed: int, margin: float, work: Path) -> tuple[list[Row], list[Timing]]:
     """The recipe (1.-9.) on a fresh database in `work`, with generation and every run at `seed` and people
-    tying within `margin`; one table row per policy run."""
+    tying within `margin`; one table row per policy run, and every train's Timing."""
     work.mkdir(parents=True, exist_ok=True)
     studio = Studio(work / "studio.db", task.name, work)
     judge = task.judge()
@@ -469,26 +532,33 @@ def run_task(task: Task, args, seed: int, margin: float, work: Path) -> list[Row
     generate(studio, args.n, seed)                                                    # 3.
     common = [f"seed={seed}", *args.set]                                              # every train's settings
     people = People(studio, task, args.annotators, args.pace, margin)
-    rows, results = [], []
+    rows, results, timings = [], [], []
     try:
         judged = people.label_until_done(args.judged_answers)                         # 4.
         print(f"  people judged {judged} answers up front", flush=True)
-        _, reward_model, _ = train(studio, "rm", [*common, *args.rm_set], "rm.log")     # 5.
+        reward_model = ""
+        if needs_reward_model(args.measure, args.skip_ppo, args.skip_mix):            # 5.
+            _, reward_model, timing = train(studio, "rm", [*common, *args.rm_set], "rm.log")
+            timings.append(timing)
+            results.append({"run": "rm", "run_id": timing.run_id, **timing.as_dict(), "judged": judged})
         set_measure(studio, args.measure, reward_model)
-        offline = [("ppo reward=rm", "ppo", ["reward=rm", *args.ppo_set]),           # 6.
+        offline = [*([] if args.skip_ppo else [("ppo reward=rm", "ppo", ["reward=rm", *args.ppo_set])]),  # 6.
                    *([] if args.skip_dpo else [("dpo", "dpo", [])])]                 # 7.
         by_people = args.measure == "people"
+        policy_results = []
         for label, stage, settings in offline:
-            run_id, model, wall = train(studio, stage, [*common, *settings], f"{stage}.log")
+            run_id, model, timing = train(studio, stage, [*common, *settings], f"{stage}.log", label)
+            timings.append(timing)
             evaluated = app_evaluation(studio, run_id, model)
             rows.append(measure(label, model, *evaluated, judge, args.win_margin, judged,
                                 people_win=people.judge_run(run_id, model) if by_people else None))
-            results.append({"run": label, "run_id": run_id, "wall_s": wall})
+            policy_results.append({"run": label, "run_id": run_id, **timing.as_dict()})
         if not args.skip_mix:                                                         # 8.
             settings = [*common, "reward=mix", *args.ppo_set]
             kind = "rating" if "human_label=rating" in settings else "ranking"
-            (run_id, model, wall), by_team = people.online(
-                args.mix_judged_answers, kind, lambda: train(studio, "ppo", settings, "ppo-mix.log"))
+            (run_id, model, timing), by_team = people.online(
+                args.mix_judged_answers, kind, lambda: train(studio, "ppo", settings, "ppo-mix.log", "ppo reward=mix"))
+            timings.append(timing)
             by_run = answers_judged_in_run(studio, run_id)
             print(f"  people judged {by_team} answers during the mix run; the run counts {by_run} of its own",
                   flush=True)
@@ -496,16 +566,18 @@ def run_task(task: Task, args, seed: int, margin: float, work: Path) -> list[Row
             rows.append(measure("ppo reward=mix", model, *evaluated, judge, args.win_margin,
                                 by_run if by_run is not None else by_team, online=True,
                                 people_win=people.judge_run(run_id, model) if by_people else None))
-            results.append({"run": "ppo reward=mix", "run_id": run_id, "wall_s": wall, "judged_by_team": by_team})
+            policy_results.append({"run": "ppo reward=mix", "run_id": run_id, **timing.as_dict(),
+                                   "judged_by_team": by_team})
     finally:
         people.close()
-    for result, row in zip(results, rows):
+    for result, row in zip(policy_results, rows):
         result.update(asdict(row), targets=row.targets())
-    (work / "results.json").write_text(json.dumps(results, indent=2))
-    return rows
+    # the policy runs first (--more reads the first one's answers judged), the reward model's time after them
+    (work / "results.json").write_text(json.dumps(policy_results + results, indent=2))
+    return rows, timings
 
 
-def more_runs(task: Task, args, seed: int, margin: float, work: Path) -> list[Row]:
+def more_runs(task: Task, args, seed: int, margin: float, work: Path) -> tuple[list[Row], list[Timing]]:
     """--more: further runs on the labels and the measure of a recipe already run in `work` (its results.json says
     how many answers people judged), one table row each, added to work/more.json. The same people (ties within
     `margin`) rank online while a run with reward=mix asks, up to --mix-judged-answers, and rank each run's blind
@@ -521,7 +593,7 @@ def more_runs(task: Task, args, seed: int, margin: float, work: Path) -> list[Ro
     by_people = measures.resolve_measure(db, task.name) == measures.PEOPLE
     db.conn.close()
     people = People(studio, task, args.annotators, args.pace, margin)
-    rows, results = [], []
+    rows, results, timings = [], [], []
     try:
         for spec in args.more:
             stage, _, rest = spec.partition(":")
@@ -531,23 +603,25 @@ def more_runs(task: Task, args, seed: int, margin: float, work: Path) -> list[Ro
             online = "reward=mix" in settings
             if online:
                 kind = "rating" if "human_label=rating" in settings else "ranking"
-                (run_id, model, wall), by_team = people.online(
-                    args.mix_judged_answers, kind, lambda: train(studio, stage, all_settings, f"{stage}-more.log"))
+                (run_id, model, timing), by_team = people.online(
+                    args.mix_judged_answers, kind,
+                    lambda: train(studio, stage, all_settings, f"{stage}-more.log", label))
                 by_run = answers_judged_in_run(studio, run_id)
                 run_judged = by_run if by_run is not None else by_team
             else:
-                run_id, model, wall = train(studio, stage, all_settings, f"{stage}-more.log")
+                run_id, model, timing = train(studio, stage, all_settings, f"{stage}-more.log", label)
                 run_judged = judged
             evaluated = app_evaluation(studio, run_id, model)
             rows.append(measure(label, model, *evaluated, task.judge(), args.win_margin, run_judged, online=online,
                                 people_win=people.judge_run(run_id, model) if by_people else None))
-            results.append({"run": spec, "run_id": run_id, "wall_s": wall, **asdict(rows[-1]),
+            timings.append(timing)
+            results.append({"run": spec, "run_id": run_id, **timing.as_dict(), **asdict(rows[-1]),
                             "targets": rows[-1].targets()})
     finally:
         people.close()
     path = work / "more.json"
     path.write_text(json.dumps((json.loads(path.read_text()) if path.exists() else []) + results, indent=2))
-    return rows
+    return rows, timings
 
 
 if __name__ == "__main__":

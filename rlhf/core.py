@@ -209,17 +209,23 @@ def response_mask_after_eos(
     return mask
 
 
-def unfinished_share(responses: Sequence[torch.Tensor], eos_token_id: int | Sequence[int] | None) -> float:
-    """Share of responses with no EOS: they filled the answer length and were cut there (mid-sentence, most
-    likely), so people ranked and the policy learns on answers that never ended. 0.0 without EOS ids (nothing
-    tells a finished answer from a cut one) or without responses."""
+def unfinished(responses: Sequence[torch.Tensor], eos_token_id: int | Sequence[int] | None) -> list[bool]:
+    """Per response: True when it holds no EOS, so it filled the answer length and was cut there (mid-sentence,
+    most likely). One that ends with EOS exactly at the limit finished. All False without EOS ids (nothing tells a
+    finished answer from a cut one)."""
     if isinstance(eos_token_id, int):
         eos_token_id = [eos_token_id]
-    if not eos_token_id or not responses:
-        return 0.0
+    if not eos_token_id:
+        return [False] * len(responses)
     eos = torch.tensor(list(eos_token_id))
-    cut = sum(not bool(torch.isin(response.detach().cpu().long(), eos).any()) for response in responses)
-    return cut / len(responses)
+    return [not bool(torch.isin(response.detach().cpu().long(), eos).any()) for response in responses]
+
+
+def unfinished_share(responses: Sequence[torch.Tensor], eos_token_id: int | Sequence[int] | None) -> float:
+    """Share of responses cut at the answer length (`unfinished`): people ranked and the policy learns on answers
+    that never ended. 0.0 without EOS ids or without responses."""
+    cut = unfinished(responses, eos_token_id)
+    return sum(cut) / len(cut) if cut else 0.0
 
 
 def trim_response(

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 
 from rlhf.configs import GenerationSettings
-from rlhf.core import logprobs_from_logits, pad_sequences
+from rlhf.core import logprobs_from_logits, pad_sequences, unfinished
 from rlhf.generation import build_prompt_ids, decode_responses, eos_token_ids, generate_batch
 from rlhf.rewards import vader_answer
 from rlhf.stats import WinRate, wilson_interval  # defined there (stdlib only); imported from here too
@@ -97,7 +97,7 @@ class EvalResult:
     mean_kl: float | None  # nats per answer; None without a base model
     mean_length: float  # tokens per answer
     distinct_2: float
-    rows: list[dict] = field(repr=False, default_factory=list)  # prompt, answer, reward, kl, length
+    rows: list[dict] = field(repr=False, default_factory=list)  # prompt, answer, reward, kl, length, cut
     responses: list = field(repr=False, default_factory=list)  # each answer's token ids, for KL measured later
 
     def metrics(self) -> dict[str, float]:
@@ -147,8 +147,11 @@ def evaluate_policy(
         policy = response_logprob_sums(model, query_ids, responses, pad_id, batch_size)
         base = response_logprob_sums(ref_model, query_ids, responses, pad_id, batch_size)
         kls = (policy - base).tolist()
-    rows = [{"prompt": p, "answer": a, "reward": r, "kl": None if kls is None else kls[i], "length": len(t)}
-            for i, (p, a, r, t) in enumerate(zip(texts, answers, rewards, responses))]
+    # cut: no EOS within max_new_tokens (rlhf.core.unfinished, PPO's tokens/cut_share too); an answer whose last
+    # allowed token is EOS finished, though its length equals the limit.
+    cut = unfinished(responses, eos_token_ids(model, tokenizer))
+    rows = [{"prompt": p, "answer": a, "reward": r, "kl": None if kls is None else kls[i], "length": len(t), "cut": c}
+            for i, (p, a, r, t, c) in enumerate(zip(texts, answers, rewards, responses, cut))]
     n = len(rows)
     return EvalResult(
         prompts=len(prompts), samples=samples,

@@ -373,7 +373,7 @@ def evaluate_models(
             free_memory()
             metrics["eval/prompts"] = float(result.prompts)
             metrics["eval/samples"] = float(result.samples)
-            metrics["eval/truncated_share"] = truncated_share(rows, settings.max_new_tokens)
+            metrics["eval/truncated_share"] = truncated_share(rows)
         base_evaluation = _find(db, base, record) if base != name else None
         if base_evaluation is not None and reward is not None:
             metrics.update(win_metrics(rows, base_evaluation.samples, settings.samples))
@@ -462,9 +462,11 @@ def _with_bases(db: sqlite_utils.Database, names: Sequence[str], reuse: Sequence
     return ordered, reused
 
 
-def truncated_share(rows: Sequence[dict], max_new_tokens: int) -> float:
-    """Share of answers that used the whole answer length: most likely cut mid-sentence."""
-    return sum(row["length"] >= max_new_tokens for row in rows) / len(rows) if rows else 0.0
+def truncated_share(rows: Sequence[dict]) -> float:
+    """Share of answers cut at the answer length (rlhf.evaluation's `cut`: no EOS within it, most likely cut
+    mid-sentence). An answer that ends with EOS at the limit finished: counted by length, a project fitted so that
+    its answers end near the limit was told that many of them were cut."""
+    return sum(bool(row["cut"]) for row in rows) / len(rows) if rows else 0.0
 
 
 def win_metrics(rows: Sequence[dict], base_rows: Sequence[dict], samples: int) -> dict[str, float]:

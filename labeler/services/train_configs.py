@@ -11,6 +11,7 @@ the preview and the resolution all call it. A `reward=` spec (reward_spec.py's g
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -234,7 +235,11 @@ def resolve_settings(stage: str, values: dict[str, Any], source: str | None = No
     # The app's defaults for the stage's trainer (PPO's KL controller, its learning rate under people's rankings;
     # GRPO's and RLOO's group size and answer length from the job's) are stored with the run, so its config shows
     # what it runs with.
-    given = stage_facts.app_defaults(trainer_values, job)
+    # They read the answer length as the project sets it unless typed, also for a stage that writes no answers (the
+    # reward model's max_length fits the project's answers it scores).
+    answered = job if answer_tokens is None or "max_new_tokens" in job_values else dataclasses.replace(
+        job, max_new_tokens=answer_tokens)
+    given = stage_facts.app_defaults(trainer_values, answered)
     sources.update({name: "app default" for name in given})
     for name, job_name in stage_facts.from_job.items():
         if name not in trainer_values:

@@ -174,3 +174,45 @@ def test_a_judge_driven_annotator_ranks_by_the_judge_and_spends_the_budget():
     annotator._shown["ranking"] = None
     assert annotator.label("ranking") is False  # 3 more would pass the budget of 5: left for someone else
     assert len(annotator.client.submitted) == 1
+
+
+def test_timings_table_gives_the_estimate_the_actual_and_their_ratio():
+    timings = [own_task.Timing("dpo", 3, estimate_s=600.0, wall_s=690.0),  # 690 / 600 = 1.15
+               own_task.Timing("rm", 2, estimate_s=None, wall_s=120.4)]
+    assert timings[0].ratio == pytest.approx(1.15) and timings[1].ratio is None
+    assert timings[0].as_dict() == {"wall_s": 690.0, "estimate_s": 600.0, "actual_over_estimate": pytest.approx(1.15)}
+    assert own_task.Timing("x", 1, estimate_s=0.0, wall_s=5.0).ratio is None  # no estimate, not a division by 0
+    lines = own_task.format_timings(timings).splitlines()
+    assert lines[2] == "| dpo (#3) | 600 s | 690 s | 1.15 |"
+    assert lines[3] == "| rm (#2) | none | 120 s | - |"
+
+
+def test_the_reward_model_is_trained_only_when_the_recipe_needs_it():
+    # --measure people --skip-ppo --skip-mix: DPO alone, no reward model
+    assert own_task.needs_reward_model("people", skip_ppo=True, skip_mix=True) is False
+    assert own_task.needs_reward_model("rm", skip_ppo=True, skip_mix=True) is True  # the measure judges by it
+    assert own_task.needs_reward_model("people", skip_ppo=False, skip_mix=True) is True  # PPO reward=rm
+    assert own_task.needs_reward_model("people", skip_ppo=True, skip_mix=False) is True  # the mix run's warm start
+
+
+def test_the_estimate_is_the_previews_for_the_settings_the_cli_gets(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    from labeler.services import run_preview
+
+    asked = []
+
+    def preview(db, project, stage, values):
+        asked.append((project, stage, values))
+        estimate = SimpleNamespace(total_seconds=42.5) if stage == "ppo" else None
+        return SimpleNamespace(estimate=estimate)
+
+    monkeypatch.setattr(run_preview, "preview_run", preview)
+    closed = []
+    studio = own_task.Studio(tmp_path / "studio.db", "concise", tmp_path)
+    handle = SimpleNamespace(conn=SimpleNamespace(close=lambda: closed.append(1)))
+    monkeypatch.setattr(studio, "db_handle", lambda: handle)
+    assert own_task.app_estimate(studio, "ppo", ["seed=0", "reward=rm"]) == 42.5
+    assert own_task.app_estimate(studio, "dpo", ["seed=1"]) is None
+    assert asked == [("concise", "ppo", {"seed": "0", "reward": "rm"}), ("concise", "dpo", {"seed": "1"})]
+    assert closed == [1, 1]

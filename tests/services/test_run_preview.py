@@ -155,7 +155,9 @@ def test_qlora_without_lora_is_refused_when_queued():
     with pytest.raises(InputError) as error:
         resolve_run_config("dpo", {"load_in_4bit": True})
     assert error.value.field == "load_in_4bit" and "set lora=true too" in error.value.message
-    assert resolve_run_config("dpo", {"load_in_4bit": True, "lora": True})["trainer"] == {"load_in_4bit": True}
+    # max_length: no project, so the job's answer length (16) + the prompt budget 256 + 8 (fitted_max_length)
+    assert resolve_run_config("dpo", {"load_in_4bit": True, "lora": True})["trainer"] == {"load_in_4bit": True,
+                                                                                          "max_length": 280}
 def test_the_estimate_says_it_assumes_an_idle_machine_and_names_the_load():
     """Issue 37 item 9: ~5 min estimated, 34 min taken at load 7-18 (the worker runs niced)."""
     from labeler.services.run_preview import idle_machine_note
@@ -195,9 +197,11 @@ def test_the_preview_names_the_settings_the_app_gives_a_run(labelled):
                             estimate_time=False)
     assert "learning_rate" not in by_recipe.app_settings  # the recipe's own rate
     # DPO's full fine-tuning gets the app's learning rate; LoRA and a rate set by the user keep their own
-    assert preview_run(labelled, "default", "dpo", {"steps": 3}).app_settings == {"learning_rate": 2e-5}
-    assert preview_run(labelled, "default", "dpo", {"steps": 3, "lora": True}).app_settings == {}
-    assert preview_run(labelled, "default", "dpo", {"steps": 3, "learning_rate": 1e-6}).app_settings == {}
+    # (max_length: the prompt budget 256 + the project's 128-token answers + 8, whatever the learning rate)
+    fitted = {"max_length": 392}
+    assert preview_run(labelled, "default", "dpo", {"steps": 3}).app_settings == {"learning_rate": 2e-5, **fitted}
+    assert preview_run(labelled, "default", "dpo", {"steps": 3, "lora": True}).app_settings == fitted
+    assert preview_run(labelled, "default", "dpo", {"steps": 3, "learning_rate": 1e-6}).app_settings == fitted
 
 
 def test_a_reward_model_run_without_steps_makes_three_passes_over_its_pairs_and_dpo_one(labelled, tmp_path):

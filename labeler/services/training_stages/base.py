@@ -77,6 +77,28 @@ class StudioOnlineDefaults:
     num_iterations: int = field(default=2, metadata={"help": "Passes over each generation batch (PPO's ppo_epochs)."})
 
 
+# The prompt tokens a row of the trainers on labels (sft, rm, dpo, kto) is given room for: DPOConfig's own
+# max_prompt_length (a longer prompt keeps its end there) and the chat's MIN_PROMPT_TOKENS. A fixed budget rather
+# than the project's longest prompt: the settings resolve without a tokenizer or the database (app_defaults sees the
+# trainer settings and the job only), and a run's shape, its memory and time estimate included, then stays the same
+# as prompts are added. A team's questions are a few dozen tokens with the chat template; 256 leaves them room.
+PROMPT_BUDGET = 256
+# Room past the answer length: the chat template's end of turn after an answer cut at the limit (SmolLM2's
+# <|im_end|> and a newline: 2 tokens) and the odd extra token a decoded answer tokenises into again.
+END_OF_TURN_ROOM = 8
+
+
+def fitted_max_length(trainer_settings: dict, job, prompt_budget: int = PROMPT_BUDGET) -> dict:
+    """{"max_length": prompt budget + the run's answer length + END_OF_TURN_ROOM} unless the settings set
+    max_length (typed, a recipe or a file: kept, None too). The answer length is the job's max_new_tokens, which is
+    the project's answer length unless typed (train_configs.resolve_settings). At the classes' default of 512 a
+    project fitted to 384 tokens would have its full-length answers cut in training after any prompt over 128
+    tokens, and one fitted to 64 was sized (and its memory estimated) for sequences several times its own."""
+    if "max_length" in trainer_settings:
+        return {}
+    return {"max_length": prompt_budget + job.max_new_tokens + END_OF_TURN_ROOM}
+
+
 def load(spec: str):
     """The attribute a "module:attribute" string names, its module imported now (a broken one fails here, loudly)."""
     module_name, _, attribute = spec.partition(":")

@@ -1,7 +1,7 @@
 """DPO: tune the policy straight from preference pairs, no reward model (rlhf.dpo's DPOTrainer)."""
 from __future__ import annotations
 
-from labeler.services.training_stages.base import Stage
+from labeler.services.training_stages.base import PROMPT_BUDGET, Stage, fitted_max_length
 
 
 # DPO's learning rate in the app unless the user or a recipe sets one (a recipe's is for a larger model on a GPU), for
@@ -12,9 +12,12 @@ APP_LEARNING_RATE = 2e-5
 
 
 def app_defaults(trainer_settings: dict, job) -> dict:
-    if job.lora or "learning_rate" in trainer_settings:
-        return {}
-    return {"learning_rate": APP_LEARNING_RATE}
+    """The app's learning rate (full fine-tuning), and max_length fitted to the project's answer length with the
+    prompt budget DPO itself keeps (its max_prompt_length, 256 unless set: the same as PROMPT_BUDGET)."""
+    out = fitted_max_length(trainer_settings, job, trainer_settings.get("max_prompt_length") or PROMPT_BUDGET)
+    if not job.lora and "learning_rate" not in trainer_settings:
+        out["learning_rate"] = APP_LEARNING_RATE
+    return out
 
 
 STAGE = Stage(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from labeler.services.training_stages.base import Stage, built_when_asked, config_attribute, load
+from labeler.services.training_stages.base import Stage, built_when_asked, config_attribute, fitted_max_length, load
 
 
 @functools.cache
@@ -43,5 +43,6 @@ STAGE = Stage(
     card="KTO (KTOTrainer, TRL 1.x API)", metrics=("loss", "kl"),
     form_fields=("learning_rate", "per_device_train_batch_size", "beta", "desirable_weight", "undesirable_weight"),
     full_lr=1e-6, lora_lr=5e-6, data_problem=lambda rows: label_problem([row["label"] for row in rows]),
+    app_defaults=fitted_max_length,  # max_length: the prompt budget + the project's answer length
     sequences_per_row=2, reference_copy=True,  # each row with its KL row
 )

@@ -1,7 +1,7 @@
 """The reward model: a scorer trained on preference pairs (rlhf.reward's RewardTrainer)."""
 from __future__ import annotations
 
-from labeler.services.training_stages.base import Stage
+from labeler.services.training_stages.base import Stage, fitted_max_length
 
 # Passes over the pairs unless the run sets steps or num_train_epochs: TRL's (and TrainingArguments') default.
 # Ouyang et al. 2022 trained one epoch on tens of thousands of comparisons; a team's few hundred are another
@@ -19,6 +19,7 @@ STAGE = Stage(
     card="reward modelling (RewardTrainer)", metrics=("loss", "accuracy"),
     form_fields=("learning_rate", "per_device_train_batch_size", "max_length", "center_rewards_coefficient"),
     full_lr=1e-5, lora_lr=1e-4, aka="reward model", default_model="default", answers=False,
+    app_defaults=fitted_max_length,  # max_length: the prompt budget + the project's answer length
     frozen_rows=("train_rows", "preferences"), default_passes=REWARD_MODEL_PASSES,
     sequences_per_row=2, logit_tokens="none",  # pairs, scored by a scalar head
 )

@@ -1,7 +1,7 @@
 """SFT: fine-tune the policy on the answers people rated well (rlhf.sft's SFTTrainer)."""
 from __future__ import annotations
 
-from labeler.services.training_stages.base import Stage
+from labeler.services.training_stages.base import Stage, fitted_max_length
 
 STAGE = Stage(
     name="sft", order=1, config_class="rlhf.sft:SFTConfig", runner="labeler.services.runners.offline:run_sft",
@@ -10,4 +10,5 @@ STAGE = Stage(
     card="supervised fine-tuning (SFTTrainer)", metrics=("loss",),
     form_fields=("learning_rate", "per_device_train_batch_size", "max_length", "completion_only_loss", "packing"),
     full_lr=2e-5, lora_lr=2e-4, frozen_rows=("train_rows", "sft"), logit_tokens="all",
+    app_defaults=fitted_max_length,  # max_length: the prompt budget + the project's answer length
 )
