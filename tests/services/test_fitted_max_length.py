@@ -11,7 +11,7 @@ from labeler.services.runners.common import trainer_args
 from labeler.services.stages import StageContext
 from labeler.services.training_stages.base import END_OF_TURN_ROOM, PROMPT_BUDGET
 
-STAGES = ("sft", "rm", "dpo", "kto")
+STAGES = ("rm", "dpo", "kto")  # they score the model's answers; SFT keeps a floor (below)
 
 
 @pytest.fixture
@@ -56,3 +56,13 @@ def test_dpo_fits_max_length_to_its_own_prompt_budget(labelled):
     resolved = run_settings.resolve_run(labelled, "default", "dpo", {"max_prompt_length": 128})
     assert resolved.config["trainer"]["max_length"] == 128 + 64 + 8
     assert resolved.trainer_config().max_prompt_length == 128
+
+
+def test_sft_follows_a_long_answer_length_up_but_never_below_its_own_512(labelled, tmp_path):
+    # SFT trains on people's written answers too, which the model's answer length does not bound
+    run = jobs.create_run(labelled, "sft", {}, runs_dir=tmp_path / "runs", start=False)
+    assert run.config["trainer"]["max_length"] == 512  # 256 + 64 + 8 = 328 would cut a long written answer
+    assert runner_config("sft", run, tmp_path / "out").max_length == 512
+    projects.update_project(labelled, "default", answer_tokens=400)
+    assert run_settings.resolve_run(labelled, "default", "sft", {}).config["trainer"]["max_length"] == 256 + 400 + 8
+    assert run_settings.resolve_run(labelled, "default", "sft", {"max_length": 100}).config["trainer"]["max_length"] == 100
