@@ -357,6 +357,16 @@ def _register_projects(subparsers, common) -> None:
                     "with --selection uncertainty).")
     rescore.add_argument("name", help="project name")
     rescore.set_defaults(func=run_projects_rescore)
+    recommend = actions.add_parser(
+        "recommend", parents=[common], help="which path to train: DPO, or a reward model then PPO",
+        description="Say which path from rankings to a tuned model suits the project's labels and this machine "
+                    "(the Train tab's line; the rule and its figures: docs/YOUR_TASK.md).")
+    recommend.add_argument("name", nargs="?", help="project name (default: --project)")
+    recommend.add_argument("--device", choices=("cpu", "gpu"), help="the hardware to recommend for (default: this "
+                                                                    "machine's)")
+    recommend.add_argument("--reusable-reward-model", action="store_true",
+                           help="the team wants a reward model to keep (to score answers, or label online)")
+    recommend.set_defaults(func=run_projects_recommend)
 
 
 def _guidelines(path: str | None) -> str | None:
@@ -433,6 +443,19 @@ def run_projects_set(args) -> int:
                              # typed, even as the default's value: a later import must not refit it
                              answer_tokens_origin=None if args.answer_tokens is None else SET_BY_HAND)
     print(f"updated project {_describe(project)}")
+    return 0
+
+
+def run_projects_recommend(args) -> int:
+    from labeler.services import recommended_path
+
+    db = _open(args)
+    name = args.name or args.project
+    facts = recommended_path.project_facts(db, name, args.device,
+                                           reusable_reward_model=args.reusable_reward_model)
+    print(f"{name}: {facts.rankings} rankings, {facts.pairs} pairs, {facts.training_prompts} training prompts, "
+          f"{'a GPU' if facts.device == 'gpu' else 'a CPU'}")
+    print(recommended_path.recommend(facts).line().replace("**", ""))
     return 0
 
 
