@@ -20,6 +20,7 @@ from labeler.services.labels_import import import_preferences
 from labeler.services.measures import GRAMMAR as MEASURES
 from labeler.services.measures import check_measure
 from labeler.services.models import resolve as resolve_model
+from labeler.services import recommended_path
 from labeler.services.projects import (DEFAULT_ANSWER_TOKENS, DEFAULT_HELDOUT_SHARE, PROMPT_FORMATS, SELECTIONS,
                                        SET_BY_HAND, create_project, get_project, list_projects, update_project)
 from labeler.services.prompts import (change_heldout_share, check_prompt_file, count_prompts, edit_prompt,
@@ -447,8 +448,6 @@ def run_projects_set(args) -> int:
 
 
 def run_projects_recommend(args) -> int:
-    from labeler.services import recommended_path
-
     db = _open(args)
     name = args.name or args.project
     facts = recommended_path.project_facts(db, name, args.device,

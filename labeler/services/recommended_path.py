@@ -3,8 +3,8 @@
 The rule is a pure function of a project's facts (recommend), so the Train tab's line, `rlhf-studio projects
 recommend` and docs/YOUR_TASK.md say the same thing; project_facts reads those facts from the database.
 
-The figures behind it (issue 45's walkthrough, a chat project of 70 prompts, 63 rankings of 4 answers at 128 tokens,
-on 2 CPU cores with bf16, the machine shared): DPO at its defaults took 14 min including its evaluation and won 88%
+The figures behind it (a walkthrough of a team's own task, 2026-12-06, docs/YOUR_TASK.md: a chat project of 70
+prompts, 63 rankings of 4 answers at 128 tokens, on 2 CPU cores with bf16, the machine shared): DPO at its defaults took 14 min including its evaluation and won 88%
 against the base by the task's judge; a reward model (three passes) then PPO at its defaults took 65 min and won 67%.
 bench/own_task.py's two example tasks (~80 rankings, ~480 pairs) gave DPO 73-79% and a scaled PPO from the three-pass
 reward model 76-83%: level within seeds, at a multiple of the time.
@@ -16,15 +16,20 @@ from typing import Literal
 
 import sqlite_utils
 
+from labeler.services import inference, stages
+from labeler.services.job_settings import JobConfig
+from labeler.services.projects import get_project
+from labeler.services.prompts import split_prompts
+
 # From this many rankings, on a GPU, a reward model then PPO is recommended. Not measured: the walkthrough had 63
 # rankings (DPO stronger) and the bench ~80 (the two level); a reward model learns a judge from a few hundred pairs
 # poorly (bench/reward_vs_judge.py: 67-84% of the judge's held-out pairs ordered alike at ~300 pairs), so the switch
 # waits for several times those label counts.
 MANY_RANKINGS = 500
-# Issue 45 item 4: from rankings to an evaluated model on a CPU within half an hour.
+# The target the defaults are held to: from rankings to an evaluated model on a CPU within half an hour.
 CPU_BUDGET_MINUTES = 30.0
 # The walkthrough's measured figures, quoted in the reasons.
-MEASURED = ("issue 45's 70-prompt project, 63 rankings on 2 CPU cores: DPO 14 min and 88% won against the base, "
+MEASURED = ("a 70-prompt project with 63 rankings, on 2 CPU cores: DPO 14 min and 88% won against the base, "
             "a reward model then PPO 65 min and 67%")
 
 Path = Literal["dpo", "rm_ppo"]
@@ -106,18 +111,11 @@ def project_facts(db: sqlite_utils.Database, project: str, device: str | None = 
     """A project's PathFacts: its rankings, the pairs DPO would train on (at the job's default filters), its
     training prompts, and this host's device (inference.host_device, unless given). `minutes`: dpo_minutes,
     rm_ppo_minutes, reusable_reward_model."""
-    from labeler.services import stages
-    from labeler.services.job_settings import JobConfig
-    from labeler.services.projects import get_project
-    from labeler.services.prompts import split_prompts
-
     project_id = get_project(db, project).id
     rankings = db.execute("SELECT COUNT(*) FROM rankings JOIN prompts ON prompts.id = rankings.prompt_id "
                           "WHERE prompts.project_id = ?", [project_id]).fetchone()[0]
     pairs = len(stages.dpo_rows(db, project, JobConfig()))
     if device is None:
-        from labeler.services import inference
-
         device = "gpu" if inference.host_device() == "cuda" else "cpu"
     return PathFacts(rankings=rankings, pairs=pairs, training_prompts=len(split_prompts(db, project_id, "train")),
                      device=device, **minutes)

@@ -23,7 +23,7 @@ import sqlite_utils
 
 from labeler.services import launch, models, run_estimate, run_settings, train_configs, training_stages
 from labeler.services.errors import InputError
-from labeler.services.evaluation import heldout_prompts
+from labeler.services.evaluation import EvalSettings, heldout_prompts
 from labeler.services.projects import get_project
 from labeler.services.stages import split_for_training
 from labeler.services.training_stages.base import MIN_TRAINING_ROWS, row_key, steps_per_pass
@@ -279,8 +279,6 @@ def _label_step_settings(db, project: str, stage: str, job, trainer, train: list
     """What a DPO or reward-model run's micro-batch is measured with: its first per-device batch of training pairs
     (their own token lengths), its model and precision, and (DPO) a batch of held-out answers as its evaluation
     generates them."""
-    from labeler.services.evaluation import EvalSettings
-
     policy = training_stages.get(stage).answers
     answers = len(heldout) * job.eval_samples if policy else 0
     batch = EvalSettings.__dataclass_fields__["batch_size"].default  # the evaluation's generation batch
