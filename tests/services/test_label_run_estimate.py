@@ -24,8 +24,9 @@ def test_a_dpo_run_with_its_reference_precomputed():
     assert estimate.step_seconds == 3.0  # one batch's training step a step
     assert estimate.reference_seconds == 16.0  # ceil(63 / 4) = 16 batches x 1 s, once before training
     # the Trainer's evaluation: ceil(7 / 4) = 2 batches x 1 s; the automatic one: 2 models x (5 s to load + 28 x 0.25)
-    assert estimate.eval_seconds == 2.0 + 2 * (5.0 + 7.0)  # 26 s
-    assert estimate.total_seconds == 20 + 16 + 16 * 3 + 26  # 110 s
+    # and the tuned model's KL: the base loaded again (5 s) and 2 passes over 28 answers at 1 s / 8 sequences
+    assert estimate.eval_seconds == 2.0 + 2 * (5.0 + 7.0) + (5.0 + 2 * 28 * 0.125)  # 2 + 24 + 12 = 38 s
+    assert estimate.total_seconds == 20 + 16 + 16 * 3 + 38  # 122 s
 
 
 def test_a_reference_run_in_every_step_and_gradient_accumulation():
@@ -74,10 +75,11 @@ def test_a_dpo_preview_says_how_long_from_a_batch_of_its_own_pairs(labelled):
     assert (settings.max_length, settings.share_prompt_forward, settings.max_new_tokens) == (300, True, 128)
     # 1 held-out prompt x eval_samples 4: the evaluation's answers, generated in one batch
     assert (settings.generate_rows, len(settings.prompts)) == (4, 1) and "Review Heat." in settings.prompts[0]
-    # 20 s to load + ceil(3 / 4) = 1 batch of the reference (1 s) + 3 steps x 3 s + 2 x (5 s + 4 x 0.25 s) = 42 s
-    assert preview.estimate.total_seconds == 42.0
-    assert ("**About 42 s on this machine**: 3 steps of ~3 s + 20 s to load + 1 s for the reference's pass over the "
-            "pairs + 12 s of evaluation") in preview.markdown()
+    # 20 s to load + ceil(3 / 4) = 1 batch of the reference (1 s) + 3 steps x 3 s + evaluation: 2 x (5 s + 4 x 0.25 s)
+    # + KL (5 s + 2 x 4 x 0.125 s) = 18 s; 48 s in all
+    assert preview.estimate.total_seconds == 48.0
+    assert ("**About 48 s on this machine**: 3 steps of ~3 s + 20 s to load + 1 s for the reference's pass over the "
+            "pairs + 18 s of evaluation") in preview.markdown()
 
 
 def test_a_reward_model_preview_measures_its_scalar_head_and_generates_nothing(labelled):
