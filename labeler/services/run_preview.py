@@ -7,7 +7,8 @@ is queued. It reads the data exactly as the stage runners do: the same settings 
 runner calls), and the same split by prompt (export.split_by_prompt), without loading a model or building a dataset.
 
 A PPO, GRPO or RLOO run's preview also says how long it will take on this machine, extrapolated from a micro-step
-measured in a fresh process (labeler/services/run_estimate.py); for PPO with `time_budget` set it fits the number
+measured in a fresh process (labeler/services/run_estimate.py), and so does a DPO or reward-model run's, from a batch
+of its own first training pairs timed the same way; for PPO with `time_budget` set it fits the number
 of steps to the budget and says what it chose; apply_time_budget makes that choice the run's `steps`.
 """
 from __future__ import annotations
@@ -66,7 +67,7 @@ class RunPreview:
     # / prompts.
     epochs: float
     warnings: list[str] = field(default_factory=list)
-    estimate: run_estimate.RunEstimate | None = None  # ppo/grpo/rloo, when measured: the wall time on this machine
+    estimate: run_estimate.RunEstimate | None = None  # ppo/grpo/rloo/dpo/rm, when measured: the wall time here
     budget_seconds: float | None = None  # the job's time_budget
     steps_asked: int | None = None  # the steps the settings gave, when the budget changed them
     budget_error: str | None = None  # why no number of steps fits time_budget (or no estimate could be made)
@@ -163,7 +164,8 @@ def preview_run(db: sqlite_utils.Database, project: str, stage: str, values: dic
 
     Bad settings raise the same InputError launching would. For ppo, grpo and rloo with `estimate_time`, a
     micro-step is timed for the wall-time estimate by `measure(MicroStepSettings) -> MicroStep` (default:
-    run_estimate's, in a fresh process); without it there is no estimate and time_budget is not applied.
+    run_estimate's, in a fresh process); without it there is no estimate and time_budget is not applied. For dpo and
+    rm with training pairs, `measure(LabelStepSettings) -> LabelMicroStep` (default: run_estimate.measure_label_step).
     """
     resolved = run_settings.resolve_run(db, project, stage, values, source)  # source: the --config file, in errors
     config, job = resolved.config, resolved.job
