@@ -20,7 +20,7 @@ from labeler.services.labels_import import import_preferences
 from labeler.services.measures import GRAMMAR as MEASURES
 from labeler.services.measures import check_measure
 from labeler.services.models import resolve as resolve_model
-from labeler.services import recommended_path
+from labeler.services import recommended_path, run_preview
 from labeler.services.projects import (DEFAULT_ANSWER_TOKENS, DEFAULT_HELDOUT_SHARE, PROMPT_FORMATS, SELECTIONS,
                                        SET_BY_HAND, create_project, get_project, list_projects, update_project)
 from labeler.services.prompts import (change_heldout_share, check_prompt_file, count_prompts, edit_prompt,
@@ -367,6 +367,9 @@ def _register_projects(subparsers, common) -> None:
                                                                     "machine's)")
     recommend.add_argument("--reusable-reward-model", action="store_true",
                            help="the team wants a reward model to keep (to score answers, or label online)")
+    recommend.add_argument("--estimate", action="store_true",
+                           help="also time a DPO run at its defaults here (a batch of the project's pairs is measured "
+                                "in a fresh process, as `train dpo --dry-run` does)")
     recommend.set_defaults(func=run_projects_recommend)
 
 
@@ -450,8 +453,15 @@ def run_projects_set(args) -> int:
 def run_projects_recommend(args) -> int:
     db = _open(args)
     name = args.name or args.project
+    minutes = {}
+    if args.estimate:
+        preview = run_preview.preview_run(db, name, "dpo", {})
+        if preview.estimate is None:
+            print(f"no DPO estimate: {preview.warnings[-1] if preview.warnings else 'no training pairs'}")
+        else:
+            minutes["dpo_minutes"] = preview.estimate.total_seconds / 60
     facts = recommended_path.project_facts(db, name, args.device,
-                                           reusable_reward_model=args.reusable_reward_model)
+                                           reusable_reward_model=args.reusable_reward_model, **minutes)
     print(f"{name}: {facts.rankings} rankings, {facts.pairs} pairs, {facts.training_prompts} training prompts, "
           f"{'a GPU' if facts.device == 'gpu' else 'a CPU'}")
     print(recommended_path.recommend(facts).line().replace("**", ""))

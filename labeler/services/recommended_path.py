@@ -17,6 +17,7 @@ from typing import Literal
 import sqlite_utils
 
 from labeler.services import inference, stages
+from labeler.services.durations import format_duration
 from labeler.services.job_settings import JobConfig
 from labeler.services.projects import get_project
 from labeler.services.prompts import split_prompts
@@ -98,10 +99,10 @@ def _with_minutes(facts: PathFacts, recommendation: Recommendation) -> Recommend
              if minutes is not None]
     if not known:
         return recommendation
-    text = "Estimated here: " + ", ".join(f"{label} about {minutes:.0f} min" for label, minutes in known) + "."
+    text = "Estimated here: " + ", ".join(f"{label} about {format_duration(minutes * 60)}" for label, minutes in known) + "."
     chosen = facts.dpo_minutes if recommendation.path == "dpo" else facts.rm_ppo_minutes
     if facts.device == "cpu" and chosen is not None and chosen > CPU_BUDGET_MINUTES:
-        text += f" That is over the half hour a CPU run should take: fewer steps or shorter answers would fit it."
+        text += " That is over the half hour a CPU run should take: fewer steps or shorter answers would fit it."
     return Recommendation(recommendation.path, recommendation.reason, text)
 
 

@@ -44,10 +44,10 @@ def test_no_pairs_yet_says_to_rank_first():
 
 def test_estimates_when_known_and_a_cpu_run_over_the_half_hour():
     fits = recommend(facts(dpo_minutes=14.2, rm_ppo_minutes=65.0))
-    assert fits.minutes == "Estimated here: DPO about 14 min, reward model, then PPO about 65 min."
+    assert fits.minutes == "Estimated here: DPO about 14 min 12 s, reward model, then PPO about 1 h 5 min."
     assert fits.line().endswith(fits.minutes)
     over = recommend(facts(dpo_minutes=41.0))
-    assert over.minutes == ("Estimated here: DPO about 41 min. That is over the half hour a CPU run should take: "
+    assert over.minutes == ("Estimated here: DPO about 41 min 0 s. That is over the half hour a CPU run should take: "
                             "fewer steps or shorter answers would fit it.")
     assert "over the half hour" not in recommend(facts(device="gpu", dpo_minutes=41.0)).minutes  # no CPU target
     assert recommend(facts()).minutes == ""
@@ -86,3 +86,16 @@ def test_the_cli_prints_the_recommendation(labelled, db_path, capsys):
     assert capsys.readouterr().out.splitlines()[1].startswith("Recommended path: reward model, then PPO. You want")
     assert main(["projects", "recommend", "nope", "--db", db_path]) == 2
     assert "unknown project 'nope'" in capsys.readouterr().err
+
+
+def test_the_cli_times_dpo_when_asked(labelled, db_path, capsys, monkeypatch):
+    from labeler.services import run_estimate
+
+    # a batch of 4 pairs: 20 s to start, 5 of them reading the weights, steps of 3 s, passes of 1 s, answers 0.25 s
+    micro = run_estimate.LabelMicroStep(rows=4, train_seconds=3.0, forward_seconds=1.0, setup_seconds=20.0,
+                                        generate_seconds=1.0, generate_rows=4, load_seconds=5.0)
+    monkeypatch.setattr(run_estimate, "measure_label_step", lambda settings: micro)
+    assert main(["projects", "recommend", "--db", db_path, "--device", "cpu", "--estimate"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    # 'default': 4 pairs, no held-out prompts: 20 s + 1 reference batch (1 s) + 1 step (3 s) = 24 s
+    assert out[1].endswith("Estimated here: DPO about 24 s.")
