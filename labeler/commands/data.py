@@ -20,6 +20,7 @@ from labeler.services.labels_import import import_preferences
 from labeler.services.measures import GRAMMAR as MEASURES
 from labeler.services.measures import check_measure
 from labeler.services.models import resolve as resolve_model
+from labeler.services import recommended_path, run_preview
 from labeler.services.projects import (DEFAULT_ANSWER_TOKENS, DEFAULT_HELDOUT_SHARE, PROMPT_FORMATS, SELECTIONS,
                                        SET_BY_HAND, create_project, get_project, list_projects, update_project)
 from labeler.services.prompts import (change_heldout_share, check_prompt_file, count_prompts, edit_prompt,
@@ -357,6 +358,19 @@ def _register_projects(subparsers, common) -> None:
                     "with --selection uncertainty).")
     rescore.add_argument("name", help="project name")
     rescore.set_defaults(func=run_projects_rescore)
+    recommend = actions.add_parser(
+        "recommend", parents=[common], help="which path to train: DPO, or a reward model then PPO",
+        description="Say which path from rankings to a tuned model suits the project's labels and this machine "
+                    "(the Train tab's line; the rule and its figures: docs/YOUR_TASK.md).")
+    recommend.add_argument("name", nargs="?", help="project name (default: --project)")
+    recommend.add_argument("--device", choices=("cpu", "gpu"), help="the hardware to recommend for (default: this "
+                                                                    "machine's)")
+    recommend.add_argument("--reusable-reward-model", action="store_true",
+                           help="the team wants a reward model to keep (to score answers, or label online)")
+    recommend.add_argument("--estimate", action="store_true",
+                           help="also time a DPO run at its defaults here (a batch of the project's pairs is measured "
+                                "in a fresh process, as `train dpo --dry-run` does)")
+    recommend.set_defaults(func=run_projects_recommend)
 
 
 def _guidelines(path: str | None) -> str | None:
@@ -433,6 +447,24 @@ def run_projects_set(args) -> int:
                              # typed, even as the default's value: a later import must not refit it
                              answer_tokens_origin=None if args.answer_tokens is None else SET_BY_HAND)
     print(f"updated project {_describe(project)}")
+    return 0
+
+
+def run_projects_recommend(args) -> int:
+    db = _open(args)
+    name = args.name or args.project
+    minutes = {}
+    if args.estimate:
+        preview = run_preview.preview_run(db, name, "dpo", {})
+        if preview.estimate is None:
+            print(f"no DPO estimate: {preview.warnings[-1] if preview.warnings else 'no training pairs'}")
+        else:
+            minutes["dpo_minutes"] = preview.estimate.total_seconds / 60
+    facts = recommended_path.project_facts(db, name, args.device,
+                                           reusable_reward_model=args.reusable_reward_model, **minutes)
+    print(f"{name}: {facts.rankings} rankings, {facts.pairs} pairs, {facts.training_prompts} training prompts, "
+          f"{'a GPU' if facts.device == 'gpu' else 'a CPU'}")
+    print(recommended_path.recommend(facts).line().replace("**", ""))
     return 0
 
 

@@ -202,8 +202,8 @@ def register(subparsers, common: argparse.ArgumentParser) -> None:
     train.add_argument("--wait", action="store_true", help="follow the run's progress until it ends")
     train.add_argument("--list-settings", action="store_true", help="print every setting of the stage with its help")
     train.add_argument("--dry-run", action="store_true",
-                       help="queue nothing: print what the run would use and, for ppo, grpo and rloo, how long it would "
-                            "take here (a micro-step is measured) and, for ppo, the steps a time_budget fits")
+                       help="queue nothing: print what the run would use and, for dpo, rm, ppo, grpo and rloo, how long it "
+                            "would take here (a micro-step is measured) and, for ppo, the steps a time_budget fits")
     train.set_defaults(func=cmd_train)
 
     runs_parser = subparsers.add_parser("runs", help="list, inspect, cancel, stop or resume training runs",

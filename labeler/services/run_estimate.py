@@ -12,8 +12,13 @@ training mini-batches. Generation is timed at the run's own generation batch (PP
 GENERATION_ROWS_MEASURED answers): batched generation is much faster per answer than a mini-batch's worth (with
 bf16 on a 2-core CPU, 16 answers took about as long as the run's 64), and timing a mini-batch overstated the
 shipped recipe's runs by 17-27%. PPO's held-out curve (heldout_every) counts too. Not included: a reward model's
-scoring (reward=rm/mix) and the wait for human ratings (reward=human/mix), which depend on people. The stages
-trained by transformers' Trainer on labels (sft, rm, dpo, kto) have no estimate.
+scoring (reward=rm/mix) and the wait for human ratings (reward=human/mix), which depend on people.
+
+DPO and the reward model (trained on labels by transformers' Trainer) are estimated from a measured micro-batch
+(LabelMicroStep): the run's first per-device batch of its own training pairs (so its token lengths, cut at
+max_length), one training step and one no-grad forward over it, and for DPO a batch of held-out answers generated as
+the automatic evaluation generates them. A step is gradient_accumulation_steps such batches; DPO's reference runs once
+over the pairs before training (precompute_ref_log_probs, the default) or in every step. SFT and KTO have no estimate.
 
 The micro-step runs with the run's own precision and memory settings: its dtype, 4-bit (QLoRA), gradient
 checkpointing and attention kernel, so it times the configuration that will run and needs the memory that run needs.
@@ -83,10 +88,11 @@ class RunEstimate:
     setup_seconds: float  # once per run: loading the model, building the trainer
     eval_seconds: float  # the automatic evaluation after the run (base and trained model)
     note: str = ""  # the micro-step's note: why it was not measured
+    reference_seconds: float = 0.0  # DPO: the reference's one pass over the pairs before training (precomputed)
 
     @property
     def total_seconds(self) -> float:
-        return self.setup_seconds + self.steps * self.step_seconds + self.eval_seconds
+        return self.setup_seconds + self.reference_seconds + self.steps * self.step_seconds + self.eval_seconds
 
 
 def ppo_step_seconds(micro: MicroStep, batch_size: int, ppo_epochs: int) -> float:
@@ -128,6 +134,65 @@ def estimate_from_step(micro: MicroStep, steps: int, step_seconds: float, eval_a
     """A run of `steps` steps of step_seconds each, the micro-step's setup and the evaluation."""
     return RunEstimate(step_seconds, steps, micro.setup_seconds, eval_seconds(micro, eval_answers) if eval_answers else 0.0,
                        micro.note)
+
+
+# ---- the stages trained on labels by transformers' Trainer (dpo, rm) ----------------------------------------
+
+@dataclass(frozen=True)
+class LabelMicroStep:
+    """One optimizer micro-batch of a DPO or reward-model run, measured on this machine: `rows` pairs of the run's own
+    training data (their tokens, cut at max_length), each pair its chosen and rejected sequences."""
+
+    rows: int  # pairs in the measured batch (the run's per_device_train_batch_size)
+    train_seconds: float  # the policy's forward, backward and optimizer step on the batch
+    forward_seconds: float  # one no-grad forward over the same batch (the reference's log-probs, or evaluation's)
+    setup_seconds: float  # loading the model, once per run (and once per model the evaluation loads)
+    generate_seconds: float = 0.0  # generating `generate_rows` held-out answers in one batch (policies only)
+    generate_rows: int = 0
+    tokens: int = 0  # the measured batch's padded length
+    load_seconds: float = 0.0  # reading the weights alone (setup_seconds less the imports): each evaluated model's
+    note: str = ""
+
+    @property
+    def seconds_per_answer(self) -> float:
+        """Generating one answer at the measured batch's pace (eval_seconds reads it, as a MicroStep's)."""
+        return self.generate_seconds / self.generate_rows if self.generate_rows else 0.0
+
+
+def label_batches(pairs: int, rows: int) -> int:
+    """Batches of `rows` pairs over `pairs` (the last one partial, as the Trainer's dataloader makes them)."""
+    return math.ceil(pairs / rows) if pairs > 0 else 0
+
+
+def label_step_seconds(micro: LabelMicroStep, accumulation: int, reference_each_step: bool) -> float:
+    """One optimizer step: `accumulation` micro-batches of the policy's forward+backward, each with the reference's
+    no-grad forward when its log-probs are not precomputed (DPO with precompute_ref_log_probs=False)."""
+    return accumulation * (micro.train_seconds + (micro.forward_seconds if reference_each_step else 0.0))
+
+
+def label_estimate(micro: LabelMicroStep, steps: int, accumulation: int, train_pairs: int, eval_pairs: int,
+                   reference: str, eval_answers: int = 0, eval_models: int = 2) -> RunEstimate:
+    """A DPO or reward-model run from its micro-batch: loading; the reference's one pass over the train and eval pairs
+    before training (reference "once": DPO's precompute_ref_log_probs, the default); `steps` optimizer steps (the
+    reference's forward in each when "each_step"; "none" for the reward model, which has no reference); the Trainer's
+    evaluation of the eval pairs at the end (a no-grad forward, twice with a per-step reference); and, for a policy,
+    the automatic evaluation: `eval_answers` held-out answers generated by each of `eval_models` models (the base and
+    the tuned one), each loaded (load_seconds: the evaluation imports nothing anew), and the tuned model's KL to its
+    base (both models' no-grad passes over its answers, the base loaded again)."""
+    if reference not in ("none", "once", "each_step"):
+        raise ValueError(f"reference={reference!r}: one of none, once, each_step")
+    each = reference == "each_step"
+    before = label_batches(train_pairs + eval_pairs, micro.rows) * micro.forward_seconds if reference == "once" else 0.0
+    trainer_eval = label_batches(eval_pairs, micro.rows) * micro.forward_seconds * (2 if each else 1)
+    generation = 0.0
+    if eval_answers:
+        # evaluation.evaluate_models: each model loaded and its answers generated; for the tuned one, KL to its base:
+        # its own and the base's (loaded once more) no-grad passes over its answers, a sequence each
+        per_sequence = micro.forward_seconds / (2 * micro.rows)  # a measured pair is two sequences
+        kl = (eval_models - 1) * (micro.load_seconds + 2 * eval_answers * per_sequence)
+        generation = eval_models * (micro.load_seconds + eval_seconds(micro, eval_answers, 1)) + kl
+    return RunEstimate(label_step_seconds(micro, accumulation, each), steps, micro.setup_seconds,
+                       trainer_eval + generation, micro.note, reference_seconds=before)
 
 
 def steps_for_budget(budget_seconds: float, step_seconds: float, fixed_seconds: float) -> int:
@@ -197,18 +262,7 @@ def measure_micro_step(settings: MicroStepSettings, timeout: float = 600.0) -> M
     cached = _cache.get(settings)
     if cached is not None and time.monotonic() - cached[0] < CACHE_SECONDS:
         return cached[1]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-           "OMP_NUM_THREADS": str(settings.threads)}
-    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as supervision.spawn starts the worker
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
-    done = subprocess.run([sys.executable, "-m", "labeler.services.run_estimate"], input=json.dumps(asdict(settings)),
-                          capture_output=True, text=True, env=env, timeout=timeout)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise RuntimeError(f"measuring a micro-step failed: {last}")
-    micro = MicroStep(**json.loads(lines[-1]))
+    micro = MicroStep(**_measured_in_child(asdict(settings), timeout))
     _cache[settings] = (time.monotonic(), micro)
     return micro
 
@@ -267,6 +321,166 @@ def _micro_step_in_this_process(settings: MicroStepSettings) -> MicroStep:
                      train_seconds=stats["time/ppo/optimize_step"], setup_seconds=setup, generate_rows=generated)
 
 
+# ---- the measurement of a DPO or reward-model micro-batch ----------------------------------------------------
+
+@dataclass(frozen=True)
+class LabelStepSettings:
+    """What a DPO or reward-model micro-batch depends on: the run's model, precision and the first pairs of its own
+    training data (so the batch has the run's token lengths: a batch is padded to its longest sequence)."""
+
+    stage: str  # "dpo" (a causal LM and its completion log-probs) or "rm" (a scalar head)
+    model_path: str
+    bf16: bool
+    lora: bool
+    lora_r: int
+    lora_alpha: int
+    pairs_json: str  # the run's first per_device_train_batch_size training pairs, as JSON (hashable for the cache)
+    max_length: int | None
+    max_prompt_length: int | None  # DPO only
+    share_prompt_forward: bool  # DPO: a pair's prompt run once, chosen and rejected after it
+    threads: int
+    max_new_tokens: int = 0  # DPO: the held-out answers' length in the automatic evaluation
+    generate_rows: int = 0  # answers generated together in that evaluation (0: no evaluation)
+    prompts: tuple[str, ...] = ()  # held-out prompts to generate from
+    chat_template: bool = False
+    dtype: str | None = None
+    load_in_4bit: bool = False
+    gradient_checkpointing: bool = False
+    attn_implementation: str = "auto"
+    busy_run: int | None = None
+
+
+def _measured_in_child(payload: dict, timeout: float) -> dict:
+    """Run `python -m labeler.services.run_estimate` with `payload` on stdin, as the worker would run (its threads,
+    no busy-waiting OpenMP), and return the last JSON line it prints. RuntimeError with the child's last line."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+           "OMP_NUM_THREADS": str(payload["threads"])}
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as supervision.spawn starts the worker
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
+    done = subprocess.run([sys.executable, "-m", "labeler.services.run_estimate"], input=json.dumps(payload),
+                          capture_output=True, text=True, env=env, timeout=timeout)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"measuring a micro-step failed: {last}")
+    return json.loads(lines[-1])
+
+
+_label_cache: dict[LabelStepSettings, tuple[float, LabelMicroStep]] = {}
+
+
+def measure_label_step(settings: LabelStepSettings, timeout: float = 600.0) -> LabelMicroStep:
+    """A DPO or reward-model micro-batch timed in a fresh process, cached CACHE_SECONDS per settings. While a run
+    holds the device nothing is loaded and there is no estimate (RuntimeError saying so; the preview shows it)."""
+    if settings.busy_run is not None:
+        raise RuntimeError(f"run {settings.busy_run} is training on this device, so no model was loaded to time a "
+                           "step; preview again when it has finished")
+    cached = _label_cache.get(settings)
+    if cached is not None and time.monotonic() - cached[0] < CACHE_SECONDS:
+        return cached[1]
+    micro = LabelMicroStep(**_measured_in_child({"label": asdict(settings), "threads": settings.threads}, timeout))
+    _label_cache[settings] = (time.monotonic(), micro)
+    return micro
+
+
+def _label_step_in_this_process(settings: LabelStepSettings) -> LabelMicroStep:
+    """Load the model as the run does and time, on a batch of the run's first pairs: a warm-up step on one pair (the
+    first allocations), one training step (forward, backward, AdamW), one no-grad forward, and (DPO) a batch of
+    held-out answers generated at full length, as the automatic evaluation generates them."""
+    t0 = time.perf_counter()
+    import torch
+
+    from rlhf import data
+
+    torch.set_num_threads(settings.threads)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    policy = settings.stage != "rm"
+    loading = PPOConfig(bf16=settings.bf16, dtype=settings.dtype, load_in_4bit=settings.load_in_4bit)
+    kwargs = model_load_kwargs(loading, settings.lora)
+    tokenizer = load_tokenizer(settings.model_path, padding_side="right")
+    t_load = time.perf_counter()
+    if policy:
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(settings.model_path, **kwargs)
+    else:
+        from transformers import AutoModelForSequenceClassification
+
+        model = AutoModelForSequenceClassification.from_pretrained(settings.model_path, num_labels=1, **kwargs)
+        model.config.pad_token_id = tokenizer.pad_token_id
+    if settings.lora:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=settings.lora_r, lora_alpha=settings.lora_alpha, lora_dropout=0.0,
+                                                 task_type="CAUSAL_LM" if policy else "SEQ_CLS",
+                                                 target_modules="all-linear"))
+    if settings.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    if "device_map" not in kwargs:
+        model.to(device)
+    setup, load = time.perf_counter() - t0, time.perf_counter() - t_load
+    rows = json.loads(settings.pairs_json)
+    if policy:
+        from rlhf.logps import completion_logps
+
+        collate = data.PreferenceCollator(tokenizer.pad_token_id)
+        examples = [data.tokenize_preference_causal(row, tokenizer, settings.max_length, settings.max_prompt_length)
+                    for row in rows]
+
+        def scores(batch):
+            return completion_logps(model, batch, settings.share_prompt_forward)
+    else:
+        collate = data.RewardCollator(tokenizer.pad_token_id)
+        examples = [data.tokenize_preference_reward(row, tokenizer, settings.max_length) for row in rows]
+
+        def scores(batch):
+            return model(**batch).logits
+
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-7)
+    autocast = torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=settings.bf16)
+
+    def timed(batch, train: bool) -> float:
+        batch = {key: value.to(device) for key, value in batch.items()}
+        t = time.perf_counter()
+        if train:
+            model.train()
+            with autocast:
+                loss = scores(batch).float().sum()
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        else:
+            model.eval()
+            with torch.no_grad(), autocast:
+                scores(batch)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - t
+
+    batch = collate(examples)
+    timed(collate(examples[:1]), train=True)  # warm-up
+    train, forward = timed(batch, train=True), timed(batch, train=False)
+    generate = 0.0
+    if policy and settings.generate_rows and settings.prompts:
+        from rlhf.generation import build_prompt_ids, left_pad
+
+        prompts = [settings.prompts[i % len(settings.prompts)] for i in range(settings.generate_rows)]
+        ids = [build_prompt_ids(tokenizer, text, use_chat_template=settings.chat_template) for text in prompts]
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        input_ids, attention_mask = left_pad(ids, pad)
+        model.eval()
+        t = time.perf_counter()
+        with torch.no_grad(), autocast:  # every answer full length: an upper bound, as the PPO micro-step times it
+            model.generate(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), do_sample=True,
+                           max_new_tokens=settings.max_new_tokens, min_new_tokens=settings.max_new_tokens,
+                           pad_token_id=pad)
+        generate = time.perf_counter() - t
+    return LabelMicroStep(rows=len(examples), train_seconds=train, forward_seconds=forward, setup_seconds=setup,
+                          generate_seconds=generate, generate_rows=settings.generate_rows if generate else 0,
+                          tokens=int(batch["input_ids"].shape[1]), load_seconds=load)
+
+
 # ---- without a model: the micro-step from arithmetic, for a device a run is using ------------------------------
 # Nominal sustained throughput of a training step's matrix products, FLOP/s: a GPU at about 40% of an A100's bf16 peak
 # (312 TFLOP/s), a CPU thread at about 30% of an AVX2 core's fp32 FMA peak (2 x 8 x 2 FLOP a cycle at ~2.5 GHz).
@@ -308,10 +522,14 @@ def model_free_micro_step(settings: MicroStepSettings, shape, device_type: str |
                            f"{prompt + answer}-token rows at a nominal speed"))
 
 
-if __name__ == "__main__":  # the measuring process: settings as JSON on stdin, the MicroStep as JSON on stdout
+if __name__ == "__main__":  # the measuring process: settings as JSON on stdin, the micro-step as JSON on stdout
     raw = json.loads(sys.stdin.read())
-    raw["prompts"] = tuple(raw["prompts"])
-    print(json.dumps(asdict(_micro_step_in_this_process(MicroStepSettings(**raw)))), flush=True)
+    if "label" in raw:  # a DPO or reward-model micro-batch (measure_label_step)
+        label = {**raw["label"], "prompts": tuple(raw["label"]["prompts"])}
+        print(json.dumps(asdict(_label_step_in_this_process(LabelStepSettings(**label)))), flush=True)
+    else:
+        raw["prompts"] = tuple(raw["prompts"])
+        print(json.dumps(asdict(_micro_step_in_this_process(MicroStepSettings(**raw)))), flush=True)
 
 
 # ---- memory: how much the run will hold, from the model's config and the run's shapes (rlhf/memory_estimate.py) --

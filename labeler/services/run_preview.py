@@ -7,11 +7,13 @@ is queued. It reads the data exactly as the stage runners do: the same settings 
 runner calls), and the same split by prompt (export.split_by_prompt), without loading a model or building a dataset.
 
 A PPO, GRPO or RLOO run's preview also says how long it will take on this machine, extrapolated from a micro-step
-measured in a fresh process (labeler/services/run_estimate.py); for PPO with `time_budget` set it fits the number
+measured in a fresh process (labeler/services/run_estimate.py), and so does a DPO or reward-model run's, from a batch
+of its own first training pairs timed the same way; for PPO with `time_budget` set it fits the number
 of steps to the budget and says what it chose; apply_time_budget makes that choice the run's `steps`.
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import subprocess
@@ -22,7 +24,7 @@ import sqlite_utils
 
 from labeler.services import launch, models, run_estimate, run_settings, train_configs, training_stages
 from labeler.services.errors import InputError
-from labeler.services.evaluation import heldout_prompts
+from labeler.services.evaluation import EvalSettings, heldout_prompts
 from labeler.services.projects import get_project
 from labeler.services.stages import split_for_training
 from labeler.services.training_stages.base import MIN_TRAINING_ROWS, row_key, steps_per_pass
@@ -41,6 +43,12 @@ MIN_ROWS = MIN_TRAINING_ROWS  # what the stage runners require (runners.common.r
 # step's wall time is extrapolated from a measured micro-step. time_budget applies to ppo only.
 PROMPT_STAGES = training_stages.names(samples=True)
 BUDGET_STAGES = training_stages.names(time_budget=True)
+# The stages trained on labels whose wall time is estimated from a measured micro-batch (run_estimate.label_estimate):
+# DPO and the reward model, the two paths from rankings the app recommends between (recommended_path.py). SFT and KTO
+# have none yet.
+LABEL_ESTIMATE_STAGES = ("dpo", "rm")
+# Every stage whose preview measures a micro-step for a time estimate (the Train tab's second, slower preview).
+ESTIMATED_STAGES = (*PROMPT_STAGES, *LABEL_ESTIMATE_STAGES)
 
 
 @dataclass(frozen=True)
@@ -59,7 +67,7 @@ class RunPreview:
     # / prompts.
     epochs: float
     warnings: list[str] = field(default_factory=list)
-    estimate: run_estimate.RunEstimate | None = None  # ppo/grpo/rloo, when measured: the wall time on this machine
+    estimate: run_estimate.RunEstimate | None = None  # ppo/grpo/rloo/dpo/rm, when measured: the wall time here
     budget_seconds: float | None = None  # the job's time_budget
     steps_asked: int | None = None  # the steps the settings gave, when the budget changed them
     budget_error: str | None = None  # why no number of steps fits time_budget (or no estimate could be made)
@@ -98,6 +106,8 @@ def estimate_line(estimate: run_estimate.RunEstimate, budget_seconds: float | No
     fmt = run_estimate.format_duration
     text = (f"**About {fmt(estimate.total_seconds)} on this machine**: {estimate.steps} steps of ~"
             f"{fmt(estimate.step_seconds)} + {fmt(estimate.setup_seconds)} to load"
+            + (f" + {fmt(estimate.reference_seconds)} for the reference's pass over the pairs"
+               if estimate.reference_seconds else "")
             + (f" + {fmt(estimate.eval_seconds)} of evaluation" if estimate.eval_seconds else "")
             + f" (from {estimate.note or 'a micro-step measured now'}; a reward model's scoring and human ratings "
               "not included). "
@@ -154,7 +164,8 @@ def preview_run(db: sqlite_utils.Database, project: str, stage: str, values: dic
 
     Bad settings raise the same InputError launching would. For ppo, grpo and rloo with `estimate_time`, a
     micro-step is timed for the wall-time estimate by `measure(MicroStepSettings) -> MicroStep` (default:
-    run_estimate's, in a fresh process); without it there is no estimate and time_budget is not applied.
+    run_estimate's, in a fresh process); without it there is no estimate and time_budget is not applied. For dpo and
+    rm with training pairs, `measure(LabelStepSettings) -> LabelMicroStep` (default: run_estimate.measure_label_step).
     """
     resolved = run_settings.resolve_run(db, project, stage, values, source)  # source: the --config file, in errors
     config, job = resolved.config, resolved.job
@@ -209,6 +220,9 @@ def preview_run(db: sqlite_utils.Database, project: str, stage: str, values: dic
     if stage in PROMPT_STAGES and estimate_time and records:
         preview = _with_estimate(db, project, stage, preview, job, trainer, [text for text, _ in records],
                                  measure or run_estimate.measure_micro_step, steps_given="steps" in values)
+    elif stage in LABEL_ESTIMATE_STAGES and estimate_time and blocker is None and train_rows:
+        preview = _with_label_estimate(db, project, stage, preview, job, trainer, train, eval_rows,
+                                       measure or run_estimate.measure_label_step)
     return preview
 
 
@@ -256,6 +270,46 @@ def _step_seconds(stage: str, micro: run_estimate.MicroStep, trainer, job, heldo
     passes = run_estimate.online_no_grad_passes(trainer.needs_old_logps, trainer.beta)
     answers = trainer.per_device_train_batch_size * trainer.steps_per_generation
     return run_estimate.online_step_seconds(micro, answers, trainer.num_iterations, passes)
+
+
+def _prompt_text(prompt) -> str:
+    """A held-out prompt as text for the generation timing: a conversation's turns joined (about its length)."""
+    return prompt if isinstance(prompt, str) else "\n".join(str(turn.get("content", "")) for turn in prompt)
+
+
+def _label_step_settings(db, project: str, stage: str, job, trainer, train: list[dict], heldout: list):
+    """What a DPO or reward-model run's micro-batch is measured with: its first per-device batch of training pairs
+    (their own token lengths), its model and precision, and (DPO) a batch of held-out answers as its evaluation
+    generates them."""
+    policy = training_stages.get(stage).answers
+    answers = len(heldout) * job.eval_samples if policy else 0
+    batch = EvalSettings.__dataclass_fields__["batch_size"].default  # the evaluation's generation batch
+    return run_estimate.LabelStepSettings(
+        stage=stage, model_path=str(models.resolve(db, job.base_model(stage))), bf16=job.bf16, lora=job.lora,
+        lora_r=job.lora_r, lora_alpha=job.lora_alpha,
+        pairs_json=json.dumps(train[:trainer.per_device_train_batch_size], sort_keys=True, default=str),
+        max_length=trainer.max_length, max_prompt_length=getattr(trainer, "max_prompt_length", None),
+        share_prompt_forward=bool(getattr(trainer, "share_prompt_forward", False)),
+        threads=launch.threads_per_process(job.num_processes or 1), max_new_tokens=job.max_new_tokens,
+        generate_rows=min(answers, batch), prompts=tuple(_prompt_text(p) for p in heldout[:batch]) if answers else (),
+        chat_template=bool(get_project(db, project).chat_template), **run_estimate.run_settings(db, trainer))
+
+
+def _with_label_estimate(db, project: str, stage: str, preview: RunPreview, job, trainer, train: list[dict],
+                         eval_rows: int, measure) -> RunPreview:
+    """The preview of a DPO or reward-model run with its wall-time estimate (run_estimate.label_estimate)."""
+    heldout = heldout_prompts(db, project) if training_stages.get(stage).answers else []
+    try:
+        micro = measure(_label_step_settings(db, project, stage, job, trainer, train, heldout))
+    except (RuntimeError, OSError, subprocess.TimeoutExpired) as error:
+        return replace(preview, warnings=[*preview.warnings, f"no time estimate: {error}"])
+    if not training_stages.get(stage).reference_copy:
+        reference = "none"
+    else:
+        reference = "once" if getattr(trainer, "precompute_ref_log_probs", False) else "each_step"
+    estimate = run_estimate.label_estimate(micro, job.steps, trainer.gradient_accumulation_steps, preview.train_rows,
+                                           eval_rows, reference, eval_answers=len(heldout) * job.eval_samples)
+    return replace(preview, estimate=estimate)
 
 
 def _with_estimate(db, project: str, stage: str, preview: RunPreview, job, trainer, prompts: list[str], measure,

@@ -15,7 +15,7 @@ def labelled(db):
 
 
 def test_reward_model_preview_counts_pairs_and_epochs_like_the_trainer(labelled):
-    preview = preview_run(labelled, "default", "rm", {"steps": 10})
+    preview = preview_run(labelled, "default", "rm", {"steps": 10}, estimate_time=False)
     # export_fixtures: 4 ranking pairs (majority per pair, ties dropped, plus the import); its 3 rating pairs order
     # the same answers the same way, and the export lists a pair once: 4.
     assert (preview.unit, preview.rows, preview.train_rows, preview.eval_rows) == ("pairs", 4, 4, 0)
@@ -27,9 +27,9 @@ def test_reward_model_preview_counts_pairs_and_epochs_like_the_trainer(labelled)
 
 
 def test_filters_change_the_count(labelled):
-    assert preview_run(labelled, "default", "rm", {"include_rating_pairs": False}).rows == 4
+    assert preview_run(labelled, "default", "rm", {"include_rating_pairs": False}, estimate_time=False).rows == 4
     # carol's one ranking [[3], [1], [2]] is 3 pairs: 3>1, 3>2, 1>2.
-    assert preview_run(labelled, "default", "rm", {"annotators": "carol", "include_rating_pairs": False}).rows == 3
+    assert preview_run(labelled, "default", "rm", {"annotators": "carol", "include_rating_pairs": False}, estimate_time=False).rows == 3
     # Project 'other': alice's [[6], [7]] only.
     few = preview_run(labelled, "other", "dpo", {"include_rating_pairs": False})
     assert few.warnings == ["only 1 pairs with these filters: the run would stop at once (it needs at least 2)."]
@@ -38,7 +38,7 @@ def test_filters_change_the_count(labelled):
 def test_batch_size_and_accumulation(labelled):
     # 4 rows, batch 2: 2 batches per epoch; accumulating 2 makes 1 optimizer step per epoch: 3 steps = 3 epochs.
     preview = preview_run(labelled, "default", "dpo", {"steps": 3, "per_device_train_batch_size": 2,
-                                                        "gradient_accumulation_steps": 2})
+                                                        "gradient_accumulation_steps": 2}, estimate_time=False)
     assert (preview.rows, preview.rows_per_step, preview.epochs, preview.warnings) == (4, 4, 3.0, [])
 
 
@@ -63,7 +63,7 @@ def test_sft_counts_well_rated_answers_and_ppo_counts_training_prompts(labelled,
 
 def test_bad_settings_are_refused_like_a_launch(labelled):
     with pytest.raises(InputError) as error:
-        preview_run(labelled, "default", "rm", {"stepz": 3})
+        preview_run(labelled, "default", "rm", {"stepz": 3}, estimate_time=False)
     assert error.value.field == "stepz"
 
 
@@ -171,12 +171,12 @@ def test_the_estimate_says_it_assumes_an_idle_machine_and_names_the_load():
 def test_a_run_that_reads_under_half_its_labels_says_so(labelled):
     # 4 pairs, batch 1: 4 steps a pass. One step reads a quarter of them (on the example tasks, DPO's 40 default
     # steps of 4 read 160 of 480 pairs and stayed near the base; bench/own_task.py).
-    preview = preview_run(labelled, "default", "dpo", {"steps": 1, "per_device_train_batch_size": 1})
+    preview = preview_run(labelled, "default", "dpo", {"steps": 1, "per_device_train_batch_size": 1}, estimate_time=False)
     assert preview.epochs == 0.25
     assert preview.warnings == ["1 steps of 1 pairs read 1 of the 4 training pairs: most of the labels go unused. "
                                 "For one pass over them set steps to about 4."]
     # Half a pass or more: no warning.
-    assert preview_run(labelled, "default", "dpo", {"steps": 2, "per_device_train_batch_size": 1}).warnings == []
+    assert preview_run(labelled, "default", "dpo", {"steps": 2, "per_device_train_batch_size": 1}, estimate_time=False).warnings == []
 
 
 def test_the_preview_names_the_settings_the_app_gives_a_run(labelled):
@@ -199,9 +199,9 @@ def test_the_preview_names_the_settings_the_app_gives_a_run(labelled):
     # DPO's full fine-tuning gets the app's learning rate; LoRA and a rate set by the user keep their own
     # (max_length: the prompt budget 256 + the project's 128-token answers + 8, whatever the learning rate)
     fitted = {"max_length": 392}
-    assert preview_run(labelled, "default", "dpo", {"steps": 3}).app_settings == {"learning_rate": 2e-5, **fitted}
-    assert preview_run(labelled, "default", "dpo", {"steps": 3, "lora": True}).app_settings == fitted
-    assert preview_run(labelled, "default", "dpo", {"steps": 3, "learning_rate": 1e-6}).app_settings == fitted
+    assert preview_run(labelled, "default", "dpo", {"steps": 3}, estimate_time=False).app_settings == {"learning_rate": 2e-5, **fitted}
+    assert preview_run(labelled, "default", "dpo", {"steps": 3, "lora": True}, estimate_time=False).app_settings == fitted
+    assert preview_run(labelled, "default", "dpo", {"steps": 3, "learning_rate": 1e-6}, estimate_time=False).app_settings == fitted
 
 
 def test_a_reward_model_run_without_steps_makes_three_passes_over_its_pairs_and_dpo_one(labelled, tmp_path):
@@ -209,15 +209,15 @@ def test_a_reward_model_run_without_steps_makes_three_passes_over_its_pairs_and_
 
     # 4 pairs (above), all for training (an eval side would have fewer than 2): rm's batch of 8 reads them in one
     # step, three passes; DPO's batch of 4 in one step, and its batch of 2 in ceil(4 / 2) = 2.
-    assert preview_run(labelled, "default", "rm", {}).steps == 3
-    assert preview_run(labelled, "default", "dpo", {"per_device_train_batch_size": 2}).steps == 2
+    assert preview_run(labelled, "default", "rm", {}, estimate_time=False).steps == 3
+    assert preview_run(labelled, "default", "dpo", {"per_device_train_batch_size": 2}, estimate_time=False).steps == 2
     run = jobs.create_run(labelled, "dpo", {"per_device_train_batch_size": 2}, runs_dir=tmp_path, start=False)
     assert run.config["job"]["steps"] == 2  # stored with the run: it keeps its steps if more labels arrive
     # epochs asked for are passes: 3 x 2 steps (steps are the trainer's max_steps, which would cut them to one)
-    assert preview_run(labelled, "default", "dpo", {"per_device_train_batch_size": 2, "num_train_epochs": 3}).steps == 6
-    assert preview_run(labelled, "default", "rm", {"num_train_epochs": 2}).steps == 2
+    assert preview_run(labelled, "default", "dpo", {"per_device_train_batch_size": 2, "num_train_epochs": 3}, estimate_time=False).steps == 6
+    assert preview_run(labelled, "default", "rm", {"num_train_epochs": 2}, estimate_time=False).steps == 2
     # steps asked for are kept, the job's own default of 40 too; SFT and PPO keep the job's default of 40
-    assert preview_run(labelled, "default", "dpo", {"steps": 40}).steps == 40
+    assert preview_run(labelled, "default", "dpo", {"steps": 40}, estimate_time=False).steps == 40
     assert jobs.create_run(labelled, "rm", {"steps": 40}, runs_dir=tmp_path, start=False).config["job"]["steps"] == 40
     assert preview_run(labelled, "default", "sft", {"model": weights_only(tmp_path)}).steps == 40
     assert preview_run(labelled, "default", "ppo", {}, estimate_time=False).steps == 40

@@ -506,10 +506,12 @@ def test_preview_shows_the_data_first_and_the_time_estimate_with_its_progress(ct
     measuring = [text for text in shown if "Measuring a training micro-step" in text]
     assert measuring[0].startswith("grpo preview, estimate=False  \n⏳ Measuring")
     assert any(re.search(r"\(\d+ s so far\)$", text) for text in measuring)
-    # A reward model has no time estimate: the data part is the answer.
-    data[by_id["train-stage"]] = "rm"
-    assert list(form.preview_streamed(ctx, launch_form, data, gr.Request(username=ADMIN)))[-1] == (
-        "rm preview, estimate=False")
+    # DPO and the reward model are measured too (a batch of their own pairs); SFT has no time estimate: the data
+    # part is the answer.
+    for stage, estimated in (("dpo", True), ("rm", True), ("sft", False)):
+        data[by_id["train-stage"]] = stage
+        assert list(form.preview_streamed(ctx, launch_form, data, gr.Request(username=ADMIN)))[-1] == (
+            f"{stage} preview, estimate={estimated}")
 
 
 def test_the_launch_and_preview_events_stream(app_db_for_monitor):

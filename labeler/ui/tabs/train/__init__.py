@@ -13,7 +13,7 @@ import json
 
 import gradio as gr
 
-from labeler.services import jobs, models, reward_spec, train_configs
+from labeler.services import jobs, models, recommended_path, reward_spec, train_configs
 from labeler.services.errors import PermissionDenied
 from labeler.ui.context import UIContext
 from labeler.ui.gradio_internals import QUIET
@@ -87,6 +87,17 @@ def follow_choices(ctx: UIContext, stamp, request: gr.Request) -> tuple:
     return (*refresh_choices(ctx, request=request), now)
 
 
+def recommended_path_line(ctx: UIContext, request: gr.Request):
+    """The line above the stage picker: which path (DPO, or a reward model then PPO) suits the person's project and
+    this machine (recommended_path). Nothing changes on an annotator's page."""
+    try:
+        check_role(ctx, request, "admin")
+    except PermissionDenied:
+        return gr.skip()
+    with ctx.connection() as db:
+        return recommended_path.project_line(db, ctx.project)
+
+
 def build(ctx: UIContext):
     """The tab's widgets and events; returns the hook app.build_app calls with the gr.Tab (its select event)."""
     with ctx.connection() as db:
@@ -95,6 +106,7 @@ def build(ctx: UIContext):
         shown = {stage: form.shown_settings(db, ctx.project, stage) for stage in train_configs.STAGES}
 
     banner = monitor.build_banner()
+    path_line = gr.Markdown(elem_id="train-recommended-path")
     launch_form = form.build_form(shown)
     with gr.Row():
         launch = gr.Button("Launch run", variant="primary", elem_id="train-launch")
@@ -107,6 +119,7 @@ def build(ctx: UIContext):
     pickers = [launch_form.model, launch_form.job_widgets["reward"], reward_inspector.model, run_monitor.run]
     if ctx.app is not None:
         ctx.app.load(quiet_on_load(bind(load_choices, ctx), 4), None, pickers, api_name="train_choices")
+        ctx.app.load(bind(recommended_path_line, ctx), None, path_line, api_name="train_recommended_path", **QUIET)
     form.wire(ctx, launch_form, launch, preview, notice, run_monitor.run)
     monitor.wire(ctx, run_monitor, notice)
     demo.wire(ctx, demo_button, notice)
@@ -118,6 +131,8 @@ def build(ctx: UIContext):
 
     def on_tab(tab: gr.Tab) -> None:
         tab.select(quiet_on_load(bind(refresh_choices, ctx), 4), None, pickers, api_name="train_refresh_choices",
+                   **QUIET)
+        tab.select(bind(recommended_path_line, ctx), None, path_line, api_name="train_refresh_recommended_path",
                    **QUIET)
 
     return on_tab

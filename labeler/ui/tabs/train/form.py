@@ -324,7 +324,7 @@ def preview_streamed(ctx: UIContext, form: LaunchForm, data: dict, request: gr.R
     refuse_unless_admin(ctx, request)
     yield READING + "…"
     quick = yield from waiting.in_background(lambda: preview_run(ctx, form, data, request, estimate=False), READING)
-    if data[form.stage] not in run_preview.PROMPT_STAGES or "the run would stop at once" in quick:
+    if data[form.stage] not in run_preview.ESTIMATED_STAGES or "the run would stop at once" in quick:
         yield quick
         return
     yield f"{quick}  \n{MEASURING}…"

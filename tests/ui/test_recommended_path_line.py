@@ -1,0 +1,65 @@
+"""The Train tab's line above the stage picker: which path (DPO, or a reward model then PPO) suits the person's
+project and this machine (issue 45 item 4)."""
+from __future__ import annotations
+
+import json
+
+import gradio as gr
+import pytest
+
+from labeler.ui.context import ServeSettings, UIContext
+from labeler.ui.tabs import train
+
+ADMIN = "root"
+
+
+@pytest.fixture
+def ctx(db_path, tmp_path):
+    """An admin who ranked the two answers of each of 3 prompts in 'default' (3 rankings, 3 pairs); 'other' empty."""
+    from labeler.services import accounts, labeling, projects, prompts
+    from labeler.services.responses import insert_response
+    from storage import open_db, write_transaction
+
+    db = open_db(db_path)
+    accounts.create_user(db, ADMIN, "root-password-1", role="admin")
+    prompts.add_prompts(db, [f"Path prompt {k}" for k in range(3)], source="test")
+    with write_transaction(db):
+        for prompt_id in [row[0] for row in db.execute("SELECT id FROM prompts ORDER BY id")]:
+            for answer in ("good", "bad"):
+                insert_response(db, prompt_id, f"a {answer} answer to {prompt_id}", model="m", source="test")
+    labeling.create_items(db, "default", ranking_size=2, kinds=("ranking",))
+    for item in db.execute("SELECT id, response_ids_json FROM items").fetchall():
+        good, bad = json.loads(item[1])
+        labeling.submit_ranking(db, "default", ADMIN, item[0], [[good], [bad]], claim=True)
+    projects.create_project(db, "other")
+    db.conn.close()
+    return UIContext(ServeSettings(db_path=db_path, runs_dir=str(tmp_path / "runs")))
+
+
+def test_the_line_names_the_path_for_the_person_s_project(ctx, monkeypatch):
+    from labeler.services import inference, projects
+    from storage import open_db
+
+    monkeypatch.setattr(inference, "host_device", lambda: "cpu")
+    line = train.recommended_path_line(ctx, request=gr.Request(username=ADMIN))
+    assert line.startswith("Recommended path: **DPO**. On a CPU, DPO is the faster path")
+    assert line.endswith("(3 rankings, 3 pairs, 3 training prompts, a CPU.)")  # project 'default'
+    db = open_db(ctx.settings.db_path)
+    projects.choose_project(db, ADMIN, "other")  # the person's own project, as the header's picker sets it
+    db.conn.close()
+    assert train.recommended_path_line(ctx, request=gr.Request(username=ADMIN)) == (
+        "Recommended path: **DPO**. There are no ranked pairs yet: rank answers first (both paths learn from "
+        "rankings); DPO is then the quickest first run. (0 rankings, 0 pairs, 0 training prompts, a CPU.)")
+
+
+def test_an_annotator_s_page_is_left_alone_and_the_events_are_registered(ctx, db_path):
+    from labeler.services import accounts
+    from labeler.ui.app import build_app
+    from storage import open_db
+
+    db = open_db(db_path)
+    accounts.create_user(db, "ann", "ann-password-1")
+    db.conn.close()
+    assert train.recommended_path_line(ctx, request=gr.Request(username="ann")) == gr.skip()
+    names = {fn.api_name for fn in build_app(ctx.settings).fns.values()}
+    assert {"train_recommended_path", "train_refresh_recommended_path"} <= names  # on page load and tab select
