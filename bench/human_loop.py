@@ -72,7 +72,9 @@ def human_settings(method: str, seed: int, shared: list[str], own: list[str] | N
 
 def train(db: Path, settings: list[str], log: Path, stage: str = "ppo") -> tuple[int, float]:
     """`train STAGE --wait`; returns (run id, wall seconds)."""
-    command = [sys.executable, "-m", "labeler", "train", stage, "--db", str(db), "--wait"]
+    # the run's folder beside its database (under --keep), not ./runs of whoever started the bench
+    command = [sys.executable, "-m", "labeler", "train", stage, "--db", str(db), "--wait",
+               "--runs-dir", str(db.parent / f"runs-{db.stem}")]
     for setting in settings:
         command += ["--set", setting]
     start = time.perf_counter()
