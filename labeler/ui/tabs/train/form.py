@@ -1,4 +1,5 @@
-"""The Train tab's launch form: what to train, from which model, on which labels, with which reward, for how long.
+"""The Train tab's launch form: what to train, from which model, on which labels, with which reward (online DPO: who
+judges its pairs), for how long.
 
 Built from the config dataclasses (labeler/forms.py: the same fields as `rlhf-studio train --set`): a short form
 in plain words, every other setting of the same fields folded under "Advanced settings". Its handlers preview a
