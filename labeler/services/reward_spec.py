@@ -268,15 +268,17 @@ def job_settings(values: dict[str, Any]) -> dict[str, Any]:
 
 
 def names_code(values: dict[str, Any]) -> list[str]:
-    """The keys among raw run settings (reward, reward_function) that name code to import (module:function):
-    what the web form may not send. A value that does not parse is left to resolve_run_config to refuse."""
+    """The keys among raw run settings (reward, reward_function, online DPO's judge: the same grammar) that name
+    code to import (module:function): what the web form may not send. A value that does not parse (judge=people
+    included) is left to resolve_run_config to refuse or take."""
     found = []
-    for key in ("reward", "reward_function"):
+    for key in ("reward", "reward_function", "judge"):
         value = values.get(key)
         if value in (None, ""):
             continue
         try:
-            spec = parse(value, key) if key == "reward" else RewardSpec("function", function=parse_function(value, key))
+            spec = parse(value, key) if key != "reward_function" else RewardSpec("function",
+                                                                                  function=parse_function(value, key))
         except InputError:
             continue
         if spec.imports_code:

@@ -112,6 +112,9 @@ WEB_TRAINER_SETTINGS = (
     # preference and reward losses
     "beta", "loss_type", "label_smoothing", "center_rewards_coefficient", "desirable_weight", "undesirable_weight",
     "sync_ref_model", "ref_model_mixup_alpha", "ref_model_sync_steps",
+    # online DPO's judge (the Train tab's Judge picker): one that names code (module:function) is refused by
+    # reward_spec.names_code, as a reward that does
+    "judge",
     # PPO
     "batch_size", "mini_batch_size", "ppo_epochs", "init_kl_coef", "adap_kl_ctrl", "target", "horizon", "kl_coef_min", "gamma",
     "lam", "cliprange", "cliprange_value", "vf_coef", "kl_penalty", "whiten_rewards", "early_stopping",

@@ -52,11 +52,11 @@ STAGE = Stage(
     runner="labeler.services.runners.online_dpo:run_online_dpo",
     training_rows="labeler.services.stages:online_dpo_rows", unit="prompts",
     label="Online preferences (online DPO)",
-    note="The model answers each prompt twice, a judge (a reward model or a function) picks the better answer, "
-         "and it learns from that pair.",
+    note="The model answers each prompt twice, a judge (people, a reward model or a function) picks the better "
+         "answer, and it learns from that pair.",
     card="Online DPO (OnlineDPOTrainer, TRL API)", metrics=("rewards/margins", "objective/kl"),
-    # Not `judge`: it may name code to import (module:function), which a web login may not (jobs.create_run); the
-    # Train tab's runs are judged by the newest reward model, `train online-dpo --set judge=...` picks another.
+    # Not `judge`: the Train tab offers it as its own picker (form.judge_widget: people, mix, the reward models); a
+    # module:function judge names code to import, which only `train online-dpo --set judge=...` may (jobs.create_run).
     form_fields=("learning_rate", "per_device_train_batch_size", "beta", "loss_type"),
     full_lr=5e-7, lora_lr=5e-6, frozen_rows=("prompts", "prompts"), check=check,
     # the job's answer length is its answers' unless the trainer settings set it (stored when the run is resolved)

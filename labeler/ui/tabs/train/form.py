@@ -1,4 +1,5 @@
-"""The Train tab's launch form: what to train, from which model, on which labels, with which reward, for how long.
+"""The Train tab's launch form: what to train, from which model, on which labels, with which reward (online DPO: who
+judges its pairs), for how long.
 
 Built from the config dataclasses (labeler/forms.py: the same fields as `rlhf-studio train --set`): a short form
 in plain words, every other setting of the same fields folded under "Advanced settings". Its handlers preview a
@@ -16,6 +17,7 @@ from labeler.services.errors import InputError, PermissionDenied
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
 from labeler.ui.field_labels import TRAIN_LABELS
+from labeler.ui.model_choices import judge_choices, registered_judges
 from labeler.ui.roles import check_role, requires
 from labeler.ui.soft_errors import ui_errors
 from labeler.ui.tabs.train import waiting
@@ -44,6 +46,9 @@ SETTING = ["studio-setting"]
 FIRST_STAGE = "rm"
 # Stages that ask where their reward comes from (the short form's reward row).
 REWARD_STAGES = job_settings.RewardSettings.STAGES
+# The stage whose trainer setting `judge` (who picks the better answer of each pair) is the short form's Judge
+# picker, in the reward row's place: a trainer field, so not in the job's widgets.
+JUDGE_STAGE = "online-dpo"
 
 
 def plain_label(name: str) -> str:
@@ -67,9 +72,11 @@ def form_specs() -> dict[str, list[forms.FieldSpec]]:
     return specs
 
 
-def collect_settings(stage: str, specs_by_stage: dict, values: list, advanced: str, resolve=None) -> dict:
+def collect_settings(stage: str, specs_by_stage: dict, values: list, advanced: str, resolve=None,
+                     picked: dict | None = None) -> dict:
     """Form values -> raw settings, plus the advanced key=value lines (which win). A job setting is sent only for
-    the stages its section is read by (a hidden reward group sends nothing).
+    the stages its section is read by (a hidden reward group sends nothing). `picked`: the stage's pickers that are
+    no field widget (online DPO's judge), always sent as shown unless blank or given in the advanced lines.
 
     With `resolve` (typed settings -> run_settings.ResolvedRun), a value is sent whenever it differs from what the
     run would resolve without it, so the run uses every value the form shows and a value typed at a class default
@@ -87,6 +94,7 @@ def collect_settings(stage: str, specs_by_stage: dict, values: list, advanced: s
             settings.update(forms.from_widgets(specs, chunk))
     lines = [line.strip() for line in (advanced or "").splitlines() if line.strip() and not line.strip().startswith("#")]
     typed = forms.parse_sets(lines)
+    typed = {**{name: value for name, value in (picked or {}).items() if value not in ("", None)}, **typed}
     if resolve is None:
         defaults = {spec.name: spec.default for key in ("job", stage) for spec in specs_by_stage[key]}
         return {**{k: v for k, v in settings.items() if not _same(v, defaults.get(k))}, **typed}
@@ -129,6 +137,8 @@ class LaunchForm:
     stage_groups: dict[str, gr.Group]  # each stage's trainer settings, shown for that stage
     stage_widgets: dict[str, list[gr.components.Component]]
     advanced: gr.Textbox  # "More settings": setting=value lines
+    judge_group: gr.Group  # who judges an online DPO run's pairs: shown for JUDGE_STAGE
+    judge: gr.Dropdown  # its values are `judge` settings (model_choices.judge_choices), sent as --set judge= sends them
 
     @property
     def job_inputs(self) -> list:
@@ -140,7 +150,7 @@ class LaunchForm:
 
     @property
     def inputs(self) -> set:
-        return {self.stage, self.model, self.advanced, *self.job_inputs, *self.trainer_inputs}
+        return {self.stage, self.model, self.advanced, self.judge, *self.job_inputs, *self.trainer_inputs}
 
     @property
     def refreshed_outputs(self) -> list:
@@ -154,9 +164,11 @@ class LaunchForm:
         model = {"model": data[self.model] or ""}
         resolve = None if db is None else (
             lambda typed: run_settings.resolve_run(db, project, stage_name, {**typed, **model}))
+        # The judge as shown, whatever it resolves to: the untouched form's run is judged by the judge it showed.
+        picked = {"judge": data[self.judge]} if stage_name == JUDGE_STAGE else {}
         settings = collect_settings(stage_name, self.specs_by_stage,
                                     [data[w] for w in self.job_inputs + self.trainer_inputs], data[self.advanced],
-                                    resolve)
+                                    resolve, picked)
         return stage_name, {**settings, **model}
 
 
@@ -166,6 +178,17 @@ def reward_widget(spec: forms.FieldSpec) -> gr.Dropdown:
     return gr.Dropdown(reward_spec.choices([]), value=spec.default, label=plain_label("reward"),
                        allow_custom_value=True, elem_id="train-reward",
                        info="Where the rewards come from: a built-in function, people, or a reward model")
+
+
+def judge_widget(shown) -> gr.Dropdown:
+    """The "Judge" picker of an online DPO run: people, people where the reward model is unsure, a reward model or a
+    built-in function (model_choices.judge_choices; the tab fills in the registered reward models on load and when
+    a stage is picked). `shown`: the stage's ResolvedRun (its judge is the picker's first value), or None. A typed
+    value is taken as `--set judge=` takes it, a module:function refused on launch (the web may not name code)."""
+    value = shown.values().get("judge") if shown is not None else None
+    return gr.Dropdown(judge_choices([]), value=value or "rm", label=plain_label("judge"), allow_custom_value=True,
+                       elem_id="train-judge", info="Who picks the better of each prompt's two answers: people in "
+                       "the Rank tab, people where the reward model is least sure, a reward model, or a function")
 
 
 # Where a shown value comes from, in words (train_configs.SOURCES), before the field's help.
@@ -237,6 +260,10 @@ def build_form(shown: dict | None = None) -> LaunchForm:
         gr.Markdown("**Where the reward comes from**")
         with gr.Row():
             job_widgets["reward"] = reward_widget(job_spec_by_name["reward"])
+    with gr.Group(visible=False) as judge_group:
+        gr.Markdown("**Who judges the pairs**")
+        with gr.Row():
+            judge = judge_widget(shown.get(JUDGE_STAGE))
     section_groups, stage_groups, stage_widgets = {}, {}, {}
     with gr.Accordion("Advanced settings", open=False, elem_id="train-advanced-settings"):
         for section in job_settings.SECTIONS:
@@ -255,16 +282,33 @@ def build_form(shown: dict | None = None) -> LaunchForm:
         advanced = gr.Textbox(label="More settings (one setting=value per line; any field of the stage's config)",
                               lines=2, placeholder="warmup_steps=5\nweight_decay=0.01", elem_id="train-advanced")
     return LaunchForm(specs_by_stage, stage, stage_note, model, job_widgets, reward_group, section_groups,
-                      stage_groups, stage_widgets, advanced)
+                      stage_groups, stage_widgets, advanced, judge_group, judge)
 
 
 def show_stage(name: str) -> tuple:
     """The form for stage `name`: its default base model, the reward row for a policy stage, the job sections it
-    reads, the stage's note and its trainer settings (outputs: model, reward_group, each section's group,
-    stage_note, each stage's group)."""
+    reads, the stage's note, its trainer settings and online DPO's judge row (outputs: model, reward_group, each
+    section's group, stage_note, each stage's group, judge_group)."""
     return (gr.update(value=training_stages.get(name).default_model), gr.update(visible=name in REWARD_STAGES),
             *[gr.update(visible=name in section.STAGES) for section in job_settings.SECTIONS], STAGE_NOTES.get(name, ""),
-            *[gr.update(visible=name == s) for s in train_configs.STAGES])
+            *[gr.update(visible=name == s) for s in train_configs.STAGES], gr.update(visible=name == JUDGE_STAGE))
+
+
+@ui_errors
+@requires("admin")
+def refresh_judges(ctx: UIContext, request: gr.Request) -> dict:
+    """The Judge picker's choices read again (on page load and when a stage is picked), its value kept: a reward
+    model registered since the page loaded (a finished run, Admin > Models, the CLI) is offered by name."""
+    with ctx.connection() as db:
+        return gr.update(choices=registered_judges(db))
+
+
+def load_judges(ctx: UIContext, request: gr.Request) -> dict:
+    """refresh_judges on page load: for an annotator (no Train tab) nothing changes and no toast shows."""
+    try:
+        return refresh_judges(ctx, request=request)
+    except gr.Error:
+        return gr.update()
 
 
 # The job settings whose resolved value differs by stage or reward (the rest keep what the person set): how long
@@ -372,8 +416,12 @@ def wire(ctx: UIContext, form: LaunchForm, launch: gr.Button, preview: gr.Button
     """The form's events: a stage shows its fields; Launch queues a run (picked in the monitor's `run`)."""
     refreshed = [form.stage, form.job_widgets["reward"], form.model, form.advanced]
     form.stage.change(show_stage, form.stage, [form.model, form.reward_group, *form.section_groups.values(),
-                                               form.stage_note, *form.stage_groups.values()], api_name=False).then(
-        bind(refresh_values, ctx, form), refreshed, form.refreshed_outputs, api_name=False)
+                                               form.stage_note, *form.stage_groups.values(), form.judge_group],
+                      api_name=False).then(
+        bind(refresh_values, ctx, form), refreshed, form.refreshed_outputs, api_name=False).then(
+        bind(refresh_judges, ctx), None, form.judge, api_name=False)
+    if ctx.app is not None:  # on page load too (a project switch reloads the page): the judges of this registry
+        ctx.app.load(bind(load_judges, ctx), None, form.judge, api_name=False)
     form.job_widgets["reward"].change(bind(refresh_values, ctx, form), refreshed, form.refreshed_outputs,
                                       api_name=False)
     launch.click(bind(launch_streamed, ctx, form), form.inputs, [notice, run], api_name="train_launch")
