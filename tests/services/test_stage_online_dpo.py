@@ -119,8 +119,9 @@ def test_the_judge_setting_is_checked_when_a_run_is_queued(db):
     assert resolve_run(db, "default", "online-dpo", {}).trainer_config().max_new_tokens == 128  # the project's
 
 
-def test_the_web_form_may_not_choose_the_judge(db):
-    """A judge may name code to import (module:function): only the command line sets it."""
+def test_the_web_form_may_not_name_code_as_the_judge(db):
+    """The web form picks people, mix or a reward model as the judge, but a judge naming code to import
+    (module:function) is set only from the command line."""
     _seed(db)
     with pytest.raises(InputError, match="only be set from the command line") as error:
         jobs.create_run(db, "online-dpo", {"judge": "os:system"}, start=False, from_web=True, username="boss")
