@@ -2,9 +2,9 @@
 criterion, then PPO on their weighted sum, PPO under a constraint, and PPO on one criterion alone; each criterion's
 win rate against the base, and whether the constraint held.
 
-    python bench/criteria_conflict.py                      # the full recipe (hours on a CPU: see docs/YOUR_TASK.md)
-    nice -n 10 python bench/criteria_conflict.py --limit 8 --n 2 --judged-answers 12 --annotators 2 --pace 0 \\
-        --answer-tokens 12 --set steps=1 --set eval_samples=1 --ppo-set batch_size=4 \\
+    nice -n 10 python bench/criteria_conflict.py           # the full recipe (hours on a CPU)
+    nice -n 10 python bench/criteria_conflict.py --limit 16 --heldout-share 0.4 --n 2 --judged-answers 12 \\
+        --annotators 2 --pace 0 --answer-tokens 40 --set steps=1 --set eval_samples=1 --ppo-set batch_size=4 \\
         --ppo-set mini_batch_size=4 --rm-set steps=2          # a smoke run (a few minutes)
 
 The task is bench/tasks/explain: how-to questions, judged by two simulated judges that pull apart, `complete`
