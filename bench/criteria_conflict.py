@@ -291,6 +291,7 @@ def run_recipe(args, work: Path) -> list[Row]:
         row.kl = float(after.metrics.get("eval/kl") or 0.0)
         row.multiplier = last_metric(studio, run_id, "reward/lagrange_multiplier") if run == "constraint" else None
         rows.append(row)
+        print("\n" + format_table(f"{TASK}: after the {run} run", rows) + "\n", flush=True)  # a long run shows each
         results.append({"run": run, "run_id": run_id, "model": model, "wall_s": wall, "reward": specs[run],
                         "verdicts": row.verdicts(), "judge_wins": {c: vars(w) for c, w in row.judge_wins.items()},
                         "app_wins": row.app_wins, "rated": rated})
