@@ -87,7 +87,8 @@ def test_judge_rows_compare_each_criterion_pair_by_pair():
     row = bench.judge_row("single", "rm:a", prompts, [TERSE, TERSE], [THOROUGH, TERSE], 1, explain.CRITERIA)
     assert (row.judge_wins["complete"].wins, row.judge_wins["complete"].ties) == (1, 1)
     assert (row.judge_wins["short"].losses, row.judge_wins["short"].ties) == (1, 1)
-    assert row.judge_wins["complete"].rate == pytest.approx(0.75) and row.judge_wins["short"].rate == pytest.approx(0.25)
+    assert row.judge_wins["complete"].rate == pytest.approx(0.75)
+    assert row.judge_wins["short"].rate == pytest.approx(0.25)
 
 
 def test_people_rate_each_criterion_on_its_scale():
