@@ -29,8 +29,8 @@ TITLE = "Rank"
 SLOTS_PER_ROW = 4  # 8 answers side by side are too narrow to read: the slots wrap in rows of 4
 SHORTCUTS = (
     "Keys: type the answer numbers **best to worst** (e.g. `3 1 2`), **=** before a number ties it with the "
-    "previous one (`1 = 2 3`), **Enter** submits, **Esc** starts over, **s** skips, **u** undoes the last ranking or skip, **r** refreshes, "
-    "**e** writes a better answer than your first choice. With questions under the answers: **j** / **k** = next / "
+    "previous one (`1 = 2 3`), **Enter** submits, **Esc** starts over, **s** skips, **u** undoes the last ranking "
+    "or skip, **r** refreshes, **e** writes a better answer than your first choice. With questions under the answers: **j** / **k** = next / "
     "previous answer, then **digits** score its highlighted criterion, **letters** tick its flags (as labelled), "
     "**Esc** = back to ranking."
 )
