@@ -78,8 +78,10 @@ class WeightedReward:
 class ConstrainedReward:
     """Safe RLHF's reward under a constraint: each batch first moves the multiplier on that batch's constraint
     mean (update_multiplier), then scores with it (lagrangian_rewards), so a broken constraint weighs on the very
-    batch that broke it. The multiplier lives here (a run's checkpoint does not keep it: a resumed run starts it
-    again at `multiplier`) and is logged as reward/lagrange_multiplier."""
+    batch that broke it. The multiplier lives here, is logged as reward/lagrange_multiplier and goes into a run's
+    checkpoints through state_dict / load_state_dict: a resumed run goes on from the multiplier it had saved, not
+    from 0 (which would let a constraint the run had learnt to respect be broken again for as many batches as
+    it took to rise)."""
 
     def __init__(self, reward, constraint, threshold: float, learning_rate: float = 0.1, multiplier: float = 0.0,
                  name: str = "constraint"):
@@ -90,6 +92,16 @@ class ConstrainedReward:
         self.reward, self.constraint, self.name = reward, constraint, name
         self.threshold, self.learning_rate, self.multiplier = float(threshold), float(learning_rate), float(multiplier)
         self.last_stats: dict[str, float] = {}
+
+    def state_dict(self) -> dict[str, float]:
+        """What a resume needs (plain floats: JSON). The threshold and learning rate are the run's settings."""
+        return {"lagrange_multiplier": self.multiplier}
+
+    def load_state_dict(self, state: dict) -> None:
+        multiplier = float(state["lagrange_multiplier"])
+        if not multiplier >= 0:  # also refuses NaN
+            raise ValueError(f"a saved Lagrange multiplier must be a number >= 0, got {multiplier}")
+        self.multiplier = multiplier
 
     def __call__(self, queries: Sequence[str], responses: Sequence[str]) -> list:
         reward = _scored(self.reward, queries, responses)

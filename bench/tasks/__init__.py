@@ -9,6 +9,8 @@ prompts. The app takes a judge as a reward or a measure by its `module:function`
               stays within a word budget, does not repeat itself
     formal    everyday requests (messages, replies, notes); better = a polite, formal register: no contractions,
               slang, exclamation marks or shouting
+    explain   how-to questions scored on two criteria that conflict (issue 47): `complete` (points covered) and
+              `short` (few words); judge.py's CRITERIA, bench/criteria_conflict.py
 """
 from __future__ import annotations
 
@@ -37,4 +39,4 @@ class Task:
         return importlib.import_module(f"bench.tasks.{self.name}.judge").judge
 
 
-TASKS = {name: Task(name) for name in ("concise", "formal")}
+TASKS = {name: Task(name) for name in ("concise", "formal", "explain")}

@@ -207,11 +207,14 @@ def signal_deferred(signum: int = signal.SIGTERM) -> Iterator[None]:
         handler(*pending[0])
 
 
+# A PPO run's reward state (a constraint's Lagrange multiplier: runners/ppo.py write_reward_state).
+REWARD_STATE_FILE = "reward_state.json"
 # A checkpoint's files that belong to training, not to the model: optimizer, scheduler, RNG and trainer state
-# (ours: trainer_state.pt, training_state.pt, job_state.json; transformers.Trainer's: optimizer.pt, scheduler.pt,
-# rng_state*.pth, trainer_state.json, training_args.bin, scaler.pt), and the manifest.
-TRAINING_STATE_FILES = ("trainer_state.pt", "training_state.pt", "job_state.json", "optimizer.pt", "scheduler.pt",
-                        "scaler.pt", "rng_state*.pth", "trainer_state.json", "training_args.bin", MANIFEST)
+# (ours: trainer_state.pt, training_state.pt, job_state.json, reward_state.json; transformers.Trainer's:
+# optimizer.pt, scheduler.pt, rng_state*.pth, trainer_state.json, training_args.bin, scaler.pt), and the manifest.
+TRAINING_STATE_FILES = ("trainer_state.pt", "training_state.pt", "job_state.json", REWARD_STATE_FILE, "optimizer.pt",
+                        "scheduler.pt", "scaler.pt", "rng_state*.pth", "trainer_state.json", "training_args.bin",
+                        MANIFEST)
 
 
 def model_files(checkpoint: str | Path) -> list[Path]:

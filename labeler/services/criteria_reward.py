@@ -15,28 +15,22 @@ from labeler.services import models
 from labeler.services.reward_spec import Combined, RewardSpec
 from rlhf.rewards import FunctionReward, RewardModelReward
 
-# The Lagrange multiplier's step per batch (rlhf.constraints.update_multiplier). Reward-model scores are
-# standardised to rm_score_std (1 by default): a batch mean 1 below the threshold raises the multiplier by 0.1, so
-# a broken constraint takes the reward over (lambda > 1) within about ten such batches, as Safe RLHF's
-# lambda learning rate of 0.1 does on standardised costs.
-DUAL_LEARNING_RATE = 0.1
-
-
 def label(spec: RewardSpec) -> str:
     """A term's name in the metrics: the reward model's or the function's (reward/<label>_mean)."""
     name = spec.model or spec.function or spec.source
     return name.replace(":", "_").replace("/", "_")
 
 
-def build(combined: Combined, source_of: Callable[[RewardSpec], object]):
-    """The reward source of a combination, each term's source made by `source_of(spec)`."""
+def build(combined: Combined, source_of: Callable[[RewardSpec], object], constraint_lr: float = 0.1):
+    """The reward source of a combination, each term's source made by `source_of(spec)`; `constraint_lr` is the
+    multiplier's step per batch (job_settings.RewardSettings.constraint_lr)."""
     from rlhf.constraints import ConstrainedReward, WeightedReward
 
     reward = WeightedReward([(label(spec), source_of(spec), weight) for spec, weight in combined.terms])
     if combined.constraint is None:
         return reward
     constraint = combined.constraint
-    return ConstrainedReward(reward, source_of(constraint.spec), constraint.threshold, DUAL_LEARNING_RATE,
+    return ConstrainedReward(reward, source_of(constraint.spec), constraint.threshold, constraint_lr,
                              name=label(constraint.spec))
 
 
@@ -55,4 +49,4 @@ def combined_reward(db, job):
         path = models.resolve(db, spec.model or models.newest(db, "reward"))
         return RewardModelReward.from_pretrained(path, job.subtract_query_score, score_std=job.rm_score_std,
                                                  dtype=torch.bfloat16 if job.bf16 else None)
-    return build(combined, source_of)
+    return build(combined, source_of, job.constraint_lr)

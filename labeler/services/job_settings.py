@@ -9,6 +9,7 @@ setting is in; the Train tab's groups and `train --list-settings` are drawn from
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field, fields
 from typing import ClassVar, Literal
 
@@ -129,6 +130,13 @@ class RewardSettings:
     rm_score_std: float | None = field(default=0.5, metadata={
         "help": "Reward model: standardise its scores with the mean and std of its training answers (saved with "
                 "it), then scale to this std; blank: raw scores."})
+    # Reward-model scores are standardised to rm_score_std: a batch mean 1 below the threshold raises the multiplier
+    # by 0.1, so a broken constraint takes the reward over (lambda > 1) within about ten such batches, as Safe
+    # RLHF's lambda learning rate of 0.1 does on standardised costs.
+    constraint_lr: float = field(default=0.1, metadata={
+        "help": "reward=REWARD,SPEC>=NUMBER: the Lagrange multiplier's step per batch, lambda <- max(0, lambda - lr "
+                "* (batch mean of the constrained criterion - threshold)) (Safe RLHF, Dai et al. 2023, whose "
+                "lambda learning rate is 0.1); kept in the run's checkpoints, so a resumed run goes on from it."})
     w_human: float = field(default=1.0, metadata={"help": "mix: weight of the human reward."})
     w_rm: float = field(default=1.0, metadata={"help": "mix: weight of the reward model."})
     human_timeout: float = field(default=300.0, metadata={"help": "Seconds to wait for human ratings of a batch."})
@@ -165,6 +173,8 @@ class RewardSettings:
 
     def __post_init__(self):
         _check(self.rm_score_std is None or self.rm_score_std > 0, "rm_score_std", self.rm_score_std, "must be positive (blank: raw scores)")
+        _check(math.isfinite(self.constraint_lr) and self.constraint_lr > 0, "constraint_lr", self.constraint_lr,
+               "must be a positive number (the Lagrange multiplier's step per batch)")
         _check(self.human_timeout > 0, "human_timeout", self.human_timeout, "must be positive")
         _check(self.w_human >= 0 and self.w_rm >= 0, "w_human/w_rm", (self.w_human, self.w_rm), "must be >= 0")
         _check(1 <= self.max_new_tokens <= 32_768, "max_new_tokens", self.max_new_tokens,

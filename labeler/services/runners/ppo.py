@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from labeler.services import evaluation, models, step_journal, train_configs
-from labeler.services.checkpoints import WeightsPacer
+from labeler.services.checkpoints import REWARD_STATE_FILE, WeightsPacer
 from labeler.services.criteria_reward import combined_reward
 from labeler.services.errors import InputError
 from labeler.services.metrics_sink import main_process_decides
@@ -65,6 +66,7 @@ def run_ppo(ctx: StageContext) -> RunResult:
     if resume is not None:
         trainer.load_checkpoint(resume)
         stream.read_state(resume)
+        read_reward_state(reward, resume)
         ctx.sink.truncate_after(trainer.current_step)
         print(f"resumed from {resume} at step {trainer.current_step}", flush=True)
     journal = step_journal.steps_after(db, ctx.run_id, trainer.current_step) if queue is not None else []
@@ -92,7 +94,7 @@ def run_ppo(ctx: StageContext) -> RunResult:
                 check_heldout(trainer.current_step)
             if checkpoint_due(job, trainer.current_step, pacer):  # people's labels: as the pacer allows
                 with pacer.writing() if pacer is not None else contextlib.nullcontext():
-                    save_checkpoint(ctx, trainer, stream)
+                    save_checkpoint(ctx, trainer, stream, reward)
             if ranks.should_stop():
                 print(f"early stop after step {trainer.current_step}", flush=True)
                 break
@@ -228,13 +230,39 @@ def replay_journal(trainer, tokenizer, chat_template, stream: RolloutStream, jou
           f"{last.step}): people's labels since it are kept", flush=True)
 
 
-def save_checkpoint(ctx: StageContext, trainer, stream: RolloutStream) -> None:
-    """A resumable checkpoint: the trainer's state and the stream's position (the batch generated ahead is not
-    trained on yet: a resumed run generates it again)."""
+def save_checkpoint(ctx: StageContext, trainer, stream: RolloutStream, reward=None) -> None:
+    """A resumable checkpoint: the trainer's state, the stream's position (the batch generated ahead is not
+    trained on yet: a resumed run generates it again) and the reward's own state where it keeps one (a
+    constraint's Lagrange multiplier: write_reward_state)."""
     def write(folder: Path, position=stream.resume_position):
         trainer.save_checkpoint(folder)  # every rank: it gathers their RNG states
         stream.write_state(folder, position)
+        write_reward_state(reward, folder)
     ctx.save_checkpoint(trainer.current_step, write)  # the main process's folder is the checkpoint
+
+
+def write_reward_state(reward, folder: Path) -> None:
+    """A reward source's state_dict (rlhf.constraints.ConstrainedReward's multiplier) as REWARD_STATE_FILE; a
+    source without one (a reward model, a function, people) writes nothing. Taken when the checkpoint is written,
+    the multiplier has moved on every batch scored so far, which is every batch whose prompts the stream's saved
+    position has passed (answers scored but dropped or left over are not sampled again either)."""
+    state_dict = getattr(reward, "state_dict", None)
+    if state_dict is not None:
+        (folder / REWARD_STATE_FILE).write_text(json.dumps(state_dict()))
+
+
+def read_reward_state(reward, folder: Path) -> None:
+    """Restore what write_reward_state saved. A checkpoint without the file (a run whose reward kept no state, or
+    one written before the multiplier was saved) leaves the reward as it starts, with a line in the log."""
+    if getattr(reward, "load_state_dict", None) is None:
+        return
+    path = folder / REWARD_STATE_FILE
+    if not path.exists():
+        print(f"{folder.name} holds no {REWARD_STATE_FILE}: the reward's state starts afresh", flush=True)
+        return
+    state = json.loads(path.read_text())
+    reward.load_state_dict(state)
+    print(f"reward state restored from {folder.name}: {state}", flush=True)
 
 
 def save_policy(ctx: StageContext, trainer, tokenizer, base_path: str) -> None:

@@ -97,6 +97,73 @@
   let rank = { next: 1, last: 0, tie: false, values: [] };
   const resetRank = () => { rank = { next: 1, last: 0, tie: false, values: [] }; };
 
+  // Rank with the project's questions (per answer N: flags #rank-flags-N, criteria #rank-criterion-N-K). The
+  // digits rank, so the questions take a focus first: "j" / "k" move it to the next / previous answer (past the
+  // last, back to ranking); while an answer has it, digits score its highlighted criterion and move to the next,
+  // letters tick its flags (labelling.FLAG_KEYS), Esc gives the digits back to ranking. "e" opens the correction
+  // with the answer ranked first in it; Enter submits the ranking and every answer's questions once, read from
+  // the page (rank.SUBMIT_JS), as Rate's Enter does.
+  let rankFocus = 0; // 0: the digits rank; N: answer N's questions
+  let rankCriterion = 0; // the highlighted criterion of the focused answer
+  const rankSlots = () => {
+    const shown = [];
+    for (let n = 1; n <= 9; n++) if (visible(byId(`rank-slot-${n}`))) shown.push(n);
+    return shown;
+  };
+  const rankCriteria = (n) => {
+    const shown = [];
+    for (let k = 1; k <= CRITERION_SLOTS; k++) if (visible(byId(`rank-criterion-${n}-${k}`))) shown.push(`rank-criterion-${n}-${k}`);
+    return shown;
+  };
+  const rankFlags = (n) => {
+    const root = byId(`rank-flags-${n}`);
+    return visible(root) ? [...root.querySelectorAll("input[type=checkbox]")] : [];
+  };
+  const rankAsking = () => rankSlots().some((n) => rankCriteria(n).length > 0 || rankFlags(n).length > 0);
+  const rankHighlight = () => {
+    for (const n of rankSlots()) {
+      const column = byId(`rank-slot-${n}`).closest(".studio-response");
+      if (column) column.style.outline = n === rankFocus ? "2px solid #f59e0b" : "";
+      rankCriteria(n).forEach((id, k) => {
+        byId(id).style.outline = n === rankFocus && k === rankCriterion ? "2px solid #f59e0b" : "";
+      });
+    }
+  };
+  const moveRankFocus = (step) => {
+    const slots = [0, ...rankSlots()];
+    const at = Math.max(0, slots.indexOf(rankFocus));
+    rankFocus = slots[(at + step + slots.length) % slots.length];
+    rankCriterion = 0;
+    rankHighlight();
+  };
+  const leaveRankFocus = () => { rankFocus = 0; rankCriterion = 0; rankHighlight(); };
+  // What Enter sends: the ranks typed (null where none: the radios as they are) and every answer's questions.
+  const rankTyped = (values) => ({
+    ranks: values.some((v) => v !== null && v !== undefined) ? values : null,
+    slots: Array.from({ length: 9 }, (_, i) => ({
+      flags: rankFlags(i + 1).filter((box) => box.checked).map(flagName),
+      criteria: Array.from({ length: CRITERION_SLOTS }, (_, k) => checkedValue(`rank-criterion-${i + 1}-${k + 1}`)),
+    })),
+  });
+  // The answer's text without its "Answer N" heading.
+  const rankAnswerText = (n) => {
+    const el = byId(`rank-text-${n}`);
+    if (!el) return "";
+    const heading = el.querySelector("h4");
+    const text = el.innerText.trim();
+    return heading && text.startsWith(heading.innerText.trim()) ? text.slice(heading.innerText.trim().length).trim() : text;
+  };
+  const openRankCorrection = () => {
+    const area = byId("rank-correction") && byId("rank-correction").querySelector("textarea");
+    if (!area || !visible(area)) return;
+    const first = rankSlots().find((n) => checkedValue(`rank-slot-${n}`) === 1);
+    if (!area.value.trim() && first) {
+      area.value = rankAnswerText(first);
+      area.dispatchEvent(new Event("input", { bubbles: true }));
+    }
+    area.focus();
+  };
+
   const queue = [];
   let inFlight = null; // the timer of the request in flight, or null
   // A request whose done signal never comes (a dropped connection) must not block the keyboard for good.
@@ -162,6 +229,28 @@
       return false;
     }
     if (visible(byId("rank-submit"))) {
+      if (key === "e") { openRankCorrection(); return false; }
+      if (rankAsking()) {
+        if (key === "j" || key === "k") { moveRankFocus(key === "j" ? 1 : -1); return false; }
+        if (rankFocus && key === "Escape") { leaveRankFocus(); return false; }
+        if (rankFocus && /^[0-9]$/.test(key)) {
+          const ids = rankCriteria(rankFocus);
+          if (!ids.length || !pickRadio(ids[Math.min(rankCriterion, ids.length - 1)], key)) {
+            status(`no score ${key} here`);
+            return false;
+          }
+          rankCriterion = Math.min(rankCriterion + 1, ids.length - 1);
+          rankHighlight();
+          return false;
+        }
+        const flag = FLAG_KEYS.indexOf(key);
+        if (flag >= 0 && key.length === 1) {
+          const boxes = rankFocus ? rankFlags(rankFocus) : [];
+          if (flag < boxes.length) boxes[flag].click();
+          else status(rankFocus ? `no flag ${key} here` : "press j to pick an answer first");
+          return false;
+        }
+      }
       // Answers 1-9 are one key each (an item holds at most labeling.MAX_RANKING_SIZE = 8); a slot that is
       // not shown ignores its key.
       if (/^[1-9]$/.test(key)) {
@@ -179,9 +268,13 @@
       if (key === "=") { rank.tie = true; return false; }
       if (key === "Escape" || key === "Backspace") { resetRank(); return false; }
       const values = rank.values;
+      const asked = rankAsking();
       resetRank();
+      leaveRankFocus();
       if (key === "Enter") {
-        // Ranks typed on the keyboard go with the submit; none typed: the radios (mouse) as they are.
+        // Ranks typed on the keyboard go with the submit; none typed: the radios (mouse) as they are. With
+        // questions, their answers too, read from the page now (Gradio's store may lag the clicks).
+        if (asked) return send("rank-submit", "rank", rankTyped(values));
         return send("rank-submit", "rank", values.some((v) => v !== null) ? values : undefined);
       }
       if (key === "s") return send("rank-skip");
@@ -236,14 +329,16 @@
   window.__rlhfStudioActive = (tab) => document.visibilityState === "visible"
     && visible(byId(`${tab}-submit`)) && Date.now() - lastActive < ACTIVE_MS;
 
-  const HANDLED = /^([0-9=sur]|Enter|Escape|Backspace)$/;
+  const HANDLED = /^([0-9=sure]|Enter|Escape|Backspace)$/;
+  // Rank's keys with questions: j / k (the answer in focus) and the flags' letters too.
+  const RANK_ASKING_KEYS = /^([0-9=surejkabcdfghi]|Enter|Escape|Backspace)$/;
   // Rate's own keys: e (the correction) always; with questions, Enter and the flags' letters too.
   const RATE_KEYS = /^[0-9sure]$/;
   const RATE_ASKING_KEYS = /^([0-9sureabcdfghi]|Enter)$/;
   document.addEventListener("keydown", (event) => {
     // Esc leaves the correction or the comment box, so the keys score again.
     if (event.key === "Escape" && event.target && event.target.closest
-        && event.target.closest("#rate-correction, #rate-comment")) {
+        && event.target.closest("#rate-correction, #rate-comment, #rank-correction, #rank-comment")) {
       event.target.blur();
       event.preventDefault();
       return;
@@ -254,7 +349,7 @@
     const onRank = !onRate && visible(byId("rank-submit"));
     if (!onRate && !onRank) return;
     if (onRate && !(asking() ? RATE_ASKING_KEYS : RATE_KEYS).test(key)) return;
-    if (onRank && !HANDLED.test(key)) return;
+    if (onRank && !(rankAsking() ? RANK_ASKING_KEYS : HANDLED).test(key)) return;
     event.preventDefault();
     queue.push(key);
     pump();

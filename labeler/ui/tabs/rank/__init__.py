@@ -4,9 +4,11 @@ Each answer gets a rank number (1 = best); equal numbers are a tie. The ranks be
 `order` best to worst with tied response ids grouped: ranks {a: 2, b: 1, c: 2} -> [[b], [a, c]] (ranks.py).
 Keyboard: type the answer numbers best to worst ("3 1 2"), "=" before a number ties it with the
 previous one, Enter submits (labeler/ui/static/shortcuts.js). The project's questions (labelling.asked) sit under
-each answer, its flags and a radio per criterion, answered with the mouse (the digits already rank), with one
-"better answer" box, a correction of the answer ranked first; the ranking and all of them are one submit
-(questions.submit_ranking_with_answers).
+each answer, its flags and a radio per criterion, with one "better answer" box, a correction of the answer ranked
+first; the ranking and all of them are one submit (questions.submit_ranking_with_answers). By keyboard as in Rate,
+once an answer has the focus (the digits rank until then): j / k move the focus to the next / previous answer,
+digits score its highlighted criterion and move to the next, letters tick its flags, Esc gives the digits back to
+ranking, e opens the correction with the answer ranked first in it, Enter submits everything once.
 
 Built from parts: ranks.py (rank numbers to an order), item_view.py (what an item shows, as widget values),
 handlers.py (show, submit, skip, undo: module functions taking the UIContext first), and what Rank shares with
@@ -27,16 +29,30 @@ TITLE = "Rank"
 SLOTS_PER_ROW = 4  # 8 answers side by side are too narrow to read: the slots wrap in rows of 4
 SHORTCUTS = (
     "Keys: type the answer numbers **best to worst** (e.g. `3 1 2`), **=** before a number ties it with the "
-    "previous one (`1 = 2 3`), **Enter** submits, **Esc** starts over, **s** skips, **u** undoes the last ranking or skip, **r** refreshes."
+    "previous one (`1 = 2 3`), **Enter** submits, **Esc** starts over, **s** skips, **u** undoes the last ranking "
+    "or skip, **r** refreshes, **e** writes a better answer than your first choice. With questions under the answers: **j** / **k** = next / "
+    "previous answer, then **digits** score its highlighted criterion, **letters** tick its flags (as labelled), "
+    "**Esc** = back to ranking."
 )
 # The keyboard path (shortcuts.js): the ranks typed go straight into the submit (see the Rate tab's SUBMIT_JS).
 # The ranks come last and as a rest parameter, so this needs no change when MAX_RESPONSES does; the typed list
 # only covers the slots typed, the rest are null (unranked).
-# The questions' inputs come after the ranks, untouched by the keys (they are answered with the mouse).
+# The questions' inputs come after the ranks: the correction, then per slot its flags and MAX_CRITERIA criteria.
+# With questions, Enter sends an object ({ranks, slots: [{flags, criteria}]}) read from the page as it pressed.
 SUBMIT_JS = f"""(comment, current, key, ...rest) => {{
   const typed = window.__rlhfStudioTake ? window.__rlhfStudioTake("rank") : null;
   const ranks = rest.slice(0, {MAX_RESPONSES}), questions = rest.slice({MAX_RESPONSES});
-  return [comment, current, key, ...(typed === null ? ranks : ranks.map((_, i) => typed[i] ?? null)), ...questions];
+  if (typed === null) return [comment, current, key, ...ranks, ...questions];
+  if (Array.isArray(typed)) return [comment, current, key, ...ranks.map((_, i) => typed[i] ?? null), ...questions];
+  const typedRanks = typed.ranks === null ? ranks : ranks.map((_, i) => typed.ranks[i] ?? null);
+  const width = 1 + {labelling.MAX_CRITERIA};
+  const asked = questions.map((value, j) => {{
+    if (j === 0) return value;
+    const slot = typed.slots[Math.floor((j - 1) / width)], k = (j - 1) % width;
+    if (!slot) return value;
+    return k === 0 ? slot.flags : (slot.criteria[k - 1] ?? value);
+  }});
+  return [comment, current, key, ...typedRanks, ...asked];
 }}"""
 
 

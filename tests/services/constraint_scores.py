@@ -1,0 +1,12 @@
+"""Reward functions with known values for the constraint resume test, importable as `constraint_scores:NAME`
+(tests/services is on the path)."""
+from __future__ import annotations
+
+
+def minus_one(prompts, answers) -> list[float]:
+    """-1 for every answer: a constraint `>=0` broken by exactly 1 on every batch, whatever the policy says."""
+    return [-1.0 for _ in answers]
+
+
+def zero(prompts, answers) -> list[float]:
+    return [0.0 for _ in answers]
