@@ -100,7 +100,7 @@ WEB_JOB_SETTINGS = (
     "reward", "reward_model", "reward_function", "subtract_query_score", "rm_score_std", "w_human", "w_rm",
     "human_timeout", "timeout_policy", "human_label", "human_share", "online_rm", "rm_refit_every", "heldout_every",
     "human_overlap", "max_new_tokens", "answers_per_prompt", "samples_per_step", "seed", "eval_samples",
-    "num_processes",
+    "num_processes", "constraint_lr",
 )
 WEB_TRAINER_SETTINGS = (
     # optimiser and schedule

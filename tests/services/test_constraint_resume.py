@@ -72,3 +72,14 @@ def test_the_step_size_defaults_to_safe_rlhfs(db, tmp_path):
     from labeler import forms
     assert combined_reward(db, forms.build_config(JobConfig, {"reward": "rm", "reward_model": REWARD,
                                                               "constraint_lr": "0.5"})).learning_rate == 0.5
+
+
+def test_the_web_form_may_set_the_step_size(db, tmp_path):
+    # a number, naming no code: the Train tab's More settings may send it as the command line does
+    from labeler.services import accounts
+
+    prompts.add_prompts(db, ["The first scene"])
+    accounts.create_user(db, "boss", "a long enough password", role="admin")
+    run = jobs.create_run(db, "ppo", {"reward": "vader", "constraint_lr": "0.5"}, runs_dir=tmp_path / "runs",
+                          start=False, from_web=True, username="boss")
+    assert run.config["job"]["constraint_lr"] == 0.5
