@@ -32,8 +32,10 @@ def settings_line(markdown: str) -> str:
     # learning rate for people's rankings, the project's answer length (export_fixtures: 128 tokens).
     ("ppo", PPO_SHAPE, "KL horizon (rollouts): 8 (app default); Lowest KL weight: 0.03 (app default); "
                        "Learning rate: 4.5e-05 (app default); Answer length (new tokens): 128 (project)."),
-    # DPO full fine-tuning: the app's learning rate; steps for one pass over 4 pairs at batch 4 = 1.
-    ("dpo", {}, "Learning rate: 2e-05 (app default); Answer length (new tokens): 128 (project); "
+    # DPO full fine-tuning: the app's learning rate; the longest example fitted to the answers (256 + 128 + 8);
+    # steps for one pass over 4 pairs at batch 4 = 1.
+    ("dpo", {}, "Learning rate: 2e-05 (app default); Longest example (tokens): 392 (app default); "
+                "Answer length (new tokens): 128 (project); "
                 "How long (training steps): 1 (app default)."),
 ])
 def test_the_settings_line_reads_in_the_forms_words_and_names_each_source(labelled, stage, values, expected):
