@@ -77,7 +77,7 @@ def process_cpu_s(pid: int) -> float:
 
 def build_database(path: str, n_items: int, users: list[str], overlap: int) -> None:
     """n_items rating items (one prompt per 4 answers), the users (one password hash, copied), the overlap."""
-    from labeler.services import accounts
+    from labeler.services.data import accounts
     from storage import open_db, write_transaction
 
     db = open_db(path)
@@ -184,7 +184,7 @@ class ServiceAnnotator(Annotator):
     """The same submits as direct calls: one connection of its own, no HTTP, no Gradio."""
 
     def __init__(self, db_path: str, username: str):
-        from labeler.services import labeling
+        from labeler.services.data import labeling
         from storage import open_db
 
         super().__init__(username)

@@ -30,7 +30,9 @@ sys.path.insert(0, str(ROOT))
 
 
 def app_run(steps: int, overrides: dict[str, str]) -> dict:
-    from labeler.services import jobs, prompts, run_metrics
+    from labeler.services.training import jobs
+    from labeler.services.data import prompts
+    from labeler.services.execution import run_metrics
     from storage import open_db
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -49,7 +51,7 @@ def app_run(steps: int, overrides: dict[str, str]) -> dict:
 
 
 def _gaps(stamps: list[str]) -> list[float]:
-    from labeler.services.runs import parse_time
+    from labeler.services.execution.runs import parse_time
 
     times = [parse_time(s) for s in stamps]
     return [(b - a).total_seconds() for a, b in zip(times, times[1:])]
@@ -60,8 +62,8 @@ def library_run(steps: int, overrides: dict[str, str]) -> dict:
     import torch
 
     from labeler import forms
-    from labeler.services.prompts import SHIPPED_PROMPTS
-    from labeler.services.job_settings import JobConfig
+    from labeler.services.data.prompts import SHIPPED_PROMPTS
+    from labeler.services.settings.job_settings import JobConfig
     from rlhf.configs import PPOConfig
     from rlhf.generation import build_prompt_ids
     from rlhf.loading import load_tokenizer, resolve_model_path

@@ -1,6 +1,6 @@
 """Bytes a people-rewarded PPO run (reward human or mix) writes per step: before, a full checkpoint after every step
 (fp32 weights, the value head then added to model.safetensors by reading and rewriting the whole file, Adam's
-state); after, the step journal every step (labeler/services/step_journal.py: the batch's answers, token ids and
+state); after, the step journal every step (labeler/services/execution/step_journal.py: the batch's answers, token ids and
 rewards, one SQLite row) and the checkpoint, its weights written once with the head's keys, every N steps.
 
 N is what the run's checkpoint_share (0.05) makes it: labeler/services/checkpoints.WeightsPacer writes the weights
@@ -61,7 +61,8 @@ def journal_bytes(tokenizer, batch: int, answer_tokens: int) -> int:
     `answer_tokens` tokens each, with their prompts and rewards."""
     import random
 
-    from labeler.services import jobs, step_journal
+    from labeler.services.training import jobs
+    from labeler.services.execution import step_journal
     from storage import open_db
 
     rng = random.Random(0)

@@ -23,7 +23,7 @@ per step (bench/own_task.py's Studio), on a fresh database in a temporary folder
    answers, so 0 is the base's mean: "no shorter than the base"), `single` on rm:complete alone
 6. each run's held-out answers against its base's (the app's automatic evaluation), scored by each judge: the
    win rate per criterion with its 95% Wilson interval over prompts (ties within --win-margin counted half), and
-   the app's own per-criterion win rate by the criterion's reward model (labeler/services/criterion_wins.py,
+   the app's own per-criterion win rate by the criterion's reward model (labeler/services/evals/criterion_wins.py,
    as `runs show --criteria` prints it)
 
 Printed: one table, a row per run and a column per criterion; a run under a constraint says whether it held (the
@@ -190,7 +190,8 @@ def rate_until_done(studio: Studio, task: Task, count: int, pace: float, budget:
     from annotators import Server
     from simulated_annotators import Budget, add_users, run_team
 
-    from labeler.services import labeling, questions
+    from labeler.services.data import labeling
+    from labeler.services.labels import questions
 
     db = studio.db_handle()
     try:
@@ -237,7 +238,7 @@ def create_project(studio: Studio, answer_tokens: int, heldout_share: float, cri
 
 
 def last_metric(studio: Studio, run_id: int, name: str) -> float | None:
-    from labeler.services import run_metrics
+    from labeler.services.execution import run_metrics
 
     db = studio.db_handle()
     try:
@@ -248,7 +249,7 @@ def last_metric(studio: Studio, run_id: int, name: str) -> float | None:
 
 
 def app_criterion_wins(studio: Studio, run_id: int) -> dict[str, tuple[float, float, float]]:
-    from labeler.services import criterion_wins
+    from labeler.services.evals import criterion_wins
 
     db = studio.db_handle()
     try:

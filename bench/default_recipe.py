@@ -50,7 +50,10 @@ def parse_sets(pairs: list[str]) -> dict[str, str]:
 
 
 def run_once(settings: dict[str, str]) -> dict:
-    from labeler.services import evaluation, jobs, prompts, run_metrics, run_preview
+    from labeler.services.evals import evaluation
+    from labeler.services.training import jobs, run_preview
+    from labeler.services.data import prompts
+    from labeler.services.execution import run_metrics
     from storage import open_db
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,4 +1,4 @@
-"""Inference in bf16 or fp32 on this CPU (issue 44 item 1): which does labeler.services.inference pick, and is it the
+"""Inference in bf16 or fp32 on this CPU (issue 44 item 1): which does labeler.services.serving.inference pick, and is it the
 faster one? 64 answers x 128 tokens with the default model, each dtype in turn, interleaved, the ratio printed.
 
     python bench/generation_precision.py                        # 64 answers x 128 tokens, 3 rounds
@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from labeler.services.inference import inference_dtype  # noqa: E402
+from labeler.services.serving.inference import inference_dtype  # noqa: E402
 from rlhf.configs import GenerationSettings  # noqa: E402
 from rlhf.generation import build_prompt_ids, generate_batch  # noqa: E402
 from rlhf.hardware import BF16_CPU_FLAGS, cpu_flags  # noqa: E402

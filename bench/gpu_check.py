@@ -31,8 +31,8 @@ Peak memory is the largest peak RSS (VmHWM) of any one process of the stage (a `
 and the worker it starts; the server's is given beside it), read from /proc every 0.1 s: VmHWM only grows, so a
 sample misses at most the last 0.1 s of a process's life. On `--device cuda` the GPU's used memory (nvidia-smi,
 every 0.5 s, the whole GPU's) is added. The estimate is the app's: `train --dry-run`'s for training stages
-(rlhf/memory_estimate.py from labeler/services/run_estimate.py train_shape) and the model cache's for inference
-(labeler/services/inference.py estimated_bytes: the weights in the dtype they are answered in); both count what a
+(rlhf/memory_estimate.py from labeler/services/training/run_estimate.py train_shape) and the model cache's for inference
+(labeler/services/serving/inference.py estimated_bytes: the weights in the dtype they are answered in); both count what a
 stage adds above the floor row's runtime, so compare peak - floor with the estimate. Bytes written: the size of
 every file under the data folder (database, WAL, runs, checkpoints, models) that the stage created or changed
 (a file written twice counts once, a file created and deleted within the stage not at all).
@@ -322,8 +322,9 @@ class Loop:
     def training_estimate(self, stage: str, values: dict):
         """What `train STAGE --dry-run` prints for these settings (labeler/services/run_estimate.memory_text)."""
         def estimate():
-            from labeler.services import models, run_settings
-            from labeler.services.run_estimate import train_shape
+            from labeler.services.serving import models
+            from labeler.services.training import run_settings
+            from labeler.services.training.run_estimate import train_shape
             from rlhf.memory_estimate import estimate_training_memory, model_shape
             from storage import open_db
 
@@ -339,10 +340,10 @@ class Loop:
         return estimate
 
     def inference_estimate(self, *names: str):
-        """The model cache's estimate before a load (labeler/services/inference.py estimated_bytes) of each model;
+        """The model cache's estimate before a load (labeler/services/serving/inference.py estimated_bytes) of each model;
         a LoRA adapter is answered merged into its base, so its base's folder is what is estimated."""
         def estimate():
-            from labeler.services import inference, models
+            from labeler.services.serving import inference, models
             from rlhf.hardware import cpu_flags
             from storage import open_db
 
@@ -394,7 +395,7 @@ class Loop:
     def go(self) -> list[Row]:
         shape = self.shape
         self.stage("floor", lambda row, peaks: self.run(
-            row, [sys.executable, "-c", "import torch, transformers, labeler.services.inference"], peaks))
+            row, [sys.executable, "-c", "import torch, transformers, labeler.services.serving.inference"], peaks))
 
         self.stage("build", lambda row, peaks: self.run(
             row, [sys.executable, str(Path(__file__).resolve()), "--build", str(self.model), "--shape", shape.name],

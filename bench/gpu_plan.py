@@ -6,7 +6,7 @@ own estimates (no GPU was lent while this was written: nothing here is measured)
     python bench/gpu_plan.py --doc docs/GPU.md   # ... written into docs/GPU.md between its markers
     python bench/gpu_plan.py --json plan.json
 
-Memory of a training step: what `rlhf-studio train STAGE --dry-run` prints (labeler/services/run_settings.py
+Memory of a training step: what `rlhf-studio train STAGE --dry-run` prints (labeler/services/training/run_settings.py
 resolve_run, then rlhf/memory_estimate.py on run_estimate.train_shape), for the recipe of the model's size; where
 that exceeds 90% of the GPU (the dry run's warning), the plan adds lora=true, then load_in_4bit=true (QLoRA), as the
 warning says to. The model is a folder holding only the hub model's config.json (written out below) and an empty
@@ -14,7 +14,7 @@ weights file: the estimate reads the config alone. Memory of inference (generate
 model cache counts them on a GPU (the checkpoint's own dtype, bf16) plus the batch's KV cache; the evaluation holds
 one model at a time beside the reward model that measures it. Add ~0.5-1 GiB for the CUDA context.
 
-Time: the app's model-free micro-step (labeler/services/run_estimate.py model_free_micro_step: FLOPs at a nominal
+Time: the app's model-free micro-step (labeler/services/training/run_estimate.py model_free_micro_step: FLOPs at a nominal
 125 TFLOP/s for any GPU, generation at a quarter of it, weights read at 500 MB/s) and its PPO step arithmetic
 (ppo_step_seconds). The app has no time estimate for the Trainer stages (rm, dpo): their steps are worked out here
 with the same FLOP model (a training pass 3x a forward, 2x with LoRA, 4/3 more with checkpointing). A 24 GB card
@@ -79,7 +79,7 @@ def training_plan(db, project: str, stage: str, path: str, recipe: str, gpu_byte
                   beside: float = 0.0) -> dict:
     """The recipe's settings, made to fit as the dry run advises; memory and time of the run. `beside`: bytes
     another model holds on the GPU during the run (PPO's reward model)."""
-    from labeler.services import run_estimate, run_settings
+    from labeler.services.training import run_estimate, run_settings
     from rlhf.memory_estimate import estimate_training_memory, model_shape
 
     shape = model_shape(path)
@@ -101,7 +101,7 @@ def training_plan(db, project: str, stage: str, path: str, recipe: str, gpu_byte
 
 
 def _training_seconds(stage: str, shape, job, trainer, work: Work) -> float:
-    from labeler.services import run_estimate
+    from labeler.services.training import run_estimate
 
     settings = run_estimate.MicroStepSettings(
         model_path="", bf16=True, lora=job.lora, lora_r=job.lora_r, lora_alpha=job.lora_alpha,
@@ -134,7 +134,7 @@ def inference_plan(shape, answers: int, rows: int, answer_tokens: int, prompt_to
     """Weights in the checkpoint's dtype (the model cache on a GPU loads 'auto': `weight_bytes` a parameter, bf16
     for a hub model) and the KV cache of `rows` answers; time at the micro-step's generation pace (2 FLOPs a weight
     a token at a quarter of the nominal rate)."""
-    from labeler.services.run_estimate import GENERATION_EFFICIENCY, GPU_FLOPS, LOAD_BYTES_PER_SECOND
+    from labeler.services.training.run_estimate import GENERATION_EFFICIENCY, GPU_FLOPS, LOAD_BYTES_PER_SECOND
 
     weights = weight_bytes * shape.parameters
     kv = 2 * rows * (prompt_tokens + answer_tokens) * shape.layers * shape.kv_width * 2
@@ -160,7 +160,7 @@ def plan(work: Work) -> list[dict]:
 
 
 def _plan(work: Work) -> list[dict]:
-    from labeler.services import projects
+    from labeler.services.data import projects
     from rlhf.memory_estimate import model_shape
     from storage import open_db
 
@@ -191,7 +191,7 @@ def _plan(work: Work) -> list[dict]:
                 ppo["parts"] += f"; reward model {2.0 * rm_weights / GIB:.1f} GiB beside it (bf16)"
                 cell["ppo"] = ppo
                 # The evaluation's measure is loaded as rlhf.reward.RewardScorer loads it without a dtype: fp32
-                # (labeler/services/evaluation.py _reward_model).
+                # (labeler/services/evals/evaluation.py _reward_model).
                 # The tuned model is saved as it trained: full fine-tuning's fp32 master weights (4 bytes a parameter,
                 # which 'auto' keeps), LoRA merged into its bf16 base (2). The evaluation holds it, then the base.
                 tuned = 2.0 if "LoRA" in ppo["how"] else 4.0

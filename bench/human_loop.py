@@ -89,7 +89,8 @@ def train(db: Path, settings: list[str], log: Path, stage: str = "ppo") -> tuple
 
 
 def report(db: Path, run_id: int, wall: float, label: str) -> dict:
-    from labeler.services import evaluation, run_judgements, run_metrics, runs
+    from labeler.services.evals import evaluation
+    from labeler.services.execution import run_judgements, run_metrics, runs
     from storage import open_db
 
     handle = open_db(str(db), migrate=False)

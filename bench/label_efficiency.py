@@ -51,7 +51,8 @@ HELDOUT_PROMPTS = 27
 def build_pool(path: str, answers: int, ranking_size: int, seed: int = 0) -> None:
     """The shipped prompts with `answers` answers each from the default policy, in ranking items of
     `ranking_size` (2: pairs)."""
-    from labeler.services import generation, prompts
+    from labeler.services.serving import generation
+    from labeler.services.data import prompts
     from rlhf.configs import GenerationSettings
     from rlhf.hardware import bf16_is_fast
     from storage import open_db
@@ -90,7 +91,7 @@ def heldout_pairs(db, prompt_ids: list[int]) -> list[tuple[str, str, str]]:
 
 def first_rankings_pairs(db, n: int) -> list[tuple[str, str, str]]:
     """(prompt, chosen, rejected) of the first n rankings stored (by id)."""
-    from labeler.services.label_kinds import ranking_pairs
+    from labeler.services.data.label_kinds import ranking_pairs
 
     rows = db.execute("SELECT k.order_json, p.text FROM rankings k JOIN prompts p ON p.id = k.prompt_id"
                       " ORDER BY k.id LIMIT ?", [n]).fetchall()
@@ -99,7 +100,7 @@ def first_rankings_pairs(db, n: int) -> list[tuple[str, str, str]]:
 
 
 def accuracy(encoder, train: list, test: list, seed: int = 0) -> float:
-    from labeler.services.active_learning import fit_ensemble
+    from labeler.services.labels.active_learning import fit_ensemble
 
     ensemble = fit_ensemble(encoder, train, seed=seed)
     prompts = [p for p, _, _ in test]

@@ -44,7 +44,7 @@ def split_prompts() -> tuple[list[str], list[str]]:
 
 def recipe(name: str, overrides: dict) -> tuple[dict, dict]:
     """(PPOConfig values, job values: max_new_tokens, reward) of a recipe."""
-    from labeler.services.job_settings import JobConfig
+    from labeler.services.settings.job_settings import JobConfig
 
     job = JobConfig()
     if name == "classic":

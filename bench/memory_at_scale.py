@@ -76,7 +76,7 @@ def _build(name: str, bf16: bool, lora: bool):
         from peft import LoraConfig
 
         peft_config = LoraConfig(r=LORA_R, lora_alpha=2 * LORA_R, lora_dropout=0.0, task_type="CAUSAL_LM",
-                                 target_modules="all-linear")  # as labeler/services/runners/common.py
+                                 target_modules="all-linear")  # as labeler/services/training/runners/common.py
     return AutoModelForCausalLMWithValueHead.from_pretrained(backbone, peft_config=peft_config), config, parameters
 
 

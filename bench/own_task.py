@@ -293,7 +293,7 @@ class People:
             thread.join(timeout=60)
 
     def remaining(self) -> int:
-        from labeler.services import labeling
+        from labeler.services.data import labeling
 
         db = self.studio.db_handle()
         try:
@@ -320,7 +320,7 @@ class People:
         """The measure `people`: rank the run's blind pairs of base and tuned answers (queued by its evaluation
         ahead of anything else in the Rank queue) until each has a ranking; people's win rate of the run's model
         (people_eval.people_win_rate), or None when the run queued none."""
-        from labeler.services import people_eval
+        from labeler.services.evals import people_eval
 
         def read():
             db = self.studio.db_handle()
@@ -363,7 +363,7 @@ def app_estimate(studio: Studio, stage: str, settings: list[str]) -> float | Non
     """The app's wall-time estimate of a `train STAGE --set ...` run, as its preview gives it before launch (the
     Train tab, `train --dry-run`), or None when the stage has none."""
     from labeler import forms
-    from labeler.services import run_preview
+    from labeler.services.training import run_preview
 
     db = studio.db_handle()
     try:
@@ -376,7 +376,8 @@ def app_estimate(studio: Studio, stage: str, settings: list[str]) -> float | Non
 # 5.-8.
 def train(studio: Studio, stage: str, settings: list[str], log: str, label: str = "") -> tuple[int, str, Timing]:
     """`train STAGE --wait`; (run id, the model it registered, its Timing: the app's estimate read first)."""
-    from labeler.services import models, runs
+    from labeler.services.serving import models
+    from labeler.services.execution import runs
 
     estimate = app_estimate(studio, stage, settings)
     print(f"  the app estimates {'nothing' if estimate is None else f'{estimate:.0f} s'} for {stage}", flush=True)
@@ -399,7 +400,7 @@ def train(studio: Studio, stage: str, settings: list[str], log: str, label: str 
 
 def answers_judged_in_run(studio: Studio, run_id: int) -> int | None:
     """The answers people judged for a run with people online, as the run logged them (human/answers_judged)."""
-    from labeler.services import run_metrics
+    from labeler.services.execution import run_metrics
 
     db = studio.db_handle()
     try:
@@ -420,7 +421,7 @@ def set_measure(studio: Studio, measure: str, reward_model: str) -> None:
 def app_evaluation(studio: Studio, run_id: int, model: str):
     """(base, tuned) evaluations of a run as the app stored them: the automatic one after the run, else (a run
     with eval_samples=0) `eval --model MODEL`, which evaluates its base beside it, by the project's measure."""
-    from labeler.services import evaluation
+    from labeler.services.evals import evaluation
 
     db = studio.db_handle()
     try:
@@ -582,7 +583,7 @@ def more_runs(task: Task, args, seed: int, margin: float, work: Path) -> tuple[l
     how many answers people judged), one table row each, added to work/more.json. The same people (ties within
     `margin`) rank online while a run with reward=mix asks, up to --mix-judged-answers, and rank each run's blind
     pairs when the project's measure is `people`."""
-    from labeler.services import measures
+    from labeler.services.evals import measures
 
     earlier = work / "results.json"
     if not earlier.exists():

@@ -3,7 +3,7 @@
     python bench/reward_accuracy.py          # builds the labels (~1 min), then 3 seeds x every variant
     python bench/reward_accuracy.py --db labels.db --variants demo,lp-ft --seeds 0,1,2,3
 
-The labels are the demo's steps 1-3 (labeler/services/demo.py): the shipped movie openings, 8 answers of the
+The labels are the demo's steps 1-3 (labeler/services/training/demo.py): the shipped movie openings, 8 answers of the
 default policy per training prompt, ranked in one label by the simulated annotator (VADER of the answer, answers
 within 0.1 of their group's best tied). Every variant trains MiniLM as the demo does (360 steps at 1e-4, batch 16,
 10% warm-up) on the same training pairs and is scored on the same held-out pairs (the demo's split by prompt), so
@@ -38,7 +38,7 @@ BUCKETS = ((0.0, 0.1), (0.1, 0.2), (0.2, 0.3), (0.3, 0.5), (0.5, 0.8), (0.8, 9.0
 
 def build_labels(db_path: str) -> None:
     """The demo's steps 1-3 into a fresh database (project 'demo')."""
-    from labeler.services import demo
+    from labeler.services.training import demo
     from storage import open_db
 
     settings, db = demo.DemoSettings(), open_db(db_path)
@@ -48,9 +48,9 @@ def build_labels(db_path: str) -> None:
 
 def load_split(db_path: str):
     """(train rows, held-out rows) exactly as the demo's reward-model run splits them."""
-    from labeler.services.runners import common
-    from labeler.services.demo import DEMO_PROJECT, RM_TEST_SIZE, DemoSettings
-    from labeler.services.export import ExportOptions, preference_rows
+    from labeler.services.training.runners import common
+    from labeler.services.training.demo import DEMO_PROJECT, RM_TEST_SIZE, DemoSettings
+    from labeler.services.labels.export import ExportOptions, preference_rows
     from storage import open_db
 
     seed = DemoSettings().seed
@@ -63,7 +63,7 @@ def train_and_score(variant: str, seed: int, train, test, encoder: str):
     import torch
     from transformers import AutoModelForSequenceClassification
 
-    from labeler.services.demo import RM_BATCH_SIZE, DemoSettings
+    from labeler.services.training.demo import RM_BATCH_SIZE, DemoSettings
     from rlhf.loading import load_tokenizer
     from rlhf.reward import RewardConfig, RewardTrainer
 
@@ -135,7 +135,7 @@ def main() -> None:
         started = time.monotonic()
         build_labels(db_path)
         print(f"labels built in {db_path} ({time.monotonic() - started:.0f} s)", flush=True)
-    from labeler.services.models import resolve
+    from labeler.services.serving.models import resolve
     from storage import open_db
 
     encoder = resolve(open_db(db_path), "default-encoder")

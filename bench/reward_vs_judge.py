@@ -1,5 +1,5 @@
 """How well a project's reward models order held-out answers as the task's own judge does: the check behind the
-reward model's default passes (labeler/services/training_stages/rm.py), on a folder bench/own_task.py kept.
+reward model's default passes (labeler/services/settings/training_stages/rm.py), on a folder bench/own_task.py kept.
 
     python bench/reward_vs_judge.py --keep out/ --task formal rm-run1 rm-e3
 
@@ -29,7 +29,7 @@ from bench.tasks import TASKS  # noqa: E402
 
 def heldout_answers(db) -> list[dict]:
     """Each distinct (prompt, answer) of the stored evaluations, first seen first."""
-    from labeler.services import evaluation
+    from labeler.services.evals import evaluation
 
     seen, rows = set(), []
     for stored in evaluation.list_evaluations(db, limit=10_000):
@@ -64,7 +64,7 @@ def main() -> None:
 
     from scipy.stats import spearmanr
 
-    from labeler.services.reward_inspect import load_scorer
+    from labeler.services.evals.reward_inspect import load_scorer
     from storage.db import open_db
 
     db = open_db(Path(args.keep) / args.task / "studio.db")

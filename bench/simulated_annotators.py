@@ -1,7 +1,7 @@
 """Simulated annotators that label through the web API (gradio_client), as people do in the browser.
 
 Each one logs in as its own user and judges by VADER's compound sentiment of the answer alone (the shipped
-task's reward): a ranking puts answers within 0.1 of their group's best in one tie group (labeler.services.demo's
+task's reward): a ranking puts answers within 0.1 of their group's best in one tie group (labeler.services.training.demo's
 tie_groups), a rating maps compound [-1, 1] onto the project's 1..7 scale. `pace` seconds of "thinking" pass
 before each submit, so five annotators at pace 2 give what five people at one label per 2 s each give.
 
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 PASSWORD = "bench-password-1"
-TIE_MARGIN = 0.1  # as labeler.services.demo.TIE_MARGIN
+TIE_MARGIN = 0.1  # as labeler.services.training.demo.TIE_MARGIN
 
 
 def vader_scores(texts: list[str]) -> list[float]:
@@ -31,7 +31,7 @@ def vader_scores(texts: list[str]) -> list[float]:
 
 def ranks_from_scores(scores: list[float], margin: float = TIE_MARGIN) -> list[str]:
     """Rank numbers (1 = best, ties share one) for answers in the order shown, from their scores."""
-    from labeler.services.demo import tie_groups
+    from labeler.services.training.demo import tie_groups
 
     groups = tie_groups(list(range(len(scores))), scores, margin)
     rank_of = {index: position + 1 for position, group in enumerate(groups) for index in group}
@@ -78,7 +78,7 @@ class Budget:
 
 def add_users(db_path: str, names: list[str]) -> None:
     """The simulated people's accounts; those a kept database already has (a later run on it) are left as they are."""
-    from labeler.services import accounts
+    from labeler.services.data import accounts
     from storage import open_db
 
     db = open_db(db_path)

@@ -73,7 +73,9 @@ def tiny_model(out: Path) -> str:
 
 def seed(db_path: str, model_dir: str | None) -> str:
     """The database the server starts on; returns the model name the Train form starts from."""
-    from labeler.services import accounts, demo, labeling, models, prompts, responses
+    from labeler.services.data import accounts, labeling, prompts, responses
+    from labeler.services.training import demo
+    from labeler.services.serving import models
     from storage import open_db, write_transaction
 
     db = open_db(db_path)

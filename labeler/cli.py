@@ -12,7 +12,7 @@ import sqlite3
 import sys
 from importlib.metadata import PackageNotFoundError, version
 
-from labeler.services.errors import InputError, PermissionDenied
+from labeler.errors import InputError, PermissionDenied
 from storage import StorageError, creation
 
 DEFAULT_DB = "data/studio.db"

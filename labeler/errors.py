@@ -1,8 +1,7 @@
 """The one user-facing error type, and the refusal of an action a user may not take.
 
 They sit on the application's ground floor, beside forms.py (which raises InputError for a bad `--set` value or
-form field), so that nothing below labeler/services imports from it; the services name them through
-labeler/services/errors.py."""
+form field), so that nothing below labeler/services imports from it; the services import them from here."""
 from __future__ import annotations
 
 

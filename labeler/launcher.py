@@ -20,7 +20,7 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
-from labeler.services import supervision
+from labeler.services.execution import supervision
 from storage import open_db
 
 # The niceness training runs at (0-19, higher yields more): the environment variable overrides it, 0 turns it off.

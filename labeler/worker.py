@@ -23,9 +23,12 @@ from pathlib import Path
 from typing import Callable
 
 from labeler.launcher import lower_priority
-from labeler.services import evaluation, hub, jobs, models, runners, runs, supervision, train_configs
-from labeler.services.metrics_sink import MetricsSink
-from labeler.services.stages import RunResult, StageContext
+from labeler.services.evals import evaluation
+from labeler.services.training import hub, jobs, runners, train_configs
+from labeler.services.serving import models
+from labeler.services.execution import runs, supervision
+from labeler.services.execution.metrics_sink import MetricsSink
+from labeler.services.training.stages import RunResult, StageContext
 from storage import open_db
 
 
@@ -87,7 +90,7 @@ def _heartbeat(db_path: str, run_id: int, stop: threading.Event) -> None:
 
 
 def _evaluate(db, ctx, registered: dict) -> None:
-    """The automatic held-out evaluation of a finished policy run (labeler/services/evaluation.py), before the
+    """The automatic held-out evaluation of a finished policy run (labeler/services/evals/evaluation.py), before the
     run turns succeeded so the Train tab's before/after table is there when it does. A failure is logged and
     does not fail the run: the model is trained and registered, and `rlhf-studio eval` can evaluate it later."""
     try:

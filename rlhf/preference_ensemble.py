@@ -54,7 +54,7 @@ def expected_centred_ranks(scores: torch.Tensor) -> torch.Tensor:
     sigmoid(s_m,i - s_m,j).
 
     `scores`: (members, K). Returns (K,) in [-1, 1], summing to 0. A sure model gives the centred ranks of its
-    order (best +1, worst -1: the scale of people's rankings, labeler.services.label_kinds.centred_rank_rewards,
+    order (best +1, worst -1: the scale of people's rankings, labeler.services.data.label_kinds.centred_rank_rewards,
     where a centred rank is 2 * (wins + ties / 2) / (K - 1) - 1). Where the members disagree or the answers look
     alike to the model, the rewards shrink towards 0: the policy is pushed only as far as the model is sure, and
     the push fades once a group's answers are equally good (as a function reward saturates), which leaves the

@@ -59,7 +59,8 @@ def tiny_model(out: Path) -> str:
 def seed(db_path: str, model: str, prompts_n: int, new_tokens: int) -> None:
     """Accounts, the shipped prompts (one held out for the run's evaluation), three answers to each of the first
     `prompts_n` prompts from the model (rating items and ranking items of three)."""
-    from labeler.services import accounts, generation, models, prompts
+    from labeler.services.data import accounts, prompts
+    from labeler.services.serving import generation, models
     from rlhf.configs import GenerationSettings
     from storage import open_db
 
@@ -227,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         print("no chromium on PATH (apt-get install -y chromium; scripts/setup.sh does it)", file=sys.stderr)
         return 2
 
-    from labeler.services.launch import LAUNCHER_ENV  # not `launch`: the UI's launch() below has that name
+    from labeler.services.execution.launch import LAUNCHER_ENV  # not `launch`: the UI's launch() below has that name
     from labeler.ui.app import build_app, launch
     from labeler.ui.context import ServeSettings
 

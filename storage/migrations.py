@@ -381,7 +381,7 @@ MIGRATIONS.append(("projects prompt format", [
 ]))
 
 # Which open item the queue serves first. 'arrival': the oldest (within a priority). 'uncertainty': the one whose
-# answers' order the project's preference ensemble is least sure of (labeler/services/active_learning.py writes
+# answers' order the project's preference ensemble is least sure of (labeler/services/labels/active_learning.py writes
 # selection_score, higher first, and selection_reason, shown to admins), with a fixed share of random items so
 # agreement and accuracy figures stay unbiased. Items not yet scored come after the scored ones.
 MIGRATIONS.append(("active selection", [
@@ -391,7 +391,7 @@ MIGRATIONS.append(("active selection", [
     "CREATE INDEX items_open_selection ON items (project_id, kind, priority DESC, selection_score DESC, id) WHERE is_open = 1",
 ]))
 
-# The TRL 1.x stages (GRPO, RLOO, KTO; labeler/services/runners/online.py). SQLite cannot change a CHECK
+# The TRL 1.x stages (GRPO, RLOO, KTO; labeler/services/training/runners/online.py). SQLite cannot change a CHECK
 # constraint in place and rebuilding `runs` would cascade-delete its metrics (foreign keys are on, and cannot be
 # turned off inside the migration's transaction), so the constraint's text is edited in the schema itself: a
 # change of a CHECK constraint leaves the stored rows' format as it is (SQLite's documented use of
@@ -412,7 +412,7 @@ MIGRATIONS.append(("runs: grpo, rloo and kto stages", [
 #   'module:function' or 'people'; '' follows the newest reward model trained on the project (labeler/services/
 #   measures.py). Projects holding the shipped movie-review prompts were judged by VADER so far and keep it.
 # - heldout_share: the share of imported prompts held out of training (split 'test'), chosen by a hash of each
-#   prompt (labeler/services/prompts.py).
+#   prompt (labeler/services/data/prompts.py).
 MIGRATIONS.append(("projects answer length, measure and held-out share", [
     "ALTER TABLE projects ADD COLUMN answer_tokens INTEGER NOT NULL DEFAULT 128 CHECK (answer_tokens >= 1)",
     "UPDATE projects SET answer_tokens = 16 WHERE prompt_format = 'continue'",
@@ -421,7 +421,7 @@ MIGRATIONS.append(("projects answer length, measure and held-out share", [
     "ALTER TABLE projects ADD COLUMN heldout_share REAL NOT NULL DEFAULT 0.1 CHECK (heldout_share >= 0 AND heldout_share < 1)",
 ]))
 
-# Login sessions of the web app (labeler/services/web_sessions.py), so that a server restart keeps people logged
+# Login sessions of the web app (labeler/services/data/web_sessions.py), so that a server restart keeps people logged
 # in. Only a SHA-256 of each cookie token is stored: a copy of the database (a backup) holds no usable session.
 # A session is valid while younger than `serve --session-days` and issued under its user's current session_epoch
 # (a password change or a deactivation bumps it); a logout deletes the user's rows.
@@ -436,9 +436,9 @@ MIGRATIONS.append(("web sessions", [
 ]))
 
 # Why a finished run has no held-out evaluation (out of memory, a measure that does not load, anything): one row a
-# run, written by labeler/services/evaluation.py when the automatic evaluation fails and removed when one succeeds,
+# run, written by labeler/services/evals/evaluation.py when the automatic evaluation fails and removed when one succeeds,
 # so the run's page and `runs show` say why and what to do.
-# A people-rewarded PPO run's step journal (labeler/services/step_journal.py): each completed step's batch (prompt,
+# A people-rewarded PPO run's step journal (labeler/services/execution/step_journal.py): each completed step's batch (prompt,
 # answer, its token ids, the reward people gave) and the scored rollouts left waiting after it, with the stream's
 # position. Written every step (a few kB), so the weights need not be: a resumed run trains the steps after its
 # newest weights checkpoint again on the same labelled answers instead of losing them.
@@ -461,7 +461,7 @@ MIGRATIONS.append(("evaluation errors and ppo step journal", [
     )""",
 ]))
 
-# The online DPO stage (labeler/services/runners/online_dpo.py): the CHECK constraint's text edited in place, as for
+# The online DPO stage (labeler/services/training/runners/online_dpo.py): the CHECK constraint's text edited in place, as for
 # the TRL 1.x stages above (a rebuild of `runs` would cascade-delete its metrics).
 MIGRATIONS.append(("runs: online-dpo stage", [
     "PRAGMA writable_schema = ON",
@@ -471,7 +471,7 @@ MIGRATIONS.append(("runs: online-dpo stage", [
     "PRAGMA writable_schema = RESET",
 ]))
 
-# Retired prompts (labeler/services/prompts.py retire_prompts): an admin takes a prompt out of use without losing
+# Retired prompts (labeler/services/data/prompts.py retire_prompts): an admin takes a prompt out of use without losing
 # what was done with it. Its split becomes 'retired' (out of the labelling queues, training and evaluation, which
 # read 'train' or 'test' only) and `retired_from` keeps the split it had, so bringing it back restores it. Its
 # answers and labels stay as they are.
@@ -479,7 +479,7 @@ MIGRATIONS.append(("prompts retired", [
     "ALTER TABLE prompts ADD COLUMN retired_from TEXT",
 ]))
 
-# The project a person works in (labeler/services/projects.py choose_project): one row per account that picked
+# The project a person works in (labeler/services/data/projects.py choose_project): one row per account that picked
 # one in the browser; none means the project the server was started with.
 MIGRATIONS.append(("project choices", [
     """CREATE TABLE project_choices (
@@ -546,7 +546,7 @@ MIGRATIONS.append(("runs: stage checked against the stage registry", [
     "PRAGMA writable_schema = RESET",
 ]))
 
-# Where a project's answer length came from, in words (labeler/services/answer_length.py): "fitted from 16 of the
+# Where a project's answer length came from, in words (labeler/services/serving/answer_length.py): "fitted from 16 of the
 # base model's answers: 90% end within 208 tokens", "set by hand"; '' = the prompt format's default, never fitted
 # nor set, which the first prompts imported into a chat project replace with a fitted length.
 MIGRATIONS.append(("projects answer length origin", [

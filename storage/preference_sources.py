@@ -2,7 +2,7 @@
 of its own so that another migration appended meanwhile meets one line of migrations.py, not this block.
 
 1. `items.source`: where a labelled item's answers came from, so a preference judged anywhere is one row with its
-   origin (labeler/services/export.py writes it as the `source` column of preference rows):
+   origin (labeler/services/labels/export.py writes it as the `source` column of preference rows):
    - 'rank' / 'rate': answers generated for the Rank or Rate queue (responses.source 'generated'), or any item
      whose answers say nothing else;
    - 'arena': an arena vote (its two answers, responses.source 'arena');
@@ -17,7 +17,7 @@ of its own so that another migration appended meanwhile meets one line of migrat
 2. `run_judgements`: each pair an online run (online DPO) had judged, who decided it (people, the model, or nobody:
    identical answers or no ranking in time), people's and the model's verdicts where each gave one (0: the first
    answer better, 1: the second, -1: a tie), and the Rank item people saw. The run's page reads its summary from it
-   (labeler/services/run_judgements.py); rows stay when the run fails, so no judgement made is lost.
+   (labeler/services/execution/run_judgements.py); rows stay when the run fails, so no judgement made is lost.
 """
 
 # The origin of item `X` (an alias: NEW in a trigger, items in the backfill), from its first answer and its run.

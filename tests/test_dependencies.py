@@ -57,7 +57,7 @@ def test_every_imported_package_is_declared():
         if not any(name in requirements for name in names):
             missing[module] = sorted(files)
     assert not missing, f"imported but not in requirements*.txt: {missing}"
-    assert requirements["huggingface-hub"] == "requirements.txt"  # labeler/services/hub.py, push_to_hub
+    assert requirements["huggingface-hub"] == "requirements.txt"  # labeler/services/training/hub.py, push_to_hub
 
 
 def test_every_tracker_package_is_in_the_tracking_extra():

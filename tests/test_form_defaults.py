@@ -7,7 +7,7 @@ import argparse
 from dataclasses import dataclass, field
 
 from labeler import forms
-from labeler.services.job_settings import JobConfig
+from labeler.services.settings.job_settings import JobConfig
 from rlhf import hardware
 
 

@@ -34,7 +34,8 @@ def test_doc_has_the_whole_path():
 @pytest.mark.parametrize("command", doc_commands(DOC.read_text()))
 def test_doc_command_parses(command):
     from labeler.cli import build_parser
-    from labeler.services import job_settings, train_configs
+    from labeler.services.settings import job_settings
+    from labeler.services.training import train_configs
 
     words = shlex.split(command)[1:]
     try:

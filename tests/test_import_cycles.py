@@ -178,10 +178,10 @@ def private_names_imported(root: Path, packages=("labeler", "storage")) -> list[
 
 
 def test_the_runners_take_no_private_names():
-    # The stage runners and what runs them (labeler/services/runners/, the worker) and storage. Not yet all of
+    # The stage runners and what runs them (labeler/services/training/runners/, the worker) and storage. Not yet all of
     # labeler: run_preview builds a trainer config with train_configs._trainer_defaults, a second build of the
     # config that one place describing each stage is to remove.
-    assert private_names_imported(ROOT, ("labeler.services.runners", "labeler.worker", "storage")) == []
+    assert private_names_imported(ROOT, ("labeler.services.training.runners", "labeler.worker", "storage")) == []
 
 
 def test_the_private_name_check_sees_both_forms(tmp_path):
@@ -212,33 +212,33 @@ def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
 # The stage registry's floor: what its modules may reach (at import time or in a function). A stage names what does
 # the work ("module:attribute": its rows, trainer config and runner) and imports it only when asked, so the settings,
 # the storage check of a run's stage, the preview and the estimate read the stages' facts instead of their names.
-STAGE_FLOOR = {"labeler.errors", "labeler.services.errors", "labeler.services.reward_spec"}  # labeler.errors: the error types errors.py re-exports
+STAGE_FLOOR = {"labeler.errors", "labeler.services.settings.reward_spec"}
 
 
 def test_the_stage_registry_stands_on_the_ground_floor():
     files = module_files(ROOT)
     graph = import_graph(ROOT)
-    stage_modules = [name for name in files if name.startswith("labeler.services.training_stages")]
+    stage_modules = [name for name in files if name.startswith("labeler.services.settings.training_stages")]
     assert len(stage_modules) >= 10  # the package, base and the eight stages
     for name in stage_modules:
         ours = {module for module in reachable(graph, name) if module.startswith(("labeler", "storage"))}
-        above = {module for module in ours if not module.startswith("labeler.services.training_stages")} - STAGE_FLOOR
+        above = {module for module in ours if not module.startswith("labeler.services.settings.training_stages")} - STAGE_FLOOR
         assert above == set(), f"{name} reaches {sorted(above)}"
     # and the settings read it (no second list of stage names)
-    assert "labeler.services.training_stages" in graph["labeler.services.job_settings"]
+    assert "labeler.services.settings.training_stages" in graph["labeler.services.settings.job_settings"]
     # The registry finds its modules with importlib, which the graph cannot see: what importing it loads, in a fresh
     # interpreter, is the floor too (no runner, row reader or trainer config imported before it is asked for).
     import subprocess
     import sys
 
-    code = ("import json, sys; import labeler.services.training_stages; "
+    code = ("import json, sys; import labeler.services.settings.training_stages; "
             "print(json.dumps(sorted(m for m in sys.modules if m.startswith(('labeler', 'storage', 'torch')))))")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     loaded = set(json.loads(done.stdout))
-    assert {m for m in loaded if not m.startswith("labeler.services.training_stages")} <= STAGE_FLOOR | {
-        "labeler", "labeler.services"}
-    assert {f"labeler.services.training_stages.{stage}" for stage in ("ppo", "grpo", "online_dpo")} <= loaded
+    assert {m for m in loaded if not m.startswith("labeler.services.settings.training_stages")} <= STAGE_FLOOR | {
+        "labeler", "labeler.services", "labeler.services.settings"}
+    assert {f"labeler.services.settings.training_stages.{stage}" for stage in ("ppo", "grpo", "online_dpo")} <= loaded
 
 
 def test_job_settings_stand_on_the_ground_floor():
@@ -246,8 +246,8 @@ def test_job_settings_stand_on_the_ground_floor():
     # filters' fields are label_filters', the "20m" parsing durations'), at import time or in a function.
     files = module_files(ROOT)
     known = set(files)
-    ours = reachable(import_graph(ROOT), "labeler.services.job_settings") | {"labeler.services.job_settings"}
-    assert ours & {"labeler.services.export", "labeler.services.run_estimate"} == set()
+    ours = reachable(import_graph(ROOT), "labeler.services.settings.job_settings") | {"labeler.services.settings.job_settings"}
+    assert ours & {"labeler.services.labels.export", "labeler.services.training.run_estimate"} == set()
     theirs = {imported.split(".")[0] for name in ours for imported in top_level_imports(
         files[name].read_text(encoding="utf-8"), name, files[name].name == "__init__.py", known, functions=True)}
     assert theirs & {"subprocess", "csv", "sqlite_utils", "pyarrow", "time"} == set()

@@ -57,23 +57,23 @@ LABELING_MAY_IMPORT = {
 
 @pytest.mark.parametrize("module", sorted(LABELING_MAY_IMPORT))
 def test_labeling_modules_point_one_way(module):
-    package = "labeler.services.labeling"
-    path = ROOT / "labeler" / "services" / "labeling" / f"{module}.py"
+    package = "labeler.services.data.labeling"
+    path = ROOT / "labeler" / "services" / "data" / "labeling" / f"{module}.py"
     siblings = {name.removeprefix(package + ".").split(".")[0] for _, name in imports(path)
                 if name.startswith(package + ".")}
     assert siblings <= LABELING_MAY_IMPORT[module], f"labeling/{module}.py imports {sorted(siblings)}"
     assert set(LABELING_MAY_IMPORT) == {p.stem for p in path.parent.glob("*.py")} - {"__init__"}
 
 
-@pytest.mark.parametrize("first", ["labeler.services.accounts", "labeler.services.labeling.store",
-                                   "labeler.services.labeling"])
+@pytest.mark.parametrize("first", ["labeler.services.data.accounts", "labeler.services.data.labeling.store",
+                                   "labeler.services.data.labeling"])
 def test_accounts_and_labeling_import_in_either_order(first):
     # accounts imports labeling.store, whose package imports queue and submit, which use accounts: they import the
     # module, so a fresh interpreter may start from either side.
     import subprocess
     import sys
 
-    code = f"import {first}; from labeler.services import accounts, labeling; labeling.next_item; accounts.set_active"
+    code = f"import {first}; from labeler.services.data import accounts, labeling; labeling.next_item; accounts.set_active"
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
 
@@ -89,3 +89,24 @@ def test_the_ground_floor_imports_nothing_above_it(path):
     wrong = [f"{path}:{line} imports {module}" for line, module in imports(ROOT / path)
              if any(module == name or module.startswith(name + ".") for name in above)]
     assert not wrong, wrong
+
+
+# The services' groups, floor by floor (docs/ARCHITECTURE.md, Services): each imports only the groups before it in this list
+# (at import time or in a function), so a group can be read, and tested, without the ones after it.
+SERVICE_GROUPS = ['settings', 'data', 'labels', 'execution', 'serving', 'evals', 'training']
+
+
+@pytest.mark.parametrize("group", SERVICE_GROUPS)
+def test_service_groups_point_one_way(group):
+    below = {f"labeler.services.{name}" for name in SERVICE_GROUPS[:SERVICE_GROUPS.index(group) + 1]}
+    wrong = [f"{path.relative_to(ROOT)}:{line} imports {module}"
+             for path in sorted((ROOT / "labeler" / "services" / group).rglob("*.py"))
+             for line, module in imports(path)
+             if module.startswith("labeler.services.") and ".".join(module.split(".")[:3]) not in below]
+    assert not wrong, wrong
+
+
+def test_every_service_module_is_in_a_group():
+    services = ROOT / "labeler" / "services"
+    assert [path.name for path in services.glob("*.py")] == ["__init__.py"]
+    assert sorted(path.parent.name for path in services.glob("*/__init__.py")) == sorted(SERVICE_GROUPS)

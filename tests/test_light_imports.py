@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "transformers", "accelerate", "peft", "datasets", "sentence_transformers")
 # Service modules that load torch when imported, being tensor work themselves; their callers import them inside
 # the function that needs them (runners/__init__.py the online runners, common.py the online reward model).
-HEAVY_SERVICES = {"online_reward", "runners.online", "runners.online_dpo"}
+HEAVY_SERVICES = {"labels.online_reward", "training.runners.online", "training.runners.online_dpo"}
 
 
 def light_modules() -> list[str]:

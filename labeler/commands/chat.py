@@ -9,9 +9,9 @@ from typing import TextIO
 
 from labeler.commands import database
 from labeler.commands.generate import add_settings_flags, passive_omp_threads, settings_from_args
-from labeler.services.chat import CHAT_SETTINGS, ModelCache, stream_reply
-from labeler.services.hub import push_model, write_registered_model_card
-from labeler.services.models import list_models, merge_adapter_model, register_model, resolve
+from labeler.services.serving.chat import CHAT_SETTINGS, ModelCache, stream_reply
+from labeler.services.training.hub import push_model, write_registered_model_card
+from labeler.services.serving.models import list_models, merge_adapter_model, register_model, resolve
 
 HELP_LINE = "Type a message; /reset starts over, /exit (or Ctrl-D) quits."
 

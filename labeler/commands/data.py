@@ -10,24 +10,25 @@ import dataclasses
 from pathlib import Path
 
 from labeler.forms import build_config, field_specs
-from labeler.services.active_learning import refresh_selection
-from labeler.services.answer_length import AUTO_FIT_CAP, FIT_CAP, FIT_SAMPLE, fit_answer_tokens, fit_new_project, needs_fit
-from labeler.services.errors import InputError
-from labeler.services.export import FORMATS, KINDS, ExportOptions, export
-from labeler.services.hub import check_repo_id, push_export
-from labeler.services.inference import load_policy
-from labeler.services.labels_import import import_preferences
-from labeler.services.measures import GRAMMAR as MEASURES
-from labeler.services.measures import check_measure
-from labeler.services.models import resolve as resolve_model
-from labeler.services import recommended_path, run_preview
-from labeler.services.projects import (DEFAULT_ANSWER_TOKENS, DEFAULT_HELDOUT_SHARE, PROMPT_FORMATS, SELECTIONS,
-                                       SET_BY_HAND, create_project, get_project, list_projects, update_project)
-from labeler.services.prompts import (change_heldout_share, check_prompt_file, count_prompts, edit_prompt,
-                                      heldout_status, import_prompts, import_shipped_prompts, list_prompts,
-                                      promote_prompts, restore_prompts, retire_prompts, split_counts)
-from labeler.services.questions import add_question, check_specs, parse_question_spec
-from labeler.services.readers import decode_text
+from labeler.services.labels.active_learning import refresh_selection
+from labeler.services.serving.answer_length import (AUTO_FIT_CAP, FIT_CAP, FIT_SAMPLE, fit_answer_tokens,
+                                                    fit_new_project, needs_fit)
+from labeler.errors import InputError
+from labeler.services.labels.export import FORMATS, KINDS, ExportOptions, export
+from labeler.services.training.hub import check_repo_id, push_export
+from labeler.services.serving.inference import load_policy
+from labeler.services.labels.labels_import import import_preferences
+from labeler.services.evals.measures import GRAMMAR as MEASURES
+from labeler.services.evals.measures import check_measure
+from labeler.services.serving.models import resolve as resolve_model
+from labeler.services.training import recommended_path, run_preview
+from labeler.services.data.projects import (DEFAULT_ANSWER_TOKENS, DEFAULT_HELDOUT_SHARE, PROMPT_FORMATS, SELECTIONS,
+                                            SET_BY_HAND, create_project, get_project, list_projects, update_project)
+from labeler.services.data.prompts import (change_heldout_share, check_prompt_file, count_prompts, edit_prompt,
+                                           heldout_status, import_prompts, import_shipped_prompts, list_prompts,
+                                           promote_prompts, restore_prompts, retire_prompts, split_counts)
+from labeler.services.labels.questions import add_question, check_specs, parse_question_spec
+from labeler.services.data.readers import decode_text
 from storage import backup, open_db
 
 

@@ -1,13 +1,14 @@
 """`rlhf-studio eval`: sample answers from one or more models on held-out prompts, score them, print the metrics
-side by side and store them (table `evaluations`; labeler/services/evaluation.py does the work)."""
+side by side and store them (table `evaluations`; labeler/services/evals/evaluation.py does the work)."""
 from __future__ import annotations
 
 import argparse
 
 from labeler.commands import database
 from labeler.commands.generate import passive_omp_threads
-from labeler.services import evaluation, hub
-from labeler.services.evaluation import HELDOUT, EvalSettings
+from labeler.services.evals import evaluation
+from labeler.services.training import hub
+from labeler.services.evals.evaluation import HELDOUT, EvalSettings
 
 
 def register(subparsers, common: argparse.ArgumentParser) -> None:

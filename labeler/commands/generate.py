@@ -13,9 +13,9 @@ from tqdm import tqdm
 
 from labeler import forms
 from labeler.commands import database
-from labeler.services.errors import InputError
-from labeler.services.generation import generate_responses
-from labeler.services.projects import get_project
+from labeler.errors import InputError
+from labeler.services.serving.generation import generate_responses
+from labeler.services.data.projects import get_project
 from rlhf.configs import GenerationSettings
 
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import argparse
 
-from labeler.services import question_rows, questions
-from labeler.services.errors import InputError
+from labeler.services.labels import question_rows, questions
+from labeler.errors import InputError
 from storage import open_db
 
 

@@ -14,10 +14,11 @@ import sys
 import threading
 
 from labeler.commands import database
-from labeler.services import accounts, generation, models, projects, prompts
-from labeler.services.active_learning import SelectionRefresher
-from labeler.services.errors import InputError
-from labeler.services.inference import parse_bytes
+from labeler.services.data import accounts, projects, prompts
+from labeler.services.serving import generation, models
+from labeler.services.labels.active_learning import SelectionRefresher
+from labeler.errors import InputError
+from labeler.services.serving.inference import parse_bytes
 from rlhf.loading import default_model_path
 
 FIRST_PROMPTS = 16  # prompts answered in the background on the first start (x2 answers: ratings and rankings)

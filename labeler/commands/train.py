@@ -1,7 +1,7 @@
 """`rlhf-studio train sft|rm|dpo|ppo`, `rlhf-studio runs list|show|cancel|stop|resume`, `rlhf-studio demo`.
 
 Settings come from `--config FILE.json` and `--set key=value` (later wins), looked up in the job's settings
-and then the stage trainer's config (labeler/services/train_configs.py); `--list-settings` prints them all
+and then the stage trainer's config (labeler/services/training/train_configs.py); `--list-settings` prints them all
 with their help. A run is queued in the database and executed by its own worker process; `--wait` follows it.
 """
 from __future__ import annotations
@@ -12,10 +12,11 @@ import sys
 import time
 
 from labeler import forms
-from labeler.services import (criterion_wins, demo, evaluation, job_settings, jobs, run_judgements, run_metrics,
-                              run_preview, runs,
-                              supervision, train_configs, training_stages)
-from labeler.services.kept_models import KEPT_FROM, kept_models
+from labeler.services.evals import criterion_wins, evaluation
+from labeler.services.training import demo, jobs, run_preview, train_configs
+from labeler.services.settings import job_settings, training_stages
+from labeler.services.execution import run_judgements, run_metrics, runs, supervision
+from labeler.services.training.kept_models import KEPT_FROM, kept_models
 from storage import open_db
 
 

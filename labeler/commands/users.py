@@ -7,8 +7,8 @@ import getpass
 import secrets
 import sys
 
-from labeler.services.accounts import create_user, list_users, set_active, set_password
-from labeler.services.errors import InputError
+from labeler.services.data.accounts import create_user, list_users, set_active, set_password
+from labeler.errors import InputError
 from storage import open_db
 
 

@@ -14,8 +14,8 @@ from typing import Any
 import gradio as gr
 from starlette.middleware import Middleware
 
-from labeler.services.inference import ModelCache, running_runs_of
-from labeler.services.login_guard import LoginThrottle
+from labeler.services.serving.inference import ModelCache, running_runs_of
+from labeler.services.data.login_guard import LoginThrottle
 from labeler.ui import header
 from labeler.ui.context import ServeSettings, UIContext
 from labeler.ui.gradio_internals import (

@@ -17,10 +17,10 @@ from typing import Iterator
 import gradio as gr
 import sqlite_utils
 
-from labeler.services.errors import PermissionDenied
-from labeler.services.inference import ModelCache
-from labeler.services.projects import chosen_project
-from labeler.services.login_guard import ThrottlePolicy
+from labeler.errors import PermissionDenied
+from labeler.services.serving.inference import ModelCache
+from labeler.services.data.projects import chosen_project
+from labeler.services.data.login_guard import ThrottlePolicy
 from storage import ConnectionPool, open_db
 
 SESSION_DAYS = 7

@@ -11,7 +11,7 @@ import re
 from typing import Mapping
 
 from labeler.field_words import FIELD_LABELS, FORM_LABELS, TRAIN_LABELS, field_label  # noqa: F401 - the UI's names
-from labeler.services.errors import InputError
+from labeler.errors import InputError
 
 # "max_new_tokens=5000: must be ..." (rlhf.configs' _check, a dataclass's __post_init__): the value and why.
 NAMED_VALUE = re.compile(r"^(?P<name>[A-Za-z_][\w.]*)=(?P<value>.*?): (?P<why>.*)$", re.S)

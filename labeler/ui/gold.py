@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from labeler.services.errors import InputError
+from labeler.errors import InputError
 
 
 def parse_gold(text: str) -> dict | None:

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from labeler.services import accounts, projects
-from labeler.services.errors import InputError, PermissionDenied
-from labeler.services.projects import project_counts
+from labeler.services.data import accounts, projects
+from labeler.errors import InputError, PermissionDenied
+from labeler.services.data.projects import project_counts
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
 from labeler.ui.roles import check_role, requires

@@ -2,7 +2,8 @@
 online DPO run may have (the Train tab's Judge picker)."""
 from __future__ import annotations
 
-from labeler.services import models, reward_spec
+from labeler.services.serving import models
+from labeler.services.settings import reward_spec
 from labeler.ui.context import UIContext
 
 

@@ -15,7 +15,7 @@ from typing import Any, Callable, Literal
 
 import gradio as gr
 
-from labeler.services import accounts
+from labeler.services.data import accounts
 from labeler.ui.context import UIContext
 
 Role = Literal["user", "admin"]

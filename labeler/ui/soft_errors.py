@@ -33,7 +33,7 @@ import gradio as gr
 import pydantic
 from gradio.exceptions import ComponentProcessingError
 
-from labeler.services.errors import InputError, PermissionDenied
+from labeler.errors import InputError, PermissionDenied
 from labeler.ui.field_labels import toast_text
 from storage.db import DiskFull, is_disk_full
 

@@ -39,7 +39,7 @@ def test_the_two_judges_pull_apart():
 
 
 def test_the_runs_reward_specs_parse_as_a_sum_a_constraint_and_one_model():
-    from labeler.services import reward_spec
+    from labeler.services.settings import reward_spec
 
     specs = bench.reward_specs("complete", "short", 0.7, 0.0, {"complete": "rm-complete", "short": "rm-short"})
     assert specs == {"sum": "rm:rm-complete*0.7+rm:rm-short*0.3", "constraint": "rm:rm-complete,rm:rm-short>=0",

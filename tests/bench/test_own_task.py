@@ -198,7 +198,7 @@ def test_the_reward_model_is_trained_only_when_the_recipe_needs_it():
 def test_the_estimate_is_the_previews_for_the_settings_the_cli_gets(monkeypatch, tmp_path):
     from types import SimpleNamespace
 
-    from labeler.services import run_preview
+    from labeler.services.training import run_preview
 
     asked = []
 

@@ -98,8 +98,9 @@ def test_every_task_has_a_hundred_questions_and_a_deterministic_judge_with_the_r
 
 
 def test_the_app_imports_a_judge_by_its_module_function_spec(db):
-    from labeler.services import measures, reward_spec
-    from labeler.services.errors import InputError
+    from labeler.services.evals import measures
+    from labeler.services.settings import reward_spec
+    from labeler.errors import InputError
     from rlhf.rewards import FunctionReward
 
     spec = TASKS["concise"].judge_spec

@@ -43,7 +43,8 @@ class RunningApp:
 
 def seed(db_path: str, model_dir: str) -> None:
     """Users, prompts, 3 answers per prompt (fixed texts: tests need no generation), rating and ranking items."""
-    from labeler.services import accounts, labeling, models, prompts
+    from labeler.services.data import accounts, labeling, prompts
+    from labeler.services.serving import models
     from storage import open_db, write_transaction
 
     db = open_db(db_path)

@@ -5,8 +5,8 @@ that need something new in an annotator's queue."""
 def add_answered_prompt(db_path: str, prompt: str, answers: int, kind: str, source: str) -> list[int]:
     """A prompt, `answers` answers to it and their items of `kind` (one rating item per answer, or one ranking item
     of all of them). Returns the answers' ids."""
-    from labeler.services import labeling, prompts
-    from labeler.services.responses import insert_response
+    from labeler.services.data import labeling, prompts
+    from labeler.services.data.responses import insert_response
     from storage import open_db, write_transaction
 
     db = open_db(db_path)

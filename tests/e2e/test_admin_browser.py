@@ -38,7 +38,7 @@ def test_a_wrong_setting_is_a_warning_and_the_admin_tab_keeps_its_tables(running
 
 
 def test_the_one_time_password_must_be_replaced_at_the_first_login(running_app, login):
-    from labeler.services import accounts
+    from labeler.services.data import accounts
     from storage import open_db
 
     username, one_time, chosen = "firstlogin", "one-time-password-1", "my-own-password-1"
@@ -75,7 +75,7 @@ def test_the_one_time_password_must_be_replaced_at_the_first_login(running_app, 
 @pytest.fixture(scope="module")
 def fresh_install(tmp_path_factory):
     """A second server as `serve` leaves a fresh install: one admin and the embedded 'default' model only."""
-    from labeler.services import accounts
+    from labeler.services.data import accounts
     from storage import open_db
 
     root = tmp_path_factory.mktemp("fresh-install")

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 from helpers import serving
 
-from labeler.services import accounts, answer_length
+from labeler.services.data import accounts
+from labeler.services.serving import answer_length
 from storage import open_db
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]

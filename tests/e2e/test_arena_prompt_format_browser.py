@@ -14,7 +14,7 @@ PROMPT = "The rain had not stopped for three days when the detective finally"
 @pytest.fixture
 def continuation_project(running_app):
     """The shared app's project switched to plain-text prompts for this test, and back afterwards."""
-    from labeler.services import accounts, projects
+    from labeler.services.data import accounts, projects
     from storage import open_db
 
     db = open_db(running_app.db_path)
@@ -37,7 +37,7 @@ def continuation_project(running_app):
 def prompts_generated(monkeypatch):
     """Every prompt the server's models are asked to continue, as token ids: generation runs in this process
     (the app is launched here), and the arena's answers reach chat._generate (a bounded generate) by attribute."""
-    from labeler.services import chat
+    from labeler.services.serving import chat
 
     seen: list[list[int]] = []
     generate = chat._generate

@@ -109,7 +109,7 @@ def test_admin_sees_the_admin_tabs(running_app, login, db_rows):
 def test_fast_typing_stores_every_digit_in_order(running_app, login, db_rows):
     """Issue 14 item 3: ten digits typed 0.10-0.15 s apart are ten ratings, in the order typed, and the
     counter on screen says what was stored. Keys typed while a submit is in flight wait their turn."""
-    from labeler.services import accounts, labeling
+    from labeler.services.data import accounts, labeling
     from storage import open_db, write_transaction
 
     username, password = "typist", "typist-password-1"
@@ -176,7 +176,7 @@ def test_fast_typing_stores_every_digit_in_order(running_app, login, db_rows):
 def test_rank_eight_answers_by_keyboard_in_two_rows_of_four(running_app, login, db_rows):
     """Issue 9: an item of 8 answers (labeling.MAX_RANKING_SIZE) shows 8 slots in two rows of 4 and is ranked
     from the keyboard: "8 = 7 1 2 3 4 5 6" puts answers 8 and 7 first (tied), then 1 to 6."""
-    from labeler.services import accounts, labeling, prompts
+    from labeler.services.data import accounts, labeling, prompts
     from storage import open_db, write_transaction
 
     username, password = "ranker8", "ranker8-password-1"

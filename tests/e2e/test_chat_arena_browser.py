@@ -14,7 +14,7 @@ SCREENSHOT = "/tmp/rlhf-studio-chat-arena.png"
 def page(running_app, tmp_path_factory, chromium_path, login):
     from playwright.sync_api import sync_playwright
 
-    from labeler.services import accounts
+    from labeler.services.data import accounts
     from storage import open_db
 
     db = open_db(running_app.db_path)

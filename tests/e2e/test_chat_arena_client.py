@@ -13,7 +13,7 @@ USER = ("erin", "erin-password-1")  # only these tests chat and battle as erin
 
 @pytest.fixture(scope="module")
 def erin(running_app):
-    from labeler.services import accounts
+    from labeler.services.data import accounts
     from storage import open_db
 
     db = open_db(running_app.db_path)
@@ -73,7 +73,7 @@ def test_arena_battle_and_vote(running_app, erin, db_rows):
 
 
 def test_best_of_n_with_a_registered_reward_model(running_app, erin, tiny_encoder_dir):
-    from labeler.services import models
+    from labeler.services.serving import models
     from storage import open_db
 
     db = open_db(running_app.db_path)
@@ -98,7 +98,7 @@ def test_best_of_n_with_a_registered_reward_model(running_app, erin, tiny_encode
 
 
 def test_random_prompt_comes_from_the_project(running_app, erin):
-    from labeler.services.prompts import list_prompts
+    from labeler.services.data.prompts import list_prompts
     from storage import open_db
 
     drawn = erin.predict(api_name="/arena_random_prompt")

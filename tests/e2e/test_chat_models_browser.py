@@ -17,7 +17,7 @@ def pick_model(page, name: str) -> None:
 
 
 def test_answers_name_their_model_and_a_new_model_clears_the_chat(running_app, login, db_rows):
-    from labeler.services import models
+    from labeler.services.serving import models
     from storage import open_db
 
     db = open_db(running_app.db_path)

@@ -7,8 +7,8 @@ import pytest
 
 from labeler.cli import main
 from labeler.commands import data as data_commands
-from labeler.services import projects
-from labeler.services.answer_length import FitOutcome
+from labeler.services.data import projects
+from labeler.services.serving.answer_length import FitOutcome
 from storage import open_db
 
 

@@ -86,7 +86,7 @@ def test_projects_and_users(capsys, tmp_path):
     assert run(capsys, "users", "add", "alice", "--password", "password1", "--db", db)[1] == "added annotator 'alice'\n"
     code, out, _ = run(capsys, "users", "add", "root", "--role", "admin", "--generate", "--db", db)
     password = out.strip().rsplit(" ", 1)[1]
-    from labeler.services.accounts import authenticate
+    from labeler.services.data.accounts import authenticate
 
     assert authenticate(open_db(db), "root", password).role == "admin"
     assert run(capsys, "users", "deactivate", "alice", "--db", db)[1] == "'alice' is now deactivated\n"

@@ -9,7 +9,7 @@ import pytest
 
 from labeler.cli import main
 from labeler.commands import chat, database
-from labeler.services.errors import InputError
+from labeler.errors import InputError
 from storage import open_db
 
 

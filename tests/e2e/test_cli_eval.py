@@ -86,7 +86,7 @@ def test_readme_mentions_every_subcommand():
 
 def test_eval_of_a_tuned_model_prints_the_verdict_in_words(capsys, heldout_db, tiny_model_dir, tmp_path, monkeypatch):
     """The same sentence as the run's page: here the 'tuned' model is its base's weights, so every answer ties."""
-    from labeler.services import models
+    from labeler.services.serving import models
 
     (tmp_path / "my_rewards.py").write_text("def words(prompts, answers):\n"
                                             "    return [len(a.split()) / 4 for a in answers]\n")

@@ -10,7 +10,7 @@ from rlhf.configs import GenerationSettings
 
 
 def _prepare(db_path, tiny_model_dir):
-    from labeler.services import prompts
+    from labeler.services.data import prompts
     from storage import open_db
 
     db = open_db(db_path)

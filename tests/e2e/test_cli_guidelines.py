@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from labeler.cli import main
-from labeler.services.projects import get_project
+from labeler.services.data.projects import get_project
 from storage import open_db
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from labeler.cli import main
-from labeler.services import launch, runs
+from labeler.services.execution import launch, runs
 
 TOY_DIR = Path(__file__).resolve().parents[1] / "services"
 

@@ -15,7 +15,8 @@ import pytest
 from services.labeling_helpers import add_ranked_pairs
 
 from labeler.cli import main
-from labeler.services import accounts, launch, run_metrics, runs, supervision
+from labeler.services.data import accounts
+from labeler.services.execution import launch, run_metrics, runs, supervision
 from storage import open_db
 
 

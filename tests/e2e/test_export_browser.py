@@ -12,8 +12,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 def seed_ranked_and_rated(db_path: str, username: str) -> None:
     """One prompt, two answers; the user rates them 7 and 2 and ranks the first above the second."""
-    from labeler.services import labeling, prompts
-    from labeler.services.responses import insert_response
+    from labeler.services.data import labeling, prompts
+    from labeler.services.data.responses import insert_response
     from storage import open_db, write_transaction
 
     db = open_db(db_path)

@@ -129,7 +129,7 @@ PASSWORD = "rater-password-1"
 
 
 def with_user(running_app, username: str) -> None:
-    from labeler.services import accounts
+    from labeler.services.data import accounts
     from storage import open_db
 
     db = open_db(running_app.db_path)

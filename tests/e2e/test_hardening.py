@@ -18,7 +18,7 @@ from helpers import login, serving
 gradio_client = pytest.importorskip("gradio_client")
 from gradio_client import Client  # noqa: E402
 
-from labeler.services.login_guard import ThrottlePolicy  # noqa: E402
+from labeler.services.data.login_guard import ThrottlePolicy  # noqa: E402
 
 ADMIN = ("root", "root-password-1")
 ANNOTATOR = ("hana", "hana-password-1")
@@ -32,7 +32,8 @@ POLICY = ThrottlePolicy(free_failures=5, base_delay_s=0.4, max_delay_s=1.6)
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory, tiny_model_dir):
-    from labeler.services import accounts, models
+    from labeler.services.data import accounts
+    from labeler.services.serving import models
     from storage import open_db
 
     root = tmp_path_factory.mktemp("hardening")
@@ -92,7 +93,7 @@ def test_page_and_login_stay_fast_while_another_process_holds_the_write_lock(app
 
 
 def test_a_password_change_and_a_deactivation_end_the_sessions(app):
-    from labeler.services import accounts
+    from labeler.services.data import accounts
     from storage import open_db
 
     url = app["url"]
@@ -138,7 +139,7 @@ def test_foreign_origins_are_refused_and_the_login_cookie_is_lax(app):
 def test_an_annotator_cannot_chat_with_an_unregistered_folder(app, tiny_model_dir, tiny_encoder_dir):
     from gradio_client.exceptions import AppError
 
-    from labeler.services import models
+    from labeler.services.serving import models
     from storage import open_db
 
     db = open_db(app["db_path"])

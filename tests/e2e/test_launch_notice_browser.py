@@ -10,7 +10,7 @@ NOTICE = "() => (document.getElementById('train-notice') || {}).innerText || ''"
 
 
 def test_the_launch_notice_goes_once_its_run_has_ended(running_app, login, db_rows, monkeypatch):
-    from labeler.services import launch
+    from labeler.services.execution import launch
 
     monkeypatch.setenv(launch.LAUNCHER_ENV, "python")  # the server spawns the worker: skip accelerate's start-up
     page = login(running_app.url, *running_app.admin, ready="button[role=tab]:has-text('Train')", height=2400)

@@ -16,7 +16,7 @@ COUNT_WAIT_MS = 25_000  # the counter's timer ticks every rate.COUNT_REFRESH_S (
 
 
 def add_user(db_path: str, user: tuple[str, str]) -> None:
-    from labeler.services import accounts
+    from labeler.services.data import accounts
     from storage import open_db
 
     db = open_db(db_path)
@@ -40,7 +40,7 @@ def remaining(page, counter_id: str) -> int:
 
 
 def service_remaining(db_path: str, username: str, kind: str) -> int:
-    from labeler.services import labeling
+    from labeler.services.data import labeling
     from storage import open_db
 
     db = open_db(db_path)

@@ -17,7 +17,7 @@ PROMPTS = ["A film about a lighthouse keeper and", "The sequel nobody asked for"
 def quiet_app(tmp_path_factory, tiny_model_dir):
     """A server with prompts but no answers yet, one admin and one annotator; --model is the embedded default
     (never loaded here), so the arena starts with one model."""
-    from labeler.services import accounts, prompts
+    from labeler.services.data import accounts, prompts
     from storage import open_db
 
     root = tmp_path_factory.mktemp("live-views")
@@ -33,8 +33,8 @@ def quiet_app(tmp_path_factory, tiny_model_dir):
 
 def add_answers(db_path: str) -> None:
     """What a background generation leaves: two answers per prompt and their rating and ranking items."""
-    from labeler.services import labeling
-    from labeler.services.responses import insert_response
+    from labeler.services.data import labeling
+    from labeler.services.data.responses import insert_response
     from storage import open_db, write_transaction
 
     db = open_db(db_path)
@@ -81,7 +81,7 @@ def test_views_update_without_a_reload(quiet_app, login, browser):
     wait_text(admin, "data-summary", "4 answers")
     wait_text(admin, "studio-first-steps", "(4 so far)")
     # Prompts imported now show at the top of the latest prompts.
-    from labeler.services import prompts
+    from labeler.services.data import prompts
     from storage import open_db
 
     db = open_db(db_path)
@@ -99,7 +99,7 @@ def test_views_update_without_a_reload(quiet_app, login, browser):
     # Arena and Chat: a second model registered after the page loaded is offered when the tab is opened.
     admin.click("button[role=tab]:has-text('Arena')")
     admin.wait_for_selector("#arena-not-ready", state="visible", timeout=20_000)
-    from labeler.services import models
+    from labeler.services.serving import models
 
     db = open_db(db_path)
     try:

@@ -8,7 +8,7 @@ import requests
 
 from helpers import serving
 
-from labeler.services.login_guard import ThrottlePolicy
+from labeler.services.data.login_guard import ThrottlePolicy
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -18,7 +18,8 @@ GONE = ("dora", "dora-password-1")
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, tiny_model_dir):
-    from labeler.services import accounts, models
+    from labeler.services.data import accounts
+    from labeler.services.serving import models
     from storage import open_db
 
     root = tmp_path_factory.mktemp("login-messages")

@@ -12,7 +12,7 @@ ADMIN, ANNOTATOR, PASSWORD = "boss", "ann", "a-long-password-1"
 
 @pytest.fixture(scope="module")
 def studio(tmp_path_factory):
-    from labeler.services import accounts, prompts
+    from labeler.services.data import accounts, prompts
     from storage import open_db
 
     root = tmp_path_factory.mktemp("projects-browser")

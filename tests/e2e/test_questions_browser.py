@@ -15,7 +15,8 @@ SCREENSHOT = "/tmp/rlhf-studio-rate-questions.png"
 
 @pytest.fixture(scope="module")
 def asking_app(tmp_path_factory):
-    from labeler.services import accounts, labeling, prompts, questions
+    from labeler.services.data import accounts, labeling, prompts
+    from labeler.services.labels import questions
     from storage import open_db, write_transaction
 
     root = tmp_path_factory.mktemp("questions-app")

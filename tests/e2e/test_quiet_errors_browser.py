@@ -54,8 +54,8 @@ FIRST_LOGIN = ("quiet-first", "one-time-password-2")
 def _prepare_labelling_and_first_login(db_path: str) -> None:
     """An annotator with a rating item and a 3-answer ranking item of their own to get wrong (the shared app's
     queues may be emptied by earlier tests), and a user who must still replace a one-time password."""
-    from labeler.services import accounts, labeling, prompts
-    from labeler.services.responses import insert_response
+    from labeler.services.data import accounts, labeling, prompts
+    from labeler.services.data.responses import insert_response
     from storage import open_db, write_transaction
 
     db = open_db(db_path)

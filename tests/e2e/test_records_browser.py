@@ -12,7 +12,7 @@ UNIQUE_PROMPT = "A quokka reviews the records tab"
 
 
 def seed_paging_prompts(db_path: str) -> None:
-    from labeler.services import prompts
+    from labeler.services.data import prompts
     from storage import open_db
 
     db = open_db(db_path)

@@ -18,7 +18,7 @@ PROMPT = "Issue 37: a prompt to rank after a refused ranking"
 def _setup(db_path: str) -> None:
     from service_seed import add_answered_prompt
 
-    from labeler.services import accounts
+    from labeler.services.data import accounts
     from storage import open_db
 
     db = open_db(db_path)

@@ -15,7 +15,7 @@ SECOND = ("quick-one", "quick-one-password-1")
 
 @pytest.fixture(scope="module")
 def two_annotators(tmp_path_factory):
-    from labeler.services import accounts, labeling, projects
+    from labeler.services.data import accounts, labeling, projects
     from storage import open_db, write_transaction
 
     root = tmp_path_factory.mktemp("refusal-app")
@@ -82,7 +82,7 @@ def _shown_question(page) -> str:
 @pytest.mark.slow
 @pytest.mark.browser
 def test_in_the_browser_a_refused_key_loads_the_next_item_and_r_refreshes(two_annotators, login, db_rows):
-    from labeler.services import accounts, labeling
+    from labeler.services.data import accounts, labeling
     from storage import open_db
 
     url, db_path = two_annotators

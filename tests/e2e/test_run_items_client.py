@@ -23,7 +23,9 @@ def _setup(db_path: str) -> int:
     """The race's run: a row marked running with a fresh heartbeat, as a worker that has just claimed it leaves it,
     so the shared app's poll never launches it (a queued one was started: an RLOO run of the default model, 320
     steps, that held the one worker slot and several GB for the rest of the suite)."""
-    from labeler.services import accounts, jobs, runs
+    from labeler.services.data import accounts
+    from labeler.services.training import jobs
+    from labeler.services.execution import runs
     from storage import open_db
 
     db = open_db(db_path)
@@ -40,7 +42,8 @@ def _setup(db_path: str) -> int:
 
 def _end(db_path: str, run_id: int) -> None:
     """The race's run ended, and its worker stopped should the app's poll have started it after all."""
-    from labeler.services import jobs, runs
+    from labeler.services.training import jobs
+    from labeler.services.execution import runs
     from storage import open_db
 
     db = open_db(db_path)
@@ -56,7 +59,7 @@ def _run_items(db_rows, db_path: str, run_id: int) -> list[int]:
 
 
 def test_an_admin_page_load_does_not_hold_the_run_item_the_annotator_ranks(running_app, db_rows):
-    from labeler.services.human_reward import HumanRewardQueue
+    from labeler.services.labels.human_reward import HumanRewardQueue
 
     run_id = _setup(running_app.db_path)
     queue = HumanRewardQueue(running_app.db_path, "default", run_id, label_kind="ranking", poll_seconds=0.1)

@@ -13,8 +13,10 @@ ANNOTATOR = ("rhea", "rhea-password-1")
 @pytest.fixture(scope="module")
 def run_app(tmp_path_factory):
     """A server whose queue holds an older ordinary answer and a running PPO run's answer (priority 100)."""
-    from labeler.services import accounts, jobs, labeling, prompts, runs
-    from labeler.services.responses import insert_response
+    from labeler.services.data import accounts, labeling, prompts
+    from labeler.services.training import jobs
+    from labeler.services.execution import runs
+    from labeler.services.data.responses import insert_response
     from storage import open_db, write_transaction
 
     root = tmp_path_factory.mktemp("run-release")
@@ -40,7 +42,9 @@ def run_app(tmp_path_factory):
 
 
 def test_a_cancelled_run_releases_its_items(run_app, login):
-    from labeler.services import jobs, labeling, runs
+    from labeler.services.training import jobs
+    from labeler.services.data import labeling
+    from labeler.services.execution import runs
     from storage import open_db
 
     url, db_path, run_id = run_app

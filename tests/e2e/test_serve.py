@@ -20,7 +20,7 @@ def _read_lines(stream, lines: queue.Queue) -> None:
 
 
 def test_serve_first_start(tmp_path, tiny_model_dir):
-    from labeler.services import accounts
+    from labeler.services.data import accounts
     from storage import open_db
 
     db_path = tmp_path / "studio.db"
@@ -104,7 +104,7 @@ def test_serve_leaves_a_teams_project_as_it_is(tmp_path, tiny_model_dir):
     # Issue 49 item 1: `projects create nimbus` then `serve --project nimbus` imported the movie task into nimbus
     # and switched it to continue / 16 tokens / VADER. Only the default project as created gets the example task.
     from labeler.commands.serve import prepare
-    from labeler.services import projects, prompts
+    from labeler.services.data import projects, prompts
     from storage import open_db
 
     db_path = str(tmp_path / "studio.db")
@@ -130,7 +130,7 @@ def test_serve_leaves_a_teams_project_as_it_is(tmp_path, tiny_model_dir):
 
 def test_serve_fills_only_a_new_default_project(tmp_path, tiny_model_dir):
     from labeler.commands.serve import prepare
-    from labeler.services import projects, prompts
+    from labeler.services.data import projects, prompts
     from storage import open_db
 
     db_path = str(tmp_path / "studio.db")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from test_admin_browser import error_badges, fresh_install  # noqa: F401 - fixture
 
-from labeler.services import accounts
-from labeler.services.projects import DEFAULT_GUIDELINES, update_project
+from labeler.services.data import accounts
+from labeler.services.data.projects import DEFAULT_GUIDELINES, update_project
 from storage import open_db
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]

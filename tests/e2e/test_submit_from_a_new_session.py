@@ -13,7 +13,7 @@ PASSWORD = "fresh-session-1"
 
 
 def _user(running_app, username: str) -> None:
-    from labeler.services import accounts
+    from labeler.services.data import accounts
     from storage import open_db
 
     db = open_db(running_app.db_path)

@@ -34,7 +34,8 @@ def _lines(page, selector):
 
 
 def test_launch_a_tiny_run_and_watch_the_plot(running_app, login, db_rows, monkeypatch):
-    from labeler.services import launch, prompts
+    from labeler.services.execution import launch
+    from labeler.services.data import prompts
     from storage import open_db
 
     monkeypatch.setenv(launch.LAUNCHER_ENV, "python")  # the server spawns the worker: skip accelerate's start-up

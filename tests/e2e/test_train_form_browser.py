@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from labeler.services import models, reward_spec
+from labeler.services.serving import models
+from labeler.services.settings import reward_spec
 from storage import open_db
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]

@@ -18,7 +18,7 @@ DPO = "#train-stage label:has-text('Learn from preferences (DPO)')"
 @pytest.fixture(scope="module")
 def nobody_to_ask(tmp_path_factory, tiny_model_dir):
     """An app whose only account is the admin's, with prompts to train on: (url, db path)."""
-    from labeler.services import accounts, prompts
+    from labeler.services.data import accounts, prompts
     from storage import open_db
 
     root = tmp_path_factory.mktemp("judge-app")
@@ -42,7 +42,7 @@ def _options(page) -> list[str]:
 
 def test_the_judge_picker_follows_the_registry_and_people_without_accounts_are_refused(nobody_to_ask, login,
                                                                                        tiny_model_dir):
-    from labeler.services import models
+    from labeler.services.serving import models
     from storage import open_db
 
     url, db_path = nobody_to_ask

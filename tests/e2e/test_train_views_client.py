@@ -11,7 +11,7 @@ from gradio_client import Client  # noqa: E402
 
 
 def test_pickers_follow_the_registry_and_the_monitor_takes_any_run(running_app):
-    from labeler.services import models
+    from labeler.services.serving import models
     from storage import open_db
 
     admin = Client(running_app.url, auth=running_app.admin, verbose=False)

@@ -21,7 +21,7 @@ def _values(choices) -> list:
 
 
 def test_a_reward_model_registered_after_the_page_loaded_is_offered_on_tab_select(running_app):
-    from labeler.services import models
+    from labeler.services.serving import models
     from storage import open_db
 
     admin = Client(running_app.url, auth=running_app.admin, verbose=False)
@@ -40,7 +40,7 @@ def test_a_reward_model_registered_after_the_page_loaded_is_offered_on_tab_selec
 
 
 def test_records_refresh_keeps_the_source_filter_shown(running_app):
-    from labeler.services import prompts
+    from labeler.services.data import prompts
     from storage import open_db
 
     db = open_db(running_app.db_path)

@@ -41,7 +41,8 @@ CALL_TIMEOUT = 30
 
 
 def _seed(db_path: str, model_dir: str) -> None:
-    from labeler.services import accounts, labeling, models, projects, prompts
+    from labeler.services.data import accounts, labeling, projects, prompts
+    from labeler.services.serving import models
     from storage import open_db, write_transaction
 
     db = open_db(db_path)

@@ -16,8 +16,8 @@ import gradio as gr
 import pytest
 
 from labeler.cli import main
-from labeler.services import accounts, labeling, prompts
-from labeler.services.errors import InputError
+from labeler.services.data import accounts, labeling, prompts
+from labeler.errors import InputError
 from storage import open_db, write_transaction
 from storage.db import DiskFull
 
@@ -208,7 +208,8 @@ def _mode(path) -> int:
 
 
 def test_database_wal_run_folder_and_log_are_private(tmp_path, monkeypatch):
-    from labeler.services import jobs, launch, supervision
+    from labeler.services.training import jobs
+    from labeler.services.execution import launch, supervision
 
     monkeypatch.setattr(os, "umask", os.umask)  # restored below whatever happens
     old = os.umask(0o022)  # the usual umask, under which files were created 0644

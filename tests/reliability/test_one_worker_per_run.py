@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 from helpers import wait_until
 
-from labeler.services import checkpoints, jobs, launch, run_metrics, runs, supervision
-from labeler.services.errors import InputError
+from labeler.services.execution import checkpoints, launch, run_metrics, runs, supervision
+from labeler.services.training import jobs
+from labeler.errors import InputError
 
 pytestmark = pytest.mark.reliability
 
@@ -129,8 +130,8 @@ def test_a_worker_of_the_same_run_id_on_another_database_is_not_this_runs(db, tm
 
 def test_a_run_registers_at_most_one_model(db, tmp_path):
     from labeler import worker
-    from labeler.services.metrics_sink import MetricsSink
-    from labeler.services.stages import RunResult, StageContext
+    from labeler.services.execution.metrics_sink import MetricsSink
+    from labeler.services.training.stages import RunResult, StageContext
 
     run = jobs.create_run(db, "sft", {"steps": 1}, runs_dir=tmp_path, start=False)
     folder = tmp_path / "model"

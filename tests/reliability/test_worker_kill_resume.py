@@ -19,7 +19,8 @@ import pytest
 from helpers import wait_until
 
 from labeler.cli import main
-from labeler.services import checkpoints, jobs, launch, run_metrics, runs, supervision
+from labeler.services.execution import checkpoints, launch, run_metrics, runs, supervision
+from labeler.services.training import jobs
 
 pytestmark = pytest.mark.reliability
 
@@ -34,7 +35,7 @@ def _consistent(db) -> None:
 
 def test_sigkilled_worker_fails_then_resumes_from_its_last_checkpoint(db, tmp_path, monkeypatch, tiny_model_dir,
                                                                    capsys):
-    from labeler.services import prompts
+    from labeler.services.data import prompts
 
     monkeypatch.setenv(launch.LAUNCHER_ENV, "python")
     monkeypatch.delenv(checkpoints.SLEEP_ENV, raising=False)

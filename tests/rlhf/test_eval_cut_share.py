@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import torch
 
-from labeler.services.evaluation import truncated_share
+from labeler.services.evals.evaluation import truncated_share
 from rlhf import evaluation
 from rlhf.core import unfinished, unfinished_share
 

@@ -75,7 +75,7 @@ def test_floor_keeps_beta_from_falling_below_its_start_then_it_rises():
 
 
 def test_app_ppo_runs_get_the_floor_and_a_horizon_of_one_batch_unless_set():
-    from labeler.services.runners.ppo import kl_settings_for
+    from labeler.services.training.runners.ppo import kl_settings_for
 
     assert kl_settings_for({}) == {"horizon": 64, "kl_coef_min": 0.03}  # PPOConfig's batch of 64
     assert kl_settings_for({"batch_size": 16}) == {"horizon": 16, "kl_coef_min": 0.03}

@@ -31,9 +31,9 @@ def test_bf16_scorer_is_inference_only_and_half_the_bytes(tiny_encoder_dir):
 
 
 def test_ppo_loads_its_reward_model_in_the_runs_precision(db, tiny_encoder_dir):
-    from labeler.services import models
-    from labeler.services.runners import common
-    from labeler.services.job_settings import JobConfig
+    from labeler.services.serving import models
+    from labeler.services.training.runners import common
+    from labeler.services.settings.job_settings import JobConfig
 
     models.register_model(db, "rm-tiny", str(tiny_encoder_dir), "reward")
     for bf16, dtype in ((True, torch.bfloat16), (False, torch.float32)):

@@ -39,7 +39,8 @@ def chromium():
 
 @pytest.fixture(scope="module")
 def url(tmp_path_factory, tiny_model_dir):
-    from labeler.services import accounts, models
+    from labeler.services.data import accounts
+    from labeler.services.serving import models
     from storage import open_db
 
     root = tmp_path_factory.mktemp("browser-session")

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from labeler.services import chat
-from labeler.services.errors import InputError
+from labeler.services.serving import chat
+from labeler.errors import InputError
 
 pytestmark = pytest.mark.reliability
 

@@ -80,7 +80,7 @@ def test_a_missing_model_folder_or_reward_module_is_refused_when_queued(db_file,
 
 
 def test_a_reward_module_the_worker_finds_is_accepted(db, tmp_path, monkeypatch):
-    from labeler.services import launch
+    from labeler.services.execution import launch
 
     (tmp_path / "my_rewards.py").write_text("def score(queries, responses):\n    return [0.0] * len(responses)\n")
     monkeypatch.chdir(tmp_path)  # the worker runs `python -m` here: this folder is on its path

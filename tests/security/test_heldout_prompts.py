@@ -8,10 +8,12 @@ import random
 
 import pytest
 
-from labeler.services import accounts, arena, generation, labeling, people_eval, prompts
-from labeler.services.errors import InputError
-from labeler.services.export import ExportOptions, preference_rows
-from labeler.services.responses import insert_response
+from labeler.services.data import accounts, labeling, prompts
+from labeler.services.serving import arena, generation
+from labeler.services.evals import people_eval
+from labeler.errors import InputError
+from labeler.services.labels.export import ExportOptions, preference_rows
+from labeler.services.data.responses import insert_response
 from storage import write_transaction
 
 TRAIN = ["A training prompt", "Another training prompt"]

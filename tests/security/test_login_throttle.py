@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from labeler.services.login_guard import LoginThrottle, ThrottlePolicy
+from labeler.services.data.login_guard import LoginThrottle, ThrottlePolicy
 
 pytestmark = pytest.mark.reliability
 

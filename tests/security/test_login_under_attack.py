@@ -25,8 +25,8 @@ import pytest
 import requests
 from helpers import free_port, session_from
 
-from labeler.services import accounts
-from labeler.services.login_guard import ThrottlePolicy
+from labeler.services.data import accounts
+from labeler.services.data.login_guard import ThrottlePolicy
 
 pytestmark = pytest.mark.reliability
 
@@ -41,7 +41,7 @@ ATTACK_ADDRESSES = [f"127.0.0.{k}" for k in range(10, 70)]
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, tiny_model_dir):
-    from labeler.services import models
+    from labeler.services.serving import models
     from labeler.ui.app import build_app, launch
     from labeler.ui.context import ServeSettings
     from storage import open_db
@@ -229,7 +229,7 @@ def test_a_known_and_an_unknown_name_cost_one_scrypt_each_and_the_same_time(db, 
 
 def test_serve_takes_trusted_proxies_as_addresses_or_networks_only():
     from labeler.commands.serve import proxy_addresses
-    from labeler.services.errors import InputError
+    from labeler.errors import InputError
 
     assert proxy_addresses(["127.0.0.1", "10.0.0.0/8, ::1"]) == ("127.0.0.1", "10.0.0.0/8", "::1")
     assert proxy_addresses([]) == ()

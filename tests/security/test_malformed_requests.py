@@ -18,7 +18,7 @@ import gradio_client.client  # noqa: E402
 from gradio_client import Client  # noqa: E402
 from gradio_client.exceptions import AppError  # noqa: E402
 
-from labeler.services import accounts  # noqa: E402
+from labeler.services.data import accounts  # noqa: E402
 from storage import open_db  # noqa: E402
 
 pytestmark = pytest.mark.reliability

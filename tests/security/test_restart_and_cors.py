@@ -10,7 +10,7 @@ import pytest
 import requests
 from helpers import login, serving
 
-from labeler.services import accounts
+from labeler.services.data import accounts
 from storage import open_db
 
 pytestmark = pytest.mark.reliability

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from labeler.cli import main
-from labeler.services import jobs, train_configs
-from labeler.services.errors import InputError
+from labeler.services.training import jobs, train_configs
+from labeler.errors import InputError
 
 pytestmark = pytest.mark.reliability
 
@@ -93,7 +93,7 @@ def test_a_dry_run_refuses_secrets_as_a_run_does_and_names_the_config_file(db_pa
 
 
 def test_ordinary_settings_are_not_taken_for_secrets():
-    from labeler.services.run_secrets import secret_paths
+    from labeler.services.settings.run_secrets import secret_paths
 
     assert secret_paths({"steps": 3, "max_new_tokens": 16, "reward": "vader", "kl_coef": 0.1,
                          "tracker_kwargs": {"wandb": {"project": "p", "monkey": "m", "keyboard": "k"}},

@@ -20,7 +20,7 @@ gradio_client = pytest.importorskip("gradio_client")
 from gradio_client import Client  # noqa: E402
 from gradio_client.exceptions import AppError  # noqa: E402
 
-from labeler.services.login_guard import ThrottlePolicy  # noqa: E402
+from labeler.services.data.login_guard import ThrottlePolicy  # noqa: E402
 
 pytestmark = pytest.mark.reliability
 
@@ -37,7 +37,8 @@ UPLOAD_BYTES = 2_000_000
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory, tiny_model_dir):
-    from labeler.services import accounts, models
+    from labeler.services.data import accounts
+    from labeler.services.serving import models
     from storage import open_db
 
     root = tmp_path_factory.mktemp("server-hardening")

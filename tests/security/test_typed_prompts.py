@@ -10,8 +10,9 @@ import random
 import pytest
 
 from labeler.cli import main
-from labeler.services import accounts, arena, chat, generation, models, projects, prompts
-from labeler.services.errors import InputError
+from labeler.services.data import accounts, projects, prompts
+from labeler.services.serving import arena, chat, generation, models
+from labeler.errors import InputError
 from rlhf.configs import GenerationSettings
 from storage import write_transaction
 
@@ -47,7 +48,7 @@ def test_typed_prompts_wait_for_an_admin_before_training_or_generation(studio):
     assert db.execute("SELECT COUNT(*) FROM responses").fetchone()[0] == responses_before
     assert _splits(db) == {"An imported prompt": "train", "A held-out prompt": "test",
                            "Something alice typed": prompts.TYPED_SPLIT, "A second turn": prompts.TYPED_SPLIT}
-    # PPO and GRPO read split 'train' (labeler/services/runners/); Generate and Arena's "surprise me" skip typed prompts.
+    # PPO and GRPO read split 'train' (labeler/services/training/runners/); Generate and Arena's "surprise me" skip typed prompts.
     generation.generate_responses(db, "default", "tiny", n_per_prompt=1, settings=SETTINGS)
     generated = {row[0] for row in db.execute(
         "SELECT p.text FROM responses r JOIN prompts p ON p.id = r.prompt_id WHERE r.source = 'generated'")}

@@ -9,7 +9,7 @@ import time
 
 import torch
 
-from labeler.services.stages import RunResult, StageContext
+from labeler.services.training.stages import RunResult, StageContext
 
 DYING_RANK_ENV = "DYING_RANK"
 DYING_HOW_ENV = "DYING_HOW"

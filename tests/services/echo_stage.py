@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from labeler.services.training_stages.base import Stage
+from labeler.services.settings.training_stages.base import Stage
 
 
 @dataclass(frozen=True)
@@ -20,8 +20,8 @@ class EchoConfig:
 
 
 def run_echo(ctx):
-    from labeler.services import models
-    from labeler.services.stages import RunResult
+    from labeler.services.serving import models
+    from labeler.services.training.stages import RunResult
 
     base = ctx.job.base_model("echo")
     return RunResult(str(models.resolve(ctx.open_db(), base)), "policy", base)
@@ -29,7 +29,7 @@ def run_echo(ctx):
 
 STAGE = Stage(
     name="echo", order=9, config_class="echo_stage:EchoConfig", runner="echo_stage:run_echo",
-    training_rows="labeler.services.stages:sft_rows", unit="answers", label="Echo good answers (a test stage)",
+    training_rows="labeler.services.training.stages:sft_rows", unit="answers", label="Echo good answers (a test stage)",
     note="Repeats the answers people rated well.", card="echo (a test stage)", metrics=("loss",),
     form_fields=("learning_rate", "echoes"), full_lr=1e-5, lora_lr=1e-4,
 )

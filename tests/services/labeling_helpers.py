@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
-from labeler.services import accounts, labeling, projects
+from labeler.services.data import accounts, labeling, projects
 
 PASSWORD = "correct horse battery"
 # The two answers of every prompt add_ranked_pairs makes: clear sentiment, so a reward learns the order.

@@ -1,8 +1,8 @@
 import pytest
 
-from labeler.services import accounts
-from labeler.services.accounts import User
-from labeler.services.errors import InputError, PermissionDenied
+from labeler.services.data import accounts
+from labeler.services.data.accounts import User
+from labeler.errors import InputError, PermissionDenied
 
 
 def test_create_and_authenticate(db):
@@ -114,7 +114,7 @@ def test_ensure_admin_race_creates_one_admin(db_path):
 
 
 def test_password_change_and_deactivation_move_the_session_epoch(db):
-    from labeler.services import accounts
+    from labeler.services.data import accounts
 
     accounts.create_user(db, "root", "root-password-1", role="admin")  # so zoe may be deactivated
     accounts.create_user(db, "zoe", "zoe-password-1")
@@ -132,7 +132,7 @@ def test_password_change_and_deactivation_move_the_session_epoch(db):
 
 def test_the_one_time_admin_password_must_be_replaced_before_anything_else(db):
     """Issue 14 item 10: the password `serve` prints logs in once, and then only lets the admin replace it."""
-    from labeler.services.accounts import PasswordChangeRequired
+    from labeler.services.data.accounts import PasswordChangeRequired
 
     password = accounts.ensure_admin(db)
     admin = accounts.authenticate(db, "admin", password)

@@ -5,8 +5,9 @@ import random
 import pytest
 from labeling_helpers import add_ranked_pairs, make_users
 
-from labeler.services import active_learning, labeling, projects
-from labeler.services.labeling import create_items, next_item
+from labeler.services.labels import active_learning
+from labeler.services.data import labeling, projects
+from labeler.services.data.labeling import create_items, next_item
 
 P = "default"
 

@@ -3,9 +3,10 @@ import hashlib
 
 import pytest
 
-from labeler.services import answer_length, projects
-from labeler.services.answer_length import length_for_share
-from labeler.services.errors import InputError
+from labeler.services.serving import answer_length
+from labeler.services.data import projects
+from labeler.services.serving.answer_length import length_for_share
+from labeler.errors import InputError
 
 
 def test_length_for_share_hand_worked():
@@ -155,7 +156,7 @@ def test_a_model_that_does_not_load_keeps_the_default_and_says_so(db):
 
 
 def test_the_shipped_task_says_its_length_is_the_movie_tasks(db):
-    from labeler.services.prompts import import_shipped_prompts
+    from labeler.services.data.prompts import import_shipped_prompts
 
     import_shipped_prompts(db)
     project = projects.get_project(db)

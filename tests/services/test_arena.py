@@ -5,11 +5,12 @@ import random
 
 import pytest
 
-from labeler.services import accounts, arena, models
-from labeler.services.chat import ModelCache
-from labeler.services.errors import InputError, PermissionDenied
-from labeler.services.export import ExportOptions, preference_rows
-from labeler.services.leaderboard import leaderboard
+from labeler.services.data import accounts
+from labeler.services.serving import arena, models
+from labeler.services.serving.chat import ModelCache
+from labeler.errors import InputError, PermissionDenied
+from labeler.services.labels.export import ExportOptions, preference_rows
+from labeler.services.serving.leaderboard import leaderboard
 from rlhf.configs import GenerationSettings
 
 SETTINGS = GenerationSettings(max_new_tokens=6, batch_size=1)
@@ -127,14 +128,14 @@ def test_leaderboard_from_votes(arena_db, cache):
     # Typed in the arena: picked for others only once an admin promoted them (issue 25).
     with pytest.raises(InputError, match="no prompts yet"):
         arena.random_prompt(db, "default", random.Random(0))
-    from labeler.services.prompts import promote_prompts
+    from labeler.services.data.prompts import promote_prompts
 
     assert promote_prompts(db, "default") == 5
     assert arena.random_prompt(db, "default", random.Random(0)).startswith("Prompt ")
 
 
 def test_identical_answers_are_flagged_and_readiness_needs_two_models(db, arena_db):
-    from labeler.services.arena import Battle
+    from labeler.services.serving.arena import Battle
 
     assert Battle(1, "p", "Same answer.", " Same answer.\n").identical
     assert not Battle(1, "p", "One answer.", "Another answer.").identical

@@ -8,7 +8,7 @@ import pytest
 import torch
 from test_arena import SETTINGS, arena_db, cache, other_tiny_dir  # noqa: F401 - fixtures
 
-from labeler.services import arena
+from labeler.services.serving import arena
 
 
 def test_both_answers_are_generated_on_one_thread_and_the_count_is_restored(arena_db, cache, monkeypatch):

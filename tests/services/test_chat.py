@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from labeler.services import accounts, chat
-from labeler.services.errors import InputError, PermissionDenied
+from labeler.services.data import accounts
+from labeler.services.serving import chat
+from labeler.errors import InputError, PermissionDenied
 from rlhf.configs import GenerationSettings
 
 GREEDY = GenerationSettings(max_new_tokens=12, do_sample=False, batch_size=1)
@@ -46,7 +47,7 @@ def test_stream_reports_a_failing_generation(tiny_model_dir, monkeypatch):
 
 
 def test_cache_keeps_what_its_byte_budget_holds(tiny_model_dir, tiny_encoder_dir):
-    from labeler.services.inference import held_bytes
+    from labeler.services.serving.inference import held_bytes
 
     cache = chat.ModelCache()
     first = cache.get(str(tiny_model_dir))
@@ -151,7 +152,7 @@ def test_long_messages_are_refused(cache, tiny_model_dir):
 def test_only_answers_the_server_generated_are_marked_and_exported(db, cache, tiny_model_dir):
     # Issue 10 item 8: a client can send any text as "the model's answer"; such a rating is stored (it is the
     # user's label) but never becomes a training row.
-    from labeler.services import export
+    from labeler.services.labels import export
 
     path = str(tiny_model_dir)
     accounts.create_user(db, "alice", "alice-password-1")

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from labeler.services import chat
+from labeler.services.serving import chat
 from rlhf.configs import GenerationSettings
 
 HELLO = [{"role": "user", "content": "hello"}]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from labeler.services import checkpoints
+from labeler.services.execution import checkpoints
 
 
 def _write(payload: bytes):

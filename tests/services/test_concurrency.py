@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from labeling_helpers import add_prompt, make_users, set_overlap
 
-from labeler.services import labeling
+from labeler.services.data import labeling
 from storage import open_db
 
 P = "default"

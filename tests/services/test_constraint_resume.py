@@ -5,8 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from labeler.services import checkpoints, jobs, prompts, run_metrics, runs
-from labeler.services.errors import InputError
+from labeler.services.execution import checkpoints, run_metrics, runs
+from labeler.services.training import jobs
+from labeler.services.data import prompts
+from labeler.errors import InputError
 
 # Reward 0, constraint -1 on every answer (tests/services/constraint_scores.py): the constraint >=0 is broken by
 # exactly 1 on every batch, so the multiplier after batch k is k * constraint_lr, whatever the policy answers.
@@ -15,7 +17,7 @@ REWARD = "constraint_scores:zero,constraint_scores:minus_one>=0"
 
 @pytest.mark.slow
 def test_a_resumed_run_goes_on_from_the_saved_multiplier(db, tmp_path, tiny_model_dir, monkeypatch, capsys):
-    from labeler.services.runners import ppo as ppo_runner
+    from labeler.services.training.runners import ppo as ppo_runner
     from labeler.worker import run_worker
 
     prompts.add_prompts(db, ["The first scene", "The ending"])
@@ -63,8 +65,8 @@ def test_a_step_size_that_is_not_a_positive_number_is_refused(db, tmp_path, bad)
 
 
 def test_the_step_size_defaults_to_safe_rlhfs(db, tmp_path):
-    from labeler.services.criteria_reward import combined_reward
-    from labeler.services.job_settings import JobConfig
+    from labeler.services.training.criteria_reward import combined_reward
+    from labeler.services.settings.job_settings import JobConfig
 
     job = JobConfig(reward="rm", reward_model=REWARD)
     assert job.constraint_lr == 0.1
@@ -76,7 +78,7 @@ def test_the_step_size_defaults_to_safe_rlhfs(db, tmp_path):
 
 def test_the_web_form_may_set_the_step_size(db, tmp_path):
     # a number, naming no code: the Train tab's More settings may send it as the command line does
-    from labeler.services import accounts
+    from labeler.services.data import accounts
 
     prompts.add_prompts(db, ["The first scene"])
     accounts.create_user(db, "boss", "a long enough password", role="admin")

@@ -2,9 +2,10 @@
 run, built into one reward source, and used by the PPO runner."""
 import pytest
 
-from labeler.services import criteria_reward, reward_spec
-from labeler.services.errors import InputError
-from labeler.services.reward_spec import RewardSpec
+from labeler.services.training import criteria_reward
+from labeler.services.settings import reward_spec
+from labeler.errors import InputError
+from labeler.services.settings.reward_spec import RewardSpec
 
 WORDS, CHARS = "eval_rewards:words", "eval_rewards:chars"  # tests/services/eval_rewards.py
 
@@ -59,7 +60,9 @@ def test_one_source_is_not_combined(db):
 def test_the_ppo_runner_trains_on_the_constrained_sum(db, tmp_path, tiny_model_dir):
     """A one-step PPO run whose reward is a sum of two functions under a constraint the answers break: the
     runner scores with the combination (its multiplier is logged as it moved) and stores it as reward=rm."""
-    from labeler.services import jobs, prompts, run_metrics, runs
+    from labeler.services.training import jobs
+    from labeler.services.data import prompts
+    from labeler.services.execution import run_metrics, runs
     from labeler.worker import run_worker
 
     prompts.add_prompts(db, ["The first scene", "The ending"])
@@ -81,7 +84,8 @@ def test_the_ppo_runner_trains_on_the_constrained_sum(db, tmp_path, tiny_model_d
 
 
 def test_other_policy_trainers_refuse_a_combination(db, tmp_path, tiny_model_dir):
-    from labeler.services import jobs, prompts
+    from labeler.services.training import jobs
+    from labeler.services.data import prompts
 
     prompts.add_prompts(db, ["The first scene", "The ending"])
     with pytest.raises(InputError, match="trains with ppo") as refused:

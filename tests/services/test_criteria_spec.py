@@ -1,8 +1,8 @@
 import pytest
 
-from labeler.services.reward_spec import Constraint, parse_constraint, parse_weighted
-from labeler.services.errors import InputError
-from labeler.services.reward_spec import RewardSpec
+from labeler.services.settings.reward_spec import Constraint, parse_constraint, parse_weighted
+from labeler.errors import InputError
+from labeler.services.settings.reward_spec import RewardSpec
 
 
 def test_weighted_sums():

@@ -3,8 +3,9 @@ import json
 
 import pytest
 
-from labeler.services import criterion_wins, questions
-from labeler.services.errors import InputError
+from labeler.services.evals import criterion_wins
+from labeler.services.labels import questions
+from labeler.errors import InputError
 
 
 def words(prompts, answers):
@@ -52,7 +53,8 @@ def test_each_criterion_finds_the_newest_reward_model_trained_on_it(db):
 
 def test_runs_show_criteria_prints_each_criterions_win_rate(db, db_path, tmp_path, capsys, monkeypatch):
     from labeler.cli import main
-    from labeler.services import evaluation, runs
+    from labeler.services.evals import evaluation
+    from labeler.services.execution import runs
 
     questions.add_question(db, "default", "complete")
     db.execute("INSERT INTO runs (id, project_id, stage, status, config_json) VALUES (1, 1, 'rm', 'succeeded', ?)",

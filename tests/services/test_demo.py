@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import pytest
 
-from labeler.services import accounts, labeling, launch, runs
-from labeler.services.demo import (
-    ANNOTATOR, DEMO_PROJECT, DemoSettings, demo_lock, demo_running, run_demo, simulate_annotator, tie_groups,
-)
-from labeler.services.errors import InputError
+from labeler.services.data import accounts, labeling
+from labeler.services.execution import launch, runs
+from labeler.services.training.demo import (ANNOTATOR, DEMO_PROJECT, DemoSettings, demo_lock, demo_running, run_demo,
+                                            simulate_annotator, tie_groups)
+from labeler.errors import InputError
 
 
 def test_simulated_annotator_ranks_by_sentiment(db):
@@ -58,7 +58,7 @@ def test_one_demo_at_a_time(db_path):
         with pytest.raises(InputError, match="a demo is already running"):
             run_demo(db_path, DemoSettings())
         with pytest.raises(InputError, match="already running"):
-            from labeler.services.demo import launch_demo_process
+            from labeler.services.training.demo import launch_demo_process
 
             launch_demo_process(db_path, out_dir=str(__import__("pathlib").Path(db_path).parent / "demo"))
     assert not demo_running(db_path)  # released when the demo ends
@@ -118,8 +118,8 @@ def test_tiny_demo_runs_the_whole_loop(db, db_path, tmp_path, tiny_model_dir, ti
 
 
 def test_a_project_without_heldout_prompts_gets_some(db):
-    from labeler.services import prompts
-    from labeler.services.demo import _split_prompts
+    from labeler.services.data import prompts
+    from labeler.services.training.demo import _split_prompts
 
     prompts.add_prompts(db, [f"prompt {i}" for i in range(10)])
     heldout, train = _split_prompts(db, "default", DemoSettings(heldout=3, prompts=4))
@@ -130,7 +130,7 @@ def test_a_project_without_heldout_prompts_gets_some(db):
 
 
 def test_report_summary_mean_and_median_of_each_column():
-    from labeler.services.demo import DemoReport
+    from labeler.services.training.demo import DemoReport
 
     values = {"reward_before": [1.0, 2.0, 6.0], "reward_after": [0.5, -0.5, 3.0],
               "vader_before": [0.0, 0.0, 0.3], "vader_after": [-1.0, 1.0, 0.4]}

@@ -7,11 +7,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from labeler.services import evaluation, models, projects, prompts
-from labeler.services.errors import InputError
-from labeler.services.evaluation import EvalSettings
-from labeler.services.runners.common import split_rows
-from labeler.services.job_settings import JobConfig
+from labeler.services.evals import evaluation
+from labeler.services.serving import models
+from labeler.services.data import projects, prompts
+from labeler.errors import InputError
+from labeler.services.evals.evaluation import EvalSettings
+from labeler.services.training.runners.common import split_rows
+from labeler.services.settings.job_settings import JobConfig
 
 WORDS = "eval_rewards:words"
 
@@ -246,7 +248,8 @@ def test_report_shows_every_model_and_answers_side_by_side(db, tiny_model_dir, t
 
 def test_a_finished_ppo_run_is_evaluated_by_its_worker(db, tmp_path, tiny_model_dir, capsys):
     """The worker's own path: train, register, evaluate against the base on split 'test', log eval/... ."""
-    from labeler.services import jobs, run_metrics, runs
+    from labeler.services.training import jobs
+    from labeler.services.execution import run_metrics, runs
     from labeler.worker import run_worker
 
     _heldout(db)
@@ -299,7 +302,8 @@ def test_a_lora_adapter_is_evaluated_on_its_base(db, tmp_path, tiny_model_dir):
 def test_people_judge_a_run_blind_and_its_page_fills_in(db, tiny_model_dir, tuned_model_dir):
     """Issue 33: measure `people`: the finished run's and its base's answers to each held-out prompt become one
     blind ranking of two for annotators; their rankings give the run's win rate as they come in."""
-    from labeler.services import accounts, labeling, people_eval
+    from labeler.services.data import accounts, labeling
+    from labeler.services.evals import people_eval
 
     texts = _heldout(db)
     projects.update_project(db, "default", measure="people")
@@ -330,7 +334,7 @@ def test_people_judge_a_run_blind_and_its_page_fills_in(db, tiny_model_dir, tune
 
 
 def test_pair_outcome_by_hand():
-    from labeler.services.people_eval import pair_outcome
+    from labeler.services.evals.people_eval import pair_outcome
 
     assert pair_outcome([[7], [3]], model_response=7, base_response=3) == 1.0
     assert pair_outcome([[3], [7]], model_response=7, base_response=3) == 0.0

@@ -6,8 +6,9 @@ import math
 import pytest
 from export_fixtures import SYSTEM, build_labelled_db
 
-from labeler.services.errors import InputError
-from labeler.services.export import ExportOptions, ExportResult, export, preference_rows, rating_rows, unpaired_rows
+from labeler.errors import InputError
+from labeler.services.labels.export import (ExportOptions, ExportResult, export, preference_rows, rating_rows,
+                                            unpaired_rows)
 
 
 @pytest.fixture
@@ -257,7 +258,7 @@ def test_held_out_prompts_labels_are_left_out_unless_asked_for(labelled, tmp_pat
 def test_training_rows_never_include_held_out_prompts(labelled):
     from types import SimpleNamespace
 
-    from labeler.services.export import training_options
+    from labeler.services.labels.export import training_options
 
     labelled.execute("UPDATE prompts SET split = 'test' WHERE id = 2")
     job = SimpleNamespace(annotators="", min_annotators=1, min_agreement=None, include_rating_pairs=False, seed=0)

@@ -6,10 +6,11 @@ from __future__ import annotations
 import pytest
 from export_fixtures import build_labelled_db
 
-from labeler.services import jobs, projects, run_settings, train_configs
-from labeler.services.runners.common import trainer_args
-from labeler.services.stages import StageContext
-from labeler.services.training_stages.base import END_OF_TURN_ROOM, PROMPT_BUDGET
+from labeler.services.training import jobs, run_settings, train_configs
+from labeler.services.data import projects
+from labeler.services.training.runners.common import trainer_args
+from labeler.services.training.stages import StageContext
+from labeler.services.settings.training_stages.base import END_OF_TURN_ROOM, PROMPT_BUDGET
 
 STAGES = ("rm", "dpo", "kto")  # they score the model's answers; SFT keeps a floor (below)
 

@@ -6,9 +6,12 @@ from types import SimpleNamespace
 
 from labeling_helpers import add_ranked_pairs
 
-from labeler.services import accounts, jobs, models, runs
-from labeler.services.stages import StageContext
-from labeler.services.job_settings import JobConfig
+from labeler.services.data import accounts
+from labeler.services.training import jobs
+from labeler.services.serving import models
+from labeler.services.execution import runs
+from labeler.services.training.stages import StageContext
+from labeler.services.settings.job_settings import JobConfig
 from labeler.worker import run_worker
 
 

@@ -5,9 +5,10 @@ import json
 
 import pytest
 
-from labeler.services import models, prompts
-from labeler.services.errors import InputError
-from labeler.services.generation import generate_responses
+from labeler.services.serving import models
+from labeler.services.data import prompts
+from labeler.errors import InputError
+from labeler.services.serving.generation import generate_responses
 from rlhf.configs import GenerationSettings
 
 SETTINGS = GenerationSettings(max_new_tokens=4, batch_size=3, seed=5)
@@ -113,8 +114,8 @@ def test_a_prompt_split_across_batches_is_ranked_in_one_item_of_ranking_size(tin
 
 def test_the_last_import_batch_and_a_kept_model(tiny_db, tiny_model_dir, tmp_path, monkeypatch):
     """Issue 14 item 5: generate for the prompts just uploaded, with a model loaded once for several calls."""
-    from labeler.services.chat import ModelCache
-    from labeler.services.prompts import last_import_prompt_ids
+    from labeler.services.serving.chat import ModelCache
+    from labeler.services.data.prompts import last_import_prompt_ids
 
     db = tiny_db
     generate_responses(db, "default", "tiny", n_per_prompt=1, settings=SETTINGS, limit=1)  # prompt 1 answered
@@ -123,7 +124,7 @@ def test_the_last_import_batch_and_a_kept_model(tiny_db, tiny_model_dir, tmp_pat
     prompts.import_prompts(db, str(upload), "default", source="new.txt")
     assert last_import_prompt_ids(db, "default") == [4, 5]
 
-    from labeler.services import inference
+    from labeler.services.serving import inference
 
     loads = []
     cache = ModelCache(loader=lambda path, kind, device: (loads.append(path), inference.load(path, kind, device))[1])

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import storage.db
-from labeler.services.projects import DEFAULT_GUIDELINES, create_project, get_project, update_project
+from labeler.services.data.projects import DEFAULT_GUIDELINES, create_project, get_project, update_project
 from storage import migrate, open_db
 from storage.migrations import MIGRATIONS
 

@@ -1,6 +1,8 @@
 """During a PPO run the held-out prompts are answered every heldout_every steps and their positive share and mean
 reward logged at that step, scored as the final evaluation scores them (here: the run's reward function)."""
-from labeler.services import jobs, prompts, run_metrics, runs
+from labeler.services.training import jobs
+from labeler.services.data import prompts
+from labeler.services.execution import run_metrics, runs
 from labeler.worker import run_worker
 
 

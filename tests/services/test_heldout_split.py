@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-from labeler.services import accounts, generation, labeling, prompts
-from labeler.services.errors import InputError
-from labeler.services.projects import create_project, get_project
-from labeler.services.prompts import (
-    HELDOUT_FROM, MAX_HELDOUT, MIN_HELDOUT, VERDICT_HELDOUT, change_heldout_share, hash_fraction, heldout_rule,
-    heldout_target, import_prompts, split_counts,
-)
+from labeler.services.data import accounts, labeling, prompts
+from labeler.services.serving import generation
+from labeler.errors import InputError
+from labeler.services.data.projects import create_project, get_project
+from labeler.services.data.prompts import (HELDOUT_FROM, MAX_HELDOUT, MIN_HELDOUT, VERDICT_HELDOUT,
+                                           change_heldout_share, hash_fraction, heldout_rule, heldout_target,
+                                           import_prompts, split_counts)
 
 
 def _questions(n: int, start: int = 0) -> list[str]:

@@ -17,9 +17,11 @@ import yaml
 from export_fixtures import build_labelled_db
 
 from labeler.cli import main
-from labeler.services import evaluation, hub, models
-from labeler.services.errors import InputError
-from labeler.services.export import ExportOptions, export
+from labeler.services.evals import evaluation
+from labeler.services.training import hub
+from labeler.services.serving import models
+from labeler.errors import InputError
+from labeler.services.labels.export import ExportOptions, export
 
 REAL_API = huggingface_hub.HfApi  # before any test patches the module's name
 TINY = Path(__file__).resolve().parent.parent / "fixtures" / "trl_0_11_4" / "policy"
@@ -226,7 +228,7 @@ def test_push_model_uploads_the_folder_with_its_card(db, tmp_path, monkeypatch, 
 def test_prompts_import_from_a_hub_dataset_id(db, monkeypatch, tmp_path):
     """A name that is no local file and looks like owner/name is read with datasets.load_dataset (the Hub, or its
     cache offline); a failure is one InputError naming the id. The real download is not tested (no network)."""
-    from labeler.services.prompts import import_prompts, list_prompts
+    from labeler.services.data.prompts import import_prompts, list_prompts
 
     asked = []
 
@@ -274,9 +276,9 @@ def test_the_callers_of_a_registration_write_the_card(db, db_path, tmp_path, cap
     """register_model only stores the row; `models add`, the worker after a run and the Admin tab's registration
     write the card (the Admin tab's path: test_models.py, test_models_merge.py)."""
     from labeler import worker
-    from labeler.services import jobs
-    from labeler.services.metrics_sink import MetricsSink
-    from labeler.services.stages import RunResult, StageContext
+    from labeler.services.training import jobs
+    from labeler.services.execution.metrics_sink import MetricsSink
+    from labeler.services.training.stages import RunResult, StageContext
 
     added = tmp_path / "added"
     shutil.copytree(TINY, added)

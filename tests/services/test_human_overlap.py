@@ -8,9 +8,11 @@ import time
 
 import pytest
 
-from labeler.services import accounts, jobs, labeling, run_metrics, runs
-from labeler.services.human_reward import HumanRewardQueue, rating_to_reward
-from labeler.services.train_configs import load_job_config, resolve_run_config
+from labeler.services.data import accounts, labeling
+from labeler.services.training import jobs
+from labeler.services.execution import run_metrics, runs
+from labeler.services.labels.human_reward import HumanRewardQueue, rating_to_reward
+from labeler.services.training.train_configs import load_job_config, resolve_run_config
 from labeler.worker import run_worker
 from storage import open_db
 
@@ -40,7 +42,7 @@ def test_request_ahead_queues_once_and_release_ahead_unqueues(db, db_path, tmp_p
 
 
 def test_next_batch_is_queued_before_the_first_is_rated(db, db_path, tmp_path, tiny_model_dir, monkeypatch):
-    from labeler.services import human_reward
+    from labeler.services.labels import human_reward
     from rlhf import ppo
 
     accounts.create_user(db, "ann", "a-long-password")

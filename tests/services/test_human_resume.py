@@ -1,7 +1,8 @@
 """A resumed human-reward run waits for the items it had queued before it stopped: the same items, labelled once."""
-from labeler.services import accounts, jobs, labeling
-from labeler.services.human_reward import HumanRewardQueue
-from labeler.services.runners.rollouts import resumed_rollouts
+from labeler.services.data import accounts, labeling
+from labeler.services.training import jobs
+from labeler.services.labels.human_reward import HumanRewardQueue
+from labeler.services.training.runners.rollouts import resumed_rollouts
 
 
 def test_a_resumed_worker_waits_for_the_same_items(db, db_path, tmp_path, tiny_model_dir):

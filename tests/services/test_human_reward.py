@@ -7,8 +7,9 @@ import time
 
 import pytest
 
-from labeler.services import accounts, jobs, labeling
-from labeler.services.human_reward import PPO_PRIORITY, HumanRewardQueue, rating_to_reward
+from labeler.services.data import accounts, labeling
+from labeler.services.training import jobs
+from labeler.services.labels.human_reward import PPO_PRIORITY, HumanRewardQueue, rating_to_reward
 from rlhf.rewards import HumanReward, MixReward
 from storage import open_db
 
@@ -129,7 +130,7 @@ def test_mix_falls_back_to_the_reward_model_at_the_timeout(db_path, db, setup):
 
 
 def test_ranking_mode_puts_each_group_in_one_rank_item_and_returns_centred_ranks(db_path, db, setup):
-    from labeler.services.human_reward import group_rollouts
+    from labeler.services.labels.human_reward import group_rollouts
 
     run_id = setup
     queue = HumanRewardQueue(db_path, "default", run_id, poll_seconds=0.05, label_kind="ranking")
@@ -174,7 +175,7 @@ def test_ranking_mode_waits_for_min_ratings_rankings(db_path, db, setup):
 
 
 def test_group_rollouts_with_a_group_size_splits_repeated_prompts():
-    from labeler.services.human_reward import group_rollouts
+    from labeler.services.labels.human_reward import group_rollouts
 
     # One prompt repeated (a project with a single prompt): groups by answers_per_prompt, not by text.
     assert group_rollouts(["p"] * 6, 3) == [[0, 1, 2], [3, 4, 5]]

@@ -7,9 +7,9 @@ import threading
 
 import pytest
 
-from labeler.services import inference
-from labeler.services.errors import InputError
-from labeler.services.inference import ModelCache, ModelSpeed, Turns
+from labeler.services.serving import inference
+from labeler.errors import InputError
+from labeler.services.serving.inference import ModelCache, ModelSpeed, Turns
 
 AVX2_ONLY = frozenset({"sse4_2", "avx", "avx2", "fma"})  # this machine's kind (AMD EPYC without AVX-512)
 
@@ -30,7 +30,8 @@ def bf16_checkpoint(tiny_bf16_model_dir):
 def test_every_path_loads_in_the_cpus_precision(bf16_checkpoint, monkeypatch):
     import torch
 
-    from labeler.services import evaluation, generation  # noqa: F401 - they load through inference.load_policy
+    from labeler.services.evals import evaluation
+    from labeler.services.serving import generation  # noqa: F401 - they load through inference.load_policy
 
     # Before: loaded with no dtype, i.e. fp32 whatever the CPU. On this AVX2-only CPU fp32 is right...
     monkeypatch.setattr(inference, "cpu_flags", lambda: AVX2_ONLY)
@@ -116,7 +117,7 @@ def test_a_run_on_the_gpu_sends_the_models_to_the_cpu():
 
 
 def test_the_running_runs_come_from_the_runs_table(db, db_path, tmp_path):
-    from labeler.services import runs
+    from labeler.services.execution import runs
 
     first = runs.insert_run(db, "sft", {}, "default", None, "one", tmp_path / "runs")
     second = runs.insert_run(db, "sft", {}, "default", None, "two", tmp_path / "runs")
@@ -195,7 +196,7 @@ def test_reward_models_load_through_the_one_loader_in_the_devices_precision(db, 
     import torch
 
     import rlhf.reward
-    from labeler.services import evaluation
+    from labeler.services.evals import evaluation
 
     made = []
 

@@ -16,8 +16,9 @@ import pytest
 from helpers import wait_until
 import torch
 
-from labeler.services import checkpoints, jobs, launch, run_metrics, runs, supervision
-from labeler.services.errors import InputError
+from labeler.services.execution import checkpoints, launch, run_metrics, runs, supervision
+from labeler.services.training import jobs
+from labeler.errors import InputError
 
 HERE = Path(__file__).resolve().parent
 TOY = {"runner": "toy_runner:run", "model": "toy-linear"}

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from labeler.services import jobs
-from labeler.services.errors import InputError
+from labeler.services.training import jobs
+from labeler.errors import InputError
 
 
 @pytest.mark.parametrize(

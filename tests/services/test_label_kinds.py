@@ -2,8 +2,8 @@ import math
 
 import pytest
 
-from labeler.services import label_kinds as lk
-from labeler.services.errors import InputError
+from labeler.services.data import label_kinds as lk
+from labeler.errors import InputError
 
 
 @pytest.mark.parametrize("score, expected", [(1, 1), (7, 7), (4.0, 4)])
@@ -99,7 +99,7 @@ def test_all_pairs():
 
 
 def test_majority_pairs_votes_ties_and_agreement():
-    from labeler.services.label_kinds import PairMajority, majority_pairs
+    from labeler.services.data.label_kinds import PairMajority, majority_pairs
 
     # Three annotators rank responses 1, 2, 3 of one item:
     #   A: 1 > 2 > 3    B: 2 > 1 > 3    C: 1 = 2 > 3

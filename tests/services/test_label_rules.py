@@ -8,9 +8,10 @@ import json
 import pytest
 from labeling_helpers import add_prompt, make_users, set_overlap
 
-from labeler.services import accounts, labeling, people_eval
-from labeler.services.errors import PermissionDenied
-from labeler.services.responses import insert_response
+from labeler.services.data import accounts, labeling
+from labeler.services.evals import people_eval
+from labeler.errors import PermissionDenied
+from labeler.services.data.responses import insert_response
 from storage import write_transaction
 from helpers import rows
 
@@ -169,8 +170,9 @@ def test_a_third_answer_after_its_pair_was_ranked_makes_a_new_group(two):
 
 
 def test_topping_prompts_up_from_two_answers_to_three_reaches_the_rank_tab(db, tiny_model_dir):
-    from labeler.services import models, prompts
-    from labeler.services.generation import generate_responses
+    from labeler.services.serving import models
+    from labeler.services.data import prompts
+    from labeler.services.serving.generation import generate_responses
     from rlhf.configs import GenerationSettings
 
     settings = GenerationSettings(max_new_tokens=4, batch_size=4, seed=5)

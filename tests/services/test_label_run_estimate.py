@@ -7,9 +7,9 @@ import json
 import pytest
 from export_fixtures import build_labelled_db
 
-from labeler.services import run_estimate, run_preview
-from labeler.services.run_estimate import LabelMicroStep, LabelStepSettings
-from labeler.services.run_preview import preview_run
+from labeler.services.training import run_estimate, run_preview
+from labeler.services.training.run_estimate import LabelMicroStep, LabelStepSettings
+from labeler.services.training.run_preview import preview_run
 
 # A batch of 4 pairs: training step 3 s, a no-grad forward 1 s; 20 s to start (5 s of it reading the weights);
 # 4 held-out answers generated in 1 s (0.25 s an answer).

@@ -3,9 +3,10 @@ one transaction, so a refused answer stores no label either and the item stays t
 import pytest
 from labeling_helpers import add_prompt, make_users
 
-from labeler.services import labeling, questions
-from labeler.services.errors import InputError
-from labeler.services.questions import ItemAnswers
+from labeler.services.data import labeling
+from labeler.services.labels import questions
+from labeler.errors import InputError
+from labeler.services.labels.questions import ItemAnswers
 from helpers import rows
 
 P = "default"

@@ -3,9 +3,9 @@ import json
 import pytest
 from labeling_helpers import add_prompt, make_users, rating_items, set_overlap
 
-from labeler.services import accounts, labeling, projects
-from labeler.services.errors import InputError, PermissionDenied
-from labeler.services.labeling import create_items, next_item, submit_ranking, submit_rating
+from labeler.services.data import accounts, labeling, projects
+from labeler.errors import InputError, PermissionDenied
+from labeler.services.data.labeling import create_items, next_item, submit_ranking, submit_rating
 from helpers import rows
 
 P = "default"
@@ -71,7 +71,7 @@ def test_create_items_rejects_bad_input(db):
 
 def test_a_ranking_of_eight_answers_is_one_item_and_one_label(db):
     """Issue 9: up to 8 answers in one ranking; 9 is refused (test_create_items_rejects_bad_input)."""
-    from labeler.services.label_kinds import ranking_pairs
+    from labeler.services.data.label_kinds import ranking_pairs
 
     make_users(db, "alice")
     eight = add_prompt(db, "eight", 8)

@@ -2,10 +2,10 @@ import json
 
 import pytest
 
-from labeler.services.errors import InputError
-from labeler.services.export import ExportOptions, export, preference_rows
-from labeler.services.labels_import import import_preferences
-from labeler.services.prompts import ImportResult, import_prompts
+from labeler.errors import InputError
+from labeler.services.labels.export import ExportOptions, export, preference_rows
+from labeler.services.labels.labels_import import import_preferences
+from labeler.services.data.prompts import ImportResult, import_prompts
 from helpers import rows
 
 PAIRS = [
@@ -36,7 +36,7 @@ def test_standard_file_round_trip(db, tmp_path):
     assert preference_rows(db) == IMPORTED
     # Exported, then imported into a fresh project: the same pairs again.
     export(db, "default", "preferences", "parquet", tmp_path / "out.parquet")
-    from labeler.services.projects import create_project
+    from labeler.services.data.projects import create_project
 
     create_project(db, "copy")
     assert import_preferences(db, tmp_path / "out.parquet", project="copy") == ImportResult(3, 0)

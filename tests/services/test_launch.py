@@ -1,8 +1,9 @@
 """worker_command: the run's accelerate launch follows the user's accelerate setup when there is one."""
 import pytest
 
-from labeler.services import jobs, launch, run_metrics, runs
-from labeler.services.errors import InputError
+from labeler.services.training import jobs
+from labeler.services.execution import launch, run_metrics, runs
+from labeler.errors import InputError
 
 
 @pytest.fixture(autouse=True)
@@ -90,7 +91,7 @@ def test_a_two_process_run_writes_its_row_and_metrics_once(db, tmp_path, monkeyp
 
 
 def test_run_settings_are_stored_refused_from_the_web_and_checked_when_queued(db, tmp_path):
-    from labeler.services import accounts
+    from labeler.services.data import accounts
     from labeler.ui.tabs.train.form import form_specs
 
     accounts.create_user(db, "boss", "a-long-password", role="admin")

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from labeler.services.leaderboard import bootstrap_ci, bradley_terry, elo, split_votes, to_elo_scale
+from labeler.services.serving.leaderboard import bootstrap_ci, bradley_terry, elo, split_votes, to_elo_scale
 
 
 def test_bradley_terry_two_players_by_hand():

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from labeler.services import leaderboard as lb
+from labeler.services.serving import leaderboard as lb
 from storage import write_transaction
 
 

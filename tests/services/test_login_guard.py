@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from labeler.services.login_guard import LoginThrottle, ThrottlePolicy
+from labeler.services.data.login_guard import LoginThrottle, ThrottlePolicy
 
 
 class Clock:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from labeler.services import evaluation, jobs, measures, models, projects, prompts
-from labeler.services.errors import InputError
-from labeler.services.job_settings import JobConfig
+from labeler.services.evals import evaluation, measures
+from labeler.services.training import jobs
+from labeler.services.serving import models
+from labeler.services.data import projects, prompts
+from labeler.errors import InputError
+from labeler.services.settings.job_settings import JobConfig
 from storage import open_db
 
 

@@ -1,8 +1,8 @@
-"""labeler/services/metrics_sink.py: what a training process writes to SQLite, row by row."""
+"""labeler/services/execution/metrics_sink.py: what a training process writes to SQLite, row by row."""
 import numpy as np
 import torch
 
-from labeler.services.metrics_sink import MetricsSink, scalar_stats
+from labeler.services.execution.metrics_sink import MetricsSink, scalar_stats
 from helpers import rows
 
 

@@ -8,7 +8,9 @@ import time
 
 from labeling_helpers import add_ranked_pairs
 
-from labeler.services import accounts, jobs, labeling, run_metrics, runs
+from labeler.services.data import accounts, labeling
+from labeler.services.training import jobs
+from labeler.services.execution import run_metrics, runs
 from labeler.worker import run_worker
 from storage import open_db
 

@@ -6,8 +6,9 @@ import re
 import pytest
 import yaml
 
-from labeler.services import hub, models
-from labeler.services.errors import InputError
+from labeler.services.training import hub
+from labeler.services.serving import models
+from labeler.errors import InputError
 
 
 def test_default_is_registered_on_first_use(db):
@@ -86,7 +87,7 @@ def test_duplicate_name_and_unknown_model(db, tiny_model_dir):
 
 
 def test_web_chat_resolves_registered_chat_models_only(db, tiny_model_dir, tiny_encoder_dir, tmp_path):
-    from labeler.services.errors import InputError
+    from labeler.errors import InputError
 
     models.register_model(db, "tiny", str(tiny_model_dir), "policy")
     models.register_model(db, "scorer", str(tiny_encoder_dir), "reward")

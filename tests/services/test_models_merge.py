@@ -7,8 +7,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from labeler.cli import main
-from labeler.services import models
-from labeler.services.errors import InputError
+from labeler.services.serving import models
+from labeler.errors import InputError
 
 
 def make_adapter(tiny_model_dir, folder) -> torch.Tensor:

@@ -12,11 +12,14 @@ from pathlib import Path
 import pytest
 from helpers import wait_until
 
-from labeler.services import (checkpoints, evaluation, jobs, kept_models, launch, models, prompts, run_metrics, runs,
-                              supervision)
-from labeler.services.evaluation import EvalSettings
-from labeler.services.stages import checkpoint_due, checkpoint_keep
-from labeler.services.job_settings import JobConfig
+from labeler.services.execution import checkpoints, launch, run_metrics, runs, supervision
+from labeler.services.evals import evaluation
+from labeler.services.training import jobs, kept_models
+from labeler.services.serving import models
+from labeler.services.data import prompts
+from labeler.services.evals.evaluation import EvalSettings
+from labeler.services.training.stages import checkpoint_due, checkpoint_keep
+from labeler.services.settings.job_settings import JobConfig
 from storage import open_db
 
 HERE = Path(__file__).resolve().parent
@@ -42,7 +45,7 @@ def test_people_labels_are_checkpointed_after_every_step():
 
 
 def test_stage_context_keeps_one_checkpoint_of_a_human_run(tmp_path):
-    from labeler.services.stages import StageContext
+    from labeler.services.training.stages import StageContext
 
     def context(reward):
         return StageContext(run_id=1, db_path="", stage="ppo", project="default", job=JobConfig(reward=reward),
@@ -88,7 +91,7 @@ def test_a_signal_during_the_block_is_handled_once_the_block_is_done():
 
 def test_a_cancel_during_a_checkpoint_write_waits_for_its_manifest(tmp_path):
     """SIGTERM in the middle of StageContext.save_checkpoint: the checkpoint completes, then the handler runs."""
-    from labeler.services.stages import StageContext
+    from labeler.services.training.stages import StageContext
 
     ctx = StageContext(run_id=1, db_path="", stage="ppo", project="default", job=JobConfig(reward="human"),
                        trainer_settings={}, output_dir=tmp_path, sink=_WritingSink())
@@ -339,7 +342,7 @@ def test_stop_while_waiting_for_people_keeps_the_model_of_the_last_completed_ste
 
     from safetensors.torch import load_file
 
-    from labeler.services import accounts, labeling
+    from labeler.services.data import accounts, labeling
     from labeler.worker import run_worker
 
     accounts.create_user(db, "ann", "a-long-password")

@@ -6,9 +6,10 @@ import threading
 import pytest
 import torch
 
-from labeler.services import accounts, jobs, labeling
-from labeler.services.human_reward import HumanRewardQueue
-from labeler.services.online_reward import ActiveMixReward, OnlineRewardModel, pick_groups
+from labeler.services.data import accounts, labeling
+from labeler.services.training import jobs
+from labeler.services.labels.human_reward import HumanRewardQueue
+from labeler.services.labels.online_reward import ActiveMixReward, OnlineRewardModel, pick_groups
 from storage import open_db
 
 GOOD = ["a wonderful, moving film", "brilliant and joyful", "a delightful, lovely story", "great fun, superb cast"]

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from labeler.services import accounts, labeling, people_eval, projects, prompts
-from labeler.services.evaluation import Evaluation
+from labeler.services.data import accounts, labeling, projects, prompts
+from labeler.services.evals import people_eval
+from labeler.services.evals.evaluation import Evaluation
 
 TEXTS = ["The film was", "I watched it and"]
 

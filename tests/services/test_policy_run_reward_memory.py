@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-from labeler.services import inference, models, run_estimate
-from labeler.services.job_settings import JobConfig
+from labeler.services.serving import inference, models
+from labeler.services.training import run_estimate
+from labeler.services.settings.job_settings import JobConfig
 
 
 def fake_reward_model(folder, megabytes: int, dtype: str):

@@ -11,10 +11,14 @@ import json
 import sqlite_utils
 from labeling_helpers import BAD, GOOD, add_ranked_pairs
 
-from labeler.services import accounts, active_learning, arena, labeling, people_eval, training_stages
-from labeler.services.export import ExportOptions, export, preference_rows
-from labeler.services.human_reward import HumanRewardQueue
-from labeler.services.job_settings import JobConfig
+from labeler.services.data import accounts, labeling
+from labeler.services.labels import active_learning
+from labeler.services.serving import arena
+from labeler.services.evals import people_eval
+from labeler.services.settings import training_stages
+from labeler.services.labels.export import ExportOptions, export, preference_rows
+from labeler.services.labels.human_reward import HumanRewardQueue
+from labeler.services.settings.job_settings import JobConfig
 from storage.db import connect, migrate
 from storage.migrations import MIGRATIONS
 

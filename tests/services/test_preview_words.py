@@ -9,8 +9,8 @@ import pytest
 from export_fixtures import build_labelled_db
 
 from labeler.field_words import TRAIN_LABELS
-from labeler.services import run_settings
-from labeler.services.run_preview import preview_run
+from labeler.services.training import run_settings
+from labeler.services.training.run_preview import preview_run
 
 SETTINGS_LINE = "Settings this run takes from the app, the project or the recipe (set them to change them): "
 PPO_SHAPE = {"batch_size": 8, "mini_batch_size": 4, "answers_per_prompt": 4, "reward": "mix"}
@@ -63,7 +63,8 @@ def test_values_read_as_the_form_shows_them():
 
 
 def test_every_setting_the_app_a_project_or_a_recipe_gives_has_form_words():
-    from labeler.services import train_configs, training_stages
+    from labeler.services.training import train_configs
+    from labeler.services.settings import training_stages
 
     given = {"horizon", "kl_coef_min", "steps", "reward_model", "max_new_tokens"}
     for stage in train_configs.STAGES:

@@ -1,7 +1,7 @@
 import pytest
 
-from labeler.services.errors import InputError
-from labeler.services.projects import Project, create_project, get_project, list_projects, update_project
+from labeler.errors import InputError
+from labeler.services.data.projects import Project, create_project, get_project, list_projects, update_project
 
 
 def test_default_project_exists_with_schema_defaults(db):

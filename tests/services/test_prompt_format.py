@@ -7,12 +7,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from labeler.services import evaluation, models, projects, prompts
-from labeler.services.errors import InputError
-from labeler.services.evaluation import EvalSettings
-from labeler.services.generation import generate_responses
-from labeler.services.runners.common import policy_rows_options
-from labeler.services.job_settings import JobConfig
+from labeler.services.evals import evaluation
+from labeler.services.serving import models
+from labeler.services.data import projects, prompts
+from labeler.errors import InputError
+from labeler.services.evals.evaluation import EvalSettings
+from labeler.services.serving.generation import generate_responses
+from labeler.services.training.runners.common import policy_rows_options
+from labeler.services.settings.job_settings import JobConfig
 from rlhf.configs import GenerationSettings
 
 GREEDY = GenerationSettings(max_new_tokens=5, do_sample=False)
@@ -122,7 +124,8 @@ def test_shipped_prompts_keep_the_settings_of_a_project_in_use(db):
 @pytest.mark.parametrize("prompt_format, expected", [("chat", None), ("continue", False)])
 def test_ppo_rollouts_render_prompts_in_the_projects_format(db, tmp_path, tiny_model_dir, monkeypatch, prompt_format, expected):
     import rlhf.generation
-    from labeler.services import jobs, run_metrics, runs
+    from labeler.services.training import jobs
+    from labeler.services.execution import run_metrics, runs
     from labeler.worker import run_worker
 
     seen = []

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from labeler.services import export, labeling, projects, prompts
-from labeler.services.errors import InputError
-from labeler.services.prompts import edit_prompt, restore_prompts, retire_prompts
-from labeler.services.stages import training_prompts
+from labeler.services.labels import export
+from labeler.services.data import labeling, projects, prompts
+from labeler.errors import InputError
+from labeler.services.data.prompts import edit_prompt, restore_prompts, retire_prompts
+from labeler.services.training.stages import training_prompts
 from tests.services.labeling_helpers import add_prompt, add_ranked_pairs, make_users
 
 

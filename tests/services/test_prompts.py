@@ -2,11 +2,10 @@ import json
 
 import pytest
 
-from labeler.services.errors import InputError
-from labeler.services.projects import create_project
-from labeler.services.prompts import (
-    ImportResult, add_prompts, count_prompts, import_prompts, import_shipped_prompts, list_prompts,
-)
+from labeler.errors import InputError
+from labeler.services.data.projects import create_project
+from labeler.services.data.prompts import (ImportResult, add_prompts, count_prompts, import_prompts,
+                                           import_shipped_prompts, list_prompts)
 
 
 def stored(db, project_id=1):
@@ -196,7 +195,7 @@ def test_unicode_line_separators_inside_a_line_do_not_split_it(db, tmp_path):
 
 
 def test_a_prompt_at_the_length_limit_is_accepted_one_over_is_not(db):
-    from labeler.services.readers import MAX_TEXT_CHARS
+    from labeler.services.data.readers import MAX_TEXT_CHARS
 
     assert add_prompts(db, ["a" * MAX_TEXT_CHARS]).added == 1
     with pytest.raises(InputError, match="100,001 characters: at most 100,000") as error:

@@ -1,9 +1,10 @@
 import pytest
 from labeling_helpers import add_prompt, make_users, set_overlap
 
-from labeler.services import labeling, quality
-from labeler.services.labeling import create_items, next_item, submit_ranking, submit_rating
-from labeler.services.quality import krippendorff_alpha, pairwise_agreement
+from labeler.services.data import labeling
+from labeler.services.labels import quality
+from labeler.services.data.labeling import create_items, next_item, submit_ranking, submit_rating
+from labeler.services.labels.quality import krippendorff_alpha, pairwise_agreement
 
 P = "default"
 

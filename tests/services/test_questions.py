@@ -2,9 +2,10 @@
 import pytest
 from labeling_helpers import add_prompt, make_users, set_overlap
 
-from labeler.services import labeling, question_rows, questions
-from labeler.services.errors import InputError
-from labeler.services.questions import ItemAnswers
+from labeler.services.data import labeling
+from labeler.services.labels import question_rows, questions
+from labeler.errors import InputError
+from labeler.services.labels.questions import ItemAnswers
 from helpers import rows
 
 P = "default"
@@ -166,7 +167,7 @@ def test_a_database_of_the_previous_version_is_one_criterion_unchanged(db_path, 
     from storage.db import migrate
     from storage.migrations import MIGRATIONS
 
-    from labeler.services import export
+    from labeler.services.labels import export
 
     index = [m[0] for m in MIGRATIONS].index("project questions and their answers")
     monkeypatch.setattr(storage.db, "MIGRATIONS", MIGRATIONS[:index])
@@ -209,9 +210,9 @@ def test_agreement_per_criterion(db, asked):
 
 
 def test_a_reward_model_per_criterion_trains_on_that_criterions_pairs(db, asked):
-    from labeler.services import training_stages
-    from labeler.services.job_settings import load_job_config
-    from labeler.services.run_preview import refuse_without_data
+    from labeler.services.settings import training_stages
+    from labeler.services.settings.job_settings import load_job_config
+    from labeler.services.training.run_preview import refuse_without_data
 
     held, (first, second) = asked
     prompt = "How do I reset my password?"

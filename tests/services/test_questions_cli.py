@@ -4,8 +4,9 @@ import json
 from labeling_helpers import add_prompt, make_users
 
 from labeler.cli import main
-from labeler.services import labeling, projects, questions
-from labeler.services.questions import ItemAnswers
+from labeler.services.data import labeling, projects
+from labeler.services.labels import questions
+from labeler.services.labels.questions import ItemAnswers
 from storage import open_db
 
 

@@ -9,9 +9,9 @@ import random
 import pytest
 from labeling_helpers import add_prompt, make_users, set_overlap
 
-from labeler.services import labeling
-from labeler.services.errors import InputError, PermissionDenied
-from labeler.services.labeling.queue import HOLDS_SLOT
+from labeler.services.data import labeling
+from labeler.errors import InputError, PermissionDenied
+from labeler.services.data.labeling.queue import HOLDS_SLOT
 
 P = "default"
 USERS = ["ann", "ben", "cat"]

@@ -2,8 +2,10 @@
 (arrival or uncertainty), and a run's items released when it ends."""
 from labeling_helpers import add_prompt, make_users, rating_items
 
-from labeler.services import jobs, labeling, projects, runs
-from labeler.services.labeling import create_items, next_item, submit_rating
+from labeler.services.training import jobs
+from labeler.services.data import labeling, projects
+from labeler.services.execution import runs
+from labeler.services.data.labeling import create_items, next_item, submit_rating
 
 P = "default"
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from labeler.services import jobs, launch, run_metrics, runs, supervision
+from labeler.services.training import jobs
+from labeler.services.execution import launch, run_metrics, runs, supervision
 
 pytestmark = pytest.mark.timeout(300)
 

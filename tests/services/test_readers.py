@@ -1,10 +1,9 @@
-"""labeler/services/readers.py: every file kind read to (where, record) pairs; errors name file, line and field."""
+"""labeler/services/data/readers.py: every file kind read to (where, record) pairs; errors name file, line and field."""
 import pytest
 
-from labeler.services.errors import InputError
-from labeler.services.readers import (
-    MAX_TEXT_CHARS, Where, check_messages, check_text, decode_text, read_records, require_text,
-)
+from labeler.errors import InputError
+from labeler.services.data.readers import (MAX_TEXT_CHARS, Where, check_messages, check_text, decode_text, read_records,
+                                           require_text)
 
 
 def records(path, **kwargs):

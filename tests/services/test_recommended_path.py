@@ -6,8 +6,8 @@ import pytest
 from export_fixtures import build_labelled_db
 
 from labeler.cli import main
-from labeler.services import recommended_path
-from labeler.services.recommended_path import MANY_RANKINGS, PathFacts, recommend
+from labeler.services.training import recommended_path
+from labeler.services.training.recommended_path import MANY_RANKINGS, PathFacts, recommend
 
 
 def facts(**changes) -> PathFacts:
@@ -89,7 +89,7 @@ def test_the_cli_prints_the_recommendation(labelled, db_path, capsys):
 
 
 def test_the_cli_times_dpo_when_asked(labelled, db_path, capsys, monkeypatch):
-    from labeler.services import run_estimate
+    from labeler.services.training import run_estimate
 
     # a batch of 4 pairs: 20 s to start, 5 of them reading the weights, steps of 3 s, passes of 1 s, answers 0.25 s
     micro = run_estimate.LabelMicroStep(rows=4, train_seconds=3.0, forward_seconds=1.0, setup_seconds=20.0,

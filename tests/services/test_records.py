@@ -6,15 +6,16 @@ import json
 import pytest
 from labeling_helpers import add_prompt, make_users
 
-from labeler.services import labeling, records
-from labeler.services.errors import InputError, PermissionDenied
-from labeler.services.records import RecordFilters
+from labeler.services.data import labeling
+from labeler.services.labels import records
+from labeler.errors import InputError, PermissionDenied
+from labeler.services.labels.records import RecordFilters
 
 
 @pytest.fixture
 def labelled(db):
     """Three prompts x 2 answers. alice rates prompt 1's answers 2 and 6, bob ranks prompt 2; prompt 3 is bare."""
-    from labeler.services import accounts
+    from labeler.services.data import accounts
 
     make_users(db, "alice", "bob")
     accounts.create_user(db, "root", "root-password-1", role="admin")

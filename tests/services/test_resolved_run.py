@@ -13,9 +13,12 @@ import pytest
 from export_fixtures import build_labelled_db
 
 from labeler import forms
-from labeler.services import jobs, models, projects, run_preview, run_settings, train_configs, training_stages
-from labeler.services.errors import InputError
-from labeler.services.stages import StageContext
+from labeler.services.training import jobs, run_preview, run_settings, train_configs
+from labeler.services.serving import models
+from labeler.services.data import projects
+from labeler.services.settings import training_stages
+from labeler.errors import InputError
+from labeler.services.training.stages import StageContext
 
 ROOT = Path(__file__).resolve().parents[2]
 STAGES = training_stages.NAMES
@@ -42,10 +45,10 @@ def runner_config(stage: str, run, output_dir: Path):
     ctx = StageContext(run.id, "unused.db", stage, "default", train_configs.load_job_config(run.config),
                        dict(run.config["trainer"]), output_dir, sink=None)
     if stage == "ppo":
-        from labeler.services.runners.ppo import ppo_config
+        from labeler.services.training.runners.ppo import ppo_config
 
         return ppo_config(ctx)
-    from labeler.services.runners.common import trainer_args
+    from labeler.services.training.runners.common import trainer_args
 
     return trainer_args(ctx, stage)
 

@@ -1,10 +1,10 @@
 """The one writer of responses, items, rankings and assignments: whole rows as stored."""
 import pytest
 
-from labeler.services import labeling
-from labeler.services.accounts import create_user
-from labeler.services.prompts import PromptRecord, insert_prompt
-from labeler.services.responses import insert_response
+from labeler.services.data import labeling
+from labeler.services.data.accounts import create_user
+from labeler.services.data.prompts import PromptRecord, insert_prompt
+from labeler.services.data.responses import insert_response
 from storage import write_transaction
 from helpers import rows
 

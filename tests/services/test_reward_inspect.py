@@ -1,9 +1,9 @@
-"""labeler/services/reward_inspect.py with a fake scorer (the count of 'good'): side by side, distribution, agreement."""
+"""labeler/services/evals/reward_inspect.py with a fake scorer (the count of 'good'): side by side, distribution, agreement."""
 import json
 
 import pytest
 
-from labeler.services import reward_inspect
+from labeler.services.evals import reward_inspect
 
 
 def scorer(prompts, responses):
@@ -53,7 +53,7 @@ def test_without_heldout_prompts_every_pair_counts_and_says_so(db):
 
 
 def test_score_distribution_with_the_mean_human_rating_and_a_limit(db):
-    from labeler.services.accounts import create_user
+    from labeler.services.data.accounts import create_user
 
     bad, good = ranking(db, prompt(db, "p", "train"), ["bad", "good"], [[1], [0]])
     item = db.execute("INSERT INTO items (project_id, kind, prompt_id, response_ids_json) VALUES (1, 'rating', 1, ?)",

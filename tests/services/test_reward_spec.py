@@ -1,11 +1,11 @@
-"""One reward grammar for training and evaluation (labeler/services/reward_spec.py), hand-written cases."""
+"""One reward grammar for training and evaluation (labeler/services/settings/reward_spec.py), hand-written cases."""
 from __future__ import annotations
 
 import pytest
 
-from labeler.services import reward_spec
-from labeler.services.errors import InputError
-from labeler.services.reward_spec import RewardSpec
+from labeler.services.settings import reward_spec
+from labeler.errors import InputError
+from labeler.services.settings.reward_spec import RewardSpec
 
 
 @pytest.mark.parametrize("text, spec", [
@@ -78,12 +78,12 @@ def test_which_settings_name_code_to_import():
 
 
 def test_evaluation_takes_the_same_spec_and_refuses_what_only_a_run_has(db):
-    from labeler.services import evaluation
+    from labeler.services.evals import evaluation
     from rlhf.rewards import vader_answer, vader_compound
 
     assert evaluation.reward_function(db, "vader") is vader_answer
     assert evaluation.reward_function(db, "vader-with-prompt") is vader_compound
-    assert evaluation.reward_function(db, "labeler.services.reward_spec:parse") is reward_spec.parse
+    assert evaluation.reward_function(db, "labeler.services.settings.reward_spec:parse") is reward_spec.parse
     for spec, words in (("human", "people's labels reach only a training run"), ("mix:rm-1", "only a training run"),
                         ("rm", "name the reward model, e.g. rm:rm-run3"), ("crowd", "unknown reward 'crowd'")):
         with pytest.raises(InputError, match=words) as error:

@@ -1,8 +1,8 @@
-"""The PPO run's rollout stream (labeler/services/runners/rollouts.py) without a model: which prompts each rank
+"""The PPO run's rollout stream (labeler/services/training/runners/rollouts.py) without a model: which prompts each rank
 answers, what waits in the buffer, the batch sampled ahead, and the position a checkpoint stores."""
 from __future__ import annotations
 
-from labeler.services.runners.rollouts import Rollout, RolloutStream
+from labeler.services.training.runners.rollouts import Rollout, RolloutStream
 
 PROMPTS = ["p0", "p1", "p2", "p3", "p4"]
 

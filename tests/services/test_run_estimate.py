@@ -9,12 +9,13 @@ import pytest
 from export_fixtures import build_labelled_db
 
 from labeler import forms
-from labeler.services import durations, run_estimate
-from labeler.services.errors import InputError
-from labeler.services.run_estimate import MicroStep
-from labeler.services.run_preview import apply_time_budget, preview_run
-from labeler.services.job_settings import JobConfig
-from labeler.services.train_configs import resolve_run_config
+from labeler.services.settings import durations
+from labeler.services.training import run_estimate
+from labeler.errors import InputError
+from labeler.services.training.run_estimate import MicroStep
+from labeler.services.training.run_preview import apply_time_budget, preview_run
+from labeler.services.settings.job_settings import JobConfig
+from labeler.services.training.train_configs import resolve_run_config
 
 # 16 answers: generated in 2 s, no-grad passes 1 s, one training mini-batch 3 s; 10 s to load.
 MICRO = MicroStep(rows=16, generate_seconds=2.0, forward_seconds=1.0, train_seconds=3.0, setup_seconds=10.0)
@@ -244,7 +245,8 @@ def test_a_micro_step_is_measured_on_the_run_s_own_model(tiny_model_dir):
 def test_cli_dry_run_queues_nothing_and_a_budget_sets_the_steps(labelled, db_path, tiny_model_dir, capsys,
                                                                  monkeypatch):
     from labeler.cli import main
-    from labeler.services import jobs, runs
+    from labeler.services.training import jobs
+    from labeler.services.execution import runs
 
     monkeypatch.setattr(run_estimate, "measure_micro_step", lambda settings: MICRO)
     common = ["train", "ppo", "--db", db_path, "--set", f"model={tiny_model_dir}", "--set", "reward=function",
@@ -269,7 +271,7 @@ def test_cli_dry_run_queues_nothing_and_a_budget_sets_the_steps(labelled, db_pat
 def test_cli_dry_run_of_grpo_says_how_long_and_kto_measures_nothing(labelled, db_path, tiny_model_dir, capsys,
                                                                    monkeypatch):
     from labeler.cli import main
-    from labeler.services import runs
+    from labeler.services.execution import runs
 
     def measure(settings):
         assert settings.rows == 16  # a GRPO micro-batch, never a KTO one
@@ -331,7 +333,7 @@ def test_the_micro_step_loads_and_trains_as_the_run_would(tiny_model_dir, monkey
 
 
 def test_a_preview_loads_no_model_while_a_run_trains_on_the_device(labelled, tiny_model_dir, monkeypatch, tmp_path):
-    from labeler.services import runs
+    from labeler.services.execution import runs
 
     run_id = runs.insert_run(labelled, "ppo", {}, "default", None, "busy", tmp_path)
     labelled.execute("UPDATE runs SET status = 'running' WHERE id = ?", [run_id])
@@ -375,7 +377,7 @@ def test_model_free_micro_step_by_hand():
 def test_memory_shape_counts_the_reference_in_its_dtype_and_qlora_s_parts():
     import types
 
-    from labeler.services.run_estimate import train_shape
+    from labeler.services.training.run_estimate import train_shape
 
     trainer = types.SimpleNamespace(mini_batch_size=4, rollout_forward_batch_size=4, batch_size=8, dtype=None,
                                     load_in_4bit=False, gradient_checkpointing=False, attn_implementation="sdpa")

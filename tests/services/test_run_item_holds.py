@@ -11,9 +11,10 @@ import time
 
 import pytest
 
-from labeler.services import accounts, jobs, labeling
-from labeler.services.errors import InputError
-from labeler.services.human_reward import HumanRewardQueue
+from labeler.services.data import accounts, labeling
+from labeler.services.training import jobs
+from labeler.errors import InputError
+from labeler.services.labels.human_reward import HumanRewardQueue
 from storage import open_db
 
 QUERY = "Rank these answers to a prompt"

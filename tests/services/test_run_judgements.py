@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from labeler.cli import main
-from labeler.services.run_judgements import (Judgement, JudgeSummary, judge_summary, record_judgements, run_judgements,
-                                             summarize, summary_lines)
+from labeler.services.execution.run_judgements import (Judgement, JudgeSummary, judge_summary, record_judgements,
+                                                       run_judgements, summarize, summary_lines)
 from labeler.ui.tabs.train.judge_summary import judge_markdown
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 from export_fixtures import build_labelled_db
 
-from labeler.services.errors import InputError
-from labeler.services.run_preview import preview_run
+from labeler.errors import InputError
+from labeler.services.training.run_preview import preview_run
 
 
 @pytest.fixture
@@ -95,8 +95,8 @@ def test_memory_estimate_for_the_chosen_model_and_a_recipe_for_its_size(labelled
     alone: a 1.5B-shape Qwen2 folder with no weights is enough, and its size suggests recipe 1.5b."""
     from transformers import Qwen2Config
 
-    from labeler.services import run_settings
-    from labeler.services.run_estimate import train_shape
+    from labeler.services.training import run_settings
+    from labeler.services.training.run_estimate import train_shape
     from rlhf.memory_estimate import GIB, estimate_training_memory, model_shape
 
     folder = tmp_path / "qwen-1.5b-shape"
@@ -133,7 +133,7 @@ def test_memory_line_says_when_there_is_no_estimate(labelled, tmp_path):
 
 
 def test_recipes_give_size_settings_and_explicit_settings_win():
-    from labeler.services.train_configs import recipe_for_parameters, resolve_run_config
+    from labeler.services.training.train_configs import recipe_for_parameters, resolve_run_config
 
     config = resolve_run_config("ppo", {"recipe": "8b", "learning_rate": 1e-4})
     assert config["job"]["lora"] is True and config["job"]["max_new_tokens"] == 128
@@ -150,7 +150,7 @@ def test_recipes_give_size_settings_and_explicit_settings_win():
 
 
 def test_qlora_without_lora_is_refused_when_queued():
-    from labeler.services.train_configs import resolve_run_config
+    from labeler.services.training.train_configs import resolve_run_config
 
     with pytest.raises(InputError) as error:
         resolve_run_config("dpo", {"load_in_4bit": True})
@@ -160,7 +160,7 @@ def test_qlora_without_lora_is_refused_when_queued():
                                                                                           "max_length": 280}
 def test_the_estimate_says_it_assumes_an_idle_machine_and_names_the_load():
     """Issue 37 item 9: ~5 min estimated, 34 min taken at load 7-18 (the worker runs niced)."""
-    from labeler.services.run_preview import idle_machine_note
+    from labeler.services.training.run_preview import idle_machine_note
 
     assert idle_machine_note(0.4, 2) == ("It assumes an otherwise idle machine: training runs at a lower priority "
                                          "than other work.")
@@ -205,7 +205,7 @@ def test_the_preview_names_the_settings_the_app_gives_a_run(labelled):
 
 
 def test_a_reward_model_run_without_steps_makes_three_passes_over_its_pairs_and_dpo_one(labelled, tmp_path):
-    from labeler.services import jobs
+    from labeler.services.training import jobs
 
     # 4 pairs (above), all for training (an eval side would have fewer than 2): rm's batch of 8 reads them in one
     # step, three passes; DPO's batch of 4 in one step, and its batch of 2 in ceil(4 / 2) = 2.
@@ -224,7 +224,8 @@ def test_a_reward_model_run_without_steps_makes_three_passes_over_its_pairs_and_
 
 
 def test_an_answer_length_asked_for_at_the_jobs_default_is_not_the_projects(db, tmp_path):
-    from labeler.services import jobs, projects
+    from labeler.services.training import jobs
+    from labeler.services.data import projects
 
     projects.create_project(db, "support", prompt_format="chat", answer_tokens=128)
     # 16 is the job's own default: asked for, it must not be taken for "unset" and become the project's 128

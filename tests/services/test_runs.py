@@ -1,4 +1,4 @@
-"""The runs table's one reader and writer (labeler/services/runs.py): rows as Run values, the folder a run
+"""The runs table's one reader and writer (labeler/services/execution/runs.py): rows as Run values, the folder a run
 wrote, the early-stop flag, and the writes `jobs` and `supervision` make, checked on whole rows."""
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from labeler.services import runs
-from labeler.services.errors import InputError, PermissionDenied
+from labeler.services.execution import runs
+from labeler.errors import InputError, PermissionDenied
 from storage import write_transaction
 
 

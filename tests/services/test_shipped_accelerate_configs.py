@@ -7,7 +7,7 @@ import pytest
 from accelerate.commands.config.config_args import load_config_from_file
 from accelerate.utils import DistributedType
 
-from labeler.services import launch
+from labeler.services.execution import launch
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "accelerate"
 EXPECTED = {

@@ -13,9 +13,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from labeler.services import jobs, run_estimate, runs, train_configs, training_stages
-from labeler.services.errors import InputError
-from labeler.services.job_settings import JobConfig
+from labeler.services.training import jobs, run_estimate, train_configs
+from labeler.services.execution import runs
+from labeler.services.settings import training_stages
+from labeler.errors import InputError
+from labeler.services.settings.job_settings import JobConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,7 +28,7 @@ import argparse, json, sys, tempfile
 from pathlib import Path
 
 sys.path.insert(0, "tests/services")
-from labeler.services import training_stages
+from labeler.services.settings import training_stages
 import echo_stage
 
 training_stages.register(echo_stage.STAGE)
@@ -35,9 +37,11 @@ import gradio as gr
 from export_fixtures import build_labelled_db
 
 from labeler.cli import build_parser
-from labeler.services import job_settings, jobs, run_preview, runs, train_configs
-from labeler.services.runners import RUNNERS
-from labeler.services.stages import StageContext
+from labeler.services.settings import job_settings
+from labeler.services.training import jobs, run_preview, train_configs
+from labeler.services.execution import runs
+from labeler.services.training.runners import RUNNERS
+from labeler.services.training.stages import StageContext
 from labeler.ui.tabs.train import form
 from storage import open_db
 
@@ -142,8 +146,8 @@ def test_the_memory_shape_of_a_label_stage_comes_from_its_facts(stage, rows, log
 
 
 def test_the_app_s_trainer_configs_are_declared_with_their_stages_and_pickle():
-    from labeler.services.runners import online, online_dpo
-    from labeler.services.training_stages import grpo, kto, online_dpo as online_dpo_stage, rloo
+    from labeler.services.training.runners import online, online_dpo
+    from labeler.services.settings.training_stages import grpo, kto, online_dpo as online_dpo_stage, rloo
 
     pairs = [(grpo.StudioGRPOConfig, "grpo", online.StudioGRPOConfig),
              (rloo.StudioRLOOConfig, "rloo", online.StudioRLOOConfig),
@@ -151,7 +155,7 @@ def test_the_app_s_trainer_configs_are_declared_with_their_stages_and_pickle():
              (online_dpo_stage.StudioOnlineDPOConfig, "online-dpo", online_dpo.StudioOnlineDPOConfig)]
     for cls, stage, runner_name in pairs:
         assert cls is train_configs.stage_config_class(stage) is runner_name  # one class, built once
-        assert cls.__module__ == f"labeler.services.training_stages.{stage.replace('-', '_')}"
+        assert cls.__module__ == f"labeler.services.settings.training_stages.{stage.replace('-', '_')}"
         # transformers' Trainer pickles its arguments into every checkpoint (training_args.bin)
         config = cls(output_dir="unused", report_to="none")
         again = pickle.loads(pickle.dumps(config))

@@ -10,8 +10,11 @@ from pathlib import Path
 import pytest
 from labeling_helpers import add_ranked_pairs
 
-from labeler.services import accounts, jobs, labeling, models, run_judgements, run_metrics, runs, train_configs
-from labeler.services.errors import InputError
+from labeler.services.data import accounts, labeling
+from labeler.services.training import jobs, train_configs
+from labeler.services.serving import models
+from labeler.services.execution import run_judgements, run_metrics, runs
+from labeler.errors import InputError
 from labeler.worker import run_worker
 
 SMALL = {"max_new_tokens": 4, "per_device_train_batch_size": 2, "eval_samples": 0, "learning_rate": 1e-3}
@@ -98,7 +101,7 @@ def test_a_judge_function_that_breaks_later_keeps_the_judgements_made_before(db,
 
 
 def test_the_judge_setting_is_checked_when_a_run_is_queued(db):
-    from labeler.services.runners.online_dpo import StudioOnlineDPOConfig, app_judge
+    from labeler.services.training.runners.online_dpo import StudioOnlineDPOConfig, app_judge
 
     assert train_configs.resolve_run_config("online-dpo", {"judge": "vader"})["trainer"]["judge"] == "vader"
     for judge in ("people", "mix", "mix:rm-a", "rm:rm-a"):
@@ -113,7 +116,7 @@ def test_the_judge_setting_is_checked_when_a_run_is_queued(db):
     assert (config.judge, config.learning_rate, config.per_device_train_batch_size, config.max_new_tokens) == \
         ("rm", 5e-6, 8, 16)
     # The job's answer length is the trainer's unless the trainer settings set it, stored when the run is resolved.
-    from labeler.services.run_settings import resolve_run
+    from labeler.services.training.run_settings import resolve_run
 
     assert resolve_run(db, "default", "online-dpo", {"max_new_tokens": 8}).trainer_config().max_new_tokens == 8
     assert resolve_run(db, "default", "online-dpo", {}).trainer_config().max_new_tokens == 128  # the project's
@@ -130,7 +133,7 @@ def test_the_web_form_may_not_name_code_as_the_judge(db):
 
 # ---- people as the judge ---------------------------------------------------------------------------------------
 def test_pair_verdicts_from_centred_ranks():
-    from labeler.services.runners.online_dpo import pair_verdicts
+    from labeler.services.training.runners.online_dpo import pair_verdicts
 
     # pairs: (+1, -1) first better; (-1, +1) second better; (0, 0) a tie; (None, None) nobody ranked it in time
     assert pair_verdicts([1.0, -1.0, -1.0, 1.0, 0.0, 0.0, None, None]) == [0, 1, -1, -1]
@@ -251,9 +254,9 @@ def test_mix_people_rank_the_pairs_the_reward_model_is_least_sure_of(db, db_path
 
 
 def test_a_resumed_people_run_releases_the_pairs_its_last_start_left_waiting(db, db_path, tmp_path):
-    from labeler.services.human_reward import HumanRewardQueue
-    from labeler.services.runners.online_dpo import people_judge
-    from labeler.services.stages import StageContext
+    from labeler.services.labels.human_reward import HumanRewardQueue
+    from labeler.services.training.runners.online_dpo import people_judge
+    from labeler.services.training.stages import StageContext
 
     _seed(db)
     run = jobs.create_run(db, "online-dpo", {"judge": "people"}, runs_dir=tmp_path / "runs", start=False)

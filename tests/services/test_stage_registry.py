@@ -10,9 +10,10 @@ import pytest
 from export_fixtures import build_labelled_db
 
 from labeler.cli import build_parser
-from labeler.services import job_settings, jobs, run_preview, run_settings, train_configs, training_stages
-from labeler.services.errors import InputError
-from labeler.services.stages import StageContext
+from labeler.services.settings import job_settings, training_stages
+from labeler.services.training import jobs, run_preview, run_settings, train_configs
+from labeler.errors import InputError
+from labeler.services.training.stages import StageContext
 
 STAGE_NAMES = list(training_stages.NAMES)
 
@@ -101,9 +102,9 @@ def test_the_preview_counts_the_rows_the_runner_reads(db, db_path, tmp_path, sta
 
 
 def test_a_ppo_run_stores_the_app_defaults_it_runs_with(db, tmp_path):
-    from labeler.services.runners.ppo import ppo_config
-    from labeler.services.training_stages.ppo import (PEOPLE_RANKING_LEARNING_RATE, REWARD_MODEL_LEARNING_RATE,
-                                                      kl_settings_for)
+    from labeler.services.training.runners.ppo import ppo_config
+    from labeler.services.settings.training_stages.ppo import (PEOPLE_RANKING_LEARNING_RATE, REWARD_MODEL_LEARNING_RATE,
+                                                               kl_settings_for)
 
     function = {"reward": "function"}  # PPOConfig's learning rate: what it was tuned on
     plain = jobs.create_run(db, "ppo", function, runs_dir=tmp_path, start=False)
@@ -144,8 +145,8 @@ def test_a_ppo_run_stores_the_app_defaults_it_runs_with(db, tmp_path):
 
 def test_a_mix_run_stores_the_reward_model_it_starts_from_and_takes_the_reward_models_rate(db, tmp_path,
                                                                                          tiny_encoder_dir):
-    from labeler.services import models
-    from labeler.services.training_stages.ppo import PEOPLE_RANKING_LEARNING_RATE, REWARD_MODEL_LEARNING_RATE
+    from labeler.services.serving import models
+    from labeler.services.settings.training_stages.ppo import PEOPLE_RANKING_LEARNING_RATE, REWARD_MODEL_LEARNING_RATE
 
     models.register_model(db, "rm-a", str(tiny_encoder_dir), "reward")
     models.register_model(db, "rm-b", str(tiny_encoder_dir), "reward")

@@ -1,11 +1,14 @@
 """KTO's rows are frozen once per start, and a resumed KTO run trains on the rows (and so the balanced weights) it
-started with (labeler/services/runners/online.py run_kto)."""
+started with (labeler/services/training/runners/online.py run_kto)."""
 from __future__ import annotations
 
 from labeling_helpers import add_ranked_pairs
 
-from labeler.services import accounts, jobs, models, run_metrics, runs
-from labeler.services.stages import StageContext
+from labeler.services.data import accounts
+from labeler.services.training import jobs
+from labeler.services.serving import models
+from labeler.services.execution import run_metrics, runs
+from labeler.services.training.stages import StageContext
 from labeler.worker import run_worker
 
 KTO = {"steps": 1, "per_device_train_batch_size": 4, "max_length": 64, "checkpoint_every": 0, "eval_samples": 0,
@@ -51,7 +54,7 @@ def test_a_resumed_kto_run_keeps_its_rows_and_freezes_them_once_per_start(db, tm
 def test_grpo_and_rloo_take_every_cpu_default_from_one_place():
     import dataclasses
 
-    from labeler.services.runners.online import StudioGRPOConfig, StudioOnlineDefaults, StudioRLOOConfig
+    from labeler.services.training.runners.online import StudioGRPOConfig, StudioOnlineDefaults, StudioRLOOConfig
 
     grpo, rloo = (cls(output_dir="unused", report_to="none") for cls in (StudioGRPOConfig, StudioRLOOConfig))
     shared = {f.name: f.default for f in dataclasses.fields(StudioOnlineDefaults)}

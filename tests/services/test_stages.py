@@ -12,8 +12,11 @@ from pathlib import Path
 import pytest
 from labeling_helpers import add_ranked_pairs
 
-from labeler.services import accounts, jobs, labeling, models, run_metrics, runs
-from labeler.services.human_reward import rating_to_reward
+from labeler.services.data import accounts, labeling
+from labeler.services.training import jobs
+from labeler.services.serving import models
+from labeler.services.execution import run_metrics, runs
+from labeler.services.labels.human_reward import rating_to_reward
 from labeler.worker import run_worker
 from storage import open_db
 

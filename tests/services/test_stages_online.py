@@ -8,8 +8,11 @@ from pathlib import Path
 import pytest
 from labeling_helpers import add_ranked_pairs
 
-from labeler.services import accounts, jobs, models, run_metrics, runs, train_configs
-from labeler.services.errors import InputError
+from labeler.services.data import accounts
+from labeler.services.training import jobs, train_configs
+from labeler.services.serving import models
+from labeler.services.execution import run_metrics, runs
+from labeler.errors import InputError
 from labeler.worker import run_worker
 
 
@@ -68,7 +71,7 @@ def test_kto_trains_on_rated_answers(db, tmp_path, tiny_model_dir):
 
 
 def test_kto_weights_make_the_rarer_kind_count_as_much_as_the_other():
-    from labeler.services.runners.online import kto_balanced_weights
+    from labeler.services.training.runners.online import kto_balanced_weights
 
     # 64 desirable, 368 undesirable (the shipped task at threshold 6): 368 / 64 = 5.75 on each desirable answer.
     assert kto_balanced_weights([True] * 64 + [False] * 368) == {"desirable_weight": 5.75}
@@ -90,7 +93,7 @@ def test_settings_are_checked_before_a_run_is_queued():
 def test_grpo_and_rloo_share_the_app_s_cpu_defaults_and_take_the_job_s_settings():
     import dataclasses
 
-    from labeler.services.runners.online import StudioGRPOConfig, StudioRLOOConfig
+    from labeler.services.training.runners.online import StudioGRPOConfig, StudioRLOOConfig
     from rlhf.grpo import GRPOConfig
 
     shared = ("learning_rate", "per_device_train_batch_size", "steps_per_generation", "num_generations",

@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from labeler.services import accounts, checkpoints, jobs, labeling, prompts, run_metrics, runs, step_journal
-from labeler.services.checkpoints import WeightsPacer
-from labeler.services.stages import checkpoint_due
-from labeler.services.job_settings import JobConfig
+from labeler.services.data import accounts, labeling, prompts
+from labeler.services.execution import checkpoints, run_metrics, runs, step_journal
+from labeler.services.training import jobs
+from labeler.services.execution.checkpoints import WeightsPacer
+from labeler.services.training.stages import checkpoint_due
+from labeler.services.settings.job_settings import JobConfig
 from storage import open_db
 
 WORDS = "eval_rewards:words"
@@ -71,7 +73,7 @@ def test_resume_after_steps_with_no_weights_checkpoint_trains_them_again(db, tmp
                                                                          capsys):
     """Weights at step 1 only; the run dies inside step 3. Resumed, it loads checkpoint-1, trains steps 2 and 3
     again on the answers and rewards people gave (journalled), and finishes: no item is queued again."""
-    from labeler.services.runners import ppo as ppo_runner
+    from labeler.services.training.runners import ppo as ppo_runner
     from labeler.worker import run_worker
 
     accounts.create_user(db, "ann", "a-long-password")

@@ -2,9 +2,11 @@
 items and labels, models, battles, metrics): what each returns, on rows written by the tables' writers."""
 import json
 
-from labeler.services import accounts, arena, labeling, models, prompts, responses, run_metrics, runs
-from labeler.services.prompts import PromptRecord, insert_prompt
-from labeler.services.responses import insert_response
+from labeler.services.data import accounts, labeling, prompts, responses
+from labeler.services.serving import arena, models
+from labeler.services.execution import run_metrics, runs
+from labeler.services.data.prompts import PromptRecord, insert_prompt
+from labeler.services.data.responses import insert_response
 from storage import write_transaction
 
 

@@ -6,9 +6,9 @@ import pytest
 from rlhf.hardware import bf16_is_fast
 
 from labeler import forms
-from labeler.services import train_configs
-from labeler.services.errors import InputError
-from labeler.services.job_settings import JobConfig
+from labeler.services.training import train_configs
+from labeler.errors import InputError
+from labeler.services.settings.job_settings import JobConfig
 
 
 def test_specs_follow_the_dataclass():
@@ -117,7 +117,7 @@ def test_widgets_match_kinds():
 
 def test_a_broken_trainer_module_fails_loudly(monkeypatch):
     # Issue 13: a missing class or module used to drop the stage's settings silently (only job settings left).
-    from labeler.services import train_configs
+    from labeler.services.training import train_configs
 
     assert train_configs.stage_config_class("dpo").__name__ == "DPOConfig"
     monkeypatch.setitem(train_configs.STAGE_CONFIG_CLASSES, "dpo", "rlhf.dpo:NoSuchConfig")
@@ -133,7 +133,7 @@ def test_job_data_filters_are_exports_fields():
     # the one named difference: training pairs rated answers by default, exports do not.
     import dataclasses
 
-    from labeler.services.export import ExportOptions
+    from labeler.services.labels.export import ExportOptions
 
     job, export = ({f.name: f for f in dataclasses.fields(cls)} for cls in (JobConfig, ExportOptions))
     for name in ("min_annotators", "min_agreement", "include_rating_pairs"):
@@ -144,7 +144,7 @@ def test_job_data_filters_are_exports_fields():
 
 
 def test_every_job_setting_is_in_exactly_one_section_which_validates_it():
-    from labeler.services import job_settings
+    from labeler.services.settings import job_settings
 
     names = [spec.name for spec in forms.field_specs(JobConfig)]
     by_section = [name for section in job_settings.SECTIONS for name in job_settings.section_names(section)]

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 from labeling_helpers import add_prompt, make_users, rating_items
 
-from labeler.services import labeling
-from labeler.services.labeling import Undone, create_items, next_item, submit_rating
+from labeler.services.data import labeling
+from labeler.services.data.labeling import Undone, create_items, next_item, submit_rating
 from helpers import rows
 
 P = "default"

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from labeler.cli import main
-from labeler.services import evaluation, runs
-from labeler.services.errors import InputError
+from labeler.services.evals import evaluation
+from labeler.services.execution import runs
+from labeler.errors import InputError
 from labeler.ui.tabs.train.run_views import comparison_frame
 
 SETTINGS = {"prompts": "heldout", "reward": "rm:judge", "samples": 2, "max_new_tokens": 8, "threshold": 0.5, "seed": 0,
@@ -107,8 +108,8 @@ def test_a_failed_evaluation_says_why_and_what_to_do(db, db_path, tmp_path, caps
 def test_an_optimistic_judge_queues_blind_pairs_and_people_decide(db, tmp_path, monkeypatch):
     """A run judged by the reward model it optimised: its base's and its answers also go to people, blind, and once
     they rank, their verdict is the run's (the reward model's figure kept beside it)."""
-    from labeler.services import accounts, labeling, prompts
-    from labeler.services.job_settings import JobConfig
+    from labeler.services.data import accounts, labeling, prompts
+    from labeler.services.settings.job_settings import JobConfig
 
     prompts.add_prompts(db, ["q0", "q1"])
     db.execute("UPDATE prompts SET split = 'test'")

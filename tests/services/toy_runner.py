@@ -14,7 +14,7 @@ import time
 import torch
 from safetensors.torch import load_file, save_file
 
-from labeler.services.stages import RunResult, StageContext
+from labeler.services.training.stages import RunResult, StageContext
 
 STEP_SECONDS_ENV = "TOY_STEP_SECONDS"
 STATE_FILE = "training_state.pt"  # optimizer, torch's RNG and the step; torch.load(weights_only=True) reads it

@@ -8,8 +8,8 @@ import gradio as gr
 import pytest
 from test_tabs import ADMIN, ANNOTATOR, app_db, as_user, ctx, generate_form, query  # noqa: F401 - fixtures
 
-from labeler.services.chat import ModelCache
-from labeler.services.errors import InputError
+from labeler.services.serving.chat import ModelCache
+from labeler.errors import InputError
 from labeler.ui import header
 from labeler.ui.tabs.admin import model_registry, project_settings, users
 from labeler.ui.tabs.admin.snapshot import SHOWN
@@ -60,9 +60,9 @@ def test_upload_errors_name_the_file_not_the_server_path():
 
 
 def test_first_login_shows_only_the_password_panel(app_db, ctx):
-    from labeler.services import accounts
-    from labeler.services.accounts import PasswordChangeRequired
-    from labeler.services.leaderboard import LeaderboardCache
+    from labeler.services.data import accounts
+    from labeler.services.data.accounts import PasswordChangeRequired
+    from labeler.services.serving.leaderboard import LeaderboardCache
     from labeler.ui.binding import bind
     from labeler.ui.session import quiet_before_password_change
     from labeler.ui.tabs import admin, arena, labelling, rank, rate
@@ -108,7 +108,7 @@ def test_first_login_shows_only_the_password_panel(app_db, ctx):
 @pytest.fixture
 def fresh_ctx(db_path, tmp_path):
     """The context of a fresh install: one admin, the shipped model 'default' only."""
-    from labeler.services import accounts
+    from labeler.services.data import accounts
     from labeler.ui.context import ServeSettings, UIContext
     from storage import open_db
 
@@ -120,7 +120,7 @@ def fresh_ctx(db_path, tmp_path):
 
 def test_arena_waits_for_a_second_model_that_an_admin_registers(fresh_ctx, db_path, tiny_model_dir):
     """Issue 14 item 6: explain and disable Battle until two chat models exist; register one from Admin."""
-    from labeler.services.leaderboard import LeaderboardCache
+    from labeler.services.serving.leaderboard import LeaderboardCache
     from labeler.ui.tabs import arena
 
     caches = arena.ArenaCaches(LeaderboardCache())
@@ -146,7 +146,7 @@ def test_arena_waits_for_a_second_model_that_an_admin_registers(fresh_ctx, db_pa
 
 def test_generate_for_the_last_import_batch_keeps_the_model_loaded(app_db, ctx, tiny_model_dir, tmp_path, monkeypatch):
     """Issue 14 item 5: the prompts just uploaded get the answers, and a second run loads nothing."""
-    from labeler.services import inference
+    from labeler.services.serving import inference
 
     loads = []
     cache = ModelCache(loader=lambda path, kind, device: (loads.append(path), inference.load(path, kind, device))[1])
@@ -197,8 +197,8 @@ def test_the_parts_handlers_are_called_with_the_context_alone(app_db):
 
 def test_the_data_tab_sets_the_held_out_share_before_the_first_label(app_db, ctx):
     """Issue 33: an admin sees how many prompts are held out and changes the share; labels freeze it."""
-    from labeler.services import labeling
-    from labeler.services import prompts as prompt_service
+    from labeler.services.data import labeling
+    from labeler.services.data import prompts as prompt_service
     from storage import open_db
 
     db = open_db(app_db)

@@ -5,8 +5,8 @@ import gradio as gr
 import pytest
 from test_tabs import ADMIN, ANNOTATOR, app_db, as_user, ctx, query  # noqa: F401 - fixtures
 
-from labeler.services import models
-from labeler.services.errors import PermissionDenied
+from labeler.services.serving import models
+from labeler.errors import PermissionDenied
 from labeler.ui.tabs.admin import model_registry
 from labeler.ui.tabs.admin.snapshot import SHOWN
 

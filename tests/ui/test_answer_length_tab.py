@@ -7,8 +7,8 @@ import gradio as gr
 import pytest
 from test_tabs import ADMIN, ANNOTATOR, app, app_db, as_user, ctx, events, generate_form, query  # noqa: F401
 
-from labeler.services import answer_length
-from labeler.services.chat import ModelCache
+from labeler.services.serving import answer_length
+from labeler.services.serving.chat import ModelCache
 from labeler.ui.tabs.data import generate
 from labeler.ui.tabs.data import prompts as data_prompts
 
@@ -61,7 +61,7 @@ def test_a_model_that_does_not_load_keeps_the_default_and_refit_says_why(app_db,
 
 
 def test_refit_replaces_a_length_set_by_hand(app_db, ctx, small_fit):
-    from labeler.services import projects
+    from labeler.services.data import projects
     from storage import open_db
 
     db = open_db(app_db)

@@ -16,8 +16,9 @@ USER = "vic"
 def tab(db_path, tmp_path, tiny_model_dir):
     """What the tab's handlers take first (the UIContext and the tab's caches), on a database with a user and
     two registered copies of the tiny model."""
-    from labeler.services import accounts, models
-    from labeler.services.leaderboard import LeaderboardCache
+    from labeler.services.data import accounts
+    from labeler.services.serving import models
+    from labeler.services.serving.leaderboard import LeaderboardCache
     from labeler.ui.context import ServeSettings, UIContext
     from storage import open_db
 

@@ -15,7 +15,7 @@ SETTINGS = (6, True, 1.0, 1.0, 0, 0)  # tokens, sample, temperature, top_p, top_
 @pytest.fixture
 def tab(db_path, tmp_path, tiny_model_dir):
     """What the tab's handlers take first (the UIContext, with the server's ModelCache), on a database with a user."""
-    from labeler.services import accounts
+    from labeler.services.data import accounts
     from labeler.ui.context import ServeSettings, UIContext
     from storage import open_db
 

@@ -43,7 +43,7 @@ def test_a_root_that_is_a_link_is_refused(tmp_path, monkeypatch):
 
 @pytest.fixture
 def app(db_path, tmp_path, monkeypatch, tiny_model_dir):
-    from labeler.services import accounts
+    from labeler.services.data import accounts
     from labeler.ui.app import build_app
     from labeler.ui.context import ServeSettings
     from storage import open_db

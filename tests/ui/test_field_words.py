@@ -11,7 +11,7 @@ import gradio as gr
 import pytest
 from test_tabs import ADMIN, app, app_db, as_user, ctx  # noqa: F401 - fixtures
 
-from labeler.services.errors import InputError
+from labeler.errors import InputError
 from labeler.ui.field_labels import FIELD_LABELS, field_label, toast_text
 from labeler.ui.soft_errors import keep_on_error, ui_errors
 
@@ -109,7 +109,7 @@ def test_run_buttons_follow_the_runs_status():
 
 
 def test_a_finished_runs_page_shows_no_cancel(ctx, db_path, monkeypatch):
-    from labeler.services import jobs
+    from labeler.services.training import jobs
     from labeler.ui.tabs.train import monitor
     from storage import open_db
 
@@ -214,7 +214,7 @@ def test_a_resolved_settings_help_is_whole():
     """The Train form's line under a setting, refreshed with where its value comes from, kept the help's first 200
     characters: four help texts ended mid-word."""
     from labeler import forms
-    from labeler.services.job_settings import JobConfig
+    from labeler.services.settings.job_settings import JobConfig
     from labeler.ui.tabs.train.form import marked_help
 
     longest = max(forms.field_specs(JobConfig), key=lambda spec: len(spec.help or ""))

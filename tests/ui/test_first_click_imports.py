@@ -16,8 +16,8 @@ TESTS = Path(__file__).resolve().parents[1]
 # config module (transformers.models.<type>.configuration_<type>, read by the preview's memory estimate) is
 # small and model-specific, so it is allowed.
 HEAVY = ("torch", "transformers", "peft", "accelerate", "datasets", "scipy", "rlhf.sft", "rlhf.reward", "rlhf.dpo",
-         "rlhf.grpo", "rlhf.rloo", "rlhf.kto", "rlhf.online_dpo", "rlhf.configs", "labeler.services.run_estimate",
-         "labeler.services.inference")
+         "rlhf.grpo", "rlhf.rloo", "rlhf.kto", "rlhf.online_dpo", "rlhf.configs", "labeler.services.training.run_estimate",
+         "labeler.services.serving.inference")
 ALLOWED = ("transformers.models.",)
 
 FIRST_CLICKS = """
@@ -32,8 +32,10 @@ from labeler.ui.context import ServeSettings
 build_app(ServeSettings(db_path={db_path!r}))
 start_warm_imports().join(600)
 before = set(sys.modules)
-from labeler.services import accounts, jobs, records
-from labeler.services.run_preview import preview_run
+from labeler.services.data import accounts
+from labeler.services.training import jobs
+from labeler.services.labels import records
+from labeler.services.training.run_preview import preview_run
 preview_run(db, "default", "dpo", {{"steps": 3}})
 preview_run(db, "default", "ppo", {{"batch_size": 8, "mini_batch_size": 4, "answers_per_prompt": 4}},
             estimate_time=False)

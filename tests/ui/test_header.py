@@ -6,7 +6,7 @@ import gradio as gr
 import pytest
 from test_tabs import ADMIN, ANNOTATOR, app_db, as_user, ctx, query  # noqa: F401 - fixtures
 
-from labeler.services import accounts
+from labeler.services.data import accounts
 from labeler.ui import header
 
 ADMIN_TABS = 4  # data, records, train, admin

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from test_tabs import ADMIN, ANNOTATOR, RANK_GUIDELINES, app_db, as_user, ctx, query  # noqa: F401 - fixtures
 
-from labeler.services.projects import DEFAULT_GUIDELINES
+from labeler.services.data.projects import DEFAULT_GUIDELINES
 from labeler.ui import header
 from labeler.ui.tabs import admin, labelling, rank, rate
 from labeler.ui.tabs.admin import project_settings

@@ -6,7 +6,7 @@ import gradio as gr
 import pytest
 from test_tabs import ADMIN, ANNOTATOR, app_db, as_user, ctx  # noqa: F401 - fixtures
 
-from labeler.services.errors import InputError
+from labeler.errors import InputError
 from labeler.ui.tabs import labelling, rate
 
 

@@ -19,8 +19,9 @@ SETTINGS = (24, True, 1.0, 1.0, 0, 0)  # tokens, sample, temperature, top_p, top
 def ctx(db_path, tmp_path, tiny_model_dir, tiny_encoder_dir):
     """The UIContext every tab gets (with the server's one ModelCache, one answer at a time on the server), on a
     database with two users, two registered copies of the tiny model and a reward model."""
-    from labeler.services import accounts, models
-    from labeler.services.inference import ModelCache
+    from labeler.services.data import accounts
+    from labeler.services.serving import models
+    from labeler.services.serving.inference import ModelCache
     from labeler.ui.context import ServeSettings, UIContext
     from storage import open_db
 
@@ -40,7 +41,7 @@ def as_user(name: str) -> gr.Request:
 
 
 def test_chat_send_and_arena_start_for_one_person_cannot_run_together(ctx):
-    from labeler.services.leaderboard import LeaderboardCache
+    from labeler.services.serving.leaderboard import LeaderboardCache
 
     caches = arena.ArenaCaches(LeaderboardCache())
     chatting = conversation.send(ctx, "Hello there", [], "", "", *SETTINGS, request=as_user("ann"))

@@ -7,7 +7,8 @@ from __future__ import annotations
 import gradio as gr
 from test_tabs import ADMIN, ANNOTATOR, app, app_db, as_user, ctx, events, query  # noqa: F401 - fixtures
 
-from labeler.services import labeling, models
+from labeler.services.data import labeling
+from labeler.services.serving import models
 from labeler.ui.tabs import records as records_tab
 from labeler.ui.tabs import train as train_tab
 from labeler.ui.tabs.admin import quality

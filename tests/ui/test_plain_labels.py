@@ -51,7 +51,7 @@ def test_a_negative_kl_is_labelled_with_why():
 def test_train_help_texts_name_no_module_variable_or_expression():
     import dataclasses
 
-    from labeler.services.job_settings import JobConfig
+    from labeler.services.settings.job_settings import JobConfig
     from rlhf import configs
 
     raw = re.compile(r"\bRLHF_STUDIO_[A-Z_]+\b|None: min\(|\b(train_configs|training_stages)\.[A-Za-z_]+|"

@@ -9,8 +9,8 @@ import gradio as gr
 import pandas as pd
 from test_tabs import app, app_db  # noqa: F401 - fixtures
 
-from labeler.services import export
-from labeler.services.labeling import Undone
+from labeler.services.labels import export
+from labeler.services.data.labeling import Undone
 from labeler.ui.tabs import labelling
 from labeler.ui.tabs.data import export as data_export
 from labeler.ui.tabs.train.run_views import metrics_html, reward_curve_html

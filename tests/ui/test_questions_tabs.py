@@ -6,7 +6,7 @@ import gradio as gr
 import pytest
 from test_tabs import ANNOTATOR, app_db, as_user, ctx, query, submit_ranks  # noqa: F401 - fixtures
 
-from labeler.services import questions
+from labeler.services.labels import questions
 from labeler.ui.tabs import labelling, rank, rate
 from labeler.ui.tabs.rank.item_view import MAX_RESPONSES
 from storage import open_db

@@ -16,8 +16,8 @@ ADMIN = "root"
 @pytest.fixture
 def ctx(db_path, tmp_path):
     """An admin who ranked the two answers of each of 3 prompts in 'default' (3 rankings, 3 pairs); 'other' empty."""
-    from labeler.services import accounts, labeling, projects, prompts
-    from labeler.services.responses import insert_response
+    from labeler.services.data import accounts, labeling, projects, prompts
+    from labeler.services.data.responses import insert_response
     from storage import open_db, write_transaction
 
     db = open_db(db_path)
@@ -37,7 +37,8 @@ def ctx(db_path, tmp_path):
 
 
 def test_the_line_names_the_path_for_the_person_s_project(ctx, monkeypatch):
-    from labeler.services import inference, projects
+    from labeler.services.serving import inference
+    from labeler.services.data import projects
     from storage import open_db
 
     monkeypatch.setattr(inference, "host_device", lambda: "cpu")
@@ -53,7 +54,7 @@ def test_the_line_names_the_path_for_the_person_s_project(ctx, monkeypatch):
 
 
 def test_an_annotator_s_page_is_left_alone_and_the_events_are_registered(ctx, db_path):
-    from labeler.services import accounts
+    from labeler.services.data import accounts
     from labeler.ui.app import build_app
     from storage import open_db
 

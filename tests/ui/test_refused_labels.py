@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from test_tabs import ANNOTATOR, app_db, as_user, ctx, query, submit_ranks  # noqa: F401 - fixtures
 
-from labeler.services import accounts, labeling
+from labeler.services.data import accounts, labeling
 from labeler.ui.tabs import rank
 from storage import open_db
 

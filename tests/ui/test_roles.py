@@ -10,8 +10,8 @@ from pathlib import Path
 import gradio as gr
 import pytest
 
-from labeler.services import accounts
-from labeler.services.errors import PermissionDenied
+from labeler.services.data import accounts
+from labeler.errors import PermissionDenied
 from labeler.ui.context import ServeSettings, UIContext
 from labeler.ui.binding import bind
 from labeler.ui.roles import check_role, requires

@@ -8,8 +8,8 @@ import sqlite3
 import gradio as gr
 from test_tabs import ADMIN, ANNOTATOR, app, app_db, as_user, ctx, query  # noqa: F401 - fixtures
 
-from labeler.services import jobs
-from labeler.services.human_reward import HumanRewardQueue
+from labeler.services.training import jobs
+from labeler.services.labels.human_reward import HumanRewardQueue
 from labeler.ui.tabs import labelling, rank
 from labeler.ui.tabs.rank.item_view import show_item as rank_show_item
 

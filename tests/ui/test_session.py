@@ -8,8 +8,8 @@ import time
 import pytest
 from fastapi import HTTPException
 
-from labeler.services import accounts
-from labeler.services.login_guard import LoginThrottle, ThrottlePolicy
+from labeler.services.data import accounts
+from labeler.services.data.login_guard import LoginThrottle, ThrottlePolicy
 from labeler.ui.session import CLIENT_ADDRESS, RequestGuard, SessionStore, make_auth
 
 

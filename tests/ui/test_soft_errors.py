@@ -10,7 +10,7 @@ from pathlib import Path
 import gradio as gr
 import pytest
 
-from labeler.services.errors import InputError, PermissionDenied
+from labeler.errors import InputError, PermissionDenied
 from labeler.ui.soft_errors import ui_errors
 
 

@@ -19,8 +19,8 @@ import gradio as gr
 import pytest
 import yaml
 
-from labeler.services.chat import ModelCache
-from labeler.services.errors import InputError
+from labeler.services.serving.chat import ModelCache
+from labeler.errors import InputError
 from labeler.ui import header
 from labeler.ui.gold import parse_gold
 from labeler.ui.session import quiet_before_password_change
@@ -73,7 +73,7 @@ def test_parse_gold():
 @pytest.fixture
 def app_db(db_path):
     """A database with an admin, an annotator, 2 prompts x 3 fixed answers and their items."""
-    from labeler.services import accounts, labeling, prompts
+    from labeler.services.data import accounts, labeling, prompts
     from storage import open_db, write_transaction
 
     db = open_db(db_path)
@@ -302,7 +302,7 @@ def test_rank_submit_turns_rank_numbers_into_one_ranking(app_db, ctx):
 @pytest.fixture
 def ctx_eight(db_path, tiny_model_dir, tmp_path):
     """The context of a database whose one ranking item holds 8 answers (labeling.MAX_RANKING_SIZE)."""
-    from labeler.services import accounts, labeling, prompts
+    from labeler.services.data import accounts, labeling, prompts
     from storage import open_db, write_transaction
 
     db = open_db(db_path)
@@ -392,7 +392,7 @@ def generate_form(ctx) -> tuple[generate.GeneratePart, dict, dict]:
 
 
 def test_generate_shows_the_projects_answer_length_marked_as_the_projects(app_db, ctx):
-    from labeler.services import projects
+    from labeler.services.data import projects
     from storage import open_db
 
     db = open_db(app_db)
@@ -500,7 +500,7 @@ def test_export_filters_and_labels_import(app_db, tmp_path, ctx):
 
 
 def test_refresh_resumes_and_a_waiting_run_shows_a_banner(app_db, ctx):
-    from labeler.services import labeling
+    from labeler.services.data import labeling
     from storage import open_db, write_transaction
 
     first = rate.next_item(ctx, request=as_user(ANNOTATOR))
@@ -524,7 +524,7 @@ def test_refresh_resumes_and_a_waiting_run_shows_a_banner(app_db, ctx):
 
 
 def test_a_ranking_of_a_running_run_says_which_model_it_trains_until_the_run_ends(app_db, ctx):
-    from labeler.services import labeling
+    from labeler.services.data import labeling
     from storage import open_db, write_transaction
 
     db = open_db(app_db)
@@ -548,7 +548,8 @@ def test_a_ranking_of_a_running_run_says_which_model_it_trains_until_the_run_end
 
 def test_unpaired_export_threshold_defaults_to_the_scale_midpoint_like_the_cli(app_db, ctx):
     """Issue 14 item 2: the form's threshold box showed 0 and every answer came out good."""
-    from labeler.services import export, labeling
+    from labeler.services.labels import export
+    from labeler.services.data import labeling
     from storage import open_db
 
     db = open_db(app_db)

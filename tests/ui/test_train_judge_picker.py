@@ -7,7 +7,7 @@ from __future__ import annotations
 import gradio as gr
 import pytest
 
-from labeler.services import jobs
+from labeler.services.training import jobs
 from labeler.ui.context import ServeSettings, UIContext
 from labeler.ui.model_choices import judge_choices
 from labeler.ui.tabs.train import form
@@ -18,7 +18,7 @@ ADMIN = "root"
 @pytest.fixture
 def ctx(db_path, tmp_path, tiny_model_dir):
     """A database with an admin and three training prompts (online DPO trains on prompts alone)."""
-    from labeler.services import accounts, prompts
+    from labeler.services.data import accounts, prompts
     from storage import open_db
 
     db = open_db(db_path)
@@ -31,7 +31,7 @@ def ctx(db_path, tmp_path, tiny_model_dir):
 @pytest.fixture
 def launch_form(ctx):
     """The form as the tab builds it: each stage's values as its run would resolve them."""
-    from labeler.services import train_configs
+    from labeler.services.training import train_configs
     from storage import open_db
 
     db = open_db(ctx.settings.db_path)
@@ -47,7 +47,7 @@ def queued_only(monkeypatch):
 
 
 def add_annotator(ctx) -> None:
-    from labeler.services import accounts
+    from labeler.services.data import accounts
     from storage import open_db
 
     db = open_db(ctx.settings.db_path)
@@ -56,7 +56,7 @@ def add_annotator(ctx) -> None:
 
 
 def register_reward_models(ctx, *names) -> None:
-    from labeler.services import models
+    from labeler.services.serving import models
     from storage import open_db
 
     db = open_db(ctx.settings.db_path)
@@ -74,7 +74,7 @@ def online_dpo_form(launch_form) -> dict:
 
 
 def stored_runs(ctx) -> list:
-    from labeler.services import runs
+    from labeler.services.execution import runs
     from storage import open_db
 
     db = open_db(ctx.settings.db_path)

@@ -11,8 +11,9 @@ import gradio as gr
 import pandas as pd
 import pytest
 
-from labeler.services import job_settings, jobs, run_preview
-from labeler.services.training_stages.ppo import PEOPLE_RANKING_LEARNING_RATE, REWARD_MODEL_LEARNING_RATE
+from labeler.services.settings import job_settings
+from labeler.services.training import jobs, run_preview
+from labeler.services.settings.training_stages.ppo import PEOPLE_RANKING_LEARNING_RATE, REWARD_MODEL_LEARNING_RATE
 from labeler.ui.context import ServeSettings, UIContext
 from labeler.ui.tabs import train
 from labeler.ui.tabs.train import form, inspector, monitor, run_views
@@ -34,7 +35,7 @@ def test_default_plots_are_reward_kl_and_the_human_metrics_a_run_has():
 @pytest.fixture
 def ctx(db_path, tmp_path, tiny_model_dir):
     """The UIContext the tab's handlers get: a database with an admin."""
-    from labeler.services import accounts
+    from labeler.services.data import accounts
     from storage import open_db
 
     db = open_db(db_path)
@@ -47,8 +48,8 @@ def ctx(db_path, tmp_path, tiny_model_dir):
 def labels(ctx, db_path):
     """3 training prompts and the admin's ranking of each one's two answers: data a launch accepts (one with no
     data is refused: run_preview.refuse_without_data)."""
-    from labeler.services import labeling, prompts
-    from labeler.services.responses import insert_response
+    from labeler.services.data import labeling, prompts
+    from labeler.services.data.responses import insert_response
     from storage import open_db, write_transaction
 
     db = open_db(db_path)
@@ -69,7 +70,7 @@ def labels(ctx, db_path):
 def launch_form(ctx):
     """The form's widgets as they first show (built in a Blocks, as the tab builds them: each stage's values as its
     run would resolve them in the project)."""
-    from labeler.services import train_configs
+    from labeler.services.training import train_configs
     from storage import open_db
 
     db = open_db(ctx.settings.db_path)
@@ -93,7 +94,7 @@ def pick(ctx, launch_form, data: dict, component, value) -> None:
 
 
 def register_reward_models(ctx, *names) -> None:
-    from labeler.services import models
+    from labeler.services.serving import models
     from storage import open_db
 
     db = open_db(ctx.settings.db_path)
@@ -217,7 +218,7 @@ def test_a_run_the_preview_knows_has_no_data_is_refused_at_launch(ctx, labels, l
 
 
 def test_choices_load_is_quiet_for_an_annotator_and_fills_the_pickers_for_an_admin(ctx, db_path):
-    from labeler.services import accounts
+    from labeler.services.data import accounts
     from labeler.ui.app import build_app
     from storage import open_db
 
@@ -234,7 +235,7 @@ def test_choices_load_is_quiet_for_an_annotator_and_fills_the_pickers_for_an_adm
     assert inspect_model["choices"] == [] and inspect_model["value"] is None
     assert run["choices"] == [] and run["value"] is None
     # Reward models registered since: the Reward picker names each (newest first), alone and with people.
-    from labeler.services import models
+    from labeler.services.serving import models
 
     db = open_db(db_path)
     for name in ("rm-run1", "rm-run3"):
@@ -319,7 +320,7 @@ def test_the_reward_is_one_spec_picker_sent_only_for_policy_stages(ctx, labels, 
 def test_a_run_queued_from_the_form_stores_what_train_set_reward_stores(ctx, labels, launch_form, db_path, tmp_path,
                                                                        monkeypatch, spec, job):
     from labeler.cli import main
-    from labeler.services import runs
+    from labeler.services.execution import runs
     from storage import open_db
 
     monkeypatch.setattr(jobs, "start_queued", lambda db, *a, **k: [])  # queued, not started: no worker here
@@ -483,7 +484,7 @@ def test_launch_says_so_at_once_and_then_the_run(ctx, labels, launch_form, db_pa
 
 
 def test_preview_shows_the_data_first_and_the_time_estimate_with_its_progress(ctx, labels, launch_form, monkeypatch):
-    from labeler.services import run_preview
+    from labeler.services.training import run_preview
     from labeler.ui.tabs.train import waiting
 
     monkeypatch.setattr(waiting, "WAIT_TICK_S", 0.05)
@@ -548,7 +549,8 @@ def test_the_streamed_handlers_refuse_an_annotator_before_their_first_answer(ctx
 
 @pytest.mark.parametrize("stage", ["sft", "rm", "dpo", "ppo", "grpo", "rloo", "kto"])
 def test_a_launch_from_the_untouched_form_stores_what_the_form_showed(ctx, labels, launch_form, monkeypatch, stage):
-    from labeler.services import run_settings, runs
+    from labeler.services.training import run_settings
+    from labeler.services.execution import runs
     from storage import open_db
 
     monkeypatch.setattr(jobs, "start_queued", lambda db, *a, **k: [])  # queued, not started: no worker here
@@ -572,7 +574,7 @@ def test_a_launch_from_the_untouched_form_stores_what_the_form_showed(ctx, label
 
 
 def test_a_value_typed_at_the_class_default_is_kept(ctx, labels, launch_form, monkeypatch):
-    from labeler.services import runs
+    from labeler.services.execution import runs
     from storage import open_db
 
     monkeypatch.setattr(jobs, "start_queued", lambda db, *a, **k: [])

@@ -1,5 +1,7 @@
 """The Train tab's banner names what a running human-reward run waits for, by kind and tab."""
-from labeler.services import jobs, labeling, runs
+from labeler.services.training import jobs
+from labeler.services.data import labeling
+from labeler.services.execution import runs
 from labeler.ui.tabs.train.run_views import waiting_banner
 
 

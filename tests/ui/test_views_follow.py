@@ -6,7 +6,7 @@ from __future__ import annotations
 import gradio as gr
 from test_tabs import ADMIN, app, app_db, as_user, ctx, events  # noqa: F401 - fixtures
 
-from labeler.services import models
+from labeler.services.serving import models
 from labeler.ui.tabs import train
 from labeler.ui.tabs.admin import model_registry
 from labeler.ui.tabs.train import monitor

@@ -7,7 +7,7 @@ from typing import Callable
 
 import gradio as gr
 
-from labeler.services.accounts import PasswordChangeRequired
+from labeler.services.data.accounts import PasswordChangeRequired
 
 
 def quiet_before_password_change(handler: Callable[[gr.Request], tuple],

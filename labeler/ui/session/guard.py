@@ -20,7 +20,7 @@ from starlette.datastructures import Headers
 from starlette.requests import HTTPConnection
 from starlette.responses import HTMLResponse, PlainTextResponse
 
-from labeler.services import accounts
+from labeler.services.data import accounts
 from labeler.ui.session.bodies import file_urls, read_body, replay
 from labeler.ui.session.cookies import lax_cookies
 from labeler.ui.session.handoff import CLIENT_ADDRESS

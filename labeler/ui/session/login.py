@@ -21,8 +21,8 @@ from typing import Any, Awaitable, Callable
 import gradio as gr
 from fastapi import HTTPException
 
-from labeler.services import accounts
-from labeler.services.login_guard import LoginThrottle, Throttled
+from labeler.services.data import accounts
+from labeler.services.data.login_guard import LoginThrottle, Throttled
 from labeler.ui.session.handoff import CLIENT_ADDRESS, CLIENT_DEVICE, LOGIN_EPOCH
 from labeler.ui.session.web_db import web_db
 

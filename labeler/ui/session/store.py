@@ -3,7 +3,7 @@
 Gradio's own `App.tokens` (token -> username) never expire, survive a password change and live only in the
 server's memory (a restart logged everyone out); the running server's dict is swapped for a SessionStore
 (gradio_internals.replace_session_tokens), which also writes each session to the `web_sessions` table
-(labeler/services/web_sessions.py) and reads them back when a new server starts on the same database.
+(labeler/services/data/web_sessions.py) and reads them back when a new server starts on the same database.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import threading
 import time
 from typing import Any, Callable, Iterable
 
-from labeler.services import accounts, web_sessions
+from labeler.services.data import accounts, web_sessions
 from labeler.ui.session.handoff import LOGIN_EPOCH
 from labeler.ui.session.web_db import web_db
 

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from labeler.services import arena
-from labeler.services.projects import get_project
-from labeler.services.errors import InputError
-from labeler.services.leaderboard import MIN_VOTES_FOR_INTERVAL, LeaderboardCache, leaderboard
+from labeler.services.serving import arena
+from labeler.services.data.projects import get_project
+from labeler.errors import InputError
+from labeler.services.serving.leaderboard import MIN_VOTES_FOR_INTERVAL, LeaderboardCache, leaderboard
 from labeler.ui.binding import bind
 from labeler.ui.context import GENERATING_EVENTS, UIContext
 from labeler.ui.model_choices import model_choices

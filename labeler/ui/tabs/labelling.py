@@ -15,11 +15,13 @@ from typing import Any, Callable
 
 import gradio as gr
 
-from labeler.services import labeling, questions, runs
-from labeler.services.errors import InputError, PermissionDenied
-from labeler.services.projects import get_project
-from labeler.services.questions import ItemAnswers, Question
-from labeler.services.stages import model_name
+from labeler.services.data import labeling
+from labeler.services.labels import questions
+from labeler.services.execution import runs
+from labeler.errors import InputError, PermissionDenied
+from labeler.services.data.projects import get_project
+from labeler.services.labels.questions import ItemAnswers, Question
+from labeler.services.training.stages import model_name
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
 from labeler.ui.gradio_internals import QUIET

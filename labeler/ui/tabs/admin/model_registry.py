@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from labeler.services import hub, models
+from labeler.services.training import hub
+from labeler.services.serving import models
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
 from labeler.ui.roles import requires

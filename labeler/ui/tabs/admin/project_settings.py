@@ -7,10 +7,11 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from labeler.services import measures, projects
-from labeler.services.errors import InputError, PermissionDenied
-from labeler.services.projects import (DEFAULT_ANSWER_TOKENS, DEFAULT_HELDOUT_SHARE, MAX_ANSWER_TOKENS, PROMPT_FORMATS,
-                                       SELECTIONS)
+from labeler.services.evals import measures
+from labeler.services.data import projects
+from labeler.errors import InputError, PermissionDenied
+from labeler.services.data.projects import (DEFAULT_ANSWER_TOKENS, DEFAULT_HELDOUT_SHARE, MAX_ANSWER_TOKENS,
+                                            PROMPT_FORMATS, SELECTIONS)
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
 from labeler.ui.roles import check_role, requires

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from labeler.services import labeling
-from labeler.services.errors import InputError, PermissionDenied
+from labeler.services.data import labeling
+from labeler.errors import InputError, PermissionDenied
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
 from labeler.ui.field_labels import literal

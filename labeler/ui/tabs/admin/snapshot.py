@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import gradio as gr
 
-from labeler.services import accounts, models, quality
-from labeler.services.projects import get_project
+from labeler.services.data import accounts
+from labeler.services.serving import models
+from labeler.services.labels import quality
+from labeler.services.data.projects import get_project
 
 USER_HEADERS = ["username", "role", "active"]
 MODEL_HEADERS = ["name", "kind", "base_model", "run_id", "created_at"]

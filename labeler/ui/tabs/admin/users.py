@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from labeler.services import accounts
-from labeler.services.errors import InputError
+from labeler.services.data import accounts
+from labeler.errors import InputError
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
 from labeler.ui.roles import requires

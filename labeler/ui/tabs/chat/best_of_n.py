@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import gradio as gr
 
-from labeler.services import chat, models, projects
-from labeler.services.errors import InputError
+from labeler.services.serving import chat, models
+from labeler.services.data import projects
+from labeler.errors import InputError
 from labeler.ui.context import UIContext
 from labeler.ui.roles import requires
 from labeler.ui.soft_errors import ui_errors

@@ -8,8 +8,9 @@ import contextlib
 
 import gradio as gr
 
-from labeler.services import chat, models, projects
-from labeler.services.errors import InputError, PermissionDenied
+from labeler.services.serving import chat, models
+from labeler.services.data import projects
+from labeler.errors import InputError, PermissionDenied
 from labeler.ui.context import UIContext
 from labeler.ui.roles import check_role, requires
 from labeler.ui.field_labels import toast_text

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import gradio as gr
 
-from labeler.services import models, projects
+from labeler.services.serving import models
+from labeler.services.data import projects
 from labeler.ui.context import UIContext
 from labeler.ui.model_choices import model_choices
 from labeler.ui.roles import requires

@@ -6,7 +6,7 @@ from __future__ import annotations
 import gradio as gr
 
 from labeler import forms
-from labeler.services.chat import CHAT_SETTINGS
+from labeler.services.serving.chat import CHAT_SETTINGS
 from rlhf.configs import GenerationSettings
 
 # The widgets' order, which is also the order of their values in every handler's inputs.

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import gradio as gr
 
-from labeler.services import accounts
-from labeler.services.errors import InputError, PermissionDenied
+from labeler.services.data import accounts
+from labeler.errors import InputError, PermissionDenied
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
 from labeler.ui.roles import check_role, requires

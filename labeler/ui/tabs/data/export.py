@@ -9,8 +9,8 @@ from pathlib import Path
 import gradio as gr
 
 from labeler import forms
-from labeler.services import export
-from labeler.services.projects import get_project
+from labeler.services.labels import export
+from labeler.services.data.projects import get_project
 from labeler.ui import downloads
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext

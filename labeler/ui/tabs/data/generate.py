@@ -10,10 +10,10 @@ from dataclasses import dataclass
 import gradio as gr
 
 from labeler import forms
-from labeler.services import answer_length, generation, models
-from labeler.services.chat import ModelCache
-from labeler.services.errors import InputError
-from labeler.services.projects import get_project
+from labeler.services.serving import answer_length, generation, models
+from labeler.services.serving.chat import ModelCache
+from labeler.errors import InputError
+from labeler.services.data.projects import get_project
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
 from labeler.ui.roles import requires

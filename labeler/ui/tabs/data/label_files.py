@@ -5,8 +5,8 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from labeler.services import labels_import
-from labeler.services.errors import InputError
+from labeler.services.labels import labels_import
+from labeler.errors import InputError
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
 from labeler.ui.roles import requires

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import gradio as gr
 
-from labeler.services import prompts
-from labeler.services.errors import InputError
-from labeler.services.projects import DEFAULT_HELDOUT_SHARE, get_project
+from labeler.services.data import prompts
+from labeler.errors import InputError
+from labeler.services.data.projects import DEFAULT_HELDOUT_SHARE, get_project
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
 from labeler.ui.roles import requires

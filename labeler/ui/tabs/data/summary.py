@@ -1,8 +1,8 @@
 """The Data tab's summary line: the project's counts and what to do next."""
 from __future__ import annotations
 
-from labeler.services.projects import project_counts
-from labeler.services.prompts import heldout_status, retired_count, split_counts
+from labeler.services.data.projects import project_counts
+from labeler.services.data.prompts import heldout_status, retired_count, split_counts
 
 
 def data_summary(db, project: str) -> str:

@@ -7,8 +7,9 @@ import inspect
 
 import gradio as gr
 
-from labeler.services import labeling, questions
-from labeler.services.errors import InputError
+from labeler.services.data import labeling
+from labeler.services.labels import questions
+from labeler.errors import InputError
 from labeler.ui.context import UIContext
 from labeler.ui.roles import requires
 from labeler.ui.soft_errors import ui_errors

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import gradio as gr
 
-from labeler.services import labeling
-from labeler.services.labeling import MAX_RANKING_SIZE
-from labeler.services.projects import get_project
+from labeler.services.data import labeling
+from labeler.services.data.labeling import MAX_RANKING_SIZE
+from labeler.services.data.projects import get_project
 from labeler.ui.context import UIContext
 from labeler.ui.tabs import labelling
 from labeler.ui.tabs.labelling import counter_markdown, item_key, training_banner

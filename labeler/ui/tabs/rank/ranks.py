@@ -1,7 +1,7 @@
 """Rank numbers to a ranking: one number per answer (1 = best), equal numbers a tie."""
 from __future__ import annotations
 
-from labeler.services.errors import InputError
+from labeler.errors import InputError
 
 
 def order_from_ranks(response_ids: list[int], ranks: list) -> list[list[int]]:

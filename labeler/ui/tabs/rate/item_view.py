@@ -10,9 +10,9 @@ import sqlite3
 
 import gradio as gr
 
-from labeler.services import labeling
-from labeler.services.errors import InputError
-from labeler.services.projects import get_project
+from labeler.services.data import labeling
+from labeler.errors import InputError
+from labeler.services.data.projects import get_project
 from labeler.ui.context import UIContext
 from labeler.ui.tabs import labelling
 from labeler.ui.tabs.labelling import counter_markdown, item_key, training_banner

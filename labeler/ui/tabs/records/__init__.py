@@ -3,7 +3,7 @@ delete a label (each change kept in the audit log) and mark gold there instead o
 
 Built from parts: filters.py (the filter boxes read as RecordFilters), listing.py (a page of records: search,
 previous, next), detail.py (the open record), corrections.py (correct, delete, mark gold, the audit log).
-Handlers are module functions taking the UIContext first, adapters over labeler.services.records; each checks
+Handlers are module functions taking the UIContext first, adapters over labeler.services.labels.records; each checks
 the admin role itself. The page number lives in its own widget, so nothing but widget values travels between
 calls.
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import gradio as gr
 
-from labeler.services import records
-from labeler.services.errors import InputError, PermissionDenied
+from labeler.services.labels import records
+from labeler.errors import InputError, PermissionDenied
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
 from labeler.ui.gradio_internals import QUIET

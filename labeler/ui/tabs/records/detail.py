@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import gradio as gr
 
-from labeler.services import records
-from labeler.services.errors import InputError
+from labeler.services.labels import records
+from labeler.errors import InputError
 from labeler.ui.context import UIContext
 from labeler.ui.field_labels import literal
 from labeler.ui.roles import requires

@@ -2,8 +2,8 @@
 boxes are text (a number box cannot be blank in the browser), so their text is checked here."""
 from __future__ import annotations
 
-from labeler.services.errors import InputError
-from labeler.services.records import RecordFilters
+from labeler.errors import InputError
+from labeler.services.labels.records import RecordFilters
 
 ANY = "(any)"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import gradio as gr
 
-from labeler.services import records
-from labeler.services.errors import InputError
+from labeler.services.labels import records
+from labeler.errors import InputError
 from labeler.ui.context import UIContext
 from labeler.ui.roles import requires
 from labeler.ui.soft_errors import keep_on_error

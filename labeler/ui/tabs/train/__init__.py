@@ -3,7 +3,7 @@
 Built from parts, each a module with its widgets and its handlers (named functions taking the UIContext first,
 which tests call directly): the launch form (form.py), the run monitor (monitor.py, what it shows: run_views.py),
 the reward-model inspector (inspector.py) and the demo button (demo.py). A launch queues a run
-(labeler.services.jobs), which a worker process executes; the monitor's gr.Timer re-reads the run's row, metrics
+(labeler.services.training.jobs), which a worker process executes; the monitor's gr.Timer re-reads the run's row, metrics
 and samples from SQLite. Every handler checks the admin role itself.
 """
 from __future__ import annotations
@@ -13,8 +13,10 @@ import json
 
 import gradio as gr
 
-from labeler.services import jobs, models, recommended_path, reward_spec, train_configs
-from labeler.services.errors import PermissionDenied
+from labeler.services.training import jobs, recommended_path, train_configs
+from labeler.services.serving import models
+from labeler.services.settings import reward_spec
+from labeler.errors import PermissionDenied
 from labeler.ui.context import UIContext
 from labeler.ui.gradio_internals import QUIET
 from labeler.ui.roles import check_role, requires

@@ -1,12 +1,12 @@
 """The Train tab's demo button: the whole loop (answers, simulated labels, a reward model, PPO) in a project of
-its own, started as a background process (labeler.services.demo)."""
+its own, started as a background process (labeler.services.training.demo)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import gradio as gr
 
-from labeler.services import demo
+from labeler.services.training import demo
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
 from labeler.ui.roles import requires

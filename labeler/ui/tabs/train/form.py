@@ -3,7 +3,7 @@ judges its pairs), for how long.
 
 Built from the config dataclasses (labeler/forms.py: the same fields as `rlhf-studio train --set`): a short form
 in plain words, every other setting of the same fields folded under "Advanced settings". Its handlers preview a
-run and queue it (labeler.services.jobs).
+run and queue it (labeler.services.training.jobs).
 """
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from dataclasses import dataclass
 import gradio as gr
 
 from labeler import forms
-from labeler.services import job_settings, jobs, reward_spec, run_preview, run_settings, train_configs, training_stages
-from labeler.services.errors import InputError, PermissionDenied
+from labeler.services.settings import job_settings, reward_spec, training_stages
+from labeler.services.training import jobs, run_preview, run_settings, train_configs
+from labeler.errors import InputError, PermissionDenied
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
 from labeler.ui.field_labels import TRAIN_LABELS

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import gradio as gr
 import pandas as pd
 
-from labeler.services import reward_inspect
-from labeler.services.errors import InputError
+from labeler.services.evals import reward_inspect
+from labeler.errors import InputError
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
 from labeler.ui.roles import requires

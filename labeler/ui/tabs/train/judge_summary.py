@@ -1,5 +1,5 @@
 """The Runs page's judges panel for an online DPO run: how many pairs people judged, how many the model, and how often
-the model agreed with people on the pairs both judged (labeler/services/run_judgements.py), read-only.
+the model agreed with people on the pairs both judged (labeler/services/execution/run_judgements.py), read-only.
 
 The monitor shows it as one more output of read_run: a gr.Markdown whose value is judge_markdown(db, run_id); the
 value is "" (an empty Markdown) for a run that recorded no judgements (every other stage, or before the first batch).
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import html
 
-from labeler.services import run_judgements
+from labeler.services.execution import run_judgements
 
 
 def judge_markdown(db, run_id: int | None) -> str:

@@ -10,8 +10,10 @@ from typing import Callable
 import gradio as gr
 import pandas as pd
 
-from labeler.services import evaluation, jobs, run_metrics, runs
-from labeler.services.errors import InputError, PermissionDenied
+from labeler.services.evals import evaluation
+from labeler.services.training import jobs
+from labeler.services.execution import run_metrics, runs
+from labeler.errors import InputError, PermissionDenied
 from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
 from labeler.ui.roles import check_role, requires

@@ -12,8 +12,11 @@ import shlex
 import gradio as gr
 import pandas as pd
 
-from labeler.services import evaluation, labeling, measures, people_eval, runs, training_stages
-from labeler.services.job_settings import JobConfig
+from labeler.services.evals import evaluation, measures, people_eval
+from labeler.services.data import labeling
+from labeler.services.execution import runs
+from labeler.services.settings import training_stages
+from labeler.services.settings.job_settings import JobConfig
 from labeler.ui.charts import Series, bar_chart_svg, line_chart_svg
 
 # Each stage's own charts (training_stages/), and the stages whose `steps` count generation batches.

@@ -1,0 +1,66 @@
+"""Online DPO: the policy answers each training prompt twice, a judge picks the better answer, and DPO's loss trains
+on those fresh pairs (rlhf.online_dpo's OnlineDPOTrainer, with the app's CPU defaults: StudioOnlineDPOConfig). The
+judge is the trainer setting `judge`: people (human), mix, rm, rm:NAME, vader or module:function (reward_spec's grammar:
+a scorer scores each answer alone, the higher wins, equal scores tie; people rank each pair in the Rank tab)."""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+
+from labeler.services.settings import reward_spec
+from labeler.services.settings.training_stages.base import Stage, built_when_asked, config_attribute, load
+
+
+@functools.cache
+def studio_config() -> type:
+    @dataclass
+    class StudioOnlineDPOConfig(load("rlhf.online_dpo:OnlineDPOConfig")):
+        """OnlineDPOConfig with defaults for a CPU run in the app (the fields and their meaning are TRL's)."""
+
+        judge: str | None = field(default="rm", metadata={
+            "help": "Who picks the better answer: people (each pair to the Rank tab; the run waits as reward=human runs "
+                    "do), mix (people the pairs the online reward model is least sure of, the model the rest), rm (the newest reward model), rm:NAME, vader, vader-with-prompt or module:function (a function "
+                    "(prompts, answers) -> one score per answer; the higher score wins)."})
+        learning_rate: float = field(default=5e-6, metadata={
+            "help": "AdamW learning rate (TRL's 5e-7 suits long GPU runs; a 40-step CPU run needs more)."})
+        per_device_train_batch_size: int = field(default=8, metadata={"help": "Prompts per step (two answers each)."})
+        max_new_tokens: int = field(default=16, metadata={"help": "Tokens per answer (the job's max_new_tokens wins when set)."})
+        temperature: float = field(default=1.0, metadata={"help": "Sampling temperature."})
+
+    return built_when_asked(StudioOnlineDPOConfig)
+
+
+# The config class, built when first asked for (PEP 562), never by the registry.
+__getattr__ = config_attribute(__name__, "StudioOnlineDPOConfig", studio_config)
+
+
+def judge_spec(text) -> reward_spec.RewardSpec:
+    """The `judge` setting parsed: reward_spec's grammar (rm, rm:NAME, human, mix, mix:NAME, vader, module:function)
+    or `people` (human's other name); InputError naming the field otherwise."""
+    if str(text).strip() == "people":
+        return reward_spec.RewardSpec("human")
+    return reward_spec.parse(text, field="judge")
+
+
+def check(job, trainer) -> None:
+    """Refuses a judge that cannot be one when the run is queued, not when it starts."""
+    judge_spec(trainer.judge)
+
+
+STAGE = Stage(
+    name="online-dpo", order=8, config_class="labeler.services.settings.training_stages.online_dpo:StudioOnlineDPOConfig",
+    runner="labeler.services.training.runners.online_dpo:run_online_dpo",
+    training_rows="labeler.services.training.stages:online_dpo_rows", unit="prompts",
+    label="Online preferences (online DPO)",
+    note="The model answers each prompt twice, a judge (people, a reward model or a function) picks the better "
+         "answer, and it learns from that pair.",
+    card="Online DPO (OnlineDPOTrainer, TRL API)", metrics=("rewards/margins", "objective/kl"),
+    # Not `judge`: the Train tab offers it as its own picker (form.judge_widget: people, mix, the reward models); a
+    # module:function judge names code to import, which only `train online-dpo --set judge=...` may (jobs.create_run).
+    form_fields=("learning_rate", "per_device_train_batch_size", "beta", "loss_type"),
+    full_lr=5e-7, lora_lr=5e-6, frozen_rows=("prompts", "prompts"), check=check,
+    # the job's answer length is its answers' unless the trainer settings set it (stored when the run is resolved)
+    from_job={"max_new_tokens": "max_new_tokens"},
+    # two answers to each prompt, and a frozen copy of the policy as the reference that scores them (unless LoRA)
+    sequences_per_row=2, reference_copy=True,
+)
