@@ -307,9 +307,11 @@ def refresh_judges(ctx: UIContext, request: gr.Request) -> dict:
 def load_judges(ctx: UIContext, request: gr.Request) -> dict:
     """refresh_judges on page load: for an annotator (no Train tab) nothing changes and no toast shows."""
     try:
-        return refresh_judges(ctx, request=request)
-    except gr.Error:
+        check_role(ctx, request, "admin")
+    except PermissionDenied:
         return gr.update()
+    with ctx.connection() as db:
+        return gr.update(choices=registered_judges(db))
 
 
 # The job settings whose resolved value differs by stage or reward (the rest keep what the person set): how long
