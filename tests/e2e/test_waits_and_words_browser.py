@@ -87,7 +87,9 @@ def test_login_and_search_say_they_are_working(running_app, browser):
     page.wait_for_selector("#records-note:has-text('Searching')", timeout=1_000)  # before the server answers
     page.wait_for_selector("#records-note:has-text('records')", timeout=30_000)  # then the answer replaces it
     assert "Searching" not in page.inner_text("#records-note")
-    page.unroute("**/queue/join**")
+    # the app's timers keep joining the queue: a held request still in flight when the page closes would raise in
+    # the next test's browser call, so the handlers are dropped with their errors ignored
+    page.unroute_all(behavior="ignoreErrors")
     page.close()
 
 
