@@ -20,6 +20,7 @@ from labeler.services.serving.inference import load_policy
 from labeler.services.labels.labels_import import import_preferences
 from labeler.services.evals.measures import GRAMMAR as MEASURES
 from labeler.services.evals.measures import check_measure
+from labeler.services.evals.measures import resolve as resolve_measure
 from labeler.services.serving.models import resolve as resolve_model
 from labeler.services.training import recommended_path, run_preview
 from labeler.services.data.projects import (DEFAULT_ANSWER_TOKENS, DEFAULT_HELDOUT_SHARE, PROMPT_FORMATS, SELECTIONS,
@@ -382,9 +383,9 @@ def _guidelines(path: str | None) -> str | None:
     return decode_text(Path(path))
 
 
-def _describe(project) -> str:
+def _describe(db, project) -> str:
     guidelines = f", guidelines {len(project.guidelines)} chars" if project.guidelines else ""
-    measure = project.measure or "the newest reward model"
+    measure = resolve_measure(db, project.name).words  # what will judge the next run, and why
     return (f"{project.name}: Likert {project.likert_min}..{project.likert_max}, overlap {project.overlap}, "
             f"prompt format {project.prompt_format}, selection {project.selection}, answers of "
             f"{project.answer_tokens} tokens ({project.answer_length_origin}), measure {measure}, held-out share "
@@ -405,7 +406,7 @@ def run_projects_create(args) -> int:
     for spec in specs:
         add_question(db, project.name, **spec)
     asked = "".join(f", {spec['kind']} {spec['name']}" for spec in specs)
-    print(f"created project {_describe(project)}{asked}")
+    print(f"created project {_describe(db, project)}{asked}")
     if args.prompts is not None:
         result = import_prompts(db, args.prompts, project=project.name)
         _print_import(result, "prompts", project.name)
@@ -447,7 +448,7 @@ def run_projects_set(args) -> int:
                              answer_tokens=args.answer_tokens, measure=measure,
                              # typed, even as the default's value: a later import must not refit it
                              answer_tokens_origin=None if args.answer_tokens is None else SET_BY_HAND)
-    print(f"updated project {_describe(project)}")
+    print(f"updated project {_describe(db, project)}")
     return 0
 
 
@@ -474,6 +475,6 @@ def run_projects_list(args) -> int:
     for project in list_projects(db):
         counts = split_counts(db, project.name)
         status = heldout_status(db, project.name)
-        print(f"{_describe(project)}, {count_prompts(db, project.name)} prompts ({counts['test']} held out"
+        print(f"{_describe(db, project)}, {count_prompts(db, project.name)} prompts ({counts['test']} held out"
               + (f": {status})" if status else ")"))
     return 0

@@ -31,8 +31,9 @@ def register(subparsers, common: argparse.ArgumentParser) -> None:
                              "(CSV, JSONL, .txt, Parquet, ... as `prompts import` reads)")
     parser.add_argument("--reward", "--measure", dest="reward", default=defaults.reward,
                         metavar="vader|rm:NAME|module:function",
-                        help="the measure (default: the project's, `projects set --measure`, else its newest reward "
-                             "model); 'vader': VADER compound of the answer alone; 'vader-with-prompt'; 'rm:NAME': a "
+                        help="the measure (default: the project's, `projects set --measure`; else people's blind "
+                             "comparisons once someone has labelled the project, which judge only a finished run's "
+                             "pairs; else its newest reward model); 'vader': VADER compound of the answer alone; 'vader-with-prompt'; 'rm:NAME': a "
                              "registered reward model; module:function taking (prompts, answers) and returning "
                              "floats (the same spec as `train ppo --set reward=...`)")
     parser.add_argument("--samples", type=int, default=defaults.samples,

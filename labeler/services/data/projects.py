@@ -65,7 +65,7 @@ class Project:
     prompt_format: str = "chat"  # a PROMPT_FORMATS key
     selection: str = "arrival"  # a SELECTIONS key
     answer_tokens: int = 128  # new tokens per answer: generation, training, evaluation, chat, arena
-    measure: str = ""  # how runs are judged (labeler/services/evals/measures.py); "" = the newest reward model
+    measure: str = ""  # how runs are judged (labeler/services/evals/measures.py); "" = measures.default decides
     heldout_share: float = DEFAULT_HELDOUT_SHARE  # share of imported prompts held out (split 'test')
     answer_tokens_origin: str = ""  # where answer_tokens came from, in words; "" = the prompt format's default
 
@@ -170,7 +170,7 @@ def create_project(
 ) -> Project:
     """A new project; `ranking_guidelines` None: the same text as `guidelines` for both kinds; `answer_tokens`
     None: the prompt format's DEFAULT_ANSWER_TOKENS (fitted at the first import of a chat project's prompts,
-    labeler/services/serving/answer_length.py), else SET_BY_HAND. The measure starts as "" (the newest reward model); set it
+    labeler/services/serving/answer_length.py), else SET_BY_HAND. The measure starts as "" (measures.default: people's blind pairs once someone labels, else the newest reward model); set it
     with measures.set_measure, which checks that what it names exists."""
     ranking_guidelines = guidelines if ranking_guidelines is None else ranking_guidelines
     origin = SET_BY_HAND if answer_tokens is not None else ""

@@ -76,7 +76,8 @@ class EvalSettings:
     prompts: str = field(default=HELDOUT, metadata={
         "help": "'heldout' (the project's prompts in split 'test') or a prompt file (CSV, JSONL, .txt, ...)."})
     reward: str = field(default="", metadata={
-        "help": "The measure: blank for the project's (projects set --measure; else its newest reward model), "
+        "help": "The measure: blank for the project's (projects set --measure; else people's blind comparisons once "
+                "someone has labelled the project; else its newest reward model), "
                 "'vader' (VADER compound of the answer alone), 'vader-with-prompt', 'rm:NAME' (a registered "
                 "reward model) or module:function taking (prompts, answers)."})
     samples: int = field(default=4, metadata={"help": "Answers sampled per prompt."})
@@ -525,14 +526,16 @@ def registered_run(db: sqlite_utils.Database, name: str) -> int | None:
 
 # ---- runs -----------------------------------------------------------------------------------------------
 
+def auto_measure(db: sqlite_utils.Database, project: str, job) -> measures.Resolved:
+    """The measure a finished run is judged by, and why (measures.resolve, given the run's function reward)."""
+    return measures.resolve(db, project, run_function=job.reward_function if job.reward == "function" else "")
+
+
 def auto_settings(db: sqlite_utils.Database, project: str, job) -> EvalSettings:
-    """What a finished run is evaluated with: the project's measure (measures.resolve_measure), else the run's own
-    reward when it is a function (so a function-rewarded run on a project without a measure is still scored);
-    the answer length it was trained with; its seed and precision."""
-    measure = measures.resolve_measure(db, project)
-    if not measure and job.reward == "function":
-        measure = job.reward_function
-    return EvalSettings(prompts=HELDOUT, reward=measure, samples=job.eval_samples,
+    """What a finished run is evaluated with: the project's measure as measures.resolve decides it, given the run's
+    own reward when it is a function (the last default: a function-rewarded run on a project with no other judge
+    is still scored); the answer length it was trained with; its seed and precision."""
+    return EvalSettings(prompts=HELDOUT, reward=auto_measure(db, project, job).spec, samples=job.eval_samples,
                         max_new_tokens=job.max_new_tokens, seed=job.seed, bf16=job.bf16)
 
 
@@ -562,6 +565,7 @@ def _evaluate_finished_run(db, run_id, stage, project, job, model, sink, log) ->
         log(f"evaluation: skipped, {NO_HELDOUT.format(project=project)}")
         return None
     settings = auto_settings(db, project, job)
+    log(f"evaluation: judged by {auto_measure(db, project, job).words}")
     base = kl_base(db, model["name"])
     names = [base, model["name"]] if base != model["name"] else [model["name"]]
     results = evaluate_models(db, names, settings, project, run_ids={model["name"]: run_id}, reuse=[base], log=log)
@@ -643,7 +647,7 @@ def run_verdict(db: sqlite_utils.Database, run_id: int) -> tuple[str, list[str]]
               if after.settings.get("reward") == measures.PEOPLE or note else None)
     if after.settings.get("reward") == measures.PEOPLE:
         sentence = (verdict_sentence(people.rate, people.low, people.high) + " (people's blind comparisons)"
-                    if people else "People's verdict: waiting for the first ranking of the blind pairs (Rank tab).")
+                    if people else people_waiting(db, run_id, after.model))
     elif people is not None:  # the reward model it optimised is an optimistic judge: people's blind pairs decide
         sentence = (verdict_sentence(people.rate, people.low, people.high) + " (people's blind comparisons; by the "
                     "reward model it was trained on: " + _short_interval(after.metrics) + ")")
@@ -660,6 +664,18 @@ def run_verdict(db: sqlite_utils.Database, run_id: int) -> tuple[str, list[str]]
     return sentence, warnings
 
 
+def people_waiting(db: sqlite_utils.Database, run_id: int, model: str) -> str:
+    """The verdict of a run people judge before anyone ranked its blind pairs: how many wait, or why there are none."""
+    pairs = db.execute("SELECT COUNT(DISTINCT prompt_id) FROM responses WHERE run_id = ? AND source = ?",
+                       [int(run_id), people_eval.EVALUATION_SOURCE]).fetchone()[0]
+    if pairs:
+        return (f"Not yet judged: {pairs} blind {'pair waits' if pairs == 1 else 'pairs wait'} in the Rank tab for "
+                "people to rank (people's blind comparisons are the measure).")
+    return ("No verdict: people's blind comparisons are the measure, but no blind pair of this run was queued (its "
+            "base's held-out answers were all shown in earlier pairs, or it was compared with no base): set another "
+            f"measure (projects set --measure) and run `rlhf-studio eval --model {model}`.")
+
+
 def _short_interval(metrics: dict) -> str:
     if "eval/win_low" not in metrics:
         return "no win rate"
@@ -672,6 +688,11 @@ def verdict_lines(db: sqlite_utils.Database, results: Sequence[Evaluation]) -> l
     lines = []
     for result in results:
         sentence = evaluation_verdict(result)
+        if result.settings.get("reward") == measures.PEOPLE and result.kl_base not in (None, result.model):
+            # People judge only a run's blind pairs (queued when it finished): say where they stand, or why none.
+            sentence = (run_verdict(db, result.run_id)[0] if result.run_id is not None else
+                        "No verdict: people's blind comparisons are the measure, and they judge a finished run's "
+                        "pairs only: pass --measure rm:NAME, vader or module:function to score these answers.")
         if not sentence:
             continue
         lines.append(f"{result.model}: {sentence}")

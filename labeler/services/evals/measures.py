@@ -4,13 +4,25 @@
     rm:NAME                     a registered reward model's score
     module:function             a Python function (prompts, answers) -> one float per answer
     people                      people compare the base's and the tuned model's answers, blind, in the Rank tab
-    "" (the default)            the newest reward model trained on the project; none while it has none
+    "" (the default)            decided by `resolve`, in this order:
+                                1. people, when someone can judge: an active account has labelled in this project
+                                   (`labellers`);
+                                2. else the newest reward model trained on the project;
+                                3. else, for a run rewarded by a function, that function (its own reward: optimistic);
+                                4. else none (no verdict).
+
+People come first because a reward model trained on the same few labels judges the policy it trained
+optimistically (the policy learnt to please exactly that model), while people's blind pairs are an independent
+judge that exists whenever people do; they cost people's time, but nothing waits on them. `resolve` is the one place
+that decides, and `Resolved.words` says what it chose and why, for every place that shows the measure to a person.
 
 The measure scores the answers of a run's model and of its base to the same held-out prompts; the evaluation
 reports the mean score and the model's win rate against its base (labeler/services/evals/evaluation.py). A reward model
 that a run optimised is an optimistic judge of it: `judge_note` says so on the run's page.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import sqlite_utils
 
@@ -20,7 +32,8 @@ from labeler.errors import InputError
 from labeler.services.data.projects import Project, get_project, update_project
 
 PEOPLE = "people"
-GRAMMAR = "rm:NAME, vader, vader-with-prompt, module:function or people (blank: the newest reward model)"
+GRAMMAR = ("rm:NAME, vader, vader-with-prompt, module:function or people (blank: people's blind comparisons once "
+           "someone has labelled the project, else the newest reward model)")
 OPTIMISTIC = "judged by the reward model it was trained on: optimistic"
 
 
@@ -53,19 +66,75 @@ def newest_project_reward_model(db: sqlite_utils.Database, project_id: int) -> s
     return models.newest_of_project(db, "reward", project_id)
 
 
-def resolve_measure(db: sqlite_utils.Database, project: str) -> str:
-    """The measure in force: the project's own, else 'rm:<newest reward model of the project>', else ''."""
+def labellers(db: sqlite_utils.Database, project_id: int) -> int:
+    """The people who can judge the project's blind pairs: active accounts (either role; every active account may
+    label every project, there are no per-project members) with at least one label done in its Rate or Rank queue.
+    Imported labels (no account) and arena votes (no queue assignment) do not count, nor a deactivated account
+    (the demo's simulated annotator is deactivated when the demo ends): none of them will rank a blind pair."""
+    # user_progress.done is kept by triggers on assignments (storage/migrations.py, queue counters): a few rows per
+    # account and label kind, so this costs the same at 100k labels as at 10.
+    return db.execute("SELECT COUNT(DISTINCT p.user_id) FROM user_progress p JOIN users u ON u.id = p.user_id"
+                      " WHERE p.project_id = ? AND p.done > 0 AND u.active = 1", [project_id]).fetchone()[0]
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The measure in force (a spec as check_measure returns it; '' for none) and where it came from, in words."""
+    spec: str
+    source: str
+
+    @property
+    def words(self) -> str:
+        """The measure and its source, as the Admin tab, `projects show` and the run's log say it."""
+        if not self.spec:
+            return f"none ({self.source}: no verdict; set one with projects set --measure)"
+        described = describe(self.spec)
+        if described.endswith(")"):  # "vader (sentiment)": one pair of brackets
+            return f"{described[:-1]}; {self.source})"
+        return f"{described} ({self.source})"
+
+
+SET_HERE = "set for this project"
+# The default in words before a project exists (the new-project form): the rule `default` applies.
+DEFAULT_WORDS = "people's blind comparisons once someone labels the project, else its newest reward model"
+
+
+def resolve(db: sqlite_utils.Database, project: str, run_function: str = "") -> Resolved:
+    """The measure in force and why: the project's own, else `default`."""
     current = get_project(db, project)
     if current.measure:
-        return current.measure
+        return Resolved(current.measure, SET_HERE)
+    return default(db, project, run_function)
+
+
+def default(db: sqlite_utils.Database, project: str, run_function: str = "") -> Resolved:
+    """The measure of a project that sets none, and why: people's blind pairs when `labellers` finds someone; else
+    the newest reward model trained on the project; else `run_function` (the function a run was rewarded by, given
+    for a finished run's evaluation); else none. The one place that decides the default (module docstring)."""
+    current = get_project(db, project)
+    people = labellers(db, current.id)
+    if people:
+        who = "1 person has" if people == 1 else f"{people} people have"
+        return Resolved(PEOPLE, f"default: {who} labelled this project and can rank the blind pairs")
     newest = newest_project_reward_model(db, current.id)
-    return f"rm:{newest}" if newest else ""
+    if newest:
+        return Resolved(f"rm:{newest}", "default: nobody has labelled this project yet; the newest reward model "
+                                        "trained on it")
+    if run_function:
+        return Resolved(run_function, "default: nobody has labelled this project and no reward model was trained "
+                                      "on it; the function the run was rewarded by")
+    return Resolved("", "default: nobody has labelled this project and no reward model was trained on it")
+
+
+def resolve_measure(db: sqlite_utils.Database, project: str) -> str:
+    """The spec of `resolve`: what an evaluation stores in its settings."""
+    return resolve(db, project).spec
 
 
 def describe(measure: str) -> str:
     """A measure in words, for the run's page and the report."""
     if not measure:
-        return "no measure (set one: projects set --measure, or train a reward model)"
+        return "no measure (set one: projects set --measure, label the project, or train a reward model)"
     if measure == PEOPLE:
         return "people's blind comparisons"
     if measure.startswith("rm:"):

@@ -16,7 +16,7 @@ from labeler.ui.binding import bind
 from labeler.ui.context import UIContext
 from labeler.ui.roles import check_role, requires
 from labeler.ui.soft_errors import keep_on_error, ui_errors
-from labeler.ui.tabs.admin.snapshot import SHOWN, measure_choices, snapshot
+from labeler.ui.tabs.admin.snapshot import MEASURE_INFO, SHOWN, measure_choices, snapshot
 
 # The page is reloaded once the admin works in the new project: every tab reads it on load, as after a refresh.
 RELOAD_JS = "(name) => { if (name) { window.location.reload(); } return name; }"
@@ -79,7 +79,7 @@ def build_project_settings() -> ProjectPart:
             )
             measure = gr.Dropdown(
                 choices=[], label="Measure (how finished runs are judged on the held-out prompts)",
-                info="module:function from the command line: rlhf-studio projects set --measure",
+                info=MEASURE_INFO,
                 allow_custom_value=True, elem_id="admin-measure",
             )
         # The text annotators see, per label kind (projects.Project.guidelines_for): the default in full while
@@ -117,7 +117,7 @@ def build_new_project() -> NewProjectPart:
                      "a text", elem_id="admin-new-project-tokens",
             )
         with gr.Row():
-            measure = gr.Dropdown(choices=[("the newest reward model trained on the project", "")], value="",
+            measure = gr.Dropdown(choices=[(f"default: {measures.DEFAULT_WORDS}", "")], value="",
                                   label="Measure (how finished runs are judged)",
                                   elem_id="admin-new-project-measure")
             heldout_share = gr.Slider(0, 0.5, value=DEFAULT_HELDOUT_SHARE, step=0.05,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gradio as gr
 
 from labeler.services.data import accounts
+from labeler.services.evals import measures
 from labeler.services.serving import models
 from labeler.services.labels import quality
 from labeler.services.data.projects import get_project
@@ -74,12 +75,18 @@ def snapshot(db, project_name: str) -> tuple:
         project.guidelines_for("rating"), project.guidelines_for("ranking"),
         stats_table(db, project_name), agreement_markdown(db, project_name),
         *models_outputs(db), project.prompt_format, project.selection, project.answer_tokens,
-        gr.update(choices=measure_choices(db), value=project.measure),
+        gr.update(choices=measure_choices(db, project_name), value=project.measure,
+                  info=f"Judged now by: {measures.resolve(db, project_name).words}. {MEASURE_INFO}"),
     )
 
 
-def measure_choices(db) -> list[tuple[str, str]]:
-    """The measures an admin can pick: the newest reward model (the default), each reward model, VADER, people."""
+MEASURE_INFO = "module:function from the command line: rlhf-studio projects set --measure"
+
+
+def measure_choices(db, project: str | None = None) -> list[tuple[str, str]]:
+    """The measures an admin can pick: the default (blank; in `project`, what it resolves to now and why, so the
+    form shows what will run), each reward model, VADER, people."""
     rewards = [m["name"] for m in models.list_models(db, kind="reward")]
-    return [("the newest reward model trained on the project", ""), *[(f"reward model {n}", f"rm:{n}") for n in rewards],
+    blank = (measures.default(db, project).words if project is not None else f"default: {measures.DEFAULT_WORDS}")
+    return [(blank, ""), *[(f"reward model {n}", f"rm:{n}") for n in rewards],
             ("VADER sentiment of the answer", "vader"), ("people's blind comparisons", "people")]
