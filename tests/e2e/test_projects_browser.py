@@ -40,7 +40,9 @@ def test_an_admin_creates_a_project_switches_and_retires_a_prompt(studio, login,
     page.locator("#admin-new-project").get_by_text("New project", exact=True).first.click()
     page.fill("#admin-new-project-name textarea", "nimbus")
     page.fill("#admin-new-project-tokens input", "64")
-    pick(page, "#admin-new-project-measure", "people")
+    # The exact option: the blank one's words name people too ("default: people's blind comparisons once ...").
+    page.click("#admin-new-project-measure input")
+    page.click("[role=option]:text-is(\"people's blind comparisons\")")
     page.click("#admin-create-project")
     # The page reloads in the new project.
     page.wait_for_selector("#studio-whoami >> text=project nimbus", timeout=30_000)
