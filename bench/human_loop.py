@@ -213,7 +213,9 @@ def report(db: Path, run_id: int, wall: float, label: str, task: str = SHIPPED, 
     print(f"\n{label}: run {run_id} {run.status}, {run.step} steps, {wall / 60:.1f} min", flush=True)
     for name, metrics in (("before", out["before"]), ("after", out["after"])):
         if metrics:
-            share = metrics.get("eval/positive_share")  # the shipped task's VADER figure; not an example task's
+            # VADER's positive share on the shipped task; an example task's evaluation computes one from its judge's
+            # scores too (> 0.5), but its held-out result is the win rate, printed below
+            share = metrics.get("eval/positive_share") if task == SHIPPED else None
             print(f"  {name:<6} {'' if share is None else f'positive {share:.0%}  '}"
                   f"KL {metrics.get('eval/kl', 0):.2f}  distinct-2 {metrics['eval/distinct_2']:.3f}  "
                   f"reward {metrics.get('eval/reward_mean', float('nan')):.3f}")
@@ -363,7 +365,7 @@ def print_comparison(results: list[dict], criteria: Criteria = Criteria()) -> di
                       f"{a.get('eval/kl', float('nan')):5.2f} | {a.get('eval/distinct_2', float('nan')):10.3f} | "
                       f"{r['labels_by_team']:>6} | {r['judged_by_team']:>7} | {r['wall_s'] / 60:6.1f} m")
         for method, m in summaries.items():
-            print(f"{method:>10} | mean of {m['runs']} | {m['held_out']:16.0%} | {m['kl']:5.2f} | "
+            print(f"{method:>10} | {'mean of ' + str(m['runs']):>12} | {m['held_out']:16.0%} | {m['kl']:5.2f} | "
                   f"{m['distinct_2']:10.3f} | {m['labels']:6.0f} | {m['answers']:7.0f} |")
         met, why = item3_verdict(summaries["online-dpo"], summaries["ppo"], criteria)
         print(f"issue 46 item 3 on {task}: {'met' if met else 'NOT met'} ({why})")
