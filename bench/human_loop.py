@@ -360,8 +360,8 @@ def print_comparison(results: list[dict], criteria: Criteria = Criteria()) -> di
               f"{'labels':>6} | {'answers':>7} | {'wall':>8}")
         for method, runs in by_method.items():
             for r in runs:
-                a = r["after"]
-                print(f"{method:>10} | {r['seed']:>4} | {r['margin']:>5g} | {describe_held_out(r.get('held_out')):>16} | "
+                a, held = r["after"], describe_held_out(r.get("held_out"))
+                print(f"{method:>10} | {r['seed']:>4} | {r['margin']:>5g} | {held:>16} | "
                       f"{a.get('eval/kl', float('nan')):5.2f} | {a.get('eval/distinct_2', float('nan')):10.3f} | "
                       f"{r['labels_by_team']:>6} | {r['judged_by_team']:>7} | {r['wall_s'] / 60:6.1f} m")
         for method, m in summaries.items():

@@ -482,8 +482,8 @@ def main() -> None:
     parser.add_argument("--mix-judged-answers", type=int, default=800, help="people's budget in the mix run")
     parser.add_argument("--annotators", type=int, default=5)
     parser.add_argument("--pace", type=float, default=2.0, help="seconds each person takes per label")
-    parser.add_argument("--tie-margins", default=f"{TIE_MARGIN:g}", help="comma-separated: people tie answers whose judge "
-                        "scores are within this of their group's best; the whole recipe runs once per margin and "
+    parser.add_argument("--tie-margins", default=f"{TIE_MARGIN:g}", help="comma-separated: people tie answers whose "
+                        "judge scores are within this of their group's best; the whole recipe runs once per margin and "
                         "seed (item 7: the recipe must not depend on how people break ties)")
     parser.add_argument("--win-margin", type=float, default=0.0, help="the judge's win rate counts a pair within "
                         "this as a tie (0: equal scores only, as the app's win rate counts)")
