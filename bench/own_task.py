@@ -66,6 +66,12 @@ from bench.tasks import TASKS, Task  # noqa: E402
 if TYPE_CHECKING:
     from rlhf.evaluation import WinRate
 
+# How the recipe sets up a task, shared with bench/human_loop.py's example tasks: the share of its prompts held
+# out, and people's ties and Likert mapping by the task's judge (its scores lie in [0, 1]).
+HELDOUT_SHARE = 0.1
+TIE_MARGIN = 0.05
+JUDGE_RANGE = (0.0, 1.0)
+
 # Item 5's targets (issue 33).
 TARGETS = {"win_rate": 0.70, "kl": 10.0, "distinct_2": 0.45, "judged_offline": 400, "judged_mix": 800,
            "app_vs_judge": 0.15}
@@ -271,7 +277,7 @@ class People:
         self.server = Server(str(studio.db), str(studio.work / "server.log"), project=studio.project)
         judge = task.judge()
         self.team = [WebAnnotator(self.server.url, name, pace=pace, judge=judge, margin=margin,
-                                  score_range=(0.0, 1.0)) for name in users]
+                                  score_range=JUDGE_RANGE) for name in users]
 
     def judged(self) -> int:
         return sum(a.answers_judged for a in self.team)
@@ -470,14 +476,14 @@ def main() -> None:
     parser.add_argument("--task", action="append", choices=sorted(TASKS), help="repeatable (default: every task)")
     parser.add_argument("--n", type=int, default=4, help="answers per training prompt for people to rank")
     parser.add_argument("--limit", type=int, default=None, help="use only the task's first N prompts (smoke runs)")
-    parser.add_argument("--heldout-share", type=float, default=0.1)
+    parser.add_argument("--heldout-share", type=float, default=HELDOUT_SHARE)
     parser.add_argument("--answer-tokens", type=int, default=128, help="the project's answer length")
     parser.add_argument("--judged-answers", type=int, default=400, help="people's budget up front (offline path)")
     parser.add_argument("--mix-judged-answers", type=int, default=800, help="people's budget in the mix run")
     parser.add_argument("--annotators", type=int, default=5)
     parser.add_argument("--pace", type=float, default=2.0, help="seconds each person takes per label")
-    parser.add_argument("--tie-margins", default="0.05", help="comma-separated: people tie answers whose judge "
-                        "scores are within this of their group's best; the whole recipe runs once per margin and "
+    parser.add_argument("--tie-margins", default=f"{TIE_MARGIN:g}", help="comma-separated: people tie answers whose "
+                        "judge scores are within this of their group's best; the whole recipe runs once per margin and "
                         "seed (item 7: the recipe must not depend on how people break ties)")
     parser.add_argument("--win-margin", type=float, default=0.0, help="the judge's win rate counts a pair within "
                         "this as a tie (0: equal scores only, as the app's win rate counts)")
