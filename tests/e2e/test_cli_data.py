@@ -67,7 +67,7 @@ def test_prompts_labels_export_backup(capsys, tmp_path):
 
 # A new chat project's answer length, measure and held-out share, as `projects` prints them.
 OWN = ("answers of 128 tokens (the default for chat projects), measure none (default: nobody has labelled this project "
-       "and no reward model was trained on it: no verdict; set one with projects set --measure), held-out share 0.1, ")
+       "yet and no reward model was trained on it: no verdict; set one with projects set --measure), held-out share 0.1, ")
 
 
 def test_projects_and_users(capsys, tmp_path):

@@ -38,7 +38,7 @@ def test_the_default_is_people_once_someone_labelled_else_the_newest_reward_mode
                                                                                           tiny_encoder_dir):
     function_run = dict(run_function=WORDS)
     # Nothing to judge with: no verdict, unless a run brings its own function.
-    assert measures.resolve(db, "default") == measures.Resolved("", f"{NOBODY} and no reward model was trained on it")
+    assert measures.resolve(db, "default") == measures.Resolved("", f"{NOBODY} yet and no reward model was trained on it")
     assert measures.resolve(db, "default", **function_run).spec == WORDS
     _reward_model(db, "rm-a", tiny_encoder_dir)
     assert measures.resolve(db, "default") == measures.Resolved(
@@ -78,7 +78,7 @@ def test_the_default_is_people_once_someone_labelled_else_the_newest_reward_mode
 
 def test_the_words_say_the_measure_and_where_it_came_from(db, tiny_encoder_dir):
     assert measures.resolve(db, "default").words == (
-        "none (default: nobody has labelled this project and no reward model was trained on it: no verdict; set one "
+        "none (default: nobody has labelled this project yet and no reward model was trained on it: no verdict; set one "
         "with projects set --measure)")
     _reward_model(db, "rm-a", tiny_encoder_dir)
     assert measures.resolve(db, "default").words == (
@@ -163,3 +163,25 @@ def test_a_people_judged_run_without_pairs_says_why_there_is_no_verdict(db):
     sentence = evaluation.run_verdict(db, run_id)[0]
     assert sentence.startswith("No verdict: people's blind comparisons are the measure, but no blind pair of this "
                                "run was queued") and "rlhf-studio eval --model dpo-run1" in sentence
+
+
+def test_a_runs_held_out_curve_is_scored_by_the_judge_that_needs_nobody_when_people_judge_the_finished_model(
+        db, tiny_encoder_dir):
+    job = JobConfig(reward="function", reward_function=WORDS)
+    make_users(db, "ann")
+    add_ranked_pairs(db, 1, annotator="ann")
+    assert measures.resolve_measure(db, "default") == "people"
+    # people judge the finished model; while it trains, the run's own function scores the curve
+    assert measures.scorer(db, "default", WORDS).spec == WORDS
+    assert evaluation.curve_settings(db, "default", job).reward == WORDS
+    assert evaluation.auto_settings(db, "default", job).reward == "people"
+    # a reward model trained on the project comes before the function, as in the default
+    _reward_model(db, "rm-a", tiny_encoder_dir)
+    assert evaluation.curve_settings(db, "default", job).reward == "rm:rm-a"
+    # people set for the project: the curve still has the reward model
+    measures.set_measure(db, "default", "people")
+    assert measures.scorer(db, "default").spec == "rm:rm-a"
+    assert evaluation.curve_settings(db, "default", JobConfig()).reward == "rm:rm-a"
+    # a measure that scores by itself is the curve's judge too
+    measures.set_measure(db, "default", "vader")
+    assert evaluation.curve_settings(db, "default", job).reward == "vader"

@@ -539,6 +539,13 @@ def auto_settings(db: sqlite_utils.Database, project: str, job) -> EvalSettings:
                         max_new_tokens=job.max_new_tokens, seed=job.seed, bf16=job.bf16)
 
 
+def curve_settings(db: sqlite_utils.Database, project: str, job) -> EvalSettings:
+    """auto_settings for scoring a run's answers while it trains: people judge only the finished model, so their
+    place is taken by the judge that needs nobody (measures.scorer)."""
+    function = job.reward_function if job.reward == "function" else ""
+    return replace(auto_settings(db, project, job), reward=measures.scorer(db, project, function).spec)
+
+
 def evaluate_finished_run(db: sqlite_utils.Database, run_id: int, stage: str, project: str, job, model: dict,
                           sink=None, log: Callable[[str], None] = print) -> Evaluation | None:
     """The automatic evaluation after a policy run registered `model` (its models row): the model and its base

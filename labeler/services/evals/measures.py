@@ -116,14 +116,29 @@ def default(db: sqlite_utils.Database, project: str, run_function: str = "") -> 
     if people:
         who = "1 person has" if people == 1 else f"{people} people have"
         return Resolved(PEOPLE, f"default: {who} labelled this project and can rank the blind pairs")
-    newest = newest_project_reward_model(db, current.id)
+    return automatic(db, current.id, run_function, "nobody has labelled this project yet")
+
+
+def automatic(db: sqlite_utils.Database, project_id: int, run_function: str = "",
+              why_not_people: str = "people judge only the finished model") -> Resolved:
+    """The default's steps after people: a judge that scores answers without anyone (the newest reward model
+    trained on the project, else `run_function`), else none."""
+    newest = newest_project_reward_model(db, project_id)
     if newest:
-        return Resolved(f"rm:{newest}", "default: nobody has labelled this project yet; the newest reward model "
-                                        "trained on it")
+        return Resolved(f"rm:{newest}", f"default: {why_not_people}; the newest reward model trained on it")
     if run_function:
-        return Resolved(run_function, "default: nobody has labelled this project and no reward model was trained "
-                                      "on it; the function the run was rewarded by")
-    return Resolved("", "default: nobody has labelled this project and no reward model was trained on it")
+        return Resolved(run_function, f"default: {why_not_people} and no reward model was trained on it; the "
+                                      "function the run was rewarded by")
+    return Resolved("", f"default: {why_not_people} and no reward model was trained on it")
+
+
+def scorer(db: sqlite_utils.Database, project: str, run_function: str = "") -> Resolved:
+    """What scores a run's answers while it trains (PPO's held-out curve): the measure in force, unless that is
+    people, who judge the finished model only; then `automatic`'s judge (the curve's only use is its shape)."""
+    resolved = resolve(db, project, run_function)
+    if resolved.spec != PEOPLE:
+        return resolved
+    return automatic(db, get_project(db, project).id, run_function)
 
 
 def resolve_measure(db: sqlite_utils.Database, project: str) -> str:

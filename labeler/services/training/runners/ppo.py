@@ -283,7 +283,8 @@ def save_policy(ctx: StageContext, trainer, tokenizer, base_path: str) -> None:
 
 def heldout_check(ctx: StageContext, db, trainer, tokenizer, chat_template):
     """`check(step)`: every job.heldout_every steps, one answer per held-out prompt from the current policy, scored
-    as the final evaluation scores them (evaluation.auto_settings: the project's measure), logged
+    as the final evaluation scores them, or, when people judge the finished model, by the judge that needs nobody
+    (evaluation.curve_settings), logged
     as eval/positive_share and eval/reward_mean at that step. None when off or there is nothing to check on (no
     held-out prompts, or several processes: the policy's weights are sharded or replicated across ranks)."""
     from rlhf.evaluation import evaluate_policy
@@ -293,9 +294,9 @@ def heldout_check(ctx: StageContext, db, trainer, tokenizer, chat_template):
     prompts = evaluation.heldout_prompts(db, ctx.project)
     if not job.heldout_every or not prompts or trainer.accelerator.num_processes > 1:
         return None
-    settings = evaluation.auto_settings(db, ctx.project, dataclasses.replace(job, eval_samples=1))  # the measure
+    settings = evaluation.curve_settings(db, ctx.project, dataclasses.replace(job, eval_samples=1))
     reward_fn = evaluation.reward_function(db, settings.reward)
-    if reward_fn is None:  # no measure to score with yet, or people's (they judge the finished model)
+    if reward_fn is None:  # nothing scores answers without people yet
         return None
 
     def check(step: int) -> None:
