@@ -44,7 +44,7 @@ def test_the_checker_sees_imports_inside_functions(tmp_path):
     assert imports(sample) == [(2, "labeler"), (2, "labeler.ui"), (3, "gradio.utils")]
 
 
-# Within the labeling package (docs/ARCHITECTURE.md, Labelling) each module may import only the ones below it: the
+# Within the labeling package (docs/ARCHITECTURE.md, services/data/) each module may import only the ones below it: the
 # tables' writer at the bottom, so that accounts can release a deactivated account's holds through it.
 LABELING_MAY_IMPORT = {
     "store": set(),
