@@ -91,8 +91,8 @@ def test_the_ground_floor_imports_nothing_above_it(path):
     assert not wrong, wrong
 
 
-# The services' groups, floor by floor (docs/ARCHITECTURE.md, Services): each imports only the groups before it in this list
-# (at import time or in a function), so a group can be read, and tested, without the ones after it.
+# The services' groups, floor by floor (docs/ARCHITECTURE.md, Services): each imports only the groups before it in this
+# list (at import time or in a function), so a group can be read, and tested, without the ones after it.
 SERVICE_GROUPS = ['settings', 'data', 'labels', 'execution', 'serving', 'evals', 'training']
 
 

@@ -170,8 +170,8 @@ def create_project(
 ) -> Project:
     """A new project; `ranking_guidelines` None: the same text as `guidelines` for both kinds; `answer_tokens`
     None: the prompt format's DEFAULT_ANSWER_TOKENS (fitted at the first import of a chat project's prompts,
-    labeler/services/serving/answer_length.py), else SET_BY_HAND. The measure starts as "" (the newest reward model); set it
-    with measures.set_measure, which checks that what it names exists."""
+    labeler/services/serving/answer_length.py), else SET_BY_HAND. The measure starts as "" (the newest reward model);
+    set it with measures.set_measure, which checks that what it names exists."""
     ranking_guidelines = guidelines if ranking_guidelines is None else ranking_guidelines
     origin = SET_BY_HAND if answer_tokens is not None else ""
     if answer_tokens is None:

@@ -1,7 +1,7 @@
 """Chat with a model: streamed and plain replies bounded in elapsed time, best-of-N, rating.
 
-The models come from the server's one ModelCache (labeler/services/serving/inference.py), which also gives each person one
-answer at a time across Chat, Arena and best-of-N, and the server a cap on generations at once with a queue.
+The models come from the server's one ModelCache (labeler/services/serving/inference.py), which also gives each person
+one answer at a time across Chat, Arena and best-of-N, and the server a cap on generations at once with a queue.
 
 A conversation is a list of {"role": "user" | "assistant", "content": str} messages ending with the
 user's turn; the system prompt is passed apart. A rated answer is stored like any other label (prompt,
