@@ -194,7 +194,8 @@ def create_project(
 def update_project(db: sqlite_utils.Database, name: str, **fields) -> Project:
     """Change any of EDITABLE_FIELDS; fields left out (or None) keep their value. `measure` is checked for syntax
     only here (measures.set_measure checks that the model or function it names exists); `heldout_share` only
-    sets the share of later imports (prompts.change_heldout_share re-splits the prompts there are). A guidelines text equal to its kind's default is stored as "" (= follow the default)."""
+    sets the share of later imports (prompts.change_heldout_share re-splits the prompts there are). A guidelines text
+    equal to its kind's default is stored as "" (= follow the default)."""
     unknown = sorted(set(fields) - set(EDITABLE_FIELDS))
     if unknown:
         raise InputError(f"cannot change {', '.join(unknown)} (editable: {', '.join(EDITABLE_FIELDS)})", field=unknown[0])

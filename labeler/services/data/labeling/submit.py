@@ -314,7 +314,8 @@ def skip_item(db: sqlite_utils.Database, project: str, username: str, item_id: i
         if row["status"] == "done":
             raise InputError(f"item {item_id} is already labelled; undo it first", field="item_id")
         if row["status"] != "skipped":
-            # assigned_at becomes the time of the skip, so undo_last_action can tell whether a skip or a label came last.
+            # assigned_at becomes the time of the skip, so undo_last_action can tell
+            # whether a skip or a label came last.
             db.execute(f"UPDATE assignments SET status = 'skipped', assigned_at = {NOW} WHERE id = ?", [row["id"]])
 
 
