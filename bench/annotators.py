@@ -48,6 +48,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -109,21 +110,26 @@ def build_database(path: str, n_items: int, users: list[str], overlap: int) -> N
 
 
 class Server:
-    """`rlhf-studio serve` on a free port, as a user starts it (migrations at start-up, then plain requests)."""
+    """`rlhf-studio serve` on a free port, as a user starts it (migrations at start-up, then plain requests).
 
-    def __init__(self, db_path: str, log_path: str, code_dir: str | None = None, project: str = PROJECT):
+    `options`: more `serve` flags; `env`: the variables set over this process's (by default Gradio's analytics off
+    and one OpenMP thread); `timeout_s`: how long it may take to answer. `start_s`: the seconds it took."""
+
+    def __init__(self, db_path: str, log_path: str, code_dir: str | None = None, project: str = PROJECT, *,
+                 options: Sequence[str] = (), env: dict[str, str] | None = None, timeout_s: float = 180.0):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
-        env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "OMP_NUM_THREADS": "1"}
+        env = {**os.environ, **({"GRADIO_ANALYTICS_ENABLED": "False", "OMP_NUM_THREADS": "1"} if env is None else env)}
         self.log = open(log_path, "w")
+        started = time.monotonic()
         self.process = subprocess.Popen(
             [sys.executable, "-m", "labeler", "serve", "--db", db_path, "--port", str(self.port),
-             "--first-prompts", "0", "--project", project],
+             "--first-prompts", "0", "--project", project, *options],
             stdout=self.log, stderr=subprocess.STDOUT, env=env,
             # `python -m labeler` imports from its working directory first: code_dir's labeler and storage.
             cwd=code_dir,
         )
-        deadline = time.monotonic() + 180
+        deadline = started + timeout_s
         while True:
             if self.process.poll() is not None:
                 raise SystemExit(f"the server exited ({self.process.returncode}); see {log_path}")
@@ -134,8 +140,9 @@ class Server:
                 break  # it answers (the page may need a login)
             except OSError:
                 if time.monotonic() > deadline:
-                    raise SystemExit(f"the server did not answer within 180 s; see {log_path}") from None
+                    raise SystemExit(f"the server did not answer within {timeout_s:.0f} s; see {log_path}") from None
                 time.sleep(0.2)
+        self.start_s = time.monotonic() - started
 
     def cpu_s(self) -> float:
         return process_cpu_s(self.process.pid)

@@ -1,7 +1,7 @@
 """Bytes a people-rewarded PPO run (reward human or mix) writes per step: before, a full checkpoint after every step
 (fp32 weights, the value head then added to model.safetensors by reading and rewriting the whole file, Adam's
-state); after, the step journal every step (labeler/services/execution/step_journal.py: the batch's answers, token ids and
-rewards, one SQLite row) and the checkpoint, its weights written once with the head's keys, every N steps.
+state); after, the step journal every step (labeler/services/execution/step_journal.py: the batch's answers, token ids
+and rewards, one SQLite row) and the checkpoint, its weights written once with the head's keys, every N steps.
 
 N is what the run's checkpoint_share (0.05) makes it: labeler/services/checkpoints.WeightsPacer writes the weights
 once the time trained since the last write is 19x what the write took, so N = ceil(19 x write seconds / step

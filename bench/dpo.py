@@ -21,7 +21,8 @@ everything from the first batch to the last optimizer step. Building the trainer
 left out. Variants run in their own processes and take turns, one epoch each (bench/interleave.py); the
 first epoch of each is a warm-up.
 TRL (--trl-python): its DPOTrainer at its fastest setting here, bf16 autocast with the reference log-probs
-precomputed at --ref-batch-size and gradient checkpointing off (TRL 1.x's default is on), on the same pairs, batch and max length, timed the same way (bench/trl_side.py).
+precomputed at --ref-batch-size and gradient checkpointing off (TRL 1.x's default is on), on the same pairs, batch and
+max length, timed the same way (bench/trl_side.py).
 """
 from __future__ import annotations
 

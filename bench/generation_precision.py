@@ -1,5 +1,5 @@
-"""Inference in bf16 or fp32 on this CPU (issue 44 item 1): which does labeler.services.serving.inference pick, and is it the
-faster one? 64 answers x 128 tokens with the default model, each dtype in turn, interleaved, the ratio printed.
+"""Inference in bf16 or fp32 on this CPU (issue 44 item 1): which does labeler.services.serving.inference pick, and is
+it the faster one? 64 answers x 128 tokens with the default model, each dtype in turn, interleaved, the ratio printed.
 
     python bench/generation_precision.py                        # 64 answers x 128 tokens, 3 rounds
     python bench/generation_precision.py --answers 2 --tokens 4 --rounds 1     # a check that it runs

@@ -32,8 +32,8 @@ and the worker it starts; the server's is given beside it), read from /proc ever
 sample misses at most the last 0.1 s of a process's life. On `--device cuda` the GPU's used memory (nvidia-smi,
 every 0.5 s, the whole GPU's) is added. The estimate is the app's: `train --dry-run`'s for training stages
 (rlhf/memory_estimate.py from labeler/services/training/run_estimate.py train_shape) and the model cache's for inference
-(labeler/services/serving/inference.py estimated_bytes: the weights in the dtype they are answered in); both count what a
-stage adds above the floor row's runtime, so compare peak - floor with the estimate. Bytes written: the size of
+(labeler/services/serving/inference.py estimated_bytes: the weights in the dtype they are answered in); both count what
+a stage adds above the floor row's runtime, so compare peak - floor with the estimate. Bytes written: the size of
 every file under the data folder (database, WAL, runs, checkpoints, models) that the stage created or changed
 (a file written twice counts once, a file created and deleted within the stage not at all).
 
@@ -340,8 +340,8 @@ class Loop:
         return estimate
 
     def inference_estimate(self, *names: str):
-        """The model cache's estimate before a load (labeler/services/serving/inference.py estimated_bytes) of each model;
-        a LoRA adapter is answered merged into its base, so its base's folder is what is estimated."""
+        """The model cache's estimate before a load (labeler/services/serving/inference.py estimated_bytes) of each
+        model; a LoRA adapter is answered merged into its base, so its base's folder is what is estimated."""
         def estimate():
             from labeler.services.serving import inference, models
             from rlhf.hardware import cpu_flags

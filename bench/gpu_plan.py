@@ -14,8 +14,8 @@ weights file: the estimate reads the config alone. Memory of inference (generate
 model cache counts them on a GPU (the checkpoint's own dtype, bf16) plus the batch's KV cache; the evaluation holds
 one model at a time beside the reward model that measures it. Add ~0.5-1 GiB for the CUDA context.
 
-Time: the app's model-free micro-step (labeler/services/training/run_estimate.py model_free_micro_step: FLOPs at a nominal
-125 TFLOP/s for any GPU, generation at a quarter of it, weights read at 500 MB/s) and its PPO step arithmetic
+Time: the app's model-free micro-step (labeler/services/training/run_estimate.py model_free_micro_step: FLOPs at a
+nominal 125 TFLOP/s for any GPU, generation at a quarter of it, weights read at 500 MB/s) and its PPO step arithmetic
 (ppo_step_seconds). The app has no time estimate for the Trainer stages (rm, dpo): their steps are worked out here
 with the same FLOP model (a training pass 3x a forward, 2x with LoRA, 4/3 more with checkpointing). A 24 GB card
 is often slower than the nominal rate (dense bf16: RTX 4090 ~165, L4 ~120, A10G ~70 TFLOP/s); an 80 GB A100 ~310,

@@ -6,8 +6,9 @@ items in arrival order vs by the reward model's uncertainty (projects set --sele
     python bench/label_efficiency.py --pool POOL --ceiling   # the learner alone: random labels up to every pair
 
 The pool: the shipped movie openings, `--answers` answers of the default policy per prompt, queued as ranking
-items of `--ranking-size` answers (default 2: each label is one comparison), in the order they were generated. For each seed, 27 prompts are held
-out (drawn by the seed) and their items removed from the queue; every other item is in the pool.
+items of `--ranking-size` answers (default 2: each label is one comparison), in the order they were generated. For each
+seed, 27 prompts are held out (drawn by the seed) and their items removed from the queue; every other item is in
+the pool.
 
 Each run starts a real server (`rlhf-studio serve`) on a copy of the pool and has `--annotators` simulated
 annotators (bench/simulated_annotators.py: VADER of the answer, ties within 0.1) rank through the web API, one

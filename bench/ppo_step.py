@@ -13,7 +13,8 @@ mini-batch 16, learning rate 3e-5; 16 new tokens); the plain bench is TRL's note
 --profile VARIANT runs that variant alone (no interleaving: a breakdown, not a comparison) and prints each
 part's share of the iteration (generation, the policy's and the reference's no-grad passes, the training
 forward and backward passes, the optimizer) with the matrix-product FLOPs each part did (counted with
-torch's FlopCounterMode in the warm-up iteration, which is not timed) against this CPU's fp32 and bf16 GEMM peak, measured first.
+torch's FlopCounterMode in the warm-up iteration, which is not timed) against this CPU's fp32 and bf16 GEMM peak,
+measured first.
 
 An iteration is generation + scoring (VADER compound of query + response) + trainer.step(). Every response
 is 16 tokens long (min_new_tokens), so all variants do the same work.

@@ -11,8 +11,9 @@ off (fp32, glibc's default allocator, the model's SDPA, MiniLM's dropout of 0.1,
 "transformers-eager" is ours with transformers' own eager attention. TRL (--trl-python): RewardTrainer on the
 same pairs, batch and max length, in fp32 (its default) and in bf16, both with gradient checkpointing off
 (TRL 1.x's default is on; off is faster); our ratio is taken to the faster of the two, and each ablation's
-ratio to it is printed too (what a lever is worth against TRL, in speed and in peak RSS). Every variant times trainer.train() over one epoch, building the trainer and loading the model left out;
-they run in their own processes and take turns, one epoch each (bench/interleave.py), the first a warm-up.
+ratio to it is printed too (what a lever is worth against TRL, in speed and in peak RSS). Every variant times
+trainer.train() over one epoch, building the trainer and loading the model left out; they run in their own processes and
+take turns, one epoch each (bench/interleave.py), the first a warm-up.
 """
 from __future__ import annotations
 

@@ -36,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.annotators import free_port  # noqa: E402 - after the repository is on the path
+from bench.annotators import Server  # noqa: E402 - after the repository is on the path
 
 ADMIN = ("admin", "bench-admin-password-1")
 TINY_MODEL = "tiny"
@@ -48,27 +48,6 @@ OPERATIONS = ("login", "preview dpo", "preview ppo", "launch dpo", "records sear
 # The Train form's widgets this script sets, by their labels (the rest keep the form's own values).
 STAGE_LABEL, MODEL_LABEL, STEPS_LABEL = "What to train", "Start from model", "How long (training steps)"
 BUSY_LOOP = "while True:\n    pass\n"
-
-
-def tiny_model(out: Path) -> str:
-    """A 2-layer random Llama with the default model's tokenizer (as tests/conftest.py's tiny_model_dir)."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    from rlhf.loading import default_model_path
-
-    tokenizer = AutoTokenizer.from_pretrained(default_model_path())
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                         tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
-                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return str(out)
 
 
 def seed(db_path: str, model_dir: str | None) -> str:
@@ -113,42 +92,20 @@ def busy_processes(count: int):
 
 
 @contextlib.contextmanager
-def server(db_path: str, model: str, root: Path):
-    """`rlhf-studio serve` on a free port, at this script's priority (run it un-niced for the measurement: the
-    server at normal priority, as the busy processes); yields (url, seconds until it answered)."""
-    import urllib.error
-    import urllib.request
-
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+def server(db_path: str, model: str, root: Path, label: str):
+    """`rlhf-studio serve` on a free port (bench/annotators.py's Server), at this script's priority (run it un-niced
+    for the measurement: the server at normal priority, as the busy processes) and with the OpenMP threads this
+    script has (a PPO preview's micro-step runs in a process of the server's); yields (url, seconds until it
+    answered)."""
+    env = {"GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    log = open(root / f"serve-{port}.log", "w")
-    started = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "labeler", "serve", "--db", db_path, "--port", str(port),
-                             "--first-prompts", "0", "--model", model, "--runs-dir", str(root / "runs")],
-                            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(root))
+    # Run in the temporary folder (whatever the server writes stays there), this tree's code from PYTHONPATH.
+    serve = Server(db_path, str(root / f"serve-{label}.log"), code_dir=str(root), env=env, timeout_s=900,
+                   options=["--model", model, "--runs-dir", str(root / "runs")])
     try:
-        while True:
-            if proc.poll() is not None:
-                raise SystemExit(f"the server exited ({proc.returncode}); see {log.name}")
-            try:
-                with urllib.request.urlopen(url + "/", timeout=5):
-                    break
-            except urllib.error.HTTPError:
-                break  # it answers (the page may need a login)
-            except OSError:
-                if time.perf_counter() - started > 900:
-                    raise SystemExit(f"the server did not answer within 900 s; see {log.name}") from None
-                time.sleep(0.5)
-        yield url, time.perf_counter() - started
+        yield serve.url.rstrip("/"), serve.start_s
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+        serve.close()
 
 
 def arguments(client, api_name: str, overrides: dict[str, object]) -> list:
@@ -181,13 +138,13 @@ def timed(waits: Waits, op: str, call):
     return result
 
 
-def measure(db_path: str, model: str, root: Path, repeats: int) -> Waits:
-    """Each operation `repeats` times in turn on a freshly started server."""
+def measure(db_path: str, model: str, root: Path, repeats: int, label: str) -> Waits:
+    """Each operation `repeats` times in turn on a freshly started server (its log: serve-`label`.log)."""
     import requests
     from gradio_client import Client
 
     waits = Waits()
-    with server(db_path, model, root) as (url, start_s):
+    with server(db_path, model, root, label) as (url, start_s):
         waits.start_s = start_s
         client = Client(url + "/", auth=ADMIN, verbose=False)
         train = {MODEL_LABEL: model, STEPS_LABEL: 1}
@@ -235,16 +192,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.repeats < 1 or args.load < 1:
         parser.error("--repeats and --load must be at least 1")
+    from rlhf.loading import save_tiny_llama  # the tests' tiny model
+
     with tempfile.TemporaryDirectory(prefix="ui-waits-") as tmp:
         root = Path(tmp)
         db_path = str(root / "studio.db")
-        model_dir = tiny_model(root / "tiny") if args.model == "tiny" else None
+        model_dir = str(save_tiny_llama(root / "tiny")) if args.model == "tiny" else None
         model = seed(db_path, model_dir)
         print(f"quiet: {args.repeats} of each on a fresh server...", flush=True)
-        quiet = measure(db_path, model, root, args.repeats)
+        quiet = measure(db_path, model, root, args.repeats, "quiet")
         print(f"under load {args.load} ({args.load} busy processes at normal priority)...", flush=True)
         with busy_processes(args.load):
-            loaded = measure(db_path, model, root, args.repeats)
+            loaded = measure(db_path, model, root, args.repeats, "load")
     print(f"\nUI waits, {args.repeats} repeats, model {args.model}, {os.cpu_count()} CPUs "
           "(first: the first press after the server started; later: the median of the other repeats; ratio: under "
           "load / quiet)\n")

@@ -41,7 +41,8 @@ LOSS_TYPES = DPO_LOSS_TYPES  # TRL 1.16's, one pure function each in rlhf/dpo_lo
 
 @dataclass
 class DPOConfig(TrainerConfig):
-    """TrainerConfig (TrainingArguments and the shared CPU settings) plus DPO's own fields; defaults suit a small CPU run."""
+    """TrainerConfig (TrainingArguments and the shared CPU settings) plus DPO's own fields;
+    defaults suit a small CPU run."""
 
     model_name_or_path: str = field(
         default=DEFAULT_POLICY, metadata={"help": "Policy when the trainer is given a name: 'default', a folder, an adapter folder."}

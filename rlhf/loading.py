@@ -52,6 +52,28 @@ def default_model_path() -> Path:
     return target
 
 
+def save_tiny_llama(out: str | os.PathLike) -> Path:
+    """A 2-layer random Llama (hidden size 32, seeded 0) with the default model's tokenizer and chat template,
+    saved to `out` as safetensors: what the tests, the UI benchmarks and the screenshots run on when the answers'
+    words do not matter (it loads and generates in milliseconds). Returns `out` as a Path."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    out = Path(out)
+    tokenizer = AutoTokenizer.from_pretrained(default_model_path())
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                         tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
 def _convert_gguf(gguf_dir: Path, gguf_file: str, target: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 

@@ -6,11 +6,12 @@ vocabularies.
 
 Precision's own costs: under 16-bit autocast every fp32 weight that trains gets a 16-bit copy (autocast caches the
 cast of a leaf that requires grad for the whole forward, and the backward keeps it): 2 bytes per trained weight. A
-frozen reference copied from the policy keeps its matmul weights in bf16 when the run computes in bf16 (rlhf/precision.py
-reference_dtype; its embeddings and norms stay as loaded), else the policy's dtype. QLoRA quantises the linear layers to NF4 (4 bits and its double-
-quantised scales, ~0.52 bytes a weight) while peft's prepare_model_for_kbit_training casts the rest, the embeddings,
-the LM head and the norms, to fp32: for Llama-3-8B's untied 128k-token vocabulary that is 4.2 GB of fp32 beside
-3.6 GB of NF4, not 8B x 0.5 bytes; its fp32 LM head also gets a 16-bit autocast copy.
+frozen reference copied from the policy keeps its matmul weights in bf16 when the run computes in bf16
+(rlhf/precision.py reference_dtype; its embeddings and norms stay as loaded), else the policy's dtype. QLoRA quantises
+the linear layers to NF4 (4 bits and its double-quantised scales, ~0.52 bytes a weight) while peft's
+prepare_model_for_kbit_training casts the rest, the embeddings, the LM head and the norms, to fp32: for Llama-3-8B's
+untied 128k-token vocabulary that is 4.2 GB of fp32 beside 3.6 GB of NF4, not 8B x 0.5 bytes; its fp32 LM head also gets
+a 16-bit autocast copy.
 
 Activation bytes per token and layer are those a Llama-style block keeps for backward under autocast (residual
 stream in fp32, projections in the compute dtype): about 30 h + 8 i bytes in bf16 (h: hidden size, i: MLP width)

@@ -72,7 +72,8 @@ def check_schedule(name: str, value, positive: bool = True, at_most_one: bool = 
 
 @dataclass
 class OnlineDPOConfig(TrainerConfig):
-    """TRL's OnlineDPOConfig: TrainingArguments plus online DPO's fields (TRL's names and defaults except where noted)."""
+    """TRL's OnlineDPOConfig: TrainingArguments plus online DPO's fields
+    (TRL's names and defaults except where noted)."""
 
     model_name_or_path: str = field(
         default=DEFAULT_POLICY, metadata={"help": "Policy when the trainer is given no model: 'default', a folder, an adapter folder."})

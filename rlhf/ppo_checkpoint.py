@@ -1,8 +1,8 @@
 """PPOTrainer's checkpoints and saving: its state (optimizer, scheduler, beta, running score moments, step, every
-rank's RNG states, the fp16 gradient scaler's scale), resumable checkpoints (save_checkpoint / load_checkpoint), and TRL 0.11's save_pretrained and
-push_to_hub. Kept apart from rlhf/ppo.py, which holds the algorithm; PPOTrainer takes these methods from
-PPOCheckpointing, which reads the trainer's optimizer, lr_scheduler, kl_ctl, running, current_step, generator,
-data_generator, accelerator, model, tokenizer, config, last_stats, is_peft and scaler.
+rank's RNG states, the fp16 gradient scaler's scale), resumable checkpoints (save_checkpoint / load_checkpoint), and TRL
+0.11's save_pretrained and push_to_hub. Kept apart from rlhf/ppo.py, which holds the algorithm; PPOTrainer takes these
+methods from PPOCheckpointing, which reads the trainer's optimizer, lr_scheduler, kl_ctl, running, current_step,
+generator, data_generator, accelerator, model, tokenizer, config, last_stats, is_peft and scaler.
 """
 from __future__ import annotations
 

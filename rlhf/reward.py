@@ -52,7 +52,8 @@ def read_score_stats(folder: str | os.PathLike) -> dict[str, float] | None:
 
 @dataclass
 class RewardConfig(TrainerConfig):
-    """TrainerConfig (TrainingArguments and the shared CPU settings) plus the reward model's own fields; defaults suit a small CPU run."""
+    """TrainerConfig (TrainingArguments and the shared CPU settings) plus the reward model's own fields;
+    defaults suit a small CPU run."""
 
     model_name_or_path: str = field(
         default=DEFAULT_ENCODER, metadata={"help": "Backbone when the trainer is given a name: 'default-encoder', 'default', a folder."}

@@ -24,7 +24,8 @@ from rlhf.trainer_setup import prepare_model
 
 @dataclass
 class SFTConfig(TrainerConfig):
-    """TrainerConfig (TrainingArguments and the shared CPU settings) plus SFT's own fields; defaults suit a small CPU run."""
+    """TrainerConfig (TrainingArguments and the shared CPU settings) plus SFT's own fields;
+    defaults suit a small CPU run."""
 
     model_name_or_path: str = field(
         default=DEFAULT_POLICY, metadata={"help": "Model when the trainer is given a name: 'default', a folder, an adapter folder."}

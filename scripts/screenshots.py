@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
 import sys
 import tempfile
 import time
@@ -29,31 +28,6 @@ CHAT_MESSAGE = "The film I liked most this year was"
 # A small PPO run: 3 steps of 2 prompts x 2 answers, 8 new tokens, VADER sentiment as the reward.
 RUN_SETTINGS = ("steps=3\nbatch_size=2\nanswers_per_prompt=2\nmini_batch_size=2\nppo_epochs=1\nmax_new_tokens=8\n"
                 "checkpoint_every=0")
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def tiny_model(out: Path) -> str:
-    """The tests' tiny model (tests/conftest.py): a 2-layer random Llama with the default model's tokenizer."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    from rlhf.loading import default_model_path
-
-    tokenizer = AutoTokenizer.from_pretrained(default_model_path())
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                         tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
-                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config)
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return str(out)
 
 
 def seed(db_path: str, model: str, prompts_n: int, new_tokens: int) -> None:
@@ -228,7 +202,9 @@ def main(argv: list[str] | None = None) -> int:
         print("no chromium on PATH (apt-get install -y chromium; scripts/setup.sh does it)", file=sys.stderr)
         return 2
 
-    from labeler.services.execution.launch import LAUNCHER_ENV  # not `launch`: the UI's launch() below has that name
+    # Not `launch`: the UI's launch() below has that name.
+    from labeler.services.execution.launch import LAUNCHER_ENV, free_port
+    from rlhf.loading import save_tiny_llama  # the tests' tiny model
     from labeler.ui.app import build_app, launch
     from labeler.ui.context import ServeSettings
 
@@ -237,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault(LAUNCHER_ENV, "python")  # the worker as a plain process, as the browser tests run it
     with tempfile.TemporaryDirectory(prefix="rlhf-studio-screenshots-") as tmp:
         root = Path(tmp)
-        model = "default" if args.model == "default" else tiny_model(root / "tiny")
+        model = "default" if args.model == "default" else str(save_tiny_llama(root / "tiny"))
         db_path = str(root / "studio.db")
         seed(db_path, model, args.prompts, args.new_tokens)
         settings = ServeSettings(db_path=db_path, port=free_port(), model=model, runs_dir=str(root / "runs"))

@@ -1,8 +1,9 @@
 """Opening the database, the one way: WAL, busy timeout, foreign keys, migrations applied.
 
 A connection is cheap (~0.4 ms of CPU to open); open one per request or thread (`open_db`), or take one
-from a `ConnectionPool` for the length of a request, and never use one from two threads at once. Every write goes through `write_transaction`, which starts
-with BEGIN IMMEDIATE so that a read-then-write never fails half-way with "database is locked".
+from a `ConnectionPool` for the length of a request, and never use one from two threads at once. Every write goes
+through `write_transaction`, which starts with BEGIN IMMEDIATE so that a read-then-write never fails half-way with
+"database is locked".
 
 Migrations run once when a process starts (`rlhf-studio serve`, a CLI command, the training worker);
 the web app's per-request connections open with `migrate=False`: one read of the schema version, never

@@ -436,11 +436,11 @@ MIGRATIONS.append(("web sessions", [
 ]))
 
 # Why a finished run has no held-out evaluation (out of memory, a measure that does not load, anything): one row a
-# run, written by labeler/services/evals/evaluation.py when the automatic evaluation fails and removed when one succeeds,
-# so the run's page and `runs show` say why and what to do.
-# A people-rewarded PPO run's step journal (labeler/services/execution/step_journal.py): each completed step's batch (prompt,
-# answer, its token ids, the reward people gave) and the scored rollouts left waiting after it, with the stream's
-# position. Written every step (a few kB), so the weights need not be: a resumed run trains the steps after its
+# run, written by labeler/services/evals/evaluation.py when the automatic evaluation fails and removed when one
+# succeeds, so the run's page and `runs show` say why and what to do.
+# A people-rewarded PPO run's step journal (labeler/services/execution/step_journal.py): each completed step's batch
+# (prompt, answer, its token ids, the reward people gave) and the scored rollouts left waiting after it, with the
+# stream's position. Written every step (a few kB), so the weights need not be: a resumed run trains the steps after its
 # newest weights checkpoint again on the same labelled answers instead of losing them.
 MIGRATIONS.append(("evaluation errors and ppo step journal", [
     """CREATE TABLE evaluation_errors (
@@ -461,8 +461,8 @@ MIGRATIONS.append(("evaluation errors and ppo step journal", [
     )""",
 ]))
 
-# The online DPO stage (labeler/services/training/runners/online_dpo.py): the CHECK constraint's text edited in place, as for
-# the TRL 1.x stages above (a rebuild of `runs` would cascade-delete its metrics).
+# The online DPO stage (labeler/services/training/runners/online_dpo.py): the CHECK constraint's text edited in place,
+# as for the TRL 1.x stages above (a rebuild of `runs` would cascade-delete its metrics).
 MIGRATIONS.append(("runs: online-dpo stage", [
     "PRAGMA writable_schema = ON",
     "UPDATE sqlite_master SET sql = replace(sql, '''grpo'', ''rloo'', ''kto''))', "
@@ -546,8 +546,8 @@ MIGRATIONS.append(("runs: stage checked against the stage registry", [
     "PRAGMA writable_schema = RESET",
 ]))
 
-# Where a project's answer length came from, in words (labeler/services/serving/answer_length.py): "fitted from 16 of the
-# base model's answers: 90% end within 208 tokens", "set by hand"; '' = the prompt format's default, never fitted
+# Where a project's answer length came from, in words (labeler/services/serving/answer_length.py): "fitted from 16 of
+# the base model's answers: 90% end within 208 tokens", "set by hand"; '' = the prompt format's default, never fitted
 # nor set, which the first prompts imported into a chat project replace with a fitted length.
 MIGRATIONS.append(("projects answer length origin", [
     "ALTER TABLE projects ADD COLUMN answer_tokens_origin TEXT NOT NULL DEFAULT ''",

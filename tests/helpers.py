@@ -1,6 +1,6 @@
 """Helpers every test folder shares (tests/ is on sys.path through tests/conftest.py): a free port, waiting for a
-condition, the app served in this process, HTTP requests from a chosen loopback address, logging in over HTTP, and a
-table's rows as tuples.
+condition, the app served in this process, HTTP requests from a chosen loopback address, logging in over HTTP, a
+table's rows as tuples, a stand-in that records its calls, and the seeded databases several test files start from.
 
     from helpers import free_port, login, rows, serving, session_from, wait_until
 """
@@ -11,7 +11,7 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 
 def free_port() -> int:
@@ -105,3 +105,69 @@ def fill_and_keep(page, selector: str, text: str) -> None:
         if box.input_value() == text:
             return
     raise AssertionError(f"{selector} did not keep {text!r}")
+
+
+def recording(result: Any, calls: list) -> Callable[[Any], Any]:
+    """A stand-in for a measuring function (run_preview's `measure`): the argument of each call is appended to
+    `calls`, and `result` (what the test made up) comes back."""
+    def measure(argument):
+        calls.append(argument)
+        return result
+    return measure
+
+
+def seed_questions(db_path: str, user: tuple[str, str], questions: Sequence[dict], answers: dict[str, Sequence[str]],
+                   **items) -> None:
+    """A database whose project 'default' asks `questions` (questions.add_question's keyword arguments each, its
+    name under "name"), with `user` (username, password) an annotator, each prompt of `answers` with its answers
+    (in that order, source 'e2e') and the items labeling.create_items makes of them with `items`."""
+    from labeler.services.data import accounts, labeling, prompts
+    from labeler.services.labels import questions as project_questions
+    from storage import open_db, write_transaction
+
+    db = open_db(db_path)
+    try:
+        accounts.create_user(db, *user)
+        for question in questions:
+            project_questions.add_question(db, "default", **question)
+        prompts.add_prompts(db, list(answers), source="e2e")
+        with write_transaction(db):
+            for prompt_id, text in db.execute("SELECT id, text FROM prompts ORDER BY id").fetchall():
+                for answer in answers[text]:
+                    db.execute("INSERT INTO responses (prompt_id, text, model, source) VALUES (?, ?, 'm', 'e2e')",
+                               [prompt_id, answer])
+        labeling.create_items(db, "default", **items)
+    finally:
+        db.conn.close()
+
+
+@contextlib.contextmanager
+def serving_questions(root, user: tuple[str, str], questions: Sequence[dict], answers: dict[str, Sequence[str]],
+                      **items) -> Iterator[tuple[str, str]]:
+    """seed_questions' database at `root`/studio.db, served from this process: yields (url, db_path). Its own
+    server: a project with questions changes what the Rate and Rank keys do, which the shared `running_app`'s
+    keyboard tests must not see."""
+    db_path = str(Path(root) / "studio.db")
+    seed_questions(db_path, user, questions, answers, **items)
+    with serving(db_path, root) as server:
+        yield server.url, db_path
+
+
+def rank_good_over_bad(db, username: str, texts: Sequence[str]) -> None:
+    """Prompts `texts` in 'default', each with a good and a bad answer ("a good answer to 1"...), and `username`'s
+    ranking of each pair, good first (claimed, not served): the data a DPO or reward-model run accepts."""
+    import json
+
+    from labeler.services.data import labeling, prompts
+    from labeler.services.data.responses import insert_response
+    from storage import write_transaction
+
+    prompts.add_prompts(db, list(texts), source="test")
+    with write_transaction(db):
+        for prompt_id in [row[0] for row in db.execute("SELECT id FROM prompts ORDER BY id")]:
+            for answer in ("good", "bad"):
+                insert_response(db, prompt_id, f"a {answer} answer to {prompt_id}", model="m", source="test")
+    labeling.create_items(db, "default", ranking_size=2, kinds=("ranking",))
+    for item in db.execute("SELECT id, response_ids_json FROM items").fetchall():
+        good, bad = json.loads(item[1])
+        labeling.submit_ranking(db, "default", username, item[0], [[good], [bad]], claim=True)

@@ -59,7 +59,8 @@ def subpackage_modules() -> set[str]:
 
 
 def rlhf_modules() -> set[str]:
-    """Every module of rlhf/ but its __init__.py, as its path inside rlhf/ (`grpo.py`, `extras/best_of_n_sampler.py`)."""
+    """Every module of rlhf/ but its __init__.py, as its path inside rlhf/
+    (`grpo.py`, `extras/best_of_n_sampler.py`)."""
     return {str(path.relative_to(RLHF)) for path in RLHF.rglob("*.py") if path.name != "__init__.py"}
 
 

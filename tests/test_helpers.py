@@ -7,7 +7,7 @@ import socket
 from pathlib import Path
 
 import pytest
-from helpers import free_port, rows, wait_until
+from helpers import free_port, rank_good_over_bad, recording, rows, seed_questions, wait_until
 
 TESTS = Path(__file__).resolve().parent
 # Each shared helper and the one file that defines it: a module-level function of that name anywhere else in tests/
@@ -18,6 +18,11 @@ SHARED = {
     "wait_for": "helpers.py",  # wait_until's name in older copies
     "login": "helpers.py",
     "rows": "helpers.py",
+    "recording": "helpers.py",
+    "seed_questions": "helpers.py",
+    "serving_questions": "helpers.py",
+    "rank_good_over_bad": "helpers.py",
+    "build_heldout_db": "services/export_fixtures.py",
     "snapshot": "rlhf/param_checks.py",
     "params": "rlhf/param_checks.py",  # snapshot's name in older copies
     "changed": "rlhf/param_checks.py",
@@ -51,6 +56,47 @@ def test_rows_gives_whole_rows_as_tuples(db):
     db.execute("INSERT INTO t VALUES (1, 'x'), (2, 'y')")
     assert rows(db, "SELECT a, b FROM t ORDER BY a") == [(1, "x"), (2, "y")]
     assert rows(db, "SELECT b FROM t WHERE a = ?", [2]) == [("y",)]
+
+
+def test_recording_keeps_each_argument_and_returns_what_it_was_given():
+    calls = []
+    measure = recording("made up", calls)
+    assert (measure(1), measure({"steps": 2})) == ("made up", "made up")
+    assert calls == [1, {"steps": 2}]
+
+
+def test_seed_questions_writes_the_project_s_questions_answers_and_items(db_path):
+    from storage import open_db
+
+    questions = [{"name": "helpful", "scale_min": 1, "scale_max": 3, "guideline": "Useful?"},
+                 {"name": "spam", "kind": "flag"}]
+    seed_questions(db_path, ("rita", "rita-password-1"), questions, {"Q1": ["a1"], "Q2": ["b1", "b2"]},
+                   ranking_size=2, kinds=("rating", "ranking"))
+    db = open_db(db_path)
+    try:
+        assert rows(db, "SELECT username, role FROM users") == [("rita", "annotator")]
+        assert rows(db, "SELECT name, kind, scale_min, scale_max, guideline FROM questions ORDER BY id") == [
+            ("helpful", "criterion", 1, 3, "Useful?"), ("spam", "flag", None, None, "")]
+        assert rows(db, "SELECT p.text, r.text, r.source FROM responses r JOIN prompts p ON p.id = r.prompt_id"
+                        " ORDER BY r.id") == [("Q1", "a1", "e2e"), ("Q2", "b1", "e2e"), ("Q2", "b2", "e2e")]
+        # a rating item per answer, a ranking item of 2 for the prompt with two answers
+        assert rows(db, "SELECT kind, COUNT(*) FROM items GROUP BY kind ORDER BY kind") == [("ranking", 1),
+                                                                                          ("rating", 3)]
+    finally:
+        db.conn.close()
+
+
+def test_rank_good_over_bad_ranks_each_prompt_s_good_answer_first(db):
+    import json
+
+    from labeler.services.data import accounts
+
+    accounts.create_user(db, "root", "root-password-1", role="admin")
+    rank_good_over_bad(db, "root", ["P0", "P1"])
+    texts = dict(rows(db, "SELECT id, text FROM responses"))
+    assert [[[texts[i] for i in group] for group in json.loads(order)]
+            for (order,) in rows(db, "SELECT order_json FROM rankings ORDER BY id")] == [
+        [["a good answer to 1"], ["a bad answer to 1"]], [["a good answer to 2"], ["a bad answer to 2"]]]
 
 
 def test_no_test_file_keeps_its_own_copy():

@@ -44,7 +44,7 @@ def test_the_checker_sees_imports_inside_functions(tmp_path):
     assert imports(sample) == [(2, "labeler"), (2, "labeler.ui"), (3, "gradio.utils")]
 
 
-# Within the labeling package (docs/ARCHITECTURE.md, Labelling) each module may import only the ones below it: the
+# Within the labeling package (docs/ARCHITECTURE.md, services/data/) each module may import only the ones below it: the
 # tables' writer at the bottom, so that accounts can release a deactivated account's holds through it.
 LABELING_MAY_IMPORT = {
     "store": set(),
@@ -91,8 +91,8 @@ def test_the_ground_floor_imports_nothing_above_it(path):
     assert not wrong, wrong
 
 
-# The services' groups, floor by floor (docs/ARCHITECTURE.md, Services): each imports only the groups before it in this list
-# (at import time or in a function), so a group can be read, and tested, without the ones after it.
+# The services' groups, floor by floor (docs/ARCHITECTURE.md, Services): each imports only the groups before it in this
+# list (at import time or in a function), so a group can be read, and tested, without the ones after it.
 SERVICE_GROUPS = ['settings', 'data', 'labels', 'execution', 'serving', 'evals', 'training']
 
 

@@ -9,7 +9,7 @@ from typing import TextIO
 
 from labeler.commands import database
 from labeler.commands.generate import add_settings_flags, passive_omp_threads, settings_from_args
-from labeler.services.serving.chat import CHAT_SETTINGS, ModelCache, stream_reply
+from labeler.services.serving.chat import CHAT_SETTINGS, ChatRequest, ModelCache, stream_reply
 from labeler.services.training.hub import push_model, write_registered_model_card
 from labeler.services.serving.models import list_models, merge_adapter_model, register_model, resolve
 
@@ -96,7 +96,7 @@ def run_chat(args: argparse.Namespace, stdin: TextIO | None = None, stdout: Text
         pieces = []
         # A different seed per turn: the same question asked twice need not get the same answer.
         turn_settings = dataclasses.replace(settings, seed=settings.seed + turn) if settings.do_sample else settings
-        for piece in stream_reply(cache, path, history, args.system or None, turn_settings):
+        for piece in stream_reply(cache, ChatRequest(path, history, args.system or None, turn_settings)):
             pieces.append(piece)
             stdout.write(piece)
             stdout.flush()

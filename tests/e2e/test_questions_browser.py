@@ -1,42 +1,24 @@
 """A real browser (headless Chromium) answers a project's questions beside the score (issue 47): a digit for the
-score, one for the criterion, a letter for a flag, `e` for the correction, Enter: the rows are in SQLite.
-
-Its own server and database: a project with questions changes what the keys do, which the shared `running_app`'s
-keyboard tests must not see."""
+score, one for the criterion, a letter for a flag, `e` for the correction, Enter: the rows are in SQLite. Its own
+server and database (helpers.serving_questions)."""
 from __future__ import annotations
 
 import pytest
-from helpers import serving
+from helpers import serving_questions
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 RATER = ("rita", "rita-password-1")
 SCREENSHOT = "/tmp/rlhf-studio-rate-questions.png"
+QUESTIONS = [{"name": "helpful", "scale_min": 1, "scale_max": 5, "guideline": "Does it answer it?"},
+             {"name": "spam", "kind": "flag"}, {"name": "unsafe", "kind": "flag"}]
+ANSWERS = {text: [f"An answer to: {text}"] for text in ["How do I boil an egg?", "Name a prime number."]}
 
 
 @pytest.fixture(scope="module")
 def asking_app(tmp_path_factory):
-    from labeler.services.data import accounts, labeling, prompts
-    from labeler.services.labels import questions
-    from storage import open_db, write_transaction
-
-    root = tmp_path_factory.mktemp("questions-app")
-    db_path = str(root / "studio.db")
-    db = open_db(db_path)
-    try:
-        accounts.create_user(db, *RATER)
-        questions.add_question(db, "default", "helpful", scale_min=1, scale_max=5, guideline="Does it answer it?")
-        questions.add_question(db, "default", "spam", kind="flag")
-        questions.add_question(db, "default", "unsafe", kind="flag")
-        prompts.add_prompts(db, ["How do I boil an egg?", "Name a prime number."], source="e2e")
-        with write_transaction(db):
-            for prompt_id, text in db.execute("SELECT id, text FROM prompts ORDER BY id").fetchall():
-                db.execute("INSERT INTO responses (prompt_id, text, model, source) VALUES (?, ?, 'm', 'e2e')",
-                           [prompt_id, f"An answer to: {text}"])
-        labeling.create_items(db, "default", kinds=("rating",))
-    finally:
-        db.conn.close()
-    with serving(db_path, root) as server:
-        yield server.url, db_path
+    with serving_questions(tmp_path_factory.mktemp("questions-app"), RATER, QUESTIONS, ANSWERS,
+                           kinds=("rating",)) as app:
+        yield app
 
 
 def test_score_criterion_flag_and_correction_from_the_keyboard(asking_app, login, db_rows):

@@ -1,45 +1,29 @@
 """A real browser (headless Chromium) answers a project's questions about each ranked answer by keyboard (issue 47):
 digits rank, j moves the focus to an answer, digits then score its criteria and letters tick its flags, e opens the
 correction with the answer ranked first in it, Enter submits once: the ranking and the answers are in SQLite.
-
-Its own server and database: a project with questions changes what the keys do, which the shared `running_app`'s
-keyboard tests must not see."""
+Its own server and database (helpers.serving_questions)."""
 from __future__ import annotations
 
 import json
 
 import pytest
-from helpers import serving
+from helpers import serving_questions
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 RANKER = ("rosa", "rosa-password-1")
 SCREENSHOT = "/tmp/rlhf-studio-rank-questions.png"
+QUESTIONS = [{"name": "helpful", "scale_min": 1, "scale_max": 5, "guideline": "Does it answer it?"},
+             {"name": "short", "scale_min": 1, "scale_max": 3},
+             {"name": "spam", "kind": "flag"}, {"name": "unsafe", "kind": "flag"}]
+ANSWERS = {"How do I boil an egg?": ["Boil it.", "Put it in boiling water for eight minutes.",
+                                     "Eggs are laid by hens."]}
 
 
 @pytest.fixture(scope="module")
 def asking_app(tmp_path_factory):
-    from labeler.services.data import accounts, labeling, prompts
-    from labeler.services.labels import questions
-    from storage import open_db, write_transaction
-
-    root = tmp_path_factory.mktemp("rank-questions-app")
-    db_path = str(root / "studio.db")
-    db = open_db(db_path)
-    try:
-        accounts.create_user(db, *RANKER)
-        questions.add_question(db, "default", "helpful", scale_min=1, scale_max=5, guideline="Does it answer it?")
-        questions.add_question(db, "default", "short", scale_min=1, scale_max=3)
-        questions.add_question(db, "default", "spam", kind="flag")
-        questions.add_question(db, "default", "unsafe", kind="flag")
-        prompts.add_prompts(db, ["How do I boil an egg?"], source="e2e")
-        with write_transaction(db):
-            for text in ("Boil it.", "Put it in boiling water for eight minutes.", "Eggs are laid by hens."):
-                db.execute("INSERT INTO responses (prompt_id, text, model, source) VALUES (1, ?, 'm', 'e2e')", [text])
-        labeling.create_items(db, "default", ranking_size=3, kinds=("ranking",))
-    finally:
-        db.conn.close()
-    with serving(db_path, root) as server:
-        yield server.url, db_path
+    with serving_questions(tmp_path_factory.mktemp("rank-questions-app"), RANKER, QUESTIONS, ANSWERS,
+                           ranking_size=3, kinds=("ranking",)) as app:
+        yield app
 
 
 def test_rank_then_each_answers_questions_from_the_keyboard(asking_app, login, db_rows):

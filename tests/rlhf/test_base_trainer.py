@@ -33,7 +33,8 @@ def test_every_trainer_takes_the_metric_buffer_from_the_one_base():
     # Only the base says how metrics are averaged, logged and returned by evaluate.
     assert [t.__name__ for t in TRAINERS if "evaluate" in vars(t)] == []
     assert [t.__name__ for t in TRAINERS if "log" in vars(t)] == ["GRPOTrainer"]  # + printing completions only
-    # RewardTrainer predicts its two scores per pair; SFT keeps Trainer's logits; the others use the base's loss-only step.
+    # RewardTrainer predicts its two scores per pair; SFT keeps Trainer's logits;
+    # the others use the base's loss-only step.
     assert {t.__name__ for t in TRAINERS if "prediction_step" in vars(t)} == {"RewardTrainer", "SFTTrainer"}
     assert SFTTrainer.prediction_step is Trainer.prediction_step
     for name in TRAINER_MODULES:

@@ -1,4 +1,5 @@
-"""The CPU speed levers: allocator settings (rlhf/cpu_memory.py) and the training attention kernel (rlhf/attention.py)."""
+"""The CPU speed levers: allocator settings (rlhf/cpu_memory.py) and the training attention kernel
+(rlhf/attention.py)."""
 import platform
 import resource
 

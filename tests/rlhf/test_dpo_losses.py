@@ -172,7 +172,8 @@ def test_f_divergence_only_for_the_score_difference_losses():
 def test_ld_token_weights_hand_values():
     from rlhf.dpo_losses import ld_token_weights
 
-    # [chosen; rejected] of 2 pairs: pair 1 chosen 3 tokens, rejected 4 (shared 3); pair 2 chosen 2, rejected 1 (shared 1)
+    # [chosen; rejected] of 2 pairs: pair 1 chosen 3 tokens, rejected 4 (shared 3);
+    # pair 2 chosen 2, rejected 1 (shared 1)
     mask = torch.tensor([[0, 1, 1, 1, 0], [0, 1, 1, 0, 0], [0, 1, 1, 1, 1], [0, 1, 0, 0, 0]])
     assert ld_token_weights(mask, 0.5).tolist() == [
         [0, 1, 1, 1, 0],  # chosen 1: within the shared 3

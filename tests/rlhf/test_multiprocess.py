@@ -82,9 +82,10 @@ def test_reward_model_and_dpo_on_two_ranks_match_one_process_with_the_same_globa
 def test_fsdp_is_not_available_on_cpu_ranks_through_accelerate(tmp_path):
     """Why no FSDP test runs here (README, docs/SCALING.md). torch's FSDP itself trains on CPU with gloo (tried
     by hand with FSDP1 and fully_shard: 2 ranks gave 1 process's losses), but accelerate 1.15, through which
-    Trainer and PPOTrainer prepare models, does not let it: AcceleratorState turns FSDP on only for device-backed types (MULTI_GPU, MULTI_XPU, ...), never
-    MULTI_CPU. So the shipped fsdp.yaml fails on a CPU-only machine, and with its device-only setting off it is
-    quietly DDP. When this test fails, accelerate has changed: run the pairwise and PPO scripts under FSDP."""
+    Trainer and PPOTrainer prepare models, does not let it: AcceleratorState turns FSDP on only for device-backed types
+    (MULTI_GPU, MULTI_XPU, ...), never MULTI_CPU. So the shipped fsdp.yaml fails on a CPU-only machine, and with its
+    device-only setting off it is quietly DDP. When this test fails, accelerate has changed: run the pairwise and PPO
+    scripts under FSDP."""
     launch(HERE / "fsdp_on_cpu.py", str(tmp_path), config_file=REPO / "configs" / "accelerate" / "fsdp.yaml")
     for rank in (0, 1):
         found = json.loads((tmp_path / f"fsdp_rank{rank}.json").read_text())

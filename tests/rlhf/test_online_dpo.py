@@ -1,5 +1,5 @@
-"""OnlineDPOTrainer on a tiny random model: it samples pairs, a judge picks, the policy moves and the reference does not;
-TRL's config fields and errors; a judge that breaks its contract stops the run naming it and the step."""
+"""OnlineDPOTrainer on a tiny random model: it samples pairs, a judge picks, the policy moves and the reference does
+not; TRL's config fields and errors; a judge that breaks its contract stops the run naming it and the step."""
 import dataclasses
 
 import pytest

@@ -1,4 +1,5 @@
-"""rlhf/trainer_setup.py: the model steps the Trainer subclasses (SFT, Reward, DPO, KTO, GRPO, RLOO) share, in their order."""
+"""rlhf/trainer_setup.py: the model steps the Trainer subclasses (SFT, Reward, DPO, KTO, GRPO, RLOO) share, in their
+order."""
 from types import SimpleNamespace
 
 import pytest

@@ -115,8 +115,9 @@ def test_the_speed_is_measured_once_and_bounds_a_huge_request_to_the_budget(tiny
     told = []
     huge = GenerationSettings(max_new_tokens=32_768, do_sample=False, batch_size=1)  # the most settings allow
     # Before: generated until max_new_tokens or the context, whatever it cost (1,024 tokens: > 900 s).
-    pieces = list(chat.stream_reply(cache, path, [{"role": "user", "content": "hello"}], None, huge,
-                                    budget_s=budget_s, username="ann", notify=told.append))
+    asked = chat.ChatRequest(path, [{"role": "user", "content": "hello"}], None, huge, budget_s=budget_s,
+                             username="ann", notify=told.append)
+    pieces = list(chat.stream_reply(cache, asked))
     model, tokenizer = cache.get(path)
     assert len(tokenizer("".join(pieces), add_special_tokens=False)["input_ids"]) <= max_new + 2
     assert told == [f"Answers are capped at {max_new} tokens here (asked: 32768): this model writes about "
@@ -150,15 +151,15 @@ def test_one_running_answer_per_user(tiny_model_dir):
     path = str(tiny_model_dir)
     settings = GenerationSettings(max_new_tokens=64, do_sample=False, batch_size=1)
     history = [{"role": "user", "content": "hello"}]
-    first = chat.stream_reply(cache, path, history, None, settings, username="ann")
+    first = chat.stream_reply(cache, chat.ChatRequest(path, history, None, settings, username="ann"))
     next(first)  # ann's first answer is being written
     with pytest.raises(InputError, match=r"you already have an answer being written \(one at a time per user, across Chat, Arena and best-of-N\)"):
-        next(chat.stream_reply(cache, path, history, None, settings, username="ann"))
+        next(chat.stream_reply(cache, chat.ChatRequest(path, history, None, settings, username="ann")))
     with pytest.raises(InputError, match="one at a time per user"):
         chat.best_of_n(cache, path, "unused-reward", history, 2, settings, username="ann")
-    other = chat.stream_reply(cache, path, history, None, settings, username="bob")
+    other = chat.stream_reply(cache, chat.ChatRequest(path, history, None, settings, username="bob"))
     next(other)  # another user is not held up
     other.close()
     first.close()  # Stop: ann may ask again
-    list(chat.stream_reply(cache, path, history, None, settings, username="ann"))
+    list(chat.stream_reply(cache, chat.ChatRequest(path, history, None, settings, username="ann")))
     assert cache.turns.people() == set()

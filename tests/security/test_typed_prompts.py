@@ -48,7 +48,8 @@ def test_typed_prompts_wait_for_an_admin_before_training_or_generation(studio):
     assert db.execute("SELECT COUNT(*) FROM responses").fetchone()[0] == responses_before
     assert _splits(db) == {"An imported prompt": "train", "A held-out prompt": "test",
                            "Something alice typed": prompts.TYPED_SPLIT, "A second turn": prompts.TYPED_SPLIT}
-    # PPO and GRPO read split 'train' (labeler/services/training/runners/); Generate and Arena's "surprise me" skip typed prompts.
+    # PPO and GRPO read split 'train' (labeler/services/training/runners/); Generate and Arena's "surprise me" skip
+    # typed prompts.
     generation.generate_responses(db, "default", "tiny", n_per_prompt=1, settings=SETTINGS)
     generated = {row[0] for row in db.execute(
         "SELECT p.text FROM responses r JOIN prompts p ON p.id = r.prompt_id WHERE r.source = 'generated'")}

@@ -62,3 +62,10 @@ def build_labelled_db(db) -> None:
                 "INSERT INTO ratings (item_id, response_id, user_id, score, created_at) VALUES (?, ?, ?, ?, ?)",
                 [10 + response, response, user[name], score, DATES[name]],
             )
+
+
+def build_heldout_db(db) -> None:
+    """build_labelled_db with prompt 2 held out (split 'test'): in 'default' prompt 1 trains and prompt 2 is kept
+    for evaluation, which a run's preview counts apart."""
+    build_labelled_db(db)
+    db.execute("UPDATE prompts SET split = 'test' WHERE id = 2")

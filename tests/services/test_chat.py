@@ -26,12 +26,13 @@ def cache():
 
 def test_streaming_equals_plain_reply(cache, tiny_model_dir):
     path = str(tiny_model_dir)
-    pieces = list(chat.stream_reply(cache, path, HISTORY, "Be brief.", GREEDY))
+    pieces = list(chat.stream_reply(cache, chat.ChatRequest(path, HISTORY, "Be brief.", GREEDY)))
     assert len(pieces) > 1  # really streamed, not one final chunk
     assert "".join(pieces) == chat.reply(cache, path, HISTORY, "Be brief.", GREEDY)
     # Sampling with one seed is the same too: both paths seed a forked RNG the same way.
     sampled = GenerationSettings(max_new_tokens=12, seed=3, batch_size=1)
-    assert "".join(chat.stream_reply(cache, path, HISTORY, None, sampled)) == chat.reply(cache, path, HISTORY, None, sampled)
+    streamed = "".join(chat.stream_reply(cache, chat.ChatRequest(path, HISTORY, None, sampled)))
+    assert streamed == chat.reply(cache, path, HISTORY, None, sampled)
 
 
 def test_stream_reports_a_failing_generation(tiny_model_dir, monkeypatch):
@@ -43,7 +44,7 @@ def test_stream_reports_a_failing_generation(tiny_model_dir, monkeypatch):
 
     monkeypatch.setattr(model, "generate", broken)
     with pytest.raises(RuntimeError, match="out of memory"):
-        list(chat.stream_reply(cache, str(tiny_model_dir), HISTORY, None, GREEDY))
+        list(chat.stream_reply(cache, chat.ChatRequest(str(tiny_model_dir), HISTORY, None, GREEDY)))
 
 
 def test_cache_keeps_what_its_byte_budget_holds(tiny_model_dir, tiny_encoder_dir):
@@ -126,7 +127,7 @@ def test_closing_a_stream_stops_its_generation_thread(cache, tiny_model_dir):
     # 8192 sampled tokens from a random 49k-token vocabulary (EOS is unlikely): ~45 s to the end on this CPU
     # (1024 took 5.7 s), so a thread still alive 2 s after close() was not stopped.
     long = GenerationSettings(max_new_tokens=8192, seed=0, batch_size=1)
-    stream = chat.stream_reply(cache, str(tiny_model_dir), HISTORY, None, long)
+    stream = chat.stream_reply(cache, chat.ChatRequest(str(tiny_model_dir), HISTORY, None, long))
     next(stream)
     start = time.monotonic()
     stream.close()  # what Gradio does when the user presses Stop or the tab goes away
@@ -158,7 +159,7 @@ def test_only_answers_the_server_generated_are_marked_and_exported(db, cache, ti
     accounts.create_user(db, "alice", "alice-password-1")
     # Sampled: the random tiny model's greedy answer is only newlines.
     sampled = GenerationSettings(max_new_tokens=12, seed=3, batch_size=1)
-    streamed = "".join(chat.stream_reply(cache, path, HISTORY, "Be brief.", sampled))
+    streamed = "".join(chat.stream_reply(cache, chat.ChatRequest(path, HISTORY, "Be brief.", sampled)))
     assert streamed.strip()
     real = chat.rate_answer(db, "default", "alice", HISTORY, streamed, "tiny", 6,
                             generated=cache.generated, generated_by=path)

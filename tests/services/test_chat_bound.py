@@ -42,8 +42,8 @@ def test_an_answer_stops_at_its_time_bound_with_what_it_wrote(slow):
     assert max_new * 0.3 > 2.0 + 1.5
     told = []
     start = time.monotonic()
-    pieces = list(chat.stream_reply(cache, path, HELLO, None, settings, budget_s=2.0, username="ann",
-                                    notify=told.append))
+    asked = chat.ChatRequest(path, HELLO, None, settings, budget_s=2.0, username="ann", notify=told.append)
+    pieces = list(chat.stream_reply(cache, asked))
     elapsed = time.monotonic() - start
     assert elapsed < 2.0 + 1.5, elapsed  # the bound, plus the last token and the thread's end
     model, tokenizer = cache.get(path)
@@ -64,7 +64,8 @@ def test_the_speed_estimate_and_the_bound_follow_a_model_that_slows_down(slow):
     slow_down(0.2)  # at most 5 tokens/s now
     settings = GenerationSettings(max_new_tokens=8, min_length=8, seed=2, batch_size=1)
     for _ in range(3):
-        list(chat.stream_reply(cache, path, HELLO, None, settings, budget_s=budget_s, username="ann"))
+        list(chat.stream_reply(cache, chat.ChatRequest(path, HELLO, None, settings, budget_s=budget_s,
+                                                       username="ann")))
     slower = cache.speed(path, chat.measure_speed)
     # Before: measured once, kept for the life of the process, whatever the machine did next.
     assert slower.decode_tokens_per_s < fast.decode_tokens_per_s / 3

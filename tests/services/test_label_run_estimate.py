@@ -3,9 +3,11 @@ micro-batch, worked by hand, and what the preview measures and says (the micro-b
 from __future__ import annotations
 
 import json
+from functools import partial
 
 import pytest
-from export_fixtures import build_labelled_db
+from export_fixtures import build_heldout_db
+from helpers import recording
 
 from labeler.services.training import run_estimate, run_preview
 from labeler.services.training.run_estimate import LabelMicroStep, LabelStepSettings
@@ -52,16 +54,11 @@ def test_label_batches_count_the_last_partial_one():
 
 @pytest.fixture
 def labelled(db):
-    build_labelled_db(db)
-    db.execute("UPDATE prompts SET split = 'test' WHERE id = 2")  # 'default': prompt 1 trains, 2 is held out
+    build_heldout_db(db)  # 'default': prompt 1 trains, 2 is held out
     return db
 
 
-def _measured(calls):
-    def measure(settings):
-        calls.append(settings)
-        return MICRO
-    return measure
+_measured = partial(recording, MICRO)  # _measured(calls): a micro-batch measure that records what it was asked
 
 
 def test_a_dpo_preview_says_how_long_from_a_batch_of_its_own_pairs(labelled):

@@ -1,4 +1,5 @@
-"""labeler/services/evals/reward_inspect.py with a fake scorer (the count of 'good'): side by side, distribution, agreement."""
+"""labeler/services/evals/reward_inspect.py with a fake scorer (the count of 'good'): side by side, distribution,
+agreement."""
 import json
 
 import pytest

@@ -4,9 +4,11 @@ model is loaded: the micro-step is injected)."""
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 
 import pytest
-from export_fixtures import build_labelled_db
+from export_fixtures import build_heldout_db
+from helpers import recording
 
 from labeler import forms
 from labeler.services.settings import durations
@@ -103,18 +105,13 @@ def test_format_duration():
 
 @pytest.fixture
 def labelled(db):
-    build_labelled_db(db)
+    build_heldout_db(db)
     # 'default': prompts 1 and 9 for training, 2 held out.
     db.execute("INSERT INTO prompts (id, project_id, text, text_hash) VALUES (9, 1, 'Review Jaws', 'hash9')")
-    db.execute("UPDATE prompts SET split = 'test' WHERE id = 2")
     return db
 
 
-def _measured(calls):
-    def measure(settings):
-        calls.append(settings)
-        return MICRO
-    return measure
+_measured = partial(recording, MICRO)  # _measured(calls): a micro-step measure that records what it was asked
 
 
 def test_preview_says_how_long_and_fits_the_budget(labelled):

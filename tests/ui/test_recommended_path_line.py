@@ -2,10 +2,9 @@
 project and this machine (issue 45 item 4)."""
 from __future__ import annotations
 
-import json
-
 import gradio as gr
 import pytest
+from helpers import rank_good_over_bad
 
 from labeler.ui.context import ServeSettings, UIContext
 from labeler.ui.tabs import train
@@ -16,21 +15,12 @@ ADMIN = "root"
 @pytest.fixture
 def ctx(db_path, tmp_path):
     """An admin who ranked the two answers of each of 3 prompts in 'default' (3 rankings, 3 pairs); 'other' empty."""
-    from labeler.services.data import accounts, labeling, projects, prompts
-    from labeler.services.data.responses import insert_response
-    from storage import open_db, write_transaction
+    from labeler.services.data import accounts, projects
+    from storage import open_db
 
     db = open_db(db_path)
     accounts.create_user(db, ADMIN, "root-password-1", role="admin")
-    prompts.add_prompts(db, [f"Path prompt {k}" for k in range(3)], source="test")
-    with write_transaction(db):
-        for prompt_id in [row[0] for row in db.execute("SELECT id FROM prompts ORDER BY id")]:
-            for answer in ("good", "bad"):
-                insert_response(db, prompt_id, f"a {answer} answer to {prompt_id}", model="m", source="test")
-    labeling.create_items(db, "default", ranking_size=2, kinds=("ranking",))
-    for item in db.execute("SELECT id, response_ids_json FROM items").fetchall():
-        good, bad = json.loads(item[1])
-        labeling.submit_ranking(db, "default", ADMIN, item[0], [[good], [bad]], claim=True)
+    rank_good_over_bad(db, ADMIN, [f"Path prompt {k}" for k in range(3)])
     projects.create_project(db, "other")
     db.conn.close()
     return UIContext(ServeSettings(db_path=db_path, runs_dir=str(tmp_path / "runs")))

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import gradio as gr
 import pandas as pd
 import pytest
+from helpers import rank_good_over_bad
 
 from labeler.services.settings import job_settings
 from labeler.services.training import jobs, run_preview
@@ -48,21 +49,10 @@ def ctx(db_path, tmp_path, tiny_model_dir):
 def labels(ctx, db_path):
     """3 training prompts and the admin's ranking of each one's two answers: data a launch accepts (one with no
     data is refused: run_preview.refuse_without_data)."""
-    from labeler.services.data import labeling, prompts
-    from labeler.services.data.responses import insert_response
-    from storage import open_db, write_transaction
+    from storage import open_db
 
     db = open_db(db_path)
-    texts = [f"Train tab prompt {k}" for k in range(3)]
-    prompts.add_prompts(db, texts, source="test")
-    with write_transaction(db):
-        for prompt_id in [row[0] for row in db.execute("SELECT id FROM prompts ORDER BY id")]:
-            for answer in ("good", "bad"):
-                insert_response(db, prompt_id, f"a {answer} answer to {prompt_id}", model="m", source="test")
-    labeling.create_items(db, "default", ranking_size=2, kinds=("ranking",))
-    for item in db.execute("SELECT id, response_ids_json FROM items").fetchall():
-        good, bad = json.loads(item[1])
-        labeling.submit_ranking(db, "default", ADMIN, item[0], [[good], [bad]], claim=True)
+    rank_good_over_bad(db, ADMIN, [f"Train tab prompt {k}" for k in range(3)])
     db.conn.close()
 
 

@@ -226,8 +226,8 @@ def set_active(db: sqlite_utils.Database, username: str, active: bool) -> User:
 
 def set_simulated_active(db: sqlite_utils.Database, username: str, active: bool) -> None:
     """A simulated annotator's account (the demo's) on or off: the change set_active makes (deactivating ends
-    its sessions and releases its holds), without its "an active admin remains" check, since a demo's database may have no admin at
-    all; an admin's account is never changed, and one already in that state is left as it is."""
+    its sessions and releases its holds), without its "an active admin remains" check, since a demo's database may have
+    no admin at all; an admin's account is never changed, and one already in that state is left as it is."""
     with write_transaction(db):
         db.execute("UPDATE users SET active = ?, session_epoch = session_epoch + (? = 0)"
                    " WHERE username = ? AND role != 'admin' AND active != ?",

@@ -170,8 +170,9 @@ def create_project(
 ) -> Project:
     """A new project; `ranking_guidelines` None: the same text as `guidelines` for both kinds; `answer_tokens`
     None: the prompt format's DEFAULT_ANSWER_TOKENS (fitted at the first import of a chat project's prompts,
-    labeler/services/serving/answer_length.py), else SET_BY_HAND. The measure starts as "" (measures.default: people's blind pairs once someone labels, else the newest reward model); set it
-    with measures.set_measure, which checks that what it names exists."""
+    labeler/services/serving/answer_length.py), else SET_BY_HAND. The measure starts as "" (measures.default:
+    people's blind pairs once someone labels, else the newest reward model); set it with measures.set_measure,
+    which checks that what it names exists."""
     ranking_guidelines = guidelines if ranking_guidelines is None else ranking_guidelines
     origin = SET_BY_HAND if answer_tokens is not None else ""
     if answer_tokens is None:
@@ -194,7 +195,8 @@ def create_project(
 def update_project(db: sqlite_utils.Database, name: str, **fields) -> Project:
     """Change any of EDITABLE_FIELDS; fields left out (or None) keep their value. `measure` is checked for syntax
     only here (measures.set_measure checks that the model or function it names exists); `heldout_share` only
-    sets the share of later imports (prompts.change_heldout_share re-splits the prompts there are). A guidelines text equal to its kind's default is stored as "" (= follow the default)."""
+    sets the share of later imports (prompts.change_heldout_share re-splits the prompts there are). A guidelines text
+    equal to its kind's default is stored as "" (= follow the default)."""
     unknown = sorted(set(fields) - set(EDITABLE_FIELDS))
     if unknown:
         raise InputError(f"cannot change {', '.join(unknown)} (editable: {', '.join(EDITABLE_FIELDS)})", field=unknown[0])

@@ -102,9 +102,9 @@ def save_checkpoint(root: str | Path, step: int, write: Callable[[Path], None], 
 
 class WeightsPacer:
     """When a people-rewarded PPO run writes its weights and optimizer state (its steps are journalled every step,
-    labeler/services/execution/step_journal.py): once the time since the last write ended is at least (1/share - 1) times what
-    that write took, so writing takes at most `share` of the run's time, whatever the model's size, the disk's
-    speed or how long people take to label a step. Measured, not guessed: a 135M policy's checkpoint (1.6 GB) and
+    labeler/services/execution/step_journal.py): once the time since the last write ended is at least (1/share - 1)
+    times what that write took, so writing takes at most `share` of the run's time, whatever the model's size, the
+    disk's speed or how long people take to label a step. Measured, not guessed: a 135M policy's checkpoint (1.6 GB) and
     a 1.5B one's (18 GB) differ tenfold, and so do a laptop's disk and a GPU server's. The first write comes after
     the first step (nothing measured yet); `share` 0: every step."""
 

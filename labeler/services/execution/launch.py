@@ -97,9 +97,9 @@ def refuse_unloadable(job: dict, resolve_model: Callable[[str], str]) -> None:
     """What the worker would fail to load, refused when the run is queued (a run with model=/nonexistent/model or
     reward_function=nosuchmodule:fn was accepted and failed in the worker, 5 minutes later on a busy machine):
     the base model through `resolve_model` (the registry's resolver: a registry name, a folder with weights or a
-    hub id; unless a `runner` of one's own reads it), and module:function code (reward_function, runner) whose module the worker cannot find. The worker
-    runs `python -m` in this process's folder with its environment, so its path is that folder, $PYTHONPATH and
-    this process's sys.path. The module is looked up, never imported here."""
+    hub id; unless a `runner` of one's own reads it), and module:function code (reward_function, runner) whose module
+    the worker cannot find. The worker runs `python -m` in this process's folder with its environment, so its path is
+    that folder, $PYTHONPATH and this process's sys.path. The module is looked up, never imported here."""
     model = str(job.get("model") or "").strip()
     if model not in SHORT_MODEL_NAMES and not job.get("runner"):  # a runner of one's own reads `model` its own way
         resolve_model(model)

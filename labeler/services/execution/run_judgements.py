@@ -11,8 +11,8 @@ about and did not rank in time: left out of the loss). `verdict` is that verdict
 Agreement counts only pairs both judged strictly (neither said "a tie"): a tie is neither agreement nor disagreement
 about which answer is better. The summary gives the count it is measured on, so 1 of 1 is not mistaken for a rate.
 
-Written by labeler/services/training/runners/online_dpo.py as each batch is judged (one transaction a batch), so a run that
-fails or is cancelled keeps every judgement made before.
+Written by labeler/services/training/runners/online_dpo.py as each batch is judged (one transaction a batch), so a run
+that fails or is cancelled keeps every judgement made before.
 """
 from __future__ import annotations
 

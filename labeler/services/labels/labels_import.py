@@ -98,7 +98,8 @@ def _store_pair(db: sqlite_utils.Database, project_id: int, pair: PreferencePair
 
 
 def import_preferences(db: sqlite_utils.Database, path: str | Path, project: str = "default") -> ImportResult:
-    """added = pairs stored, duplicates = pairs already stored (or repeated in the file), skipped = chosen == rejected."""
+    """added = pairs stored, duplicates = pairs already stored (or repeated in the file),
+    skipped = chosen == rejected."""
     project_id = get_project(db, project).id
     pairs = [parse_pair(where, record) for where, record in read_records(path, txt_field="prompt")]
     if not pairs:

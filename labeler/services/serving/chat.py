@@ -1,7 +1,7 @@
 """Chat with a model: streamed and plain replies bounded in elapsed time, best-of-N, rating.
 
-The models come from the server's one ModelCache (labeler/services/serving/inference.py), which also gives each person one
-answer at a time across Chat, Arena and best-of-N, and the server a cap on generations at once with a queue.
+The models come from the server's one ModelCache (labeler/services/serving/inference.py), which also gives each person
+one answer at a time across Chat, Arena and best-of-N, and the server a cap on generations at once with a queue.
 
 A conversation is a list of {"role": "user" | "assistant", "content": str} messages ending with the
 user's turn; the system prompt is passed apart. A rated answer is stored like any other label (prompt,
@@ -191,22 +191,30 @@ class Waiting:
         return place_words(self.ahead)
 
 
-def stream_events(
-    cache: ModelCache,
-    model_name_or_path: str,
-    history: Sequence[dict],
-    system_prompt: str | None = None,
-    settings: GenerationSettings = CHAT_SETTINGS,
-    chat_template: bool | None = None,
-    budget_s: float | None = None,
-    username: str | None = None,
-    notify: Notify | None = None,
-    poll_s: float = 0.5,
-) -> Iterator[str | Waiting]:
+@dataclass(frozen=True)
+class ChatRequest:
+    """One streamed answer asked for: the model, the conversation (ending with the user's turn; the system prompt
+    apart) and how it is generated. A web request sets `budget_s` (the answer stops after that many seconds, the
+    tokens written so far being the answer; the answer length and the conversation are cut to what fits at the
+    model's speed now: request_bounds) and `username` (one answer per person at a time, across Chat, Arena and
+    best-of-N; the server's cap on answers at once queues the others). `notify` gets, in words, the queue's place
+    while waiting, when the answer length was capped, when the answer stopped at the bound, and when the model had
+    been unloaded for a training run. `chat_template` is the project's prompt format (Project.chat_template)."""
+    model_name_or_path: str
+    history: Sequence[dict]
+    system_prompt: str | None = None
+    settings: GenerationSettings = CHAT_SETTINGS
+    chat_template: bool | None = None
+    budget_s: float | None = None
+    username: str | None = None
+    notify: Notify | None = None
+
+
+def stream_events(cache: ModelCache, request: ChatRequest, poll_s: float = 0.5) -> Iterator[str | Waiting]:
     """stream_reply's pieces, preceded by a Waiting whenever the answer's place in the server's queue changes
     (the Chat tab shows it where the answer will be)."""
-    messages = check_history(history, system_prompt)
-    ticket = cache.turns.join(username)  # one answer per person, waiting or being written
+    messages = check_history(request.history, request.system_prompt)
+    ticket = cache.turns.join(request.username)  # one answer per person, waiting or being written
     try:
         told = None
         while not ticket.wait(poll_s):
@@ -214,40 +222,24 @@ def stream_events(
             if ahead != told:
                 yield Waiting(ahead)
                 told = ahead
-        yield from _stream(cache, model_name_or_path, messages, system_prompt, settings, chat_template, budget_s,
-                           notify)
+        yield from _stream(cache, request, messages)
     finally:
         ticket.leave()
 
 
-def stream_reply(
-    cache: ModelCache,
-    model_name_or_path: str,
-    history: Sequence[dict],
-    system_prompt: str | None = None,
-    settings: GenerationSettings = CHAT_SETTINGS,
-    chat_template: bool | None = None,
-    budget_s: float | None = None,
-    username: str | None = None,
-    notify: Notify | None = None,
-) -> Iterator[str]:
-    """Yield the answer piece by piece as it is generated (transformers' TextIteratorStreamer + a thread).
+def stream_reply(cache: ModelCache, request: ChatRequest) -> Iterator[str]:
+    """Yield the answer piece by piece as it is generated (transformers' TextIteratorStreamer + a thread); the
+    queue's place while waiting goes to request.notify.
 
     The pieces joined are the text `reply` returns for the same settings (greedy decoding, or the same seed).
     Closing the generator early (the user pressed Stop, the browser went away: Gradio calls close()) stops
     the generation thread at its next token instead of letting it run to max_new_tokens.
-    A web request passes `budget_s` (the answer stops after that many seconds, the tokens written so far being the
-    answer; the answer length and the conversation are cut to what fits at the model's speed now: request_bounds)
-    and `username` (one answer per person at a time, across Chat, Arena and best-of-N; the server's cap on answers
-    at once queues the others). `notify` gets, in words, the queue's place while waiting, when the answer length was
-    capped, when the answer stopped at the bound, and when the model had been unloaded for a training run.
     """
-    with contextlib.closing(stream_events(cache, model_name_or_path, history, system_prompt, settings,
-                                          chat_template, budget_s, username, notify)) as events:
+    with contextlib.closing(stream_events(cache, request)) as events:
         for event in events:
             if isinstance(event, Waiting):
-                if notify is not None:
-                    notify(event.words)
+                if request.notify is not None:
+                    request.notify(event.words)
             else:
                 yield event
 
@@ -299,14 +291,15 @@ def _finished(cache: ModelCache, model_name_or_path: str, clock, budget_s: float
                "what was written is kept.")
 
 
-def _stream(cache, model_name_or_path, messages, system_prompt, settings, chat_template, budget_s, notify):
+def _stream(cache: ModelCache, request: ChatRequest, messages: Messages) -> Iterator[str]:
     import torch
     from transformers import StoppingCriteriaList, TextIteratorStreamer
 
     from rlhf.generation import autocast_context, eos_token_ids, generation_kwargs  # imports torch
 
-    model, tokenizer, settings, ids = _bounded_request(cache, model_name_or_path, messages, system_prompt, settings,
-                                                        chat_template, budget_s, notify)
+    model_name_or_path, budget_s, notify = request.model_name_or_path, request.budget_s, request.notify
+    model, tokenizer, settings, ids = _bounded_request(cache, model_name_or_path, messages, request.system_prompt,
+                                                        request.settings, request.chat_template, budget_s, notify)
     device = next(model.parameters()).device
     eos_ids = eos_token_ids(model, tokenizer)
     streamer = TextIteratorStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True, timeout=STREAM_TIMEOUT_S)
@@ -383,7 +376,7 @@ def reply(
     budget_s: float | None = None,
     notify: Notify | None = None,
 ) -> str:
-    """The whole answer at once; `budget_s` and `notify` as for stream_reply. Takes no turn itself: its callers
+    """The whole answer at once; `budget_s` and `notify` as for a ChatRequest. Takes no turn itself: its callers
     (the Arena, the command line) hold one."""
     messages = check_history(history, system_prompt)
     model, tokenizer, settings, ids = _bounded_request(cache, model_name_or_path, messages, system_prompt, settings,
@@ -418,7 +411,7 @@ def best_of_n(
     """Sample n answers, score each with the reward model, return (best, [(answer, score), ...]).
 
     Sampling is forced on (n greedy answers would be identical). The answers come back in sampling
-    order; ties go to the earliest. `budget_s`, `username` and `notify` as for stream_reply (the n answers
+    order; ties go to the earliest. `budget_s`, `username` and `notify` as for a ChatRequest (the n answers
     share the budget and are written in one batch, stopped together at the bound).
     """
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 64:

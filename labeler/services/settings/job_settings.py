@@ -110,8 +110,8 @@ class DataSettings:
 class RewardSettings:
     """A policy run's rollouts and how they are rewarded.
 
-    Where rewards come from is labeler/services/settings/reward_spec.py's grammar, spelled out in reward, reward_model and
-    reward_function; then people's part and what is generated."""
+    Where rewards come from is labeler/services/settings/reward_spec.py's grammar, spelled out in reward, reward_model
+    and reward_function; then people's part and what is generated."""
 
     TITLE: ClassVar[str] = "Rewards"
     STAGES: ClassVar[tuple[str, ...]] = training_stages.names(samples=True)  # ppo, grpo, rloo

@@ -4,10 +4,10 @@ The rule is a pure function of a project's facts (recommend), so the Train tab's
 recommend` and docs/YOUR_TASK.md say the same thing; project_facts reads those facts from the database.
 
 The figures behind it (a walkthrough of a team's own task, 2026-12-06, docs/YOUR_TASK.md: a chat project of 70
-prompts, 63 rankings of 4 answers at 128 tokens, on 2 CPU cores with bf16, the machine shared): DPO at its defaults took 14 min including its evaluation and won 88%
-against the base by the task's judge; a reward model (three passes) then PPO at its defaults took 65 min and won 67%.
-bench/own_task.py's two example tasks (~80 rankings, ~480 pairs) gave DPO 73-79% and a scaled PPO from the three-pass
-reward model 76-83%: level within seeds, at a multiple of the time.
+prompts, 63 rankings of 4 answers at 128 tokens, on 2 CPU cores with bf16, the machine shared): DPO at its defaults took
+14 min including its evaluation and won 88% against the base by the task's judge; a reward model (three passes) then PPO
+at its defaults took 65 min and won 67%. bench/own_task.py's two example tasks (~80 rankings, ~480 pairs) gave DPO
+73-79% and a scaled PPO from the three-pass reward model 76-83%: level within seeds, at a multiple of the time.
 """
 from __future__ import annotations
 

@@ -352,8 +352,9 @@ class LabelStepSettings:
 
 
 def _measured_in_child(payload: dict, timeout: float) -> dict:
-    """Run `python -m labeler.services.training.run_estimate` with `payload` on stdin, as the worker would run (its threads,
-    no busy-waiting OpenMP), and return the last JSON line it prints. RuntimeError with the child's last line."""
+    """Run `python -m labeler.services.training.run_estimate` with `payload` on stdin, as the worker would run (its
+    threads, no busy-waiting OpenMP), and return the last JSON line it prints. RuntimeError with the child's last
+    line."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
            "OMP_NUM_THREADS": str(payload["threads"])}
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as supervision.spawn starts the worker

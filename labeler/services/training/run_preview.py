@@ -7,8 +7,8 @@ is queued. It reads the data exactly as the stage runners do: the same settings 
 runner calls), and the same split by prompt (export.split_by_prompt), without loading a model or building a dataset.
 
 A PPO, GRPO or RLOO run's preview also says how long it will take on this machine, extrapolated from a micro-step
-measured in a fresh process (labeler/services/training/run_estimate.py), and so does a DPO or reward-model run's, from a batch
-of its own first training pairs timed the same way; for PPO with `time_budget` set it fits the number
+measured in a fresh process (labeler/services/training/run_estimate.py), and so does a DPO or reward-model run's, from a
+batch of its own first training pairs timed the same way; for PPO with `time_budget` set it fits the number
 of steps to the budget and says what it chose; apply_time_budget makes that choice the run's `steps`.
 """
 from __future__ import annotations

@@ -206,16 +206,21 @@ def _rank(db, proj: Project, user, item_id: int, order: list[list[int]], comment
     return LabelResult(label_id, created=True)
 
 
-def _in_one_transaction(db: sqlite_utils.Database, project: str, username: str,
-                        store: Callable[[Project, Any], LabelResult], next_kind: Kind | None = None,
-                        also: Callable[[sqlite_utils.Database], None] | None = None):
-    """store(project, user) in one transaction; with next_kind, then the user's next item of that kind in the same
-    transaction (one round trip per label for the Rate and Rank tabs); `also(db)` (the label's answers to the
-    project's questions) in the same transaction, after the label."""
+def _submit(db: sqlite_utils.Database, project: str, username: str, store: Callable[..., LabelResult], item_id: int,
+            label: Any, comment: str, seconds: float | None, request_id: str | None, *, claim: bool = False,
+            next_kind: Kind | None = None, also: Callable[[sqlite_utils.Database], None] | None = None):
+    """Every submit's one path: `comment` and `seconds` checked before any write, then
+    store(db, proj, user, item_id, label, comment, seconds, request_id, claim) (_rate or _rank) in one transaction.
+    With next_kind (the _and_next submits) the label's seconds are the time since the item was shown (SHOWN) and
+    the user's next item of that kind follows in the same transaction (one round trip per label for the Rate and
+    Rank tabs); `also(db)` (the label's answers to the project's questions) runs in it too, after the label."""
+    seconds = _check_extras(comment, seconds)
+    if next_kind is not None:
+        seconds = SHOWN
     with write_transaction(db):
         proj = get_project(db, project)
         user = accounts.require_user(db, username)
-        result = store(proj, user)
+        result = store(db, proj, user, item_id, label, comment, seconds, request_id, claim)
         if also is not None:
             also(db)
         return result if next_kind is None else (result, serve_next(db, proj, user, next_kind))
@@ -239,9 +244,7 @@ def submit_rating(
     item they were not served (a chat answer rated in place, a PPO rollout opened from the Train tab), as
     long as the item has a free slot.
     """
-    seconds = _check_extras(comment, seconds)
-    return _in_one_transaction(db, project, username, lambda proj, user: _rate(
-        db, proj, user, item_id, score, comment, seconds, request_id, claim))
+    return _submit(db, project, username, _rate, item_id, score, comment, seconds, request_id, claim=claim)
 
 
 def submit_rating_and_next(
@@ -261,9 +264,8 @@ def submit_rating_and_next(
     `seconds` is the time since the item was last shown (its assignment). A retry of the same request
     (same request_id) stores nothing and returns the same next item, by then the user's pending one.
     """
-    _check_extras(comment, None)
-    return _in_one_transaction(db, project, username, lambda proj, user: _rate(
-        db, proj, user, item_id, score, comment, SHOWN, request_id, False), next_kind="rating", also=also)
+    return _submit(db, project, username, _rate, item_id, score, comment, None, request_id, next_kind="rating",
+                   also=also)
 
 
 def submit_ranking(
@@ -279,9 +281,7 @@ def submit_ranking(
     claim: bool = False,
 ) -> LabelResult:
     """Store a ranking (best to worst, ties share a group) of a ranking item the user holds."""
-    seconds = _check_extras(comment, seconds)
-    return _in_one_transaction(db, project, username, lambda proj, user: _rank(
-        db, proj, user, item_id, order, comment, seconds, request_id, claim))
+    return _submit(db, project, username, _rank, item_id, order, comment, seconds, request_id, claim=claim)
 
 
 def submit_ranking_and_next(
@@ -295,9 +295,8 @@ def submit_ranking_and_next(
     also: Callable[[sqlite_utils.Database], None] | None = None,
 ) -> tuple[LabelResult, QueueItem | None]:
     """submit_ranking, then next_item, in one transaction (see submit_rating_and_next, `also` too)."""
-    _check_extras(comment, None)
-    return _in_one_transaction(db, project, username, lambda proj, user: _rank(
-        db, proj, user, item_id, order, comment, SHOWN, request_id, False), next_kind="ranking", also=also)
+    return _submit(db, project, username, _rank, item_id, order, comment, None, request_id, next_kind="ranking",
+                   also=also)
 
 
 def skip_item(db: sqlite_utils.Database, project: str, username: str, item_id: int) -> None:
@@ -315,7 +314,8 @@ def skip_item(db: sqlite_utils.Database, project: str, username: str, item_id: i
         if row["status"] == "done":
             raise InputError(f"item {item_id} is already labelled; undo it first", field="item_id")
         if row["status"] != "skipped":
-            # assigned_at becomes the time of the skip, so undo_last_action can tell whether a skip or a label came last.
+            # assigned_at becomes the time of the skip, so undo_last_action can tell
+            # whether a skip or a label came last.
             db.execute(f"UPDATE assignments SET status = 'skipped', assigned_at = {NOW} WHERE id = ?", [row["id"]])
 
 

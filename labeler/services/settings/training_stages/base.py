@@ -4,8 +4,8 @@ A stage's facts live in its own module of this package (sft.py, rm.py, ...), eac
 registry (`__init__.py`) finds them. This package stands on the settings' ground floor: it imports no export, project
 or prompt code and no torch, so job_settings, the storage check of a run's stage, the estimate and the preview read
 the stage names and facts here instead of repeating them (tests/test_import_cycles.py checks it). What does the work
-is named as "module:attribute" and imported when asked for: the rows a stage trains on (labeler/services/training/stages.py),
-its trainer config's library class and its runner (runners/).
+is named as "module:attribute" and imported when asked for: the rows a stage trains on
+(labeler/services/training/stages.py), its trainer config's library class and its runner (runners/).
 """
 from __future__ import annotations
 

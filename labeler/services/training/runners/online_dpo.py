@@ -8,10 +8,10 @@ the online reward model is least sure of, the model judges the rest and learns f
 scores each answer alone and the higher score wins; equal scores tie and the pair is left out. A function that raises
 or returns the wrong number of scores stops the run with a JudgeError naming the function and the step.
 
-Every pair judged is recorded as it is judged (JudgementLog -> labeler/services/execution/run_judgements.py): who decided it
-(people, the model, nobody), people's verdict and the model's where each gave one, and the Rank item people saw, so
-the run's page can say how many pairs people judged, how many the model, and how often the model agreed with people;
-a run that fails keeps the judgements of the batches before.
+Every pair judged is recorded as it is judged (JudgementLog -> labeler/services/execution/run_judgements.py): who
+decided it (people, the model, nobody), people's verdict and the model's where each gave one, and the Rank item people
+saw, so the run's page can say how many pairs people judged, how many the model, and how often the model agreed with
+people; a run that fails keeps the judgements of the batches before.
 
 Loads torch when imported (the library's trainer): the stage registry names it as a string and
 Stage.run imports it, so the app's import stays light (tests/test_light_imports.py, HEAVY_SERVICES). The app's config,
@@ -168,8 +168,8 @@ class PeopleJudge(BasePairwiseJudge):
 
 class MixJudge(BasePairwiseJudge):
     """People and the online reward model together (judge=mix): each batch's pairs go through reward=mix's
-    ActiveMixReward (labeler/services/labels/online_reward.py) as groups of two: people rank the `human_share` of pairs the
-    model's ensemble is least sure of (one in four of those picked at random), the model judges the rest by its
+    ActiveMixReward (labeler/services/labels/online_reward.py) as groups of two: people rank the `human_share` of pairs
+    the model's ensemble is least sure of (one in four of those picked at random), the model judges the rest by its
     expected ranks (no opinion, a tie, until it has learnt from people), and it learns from every ranking during
     the run. Its statistics (reward/from_human and reward/from_rm in answers, rm_online/agreement with people on
     the pairs both saw) are logged each step. With a `log`, each pair is recorded with the model's verdict, and, for

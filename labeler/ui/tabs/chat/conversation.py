@@ -57,9 +57,10 @@ def send(ctx: UIContext, text, history, model_name, system_prompt, tokens, sampl
         # The project's prompt format: a chat template, or plain text to continue (as Generate and the arena use it).
         # Bounded in elapsed time (the user is told when the answer length is capped or the bound ends it), one at a
         # time per user across Chat, Arena and best-of-N; while it waits for a turn, its place is where it will be.
-        with contextlib.closing(chat.stream_events(ctx.models, path, history, system_prompt, settings,
-                                                   chat_template=chat_template, budget_s=ctx.settings.chat_budget_s,
-                                                   username=UIContext.username(request), notify=gr.Warning)) as events:
+        asked = chat.ChatRequest(path, history, system_prompt, settings, chat_template=chat_template,
+                                 budget_s=ctx.settings.chat_budget_s, username=UIContext.username(request),
+                                 notify=gr.Warning)
+        with contextlib.closing(chat.stream_events(ctx.models, asked)) as events:
             for event in events:
                 if isinstance(event, chat.Waiting):
                     waiting = f"*⏳ {event.words}*"

@@ -3,8 +3,8 @@
 Built from parts, each a module with its widgets and its handlers (named functions taking the UIContext first,
 which tests call directly): the launch form (form.py), the run monitor (monitor.py, what it shows: run_views.py),
 the reward-model inspector (inspector.py) and the demo button (demo.py). A launch queues a run
-(labeler.services.training.jobs), which a worker process executes; the monitor's gr.Timer re-reads the run's row, metrics
-and samples from SQLite. Every handler checks the admin role itself.
+(labeler.services.training.jobs), which a worker process executes; the monitor's gr.Timer re-reads the run's row,
+metrics and samples from SQLite. Every handler checks the admin role itself.
 """
 from __future__ import annotations
 
