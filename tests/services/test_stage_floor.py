@@ -160,7 +160,7 @@ def test_the_app_s_trainer_configs_are_declared_with_their_stages_and_pickle():
         config = cls(output_dir="unused", report_to="none")
         again = pickle.loads(pickle.dumps(config))
         assert type(again) is cls and again.learning_rate == config.learning_rate
-    assert [cls(output_dir="unused", report_to="none").learning_rate for cls, _, _ in pairs] == [3e-5, 3e-5, 5e-5, 5e-6]
+    assert [cls(output_dir="unused", report_to="none").learning_rate for cls, _, _ in pairs] == [3e-5, 3e-5, 5e-5, 5e-5]
     with pytest.raises(AttributeError, match="NoSuchConfig"):
         grpo.NoSuchConfig  # noqa: B018
 

@@ -114,7 +114,7 @@ def test_the_judge_setting_is_checked_when_a_run_is_queued(db):
     assert app_judge("vader", db).name == "vader"
     config = StudioOnlineDPOConfig(output_dir="unused", report_to="none")
     assert (config.judge, config.learning_rate, config.per_device_train_batch_size, config.max_new_tokens) == \
-        ("rm", 5e-6, 8, 16)
+        ("rm", 5e-5, 8, 16)
     # The job's answer length is the trainer's unless the trainer settings set it, stored when the run is resolved.
     from labeler.services.training.run_settings import resolve_run
 
