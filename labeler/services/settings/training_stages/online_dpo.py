@@ -24,7 +24,7 @@ def studio_config() -> type:
         # One optimizer step per 8 fresh pairs: a 40-step run takes 40 steps where PPO takes 640 (4 epochs of 4
         # mini-batches a step). On the shipped task with five simulated people (judge=mix, seed 0, 2026-12-06,
         # docs/HUMAN_LOOP.md) the run at 5e-6 did not move (positive share 22% -> 21%, KL 0.04); at 5e-5 it
-        # reached 40% at KL 2.7 (33% at KL 2.1 with VADER itself judging): still short of PPO, but learning.
+        # reached 40% at KL 2.7 (33% at KL 1.3 with VADER itself judging): still short of PPO, but learning.
         learning_rate: float = field(default=5e-5, metadata={
             "help": "AdamW learning rate (TRL's 5e-7 suits long GPU runs; a 40-step CPU run needs more)."})
         per_device_train_batch_size: int = field(default=8, metadata={"help": "Prompts per step (two answers each)."})
