@@ -37,6 +37,9 @@ class Cancelled(BaseException):
 
 
 def _on_sigterm(signum, frame):
+    # One stop is enough: a cancel can deliver SIGTERM twice (to the process group, and forwarded by the launcher),
+    # and a second Cancelled raised inside the handler below would escape it half-way through marking the row.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise Cancelled()
 
 
