@@ -526,9 +526,14 @@ def registered_run(db: sqlite_utils.Database, name: str) -> int | None:
 
 # ---- runs -----------------------------------------------------------------------------------------------
 
+def run_function(job) -> str:
+    """The function a run was rewarded by ('' when its reward is not a function): the measures' last default."""
+    return job.reward_function if job.reward == "function" else ""
+
+
 def auto_measure(db: sqlite_utils.Database, project: str, job) -> measures.Resolved:
     """The measure a finished run is judged by, and why (measures.resolve, given the run's function reward)."""
-    return measures.resolve(db, project, run_function=job.reward_function if job.reward == "function" else "")
+    return measures.resolve(db, project, run_function=run_function(job))
 
 
 def auto_settings(db: sqlite_utils.Database, project: str, job) -> EvalSettings:
@@ -542,8 +547,7 @@ def auto_settings(db: sqlite_utils.Database, project: str, job) -> EvalSettings:
 def curve_settings(db: sqlite_utils.Database, project: str, job) -> EvalSettings:
     """auto_settings for scoring a run's answers while it trains: people judge only the finished model, so their
     place is taken by the judge that needs nobody (measures.scorer)."""
-    function = job.reward_function if job.reward == "function" else ""
-    return replace(auto_settings(db, project, job), reward=measures.scorer(db, project, function).spec)
+    return replace(auto_settings(db, project, job), reward=measures.scorer(db, project, run_function(job)).spec)
 
 
 def evaluate_finished_run(db: sqlite_utils.Database, run_id: int, stage: str, project: str, job, model: dict,
