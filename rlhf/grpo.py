@@ -42,6 +42,7 @@ from rlhf.losses import (
 )
 from rlhf.peft_utils import is_peft_model, merge_adapter
 from rlhf.precision import copy_in_dtype, reference_dtype
+from rlhf.samplers import RepeatSampler
 from rlhf.trainer_config import TrainerConfig, refuse_trl_only_values, trl_only
 from rlhf.trainer_setup import disable_dropout, freeze_reference, prepare_model
 
@@ -217,35 +218,6 @@ class GRPOConfig(OnlineRLConfig):
         if self.importance_sampling_level not in ("token", "sequence"):
             raise ValueError(f"importance_sampling_level={self.importance_sampling_level!r}: must be token or sequence")
         super().__post_init__()
-
-
-class RepeatSampler(Sampler):
-    """Prompt indices for whole groups: each prompt `mini_repeat_count` times in a row (its group of answers),
-    `batch_size` prompts per generation batch, each generation batch `repeat_count` times (the micro-steps that
-    reuse it). Seeded, so every process draws the same order (TRL's RepeatSampler)."""
-
-    def __init__(self, data_source, mini_repeat_count: int, batch_size: int = 1, repeat_count: int = 1,
-                 shuffle: bool = True, seed: int | None = None):
-        self.num_samples = len(data_source)
-        self.mini_repeat_count, self.batch_size, self.repeat_count = mini_repeat_count, batch_size, repeat_count
-        self.shuffle = shuffle
-        self.generator = torch.Generator()
-        if seed is not None:
-            self.generator.manual_seed(seed)
-
-    def __iter__(self):
-        order = torch.randperm(self.num_samples, generator=self.generator).tolist() if self.shuffle \
-            else list(range(self.num_samples))
-        chunks = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
-        for chunk in chunks:
-            if len(chunk) < self.batch_size:
-                continue  # a partial last batch would break the groups
-            for _ in range(self.repeat_count):
-                for index in chunk:
-                    yield from [index] * self.mini_repeat_count
-
-    def __len__(self) -> int:
-        return (self.num_samples // self.batch_size) * self.batch_size * self.mini_repeat_count * self.repeat_count
 
 
 class ModelReward:

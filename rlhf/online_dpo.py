@@ -13,7 +13,9 @@ Each step, for a batch of prompts:
 2. the judge says which of each pair is better (`judge=`: a BasePairwiseJudge, a BaseRankJudge or a reward function;
    `reward_model=`: a reward model, wrapped as rlhf.judges.RewardModelJudge); a tie leaves the pair out of the loss;
 3. the frozen reference scores both answers (no gradient);
-4. the loss is DPO's (sigmoid or IPO, rlhf/online_losses.py) on the fresh pairs, against the reference.
+4. the loss is DPO's (sigmoid or IPO, rlhf/online_losses.py) on the fresh pairs, against the reference;
+   `num_iterations` > 1 (this library's addition, GRPO's mu) trains that many optimizer passes over each batch of
+   judged pairs, so each judgement (a person's included) is learnt from more than once.
 The reference is `ref_model` if given, the policy with its LoRA adapter off with `peft_config`, otherwise a frozen copy
 of the policy taken before training. Logged names are TRL's (objective/kl, objective/entropy, objective/scores,
 rewards/chosen, rewards/accuracies, rewards/margins, logps/chosen, val/contain_eos_token, beta, ...) plus judge/ties.
@@ -53,6 +55,7 @@ from rlhf.online_losses import (
     weighted_mean,
 )
 from rlhf.peft_utils import is_peft_model
+from rlhf.samplers import RepeatSampler
 from rlhf.trainer_config import TrainerConfig, refuse_trl_only_values, trl_only
 from rlhf.trainer_setup import disable_dropout, prepare_model
 
@@ -100,6 +103,9 @@ class OnlineDPOConfig(TrainerConfig):
                 "for the rest."})
     loss_type: Literal["sigmoid", "ipo"] = field(default="sigmoid", metadata={
         "help": "sigmoid (DPO's loss) or ipo (IPO's squared loss)."})
+    num_iterations: int = field(default=1, metadata={
+        "help": "Optimizer passes over each batch of judged pairs (1: TRL's online DPO, each pair learnt from once; "
+                "GRPO's mu). The pairs are generated and judged once; max_steps counts the passes."})
     disable_dropout: bool = field(default=True, metadata={"help": "Set every dropout probability to 0 in policy and reference."})
     learning_rate: float = field(default=5e-7, metadata={"help": "AdamW learning rate (TRL's default 5e-7)."})
     logging_steps: float = field(default=10, metadata={"help": "Log metrics every this many optimizer steps."})
@@ -129,6 +135,8 @@ class OnlineDPOConfig(TrainerConfig):
     def __post_init__(self):
         refuse_trl_only_values(self)
         self.beta = check_schedule("beta", self.beta)
+        if not isinstance(self.num_iterations, int) or self.num_iterations < 1:
+            raise ValueError(f"num_iterations={self.num_iterations!r}: must be a whole number, at least 1")
         if self.loss_type not in ONLINE_DPO_LOSS_TYPES:
             raise ValueError(f"loss_type={self.loss_type!r}: must be one of {', '.join(ONLINE_DPO_LOSS_TYPES)}")
         if not 1 <= self.max_new_tokens <= MAX_NEW_TOKENS:
@@ -189,6 +197,23 @@ def plain_text(prompt: Any) -> str:
     if len(prompt) == 1:
         return prompt[0]["content"]
     return "\n".join(f"{m['role']}: {m['content']}" for m in prompt)
+
+
+def split_pair_batch(batch: dict, chunks: int) -> list[dict]:
+    """A batch of B pairs cut into `chunks` batches of B / chunks pairs, pair i of each keeping both its answers:
+    per-pair values (B,) are cut in order, per-answer values (2B,: the first answers, then the second) keep rows i
+    and B + i together."""
+    pairs = len(batch["verdicts"])
+    if chunks == 1:
+        return [batch]
+    if pairs % chunks:
+        raise ValueError(f"{pairs} pairs do not split into {chunks} micro-batches")
+    size, out = pairs // chunks, []
+    for c in range(chunks):
+        first = torch.arange(c * size, (c + 1) * size)
+        both = torch.cat([first, first + pairs])
+        out.append({k: v[first.to(v.device)] if len(v) == pairs else v[both.to(v.device)] for k, v in batch.items()})
+    return out
 
 
 class OnlineDPOTrainer(BaseTrainer):
@@ -259,6 +284,8 @@ class OnlineDPOTrainer(BaseTrainer):
             self.judge.model.to(self.accelerator.device)
         # 5. generation's end-of-answer ids
         self._set_generation_ids(model, processing_class)
+        self._micro_step = 0  # training micro-steps, for reusing a judged batch (num_iterations)
+        self._buffered_inputs: list[dict] | None = None
 
     @property
     def beta(self) -> float:
@@ -268,6 +295,34 @@ class OnlineDPOTrainer(BaseTrainer):
     def _set_signature_columns_if_needed(self):
         if self._signature_columns is None:
             self._signature_columns = ["prompt"]
+
+    # ---- 0. data: one judged batch per gradient_accumulation_steps micro-steps, num_iterations times -------------
+    def get_train_dataloader(self):
+        # Each loader batch is a whole generation batch (an optimizer step's prompts); _prepare_inputs cuts it
+        # into the accumulation's micro-batches and hands them out num_iterations times.
+        return self._get_dataloader(
+            dataset=self.train_dataset, description="Training",
+            batch_size=self._train_batch_size * self.args.gradient_accumulation_steps,
+            sampler_fn=self._get_train_sampler, is_training=True)
+
+    def _get_train_sampler(self, dataset=None):
+        return RepeatSampler(dataset if dataset is not None else self.train_dataset, 1,
+                             batch_size=self._train_batch_size * self.args.gradient_accumulation_steps,
+                             repeat_count=self.args.gradient_accumulation_steps * self.args.num_iterations,
+                             seed=self.args.seed)
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        self._micro_step += 1
+        return loss
+
+    def _prepare_inputs(self, rows: list[dict]) -> dict:
+        if not self.model.training:
+            return self._generate_and_judge(rows)
+        chunks = self.args.gradient_accumulation_steps
+        if self._micro_step % (chunks * self.args.num_iterations) == 0 or self._buffered_inputs is None:
+            self._buffered_inputs = split_pair_batch(self._generate_and_judge(rows), chunks)
+        return self._buffered_inputs[self._micro_step % chunks]
 
     # ---- 1. generate ------------------------------------------------------------------------------------------
     def _prompt_ids(self, prompts: list) -> list[torch.Tensor]:
@@ -354,7 +409,9 @@ class OnlineDPOTrainer(BaseTrainer):
         with policy.disable_adapter():  # LoRA: the base model is the reference
             return self._token_logps(self.model, batch)
 
-    def _prepare_inputs(self, rows: list[dict]) -> dict:
+    def _generate_and_judge(self, rows: list[dict]) -> dict:
+        """A batch of pairs from prompt rows: two answers to each, the judge's verdicts, the reference's
+        log-probs."""
         prompts = [row["prompt"] for row in rows]
         device = self.accelerator.device
         # 1. two answers per prompt
@@ -435,4 +492,5 @@ class OnlineDPOTrainer(BaseTrainer):
         metrics["beta"].append(beta)
 
 
-__all__ = ["OnlineDPOConfig", "OnlineDPOTrainer", "check_schedule", "load_object", "plain_text", "resolve_judge"]
+__all__ = ["OnlineDPOConfig", "OnlineDPOTrainer", "check_schedule", "load_object", "plain_text", "resolve_judge",
+           "split_pair_batch"]

@@ -1,4 +1,5 @@
-"""Samplers from TRL: LengthSampler (random generation lengths) and BestOfNSampler (rejection sampling).
+"""Samplers from TRL: LengthSampler (random generation lengths), BestOfNSampler (rejection sampling) and
+RepeatSampler (the online trainers' prompt order: each generation batch repeated for the passes that reuse it).
 
 Randomness is passed in: each sampler owns a seeded torch.Generator, and BestOfNSampler's sampling runs
 in a forked RNG seeded from it, so neither touches the caller's global RNG state.
@@ -9,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import fields, replace
 
 import torch
+from torch.utils.data import Sampler
 
 from rlhf.configs import GenerationSettings
 
@@ -101,3 +103,32 @@ class BestOfNSampler:
             top = torch.topk(group, self.n_candidates).indices  # ties: the earlier sample
             best.append([texts[i * self.sample_size + int(j)] for j in top])
         return best
+
+
+class RepeatSampler(Sampler):
+    """Prompt indices for whole groups: each prompt `mini_repeat_count` times in a row (its group of answers),
+    `batch_size` prompts per generation batch, each generation batch `repeat_count` times (the micro-steps that
+    reuse it). Seeded, so every process draws the same order (TRL's RepeatSampler)."""
+
+    def __init__(self, data_source, mini_repeat_count: int, batch_size: int = 1, repeat_count: int = 1,
+                 shuffle: bool = True, seed: int | None = None):
+        self.num_samples = len(data_source)
+        self.mini_repeat_count, self.batch_size, self.repeat_count = mini_repeat_count, batch_size, repeat_count
+        self.shuffle = shuffle
+        self.generator = torch.Generator()
+        if seed is not None:
+            self.generator.manual_seed(seed)
+
+    def __iter__(self):
+        order = torch.randperm(self.num_samples, generator=self.generator).tolist() if self.shuffle \
+            else list(range(self.num_samples))
+        chunks = [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        for chunk in chunks:
+            if len(chunk) < self.batch_size:
+                continue  # a partial last batch would break the groups
+            for _ in range(self.repeat_count):
+                for index in chunk:
+                    yield from [index] * self.mini_repeat_count
+
+    def __len__(self) -> int:
+        return (self.num_samples // self.batch_size) * self.batch_size * self.mini_repeat_count * self.repeat_count

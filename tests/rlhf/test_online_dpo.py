@@ -95,6 +95,45 @@ def test_pairwise_judge_ipo_and_a_beta_per_epoch(tiny_model_dir, tmp_path):
     assert [log["judge/calls"] for log in trainer.state.log_history if "judge/calls" in log] == [1, 2]
 
 
+def test_num_iterations_learns_from_each_judged_batch_several_times(tiny_model_dir, tmp_path):
+    """num_iterations=3 with 2 accumulation micro-steps: each optimizer step's prompts are generated and judged
+    once, then trained on 3 times; max_steps counts the passes, so 6 optimizer steps judge 2 batches."""
+    from rlhf import OnlineDPOTrainer
+
+    seen = []
+
+    def judged(prompts, completions, **kwargs):
+        seen.append(list(prompts[: len(prompts) // 2]))
+        return prefers_short(prompts, completions)
+
+    args = small_args(tmp_path, per_device_train_batch_size=2, gradient_accumulation_steps=2, num_iterations=3,
+                      max_steps=6)
+    trainer = OnlineDPOTrainer(str(tiny_model_dir), judge=judged, args=args, train_dataset=PROMPTS)
+    policy = snapshot(trainer.model)
+    trainer.train()
+    assert trainer.state.global_step == 6 and changed(policy, trainer.model)
+    # two judged batches of 4 prompts (2 micro-batches of 2), 4 different prompts each, none judged twice
+    assert [len(batch) for batch in seen] == [4, 4]
+    assert len({p for batch in seen for p in batch}) == 8
+    with pytest.raises(ValueError, match="num_iterations=0: must be a whole number, at least 1"):
+        small_args(tmp_path, num_iterations=0)
+
+
+def test_split_pair_batch_keeps_each_pairs_two_answers_together():
+    from rlhf.online_dpo import split_pair_batch
+
+    # 4 pairs: answers 0-3 are the first of pairs 0-3, answers 4-7 the second
+    batch = {"verdicts": torch.tensor([0, 1, -1, 0]), "completion_ids": torch.arange(8).unsqueeze(1),
+             "ref_token_logps": torch.arange(8.0).unsqueeze(1)}
+    first, second = split_pair_batch(batch, 2)
+    assert first["verdicts"].tolist() == [0, 1] and second["verdicts"].tolist() == [-1, 0]
+    assert first["completion_ids"].squeeze(1).tolist() == [0, 1, 4, 5]
+    assert second["ref_token_logps"].squeeze(1).tolist() == [2.0, 3.0, 6.0, 7.0]
+    assert split_pair_batch(batch, 1) == [batch]
+    with pytest.raises(ValueError, match="4 pairs do not split into 3 micro-batches"):
+        split_pair_batch(batch, 3)
+
+
 def test_reward_model_judges_and_missing_eos_penalty(tiny_model_dir, tiny_encoder_dir, tmp_path):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 

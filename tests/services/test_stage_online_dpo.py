@@ -17,7 +17,9 @@ from labeler.services.execution import run_judgements, run_metrics, runs
 from labeler.errors import InputError
 from labeler.worker import run_worker
 
-SMALL = {"max_new_tokens": 4, "per_device_train_batch_size": 2, "eval_samples": 0, "learning_rate": 1e-3}
+# One pass over each step's pairs (the app's default is 4), so a run's steps are its judged batches.
+SMALL = {"max_new_tokens": 4, "per_device_train_batch_size": 2, "eval_samples": 0, "learning_rate": 1e-3,
+         "num_iterations": 1}
 
 
 def _seed(db, n_prompts=4):
@@ -45,10 +47,11 @@ def team_judges(tmp_path, monkeypatch):
 
 def test_online_dpo_trains_with_a_function_judge_checkpoints_and_registers(db, tmp_path, tiny_model_dir, team_judges):
     _seed(db)
+    # steps=2 judged batches, each trained on twice: 4 optimizer steps, pairs judged at steps 1 and 3
     status, run = _run(db, {"model": str(tiny_model_dir), "steps": 2, "checkpoint_every": 2,
-                            "judge": "team_judges:shorter", **SMALL}, tmp_path)
+                            "judge": "team_judges:shorter", **SMALL, "num_iterations": 2}, tmp_path)
     assert status == "succeeded", (run.error, run_metrics.log_tail(run))
-    assert (run.step, run.total_steps) == (2, 2)
+    assert (run.step, run.total_steps) == (4, 4)
     model = models.get_model(db, f"online-dpo-run{run.id}")
     assert (model["kind"], model["base_model"]) == ("policy", str(tiny_model_dir))
     assert model["data_snapshot"].startswith("prompts:")
@@ -58,7 +61,7 @@ def test_online_dpo_trains_with_a_function_judge_checkpoints_and_registers(db, t
     assert (Path(run.output_dir) / "model" / "model.safetensors").exists()
     # each pair recorded at its step as the function's judgement: the shorter answer wins, equal lengths tie
     judged = run_judgements.run_judgements(db, run.id)
-    assert [j.step for j in judged] == [1, 1, 2, 2]
+    assert [j.step for j in judged] == [1, 1, 3, 3]
     for j in judged:
         by_length = 0 if len(j.first) < len(j.second) else 1 if len(j.second) < len(j.first) else -1
         assert (j.judged_by, j.verdict, j.model, j.people, j.item_id) == ("model", by_length, by_length, None, None)
@@ -120,6 +123,11 @@ def test_the_judge_setting_is_checked_when_a_run_is_queued(db):
 
     assert resolve_run(db, "default", "online-dpo", {"max_new_tokens": 8}).trainer_config().max_new_tokens == 8
     assert resolve_run(db, "default", "online-dpo", {}).trainer_config().max_new_tokens == 128  # the project's
+    # `steps` counts judged batches: 4 passes over each (the default) make 4 optimizer steps of each
+    assert config.num_iterations == 4
+    assert resolve_run(db, "default", "online-dpo", {"steps": 40}).trainer_config().max_steps == 160
+    assert resolve_run(db, "default", "online-dpo", {"steps": 40, "num_iterations": 1}).trainer_config().max_steps == 40
+    assert resolve_run(db, "default", "online-dpo", {"steps": 40, "max_steps": 7}).trainer_config().max_steps == 7
 
 
 def test_the_web_form_may_not_name_code_as_the_judge(db):

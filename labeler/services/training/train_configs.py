@@ -282,10 +282,12 @@ def trainer_config(stage: str, job, trainer_settings: dict[str, Any], output_dir
             "save_strategy": "steps" if every else "no", "save_steps": every or 500, "save_total_limit": 2,
             "bf16": job.bf16, "seed": job.seed, "data_seed": job.seed, "disable_tqdm": False,
         }
-        if training_stages.get(stage).online_trl and "max_steps" not in trainer_settings:
-            # `steps` counts generation batches: each is steps_per_generation mini-batches, num_iterations times
+        if "num_iterations" in names and "max_steps" not in trainer_settings:
+            # `steps` counts generation batches (GRPO, RLOO; online DPO's judged batches): each is
+            # steps_per_generation mini-batches (online DPO: its accumulation's), num_iterations times
             probe = forms.build_config(cls, {**values, **trainer_settings}, source)
-            values["max_steps"] = (job.steps * probe.steps_per_generation * probe.num_iterations
+            micro_batches = getattr(probe, "steps_per_generation", probe.gradient_accumulation_steps)
+            values["max_steps"] = (job.steps * micro_batches * probe.num_iterations
                                    // probe.gradient_accumulation_steps)
     else:  # PPOConfig: its own loop
         values = {"seed": job.seed, "bf16": job.bf16}

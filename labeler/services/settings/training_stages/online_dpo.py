@@ -28,6 +28,9 @@ def studio_config() -> type:
         learning_rate: float = field(default=5e-5, metadata={
             "help": "AdamW learning rate (TRL's 5e-7 suits long GPU runs; a 40-step CPU run needs more)."})
         per_device_train_batch_size: int = field(default=8, metadata={"help": "Prompts per step (two answers each)."})
+        num_iterations: int = field(default=4, metadata={
+            "help": "Optimizer passes over each step's judged pairs (PPO's ppo_epochs): every judgement, a person's "
+                    "included, is learnt from this many times; the pairs are generated and judged once."})
         max_new_tokens: int = field(default=16, metadata={"help": "Tokens per answer (the job's max_new_tokens wins when set)."})
         temperature: float = field(default=1.0, metadata={"help": "Sampling temperature."})
 
@@ -61,7 +64,7 @@ STAGE = Stage(
     card="Online DPO (OnlineDPOTrainer, TRL API)", metrics=("rewards/margins", "objective/kl"),
     # Not `judge`: the Train tab offers it as its own picker (form.judge_widget: people, mix, the reward models); a
     # module:function judge names code to import, which only `train online-dpo --set judge=...` may (jobs.create_run).
-    form_fields=("learning_rate", "per_device_train_batch_size", "beta", "loss_type"),
+    form_fields=("learning_rate", "per_device_train_batch_size", "num_iterations", "beta", "loss_type"),
     full_lr=5e-7, lora_lr=5e-6, frozen_rows=("prompts", "prompts"), check=check,
     # the job's answer length is its answers' unless the trainer settings set it (stored when the run is resolved)
     from_job={"max_new_tokens": "max_new_tokens"},
