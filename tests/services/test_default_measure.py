@@ -145,6 +145,10 @@ def test_a_finished_dpo_run_on_a_labelled_project_queues_blind_pairs_with_no_mea
     waiting = "Not yet judged: 3 blind pairs wait in the Rank tab for people to rank"
     assert evaluation.run_verdict(db, run.id)[0].startswith(waiting)
     assert evaluation.verdict_lines(db, [after])[0].startswith(f"{after.model}: {waiting}")  # `eval` says it too
+    from labeler.ui.tabs.train.run_views import comparison_frame
+
+    note = comparison_frame(db, run.id)[2]  # the run's page says it once, in bold, and no second "waiting" line
+    assert note.startswith(f"**{waiting}") and "waiting" not in note and "People's verdict" not in note
 
     item = labeling.next_item(db, "default", "ann", "ranking")  # the blind pairs come first
     by_model = {r["model"]: r["id"] for r in item.responses}
@@ -152,6 +156,7 @@ def test_a_finished_dpo_run_on_a_labelled_project_queues_blind_pairs_with_no_mea
     labeling.submit_ranking(db, "default", "ann", item.item_id, [[by_model[after.model]], [by_model[str(tiny_model_dir)]]])
     assert people_eval.people_win_rate(db, run.id, after.model).wins == 1
     assert evaluation.run_verdict(db, run.id)[0].endswith("(people's blind comparisons)")
+    assert "People's verdict: the model won **100%** of 1 blind comparisons" in comparison_frame(db, run.id)[2]
 
 
 def test_a_people_judged_run_without_pairs_says_why_there_is_no_verdict(db):

@@ -253,8 +253,8 @@ def comparison_frame(db, run_id: int | None) -> tuple[pd.DataFrame, pd.DataFrame
         f"judged by {measures.describe(settings['reward'])}; win rate: every answer of the model against every "
         f"answer of its base to the same prompt (ties half, 95% interval {_interval(after.metrics)}); KL to "
         f"`{after.kl_base}` in nats per answer.")
-    if settings["reward"] == measures.PEOPLE:
-        note += "\n\n" + people_line(db, run_id, after.model)
+    if settings["reward"] == measures.PEOPLE and (counts := people_line(db, run_id, after.model)):
+        note += "\n\n" + counts
     note += "".join(f"\n\n⚠ {warning[0].upper()}{warning[1:]}." for warning in warnings if warning)
     return metrics, pd.DataFrame(answers, columns=ANSWER_COLUMNS), note
 
@@ -266,10 +266,11 @@ def _interval(metrics: dict) -> str:
 
 
 def people_line(db, run_id: int, model: str) -> str:
-    """People's win rate so far, for a run judged by people (it fills in as they rank the blind pairs)."""
+    """What people's verdict so far is made of, for a run judged by people (it fills in as they rank the blind
+    pairs); "" before the first ranking, which the verdict above already says (evaluation.people_waiting)."""
     result = people_eval.people_win_rate(db, run_id, model)
     if result is None:
-        return "People's verdict: waiting for the first ranking of the blind pairs (Rank tab)."
+        return ""
     return (f"People's verdict: the model won **{result.rate:.0%}** of {result.wins + result.ties + result.losses} "
             f"blind comparisons with its base (95% interval {result.low:.0%} to {result.high:.0%}; {result.wins} won, "
             f"{result.ties} tied, {result.losses} lost, on {result.prompts} prompts).")
