@@ -46,7 +46,8 @@ class BasePairwiseJudge(BaseJudge):
 
 class BaseRankJudge(BaseJudge):
     """`judge(prompts, completions, shuffle_order=True) -> list[list[int]]`: for each prompt, the indices of its
-    completions from best to worst (TRL's example: [[0, 1, 2], [1, 0]])."""
+    completions from best to worst (TRL's example: [[0, 1, 2], [1, 0]]); here also [] for no preference (all tied,
+    or people did not rank it in time), which the online trainers read as a tie."""
 
     @abstractmethod
     def judge(self, prompts: list[str], completions: list[list[str]], shuffle_order: bool = True) -> list[list[int]]:
@@ -68,6 +69,42 @@ def preference_from_scores(first: Sequence[float], second: Sequence[float]) -> l
     """Pairwise verdicts from two scores per pair: 0 where the first scores higher, 1 where the second does, -1 on
     equal scores."""
     return [0 if a > b else 1 if b > a else TIE for a, b in zip(first, second)]
+
+
+def ranking_from_scores(scores: Sequence[float]) -> list[int]:
+    """A group's ranking (indices, best first) from one score per answer; [] when every score is equal (no
+    preference). Equal scores keep their order."""
+    if max(scores) == min(scores):
+        return []
+    return sorted(range(len(scores)), key=lambda i: -scores[i])
+
+
+def chosen_pair(ranking: Sequence[int], size: int) -> tuple[int, int, int]:
+    """(first, second, verdict) of the pair a group of `size` answers trains on, from its ranking (best first; []
+    for no preference): two answers keep their order and the verdict is the index of the better; more answers give
+    the best and the worst, verdict 0 (the best-versus-worst pair of iterative DPO, Xiong et al. 2024); no preference
+    gives the first two answers and a tie."""
+    if not ranking:
+        return 0, 1, TIE
+    if size == 2:
+        return 0, 1, int(ranking[0])
+    return int(ranking[0]), int(ranking[-1]), 0
+
+
+def check_rankings(rankings: Any, sizes: Sequence[int], name: str) -> list[list[int]]:
+    """A rank judge's answer as lists of ints, or JudgeError naming the judge: one ranking per group, each every
+    index of its group once (best first) or [] (no preference: all tied, or not judged)."""
+    try:
+        rankings = [[int(i) for i in ranking] for ranking in rankings]
+    except (TypeError, ValueError) as error:
+        raise JudgeError(f"judge {name!r} returned {rankings!r}: expected one list of indices per group") from error
+    if len(rankings) != len(sizes):
+        raise JudgeError(f"judge {name!r} returned {len(rankings)} rankings for {len(sizes)} groups")
+    for ranking, size in zip(rankings, sizes):
+        if ranking and sorted(ranking) != list(range(size)):
+            raise JudgeError(f"judge {name!r} returned the ranking {ranking}: a group of {size} answers is ranked "
+                             f"by each of its indices 0-{size - 1} once (or [] for no preference)")
+    return rankings
 
 
 def shuffled_pairs(completions: Sequence[Sequence[str]], rng: random.Random) -> tuple[list[list[str]], list[bool]]:
@@ -213,7 +250,7 @@ class RankAsPairwiseJudge(BasePairwiseJudge):
         ranks = self.rank_judge.judge(prompts, completions, shuffle_order=shuffle_order)
         if len(ranks) != len(prompts):
             raise JudgeError(f"judge {self.name!r} returned {len(ranks)} rankings for {len(prompts)} pairs")
-        return [int(r[0]) for r in ranks]
+        return [int(r[0]) if len(r) else TIE for r in ranks]
 
 
 def as_pairwise_judge(judge: Any) -> BasePairwiseJudge:
@@ -231,5 +268,6 @@ def as_pairwise_judge(judge: Any) -> BasePairwiseJudge:
 
 
 __all__ = ["BaseBinaryJudge", "BaseJudge", "BasePairwiseJudge", "BaseRankJudge", "FunctionJudge", "JudgeError",
-           "RankAsPairwiseJudge", "RewardModelJudge", "ScoreJudge", "TIE", "as_pairwise_judge",
-           "check_pairwise_verdicts", "judge_name", "preference_from_scores", "shuffled_pairs", "unshuffle_verdicts"]
+           "RankAsPairwiseJudge", "RewardModelJudge", "ScoreJudge", "TIE", "as_pairwise_judge", "check_pairwise_verdicts",
+           "check_rankings", "chosen_pair", "judge_name", "preference_from_scores", "ranking_from_scores",
+           "shuffled_pairs", "unshuffle_verdicts"]

@@ -80,6 +80,9 @@ class NashMDConfig(OnlineDPOConfig):
     output_dir: str | None = field(default="nash-md-model", metadata={"help": "Where checkpoints and the final model go."})
 
     def __post_init__(self):
+        if self.num_generations != 2:
+            raise ValueError(f"num_generations={self.num_generations!r}: Nash-MD compares the policy's answer "
+                             "with one from elsewhere: exactly 2")
         self.mixture_coef = check_schedule("mixture_coef", self.mixture_coef, positive=False, at_most_one=True)
         super().__post_init__()
 

@@ -9,9 +9,11 @@ OnlineDPOTrainer API, on transformers.Trainer.
     trainer.train()
 
 Each step, for a batch of prompts:
-1. the policy samples two answers to each prompt (XPO: the second from the reference; Nash-MD: from a mixture);
+1. the policy samples two answers to each prompt (XPO: the second from the reference; Nash-MD: from a mixture), or
+   `num_generations` > 2 (this library's addition) answers;
 2. the judge says which of each pair is better (`judge=`: a BasePairwiseJudge, a BaseRankJudge or a reward function;
-   `reward_model=`: a reward model, wrapped as rlhf.judges.RewardModelJudge); a tie leaves the pair out of the loss;
+   `reward_model=`: a reward model, wrapped as rlhf.judges.RewardModelJudge); a tie leaves the pair out of the loss.
+   Of more than two answers, a judge that scores or ranks picks the best and the worst as the pair;
 3. the frozen reference scores both answers (no gradient);
 4. the loss is DPO's (sigmoid or IPO, rlhf/online_losses.py) on the fresh pairs, against the reference;
    `num_iterations` > 1 (this library's addition, GRPO's mu) trains that many optimizer passes over each batch of
@@ -37,13 +39,17 @@ from rlhf.data import is_conversational, pad_token_lists
 from rlhf.distributed import unwrap_model_for_generation
 from rlhf.generation import left_pad
 from rlhf.judges import (
+    TIE,
     JudgeError,
-    ScoreJudge,
+    RankAsPairwiseJudge,
     RewardModelJudge,
+    ScoreJudge,
     as_pairwise_judge,
     check_pairwise_verdicts,
+    check_rankings,
+    chosen_pair,
     judge_name,
-    preference_from_scores,
+    ranking_from_scores,
 )
 from rlhf.loading import DEFAULT_POLICY
 from rlhf.online_losses import (
@@ -103,6 +109,9 @@ class OnlineDPOConfig(TrainerConfig):
                 "for the rest."})
     loss_type: Literal["sigmoid", "ipo"] = field(default="sigmoid", metadata={
         "help": "sigmoid (DPO's loss) or ipo (IPO's squared loss)."})
+    num_generations: int = field(default=2, metadata={
+        "help": "Answers sampled per prompt (this library's; 2: TRL's online DPO). More than 2 need a judge that scores "
+                "or ranks (a reward model, a function, a BaseRankJudge): the pair is the best and the worst."})
     num_iterations: int = field(default=1, metadata={
         "help": "Optimizer passes over each batch of judged pairs (1: TRL's online DPO, each pair learnt from once; "
                 "GRPO's mu). The pairs are generated and judged once; max_steps counts the passes."})
@@ -135,6 +144,8 @@ class OnlineDPOConfig(TrainerConfig):
     def __post_init__(self):
         refuse_trl_only_values(self)
         self.beta = check_schedule("beta", self.beta)
+        if not isinstance(self.num_generations, int) or self.num_generations < 2:
+            raise ValueError(f"num_generations={self.num_generations!r}: must be a whole number, at least 2 (a pair)")
         if not isinstance(self.num_iterations, int) or self.num_iterations < 1:
             raise ValueError(f"num_iterations={self.num_iterations!r}: must be a whole number, at least 1")
         if self.loss_type not in ONLINE_DPO_LOSS_TYPES:
@@ -254,6 +265,10 @@ class OnlineDPOTrainer(BaseTrainer):
         self.judge = resolve_judge(judge, reward_model if reward_model is not None else reward_funcs,
                                    reward_processing_class if reward_processing_class is not None else reward_processing_classes,
                                    args)
+        if args.num_generations > 2 and not isinstance(self.judge, (ScoreJudge, RankAsPairwiseJudge)):
+            raise ValueError(f"num_generations={args.num_generations}: {judge_name(self.judge)} judges pairs only; more "
+                             "than two answers need a judge that scores or ranks (a reward model, a function, a "
+                             "BaseRankJudge)")
         if args.missing_eos_penalty and not isinstance(self.judge, ScoreJudge):
             raise ValueError(f"missing_eos_penalty={args.missing_eos_penalty!r}: needs a reward model or a scoring "
                              f"judge (FunctionJudge, RewardModelJudge); {judge_name(self.judge)} gives only verdicts")
@@ -369,29 +384,51 @@ class OnlineDPOTrainer(BaseTrainer):
         answers = self._sample(prompt_ids + prompt_ids)
         return answers[: len(prompt_ids)], answers[len(prompt_ids):]
 
+    def _generate_group(self, prompt_ids: list[torch.Tensor]) -> list[torch.Tensor]:
+        """num_generations answers per prompt, in blocks: answer k of prompt i at k * B + i (B prompts). Two are
+        the pair of _generate_pair; more are sampled from the policy in one generate()."""
+        if self.args.num_generations == 2:
+            first, second = self._generate_pair(prompt_ids)
+            return first + second
+        return self._sample(prompt_ids * self.args.num_generations)
+
     # ---- 2. judge -------------------------------------------------------------------------------------------------
-    def _judge(self, prompts: list, first: list[str], second: list[str], has_eos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(verdicts (B,): 0 the first answer better, 1 the second, -1 a tie; scores (2B,) or None). A judge that
-        raises or breaks its contract stops the run with a JudgeError naming it and the step."""
-        step = self.state.global_step + 1
+    def _judge(self, prompts: list, texts: list[str], has_eos: torch.Tensor) -> tuple[list[tuple[int, int]], torch.Tensor, torch.Tensor | None]:
+        """The pair each prompt trains on, from its group of answers (`texts` and `has_eos` in _generate_group's
+        blocks): ([(first, second) answer indices within the group], verdicts (B,): 0 the first better, 1 the
+        second, -1 a tie; the pair's scores (2B,: the firsts, then the seconds) or None). A scoring judge scores
+        every answer and a rank judge ranks each group (rlhf.judges.chosen_pair: two answers keep their order, more
+        give the best and the worst); a pairwise judge judges pairs. A judge that raises or breaks its contract
+        stops the run with a JudgeError naming it and the step."""
+        step, size, count = self.state.global_step + 1, self.args.num_generations, len(prompts)
         name = judge_name(self.judge)
-        conversational = is_conversational({"prompt": prompts[0]})
+        groups = [[texts[k * count + i] for k in range(size)] for i in range(count)]
         try:
+            scores = None
             if isinstance(self.judge, ScoreJudge):
-                answers = first + second
-                if conversational:
+                answers = texts
+                if is_conversational({"prompt": prompts[0]}):
                     answers = [[{"role": "assistant", "content": a}] for a in answers]
-                scores = torch.tensor(self.judge.checked_scores(prompts + prompts, answers))
+                scores = torch.tensor(self.judge.checked_scores(prompts * size, answers))
                 scores = missing_eos_penalty(scores, has_eos.cpu(), self.args.missing_eos_penalty)
-                half = len(prompts)
-                return torch.tensor(preference_from_scores(scores[:half].tolist(), scores[half:].tolist())), scores
-            texts = [plain_text(p) for p in prompts]
-            verdicts = self.judge.judge(texts, [[a, b] for a, b in zip(first, second)])
-            return torch.tensor(check_pairwise_verdicts(verdicts, len(prompts), name)), None
+                rankings = [ranking_from_scores(scores[i::count].tolist()) for i in range(count)]
+            elif isinstance(self.judge, RankAsPairwiseJudge) and size > 2:
+                ranked = self.judge.rank_judge.judge([plain_text(p) for p in prompts], groups)
+                rankings = check_rankings(ranked, [size] * count, name)
+            else:  # a pairwise judge: num_generations is 2 (OnlineDPOTrainer checks it)
+                verdicts = self.judge.judge([plain_text(p) for p in prompts], groups)
+                rankings = [[] if v == TIE else [v, 1 - v] for v in check_pairwise_verdicts(verdicts, count, name)]
         except JudgeError as error:
             raise JudgeError(f"{error} (at step {step})") from error
         except Exception as error:
             raise JudgeError(f"judge {name!r} failed at step {step}: {type(error).__name__}: {error}") from error
+        chosen = [chosen_pair(ranking, size) for ranking in rankings]
+        pairs = [(first, second) for first, second, _ in chosen]
+        verdicts = torch.tensor([verdict for _, _, verdict in chosen])
+        if scores is not None:
+            scores = torch.cat([scores[torch.tensor([a * count + i for i, (a, _) in enumerate(pairs)])],
+                                scores[torch.tensor([b * count + i for i, (_, b) in enumerate(pairs)])]])
+        return pairs, verdicts, scores
 
     # ---- 3. tensors and the reference's log-probs -------------------------------------------------------------
     def _token_logps(self, model, batch: dict) -> torch.Tensor:
@@ -414,14 +451,18 @@ class OnlineDPOTrainer(BaseTrainer):
         log-probs."""
         prompts = [row["prompt"] for row in rows]
         device = self.accelerator.device
-        # 1. two answers per prompt
+        # 1. num_generations answers per prompt (two: TRL's online DPO)
         prompt_ids = self._prompt_ids(prompts)
-        first, second = self._generate_pair(prompt_ids)
-        answers = [a.tolist() for a in first + second]  # [first; second]: 2B rows
-        has_eos = torch.tensor([len(a) > 0 and a[-1] in self.eos_ids for a in answers])
-        # 2. the judge's verdicts
-        texts = self.processing_class.batch_decode(first + second, skip_special_tokens=True)
-        verdicts, scores = self._judge(prompts, texts[: len(prompts)], texts[len(prompts):], has_eos)
+        generated = self._generate_group(prompt_ids)  # answer k of prompt i at k * B + i
+        group = [a.tolist() for a in generated]
+        group_eos = torch.tensor([len(a) > 0 and a[-1] in self.eos_ids for a in group])
+        # 2. the judge picks each prompt's pair and says which of it is better
+        texts = self.processing_class.batch_decode(generated, skip_special_tokens=True)
+        pairs, verdicts, scores = self._judge(prompts, texts, group_eos)
+        count = len(prompts)
+        rows = [a * count + i for i, (a, _) in enumerate(pairs)] + [b * count + i for i, (_, b) in enumerate(pairs)]
+        answers = [group[r] for r in rows]  # [first; second]: 2B rows
+        has_eos = group_eos[torch.tensor(rows)]
         # A judge's own statistics (a `last_stats` dict of floats, as rlhf.rewards' sources keep) are logged too.
         for name, value in (getattr(self.judge, "last_stats", None) or {}).items():
             self._metrics[self._mode()][name].append(float(value))

@@ -28,6 +28,9 @@ class XPOConfig(OnlineDPOConfig):
     output_dir: str | None = field(default="xpo-model", metadata={"help": "Where checkpoints and the final model go."})
 
     def __post_init__(self):
+        if self.num_generations != 2:
+            raise ValueError(f"num_generations={self.num_generations!r}: XPO compares the policy's answer "
+                             "with one from elsewhere: exactly 2")
         self.alpha = check_schedule("alpha", self.alpha, positive=False)
         super().__post_init__()
 

@@ -101,3 +101,24 @@ def test_reward_model_judge_scores_with_the_model(tiny_encoder_dir):
     loaded = RewardModelJudge.from_pretrained(str(tiny_encoder_dir))
     assert loaded.name == tiny_encoder_dir.name
     assert loaded.scores(["The film"], ["was great"]) == pytest.approx(scores[:1], abs=1e-5)
+
+
+def test_a_groups_pair_from_its_ranking_by_hand():
+    from rlhf.judges import JudgeError, RankAsPairwiseJudge, BaseRankJudge, check_rankings, chosen_pair, ranking_from_scores
+
+    assert ranking_from_scores([0.2, 0.9, 0.2, -1.0]) == [1, 0, 2, 3]  # equal scores keep their order
+    assert ranking_from_scores([0.5, 0.5, 0.5]) == []  # no preference
+    assert chosen_pair([1, 0, 2, 3], 4) == (1, 3, 0)  # the best and the worst, the best first
+    assert chosen_pair([1, 0], 2) == (0, 1, 1)  # a pair keeps its order: the second is better
+    assert chosen_pair([], 4) == (0, 1, -1)
+    assert check_rankings([[2, 0, 1], []], [3, 3], "r") == [[2, 0, 1], []]
+    with pytest.raises(JudgeError, match=r"judge 'r' returned the ranking \[0, 0, 1\]: a group of 3 answers"):
+        check_rankings([[0, 0, 1]], [3], "r")
+    with pytest.raises(JudgeError, match="judge 'r' returned 1 rankings for 2 groups"):
+        check_rankings([[0, 1]], [2, 2], "r")
+
+    class NoPreference(BaseRankJudge):
+        def judge(self, prompts, completions, shuffle_order=True):
+            return [[] for _ in prompts]
+
+    assert RankAsPairwiseJudge(NoPreference()).judge(["p"], [["a", "b"]]) == [-1]  # an empty ranking is a tie

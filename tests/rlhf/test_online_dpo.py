@@ -119,6 +119,54 @@ def test_num_iterations_learns_from_each_judged_batch_several_times(tiny_model_d
         small_args(tmp_path, num_iterations=0)
 
 
+def test_four_answers_a_prompt_train_on_the_best_and_the_worst(tiny_model_dir, tmp_path):
+    """num_generations=4: a scoring judge scores all 4 answers of each prompt and the pair is its best and worst; a
+    rank judge ranks the 4 (an empty ranking is no preference: a tie); a judge of pairs only is refused."""
+    from rlhf import BasePairwiseJudge, BaseRankJudge, OnlineDPOTrainer
+
+    scored = []
+
+    def longer(prompts, completions, **kwargs):
+        scored.append(list(completions))
+        return [float(len(c)) for c in completions]
+
+    trainer = OnlineDPOTrainer(str(tiny_model_dir), judge=longer, args=small_args(tmp_path, num_generations=4, max_steps=1),
+                               train_dataset=PROMPTS)
+    batch = trainer._generate_and_judge([{"prompt": p} for p in PROMPTS["prompt"][:4]])
+    assert len(scored) == 1 and len(scored[0]) == 16  # 4 prompts x 4 answers, scored once
+    lengths = [len(c) for c in scored[0]]
+    for i in range(4):
+        group = lengths[i::4]  # answer k of prompt i at k * 4 + i
+        first, second = batch["scores"][i].item(), batch["scores"][4 + i].item()
+        if max(group) == min(group):
+            assert batch["verdicts"][i].item() == -1
+        else:
+            assert (first, second, batch["verdicts"][i].item()) == (max(group), min(group), 0)
+    assert batch["completion_ids"].shape[0] == 8  # the pairs alone go on to the loss
+
+    class RanksByLength(BaseRankJudge):
+        def judge(self, prompts, completions, shuffle_order=True):
+            return [[] if i == 0 else sorted(range(4), key=lambda k: len(group[k])) for i, group in enumerate(completions)]
+
+    trainer = OnlineDPOTrainer(str(tiny_model_dir), judge=RanksByLength(),
+                               args=small_args(tmp_path, num_generations=4, max_steps=1), train_dataset=PROMPTS)
+    batch = trainer._generate_and_judge([{"prompt": p} for p in PROMPTS["prompt"][:4]])
+    assert batch["verdicts"].tolist() == [-1, 0, 0, 0]  # prompt 0: no preference
+    texts = trainer.processing_class.batch_decode(batch["completion_ids"], skip_special_tokens=True)
+    assert all(len(texts[i]) <= len(texts[4 + i]) for i in range(1, 4))  # the shortest (ranked best) first
+    trainer.train()
+
+    class Pairs(BasePairwiseJudge):
+        def judge(self, prompts, completions, shuffle_order=True):
+            return [0] * len(prompts)
+
+    with pytest.raises(ValueError, match="num_generations=4: Pairs judges pairs only"):
+        OnlineDPOTrainer(str(tiny_model_dir), judge=Pairs(), args=small_args(tmp_path, num_generations=4),
+                         train_dataset=PROMPTS)
+    with pytest.raises(ValueError, match="num_generations=1: must be a whole number, at least 2"):
+        small_args(tmp_path, num_generations=1)
+
+
 def test_split_pair_batch_keeps_each_pairs_two_answers_together():
     from rlhf.online_dpo import split_pair_batch
 
