@@ -246,6 +246,11 @@ class RankAsPairwiseJudge(BasePairwiseJudge):
         self.rank_judge = rank_judge
         self.name = judge_name(rank_judge)
 
+    @property
+    def last_stats(self) -> dict | None:
+        """The rank judge's own statistics, which the trainers log each step."""
+        return getattr(self.rank_judge, "last_stats", None)
+
     def judge(self, prompts: list[Any], completions: list[list[Any]], shuffle_order: bool = True) -> list[int]:
         ranks = self.rank_judge.judge(prompts, completions, shuffle_order=shuffle_order)
         if len(ranks) != len(prompts):

@@ -3,6 +3,7 @@ judge, the model registered with its lineage; the judge setting checked when a r
 breaks stops the run naming the function and the step."""
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -140,6 +141,24 @@ def test_the_web_form_may_not_name_code_as_the_judge(db):
 
 
 # ---- people as the judge ---------------------------------------------------------------------------------------
+def test_groups_of_answers_by_hand():
+    from labeler.services.training.runners.online_dpo import group_rankings, scored_judgements, verdict_on
+
+    # two groups of 3 (centred ranks); the second not ranked in time
+    assert group_rankings([0.0, 1.0, -1.0, None, 1.0, -1.0], 3) == [[1, 0, 2], []]
+    assert group_rankings([0.5, 0.5, 0.5], 3) == [[]]  # all tied: no preference
+    assert (verdict_on([1, 0, 2], 1, 2), verdict_on([1, 0, 2], 2, 0), verdict_on([], 0, 1)) == (0, 1, -1)
+    # the trainer's layout for 2 prompts x 3 answers: answer k of prompt i at k * 2 + i
+    prompts = ["p", "q"] * 3
+    answers = ["p0", "q0", "p1", "q1", "p2", "q2"]
+    judged = scored_judgements(7, prompts, answers, [0.1, 5.0, 0.9, 5.0, -2.0, 5.0], group_size=3)
+    assert [(j.step, j.prompt, j.first, j.second, j.verdict, j.model) for j in judged] == [
+        (7, "p", "p1", "p2", 0, 0),  # the best (0.9) and the worst (-2.0)
+        (7, "q", "q0", "q1", -1, -1)]  # all equal: no preference
+    with pytest.raises(ValueError, match="the prompts 3 times"):
+        scored_judgements(1, ["p", "q", "q", "p", "p", "q"], answers, [0.0] * 6, group_size=3)
+
+
 def test_pair_verdicts_from_centred_ranks():
     from labeler.services.training.runners.online_dpo import pair_verdicts
 
@@ -148,7 +167,7 @@ def test_pair_verdicts_from_centred_ranks():
 
 
 def _annotator(db_path, stop: threading.Event, ranked: list):
-    """Ranks every item the Rank tab offers `ann`: the shorter answer first, equal lengths tied."""
+    """Ranks every item the Rank tab offers `ann`: the shorter answers first, equal lengths tied."""
     from storage import open_db
 
     db = open_db(db_path)
@@ -157,12 +176,8 @@ def _annotator(db_path, stop: threading.Event, ranked: list):
         if item is None or item.run_id is None:
             time.sleep(0.05)
             continue
-        (a, b) = item.responses
-        if len(a["text"]) == len(b["text"]):
-            order = [[a["id"], b["id"]]]
-        else:
-            short, long = sorted((a, b), key=lambda r: len(r["text"]))
-            order = [[short["id"]], [long["id"]]]
+        order = [[r["id"] for r in item.responses if len(r["text"]) == length]
+                 for length in sorted({len(r["text"]) for r in item.responses})]
         labeling.submit_ranking(db, "default", "ann", item.item_id, order)
         ranked.append(item.item_id)
     db.conn.close()
@@ -202,6 +217,40 @@ def test_people_judge_each_pair_in_the_rank_tab_and_the_run_learns_from_them(db,
     assert sorted(j.item_id for j in judged if j.item_id) == sorted(item_id for item_id, _ in items)
     summary = run_judgements.judge_summary(db, run.id)
     assert (summary.by_people, summary.by_model, summary.both) == (len(items), 0, 0)
+
+
+def test_people_rank_four_answers_at_once_and_the_run_trains_on_the_best_and_the_worst(db, db_path, tmp_path,
+                                                                                         tiny_model_dir):
+    """num_generations=4: one Rank item of a prompt's 4 answers (one label), and the pair trained on and recorded
+    is people's best (the shortest) and worst (the longest)."""
+    _seed(db)
+    stop, ranked = threading.Event(), []
+    thread = threading.Thread(target=_annotator, args=(db_path, stop, ranked))
+    thread.start()
+    try:
+        status, run = _run(db, {"model": str(tiny_model_dir), "steps": 1, "checkpoint_every": 0, "judge": "people",
+                                "human_timeout": 60, **SMALL, "num_generations": 4}, tmp_path)
+    finally:
+        stop.set()
+        thread.join()
+    assert status == "succeeded", (run.error, run_metrics.log_tail(run))
+    items = [item_id for (item_id,) in db.execute("SELECT id FROM items WHERE run_id = ?", [run.id])]
+    assert 1 <= len(items) <= 2 and sorted(ranked) == sorted(items)
+    def answers(item_id):
+        ids = json.loads(db.execute("SELECT response_ids_json FROM items WHERE id = ?", [item_id]).fetchone()[0])
+        return [db["responses"].get(i)["text"] for i in ids]
+
+    assert all(len(answers(item_id)) == 4 for item_id in items)
+    judged = run_judgements.run_judgements(db, run.id)
+    assert len(judged) == 2 and any(j.judged_by == "people" for j in judged)  # one pair a prompt
+    for j in judged:
+        if j.judged_by != "people":
+            continue
+        lengths = sorted(len(a) for a in answers(j.item_id))
+        if lengths[0] == lengths[-1]:
+            assert j.verdict == j.people == -1
+        else:
+            assert (len(j.first), len(j.second), j.verdict, j.people) == (lengths[0], lengths[-1], 0, 0)
 
 
 def test_people_as_the_judge_are_refused_at_launch_without_annotators(db, tmp_path, tiny_model_dir):
@@ -275,5 +324,5 @@ def test_a_resumed_people_run_releases_the_pairs_its_last_start_left_waiting(db,
                        dict(run.config["trainer"]), tmp_path, sink=None)
     judge = people_judge(ctx, db)
     assert labeling.waiting_for_run(db, run.id) == 0  # still in the Rank tab, no longer ahead of everything
-    assert judge.judge(["q"], [["same", "same"]]) == [-1]  # identical answers: a tie, nobody asked
+    assert judge.judge(["q"], [["same", "same"]]) == [[]]  # identical answers: no preference, nobody asked
     assert db.execute("SELECT COUNT(*) FROM items WHERE run_id = ?", [run.id]).fetchone()[0] == 1

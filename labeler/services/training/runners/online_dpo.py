@@ -5,7 +5,9 @@ The judge is the trainer setting `judge`, in reward_spec's grammar: `rm` (the ne
 `rm:NAME`, `vader`, `vader-with-prompt` or `module:function` (a function (prompts, answers) -> one float per
 answer), `people` (each pair to the Rank tab as a blind ranking of two, PeopleJudge) or `mix` (people rank the pairs
 the online reward model is least sure of, the model judges the rest and learns from people, MixJudge). A scorer
-scores each answer alone and the higher score wins; equal scores tie and the pair is left out. A function that raises
+scores each answer alone and the higher score wins; equal scores tie and the pair is left out. With
+`num_generations` > 2 the policy answers each prompt that many times, people (or the mix) rank all of a prompt's
+answers as one Rank item, and the pair trained on is the best and the worst (rlhf.judges.chosen_pair). A function that raises
 or returns the wrong number of scores stops the run with a JudgeError naming the function and the step.
 
 Every pair judged is recorded as it is judged (JudgementLog -> labeler/services/execution/run_judgements.py): who
@@ -31,7 +33,7 @@ from labeler.services.training.runners.common import (active_mix, peft_config, s
                                                       trainer_args, trainer_callbacks)
 from labeler.services.training.stages import RunResult, StageContext, data_snapshot
 from labeler.services.settings.training_stages.online_dpo import StudioOnlineDPOConfig, judge_spec  # noqa: F401 - callers
-from rlhf.judges import BasePairwiseJudge, ScoreJudge, preference_from_scores
+from rlhf.judges import BaseRankJudge, ScoreJudge, chosen_pair, preference_from_scores, ranking_from_scores
 from rlhf.loading import load_tokenizer, save_in_stored_dtype
 from rlhf.online_dpo import OnlineDPOTrainer
 from rlhf.rewards import FunctionReward
@@ -56,10 +58,11 @@ class JudgementLog:
 
 class AppJudge(ScoreJudge):
     """A reward source of the app (queries, responses) -> scores as a scoring judge: conversational prompts reach it as
-    their text, answers as text. With a `log`, each pair it scores is recorded as the model's judgement."""
+    their text, answers as text. With a `log`, the pair it picks of each prompt's `group_size` answers (the trainer's
+    num_generations) is recorded as the model's judgement."""
 
-    def __init__(self, source, name: str):
-        self.source, self.name = source, name
+    def __init__(self, source, name: str, group_size: int = 2):
+        self.source, self.name, self.group_size = source, name, group_size
         self.log: JudgementLog | None = None
 
     def scores(self, prompts: list, completions: list) -> list[float]:
@@ -74,36 +77,47 @@ class AppJudge(ScoreJudge):
     def checked_scores(self, prompts: list, completions: list) -> list[float]:
         values = super().checked_scores(prompts, completions)  # JudgeError before anything is recorded
         if self.log is not None:
-            self.log.write(scored_judgements(self.log.step_of(), prompts, completions, values))
+            self.log.write(scored_judgements(self.log.step_of(), prompts, completions, values, self.group_size))
         return values
 
 
-def scored_judgements(step: int, prompts: list, completions: list, values: list[float]) -> list[Judgement]:
-    """The model's judgements of the pairs a scorer scored in the trainer's layout: pair i is completions i and i + B
-    (B = half of them), the higher score the better (rlhf.judges.preference_from_scores; the trainer's
-    missing_eos_penalty, when set, is applied after this and may turn a verdict it records)."""
-    half = len(completions) // 2
-    if len(completions) != 2 * half or list(prompts[:half]) != list(prompts[half:]):
-        raise ValueError("scores to record come as the trainer asks for them: the prompts twice, the first answers, "
-                         "then the second")
-    verdicts = preference_from_scores(values[:half], values[half:])
-    return [Judgement(step, _text(prompts[i]), _text(completions[i]), _text(completions[half + i]), "model",
-                      verdicts[i], model=verdicts[i]) for i in range(half)]
-
-
-def pair_verdicts(rewards: list[float | None]) -> list[int]:
-    """Pairwise verdicts from the queue's rewards of consecutive pairs (centred ranks: +1 the better, -1 the worse,
-    0 each on a tie): 0 where the first is ranked higher, 1 where the second is, -1 on a tie or where nobody ranked
-    the pair in time (left out of the loss)."""
+def scored_judgements(step: int, prompts: list, completions: list, values: list[float],
+                      group_size: int = 2) -> list[Judgement]:
+    """The model's judgements of the pairs a scorer's scores pick, in the trainer's layout: answer k of prompt i is
+    completion k * B + i (B prompts, each `group_size` times); of two answers the higher score wins, of more the
+    best and the worst are the pair (rlhf.judges.chosen_pair, as the trainer picks; its missing_eos_penalty, when
+    set, is applied after this and may turn a verdict it records)."""
+    count = len(completions) // group_size
+    if len(completions) != group_size * count or any(list(prompts[k * count:(k + 1) * count]) != list(prompts[:count])
+                                                     for k in range(group_size)):
+        raise ValueError(f"scores to record come as the trainer asks for them: the prompts {group_size} times, "
+                         "answer k of every prompt in block k")
     out = []
-    for first, second in zip(rewards[0::2], rewards[1::2]):
-        out.append(-1 if first is None or second is None or first == second else 0 if first > second else 1)
+    for i in range(count):
+        group = [completions[k * count + i] for k in range(group_size)]
+        first, second, verdict = chosen_pair(ranking_from_scores(values[i::count]), group_size)
+        out.append(Judgement(step, _text(prompts[i]), _text(group[first]), _text(group[second]), "model", verdict,
+                             model=verdict))
     return out
 
 
+def group_rankings(rewards: list[float | None], size: int) -> list[list[int]]:
+    """Rankings (best first) from the queue's rewards of consecutive groups of `size` answers (centred ranks: the
+    higher the better, equal ones tied): [] where nobody ranked the group in time or all its answers tie (a tie:
+    left out of the loss)."""
+    groups = [rewards[k:k + size] for k in range(0, len(rewards), size)]
+    return [[] if any(r is None for r in group) else ranking_from_scores(group) for group in groups]
+
+
+def pair_verdicts(rewards: list[float | None]) -> list[int]:
+    """Pairwise verdicts from the queue's rewards of consecutive pairs: 0 where the first is ranked higher, 1 where
+    the second is, -1 on a tie or where nobody ranked the pair in time."""
+    return [chosen_pair(ranking, 2)[2] for ranking in group_rankings(rewards, 2)]
+
+
 class PairsQueue(HumanRewardQueue):
-    """The run's queue of pairs (a ranking item of two answers each) that keeps what people answered in its last
-    wait: (item ids, rewards), for the judgements' record."""
+    """The run's queue of groups (a ranking item of a prompt's answers: two, or num_generations) that keeps what
+    people answered in its last wait: (item ids, rewards), for the judgements' record."""
 
     last_wait: tuple[list[int], list[float | None]] = ([], [])
     last_asked: tuple[list[str], list[str]] = ([], [])
@@ -117,64 +131,69 @@ class PairsQueue(HumanRewardQueue):
         self.last_wait = (list(item_ids), list(rewards))
         return rewards
 
-    def people_verdicts(self) -> dict[tuple[str, str, str], tuple[int | None, int]]:
-        """(prompt, first answer, second answer) -> (people's verdict or None when not ranked in time, the item id)
-        of each pair of the last wait."""
+    def people_rankings(self) -> dict[tuple[str, tuple[str, ...]], tuple[list[int] | None, int]]:
+        """(prompt, its answers) -> (people's ranking, [] for all tied, or None when not ranked in time; the item
+        id) of each group of the last wait."""
         (queries, responses), (item_ids, rewards) = self.last_asked, self.last_wait
-        out = {}
-        for k, (item_id, verdict) in enumerate(zip(item_ids, pair_verdicts(rewards))):
-            ranked = rewards[2 * k] is not None and rewards[2 * k + 1] is not None
-            out[queries[2 * k], responses[2 * k], responses[2 * k + 1]] = (verdict if ranked else None, item_id)
+        size, out = self.group_size, {}
+        for k, (item_id, ranking) in enumerate(zip(item_ids, group_rankings(rewards, size))):
+            ranked = all(r is not None for r in rewards[size * k:size * (k + 1)])
+            out[queries[size * k], tuple(responses[size * k:size * (k + 1)])] = (ranking if ranked else None, item_id)
         return out
 
 
-class PeopleJudge(BasePairwiseJudge):
-    """People as the judge: each pair becomes a ranking item of two answers in the Rank tab, queued ahead of
-    ordinary items (the tab shows the answers in an order shuffled per person and never the model; `=` ranks them
-    as a tie), and the run waits for the rankings as reward=human runs do (human_timeout, timeout_policy skip or
-    wait; stopping the run stops the wait). Every ranking is a label in the database, kept whatever the run does."""
+class PeopleJudge(BaseRankJudge):
+    """People as the judge: each prompt's answers (a pair, or num_generations of them) become a ranking item in the
+    Rank tab, queued ahead of ordinary items (the tab shows the answers in an order shuffled per person and never the
+    model; `=` ranks answers as tied), and the run waits for the rankings as reward=human runs do (human_timeout,
+    timeout_policy skip or wait; stopping the run stops the wait). Every ranking is a label in the database, kept
+    whatever the run does. The trainer trains on the pair rlhf.judges.chosen_pair picks (of more than two answers:
+    the best and the worst)."""
 
     name = "people"
 
     def __init__(self, queue: PairsQueue, timeout: float):
         self.queue, self.timeout = queue, timeout
-        self.judged = 0  # pairs people ranked in time (ties too), for the run's log
+        self.judged = 0  # groups people ranked in time (all tied too), for the run's log
         self.last_stats: dict[str, float] = {}  # logged by the trainer each step
         self.log: JudgementLog | None = None
 
-    def judge(self, prompts: list[str], completions: list[list[str]], shuffle_order: bool = True) -> list[int]:
-        # Two identical answers are a tie without asking anyone (and a ranking needs two different answers).
-        asked = [i for i, (a, b) in enumerate(completions) if a != b]
-        verdicts = [-1] * len(prompts)
-        people: dict[tuple[str, str, str], tuple[int | None, int]] = {}
+    def judge(self, prompts: list[str], completions: list[list[str]], shuffle_order: bool = True) -> list[list[int]]:
+        size = len(completions[0]) if completions else 2
+        # Answers all the same are a tie without asking anyone (and a ranking needs two different answers).
+        asked = [i for i, group in enumerate(completions) if len(set(group)) > 1]
+        rankings: list[list[int]] = [[] for _ in prompts]
+        people: dict = {}
         if asked:
-            queries = [prompts[i] for i in asked for _ in range(2)]
+            queries = [prompts[i] for i in asked for _ in range(size)]
             answers = [answer for i in asked for answer in completions[i]]
             rewards = self.queue.request_and_wait(queries, answers, self.timeout)
-            for i, verdict in zip(asked, pair_verdicts(rewards)):
-                verdicts[i] = verdict
-            self.judged += sum(1 for reward in rewards[0::2] if reward is not None)  # ranked in time, ties too
-            people = self.queue.people_verdicts()
+            for i, ranking in zip(asked, group_rankings(rewards, size)):
+                rankings[i] = ranking
+            self.judged += sum(1 for k in range(0, len(rewards), size) if rewards[k] is not None)
+            people = self.queue.people_rankings()
         self.last_stats = {"human/pairs_judged": float(self.judged)}
         if self.log is not None:
             step, rows = self.log.step_of(), []
-            for i, (a, b) in enumerate(completions):
-                said, item_id = people.get((prompts[i], a, b), (None, None))
-                rows.append(Judgement(step, prompts[i], a, b, "none" if said is None else "people",
-                                      verdicts[i] if said is not None else -1, people=said, item_id=item_id))
+            for i, group in enumerate(completions):
+                said, item_id = people.get((prompts[i], tuple(group)), (None, None))
+                first, second, verdict = chosen_pair(rankings[i], size)
+                rows.append(Judgement(step, prompts[i], group[first], group[second],
+                                      "none" if said is None else "people", verdict if said is not None else -1,
+                                      people=verdict if said is not None else None, item_id=item_id))
             self.log.write(rows)
-        return verdicts
+        return rankings
 
 
-class MixJudge(BasePairwiseJudge):
-    """People and the online reward model together (judge=mix): each batch's pairs go through reward=mix's
-    ActiveMixReward (labeler/services/labels/online_reward.py) as groups of two: people rank the `human_share` of pairs
-    the model's ensemble is least sure of (one in four of those picked at random), the model judges the rest by its
-    expected ranks (no opinion, a tie, until it has learnt from people), and it learns from every ranking during
-    the run. Its statistics (reward/from_human and reward/from_rm in answers, rm_online/agreement with people on
-    the pairs both saw) are logged each step. With a `log`, each pair is recorded with the model's verdict, and, for
-    the pairs people were asked about, theirs and the model's own (its expected ranks before the batch, as the mix
-    scored it to pick the pairs)."""
+class MixJudge(BaseRankJudge):
+    """People and the online reward model together (judge=mix): each batch's groups (a pair, or num_generations
+    answers of a prompt) go through reward=mix's ActiveMixReward (labeler/services/labels/online_reward.py): people
+    rank the `human_share` of groups the model's ensemble is least sure of (one in four of those picked at random),
+    the model ranks the rest by its expected ranks (no opinion, a tie, until it has learnt from people), and it
+    learns from every ranking during the run (of four answers: six comparisons). Its statistics (reward/from_human
+    and reward/from_rm in answers, rm_online/agreement with people on the pairs both saw) are logged each step. With
+    a `log`, each prompt's chosen pair is recorded with the verdict used, and, for the groups people were asked
+    about, theirs and the model's own (its expected ranks before the batch, as the mix scored it to pick them)."""
 
     name = "mix"
 
@@ -183,95 +202,109 @@ class MixJudge(BasePairwiseJudge):
         self.last_stats: dict[str, float] = {}
         self.log: JudgementLog | None = None
 
-    def model_verdicts(self, prompts: list[str], completions: list[list[str]]) -> list[int]:
-        """The online reward model's verdict on each pair now: its expected centred ranks (the rewards it gives a pair
-        it judges) at its calibrated temperature."""
+    def model_rankings(self, prompts: list[str], completions: list[list[str]]) -> list[list[int]]:
+        """The online reward model's ranking of each group now: its expected centred ranks (the rewards it gives a
+        group it judges) at its calibrated temperature."""
         from rlhf.preference_ensemble import expected_centred_ranks
 
         if not prompts:
             return []
-        scores = self.mix.model.scores([p for p in prompts for _ in range(2)],
-                                       [c for pair in completions for c in pair])  # (members, 2 * pairs)
-        ranks = [value for k in range(len(prompts))
-                 for value in expected_centred_ranks(self.mix.model.temperature * scores[:, 2 * k:2 * k + 2]).tolist()]
-        return pair_verdicts(ranks)
+        size = len(completions[0])
+        scores = self.mix.model.scores([p for p in prompts for _ in range(size)],
+                                       [c for group in completions for c in group])  # (members, size * groups)
+        return [ranking_from_scores(
+            expected_centred_ranks(self.mix.model.temperature * scores[:, size * k:size * (k + 1)]).tolist())
+            for k in range(len(prompts))]
 
-    def judge(self, prompts: list[str], completions: list[list[str]], shuffle_order: bool = True) -> list[int]:
-        asked = [i for i, (a, b) in enumerate(completions) if a != b]  # identical answers: a tie, nobody asked
-        verdicts = [-1] * len(prompts)
-        model: dict[int, int] = {}
+    def judge(self, prompts: list[str], completions: list[list[str]], shuffle_order: bool = True) -> list[list[int]]:
+        size = len(completions[0]) if completions else 2
+        asked = [i for i, group in enumerate(completions) if len(set(group)) > 1]  # all the same: a tie
+        rankings: list[list[int]] = [[] for _ in prompts]
+        model: dict[int, list[int]] = {}
         if asked:
-            if self.log is not None:  # scored before the mix asks anyone (the model it picked the pairs with)
-                model = dict(zip(asked, self.model_verdicts([prompts[i] for i in asked],
+            if self.log is not None:  # ranked before the mix asks anyone (the model it picked the groups with)
+                model = dict(zip(asked, self.model_rankings([prompts[i] for i in asked],
                                                             [completions[i] for i in asked])))
             self.mix.queue.last_asked, self.mix.queue.last_wait = ([], []), ([], [])
-            rewards = self.mix([prompts[i] for i in asked for _ in range(2)],
+            rewards = self.mix([prompts[i] for i in asked for _ in range(size)],
                                [answer for i in asked for answer in completions[i]])
-            for i, verdict in zip(asked, pair_verdicts(rewards)):
-                verdicts[i] = verdict
+            for i, ranking in zip(asked, group_rankings(rewards, size)):
+                rankings[i] = ranking
         self.last_stats = dict(self.mix.last_stats)
         if self.log is not None:
-            people = self.mix.queue.people_verdicts() if asked else {}
+            people = self.mix.queue.people_rankings() if asked else {}
             step, rows = self.log.step_of(), []
-            for i, (a, b) in enumerate(completions):
+            for i, group in enumerate(completions):
                 if i not in model:
-                    rows.append(Judgement(step, prompts[i], a, b, "none", -1))
+                    rows.append(Judgement(step, prompts[i], group[0], group[1], "none", -1))
                     continue
-                said, item_id = people.get((prompts[i], a, b), (None, None))
-                if said is not None:  # people's ranking trained; the model's verdict is its own, before it
-                    rows.append(Judgement(step, prompts[i], a, b, "people", verdicts[i], people=said, model=model[i],
-                                          item_id=item_id))
-                else:  # the model's rewards trained (people not asked, or not in time): its verdict is the one used
-                    rows.append(Judgement(step, prompts[i], a, b, "model", verdicts[i], model=verdicts[i],
-                                          item_id=item_id))
+                first, second, verdict = chosen_pair(rankings[i], size)
+                said, item_id = people.get((prompts[i], tuple(group)), (None, None))
+                if said is not None:  # people's ranking trained; the model's verdict on the pair is its own, before it
+                    rows.append(Judgement(step, prompts[i], group[first], group[second], "people", verdict,
+                                          people=verdict, model=verdict_on(model[i], first, second), item_id=item_id))
+                else:  # the model's ranking trained (people not asked, or not in time): its verdict is the one used
+                    rows.append(Judgement(step, prompts[i], group[first], group[second], "model", verdict,
+                                          model=verdict, item_id=item_id))
             self.log.write(rows)
-        return verdicts
+        return rankings
 
 
-def _pairs_queue(ctx: StageContext) -> PairsQueue:
-    """The run's queue of pairs for the Rank tab: a ranking item of two answers per pair. A resumed run samples new
-    pairs, so the pairs its last start left waiting stop jumping the queue (they stay labellable, and a ranking of
-    them is kept as any other label)."""
+def verdict_on(ranking: list[int], first: int, second: int) -> int:
+    """A ranking's verdict on the pair (first, second): 0 where it ranks the first higher, 1 the second, -1 when it
+    has no preference ([])."""
+    if not ranking:
+        return -1
+    return 0 if ranking.index(first) < ranking.index(second) else 1
+
+
+def _pairs_queue(ctx: StageContext, size: int = 2) -> PairsQueue:
+    """The run's queue for the Rank tab: a ranking item of a prompt's `size` answers (two: a pair). A resumed run
+    samples new answers, so the items its last start left waiting stop jumping the queue (they stay labellable, and
+    a ranking of them is kept as any other label)."""
     policy = "skip" if ctx.job.timeout_policy == "rm" else ctx.job.timeout_policy  # no reward model to fall back on
     queue = PairsQueue(ctx.db_path, ctx.project, ctx.run_id, policy=policy,
                        model_name=f"online-dpo-run{ctx.run_id}", should_stop=ctx.should_stop,
-                       label_kind="ranking", group_size=2)
+                       label_kind="ranking", group_size=size)
     stale = [item_id for item_id, _, _ in queue.pending()]
     if stale:
         queue.release(stale)
     return queue
 
 
-def people_judge(ctx: StageContext, db) -> PeopleJudge:
-    """The people judge of a run; InputError when the project has nobody to ask."""
+def people_judge(ctx: StageContext, db, size: int = 2) -> PeopleJudge:
+    """The people judge of a run ranking `size` answers a prompt; InputError when the project has nobody to ask."""
     require_annotators(db, "people")
-    return PeopleJudge(_pairs_queue(ctx), ctx.job.human_timeout)
+    return PeopleJudge(_pairs_queue(ctx, size), ctx.job.human_timeout)
 
 
-def mix_judge(ctx: StageContext, db, warm_start: str = "") -> MixJudge:
+def mix_judge(ctx: StageContext, db, warm_start: str = "", size: int = 2) -> MixJudge:
     """The mixed judge of a run: reward=mix's active mix, its online reward model warm-started from `warm_start`
     (mix:NAME), else as PPO's is (the job's reward_model, else the newest registered one, else the encoder alone)."""
     require_annotators(db, "mix" + (f":{warm_start}" if warm_start else ""))
     if warm_start:
         ctx = dataclasses.replace(ctx, job=dataclasses.replace(ctx.job, reward_model=warm_start))
-    return MixJudge(active_mix(ctx, db, _pairs_queue(ctx)))
+    return MixJudge(active_mix(ctx, db, _pairs_queue(ctx, size)))
 
 
-def app_judge(spec_text: str, db, ctx: StageContext | None = None):
-    """The judge a run's `judge` setting names (reward_spec's grammar, or people)."""
+def app_judge(spec_text: str, db, ctx: StageContext | None = None, group_size: int = 2):
+    """The judge a run's `judge` setting names (reward_spec's grammar, or people), for `group_size` answers a
+    prompt (the trainer's num_generations)."""
     spec = judge_spec(spec_text)
     if spec.source in ("human", "mix"):
         if ctx is None:
             raise InputError(f"judge={spec_text} needs the run (its queue)", field="judge")
-        return people_judge(ctx, db) if spec.source == "human" else mix_judge(ctx, db, spec.model)
+        if spec.source == "human":
+            return people_judge(ctx, db, group_size)
+        return mix_judge(ctx, db, spec.model, group_size)
     if spec.source == "function":
         function = FunctionReward.from_spec(spec.function)
         # The user's function itself, so the run's error names it (FunctionReward would wrap its failures).
-        return AppJudge(function.function, spec.function)
+        return AppJudge(function.function, spec.function, group_size)
     from rlhf.reward import RewardScorer
 
     name = spec.model or models.newest(db, "reward")
-    return AppJudge(RewardScorer(models.resolve(db, name)).score, f"rm:{name}")
+    return AppJudge(RewardScorer(models.resolve(db, name)).score, f"rm:{name}", group_size)
 
 
 def _args(ctx: StageContext):
@@ -305,7 +338,7 @@ def run_online_dpo(ctx: StageContext) -> RunResult:
     frozen, rows = _rows(ctx, db, tokenizer)
     args = _args(ctx)
     # 2. the judge, recording each pair it judges (run_judgements) at the trainer's step
-    judge = app_judge(args.judge, db, ctx)
+    judge = app_judge(args.judge, db, ctx, args.num_generations)
     judge.log = JudgementLog(db, ctx.run_id)
     # 3. train (resuming from the newest checkpoint)
     trainer = OnlineDPOTrainer(path, judge=judge, args=args, train_dataset=Dataset.from_list(rows),
@@ -331,4 +364,5 @@ def run_online_dpo(ctx: StageContext) -> RunResult:
 
 
 __all__ = ["AppJudge", "JudgementLog", "MixJudge", "PairsQueue", "PeopleJudge", "StudioOnlineDPOConfig", "app_judge",
-           "mix_judge", "pair_verdicts", "people_judge", "run_online_dpo", "scored_judgements"]
+           "group_rankings", "mix_judge", "pair_verdicts", "people_judge", "run_online_dpo", "scored_judgements",
+           "verdict_on"]
