@@ -109,11 +109,6 @@ def group_rankings(rewards: list[float | None], size: int) -> list[list[int]]:
     return [[] if any(r is None for r in group) else ranking_from_scores(group) for group in groups]
 
 
-def pair_verdicts(rewards: list[float | None]) -> list[int]:
-    """Pairwise verdicts from the queue's rewards of consecutive pairs: 0 where the first is ranked higher, 1 where
-    the second is, -1 on a tie or where nobody ranked the pair in time."""
-    return [chosen_pair(ranking, 2)[2] for ranking in group_rankings(rewards, 2)]
-
 
 class PairsQueue(HumanRewardQueue):
     """The run's queue of groups (a ranking item of a prompt's answers: two, or num_generations) that keeps what
@@ -364,5 +359,5 @@ def run_online_dpo(ctx: StageContext) -> RunResult:
 
 
 __all__ = ["AppJudge", "JudgementLog", "MixJudge", "PairsQueue", "PeopleJudge", "StudioOnlineDPOConfig", "app_judge",
-           "group_rankings", "mix_judge", "pair_verdicts", "people_judge", "run_online_dpo", "scored_judgements",
+           "group_rankings", "mix_judge", "people_judge", "run_online_dpo", "scored_judgements",
            "verdict_on"]
