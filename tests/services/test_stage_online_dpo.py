@@ -163,6 +163,7 @@ def test_pair_verdicts_from_centred_ranks():
     from labeler.services.training.runners.online_dpo import group_rankings
     from rlhf.judges import chosen_pair
 
+    # pairs: (+1, -1) first better; (-1, +1) second better; (0, 0) a tie; (None, None) nobody ranked it in time
     rankings = group_rankings([1.0, -1.0, -1.0, 1.0, 0.0, 0.0, None, None], 2)
     assert [chosen_pair(r, 2)[2] for r in rankings] == [0, 1, -1, -1]
 
