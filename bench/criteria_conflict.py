@@ -280,7 +280,7 @@ def run_recipe(args, work: Path) -> list[Row]:
     specs = reward_specs(first, second, args.weight, args.threshold, models)
     rows, results = [], []
     for run in args.runs:                                                                   # 5.
-        run_id, model, wall = train(studio, "ppo", [*common, f"reward={specs[run]}",
+        run_id, model, timing = train(studio, "ppo", [*common, f"reward={specs[run]}",
                                                     f"constraint_lr={args.constraint_lr}", *args.ppo_set],
                                     f"ppo-{run}.log")
         before, after = app_evaluation(studio, run_id, model)                              # 6.
@@ -293,7 +293,8 @@ def run_recipe(args, work: Path) -> list[Row]:
         row.multiplier = last_metric(studio, run_id, "reward/lagrange_multiplier") if run == "constraint" else None
         rows.append(row)
         print("\n" + format_table(f"{TASK}: after the {run} run", rows) + "\n", flush=True)  # a long run shows each
-        results.append({"run": run, "run_id": run_id, "model": model, "wall_s": wall, "reward": specs[run],
+        results.append({"run": run, "run_id": run_id, "model": model, "wall_s": timing.wall_s,
+                        "estimate_s": timing.estimate_s, "reward": specs[run],
                         "verdicts": row.verdicts(), "judge_wins": {c: vars(w) for c, w in row.judge_wins.items()},
                         "app_wins": row.app_wins, "rated": rated})
     (work / "results.json").write_text(json.dumps(results, indent=2))
