@@ -18,7 +18,7 @@ from labeler.services.execution import run_judgements, run_metrics, runs
 from labeler.errors import InputError
 from labeler.worker import run_worker
 
-# One pass over each step's pairs (the app's default is 4), so a run's steps are its judged batches.
+# One pass over each step's pairs (the app's default), so a run's steps are its judged batches.
 SMALL = {"max_new_tokens": 4, "per_device_train_batch_size": 2, "eval_samples": 0, "learning_rate": 1e-3,
          "num_iterations": 1}
 
@@ -124,10 +124,10 @@ def test_the_judge_setting_is_checked_when_a_run_is_queued(db):
 
     assert resolve_run(db, "default", "online-dpo", {"max_new_tokens": 8}).trainer_config().max_new_tokens == 8
     assert resolve_run(db, "default", "online-dpo", {}).trainer_config().max_new_tokens == 128  # the project's
-    # `steps` counts judged batches: 4 passes over each (the default) make 4 optimizer steps of each
-    assert config.num_iterations == 4
-    assert resolve_run(db, "default", "online-dpo", {"steps": 40}).trainer_config().max_steps == 160
-    assert resolve_run(db, "default", "online-dpo", {"steps": 40, "num_iterations": 1}).trainer_config().max_steps == 40
+    # `steps` counts judged batches: 4 passes over each make 4 optimizer steps of each (the default: one pass)
+    assert (config.num_iterations, config.num_generations) == (1, 2)
+    assert resolve_run(db, "default", "online-dpo", {"steps": 40}).trainer_config().max_steps == 40
+    assert resolve_run(db, "default", "online-dpo", {"steps": 40, "num_iterations": 4}).trainer_config().max_steps == 160
     assert resolve_run(db, "default", "online-dpo", {"steps": 40, "max_steps": 7}).trainer_config().max_steps == 7
 
 
