@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 import pytest
 from service_seed import add_answered_prompt
@@ -60,6 +61,15 @@ def wait_remaining(page, counter_id: str, expected: int) -> None:
                              f"{page.inner_text('#' + counter_id)!r}") from error
 
 
+def wait_rows(db_rows, db_path: str, sql: str, args: list, timeout_s: float = 30.0) -> list:
+    """The query's rows once there are any: a submit's label is in the database when its request has answered,
+    which the page shows only after Gradio's progress overlay, itself a change of the boxes' text."""
+    deadline = time.monotonic() + timeout_s
+    while not (rows := db_rows(db_path, sql, args)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return rows
+
+
 def radio(page, widget_id: str, label: str):
     """The <input type=radio> of the choice shown as `label` in the Gradio Radio `widget_id`."""
     return page.locator(f"#{widget_id} label").filter(has_text=re.compile(rf"^\s*{re.escape(label)}\s*$")).locator("input")
@@ -84,24 +94,56 @@ def test_rate_count_changes_while_the_item_and_its_picked_score_stay(running_app
     assert radio(page, "rate-score", "3").is_checked()
 
     page.click("#rate-submit")  # the score picked before the count changed is the one stored, for that answer
-    page.wait_for_function("(shown) => document.getElementById('rate-response').innerText !== shown", arg=answer,
-                           timeout=30_000)
-    stored = db_rows(running_app.db_path,
-                     "SELECT s.text, r.score FROM ratings r JOIN users u ON u.id = r.user_id"
-                     " JOIN responses s ON s.id = r.response_id WHERE u.username = ?", [RATER[0]])
+    stored = wait_rows(db_rows, running_app.db_path,
+                       "SELECT s.text, r.score FROM ratings r JOIN users u ON u.id = r.user_id"
+                       " JOIN responses s ON s.id = r.response_id WHERE u.username = ?", [RATER[0]])
     # (The page shows the answer's Markdown rendered: the seeded answers' **bold** is plain text on screen.)
     assert [(row["text"].replace("**", "").strip(), row["score"]) for row in stored] == [(answer.strip(), 3.0)]
     wait_remaining(page, "rate-counter", before + 1)
     page.close()
 
 
+def toasts(page) -> list[str]:
+    return page.locator(".toast-body, [data-testid=toast-body]").all_inner_texts()
+
+
+def prompt_body(page, box_id: str) -> str:
+    """The prompt box's text without its heading. The box's innerText also carries Gradio's progress overlay
+    ("processing | 0.3s") while a request runs: a wait on "the text changed" ends when the overlay appears, before
+    the request has answered (a whole-suite run once read the database then and found no ranking)."""
+    return page.inner_text(f"#{box_id}").split("Prompt", 1)[-1].strip()
+
+
+def wait_next_prompt(page, box_id: str, old_body: str) -> None:
+    """Wait until the box shows another prompt and no progress overlay (the request has answered)."""
+    page.wait_for_function(
+        "([id, old]) => { const t = ((document.getElementById(id) || {}).innerText || '').trim();"
+        " return t.startsWith('Prompt') && !t.includes(old); }", arg=[box_id, old_body], timeout=30_000)
+
+
+def show_own_rank_item(page, own_prompt: str) -> str:
+    """Skip the shared app's older ranking items (the seed's and other tests', oldest first) until this test's own
+    is shown; returns the prompt box's text."""
+    page.wait_for_function("() => document.getElementById('rank-prompt').innerText.trim().startsWith('Prompt')",
+                           timeout=30_000)
+    for _ in range(50):
+        if own_prompt in page.inner_text("#rank-prompt"):
+            return page.inner_text("#rank-prompt")
+        old_body = prompt_body(page, "rank-prompt")
+        page.click("#rank-skip")
+        wait_next_prompt(page, "rank-prompt", old_body)
+    raise AssertionError(f"the Rank tab never showed {own_prompt!r}")
+
+
 def test_rank_count_changes_while_a_half_made_ranking_stays(running_app, login, db_rows):
     add_user(running_app.db_path, RANKER)
-    add_items(running_app.db_path, "A rank-count test prompt about a road movie", 3, "ranking")
+    own_prompt = "A rank-count test prompt about a road movie"
+    add_items(running_app.db_path, own_prompt, 3, "ranking")
     page = login(running_app.url, *RANKER)
     page.click("button[role=tab]:has-text('Rank')")
     page.wait_for_selector("#rank-slot-1", state="visible", timeout=30_000)
-    prompt = page.inner_text("#rank-prompt")
+    show_own_rank_item(page, own_prompt)
+    prompt_body_shown = prompt_body(page, "rank-prompt")
     shown = [page.inner_text(f"#rank-text-{k}") for k in (1, 2)]
     before = remaining(page, "rank-counter")
     radio(page, "rank-slot-2", "1").check()  # half a ranking: answer 2 is best, the others not ranked yet
@@ -109,22 +151,21 @@ def test_rank_count_changes_while_a_half_made_ranking_stays(running_app, login, 
     add_items(running_app.db_path, "A rank-count test prompt about a heist comedy", 2, "ranking")
     assert service_remaining(running_app.db_path, RANKER[0], "ranking") == before + 1
     wait_remaining(page, "rank-counter", before + 1)
-    assert page.inner_text("#rank-prompt") == prompt
+    assert prompt_body(page, "rank-prompt") == prompt_body_shown
     assert [page.inner_text(f"#rank-text-{k}") for k in (1, 2)] == shown
     assert radio(page, "rank-slot-2", "1").is_checked()
 
-    # The ranking is finished and stored as made: answer 2 best, every other answer shown tied below it (the
-    # item shown first may be another test's, with 2 to 8 answers: the shared app's queue is oldest first).
+    # The ranking is finished and stored as made: answer 2 best, the other two answers tied below it.
     others = [k for k in range(1, 9) if k != 2 and page.is_visible(f"#rank-slot-{k}")]
+    assert others == [1, 3]
     for k in others:
         radio(page, f"rank-slot-{k}", "2").check()
     page.click("#rank-submit")
-    page.wait_for_function("(shown) => document.getElementById('rank-prompt').innerText !== shown", arg=prompt,
-                           timeout=30_000)
-    stored = db_rows(running_app.db_path,
-                     "SELECT rk.order_json FROM rankings rk JOIN users u ON u.id = rk.user_id WHERE u.username = ?",
-                     [RANKER[0]])
-    assert len(stored) == 1
+    wait_next_prompt(page, "rank-prompt", own_prompt)
+    stored = wait_rows(db_rows, running_app.db_path,
+                       "SELECT rk.order_json FROM rankings rk JOIN users u ON u.id = rk.user_id WHERE u.username = ?",
+                       [RANKER[0]])
+    assert len(stored) == 1, f"no ranking stored; the page said {toasts(page)}"
     texts = {row["id"]: row["text"].replace("**", "").strip()  # as shown: Markdown's bold rendered
              for row in db_rows(running_app.db_path, "SELECT id, text FROM responses")}
     order = [[texts[i] for i in group] for group in json.loads(stored[0]["order_json"])]
