@@ -185,18 +185,26 @@ def _annotator(db_path, stop: threading.Event, ranked: list):
     db.conn.close()
 
 
-def test_people_judge_each_pair_in_the_rank_tab_and_the_run_learns_from_them(db, db_path, tmp_path, tiny_model_dir,
-                                                                              capsys):
+def _run_with_annotator(db, db_path, settings, tmp_path) -> tuple[str, object, list]:
+    """_run with `ann` ranking every run item beside it (_annotator, in its own thread); returns the run's status,
+    the run, and the ids of the items ann ranked."""
     _seed(db)
     stop, ranked = threading.Event(), []
     thread = threading.Thread(target=_annotator, args=(db_path, stop, ranked))
     thread.start()
     try:
-        status, run = _run(db, {"model": str(tiny_model_dir), "steps": 2, "checkpoint_every": 0, "judge": "people",
-                                "human_timeout": 60, **SMALL}, tmp_path)
+        status, run = _run(db, settings, tmp_path)
     finally:
         stop.set()
         thread.join()
+    return status, run, ranked
+
+
+def test_people_judge_each_pair_in_the_rank_tab_and_the_run_learns_from_them(db, db_path, tmp_path, tiny_model_dir,
+                                                                              capsys):
+    status, run, ranked = _run_with_annotator(db, db_path, {
+        "model": str(tiny_model_dir), "steps": 2, "checkpoint_every": 0, "judge": "people", "human_timeout": 60,
+        **SMALL}, tmp_path)
     assert status == "succeeded", (run.error, run_metrics.log_tail(run))
     # 2 steps x 2 prompts: each pair (unless its two answers were the same text) one ranking item of 2 answers
     items = db.execute("SELECT id, kind FROM items WHERE run_id = ?", [run.id]).fetchall()
@@ -225,16 +233,9 @@ def test_people_rank_four_answers_at_once_and_the_run_trains_on_the_best_and_the
                                                                                          tiny_model_dir):
     """num_generations=4: one Rank item of a prompt's 4 answers (one label), and the pair trained on and recorded
     is people's best (the shortest) and worst (the longest)."""
-    _seed(db)
-    stop, ranked = threading.Event(), []
-    thread = threading.Thread(target=_annotator, args=(db_path, stop, ranked))
-    thread.start()
-    try:
-        status, run = _run(db, {"model": str(tiny_model_dir), "steps": 1, "checkpoint_every": 0, "judge": "people",
-                                "human_timeout": 60, **SMALL, "num_generations": 4}, tmp_path)
-    finally:
-        stop.set()
-        thread.join()
+    status, run, ranked = _run_with_annotator(db, db_path, {
+        "model": str(tiny_model_dir), "steps": 1, "checkpoint_every": 0, "judge": "people", "human_timeout": 60,
+        **SMALL, "num_generations": 4}, tmp_path)
     assert status == "succeeded", (run.error, run_metrics.log_tail(run))
     items = [item_id for (item_id,) in db.execute("SELECT id FROM items WHERE run_id = ?", [run.id])]
     assert 1 <= len(items) <= 2 and sorted(ranked) == sorted(items)
@@ -280,16 +281,9 @@ def test_people_as_the_judge_are_refused_at_launch_without_annotators(db, tmp_pa
 
 
 def test_mix_people_rank_the_pairs_the_reward_model_is_least_sure_of(db, db_path, tmp_path, tiny_model_dir):
-    _seed(db)
-    stop, ranked = threading.Event(), []
-    thread = threading.Thread(target=_annotator, args=(db_path, stop, ranked))
-    thread.start()
-    try:
-        status, run = _run(db, {"model": str(tiny_model_dir), "steps": 2, "checkpoint_every": 0, "judge": "mix",
-                                "human_share": 0.5, "human_timeout": 60, **SMALL}, tmp_path)
-    finally:
-        stop.set()
-        thread.join()
+    status, run, ranked = _run_with_annotator(db, db_path, {
+        "model": str(tiny_model_dir), "steps": 2, "checkpoint_every": 0, "judge": "mix", "human_share": 0.5,
+        "human_timeout": 60, **SMALL}, tmp_path)
     assert status == "succeeded", (run.error, run_metrics.log_tail(run))
     # half of each step's 2 pairs to people: one ranking item of two per step (none if its answers were the same)
     items = db.execute("SELECT id FROM items WHERE run_id = ?", [run.id]).fetchall()
