@@ -43,3 +43,12 @@ class AdaptiveKLController(FixedKLController):
         # The clip bounds a single update to +-20% of n_steps / horizon, so one noisy batch can't swing beta.
         proportional_error = min(max(current_kl / self.target - 1.0, -0.2), 0.2)
         self.value = max(self.value * (1.0 + proportional_error * n_steps / self.horizon), self.min_coef)
+
+
+def kl_budget_spent(step_kls: list[float], budget: float, window: int) -> bool:
+    """Whether a run has spent its KL budget: the mean KL of its last `window` optimizer steps (all of them while
+    fewer) has reached `budget`. A window, not one step, because one batch's KL is noisy; the caller ends the run."""
+    if budget <= 0 or window < 1:
+        raise ValueError(f"kl_budget_spent: budget={budget!r} must be positive and window={window!r} at least 1")
+    recent = step_kls[-window:]
+    return bool(recent) and sum(recent) / len(recent) >= budget

@@ -134,6 +134,8 @@ class NashMDTrainer(OnlineDPOTrainer):
                                            probability.to(token_logps.dtype), self.beta)
         metrics = self._metrics[self._mode()]
         metrics["loss/kl"].append(kl.mean().item())
+        if self.model.training:
+            self._micro_step_kls.append(kl.mean().item())  # the KL budget's (OnlineDPOTrainer.spent_kl_budget)
         metrics["loss/score"].append(score.mean().item())
         metrics["rewards/probabilities"].append(probability.mean().item())
         metrics["objective/entropy"].append((-token_logps.detach().sum(-1)).mean().item())

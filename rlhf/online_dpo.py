@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
+from transformers import TrainerCallback
 
 from rlhf.base_trainer import BaseTrainer, check_prompt_columns
 from rlhf.configs import MAX_NEW_TOKENS
@@ -51,6 +52,7 @@ from rlhf.judges import (
     judge_name,
     ranking_from_scores,
 )
+from rlhf.kl_control import kl_budget_spent
 from rlhf.loading import DEFAULT_POLICY
 from rlhf.online_losses import (
     ONLINE_DPO_LOSS_TYPES,
@@ -64,6 +66,9 @@ from rlhf.peft_utils import is_peft_model
 from rlhf.samplers import RepeatSampler
 from rlhf.trainer_config import TrainerConfig, refuse_trl_only_values, trl_only
 from rlhf.trainer_setup import disable_dropout, prepare_model
+
+# kl_budget reads the mean KL of this many optimizer steps: one batch of 8 prompts' KL varies by a few nats.
+KL_BUDGET_WINDOW = 5
 
 
 def check_schedule(name: str, value, positive: bool = True, at_most_one: bool = False) -> float | list[float]:
@@ -107,6 +112,10 @@ class OnlineDPOConfig(TrainerConfig):
     beta: float | list[float] = field(default=0.1, metadata={
         "help": "KL strength to the reference (IPO's tau for loss_type='ipo'); a list gives one per epoch, the last "
                 "for the rest."})
+    kl_budget: float | None = field(default=None, metadata={
+        "help": "End training once the policy's KL to the reference (objective/kl, nats per answer, the mean of the "
+                f"last {KL_BUDGET_WINDOW} optimizer steps) reaches this; the final model is the one at that step "
+                "(this library's; None: off, as in TRL)."})
     loss_type: Literal["sigmoid", "ipo"] = field(default="sigmoid", metadata={
         "help": "sigmoid (DPO's loss) or ipo (IPO's squared loss)."})
     num_generations: int = field(default=2, metadata={
@@ -157,6 +166,8 @@ class OnlineDPOConfig(TrainerConfig):
                              "(the prompt keeps max_length - max_new_tokens tokens)")
         if self.temperature <= 0:
             raise ValueError(f"temperature={self.temperature!r}: must be positive")
+        if self.kl_budget is not None and not self.kl_budget > 0:
+            raise ValueError(f"kl_budget={self.kl_budget!r}: must be a positive number of nats, or None (off)")
         if self.missing_eos_penalty is not None and self.missing_eos_penalty < 0:
             raise ValueError(f"missing_eos_penalty={self.missing_eos_penalty!r}: must be >= 0 (it is subtracted)")
         if self.reward_model_path is not None and self.judge is not None:
@@ -225,6 +236,21 @@ def split_pair_batch(batch: dict, chunks: int) -> list[dict]:
         both = torch.cat([first, first + pairs])
         out.append({k: v[first.to(v.device)] if len(v) == pairs else v[both.to(v.device)] for k, v in batch.items()})
     return out
+
+
+class KLBudgetCallback(TrainerCallback):
+    """Ends training at the optimizer step where the trainer's KL budget is spent (OnlineDPOTrainer.spent_kl_budget):
+    online DPO has a fixed beta and no controller, so on people's verdicts a rate that uses the budget at one seed
+    ran far past it at another (docs/HUMAN_LOOP.md); a hard end is the brake PPO's target_kl early stop also is."""
+
+    def __init__(self, trainer: "OnlineDPOTrainer"):
+        self.trainer = trainer
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.trainer.spent_kl_budget(state.global_step):
+            control.should_training_stop = True
+            control.should_log = True  # the last step's metrics, the stop among them, reach the log
+        return control
 
 
 class OnlineDPOTrainer(BaseTrainer):
@@ -301,6 +327,12 @@ class OnlineDPOTrainer(BaseTrainer):
         self._set_generation_ids(model, processing_class)
         self._micro_step = 0  # training micro-steps, for reusing a judged batch (num_iterations)
         self._buffered_inputs: list[dict] | None = None
+        # 6. the KL budget: each optimizer step's KL (its micro-batches' mean, averaged over processes)
+        self._micro_step_kls: list[float] = []
+        self.step_kls: list[float] = []
+        self.kl_budget_spent_at: int | None = None
+        if args.kl_budget is not None:
+            self.add_callback(KLBudgetCallback(self))
 
     @property
     def beta(self) -> float:
@@ -500,6 +532,19 @@ class OnlineDPOTrainer(BaseTrainer):
         self._log_pair_metrics(inputs, token_logps, chosen, rejected, weight, beta)
         return loss
 
+    def spent_kl_budget(self, step: int) -> bool:
+        """Ends the optimizer step `step` for the KL budget: records its KL and says whether the budget is spent.
+        Every process reaches the same answer (the KL is averaged over them first), so all stop together."""
+        kls, self._micro_step_kls = self._micro_step_kls, []
+        local = sum(kls) / len(kls) if kls else 0.0
+        self.step_kls.append(self.accelerator.reduce(torch.tensor(local, device=self.accelerator.device),
+                                                     reduction="mean").item())
+        if not kl_budget_spent(self.step_kls, self.args.kl_budget, KL_BUDGET_WINDOW):
+            return False
+        self.kl_budget_spent_at = step
+        self._metrics["train"]["kl_budget/spent_at_step"].append(float(step))
+        return True
+
     def extra_loss(self, inputs: dict, token_logps: torch.Tensor) -> torch.Tensor | float:
         """A term added to the DPO loss (XPO's exploration term); none in online DPO."""
         return 0.0
@@ -510,6 +555,8 @@ class OnlineDPOTrainer(BaseTrainer):
         ref_logps = inputs["ref_token_logps"].sum(-1)
         kl = logps - ref_logps  # (2B,): summed log-ratio of each sampled answer (TRL's objective/kl)
         metrics["objective/kl"].append(kl.mean().item())
+        if self.model.training:
+            self._micro_step_kls.append(kl.mean().item())
         metrics["objective/entropy"].append((-logps).mean().item())
         metrics["objective/non_score_reward"].append((-beta * kl).mean().item())
         if "scores" in inputs:
@@ -533,5 +580,5 @@ class OnlineDPOTrainer(BaseTrainer):
         metrics["beta"].append(beta)
 
 
-__all__ = ["OnlineDPOConfig", "OnlineDPOTrainer", "check_schedule", "load_object", "plain_text", "resolve_judge",
+__all__ = ["KLBudgetCallback", "OnlineDPOConfig", "OnlineDPOTrainer", "check_schedule", "load_object", "plain_text", "resolve_judge",
            "split_pair_batch"]

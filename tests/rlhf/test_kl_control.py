@@ -87,3 +87,17 @@ def test_app_ppo_runs_get_the_floor_and_a_horizon_of_one_batch_unless_set():
     assert kl_settings_for({"init_kl_coef": 0.1}) == {"horizon": 64, "kl_coef_min": 0.1}
     assert kl_settings_for({"horizon": 512}) == {"kl_coef_min": 0.03}
     assert kl_settings_for({"horizon": 10000, "kl_coef_min": 0.0}) == {}
+
+
+def test_kl_budget_reads_the_mean_of_the_last_window_steps():
+    from rlhf.kl_control import kl_budget_spent
+
+    assert not kl_budget_spent([], 8.0, 5)
+    # one noisy step past the budget is not enough: the window's mean (12 + 4*4)/5 = 5.6 < 8
+    assert not kl_budget_spent([4, 4, 4, 4, 12], 8.0, 5)
+    # the last 5 of 6 steps: (6 + 8 + 9 + 8 + 9) / 5 = 8.0 reaches 8 (step 1's 0 is outside the window)
+    assert kl_budget_spent([0, 6, 8, 9, 8, 9], 8.0, 5)
+    # fewer steps than the window: their mean, 10
+    assert kl_budget_spent([9, 11], 8.0, 5)
+    with pytest.raises(ValueError, match="budget=0"):
+        kl_budget_spent([1.0], 0, 5)

@@ -119,6 +119,34 @@ def test_num_iterations_learns_from_each_judged_batch_several_times(tiny_model_d
         small_args(tmp_path, num_iterations=0)
 
 
+def test_kl_budget_ends_the_run_at_the_step_it_is_spent(tiny_model_dir, tmp_path):
+    """kl_budget: each optimizer step's KL is the logged objective/kl; the run ends at the first step where the mean
+    of the last KL_BUDGET_WINDOW steps reaches the budget, and says so in the log. A budget never reached changes
+    nothing."""
+    from rlhf import OnlineDPOTrainer
+    from rlhf.kl_control import kl_budget_spent
+    from rlhf.online_dpo import KL_BUDGET_WINDOW
+
+    args = small_args(tmp_path, max_steps=8, kl_budget=1e-3)
+    trainer = OnlineDPOTrainer(str(tiny_model_dir), judge=prefers_short, args=args, train_dataset=PROMPTS)
+    trainer.train()
+    steps = trainer.state.global_step
+    assert 1 < steps < 8 and trainer.kl_budget_spent_at == steps
+    logged = [log["objective/kl"] for log in trainer.state.log_history if "objective/kl" in log]
+    assert trainer.step_kls == pytest.approx(logged)  # logging every step: the step's KL is the one logged
+    assert trainer.step_kls[0] == pytest.approx(0.0, abs=1e-5)  # the first batch is the reference's own answers
+    assert [kl_budget_spent(trainer.step_kls[:n], 1e-3, KL_BUDGET_WINDOW) for n in range(1, steps + 1)] == \
+        [False] * (steps - 1) + [True]
+    assert trainer.state.log_history[-2]["kl_budget/spent_at_step"] == steps  # [-1]: the Trainer's train summary
+
+    unspent = OnlineDPOTrainer(str(tiny_model_dir), judge=prefers_short, train_dataset=PROMPTS,
+                               args=small_args(tmp_path, max_steps=3, kl_budget=1e6))
+    unspent.train()
+    assert unspent.state.global_step == 3 and unspent.kl_budget_spent_at is None and len(unspent.step_kls) == 3
+    with pytest.raises(ValueError, match="kl_budget=0: must be a positive number of nats"):
+        small_args(tmp_path, kl_budget=0)
+
+
 def test_four_answers_a_prompt_train_on_the_best_and_the_worst(tiny_model_dir, tmp_path):
     """num_generations=4: a scoring judge scores all 4 answers of each prompt and the pair is its best and worst; a
     rank judge ranks the 4 (an empty ranking is no preference: a tie); a judge of pairs only is refused."""

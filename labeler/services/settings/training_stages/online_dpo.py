@@ -70,7 +70,8 @@ STAGE = Stage(
     card="Online DPO (OnlineDPOTrainer, TRL API)", metrics=("rewards/margins", "objective/kl"),
     # Not `judge`: the Train tab offers it as its own picker (form.judge_widget: people, mix, the reward models); a
     # module:function judge names code to import, which only `train online-dpo --set judge=...` may (jobs.create_run).
-    form_fields=("learning_rate", "per_device_train_batch_size", "num_generations", "num_iterations", "beta", "loss_type"),
+    form_fields=("learning_rate", "per_device_train_batch_size", "num_generations", "num_iterations", "beta", "loss_type",
+                 "kl_budget"),
     full_lr=5e-7, lora_lr=5e-6, frozen_rows=("prompts", "prompts"), check=check,
     # the job's answer length is its answers' unless the trainer settings set it (stored when the run is resolved)
     from_job={"max_new_tokens": "max_new_tokens"},

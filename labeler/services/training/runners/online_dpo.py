@@ -347,6 +347,9 @@ def run_online_dpo(ctx: StageContext) -> RunResult:
             print(f"people ranked {judge.judged} pairs", flush=True)
         if isinstance(judge, MixJudge):
             judge.mix.model.close()
+    if trainer.kl_budget_spent_at is not None:
+        print(f"KL budget of {args.kl_budget:g} nats spent at step {trainer.kl_budget_spent_at} of "
+              f"{trainer.state.max_steps}: the run ends there", flush=True)
     # 4. save a full model any from_pretrained loads (a LoRA adapter merged into its base)
     trainer.accelerator.wait_for_everyone()
     if trainer.accelerator.is_main_process:
