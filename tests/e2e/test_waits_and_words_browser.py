@@ -45,9 +45,14 @@ def test_checkboxes_keep_a_readable_label(running_app, login, browser, width):
 def test_a_refusal_names_the_field_as_the_form_does(running_app, login):
     page = login(running_app.url, *running_app.admin, ready="button[role=tab]:has-text('Admin')", height=1600)
     open_tab(page, "Admin")
-    # A reward model no one registered as the measure: the service refuses it naming its field ("measure").
+    # A reward model no one registered as the measure: the service refuses it naming its field ("measure"). The
+    # tab's load sets the box to the project's measure: typed before it lands, the text is replaced and the save
+    # succeeds (a CI run on a fast CPU saw "Project settings saved."), so wait for the load first.
+    page.wait_for_function("() => document.querySelector('#admin-measure input').value.startsWith('none')",
+                           timeout=30_000)
     fill_and_keep(page, "#admin-measure input", "rm:nobody-trained-this")
     page.locator("#admin-measure input").press("Enter")
+    assert page.locator("#admin-measure input").input_value() == "rm:nobody-trained-this"
     page.locator("#admin-save-project").evaluate("b => b.click()")
     toast = page.locator(".toast-body:has-text('nobody-trained-this'), "
                          "[data-testid=toast-body]:has-text('nobody-trained-this')").first

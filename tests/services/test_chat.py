@@ -75,15 +75,16 @@ def test_bad_history_is_an_input_error(cache, tiny_model_dir, history):
 
 
 def test_best_of_n_picks_the_highest_reward(cache, tiny_model_dir, tiny_encoder_dir):
-    from rlhf.reward import RewardScorer
+    from labeler.services.serving.inference import load_reward
 
     settings = GenerationSettings(max_new_tokens=8, seed=1)
     best, scored = chat.best_of_n(cache, str(tiny_model_dir), str(tiny_encoder_dir), HISTORY, 4, settings)
     assert len(scored) == 4 and len({text for text, _ in scored}) > 1
     assert best == max(scored, key=lambda pair: pair[1])[0]
-    # The scores are the reward model's own, on the conversation + answer.
+    # The scores are the reward model's own, on the conversation + answer, in the dtype the app serves it in (bf16
+    # on a CPU with native bf16: an fp32 scorer differs there by ~1e-4).
     prompt = [m for m in HISTORY]
-    direct = RewardScorer(str(tiny_encoder_dir)).score([prompt] * 4, [[{"role": "assistant", "content": t}] for t, _ in scored])
+    direct = load_reward(str(tiny_encoder_dir)).score([prompt] * 4, [[{"role": "assistant", "content": t}] for t, _ in scored])
     assert [s for _, s in scored] == pytest.approx(direct, abs=1e-5)
     with pytest.raises(InputError):
         chat.best_of_n(cache, str(tiny_model_dir), str(tiny_encoder_dir), HISTORY, 0, settings)

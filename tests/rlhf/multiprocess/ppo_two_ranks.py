@@ -38,9 +38,11 @@ def main(out: Path) -> None:
                          num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
                          tie_word_embeddings=True, bos_token_id=1, eos_token_id=EOS, pad_token_id=EOS)
     model = AutoModelForCausalLMWithValueHead(LlamaForCausalLM(config), seed=rank)
-    # Two micro-batches per optimizer step: the first backward runs under no_sync, the second all-reduces.
+    # Two micro-batches per optimizer step: the first backward runs under no_sync, the second all-reduces. fp32 on
+    # every CPU: with bf16 (the default where the CPU has it) the reference is a bf16 copy, not the initial weights.
     ppo = PPOConfig(batch_size=4, mini_batch_size=2, gradient_accumulation_steps=2, ppo_epochs=2, learning_rate=1e-2,
-                    use_score_scaling=True, use_score_norm=True, log_dir=str(out / f"logs{rank}"), tensorboard=False)
+                    use_score_scaling=True, use_score_norm=True, log_dir=str(out / f"logs{rank}"), tensorboard=False,
+                    bf16=False)
     calls = []
     trainer = PPOTrainer(ppo, model, None, TOKENIZER, accelerator=accelerator,
                          callback=lambda step, stats, samples: calls.append((step, len(samples))))
