@@ -34,7 +34,8 @@ def studio_config() -> type:
         # With 4 answers, one pass, 80 steps and people ranking 1 of 8 prompts a step (80 labels, as above): 58% at
         # KL 5.3 (lr 5e-5), 82% at KL 11.4 (7.5e-5), each 24 min; but at 7.5e-5 seed 1 collapsed (KL 40, distinct-2
         # 0.18). With kl_budget=8 added (the run ends where the mean KL of 5 steps reaches it; bf16, 2026-12-07):
-        # 53/55/51% at KL 8.3-8.7 over seeds 0-2 from 34-52 rankings, no collapse, but short of PPO's 92%. The
+        # 53/55/51% at KL 8.3-8.7 over seeds 0-2 from 34-52 rankings, no collapse; at 5e-5 with 120 steps 65/73/61%
+        # at KL 7.9/10.3/7.2 from 54-86 rankings: short of PPO's 92% either way. The
         # defaults stay pairs at 5e-5 without a budget: that recipe shows people rankings of 4, not pairs, and was
         # measured on the shipped task alone.
         num_iterations: int = field(default=1, metadata={
