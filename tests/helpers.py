@@ -107,6 +107,19 @@ def fill_and_keep(page, selector: str, text: str) -> None:
     raise AssertionError(f"{selector} did not keep {text!r}")
 
 
+def check_rank_0_account(error: str, run_id: int, seen: Sequence[str]) -> None:
+    """A dead rank's run error (supervision.record_rank_failure) keeps what rank 0 recorded, one of `seen`, when it
+    recorded anything; else the resume command follows the dead rank's log. Rank 0 may record nothing: the
+    launcher's SIGTERM waits while rank 0 writes a checkpoint (checkpoints.signal_deferred), and a write that
+    outlasts torch elastic's grace ends in SIGKILL (seen in CI on a loaded machine)."""
+    stopped = "; the other ranks were stopped (rank 0 recorded: "
+    if stopped in error:
+        recorded = error.split(stopped, 1)[1]
+        assert any(words in recorded for words in seen), error
+    else:
+        assert error.split("its log: ", 1)[1].split(";", 1)[1].startswith(f" `rlhf-studio runs resume {run_id}` "), error
+
+
 def recording(result: Any, calls: list) -> Callable[[Any], Any]:
     """A stand-in for a measuring function (run_preview's `measure`): the argument of each call is appended to
     `calls`, and `result` (what the test made up) comes back."""

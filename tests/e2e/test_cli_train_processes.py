@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 # tests/ is on sys.path: pytest puts it there for tests/conftest.py (the default "prepend" import mode).
+from helpers import check_rank_0_account
 from services.labeling_helpers import add_ranked_pairs
 
 from labeler.cli import main
@@ -120,16 +121,8 @@ def test_ppo_on_two_processes_a_killed_rank_fails_the_run_and_resume_finishes_it
     rank_log = Path(error.split("its log: ", 1)[1].split(";", 1)[0])
     assert rank_log.name == "stderr.log" and rank_log.parent.name == "1" and rank_log.exists()
     # What rank 0 saw is kept when it recorded anything, then the command that resumes, from the checkpoint that
-    # was complete. Rank 0 may record nothing: the launcher's SIGTERM waits while a checkpoint is written
-    # (checkpoints.signal_deferred), and a write that outlasts torch elastic's grace ends in SIGKILL (seen once in
-    # CI: the account then names rank 1 and the resume command alone, as the docstring of record_rank_failure says).
-    stopped = "; the other ranks were stopped (rank 0 recorded: "
-    if stopped in error:
-        recorded = error.split(stopped, 1)[1]
-        assert any(seen in recorded for seen in ("remote worker", "Connection closed by peer",
-                                                 "another training process failed")), error
-    else:
-        assert error.split("its log: ", 1)[1].split(";", 1)[1].startswith(" `rlhf-studio runs resume 1` "), error
+    # was complete (helpers.check_rank_0_account says when rank 0 records nothing).
+    check_rank_0_account(error, 1, ("remote worker", "Connection closed by peer", "another training process failed"))
     checkpoint = Path(error.split("`rlhf-studio runs resume 1` continues from ", 1)[1])
     assert checkpoint.parent == Path(failed.output_dir) / "checkpoints" and (checkpoint / "manifest.json").exists()
     # The newest complete checkpoint: step 1's, or step 2's when rank 1 lived through step 2 (the run's step can be

@@ -51,18 +51,15 @@ def test_a_refusal_names_the_field_as_the_form_does(running_app, login):
     # CPU saw both, once after the first load had landed). A person would see the box reset and type again.
     page.wait_for_selector("#admin-measure:has-text('Judged now by')", timeout=30_000)  # the first load's info line
     refusal = ".toast-body:has-text('nobody-trained-this'), [data-testid=toast-body]:has-text('nobody-trained-this')"
-    either = f"{refusal}, .toast-body:has-text('Project settings saved'), " \
-             "[data-testid=toast-body]:has-text('Project settings saved')"
+    saved = ".toast-body:has-text('Project settings saved'), [data-testid=toast-body]:has-text('Project settings saved')"
     for _ in range(3):
         fill_and_keep(page, "#admin-measure input", "rm:nobody-trained-this")
         page.locator("#admin-measure input").press("Enter")
         page.locator("#admin-save-project").evaluate("b => b.click()")
-        page.locator(either).first.wait_for(timeout=30_000)
+        page.locator(f"{refusal}, {saved}").first.wait_for(timeout=30_000)
         if page.locator(refusal).count():
             break
-        page.locator(".toast-body:has-text('Project settings saved'), "
-                     "[data-testid=toast-body]:has-text('Project settings saved')").first.wait_for(state="detached",
-                                                                                                  timeout=30_000)
+        page.locator(saved).first.wait_for(state="detached", timeout=30_000)
     toast = page.locator(refusal).first
     toast.wait_for(timeout=1_000)
     text = toast.inner_text()
