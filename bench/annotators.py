@@ -8,6 +8,7 @@
     python bench/annotators.py --sizes 10000 --annotators 20 --duration 40 --think 2
                                                                  # people who read before they label (2 s mean):
                                                                  # how long one label waits, not the throughput
+    python bench/annotators.py --sizes 10000 --questions         # each label also answers the project's questions
 
 For each size it builds a fresh database (prompts and answers imported as plain rows, no generation; `--overlap`
 labels per item), starts a real server (`rlhf-studio serve` in its own process, as a user starts it) and drives
@@ -15,6 +16,10 @@ it with gradio_client, one Client per annotator, each logged in as its own user:
 
 - 1 annotator labels `--labels` items in a row; 5 and 20 (`--annotators`) label for `--duration` seconds. Each
   label is one `rate_submit` call (it stores the score and returns the next item): its seconds are the latency.
+- `--questions`: the project asks two criteria and three flags beside its score (issue 47), and every label
+  answers them as the Rate tab sends them: a score per criterion, a flag on every 5th label, a correction of the
+  shown answer on every 10th (`questions.submit_rating_with_answers`, one transaction with the score). The
+  database check then also counts the criterion scores stored for each acknowledged label.
 - The ceiling, in the same run: the same submits (`labeling.submit_rating_and_next`) as direct calls from as
   many threads, each with its own connection, without HTTP or Gradio (--labels in all, shared among them).
 
@@ -54,6 +59,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 PASSWORD = "bench-password-1"
 PROJECT = "default"
+# --questions: what the project asks beside its score, as `questions add` would set it.
+CRITERIA = (("helpful", 1, 5), ("safe", 1, 3))
+FLAGS = ("spam", "off-topic", "unsafe")
 
 
 def free_port() -> int:
@@ -76,13 +84,28 @@ def process_cpu_s(pid: int) -> float:
         return float("nan")
 
 
-def build_database(path: str, n_items: int, users: list[str], overlap: int) -> None:
-    """n_items rating items (one prompt per 4 answers), the users (one password hash, copied), the overlap."""
+def label_answers(n: int) -> tuple[tuple[int, ...], list[str], str]:
+    """What the n-th label (from 0) answers with --questions: (a score per criterion, the flags ticked, a
+    correction or ''); varied so the stored rows are not all alike."""
+    scores = tuple(low + n % (high - low + 1) for _, low, high in CRITERIA)
+    flags = [FLAGS[(n // 5) % len(FLAGS)]] if n % 5 == 4 else []
+    correction = f"A corrected answer {n}: a fine film, well acted and well shot." if n % 10 == 9 else ""
+    return scores, flags, correction
+
+
+def build_database(path: str, n_items: int, users: list[str], overlap: int, questions: bool = False) -> None:
+    """n_items rating items (one prompt per 4 answers), the users (one password hash, copied), the overlap, and
+    with `questions` the project's criteria and flags (CRITERIA, FLAGS)."""
     from labeler.services.data import accounts
+    from labeler.services.labels import questions as project_questions
     from storage import open_db, write_transaction
 
     db = open_db(path)
     try:
+        for name, low, high in CRITERIA if questions else ():
+            project_questions.add_question(db, PROJECT, name, "criterion", low, high)
+        for name in FLAGS if questions else ():
+            project_questions.add_question(db, PROJECT, name, "flag")
         accounts.create_user(db, users[0], PASSWORD)  # scrypt once; the others share its salt and hash
         with write_transaction(db):
             db.conn.execute(
@@ -164,10 +187,11 @@ class Annotator:
 
 
 class WebAnnotator(Annotator):
-    def __init__(self, url: str, username: str):
+    def __init__(self, url: str, username: str, questions: bool = False):
         from gradio_client import Client
 
         super().__init__(username)
+        self.questions = questions
         self.client = Client(url, auth=(username, PASSWORD), verbose=False, ssl_verify=False)
         self.key = self.client.predict(api_name="/rate_next")[6]
 
@@ -176,8 +200,13 @@ class WebAnnotator(Annotator):
         if not self.key:
             return False
         score = 1 + len(self.acknowledged) % 7
+        # The Rate tab's inputs: score, comment, key, then the correction, the flags and a score per criterion.
+        asked = ()
+        if self.questions:
+            scores, flags, correction = label_answers(len(self.acknowledged))
+            asked = (correction, flags, *scores)
         start = time.perf_counter()
-        shown = self.client.predict(score, "", self.key, api_name="/rate_submit")
+        shown = self.client.predict(score, "", self.key, *asked, api_name="/rate_submit")
         self.latencies.append(time.perf_counter() - start)
         self.acknowledged.append(int(self.key.split(":")[0]))
         self.key = shown[6]
@@ -190,23 +219,31 @@ class WebAnnotator(Annotator):
 class ServiceAnnotator(Annotator):
     """The same submits as direct calls: one connection of its own, no HTTP, no Gradio."""
 
-    def __init__(self, db_path: str, username: str):
+    def __init__(self, db_path: str, username: str, questions: bool = False):
         from labeler.services.data import labeling
+        from labeler.services.labels import questions as project_questions
         from storage import open_db
 
         super().__init__(username)
-        self.labeling = labeling
+        self.labeling, self.project_questions, self.questions = labeling, project_questions, questions
         self.db = open_db(db_path, migrate=False, create=False)
         self.item = labeling.next_item(self.db, PROJECT, username)
 
     def label(self) -> bool:
         if self.item is None:
             return False
-        item_id = self.item.item_id
+        item_id, score = self.item.item_id, 1 + len(self.acknowledged) % 7
         start = time.perf_counter()
-        _, self.item = self.labeling.submit_rating_and_next(
-            self.db, PROJECT, self.username, item_id, 1 + len(self.acknowledged) % 7, request_id=self.item.request_id,
-        )
+        if self.questions:
+            scores, flags, correction = label_answers(len(self.acknowledged))
+            answers = self.project_questions.ItemAnswers(
+                scores=dict(zip((name for name, _, _ in CRITERIA), scores)), flags=tuple(flags),
+                correction=correction or None)
+            _, self.item = self.project_questions.submit_rating_with_answers(
+                self.db, PROJECT, self.username, item_id, score, answers, request_id=self.item.request_id)
+        else:
+            _, self.item = self.labeling.submit_rating_and_next(
+                self.db, PROJECT, self.username, item_id, score, request_id=self.item.request_id)
         self.latencies.append(time.perf_counter() - start)
         self.acknowledged.append(item_id)
         return True
@@ -248,8 +285,9 @@ def run_group(people: list[Annotator], labels: int | None, seconds: float,
     return time.monotonic() - start, errors
 
 
-def check_database(db_path: str, people: list[Annotator]) -> tuple[int, int]:
-    """(lost, duplicated): each person's acknowledged labels against their stored rating rows."""
+def check_database(db_path: str, people: list[Annotator], questions: bool = False) -> tuple[int, int]:
+    """(lost, duplicated): each person's acknowledged labels against their stored rating rows; with `questions`
+    a label whose criterion scores are not all stored counts as lost too."""
     from storage import open_db
 
     db = open_db(db_path, migrate=False, create=False)
@@ -262,6 +300,12 @@ def check_database(db_path: str, people: list[Annotator]) -> tuple[int, int]:
             )]
             lost += len(set(person.acknowledged) - set(stored))
             duplicated += len(stored) - len(set(stored)) + len(set(stored) - set(person.acknowledged))
+            if questions:
+                scored = {row[0] for row in db.execute(
+                    "SELECT a.item_id FROM answers a JOIN users u ON u.id = a.user_id WHERE u.username = ?"
+                    " AND a.kind = 'score' GROUP BY a.item_id HAVING COUNT(*) = ?", [person.username, len(CRITERIA)],
+                )}
+                lost += len(set(person.acknowledged) & set(stored) - scored)
         return lost, duplicated
     finally:
         db.conn.close()
@@ -318,7 +362,7 @@ def measure(size: int, path: str, count: int, make, args, server: Server | None,
     for person in people:
         person.close()
     done = sum(len(p.acknowledged) for p in people)
-    lost, duplicated = check_database(db_path, people)
+    lost, duplicated = check_database(db_path, people, args.questions)
     if errors:
         print(f"  {len(errors)} annotator(s) stopped on an error: {errors[0]!r}", flush=True)
     if labels is None and elapsed < args.duration * 0.9:
@@ -339,7 +383,7 @@ def run_size(size: int, args, counts: list[int]) -> list[Row]:
     with tempfile.TemporaryDirectory(prefix="bench-annotators-") as root:
         db_path = str(Path(root) / "studio.db")
         start = time.monotonic()
-        build_database(db_path, size, users, args.overlap)
+        build_database(db_path, size, users, args.overlap, args.questions)
         built = time.monotonic() - start
         start = time.monotonic()
         server = Server(db_path, str(Path(root) / "serve.log"))
@@ -351,13 +395,15 @@ def run_size(size: int, args, counts: list[int]) -> list[Row]:
                 for r in range(args.rounds):
                     # The ceiling first, then the web API, for each group size: a shared machine's drift hits all.
                     rows.append(measure(size, "service", count,
-                                        lambda i: ServiceAnnotator(db_path, f"{tag}-svc-{count}-{r}-{i}"), args, None, db_path))
+                                        lambda i: ServiceAnnotator(db_path, f"{tag}-svc-{count}-{r}-{i}", args.questions),
+                                        args, None, db_path))
                     if baseline:
                         rows.append(measure(size, "baseline", count,
-                                            lambda i: WebAnnotator(baseline.url, f"{tag}-base-{count}-{r}-{i}"),
+                                            lambda i: WebAnnotator(baseline.url, f"{tag}-base-{count}-{r}-{i}", args.questions),
                                             args, baseline, db_path))
                     rows.append(measure(size, "web API", count,
-                                        lambda i: WebAnnotator(server.url, f"{tag}-web-{count}-{r}-{i}"), args, server, db_path))
+                                        lambda i: WebAnnotator(server.url, f"{tag}-web-{count}-{r}-{i}", args.questions),
+                                        args, server, db_path))
         finally:
             server.close()
             if baseline:
@@ -381,6 +427,8 @@ def main() -> None:
     parser.add_argument("--think", type=float, default=0.0,
                         help="mean seconds a web annotator pauses between labels (0: back to back, a throughput test)")
     parser.add_argument("--rounds", type=int, default=1, help="times each group is measured (alternating servers)")
+    parser.add_argument("--questions", action="store_true", help="the project asks two criteria and three flags "
+                        "beside its score, and every label answers them (a correction every 10th)")
     args = parser.parse_args()
     counts = [int(c) for c in args.annotators.split(",")]
     load = os.getloadavg()

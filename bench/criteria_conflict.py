@@ -6,6 +6,7 @@ win rate against the base, and whether the constraint held.
     nice -n 10 python bench/criteria_conflict.py --limit 16 --heldout-share 0.4 --n 2 --judged-answers 12 \\
         --annotators 2 --pace 0 --answer-tokens 40 --set steps=1 --set eval_samples=1 --ppo-set batch_size=4 \\
         --ppo-set mini_batch_size=4 --rm-set steps=2          # a smoke run (a few minutes)
+    python bench/criteria_conflict.py --keep DIR --reuse --maximise short   # the runs again on DIR's reward models
 
 The task is bench/tasks/explain: how-to questions, judged by two simulated judges that pull apart, `complete`
 (judge A: the points an answer covers) and `short` (judge B: fewer words). The recipe, one `rlhf-studio` subprocess
@@ -20,7 +21,10 @@ per step (bench/own_task.py's Studio), on a fresh database in a temporary folder
 4. `train rm --set criterion=complete` and `--set criterion=short`: one reward model per criterion
 5. `train ppo` three times (--runs picks): `sum` on rm:complete*W+rm:short*(1-W), `constraint` on rm:complete
    under rm:short>=--threshold (Safe RLHF's Lagrangian; the reward models' scores are standardised on the base's
-   answers, so 0 is the base's mean: "no shorter than the base"), `single` on rm:complete alone
+   answers, so 0 is the base's mean: "no shorter than the base"), `single` on rm:complete alone. `--maximise
+   short` swaps the two: maximise brevity, hold completeness. `--reuse` with a --keep folder whose recipe got past
+   step 4 runs step 5 alone, on its ratings and reward models (each maximised criterion's runs log and write
+   results apart: ppo-RUN-CRITERION.log, results-CRITERION.json)
 6. each run's held-out answers against its base's (the app's automatic evaluation), scored by each judge: the
    win rate per criterion with its 95% Wilson interval over prompts (ties within --win-margin counted half), and
    the app's own per-criterion win rate by the criterion's reward model (labeler/services/evals/criterion_wins.py,
@@ -260,29 +264,54 @@ def app_criterion_wins(studio: Studio, run_id: int) -> dict[str, tuple[float, fl
             for name, m in wins.items() if "eval/win_rate" in m}
 
 
+def kept_reward_models(studio: Studio, criteria: Sequence[str]) -> tuple[dict[str, str], int]:
+    """--reuse: ({criterion: its reward model} as an earlier run of the recipe registered them, the answers people
+    rated), read from the kept database; refused, naming what is missing, when that run did not get so far."""
+    from labeler.services.serving import models as registry
+
+    if not studio.db.exists():
+        raise SystemExit(f"--reuse: no database at {studio.db}: run the recipe with --keep {studio.work} first")
+    db = studio.db_handle()
+    try:
+        names = {m["name"] for m in registry.list_models(db)}
+        rated = db.execute("SELECT COUNT(*) FROM ratings").fetchone()[0]
+    finally:
+        db.conn.close()
+    found = {name: f"rm-{name}" for name in criteria if f"rm-{name}" in names}
+    if missing := [name for name in criteria if name not in found]:
+        raise SystemExit(f"--reuse: {studio.db} has no reward model for {', '.join(missing)} (rm-NAME): "
+                         "the earlier run stopped before step 4")
+    return found, rated
+
+
 def run_recipe(args, work: Path) -> list[Row]:
     task = TASKS[TASK]
     judges = task_judges(task)
-    first, second = "complete", "short"
+    first = args.maximise
+    (second,) = [name for name in judges if name != first]
     work.mkdir(parents=True, exist_ok=True)
     studio = Studio(work / "studio.db", task.name, work)
-    create_project(studio, args.answer_tokens, args.heldout_share, list(judges))           # 1.
-    import_prompts(studio, task, args.heldout_share, args.limit)                           # 2.
-    generate(studio, args.n, args.seed)
-    studio.run("projects", "set", studio.project, "--measure", task.judge_spec, log="setup.log", project=False)
-    rated = rate_until_done(studio, task, args.annotators, args.pace, args.judged_answers)  # 3.
-    print(f"  people rated {rated} answers on both criteria", flush=True)
     common = [f"seed={args.seed}", *args.set]
-    models = {}
-    for name in judges:                                                                     # 4.
-        _, models[name], _ = train(studio, "rm", [*common, f"criterion={name}", f"output_name=rm-{name}",
-                                                  *args.rm_set], f"rm-{name}.log")
+    if args.reuse:
+        models, rated = kept_reward_models(studio, list(judges))
+        print(f"  reusing {work}: {rated} ratings, reward models {', '.join(models.values())}", flush=True)
+    else:
+        create_project(studio, args.answer_tokens, args.heldout_share, list(judges))           # 1.
+        import_prompts(studio, task, args.heldout_share, args.limit)                           # 2.
+        generate(studio, args.n, args.seed)
+        studio.run("projects", "set", studio.project, "--measure", task.judge_spec, log="setup.log", project=False)
+        rated = rate_until_done(studio, task, args.annotators, args.pace, args.judged_answers)  # 3.
+        print(f"  people rated {rated} answers on both criteria", flush=True)
+        models = {}
+        for name in judges:                                                                     # 4.
+            _, models[name], _ = train(studio, "rm", [*common, f"criterion={name}", f"output_name=rm-{name}",
+                                                      *args.rm_set], f"rm-{name}.log")
     specs = reward_specs(first, second, args.weight, args.threshold, models)
     rows, results = [], []
     for run in args.runs:                                                                   # 5.
         run_id, model, timing = train(studio, "ppo", [*common, f"reward={specs[run]}",
                                                     f"constraint_lr={args.constraint_lr}", *args.ppo_set],
-                                    f"ppo-{run}.log")
+                                    f"ppo-{run}-{first}.log")
         before, after = app_evaluation(studio, run_id, model)                              # 6.
         prompts, base, tuned = paired_answers(before.samples, after.samples)
         row = judge_row(run, specs[run], prompts, base, tuned, int(after.settings["samples"]), judges,
@@ -297,7 +326,7 @@ def run_recipe(args, work: Path) -> list[Row]:
                         "estimate_s": timing.estimate_s, "reward": specs[run],
                         "verdicts": row.verdicts(), "judge_wins": {c: vars(w) for c, w in row.judge_wins.items()},
                         "app_wins": row.app_wins, "rated": rated})
-    (work / "results.json").write_text(json.dumps(results, indent=2))
+    (work / f"results-{first}.json").write_text(json.dumps(results, indent=2))
     return rows
 
 
@@ -310,7 +339,12 @@ def main() -> None:
     parser.add_argument("--judged-answers", type=int, default=400, help="answers people rate (both criteria each)")
     parser.add_argument("--annotators", type=int, default=5)
     parser.add_argument("--pace", type=float, default=2.0, help="seconds each person takes per rating")
-    parser.add_argument("--weight", type=float, default=0.5, help="the sum's weight of `complete` (short: 1 - it)")
+    parser.add_argument("--maximise", choices=("complete", "short"), default="complete",
+                        help="the criterion the runs maximise; the other is weighed in (sum) or held (constraint)")
+    parser.add_argument("--reuse", action="store_true", help="with --keep holding an earlier run of the recipe "
+                        "that trained both reward models: only the PPO runs, on its ratings and reward models")
+    parser.add_argument("--weight", type=float, default=0.5, help="the sum's weight of the maximised criterion "
+                        "(the other: 1 - it)")
     parser.add_argument("--threshold", type=float, default=0.0, help="the constraint rm:short >= THRESHOLD (0: the "
                         "base's mean, as the reward models' scores are standardised on the base's answers)")
     parser.add_argument("--constraint-lr", type=float, default=0.1, help="the Lagrange multiplier's step per batch")

@@ -3,10 +3,12 @@ and Chat, written to docs/screenshots/ (rate.png, rank.png, train.png, train-run
 
     python3 scripts/screenshots.py                 # the embedded default model (answers read like text)
     python3 scripts/screenshots.py --model tiny    # a 2-layer random model: fast, answers are noise
+    python3 scripts/screenshots.py --only rate,rank   # the labelling tabs alone (no chat, no PPO run)
 
 It starts the app on a temporary database, imports the shipped movie-review prompts, generates answers with
 the model, launches a small PPO run from the Train tab and drives Debian's Chromium through Playwright, as
-tests/e2e does. Nothing is mocked, so the pictures show what the app shows today.
+tests/e2e does. Nothing is mocked, so the pictures show what the app shows today. The project asks two criteria
+and two flags beside its score (QUESTIONS), so Rate and Rank show a team's questions as they are labelled.
 """
 from __future__ import annotations
 
@@ -28,12 +30,18 @@ CHAT_MESSAGE = "The film I liked most this year was"
 # A small PPO run: 3 steps of 2 prompts x 2 answers, 8 new tokens, VADER sentiment as the reward.
 RUN_SETTINGS = ("steps=3\nbatch_size=2\nanswers_per_prompt=2\nmini_batch_size=2\nppo_epochs=1\nmax_new_tokens=8\n"
                 "checkpoint_every=0")
+# What the project asks beside its score, as `rlhf-studio questions add` sets it: (name, kind, min, max, guideline).
+QUESTIONS = (("fluent", "criterion", 1, 5, "Does it read as a person would write it?"),
+             ("on-topic", "criterion", 1, 5, "Does it stay with the film?"),
+             ("spoiler", "flag", 1, 5, ""), ("offensive", "flag", 1, 5, ""))
+SHOTS = ("rate", "rank", "chat", "train")
 
 
 def seed(db_path: str, model: str, prompts_n: int, new_tokens: int) -> None:
     """Accounts, the shipped prompts (one held out for the run's evaluation), three answers to each of the first
     `prompts_n` prompts from the model (rating items and ranking items of three)."""
     from labeler.services.data import accounts, prompts
+    from labeler.services.labels import questions
     from labeler.services.serving import generation, models
     from rlhf.configs import GenerationSettings
     from storage import open_db
@@ -43,6 +51,8 @@ def seed(db_path: str, model: str, prompts_n: int, new_tokens: int) -> None:
         accounts.create_user(db, *ADMIN, role="admin")
         accounts.create_user(db, *ANNOTATOR)
         prompts.import_shipped_prompts(db)
+        for name, kind, low, high, guideline in QUESTIONS:
+            questions.add_question(db, "default", name, kind, low, high, guideline)
         held_out = db.execute("SELECT MAX(id) FROM prompts").fetchone()[0]
         db.execute("UPDATE prompts SET split = 'test' WHERE id = ?", [held_out])
         if model != "default":
@@ -85,14 +95,15 @@ def shoot_between(page, path: Path, first: str, last: str) -> None:
     page.screenshot(path=str(path), clip=box, full_page=True)
 
 
-def shoot(url: str, out: Path, model_name: str, chromium: str, run_timeout_s: float, db_path: str) -> None:
+def shoot(url: str, out: Path, model_name: str, chromium: str, run_timeout_s: float, db_path: str,
+          only: tuple[str, ...] = SHOTS) -> None:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium,
                                     args=["--no-sandbox", "--disable-background-networking", "--disable-gpu"])
         try:
-            _shoot(browser, url, out, model_name, run_timeout_s, db_path)
+            _shoot(browser, url, out, model_name, run_timeout_s, db_path, only)
         except Exception:
             for number, page in enumerate([page for context in browser.contexts for page in context.pages]):
                 try:
@@ -125,18 +136,32 @@ def wait_for_run(db_path: str, timeout_s: float) -> None:
     raise TimeoutError(f"the run did not finish in {timeout_s:.0f} s")
 
 
-def _shoot(browser, url: str, out: Path, model_name: str, run_timeout_s: float, db_path: str) -> None:
-    # Rate and Rank, as an annotator sees them.
+def _shoot(browser, url: str, out: Path, model_name: str, run_timeout_s: float, db_path: str,
+           only: tuple[str, ...]) -> None:
+    # Rate and Rank, as an annotator sees them: on Rate the score typed and the first criterion scored by keyboard.
     page = log_in(browser, url, ANNOTATOR, "#rate-submit")
     page.wait_for_function("() => document.querySelector('#rate-key input, #rate-key textarea')?.value")
-    settle(page)
-    page.screenshot(path=str(out / "rate.png"))
-    page.click("button[role=tab]:has-text('Rank')")
-    page.wait_for_selector("#rank-submit", state="visible")
-    wait_text(page, "rank-counter", "remaining", 30)
-    settle(page)
-    page.screenshot(path=str(out / "rank.png"))
-    # Chat: one question, the streamed answer named by its model.
+    if "rate" in only:
+        settle(page)
+        page.keyboard.press("5")  # the score, then the highlight moves to the first criterion
+        page.keyboard.press("4")  # fluent: 4; the highlight moves on to on-topic
+        settle(page)
+        page.screenshot(path=str(out / "rate.png"), full_page=True)
+    if "rank" in only:
+        page.click("button[role=tab]:has-text('Rank')")
+        page.wait_for_selector("#rank-submit", state="visible")
+        wait_text(page, "rank-counter", "remaining", 30)
+        settle(page)
+        page.screenshot(path=str(out / "rank.png"), full_page=True)
+    if "chat" in only:
+        shoot_chat(page, out, model_name)
+    page.close()
+    if "train" in only:
+        shoot_train(browser, url, out, model_name, run_timeout_s, db_path)
+
+
+def shoot_chat(page, out: Path, model_name: str) -> None:
+    """Chat: one question, the streamed answer named by its model."""
     page.click("button[role=tab]:has-text('Chat')")
     page.wait_for_selector("#chat-input", state="visible")
     page.click("#chat-model input")
@@ -155,9 +180,10 @@ def _shoot(browser, url: str, out: Path, model_name: str, run_timeout_s: float, 
         previous = now
         page.wait_for_timeout(1500)
     page.screenshot(path=str(out / "chat.png"))
-    page.close()
 
-    # Train: a small PPO run launched from the form, shot while it runs and once it has finished.
+
+def shoot_train(browser, url: str, out: Path, model_name: str, run_timeout_s: float, db_path: str) -> None:
+    """Train: a small PPO run launched from the form, shot while it runs and once it has finished."""
     page = log_in(browser, url, ADMIN, "button[role=tab]:has-text('Train')", height=1000)
     page.click("button[role=tab]:has-text('Train')")
     page.click("#train-stage label:has-text('PPO')")
@@ -196,7 +222,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prompts", type=int, default=4, help="prompts given three answers each")
     parser.add_argument("--new-tokens", type=int, default=40, help="length of the generated answers")
     parser.add_argument("--run-timeout", type=float, default=900, help="seconds the PPO run may take")
+    parser.add_argument("--only", default=",".join(SHOTS), help=f"comma-separated, of {', '.join(SHOTS)}")
     args = parser.parse_args(argv)
+    only = tuple(name.strip() for name in args.only.split(","))
+    if unknown := [name for name in only if name not in SHOTS]:
+        parser.error(f"--only: unknown {', '.join(unknown)} (known: {', '.join(SHOTS)})")
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         print("no chromium on PATH (apt-get install -y chromium; scripts/setup.sh does it)", file=sys.stderr)
@@ -221,11 +251,12 @@ def main(argv: list[str] | None = None) -> int:
         launch(app, settings, prevent_thread_lock=True, quiet=True)
         try:
             shoot(f"http://127.0.0.1:{settings.port}/", out, "tiny" if args.model == "tiny" else "default", chromium,
-                  args.run_timeout, db_path)
+                  args.run_timeout, db_path, only)
         finally:
             app.close()
-    for name in ("rate", "rank", "chat", "train-running", "train"):
-        print(out / f"{name}.png")
+    for name in only:
+        for shot in ("train-running", "train") if name == "train" else (name,):
+            print(out / f"{shot}.png")
     return 0
 
 

@@ -95,3 +95,22 @@ def test_people_rate_each_criterion_on_its_scale():
     # [0, 1] onto 1..5: 0 -> 1, 0.5 -> 3, 1 -> 5, 0.8 -> 1 + 0.8 * 4 = 4.2 -> 4.
     assert bench.criterion_ratings({"complete": 0.8, "short": 0.0}) == {"complete": 4, "short": 1}
     assert bench.criterion_ratings({"short": 0.5}, (1, 5)) == {"short": 3}
+
+
+def test_reuse_reads_the_kept_reward_models_and_names_the_missing_one(tmp_path):
+    from own_task import Studio
+    from storage import open_db
+
+    studio = Studio(tmp_path / "studio.db", "explain", tmp_path)
+    with pytest.raises(SystemExit, match="no database at"):
+        bench.kept_reward_models(studio, ["complete", "short"])
+    db = open_db(str(studio.db))
+    db.execute("INSERT INTO models (name, path, kind) VALUES ('rm-complete', '/x', 'reward')")
+    db.conn.commit()
+    with pytest.raises(SystemExit, match="no reward model for short"):
+        bench.kept_reward_models(studio, ["complete", "short"])
+    db.execute("INSERT INTO models (name, path, kind) VALUES ('rm-short', '/y', 'reward')")
+    db.conn.commit()
+    db.conn.close()
+    assert bench.kept_reward_models(studio, ["complete", "short"]) == ({"complete": "rm-complete",
+                                                                        "short": "rm-short"}, 0)
