@@ -20,8 +20,9 @@ per step (bench/own_task.py's Studio), on a fresh database in a temporary folder
    judge, until --judged-answers answers are rated
 4. `train rm --set criterion=complete` and `--set criterion=short`: one reward model per criterion
 5. `train ppo` three times (--runs picks): `sum` on rm:complete*W+rm:short*(1-W), `constraint` on rm:complete
-   under rm:short>=--threshold (Safe RLHF's Lagrangian; the reward models' scores are standardised on the base's
-   answers, so 0 is the base's mean: "no shorter than the base"), `single` on rm:complete alone. `--maximise
+   under rm:short>=--threshold (Safe RLHF's Lagrangian; `base`, the default, holds it at the base model's own
+   level, its first batch's mean; a number is a level on the reward model's scale, standardised on its training
+   answers), `single` on rm:complete alone. `--maximise
    short` swaps the two: maximise brevity, hold completeness. `--reuse` with a --keep folder whose recipe got past
    step 4 runs step 5 alone, on its ratings and reward models (each maximised criterion's runs log and write
    results apart: ppo-RUN-CRITERION.log, results-CRITERION.json)
@@ -75,11 +76,13 @@ def improved(win: WinRate) -> bool:
     return win.low > 0.5
 
 
-def reward_specs(first: str, second: str, weight: float, threshold: float, models: Mapping[str, str]) -> dict:
+def reward_specs(first: str, second: str, weight: float, threshold: float | str, models: Mapping[str, str]) -> dict:
     """{run: its reward spec} for the three runs, `first` the criterion maximised and `second` the one weighed in
-    (sum) or held (constraint); `models` {criterion: registered reward model}."""
+    (sum) or held (constraint, at a number or at `base`, the base's own level); `models` {criterion: registered
+    reward model}."""
     a, b = f"rm:{models[first]}", f"rm:{models[second]}"
-    return {"sum": f"{a}*{weight:g}+{b}*{1 - weight:g}", "constraint": f"{a},{b}>={threshold:g}", "single": a}
+    level = threshold if isinstance(threshold, str) else f"{threshold:g}"
+    return {"sum": f"{a}*{weight:g}+{b}*{1 - weight:g}", "constraint": f"{a},{b}>={level}", "single": a}
 
 
 @dataclass
@@ -330,6 +333,11 @@ def run_recipe(args, work: Path) -> list[Row]:
     return rows
 
 
+def level(text: str) -> float | str:
+    """--threshold: `base` or a number."""
+    return text if text == "base" else float(text)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=4, help="answers per training prompt for people to rate")
@@ -345,9 +353,11 @@ def main() -> None:
                         "that trained both reward models: only the PPO runs, on its ratings and reward models")
     parser.add_argument("--weight", type=float, default=0.5, help="the sum's weight of the maximised criterion "
                         "(the other: 1 - it)")
-    parser.add_argument("--threshold", type=float, default=0.0, help="the constraint rm:short >= THRESHOLD (0: the "
-                        "base's mean, as the reward models' scores are standardised on the base's answers)")
-    parser.add_argument("--constraint-lr", type=float, default=0.1, help="the Lagrange multiplier's step per batch")
+    parser.add_argument("--threshold", type=level, default="base", help="the constraint's level: a number on "
+                        "the reward model's standardised scale (0: the mean of its training answers), or base (the "
+                        "base model's own level under the run's sampling: its first batch's mean)")
+    parser.add_argument("--constraint-lr", type=float, default=1.0, help="the Lagrange multiplier's step per "
+                        "batch (the app's default)")
     parser.add_argument("--runs", default=",".join(RUNS), help=f"comma-separated, of {', '.join(RUNS)}")
     parser.add_argument("--win-margin", type=float, default=0.0, help="judge scores within this count as a tie")
     parser.add_argument("--seed", type=int, default=0)

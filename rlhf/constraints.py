@@ -6,6 +6,7 @@ Pure functions of tensors and floats; a trainer keeps the multiplier and logs it
 """
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import torch
@@ -81,27 +82,44 @@ class ConstrainedReward:
     batch that broke it. The multiplier lives here, is logged as reward/lagrange_multiplier and goes into a run's
     checkpoints through state_dict / load_state_dict: a resumed run goes on from the multiplier it had saved, not
     from 0 (which would let a constraint the run had learnt to respect be broken again for as many batches as
-    it took to rise)."""
+    it took to rise).
 
-    def __init__(self, reward, constraint, threshold: float, learning_rate: float = 0.1, multiplier: float = 0.0,
-                 name: str = "constraint"):
+    `threshold=None` holds the constraint at the base's own level: the mean of the first batch scored (answers of
+    the policy before its first update) becomes the threshold, logged as reward/constraint_threshold and kept in
+    the state. A fixed number means a level on the source's scale; for a reward model standardised on its training
+    answers 0 is their mean, which is not the base's mean under the run's own sampling (bench/criteria_conflict.py:
+    the base's first batch scored 0.10 there, and a run held at 0 let the criterion fall below the base)."""
+
+    def __init__(self, reward, constraint, threshold: float | None, learning_rate: float = 0.1,
+                 multiplier: float = 0.0, name: str = "constraint"):
         if learning_rate <= 0:
             raise ValueError(f"the multiplier's learning_rate must be above 0, got {learning_rate}")
         if multiplier < 0:
             raise ValueError(f"a Lagrange multiplier is never negative, got {multiplier}")
         self.reward, self.constraint, self.name = reward, constraint, name
-        self.threshold, self.learning_rate, self.multiplier = float(threshold), float(learning_rate), float(multiplier)
+        self.threshold = None if threshold is None else float(threshold)
+        self.at_base = threshold is None  # the threshold is measured on the first batch, and saved with the state
+        self.learning_rate, self.multiplier = float(learning_rate), float(multiplier)
         self.last_stats: dict[str, float] = {}
 
     def state_dict(self) -> dict[str, float]:
-        """What a resume needs (plain floats: JSON). The threshold and learning rate are the run's settings."""
-        return {"lagrange_multiplier": self.multiplier}
+        """What a resume needs (plain floats: JSON): the multiplier, and a threshold measured on the base (a fixed
+        one and the learning rate are the run's settings)."""
+        state = {"lagrange_multiplier": self.multiplier}
+        if self.at_base and self.threshold is not None:
+            state["constraint_threshold"] = self.threshold
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         multiplier = float(state["lagrange_multiplier"])
         if not multiplier >= 0:  # also refuses NaN
             raise ValueError(f"a saved Lagrange multiplier must be a number >= 0, got {multiplier}")
+        threshold = state.get("constraint_threshold")
+        if threshold is not None and not math.isfinite(float(threshold)):
+            raise ValueError(f"a saved constraint threshold must be a finite number, got {threshold}")
         self.multiplier = multiplier
+        if self.at_base and threshold is not None:
+            self.threshold = float(threshold)
 
     def __call__(self, queries: Sequence[str], responses: Sequence[str]) -> list:
         reward = _scored(self.reward, queries, responses)
@@ -112,11 +130,15 @@ class ConstrainedReward:
         if complete:
             c = torch.tensor([float(constraint[i]) for i in complete], dtype=torch.float64)
             r = torch.tensor([float(reward[i]) for i in complete], dtype=torch.float64)
+            if self.threshold is None:  # the first batch: the base's own answers set the level to hold
+                self.threshold = float(c.mean())
             self.multiplier = update_multiplier(self.multiplier, float(c.mean()), self.threshold, self.learning_rate)
             for i, value in zip(complete, lagrangian_rewards(r, c, self.threshold, self.multiplier).tolist()):
                 out[i] = value
             stats[f"reward/{self.name}_mean"] = float(c.mean())
             stats["reward/constraint_satisfied"] = float(c.mean() >= self.threshold)
         stats["reward/lagrange_multiplier"] = self.multiplier
+        if self.threshold is not None:
+            stats["reward/constraint_threshold"] = self.threshold
         self.last_stats = stats
         return out

@@ -73,3 +73,32 @@ def test_constrained_reward_moves_its_multiplier_each_batch():
     # Batch 3: E[C] = 1, lambda = 1 - 0.5 * 1 = 0.5: (2 + 0.5) / 1.5 = 5/3, (1 + 0.5) / 1.5 = 1.
     assert reward(["q"] * 2, ["a"] * 2) == pytest.approx([5 / 3, 1.0])
     assert reward.last_stats["reward/lagrange_multiplier"] == 0.5
+
+
+def test_a_constraint_at_the_base_s_level_takes_its_threshold_from_the_first_batch():
+    from rlhf.constraints import ConstrainedReward
+
+    reward = ConstrainedReward(Fixed([1.0, 1.0], [1.0, 1.0], [1.0, 1.0]),
+                               Fixed([0.2, 0.4], [0.0, 0.2], [0.5, 0.7]), threshold=None, learning_rate=2.0)
+    # Batch 1 (the base's answers): E[C] = 0.3 is the threshold; lambda = max(0, 0 - 2 * 0) = 0: the reward alone.
+    assert reward(["q"] * 2, ["a"] * 2) == pytest.approx([1.0, 1.0])
+    assert reward.last_stats["reward/constraint_threshold"] == pytest.approx(0.3)
+    assert reward.last_stats["reward/lagrange_multiplier"] == 0.0
+    # Batch 2: E[C] = 0.1, 0.2 below: lambda = 2 * 0.2 = 0.4; (1 + 0.4 * (0 - 0.3)) / 1.4 = 0.88 / 1.4,
+    # (1 + 0.4 * (0.2 - 0.3)) / 1.4 = 0.96 / 1.4.
+    assert reward(["q"] * 2, ["a"] * 2) == pytest.approx([0.88 / 1.4, 0.96 / 1.4])
+    assert reward.last_stats["reward/lagrange_multiplier"] == pytest.approx(0.4)
+    assert reward.state_dict() == pytest.approx({"lagrange_multiplier": 0.4, "constraint_threshold": 0.3})
+    # A resumed run keeps the base's level it measured, not its own first batch's (E[C] = 0.6 here).
+    resumed = ConstrainedReward(Fixed([1.0]), Fixed([0.6]), threshold=None, learning_rate=2.0)
+    resumed.load_state_dict(reward.state_dict())
+    resumed(["q"], ["a"])
+    # lambda = max(0, 0.4 - 2 * (0.6 - 0.3)) = 0
+    assert resumed.threshold == pytest.approx(0.3) and resumed.multiplier == 0.0
+    # A fixed threshold is a setting: not saved, not replaced by a saved one.
+    fixed = ConstrainedReward(Fixed([1.0]), Fixed([0.6]), threshold=0.0)
+    fixed.load_state_dict({"lagrange_multiplier": 0.1, "constraint_threshold": 0.3})
+    assert fixed.threshold == 0.0 and fixed.state_dict() == {"lagrange_multiplier": 0.1}
+    with pytest.raises(ValueError, match="finite"):
+        ConstrainedReward(Fixed(), Fixed(), threshold=None).load_state_dict(
+            {"lagrange_multiplier": 0.0, "constraint_threshold": float("nan")})

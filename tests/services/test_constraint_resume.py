@@ -64,13 +64,13 @@ def test_a_step_size_that_is_not_a_positive_number_is_refused(db, tmp_path, bad)
     assert db.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 0
 
 
-def test_the_step_size_defaults_to_safe_rlhfs(db, tmp_path):
+def test_the_step_size_defaults_to_the_app_s(db, tmp_path):
     from labeler.services.training.criteria_reward import combined_reward
     from labeler.services.settings.job_settings import JobConfig
 
     job = JobConfig(reward="rm", reward_model=REWARD)
-    assert job.constraint_lr == 0.1
-    assert combined_reward(db, job).learning_rate == 0.1
+    assert job.constraint_lr == 1.0
+    assert combined_reward(db, job).learning_rate == 1.0
     from labeler import forms
     assert combined_reward(db, forms.build_config(JobConfig, {"reward": "rm", "reward_model": REWARD,
                                                               "constraint_lr": "0.5"})).learning_rate == 0.5

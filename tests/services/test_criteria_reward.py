@@ -45,9 +45,9 @@ def test_build_sums_the_terms_and_constrains_the_last():
     sources = {"helpful": Words(1.0), "short": Words(0.25), "safe": Words(0.0)}
     reward = criteria_reward.build(combined, lambda spec: sources[spec.model])
     # Answers of 2 and 4 words: 0.5 * 2 - 0.25 * 2 = 0.5 and 0.5 * 4 - 0.25 * 4 = 1.0; safe scores 0 < 1, so the
-    # multiplier steps to 0.1 * (1 - 0) = 0.1: (0.5 + 0.1 * (0 - 1)) / 1.1 = 0.3636..., (1.0 - 0.1) / 1.1 = 0.8181...
-    assert reward(["q", "q"], ["a b", "a b c d"]) == pytest.approx([0.4 / 1.1, 0.9 / 1.1])
-    assert reward.last_stats["reward/lagrange_multiplier"] == pytest.approx(0.1)
+    # multiplier steps to 1.0 * (1 - 0) = 1 (the app's step): (0.5 + 1 * (0 - 1)) / 2 = -0.25, (1.0 - 1) / 2 = 0.
+    assert reward(["q", "q"], ["a b", "a b c d"]) == pytest.approx([-0.25, 0.0])
+    assert reward.last_stats["reward/lagrange_multiplier"] == pytest.approx(1.0)
 
 
 def test_one_source_is_not_combined(db):
@@ -77,10 +77,10 @@ def test_the_ppo_runner_trains_on_the_constrained_sum(db, tmp_path, tiny_model_d
     assert run_worker(runs.db_file(db), run.id) == "succeeded", run_metrics.log_tail(runs.get_run(db, run.id))
     logged = {row[0]: row[1] for row in db.execute(
         "SELECT name, value FROM metrics WHERE run_id = ?", [run.id]).fetchall()}
-    # Three tokens are at most a few words, far below 1000: the multiplier rose from 0 by 0.1 * (1000 - mean).
+    # Three tokens are at most a few words, far below 1000: the multiplier rose from 0 by 1.0 * (1000 - mean).
     multiplier = logged["reward/lagrange_multiplier"]
     words_mean = logged["reward/eval_rewards_words_mean"]
-    assert multiplier == pytest.approx(0.1 * (1000 - words_mean)) and multiplier > 90
+    assert multiplier == pytest.approx(1.0 * (1000 - words_mean)) and multiplier > 900
 
 
 def test_other_policy_trainers_refuse_a_combination(db, tmp_path, tiny_model_dir):

@@ -21,7 +21,17 @@ def test_weighted_sums():
 def test_constraints():
     assert parse_constraint("rm:safe>=0") == Constraint(RewardSpec("rm", model="safe"), 0.0)
     assert parse_constraint("rm:safe >= -0.5") == Constraint(RewardSpec("rm", model="safe"), -0.5)
-    for bad in ("rm:safe", "rm:safe<=0", "mix>=0"):
+    assert parse_constraint("rm:safe>=base") == Constraint(RewardSpec("rm", model="safe"), None)
+    for bad in ("rm:safe", "rm:safe<=0", "mix>=0", "rm:safe>=basis", "rm:safe>=BASE"):
         with pytest.raises(InputError) as refused:
             parse_constraint(bad)
         assert refused.value.field == "constraint"
+
+
+def test_a_constraint_at_the_base_s_level_is_stored_as_it_was_typed():
+    from labeler.services.settings.reward_spec import parse
+
+    stored = parse("rm:helpful,rm:safe>=base")
+    assert stored.model == "rm:helpful*1,rm:safe>=base"
+    assert parse(stored.model).combined.constraint.threshold is None
+    assert parse("rm:helpful,rm:safe>=0.5").model == "rm:helpful*1,rm:safe>=0.5"

@@ -22,6 +22,8 @@ from rlhf.hardware import bf16_is_fast
 # The stages, from their registry (on this floor too: training_stages imports no export code).
 ALL_STAGES = tuple(training_stages.STAGES)
 
+CONSTRAINT_LR = 1.0  # the Lagrange multiplier's step per batch (JobConfig.constraint_lr says why)
+
 
 def _check(condition: bool, name: str, value, why: str) -> None:
     if not condition:
@@ -130,13 +132,16 @@ class RewardSettings:
     rm_score_std: float | None = field(default=0.5, metadata={
         "help": "Reward model: standardise its scores with the mean and std of its training answers (saved with "
                 "it), then scale to this std; blank: raw scores."})
-    # Reward-model scores are standardised to rm_score_std: a batch mean 1 below the threshold raises the multiplier
-    # by 0.1, so a broken constraint takes the reward over (lambda > 1) within about ten such batches, as Safe
-    # RLHF's lambda learning rate of 0.1 does on standardised costs.
-    constraint_lr: float = field(default=0.1, metadata={
-        "help": "reward=REWARD,SPEC>=NUMBER: the Lagrange multiplier's step per batch, lambda <- max(0, lambda - lr "
-                "* (batch mean of the constrained criterion - threshold)) (Safe RLHF, Dai et al. 2023, whose "
-                "lambda learning rate is 0.1); kept in the run's checkpoints, so a resumed run goes on from it."})
+    # Reward-model scores are standardised to rm_score_std (0.5), and a run drifts a criterion's batch mean by about
+    # 0.05-0.1 of them: at Safe RLHF's lambda learning rate of 0.1 (on raw costs several units wide) the multiplier
+    # would rise 0.01 a batch and never bind in a run of tens of steps. At 1.0, on bench/criteria_conflict.py
+    # (maximise `short`, hold `complete` at the base's level, 24 steps of 16), it rose to 0.3 within 5 batches, the
+    # held criterion's batch mean came back to the base's, and its win rate against the base was 62% where the run
+    # on `short` alone fell to 45% (docs/YOUR_TASK.md).
+    constraint_lr: float = field(default=CONSTRAINT_LR, metadata={
+        "help": "reward=REWARD,SPEC>=NUMBER (or >=base): the Lagrange multiplier's step per batch, lambda <- max(0, "
+                "lambda - lr * (batch mean of the constrained criterion - threshold)) (Safe RLHF, Dai et al. "
+                "2023); kept in the run's checkpoints, so a resumed run goes on from it."})
     w_human: float = field(default=1.0, metadata={"help": "mix: weight of the human reward."})
     w_rm: float = field(default=1.0, metadata={"help": "mix: weight of the reward model."})
     human_timeout: float = field(default=300.0, metadata={"help": "Seconds to wait for human ratings of a batch."})

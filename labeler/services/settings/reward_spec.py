@@ -12,6 +12,7 @@ Several criteria (training only), each term one of the scoring specs above (peop
     rm:helpful*0.7+rm:safe*0.3       a weighted sum (TRL's reward_weights); a term without *W weighs 1
     rm:helpful,rm:safe>=0            maximise the first under the constraint that the second's mean stays >= 0
                                      (Safe RLHF's Lagrangian: rlhf.constraints.ConstrainedReward)
+    rm:helpful,rm:safe>=base         ... that it stays at the base model's own level (its first batch's mean)
     rm:helpful*0.7+rm:tone*0.3,rm:safe>=0   both
 A combination is stored as reward=rm with the whole text as reward_model (RewardSpec.combined reads it back);
 one reward model per criterion is `train rm --set criterion=NAME --set output_name=NAME`.
@@ -123,15 +124,20 @@ def _parse_one(spec: str, field: str) -> RewardSpec:
 
 
 # ---- several criteria: a weighted sum, a constraint ------------------------------------------------------------
+BASE_LEVEL = "base"  # SPEC>=base: held at the base's own level (the first batch's mean: rlhf.constraints)
 _NUMBER = r"[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?"
 _WEIGHTED = re.compile(rf"^(?P<spec>.+?)\s*\*\s*(?P<weight>{_NUMBER})$")
-_CONSTRAINT = re.compile(rf"^(?P<spec>.+?)\s*>=\s*(?P<threshold>{_NUMBER})$")
+_CONSTRAINT = re.compile(rf"^(?P<spec>.+?)\s*>=\s*(?P<threshold>{_NUMBER}|{BASE_LEVEL})$")
 
 
 @dataclass(frozen=True)
 class Constraint:
     spec: RewardSpec
-    threshold: float
+    threshold: float | None  # None: the base's own level (SPEC>=base)
+
+    @property
+    def threshold_text(self) -> str:
+        return BASE_LEVEL if self.threshold is None else f"{self.threshold:g}"
 
 
 @dataclass(frozen=True)
@@ -148,7 +154,7 @@ class Combined:
     def text(self) -> str:
         """The canonical spelling, stored as the run's reward_model."""
         reward = "+".join(f"{_spelled(spec)}*{weight:g}" for spec, weight in self.terms)
-        return reward + (f",{_spelled(self.constraint.spec)}>={self.constraint.threshold:g}" if self.constraint else "")
+        return reward + (f",{_spelled(self.constraint.spec)}>={self.constraint.threshold_text}" if self.constraint else "")
 
 
 def _spelled(spec: RewardSpec) -> str:
@@ -177,7 +183,7 @@ def _scoring_term(text: str, field: str) -> RewardSpec:
     if spec is None:
         raise InputError("an empty term", field=field)
     if any(mark in spec.model for mark in "*>=,"):  # never in a registry name: a weight or threshold gone wrong
-        raise InputError(f"{text!r}: a weight reads *NUMBER and a constraint SPEC>=NUMBER", field=field)
+        raise InputError(f"{text!r}: a weight reads *NUMBER and a constraint SPEC>=NUMBER or SPEC>=base", field=field)
     if spec.source in ("human", "mix"):
         raise InputError(f"{text!r}: people are not a term of a sum or a constraint; they answer the run's criteria "
                          "in the queue", field=field)
@@ -200,18 +206,20 @@ def parse_weighted(text: str, field: str = "reward", min_terms: int = 2) -> list
 
 
 def parse_constraint(text: str, field: str = "constraint") -> Constraint:
-    """`rm:safe>=0` as Constraint(rm:safe, 0.0)."""
+    """`rm:safe>=0` as Constraint(rm:safe, 0.0); `rm:safe>=base` as Constraint(rm:safe, None)."""
     match = _CONSTRAINT.match(str(text).strip())
     if match is None:
-        raise InputError(f"{text!r}: a constraint reads SPEC>=NUMBER, e.g. rm:safe>=0", field=field)
-    return Constraint(_scoring_term(match.group("spec").strip(), field), float(match.group("threshold")))
+        raise InputError(f"{text!r}: a constraint reads SPEC>=NUMBER or SPEC>=base, e.g. rm:safe>=0", field=field)
+    threshold = match.group("threshold")
+    return Constraint(_scoring_term(match.group("spec").strip(), field),
+                      None if threshold == BASE_LEVEL else float(threshold))
 
 
 def parse_combined(text: Any, field: str = "reward") -> Combined:
     """`SUM` or `REWARD,CONSTRAINT` (the grammar in the module's docstring); InputError naming `field`."""
     reward, sep, constraint = str(text).strip().partition(",")
     if sep and "," in constraint:
-        raise InputError(f"{text!r}: one constraint at most (REWARD,SPEC>=NUMBER)", field=field)
+        raise InputError(f"{text!r}: one constraint at most (REWARD,SPEC>=NUMBER or REWARD,SPEC>=base)", field=field)
     terms = parse_weighted(reward, field, min_terms=1 if sep else 2)
     return Combined(tuple(terms), parse_constraint(constraint, field) if sep else None)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Callable
 
 from labeler.services.serving import models
+from labeler.services.settings.job_settings import CONSTRAINT_LR
 from labeler.services.settings.reward_spec import Combined, RewardSpec
 from rlhf.rewards import FunctionReward, RewardModelReward
 
@@ -21,7 +22,7 @@ def label(spec: RewardSpec) -> str:
     return name.replace(":", "_").replace("/", "_")
 
 
-def build(combined: Combined, source_of: Callable[[RewardSpec], object], constraint_lr: float = 0.1):
+def build(combined: Combined, source_of: Callable[[RewardSpec], object], constraint_lr: float = CONSTRAINT_LR):
     """The reward source of a combination, each term's source made by `source_of(spec)`; `constraint_lr` is the
     multiplier's step per batch (job_settings.RewardSettings.constraint_lr)."""
     from rlhf.constraints import ConstrainedReward, WeightedReward
