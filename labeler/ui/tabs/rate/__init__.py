@@ -24,7 +24,7 @@ from labeler.ui.tabs.rate.item_view import KIND, show_item, startup_choices
 
 TITLE = "Rate"
 SHORTCUTS = (
-    "Keys: **digit** = score and submit, **s** = skip, **u** = undo the last score or skip, **r** = refresh (not while typing a comment), "
+    "Keys: **digit** = score and submit (when the project asks questions: score and move on, **Enter** submits), **s** = skip, **u** = undo the last score or skip, **r** = refresh (not while typing a comment), "
     "**e** = write a better answer, **Esc** = leave a text box."
 )
 # The keyboard path (shortcuts.js): the score a digit key chose goes straight into the submit, without
