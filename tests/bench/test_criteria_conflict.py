@@ -48,6 +48,11 @@ def test_the_runs_reward_specs_parse_as_a_sum_a_constraint_and_one_model():
     assert constrained.constraint == reward_spec.Constraint(reward_spec.RewardSpec("rm", model="rm-short"), 0.0)
     assert reward_spec.parse(specs["sum"]).combined.terms[1][1] == pytest.approx(0.3)
     assert reward_spec.parse(specs["single"]) == reward_spec.RewardSpec("rm", model="rm-complete")
+    # --maximise short --threshold base (the default): brevity maximised, completeness held at the base's level.
+    swapped = bench.reward_specs("short", "complete", 0.5, "base", {"complete": "rm-complete", "short": "rm-short"})
+    assert swapped["constraint"] == "rm:rm-short,rm:rm-complete>=base" and swapped["single"] == "rm:rm-short"
+    assert reward_spec.parse(swapped["constraint"]).combined.constraint.threshold is None
+    assert bench.level("base") == "base" and bench.level("-0.5") == -0.5
 
 
 def win(rate, low, high):
