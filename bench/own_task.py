@@ -584,6 +584,16 @@ def run_task(task: Task, args, seed: int, margin: float, work: Path) -> tuple[li
     return rows, timings
 
 
+def ranked_answers(studio: Studio) -> int:
+    """The answers people judged in the project's rankings (each ranking judges every answer it shows)."""
+    db = studio.db_handle()
+    try:
+        return db.execute("SELECT COALESCE(SUM(json_array_length(i.response_ids_json)), 0) FROM rankings r"
+                          " JOIN items i ON i.id = r.item_id").fetchone()[0]
+    finally:
+        db.conn.close()
+
+
 def more_runs(task: Task, args, seed: int, margin: float, work: Path) -> tuple[list[Row], list[Timing]]:
     """--more: further runs on the labels and the measure of a recipe already run in `work` (its results.json says
     how many answers people judged), one table row each, added to work/more.json. The same people (ties within
@@ -594,8 +604,10 @@ def more_runs(task: Task, args, seed: int, margin: float, work: Path) -> tuple[l
     earlier = work / "results.json"
     if not earlier.exists():
         raise SystemExit(f"--more needs an earlier run of the recipe in {work} (no {earlier})")
-    judged = json.loads(earlier.read_text())[0]["judged"]
     studio = Studio(work / "studio.db", task.name, work)
+    earlier_rows = json.loads(earlier.read_text())
+    # A recipe run with every run skipped (--skip-dpo ...) leaves no row: its rankings say what people judged.
+    judged = earlier_rows[0]["judged"] if earlier_rows else ranked_answers(studio)
     db = studio.db_handle()
     by_people = measures.resolve_measure(db, task.name) == measures.PEOPLE
     db.conn.close()

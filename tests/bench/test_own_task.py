@@ -216,3 +216,17 @@ def test_the_estimate_is_the_previews_for_the_settings_the_cli_gets(monkeypatch,
     assert own_task.app_estimate(studio, "dpo", ["seed=1"]) is None
     assert asked == [("concise", "ppo", {"seed": "0", "reward": "rm"}), ("concise", "dpo", {"seed": "1"})]
     assert closed == [1, 1]
+
+
+def test_more_runs_count_what_people_ranked_when_the_recipe_left_no_row(tmp_path, db_path):
+    """--more after a recipe whose runs were all skipped: the answers judged are the ranked answers in the db."""
+    from helpers import rank_good_over_bad
+    from labeler.services.data import accounts
+    from storage import open_db
+
+    db = open_db(db_path)
+    accounts.create_user(db, "ann", "a-password-1")
+    rank_good_over_bad(db, "ann", ["first", "second", "third"])
+    db.conn.close()
+    studio = own_task.Studio(Path(db_path), "default", tmp_path)
+    assert own_task.ranked_answers(studio) == 6  # 3 rankings of 2 answers
