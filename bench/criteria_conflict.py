@@ -267,6 +267,11 @@ def app_criterion_wins(studio: Studio, run_id: int) -> dict[str, tuple[float, fl
             for name, m in wins.items() if "eval/win_rate" in m}
 
 
+def reward_model_name(criterion: str) -> str:
+    """The name step 4 registers a criterion's reward model under, and --reuse looks it up by."""
+    return f"rm-{criterion}"
+
+
 def kept_reward_models(studio: Studio, criteria: Sequence[str]) -> tuple[dict[str, str], int]:
     """--reuse: ({criterion: its reward model} as an earlier run of the recipe registered them, the answers people
     rated), read from the kept database; refused, naming what is missing, when that run did not get so far."""
@@ -280,7 +285,7 @@ def kept_reward_models(studio: Studio, criteria: Sequence[str]) -> tuple[dict[st
         rated = db.execute("SELECT COUNT(*) FROM ratings").fetchone()[0]
     finally:
         db.conn.close()
-    found = {name: f"rm-{name}" for name in criteria if f"rm-{name}" in names}
+    found = {name: reward_model_name(name) for name in criteria if reward_model_name(name) in names}
     if missing := [name for name in criteria if name not in found]:
         raise SystemExit(f"--reuse: {studio.db} has no reward model for {', '.join(missing)} (rm-NAME): "
                          "the earlier run stopped before step 4")
@@ -307,7 +312,7 @@ def run_recipe(args, work: Path) -> list[Row]:
         print(f"  people rated {rated} answers on both criteria", flush=True)
         models = {}
         for name in judges:                                                                     # 4.
-            _, models[name], _ = train(studio, "rm", [*common, f"criterion={name}", f"output_name=rm-{name}",
+            _, models[name], _ = train(studio, "rm", [*common, f"criterion={name}", f"output_name={reward_model_name(name)}",
                                                       *args.rm_set], f"rm-{name}.log")
     specs = reward_specs(first, second, args.weight, args.threshold, models)
     rows, results = [], []
@@ -334,8 +339,10 @@ def run_recipe(args, work: Path) -> list[Row]:
 
 
 def level(text: str) -> float | str:
-    """--threshold: `base` or a number."""
-    return text if text == "base" else float(text)
+    """--threshold: `base` (reward_spec.BASE_LEVEL) or a number."""
+    from labeler.services.settings.reward_spec import BASE_LEVEL
+
+    return text if text == BASE_LEVEL else float(text)
 
 
 def main() -> None:
