@@ -7,7 +7,7 @@ Pure functions of tensors and floats; a trainer keeps the multiplier and logs it
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -101,6 +101,11 @@ class ConstrainedReward:
         self.at_base = threshold is None  # the threshold is measured on the first batch, and saved with the state
         self.learning_rate, self.multiplier = float(learning_rate), float(multiplier)
         self.last_stats: dict[str, float] = {}
+        # Under several processes (synchronise): the multiplier all ranks agreed on at the last step, and this
+        # rank's constraint scores since then (their sum and count).
+        self.agreed_multiplier = self.multiplier
+        self.threshold_agreed = not self.at_base
+        self.pending_sum, self.pending_count = 0.0, 0
 
     def state_dict(self) -> dict[str, float]:
         """What a resume needs (plain floats: JSON): the multiplier, and a threshold measured on the base (a fixed
@@ -117,9 +122,10 @@ class ConstrainedReward:
         threshold = state.get("constraint_threshold")
         if threshold is not None and not math.isfinite(float(threshold)):
             raise ValueError(f"a saved constraint threshold must be a finite number, got {threshold}")
-        self.multiplier = multiplier
+        self.multiplier = self.agreed_multiplier = multiplier
         if self.at_base and threshold is not None:
             self.threshold = float(threshold)
+            self.threshold_agreed = True
 
     def __call__(self, queries: Sequence[str], responses: Sequence[str]) -> list:
         reward = _scored(self.reward, queries, responses)
@@ -133,6 +139,8 @@ class ConstrainedReward:
             if self.threshold is None:  # the first batch: the base's own answers set the level to hold
                 self.threshold = float(c.mean())
             self.multiplier = update_multiplier(self.multiplier, float(c.mean()), self.threshold, self.learning_rate)
+            self.pending_sum += float(c.sum())
+            self.pending_count += len(complete)
             for i, value in zip(complete, lagrangian_rewards(r, c, self.threshold, self.multiplier).tolist()):
                 out[i] = value
             stats[f"reward/{self.name}_mean"] = float(c.mean())
@@ -142,3 +150,22 @@ class ConstrainedReward:
             stats["reward/constraint_threshold"] = self.threshold
         self.last_stats = stats
         return out
+
+    def synchronise(self, sum_over_ranks: Callable[[list[float]], list[float]]) -> None:
+        """Under several processes, after every training step (a collective: every rank calls it at the same
+        point): the multiplier becomes the one Safe RLHF's update gives on the whole step's batch, the mean of the
+        constraint over every rank's answers scored since the last step (`sum_over_ranks` sums a list of floats
+        over ranks), from the multiplier all ranks agreed on then; a threshold at the base's level becomes the
+        mean over every rank's first batch. Within a step each rank scores with its own provisional update (a
+        rank cannot wait for the others' answers inside the rollout stream, whose refills differ per rank); from
+        the next step on, every rank scores with the same multiplier and threshold, the ones a checkpoint saves.
+        One process does not call it: its batch is the whole batch."""
+        total, count = sum_over_ranks([self.pending_sum, float(self.pending_count)])
+        self.pending_sum, self.pending_count = 0.0, 0
+        if count <= 0:
+            return
+        mean = total / count
+        if not self.threshold_agreed:
+            self.threshold, self.threshold_agreed = mean, True
+        self.multiplier = self.agreed_multiplier = update_multiplier(self.agreed_multiplier, mean, self.threshold,
+                                                                     self.learning_rate)

@@ -102,3 +102,57 @@ def test_a_constraint_at_the_base_s_level_takes_its_threshold_from_the_first_bat
     with pytest.raises(ValueError, match="finite"):
         ConstrainedReward(Fixed(), Fixed(), threshold=None).load_state_dict(
             {"lagrange_multiplier": 0.0, "constraint_threshold": float("nan")})
+
+
+class TwoRanks:
+    """A sum over two ranks, each rank a thread: both wait for each other's values, as an all-reduce does."""
+
+    def __init__(self):
+        import threading
+
+        self.values: dict[int, list[float]] = {}
+        self.barrier = threading.Barrier(2)
+
+    def sum_for(self, rank: int):
+        def sum_over_ranks(values: list[float]) -> list[float]:
+            self.values[rank] = list(values)
+            self.barrier.wait()  # both ranks' values are in
+            total = [a + b for a, b in zip(self.values[0], self.values[1])]
+            self.barrier.wait()  # both have read them before the next step overwrites them
+            return total
+        return sum_over_ranks
+
+
+def test_several_ranks_agree_on_the_threshold_and_the_multiplier_of_the_whole_batch():
+    import threading
+
+    from rlhf.constraints import ConstrainedReward
+
+    # Each rank scores its own half of each step's batch; constraint scores per rank and step:
+    constraint = {0: Fixed([0.0, 0.2], [0.1, 0.3], [0.5, 0.5]), 1: Fixed([0.6, 1.0], [0.2, 0.4], [0.5, 0.5])}
+    rewards = {r: ConstrainedReward(Fixed([1.0, 1.0], [1.0, 1.0], [1.0, 1.0]), constraint[r], threshold=None,
+                                    learning_rate=1.0) for r in (0, 1)}
+    ranks, seen = TwoRanks(), {0: [], 1: []}
+
+    def rank(r: int) -> None:
+        for _ in range(3):
+            scores = rewards[r](["q"] * 2, ["a"] * 2)
+            rewards[r].synchronise(ranks.sum_for(r))  # after the step
+            seen[r].append((scores, rewards[r].threshold, rewards[r].multiplier))
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    # Step 1: the base's level is the mean over both ranks' answers, (0 + 0.2 + 0.6 + 1) / 4 = 0.45 (alone, each
+    # rank would hold its own: 0.1 and 0.8); lambda = max(0, 0 - (0.45 - 0.45)) = 0.
+    # Step 2: E[C] = (0.1 + 0.3 + 0.2 + 0.4) / 4 = 0.25: lambda = 0 - 1 * (0.25 - 0.45) = 0.2 on both ranks
+    # (alone: rank 0 max(0, -(0.2 - 0.1)) = 0, rank 1 0.8 - 0.3 = 0.5).
+    # Step 3: each rank scores with 0.2 and moves it on its own half (E[C] 0.5 on both): max(0, 0.2 - 0.05) = 0.15,
+    # (1 + 0.15 * (0.5 - 0.45)) / 1.15; the agreed update on the whole batch is the same 0.15.
+    for r in (0, 1):
+        assert [threshold for _, threshold, _ in seen[r]] == pytest.approx([0.45] * 3)
+        assert [multiplier for _, _, multiplier in seen[r]] == pytest.approx([0.0, 0.2, 0.15])
+        assert seen[r][2][0] == pytest.approx([(1 + 0.15 * 0.05) / 1.15] * 2)
+        assert rewards[r].state_dict() == pytest.approx({"lagrange_multiplier": 0.15, "constraint_threshold": 0.45})

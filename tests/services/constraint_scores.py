@@ -10,3 +10,11 @@ def minus_one(prompts, answers) -> list[float]:
 
 def zero(prompts, answers) -> list[float]:
     return [0.0 for _ in answers]
+
+
+def by_rank(prompts, answers) -> list[float]:
+    """The process's rank (RANK, as accelerate launch sets it) for every answer: two ranks that hold a constraint
+    at the base's level each measure their own (0 and 1) unless they agree on the whole batch's (0.5)."""
+    import os
+
+    return [float(os.environ.get("RANK", "0")) for _ in answers]

@@ -92,6 +92,7 @@ def run_ppo(ctx: StageContext) -> RunResult:
             if queue is not None:  # journalled before the step: a crash inside it trains it again on resume
                 journal_step(db, ctx.run_id, trainer.current_step + 1, stream, batch)
             ppo_step(trainer, batch, dict(reward.last_stats), overlap)
+            ranks.agree_on_reward_state(reward)
             ctx.sink.progress(trainer.current_step, job.steps)
             if check_heldout is not None:
                 check_heldout(trainer.current_step)
@@ -160,6 +161,21 @@ class Ranks:
 
         device = self.accelerator.device
         return bool(self.accelerator.reduce(torch.tensor([float(flag)], device=device), "sum")[0] > 0)
+
+    def sum_over_ranks(self, values: list[float]) -> list[float]:
+        """Each value summed over ranks (one all-reduce, in float64)."""
+        import torch
+
+        device = self.accelerator.device
+        return self.accelerator.reduce(torch.tensor(values, dtype=torch.float64, device=device), "sum").tolist()
+
+    def agree_on_reward_state(self, reward) -> None:
+        """After a step on several processes: a reward that keeps state per batch (a constraint's multiplier and
+        its threshold at the base's level, rlhf.constraints.ConstrainedReward.synchronise) takes the values of the
+        whole batch over every rank, so every rank scores the next batch alike and the checkpoint saves them."""
+        synchronise = getattr(reward, "synchronise", None)
+        if self.world > 1 and synchronise is not None:
+            synchronise(self.sum_over_ranks)
 
 
 def sampler(trainer, tokenizer, chat_template, job, overlap: bool):
