@@ -3,7 +3,8 @@
 
 It owns the run's row while it lives: heartbeat every few seconds from a thread, progress and metrics through
 the MetricsSink, the final status at the end (succeeded / failed with the error / cancelled on SIGTERM), the
-trained model registered with its lineage, and then it starts the next queued run.
+trained model registered with its lineage, its checkpoints deleted once it has succeeded (unless the job keeps
+them), and then it starts the next queued run.
 
 With several processes (`accelerate launch --num_processes N`) every rank runs this module and trains; only
 the main process (RANK 0) writes the run's row, heartbeat, metrics and status, registers the model and starts
@@ -26,7 +27,7 @@ from labeler.launcher import lower_priority
 from labeler.services.evals import evaluation
 from labeler.services.training import hub, jobs, runners, train_configs
 from labeler.services.serving import models
-from labeler.services.execution import runs, supervision
+from labeler.services.execution import checkpoints, runs, supervision
 from labeler.services.execution.metrics_sink import MetricsSink
 from labeler.services.training.stages import RunResult, StageContext
 from storage import open_db
@@ -108,6 +109,21 @@ def _evaluate(db, ctx, registered: dict) -> None:
               f"{registered['name']}`)", flush=True)
 
 
+def remove_checkpoints(ctx: StageContext) -> None:
+    """A run that succeeded needs its checkpoints no more (they resume a run that did not finish; its model is
+    saved): deleted unless the job keeps them. A failure here is logged and leaves the run succeeded."""
+    if ctx.job.keep_checkpoints:
+        return
+    try:
+        freed = checkpoints.remove_all(ctx.checkpoint_root)
+    except OSError:
+        traceback.print_exc()
+        return
+    if freed:
+        print(f"run {ctx.run_id}: checkpoints deleted ({freed / 1e9:.2f} GB; keep_checkpoints=true keeps them)",
+              flush=True)
+
+
 def rank() -> tuple[int, int]:
     """(this process's rank, number of processes), as the launcher (torchrun, accelerate launch) sets them."""
     return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
@@ -146,6 +162,7 @@ def run_worker(db_path: str, run_id: int) -> str:
         # Only a running row turns into succeeded: a cancel that raced the last step keeps its status.
         if runs.finish(db, run_id, "succeeded"):
             status = "succeeded"
+            remove_checkpoints(ctx)
         print(f"run {run_id}: {runs.get_run(db, run_id).status}; model at {result.path}", flush=True)
     except Cancelled:
         if world > 1:

@@ -49,8 +49,9 @@ def test_train_rm_on_two_processes(db_path, tmp_path, tiny_encoder_dir, capsys):
     open_db(db_path)
     seed_labels(db_path, 8)
     code = train(db_path, tmp_path, "rm", {"model": tiny_encoder_dir, "num_processes": 2, "steps": 3,
-                                           "checkpoint_every": 2, "per_device_train_batch_size": 2,
-                                           "include_rating_pairs": "false", "test_size": 0.25})
+                                           "checkpoint_every": 2, "keep_checkpoints": "true",
+                                           "per_device_train_batch_size": 2, "include_rating_pairs": "false",
+                                           "test_size": 0.25})
     db = open_db(db_path)
     run = runs.get_run(db, 1)
     assert code == 0 and run.status == "succeeded", (run.error, run_metrics.log_tail(run), capsys.readouterr().out)
@@ -88,7 +89,7 @@ def test_ppo_on_two_processes_a_killed_rank_fails_the_run_and_resume_finishes_it
     seed_labels(db_path, 8)
     settings = {"model": tiny_model_dir, "num_processes": 2, "steps": 3, "reward": "function", "batch_size": 2,
                 "answers_per_prompt": 1, "mini_batch_size": 2, "ppo_epochs": 1, "max_new_tokens": 4,
-                "checkpoint_every": 1, "samples_per_step": 4, "eval_samples": 0}
+                "checkpoint_every": 1, "keep_checkpoints": "true", "samples_per_step": 4, "eval_samples": 0}
     sets = [x for key, value in settings.items() for x in ("--set", f"{key}={value}")]
     assert main(["train", "ppo", "--db", db_path, *sets, "--runs-dir", str(tmp_path / "runs")]) == 0
     db = open_db(db_path)
@@ -145,3 +146,28 @@ def test_ppo_on_two_processes_a_killed_rank_fails_the_run_and_resume_finishes_it
     state = json.loads((Path(done.output_dir) / "checkpoints" / "checkpoint-3" / "job_state.json").read_text())
     assert state["position"] == 12
     assert (Path(done.output_dir) / "model" / "model.safetensors").exists()
+
+
+def test_ppo_on_two_processes_holds_a_constraint_at_the_whole_batch_s_level(db_path, tmp_path, tiny_model_dir,
+                                                                             monkeypatch):
+    # The constraint scores each answer by its rank (tests/services/constraint_scores.py: rank 0 scores 0, rank 1
+    # scores 1): held at the base's level, the ranks must agree on the whole first batch's mean, 0.5, where each
+    # alone would hold its own 0 or 1.
+    services = Path(__file__).resolve().parents[1] / "services"
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(services), os.environ.get("PYTHONPATH")])))
+    open_db(db_path)
+    seed_labels(db_path, 8)
+    settings = {"model": tiny_model_dir, "num_processes": 2, "steps": 2, "batch_size": 2, "answers_per_prompt": 1,
+                "reward": "constraint_scores:zero,constraint_scores:by_rank>=base", "constraint_lr": 1.0,
+                "mini_batch_size": 2, "ppo_epochs": 1, "max_new_tokens": 4, "checkpoint_every": 1,
+                "keep_checkpoints": "true", "eval_samples": 0}
+    assert train(db_path, tmp_path, "ppo", settings) == 0
+    db = open_db(db_path)
+    done = runs.get_run(db, 1)
+    assert done.status == "succeeded", (done.error, run_metrics.log_tail(done))
+    # The main process saves the state every rank agreed on: the threshold 0.5 (alone it would save its own 0),
+    # and the multiplier max(0, 0 - 1.0 * (0.5 - 0.5)) = 0 (the whole batch meets it exactly).
+    for step in (1, 2):
+        state = json.loads((Path(done.output_dir) / "checkpoints" / f"checkpoint-{step}" / "reward_state.json")
+                           .read_text())
+        assert state == {"lagrange_multiplier": 0.0, "constraint_threshold": 0.5}

@@ -50,7 +50,8 @@ def _reference_losses(db, runs_dir, steps, every):
 
 def test_run_through_accelerate_launch_is_recorded_plotted_and_registered(db, tmp_path, monkeypatch):
     monkeypatch.setenv(launch.LAUNCHER_ENV, "accelerate")
-    run = jobs.create_run(db, "sft", {**TOY, "steps": 6, "checkpoint_every": 3}, runs_dir=tmp_path / "runs")
+    run = jobs.create_run(db, "sft", {**TOY, "steps": 6, "checkpoint_every": 3, "keep_checkpoints": True},
+                          runs_dir=tmp_path / "runs")
     assert run.status == "running" and run.pid
     assert "labeler.launcher" in run.command and "labeler.worker" in run.command  # accelerate launch, in-process
     assert f"--run-id {run.id}" in run.command

@@ -148,8 +148,8 @@ def test_export_model_links_the_weights_and_leaves_the_training_state(tmp_path):
 
 @pytest.fixture(scope="module")
 def ppo_run(tmp_path_factory, tiny_model_dir):
-    """A finished 2-step PPO run of the tiny model (function reward) with a checkpoint after each step, and
-    held-out prompts; run in-process through the worker's entry point."""
+    """A finished 2-step PPO run of the tiny model (function reward) with a checkpoint after each step, kept
+    (keep_checkpoints), and held-out prompts; run in-process through the worker's entry point."""
     from labeler.worker import run_worker
 
     root = tmp_path_factory.mktemp("ppo")
@@ -157,7 +157,8 @@ def ppo_run(tmp_path_factory, tiny_model_dir):
     db = open_db(db_path)
     prompts.add_prompts(db, ["A training prompt", "Another one", "The film was", "I watched it and"])
     db.execute("UPDATE prompts SET split = 'test' WHERE text IN ('The film was', 'I watched it and')")
-    run = jobs.create_run(db, "ppo", {"model": str(tiny_model_dir), **TINY_PPO}, runs_dir=root / "runs", start=False)
+    run = jobs.create_run(db, "ppo", {"model": str(tiny_model_dir), **TINY_PPO, "keep_checkpoints": True},
+                          runs_dir=root / "runs", start=False)
     db.execute("UPDATE runs SET status = 'running' WHERE id = ?", [run.id])
     assert run_worker(db_path, run.id) == "succeeded", run_metrics.log_tail(runs.get_run(db, run.id))
     db.conn.close()
@@ -348,7 +349,7 @@ def test_stop_while_waiting_for_people_keeps_the_model_of_the_last_completed_ste
     accounts.create_user(db, "ann", "a-long-password")
     prompts.add_prompts(db, ["A training prompt", "Another one", "A third one"])
     run = jobs.create_run(db, "ppo", {"model": str(tiny_model_dir), **TINY_PPO, "steps": 5, "reward": "human",
-                                      "human_label": "rating", "human_timeout": 120},
+                                      "human_label": "rating", "human_timeout": 120, "keep_checkpoints": True},
                           runs_dir=tmp_path / "runs", start=False)
     db.execute("UPDATE runs SET status = 'running' WHERE id = ?", [run.id])
 

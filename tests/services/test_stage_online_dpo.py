@@ -49,7 +49,7 @@ def team_judges(tmp_path, monkeypatch):
 def test_online_dpo_trains_with_a_function_judge_checkpoints_and_registers(db, tmp_path, tiny_model_dir, team_judges):
     _seed(db)
     # steps=2 judged batches, each trained on twice: 4 optimizer steps, pairs judged at steps 1 and 3
-    status, run = _run(db, {"model": str(tiny_model_dir), "steps": 2, "checkpoint_every": 2,
+    status, run = _run(db, {"model": str(tiny_model_dir), "steps": 2, "checkpoint_every": 2, "keep_checkpoints": True,
                             "judge": "team_judges:shorter", **SMALL, "num_iterations": 2}, tmp_path)
     assert status == "succeeded", (run.error, run_metrics.log_tail(run))
     assert (run.step, run.total_steps) == (4, 4)

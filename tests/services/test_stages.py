@@ -48,13 +48,16 @@ def _check_lineage(db, run, base, kind, snapshot_kind, metric):
     return model
 
 
-def test_reward_model_stage_registers_with_lineage(db, tmp_path, tiny_encoder_dir):
+def test_reward_model_stage_registers_with_lineage(db, tmp_path, tiny_encoder_dir, capsys):
     _seed_labels(db)
     run = _run_in_process(db, "rm", {"model": str(tiny_encoder_dir), "steps": 3, "checkpoint_every": 2,
                                      "per_device_train_batch_size": 4, "test_size": 0.25}, tmp_path)
     assert (run.step, run.total_steps) == (3, 3)
     model = _check_lineage(db, run, str(tiny_encoder_dir), "reward", "preferences", "loss")
     assert "eval_accuracy" in model["metrics"]
+    # Its checkpoint of step 2 served only to resume it: a run that succeeds deletes them and keeps its model.
+    assert not (Path(run.output_dir) / "checkpoints").exists() and Path(model["path"]).is_dir()
+    assert f"run {run.id}: checkpoints deleted (" in capsys.readouterr().out
     # 8 ranking pairs; the 8 rating pairs (7 vs 2) with include_rating_pairs say the same as the rankings (same
     # prompt, chosen and rejected), and the export lists a pair once: the snapshot counts 8 rows.
     assert model["data_snapshot"].split(":")[1] == "8"
@@ -83,7 +86,8 @@ def test_ppo_with_function_reward_logs_samples_and_checkpoints(db, tmp_path, tin
     _seed_labels(db, n_prompts=4)
     run = _run_in_process(db, "ppo", {"model": str(tiny_model_dir), "steps": 2, "reward": "function",
                                       "batch_size": 2, "answers_per_prompt": 1, "mini_batch_size": 2, "ppo_epochs": 1, "max_new_tokens": 4,
-                                      "checkpoint_every": 1, "samples_per_step": 1}, tmp_path)
+                                      "checkpoint_every": 1, "samples_per_step": 1, "keep_checkpoints": True},
+                                      tmp_path)
     _check_lineage(db, run, str(tiny_model_dir), "policy", "prompts", "ppo/loss/total")
     assert set(run_metrics.metric_names(db, run.id)) >= {"objective/kl", "env/reward_mean", "ppo/mean_scores"}
     samples = run_metrics.samples(db, run.id)

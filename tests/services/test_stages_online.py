@@ -37,7 +37,8 @@ ONLINE = {"reward": "function", "answers_per_prompt": 2, "max_new_tokens": 4, "p
 
 def test_grpo_trains_on_the_job_reward_checkpoints_and_registers(db, tmp_path, tiny_model_dir):
     _seed(db)
-    run = _run(db, "grpo", {"model": str(tiny_model_dir), "steps": 2, "checkpoint_every": 2, **ONLINE}, tmp_path)
+    run = _run(db, "grpo", {"model": str(tiny_model_dir), "steps": 2, "checkpoint_every": 2, "keep_checkpoints": True,
+                            **ONLINE}, tmp_path)
     # steps counts generation batches: 2 batches x 1 micro-batch x num_iterations 2 = 4 optimizer steps
     assert (run.step, run.total_steps) == (4, 4)
     model = models.get_model(db, f"grpo-run{run.id}")

@@ -168,6 +168,17 @@ def latest_checkpoint(root: str | Path) -> Path | None:
     return found[-1] if found else None
 
 
+def remove_all(root: str | Path) -> int:
+    """Delete every checkpoint under `root` (complete or not) and the folder itself; the bytes freed. The models
+    kept from a checkpoint (export_model) hard-link its weights, so they keep them."""
+    root = Path(root)
+    if not root.is_dir():
+        return 0
+    freed = sum(path.stat().st_size for path in root.rglob("*") if path.is_file())
+    shutil.rmtree(root, ignore_errors=True)
+    return freed
+
+
 def remove_incomplete(root: str | Path) -> list[Path]:
     """Delete temporary folders and checkpoints without a complete manifest (left by a crash)."""
     root = Path(root)

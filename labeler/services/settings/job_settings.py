@@ -58,6 +58,11 @@ class RunSettings:
                 "the weights are written again once the time trained since the last write is (1/share - 1) times "
                 "what that write took (0.05: 19x, so a 20 s write comes once per 6.3 min), and a resumed run trains "
                 "the journalled steps after them again. 0: weights every step."})
+    keep_checkpoints: bool = field(default=False, metadata={
+        "help": "Keep the run's checkpoints once it succeeds. Each holds the weights and the optimizer's state, about "
+                "3x the model's fp32 size (a 135M model's: 1.6 GB), and serves only to resume a run that did not "
+                "finish; off, a run that succeeds deletes them and keeps its final model. A failed or cancelled "
+                "run keeps them either way."})
     bf16: bool = field(default_factory=bf16_is_fast, metadata={
         "help": "bf16 autocast for training and generation (default: on where the hardware runs it fast: CPUs with "
                 "AVX-512 BF16 or AMX, GPUs with bf16; the value used is stored with the run)."})

@@ -95,7 +95,8 @@ def form_fields(stage: str) -> list[str]:
 # to import, a tracker or the hub. A field added to a config later stays command-line only (rlhf-studio train
 # --set) until it is listed here.
 WEB_JOB_SETTINGS = (
-    "model", "recipe", "output_name", "steps", "time_budget", "checkpoint_every", "bf16", "lora", "lora_r", "lora_alpha",
+    "model", "recipe", "output_name", "steps", "time_budget", "checkpoint_every", "keep_checkpoints", "bf16", "lora",
+    "lora_r", "lora_alpha",
     "annotators", "min_annotators", "min_agreement", "include_rating_pairs", "sft_min_score", "test_size",
     "reward", "reward_model", "reward_function", "subtract_query_score", "rm_score_std", "w_human", "w_rm",
     "human_timeout", "timeout_policy", "human_label", "human_share", "online_rm", "rm_refit_every", "heldout_every",
