@@ -66,9 +66,10 @@ def test_a_dpo_preview_says_how_long_from_a_batch_of_its_own_pairs(labelled):
     preview = preview_run(labelled, "default", "dpo", {"steps": 3, "max_length": 300}, measure=_measured(calls))
     settings = calls[0]
     assert isinstance(settings, LabelStepSettings) and settings.stage == "dpo"
-    # the run's first per-device batch (4) of its own pairs: all 3 here, with their texts
+    # the run's first per-device batches (3 of 4) of its own pairs: all 3 here, with their texts
     pairs = json.loads(settings.pairs_json)
     assert len(pairs) == 3 == preview.train_rows and {"prompt", "chosen", "rejected"} <= set(pairs[0])
+    assert settings.rows == 4
     assert (settings.max_length, settings.share_prompt_forward, settings.max_new_tokens) == (300, True, 128)
     # 1 held-out prompt x eval_samples 4: the evaluation's answers, generated in one batch
     assert (settings.generate_rows, len(settings.prompts)) == (4, 1) and "Review Heat." in settings.prompts[0]
@@ -136,6 +137,29 @@ def test_a_dpo_micro_batch_is_measured_on_the_run_s_own_pairs(tiny_model_dir):
     assert min(micro.train_seconds, micro.forward_seconds, micro.generate_seconds, micro.load_seconds) > 0
     assert micro.setup_seconds > micro.load_seconds  # the imports as well, once per run
     assert run_estimate.measure_label_step(settings) is micro  # cached: the preview does not measure twice
+
+
+def test_the_batches_timed_are_the_full_ones_or_the_run_s_only_one():
+    pairs = list(range(7))
+    assert run_estimate.measured_batches(pairs, 3) == [[0, 1, 2], [3, 4, 5]]  # the partial [6] would lower the mean
+    assert run_estimate.measured_batches(pairs, 7) == [pairs]
+    assert run_estimate.measured_batches(pairs, 8) == [pairs]  # fewer pairs than a batch: the run's one batch
+    assert run_estimate.measured_batches(pairs, 0) == [pairs]
+
+
+def test_a_dpo_micro_batch_is_the_mean_of_several_batches(tiny_model_dir):
+    """Two batches of one pair each: the step and the forward are their means, the padded length too."""
+    from rlhf.data import tokenize_preference_causal
+    from rlhf.loading import load_tokenizer
+
+    tokenizer = load_tokenizer(str(tiny_model_dir), padding_side="right")
+    tokens = [tokenize_preference_causal(pair, tokenizer, 512, 256) for pair in PAIRS]
+    longest = [max(len(t["prompt_input_ids"]) + len(t[side]) for side in ("chosen_input_ids", "rejected_input_ids"))
+               for t in tokens]
+    assert longest[0] != longest[1]
+    micro = run_estimate._label_step_in_this_process(_settings(tiny_model_dir, "dpo", rows=1))
+    assert (micro.rows, micro.tokens) == (1, round(sum(longest) / 2))
+    assert micro.train_seconds > 0 and micro.forward_seconds > 0
 
 
 def test_a_reward_model_micro_batch_with_lora_cut_at_max_length(tiny_model_dir):

@@ -15,8 +15,9 @@ shipped recipe's runs by 17-27%. PPO's held-out curve (heldout_every) counts too
 scoring (reward=rm/mix) and the wait for human ratings (reward=human/mix), which depend on people.
 
 DPO and the reward model (trained on labels by transformers' Trainer) are estimated from a measured micro-batch
-(LabelMicroStep): the run's first per-device batch of its own training pairs (so its token lengths, cut at
-max_length), one training step and one no-grad forward over it, and for DPO a batch of held-out answers generated as
+(LabelMicroStep): the run's first LABEL_BATCHES_MEASURED per-device batches of its own training pairs (so their token
+lengths, cut at max_length), a training step and a no-grad forward over each, averaged (one batch's padded length is
+one draw: on 2 cores the first batch alone put one project's steps 20% above their mean and another's 15% below), and for DPO a batch of held-out answers generated as
 the automatic evaluation generates them. A step is gradient_accumulation_steps such batches; DPO's reference runs once
 over the pairs before training (precompute_ref_log_probs, the default) or in every step. SFT and KTO have no estimate.
 
@@ -62,6 +63,8 @@ PPO_NO_GRAD_PASSES = 2
 # The largest generation batch the micro-step times: a larger one costs about the same per answer, and the
 # measurement should stay a few seconds.
 GENERATION_ROWS_MEASURED = 64
+# The training batches a DPO or reward-model micro-batch is timed on (their mean is the step's time).
+LABEL_BATCHES_MEASURED = 3
 
 
 @dataclass(frozen=True)
@@ -150,7 +153,7 @@ class LabelMicroStep:
     setup_seconds: float  # loading the model, once per run (and once per model the evaluation loads)
     generate_seconds: float = 0.0  # generating `generate_rows` held-out answers in one batch (policies only)
     generate_rows: int = 0
-    tokens: int = 0  # the measured batch's padded length
+    tokens: int = 0  # the measured batches' padded length (their mean)
     load_seconds: float = 0.0  # reading the weights alone (setup_seconds less the imports): each evaluated model's
     note: str = ""
 
@@ -327,7 +330,7 @@ def _micro_step_in_this_process(settings: MicroStepSettings) -> MicroStep:
 @dataclass(frozen=True)
 class LabelStepSettings:
     """What a DPO or reward-model micro-batch depends on: the run's model, precision and the first pairs of its own
-    training data (so the batch has the run's token lengths: a batch is padded to its longest sequence)."""
+    training data (so the batches have the run's token lengths: a batch is padded to its longest sequence)."""
 
     stage: str  # "dpo" (a causal LM and its completion log-probs) or "rm" (a scalar head)
     model_path: str
@@ -335,7 +338,7 @@ class LabelStepSettings:
     lora: bool
     lora_r: int
     lora_alpha: int
-    pairs_json: str  # the run's first per_device_train_batch_size training pairs, as JSON (hashable for the cache)
+    pairs_json: str  # the run's first LABEL_BATCHES_MEASURED batches of training pairs, as JSON (hashable for the cache)
     max_length: int | None
     max_prompt_length: int | None  # DPO only
     share_prompt_forward: bool  # DPO: a pair's prompt run once, chosen and rejected after it
@@ -349,6 +352,7 @@ class LabelStepSettings:
     gradient_checkpointing: bool = False
     attn_implementation: str = "auto"
     busy_run: int | None = None
+    rows: int = 0  # pairs per batch (the run's per_device_train_batch_size); 0: all of pairs_json in one batch
 
 
 def _measured_in_child(payload: dict, timeout: float) -> dict:
@@ -387,9 +391,10 @@ def measure_label_step(settings: LabelStepSettings, timeout: float = 600.0) -> L
 
 
 def _label_step_in_this_process(settings: LabelStepSettings) -> LabelMicroStep:
-    """Load the model as the run does and time, on a batch of the run's first pairs: a warm-up step on one pair (the
-    first allocations), one training step (forward, backward, AdamW), one no-grad forward, and (DPO) a batch of
-    held-out answers generated at full length, as the automatic evaluation generates them."""
+    """Load the model as the run does and time, on the batches of the run's first pairs (measured_batches): a
+    warm-up step on the first (the first allocations), then a training step (forward, backward, AdamW) and a no-grad
+    forward on each, averaged, and (DPO) a batch of held-out answers generated at full length, as the automatic
+    evaluation generates them."""
     t0 = time.perf_counter()
     import torch
 
@@ -460,9 +465,10 @@ def _label_step_in_this_process(settings: LabelStepSettings) -> LabelMicroStep:
             torch.cuda.synchronize()
         return time.perf_counter() - t
 
-    batch = collate(examples)
-    timed(collate(examples[:1]), train=True)  # warm-up
-    train, forward = timed(batch, train=True), timed(batch, train=False)
+    batches = [collate(chunk) for chunk in measured_batches(examples, settings.rows)]
+    timed(batches[0], train=True)  # warm-up
+    train = sum(timed(batch, train=True) for batch in batches) / len(batches)
+    forward = sum(timed(batch, train=False) for batch in batches) / len(batches)
     generate = 0.0
     if policy and settings.generate_rows and settings.prompts:
         from rlhf.generation import build_prompt_ids, left_pad
@@ -478,9 +484,18 @@ def _label_step_in_this_process(settings: LabelStepSettings) -> LabelMicroStep:
                            max_new_tokens=settings.max_new_tokens, min_new_tokens=settings.max_new_tokens,
                            pad_token_id=pad)
         generate = time.perf_counter() - t
-    return LabelMicroStep(rows=len(examples), train_seconds=train, forward_seconds=forward, setup_seconds=setup,
-                          generate_seconds=generate, generate_rows=settings.generate_rows if generate else 0,
-                          tokens=int(batch["input_ids"].shape[1]), load_seconds=load)
+    tokens = sum(int(batch["input_ids"].shape[1]) for batch in batches) / len(batches)
+    return LabelMicroStep(rows=len(measured_batches(examples, settings.rows)[0]), train_seconds=train,
+                          forward_seconds=forward, setup_seconds=setup, generate_seconds=generate,
+                          generate_rows=settings.generate_rows if generate else 0, tokens=round(tokens),
+                          load_seconds=load)
+
+
+def measured_batches(examples: list, rows: int) -> list[list]:
+    """The batches of `rows` a micro-batch is timed on: every full one (a partial last batch would lower the mean),
+    or all of `examples` as one when there is no full batch (rows 0, or fewer pairs than rows: the run's one batch)."""
+    full = [examples[i:i + rows] for i in range(0, len(examples) - rows + 1, rows)] if rows > 0 else []
+    return full or [examples]
 
 
 # ---- without a model: the micro-step from arithmetic, for a device a run is using ------------------------------
