@@ -147,8 +147,19 @@ def test_the_batches_timed_are_the_full_ones_or_the_run_s_only_one():
     assert run_estimate.measured_batches(pairs, 0) == [pairs]
 
 
+def test_the_padded_length_of_an_average_batch():
+    # Pairs of 1, 2, 3 and 4 tokens two at a time: the six batches are padded to 2, 3, 4, 3, 4 and 4 tokens.
+    assert run_estimate.expected_padded_length([4, 1, 3, 2], 2) == pytest.approx(20 / 6)
+    assert run_estimate.expected_padded_length([4, 1, 3, 2], 1) == pytest.approx(2.5)  # each pair alone: the mean
+    assert run_estimate.expected_padded_length([4, 1, 3, 2], 4) == 4  # one batch of all: the longest
+    assert run_estimate.expected_padded_length([4, 1, 3, 2], 9) == 4  # more rows than pairs: the run's one batch
+    # Most batches of four hold one of the few long pairs: 10 pairs, 3 of them 140 tokens and 7 of 70.
+    # P(no long pair) = C(7, 4) / C(10, 4) = 35 / 210, so E = 70 / 6 + 140 * 5 / 6 = 128.33
+    assert run_estimate.expected_padded_length([140] * 3 + [70] * 7, 4) == pytest.approx(70 / 6 + 140 * 5 / 6)
+
+
 def test_a_dpo_micro_batch_is_the_mean_of_several_batches(tiny_model_dir):
-    """Two batches of one pair each: the step and the forward are their means, the padded length too."""
+    """Two batches of one pair each: the step and the forward are their means, at the mean padded length."""
     from rlhf.data import tokenize_preference_causal
     from rlhf.loading import load_tokenizer
 

@@ -16,8 +16,10 @@ scoring (reward=rm/mix) and the wait for human ratings (reward=human/mix), which
 
 DPO and the reward model (trained on labels by transformers' Trainer) are estimated from a measured micro-batch
 (LabelMicroStep): the run's first LABEL_BATCHES_MEASURED per-device batches of its own training pairs (so their token
-lengths, cut at max_length), a training step and a no-grad forward over each, averaged (one batch's padded length is
-one draw: on 2 cores the first batch alone put one project's steps 20% above their mean and another's 15% below), and for DPO a batch of held-out answers generated as
+lengths, cut at max_length), a training step and a no-grad forward over each, averaged, then scaled to the padded
+length of the run's average batch (expected_padded_length over up to LENGTH_SAMPLE of its pairs): a batch is padded
+to its longest pair, so a few batches are a few draws, and one project's first three were padded to 142, 74 and 125
+tokens where its batches average 142 (timed as they came, its steps were estimated 2.55 s for 3.37 s run), and for DPO a batch of held-out answers generated as
 the automatic evaluation generates them. A step is gradient_accumulation_steps such batches; DPO's reference runs once
 over the pairs before training (precompute_ref_log_probs, the default) or in every step. SFT and KTO have no estimate.
 
@@ -63,8 +65,10 @@ PPO_NO_GRAD_PASSES = 2
 # The largest generation batch the micro-step times: a larger one costs about the same per answer, and the
 # measurement should stay a few seconds.
 GENERATION_ROWS_MEASURED = 64
-# The training batches a DPO or reward-model micro-batch is timed on (their mean is the step's time).
+# The training batches a DPO or reward-model micro-batch is timed on (their mean is the step's time), and the
+# training pairs whose lengths give the padded length of the run's average batch.
 LABEL_BATCHES_MEASURED = 3
+LENGTH_SAMPLE = 2000
 
 
 @dataclass(frozen=True)
@@ -153,7 +157,7 @@ class LabelMicroStep:
     setup_seconds: float  # loading the model, once per run (and once per model the evaluation loads)
     generate_seconds: float = 0.0  # generating `generate_rows` held-out answers in one batch (policies only)
     generate_rows: int = 0
-    tokens: int = 0  # the measured batches' padded length (their mean)
+    tokens: int = 0  # the padded length of the run's average batch, which the times are scaled to
     load_seconds: float = 0.0  # reading the weights alone (setup_seconds less the imports): each evaluated model's
     note: str = ""
 
@@ -338,7 +342,7 @@ class LabelStepSettings:
     lora: bool
     lora_r: int
     lora_alpha: int
-    pairs_json: str  # the run's first LABEL_BATCHES_MEASURED batches of training pairs, as JSON (hashable for the cache)
+    pairs_json: str  # the run's first training pairs, up to LENGTH_SAMPLE, as JSON (hashable for the cache)
     max_length: int | None
     max_prompt_length: int | None  # DPO only
     share_prompt_forward: bool  # DPO: a pair's prompt run once, chosen and rejected after it
@@ -391,10 +395,11 @@ def measure_label_step(settings: LabelStepSettings, timeout: float = 600.0) -> L
 
 
 def _label_step_in_this_process(settings: LabelStepSettings) -> LabelMicroStep:
-    """Load the model as the run does and time, on the batches of the run's first pairs (measured_batches): a
-    warm-up step on the first (the first allocations), then a training step (forward, backward, AdamW) and a no-grad
-    forward on each, averaged, and (DPO) a batch of held-out answers generated at full length, as the automatic
-    evaluation generates them."""
+    """Load the model as the run does and time, on the first LABEL_BATCHES_MEASURED batches of the run's pairs
+    (measured_batches): a warm-up step on the first (the first allocations), then a training step (forward, backward,
+    AdamW) and a no-grad forward on each, averaged and scaled from those batches' mean padded length to the run's
+    average batch's (expected_padded_length over every pair given), and (DPO) a batch of held-out answers generated
+    at full length, as the automatic evaluation generates them."""
     t0 = time.perf_counter()
     import torch
 
@@ -465,10 +470,17 @@ def _label_step_in_this_process(settings: LabelStepSettings) -> LabelMicroStep:
             torch.cuda.synchronize()
         return time.perf_counter() - t
 
-    batches = [collate(chunk) for chunk in measured_batches(examples, settings.rows)]
+    timed_pairs = examples[:settings.rows * LABEL_BATCHES_MEASURED] if settings.rows else examples
+    chunks = measured_batches(timed_pairs, settings.rows)
+    batches = [collate(chunk) for chunk in chunks]
     timed(batches[0], train=True)  # warm-up
     train = sum(timed(batch, train=True) for batch in batches) / len(batches)
     forward = sum(timed(batch, train=False) for batch in batches) / len(batches)
+    measured_tokens = sum(int(batch["input_ids"].shape[1]) for batch in batches) / len(batches)
+    lengths = [int(collate([example])["input_ids"].shape[1]) for example in examples]  # each pair padded alone
+    tokens = expected_padded_length(lengths, len(chunks[0]))
+    # A step's time grows with its batch's padded length (about linearly at these lengths: the matrix products)
+    train, forward = train * tokens / measured_tokens, forward * tokens / measured_tokens
     generate = 0.0
     if policy and settings.generate_rows and settings.prompts:
         from rlhf.generation import build_prompt_ids, left_pad
@@ -484,11 +496,20 @@ def _label_step_in_this_process(settings: LabelStepSettings) -> LabelMicroStep:
                            max_new_tokens=settings.max_new_tokens, min_new_tokens=settings.max_new_tokens,
                            pad_token_id=pad)
         generate = time.perf_counter() - t
-    tokens = sum(int(batch["input_ids"].shape[1]) for batch in batches) / len(batches)
-    return LabelMicroStep(rows=len(measured_batches(examples, settings.rows)[0]), train_seconds=train,
+    return LabelMicroStep(rows=len(chunks[0]), train_seconds=train,
                           forward_seconds=forward, setup_seconds=setup, generate_seconds=generate,
                           generate_rows=settings.generate_rows if generate else 0, tokens=round(tokens),
                           load_seconds=load)
+
+
+def expected_padded_length(lengths: list[int], rows: int) -> float:
+    """The padded length of a batch of `rows` pairs drawn at random without replacement from pairs of these
+    lengths (a batch is padded to its longest): E[max] = sum_k l_(k) * (C(k, rows) - C(k-1, rows)) / C(n, rows),
+    l_(k) the k-th shortest, the chance that the k shortest hold the whole batch and the (k-1) shortest do not."""
+    ordered, n = sorted(lengths), len(lengths)
+    rows = max(1, min(rows, n))
+    total = math.comb(n, rows)
+    return sum(length * (math.comb(k, rows) - math.comb(k - 1, rows)) for k, length in enumerate(ordered, 1)) / total
 
 
 def measured_batches(examples: list, rows: int) -> list[list]:

@@ -281,17 +281,17 @@ def _prompt_text(prompt) -> str:
 
 
 def _label_step_settings(db, project: str, stage: str, job, trainer, train: list[dict], heldout: list):
-    """What a DPO or reward-model run's micro-batch is measured with: its first per-device batches of training pairs
-    (run_estimate.LABEL_BATCHES_MEASURED, their own token lengths), its model and precision, and (DPO) a batch of
-    held-out answers as its evaluation generates them."""
+    """What a DPO or reward-model run's micro-batch is measured with: its training pairs (the first few batches are
+    timed, and up to run_estimate.LENGTH_SAMPLE of them give the average batch's padded length), its model and
+    precision, and (DPO) a batch of held-out answers as its evaluation generates them."""
     policy = training_stages.get(stage).answers
     answers = len(heldout) * job.eval_samples if policy else 0
     batch = EvalSettings.__dataclass_fields__["batch_size"].default  # the evaluation's generation batch
     return run_estimate.LabelStepSettings(
         stage=stage, model_path=str(models.resolve(db, job.base_model(stage))), bf16=job.bf16, lora=job.lora,
         lora_r=job.lora_r, lora_alpha=job.lora_alpha,
-        pairs_json=json.dumps(train[:trainer.per_device_train_batch_size * run_estimate.LABEL_BATCHES_MEASURED],
-                              sort_keys=True, default=str), rows=trainer.per_device_train_batch_size,
+        pairs_json=json.dumps(train[:run_estimate.LENGTH_SAMPLE], sort_keys=True, default=str),
+        rows=trainer.per_device_train_batch_size,
         max_length=trainer.max_length, max_prompt_length=getattr(trainer, "max_prompt_length", None),
         share_prompt_forward=bool(getattr(trainer, "share_prompt_forward", False)),
         threads=launch.threads_per_process(job.num_processes or 1), max_new_tokens=job.max_new_tokens,
