@@ -200,6 +200,26 @@ def mark_saved_dtype(save_directory: str | os.PathLike, dtype) -> None:
     config.write_text(json.dumps(stored, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
+def cast_saved_weights(save_directory: str | os.PathLike, base: str | os.PathLike) -> None:
+    """Rewrite the safetensors weights a Trainer saved (its fp32 master weights, gathered from any sharding) in the
+    dtype the base was stored in, file by file (a sharded index keeps its weight map), and mark config.json so.
+    A base stored in fp32 leaves the folder as it is."""
+    from safetensors.torch import load_file, save_file
+
+    dtype = stored_dtype(base)
+    if dtype is None:
+        return
+    folder = Path(save_directory)
+    for path in sorted(folder.glob("*.safetensors")):
+        save_file(weights_in_dtype(load_file(str(path)), dtype), str(path), metadata={"format": "pt"})
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        stored = json.loads(index.read_text(encoding="utf-8"))
+        stored.setdefault("metadata", {})["total_size"] = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
+        index.write_text(json.dumps(stored, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    mark_saved_dtype(folder, dtype)
+
+
 def save_in_stored_dtype(model, save_directory: str | os.PathLike, base: str | os.PathLike) -> None:
     """A plain transformers model saved (safetensors) in the dtype its base checkpoint was stored in."""
     dtype = stored_dtype(base)

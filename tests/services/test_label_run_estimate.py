@@ -177,3 +177,11 @@ def test_a_reward_model_micro_batch_with_lora_cut_at_max_length(tiny_model_dir):
     micro = run_estimate._label_step_in_this_process(_settings(tiny_model_dir, "rm", lora=True, max_length=4))
     assert (micro.rows, micro.tokens, micro.generate_rows) == (2, 4, 0)  # every sequence cut to its last 4 tokens
     assert micro.train_seconds > 0 and micro.forward_seconds > 0
+
+
+def test_a_base_whose_evaluation_is_stored_does_not_answer_again():
+    # The same 3-step run as above: the evaluation's 18 s are the base's and the tuned model's answers (5 s to load
+    # + 4 x 0.25 s each) and KL (6 s); with the base's evaluation stored and reused, only the tuned model answers.
+    both = run_estimate.label_estimate(MICRO, 3, 1, 3, 0, "once", eval_answers=4)
+    reused = run_estimate.label_estimate(MICRO, 3, 1, 3, 0, "once", eval_answers=4, base_stored=True)
+    assert (both.eval_seconds, reused.eval_seconds) == (18.0, 12.0)

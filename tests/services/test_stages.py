@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from labeling_helpers import add_ranked_pairs
 
 from labeler.services.data import accounts, labeling
@@ -73,6 +74,29 @@ def test_sft_stage_with_lora_registers_an_adapter(db, tmp_path, tiny_model_dir):
                                       "per_device_train_batch_size": 2, "max_length": 64}, tmp_path)
     _check_lineage(db, run, str(tiny_model_dir), "adapter", "sft", "loss")
     assert (Path(run.output_dir) / "model" / "adapter_config.json").exists()
+
+
+def test_a_policy_trained_by_the_trainer_is_saved_in_its_base_s_dtype(db, tmp_path, tiny_model_dir):
+    """The Trainer writes its fp32 master weights; a base stored in bf16 gets a bf16 model back (half the disk,
+    and chat and evaluation load it in bf16), whose weights are the trained ones rounded to bf16."""
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from rlhf.loading import load_tokenizer
+
+    base = tmp_path / "bf16-base"
+    AutoModelForCausalLM.from_pretrained(tiny_model_dir).to(torch.bfloat16).save_pretrained(base)
+    load_tokenizer(str(tiny_model_dir)).save_pretrained(base)
+    _seed_labels(db, n_prompts=4)
+    run = _run_in_process(db, "dpo", {"model": str(base), "steps": 2, "per_device_train_batch_size": 2,
+                                      "max_length": 64, "include_rating_pairs": "false", "bf16": "false"}, tmp_path)
+    folder = Path(models.get_model(db, f"dpo-run{run.id}")["path"])
+    weights = load_file(str(folder / "model.safetensors"))
+    assert {tensor.dtype for tensor in weights.values()} == {torch.bfloat16}
+    assert json.loads((folder / "config.json").read_text())["dtype"] == "bfloat16"
+    trained = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    before = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    assert any(not torch.equal(a, b) for a, b in zip(trained.parameters(), before.parameters()))  # it trained
 
 
 def test_dpo_stage_registers_with_lineage(db, tmp_path, tiny_model_dir):

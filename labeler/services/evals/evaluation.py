@@ -544,6 +544,16 @@ def auto_settings(db: sqlite_utils.Database, project: str, job) -> EvalSettings:
                         max_new_tokens=job.max_new_tokens, seed=job.seed, bf16=job.bf16)
 
 
+def base_answers_stored(db: sqlite_utils.Database, project: str, job, base: str) -> bool:
+    """Whether a finished run's automatic evaluation (auto_settings) would reuse a stored evaluation of its base,
+    or the base's stored answers under another measure, so that only the tuned model answers: what a run's time
+    estimate counts."""
+    settings = resolve_settings(db, auto_settings(db, project, job), project)
+    prompts = load_prompts(db, settings.prompts, project)
+    record = _settings_record(settings, prompts, get_project(db, project).prompt_format)
+    return _find(db, base, record) is not None or _answered(db, base, record) is not None
+
+
 def curve_settings(db: sqlite_utils.Database, project: str, job) -> EvalSettings:
     """auto_settings for scoring a run's answers while it trains: people judge only the finished model, so their
     place is taken by the judge that needs nobody (measures.scorer)."""

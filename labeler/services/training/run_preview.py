@@ -27,7 +27,7 @@ from labeler.services.serving import models
 from labeler.services.training import run_estimate, run_settings, train_configs
 from labeler.services.settings import training_stages
 from labeler.errors import InputError
-from labeler.services.evals.evaluation import EvalSettings, heldout_prompts
+from labeler.services.evals.evaluation import EvalSettings, base_answers_stored, heldout_prompts
 from labeler.services.data.projects import get_project
 from labeler.services.training.stages import split_for_training
 from labeler.services.settings.training_stages.base import MIN_TRAINING_ROWS, row_key, steps_per_pass
@@ -299,6 +299,15 @@ def _label_step_settings(db, project: str, stage: str, job, trainer, train: list
         chat_template=bool(get_project(db, project).chat_template), **run_estimate.run_settings(db, trainer))
 
 
+def _base_stored(db, project: str, stage: str, job) -> bool:
+    """Whether the run's evaluation will reuse its base's stored answers (evaluation.base_answers_stored); a
+    measure that cannot be resolved now says no (the evaluation will say why), not a failed preview."""
+    try:
+        return base_answers_stored(db, project, job, job.base_model(stage))
+    except InputError:
+        return False
+
+
 def _with_label_estimate(db, project: str, stage: str, preview: RunPreview, job, trainer, train: list[dict],
                          eval_rows: int, measure) -> RunPreview:
     """The preview of a DPO or reward-model run with its wall-time estimate (run_estimate.label_estimate)."""
@@ -311,8 +320,10 @@ def _with_label_estimate(db, project: str, stage: str, preview: RunPreview, job,
         reference = "none"
     else:
         reference = "once" if getattr(trainer, "precompute_ref_log_probs", False) else "each_step"
+    answers = len(heldout) * job.eval_samples
     estimate = run_estimate.label_estimate(micro, job.steps, trainer.gradient_accumulation_steps, preview.train_rows,
-                                           eval_rows, reference, eval_answers=len(heldout) * job.eval_samples)
+                                           eval_rows, reference, eval_answers=answers,
+                                           base_stored=bool(answers) and _base_stored(db, project, stage, job))
     return replace(preview, estimate=estimate)
 
 
@@ -328,7 +339,9 @@ def _with_estimate(db, project: str, stage: str, preview: RunPreview, job, train
         return replace(preview, warnings=[*preview.warnings, reason], budget_error=reason if budget else None)
     heldout = len(heldout_prompts(db, project))
     step_seconds = _step_seconds(stage, micro, trainer, job, heldout)
-    estimate = run_estimate.estimate_from_step(micro, job.steps, step_seconds, heldout * job.eval_samples)
+    answers = heldout * job.eval_samples
+    estimate = run_estimate.estimate_from_step(micro, job.steps, step_seconds, answers,
+                                               base_stored=bool(answers) and _base_stored(db, project, stage, job))
     if budget is None:
         return replace(preview, estimate=estimate)
     fixed = estimate.setup_seconds + estimate.eval_seconds

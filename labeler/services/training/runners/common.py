@@ -17,7 +17,7 @@ from labeler.services.labels.human_reward import HumanRewardQueue
 from labeler.services.data.projects import get_project
 from labeler.services.training.stages import RunResult, StageContext, data_snapshot, split_for_training
 from labeler.services.settings.training_stages.base import MIN_TRAINING_ROWS, row_key
-from rlhf.loading import load_tokenizer
+from rlhf.loading import cast_saved_weights, load_tokenizer
 from rlhf.rewards import FunctionReward, HumanReward, MixReward, RewardModelReward
 
 
@@ -100,6 +100,10 @@ def train_stage(ctx: StageContext, db, stage: str, rows: list[dict], trainer_cls
                           peft_config=peft_config(ctx, task_type), callbacks=trainer_callbacks(ctx))
     metrics = train_with_trainer(ctx, trainer)
     trainer.save_model(str(ctx.final_dir))
+    if kind == "policy" and trainer.args.should_save:
+        # The fp32 master weights written in the base's own dtype: half the disk, and chat and evaluation then
+        # load a bf16 model (a DPO model saved in fp32 generated the same 120 answers in 115 s for its base's 76 s)
+        cast_saved_weights(ctx.final_dir, path)
     return RunResult(str(ctx.final_dir), kind, base, metrics, data_snapshot(snapshot, rows))
 
 
