@@ -101,8 +101,8 @@ def train_stage(ctx: StageContext, db, stage: str, rows: list[dict], trainer_cls
     metrics = train_with_trainer(ctx, trainer)
     trainer.save_model(str(ctx.final_dir))
     if kind == "policy" and trainer.args.should_save:
-        # The fp32 master weights written in the base's own dtype: half the disk, and chat and evaluation then
-        # load a bf16 model (a DPO model saved in fp32 generated the same 120 answers in 115 s for its base's 76 s)
+        # The fp32 master weights written in the base's own dtype, as the PPO and online runners write theirs: a
+        # bf16 base's tuned model takes half the disk (6.2 GB for 3.1 at 1.5B) and loads as its base does
         cast_saved_weights(ctx.final_dir, path)
     return RunResult(str(ctx.final_dir), kind, base, metrics, data_snapshot(snapshot, rows))
 
