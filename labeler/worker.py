@@ -19,6 +19,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import traceback
 from pathlib import Path
 from typing import Callable
@@ -42,6 +43,12 @@ def _on_sigterm(signum, frame):
     # and a second Cancelled raised inside the handler below would escape it half-way through marking the row.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise Cancelled()
+
+
+def say(run_id: int, line: str) -> None:
+    """One line of the run's log, with the wall-clock time (UTC): a run's phases (training, saving, evaluation)
+    are told apart in its log by when each began, as a team reading a slow run needs."""
+    print(f"[{time.strftime('%H:%M:%S', time.gmtime())}] run {run_id}: {line}", flush=True)
 
 
 # ---- the dispatch: which function trains a run's stage, and what is registered afterwards ----------------
@@ -70,7 +77,7 @@ def register_result(db, ctx: StageContext, result: RunResult) -> dict:
         if Path(earlier["path"]).resolve() != Path(result.path).resolve():
             raise RuntimeError(f"run {ctx.run_id} already registered model {earlier['name']!r} "
                                f"({earlier['path']}); this worker's output ({result.path}) is not registered")
-        print(f"run {ctx.run_id}: its model is registered already, as {earlier['name']!r}", flush=True)
+        say(ctx.run_id, f"its model is registered already, as {earlier['name']!r}")
         return models.get_model(db, earlier["name"])
     name = ctx.job.output_name or f"{ctx.stage}-run{ctx.run_id}"
     if models.model_exists(db, name):
@@ -100,13 +107,13 @@ def _evaluate(db, ctx, registered: dict) -> None:
     try:
         after = evaluation.evaluate_finished_run(db, ctx.run_id, ctx.stage, ctx.project, ctx.job, registered,
                                                  sink=ctx.sink,
-                                                 log=lambda line: print(f"run {ctx.run_id}: {line}", flush=True))
+                                                 log=lambda line: say(ctx.run_id, line))
         if after is not None:  # the cards' evaluation tables gain the model's row and its base's
             hub.write_model_cards(db, [after.model, after.kl_base or after.model])
     except Exception:  # noqa: BLE001 - see the docstring; Cancelled (a BaseException) still ends the run
         traceback.print_exc()
-        print(f"run {ctx.run_id}: evaluation failed (the model is registered; try `rlhf-studio eval --model "
-              f"{registered['name']}`)", flush=True)
+        say(ctx.run_id, f"evaluation failed (the model is registered; try `rlhf-studio eval --model "
+                        f"{registered['name']}`)")
 
 
 def remove_checkpoints(ctx: StageContext) -> None:
@@ -120,8 +127,7 @@ def remove_checkpoints(ctx: StageContext) -> None:
         traceback.print_exc()
         return
     if freed:
-        print(f"run {ctx.run_id}: checkpoints deleted ({freed / 1e9:.2f} GB; keep_checkpoints=true keeps them)",
-              flush=True)
+        say(ctx.run_id, f"checkpoints deleted ({freed / 1e9:.2f} GB; keep_checkpoints=true keeps them)")
 
 
 def rank() -> tuple[int, int]:
@@ -137,7 +143,7 @@ def run_worker(db_path: str, run_id: int) -> str:
     db = open_db(db_path)
     run = runs.get_run(db, run_id)
     if run.status != "running":
-        print(f"run {run_id} is {run.status}, not running: nothing to do", flush=True)
+        say(run_id, f"{run.status}, not running: nothing to do")
         return run.status
     signal.signal(signal.SIGTERM, _on_sigterm)
     stop = threading.Event()
@@ -149,21 +155,21 @@ def run_worker(db_path: str, run_id: int) -> str:
 
         # The thread count is in the log because it decides the speed: accelerate launch gives each process
         # OMP_NUM_THREADS=1 unless told otherwise (launch.worker_command tells it).
-        print(f"run {run_id}: stage {run.stage}, torch threads {torch.get_num_threads()}, config {run.config}",
-              flush=True)
+        say(run_id, f"stage {run.stage}, torch threads {torch.get_num_threads()}, config {run.config}")
         ctx = StageContext(
             run_id=run_id, db_path=db_path, stage=run.stage, project=run.project,
             job=train_configs.load_job_config(run.config), trainer_settings=dict(run.config.get("trainer", {})),
             output_dir=Path(run.output_dir), sink=MetricsSink(db_path, run_id),
         )
         result = run_stage(ctx)
+        say(run_id, f"trained; model saved at {result.path}")
         registered = register_result(db, ctx, result)
         _evaluate(db, ctx, registered)
         # Only a running row turns into succeeded: a cancel that raced the last step keeps its status.
         if runs.finish(db, run_id, "succeeded"):
             status = "succeeded"
             remove_checkpoints(ctx)
-        print(f"run {run_id}: {runs.get_run(db, run_id).status}; model at {result.path}", flush=True)
+        say(run_id, f"{runs.get_run(db, run_id).status}; model at {result.path}")
     except Cancelled:
         if world > 1:
             # A user's cancel marks the row before signalling (then this changes nothing); otherwise the
@@ -172,7 +178,7 @@ def run_worker(db_path: str, run_id: int) -> str:
         else:
             runs.finish(db, run_id, "cancelled", "cancelled (SIGTERM)")
         status = runs.get_run(db, run_id).status
-        print(f"run {run_id}: {status}", flush=True)
+        say(run_id, status)
     except BaseException as error:  # noqa: BLE001 - every failure must reach the run's row
         traceback.print_exc()
         message = f"{type(error).__name__}: {error}".strip()
@@ -202,7 +208,7 @@ def _run_other_rank(db_path: str, run_id: int, process: int) -> str:
     try:
         run_stage(ctx)
     except BaseException:  # noqa: BLE001 - printed with the rank; the exit status fails the run
-        print(f"run {run_id}: rank {process} failed", flush=True)
+        say(run_id, f"rank {process} failed")
         traceback.print_exc()
         return "failed"
     return "succeeded"

@@ -7,6 +7,7 @@ step, as an uninterrupted run with the same seed.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -65,7 +66,15 @@ def test_run_through_accelerate_launch_is_recorded_plotted_and_registered(db, tm
     assert "run {}: succeeded".format(run.id) in run_metrics.log_tail(done)
     # The worker uses every core this process may use (accelerate alone would give it OMP_NUM_THREADS=1).
     assert "--num_cpu_threads_per_process {}".format(launch.usable_cores()) in run.command
-    assert "torch threads {},".format(launch.usable_cores()) in Path(done.log_path).read_text()
+    log = Path(done.log_path).read_text()
+    assert "torch threads {},".format(launch.usable_cores()) in log
+    # Each of the worker's own lines says when it was written, so a run's phases can be timed from its log.
+    stamped = re.findall(r"^\[(\d\d):(\d\d):(\d\d)\] run {}: (.*)$".format(run.id), log, flags=re.MULTILINE)
+    lines = [line for *_, line in stamped]
+    trained, finished = (lines.index(f"{what} {done.output_dir}/model")
+                         for what in ("trained; model saved at", "succeeded; model at"))
+    assert lines[0].startswith("stage sft, torch threads") and trained < finished == len(lines) - 1
+    assert all(int(h) < 24 and int(m) < 60 and int(s) < 60 for h, m, s, _ in stamped)
     # Two complete checkpoints kept (steps 3 and 6), each with a manifest.
     assert [p.name for p in checkpoints.complete_checkpoints(Path(done.output_dir) / "checkpoints")] == [
         "checkpoint-3", "checkpoint-6"]
