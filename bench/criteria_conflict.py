@@ -31,6 +31,12 @@ per step (bench/own_task.py's Studio), on a fresh database in a temporary folder
    the app's own per-criterion win rate by the criterion's reward model (labeler/services/evals/criterion_wins.py,
    as `runs show --criteria` prints it)
 
+`--evaluate-on FILE` (with --reuse): no training; the models of the runs an earlier --reuse wrote (--results, default
+results-CRITERION.json) and their base answer the project's held-out prompts and FILE's together, with the settings
+of each run's own evaluation, and each criterion's judge scores them as in 6. A 30-prompt held-out split gives an
+interval of about +-16 points; bench/tasks/explain/heldout_more.txt adds 120 how-to questions written for evaluation
+only (never generated for, rated or trained on), 150 prompts in all.
+
 Printed: one table, a row per run and a column per criterion; a run under a constraint says whether it held (the
 judge's interval of the constrained criterion reaches 50%: no worse than the base) and a run's other criteria
 whether they improved (interval above 50%).
@@ -338,6 +344,62 @@ def run_recipe(args, work: Path) -> list[Row]:
     return rows
 
 
+def evaluate_wider(args, work: Path) -> list[Row]:
+    """--evaluate-on: the runs of an earlier --reuse (their models in its results file) and their base evaluated
+    again on the project's held-out prompts and the file's, and judged per criterion; nothing trained."""
+    from labeler.services.evals import evaluation
+
+    task = TASKS[TASK]
+    judges = task_judges(task)
+    (second,) = [name for name in judges if name != args.maximise]
+    studio = Studio(work / "studio.db", task.name, work)
+    kept_reward_models(studio, list(judges))  # refuses a folder whose recipe did not get so far
+    results_file = Path(args.results) if args.results else work / f"results-{args.maximise}.json"
+    earlier = {r["run"]: r for r in json.loads(results_file.read_text())}
+    if missing := [run for run in args.runs if run not in earlier]:
+        raise SystemExit(f"--evaluate-on: {results_file} has no {', '.join(missing)} run (it has "
+                         f"{', '.join(earlier)}): pick --runs from those")
+    db = studio.db_handle()
+    try:
+        held = [str(prompt) for prompt in evaluation.heldout_prompts(db, studio.project)]
+    finally:
+        db.conn.close()
+    extra = [line.strip() for line in Path(args.evaluate_on).read_text().splitlines() if line.strip()]
+    prompts = held + [text for text in extra if text not in held]
+    combined = work / "evaluate-on.txt"
+    combined.write_text("".join(f"{text}\n" for text in prompts))
+    print(f"  evaluating on {len(prompts)} prompts: {len(held)} held out, {len(prompts) - len(held)} from "
+          f"{args.evaluate_on}", flush=True)
+    rows = []
+    for run in args.runs:
+        model = earlier[run]["model"]
+        db = studio.db_handle()
+        try:
+            _, own = evaluation.run_comparison(db, earlier[run]["run_id"])
+        finally:
+            db.conn.close()
+        record = own.settings
+        studio.run("eval", "--model", model, "--prompts", str(combined), "--samples", str(record["samples"]),
+                   "--max-new-tokens", str(record["max_new_tokens"]), "--seed", str(record["seed"]),
+                   *(["--bf16"] if record.get("bf16") else []), log=f"eval-wider-{run}.log")
+        db = studio.db_handle()
+        try:
+            after = evaluation.list_evaluations(db, model=model, limit=1)[0]
+            before = evaluation.list_evaluations(db, model=after.kl_base, limit=1)[0]
+        finally:
+            db.conn.close()
+        answered, base, tuned = paired_answers(before.samples, after.samples)
+        row = judge_row(run, earlier[run]["reward"], answered, base, tuned, int(after.settings["samples"]), judges,
+                        args.win_margin, constrained=second if run == "constraint" else None)
+        row.length_base, row.length = before.metrics["eval/length_mean"], after.metrics["eval/length_mean"]
+        row.kl = float(after.metrics.get("eval/kl") or 0.0)
+        rows.append(row)
+    (work / f"results-{args.maximise}-wider.json").write_text(json.dumps(
+        [{"run": r.run, "reward": r.reward, "prompts": len(prompts), "verdicts": r.verdicts(),
+          "judge_wins": {c: vars(w) for c, w in r.judge_wins.items()}, "kl": r.kl} for r in rows], indent=2))
+    return rows
+
+
 def level(text: str) -> float | str:
     """--threshold: `base` (reward_spec.BASE_LEVEL) or a number."""
     from labeler.services.settings.reward_spec import BASE_LEVEL
@@ -371,15 +433,21 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], help="a setting for every train (key=value)")
     parser.add_argument("--ppo-set", action="append", default=[], help="a setting for the PPO runs alone")
     parser.add_argument("--rm-set", action="append", default=[], help="a setting for `train rm` alone")
+    parser.add_argument("--evaluate-on", default="", metavar="FILE", help="with --reuse: train nothing; evaluate "
+                        "the earlier runs' models and their base on the held-out prompts and FILE's (a prompt file)")
+    parser.add_argument("--results", default="", help="--evaluate-on: the earlier runs' results file (default: "
+                        "results-CRITERION.json in --keep)")
     parser.add_argument("--keep", default="", help="folder for the database, logs and results (default: a temp one)")
     args = parser.parse_args()
     args.runs = [r.strip() for r in args.runs.split(",") if r.strip()]
     unknown = [r for r in args.runs if r not in RUNS]
     if unknown:
         parser.error(f"--runs: {', '.join(unknown)} is not one of {', '.join(RUNS)}")
+    if args.evaluate_on and not (args.reuse and args.keep):
+        parser.error("--evaluate-on needs --reuse and --keep: it evaluates an earlier run's models")
     root = Path(args.keep or tempfile.mkdtemp(prefix="criteria-conflict-"))
     started = time.monotonic()
-    rows = run_recipe(args, root)
+    rows = evaluate_wider(args, root) if args.evaluate_on else run_recipe(args, root)
     table = format_table(f"{TASK}: complete against short, seed {args.seed}", rows)
     print("\n" + table, flush=True)
     (root / "table.md").write_text(table + "\n")

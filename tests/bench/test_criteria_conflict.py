@@ -119,3 +119,30 @@ def test_reuse_reads_the_kept_reward_models_and_names_the_missing_one(tmp_path):
     db.conn.close()
     assert bench.kept_reward_models(studio, ["complete", "short"]) == ({"complete": "rm-complete",
                                                                         "short": "rm-short"}, 0)
+
+
+def test_the_extra_evaluation_prompts_are_new_how_to_questions():
+    """heldout_more.txt is evaluation-only: none of its questions is one the recipe generates for or trains on."""
+    extra = (ROOT / "bench/tasks/explain/heldout_more.txt").read_text().splitlines()
+    task = (ROOT / "bench/tasks/explain/prompts.txt").read_text().splitlines()
+    assert len(extra) == len(set(extra)) == 120 and not set(extra) & set(task)
+    assert all(line.endswith("?") and line.split()[0] in ("How", "What") for line in extra)
+
+
+def test_evaluate_on_refuses_a_run_the_earlier_results_do_not_have(tmp_path):
+    import json
+    from types import SimpleNamespace
+
+    from storage import open_db
+
+    db = open_db(str(tmp_path / "studio.db"))
+    db.execute("INSERT INTO models (name, path, kind) VALUES ('rm-complete', '/x', 'reward'), "
+               "('rm-short', '/y', 'reward')")
+    db.conn.commit()
+    db.conn.close()
+    (tmp_path / "results-short.json").write_text(json.dumps([{"run": "single", "run_id": 1, "model": "ppo-run1",
+                                                              "reward": "rm:rm-short"}]))
+    args = SimpleNamespace(maximise="short", results="", runs=["constraint", "single"], evaluate_on="x.txt",
+                           win_margin=0.0)
+    with pytest.raises(SystemExit, match=r"has no constraint run \(it has single\)"):
+        bench.evaluate_wider(args, tmp_path)

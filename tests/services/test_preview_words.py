@@ -34,7 +34,7 @@ def settings_line(markdown: str) -> str:
                        "Learning rate: 4.5e-05 (app default); Answer length (new tokens): 128 (project)."),
     # DPO full fine-tuning: the app's learning rate; the longest example fitted to the answers (256 + 128 + 8);
     # steps for one pass over 4 pairs at batch 4 = 1.
-    ("dpo", {}, "Learning rate: 2e-05 (app default); Longest example (tokens): 392 (app default); "
+    ("dpo", {}, "Learning rate: 3e-05 (app default); Longest example (tokens): 392 (app default); "
                 "Answer length (new tokens): 128 (project); "
                 "How long (training steps): 1 (app default)."),
 ])

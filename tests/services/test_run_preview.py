@@ -199,7 +199,7 @@ def test_the_preview_names_the_settings_the_app_gives_a_run(labelled):
     # DPO's full fine-tuning gets the app's learning rate; LoRA and a rate set by the user keep their own
     # (max_length: the prompt budget 256 + the project's 128-token answers + 8, whatever the learning rate)
     fitted = {"max_length": 392}
-    assert preview_run(labelled, "default", "dpo", {"steps": 3}, estimate_time=False).app_settings == {"learning_rate": 2e-5, **fitted}
+    assert preview_run(labelled, "default", "dpo", {"steps": 3}, estimate_time=False).app_settings == {"learning_rate": 3e-5, **fitted}
     assert preview_run(labelled, "default", "dpo", {"steps": 3, "lora": True}, estimate_time=False).app_settings == fitted
     assert preview_run(labelled, "default", "dpo", {"steps": 3, "learning_rate": 1e-6}, estimate_time=False).app_settings == fitted
 
