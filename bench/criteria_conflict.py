@@ -58,7 +58,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))  # bench scripts import their siblings by plain name
 
 from own_task import (Studio, app_evaluation, generate, import_prompts, judge_win_rate,  # noqa: E402
-                      paired_answers, train)
+                      newest_evaluations, paired_answers, train)
 
 from bench.tasks import TASKS, Task  # noqa: E402
 from rlhf.stats import WinRate  # noqa: E402
@@ -382,12 +382,7 @@ def evaluate_wider(args, work: Path) -> list[Row]:
         studio.run("eval", "--model", model, "--prompts", str(combined), "--samples", str(record["samples"]),
                    "--max-new-tokens", str(record["max_new_tokens"]), "--seed", str(record["seed"]),
                    *(["--bf16"] if record.get("bf16") else []), log=f"eval-wider-{run}.log")
-        db = studio.db_handle()
-        try:
-            after = evaluation.list_evaluations(db, model=model, limit=1)[0]
-            before = evaluation.list_evaluations(db, model=after.kl_base, limit=1)[0]
-        finally:
-            db.conn.close()
+        before, after = newest_evaluations(studio, model)
         answered, base, tuned = paired_answers(before.samples, after.samples)
         row = judge_row(run, earlier[run]["reward"], answered, base, tuned, int(after.settings["samples"]), judges,
                         args.win_margin, constrained=second if run == "constraint" else None)

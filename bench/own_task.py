@@ -436,13 +436,20 @@ def app_evaluation(studio: Studio, run_id: int, model: str):
         db.conn.close()
     if before is None or after is None:
         studio.run("eval", "--model", model, log="eval.log")
-        db = studio.db_handle()
-        try:
-            after = evaluation.list_evaluations(db, model=model, limit=1)[0]
-            before = evaluation.list_evaluations(db, model=after.kl_base, limit=1)[0]
-        finally:
-            db.conn.close()
+        before, after = newest_evaluations(studio, model)
     return before, after
+
+
+def newest_evaluations(studio: Studio, model: str):
+    """(base, tuned): the newest stored evaluation of `model` and the newest of its KL base."""
+    from labeler.services.evals import evaluation
+
+    db = studio.db_handle()
+    try:
+        after = evaluation.list_evaluations(db, model=model, limit=1)[0]
+        return evaluation.list_evaluations(db, model=after.kl_base, limit=1)[0], after
+    finally:
+        db.conn.close()
 
 
 def measure(run: str, model: str, before, after, judge, margin: float, judged: int, online: bool = False,
