@@ -124,6 +124,11 @@ class OnlineDPOConfig(TrainerConfig):
     num_iterations: int = field(default=1, metadata={
         "help": "Optimizer passes over each batch of judged pairs (1: TRL's online DPO, each pair learnt from once; "
                 "GRPO's mu). The pairs are generated and judged once; max_steps counts the passes."})
+    soft_judgements: bool = field(default=False, metadata={
+        "help": "Train each pair only as far as its judge is sure (this library's): where the judge says how sure it "
+                "is of each verdict (a `last_confidence` list, one probability per prompt, as the app's judge=mix "
+                "gives from its reward model's ensemble; people's verdicts count as sure), the loss's target is that "
+                "probability (conservative DPO per pair) instead of 1. Other judges are taken as sure. False: TRL's."})
     disable_dropout: bool = field(default=True, metadata={"help": "Set every dropout probability to 0 in policy and reference."})
     learning_rate: float = field(default=5e-7, metadata={"help": "AdamW learning rate (TRL's default 5e-7)."})
     logging_steps: float = field(default=10, metadata={"help": "Log metrics every this many optimizer steps."})
@@ -462,6 +467,20 @@ class OnlineDPOTrainer(BaseTrainer):
                                 scores[torch.tensor([b * count + i for i, (_, b) in enumerate(pairs)])]])
         return pairs, verdicts, scores
 
+    def _judge_confidence(self, count: int) -> torch.Tensor | None:
+        """With soft_judgements, the judge's probability that each of the `count` prompts' chosen answers is the
+        better (its `last_confidence` after judging; a rank judge's through the pairwise wrapper), else None (sure).
+        A judge that gives the wrong number or a value outside [0, 1] stops the run, named."""
+        judge = getattr(self.judge, "rank_judge", self.judge)
+        values = getattr(judge, "last_confidence", None) if self.args.soft_judgements else None
+        if values is None:
+            return None
+        values = [float(v) for v in values]
+        if len(values) != count or not all(0.0 <= v <= 1.0 for v in values):
+            raise JudgeError(f"judge {judge_name(self.judge)!r} gave last_confidence={values!r} at step "
+                             f"{self.state.global_step + 1}: expected {count} probabilities in [0, 1]")
+        return torch.tensor(values)
+
     # ---- 3. tensors and the reference's log-probs -------------------------------------------------------------
     def _token_logps(self, model, batch: dict) -> torch.Tensor:
         """Per-token log-probs (N, C) of the answers under `model` (0 on padding)."""
@@ -492,6 +511,7 @@ class OnlineDPOTrainer(BaseTrainer):
         texts = self.processing_class.batch_decode(generated, skip_special_tokens=True)
         pairs, verdicts, scores = self._judge(prompts, texts, group_eos)
         count = len(prompts)
+        confidence = self._judge_confidence(count)
         rows = [a * count + i for i, (a, _) in enumerate(pairs)] + [b * count + i for i, (_, b) in enumerate(pairs)]
         answers = [group[r] for r in rows]  # [first; second]: 2B rows
         has_eos = group_eos[torch.tensor(rows)]
@@ -509,6 +529,8 @@ class OnlineDPOTrainer(BaseTrainer):
         }
         if scores is not None:
             batch["scores"] = scores.to(device)
+        if confidence is not None:
+            batch["confidence"] = confidence.to(device)
         if self.reference_scores_second:
             batch["ref_token_logps"] = self._reference_token_logps(batch)
         else:
@@ -527,7 +549,7 @@ class OnlineDPOTrainer(BaseTrainer):
         chosen, rejected, weight = chosen_rejected_rows(inputs["verdicts"], batch_size)
         beta = self.beta
         losses = online_dpo_losses(logps[chosen], logps[rejected], ref_logps[chosen], ref_logps[rejected], beta,
-                                   self.args.loss_type)
+                                   self.args.loss_type, inputs.get("confidence"))
         loss = weighted_mean(losses, weight) + self.extra_loss(inputs, token_logps)
         self._log_pair_metrics(inputs, token_logps, chosen, rejected, weight, beta)
         return loss
@@ -575,6 +597,8 @@ class OnlineDPOTrainer(BaseTrainer):
             metrics["logps/chosen"].append(logps[chosen][judged].mean().item())
             metrics["logps/rejected"].append(logps[rejected][judged].mean().item())
         metrics["judge/ties"].append((~judged).float().mean().item())
+        if "confidence" in inputs and judged.any():
+            metrics["judge/confidence"].append(inputs["confidence"][judged].mean().item())
         metrics["val/contain_eos_token"].append(inputs["has_eos"].float().mean().item())
         metrics["completions/mean_length"].append(inputs["completion_mask"].sum(-1).float().mean().item())
         metrics["beta"].append(beta)

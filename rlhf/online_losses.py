@@ -52,14 +52,23 @@ def weighted_mean(losses: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 
 
 def online_dpo_losses(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor, ref_chosen: torch.Tensor,
-                      ref_rejected: torch.Tensor, beta: float, loss_type: str = "sigmoid") -> torch.Tensor:
+                      ref_rejected: torch.Tensor, beta: float, loss_type: str = "sigmoid",
+                      confidence: torch.Tensor | None = None) -> torch.Tensor:
     """Per-pair loss (B,) from summed completion log-probs: sigmoid -log sigmoid(beta * h) (Eq. 7, DPO paper) or ipo
-    (h - 1 / (2 beta))^2 (Eq. 17, IPO paper), with h = (log pi(y_c) - log pi(y_r)) - (log ref(y_c) - log ref(y_r))."""
+    (h - 1 / (2 beta))^2 (Eq. 17, IPO paper), with h = (log pi(y_c) - log pi(y_r)) - (log ref(y_c) - log ref(y_r)).
+
+    `confidence` (B,): the judge's probability p that each chosen answer is the better one (None: sure, p = 1). A
+    pair is then trained towards that preference and no further: sigmoid becomes conservative DPO with eps = 1 - p
+    per pair (Mitchell 2023), whose minimum is at sigmoid(beta * h) = p; ipo's target 1 / (2 beta) becomes
+    (2p - 1) / (2 beta) (IPO's general target (p - 1/2) / tau, Azar et al. 2023, Eq. 12). A pair at p = 1/2 pulls
+    the policy back towards the reference only, as a reward of 0 leaves PPO's KL penalty in charge."""
     pairs = PairLogps(policy_chosen, policy_rejected, ref_chosen, ref_rejected)  # no lengths: IPO on sums, as TRL's online DPO
     if loss_type == "sigmoid":
-        return sigmoid_loss(pairs, beta)
+        return sigmoid_loss(pairs, beta, 0.0 if confidence is None else 1 - confidence)
     if loss_type == "ipo":
-        return ipo_loss(pairs, beta)
+        if confidence is None:
+            return ipo_loss(pairs, beta)
+        return (pairs.margin - (2 * confidence - 1) / (2 * beta)) ** 2
     raise ValueError(f"loss_type={loss_type!r}: must be one of {', '.join(ONLINE_DPO_LOSS_TYPES)}")
 
 

@@ -48,6 +48,12 @@ def preference_information(scores: torch.Tensor) -> float:
     return float(information.mean())
 
 
+def win_probabilities(scores: torch.Tensor) -> torch.Tensor:
+    """P(i beats j) under the ensemble, (K, K) from `scores` (members, K): the mean over members of
+    sigmoid(s_m,i - s_m,j); 1/2 on the diagonal."""
+    return torch.sigmoid(scores[:, :, None] - scores[:, None, :]).mean(0)
+
+
 def expected_centred_ranks(scores: torch.Tensor) -> torch.Tensor:
     """Each answer's expected centred rank within its group under the ensemble: 2 * w_i - 1, where w_i is the
     answer's mean probability of beating each other answer of the group, P(i beats j) = mean over members of
@@ -62,7 +68,7 @@ def expected_centred_ranks(scores: torch.Tensor) -> torch.Tensor:
     members, size = scores.shape
     if size < 2:
         return torch.zeros(size)
-    beats = torch.sigmoid(scores[:, :, None] - scores[:, None, :]).mean(0)  # (K, K), 1/2 on the diagonal
+    beats = win_probabilities(scores)  # (K, K), 1/2 on the diagonal
     wins = (beats.sum(1) - 0.5) / (size - 1)
     return 2 * wins - 1
 

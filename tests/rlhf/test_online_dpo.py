@@ -195,6 +195,51 @@ def test_four_answers_a_prompt_train_on_the_best_and_the_worst(tiny_model_dir, t
         small_args(tmp_path, num_generations=1)
 
 
+def test_soft_judgements_train_each_pair_towards_its_judge_s_confidence(tiny_model_dir, tmp_path):
+    """A rank judge that says how sure it is (`last_confidence`): with soft_judgements the batch carries it and the loss
+    is the per-pair smoothed one; without, the judge is taken as sure; a wrong confidence stops the run, named."""
+    from rlhf import BaseRankJudge, OnlineDPOTrainer
+    from rlhf.judges import JudgeError
+    from rlhf.online_losses import chosen_rejected_rows, online_dpo_losses
+
+    class UnsureRanks(BaseRankJudge):
+        confidence = [0.5, 0.6, 0.9, 1.0]
+
+        def judge(self, prompts, completions, shuffle_order=True):
+            self.last_confidence = self.confidence[:len(prompts)]
+            return [[0, 1, 2, 3] for _ in prompts]
+
+    judge = UnsureRanks()
+    rows = [{"prompt": p} for p in PROMPTS["prompt"][:4]]
+    trainer = OnlineDPOTrainer(str(tiny_model_dir), judge=judge, train_dataset=PROMPTS,
+                               args=small_args(tmp_path, num_generations=4, max_steps=1, soft_judgements=True))
+    batch = trainer._generate_and_judge(rows)
+    assert batch["confidence"].tolist() == pytest.approx([0.5, 0.6, 0.9, 1.0])
+    trainer.model.train()
+    # the policy is its reference now (every h = 0, where both losses are log 2): a made-up reference moves h off 0
+    batch = {**batch, "ref_token_logps": torch.zeros_like(batch["ref_token_logps"])}
+    loss = trainer.compute_loss(trainer.model, batch)
+    # the same loss by hand from the batch's log-probs: the per-pair smoothed one at each pair's confidence
+    with torch.no_grad():
+        logps = trainer._token_logps(trainer.model, batch).sum(-1)
+    ref = batch["ref_token_logps"].sum(-1)
+    chosen, rejected, _ = chosen_rejected_rows(batch["verdicts"], 4)
+    expected = online_dpo_losses(logps[chosen], logps[rejected], ref[chosen], ref[rejected], trainer.beta,
+                                 confidence=torch.tensor([0.5, 0.6, 0.9, 1.0])).mean()
+    hard = online_dpo_losses(logps[chosen], logps[rejected], ref[chosen], ref[rejected], trainer.beta).mean()
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-4) and loss.item() != pytest.approx(hard.item())
+    trainer.train()
+    assert trainer.state.log_history[0]["judge/confidence"] == pytest.approx(0.75)
+
+    sure = OnlineDPOTrainer(str(tiny_model_dir), judge=judge, train_dataset=PROMPTS,
+                            args=small_args(tmp_path, num_generations=4, max_steps=1))
+    assert "confidence" not in sure._generate_and_judge(rows)  # soft_judgements off: TRL's loss
+    judge.confidence = [0.5, 1.5, 0.9, 1.0]
+    with pytest.raises(JudgeError, match=r"judge 'UnsureRanks' gave last_confidence=\[0.5, 1.5, 0.9, 1.0\] at step 2: "
+                                         r"expected 4 probabilities in \[0, 1\]"):
+        trainer._generate_and_judge(rows)  # after its one step: step 2
+
+
 def test_split_pair_batch_keeps_each_pairs_two_answers_together():
     from rlhf.online_dpo import split_pair_batch
 

@@ -38,6 +38,24 @@ def test_ipo_loss_by_hand_on_sums_not_per_token():
         online_dpo_losses(POLICY_CHOSEN, POLICY_REJECTED, REF_CHOSEN, REF_REJECTED, 0.5, "hinge")
 
 
+def test_a_judge_s_confidence_trains_each_pair_only_as_far_as_it_is_sure():
+    # Pair 1 at p = 0.75: -(0.75 log sigmoid(1) + 0.25 log sigmoid(-1)) = 0.75 * 0.31326 + 0.25 * 1.31326 = 0.56326.
+    # Pair 2 at p = 1: the hard loss, log(1 + e) = 1.31326.
+    sure = torch.tensor([0.75, 1.0])
+    losses = online_dpo_losses(POLICY_CHOSEN, POLICY_REJECTED, REF_CHOSEN, REF_REJECTED, 0.5, "sigmoid", sure)
+    assert losses.tolist() == pytest.approx([0.563262, 1.313262], abs=1e-6)
+    # IPO: targets (2p - 1) / (2 beta) = 0.5 and 1: (2 - 0.5)^2 = 2.25, (-2 - 1)^2 = 9
+    losses = online_dpo_losses(POLICY_CHOSEN, POLICY_REJECTED, REF_CHOSEN, REF_REJECTED, 0.5, "ipo", sure)
+    assert losses.tolist() == pytest.approx([2.25, 9.0])
+    # The smoothed loss is least where sigmoid(beta * h) = p: at p = 0.75, beta = 0.5, h = 2 log 3 (its gradient 0);
+    # a pair at p = 1/2 pulls h back to 0.
+    for p, best in ((0.75, 2 * math.log(3)), (0.5, 0.0)):
+        h = torch.tensor([best], requires_grad=True)
+        online_dpo_losses(h, torch.zeros(1), torch.zeros(1), torch.zeros(1), 0.5, "sigmoid",
+                          torch.tensor([p])).sum().backward()
+        assert h.grad.item() == pytest.approx(0.0, abs=1e-6)
+
+
 def test_verdicts_pick_rows_and_ties_weigh_nothing():
     # B = 3 prompts; rows 0-2 the first answers, 3-5 the second. Verdicts: first wins, second wins, tie.
     chosen, rejected, weight = chosen_rejected_rows(torch.tensor([0, 1, -1]), 3)

@@ -31,6 +31,17 @@ def test_a_dpo_run_with_its_reference_precomputed():
     assert estimate.total_seconds == 20 + 16 + 16 * 3 + 38  # 122 s
 
 
+def test_the_kl_pass_is_the_measured_one_when_the_answers_were_timed():
+    # The same run with the log-prob pass over the 4 generated answers measured at 0.8 s (0.2 s an answer, where a
+    # pair's forward halved says 0.125 s): KL is the base loaded again (5 s) and 2 passes over 28 answers at 0.2 s.
+    measured = LabelMicroStep(**{**MICRO.__dict__, "logprob_seconds": 0.8})
+    estimate = run_estimate.label_estimate(measured, steps=16, accumulation=1, train_pairs=56, eval_pairs=7,
+                                           reference="once", eval_answers=28)
+    assert estimate.eval_seconds == pytest.approx(2.0 + 2 * (5.0 + 7.0) + (5.0 + 2 * 28 * 0.2))  # 2 + 24 + 16.2
+    unmeasured = LabelMicroStep(**{**MICRO.__dict__, "logprob_seconds": 0.8, "generate_rows": 0})
+    assert unmeasured.logprob_seconds_per_answer == 0.125  # no answers generated: the pair's forward, halved
+
+
 def test_a_reference_run_in_every_step_and_gradient_accumulation():
     # 2 batches a step, each 3 s of training and the reference's 1 s: 8 s; no pass before; evaluation twice 1 s a batch.
     estimate = run_estimate.label_estimate(MICRO, steps=10, accumulation=2, train_pairs=56, eval_pairs=7,
@@ -135,6 +146,7 @@ def test_a_dpo_micro_batch_is_measured_on_the_run_s_own_pairs(tiny_model_dir):
     micro = run_estimate.measure_label_step(settings)
     assert (micro.rows, micro.tokens, micro.generate_rows) == (2, longest, 4)
     assert min(micro.train_seconds, micro.forward_seconds, micro.generate_seconds, micro.load_seconds) > 0
+    assert micro.logprob_seconds > 0  # the evaluation's KL pass over the generated answers, timed itself
     assert micro.setup_seconds > micro.load_seconds  # the imports as well, once per run
     assert run_estimate.measure_label_step(settings) is micro  # cached: the preview does not measure twice
 

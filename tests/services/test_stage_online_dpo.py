@@ -168,6 +168,25 @@ def test_pair_verdicts_from_centred_ranks():
     assert [chosen_pair(r, 2)[2] for r in rankings] == [0, 1, -1, -1]
 
 
+def test_the_mix_says_how_sure_each_ranking_is_of_its_best_over_its_worst():
+    """MixJudge.confidence by hand: three prompts of 4 answers; the mix saw the first and third (the second's answers
+    were all alike: a tie), the model ranked the first, people the third."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from labeler.services.training.runners.online_dpo import MixJudge
+
+    # Two members' scores (at the model's temperature) for the mix's 8 answers: group 0 at 0-3, group 1 at 4-7.
+    scores = torch.tensor([[0.0, 0.5, 1.0, -1.0, 0.0, 0.0, 0.0, 0.0],
+                           [0.0, 0.5, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]])
+    judge = MixJudge(SimpleNamespace(last_scores=scores, last_from_people={4, 5, 6, 7}))
+    sure = judge.confidence([[2, 1, 0, 3], [], [0, 1, 2, 3]], asked=[0, 2], size=4)
+    # prompt 0: best 2, worst 3: (sigmoid(1 - (-1)) + sigmoid(0 - 0)) / 2 = (0.880797 + 0.5) / 2 = 0.690399
+    # prompt 1: not ranked, 1/2 (left out of the loss as a tie); prompt 2: people's ranking, sure
+    assert sure == pytest.approx([0.690399, 0.5, 1.0], abs=1e-6)
+
+
 def _annotator(db_path, stop: threading.Event, ranked: list):
     """Ranks every item the Rank tab offers `ann`: the shorter answers first, equal lengths tied."""
     from storage import open_db
@@ -283,7 +302,7 @@ def test_people_as_the_judge_are_refused_at_launch_without_annotators(db, tmp_pa
 def test_mix_people_rank_the_pairs_the_reward_model_is_least_sure_of(db, db_path, tmp_path, tiny_model_dir):
     status, run, ranked = _run_with_annotator(db, db_path, {
         "model": str(tiny_model_dir), "steps": 2, "checkpoint_every": 0, "judge": "mix", "human_share": 0.5,
-        "human_timeout": 60, **SMALL}, tmp_path)
+        "human_timeout": 60, "soft_judgements": True, **SMALL}, tmp_path)
     assert status == "succeeded", (run.error, run_metrics.log_tail(run))
     # half of each step's 2 pairs to people: one ranking item of two per step (none if its answers were the same)
     items = db.execute("SELECT id FROM items WHERE run_id = ?", [run.id]).fetchall()
@@ -304,6 +323,9 @@ def test_mix_people_rank_the_pairs_the_reward_model_is_least_sure_of(db, db_path
     summary = run_judgements.judge_summary(db, run.id)
     assert (summary.by_people, summary.both) == (len(items), len(items))
     assert summary.by_people + summary.by_model + summary.undecided == 4
+    # soft_judgements: the pairs trained on carried the mix's confidence (people's sure, the model's in [1/2, 1])
+    confidence = [value for _, value, _ in run_metrics.metric_history(db, run.id, "judge/confidence")]
+    assert confidence and all(0.5 <= value <= 1.0 for value in confidence)
 
 
 def test_a_resumed_people_run_releases_the_pairs_its_last_start_left_waiting(db, db_path, tmp_path):

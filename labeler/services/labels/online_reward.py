@@ -175,6 +175,10 @@ class ActiveMixReward:
         self.wait_seconds = 0.0
         self._ahead: dict[tuple, list[int]] = {}  # batch queued ahead -> the groups picked for people
         self.last_stats: dict[str, float] = {}
+        # The last call's scores at the model's temperature (members, N), as its rewards were computed from them,
+        # and the answers whose rewards are people's: how sure each group's rewards were (MixJudge reads them).
+        self.last_scores: torch.Tensor | None = None
+        self.last_from_people: set[int] = set()
 
     def _select(self, queries: list[str], responses: list[str]):
         groups = self.queue.groups(queries)
@@ -212,12 +216,14 @@ class ActiveMixReward:
                 rewards[i] = value
         from_human = 0
         by_index = dict(zip(indices, human))
+        self.last_scores, self.last_from_people = scale * scores, set()
         for g in picked:
             values = [by_index.get(i) for i in groups[g]]
             if all(v is not None for v in values):  # a group people judged: their rewards, all of the group
                 for i, value in zip(groups[g], values):
                     rewards[i] = value
                 from_human += len(values)
+                self.last_from_people.update(groups[g])
                 self.labels_used += 1  # one ranking of the group, or one rating
         self.answers_judged += from_human
         self.model.learn()  # the labels just given: agreement first, then a background refit

@@ -21,7 +21,7 @@ length of the run's average batch (expected_padded_length over up to LENGTH_SAMP
 to its longest pair, so a few batches are a few draws, and one project's first three were padded to 142, 74 and 125
 tokens where its batches average 142 (timed as they came, its steps were estimated 2.55 s for 3.37 s run), and for
 DPO a batch of held-out answers generated as the automatic evaluation generates them (the base's answers not counted
-when a stored evaluation of it will be reused). A step is gradient_accumulation_steps such batches; DPO's reference
+when a stored evaluation of it will be reused) and their log-probs taken as its KL pass takes them. A step is gradient_accumulation_steps such batches; DPO's reference
 runs once over the pairs before training (precompute_ref_log_probs, the default) or in every step. SFT and KTO have
 no estimate.
 
@@ -164,12 +164,25 @@ class LabelMicroStep:
     generate_rows: int = 0
     tokens: int = 0  # the padded length of the run's average batch, which the times are scaled to
     load_seconds: float = 0.0  # reading the weights alone (setup_seconds less the imports): each evaluated model's
+    # A no-grad log-prob pass over those generate_rows answers (the evaluation's KL pass, rlhf.evaluation.
+    # response_logprob_sums); 0: not measured, inferred from forward_seconds.
+    logprob_seconds: float = 0.0
     note: str = ""
 
     @property
     def seconds_per_answer(self) -> float:
         """Generating one answer at the measured batch's pace (eval_seconds reads it, as a MicroStep's)."""
         return self.generate_seconds / self.generate_rows if self.generate_rows else 0.0
+
+    @property
+    def logprob_seconds_per_answer(self) -> float:
+        """One held-out answer's log-probs in the evaluation's KL pass: measured on the generated answers when
+        there were any, else a training pair's no-grad forward halved (a pair is two sequences). Inferred, it was
+        1.6x short on a 135M model at 128 tokens (13 s for 120 answers measured at 21.5 s): the evaluation's answers
+        are longer than most pairs, and the pass takes its log-softmax over the whole vocabulary."""
+        if self.logprob_seconds and self.generate_rows:
+            return self.logprob_seconds / self.generate_rows
+        return self.forward_seconds / (2 * self.rows)
 
 
 def label_batches(pairs: int, rows: int) -> int:
@@ -201,9 +214,8 @@ def label_estimate(micro: LabelMicroStep, steps: int, accumulation: int, train_p
     generation = 0.0
     if eval_answers:
         # evaluation.evaluate_models: each model loaded and its answers generated; for the tuned one, KL to its base:
-        # its own and the base's (loaded once more) no-grad passes over its answers, a sequence each
-        per_sequence = micro.forward_seconds / (2 * micro.rows)  # a measured pair is two sequences
-        kl = micro.load_seconds + 2 * eval_answers * per_sequence
+        # its own and the base's (loaded once more) no-grad log-prob passes over its answers
+        kl = micro.load_seconds + 2 * eval_answers * micro.logprob_seconds_per_answer
         answering = 1 if base_stored else 2
         generation = answering * (micro.load_seconds + eval_seconds(micro, eval_answers, 1)) + kl
     return RunEstimate(label_step_seconds(micro, accumulation, each), steps, micro.setup_seconds,
@@ -488,8 +500,9 @@ def _label_step_in_this_process(settings: LabelStepSettings) -> LabelMicroStep:
     tokens = expected_padded_length(lengths, len(chunks[0]))
     # A step's time grows with its batch's padded length (about linearly at these lengths: the matrix products)
     train, forward = train * tokens / measured_tokens, forward * tokens / measured_tokens
-    generate = 0.0
+    generate = logprob = 0.0
     if policy and settings.generate_rows and settings.prompts:
+        from rlhf.evaluation import response_logprob_sums
         from rlhf.generation import build_prompt_ids, left_pad
 
         prompts = [settings.prompts[i % len(settings.prompts)] for i in range(settings.generate_rows)]
@@ -499,14 +512,22 @@ def _label_step_in_this_process(settings: LabelStepSettings) -> LabelMicroStep:
         model.eval()
         t = time.perf_counter()
         with torch.no_grad(), autocast:  # every answer full length: an upper bound, as the PPO micro-step times it
-            model.generate(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), do_sample=True,
-                           max_new_tokens=settings.max_new_tokens, min_new_tokens=settings.max_new_tokens,
-                           pad_token_id=pad)
+            output = model.generate(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
+                                    do_sample=True, max_new_tokens=settings.max_new_tokens,
+                                    min_new_tokens=settings.max_new_tokens, pad_token_id=pad)
         generate = time.perf_counter() - t
+        # The evaluation's KL pass over these answers, in one batch as it runs them (its batch is the generation's)
+        answers = [row.cpu() for row in output[:, input_ids.shape[1]:]]
+        t = time.perf_counter()
+        with torch.no_grad(), autocast:
+            response_logprob_sums(model, ids, answers, pad, batch_size=len(answers))
+        if device == "cuda":
+            torch.cuda.synchronize()
+        logprob = time.perf_counter() - t
     return LabelMicroStep(rows=len(chunks[0]), train_seconds=train,
                           forward_seconds=forward, setup_seconds=setup, generate_seconds=generate,
                           generate_rows=settings.generate_rows if generate else 0, tokens=round(tokens),
-                          load_seconds=load)
+                          load_seconds=load, logprob_seconds=logprob)
 
 
 def expected_padded_length(lengths: list[int], rows: int) -> float:

@@ -188,14 +188,32 @@ class MixJudge(BaseRankJudge):
     learns from every ranking during the run (of four answers: six comparisons). Its statistics (reward/from_human
     and reward/from_rm in answers, rm_online/agreement with people on the pairs both saw) are logged each step. With
     a `log`, each prompt's chosen pair is recorded with the verdict used, and, for the groups people were asked
-    about, theirs and the model's own (its expected ranks before the batch, as the mix scored it to pick them)."""
+    about, theirs and the model's own (its expected ranks before the batch, as the mix scored it to pick them).
+    After each call `last_confidence` says how sure each prompt's ranking is of its best answer over its worst (the
+    pair trained on): 1 where people ranked, the model's calibrated probability where it did (the trainer's
+    soft_judgements trains each pair only that far)."""
 
     name = "mix"
 
     def __init__(self, mix):
         self.mix = mix
         self.last_stats: dict[str, float] = {}
+        self.last_confidence: list[float] = []
         self.log: JudgementLog | None = None
+
+    def confidence(self, rankings: list[list[int]], asked: list[int], size: int) -> list[float]:
+        """P(each prompt's best answer beats its worst) by what ranked it: people's ranking is sure (1); the
+        model's is its ensemble's probability at its calibrated temperature, from the scores the mix ranked with
+        (rlhf.preference_ensemble.win_probabilities); a group nobody could rank (a tie, left out) says 1/2."""
+        from rlhf.preference_ensemble import win_probabilities
+
+        sure = [0.5 if not ranking else 1.0 for ranking in rankings]
+        for j, i in enumerate(asked):  # the mix saw group j's answers at j * size ... j * size + size - 1
+            start = j * size
+            if rankings[i] and start not in self.mix.last_from_people:
+                best, worst = start + rankings[i][0], start + rankings[i][-1]
+                sure[i] = float(win_probabilities(self.mix.last_scores[:, [best, worst]])[0, 1])
+        return sure
 
     def model_rankings(self, prompts: list[str], completions: list[list[str]]) -> list[list[int]]:
         """The online reward model's ranking of each group now: its expected centred ranks (the rewards it gives a
@@ -225,6 +243,7 @@ class MixJudge(BaseRankJudge):
                                [answer for i in asked for answer in completions[i]])
             for i, ranking in zip(asked, group_rankings(rewards, size)):
                 rankings[i] = ranking
+        self.last_confidence = self.confidence(rankings, asked, size)
         self.last_stats = dict(self.mix.last_stats)
         if self.log is not None:
             people = self.mix.queue.people_rankings() if asked else {}
