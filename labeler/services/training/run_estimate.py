@@ -21,9 +21,9 @@ length of the run's average batch (expected_padded_length over up to LENGTH_SAMP
 to its longest pair, so a few batches are a few draws, and one project's first three were padded to 142, 74 and 125
 tokens where its batches average 142 (timed as they came, its steps were estimated 2.55 s for 3.37 s run), and for
 DPO a batch of held-out answers generated as the automatic evaluation generates them (the base's answers not counted
-when a stored evaluation of it will be reused) and their log-probs taken as its KL pass takes them. A step is gradient_accumulation_steps such batches; DPO's reference
-runs once over the pairs before training (precompute_ref_log_probs, the default) or in every step. SFT and KTO have
-no estimate.
+when a stored evaluation of it will be reused) and their log-probs taken as its KL pass takes them. A step is
+gradient_accumulation_steps such batches; DPO's reference runs once over the pairs before training
+(precompute_ref_log_probs, the default) or in every step. SFT and KTO have no estimate.
 
 The micro-step runs with the run's own precision and memory settings: its dtype, 4-bit (QLoRA), gradient
 checkpointing and attention kernel, so it times the configuration that will run and needs the memory that run needs.
@@ -178,8 +178,8 @@ class LabelMicroStep:
     def logprob_seconds_per_answer(self) -> float:
         """One held-out answer's log-probs in the evaluation's KL pass: measured on the generated answers when
         there were any, else a training pair's no-grad forward halved (a pair is two sequences). Inferred, it was
-        1.6x short on a 135M model at 128 tokens (13 s for 120 answers measured at 21.5 s): the evaluation's answers
-        are longer than most pairs, and the pass takes its log-softmax over the whole vocabulary."""
+        1.6x short on a 135M model at 128 tokens (13 s for 120 answers that took 21.5 s); measured, 0.10 s an answer
+        where the evaluation's own took 0.16-0.18 s (docs/YOUR_TASK.md): closer, still short."""
         if self.logprob_seconds and self.generate_rows:
             return self.logprob_seconds / self.generate_rows
         return self.forward_seconds / (2 * self.rows)
