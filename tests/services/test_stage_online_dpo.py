@@ -185,6 +185,10 @@ def test_the_mix_says_how_sure_each_ranking_is_of_its_best_over_its_worst():
     # prompt 0: best 2, worst 3: (sigmoid(1 - (-1)) + sigmoid(0 - 0)) / 2 = (0.880797 + 0.5) / 2 = 0.690399
     # prompt 1: not ranked, 1/2 (left out of the loss as a tie); prompt 2: people's ranking, sure
     assert sure == pytest.approx([0.690399, 0.5, 1.0], abs=1e-6)
+    # The model's own rankings for the judgement log come from the same scores (the mix has no model here to score
+    # again). Group 0's mean wins: answer 0 1.3775, 1 1.8426, 2 1.8059, 3 0.9740 (e.g. 1 beats 3 with
+    # (sigmoid(1.5) + sigmoid(0.5)) / 2 = 0.7201); group 1 all alike: no preference.
+    assert judge.model_rankings(2, 4) == [[1, 2, 0, 3], []]
 
 
 def _annotator(db_path, stop: threading.Event, ranked: list):

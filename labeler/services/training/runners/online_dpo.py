@@ -215,19 +215,15 @@ class MixJudge(BaseRankJudge):
                 sure[i] = float(win_probabilities(self.mix.last_scores[:, [best, worst]])[0, 1])
         return sure
 
-    def model_rankings(self, prompts: list[str], completions: list[list[str]]) -> list[list[int]]:
-        """The online reward model's ranking of each group now: its expected centred ranks (the rewards it gives a
-        group it judges) at its calibrated temperature."""
+    def model_rankings(self, groups: int, size: int) -> list[list[int]]:
+        """The online reward model's ranking of each of the last mix call's `groups` groups of `size` answers: its
+        expected centred ranks (the rewards it gives a group it judges) from the scores the mix ranked and picked
+        with (before it learnt from this batch's people), so not scored a second time."""
         from rlhf.preference_ensemble import expected_centred_ranks
 
-        if not prompts:
-            return []
-        size = len(completions[0])
-        scores = self.mix.model.scores([p for p in prompts for _ in range(size)],
-                                       [c for group in completions for c in group])  # (members, size * groups)
-        return [ranking_from_scores(
-            expected_centred_ranks(self.mix.model.temperature * scores[:, size * k:size * (k + 1)]).tolist())
-            for k in range(len(prompts))]
+        scores = self.mix.last_scores  # (members, size * groups), at the model's calibrated temperature
+        return [ranking_from_scores(expected_centred_ranks(scores[:, size * k:size * (k + 1)]).tolist())
+                for k in range(groups)]
 
     def judge(self, prompts: list[str], completions: list[list[str]], shuffle_order: bool = True) -> list[list[int]]:
         size = len(completions[0]) if completions else 2
@@ -235,14 +231,13 @@ class MixJudge(BaseRankJudge):
         rankings: list[list[int]] = [[] for _ in prompts]
         model: dict[int, list[int]] = {}
         if asked:
-            if self.log is not None:  # ranked before the mix asks anyone (the model it picked the groups with)
-                model = dict(zip(asked, self.model_rankings([prompts[i] for i in asked],
-                                                            [completions[i] for i in asked])))
             self.mix.queue.last_asked, self.mix.queue.last_wait = ([], []), ([], [])
             rewards = self.mix([prompts[i] for i in asked for _ in range(size)],
                                [answer for i in asked for answer in completions[i]])
             for i, ranking in zip(asked, group_rankings(rewards, size)):
                 rankings[i] = ranking
+            if self.log is not None:  # the model's own ranking, as the mix scored the groups to pick them
+                model = dict(zip(asked, self.model_rankings(len(asked), size)))
         self.last_confidence = self.confidence(rankings, asked, size)
         self.last_stats = dict(self.mix.last_stats)
         if self.log is not None:
